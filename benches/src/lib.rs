@@ -1,0 +1,3 @@
+//! Deterministic corpora shared by wirekit's benchmarks.
+
+pub mod traffic;

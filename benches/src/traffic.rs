@@ -1,0 +1,1 @@
+//! Deterministic traffic generators.

@@ -1,0 +1,1 @@
+//! Fixed-width length-prefixed framing.

@@ -1,0 +1,1 @@
+//! NEX Kerberos. (Filled in by the Kerberos issue.)

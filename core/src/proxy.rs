@@ -1,0 +1,1 @@
+//! PROXY protocol v1 and v2. (Filled in by the PROXY issue.)

@@ -1,0 +1,1 @@
+//! The wirekit service protocol, sans-IO. (Filled in by the std-adapter / firmware issues.)

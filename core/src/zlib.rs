@@ -1,0 +1,1 @@
+//! zlib / deflate over caller memory. (Filled in by the zlib issue.)

@@ -1,0 +1,3 @@
+//! Subcommands of the `wirekit` binary, one module each.
+
+pub mod frame;

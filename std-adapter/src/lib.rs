@@ -1,0 +1,5 @@
+//! std and tokio adapters for [`wirekit_core`].
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub use wirekit_core as core;

@@ -1,0 +1,89 @@
+//! A counting global allocator.
+//!
+//! A test binary installs it with
+//! `#[global_allocator] static A: CountingAlloc = CountingAlloc;` and wraps the code under test in
+//! [`count_allocations`]. Counting is per thread, so the test harness's other threads do not
+//! disturb the figure.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// A global allocator that forwards to [`System`] and counts allocations made by the current
+/// thread while counting is on.
+pub struct CountingAlloc;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+    static BYTES: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    // `try_with`: the allocator can run while thread-locals are being torn down.
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+            let _ = BYTES.try_with(|b| b.set(b.get() + size as u64));
+        }
+    });
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counting
+// touches only const-initialised thread-locals and never allocates.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+/// Allocations (count and bytes) made by this thread while running a closure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocStats {
+    /// Calls to alloc, alloc_zeroed and realloc.
+    pub count: u64,
+    /// Bytes requested by those calls.
+    pub bytes: u64,
+}
+
+/// Runs `f` and returns its result with the allocations this thread made meanwhile.
+///
+/// Only meaningful in a binary whose global allocator is [`CountingAlloc`]; elsewhere it
+/// reports zero, so [`assert_counting_installed`] should be called first.
+pub fn count_allocations<R>(f: impl FnOnce() -> R) -> (R, AllocStats) {
+    COUNT.with(|c| c.set(0));
+    BYTES.with(|b| b.set(0));
+    COUNTING.with(|on| on.set(true));
+    let r = f();
+    COUNTING.with(|on| on.set(false));
+    let stats = AllocStats {
+        count: COUNT.with(|c| c.get()),
+        bytes: BYTES.with(|b| b.get()),
+    };
+    (r, stats)
+}
+
+/// Panics unless the global allocator counts: guards against a zero-allocation test that
+/// cannot fail because the counter was never installed.
+pub fn assert_counting_installed() {
+    let (_, stats) = count_allocations(|| std::hint::black_box(Box::new(7u64)));
+    assert!(
+        stats.count >= 1,
+        "CountingAlloc is not this binary's #[global_allocator]"
+    );
+}

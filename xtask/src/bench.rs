@@ -1,0 +1,110 @@
+//! `cargo xtask bench`: runs the criterion benches, then prints one markdown table per
+//! benchmark group with each function's median and its ratio to wirekit's.
+//!
+//! Convention: a group is named `<area>/<case>`, wirekit's function in it is named `wirekit`
+//! (or starts with `wirekit`), each peer's function is named for the peer. Throughput, when
+//! the group sets it, is shown per second.
+
+use std::path::Path;
+
+use crate::steps::{cargo, root};
+
+/// Runs the benches (optionally filtered) and prints the ratio table.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut cargo_args = vec!["bench", "-p", "wirekit-benches", "--"];
+    cargo_args.extend(args.iter().map(String::as_str));
+    cargo(&cargo_args, &[])?;
+    print_table(&root().join("target").join("criterion"))
+}
+
+struct Row {
+    function: String,
+    median_ns: f64,
+    throughput: Option<(String, f64)>,
+}
+
+fn read_json(path: &Path) -> Option<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        let bench = path.join("new").join("benchmark.json");
+        let est = path.join("new").join("estimates.json");
+        if let (Some(b), Some(e)) = (read_json(&bench), read_json(&est)) {
+            let group = b["group_id"].as_str().unwrap_or("?").to_string();
+            let mut function = b["function_id"].as_str().unwrap_or("").to_string();
+            if let Some(v) = b["value_str"].as_str() {
+                if !v.is_empty() {
+                    function = if function.is_empty() { v.to_string() } else { format!("{function}/{v}") };
+                }
+            }
+            let median_ns = e["median"]["point_estimate"].as_f64().unwrap_or(f64::NAN);
+            let throughput = b["throughput"].as_object().and_then(|t| {
+                t.iter()
+                    .next()
+                    .and_then(|(k, v)| v.as_f64().map(|n| (k.clone(), n)))
+            });
+            out.push((group, Row { function, median_ns, throughput }));
+        } else if path.is_dir() && path.file_name().is_some_and(|n| n != "report") {
+            collect(&path, out);
+        }
+    }
+}
+
+fn human_time(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.1} ns")
+    }
+}
+
+fn human_rate(kind: &str, per_iter: f64, ns: f64) -> String {
+    let per_s = per_iter * 1e9 / ns;
+    match kind {
+        "Bytes" | "BytesDecimal" => format!("{:.1} MB/s", per_s / 1e6),
+        _ => format!("{:.3} M/s", per_s / 1e6),
+    }
+}
+
+fn print_table(criterion_dir: &Path) -> Result<(), String> {
+    let mut rows = Vec::new();
+    collect(criterion_dir, &mut rows);
+    if rows.is_empty() {
+        return Err(format!("no criterion results under {}", criterion_dir.display()));
+    }
+    let mut groups: Vec<String> = rows.iter().map(|(g, _)| g.clone()).collect();
+    groups.sort();
+    groups.dedup();
+    println!("\n| group | function | median | throughput | wirekit speed-up |");
+    println!("|---|---|---:|---:|---:|");
+    for g in groups {
+        let members: Vec<&Row> = rows.iter().filter(|(gr, _)| *gr == g).map(|(_, r)| r).collect();
+        let base = members
+            .iter()
+            .filter(|r| r.function.starts_with("wirekit"))
+            .map(|r| r.median_ns)
+            .fold(f64::NAN, f64::min);
+        for r in members {
+            let tp = r
+                .throughput
+                .as_ref()
+                .map(|(k, n)| human_rate(k, *n, r.median_ns))
+                .unwrap_or_default();
+            let ratio = if r.function.starts_with("wirekit") || base.is_nan() {
+                String::from("—")
+            } else {
+                format!("{:.2}x", r.median_ns / base)
+            };
+            println!("| {g} | {} | {} | {tp} | {ratio} |", r.function, human_time(r.median_ns));
+        }
+    }
+    println!("\nspeed-up = peer median / fastest wirekit median in the group (>1: wirekit is faster).");
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! Installs what the tests need, each step skipped when already done.
+//!
+//! Everything project-specific lands under `target/interop/`; system packages come from Debian
+//! (after `apt-get update`), Rust targets from rustup.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::steps::{root, run_in};
+
+/// Pinned interop peers.
+const NPM_PEERS: &[&str] = &["minecraft-protocol@1.68.0"];
+const PIP_PEERS: &[&str] = &["quarry==1.9.6"];
+/// Debian packages the tests drive: (binary to look for, package).
+const APT_PEERS: &[(&str, &str)] = &[
+    ("/usr/sbin/haproxy", "haproxy"),
+    ("/usr/bin/qemu-system-arm", "qemu-system-arm"),
+];
+const TARGETS: &[&str] = &["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
+const COMPONENTS: &[&str] = &["rustfmt", "clippy", "llvm-tools"];
+
+fn output(program: &str, args: &[&str]) -> Option<String> {
+    Command::new(program)
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Every install step.
+pub fn all() -> Result<(), String> {
+    rust()?;
+    apt()?;
+    node()?;
+    python()?;
+    Ok(())
+}
+
+fn rust() -> Result<(), String> {
+    let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
+    let missing: Vec<&str> = TARGETS
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if !missing.is_empty() {
+        let mut args = vec!["target", "add"];
+        args.extend(&missing);
+        run_in(&root(), "rustup", &args, &[])?;
+    }
+    let components = output("rustup", &["component", "list", "--installed"]).unwrap_or_default();
+    let missing: Vec<&str> = COMPONENTS
+        .iter()
+        .copied()
+        .filter(|c| !components.lines().any(|l| l.starts_with(c)))
+        .collect();
+    if !missing.is_empty() {
+        let mut args = vec!["component", "add"];
+        args.extend(&missing);
+        run_in(&root(), "rustup", &args, &[])?;
+    }
+    Ok(())
+}
+
+fn apt() -> Result<(), String> {
+    let missing: Vec<&str> = APT_PEERS
+        .iter()
+        .filter(|(bin, _)| !Path::new(bin).exists())
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let env = [("DEBIAN_FRONTEND", "noninteractive")];
+    run_in(&root(), "apt-get", &["update", "-q"], &env)?;
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend(&missing);
+    run_in(&root(), "apt-get", &args, &env)
+}
+
+fn node() -> Result<(), String> {
+    let dir = root().join("target").join("interop").join("node");
+    let stamp = dir.join(".installed");
+    let want = NPM_PEERS.join(" ");
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let mut args = vec!["install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", "."];
+    args.extend(NPM_PEERS);
+    run_in(&dir, "npm", &args, &[])?;
+    std::fs::write(&stamp, want).map_err(|e| e.to_string())
+}
+
+fn python() -> Result<(), String> {
+    let dir = root().join("target").join("interop");
+    let venv = dir.join("venv");
+    let stamp = venv.join(".installed");
+    let want = PIP_PEERS.join(" ");
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    run_in(&dir, "python3", &["-m", "venv", "venv"], &[])?;
+    let pip = venv.join("bin").join("pip");
+    let pip = pip.to_string_lossy();
+    let mut args = vec!["install", "-q", "--disable-pip-version-check"];
+    args.extend(PIP_PEERS);
+    run_in(&dir, &pip, &args, &[])?;
+    std::fs::write(&stamp, want).map_err(|e| e.to_string())
+}
+
+/// Builds and checks the firmware workspace, when it exists.
+pub fn firmware_checks() -> Result<(), String> {
+    let fw = root().join("firmware");
+    if !fw.join("Cargo.toml").exists() {
+        return Ok(());
+    }
+    run_in(&fw, "cargo", &["fmt", "--all", "--check"], &[])?;
+    run_in(&fw, "cargo", &["clippy", "--all-targets", "--", "-D", "warnings"], &[])
+}
