@@ -14,7 +14,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut cargo_args = vec!["bench", "-p", "wirekit-benches", "--"];
     cargo_args.extend(args.iter().map(String::as_str));
     cargo(&cargo_args, &[])?;
-    print_table(&root().join("target").join("criterion"))
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    print_table(&target.join("criterion"))
 }
 
 struct Row {
