@@ -1,1 +1,0 @@
-//! NEX Kerberos. (Filled in by the Kerberos issue.)
