@@ -103,7 +103,11 @@ pub struct BufferTooSmall {
 
 impl fmt::Display for BufferTooSmall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "output buffer too small: {} bytes required", self.required)
+        write!(
+            f,
+            "output buffer too small: {} bytes required",
+            self.required
+        )
     }
 }
 

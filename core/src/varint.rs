@@ -74,10 +74,10 @@ const fn varlong_len_u(v: u64) -> usize {
 #[inline]
 pub fn decode_varint(input: &[u8]) -> Result<Status<(i32, usize)>, VarIntError> {
     // Fast path: one byte (packet IDs, small lengths).
-    if let Some(&b) = input.first() {
-        if b & 0x80 == 0 {
-            return Ok(Status::Complete((b as i32, 1)));
-        }
+    if let Some(&b) = input.first()
+        && b & 0x80 == 0
+    {
+        return Ok(Status::Complete((b as i32, 1)));
     }
     let mut value: u32 = 0;
     for i in 0..VARINT_MAX_LEN {

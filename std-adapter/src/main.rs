@@ -29,7 +29,9 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Frame(cmd)) => cli::frame::run(cmd),
         None => {
-            eprintln!("wirekit: the default load-generator run is not built yet; see `wirekit --help`");
+            eprintln!(
+                "wirekit: the default load-generator run is not built yet; see `wirekit --help`"
+            );
             ExitCode::SUCCESS
         }
     }

@@ -31,7 +31,9 @@ fn read_json(path: &Path) -> Option<serde_json::Value> {
 }
 
 fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
     entries.sort();
     for path in entries {
@@ -42,7 +44,11 @@ fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
             let mut function = b["function_id"].as_str().unwrap_or("").to_string();
             if let Some(v) = b["value_str"].as_str() {
                 if !v.is_empty() {
-                    function = if function.is_empty() { v.to_string() } else { format!("{function}/{v}") };
+                    function = if function.is_empty() {
+                        v.to_string()
+                    } else {
+                        format!("{function}/{v}")
+                    };
                 }
             }
             let median_ns = e["median"]["point_estimate"].as_f64().unwrap_or(f64::NAN);
@@ -51,7 +57,14 @@ fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
                     .next()
                     .and_then(|(k, v)| v.as_f64().map(|n| (k.clone(), n)))
             });
-            out.push((group, Row { function, median_ns, throughput }));
+            out.push((
+                group,
+                Row {
+                    function,
+                    median_ns,
+                    throughput,
+                },
+            ));
         } else if path.is_dir() && path.file_name().is_some_and(|n| n != "report") {
             collect(&path, out);
         }
@@ -80,7 +93,10 @@ fn print_table(criterion_dir: &Path) -> Result<(), String> {
     let mut rows = Vec::new();
     collect(criterion_dir, &mut rows);
     if rows.is_empty() {
-        return Err(format!("no criterion results under {}", criterion_dir.display()));
+        return Err(format!(
+            "no criterion results under {}",
+            criterion_dir.display()
+        ));
     }
     let mut groups: Vec<String> = rows.iter().map(|(g, _)| g.clone()).collect();
     groups.sort();
@@ -88,7 +104,11 @@ fn print_table(criterion_dir: &Path) -> Result<(), String> {
     println!("\n| group | function | median | throughput | wirekit speed-up |");
     println!("|---|---|---:|---:|---:|");
     for g in groups {
-        let members: Vec<&Row> = rows.iter().filter(|(gr, _)| *gr == g).map(|(_, r)| r).collect();
+        let members: Vec<&Row> = rows
+            .iter()
+            .filter(|(gr, _)| *gr == g)
+            .map(|(_, r)| r)
+            .collect();
         let base = members
             .iter()
             .filter(|r| r.function.starts_with("wirekit"))
@@ -105,9 +125,15 @@ fn print_table(criterion_dir: &Path) -> Result<(), String> {
             } else {
                 format!("{:.2}x", r.median_ns / base)
             };
-            println!("| {g} | {} | {} | {tp} | {ratio} |", r.function, human_time(r.median_ns));
+            println!(
+                "| {g} | {} | {} | {tp} | {ratio} |",
+                r.function,
+                human_time(r.median_ns)
+            );
         }
     }
-    println!("\nspeed-up = peer median / fastest wirekit median in the group (>1: wirekit is faster).");
+    println!(
+        "\nspeed-up = peer median / fastest wirekit median in the group (>1: wirekit is faster)."
+    );
     Ok(())
 }

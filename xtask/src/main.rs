@@ -30,7 +30,11 @@ fn main() -> ExitCode {
                  bench [FILTER]    run criterion benches, print the ratio table\n  \
                  setup             only install the test peers"
             );
-            return if cmd == "help" { ExitCode::SUCCESS } else { ExitCode::from(2) };
+            return if cmd == "help" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
         }
     };
     match result {

@@ -88,7 +88,14 @@ fn node() -> Result<(), String> {
         return Ok(());
     }
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let mut args = vec!["install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", "."];
+    let mut args = vec![
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+        "--prefix",
+        ".",
+    ];
     args.extend(NPM_PEERS);
     run_in(&dir, "npm", &args, &[])?;
     std::fs::write(&stamp, want).map_err(|e| e.to_string())
@@ -119,5 +126,10 @@ pub fn firmware_checks() -> Result<(), String> {
         return Ok(());
     }
     run_in(&fw, "cargo", &["fmt", "--all", "--check"], &[])?;
-    run_in(&fw, "cargo", &["clippy", "--all-targets", "--", "-D", "warnings"], &[])
+    run_in(
+        &fw,
+        "cargo",
+        &["clippy", "--all-targets", "--", "-D", "warnings"],
+        &[],
+    )
 }

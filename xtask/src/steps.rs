@@ -13,7 +13,12 @@ pub fn root() -> PathBuf {
 }
 
 /// Runs a command in `dir`, echoing it and its duration; an error if it fails.
-pub fn run_in(dir: &Path, program: &str, args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
+pub fn run_in(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Result<(), String> {
     let shown = format!("{program} {}", args.join(" "));
     println!("\n==> {shown}");
     let start = Instant::now();
@@ -44,7 +49,14 @@ pub fn test(args: &[String]) -> Result<(), String> {
 
     cargo(&["fmt", "--all", "--check"], &[])?;
     cargo(
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
         &[],
     )?;
 
@@ -52,14 +64,30 @@ pub fn test(args: &[String]) -> Result<(), String> {
     for target in ["thumbv7m-none-eabi", "thumbv7em-none-eabihf"] {
         cargo(&["build", "-p", "wirekit-core", "--target", target], &[])?;
         cargo(
-            &["build", "-p", "wirekit-core", "--target", target, "--features", "defmt"],
+            &[
+                "build",
+                "-p",
+                "wirekit-core",
+                "--target",
+                target,
+                "--features",
+                "defmt",
+            ],
             &[],
         )?;
     }
     cargo(
         &[
-            "clippy", "-p", "wirekit-core", "--target", "thumbv7m-none-eabi", "--features",
-            "defmt", "--", "-D", "warnings",
+            "clippy",
+            "-p",
+            "wirekit-core",
+            "--target",
+            "thumbv7m-none-eabi",
+            "--features",
+            "defmt",
+            "--",
+            "-D",
+            "warnings",
         ],
         &[],
     )?;
@@ -72,7 +100,10 @@ pub fn test(args: &[String]) -> Result<(), String> {
     let interop = interop.to_string_lossy().into_owned();
     cargo(
         &["test", "--workspace", "--all-targets"],
-        &[("WIREKIT_REQUIRE_PEERS", "1"), ("WIREKIT_INTEROP_DIR", &interop)],
+        &[
+            ("WIREKIT_REQUIRE_PEERS", "1"),
+            ("WIREKIT_INTEROP_DIR", &interop),
+        ],
     )?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
 

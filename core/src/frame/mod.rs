@@ -1,7 +1,115 @@
 //! Packet framing.
 //!
 //! - [`mc`]: the Minecraft Java protocol's VarInt-length frames (`Length | Packet ID | Data`).
-//! - [`fixed`]: fixed-width length-prefixed frames (pktconn's `u32` little-endian by default).
+//! - [`fixed`]: fixed-width length-prefixed frames (1, 2 or 4 bytes, either byte order; pktconn's
+//!   `u32` little-endian by default).
+//!
+//! Both decoders are sans-IO: they look at the bytes the caller has buffered so far and return a
+//! [`Frame`] borrowed from them (zero copy) with the count of bytes it consumed, or
+//! [`Status::Partial`](crate::Status::Partial) with what is still needed. Every length read off
+//! the wire is checked against the configured maximum before the caller is asked for more bytes,
+//! so a buffer never has to grow to a size the peer merely declared.
+
+use core::fmt;
+
+use crate::BufferTooSmall;
 
 pub mod fixed;
 pub mod mc;
+
+/// A complete frame, borrowed from the decoder's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Frame<'a> {
+    /// The frame's body: everything after the length field.
+    pub body: &'a [u8],
+    /// Bytes of input the frame took, length field included.
+    pub consumed: usize,
+}
+
+impl Frame<'_> {
+    /// Length of the frame's length field.
+    pub fn header_len(&self) -> usize {
+        self.consumed - self.body.len()
+    }
+}
+
+/// Why a byte stream is not valid framing. The stream cannot recover: close the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum FrameError {
+    /// A VarInt length field runs past its maximum width (3 bytes for Minecraft frames).
+    LengthFieldTooLong,
+    /// The declared frame length exceeds the configured maximum.
+    FrameTooLarge {
+        /// The declared length (a lower bound when it was too long to read whole).
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A Minecraft frame of length 0: it cannot hold a packet ID.
+    EmptyFrame,
+    /// The packet ID at the start of a frame body is not a valid VarInt within the body.
+    BadPacketId,
+}
+
+impl FrameError {
+    /// A static description.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FrameError::LengthFieldTooLong => "frame length field too long",
+            FrameError::FrameTooLarge { .. } => "frame longer than the configured maximum",
+            FrameError::EmptyFrame => "empty frame (no packet id)",
+            FrameError::BadPacketId => "bad packet id varint",
+        }
+    }
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::FrameTooLarge { len, max } => {
+                write!(f, "frame length {len} exceeds the maximum {max}")
+            }
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+impl core::error::Error for FrameError {}
+
+/// Why a frame could not be encoded. The output buffer is untouched in either case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The output buffer is too small.
+    BufferTooSmall(BufferTooSmall),
+    /// The frame would exceed the format's or the configured maximum length.
+    FrameTooLarge {
+        /// The frame length (the length field's value) that was asked for.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+}
+
+impl From<BufferTooSmall> for EncodeError {
+    fn from(e: BufferTooSmall) -> Self {
+        EncodeError::BufferTooSmall(e)
+    }
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::BufferTooSmall(e) => e.fmt(f),
+            EncodeError::FrameTooLarge { len, max } => {
+                write!(f, "frame length {len} exceeds the maximum {max}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for EncodeError {}
