@@ -1,1 +1,0 @@
-//! The wirekit service protocol, sans-IO. (Filled in by the std-adapter / firmware issues.)

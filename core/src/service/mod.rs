@@ -1,0 +1,83 @@
+//! The wirekit service: one small request/response protocol that the host server
+//! (`wirekit serve`) and the Embassy firmware both speak, written once here, sans-IO.
+//!
+//! # Protocol
+//!
+//! A connection carries an optional PROXY header (v1 or v2, per the configured policy), then
+//! frames. With [`Framing::VarInt`] (the service proper) every frame is a Minecraft packet,
+//! `Length | Packet ID | Data`, uncompressed until a set-compression packet switches the
+//! connection to the compressed format; the packets are listed in [`wire`]. A server configured
+//! with a compression threshold sends its own `0x03` as the first frame of every connection, as
+//! Minecraft's Set Compression does, and a client reads it before sending frames. A client's
+//! `0x03` request is its last frame in the old format and the `0x03` reply the server's last.
+//! With [`Framing::Fixed`] (pktconn's format and kin) every payload is echoed back as is.
+//!
+//! Malformed framing, a frame above the maximum, a bad PROXY header or a bad compressed packet
+//! end the connection: [`Session::handle`] returns a [`SessionError`] (with a static reason to
+//! log) and the adapter closes that connection only. Unknown packet IDs and malformed request
+//! data get a `0x7F` reply and the connection stays open.
+//!
+//! # Driving a session (what an adapter does)
+//!
+//! The adapter owns the socket, one input buffer and one output buffer per connection, and the
+//! [`Counters`]. A [`Workspace`] (scratch for inflated packets and the zlib state) is used only
+//! synchronously inside a call, so connections that are served by one executor can share one.
+//!
+//! 1. On accept: `let mut s = Session::new(&config);` then call [`Session::handle`] once with
+//!    empty input. It counts the connection and writes the greeting (`0x03`, if the config has a
+//!    threshold): send the bytes written.
+//! 2. Loop: `let p = s.handle(&input[..len], &mut out, &mut ws, &counters)?;` then
+//!    - send `out[..p.written]` (it may be empty), drop the first `p.consumed` bytes of input;
+//!    - on [`Want::Input`], read more bytes from the socket and append them (the [`Needed`]
+//!      hint tells how many complete the next frame, when known). End of stream here is a
+//!      normal close if the input buffer is empty, a peer vanishing mid-frame otherwise;
+//!    - on [`Want::Output`]`(n)`, the next reply needs `n` free bytes of output: after sending,
+//!      call again with an output buffer of at least `n` bytes (a fixed-buffer adapter sizes
+//!      it with [`Config::max_output_len`] up front and never sees this with `written == 0`);
+//!    - on [`Want::Call`], call again at once (more input is complete).
+//! 3. On `Err(e)`: log `e` (its `Display` is the reason), call
+//!    [`Session::finish`]`(&counters, Some(&e))` and close this connection. On a normal end,
+//!    `finish(&counters, None)`.
+//!
+//! The input buffer must be able to hold one whole frame: up to
+//! [`Config::max_input_len`] bytes. Every declared length is checked against the configured
+//! maximum before a [`Want::Input`] asks for its bytes, so an adapter that grows its buffer
+//! only up to what `Needed` says never reserves memory for a length the peer merely declared.
+//!
+//! An error is only ever returned for the very start of the unconsumed input: when a call has
+//! already consumed or written something, it returns that progress with [`Want::Call`] and
+//! the next call reports the error. So everything written before an error has been handed to
+//! the adapter.
+//!
+//! ```
+//! use wirekit_core::frame::mc::encode_packet;
+//! use wirekit_core::service::{wire, AtomicCounters, Config, Session, Want, Workspace};
+//!
+//! static COUNTERS: AtomicCounters = AtomicCounters::new();
+//! let config = Config::new();
+//! let mut session = Session::new(&config);
+//! let mut scratch = [0u8; 64];
+//! let mut ws = Workspace::new(&mut scratch);
+//! let mut out = [0u8; 64];
+//!
+//! // Greeting (none without a threshold).
+//! let p = session.handle(&[], &mut out, &mut ws, &COUNTERS)?;
+//! assert_eq!(p.written, 0);
+//!
+//! let mut input = [0u8; 16];
+//! let n = encode_packet(wire::ECHO, b"ping", &mut input)?;
+//! let p = session.handle(&input[..n], &mut out, &mut ws, &COUNTERS)?;
+//! assert_eq!((p.consumed, &out[..p.written]), (n, &input[..n]));
+//! assert!(matches!(p.want, Want::Input(_)));
+//! session.finish(&COUNTERS, None);
+//! # Ok::<(), Box<dyn core::error::Error>>(())
+//! ```
+
+pub mod counters;
+mod session;
+pub mod wire;
+
+pub use counters::{AtomicCounters, Counters, Tally};
+pub use session::{Config, Framing, Progress, Session, SessionError, Want, Workspace};
+
+use crate::Needed;

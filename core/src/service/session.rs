@@ -1,0 +1,454 @@
+//! The per-connection state machine.
+
+use core::fmt;
+
+use super::counters::{Counters, Tally};
+use super::wire::{self, DeriveRequest, ErrorCode, ErrorReply, Stats};
+use crate::frame::fixed::LengthPrefixed;
+use crate::frame::mc::{self, FrameDecoder, encode_packet, frame_len, split_packet};
+use crate::frame::{EncodeError, FrameError};
+use crate::varint::VARINT_MAX_LEN;
+use crate::{Needed, Status};
+
+/// How a connection's frames are delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Framing {
+    /// Minecraft VarInt frames carrying the service's packets.
+    VarInt,
+    /// Fixed-width length-prefixed frames; every payload is echoed back.
+    Fixed(LengthPrefixed),
+}
+
+/// A server's service configuration, shared by all its sessions (each copies it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Config {
+    framing: Framing,
+    max_packet_len: usize,
+    threshold: i32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Config {
+    /// The firmware's default maximum packet: 4 KiB.
+    pub const DEFAULT_MAX_PACKET_LEN: usize = 4096;
+
+    /// VarInt framing, packets up to [`DEFAULT_MAX_PACKET_LEN`](Self::DEFAULT_MAX_PACKET_LEN),
+    /// no compression, no PROXY header.
+    pub const fn new() -> Self {
+        Config {
+            framing: Framing::VarInt,
+            max_packet_len: Self::DEFAULT_MAX_PACKET_LEN,
+            threshold: -1,
+        }
+    }
+
+    /// Sets the framing. For [`Framing::Fixed`] the maximum payload is the smaller of the
+    /// format's own maximum and [`with_max_packet_len`](Self::with_max_packet_len).
+    pub const fn with_framing(mut self, framing: Framing) -> Self {
+        self.framing = framing;
+        self
+    }
+
+    /// Sets the largest packet accepted and sent: `len(ID + Data)` for VarInt framing (at most
+    /// [`mc::MAX_FRAME_LEN`]; larger values are clamped), the payload for fixed framing.
+    pub const fn with_max_packet_len(mut self, max: usize) -> Self {
+        self.max_packet_len = max;
+        self
+    }
+
+    /// Sets the compression threshold announced as the first frame of every connection
+    /// (negative: none, the default). VarInt framing only.
+    pub const fn with_compression_threshold(mut self, threshold: i32) -> Self {
+        self.threshold = threshold;
+        self
+    }
+
+    /// The framing.
+    pub const fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// The largest packet (see [`with_max_packet_len`](Self::with_max_packet_len)).
+    pub const fn max_packet_len(&self) -> usize {
+        match self.framing {
+            Framing::VarInt => {
+                if self.max_packet_len < mc::MAX_FRAME_LEN {
+                    self.max_packet_len
+                } else {
+                    mc::MAX_FRAME_LEN
+                }
+            }
+            Framing::Fixed(f) => {
+                let m = f.max_len() as usize;
+                if m < self.max_packet_len {
+                    m
+                } else {
+                    self.max_packet_len
+                }
+            }
+        }
+    }
+
+    /// The announced compression threshold (negative: none).
+    pub const fn compression_threshold(&self) -> i32 {
+        self.threshold
+    }
+
+    /// The most bytes one frame can take on the wire: an input buffer this large always has room
+    /// for the next frame.
+    pub const fn max_input_len(&self) -> usize {
+        match self.framing {
+            Framing::VarInt => frame_len(self.max_packet_len()),
+            Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
+        }
+    }
+
+    /// The most bytes one reply can take: an output buffer this large never gets
+    /// [`Want::Output`] when empty.
+    pub const fn max_output_len(&self) -> usize {
+        let small = frame_len(1 + Stats::MAX_LEN);
+        let big = self.max_input_len();
+        if big > small { big } else { small }
+    }
+}
+
+/// Memory used only during a call: adapters may share one between connections served by one
+/// executor.
+#[derive(Debug)]
+pub struct Workspace<'a> {
+    // Holds inflated packets once compression lands; unused for uncompressed traffic.
+    #[allow(dead_code)]
+    scratch: &'a mut [u8],
+}
+
+impl<'a> Workspace<'a> {
+    /// A workspace over `scratch`, which must hold one uncompressed packet
+    /// ([`Config::max_packet_len`] bytes) to serve compressed traffic.
+    pub fn new(scratch: &'a mut [u8]) -> Self {
+        Workspace { scratch }
+    }
+}
+
+/// What the adapter should do after a [`Session::handle`] call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Want {
+    /// Every complete frame was handled: read more input. The hint says how many more bytes
+    /// complete the next frame or header, when known.
+    Input(Needed),
+    /// The next reply needs this many free bytes of output: send what was written, then call
+    /// again with at least that much room.
+    Output(usize),
+    /// More input is ready (or an error is pending at its start): call again.
+    Call,
+}
+
+/// The result of a [`Session::handle`] call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Progress {
+    /// Input bytes used up: drop them from the front of the input buffer.
+    pub consumed: usize,
+    /// Output bytes written at the start of the output buffer: send them.
+    pub written: usize,
+    /// What to do next.
+    pub want: Want,
+}
+
+/// Why a connection must be closed. The adapter closes this connection only and logs the
+/// reason (`Display`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The framing is malformed or a frame is above the maximum.
+    Frame(FrameError),
+}
+
+impl SessionError {
+    /// A static description.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            SessionError::Frame(e) => e.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionError::Frame(e) => write!(f, "bad framing: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for SessionError {}
+
+impl From<FrameError> for SessionError {
+    fn from(e: FrameError) -> Self {
+        SessionError::Frame(e)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+enum State {
+    /// Nothing done yet: count the connection, send the greeting.
+    Start,
+    /// Serving frames.
+    Framed,
+}
+
+/// One connection's service state. See the [module docs](super) for how to drive it.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Session {
+    config: Config,
+    state: State,
+    /// The connection's current compression threshold (negative: off).
+    threshold: i32,
+    decoder: FrameDecoder,
+    tally: Tally,
+}
+
+/// The outcome of handling one frame.
+enum Step {
+    /// Handled: `(consumed, written)`.
+    Done(usize, usize),
+    /// Stop the loop with this want.
+    Stop(Want),
+}
+
+impl Session {
+    /// A new session for an accepted connection.
+    pub fn new(config: &Config) -> Self {
+        let mut config = *config;
+        if let Framing::Fixed(f) = config.framing {
+            // The session's decoder enforces the smaller of the two maxima.
+            let max = config.max_packet_len() as u32;
+            config.framing = Framing::Fixed(LengthPrefixed::new(f.width(), f.endian(), max));
+        }
+        Session {
+            config,
+            state: State::Start,
+            threshold: -1,
+            decoder: FrameDecoder::new().with_max_frame_len(config.max_packet_len()),
+            tally: Tally::default(),
+        }
+    }
+
+    /// The connection's current compression threshold (negative: uncompressed).
+    pub fn compression_threshold(&self) -> i32 {
+        self.threshold
+    }
+
+    /// Handles the input buffered so far, writing replies into `out`; see the
+    /// [module docs](super).
+    pub fn handle<C: Counters + ?Sized>(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        ws: &mut Workspace<'_>,
+        counters: &C,
+    ) -> Result<Progress, SessionError> {
+        let mut consumed = 0;
+        let mut written = 0;
+        let result = self.run(input, out, ws, counters, &mut consumed, &mut written);
+        self.flush(counters);
+        match result {
+            Ok(want) => Ok(Progress {
+                consumed,
+                written,
+                want,
+            }),
+            // Hand over what was done; the error recurs at the start of the next call.
+            Err(_) if consumed > 0 || written > 0 => Ok(Progress {
+                consumed,
+                written,
+                want: Want::Call,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records the connection's end: call once, when the adapter closes the connection, with
+    /// the error that ended it if any.
+    pub fn finish<C: Counters + ?Sized>(&mut self, counters: &C, error: Option<&SessionError>) {
+        if self.state != State::Start {
+            self.tally.connections_closed += 1;
+        }
+        if error.is_some() {
+            self.tally.errors += 1;
+        }
+        self.flush(counters);
+    }
+
+    fn flush<C: Counters + ?Sized>(&mut self, counters: &C) {
+        if !self.tally.is_empty() {
+            counters.record(&self.tally);
+            self.tally = Tally::default();
+        }
+    }
+
+    fn run<C: Counters + ?Sized>(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        ws: &mut Workspace<'_>,
+        counters: &C,
+        consumed: &mut usize,
+        written: &mut usize,
+    ) -> Result<Want, SessionError> {
+        if self.state == State::Start {
+            self.tally.connections_opened += 1;
+            let announced = self.config.threshold;
+            if announced >= 0 && self.config.framing == Framing::VarInt {
+                match self.reply_threshold(announced, out) {
+                    Ok(n) => {
+                        *written += n;
+                        self.tally.frames_out += 1;
+                        self.tally.bytes_out += n as u64;
+                    }
+                    Err(required) => return Ok(Want::Output(required)),
+                }
+                self.threshold = announced;
+            }
+            self.state = State::Framed;
+        }
+        loop {
+            let step = self.step(
+                &input[*consumed..],
+                &mut out[*written..],
+                ws,
+                counters,
+            )?;
+            match step {
+                Step::Done(c, w) => {
+                    *consumed += c;
+                    *written += w;
+                    self.tally.frames_out += 1;
+                    self.tally.bytes_out += w as u64;
+                }
+                Step::Stop(want) => return Ok(want),
+            }
+        }
+    }
+
+    /// Handles the frame at the start of `input`, if it is complete and its reply fits.
+    fn step<C: Counters + ?Sized>(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        _ws: &mut Workspace<'_>,
+        counters: &C,
+    ) -> Result<Step, SessionError> {
+        let framing = self.config.framing;
+        let frame = match framing {
+            Framing::VarInt => self.decoder.decode_frame(input)?,
+            Framing::Fixed(format) => format.decode(input)?,
+        };
+        let frame = match frame {
+            Status::Complete(f) => f,
+            Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
+        };
+        let n = match framing {
+            Framing::Fixed(format) => {
+                let required = format.encoded_len(frame.body.len());
+                if out.len() < required {
+                    return Ok(Step::Stop(Want::Output(required)));
+                }
+                self.count_in(frame.consumed);
+                encode_reply(format.encode(frame.body, out))?
+            }
+            Framing::VarInt => {
+                let packet = split_packet(frame.body)?;
+                let required = self.reply_bound(packet.id, packet.data.len());
+                if out.len() < required {
+                    return Ok(Step::Stop(Want::Output(required)));
+                }
+                self.count_in(frame.consumed);
+                self.dispatch(packet.id, packet.data, out, counters)
+            }
+        };
+        Ok(Step::Done(frame.consumed, n))
+    }
+
+    fn count_in(&mut self, frame_len: usize) {
+        self.tally.frames_in += 1;
+        self.tally.bytes_in += frame_len as u64;
+    }
+
+    /// An upper bound on the reply to a request, checked before doing any work.
+    fn reply_bound(&self, id: i32, data_len: usize) -> usize {
+        let body = match id {
+            wire::ECHO => 1 + data_len,
+            wire::DERIVE => 1 + wire::KEY_LEN,
+            wire::STATS => 1 + Stats::MAX_LEN,
+            wire::SET_COMPRESSION => 1 + VARINT_MAX_LEN,
+            _ => 1 + ErrorReply::MAX_LEN,
+        };
+        frame_len(body)
+    }
+
+    /// Serves one packet; `out` has room for [`reply_bound`](Self::reply_bound).
+    fn dispatch<C: Counters + ?Sized>(
+        &mut self,
+        id: i32,
+        data: &[u8],
+        out: &mut [u8],
+        counters: &C,
+    ) -> usize {
+        match id {
+            wire::ECHO => packet(wire::ECHO, data, out),
+            wire::DERIVE => match DeriveRequest::parse(data) {
+                Ok(req) => {
+                    let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
+                    packet(wire::DERIVE, &key, out)
+                }
+                Err(_) => self.error_reply(id, ErrorCode::MalformedRequest, out),
+            },
+            wire::STATS => {
+                // The tally so far (this request's frame included) goes in first, so a client
+                // sees itself in the totals.
+                self.flush(counters);
+                let stats = counters.snapshot();
+                let mut data = [0u8; Stats::MAX_LEN];
+                let n = stats.encode(&mut data).expect("MAX_LEN fits");
+                packet(wire::STATS, &data[..n], out)
+            }
+            _ => self.error_reply(id, ErrorCode::UnknownPacket, out),
+        }
+    }
+
+    fn error_reply(&mut self, request_id: i32, code: ErrorCode, out: &mut [u8]) -> usize {
+        self.tally.error_replies += 1;
+        let mut data = [0u8; ErrorReply::MAX_LEN];
+        let n = ErrorReply { request_id, code }
+            .encode(&mut data)
+            .expect("MAX_LEN fits");
+        packet(wire::ERROR, &data[..n], out)
+    }
+
+    /// Writes an uncompressed `0x03` frame carrying `threshold`, or returns the room it needs.
+    fn reply_threshold(&self, threshold: i32, out: &mut [u8]) -> Result<usize, usize> {
+        let mut data = [0u8; VARINT_MAX_LEN];
+        let n = wire::encode_threshold(threshold, &mut data).expect("5 bytes fit");
+        encode_packet(wire::SET_COMPRESSION, &data[..n], out).map_err(|_| frame_len(1 + n))
+    }
+}
+
+/// Writes a reply packet whose room was checked by `reply_bound`.
+fn packet(id: i32, data: &[u8], out: &mut [u8]) -> usize {
+    encode_packet(id, data, out).expect("room checked against reply_bound")
+}
+
+fn encode_reply(r: Result<usize, EncodeError>) -> Result<usize, SessionError> {
+    Ok(r.expect("room checked before encoding"))
+}
