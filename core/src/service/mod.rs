@@ -28,7 +28,7 @@
 //!    threshold): send the bytes written.
 //! 2. Loop: `let p = s.handle(&input[..len], &mut out, &mut ws, &counters)?;` then
 //!    - send `out[..p.written]` (it may be empty), drop the first `p.consumed` bytes of input;
-//!    - on [`Want::Input`], read more bytes from the socket and append them (the [`Needed`]
+//!    - on [`Want::Input`], read more bytes from the socket and append them (the [`Needed`](crate::Needed)
 //!      hint tells how many complete the next frame, when known). End of stream here is a
 //!      normal close if the input buffer is empty, a peer vanishing mid-frame otherwise;
 //!    - on [`Want::Output`]`(n)`, the next reply needs `n` free bytes of output: after sending,
@@ -79,5 +79,3 @@ pub mod wire;
 
 pub use counters::{AtomicCounters, Counters, Tally};
 pub use session::{Config, Framing, Progress, Session, SessionError, Want, Workspace};
-
-use crate::Needed;

@@ -323,12 +323,7 @@ impl Session {
             self.state = State::Framed;
         }
         loop {
-            let step = self.step(
-                &input[*consumed..],
-                &mut out[*written..],
-                ws,
-                counters,
-            )?;
+            let step = self.step(&input[*consumed..], &mut out[*written..], ws, counters)?;
             match step {
                 Step::Done(c, w) => {
                     *consumed += c;
@@ -451,4 +446,231 @@ fn packet(id: i32, data: &[u8], out: &mut [u8]) -> usize {
 
 fn encode_reply(r: Result<usize, EncodeError>) -> Result<usize, SessionError> {
     Ok(r.expect("room checked before encoding"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::fixed::{Endian, Width};
+    use crate::service::counters::AtomicCounters;
+    use crate::service::wire::ErrorReply;
+
+    struct Harness {
+        session: Session,
+        counters: AtomicCounters,
+        scratch: [u8; 256],
+        out: [u8; 512],
+    }
+
+    impl Harness {
+        fn new(config: Config) -> Self {
+            Harness {
+                session: Session::new(&config),
+                counters: AtomicCounters::new(),
+                scratch: [0; 256],
+                out: [0; 512],
+            }
+        }
+
+        fn handle(&mut self, input: &[u8]) -> Result<(Progress, &[u8]), SessionError> {
+            let mut ws = Workspace::new(&mut self.scratch);
+            let p = self
+                .session
+                .handle(input, &mut self.out, &mut ws, &self.counters)?;
+            Ok((p, &self.out[..p.written]))
+        }
+    }
+
+    fn frame(id: i32, data: &[u8]) -> ([u8; 300], usize) {
+        let mut buf = [0u8; 300];
+        let n = encode_packet(id, data, &mut buf).unwrap();
+        (buf, n)
+    }
+
+    fn packets(mut wire: &[u8]) -> impl Iterator<Item = (i32, &[u8])> {
+        core::iter::from_fn(move || {
+            let f = FrameDecoder::new().decode_frame(wire).ok()?.complete()?;
+            wire = &wire[f.consumed..];
+            let p = split_packet(f.body).unwrap();
+            Some((p.id, p.data))
+        })
+    }
+
+    #[test]
+    fn echo_and_partial_prefixes() {
+        let mut h = Harness::new(Config::new());
+        assert_eq!(h.handle(&[]).unwrap().0.written, 0);
+        let (buf, n) = frame(wire::ECHO, b"hello");
+        for cut in 0..n {
+            let (p, _) = h.handle(&buf[..cut]).unwrap();
+            assert_eq!((p.consumed, p.written), (0, 0), "prefix {cut}");
+            assert!(matches!(p.want, Want::Input(_)));
+        }
+        let (p, out) = h.handle(&buf[..n]).unwrap();
+        assert_eq!(out, &buf[..n]);
+        assert_eq!(p.consumed, n);
+        assert_eq!(p.want, Want::Input(Needed::Unknown));
+    }
+
+    #[test]
+    fn pipelined_frames_in_one_call() {
+        let mut h = Harness::new(Config::new());
+        let mut wire = [0u8; 64];
+        let mut at = 0;
+        for i in 0..5u8 {
+            at += encode_packet(wire::ECHO, &[i; 3], &mut wire[at..]).unwrap();
+        }
+        let (p, out) = h.handle(&wire[..at]).unwrap();
+        assert_eq!((p.consumed, out), (at, &wire[..at]));
+    }
+
+    #[test]
+    fn greeting_announces_threshold() {
+        let mut h = Harness::new(Config::new().with_compression_threshold(256));
+        let (p, out) = h.handle(&[]).unwrap();
+        assert_eq!(out, &[0x03, 0x03, 0x80, 0x02]);
+        assert_eq!(p.want, Want::Input(Needed::Unknown));
+        assert_eq!(h.session.compression_threshold(), 256);
+        // The greeting is sent once.
+        assert_eq!(h.handle(&[]).unwrap().0.written, 0);
+    }
+
+    #[test]
+    fn unknown_id_gets_error_reply_and_connection_stays() {
+        let mut h = Harness::new(Config::new());
+        let (buf, n) = frame(0x42, b"xyz");
+        let (_, out) = h.handle(&buf[..n]).unwrap();
+        let (id, data) = packets(out).next().unwrap();
+        assert_eq!(id, wire::ERROR);
+        assert_eq!(
+            ErrorReply::parse(data).unwrap(),
+            ErrorReply {
+                request_id: 0x42,
+                code: ErrorCode::UnknownPacket
+            }
+        );
+        let (buf, n) = frame(wire::ECHO, b"still here");
+        assert_eq!(h.handle(&buf[..n]).unwrap().1, &buf[..n]);
+    }
+
+    #[test]
+    fn derive_matches_kerberos_and_malformed_is_error_reply() {
+        let mut h = Harness::new(Config::new());
+        let mut data = [0u8; 32];
+        let req = DeriveRequest {
+            pid: 100,
+            password: b"MMQea3n!fsik",
+        };
+        let n = req.encode(&mut data).unwrap();
+        let (buf, len) = frame(wire::DERIVE, &data[..n]);
+        let (_, out) = h.handle(&buf[..len]).unwrap();
+        let (id, key) = packets(out).next().unwrap();
+        assert_eq!(id, wire::DERIVE);
+        assert_eq!(
+            key,
+            crate::kerberos::derive_kerberos_key(100, b"MMQea3n!fsik")
+        );
+        assert_eq!(key[..4], [0x9e, 0xf3, 0x18, 0xf0]);
+
+        let (buf, len) = frame(wire::DERIVE, &[0x80]);
+        let (_, out) = h.handle(&buf[..len]).unwrap();
+        let (id, data) = packets(out).next().unwrap();
+        assert_eq!(id, wire::ERROR);
+        assert_eq!(
+            ErrorReply::parse(data).unwrap().code,
+            ErrorCode::MalformedRequest
+        );
+    }
+
+    #[test]
+    fn stats_count_this_connection() {
+        let mut h = Harness::new(Config::new());
+        h.handle(&[]).unwrap();
+        let (buf, n) = frame(wire::ECHO, b"abc");
+        h.handle(&buf[..n]).unwrap();
+        let (stats_req, m) = frame(wire::STATS, &[]);
+        let (_, out) = h.handle(&stats_req[..m]).unwrap();
+        let (id, data) = packets(out).next().unwrap();
+        assert_eq!(id, wire::STATS);
+        let s = Stats::parse(data).unwrap();
+        assert_eq!(s.connections, 1);
+        assert_eq!(s.open_connections, 1);
+        assert_eq!(s.frames_in, 2);
+        assert_eq!(s.frames_out, 1, "the stats reply itself is counted after");
+        assert_eq!(s.bytes_in, (n + m) as u64);
+        assert_eq!(s.bytes_out, n as u64);
+        h.session.finish(&h.counters, None);
+        let s = h.counters.snapshot();
+        assert_eq!((s.open_connections, s.frames_out, s.errors), (0, 2, 0));
+    }
+
+    #[test]
+    fn oversized_frame_is_error_before_its_body() {
+        let mut h = Harness::new(Config::new().with_max_packet_len(100));
+        // Length 101 declared: an error from the length field alone.
+        let err = h.handle(&[101]).unwrap_err();
+        assert_eq!(
+            err,
+            SessionError::Frame(FrameError::FrameTooLarge { len: 101, max: 100 })
+        );
+        h.session.finish(&h.counters, Some(&err));
+        assert_eq!(h.counters.snapshot().errors, 1);
+    }
+
+    #[test]
+    fn error_after_good_frames_is_deferred() {
+        let mut h = Harness::new(Config::new().with_max_packet_len(100));
+        let (buf, n) = frame(wire::ECHO, b"ok");
+        let mut wire = [0u8; 16];
+        wire[..n].copy_from_slice(&buf[..n]);
+        wire[n] = 0x80;
+        wire[n + 1] = 0x80;
+        wire[n + 2] = 0x80;
+        let (p, out) = h.handle(&wire[..n + 3]).unwrap();
+        assert_eq!((p.consumed, out, p.want), (n, &buf[..n], Want::Call));
+        let err = h.handle(&wire[n..n + 3]).unwrap_err();
+        assert_eq!(err, SessionError::Frame(FrameError::LengthFieldTooLong));
+    }
+
+    #[test]
+    fn output_room_is_checked_before_work() {
+        let config = Config::new();
+        let mut session = Session::new(&config);
+        let counters = AtomicCounters::new();
+        let mut scratch = [0u8; 8];
+        let mut ws = Workspace::new(&mut scratch);
+        let (buf, n) = frame(wire::ECHO, &[7; 40]);
+        let mut small = [0u8; 10];
+        let p = session
+            .handle(&buf[..n], &mut small, &mut ws, &counters)
+            .unwrap();
+        assert_eq!((p.consumed, p.written, p.want), (0, 0, Want::Output(n)));
+        let mut big = [0u8; 64];
+        let p = session
+            .handle(&buf[..n], &mut big, &mut ws, &counters)
+            .unwrap();
+        assert_eq!(&big[..p.written], &buf[..n]);
+        assert!(config.max_output_len() >= frame_len(config.max_packet_len()));
+    }
+
+    #[test]
+    fn fixed_framing_echoes_payloads() {
+        let format = LengthPrefixed::new(Width::U32, Endian::Little, 1 << 20);
+        let mut h = Harness::new(
+            Config::new()
+                .with_framing(Framing::Fixed(format))
+                .with_max_packet_len(64)
+                // Ignored for fixed framing.
+                .with_compression_threshold(5),
+        );
+        assert_eq!(h.handle(&[]).unwrap().0.written, 0);
+        let wire = b"\x03\0\0\0abc\0\0\0\0";
+        let (p, out) = h.handle(wire).unwrap();
+        assert_eq!((p.consumed, out), (wire.len(), &wire[..]));
+        let err = h.handle(b"\x41\0\0\0").unwrap_err();
+        assert!(matches!(
+            err,
+            SessionError::Frame(FrameError::FrameTooLarge { len: 65, max: 64 })
+        ));
+    }
 }

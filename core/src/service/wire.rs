@@ -17,7 +17,9 @@
 
 use core::fmt;
 
-use crate::varint::{decode_varint, decode_varlong, encode_varint, encode_varlong, varint_len, varlong_len};
+use crate::varint::{
+    decode_varint, decode_varlong, encode_varint, encode_varlong, varint_len, varlong_len,
+};
 use crate::{BufferTooSmall, Status};
 
 /// Echo: the reply carries the request's data.
@@ -331,7 +333,10 @@ mod tests {
         assert_eq!(parse_threshold(&[0x80, 0x02]), Ok(256));
         assert_eq!(parse_threshold(&[0xff, 0xff, 0xff, 0xff, 0x0f]), Ok(-1));
         assert_eq!(parse_threshold(&[]), Err(WireError::Truncated));
-        assert_eq!(parse_threshold(&[0x01, 0x00]), Err(WireError::TrailingBytes));
+        assert_eq!(
+            parse_threshold(&[0x01, 0x00]),
+            Err(WireError::TrailingBytes)
+        );
     }
 
     #[test]
