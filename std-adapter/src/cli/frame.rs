@@ -1,15 +1,275 @@
-//! `wirekit frame`: decode and encode packet frames.
+//! `wirekit frame`: decode and encode packet frames, the protocol's `xxd`.
+//!
+//! `decode` reads a byte stream on stdin and prints one JSON line per frame:
+//! `{"offset":..,"len":..,"id":..,"data_hex":".."}` (`offset` of the frame in the stream, `len`
+//! the length field's value; `id` only for VarInt framing). On malformed or truncated input it
+//! prints the frames before the fault, then the offset and the reason on stderr, and exits 2.
+//!
+//! `encode` frames stdin's bytes as one packet on stdout.
 
+use std::io::{self, Read, Write};
 use std::process::ExitCode;
 
+use clap::{Args, Subcommand, ValueEnum};
+use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
+use wirekit_core::frame::mc::{self, Decoded, FrameDecoder};
+use wirekit_core::frame::{Frame, FrameError};
+use wirekit_core::Status;
+
 /// `wirekit frame` subcommands.
-#[derive(clap::Subcommand)]
+#[derive(Subcommand)]
 pub enum FrameCommand {
     /// Read a byte stream on stdin, print one JSON line per frame.
-    Decode,
+    Decode(DecodeArgs),
+    /// Frame stdin's bytes as one packet on stdout.
+    Encode(EncodeArgs),
+}
+
+/// The framing on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Framing {
+    /// Minecraft: VarInt length, VarInt packet ID, data.
+    Varint,
+    /// pktconn: u32 little-endian length, payload.
+    U32le,
+    /// tokio-util LengthDelimitedCodec's default: u32 big-endian length, payload.
+    U32be,
+    /// u16 little-endian length, payload.
+    U16le,
+    /// u16 big-endian length, payload.
+    U16be,
+    /// u8 length, payload.
+    U8,
+}
+
+impl Framing {
+    /// The fixed-width configuration, or `None` for VarInt framing.
+    pub fn fixed(self, max: u32) -> Option<LengthPrefixed> {
+        let (w, e) = match self {
+            Framing::Varint => return None,
+            Framing::U32le => (Width::U32, Endian::Little),
+            Framing::U32be => (Width::U32, Endian::Big),
+            Framing::U16le => (Width::U16, Endian::Little),
+            Framing::U16be => (Width::U16, Endian::Big),
+            Framing::U8 => (Width::U8, Endian::Big),
+        };
+        Some(LengthPrefixed::new(w, e, max))
+    }
+}
+
+/// Arguments of `wirekit frame decode`.
+#[derive(Args)]
+pub struct DecodeArgs {
+    /// Framing of the input stream.
+    #[arg(long, value_enum, default_value_t = Framing::Varint)]
+    pub framing: Framing,
+    /// Largest frame length accepted (default: 2097151 for varint, 32 MiB otherwise).
+    #[arg(long)]
+    pub max_frame: Option<u32>,
+    /// Input is hex text (whitespace ignored) rather than raw bytes.
+    #[arg(long)]
+    pub hex: bool,
+    /// The stream is the start of a server-side connection: report a legacy ping (0xFE).
+    #[arg(long)]
+    pub handshake: bool,
+}
+
+/// Arguments of `wirekit frame encode`.
+#[derive(Args)]
+pub struct EncodeArgs {
+    /// Packet ID (VarInt framing; required there, not allowed otherwise).
+    #[arg(long)]
+    pub id: Option<i32>,
+    /// Framing to write.
+    #[arg(long, value_enum, default_value_t = Framing::Varint)]
+    pub framing: Framing,
+    /// Data is hex text on stdin (whitespace ignored) rather than raw bytes.
+    #[arg(long)]
+    pub hex: bool,
 }
 
 /// Runs a `wirekit frame` subcommand.
-pub fn run(_cmd: FrameCommand) -> ExitCode {
-    ExitCode::FAILURE
+pub fn run(cmd: FrameCommand) -> ExitCode {
+    match cmd {
+        FrameCommand::Decode(args) => decode(&args),
+        FrameCommand::Encode(args) => encode(&args),
+    }
+}
+
+/// Reads all of stdin, as raw bytes or hex text.
+pub fn read_input(hex: bool) -> Result<Vec<u8>, String> {
+    let mut raw = Vec::new();
+    io::stdin()
+        .lock()
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("reading stdin: {e}"))?;
+    if hex { parse_hex(&raw) } else { Ok(raw) }
+}
+
+/// Parses hex text, ignoring ASCII whitespace.
+pub fn parse_hex(text: &[u8]) -> Result<Vec<u8>, String> {
+    let digits: Vec<u8> = text
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    if digits.len() % 2 != 0 {
+        return Err("hex input has an odd number of digits".into());
+    }
+    digits
+        .chunks(2)
+        .map(|p| {
+            std::str::from_utf8(p)
+                .ok()
+                .and_then(|s| u8::from_str_radix(s, 16).ok())
+                .ok_or_else(|| format!("not hex: {:?}", String::from_utf8_lossy(p)))
+        })
+        .collect()
+}
+
+/// Lower-case hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn fail(offset: usize, reason: &str) -> ExitCode {
+    eprintln!("wirekit frame decode: offset {offset}: {reason}");
+    ExitCode::from(2)
+}
+
+fn decode(args: &DecodeArgs) -> ExitCode {
+    let input = match read_input(args.hex) {
+        Ok(i) => i,
+        Err(e) => return fail(0, &e),
+    };
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let mut offset = 0usize;
+    let fixed = args
+        .framing
+        .fixed(args.max_frame.unwrap_or(wirekit_core::frame::fixed::PKTCONN_MAX_LEN));
+    let mut mc = if args.handshake {
+        FrameDecoder::handshaking()
+    } else {
+        FrameDecoder::new()
+    }
+    .with_max_frame_len(args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize));
+
+    while offset < input.len() {
+        let rest = &input[offset..];
+        let decoded: Result<Status<Frame<'_>>, FrameError> = match fixed {
+            Some(codec) => codec.decode(rest),
+            None => match mc.decode(rest) {
+                Ok(Status::Complete(Decoded::LegacyPing)) => {
+                    let line = serde_json::json!({
+                        "offset": offset,
+                        "legacy_ping": true,
+                        "data_hex": to_hex(rest),
+                    });
+                    let _ = writeln!(out, "{line}");
+                    return ExitCode::SUCCESS;
+                }
+                Ok(Status::Complete(Decoded::Frame(f))) => Ok(Status::Complete(f)),
+                Ok(Status::Partial(n)) => Ok(Status::Partial(n)),
+                Err(e) => Err(e),
+            },
+        };
+        let frame = match decoded {
+            Ok(Status::Complete(f)) => f,
+            Ok(Status::Partial(needed)) => {
+                let _ = out.flush();
+                return fail(
+                    offset,
+                    &format!(
+                        "truncated frame: stream ends {} byte(s) short ({} of the frame present)",
+                        needed.at_least(),
+                        rest.len()
+                    ),
+                );
+            }
+            Err(e) => {
+                let _ = out.flush();
+                return fail(offset, &e.to_string());
+            }
+        };
+        let line = if fixed.is_some() {
+            serde_json::json!({
+                "offset": offset,
+                "len": frame.body.len(),
+                "data_hex": to_hex(frame.body),
+            })
+        } else {
+            match mc::split_packet(frame.body) {
+                Ok(p) => serde_json::json!({
+                    "offset": offset,
+                    "len": frame.body.len(),
+                    "id": p.id,
+                    "data_hex": to_hex(p.data),
+                }),
+                Err(e) => {
+                    let _ = out.flush();
+                    return fail(offset, &e.to_string());
+                }
+            }
+        };
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::FAILURE;
+        }
+        offset += frame.consumed;
+    }
+    if out.flush().is_err() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn encode(args: &EncodeArgs) -> ExitCode {
+    let data = match read_input(args.hex) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("wirekit frame encode: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let fixed = args.framing.fixed(u32::MAX);
+    let result = match (fixed, args.id) {
+        (None, Some(id)) => {
+            let p = mc::Packet { id, data: &data };
+            let mut out = vec![0u8; p.encoded_len()];
+            p.encode(&mut out).map(|n| {
+                out.truncate(n);
+                out
+            })
+        }
+        (None, None) => {
+            eprintln!("wirekit frame encode: --id is required with --framing varint");
+            return ExitCode::from(2);
+        }
+        (Some(codec), None) => {
+            let mut out = vec![0u8; codec.encoded_len(data.len())];
+            codec.encode(&data, &mut out).map(|_| out)
+        }
+        (Some(_), Some(_)) => {
+            eprintln!("wirekit frame encode: --id applies to --framing varint only");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(bytes) => {
+            let mut stdout = io::stdout().lock();
+            if stdout.write_all(&bytes).and_then(|_| stdout.flush()).is_err() {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wirekit frame encode: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
