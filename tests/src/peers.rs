@@ -75,3 +75,132 @@ pub fn program(name: &str) -> Option<PathBuf> {
     });
     require(name, found.unwrap_or_else(|| PathBuf::from(name)))
 }
+
+/// Which real Minecraft-protocol peer to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McPeer {
+    /// npm `minecraft-protocol`'s framing and compression transforms.
+    NodeMinecraftProtocol,
+    /// PyPI `quarry`'s `Buffer1_7.pack_packet` / `unpack_packet`.
+    Quarry,
+}
+
+/// Packets (ID + data bodies) framed by the peer, compressed when `threshold >= 0`.
+/// `None` when the peer is not installed and not required.
+pub fn peer_encode(peer: McPeer, threshold: i32, packets: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let input: String = packets.iter().map(|p| hex(p) + "\n").collect();
+    let out = run_mc_peer(peer, "encode", threshold, &input)?;
+    Some(unhex(out.trim()))
+}
+
+/// The packets (ID + data bodies) the peer reads from `stream`.
+pub fn peer_decode(peer: McPeer, threshold: i32, stream: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let out = run_mc_peer(peer, "decode", threshold, &hex(stream))?;
+    Some(out.lines().map(unhex).collect())
+}
+
+fn run_mc_peer(peer: McPeer, mode: &str, threshold: i32, stdin: &str) -> Option<String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let scripts = workspace_root().join("tests").join("interop");
+    let mut cmd = match peer {
+        McPeer::NodeMinecraftProtocol => {
+            let modules = node_modules()?;
+            let mut c = Command::new("node");
+            c.arg(scripts.join("mc_peer.js")).env("NODE_PATH", modules);
+            c
+        }
+        McPeer::Quarry => {
+            let mut c = Command::new(python()?);
+            c.arg(scripts.join("quarry_peer.py"));
+            c
+        }
+    };
+    let mut child = cmd
+        .arg(mode)
+        .arg(threshold.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {peer:?}: {e}"));
+    let mut pipe = child.stdin.take().expect("piped");
+    let data = stdin.to_owned();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(data.as_bytes());
+    });
+    let readers = drain(&mut child);
+    let status = wait_bounded(&mut child, PEER_TIMEOUT)
+        .unwrap_or_else(|| panic!("{peer:?} {mode} did not finish within {PEER_TIMEOUT:?}"));
+    writer.join().expect("stdin writer");
+    let (stdout, stderr) = readers.join();
+    assert!(status.success(), "{peer:?} {mode} failed: {stderr}");
+    Some(stdout)
+}
+
+/// How long an interop peer process may run.
+pub const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Threads reading a child's stdout and stderr to the end, so it never blocks on a full pipe.
+pub struct Drain {
+    stdout: std::thread::JoinHandle<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Drain {
+    /// Everything the child printed: (stdout, stderr).
+    pub fn join(self) -> (String, String) {
+        (
+            self.stdout.join().expect("stdout reader"),
+            self.stderr.join().expect("stderr reader"),
+        )
+    }
+}
+
+/// Starts draining a child's piped stdout and stderr.
+pub fn drain(child: &mut std::process::Child) -> Drain {
+    fn reader<R: std::io::Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<String> {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    }
+    Drain {
+        stdout: reader(child.stdout.take()),
+        stderr: reader(child.stderr.take()),
+    }
+}
+
+/// Waits for `child` at most `limit`, killing it past that (`None`).
+pub fn wait_bounded(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses hex (no separators); panics on bad input (peer output is trusted to be hex).
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}

@@ -11,10 +11,10 @@ use std::io::{self, Read, Write};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
+use wirekit_core::Status;
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
 use wirekit_core::frame::mc::{self, Decoded, FrameDecoder};
 use wirekit_core::frame::{Frame, FrameError};
-use wirekit_core::Status;
 
 /// `wirekit frame` subcommands.
 #[derive(Subcommand)]
@@ -150,9 +150,10 @@ fn decode(args: &DecodeArgs) -> ExitCode {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let mut offset = 0usize;
-    let fixed = args
-        .framing
-        .fixed(args.max_frame.unwrap_or(wirekit_core::frame::fixed::PKTCONN_MAX_LEN));
+    let fixed = args.framing.fixed(
+        args.max_frame
+            .unwrap_or(wirekit_core::frame::fixed::PKTCONN_MAX_LEN),
+    );
     let mut mc = if args.handshake {
         FrameDecoder::handshaking()
     } else {
@@ -262,7 +263,11 @@ fn encode(args: &EncodeArgs) -> ExitCode {
     match result {
         Ok(bytes) => {
             let mut stdout = io::stdout().lock();
-            if stdout.write_all(&bytes).and_then(|_| stdout.flush()).is_err() {
+            if stdout
+                .write_all(&bytes)
+                .and_then(|_| stdout.flush())
+                .is_err()
+            {
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS

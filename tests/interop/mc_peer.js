@@ -1,0 +1,51 @@
+// Interop peer: npm minecraft-protocol's own framing and compression transforms.
+//
+//   node mc_peer.js encode THRESHOLD   stdin: one hex packet (ID + data) a line
+//                                      stdout: hex of the framed (compressed when THRESHOLD >= 0) stream
+//   node mc_peer.js decode THRESHOLD   stdin: hex of a stream; stdout: one hex packet a line
+//
+// THRESHOLD < 0 means the uncompressed format. The stream is fed in small chunks to exercise
+// the splitter's buffering.
+'use strict'
+const framing = require('minecraft-protocol/src/transforms/framing')
+const compression = require('minecraft-protocol/src/transforms/compression')
+
+const [mode, thresholdArg] = process.argv.slice(2)
+const threshold = Number(thresholdArg ?? '-1')
+const input = require('fs').readFileSync(0, 'utf8')
+
+function collect (stream, done) {
+  const parts = []
+  stream.on('data', (c) => parts.push(Buffer.from(c)))
+  stream.on('end', () => done(parts))
+  stream.on('error', (e) => { console.error(e); process.exit(1) })
+}
+
+if (mode === 'encode') {
+  const framer = framing.createFramer()
+  let head = framer
+  if (threshold >= 0) {
+    head = compression.createCompressor(threshold)
+    head.pipe(framer)
+  }
+  collect(framer, (parts) => process.stdout.write(Buffer.concat(parts).toString('hex') + '\n'))
+  for (const line of input.split('\n')) {
+    if (line.trim().length === 0) continue
+    head.write(Buffer.from(line.trim(), 'hex'))
+  }
+  head.end()
+} else if (mode === 'decode') {
+  const splitter = framing.createSplitter()
+  let tail = splitter
+  if (threshold >= 0) {
+    tail = compression.createDecompressor(threshold)
+    splitter.pipe(tail)
+  }
+  collect(tail, (parts) => process.stdout.write(parts.map((p) => p.toString('hex') + '\n').join('')))
+  const bytes = Buffer.from(input.replace(/\s+/g, ''), 'hex')
+  for (let i = 0; i < bytes.length; i += 7) splitter.write(bytes.subarray(i, i + 7))
+  splitter.end()
+} else {
+  console.error('usage: mc_peer.js encode|decode THRESHOLD')
+  process.exit(2)
+}
