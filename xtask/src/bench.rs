@@ -42,14 +42,14 @@ fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
         if let (Some(b), Some(e)) = (read_json(&bench), read_json(&est)) {
             let group = b["group_id"].as_str().unwrap_or("?").to_string();
             let mut function = b["function_id"].as_str().unwrap_or("").to_string();
-            if let Some(v) = b["value_str"].as_str() {
-                if !v.is_empty() {
-                    function = if function.is_empty() {
-                        v.to_string()
-                    } else {
-                        format!("{function}/{v}")
-                    };
-                }
+            if let Some(v) = b["value_str"].as_str()
+                && !v.is_empty()
+            {
+                function = if function.is_empty() {
+                    v.to_string()
+                } else {
+                    format!("{function}/{v}")
+                };
             }
             let median_ns = e["median"]["point_estimate"].as_f64().unwrap_or(f64::NAN);
             let throughput = b["throughput"].as_object().and_then(|t| {

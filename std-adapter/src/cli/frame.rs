@@ -113,7 +113,7 @@ pub fn parse_hex(text: &[u8]) -> Result<Vec<u8>, String> {
         .copied()
         .filter(|b| !b.is_ascii_whitespace())
         .collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err("hex input has an odd number of digits".into());
     }
     digits
