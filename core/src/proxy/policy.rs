@@ -1,0 +1,536 @@
+//! Whether to expect, use, ignore or refuse a PROXY header: go-proxyproto's policies as a pure
+//! function, shared by the host acceptor and the firmware.
+//!
+//! An acceptor does three things, in this order:
+//! 1. [`AcceptPolicy::policy_for`] the peer's IP address picks a [`Policy`] from the trusted
+//!    list. Under [`Policy::Skip`] it reads no header at all: the stream is payload from its
+//!    first byte.
+//! 2. Otherwise it reads until [`super::parse`] is no longer `Partial` (bounded by the header
+//!    size limit and a header timeout, which the spec wants to be at least 3 s) and turns the
+//!    result into an [`Outcome`] with [`Outcome::from_parse`] (or [`Outcome::Incomplete`] if the
+//!    stream ended or the timeout struck first).
+//! 3. [`decide`] gives the [`Decision`]: drop `strip` bytes and serve, taking the client address
+//!    from the header or from the peer, or close the connection and log the [`Reason`].
+//!
+//! ```
+//! use core::net::IpAddr;
+//! use wirekit_core::proxy::policy::{AcceptPolicy, Cidr, Decision, Outcome, Policy, Source};
+//! use wirekit_core::proxy::{parse, Limits};
+//!
+//! const TRUSTED: [Cidr; 2] = [Cidr::v4([10, 0, 0, 0], 8), Cidr::v4([127, 0, 0, 1], 32)];
+//! let policy = AcceptPolicy::new(&TRUSTED, Policy::Require, Policy::Reject);
+//!
+//! let bytes = b"PROXY TCP4 192.0.2.1 10.1.2.3 5000 25565\r\n\x10\x00";
+//! let peer: IpAddr = "10.9.9.9".parse().unwrap();
+//! let p = policy.policy_for(peer);
+//! assert_eq!(p, Policy::Require);
+//! let outcome = Outcome::from_parse(parse(bytes, &Limits::default())).unwrap();
+//! match policy::decide(p, outcome) {
+//!     Decision::Accept { strip, source: Source::Proxied(h) } => {
+//!         assert_eq!(strip, 42);
+//!         assert_eq!(h.addresses.source().unwrap().to_string(), "192.0.2.1:5000");
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! # use wirekit_core::proxy::policy;
+//! ```
+
+use core::fmt;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use core::str::FromStr;
+
+use super::{Addresses, Command, Error, ProxyHeader};
+use crate::Status;
+
+/// What to do with a PROXY header from a peer (go-proxyproto's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Policy {
+    /// Use the header's addresses if a header is present; serve without one too.
+    Use,
+    /// Read and drop a header if present (it must still be valid), keep the peer's address.
+    Ignore,
+    /// A header is mandatory: a connection without one is refused.
+    Require,
+    /// A header is forbidden: a connection that sends one is refused.
+    Reject,
+    /// Read no header: the stream is payload from its first byte.
+    Skip,
+}
+
+impl Policy {
+    /// The go-proxyproto name (`"USE"`, ...).
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Policy::Use => "USE",
+            Policy::Ignore => "IGNORE",
+            Policy::Require => "REQUIRE",
+            Policy::Reject => "REJECT",
+            Policy::Skip => "SKIP",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = CidrError;
+    /// Case-insensitive go-proxyproto name.
+    fn from_str(s: &str) -> Result<Self, CidrError> {
+        [
+            Policy::Use,
+            Policy::Ignore,
+            Policy::Require,
+            Policy::Reject,
+            Policy::Skip,
+        ]
+        .into_iter()
+        .find(|p| p.as_str().eq_ignore_ascii_case(s))
+        .ok_or(CidrError::Syntax)
+    }
+}
+
+/// A bad CIDR (or policy name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CidrError {
+    /// Not `ADDRESS[/PREFIX]` (or not a policy name).
+    Syntax,
+    /// The prefix length exceeds the address width (32 or 128).
+    PrefixTooLong,
+}
+
+impl fmt::Display for CidrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CidrError::Syntax => "expected ADDRESS or ADDRESS/PREFIX",
+            CidrError::PrefixTooLong => "prefix length longer than the address",
+        })
+    }
+}
+
+impl core::error::Error for CidrError {}
+
+/// An IPv4 or IPv6 network: address and prefix length, host bits cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Cidr {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        super::defmt_net::ip(f, &self.addr);
+        defmt::write!(f, "/{}", self.prefix);
+    }
+}
+
+const fn mask32(prefix: u8) -> u32 {
+    if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - prefix)
+    }
+}
+
+const fn mask128(prefix: u8) -> u128 {
+    if prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - prefix)
+    }
+}
+
+impl Cidr {
+    /// An IPv4 network; a prefix over 32 is clamped to 32 (a `const` list cannot fail).
+    pub const fn v4(octets: [u8; 4], prefix: u8) -> Self {
+        let prefix = if prefix > 32 { 32 } else { prefix };
+        let bits = u32::from_be_bytes(octets) & mask32(prefix);
+        Cidr {
+            addr: IpAddr::V4(Ipv4Addr::from_bits(bits)),
+            prefix,
+        }
+    }
+
+    /// An IPv6 network; a prefix over 128 is clamped to 128.
+    pub const fn v6(addr: Ipv6Addr, prefix: u8) -> Self {
+        let prefix = if prefix > 128 { 128 } else { prefix };
+        Cidr {
+            addr: IpAddr::V6(Ipv6Addr::from_bits(addr.to_bits() & mask128(prefix))),
+            prefix,
+        }
+    }
+
+    /// A network from an address and prefix length (host bits are cleared).
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, CidrError> {
+        match addr {
+            IpAddr::V4(a) if prefix <= 32 => Ok(Self::v4(a.octets(), prefix)),
+            IpAddr::V6(a) if prefix <= 128 => Ok(Self::v6(a, prefix)),
+            _ => Err(CidrError::PrefixTooLong),
+        }
+    }
+
+    /// The network address.
+    pub const fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub const fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `ip` is in the network. An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, as a
+    /// dual-stack socket reports IPv4 peers) matches as the IPv4 address it maps.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                ip.to_bits() & mask32(self.prefix) == net.to_bits()
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                ip.to_bits() & mask128(self.prefix) == net.to_bits()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+    /// `10.0.0.0/8`, `2001:db8::/32`, or a bare address (a /32 or /128).
+    fn from_str(s: &str) -> Result<Self, CidrError> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => {
+                if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(CidrError::Syntax);
+                }
+                (a, p.parse::<u8>().map_err(|_| CidrError::PrefixTooLong)?)
+            }
+            None => (s, u8::MAX),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| CidrError::Syntax)?;
+        let prefix = match (prefix, addr) {
+            (u8::MAX, IpAddr::V4(_)) => 32,
+            (u8::MAX, IpAddr::V6(_)) => 128,
+            (p, _) => p,
+        };
+        Cidr::new(addr, prefix)
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Which policy applies to which peers: one for the trusted networks, one for everyone else.
+///
+/// go-proxyproto's helpers map onto it: `LaxWhiteListPolicy` is
+/// `new(list, Policy::Use, Policy::Ignore)`, `StrictWhiteListPolicy` is
+/// `new(list, Policy::Use, Policy::Reject)`, `SkipProxyHeaderForCIDR(net, def)` is
+/// `new(&[net], Policy::Skip, def)`, and a listener without a policy is `all(Policy::Use)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AcceptPolicy<'a> {
+    /// The trusted networks.
+    pub trusted: &'a [Cidr],
+    /// The policy for peers in `trusted`.
+    pub trusted_policy: Policy,
+    /// The policy for everyone else.
+    pub untrusted_policy: Policy,
+}
+
+impl<'a> AcceptPolicy<'a> {
+    /// A policy for trusted peers and one for the rest.
+    pub const fn new(
+        trusted: &'a [Cidr],
+        trusted_policy: Policy,
+        untrusted_policy: Policy,
+    ) -> Self {
+        AcceptPolicy {
+            trusted,
+            trusted_policy,
+            untrusted_policy,
+        }
+    }
+
+    /// The same policy for every peer.
+    pub const fn all(policy: Policy) -> Self {
+        AcceptPolicy {
+            trusted: &[],
+            trusted_policy: policy,
+            untrusted_policy: policy,
+        }
+    }
+
+    /// The policy for a peer.
+    pub fn policy_for(&self, peer: IpAddr) -> Policy {
+        if self.trusted.iter().any(|c| c.contains(peer)) {
+            self.trusted_policy
+        } else {
+            self.untrusted_policy
+        }
+    }
+
+    /// [`decide`] with the policy for `peer`. Under [`Policy::Skip`] the caller should not have
+    /// read a header, and the outcome is not looked at.
+    pub fn decide<'h>(&self, peer: IpAddr, outcome: Outcome<'h>) -> Decision<'h> {
+        decide(self.policy_for(peer), outcome)
+    }
+}
+
+/// What reading the start of a connection produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Outcome<'a> {
+    /// A complete, valid header.
+    Header(ProxyHeader<'a>),
+    /// The stream does not start with a PROXY header.
+    NoHeader,
+    /// The stream starts with an invalid header.
+    Invalid(Error),
+    /// The stream ended, or the header timeout struck, after `received` bytes that are a valid
+    /// prefix of a header. With `received == 0` the peer sent nothing (a server-speaks-first
+    /// protocol): that counts as no header.
+    Incomplete {
+        /// Bytes received.
+        received: usize,
+    },
+}
+
+impl<'a> Outcome<'a> {
+    /// The outcome of a [`super::parse`] result, or `None` while it is `Partial` (read more).
+    pub fn from_parse(result: Result<Status<ProxyHeader<'a>>, Error>) -> Option<Self> {
+        match result {
+            Ok(Status::Complete(h)) => Some(Outcome::Header(h)),
+            Ok(Status::Partial(_)) => None,
+            Err(Error::NotProxy) => Some(Outcome::NoHeader),
+            Err(e) => Some(Outcome::Invalid(e)),
+        }
+    }
+}
+
+/// Where the client's address comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Source<'a> {
+    /// From the connection itself (no header, IGNORE, LOCAL, or a header without addresses).
+    Peer,
+    /// From this header's addresses (and its TLVs are the proxy's word too).
+    Proxied(ProxyHeader<'a>),
+}
+
+/// Why a connection is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Reason {
+    /// REQUIRE, and the stream has no header.
+    HeaderMissing,
+    /// REJECT, and the stream has a header.
+    HeaderForbidden,
+    /// The header is invalid.
+    Invalid(Error),
+    /// The stream ended or timed out inside the header.
+    Incomplete,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::HeaderMissing => f.write_str("PROXY header required but missing"),
+            Reason::HeaderForbidden => f.write_str("PROXY header sent by a peer not allowed to"),
+            Reason::Invalid(e) => write!(f, "invalid PROXY header: {e}"),
+            Reason::Incomplete => {
+                f.write_str("connection ended or timed out inside the PROXY header")
+            }
+        }
+    }
+}
+
+/// What to do with the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Decision<'a> {
+    /// Serve it: drop the first `strip` bytes (the header, 0 if none), then the payload starts.
+    Accept {
+        /// Header bytes to drop.
+        strip: usize,
+        /// Where the client's address comes from.
+        source: Source<'a>,
+    },
+    /// Close it, logging the reason.
+    Reject(Reason),
+}
+
+/// The decision for a policy and an outcome. As in go-proxyproto, an invalid header is refused
+/// under every policy that reads one; USE and REQUIRE take the addresses of a PROXY-command
+/// header that carries INET, INET6 or UNIX addresses, and the peer's for LOCAL, v1 `UNKNOWN` and
+/// the UNSPEC family, as the spec says.
+pub fn decide(policy: Policy, outcome: Outcome<'_>) -> Decision<'_> {
+    let peer = Decision::Accept {
+        strip: 0,
+        source: Source::Peer,
+    };
+    match (policy, outcome) {
+        (Policy::Skip, _) => peer,
+        (_, Outcome::Invalid(e)) => Decision::Reject(Reason::Invalid(e)),
+        (_, Outcome::Incomplete { received }) if received > 0 => {
+            Decision::Reject(Reason::Incomplete)
+        }
+        (Policy::Require, Outcome::NoHeader | Outcome::Incomplete { .. }) => {
+            Decision::Reject(Reason::HeaderMissing)
+        }
+        (_, Outcome::NoHeader | Outcome::Incomplete { .. }) => peer,
+        (Policy::Reject, Outcome::Header(_)) => Decision::Reject(Reason::HeaderForbidden),
+        (Policy::Ignore, Outcome::Header(h)) => Decision::Accept {
+            strip: h.len,
+            source: Source::Peer,
+        },
+        (Policy::Use | Policy::Require, Outcome::Header(h)) => Decision::Accept {
+            strip: h.len,
+            source: match (h.command, h.addresses) {
+                (Command::Local, _) | (_, Addresses::Unspec) => Source::Peer,
+                _ => Source::Proxied(h),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::{Limits, parse};
+    use std::string::ToString;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn cidr_parse_and_contains() {
+        let c: Cidr = "10.1.2.3/8".parse().unwrap();
+        assert_eq!(c, Cidr::v4([10, 0, 0, 0], 8));
+        assert_eq!(c.to_string(), "10.0.0.0/8");
+        assert!(c.contains(ip("10.255.0.1")));
+        assert!(c.contains(ip("::ffff:10.0.0.1")));
+        assert!(!c.contains(ip("11.0.0.1")));
+        assert!(!c.contains(ip("::1")));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains(ip("1.2.3.4")));
+        let v6: Cidr = "2001:db8::/32".parse().unwrap();
+        assert!(v6.contains(ip("2001:db8:ffff::1")));
+        assert!(!v6.contains(ip("2001:db9::1")));
+        assert_eq!("::1".parse::<Cidr>().unwrap().prefix(), 128);
+        assert_eq!("1.2.3.4".parse::<Cidr>().unwrap().prefix(), 32);
+        assert_eq!("1.2.3.4/33".parse::<Cidr>(), Err(CidrError::PrefixTooLong));
+        assert_eq!("::/129".parse::<Cidr>(), Err(CidrError::PrefixTooLong));
+        assert_eq!("1.2.3.4/".parse::<Cidr>(), Err(CidrError::Syntax));
+        assert_eq!("1.2.3.4/+1".parse::<Cidr>(), Err(CidrError::Syntax));
+        assert_eq!("1.2.3/8".parse::<Cidr>(), Err(CidrError::Syntax));
+        assert_eq!("1.2.3.4/1000".parse::<Cidr>(), Err(CidrError::Syntax));
+    }
+
+    #[test]
+    fn policy_table() {
+        let v1 = b"PROXY TCP4 192.0.2.1 10.1.2.3 5000 25565\r\n";
+        let Ok(Status::Complete(h)) = parse(v1, &Limits::default()) else {
+            panic!()
+        };
+        let local = [
+            0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A, 0x20, 0x00,
+            0x00, 0x00,
+        ];
+        let Ok(Status::Complete(l)) = parse(&local, &Limits::default()) else {
+            panic!()
+        };
+        let acc = |strip, source| Decision::Accept { strip, source };
+        let hdr = Outcome::Header(h);
+        let loc = Outcome::Header(l);
+        let none = Outcome::NoHeader;
+        let bad = Outcome::Invalid(Error::V1Port);
+        let inc = Outcome::Incomplete { received: 3 };
+        let quiet = Outcome::Incomplete { received: 0 };
+        use Policy::*;
+        let cases = [
+            (Use, hdr, acc(42, Source::Proxied(h))),
+            (Use, loc, acc(16, Source::Peer)),
+            (Use, none, acc(0, Source::Peer)),
+            (Use, quiet, acc(0, Source::Peer)),
+            (Use, bad, Decision::Reject(Reason::Invalid(Error::V1Port))),
+            (Use, inc, Decision::Reject(Reason::Incomplete)),
+            (Ignore, hdr, acc(42, Source::Peer)),
+            (Ignore, none, acc(0, Source::Peer)),
+            (
+                Ignore,
+                bad,
+                Decision::Reject(Reason::Invalid(Error::V1Port)),
+            ),
+            (Require, hdr, acc(42, Source::Proxied(h))),
+            (Require, loc, acc(16, Source::Peer)),
+            (Require, none, Decision::Reject(Reason::HeaderMissing)),
+            (Require, quiet, Decision::Reject(Reason::HeaderMissing)),
+            (Require, inc, Decision::Reject(Reason::Incomplete)),
+            (Reject, hdr, Decision::Reject(Reason::HeaderForbidden)),
+            (Reject, loc, Decision::Reject(Reason::HeaderForbidden)),
+            (Reject, none, acc(0, Source::Peer)),
+            (
+                Reject,
+                bad,
+                Decision::Reject(Reason::Invalid(Error::V1Port)),
+            ),
+            (Skip, hdr, acc(0, Source::Peer)),
+            (Skip, bad, acc(0, Source::Peer)),
+        ];
+        for (p, o, want) in cases {
+            assert_eq!(decide(p, o), want, "{p} {o:?}");
+        }
+    }
+
+    #[test]
+    fn trusted_list() {
+        const T: [Cidr; 2] = [Cidr::v4([127, 0, 0, 0], 8), Cidr::v4([192, 168, 1, 0], 24)];
+        let p = AcceptPolicy::new(&T, Policy::Require, Policy::Reject);
+        assert_eq!(p.policy_for(ip("127.0.0.1")), Policy::Require);
+        assert_eq!(p.policy_for(ip("192.168.1.77")), Policy::Require);
+        assert_eq!(p.policy_for(ip("192.168.2.1")), Policy::Reject);
+        assert_eq!(
+            p.decide(ip("8.8.8.8"), Outcome::NoHeader),
+            Decision::Accept {
+                strip: 0,
+                source: Source::Peer
+            }
+        );
+        assert_eq!(
+            p.decide(ip("127.0.0.1"), Outcome::NoHeader),
+            Decision::Reject(Reason::HeaderMissing)
+        );
+        assert_eq!(
+            AcceptPolicy::all(Policy::Skip).policy_for(ip("::1")),
+            Policy::Skip
+        );
+        assert_eq!("require".parse::<Policy>(), Ok(Policy::Require));
+    }
+
+    #[test]
+    fn from_parse() {
+        assert_eq!(
+            Outcome::from_parse(parse(b"PROX", &Limits::default())),
+            None
+        );
+        assert_eq!(
+            Outcome::from_parse(parse(b"GET /", &Limits::default())),
+            Some(Outcome::NoHeader)
+        );
+        assert_eq!(
+            Outcome::from_parse(parse(b"PROXY TCP5", &Limits::default())),
+            Some(Outcome::Invalid(Error::V1Protocol))
+        );
+    }
+}

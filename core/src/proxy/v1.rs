@@ -1,0 +1,598 @@
+//! PROXY protocol v1: the text line `PROXY TCP4|TCP6|UNKNOWN src dst sport dport\r\n`.
+//!
+//! The parser walks the line once and stops at the first byte that makes it invalid, so an
+//! invalid line is reported without waiting for its CRLF, and every strict prefix of a valid
+//! line is `Partial` (`Needed::Unknown`: a text line's length is not known until its end).
+
+use core::fmt;
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+
+use super::{
+    Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Tlvs, Transport, V1_PREFIX,
+    Version,
+};
+use crate::{BufferTooSmall, Needed, Status};
+
+/// The spec's maximum v1 line length, CRLF included.
+pub const MAX_LEN: usize = 107;
+
+/// Why the walk stopped early.
+enum Stop {
+    Partial,
+    Invalid(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Invalid(e)
+    }
+}
+
+type Step<T> = Result<T, Stop>;
+
+struct Cursor<'a> {
+    /// The input, cut at the length limit.
+    buf: &'a [u8],
+    pos: usize,
+    /// The input went on past the cut: running out of `buf` means "too long", not "partial".
+    cut: bool,
+}
+
+impl Cursor<'_> {
+    #[inline]
+    fn peek(&self) -> Step<u8> {
+        match self.buf.get(self.pos) {
+            Some(&b) => Ok(b),
+            None if self.cut => Err(Stop::Invalid(Error::TooLong)),
+            None => Err(Stop::Partial),
+        }
+    }
+
+    #[inline]
+    fn expect(&mut self, byte: u8, err: Error) -> Step<()> {
+        if self.peek()? == byte {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(Stop::Invalid(err))
+        }
+    }
+
+    /// Consumes `lit`, failing with `err` at the first byte that differs.
+    fn literal(&mut self, lit: &[u8], err: Error) -> Step<()> {
+        for &b in lit {
+            self.expect(b, err)?;
+        }
+        Ok(())
+    }
+
+    /// The CRLF ending the line; a lone CR or LF (or anything else) is [`Error::V1LineEnd`].
+    fn crlf(&mut self) -> Step<()> {
+        self.expect(b'\r', Error::V1LineEnd)?;
+        self.expect(b'\n', Error::V1LineEnd)
+    }
+
+    /// A decimal number of 1 to `max_digits` digits without a leading zero, then `end`.
+    /// A non-digit other than `end` is `err`; CR/LF where a space was due is a line-end error.
+    fn decimal(&mut self, max_digits: usize, end: u8, err: Error) -> Step<u32> {
+        let start = self.pos;
+        let mut v: u32 = 0;
+        loop {
+            let b = self.peek()?;
+            match b {
+                b'0'..=b'9' => {
+                    if self.pos - start == max_digits || (self.pos > start && v == 0) {
+                        return Err(err.into());
+                    }
+                    v = v * 10 + u32::from(b - b'0');
+                    self.pos += 1;
+                }
+                _ if b == end && self.pos > start => {
+                    self.pos += 1;
+                    return Ok(v);
+                }
+                b' ' if self.pos == start => return Err(Error::V1Separator.into()),
+                b'\r' | b'\n' => return Err(Error::V1LineEnd.into()),
+                _ => return Err(err.into()),
+            }
+        }
+    }
+
+    /// A dotted-quad IPv4 address followed by a space.
+    fn ipv4(&mut self) -> Step<Ipv4Addr> {
+        let mut o = [0u8; 4];
+        for (i, slot) in o.iter_mut().enumerate() {
+            let end = if i == 3 { b' ' } else { b'.' };
+            let v = self.decimal(3, end, Error::V1Address)?;
+            *slot = u8::try_from(v).map_err(|_| Error::V1Address)?;
+        }
+        Ok(Ipv4Addr::from(o))
+    }
+
+    /// An IPv6 address in any `inet_pton` form followed by a space.
+    fn ipv6(&mut self) -> Step<Ipv6Addr> {
+        // The longest textual IPv6 address (with an IPv4 tail) is 45 characters.
+        const MAX_TEXT: usize = 45;
+        let start = self.pos;
+        loop {
+            let b = self.peek()?;
+            match b {
+                b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' | b':' | b'.' => {
+                    if self.pos - start == MAX_TEXT {
+                        return Err(Error::V1Address.into());
+                    }
+                    self.pos += 1;
+                }
+                b' ' if self.pos > start => break,
+                b' ' => return Err(Error::V1Separator.into()),
+                b'\r' | b'\n' => return Err(Error::V1LineEnd.into()),
+                _ => return Err(Error::V1Address.into()),
+            }
+        }
+        let text = &self.buf[start..self.pos];
+        self.pos += 1;
+        // Only ASCII was let through above, so this never fails.
+        let text = core::str::from_utf8(text).map_err(|_| Error::V1Address)?;
+        text.parse::<Ipv6Addr>()
+            .map_err(|_| Stop::Invalid(Error::V1Address))
+    }
+
+    fn port(&mut self, end: u8) -> Step<u16> {
+        let v = self.decimal(5, end, Error::V1Port)?;
+        u16::try_from(v).map_err(|_| Stop::Invalid(Error::V1Port))
+    }
+}
+
+/// Parses a v1 header at the start of `input` (see [`super::parse`]).
+pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<'a>>, Error> {
+    let max = MAX_LEN.min(limits.max_header_len);
+    let n = input.len().min(V1_PREFIX.len());
+    if input[..n] != V1_PREFIX[..n] {
+        return Err(Error::NotProxy);
+    }
+    let mut c = Cursor {
+        buf: &input[..input.len().min(max)],
+        pos: n,
+        cut: input.len() >= max,
+    };
+    match walk(&mut c) {
+        Ok(addresses) => Ok(Status::Complete(ProxyHeader {
+            version: Version::V1,
+            command: Command::Proxy,
+            transport: match addresses {
+                Addresses::Unspec => Transport::Unspec,
+                _ => Transport::Stream,
+            },
+            addresses,
+            len: c.pos,
+            tlvs: Tlvs::EMPTY,
+            crc32c: None,
+        })),
+        Err(Stop::Partial) => Ok(Status::Partial(Needed::Unknown)),
+        Err(Stop::Invalid(e)) => Err(e),
+    }
+}
+
+fn walk<'a>(c: &mut Cursor<'_>) -> Step<Addresses<'a>> {
+    if c.pos < V1_PREFIX.len() {
+        // `input` was a strict prefix of `PROXY `; it matched so far.
+        return Err(match c.cut {
+            true => Stop::Invalid(Error::TooLong),
+            false => Stop::Partial,
+        });
+    }
+    match c.peek()? {
+        b'T' => {
+            c.literal(b"TCP", Error::V1Protocol)?;
+            let six = match c.peek()? {
+                b'4' => false,
+                b'6' => true,
+                _ => return Err(Error::V1Protocol.into()),
+            };
+            c.pos += 1;
+            c.expect(b' ', Error::V1Protocol)?;
+            let addresses = if six {
+                let src = c.ipv6()?;
+                let dst = c.ipv6()?;
+                let sport = c.port(b' ')?;
+                let dport = c.port(b'\r')?;
+                Addresses::Inet6 {
+                    src: SocketAddrV6::new(src, sport, 0, 0),
+                    dst: SocketAddrV6::new(dst, dport, 0, 0),
+                }
+            } else {
+                let src = c.ipv4()?;
+                let dst = c.ipv4()?;
+                let sport = c.port(b' ')?;
+                let dport = c.port(b'\r')?;
+                Addresses::Inet {
+                    src: SocketAddrV4::new(src, sport),
+                    dst: SocketAddrV4::new(dst, dport),
+                }
+            };
+            c.expect(b'\n', Error::V1LineEnd)?;
+            Ok(addresses)
+        }
+        b'U' => {
+            c.literal(b"UNKNOWN", Error::V1Protocol)?;
+            match c.peek()? {
+                b'\r' => c.crlf()?,
+                b' ' => {
+                    // The rest of the line is ignored, up to the CRLF.
+                    loop {
+                        match c.peek()? {
+                            b'\r' => break c.crlf()?,
+                            b'\n' => return Err(Error::V1LineEnd.into()),
+                            _ => c.pos += 1,
+                        }
+                    }
+                }
+                b'\n' => return Err(Error::V1LineEnd.into()),
+                _ => return Err(Error::V1Protocol.into()),
+            }
+            Ok(Addresses::Unspec)
+        }
+        b' ' => Err(Error::V1Separator.into()),
+        _ => Err(Error::V1Protocol.into()),
+    }
+}
+
+/// Builds a v1 header line.
+///
+/// ```
+/// use core::net::SocketAddrV4;
+/// use wirekit_core::proxy::v1::Builder;
+///
+/// let src: SocketAddrV4 = "192.0.2.1:56324".parse().unwrap();
+/// let dst: SocketAddrV4 = "198.51.100.7:443".parse().unwrap();
+/// let b = Builder::tcp4(src, dst);
+/// let mut out = [0u8; 107];
+/// let n = b.encode(&mut out)?;
+/// assert_eq!(&out[..n], b"PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n");
+/// assert_eq!(n, b.encoded_len());
+/// # Ok::<(), wirekit_core::proxy::EncodeError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Builder {
+    addresses: V1Addresses,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum V1Addresses {
+    Tcp4(SocketAddrV4, SocketAddrV4),
+    Tcp6(SocketAddrV6, SocketAddrV6),
+    Unknown,
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for V1Addresses {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        use super::defmt_net;
+        match self {
+            V1Addresses::Tcp4(s, d) => {
+                defmt::write!(f, "TCP4 ");
+                defmt_net::v4(f, s);
+                defmt::write!(f, " ");
+                defmt_net::v4(f, d);
+            }
+            V1Addresses::Tcp6(s, d) => {
+                defmt::write!(f, "TCP6 ");
+                defmt_net::v6(f, s);
+                defmt::write!(f, " ");
+                defmt_net::v6(f, d);
+            }
+            V1Addresses::Unknown => defmt::write!(f, "UNKNOWN"),
+        }
+    }
+}
+
+impl Builder {
+    /// `PROXY TCP4 ...`.
+    pub const fn tcp4(src: SocketAddrV4, dst: SocketAddrV4) -> Self {
+        Builder {
+            addresses: V1Addresses::Tcp4(src, dst),
+        }
+    }
+
+    /// `PROXY TCP6 ...` (flow info and scope ids are not carried).
+    pub const fn tcp6(src: SocketAddrV6, dst: SocketAddrV6) -> Self {
+        Builder {
+            addresses: V1Addresses::Tcp6(src, dst),
+        }
+    }
+
+    /// `PROXY UNKNOWN\r\n`, v1's equivalent of a LOCAL header (health checks).
+    pub const fn unknown() -> Self {
+        Builder {
+            addresses: V1Addresses::Unknown,
+        }
+    }
+
+    /// From [`Addresses`]: INET and INET6 map to `TCP4`/`TCP6`, UNSPEC to `UNKNOWN`; UNIX
+    /// has no v1 form ([`EncodeError::Addresses`]).
+    pub fn from_addresses(addresses: Addresses<'_>) -> Result<Self, EncodeError> {
+        match addresses {
+            Addresses::Inet { src, dst } => Ok(Self::tcp4(src, dst)),
+            Addresses::Inet6 { src, dst } => Ok(Self::tcp6(src, dst)),
+            Addresses::Unspec => Ok(Self::unknown()),
+            Addresses::Unix { .. } => Err(EncodeError::Addresses),
+        }
+    }
+
+    fn write_to(&self, w: &mut impl fmt::Write) -> fmt::Result {
+        match self.addresses {
+            V1Addresses::Tcp4(s, d) => write!(
+                w,
+                "PROXY TCP4 {} {} {} {}\r\n",
+                s.ip(),
+                d.ip(),
+                s.port(),
+                d.port()
+            ),
+            V1Addresses::Tcp6(s, d) => write!(
+                w,
+                "PROXY TCP6 {} {} {} {}\r\n",
+                s.ip(),
+                d.ip(),
+                s.port(),
+                d.port()
+            ),
+            V1Addresses::Unknown => w.write_str("PROXY UNKNOWN\r\n"),
+        }
+    }
+
+    /// The length [`encode`](Self::encode) writes (at most 107).
+    pub fn encoded_len(&self) -> usize {
+        let mut n = Counter(0);
+        // Counting never fails.
+        let _ = self.write_to(&mut n);
+        n.0
+    }
+
+    /// Writes the line; the buffer is untouched on error.
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        let required = self.encoded_len();
+        let Some(dst) = out.get_mut(..required) else {
+            return Err(BufferTooSmall { required }.into());
+        };
+        let mut w = SliceWriter { out: dst, pos: 0 };
+        self.write_to(&mut w)
+            .map_err(|_| EncodeError::BufferTooSmall(BufferTooSmall { required }))?;
+        Ok(w.pos)
+    }
+}
+
+struct Counter(usize);
+
+impl fmt::Write for Counter {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
+}
+
+struct SliceWriter<'a> {
+    out: &'a mut [u8],
+    pos: usize,
+}
+
+impl fmt::Write for SliceWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.pos + s.len();
+        self.out
+            .get_mut(self.pos..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.pos = end;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::parse as parse_any;
+
+    fn ok(input: &[u8]) -> ProxyHeader<'_> {
+        match parse(input, &Limits::default()) {
+            Ok(Status::Complete(h)) => h,
+            other => panic!("{:?}: {other:?}", core::str::from_utf8(input)),
+        }
+    }
+
+    fn err(input: &[u8]) -> Error {
+        match parse(input, &Limits::default()) {
+            Err(e) => e,
+            other => panic!("{:?}: {other:?}", core::str::from_utf8(input)),
+        }
+    }
+
+    // The spec's worst cases (section 2.1) and its example.
+    const TCP4_MAX: &[u8] = b"PROXY TCP4 255.255.255.255 255.255.255.255 65535 65535\r\n";
+    const TCP6_MAX: &[u8] = b"PROXY TCP6 ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff 65535 65535\r\n";
+    const UNKNOWN_SHORT: &[u8] = b"PROXY UNKNOWN\r\n";
+    const UNKNOWN_MAX: &[u8] = b"PROXY UNKNOWN ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff 65535 65535\r\n";
+    const EXAMPLE: &[u8] = b"PROXY TCP4 192.168.0.1 192.168.0.11 56324 443\r\n";
+
+    #[test]
+    fn spec_examples() {
+        assert_eq!(TCP4_MAX.len(), 56);
+        assert_eq!(TCP6_MAX.len(), 104);
+        assert_eq!(UNKNOWN_SHORT.len(), 15);
+        assert_eq!(UNKNOWN_MAX.len(), 107);
+        let h = ok(TCP4_MAX);
+        assert_eq!(h.len, 56);
+        assert_eq!(
+            h.addresses,
+            Addresses::Inet {
+                src: "255.255.255.255:65535".parse().unwrap(),
+                dst: "255.255.255.255:65535".parse().unwrap()
+            }
+        );
+        let h = ok(TCP6_MAX);
+        assert_eq!(h.len, 104);
+        assert_eq!(h.transport, Transport::Stream);
+        let Addresses::Inet6 { src, .. } = h.addresses else {
+            panic!()
+        };
+        assert_eq!(src.ip().segments(), [0xffff; 8]);
+        let h = ok(UNKNOWN_SHORT);
+        assert_eq!(
+            (h.len, h.addresses, h.transport),
+            (15, Addresses::Unspec, Transport::Unspec)
+        );
+        assert_eq!(ok(UNKNOWN_MAX).len, 107);
+        let h = ok(EXAMPLE);
+        assert_eq!(h.version, Version::V1);
+        assert_eq!(h.command, Command::Proxy);
+        assert_eq!(
+            h.addresses.source(),
+            Some("192.168.0.1:56324".parse().unwrap())
+        );
+        assert_eq!(
+            h.addresses.destination(),
+            Some("192.168.0.11:443".parse().unwrap())
+        );
+        assert!(h.tlvs.is_empty());
+        // The payload after the header is not looked at.
+        let mut with_payload = [0u8; 64];
+        with_payload[..EXAMPLE.len()].copy_from_slice(EXAMPLE);
+        assert_eq!(ok(&with_payload).len, EXAMPLE.len());
+    }
+
+    #[test]
+    fn other_forms() {
+        let h = ok(b"PROXY TCP6 ::1 2001:db8::7 0 65535\r\n");
+        assert_eq!(h.addresses.source(), Some("[::1]:0".parse().unwrap()));
+        let h = ok(b"PROXY TCP6 ::ffff:192.0.2.1 FE80::1 1 2\r\n");
+        assert_eq!(
+            h.addresses.source(),
+            Some("[::ffff:192.0.2.1]:1".parse().unwrap())
+        );
+        ok(b"PROXY TCP4 0.0.0.0 10.0.0.1 0 1\r\n");
+        // UNKNOWN ignores whatever follows, even bytes that are not addresses.
+        assert_eq!(
+            ok(b"PROXY UNKNOWN whatever \x00 goes\r\n").addresses,
+            Addresses::Unspec
+        );
+    }
+
+    #[test]
+    fn every_prefix_is_partial() {
+        for line in [TCP4_MAX, TCP6_MAX, UNKNOWN_SHORT, UNKNOWN_MAX, EXAMPLE] {
+            for n in 0..line.len() {
+                assert_eq!(
+                    parse_any(&line[..n], &Limits::default()),
+                    Ok(Status::Partial(Needed::Unknown)),
+                    "{:?}",
+                    core::str::from_utf8(&line[..n])
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn malformed() {
+        let cases: &[(&[u8], Error)] = &[
+            (b"PROXYTCP4", Error::NotProxy),
+            (b"PROXY  TCP4", Error::V1Separator),
+            (b"PROXY TCP5 ", Error::V1Protocol),
+            (b"PROXY tcp4 ", Error::V1Protocol),
+            (b"PROXY UDP4 ", Error::V1Protocol),
+            (b"PROXY TCP4\r\n", Error::V1Protocol),
+            (b"PROXY UNKNOWNX\r\n", Error::V1Protocol),
+            (b"PROXY UNKNOWN\n", Error::V1LineEnd),
+            (b"PROXY UNKNOWN\rX", Error::V1LineEnd),
+            (b"PROXY UNKNOWN 1.2.3.4\n", Error::V1LineEnd),
+            (b"PROXY UNKNOWN 1.2\r3.4\r\n", Error::V1LineEnd),
+            (b"PROXY TCP4  1.2.3.4", Error::V1Separator),
+            (b"PROXY TCP4 1.2.3.4  5.6.7.8", Error::V1Separator),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8  1 2\r\n", Error::V1Separator),
+            (b"PROXY TCP4 01.2.3.4 ", Error::V1Address),
+            (b"PROXY TCP4 1.2.3.00 ", Error::V1Address),
+            (b"PROXY TCP4 256.2.3.4 ", Error::V1Address),
+            (b"PROXY TCP4 1.2.3.4.5 ", Error::V1Address),
+            (b"PROXY TCP4 1.2.3 5.6.7.8 ", Error::V1Address),
+            (b"PROXY TCP4 1234.2.3.4 ", Error::V1Address),
+            (b"PROXY TCP4 ::1 ::1 1 2\r\n", Error::V1Address),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 01 2\r\n", Error::V1Port),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 65536\r\n", Error::V1Port),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 100000\r\n", Error::V1Port),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 -1 2\r\n", Error::V1Port),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n", Error::V1LineEnd),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2 \r\n", Error::V1Port),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\rX", Error::V1LineEnd),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1\r\n", Error::V1LineEnd),
+            (b"PROXY TCP6 1.2.3.4 ::1 1 2\r\n", Error::V1Address),
+            (b"PROXY TCP6 ::1::2 ::1 1 2\r\n", Error::V1Address),
+            (b"PROXY TCP6 12345::1 ::1 1 2\r\n", Error::V1Address),
+            (b"PROXY TCP6 ::g ", Error::V1Address),
+            (b"PROXY TCP6 [::1] ", Error::V1Address),
+            (b"PROXY TCP6 ::1\r\n", Error::V1LineEnd),
+        ];
+        for &(input, want) in cases {
+            assert_eq!(err(input), want, "{:?}", core::str::from_utf8(input));
+        }
+        assert_eq!(err(b"GET / HTTP/1.1\r\n"), Error::NotProxy);
+        assert_eq!(err(b"PROXZ"), Error::NotProxy);
+    }
+
+    #[test]
+    fn no_crlf_within_107_bytes() {
+        let mut long = [b'x'; 200];
+        long[..14].copy_from_slice(b"PROXY UNKNOWN ");
+        assert_eq!(err(&long[..107]), Error::TooLong);
+        assert_eq!(err(&long), Error::TooLong);
+        assert!(
+            parse(&long[..106], &Limits::default())
+                .unwrap()
+                .is_partial()
+        );
+        // A CRLF at bytes 107-108 is one byte too far.
+        long[106] = b'\r';
+        long[107] = b'\n';
+        assert_eq!(err(&long), Error::TooLong);
+        long[105] = b'\r';
+        long[106] = b'\n';
+        assert_eq!(ok(&long).len, 107);
+        // A tighter configured limit applies to v1 too.
+        let tight = Limits { max_header_len: 20 };
+        assert_eq!(parse(EXAMPLE, &tight), Err(Error::TooLong));
+        assert!(parse(&EXAMPLE[..19], &tight).unwrap().is_partial());
+    }
+
+    #[test]
+    fn build_round_trip() {
+        let mut out = [0u8; MAX_LEN];
+        for line in [TCP4_MAX, TCP6_MAX, UNKNOWN_SHORT, EXAMPLE] {
+            let h = ok(line);
+            let b = Builder::from_addresses(h.addresses).unwrap();
+            assert_eq!(b.encoded_len(), line.len());
+            let n = b.encode(&mut out).unwrap();
+            assert_eq!(&out[..n], line);
+            assert_eq!(h.encoded_len(), n);
+            // Too small: untouched, and says how much is needed.
+            let mut small = [0xAAu8; MAX_LEN];
+            assert_eq!(
+                b.encode(&mut small[..n - 1]),
+                Err(EncodeError::BufferTooSmall(BufferTooSmall { required: n }))
+            );
+            assert_eq!(small, [0xAA; MAX_LEN]);
+        }
+        // The long UNKNOWN form re-emits as the short one.
+        let n = ok(UNKNOWN_MAX).encode(&mut out).unwrap();
+        assert_eq!(&out[..n], UNKNOWN_SHORT);
+        // IPv6 is written in RFC 5952 form.
+        let h = ok(b"PROXY TCP6 2001:DB8:0:0:0:0:0:1 ::FFFF:1.2.3.4 1 2\r\n");
+        let n = h.encode(&mut out).unwrap();
+        assert_eq!(&out[..n], b"PROXY TCP6 2001:db8::1 ::ffff:1.2.3.4 1 2\r\n");
+        assert_eq!(
+            Builder::from_addresses(Addresses::Unix {
+                src: b"a",
+                dst: b"b"
+            }),
+            Err(EncodeError::Addresses)
+        );
+    }
+}

@@ -1,0 +1,943 @@
+//! PROXY protocol v2: the binary header.
+//!
+//! ```text
+//! 0      12        13           14                 16
+//! | sig  | ver|cmd | fam|transp | len (u16 BE)     | address block | TLVs ...
+//! ```
+//! Address blocks: INET 12 bytes (src, dst, sport, dport), INET6 36, UNIX 216 (two 108-byte
+//! paths), UNSPEC none. TLVs fill the rest of the `len` bytes exactly.
+
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+
+use super::crc32c::Crc32c;
+use super::tlv::{self, Tlv, Tlvs, check_area};
+use super::{Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Transport, Version};
+use crate::{BufferTooSmall, Needed, Status};
+
+/// The 12-byte v2 signature.
+pub const SIGNATURE: [u8; 12] = [
+    0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A,
+];
+
+/// Byte ranges of the fixed part of the header.
+pub mod field {
+    use core::ops::Range;
+    /// The signature.
+    pub const SIGNATURE: Range<usize> = 0..12;
+    /// Version (high nibble) and command (low nibble).
+    pub const VER_CMD: usize = 12;
+    /// Address family (high nibble) and transport (low nibble).
+    pub const FAM: usize = 13;
+    /// Length of what follows the fixed part, big-endian.
+    pub const LEN: Range<usize> = 14..16;
+    /// The size of the fixed part.
+    pub const FIXED_LEN: usize = 16;
+}
+
+/// The largest v2 header: the fixed part and a 65535-byte block.
+pub const MAX_LEN: usize = field::FIXED_LEN + u16::MAX as usize;
+
+/// Address block sizes.
+const INET_LEN: usize = 12;
+const INET6_LEN: usize = 36;
+const UNIX_LEN: usize = 216;
+/// One UNIX path field.
+pub const UNIX_PATH_LEN: usize = 108;
+
+fn check_ver_cmd(b: u8) -> Result<Command, Error> {
+    if b >> 4 != 2 {
+        return Err(Error::V2Version);
+    }
+    match b & 0x0F {
+        0 => Ok(Command::Local),
+        1 => Ok(Command::Proxy),
+        _ => Err(Error::V2Command),
+    }
+}
+
+/// (address block length, transport) for the family/transport byte.
+fn check_fam(b: u8) -> Result<(u8, Transport), Error> {
+    let transport = match b & 0x0F {
+        1 => Transport::Stream,
+        2 => Transport::Dgram,
+        _ if b == 0x00 => return Ok((0, Transport::Unspec)),
+        _ => return Err(Error::V2Family),
+    };
+    match b >> 4 {
+        1..=3 => Ok((b >> 4, transport)),
+        _ => Err(Error::V2Family),
+    }
+}
+
+/// Parses a v2 header at the start of `input` (see [`super::parse`]).
+pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<'a>>, Error> {
+    let Some((fixed, _)) = input.split_first_chunk::<{ field::FIXED_LEN }>() else {
+        return parse_short(input);
+    };
+    if fixed[field::SIGNATURE] != SIGNATURE {
+        return Err(Error::NotProxy);
+    }
+    let command = check_ver_cmd(fixed[field::VER_CMD])?;
+    let (family, transport) = check_fam(fixed[field::FAM])?;
+    let total = field::FIXED_LEN + usize::from(u16::from_be_bytes([fixed[14], fixed[15]]));
+    if total > limits.max_header_len {
+        return Err(Error::TooLong);
+    }
+    let Some(header) = input.get(..total) else {
+        return Ok(Status::Partial(Needed::Exactly(total - input.len())));
+    };
+    let block = &header[field::FIXED_LEN..];
+    let (addresses, addr_len) = match family {
+        1 => match block.split_first_chunk::<INET_LEN>() {
+            Some((a, _)) => (
+                Addresses::Inet {
+                    src: SocketAddrV4::new(
+                        Ipv4Addr::new(a[0], a[1], a[2], a[3]),
+                        u16::from_be_bytes([a[8], a[9]]),
+                    ),
+                    dst: SocketAddrV4::new(
+                        Ipv4Addr::new(a[4], a[5], a[6], a[7]),
+                        u16::from_be_bytes([a[10], a[11]]),
+                    ),
+                },
+                INET_LEN,
+            ),
+            None => return short_block(command, header),
+        },
+        2 => match block.split_first_chunk::<INET6_LEN>() {
+            Some((a, _)) => {
+                let ip = |i: usize| {
+                    let mut o = [0u8; 16];
+                    o.copy_from_slice(&a[i..i + 16]);
+                    Ipv6Addr::from(o)
+                };
+                (
+                    Addresses::Inet6 {
+                        src: SocketAddrV6::new(ip(0), u16::from_be_bytes([a[32], a[33]]), 0, 0),
+                        dst: SocketAddrV6::new(ip(16), u16::from_be_bytes([a[34], a[35]]), 0, 0),
+                    },
+                    INET6_LEN,
+                )
+            }
+            None => return short_block(command, header),
+        },
+        3 => match block.split_first_chunk::<UNIX_LEN>() {
+            Some((a, _)) => {
+                let (src, dst) = a.split_at(UNIX_PATH_LEN);
+                (Addresses::Unix { src, dst }, UNIX_LEN)
+            }
+            None => return short_block(command, header),
+        },
+        _ => (Addresses::Unspec, 0),
+    };
+    let area = &block[addr_len..];
+    let crc32c = match check_area(area)? {
+        None => None,
+        Some(at) => {
+            let at = field::FIXED_LEN + addr_len + at;
+            let expected =
+                u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+            let mut c = Crc32c::new();
+            c.update(&header[..at]);
+            c.update_zeros(4);
+            c.update(&header[at + 4..]);
+            if c.finish() != expected {
+                return Err(Error::Crc32cMismatch);
+            }
+            Some(expected)
+        }
+    };
+    Ok(Status::Complete(ProxyHeader {
+        version: Version::V2,
+        command,
+        transport,
+        addresses,
+        len: total,
+        tlvs: Tlvs::from_checked(area),
+        crc32c,
+    }))
+}
+
+/// Fewer than 16 bytes: a prefix of the signature, then early checks of bytes 12 and 13.
+fn parse_short<'a>(input: &[u8]) -> Result<Status<ProxyHeader<'a>>, Error> {
+    let n = input.len().min(SIGNATURE.len());
+    if input[..n] != SIGNATURE[..n] {
+        return Err(Error::NotProxy);
+    }
+    if let Some(&b) = input.get(field::VER_CMD) {
+        check_ver_cmd(b)?;
+    }
+    if let Some(&b) = input.get(field::FAM) {
+        check_fam(b)?;
+    }
+    Ok(Status::Partial(Needed::Unknown))
+}
+
+/// The declared length does not hold the family's address block: an error under PROXY; under
+/// LOCAL the spec says to discard the block, so the header is accepted without addresses.
+fn short_block<'a>(command: Command, header: &[u8]) -> Result<Status<ProxyHeader<'a>>, Error> {
+    match command {
+        Command::Proxy => Err(Error::V2AddressBlock),
+        Command::Local => Ok(Status::Complete(ProxyHeader {
+            version: Version::V2,
+            command,
+            transport: Transport::Unspec,
+            addresses: Addresses::Unspec,
+            len: header.len(),
+            tlvs: Tlvs::EMPTY,
+            crc32c: None,
+        })),
+    }
+}
+
+/// Parses a datagram that starts with a v2 header (the per-datagram form used for UDP):
+/// returns the header and the payload after it. A datagram is complete, so a header cut
+/// short is [`Error::Truncated`].
+pub fn parse_datagram<'a>(
+    datagram: &'a [u8],
+    limits: &Limits,
+) -> Result<(ProxyHeader<'a>, &'a [u8]), Error> {
+    match parse(datagram, limits)? {
+        Status::Complete(h) => Ok((h, &datagram[h.len..])),
+        Status::Partial(_) => Err(Error::Truncated),
+    }
+}
+
+fn addr_block_len(addresses: Addresses<'_>) -> usize {
+    match addresses {
+        Addresses::Unspec => 0,
+        Addresses::Inet { .. } => INET_LEN,
+        Addresses::Inet6 { .. } => INET6_LEN,
+        Addresses::Unix { .. } => UNIX_LEN,
+    }
+}
+
+/// The length of a header with these addresses and a TLV area of `tlvs_len` bytes.
+pub fn header_len(addresses: Addresses<'_>, tlvs_len: usize) -> usize {
+    field::FIXED_LEN + addr_block_len(addresses) + tlvs_len
+}
+
+/// Writes the fixed part and the address block into `out` (sized by the caller), returning
+/// where the TLV area starts.
+fn write_head(
+    command: Command,
+    transport: Transport,
+    addresses: Addresses<'_>,
+    total: usize,
+    out: &mut [u8],
+) -> usize {
+    out[field::SIGNATURE].copy_from_slice(&SIGNATURE);
+    out[field::VER_CMD] = match command {
+        Command::Local => 0x20,
+        Command::Proxy => 0x21,
+    };
+    let fam = match addresses {
+        Addresses::Unspec => 0x00,
+        Addresses::Inet { .. } => 0x10,
+        Addresses::Inet6 { .. } => 0x20,
+        Addresses::Unix { .. } => 0x30,
+    };
+    out[field::FAM] = match (fam, transport) {
+        (0, _) => 0x00,
+        (f, Transport::Dgram) => f | 2,
+        (f, _) => f | 1,
+    };
+    out[field::LEN].copy_from_slice(&((total - field::FIXED_LEN) as u16).to_be_bytes());
+    let b = &mut out[field::FIXED_LEN..];
+    match addresses {
+        Addresses::Unspec => {}
+        Addresses::Inet { src, dst } => {
+            b[0..4].copy_from_slice(&src.ip().octets());
+            b[4..8].copy_from_slice(&dst.ip().octets());
+            b[8..10].copy_from_slice(&src.port().to_be_bytes());
+            b[10..12].copy_from_slice(&dst.port().to_be_bytes());
+        }
+        Addresses::Inet6 { src, dst } => {
+            b[0..16].copy_from_slice(&src.ip().octets());
+            b[16..32].copy_from_slice(&dst.ip().octets());
+            b[32..34].copy_from_slice(&src.port().to_be_bytes());
+            b[34..36].copy_from_slice(&dst.port().to_be_bytes());
+        }
+        Addresses::Unix { src, dst } => {
+            b[..UNIX_LEN].fill(0);
+            b[..src.len()].copy_from_slice(src);
+            b[UNIX_PATH_LEN..UNIX_PATH_LEN + dst.len()].copy_from_slice(dst);
+        }
+    }
+    field::FIXED_LEN + addr_block_len(addresses)
+}
+
+fn check_addresses(addresses: Addresses<'_>, transport: Transport) -> Result<(), EncodeError> {
+    match addresses {
+        Addresses::Unix { src, dst } if src.len() > UNIX_PATH_LEN || dst.len() > UNIX_PATH_LEN => {
+            Err(EncodeError::Addresses)
+        }
+        // The spec defines no INET/INET6/UNIX byte with an unspecified transport.
+        Addresses::Inet { .. } | Addresses::Inet6 { .. } | Addresses::Unix { .. }
+            if transport == Transport::Unspec =>
+        {
+            Err(EncodeError::Addresses)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Computes the CRC32C of a written header whose CRC32C value sits at `at`, and stores it.
+fn seal_crc(header: &mut [u8], at: usize) {
+    header[at..at + 4].fill(0);
+    let sum = super::crc32c::crc32c(header);
+    header[at..at + 4].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// Writes a header whose TLV area is `area` as it is (a parsed header's); a CRC32C TLV in it
+/// gets its checksum recomputed.
+pub(super) fn encode_raw(
+    command: Command,
+    transport: Transport,
+    addresses: Addresses<'_>,
+    area: &[u8],
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    check_addresses(addresses, transport)?;
+    let total = header_len(addresses, area.len());
+    if total > MAX_LEN {
+        return Err(EncodeError::TooLong);
+    }
+    let crc_at = check_area(area).ok().flatten();
+    let Some(out) = out.get_mut(..total) else {
+        return Err(BufferTooSmall { required: total }.into());
+    };
+    let start = write_head(command, transport, addresses, total, out);
+    out[start..].copy_from_slice(area);
+    if let Some(at) = crc_at {
+        seal_crc(out, start + at);
+    }
+    Ok(total)
+}
+
+/// Builds a v2 header.
+///
+/// ```
+/// use core::net::SocketAddrV4;
+/// use wirekit_core::Status;
+/// use wirekit_core::proxy::{parse, Addresses, Limits, Tlv, TlvKind, v2::Builder};
+///
+/// let src: SocketAddrV4 = "192.0.2.1:56324".parse().unwrap();
+/// let dst: SocketAddrV4 = "198.51.100.7:25565".parse().unwrap();
+/// let tlvs = [Tlv::Authority(b"play.example.com"), Tlv::UniqueId(b"\x01\x02")];
+/// let b = Builder::proxy(Addresses::Inet { src, dst }).tlvs(&tlvs).crc32c(true);
+/// let mut out = [0u8; 128];
+/// let n = b.encode(&mut out)?;
+/// assert_eq!(n, b.encoded_len());
+/// let Status::Complete(h) = parse(&out[..n], &Limits::default()).unwrap() else { panic!() };
+/// assert!(h.crc32c.is_some());
+/// assert_eq!(h.find_tlv(TlvKind::Authority).unwrap().value, b"play.example.com");
+/// # Ok::<(), wirekit_core::proxy::EncodeError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Builder<'a> {
+    command: Command,
+    transport: Transport,
+    addresses: Addresses<'a>,
+    tlvs: &'a [Tlv<'a>],
+    crc32c: bool,
+    pad_to: usize,
+}
+
+impl<'a> Builder<'a> {
+    /// A PROXY header for a stream connection (set [`transport`](Self::transport) for
+    /// datagrams). With [`Addresses::Unspec`] the family and transport are UNSPEC.
+    pub const fn proxy(addresses: Addresses<'a>) -> Self {
+        Builder {
+            command: Command::Proxy,
+            transport: Transport::Stream,
+            addresses,
+            tlvs: &[],
+            crc32c: false,
+            pad_to: 0,
+        }
+    }
+
+    /// A LOCAL header (health checks), family UNSPEC, no address block.
+    pub const fn local() -> Self {
+        Builder {
+            command: Command::Local,
+            transport: Transport::Unspec,
+            addresses: Addresses::Unspec,
+            tlvs: &[],
+            crc32c: false,
+            pad_to: 0,
+        }
+    }
+
+    /// Sets the command.
+    pub const fn command(mut self, command: Command) -> Self {
+        self.command = command;
+        self
+    }
+
+    /// Sets the transport ([`Transport::Dgram`] for the per-datagram UDP form).
+    pub const fn transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// Sets the TLVs, written in this order (after the CRC32C TLV, if any).
+    pub const fn tlvs(mut self, tlvs: &'a [Tlv<'a>]) -> Self {
+        self.tlvs = tlvs;
+        self
+    }
+
+    /// Adds a CRC32C TLV (first in the TLV area, as HAProxy places it) holding the checksum
+    /// of the whole header.
+    pub const fn crc32c(mut self, on: bool) -> Self {
+        self.crc32c = on;
+        self
+    }
+
+    /// Pads the header with a final NOOP TLV to at least `len` bytes. A NOOP takes at least
+    /// 3 bytes, so a shortfall of 1 or 2 bytes pads to 3 bytes past the unpadded length.
+    pub const fn pad_to(mut self, len: usize) -> Self {
+        self.pad_to = len;
+        self
+    }
+
+    /// (unpadded length, NOOP value length if padding).
+    fn layout(&self) -> (usize, Option<usize>) {
+        let crc = if self.crc32c { 7 } else { 0 };
+        let natural = header_len(self.addresses, crc + tlv::tlvs_len(self.tlvs));
+        let noop = (self.pad_to > natural).then(|| (self.pad_to - natural).saturating_sub(3));
+        (natural, noop)
+    }
+
+    /// The length [`encode`](Self::encode) writes.
+    pub fn encoded_len(&self) -> usize {
+        match self.layout() {
+            (n, None) => n,
+            (n, Some(pad)) => n + 3 + pad,
+        }
+    }
+
+    /// Writes the header; the buffer is untouched on error.
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        check_addresses(self.addresses, self.transport)?;
+        let total = self.encoded_len();
+        if total > MAX_LEN {
+            return Err(EncodeError::TooLong);
+        }
+        let Some(out) = out.get_mut(..total) else {
+            return Err(BufferTooSmall { required: total }.into());
+        };
+        let mut pos = write_head(self.command, self.transport, self.addresses, total, out);
+        let crc_at = self.crc32c.then_some(pos + 3);
+        if self.crc32c {
+            pos += tlv::encode_tlvs(&[Tlv::Crc32c(0)], &mut out[pos..])?;
+        }
+        pos += tlv::encode_tlvs(self.tlvs, &mut out[pos..])?;
+        if let Some(pad) = self.layout().1 {
+            out[pos] = 0x04;
+            out[pos + 1..pos + 3].copy_from_slice(&(pad as u16).to_be_bytes());
+            out[pos + 3..pos + 3 + pad].fill(0);
+        }
+        if let Some(at) = crc_at {
+            seal_crc(out, at);
+        }
+        Ok(total)
+    }
+
+    /// Writes the header followed by `payload`: one UDP datagram in the per-datagram form.
+    pub fn encode_datagram(&self, payload: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
+        let required = self.encoded_len() + payload.len();
+        if out.len() < required {
+            return Err(BufferTooSmall { required }.into());
+        }
+        let n = self.encode(out)?;
+        out[n..n + payload.len()].copy_from_slice(payload);
+        Ok(n + payload.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::tlv::{CLIENT_CERT_CONN, CLIENT_SSL, Ssl, encode_tlvs};
+    use crate::proxy::{TlvKind, parse as parse_any};
+
+    /// PROXY, INET/STREAM, 192.0.2.1:56324 -> 198.51.100.7:443.
+    const IPV4: [u8; 28] = [
+        0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A, // signature
+        0x21, 0x11, 0x00, 0x0C, // v2 PROXY, INET STREAM, 12 bytes
+        192, 0, 2, 1, 198, 51, 100, 7, 0xDC, 0x04, 0x01, 0xBB,
+    ];
+
+    /// PROXY, INET6/DGRAM, [2001:db8::1]:1 -> [::1]:65535.
+    const IPV6: [u8; 52] = [
+        0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A, //
+        0x21, 0x22, 0x00, 0x24, //
+        0x20, 0x01, 0x0D, 0xB8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, //
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, //
+        0x00, 0x01, 0xFF, 0xFF,
+    ];
+
+    /// LOCAL, UNSPEC, empty.
+    const LOCAL: [u8; 16] = [
+        0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A, 0x20, 0x00, 0x00,
+        0x00,
+    ];
+
+    fn bitwise_crc(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in data {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0x82F6_3B78
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+
+    /// IPV4 with TLVs: CRC32C (sealed), ALPN "h2", AUTHORITY "example.com", UNIQUE_ID 4 bytes,
+    /// NOOP 2 bytes.
+    fn ipv4_tlvs() -> ([u8; 128], usize) {
+        let mut v = [0u8; 128];
+        v[..28].copy_from_slice(&IPV4);
+        let tlvs: &[u8] = &[
+            0x03, 0x00, 0x04, 0, 0, 0, 0, //
+            0x01, 0x00, 0x02, b'h', b'2', //
+            0x02, 0x00, 0x0B, b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c', b'o',
+            b'm', //
+            0x05, 0x00, 0x04, 1, 2, 3, 4, //
+            0x04, 0x00, 0x02, 0, 0,
+        ];
+        v[28..28 + tlvs.len()].copy_from_slice(tlvs);
+        let n = 28 + tlvs.len();
+        v[14..16].copy_from_slice(&((n - 16) as u16).to_be_bytes());
+        let crc = bitwise_crc(&v[..n]);
+        v[31..35].copy_from_slice(&crc.to_be_bytes());
+        (v, n)
+    }
+
+    fn ok(input: &[u8]) -> ProxyHeader<'_> {
+        match parse_any(input, &Limits::default()) {
+            Ok(Status::Complete(h)) => h,
+            other => panic!("{input:02x?}: {other:?}"),
+        }
+    }
+
+    fn err(input: &[u8]) -> Error {
+        match parse_any(input, &Limits::default()) {
+            Err(e) => e,
+            other => panic!("{input:02x?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn families() {
+        let h = ok(&IPV4);
+        assert_eq!(
+            (h.version, h.command, h.transport),
+            (Version::V2, Command::Proxy, Transport::Stream)
+        );
+        assert_eq!(
+            h.addresses.source(),
+            Some("192.0.2.1:56324".parse().unwrap())
+        );
+        assert_eq!(
+            h.addresses.destination(),
+            Some("198.51.100.7:443".parse().unwrap())
+        );
+        assert_eq!((h.len, h.crc32c), (28, None));
+        assert!(h.tlvs.is_empty());
+
+        let h = ok(&IPV6);
+        assert_eq!(h.transport, Transport::Dgram);
+        assert_eq!(
+            h.addresses.source(),
+            Some("[2001:db8::1]:1".parse().unwrap())
+        );
+        assert_eq!(
+            h.addresses.destination(),
+            Some("[::1]:65535".parse().unwrap())
+        );
+
+        let h = ok(&LOCAL);
+        assert_eq!(
+            (h.command, h.addresses, h.transport, h.len),
+            (Command::Local, Addresses::Unspec, Transport::Unspec, 16)
+        );
+
+        let mut unix = [0u8; 16 + 216];
+        unix[..16].copy_from_slice(&LOCAL);
+        unix[12] = 0x21;
+        unix[13] = 0x31;
+        unix[14..16].copy_from_slice(&216u16.to_be_bytes());
+        unix[16..16 + 9].copy_from_slice(b"/run/a.sk");
+        unix[16 + 108..16 + 108 + 6].copy_from_slice(b"\0abstr");
+        let h = ok(&unix);
+        let Addresses::Unix { src, dst } = h.addresses else {
+            panic!()
+        };
+        assert_eq!((src.len(), dst.len()), (108, 108));
+        assert_eq!(crate::proxy::unix_path(src), b"/run/a.sk");
+        assert_eq!(crate::proxy::unix_path(dst), b"\0abstr");
+
+        // UNSPEC under PROXY: no addresses; what follows is TLVs.
+        let mut unspec = [0u8; 21];
+        unspec[..16].copy_from_slice(&LOCAL);
+        unspec[12] = 0x21;
+        unspec[15] = 5;
+        unspec[16..].copy_from_slice(&[0x01, 0x00, 0x02, b'h', b'2']);
+        let h = ok(&unspec);
+        assert_eq!(
+            (h.command, h.addresses),
+            (Command::Proxy, Addresses::Unspec)
+        );
+        assert_eq!(h.find_tlv(TlvKind::Alpn).unwrap().value, b"h2");
+
+        // LOCAL with an INET block: parsed, TLVs after it read.
+        let mut local4 = IPV4;
+        local4[12] = 0x20;
+        assert_eq!(ok(&local4).addresses, ok(&IPV4).addresses);
+        // LOCAL whose length does not hold the block: block discarded.
+        let mut short = [0u8; 20];
+        short[..16].copy_from_slice(&IPV4[..16]);
+        short[12] = 0x20;
+        short[15] = 4;
+        let h = ok(&short);
+        assert_eq!(
+            (h.addresses, h.len, h.transport),
+            (Addresses::Unspec, 20, Transport::Unspec)
+        );
+    }
+
+    #[test]
+    fn tlvs_and_crc() {
+        let (v, n) = ipv4_tlvs();
+        let h = ok(&v[..n]);
+        assert_eq!(h.len, n);
+        assert_eq!(
+            h.crc32c,
+            Some(u32::from_be_bytes([v[31], v[32], v[33], v[34]]))
+        );
+        let kinds: [TlvKind; 5] = core::array::from_fn({
+            let mut it = h.tlvs();
+            move |_| it.next().unwrap().kind()
+        });
+        assert_eq!(
+            kinds,
+            [
+                TlvKind::Crc32c,
+                TlvKind::Alpn,
+                TlvKind::Authority,
+                TlvKind::UniqueId,
+                TlvKind::Noop
+            ]
+        );
+        assert_eq!(h.tlvs().count(), 5);
+        assert_eq!(
+            h.find_tlv(TlvKind::Authority).unwrap().decode(),
+            Ok(Tlv::Authority(b"example.com"))
+        );
+        assert_eq!(
+            h.find_tlv(TlvKind::UniqueId).unwrap().decode(),
+            Ok(Tlv::UniqueId(&[1, 2, 3, 4]))
+        );
+        assert!(h.find_tlv(TlvKind::Ssl).is_none());
+
+        // Any flipped bit is caught (or makes the header otherwise invalid), except in the CRC32C
+        // TLV's type byte, which turns the checksum into another TLV: CRC32C guards against
+        // corruption, not tampering.
+        for i in (0..n).filter(|&i| i != 28) {
+            for bit in 0..8 {
+                let mut bad = v;
+                bad[i] ^= 1 << bit;
+                assert!(
+                    !matches!(
+                        parse_any(&bad[..n], &Limits::default()),
+                        Ok(Status::Complete(_))
+                    ),
+                    "flip {i}.{bit}"
+                );
+            }
+        }
+        let mut bad = v;
+        bad[n - 1] = 1; // inside the NOOP: only the CRC can tell
+        assert_eq!(err(&bad[..n]), Error::Crc32cMismatch);
+    }
+
+    #[test]
+    fn every_prefix_is_partial() {
+        let (v, n) = ipv4_tlvs();
+        for whole in [&IPV4[..], &IPV6[..], &LOCAL[..], &v[..n]] {
+            for k in 0..whole.len() {
+                let want = if k < 16 {
+                    Needed::Unknown
+                } else {
+                    Needed::Exactly(whole.len() - k)
+                };
+                assert_eq!(
+                    parse_any(&whole[..k], &Limits::default()),
+                    Ok(Status::Partial(want)),
+                    "{k}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn malformed() {
+        // The signature, wrong at each byte.
+        for i in 0..12 {
+            let mut bad = IPV4;
+            bad[i] ^= 0x40;
+            assert_eq!(err(&bad), Error::NotProxy, "{i}");
+            assert_eq!(err(&bad[..i + 1]), Error::NotProxy, "{i}");
+        }
+        for (b12, e) in [
+            (0x11, Error::V2Version),
+            (0x31, Error::V2Version),
+            (0x01, Error::V2Version),
+            (0x22, Error::V2Command),
+            (0x2F, Error::V2Command),
+        ] {
+            let mut bad = IPV4;
+            bad[12] = b12;
+            assert_eq!(err(&bad), e);
+            assert_eq!(err(&bad[..13]), e, "decided at byte 13");
+        }
+        for b13 in (0..=255u8).filter(|b| ![0x00, 0x11, 0x12, 0x21, 0x22, 0x31, 0x32].contains(b)) {
+            let mut bad = IPV4;
+            bad[13] = b13;
+            assert_eq!(err(&bad), Error::V2Family, "{b13:#x}");
+            assert_eq!(err(&bad[..14]), Error::V2Family, "decided at byte 14");
+        }
+        // Length too short for the block under PROXY.
+        for (fam, need) in [(0x11u8, 12u16), (0x21, 36), (0x31, 216)] {
+            let mut bad = [0u8; 16 + 216];
+            bad[..16].copy_from_slice(&IPV4[..16]);
+            bad[13] = fam;
+            bad[14..16].copy_from_slice(&(need - 1).to_be_bytes());
+            assert_eq!(
+                err(&bad[..16 + usize::from(need) - 1]),
+                Error::V2AddressBlock
+            );
+        }
+        let with_tlvs = |tlvs: &[u8]| {
+            let mut v = [0u8; 400];
+            v[..28].copy_from_slice(&IPV4);
+            v[28..28 + tlvs.len()].copy_from_slice(tlvs);
+            v[14..16].copy_from_slice(&((12 + tlvs.len()) as u16).to_be_bytes());
+            (v, 28 + tlvs.len())
+        };
+        let mut long_id = [0u8; 3 + 129];
+        long_id[..3].copy_from_slice(&[0x05, 0x00, 129]);
+        let cases: &[(&[u8], Error)] = &[
+            (&[0x01], Error::TlvTiling),
+            (&[0x01, 0x00], Error::TlvTiling),
+            (&[0x01, 0x00, 0x03, b'a', b'b'], Error::TlvTiling),
+            (&[0x04, 0x00, 0x00, 0x01, 0x00, 0x05], Error::TlvTiling),
+            (&long_id, Error::UniqueIdTooLong),
+            (&[0x20, 0x00, 0x04, 1, 0, 0, 0], Error::SslTlv),
+            (
+                &[0x20, 0x00, 0x07, 1, 0, 0, 0, 0, 0x21, 0x00],
+                Error::SslTlv,
+            ),
+            (
+                &[0x20, 0x00, 0x08, 1, 0, 0, 0, 0, 0x21, 0x00, 0x01],
+                Error::SslTlv,
+            ),
+            (&[0x03, 0x00, 0x03, 0, 0, 0], Error::Crc32cLength),
+            (&[0x03, 0x00, 0x05, 0, 0, 0, 0, 0], Error::Crc32cLength),
+            (
+                &[0x03, 0x00, 0x04, 0, 0, 0, 0, 0x03, 0x00, 0x04, 0, 0, 0, 0],
+                Error::Crc32cLength,
+            ),
+            (&[0x03, 0x00, 0x04, 0, 0, 0, 0], Error::Crc32cMismatch),
+        ];
+        for &(tlvs, want) in cases {
+            let (v, n) = with_tlvs(tlvs);
+            assert_eq!(err(&v[..n]), want, "{tlvs:02x?}");
+        }
+        // A long UNIQUE_ID of exactly 128 bytes is fine.
+        long_id[2] = 128;
+        let (v, n) = with_tlvs(&long_id[..131]);
+        ok(&v[..n]);
+    }
+
+    #[test]
+    fn length_limit_checked_first() {
+        let mut big = IPV4;
+        big[14..16].copy_from_slice(&4081u16.to_be_bytes());
+        // Rejected on the fixed part alone, without waiting for the 4081 bytes.
+        assert_eq!(err(&big[..16]), Error::TooLong);
+        big[14..16].copy_from_slice(&4080u16.to_be_bytes());
+        assert_eq!(
+            parse_any(&big, &Limits::default()),
+            Ok(Status::Partial(Needed::Exactly(4096 - 28)))
+        );
+        let tight = Limits { max_header_len: 27 };
+        assert_eq!(parse_any(&IPV4, &tight), Err(Error::TooLong));
+        let all = Limits {
+            max_header_len: usize::MAX,
+        };
+        big[14..16].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert_eq!(
+            parse_any(&big, &all),
+            Ok(Status::Partial(Needed::Exactly(MAX_LEN - 28)))
+        );
+    }
+
+    #[test]
+    fn build_and_reparse() {
+        let src4: SocketAddrV4 = "192.0.2.1:56324".parse().unwrap();
+        let dst4: SocketAddrV4 = "198.51.100.7:443".parse().unwrap();
+        let mut out = [0u8; 1024];
+        let b = Builder::proxy(Addresses::Inet {
+            src: src4,
+            dst: dst4,
+        });
+        assert_eq!(b.encode(&mut out), Ok(28));
+        assert_eq!(out[..28], IPV4);
+        let n = Builder::local().encode(&mut out).unwrap();
+        assert_eq!(out[..n], LOCAL);
+
+        let (v, vn) = ipv4_tlvs();
+        let tlvs = [
+            Tlv::Alpn(b"h2"),
+            Tlv::Authority(b"example.com"),
+            Tlv::UniqueId(&[1, 2, 3, 4]),
+            Tlv::Noop(&[0, 0]),
+        ];
+        let b = Builder::proxy(Addresses::Inet {
+            src: src4,
+            dst: dst4,
+        })
+        .tlvs(&tlvs)
+        .crc32c(true);
+        assert_eq!(b.encoded_len(), vn);
+        assert_eq!(b.encode(&mut out), Ok(vn));
+        assert_eq!(out[..vn], v[..vn], "byte-exact with the hand-built vector");
+
+        // Re-emitting parsed headers is byte-exact for v2.
+        for whole in [&IPV4[..], &IPV6[..], &LOCAL[..], &v[..vn]] {
+            let h = ok(whole);
+            assert_eq!(h.encoded_len(), whole.len());
+            let n = h.encode(&mut out).unwrap();
+            assert_eq!(&out[..n], whole);
+        }
+
+        // SSL with sub-TLVs, vendors, padding, datagram.
+        let mut sub = [0u8; 64];
+        let sn = encode_tlvs(
+            &[
+                Tlv::SslVersion(b"TLSv1.3"),
+                Tlv::SslCn(b"client"),
+                Tlv::SslCipher(b"TLS_AES_128_GCM_SHA256"),
+            ],
+            &mut sub,
+        )
+        .unwrap();
+        let ssl = Ssl {
+            client: CLIENT_SSL | CLIENT_CERT_CONN,
+            verify: 0,
+            tlvs: Tlvs::new_checked(&sub[..sn]).unwrap(),
+        };
+        let tlvs = [
+            Tlv::Ssl(ssl),
+            Tlv::Netns(b"blue"),
+            Tlv::AwsVpceId(b"vpce-08d2bf15fac5001c9"),
+            Tlv::AzureLinkId(0x2100_0042),
+            Tlv::GcpPscConnectionId(0x1122_3344_5566_7788),
+            Tlv::Unknown(0xF1, b"exp"),
+        ];
+        let src6: SocketAddrV6 = "[2001:db8::1]:1".parse().unwrap();
+        let dst6: SocketAddrV6 = "[::1]:2".parse().unwrap();
+        let b = Builder::proxy(Addresses::Inet6 {
+            src: src6,
+            dst: dst6,
+        })
+        .transport(Transport::Dgram)
+        .tlvs(&tlvs)
+        .crc32c(true)
+        .pad_to(300);
+        assert_eq!(b.encoded_len(), 300);
+        let n = b.encode_datagram(b"payload", &mut out).unwrap();
+        assert_eq!(n, 307);
+        let (h, payload) = parse_datagram(&out[..n], &Limits::default()).unwrap();
+        assert_eq!(payload, b"payload");
+        assert_eq!(h.transport, Transport::Dgram);
+        assert!(h.crc32c.is_some());
+        let decoded: [Tlv<'_>; 8] = core::array::from_fn({
+            let mut it = h.tlvs();
+            move |_| it.next().unwrap().decode().unwrap()
+        });
+        assert!(matches!(decoded[0], Tlv::Crc32c(_)));
+        assert_eq!(&decoded[1..7], &tlvs);
+        let natural = b.pad_to(0).encoded_len();
+        assert!(
+            matches!(decoded[7], Tlv::Noop(z) if z.len() == 300 - natural - 3 && z.iter().all(|&x| x == 0))
+        );
+        let Tlv::Ssl(s) = decoded[1] else { panic!() };
+        assert_eq!(s.version(), Some(&b"TLSv1.3"[..]));
+        assert_eq!(s.common_name(), Some(&b"client"[..]));
+        assert_eq!(
+            parse_datagram(&out[..299], &Limits::default()),
+            Err(Error::Truncated)
+        );
+
+        // Padding: exact, and a 1-2 byte shortfall rounds up to the smallest NOOP.
+        let base = Builder::proxy(Addresses::Inet {
+            src: src4,
+            dst: dst4,
+        });
+        assert_eq!(base.pad_to(10).encoded_len(), 28);
+        assert_eq!(base.pad_to(29).encoded_len(), 31);
+        assert_eq!(base.pad_to(31).encoded_len(), 31);
+        assert_eq!(base.pad_to(100).encoded_len(), 100);
+        let n = base.pad_to(29).encode(&mut out).unwrap();
+        assert_eq!(ok(&out[..n]).len, 31);
+
+        // Errors: buffer untouched.
+        let mut small = [0x55u8; 30];
+        assert_eq!(
+            base.pad_to(31).encode(&mut small[..30]),
+            Err(EncodeError::BufferTooSmall(BufferTooSmall { required: 31 }))
+        );
+        assert_eq!(small, [0x55; 30]);
+        assert_eq!(
+            base.pad_to(MAX_LEN + 1).encode(&mut out),
+            Err(EncodeError::TooLong)
+        );
+        assert_eq!(
+            base.transport(Transport::Unspec).encode(&mut out),
+            Err(EncodeError::Addresses)
+        );
+        let long = [b'x'; 109];
+        assert_eq!(
+            Builder::proxy(Addresses::Unix {
+                src: &long,
+                dst: b""
+            })
+            .encode(&mut out),
+            Err(EncodeError::Addresses)
+        );
+        let n = Builder::proxy(Addresses::Unix {
+            src: &long[..108],
+            dst: b"/x",
+        })
+        .encode(&mut out)
+        .unwrap();
+        let Addresses::Unix { src, dst } = ok(&out[..n]).addresses else {
+            panic!()
+        };
+        assert_eq!(
+            (src, crate::proxy::unix_path(dst)),
+            (&long[..108], &b"/x"[..])
+        );
+    }
+}
