@@ -27,24 +27,25 @@ const K: [u32; 64] = [
 /// message length in bits (128) as a little-endian u64 in words 14 and 15.
 const PAD: [u32; 16] = [0, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 0];
 
-/// A 32-bit word, or many of them side by side: the arithmetic MD5 needs.
+/// A 32-bit word, or many of them side by side: what the MD5 compression runs on.
 pub(crate) trait Word: Copy {
     /// Every lane set to `x`.
     fn splat(x: u32) -> Self;
-    /// Wrapping addition.
+    /// Wrapping addition, lane by lane.
     fn add(self, o: Self) -> Self;
-    /// Bitwise and.
-    fn and(self, o: Self) -> Self;
-    /// Bitwise or.
-    fn or(self, o: Self) -> Self;
-    /// Bitwise exclusive or.
-    fn xor(self, o: Self) -> Self;
-    /// `!self & o`.
-    fn andnot(self, o: Self) -> Self;
-    /// Bitwise not.
-    fn not(self) -> Self;
-    /// Left rotation by a constant amount.
-    fn rotl(self, s: u32) -> Self;
+    /// `f` applied lane by lane to five words.
+    ///
+    /// A whole MD5 step is one call, so that for lanes it is one loop body the vectoriser sees
+    /// whole (an operation-per-loop form leaves SSE2 code scalar: each rotation alone looks
+    /// cheaper in scalar registers).
+    fn step(
+        a: Self,
+        b: Self,
+        c: Self,
+        d: Self,
+        x: Self,
+        f: impl Fn(u32, u32, u32, u32, u32) -> u32,
+    ) -> Self;
 }
 
 impl Word for u32 {
@@ -57,49 +58,22 @@ impl Word for u32 {
         self.wrapping_add(o)
     }
     #[inline(always)]
-    fn and(self, o: Self) -> Self {
-        self & o
-    }
-    #[inline(always)]
-    fn or(self, o: Self) -> Self {
-        self | o
-    }
-    #[inline(always)]
-    fn xor(self, o: Self) -> Self {
-        self ^ o
-    }
-    #[inline(always)]
-    fn andnot(self, o: Self) -> Self {
-        !self & o
-    }
-    #[inline(always)]
-    fn not(self) -> Self {
-        !self
-    }
-    #[inline(always)]
-    fn rotl(self, s: u32) -> Self {
-        self.rotate_left(s)
+    fn step(
+        a: Self,
+        b: Self,
+        c: Self,
+        d: Self,
+        x: Self,
+        f: impl Fn(u32, u32, u32, u32, u32) -> u32,
+    ) -> Self {
+        f(a, b, c, d, x)
     }
 }
 
 /// `L` independent 32-bit words, one per lane: a structure-of-arrays vector that LLVM lowers to
 /// SIMD registers (SSE2 on baseline x86-64, AVX2 or AVX-512 where the caller enables them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // The batch path lands next.
 pub(crate) struct Lanes<const L: usize>(pub(crate) [u32; L]);
-
-macro_rules! lanewise {
-    ($self:ident, $o:ident, |$x:ident, $y:ident| $e:expr) => {{
-        let mut r = $self.0;
-        let mut i = 0;
-        while i < L {
-            let ($x, $y) = (r[i], $o.0[i]);
-            r[i] = $e;
-            i += 1;
-        }
-        Lanes(r)
-    }};
-}
 
 impl<const L: usize> Word for Lanes<L> {
     #[inline(always)]
@@ -108,70 +82,72 @@ impl<const L: usize> Word for Lanes<L> {
     }
     #[inline(always)]
     fn add(self, o: Self) -> Self {
-        lanewise!(self, o, |x, y| x.wrapping_add(y))
+        let mut r = self.0;
+        for (r, o) in r.iter_mut().zip(o.0) {
+            *r = r.wrapping_add(o);
+        }
+        Lanes(r)
     }
     #[inline(always)]
-    fn and(self, o: Self) -> Self {
-        lanewise!(self, o, |x, y| x & y)
-    }
-    #[inline(always)]
-    fn or(self, o: Self) -> Self {
-        lanewise!(self, o, |x, y| x | y)
-    }
-    #[inline(always)]
-    fn xor(self, o: Self) -> Self {
-        lanewise!(self, o, |x, y| x ^ y)
-    }
-    #[inline(always)]
-    fn andnot(self, o: Self) -> Self {
-        lanewise!(self, o, |x, y| !x & y)
-    }
-    #[inline(always)]
-    fn not(self) -> Self {
-        lanewise!(self, self, |x, _y| !x)
-    }
-    #[inline(always)]
-    fn rotl(self, s: u32) -> Self {
-        lanewise!(self, self, |x, _y| x.rotate_left(s))
+    fn step(
+        a: Self,
+        b: Self,
+        c: Self,
+        d: Self,
+        x: Self,
+        f: impl Fn(u32, u32, u32, u32, u32) -> u32,
+    ) -> Self {
+        let mut r = [0u32; L];
+        for (i, r) in r.iter_mut().enumerate() {
+            *r = f(a.0[i], b.0[i], c.0[i], d.0[i], x.0[i]);
+        }
+        Lanes(r)
     }
 }
 
-/// `K[i] + M[j]`: the round constant plus the message word, folded into one constant when the
-/// word is padding.
+/// Message word `j` of the padded block: a digest word, or a padding constant.
 #[inline(always)]
-fn km<W: Word>(m: &[W; 4], j: usize, i: usize) -> W {
-    if j < 4 {
-        m[j].add(W::splat(K[i]))
-    } else {
-        W::splat(K[i].wrapping_add(PAD[j]))
-    }
+fn msg<W: Word>(m: &[W; 4], j: usize) -> W {
+    if j < 4 { m[j] } else { W::splat(PAD[j]) }
 }
 
 // The four step functions, written so that as much as possible of each step depends only on
 // values ready before `b` (the previous step's result): the serial chain through `b` is what
-// bounds one key's latency.
+// bounds one key's latency. `x + k` is message word plus round constant.
 
 #[inline(always)]
-fn ff<W: Word>(a: W, b: W, c: W, d: W, km: W, s: u32) -> W {
-    // F = (b & c) | (!b & d) = d ^ (b & (c ^ d))
-    b.add(a.add(km).add(d.xor(b.and(c.xor(d)))).rotl(s))
+fn ff<W: Word>(a: W, b: W, c: W, d: W, x: W, k: u32, s: u32) -> W {
+    W::step(a, b, c, d, x, |a, b, c, d, x| {
+        // F = (b & c) | (!b & d) = d ^ (b & (c ^ d))
+        let early = a.wrapping_add(x).wrapping_add(k);
+        b.wrapping_add(early.wrapping_add(d ^ (b & (c ^ d))).rotate_left(s))
+    })
 }
 
 #[inline(always)]
-fn gg<W: Word>(a: W, b: W, c: W, d: W, km: W, s: u32) -> W {
-    // G = (b & d) | (c & !d); the two halves share no bits, so the or is an add and the half
-    // without `b` joins the early sum.
-    b.add(a.add(km).add(d.andnot(c)).add(b.and(d)).rotl(s))
+fn gg<W: Word>(a: W, b: W, c: W, d: W, x: W, k: u32, s: u32) -> W {
+    W::step(a, b, c, d, x, |a, b, c, d, x| {
+        // G = (b & d) | (c & !d); the halves share no bits, so the or is an add and the half
+        // without `b` joins the early sum.
+        let early = a.wrapping_add(x).wrapping_add(k).wrapping_add(c & !d);
+        b.wrapping_add(early.wrapping_add(b & d).rotate_left(s))
+    })
 }
 
 #[inline(always)]
-fn hh<W: Word>(a: W, b: W, c: W, d: W, km: W, s: u32) -> W {
-    b.add(a.add(km).add(b.xor(c.xor(d))).rotl(s))
+fn hh<W: Word>(a: W, b: W, c: W, d: W, x: W, k: u32, s: u32) -> W {
+    W::step(a, b, c, d, x, |a, b, c, d, x| {
+        let early = a.wrapping_add(x).wrapping_add(k);
+        b.wrapping_add(early.wrapping_add(b ^ (c ^ d)).rotate_left(s))
+    })
 }
 
 #[inline(always)]
-fn ii<W: Word>(a: W, b: W, c: W, d: W, km: W, s: u32) -> W {
-    b.add(a.add(km).add(c.xor(b.or(d.not()))).rotl(s))
+fn ii<W: Word>(a: W, b: W, c: W, d: W, x: W, k: u32, s: u32) -> W {
+    W::step(a, b, c, d, x, |a, b, c, d, x| {
+        let early = a.wrapping_add(x).wrapping_add(k);
+        b.wrapping_add(early.wrapping_add(c ^ (b | !d)).rotate_left(s))
+    })
 }
 
 /// The MD5 digest of a 16-byte message given as four little-endian words, as four
@@ -185,10 +161,10 @@ pub(crate) fn md5_16<W: Word>(m: [W; 4]) -> [W; 4] {
 
     macro_rules! four {
         ($f:ident, $i:expr, $j:expr, $s:expr) => {
-            a = $f(a, b, c, d, km(&m, $j[0], $i), $s[0]);
-            d = $f(d, a, b, c, km(&m, $j[1], $i + 1), $s[1]);
-            c = $f(c, d, a, b, km(&m, $j[2], $i + 2), $s[2]);
-            b = $f(b, c, d, a, km(&m, $j[3], $i + 3), $s[3]);
+            a = $f(a, b, c, d, msg(&m, $j[0]), K[$i], $s[0]);
+            d = $f(d, a, b, c, msg(&m, $j[1]), K[$i + 1], $s[1]);
+            c = $f(c, d, a, b, msg(&m, $j[2]), K[$i + 2], $s[2]);
+            b = $f(b, c, d, a, msg(&m, $j[3]), K[$i + 3], $s[3]);
         };
     }
     const S1: [u32; 4] = [7, 12, 17, 22];
