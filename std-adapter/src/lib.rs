@@ -3,3 +3,6 @@
 #![forbid(unsafe_code)]
 
 pub use wirekit_core as core;
+
+pub mod loadgen;
+pub mod server;

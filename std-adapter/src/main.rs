@@ -1,6 +1,10 @@
 //! `wirekit`: the wirekit server, load generator and protocol tools.
 
+mod alloc_count;
 mod cli;
+
+#[global_allocator]
+static ALLOC: alloc_count::CountingAlloc = alloc_count::CountingAlloc;
 
 use std::process::ExitCode;
 
@@ -22,17 +26,40 @@ enum Command {
     /// Decode or encode packet frames (the protocol's xxd).
     #[command(subcommand)]
     Frame(cli::frame::FrameCommand),
+    /// Serve the wirekit service (echo, derive, stats, set compression) over TCP.
+    Serve(cli::serve::ServeArgs),
+    /// Load generator: drive a server (by default an in-process `serve`) and print a summary.
+    Bench(cli::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Frame(cmd)) => cli::frame::run(cmd),
+        Some(Command::Serve(args)) => {
+            init_tracing("info");
+            cli::serve::run(args)
+        }
+        Some(Command::Bench(args)) => {
+            init_tracing("warn");
+            cli::bench::run(args, Some(alloc_count::allocations))
+        }
         None => {
-            eprintln!(
-                "wirekit: the default load-generator run is not built yet; see `wirekit --help`"
-            );
-            ExitCode::SUCCESS
+            init_tracing("warn");
+            cli::bench::run(
+                cli::bench::BenchArgs::default(),
+                Some(alloc_count::allocations),
+            )
         }
     }
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default: info for serve, warnings for the rest).
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

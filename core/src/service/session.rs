@@ -170,6 +170,12 @@ pub struct Progress {
 pub enum SessionError {
     /// The framing is malformed or a frame is above the maximum.
     Frame(FrameError),
+    /// The peer closed the connection in the middle of a frame or header (see
+    /// [`Session::end_of_input`]).
+    Truncated,
+    /// The PROXY header or the first frame did not arrive within the adapter's header timeout
+    /// (the adapter owns the clock and reports this with [`Session::timed_out`]).
+    HeaderTimeout,
 }
 
 impl SessionError {
@@ -177,6 +183,8 @@ impl SessionError {
     pub const fn as_str(&self) -> &'static str {
         match self {
             SessionError::Frame(e) => e.as_str(),
+            SessionError::Truncated => "peer closed the connection mid-frame",
+            SessionError::HeaderTimeout => "no header or first frame within the header timeout",
         }
     }
 }
@@ -185,6 +193,7 @@ impl fmt::Display for SessionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SessionError::Frame(e) => write!(f, "bad framing: {e}"),
+            other => f.write_str(other.as_str()),
         }
     }
 }
@@ -276,6 +285,22 @@ impl Session {
             }),
             Err(e) => Err(e),
         }
+    }
+
+    /// The peer ended its stream with `buffered` bytes unconsumed: a normal end if there are
+    /// none, [`SessionError::Truncated`] otherwise.
+    pub fn end_of_input(&self, buffered: usize) -> Result<(), SessionError> {
+        if buffered == 0 {
+            Ok(())
+        } else {
+            Err(SessionError::Truncated)
+        }
+    }
+
+    /// The error for an adapter's header timeout expiring, so both adapters log and count it the
+    /// same way.
+    pub fn timed_out(&self) -> SessionError {
+        SessionError::HeaderTimeout
     }
 
     /// Records the connection's end: call once, when the adapter closes the connection, with

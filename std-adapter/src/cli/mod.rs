@@ -1,3 +1,5 @@
 //! Subcommands of the `wirekit` binary, one module each.
 
+pub mod bench;
 pub mod frame;
+pub mod serve;

@@ -1,0 +1,112 @@
+//! `wirekit bench`: the load generator.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use wirekit_std::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
+
+/// `wirekit bench` flags. With none, an in-process `serve` on a loopback port is driven by 64
+/// ping-pong connections for 5 seconds.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Drive this server instead of an in-process one.
+    #[arg(long)]
+    pub target: Option<SocketAddr>,
+    /// Concurrent connections.
+    #[arg(long, short = 'c', default_value_t = 64)]
+    pub connections: usize,
+    /// Round trips per connection (default: run for --duration).
+    #[arg(long)]
+    pub round_trips: Option<u64>,
+    /// Seconds to run when --round-trips is not given.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Requests in flight per connection (1: ping-pong).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+    /// Payload sizes: N, uniform:MIN-MAX, exp:MEAN.
+    #[arg(long, default_value = "uniform:0-2048")]
+    pub payload: PayloadSizes,
+    /// Framing: varint (the wirekit service) or u32le (pktconn).
+    #[arg(long, default_value = "varint")]
+    pub framing: BenchFraming,
+    /// The target only echoes payloads (a pktconn echo server); implied by u32le.
+    #[arg(long)]
+    pub echo_only: bool,
+    /// Send a PROXY v2 header first on every connection.
+    #[arg(long)]
+    pub proxy_v2: bool,
+    /// Pin the in-process server to CPU 0 and the load generator to CPU 1.
+    #[arg(long)]
+    pub pin: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Default for BenchArgs {
+    fn default() -> Self {
+        BenchArgs {
+            target: None,
+            connections: 64,
+            round_trips: None,
+            duration: 5.0,
+            pipeline: 1,
+            payload: PayloadSizes::Uniform(0, 2048),
+            framing: BenchFraming::VarInt,
+            echo_only: false,
+            proxy_v2: false,
+            pin: false,
+            json: false,
+        }
+    }
+}
+
+/// Runs the load generator and prints the summary.
+pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
+    let opts = LoadOptions {
+        target: args.target,
+        connections: args.connections.max(1),
+        round_trips: args.round_trips,
+        duration: Duration::from_secs_f64(args.duration.max(0.01)),
+        pipeline: args.pipeline.max(1),
+        payload: args.payload,
+        framing: args.framing,
+        proxy_v2: args.proxy_v2,
+        pin: args.pin,
+        progress: !args.json,
+        allocations,
+    };
+    let what = match args.target {
+        Some(t) => format!("{t}"),
+        None => "in-process wirekit serve on a loopback port".into(),
+    };
+    if !args.json {
+        eprintln!(
+            "wirekit bench: {} connections, {}, payload {:?}, {:?} framing, against {what}",
+            opts.connections,
+            if opts.pipeline == 1 {
+                "ping-pong".to_string()
+            } else {
+                format!("pipelined x{}", opts.pipeline)
+            },
+            opts.payload,
+            opts.framing,
+        );
+    }
+    match loadgen::run(opts) {
+        Ok(report) => {
+            if args.json {
+                println!("{}", report.json());
+            } else {
+                print!("{}", report.table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wirekit bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

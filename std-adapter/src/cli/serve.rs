@@ -1,0 +1,123 @@
+//! `wirekit serve`: the wirekit service over TCP.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::service::{self, Framing};
+use wirekit_std::loadgen::BenchFraming;
+use wirekit_std::server::{ServeOptions, Server};
+
+/// `wirekit serve` flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    pub listen: SocketAddr,
+    /// Framing: `varint` (the service) or `u32le` (pktconn-style echo).
+    #[arg(long, default_value = "varint")]
+    pub framing: BenchFraming,
+    /// Compression threshold announced to every connection (negative: off).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub compression_threshold: i32,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Largest packet accepted (bytes of ID + data, or payload for u32le).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_frame: usize,
+    /// Seconds allowed for the PROXY header or the first frame to start arriving.
+    #[arg(long, default_value_t = 5.0)]
+    pub header_timeout: f64,
+    /// Worker threads (1: a single-threaded runtime).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+impl ServeArgs {
+    /// The server options these flags describe.
+    pub fn options(&self) -> ServeOptions {
+        let service = match self.framing {
+            BenchFraming::VarInt => {
+                service::Config::new().with_compression_threshold(self.compression_threshold)
+            }
+            BenchFraming::U32Le => {
+                service::Config::new().with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
+            }
+        }
+        .with_max_packet_len(self.max_frame);
+        ServeOptions {
+            listen: self.listen,
+            service,
+            max_connections: self.max_connections,
+            header_timeout: Duration::from_secs_f64(self.header_timeout.max(0.001)),
+            ..ServeOptions::default()
+        }
+    }
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+async fn signalled() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Runs `wirekit serve` until SIGINT or SIGTERM.
+pub fn run(args: ServeArgs) -> ExitCode {
+    let mut builder = if args.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if args.threads > 1 {
+            b.worker_threads(args.threads);
+        }
+        b
+    };
+    let rt = match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wirekit serve: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        let server = Server::bind(args.options()).await?;
+        // Scripts read the bound address from this line (useful with port 0).
+        println!("listening on {}", server.local_addr());
+        let shutdown = CancellationToken::new();
+        let trigger = shutdown.clone();
+        tokio::spawn(async move {
+            signalled().await;
+            tracing::info!("signal received");
+            trigger.cancel();
+        });
+        server.run(shutdown).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wirekit serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

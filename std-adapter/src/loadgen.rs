@@ -1,0 +1,790 @@
+//! `wirekit bench`: a load generator for any server speaking wirekit's framing.
+//!
+//! N connections each run a window of requests (1 = ping-pong, more = pipelined), with payload
+//! sizes drawn from a distribution and contents sliced from a game-like corpus (so compression has
+//! something to do), every reply checked byte for byte against its request. With no target it
+//! starts [`crate::server`] in-process on a loopback port, on its own thread and runtime, so the
+//! server's CPU time can be reported per packet.
+//!
+//! Nothing is allocated per frame on the client side: buffers and the corpus are allocated per
+//! connection up front, and latencies go into a fixed-size histogram.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use wirekit_core::Status;
+use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::frame::mc::{FrameDecoder, encode_packet, split_packet};
+use wirekit_core::service::{self, Framing, wire};
+
+use crate::server::{ServeOptions, Server};
+
+/// Which framing the load speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchFraming {
+    /// The wirekit service: VarInt frames, echo packets (ID 0x00).
+    VarInt,
+    /// pktconn's `u32` little-endian length-prefixed frames; the server echoes payloads.
+    U32Le,
+}
+
+impl FromStr for BenchFraming {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "varint" => Ok(BenchFraming::VarInt),
+            "u32le" => Ok(BenchFraming::U32Le),
+            _ => Err(format!("unknown framing {s:?} (varint, u32le)")),
+        }
+    }
+}
+
+/// Payload sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadSizes {
+    /// Every payload this long.
+    Fixed(usize),
+    /// Uniform between the bounds, inclusive.
+    Uniform(usize, usize),
+    /// Exponential with this mean, capped at 8 times the mean.
+    Exponential(usize),
+}
+
+impl PayloadSizes {
+    /// The largest payload drawn.
+    pub fn max(&self) -> usize {
+        match *self {
+            PayloadSizes::Fixed(n) => n,
+            PayloadSizes::Uniform(_, hi) => hi,
+            PayloadSizes::Exponential(mean) => mean * 8,
+        }
+    }
+
+    fn draw(&self, rng: &mut Rng) -> usize {
+        match *self {
+            PayloadSizes::Fixed(n) => n,
+            PayloadSizes::Uniform(lo, hi) => lo + (rng.next() % (hi - lo + 1) as u64) as usize,
+            PayloadSizes::Exponential(mean) => {
+                let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+                let x = -(1.0 - u).ln() * mean as f64;
+                (x as usize).min(mean * 8)
+            }
+        }
+    }
+}
+
+impl FromStr for PayloadSizes {
+    type Err = String;
+    /// `N`, `fixed:N`, `uniform:MIN-MAX` (or `MIN-MAX`), `exp:MEAN`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("bad size {t:?} in {s:?}"))
+        };
+        let (kind, rest) = s.split_once(':').unwrap_or(("", s));
+        match kind {
+            "fixed" => Ok(PayloadSizes::Fixed(num(rest)?)),
+            "exp" => Ok(PayloadSizes::Exponential(num(rest)?.max(1))),
+            "uniform" | "" => match rest.split_once('-') {
+                Some((lo, hi)) => {
+                    let (lo, hi) = (num(lo)?, num(hi)?);
+                    if lo > hi {
+                        return Err(format!("empty range {s:?}"));
+                    }
+                    Ok(PayloadSizes::Uniform(lo, hi))
+                }
+                None if kind.is_empty() => Ok(PayloadSizes::Fixed(num(rest)?)),
+                None => Err(format!("expected MIN-MAX in {s:?}")),
+            },
+            _ => Err(format!(
+                "unknown distribution {kind:?} (fixed:N, uniform:MIN-MAX, exp:MEAN)"
+            )),
+        }
+    }
+}
+
+/// How to run the load.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The server to drive; `None` starts one in-process on a loopback port.
+    pub target: Option<SocketAddr>,
+    /// Concurrent connections.
+    pub connections: usize,
+    /// Round trips per connection; `None` runs for [`duration`](Self::duration).
+    pub round_trips: Option<u64>,
+    /// How long to run when no round-trip count is given.
+    pub duration: Duration,
+    /// Requests in flight per connection (1 = ping-pong).
+    pub pipeline: usize,
+    /// Payload sizes.
+    pub payload: PayloadSizes,
+    /// The framing.
+    pub framing: BenchFraming,
+    /// Send a PROXY v2 header first on every connection.
+    pub proxy_v2: bool,
+    /// Pin the in-process server to CPU 0 and the load to CPU 1.
+    pub pin: bool,
+    /// Show a progress bar.
+    pub progress: bool,
+    /// Reads the process's allocation count (the binary's counting allocator), to report
+    /// allocations per frame.
+    pub allocations: Option<fn() -> u64>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            target: None,
+            connections: 64,
+            round_trips: None,
+            duration: Duration::from_secs(5),
+            pipeline: 1,
+            payload: PayloadSizes::Uniform(0, 2048),
+            framing: BenchFraming::VarInt,
+            proxy_v2: false,
+            pin: false,
+            progress: false,
+            allocations: None,
+        }
+    }
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Connections driven.
+    pub connections: usize,
+    /// Round trips completed (replies received and checked).
+    pub frames: u64,
+    /// Payload bytes echoed (one direction).
+    pub payload_bytes: u64,
+    /// Bytes the client wrote on the wire.
+    pub wire_bytes_sent: u64,
+    /// Wall time of the measured phase.
+    pub elapsed: Duration,
+    /// Median round-trip latency.
+    pub p50: Duration,
+    /// 99th percentile round-trip latency.
+    pub p99: Duration,
+    /// Allocations in the whole process during the measured phase, when counted.
+    pub allocations: Option<u64>,
+    /// The in-process server thread's CPU time during the measured phase, when measured.
+    pub server_cpu: Option<Duration>,
+}
+
+impl Report {
+    /// Round trips per second.
+    pub fn frames_per_sec(&self) -> f64 {
+        self.frames as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Payload megabytes per second, counting both directions.
+    pub fn mb_per_sec(&self) -> f64 {
+        2.0 * self.payload_bytes as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+
+    /// Payload bytes over wire bytes sent (1.0 uncompressed, framing overhead included).
+    pub fn compression_ratio(&self) -> f64 {
+        self.payload_bytes as f64 / self.wire_bytes_sent.max(1) as f64
+    }
+
+    /// Allocations per round trip, when counted.
+    pub fn allocations_per_frame(&self) -> Option<f64> {
+        self.allocations
+            .map(|a| a as f64 / self.frames.max(1) as f64)
+    }
+
+    /// Server CPU time per packet, when measured.
+    pub fn server_cpu_per_frame(&self) -> Option<Duration> {
+        self.server_cpu
+            .map(|c| c.div_f64(self.frames.max(1) as f64))
+    }
+
+    /// The summary table.
+    pub fn table(&self) -> String {
+        let mut rows: Vec<(&str, String)> = vec![
+            ("connections", self.connections.to_string()),
+            ("round trips", self.frames.to_string()),
+            ("elapsed", format!("{:.2} s", self.elapsed.as_secs_f64())),
+            ("frames/s", format!("{:.0}", self.frames_per_sec())),
+            (
+                "MB/s (payload, both ways)",
+                format!("{:.1}", self.mb_per_sec()),
+            ),
+            (
+                "p50 latency",
+                format!("{:.1} µs", self.p50.as_secs_f64() * 1e6),
+            ),
+            (
+                "p99 latency",
+                format!("{:.1} µs", self.p99.as_secs_f64() * 1e6),
+            ),
+            (
+                "compression ratio",
+                format!("{:.2} (payload / wire bytes)", self.compression_ratio()),
+            ),
+        ];
+        rows.push((
+            "allocations/frame",
+            self.allocations_per_frame()
+                .map(|a| format!("{a:.4}"))
+                .unwrap_or_else(|| "not counted".into()),
+        ));
+        if let Some(c) = self.server_cpu_per_frame() {
+            rows.push((
+                "server CPU/packet",
+                format!("{:.2} µs", c.as_secs_f64() * 1e6),
+            ));
+        }
+        let w = rows
+            .iter()
+            .map(|(k, _)| k.chars().count())
+            .max()
+            .unwrap_or(0);
+        let v = rows
+            .iter()
+            .map(|(_, v)| v.chars().count())
+            .max()
+            .unwrap_or(0);
+        let mut s = format!(
+            "| {:<w$} | {:>v$} |\n|{}|{}|\n",
+            "metric",
+            "value",
+            "-".repeat(w + 2),
+            "-".repeat(v + 2)
+        );
+        for (k, val) in rows {
+            s += &format!("| {k:<w$} | {val:>v$} |\n");
+        }
+        s
+    }
+
+    /// The report as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "connections": self.connections,
+            "round_trips": self.frames,
+            "elapsed_s": self.elapsed.as_secs_f64(),
+            "frames_per_s": self.frames_per_sec(),
+            "mb_per_s": self.mb_per_sec(),
+            "p50_us": self.p50.as_secs_f64() * 1e6,
+            "p99_us": self.p99.as_secs_f64() * 1e6,
+            "compression_ratio": self.compression_ratio(),
+            "allocations_per_frame": self.allocations_per_frame(),
+            "server_cpu_per_packet_us": self.server_cpu_per_frame().map(|c| c.as_secs_f64() * 1e6),
+        })
+    }
+}
+
+/// splitmix64: deterministic, per connection.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// A game-like byte corpus: entity-update records (IDs, small deltas, repeated names) that
+/// compress roughly 2-4x, like real play traffic.
+pub fn corpus(len: usize, seed: u64) -> Vec<u8> {
+    const NAMES: [&[u8]; 6] = [
+        b"minecraft:zombie",
+        b"minecraft:stone",
+        b"minecraft:oak_log",
+        b"player_position",
+        b"chunk_batch",
+        b"minecraft:air",
+    ];
+    let mut rng = Rng(seed);
+    let mut out = Vec::with_capacity(len + 64);
+    while out.len() < len {
+        let r = rng.next();
+        out.push((r & 0x3f) as u8); // packet-ish id
+        out.extend_from_slice(&((r >> 8) as u32 & 0xfff).to_le_bytes()); // entity id
+        for k in 0..3 {
+            out.push(((r >> (20 + 4 * k)) & 0x7) as u8); // small deltas
+        }
+        if r >> 60 < 6 {
+            out.extend_from_slice(NAMES[(r >> 40) as usize % NAMES.len()]);
+        } else {
+            out.extend_from_slice(&rng.next().to_le_bytes());
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+/// A fixed-size latency histogram: 64 power-of-two ranges of nanoseconds, 16 linear steps
+/// each (within 6.25%).
+#[derive(Clone)]
+pub struct Histogram {
+    counts: Box<[u64; 64 * 16]>,
+    total: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: Box::new([0; 64 * 16]),
+            total: 0,
+        }
+    }
+}
+
+impl Histogram {
+    fn index(ns: u64) -> usize {
+        if ns < 16 {
+            return ns as usize;
+        }
+        let exp = 63 - ns.leading_zeros() as usize; // >= 4
+        let sub = ((ns >> (exp - 4)) & 0xf) as usize;
+        (exp - 3) * 16 + sub
+    }
+
+    fn lower_bound(i: usize) -> u64 {
+        if i < 16 {
+            return i as u64;
+        }
+        let exp = i / 16 + 3;
+        let sub = (i % 16) as u64;
+        (16 + sub) << (exp - 4)
+    }
+
+    /// Records one value.
+    pub fn record(&mut self, d: Duration) {
+        let ns = d.as_nanos().min(u64::MAX as u128) as u64;
+        self.counts[Self::index(ns)] += 1;
+        self.total += 1;
+    }
+
+    /// Adds another histogram's counts.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *a += b;
+        }
+        self.total += other.total;
+    }
+
+    /// The value at quantile `q` (0..=1), to within a bucket.
+    pub fn quantile(&self, q: f64) -> Duration {
+        if self.total == 0 {
+            return Duration::ZERO;
+        }
+        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Duration::from_nanos(Self::lower_bound(i));
+            }
+        }
+        Duration::MAX
+    }
+}
+
+/// A PROXY v2 header for a TCP4 connection from `src` to `dst`, the bench's "real client".
+fn proxy_v2_header(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+    let mut h = vec![
+        0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, 0x21, 0x11, 0x00,
+        12,
+    ];
+    let ip = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => v4.ip().octets(),
+        SocketAddr::V6(_) => [127, 0, 0, 1],
+    };
+    h.extend_from_slice(&ip(src));
+    h.extend_from_slice(&ip(dst));
+    h.extend_from_slice(&src.port().to_be_bytes());
+    h.extend_from_slice(&dst.port().to_be_bytes());
+    h
+}
+
+struct ConnResult {
+    frames: u64,
+    payload_bytes: u64,
+    wire_bytes: u64,
+    histogram: Histogram,
+}
+
+/// Shared run state.
+struct Run {
+    corpus: Vec<u8>,
+    opts: LoadOptions,
+    stop: AtomicBool,
+    /// Round trips completed so far (for the progress bar).
+    done: AtomicU64,
+    /// Connections established; the measured phase starts when all are.
+    ready: tokio::sync::Barrier,
+}
+
+async fn drive_connection(run: Arc<Run>, index: usize, addr: SocketAddr) -> io::Result<ConnResult> {
+    let opts = &run.opts;
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    if opts.proxy_v2 {
+        let src = SocketAddr::from(([10, 1, (index >> 8) as u8, index as u8], 40000));
+        stream.write_all(&proxy_v2_header(src, addr)).await?;
+    }
+    let max = opts.payload.max();
+    let fixed = LengthPrefixed::PKTCONN;
+    let decoder = FrameDecoder::new();
+    let mut rng = Rng(0x5eed ^ index as u64);
+    let depth = opts.pipeline.max(1);
+    let mut wbuf = Vec::with_capacity(depth * (max + 8));
+    let mut rbuf = vec![0u8; (depth * (max + 8)).max(8192)];
+    let (mut rstart, mut rend) = (0usize, 0usize);
+    let mut inflight: VecDeque<(usize, usize, Instant)> = VecDeque::with_capacity(depth);
+    let mut histogram = Histogram::default();
+    let mut result = ConnResult {
+        frames: 0,
+        payload_bytes: 0,
+        wire_bytes: 0,
+        histogram: Histogram::default(),
+    };
+    let total = opts.round_trips.unwrap_or(u64::MAX);
+    let mut sent = 0u64;
+    run.ready.wait().await;
+
+    let corpus = &run.corpus;
+    let mut fill =
+        |wbuf: &mut Vec<u8>, inflight: &mut VecDeque<(usize, usize, Instant)>, sent: &mut u64| {
+            while inflight.len() < depth && *sent < total && !run.stop.load(Ordering::Relaxed) {
+                let len = opts.payload.draw(&mut rng);
+                let off = (rng.next() % (corpus.len() - max + 1) as u64) as usize;
+                let payload = &corpus[off..off + len];
+                let at = wbuf.len();
+                wbuf.resize(at + len + 8, 0);
+                let n = match opts.framing {
+                    BenchFraming::VarInt => encode_packet(wire::ECHO, payload, &mut wbuf[at..]),
+                    BenchFraming::U32Le => fixed.encode(payload, &mut wbuf[at..]),
+                }
+                .expect("room reserved");
+                wbuf.truncate(at + n);
+                inflight.push_back((off, len, Instant::now()));
+                *sent += 1;
+            }
+        };
+    fill(&mut wbuf, &mut inflight, &mut sent);
+    while !inflight.is_empty() {
+        if !wbuf.is_empty() {
+            stream.write_all(&wbuf).await?;
+            result.wire_bytes += wbuf.len() as u64;
+            wbuf.clear();
+        }
+        if rend == rbuf.len() {
+            rbuf.copy_within(rstart..rend, 0);
+            rend -= rstart;
+            rstart = 0;
+        }
+        let n = stream.read(&mut rbuf[rend..]).await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            ));
+        }
+        rend += n;
+        loop {
+            let avail = &rbuf[rstart..rend];
+            let decoded = match opts.framing {
+                BenchFraming::VarInt => decoder.decode_frame(avail),
+                BenchFraming::U32Le => fixed.decode(avail),
+            }
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let Status::Complete(frame) = decoded else {
+                break;
+            };
+            let payload = match opts.framing {
+                BenchFraming::VarInt => {
+                    let p = split_packet(frame.body)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    if p.id != wire::ECHO {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("unexpected reply id {:#x}", p.id),
+                        ));
+                    }
+                    p.data
+                }
+                BenchFraming::U32Le => frame.body,
+            };
+            let Some((off, len, at)) = inflight.pop_front() else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "unsolicited reply",
+                ));
+            };
+            if payload != &corpus[off..off + len] {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "echo mismatch"));
+            }
+            histogram.record(at.elapsed());
+            result.frames += 1;
+            result.payload_bytes += len as u64;
+            rstart += frame.consumed;
+            run.done.fetch_add(1, Ordering::Relaxed);
+            fill(&mut wbuf, &mut inflight, &mut sent);
+        }
+        if rstart == rend {
+            rstart = 0;
+            rend = 0;
+        }
+    }
+    result.histogram = histogram;
+    Ok(result)
+}
+
+/// This thread's CPU time (user + system) from `/proc`, in clock ticks of 10 ms.
+fn thread_cpu(tid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+fn current_tid() -> Option<String> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
+}
+
+fn pin_to(core: usize) {
+    if let Some(id) =
+        core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core))
+    {
+        core_affinity::set_for_current(id);
+    }
+}
+
+/// An in-process server on its own thread and single-threaded runtime.
+struct LocalServer {
+    addr: SocketAddr,
+    tid: Option<String>,
+    shutdown: CancellationToken,
+    thread: std::thread::JoinHandle<io::Result<()>>,
+}
+
+fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
+    let service = match opts.framing {
+        BenchFraming::VarInt => service::Config::new(),
+        BenchFraming::U32Le => {
+            service::Config::new().with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
+        }
+    }
+    .with_max_packet_len(opts.payload.max() + 16);
+    let serve = ServeOptions {
+        service,
+        ..ServeOptions::default()
+    };
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let pin = opts.pin;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("wirekit-serve".into())
+        .spawn(move || {
+            if pin {
+                pin_to(0);
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let server = match Server::bind(serve).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let _ = tx.send(Ok((server.local_addr(), current_tid())));
+                server.run(token).await
+            })
+        })?;
+    let (addr, tid) = rx
+        .recv()
+        .map_err(|_| io::Error::other("server thread died"))??;
+    Ok(LocalServer {
+        addr,
+        tid,
+        shutdown,
+        thread,
+    })
+}
+
+/// Runs the load and returns the report. Blocking: it builds its own runtimes.
+pub fn run(opts: LoadOptions) -> io::Result<Report> {
+    let local = match opts.target {
+        Some(_) => None,
+        None => Some(start_local_server(&opts)?),
+    };
+    let addr = opts
+        .target
+        .or(local.as_ref().map(|l| l.addr))
+        .expect("a target or a local server");
+    if opts.pin {
+        pin_to(1);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(drive(opts, addr, local.as_ref()));
+    if let Some(local) = local {
+        local.shutdown.cancel();
+        match local.thread.join() {
+            Ok(r) => r?,
+            Err(_) => return Err(io::Error::other("server thread panicked")),
+        }
+    }
+    result
+}
+
+async fn drive(
+    opts: LoadOptions,
+    addr: SocketAddr,
+    local: Option<&LocalServer>,
+) -> io::Result<Report> {
+    let max = opts.payload.max();
+    let run = Arc::new(Run {
+        corpus: corpus((max * 4).max(1 << 16), 0xc0ffee),
+        ready: tokio::sync::Barrier::new(opts.connections + 1),
+        stop: AtomicBool::new(false),
+        done: AtomicU64::new(0),
+        opts: opts.clone(),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..opts.connections {
+        let run = run.clone();
+        tasks.spawn(drive_connection(run, i, addr));
+    }
+    run.ready.wait().await;
+    let start = Instant::now();
+    let allocs0 = opts.allocations.map(|f| f());
+    let cpu0 = local.and_then(|l| l.tid.as_deref()).and_then(thread_cpu);
+    let bar = opts.progress.then(|| {
+        let bar = match opts.round_trips {
+            Some(n) => indicatif::ProgressBar::new(n * opts.connections as u64),
+            None => indicatif::ProgressBar::new(opts.duration.as_millis() as u64),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {msg}",
+            )
+            .expect("valid template"),
+        );
+        bar
+    });
+    let ticker =
+        {
+            let run = run.clone();
+            let bar = bar.clone();
+            let opts = opts.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tick.tick().await;
+                    let done = run.done.load(Ordering::Relaxed);
+                    let elapsed = start.elapsed();
+                    if opts.round_trips.is_none() && elapsed >= opts.duration {
+                        run.stop.store(true, Ordering::Relaxed);
+                    }
+                    if let Some(bar) = &bar {
+                        match opts.round_trips {
+                            Some(_) => bar.set_position(done),
+                            None => bar.set_position(
+                                elapsed.as_millis().min(opts.duration.as_millis()) as u64,
+                            ),
+                        }
+                        bar.set_message(format!(
+                            "{done} round trips, {:.0}/s",
+                            done as f64 / elapsed.as_secs_f64().max(1e-3)
+                        ));
+                    }
+                }
+            })
+        };
+    let mut histogram = Histogram::default();
+    let (mut frames, mut payload_bytes, mut wire_bytes) = (0, 0, 0);
+    let mut first_error = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined.map_err(io::Error::other)? {
+            Ok(r) => {
+                histogram.merge(&r.histogram);
+                frames += r.frames;
+                payload_bytes += r.payload_bytes;
+                wire_bytes += r.wire_bytes;
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+                run.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    let allocations = opts.allocations.zip(allocs0).map(|(f, a0)| f() - a0);
+    let server_cpu = cpu0.and_then(|c0| {
+        let c1 = local.and_then(|l| l.tid.as_deref()).and_then(thread_cpu)?;
+        Some(c1.saturating_sub(c0))
+    });
+    ticker.abort();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(Report {
+        connections: opts.connections,
+        frames,
+        payload_bytes,
+        wire_bytes_sent: wire_bytes,
+        elapsed,
+        p50: histogram.quantile(0.50),
+        p99: histogram.quantile(0.99),
+        allocations,
+        server_cpu,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_sizes_parse() {
+        assert_eq!("uniform:0-2048".parse(), Ok(PayloadSizes::Uniform(0, 2048)));
+        assert_eq!("10-20".parse(), Ok(PayloadSizes::Uniform(10, 20)));
+        assert_eq!("64".parse(), Ok(PayloadSizes::Fixed(64)));
+        assert_eq!("exp:100".parse(), Ok(PayloadSizes::Exponential(100)));
+        assert!("uniform:5-1".parse::<PayloadSizes>().is_err());
+        assert!("zipf:3".parse::<PayloadSizes>().is_err());
+    }
+
+    #[test]
+    fn histogram_quantiles_within_a_bucket() {
+        let mut h = Histogram::default();
+        for us in 1..=100u64 {
+            h.record(Duration::from_micros(us));
+        }
+        let p50 = h.quantile(0.5).as_nanos() as f64;
+        let p99 = h.quantile(0.99).as_nanos() as f64;
+        assert!((p50 - 50_000.0).abs() / 50_000.0 < 0.07, "{p50}");
+        assert!((p99 - 99_000.0).abs() / 99_000.0 < 0.07, "{p99}");
+        for i in 0..(64 - 3) * 16 {
+            assert_eq!(Histogram::index(Histogram::lower_bound(i)), i);
+        }
+    }
+}

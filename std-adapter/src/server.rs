@@ -1,0 +1,392 @@
+//! The wirekit server: [`wirekit_core::service`] over tokio TCP.
+//!
+//! The protocol lives in the core's [`Session`]; this module only moves bytes: it accepts,
+//! keeps one input and one output buffer per connection (grown only to what the session says the
+//! next frame needs, never to a length the peer merely declared), enforces the header timeout and
+//! the connection limit, logs why a connection ended, and shuts down gracefully.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use wirekit_std::server::{ServeOptions, Server};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let server = Server::bind(ServeOptions::default()).await?;
+//! println!("listening on {}", server.local_addr());
+//! let shutdown = CancellationToken::new();
+//! server.run(shutdown).await
+//! # }
+//! ```
+
+use std::cell::RefCell;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+use wirekit_core::Needed;
+use wirekit_core::service::{
+    self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
+};
+
+/// How `wirekit serve` is configured.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// The service: framing, maximum packet, compression threshold.
+    pub service: service::Config,
+    /// Connections served at once; more are accepted and closed at once.
+    pub max_connections: usize,
+    /// Time allowed for the PROXY header or the first bytes of the first frame.
+    pub header_timeout: Duration,
+    /// On shutdown, how long a connection may take to finish a frame in flight.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            service: service::Config::new().with_max_packet_len(1 << 20),
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a connection ended early.
+#[derive(Debug)]
+pub enum ConnError {
+    /// The protocol said to close (framing, PROXY, compression, timeout, truncation).
+    Session(SessionError),
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ConnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnError::Session(e) => e.fmt(f),
+            ConnError::Io(e) => write!(f, "i/o: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnError {}
+
+impl From<SessionError> for ConnError {
+    fn from(e: SessionError) -> Self {
+        ConnError::Session(e)
+    }
+}
+
+impl From<io::Error> for ConnError {
+    fn from(e: io::Error) -> Self {
+        ConnError::Io(e)
+    }
+}
+
+/// A bound server, ready to [`run`](Server::run).
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    options: ServeOptions,
+    counters: Arc<AtomicCounters>,
+}
+
+impl Server {
+    /// Binds the listening socket.
+    pub async fn bind(options: ServeOptions) -> io::Result<Server> {
+        let listener = TcpListener::bind(options.listen).await?;
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared {
+                options,
+                counters: Arc::new(AtomicCounters::new()),
+            }),
+        })
+    }
+
+    /// The address the server listens on (with the port the OS chose for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The server's counters (what a stats request reports).
+    pub fn counters(&self) -> Arc<AtomicCounters> {
+        self.shared.counters.clone()
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops accepting, lets every connection finish
+    /// the frames it has in flight (up to the shutdown grace), and returns.
+    pub async fn run(self, shutdown: CancellationToken) -> io::Result<()> {
+        let Server { listener, shared } = self;
+        let limit = Arc::new(Semaphore::new(shared.options.max_connections));
+        let tracker = TaskTracker::new();
+        info!(addr = %listener.local_addr()?, "serving");
+        loop {
+            let (stream, peer) = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // EMFILE and friends: keep serving the connections we have.
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(permit) = limit.clone().try_acquire_owned() else {
+                warn!(%peer, "connection limit reached; closing");
+                drop(stream);
+                continue;
+            };
+            let shared = shared.clone();
+            let shutdown = shutdown.clone();
+            tracker.spawn(async move {
+                serve_connection(stream, peer, &shared, &shutdown).await;
+                drop(permit);
+            });
+        }
+        drop(listener);
+        tracker.close();
+        info!(
+            connections = tracker.len(),
+            "shutting down; finishing frames in flight"
+        );
+        let grace = shared.options.shutdown_grace + Duration::from_millis(500);
+        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+            warn!("shutdown grace expired with connections still open");
+        }
+        info!("stopped");
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// The scratch memory sessions on this thread share: only borrowed inside a synchronous
+    /// `Session::handle` call, never across an await.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Bytes received and not yet consumed, in a buffer that grows only as the session asks.
+struct InputBuffer {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// What a connection buffer starts at (once the peer has sent something).
+const INITIAL_BUFFER: usize = 4096;
+
+impl InputBuffer {
+    fn new() -> Self {
+        InputBuffer {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Free room after the data, at least `more` bytes (and no more than the larger of that and
+    /// the buffer's current size): the data is moved to the front or the buffer grown.
+    fn spare(&mut self, more: usize) -> &mut [u8] {
+        if self.buf.len() - self.end < more {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            let want = self.end + more;
+            if self.buf.len() < want {
+                let grown = want.max(INITIAL_BUFFER).max(self.buf.len().min(want * 2));
+                self.buf.resize(grown.max(want), 0);
+            }
+        }
+        &mut self.buf[self.end..]
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.end += n;
+    }
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    shutdown: &CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut session = Session::new(&shared.options.service);
+    let counters: &AtomicCounters = &shared.counters;
+    debug!(%peer, "accepted");
+    let result = drive(&mut stream, &mut session, shared, counters, shutdown).await;
+    match &result {
+        Ok(()) => debug!(%peer, "closed"),
+        Err(e) => warn!(%peer, reason = %e, "closing connection"),
+    }
+    let session_error = match &result {
+        Err(ConnError::Session(e)) => Some(*e),
+        _ => None,
+    };
+    session.finish(counters, session_error.as_ref());
+}
+
+async fn drive(
+    stream: &mut TcpStream,
+    session: &mut Session,
+    shared: &Shared,
+    counters: &AtomicCounters,
+    shutdown: &CancellationToken,
+) -> Result<(), ConnError> {
+    let options = &shared.options;
+    let mut input = InputBuffer::new();
+    let mut out: Vec<u8> = Vec::new();
+    let header_deadline = Instant::now() + options.header_timeout;
+    let mut consumed_total = 0usize;
+    let mut grace_deadline: Option<Instant> = None;
+
+    // Greeting: tiny, so a stack buffer; the connection's buffers wait for the peer's bytes.
+    {
+        let mut greeting = [0u8; 16];
+        let p = handle(session, &[], &mut greeting, counters)?;
+        if p.written > 0 {
+            stream.write_all(&greeting[..p.written]).await?;
+        }
+    }
+    loop {
+        if out.is_empty() && input.len() > 0 {
+            out.resize(INITIAL_BUFFER, 0);
+        }
+        let p = handle(session, input.data(), &mut out, counters)?;
+        input.consume(p.consumed);
+        consumed_total += p.consumed;
+        if p.written > 0 {
+            stream.write_all(&out[..p.written]).await?;
+        }
+        let needed = match p.want {
+            Want::Call => continue,
+            Want::Output(required) => {
+                let required = required.min(options.service.max_output_len());
+                if out.len() < required {
+                    out.resize(required, 0);
+                }
+                continue;
+            }
+            Want::Input(needed) => needed,
+        };
+        // Read more input, under the header timeout until the peer's first frame completes and
+        // under the shutdown grace once shutting down.
+        if shutdown.is_cancelled() && grace_deadline.is_none() {
+            if input.len() == 0 {
+                return Ok(());
+            }
+            grace_deadline = Some(Instant::now() + options.shutdown_grace);
+        }
+        let deadline = match (consumed_total == 0, grace_deadline) {
+            (true, Some(g)) => Some(header_deadline.min(g)),
+            (true, None) => Some(header_deadline),
+            (false, g) => g,
+        };
+        // Between frames, a shutdown ends the connection; inside one, the grace deadline does.
+        let watch_shutdown = grace_deadline.is_none() && input.len() == 0;
+        if input.buf.is_empty() {
+            // Nothing allocated until the peer sends something: silent connections stay cheap.
+            let ready = with_deadline(deadline, stream.readable());
+            tokio::select! {
+                biased;
+                r = ready => r.map_err(|e| e.into_conn(session))?,
+                () = shutdown.cancelled(), if watch_shutdown => continue,
+            }
+        }
+        let more = match needed {
+            Needed::Exactly(n) => n,
+            Needed::Unknown => 1,
+        };
+        let spare = input.spare(more);
+        let read = with_deadline(deadline, stream.read(spare));
+        let n = tokio::select! {
+            biased;
+            r = read => r.map_err(|e| e.into_conn(session))?,
+            () = shutdown.cancelled(), if watch_shutdown => continue,
+        };
+        if n == 0 {
+            session.end_of_input(input.len())?;
+            return Ok(());
+        }
+        input.filled(n);
+    }
+}
+
+enum WaitError {
+    Timeout,
+    Io(io::Error),
+}
+
+impl WaitError {
+    fn into_conn(self, session: &Session) -> ConnError {
+        match self {
+            WaitError::Timeout => session.timed_out().into(),
+            WaitError::Io(e) => e.into(),
+        }
+    }
+}
+
+async fn with_deadline<T>(
+    deadline: Option<Instant>,
+    f: impl Future<Output = io::Result<T>>,
+) -> Result<T, WaitError> {
+    match deadline {
+        Some(d) => match tokio::time::timeout_at(d, f).await {
+            Ok(r) => r.map_err(WaitError::Io),
+            Err(_) => Err(WaitError::Timeout),
+        },
+        None => f.await.map_err(WaitError::Io),
+    }
+}
+
+/// One synchronous session call with this thread's shared scratch.
+fn handle(
+    session: &mut Session,
+    input: &[u8],
+    out: &mut [u8],
+    counters: &AtomicCounters,
+) -> Result<service::Progress, SessionError> {
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let mut ws = Workspace::new(&mut scratch);
+        session.handle(input, out, &mut ws, counters as &dyn Counters)
+    })
+}
