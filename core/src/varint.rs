@@ -73,32 +73,53 @@ const fn varlong_len_u(v: u64) -> usize {
 /// a VarInt (including empty input).
 #[inline]
 pub fn decode_varint(input: &[u8]) -> Result<Status<(i32, usize)>, VarIntError> {
-    // Fast path: one byte (packet IDs, small lengths).
-    if let Some(&b) = input.first()
-        && b & 0x80 == 0
-    {
-        return Ok(Status::Complete((b as i32, 1)));
+    // Straight-line decoding when five bytes are at hand (the common case inside a buffer):
+    // no per-byte bounds checks, one predictable branch per byte.
+    if let Some(b) = input.first_chunk::<VARINT_MAX_LEN>() {
+        let mut v = b[0] as u32;
+        if v < 0x80 {
+            return Ok(Status::Complete((v as i32, 1)));
+        }
+        v = (v & 0x7f) | ((b[1] as u32) << 7);
+        if b[1] < 0x80 {
+            return Ok(Status::Complete((v as i32, 2)));
+        }
+        v = (v & 0x3fff) | ((b[2] as u32) << 14);
+        if b[2] < 0x80 {
+            return Ok(Status::Complete((v as i32, 3)));
+        }
+        v = (v & 0x1f_ffff) | ((b[3] as u32) << 21);
+        if b[3] < 0x80 {
+            return Ok(Status::Complete((v as i32, 4)));
+        }
+        return last_varint_byte(v & 0x0fff_ffff, b[4]);
     }
     let mut value: u32 = 0;
-    for i in 0..VARINT_MAX_LEN {
-        let Some(&b) = input.get(i) else {
-            return Ok(Status::Partial(Needed::Unknown));
-        };
+    for (i, &b) in input.iter().enumerate() {
         if i == VARINT_MAX_LEN - 1 {
-            if b & 0x80 != 0 {
-                return Err(VarIntError::TooLong);
-            }
-            // 4 * 7 = 28 bits so far; only 4 more fit.
-            if b & 0x70 != 0 {
-                return Err(VarIntError::Overflow);
-            }
+            return last_varint_byte(value, b);
         }
         value |= ((b & 0x7f) as u32) << (7 * i);
         if b & 0x80 == 0 {
             return Ok(Status::Complete((value as i32, i + 1)));
         }
     }
-    unreachable!("the loop returns on the last byte")
+    Ok(Status::Partial(Needed::Unknown))
+}
+
+/// The fifth VarInt byte: no continuation, and only 4 more bits fit.
+#[inline]
+fn last_varint_byte(low28: u32, b: u8) -> Result<Status<(i32, usize)>, VarIntError> {
+    if b & 0x80 != 0 {
+        return Err(VarIntError::TooLong);
+    }
+    if b & 0x70 != 0 {
+        return Err(VarIntError::Overflow);
+    }
+    Ok(Status::Complete((
+        (low28 | ((b as u32) << 28)) as i32,
+        VARINT_MAX_LEN,
+    )))
 }
 
 /// Decodes a VarLong from the start of `input`; see [`decode_varint`].

@@ -102,28 +102,32 @@ fn print_table(criterion_dir: &Path) -> Result<(), String> {
     groups.sort();
     groups.dedup();
     println!("\n| group | function | median | throughput | wirekit speed-up |");
-    println!("|---|---|---:|---:|---:|");
+    println!("|---|---|---:|---:|---|");
     for g in groups {
         let members: Vec<&Row> = rows
             .iter()
             .filter(|(gr, _)| *gr == g)
             .map(|(_, r)| r)
             .collect();
-        let base = members
+        let ours: Vec<&Row> = members
             .iter()
+            .copied()
             .filter(|r| r.function.starts_with("wirekit"))
-            .map(|r| r.median_ns)
-            .fold(f64::NAN, f64::min);
-        for r in members {
+            .collect();
+        for r in &members {
             let tp = r
                 .throughput
                 .as_ref()
                 .map(|(k, n)| human_rate(k, *n, r.median_ns))
                 .unwrap_or_default();
-            let ratio = if r.function.starts_with("wirekit") || base.is_nan() {
+            // A peer row shows how many times faster each wirekit variant is than that peer.
+            let ratio = if r.function.starts_with("wirekit") {
                 String::from("—")
             } else {
-                format!("{:.2}x", r.median_ns / base)
+                ours.iter()
+                    .map(|w| format!("{} {:.2}x", w.function, r.median_ns / w.median_ns))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             };
             println!(
                 "| {g} | {} | {} | {tp} | {ratio} |",
@@ -133,7 +137,7 @@ fn print_table(criterion_dir: &Path) -> Result<(), String> {
         }
     }
     println!(
-        "\nspeed-up = peer median / fastest wirekit median in the group (>1: wirekit is faster)."
+        "\nspeed-up = peer median / wirekit median, same group, same run (>1: wirekit is faster)."
     );
     Ok(())
 }
