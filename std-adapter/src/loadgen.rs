@@ -587,6 +587,11 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
     .with_max_packet_len(opts.payload.max() + 16);
     let serve = ServeOptions {
         service,
+        proxy: if opts.proxy_v2 {
+            wirekit_core::proxy::policy::Policy::Use
+        } else {
+            wirekit_core::proxy::policy::Policy::Skip
+        },
         ..ServeOptions::default()
     };
     let shutdown = CancellationToken::new();

@@ -31,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 use wirekit_core::Needed;
+use wirekit_core::proxy::Limits;
+use wirekit_core::proxy::policy::{AcceptPolicy, Cidr, Policy};
 use wirekit_core::service::{
     self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
 };
@@ -40,8 +42,20 @@ use wirekit_core::service::{
 pub struct ServeOptions {
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// The service: framing, maximum packet, compression threshold.
+    /// The service: framing, maximum packet, compression threshold. Its PROXY policy is
+    /// replaced per peer by [`proxy`](Self::proxy), [`untrusted_proxy`](Self::untrusted_proxy)
+    /// and [`trusted`](Self::trusted).
     pub service: service::Config,
+    /// PROXY header policy for peers in [`trusted`](Self::trusted), or for every peer when the
+    /// list is empty.
+    pub proxy: Policy,
+    /// PROXY header policy for peers outside a non-empty [`trusted`](Self::trusted) list
+    /// (default REJECT: only trusted proxies may send a header).
+    pub untrusted_proxy: Policy,
+    /// Networks whose peers are trusted proxies.
+    pub trusted: Vec<Cidr>,
+    /// PROXY header limits.
+    pub proxy_limits: Limits,
     /// Connections served at once; more are accepted and closed at once.
     pub max_connections: usize,
     /// Time allowed for the PROXY header or the first bytes of the first frame.
@@ -55,6 +69,10 @@ impl Default for ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             service: service::Config::new().with_max_packet_len(1 << 20),
+            proxy: Policy::Skip,
+            untrusted_proxy: Policy::Reject,
+            trusted: Vec::new(),
+            proxy_limits: Limits::default(),
             max_connections: 10_000,
             header_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
@@ -249,13 +267,24 @@ async fn serve_connection(
     shutdown: &CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    let mut session = Session::new(&shared.options.service);
+    let options = &shared.options;
+    let accept = if options.trusted.is_empty() {
+        AcceptPolicy::all(options.proxy)
+    } else {
+        AcceptPolicy::new(&options.trusted, options.proxy, options.untrusted_proxy)
+    };
+    let config = options
+        .service
+        .with_proxy(options.proxy, options.proxy_limits);
+    let mut session = Session::with_proxy_policy(&config, accept.policy_for(peer.ip()));
     let counters: &AtomicCounters = &shared.counters;
     debug!(%peer, "accepted");
     let result = drive(&mut stream, &mut session, shared, counters, shutdown).await;
+    // The real client: from the PROXY header when one was accepted.
+    let client = session.proxied_source().unwrap_or(peer);
     match &result {
-        Ok(()) => debug!(%peer, "closed"),
-        Err(e) => warn!(%peer, reason = %e, "closing connection"),
+        Ok(()) => debug!(%client, %peer, "closed"),
+        Err(e) => warn!(%client, %peer, reason = %e, "closing connection"),
     }
     let session_error = match &result {
         Err(ConnError::Session(e)) => Some(*e),

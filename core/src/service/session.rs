@@ -7,6 +7,8 @@ use super::wire::{self, DeriveRequest, ErrorCode, ErrorReply, Stats};
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::{self, FrameDecoder, encode_packet, frame_len, split_packet};
 use crate::frame::{EncodeError, FrameError};
+use crate::proxy::policy::{self, Decision, Outcome, Policy, Reason, Source};
+use crate::proxy::{self as proxy_header, Limits};
 use crate::varint::VARINT_MAX_LEN;
 use crate::{Needed, Status};
 
@@ -27,6 +29,8 @@ pub struct Config {
     framing: Framing,
     max_packet_len: usize,
     threshold: i32,
+    proxy: Policy,
+    proxy_limits: Limits,
 }
 
 impl Default for Config {
@@ -40,13 +44,37 @@ impl Config {
     pub const DEFAULT_MAX_PACKET_LEN: usize = 4096;
 
     /// VarInt framing, packets up to [`DEFAULT_MAX_PACKET_LEN`](Self::DEFAULT_MAX_PACKET_LEN),
-    /// no compression, no PROXY header.
+    /// no compression, no PROXY header ([`Policy::Skip`]).
     pub const fn new() -> Self {
         Config {
             framing: Framing::VarInt,
             max_packet_len: Self::DEFAULT_MAX_PACKET_LEN,
             threshold: -1,
+            proxy: Policy::Skip,
+            proxy_limits: Limits {
+                max_header_len: Limits::DEFAULT_MAX_HEADER_LEN,
+            },
         }
+    }
+
+    /// Sets the PROXY header policy every session uses unless the adapter picks one per peer
+    /// ([`Session::with_proxy_policy`], from an
+    /// [`AcceptPolicy`](crate::proxy::policy::AcceptPolicy) and the peer's address), and the
+    /// header size limit.
+    pub const fn with_proxy(mut self, policy: Policy, limits: Limits) -> Self {
+        self.proxy = policy;
+        self.proxy_limits = limits;
+        self
+    }
+
+    /// The default PROXY policy.
+    pub const fn proxy_policy(&self) -> Policy {
+        self.proxy
+    }
+
+    /// The PROXY header limits.
+    pub const fn proxy_limits(&self) -> Limits {
+        self.proxy_limits
     }
 
     /// Sets the framing. For [`Framing::Fixed`] the maximum payload is the smaller of the
@@ -101,13 +129,18 @@ impl Config {
         self.threshold
     }
 
-    /// The most bytes one frame can take on the wire: an input buffer this large always has room
-    /// for the next frame.
+    /// The most bytes one frame (or the PROXY header) can take on the wire: an input buffer
+    /// this large always has room for the next one.
     pub const fn max_input_len(&self) -> usize {
-        match self.framing {
+        let frame = match self.framing {
             Framing::VarInt => frame_len(self.max_packet_len()),
             Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
-        }
+        };
+        let header = match self.proxy {
+            Policy::Skip => 0,
+            _ => self.proxy_limits.max_header_len,
+        };
+        if header > frame { header } else { frame }
     }
 
     /// The most bytes one reply can take: an output buffer this large never gets
@@ -170,6 +203,8 @@ pub struct Progress {
 pub enum SessionError {
     /// The framing is malformed or a frame is above the maximum.
     Frame(FrameError),
+    /// The PROXY header is invalid, missing under REQUIRE or present under REJECT.
+    Proxy(Reason),
     /// The peer closed the connection in the middle of a frame or header (see
     /// [`Session::end_of_input`]).
     Truncated,
@@ -183,6 +218,10 @@ impl SessionError {
     pub const fn as_str(&self) -> &'static str {
         match self {
             SessionError::Frame(e) => e.as_str(),
+            SessionError::Proxy(Reason::HeaderMissing) => "PROXY header required but missing",
+            SessionError::Proxy(Reason::HeaderForbidden) => "PROXY header not allowed",
+            SessionError::Proxy(Reason::Invalid(e)) => e.as_str(),
+            SessionError::Proxy(_) => "bad PROXY header",
             SessionError::Truncated => "peer closed the connection mid-frame",
             SessionError::HeaderTimeout => "no header or first frame within the header timeout",
         }
@@ -193,6 +232,7 @@ impl fmt::Display for SessionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SessionError::Frame(e) => write!(f, "bad framing: {e}"),
+            SessionError::Proxy(r) => r.fmt(f),
             other => f.write_str(other.as_str()),
         }
     }
@@ -211,13 +251,14 @@ impl From<FrameError> for SessionError {
 enum State {
     /// Nothing done yet: count the connection, send the greeting.
     Start,
+    /// Reading the PROXY header (or finding there is none).
+    Proxy,
     /// Serving frames.
     Framed,
 }
 
 /// One connection's service state. See the [module docs](super) for how to drive it.
 #[derive(Debug, Clone)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Session {
     config: Config,
     state: State,
@@ -225,6 +266,9 @@ pub struct Session {
     threshold: i32,
     decoder: FrameDecoder,
     tally: Tally,
+    policy: Policy,
+    /// The client's address from an accepted PROXY header.
+    source: Option<core::net::SocketAddr>,
 }
 
 /// The outcome of handling one frame.
@@ -236,8 +280,15 @@ enum Step {
 }
 
 impl Session {
-    /// A new session for an accepted connection.
+    /// A new session for an accepted connection, with the config's PROXY policy.
     pub fn new(config: &Config) -> Self {
+        Self::with_proxy_policy(config, config.proxy)
+    }
+
+    /// A new session with the PROXY policy for this peer (typically
+    /// [`AcceptPolicy::policy_for`](crate::proxy::policy::AcceptPolicy::policy_for) the peer's
+    /// IP address, so trusted proxies and other peers are treated differently).
+    pub fn with_proxy_policy(config: &Config, policy: Policy) -> Self {
         let mut config = *config;
         if let Framing::Fixed(f) = config.framing {
             // The session's decoder enforces the smaller of the two maxima.
@@ -250,7 +301,21 @@ impl Session {
             threshold: -1,
             decoder: FrameDecoder::new().with_max_frame_len(config.max_packet_len()),
             tally: Tally::default(),
+            policy,
+            source: None,
         }
+    }
+
+    /// The client's address from an accepted PROXY header (`None`: no header, or the header
+    /// did not carry addresses, or the policy said to ignore it — the peer's own address is the
+    /// client's). For logs.
+    pub fn proxied_source(&self) -> Option<core::net::SocketAddr> {
+        self.source
+    }
+
+    /// `true` until the PROXY header phase is over (the adapter's header timeout applies).
+    pub fn in_header(&self) -> bool {
+        matches!(self.state, State::Start | State::Proxy)
     }
 
     /// The connection's current compression threshold (negative: uncompressed).
@@ -345,7 +410,29 @@ impl Session {
                 }
                 self.threshold = announced;
             }
-            self.state = State::Framed;
+            self.state = if self.policy == Policy::Skip {
+                State::Framed
+            } else {
+                State::Proxy
+            };
+        }
+        if self.state == State::Proxy {
+            let parsed = proxy_header::parse(input, &self.config.proxy_limits);
+            if let Ok(Status::Partial(needed)) = parsed {
+                return Ok(Want::Input(needed));
+            }
+            let outcome = Outcome::from_parse(parsed).expect("not partial");
+            match policy::decide(self.policy, outcome) {
+                Decision::Accept { strip, source } => {
+                    if let Source::Proxied(h) = source {
+                        self.source = h.addresses.source();
+                    }
+                    *consumed += strip;
+                    self.tally.bytes_in += strip as u64;
+                    self.state = State::Framed;
+                }
+                Decision::Reject(reason) => return Err(SessionError::Proxy(reason)),
+            }
         }
         loop {
             let step = self.step(&input[*consumed..], &mut out[*written..], ws, counters)?;
@@ -696,6 +783,123 @@ mod tests {
         assert!(matches!(
             err,
             SessionError::Frame(FrameError::FrameTooLarge { len: 65, max: 64 })
+        ));
+    }
+
+    fn proxied(policy: Policy) -> Harness {
+        Harness::new(Config::new().with_proxy(policy, Limits::default()))
+    }
+
+    #[test]
+    fn proxy_v1_then_frames_in_one_buffer() {
+        let mut h = proxied(Policy::Use);
+        let mut wire = [0u8; 128];
+        let hdr = b"PROXY TCP4 192.0.2.1 10.0.0.1 5000 7000\r\n";
+        wire[..hdr.len()].copy_from_slice(hdr);
+        let n = encode_packet(wire::ECHO, b"hi", &mut wire[hdr.len()..]).unwrap();
+        let total = hdr.len() + n;
+        // Every prefix of the header is partial and consumes nothing.
+        for cut in 0..hdr.len() {
+            let (p, _) = h.handle(&wire[..cut]).unwrap();
+            assert_eq!(p.consumed, 0, "prefix {cut}");
+            assert!(h.session.in_header());
+        }
+        let (p, out) = h.handle(&wire[..total]).unwrap();
+        assert_eq!(p.consumed, total);
+        assert_eq!(out, &wire[hdr.len()..total]);
+        assert!(!h.session.in_header());
+        assert_eq!(
+            h.session.proxied_source().unwrap(),
+            "192.0.2.1:5000".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn proxy_v2_with_tlvs_and_crc() {
+        use crate::proxy::{Addresses, Tlv, v2};
+        let mut h = proxied(Policy::Require);
+        let tlvs = [Tlv::Authority(b"play.example"), Tlv::UniqueId(b"abc")];
+        let builder = v2::Builder::proxy(Addresses::Inet {
+            src: "203.0.113.9:1234".parse().unwrap(),
+            dst: "10.0.0.1:7000".parse().unwrap(),
+        })
+        .tlvs(&tlvs)
+        .crc32c(true);
+        let mut wire = [0u8; 160];
+        let n = builder.encode(&mut wire).unwrap();
+        let m = encode_packet(wire::ECHO, b"v2", &mut wire[n..]).unwrap();
+        let (p, out) = h.handle(&wire[..n + m]).unwrap();
+        assert_eq!((p.consumed, out), (n + m, &wire[n..n + m]));
+        assert_eq!(
+            h.session.proxied_source().unwrap(),
+            "203.0.113.9:1234".parse().unwrap()
+        );
+        // A corrupted CRC closes the connection.
+        let mut h = proxied(Policy::Require);
+        wire[n - 1] ^= 1;
+        assert!(matches!(
+            h.handle(&wire[..n + m]),
+            Err(SessionError::Proxy(Reason::Invalid(_)))
+        ));
+    }
+
+    #[test]
+    fn proxy_policies() {
+        let (frame_p, n) = frame(wire::ECHO, &[0u8; 79]); // length byte 80 = 'P'
+        assert_eq!(frame_p[0], b'P');
+        // USE without a header: a frame that starts like "P..." is still a frame.
+        let mut h = proxied(Policy::Use);
+        let (p, out) = h.handle(&frame_p[..n]).unwrap();
+        assert_eq!((p.consumed, out.len()), (n, n));
+        assert_eq!(h.session.proxied_source(), None);
+        // REQUIRE without a header.
+        let mut h = proxied(Policy::Require);
+        assert_eq!(
+            h.handle(&frame_p[..n]).unwrap_err(),
+            SessionError::Proxy(Reason::HeaderMissing)
+        );
+        // REJECT with a header.
+        let mut h = proxied(Policy::Reject);
+        assert_eq!(
+            h.handle(b"PROXY UNKNOWN\r\n").unwrap_err(),
+            SessionError::Proxy(Reason::HeaderForbidden)
+        );
+        // IGNORE: stripped, but the peer stays the client.
+        let mut h = proxied(Policy::Ignore);
+        let hdr = b"PROXY TCP4 192.0.2.1 10.0.0.1 5000 7000\r\n";
+        let (p, _) = h.handle(hdr).unwrap();
+        assert_eq!(p.consumed, hdr.len());
+        assert_eq!(h.session.proxied_source(), None);
+        // SKIP: the header is payload: 'P' is the length of an 80-byte frame still arriving.
+        let mut h = proxied(Policy::Skip);
+        let (p, _) = h.handle(hdr).unwrap();
+        assert_eq!(
+            (p.consumed, p.want),
+            (0, Want::Input(Needed::Exactly(81 - hdr.len())))
+        );
+        // The greeting goes out before the header arrives.
+        let mut h = Harness::new(
+            Config::new()
+                .with_proxy(Policy::Require, Limits::default())
+                .with_compression_threshold(64),
+        );
+        let (p, out) = h.handle(&[]).unwrap();
+        assert_eq!(out, &[0x02, 0x03, 0x40]);
+        assert!(matches!(p.want, Want::Input(_)));
+    }
+
+    #[test]
+    fn proxy_header_over_the_limit_is_refused_before_its_bytes() {
+        let mut h =
+            Harness::new(Config::new().with_proxy(Policy::Use, Limits { max_header_len: 64 }));
+        let mut sig = [0u8; 16];
+        sig[..12].copy_from_slice(&crate::proxy::v2::SIGNATURE);
+        sig[12] = 0x21;
+        sig[13] = 0x11;
+        sig[14..].copy_from_slice(&1000u16.to_be_bytes());
+        assert!(matches!(
+            h.handle(&sig),
+            Err(SessionError::Proxy(Reason::Invalid(_)))
         ));
     }
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::proxy::Limits;
+use wirekit_core::proxy::policy::{Cidr, Policy};
 use wirekit_core::service::{self, Framing};
 use wirekit_std::loadgen::BenchFraming;
 use wirekit_std::server::{ServeOptions, Server};
@@ -31,6 +33,19 @@ pub struct ServeArgs {
     /// Seconds allowed for the PROXY header or the first frame to start arriving.
     #[arg(long, default_value_t = 5.0)]
     pub header_timeout: f64,
+    /// PROXY protocol policy: USE, IGNORE, REQUIRE, REJECT or SKIP (no header read). With
+    /// --trusted, it applies to the trusted networks only.
+    #[arg(long, default_value = "SKIP")]
+    pub proxy_protocol: Policy,
+    /// Trusted proxy networks (CIDR, repeatable or comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub trusted: Vec<Cidr>,
+    /// PROXY policy for peers outside --trusted.
+    #[arg(long, default_value = "REJECT")]
+    pub untrusted_proxy_protocol: Policy,
+    /// Largest PROXY header accepted, in bytes.
+    #[arg(long, default_value_t = Limits::DEFAULT_MAX_HEADER_LEN)]
+    pub max_proxy_header: usize,
     /// Worker threads (1: a single-threaded runtime).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -52,6 +67,12 @@ impl ServeArgs {
             listen: self.listen,
             service,
             max_connections: self.max_connections,
+            proxy: self.proxy_protocol,
+            untrusted_proxy: self.untrusted_proxy_protocol,
+            trusted: self.trusted.clone(),
+            proxy_limits: Limits {
+                max_header_len: self.max_proxy_header,
+            },
             header_timeout: Duration::from_secs_f64(self.header_timeout.max(0.001)),
             ..ServeOptions::default()
         }
