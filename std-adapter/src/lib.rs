@@ -4,5 +4,9 @@
 
 pub use wirekit_core as core;
 
+pub mod acceptor;
+pub mod blocking;
+mod buffer;
+pub mod codec;
 pub mod loadgen;
 pub mod server;

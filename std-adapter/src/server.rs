@@ -30,6 +30,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
+
+use crate::buffer::{INITIAL_BUFFER, InputBuffer};
 use wirekit_core::Needed;
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{AcceptPolicy, Cidr, Policy};
@@ -202,64 +204,6 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Bytes received and not yet consumed, in a buffer that grows only as the session asks.
-struct InputBuffer {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-}
-
-/// What a connection buffer starts at (once the peer has sent something).
-const INITIAL_BUFFER: usize = 4096;
-
-impl InputBuffer {
-    fn new() -> Self {
-        InputBuffer {
-            buf: Vec::new(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    fn data(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-
-    fn len(&self) -> usize {
-        self.end - self.start
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Free room after the data, at least `more` bytes (and no more than the larger of that and
-    /// the buffer's current size): the data is moved to the front or the buffer grown.
-    fn spare(&mut self, more: usize) -> &mut [u8] {
-        if self.buf.len() - self.end < more {
-            if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            let want = self.end + more;
-            if self.buf.len() < want {
-                let grown = want.max(INITIAL_BUFFER).max(self.buf.len().min(want * 2));
-                self.buf.resize(grown.max(want), 0);
-            }
-        }
-        &mut self.buf[self.end..]
-    }
-
-    fn filled(&mut self, n: usize) {
-        self.end += n;
-    }
-}
-
 async fn serve_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -316,7 +260,7 @@ async fn drive(
         }
     }
     loop {
-        if out.is_empty() && input.len() > 0 {
+        if out.is_empty() && !input.is_empty() {
             out.resize(INITIAL_BUFFER, 0);
         }
         let p = handle(session, input.data(), &mut out, counters)?;
@@ -339,7 +283,7 @@ async fn drive(
         // Read more input, under the header timeout until the peer's first frame completes and
         // under the shutdown grace once shutting down.
         if shutdown.is_cancelled() && grace_deadline.is_none() {
-            if input.len() == 0 {
+            if input.is_empty() {
                 return Ok(());
             }
             grace_deadline = Some(Instant::now() + options.shutdown_grace);
@@ -350,8 +294,8 @@ async fn drive(
             (false, g) => g,
         };
         // Between frames, a shutdown ends the connection; inside one, the grace deadline does.
-        let watch_shutdown = grace_deadline.is_none() && input.len() == 0;
-        if input.buf.is_empty() {
+        let watch_shutdown = grace_deadline.is_none() && input.is_empty();
+        if !input.is_allocated() {
             // Nothing allocated until the peer sends something: silent connections stay cheap.
             let ready = with_deadline(deadline, stream.readable());
             tokio::select! {

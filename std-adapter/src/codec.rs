@@ -1,0 +1,326 @@
+//! tokio-util [`Decoder`]/[`Encoder`]s over the core's framing: thin wrappers where
+//! [`Status::Partial`] becomes `Ok(None)` with the bytes still needed reserved in the read
+//! buffer — and never more than the configured maximum allows, since the core checks a declared
+//! length before asking for its bytes.
+//!
+//! - [`LengthPrefixedCodec`]: fixed-width length-prefixed frames (pktconn's `u32` LE by default).
+//! - [`VarIntCodec`]: Minecraft VarInt frames carrying packets (`ID | data`).
+//!
+//! Decoded items are split off the read buffer (`BytesMut::split_to`), so once the caller drops
+//! an item the buffer's memory is reused: a connection in steady state allocates nothing per
+//! frame.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use tokio_util::codec::{Decoder, Encoder};
+//! use wirekit_std::codec::LengthPrefixedCodec;
+//!
+//! let mut codec = LengthPrefixedCodec::default();
+//! let mut wire = BytesMut::new();
+//! codec.encode(&b"hello"[..], &mut wire)?;
+//! assert_eq!(&wire[..], b"\x05\0\0\0hello");
+//! assert_eq!(&codec.decode(&mut wire)?.unwrap()[..], b"hello");
+//! assert_eq!(codec.decode(&mut wire)?, None);
+//! # Ok::<(), wirekit_std::codec::CodecError>(())
+//! ```
+
+use std::fmt;
+use std::io;
+
+use bytes::{Buf, BufMut, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
+use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::frame::mc::{self, FrameDecoder, split_packet};
+use wirekit_core::frame::{EncodeError, FrameError};
+use wirekit_core::varint::{encode_varint, varint_len};
+use wirekit_core::{Needed, Status};
+
+/// Why a codec failed: the stream is unusable and the connection should be closed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CodecError {
+    /// Malformed framing or a frame above the maximum.
+    Frame(FrameError),
+    /// A frame could not be encoded (too large for the format or the configured maximum).
+    Encode(EncodeError),
+    /// The underlying I/O failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CodecError::Frame(e) => write!(f, "bad framing: {e}"),
+            CodecError::Encode(e) => write!(f, "cannot encode frame: {e}"),
+            CodecError::Io(e) => write!(f, "i/o: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CodecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CodecError::Frame(e) => Some(e),
+            CodecError::Encode(e) => Some(e),
+            CodecError::Io(e) => Some(e),
+        }
+    }
+}
+
+impl From<io::Error> for CodecError {
+    fn from(e: io::Error) -> Self {
+        CodecError::Io(e)
+    }
+}
+
+impl From<FrameError> for CodecError {
+    fn from(e: FrameError) -> Self {
+        CodecError::Frame(e)
+    }
+}
+
+impl From<EncodeError> for CodecError {
+    fn from(e: EncodeError) -> Self {
+        CodecError::Encode(e)
+    }
+}
+
+/// Reserves what a partial frame still needs (bounded: the core has checked the length).
+fn reserve_needed(src: &mut BytesMut, needed: Needed) {
+    src.reserve(needed.at_least());
+}
+
+/// Fixed-width length-prefixed frames; items are the payloads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LengthPrefixedCodec {
+    format: LengthPrefixed,
+}
+
+impl LengthPrefixedCodec {
+    /// A codec for `format` (its maximum applies both ways).
+    pub fn new(format: LengthPrefixed) -> Self {
+        LengthPrefixedCodec { format }
+    }
+
+    /// The format.
+    pub fn format(&self) -> LengthPrefixed {
+        self.format
+    }
+}
+
+impl Decoder for LengthPrefixedCodec {
+    type Item = BytesMut;
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, CodecError> {
+        match self.format.decode(src)? {
+            Status::Complete(frame) => {
+                let (header, body) = (frame.header_len(), frame.body.len());
+                src.advance(header);
+                Ok(Some(src.split_to(body)))
+            }
+            Status::Partial(needed) => {
+                reserve_needed(src, needed);
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl<B: AsRef<[u8]>> Encoder<B> for LengthPrefixedCodec {
+    type Error = CodecError;
+
+    fn encode(&mut self, payload: B, dst: &mut BytesMut) -> Result<(), CodecError> {
+        let payload = payload.as_ref();
+        let h = self.format.header_len();
+        let mut header = [0u8; 4];
+        self.format.encode_header(payload.len(), &mut header)?;
+        dst.reserve(h + payload.len());
+        dst.put_slice(&header[..h]);
+        dst.put_slice(payload);
+        Ok(())
+    }
+}
+
+/// A decoded Minecraft packet: its ID and data, the data split off the read buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet {
+    /// The packet ID.
+    pub id: i32,
+    /// The packet's data (after the ID).
+    pub data: BytesMut,
+}
+
+/// A packet to encode, borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketRef<'a> {
+    /// The packet ID.
+    pub id: i32,
+    /// The packet's data.
+    pub data: &'a [u8],
+}
+
+/// Minecraft VarInt frames: `Length | ID | Data`.
+#[derive(Debug, Clone)]
+pub struct VarIntCodec {
+    decoder: FrameDecoder,
+    max_packet_len: usize,
+}
+
+impl Default for VarIntCodec {
+    fn default() -> Self {
+        Self::new(mc::MAX_FRAME_LEN)
+    }
+}
+
+impl VarIntCodec {
+    /// A codec accepting and sending packets (`ID + data`) up to `max_packet_len` bytes
+    /// (at most [`mc::MAX_FRAME_LEN`]).
+    pub fn new(max_packet_len: usize) -> Self {
+        let max = max_packet_len.min(mc::MAX_FRAME_LEN);
+        VarIntCodec {
+            decoder: FrameDecoder::new().with_max_frame_len(max),
+            max_packet_len: max,
+        }
+    }
+
+    /// The largest packet accepted and sent.
+    pub fn max_packet_len(&self) -> usize {
+        self.max_packet_len
+    }
+}
+
+impl Decoder for VarIntCodec {
+    type Item = Packet;
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Packet>, CodecError> {
+        let (header, id, id_len, body_len) = match self.decoder.decode_frame(src)? {
+            Status::Complete(frame) => {
+                let packet = split_packet(frame.body)?;
+                let id_len = frame.body.len() - packet.data.len();
+                (frame.header_len(), packet.id, id_len, frame.body.len())
+            }
+            Status::Partial(needed) => {
+                reserve_needed(src, needed);
+                return Ok(None);
+            }
+        };
+        src.advance(header + id_len);
+        let data = src.split_to(body_len - id_len);
+        Ok(Some(Packet { id, data }))
+    }
+}
+
+impl Encoder<PacketRef<'_>> for VarIntCodec {
+    type Error = CodecError;
+
+    fn encode(&mut self, packet: PacketRef<'_>, dst: &mut BytesMut) -> Result<(), CodecError> {
+        let body = varint_len(packet.id) + packet.data.len();
+        if body > self.max_packet_len {
+            return Err(EncodeError::FrameTooLarge {
+                len: body,
+                max: self.max_packet_len,
+            }
+            .into());
+        }
+        let mut head = [0u8; 10];
+        let mut n = encode_varint(body as i32, &mut head).expect("10 bytes fit");
+        n += encode_varint(packet.id, &mut head[n..]).expect("10 bytes fit");
+        dst.reserve(n + packet.data.len());
+        dst.put_slice(&head[..n]);
+        dst.put_slice(packet.data);
+        Ok(())
+    }
+}
+
+impl Encoder<&Packet> for VarIntCodec {
+    type Error = CodecError;
+
+    fn encode(&mut self, packet: &Packet, dst: &mut BytesMut) -> Result<(), CodecError> {
+        self.encode(
+            PacketRef {
+                id: packet.id,
+                data: &packet.data,
+            },
+            dst,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varint_round_trip_and_partials() {
+        let mut codec = VarIntCodec::new(1024);
+        let mut wire = BytesMut::new();
+        codec
+            .encode(
+                PacketRef {
+                    id: 0x2a,
+                    data: b"payload",
+                },
+                &mut wire,
+            )
+            .unwrap();
+        assert_eq!(&wire[..], b"\x08\x2apayload");
+        let full = wire.clone();
+        for cut in 0..full.len() {
+            let mut part = BytesMut::from(&full[..cut]);
+            assert_eq!(codec.decode(&mut part).unwrap(), None, "prefix {cut}");
+            assert_eq!(part.len(), cut, "nothing consumed");
+        }
+        let p = codec.decode(&mut wire).unwrap().unwrap();
+        assert_eq!((p.id, &p.data[..]), (0x2a, &b"payload"[..]));
+        assert!(wire.is_empty());
+    }
+
+    #[test]
+    fn declared_length_over_max_fails_without_reserving() {
+        let mut codec = VarIntCodec::new(100);
+        let mut wire = BytesMut::from(&[0xe5, 0x00][..]); // 101
+        let cap = wire.capacity();
+        assert!(matches!(
+            codec.decode(&mut wire),
+            Err(CodecError::Frame(FrameError::FrameTooLarge {
+                len: 101,
+                ..
+            }))
+        ));
+        assert_eq!(wire.capacity(), cap);
+        let mut lp = LengthPrefixedCodec::default();
+        let mut wire = BytesMut::from(&b"\xff\xff\xff\x7f"[..]);
+        assert!(lp.decode(&mut wire).is_err());
+        assert!(wire.capacity() < 1024);
+    }
+
+    #[test]
+    fn partial_reserves_exactly_what_is_missing() {
+        let mut codec = LengthPrefixedCodec::default();
+        let mut wire = BytesMut::with_capacity(8);
+        wire.put_slice(b"\x00\x10\x00\x00ab"); // 4096-byte payload, 2 bytes here
+        assert_eq!(codec.decode(&mut wire).unwrap(), None);
+        assert!(wire.capacity() >= 4 + 4096);
+        assert!(wire.capacity() < 4 * 4096);
+    }
+
+    #[test]
+    fn encode_refuses_oversized() {
+        let mut codec = VarIntCodec::new(8);
+        let mut wire = BytesMut::new();
+        assert!(
+            codec
+                .encode(
+                    PacketRef {
+                        id: 0,
+                        data: &[0; 8]
+                    },
+                    &mut wire
+                )
+                .is_err()
+        );
+        assert!(wire.is_empty());
+    }
+}
