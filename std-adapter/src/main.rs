@@ -30,6 +30,9 @@ enum Command {
     Serve(cli::serve::ServeArgs),
     /// Load generator: drive a server (by default an in-process `serve`) and print a summary.
     Bench(cli::bench::BenchArgs),
+    /// NEX Kerberos tools: key derivation.
+    #[command(subcommand)]
+    Kerberos(cli::kerberos::KerberosCommand),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
             init_tracing("warn");
             cli::bench::run(args, Some(alloc_count::allocations))
         }
+        Some(Command::Kerberos(cmd)) => cli::kerberos::run(cmd),
         None => {
             init_tracing("warn");
             cli::bench::run(

@@ -122,6 +122,42 @@ pub fn derive_kerberos_keys_in_lanes<const L: usize>(
     }
 }
 
+/// [`derive_kerberos_keys`] compiled with AVX2: 32 lanes, at most one key finished on the
+/// scalar path (one AVX2 step over 32 lanes costs under two scalar steps).
+///
+/// Compiled here rather than in an adapter so that it gets the core's optimisation level in
+/// every profile.
+///
+/// # Safety
+///
+/// Calling it is `unsafe` outside AVX2 code: the caller must first check that the CPU has AVX2
+/// (`is_x86_feature_detected!("avx2")`); the std adapter's dispatch does.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub fn derive_kerberos_keys_avx2(
+    requests: &[KeyRequest<'_>],
+    out: &mut [DerivedKey],
+) -> Result<(), BufferTooSmall> {
+    derive_kerberos_keys_in_lanes::<32>(requests, out, 1)
+}
+
+/// [`derive_kerberos_keys`] compiled with AVX-512F, where a rotation and each MD5 round
+/// function are one instruction: 32 lanes, no scalar tail (one step over 32 lanes costs less
+/// than one scalar step).
+///
+/// # Safety
+///
+/// As for [`derive_kerberos_keys_avx2`], the caller must first check that the CPU has
+/// AVX-512F (`is_x86_feature_detected!("avx512f")`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub fn derive_kerberos_keys_avx512(
+    requests: &[KeyRequest<'_>],
+    out: &mut [DerivedKey],
+) -> Result<(), BufferTooSmall> {
+    derive_kerberos_keys_in_lanes::<32>(requests, out, 0)
+}
+
 /// Lane `lane`'s four digest words.
 #[inline(always)]
 fn lane_words<const L: usize>(state: &[Lanes<L>; 4], lane: usize) -> [u32; 4] {

@@ -2,4 +2,5 @@
 
 pub mod bench;
 pub mod frame;
+pub mod kerberos;
 pub mod serve;

@@ -1,0 +1,274 @@
+//! `wirekit kerberos`: NEX Kerberos tools.
+//!
+//! `derive --pid N --password P` prints the key as 32 hex characters. `derive --batch FILE`
+//! (`-` for stdin) reads lines `pid,password` (the password is the rest of the line, commas
+//! included, raw bytes; a trailing `\r` is dropped) and prints one key per line in input order,
+//! deriving them on the batch path (the CPU's widest SIMD lanes, on every core). A bad line
+//! stops the run with its line number on stderr and exit status 2; keys of the lines before it
+//! have been printed. On a terminal, large inputs get a progress bar on stderr.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{ArgGroup, Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use wirekit_core::kerberos::{DerivedKey, KeyRequest, derive_kerberos_key};
+use wirekit_std::kerberos::{LanePath, derive_kerberos_keys};
+
+/// `wirekit kerberos` subcommands.
+#[derive(Subcommand)]
+pub enum KerberosCommand {
+    /// Derive NEX Kerberos keys from PIDs and passwords.
+    Derive(DeriveArgs),
+}
+
+/// Arguments of `wirekit kerberos derive`.
+#[derive(Args)]
+#[command(group(ArgGroup::new("input").required(true).args(["password", "batch"])))]
+pub struct DeriveArgs {
+    /// The user's PID.
+    #[arg(long, requires = "password")]
+    pub pid: Option<u64>,
+    /// The user's password.
+    #[arg(long, requires = "pid")]
+    pub password: Option<OsString>,
+    /// A file of `pid,password` lines (`-` for stdin); prints one key per line.
+    #[arg(long, conflicts_with_all = ["pid", "password"])]
+    pub batch: Option<PathBuf>,
+}
+
+/// Runs a `wirekit kerberos` subcommand.
+pub fn run(cmd: KerberosCommand) -> ExitCode {
+    match cmd {
+        KerberosCommand::Derive(args) => derive(args),
+    }
+}
+
+fn derive(args: DeriveArgs) -> ExitCode {
+    if let (Some(pid), Some(password)) = (args.pid, &args.password) {
+        println!(
+            "{}",
+            hex(&derive_kerberos_key(pid, password.as_encoded_bytes()))
+        );
+        return ExitCode::SUCCESS;
+    }
+    let Some(path) = args.batch else {
+        return ExitCode::from(2);
+    };
+    let (input, size): (Box<dyn BufRead>, Option<u64>) = if path.as_os_str() == "-" {
+        (Box::new(io::stdin().lock()), None)
+    } else {
+        match File::open(&path) {
+            Ok(f) => {
+                let size = f.metadata().ok().map(|m| m.len());
+                (Box::new(BufReader::new(f)), size)
+            }
+            Err(e) => {
+                eprintln!("wirekit kerberos derive: {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let progress = progress_bar(size);
+    let stdout = io::stdout().lock();
+    let result = derive_batch(input, BufWriter::new(stdout), &progress);
+    progress.finish_and_clear();
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(BatchFailure::Input { line, reason }) => {
+            eprintln!("wirekit kerberos derive: line {line}: {reason}");
+            ExitCode::from(2)
+        }
+        Err(BatchFailure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(BatchFailure::Io(e)) => {
+            eprintln!("wirekit kerberos derive: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Inputs at least this large get a progress bar (a few seconds of work on one core).
+const PROGRESS_MIN_BYTES: u64 = 16 * 1024;
+
+fn progress_bar(size: Option<u64>) -> ProgressBar {
+    if !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match size {
+        Some(n) if n >= PROGRESS_MIN_BYTES => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg} eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        Some(_) => ProgressBar::hidden(),
+        None => ProgressBar::new_spinner(),
+    }
+}
+
+/// Why a batch stopped.
+#[derive(Debug)]
+enum BatchFailure {
+    /// A line is not `pid,password`.
+    Input { line: u64, reason: &'static str },
+    /// Reading input or writing output failed.
+    Io(io::Error),
+}
+
+impl From<io::Error> for BatchFailure {
+    fn from(e: io::Error) -> Self {
+        BatchFailure::Io(e)
+    }
+}
+
+/// Lines derived per batch call: enough to keep every lane of every core busy, few enough that
+/// memory stays small and keys stream out while a large file is read.
+const CHUNK_LINES: usize = 2048;
+
+/// Longest accepted line: a PID, a comma and a password of up to 64 KiB.
+const MAX_LINE: usize = 64 * 1024 + 32;
+
+/// Derives the key of every `pid,password` line of `input` onto `out`, in order; returns the
+/// number of keys.
+fn derive_batch(
+    mut input: impl BufRead,
+    mut out: impl Write,
+    progress: &ProgressBar,
+) -> Result<u64, BatchFailure> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    progress.set_message(format!("{} lanes x {threads} threads", LanePath::detect()));
+    let mut lines: Vec<Vec<u8>> = Vec::with_capacity(CHUNK_LINES);
+    let mut pids: Vec<u64> = Vec::with_capacity(CHUNK_LINES);
+    let mut keys: Vec<DerivedKey> = vec![[0; 16]; CHUNK_LINES];
+    let mut line_no = 0u64;
+    let mut done = 0u64;
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Read up to a chunk of lines.
+        let mut bytes_read = 0u64;
+        while lines.len() < CHUNK_LINES {
+            let mut line = spare.pop().unwrap_or_default();
+            line.clear();
+            let n = io::Read::take(&mut input, MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            bytes_read += n as u64;
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            } else if line.len() > MAX_LINE {
+                return Err(BatchFailure::Input {
+                    line: line_no,
+                    reason: "line longer than 64 KiB",
+                });
+            }
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let comma = line
+                .iter()
+                .position(|&b| b == b',')
+                .ok_or(BatchFailure::Input {
+                    line: line_no,
+                    reason: "expected `pid,password`",
+                })?;
+            let pid = std::str::from_utf8(&line[..comma])
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or(BatchFailure::Input {
+                    line: line_no,
+                    reason: "the pid is not an unsigned 64-bit integer",
+                })?;
+            pids.push(pid);
+            line.drain(..=comma);
+            lines.push(line);
+        }
+        if lines.is_empty() {
+            out.flush()?;
+            return Ok(done);
+        }
+        let requests: Vec<KeyRequest<'_>> = pids
+            .iter()
+            .zip(&lines)
+            .map(|(&pid, password)| KeyRequest { pid, password })
+            .collect();
+        let keys = &mut keys[..requests.len()];
+        derive_on_threads(&requests, keys, threads);
+        for key in keys.iter() {
+            out.write_all(hex(key).as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        done += requests.len() as u64;
+        progress.inc(bytes_read);
+        if progress.length().is_none() {
+            progress.set_message(format!("{done} keys"));
+        }
+        spare.append(&mut lines);
+        pids.clear();
+    }
+}
+
+/// Splits a batch over `threads` threads, each on the CPU's best lane path.
+fn derive_on_threads(requests: &[KeyRequest<'_>], keys: &mut [DerivedKey], threads: usize) {
+    let per_thread = requests.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        for (reqs, out) in requests.chunks(per_thread).zip(keys.chunks_mut(per_thread)) {
+            s.spawn(move || {
+                // `out` has exactly `reqs.len()` entries, so this cannot fail.
+                let _ = derive_kerberos_keys(reqs, out);
+            });
+        }
+    });
+}
+
+fn hex(key: &DerivedKey) -> String {
+    use std::fmt::Write as _;
+    key.iter().fold(String::with_capacity(32), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(input: &[u8]) -> (Result<u64, BatchFailure>, String) {
+        let mut out = Vec::new();
+        let r = derive_batch(input, &mut out, &ProgressBar::hidden());
+        (r, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn batch_lines_in_order() {
+        let input = b"100,MMQea3n!fsik\n5,a,b\r\n1099511627776,\n7,x";
+        let (r, out) = run(input);
+        assert_eq!(r.unwrap(), 4);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "9ef318f0a170fb46aab595bf9644f9e1");
+        assert_eq!(lines[1], hex(&derive_kerberos_key(5, b"a,b")));
+        assert_eq!(lines[2], hex(&derive_kerberos_key(1 << 40, b"")));
+        assert_eq!(lines[3], hex(&derive_kerberos_key(7, b"x")));
+    }
+
+    #[test]
+    fn bad_lines_name_their_number() {
+        let (r, out) = run(b"1,ok\nnot a line\n");
+        assert!(matches!(r, Err(BatchFailure::Input { line: 2, .. })));
+        assert!(
+            out.is_empty(),
+            "a chunk is printed only when all of it parsed"
+        );
+        let (r, _) = run(b"-1,pw\n");
+        assert!(matches!(r, Err(BatchFailure::Input { line: 1, .. })));
+        let mut long = b"1,".to_vec();
+        long.resize(MAX_LINE + 10, b'x');
+        let (r, _) = run(&long);
+        assert!(matches!(r, Err(BatchFailure::Input { line: 1, .. })));
+        let (r, out) = run(b"");
+        assert_eq!(r.unwrap(), 0);
+        assert!(out.is_empty());
+    }
+}
