@@ -1,1 +1,0 @@
-//! zlib / deflate over caller memory. (Filled in by the zlib issue.)

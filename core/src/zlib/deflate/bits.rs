@@ -1,0 +1,93 @@
+//! An LSB-first bit writer over a caller slice with a hard end.
+
+/// The compressed output outgrew its limit (the stored-block size, or the caller's buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Overflow;
+
+/// Writes deflate's LSB-first bit stream into `out[..limit]`.
+///
+/// Bits gather in a 64-bit accumulator; [`BitWriter::flush`] stores all eight accumulator bytes
+/// at once and advances by the whole bytes it holds, so a symbol costs one unaligned store. Bytes
+/// past the committed position may be scribbled over; the caller only keeps `out[..len]`.
+pub(crate) struct BitWriter<'a> {
+    out: &'a mut [u8],
+    pos: usize,
+    acc: u64,
+    nbits: u32,
+}
+
+impl<'a> BitWriter<'a> {
+    /// A writer over `out` starting at byte `pos`; it never writes at or past `out.len()`.
+    pub(crate) fn new(out: &'a mut [u8], pos: usize) -> Self {
+        BitWriter {
+            out,
+            pos,
+            acc: 0,
+            nbits: 0,
+        }
+    }
+
+    /// Appends the low `n` bits of `bits` (`bits` has no higher bits set). At most 56 bits may
+    /// be put between flushes.
+    #[inline(always)]
+    pub(crate) fn put(&mut self, bits: u64, n: u32) {
+        self.acc |= bits << self.nbits;
+        self.nbits += n;
+    }
+
+    /// Commits the accumulator's whole bytes; afterwards fewer than 8 bits are pending.
+    #[inline(always)]
+    pub(crate) fn flush(&mut self) -> Result<(), Overflow> {
+        let Some(dst) = self.out.get_mut(self.pos..self.pos + 8) else {
+            return self.flush_slow();
+        };
+        dst.copy_from_slice(&self.acc.to_le_bytes());
+        let bytes = self.nbits >> 3;
+        self.pos += bytes as usize;
+        // `bytes` may be 8 (64 pending bits): shift in two steps to stay in range.
+        self.acc = (self.acc >> (bytes * 4)) >> (bytes * 4);
+        self.nbits &= 7;
+        Ok(())
+    }
+
+    #[cold]
+    fn flush_slow(&mut self) -> Result<(), Overflow> {
+        while self.nbits >= 8 {
+            let slot = self.out.get_mut(self.pos).ok_or(Overflow)?;
+            *slot = self.acc as u8;
+            self.pos += 1;
+            self.acc >>= 8;
+            self.nbits -= 8;
+        }
+        Ok(())
+    }
+
+    /// Pads to a byte boundary with zero bits and commits everything.
+    pub(crate) fn align(&mut self) -> Result<(), Overflow> {
+        self.nbits = (self.nbits + 7) & !7;
+        self.flush_slow()
+    }
+
+    /// Appends raw bytes; the writer must be aligned.
+    pub(crate) fn copy(&mut self, bytes: &[u8]) -> Result<(), Overflow> {
+        debug_assert_eq!(self.nbits, 0);
+        let dst = self
+            .out
+            .get_mut(self.pos..self.pos + bytes.len())
+            .ok_or(Overflow)?;
+        dst.copy_from_slice(bytes);
+        self.pos += bytes.len();
+        Ok(())
+    }
+
+    /// Bits pending in the accumulator.
+    #[inline(always)]
+    pub(crate) fn pending_bits(&self) -> u32 {
+        self.nbits
+    }
+
+    /// Committed bytes (valid after [`BitWriter::align`]).
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+}

@@ -1,0 +1,396 @@
+//! The match finders and block writers of the fast and default levels.
+
+use super::Layout;
+use super::bits::{BitWriter, Overflow};
+use super::huffman::{Code, DIST_SYMS, DynamicHeader, LIT_SYMS};
+use super::tables::{
+    DIST_BASE, DIST_EXTRA, LEN_BASE, LEN_CODE, LEN_EXTRA, STATIC_DIST, STATIC_LEN, STATIC_LIT,
+    dist_code, static_lit_len,
+};
+
+/// Deflate's longest match and farthest distance.
+const MAX_MATCH: usize = 258;
+const MAX_DIST: usize = 32768;
+/// Both levels hash four bytes, so a match is at least four long.
+const MIN_MATCH: usize = 4;
+
+#[inline(always)]
+fn read_u32(s: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]])
+}
+
+#[inline(always)]
+fn hash(v: u32, shift: u32) -> usize {
+    (v.wrapping_mul(0x9E37_79B1) >> shift) as usize
+}
+
+/// The number of equal bytes at `s[a..]` and `s[b..]`, up to `max` (`b + max <= s.len()`,
+/// `a < b`).
+#[inline(always)]
+fn common_len(s: &[u8], a: usize, b: usize, max: usize) -> usize {
+    let mut l = 0;
+    while l + 8 <= max {
+        let x = u64::from_le_bytes(s[a + l..a + l + 8].try_into().unwrap_or([0; 8]));
+        let y = u64::from_le_bytes(s[b + l..b + l + 8].try_into().unwrap_or([0; 8]));
+        let d = x ^ y;
+        if d != 0 {
+            return l + (d.trailing_zeros() / 8) as usize;
+        }
+        l += 8;
+    }
+    while l < max && s[a + l] == s[b + l] {
+        l += 1;
+    }
+    l
+}
+
+/// The fast level: one fixed-Huffman block, greedy matches from a single hash probe, written
+/// as found. Returns the end of the deflate body in `out` (which starts at byte 2).
+pub(crate) fn compress_fast(
+    input: &[u8],
+    out: &mut [u8],
+    ws: &mut [u32],
+    layout: &Layout,
+    generation: u32,
+) -> Result<usize, Overflow> {
+    let head = &mut ws[..layout.fast_hash];
+    let shift = 32 - layout.fast_hash.trailing_zeros();
+    let mut w = BitWriter::new(out, 2);
+    // BFINAL = 1, BTYPE = 01 (fixed Huffman).
+    w.put(0b011, 3);
+    let n = input.len();
+    let mut i = 0;
+    if n >= MIN_MATCH {
+        while i + MIN_MATCH <= n {
+            if w.pending_bits() >= 32 {
+                w.flush()?;
+            }
+            let cur = read_u32(input, i);
+            let h = hash(cur, shift);
+            let cand = head[h].wrapping_sub(generation) as usize;
+            head[h] = generation + i as u32;
+            if cand < i && i - cand <= MAX_DIST && read_u32(input, cand) == cur {
+                let max = (n - i).min(MAX_MATCH);
+                let len = MIN_MATCH + common_len(input, cand + 4, i + 4, max - 4);
+                let (bits, nbits) = STATIC_LEN[len - 3];
+                w.put(bits as u64, nbits as u32);
+                let dist = i - cand;
+                let dc = dist_code(dist);
+                let extra = (dist - DIST_BASE[dc] as usize) as u64;
+                w.put(
+                    STATIC_DIST[dc] as u64 | (extra << 5),
+                    5 + DIST_EXTRA[dc] as u32,
+                );
+                i += len;
+            } else {
+                let (c, l) = STATIC_LIT[input[i] as usize];
+                w.put(c as u64, l as u32);
+                i += 1;
+            }
+        }
+    }
+    for &b in &input[i..] {
+        w.flush()?;
+        let (c, l) = STATIC_LIT[b as usize];
+        w.put(c as u64, l as u32);
+    }
+    w.flush()?;
+    let (c, l) = STATIC_LIT[256];
+    w.put(c as u64, l as u32);
+    w.align()?;
+    Ok(w.position())
+}
+
+/// The default level's tuning (zlib level 6's).
+struct Effort {
+    /// Chain links followed per position.
+    chain: usize,
+    /// A match this long is taken without looking further.
+    nice: usize,
+    /// Past a match this long, the next position is not tried for a longer one.
+    lazy: usize,
+    /// Past a match this long, the next position's search follows a quarter of the chain.
+    good: usize,
+}
+
+const DEFAULT_EFFORT: Effort = Effort {
+    chain: 128,
+    nice: 128,
+    lazy: 16,
+    good: 8,
+};
+
+/// Symbols of the current block, with their frequencies.
+struct Block<'a> {
+    syms: &'a mut [u32],
+    count: usize,
+    lit_freq: [u32; LIT_SYMS],
+    dist_freq: [u32; DIST_SYMS],
+    /// Input offset where the block starts, and how many input bytes its symbols cover.
+    start: usize,
+    covered: usize,
+}
+
+impl Block<'_> {
+    #[inline(always)]
+    fn literal(&mut self, b: u8) {
+        self.syms[self.count] = b as u32;
+        self.count += 1;
+        self.lit_freq[b as usize] += 1;
+        self.covered += 1;
+    }
+
+    #[inline(always)]
+    fn matched(&mut self, len: usize, dist: usize) {
+        self.syms[self.count] = (len - 3) as u32 | ((dist as u32) << 16);
+        self.count += 1;
+        self.lit_freq[257 + LEN_CODE[len - 3] as usize] += 1;
+        self.dist_freq[dist_code(dist)] += 1;
+        self.covered += len;
+    }
+
+    fn full(&self) -> bool {
+        self.count == self.syms.len()
+    }
+
+    /// Writes the block in its smallest form and starts the next one.
+    fn write(&mut self, w: &mut BitWriter<'_>, input: &[u8], last: bool) -> Result<(), Overflow> {
+        self.lit_freq[256] = 1;
+        let mut extra = 0u64;
+        for c in 0..29 {
+            extra += self.lit_freq[257 + c] as u64 * LEN_EXTRA[c] as u64;
+        }
+        for c in 0..30 {
+            extra += self.dist_freq[c] as u64 * DIST_EXTRA[c] as u64;
+        }
+        let mut lit = Code::<LIT_SYMS>::new();
+        let mut dist = Code::<DIST_SYMS>::new();
+        lit.build(&self.lit_freq, 15);
+        dist.build(&self.dist_freq, 15);
+        let header = DynamicHeader::new(&lit, &dist);
+        let dynamic = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
+        let fixed = 3
+            + self
+                .lit_freq
+                .iter()
+                .enumerate()
+                .map(|(s, &f)| f as u64 * static_lit_len(s) as u64)
+                .sum::<u64>()
+            + self.dist_freq.iter().map(|&f| f as u64 * 5).sum::<u64>()
+            + extra;
+        let bytes = &input[self.start..self.start + self.covered];
+        let chunks = bytes.len().div_ceil(65535).max(1) as u64;
+        let stored = chunks * (3 + 7 + 32) + 8 * bytes.len() as u64;
+
+        if stored < dynamic.min(fixed) {
+            super::write_stored_blocks(w, bytes, last)?;
+        } else if fixed <= dynamic {
+            w.put(last as u64 | (1 << 1), 3);
+            for (s, (c, l)) in lit.codes.iter_mut().zip(lit.lens.iter_mut()).enumerate() {
+                (*c, *l) = STATIC_LIT[s];
+            }
+            for (c, l) in dist.codes.iter_mut().zip(dist.lens.iter_mut()) {
+                *l = 5;
+                *c = 0;
+            }
+            for (s, c) in dist.codes.iter_mut().enumerate() {
+                *c = STATIC_DIST[s] as u16;
+            }
+            self.write_symbols(w, &lit, &dist)?;
+        } else {
+            header.write(w, last)?;
+            self.write_symbols(w, &lit, &dist)?;
+        }
+
+        self.start += self.covered;
+        self.covered = 0;
+        self.count = 0;
+        self.lit_freq = [0; LIT_SYMS];
+        self.dist_freq = [0; DIST_SYMS];
+        Ok(())
+    }
+
+    fn write_symbols(
+        &self,
+        w: &mut BitWriter<'_>,
+        lit: &Code<LIT_SYMS>,
+        dist: &Code<DIST_SYMS>,
+    ) -> Result<(), Overflow> {
+        for &s in &self.syms[..self.count] {
+            // At most 48 bits a symbol: flush with 16 or more pending keeps within 64.
+            if w.pending_bits() >= 16 {
+                w.flush()?;
+            }
+            let d = (s >> 16) as usize;
+            let low = (s & 0xff) as usize;
+            if d == 0 {
+                w.put(lit.codes[low] as u64, lit.lens[low] as u32);
+            } else {
+                let lc = LEN_CODE[low] as usize;
+                let sym = 257 + lc;
+                w.put(lit.codes[sym] as u64, lit.lens[sym] as u32);
+                w.put(
+                    (low + 3 - LEN_BASE[lc] as usize) as u64,
+                    LEN_EXTRA[lc] as u32,
+                );
+                let dc = dist_code(d);
+                w.put(dist.codes[dc] as u64, dist.lens[dc] as u32);
+                w.put((d - DIST_BASE[dc] as usize) as u64, DIST_EXTRA[dc] as u32);
+            }
+        }
+        w.flush()?;
+        w.put(lit.codes[256] as u64, lit.lens[256] as u32);
+        w.flush()
+    }
+}
+
+/// Hash heads and chains of the default level.
+struct Chains<'a> {
+    head: &'a mut [u32],
+    prev: &'a mut [u32],
+    shift: u32,
+    mask: usize,
+    generation: u32,
+}
+
+impl Chains<'_> {
+    /// Inserts position `i` (with four bytes available) and returns the previous head for its
+    /// hash, as a raw entry.
+    #[inline(always)]
+    fn insert(&mut self, input: &[u8], i: usize) -> u32 {
+        let h = hash(read_u32(input, i), self.shift);
+        let old = self.head[h];
+        self.head[h] = self.generation + i as u32;
+        self.prev[i & self.mask] = old;
+        old
+    }
+
+    /// The longest match for position `i` longer than `better_than`, following the chain from
+    /// the raw entry `entry`: `(len, dist)`, or `(0, 0)`.
+    #[inline(always)]
+    fn longest(
+        &self,
+        input: &[u8],
+        i: usize,
+        entry: u32,
+        better_than: usize,
+        mut chain: usize,
+        nice: usize,
+    ) -> (usize, usize) {
+        let max = (input.len() - i).min(MAX_MATCH);
+        let mut best = better_than.max(MIN_MATCH - 1);
+        if best >= max {
+            return (0, 0);
+        }
+        let max_dist = MAX_DIST.min(self.mask);
+        let mut best_dist = 0;
+        let cur = read_u32(input, i);
+        let mut c = entry.wrapping_sub(self.generation) as usize;
+        loop {
+            if c >= i || i - c > max_dist {
+                break;
+            }
+            if input[c + best] == input[i + best] && read_u32(input, c) == cur {
+                let len = MIN_MATCH + common_len(input, c + 4, i + 4, max - 4);
+                if len > best {
+                    best = len;
+                    best_dist = i - c;
+                    if len >= nice || len >= max {
+                        break;
+                    }
+                }
+            }
+            chain -= 1;
+            if chain == 0 {
+                break;
+            }
+            let next = self.prev[c & self.mask].wrapping_sub(self.generation) as usize;
+            if next >= c {
+                break;
+            }
+            c = next;
+        }
+        if best_dist == 0 {
+            (0, 0)
+        } else {
+            (best, best_dist)
+        }
+    }
+}
+
+/// The default level: lazy matching over hash chains, a block per symbol-buffer fill, each
+/// block written in its smallest form. Returns the end of the deflate body in `out`.
+pub(crate) fn compress_lazy(
+    input: &[u8],
+    out: &mut [u8],
+    ws: &mut [u32],
+    layout: &Layout,
+    generation: u32,
+) -> Result<usize, Overflow> {
+    let (head, rest) = ws.split_at_mut(layout.hash);
+    let (prev, rest) = rest.split_at_mut(layout.chain);
+    let mut chains = Chains {
+        head,
+        prev,
+        shift: 32 - layout.hash.trailing_zeros(),
+        mask: layout.chain - 1,
+        generation,
+    };
+    let mut block = Block {
+        syms: &mut rest[..layout.symbols],
+        count: 0,
+        lit_freq: [0; LIT_SYMS],
+        dist_freq: [0; DIST_SYMS],
+        start: 0,
+        covered: 0,
+    };
+    let mut w = BitWriter::new(out, 2);
+    let e = DEFAULT_EFFORT;
+    let n = input.len();
+
+    let mut i = 0;
+    // A match found at i - 1, and whether the literal at i - 1 is still unwritten.
+    let (mut prev_len, mut prev_dist) = (0usize, 0usize);
+    let mut pending = false;
+    while i < n {
+        let (mut len, mut dist) = (0, 0);
+        if i + MIN_MATCH <= n {
+            let entry = chains.insert(input, i);
+            if prev_len < e.lazy {
+                let chain = if prev_len >= e.good {
+                    e.chain >> 2
+                } else {
+                    e.chain
+                };
+                (len, dist) = chains.longest(input, i, entry, prev_len, chain, e.nice);
+            }
+        }
+        if prev_len >= MIN_MATCH && len <= prev_len {
+            block.matched(prev_len, prev_dist);
+            let end = i - 1 + prev_len;
+            let last_insert = end.min(n.saturating_sub(MIN_MATCH - 1));
+            for p in i + 1..last_insert {
+                chains.insert(input, p);
+            }
+            i = end;
+            pending = false;
+            prev_len = 0;
+        } else {
+            if pending {
+                block.literal(input[i - 1]);
+            }
+            pending = true;
+            (prev_len, prev_dist) = (len, dist);
+            i += 1;
+        }
+        if block.full() {
+            block.write(&mut w, input, false)?;
+        }
+    }
+    if pending {
+        block.literal(input[n - 1]);
+    }
+    block.write(&mut w, input, true)?;
+    w.align()?;
+    Ok(w.position())
+}

@@ -1,0 +1,291 @@
+//! wirekit's deflate compressor: zlib streams from a caller's input into a caller's output over
+//! a caller-supplied workspace, with no allocation and no per-call table clearing.
+
+mod bits;
+mod huffman;
+mod matcher;
+mod tables;
+
+use core::fmt;
+
+use self::bits::{BitWriter, Overflow};
+use crate::BufferTooSmall;
+
+/// Compression level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Level {
+    /// No compression: stored blocks only (zlib level 0). Needs no workspace.
+    Stored,
+    /// Greedy matching with one hash probe and the fixed Huffman code, written as the matches
+    /// are found (zlib-ng's `deflate_quick` recipe). The fastest level.
+    Fast,
+    /// Lazy matching over hash chains with a dynamic Huffman code per block (zlib's default
+    /// strategy); each block is written in whichever of dynamic, fixed or stored is smallest.
+    Default,
+}
+
+impl Level {
+    /// Maps a zlib level number: 0 is [`Level::Stored`], 1 to 3 [`Level::Fast`], 4 to 9 (and
+    /// above) [`Level::Default`].
+    pub const fn from_zlib(level: u8) -> Level {
+        match level {
+            0 => Level::Stored,
+            1..=3 => Level::Fast,
+            _ => Level::Default,
+        }
+    }
+
+    /// The zlib header's second byte (FLEVEL and the check bits) for this level.
+    const fn flg(self) -> u8 {
+        match self {
+            Level::Stored | Level::Fast => 0x01,
+            Level::Default => 0x9c,
+        }
+    }
+}
+
+/// The workspace handed to [`Compressor::new`] is smaller than [`WORKSPACE_MIN`] words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct WorkspaceTooSmall {
+    /// The minimum workspace length, in `u32` words.
+    pub required: usize,
+}
+
+impl fmt::Display for WorkspaceTooSmall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "compressor workspace too small: {} u32 words required",
+            self.required
+        )
+    }
+}
+
+impl core::error::Error for WorkspaceTooSmall {}
+
+/// The smallest workspace, in `u32` words (4 KiB).
+pub const WORKSPACE_MIN: usize = 1024;
+/// The microcontroller profile: 4096 words, 16 KiB.
+pub const WORKSPACE_MCU: usize = 4096;
+/// The server profile: 81920 words, 320 KiB (32 Ki-entry hash head and chain, 16 Ki-symbol
+/// blocks). Larger workspaces are accepted and change nothing.
+pub const WORKSPACE_SERVER: usize = 2 * (1 << 15) + (1 << 14);
+
+/// The largest input compressed with matches; longer inputs are written as stored blocks
+/// (positions are kept in 32 bits with a generation offset).
+const MAX_MATCH_INPUT: usize = 1 << 30;
+
+/// The most bytes a zlib stream of `n` input bytes takes at any level: the 2-byte header, the
+/// input in stored blocks of at most 65535 bytes (5 bytes of block header each, one empty block
+/// for empty input) and the 4-byte Adler-32.
+pub const fn compress_bound(n: usize) -> usize {
+    let blocks = if n == 0 { 1 } else { n.div_ceil(65535) };
+    2 + n + 5 * blocks + 4
+}
+
+/// How a workspace of a given length is divided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Hash head entries of the fast level (a power of two).
+    pub(crate) fast_hash: usize,
+    /// Hash head entries of the default level (a power of two).
+    pub(crate) hash: usize,
+    /// Hash chain entries of the default level (a power of two); bounds its match distance.
+    pub(crate) chain: usize,
+    /// Symbols buffered per dynamic block.
+    pub(crate) symbols: usize,
+}
+
+/// The fast level's hash table stops growing here: a bigger table misses the cache more than
+/// it finds extra matches.
+const FAST_HASH_MAX: usize = 1 << 14;
+
+const fn floor_pow2(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
+impl Layout {
+    pub(crate) const fn for_words(words: usize) -> Layout {
+        let mut q = floor_pow2(words * 2 / 5);
+        if q > 1 << 15 {
+            q = 1 << 15;
+        }
+        let mut symbols = words - 2 * q;
+        if symbols > 1 << 16 {
+            symbols = 1 << 16;
+        }
+        let mut fast_hash = floor_pow2(words);
+        if fast_hash > FAST_HASH_MAX {
+            fast_hash = FAST_HASH_MAX;
+        }
+        Layout {
+            fast_hash,
+            hash: q,
+            chain: q,
+            symbols,
+        }
+    }
+}
+
+/// A zlib compressor over a caller-supplied workspace of `u32` words.
+///
+/// `S` is any `u32` storage: an array (`[u32; WORKSPACE_MCU]`, e.g. in a `static`), a
+/// `&mut [u32]`, or on a host a `Box<[u32]>`. The workspace carries no stream state between
+/// calls, only hash tables tagged with a generation number so that nothing has to be cleared
+/// per call: one compressor per thread serves every connection.
+///
+/// ```
+/// use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU, compress_bound};
+/// let mut c = Compressor::new([0u32; WORKSPACE_MCU])?;
+/// let input = b"hello hello hello hello hello";
+/// let mut out = [0u8; compress_bound(29)];
+/// let n = c.compress(Level::Default, input, &mut out)?;
+/// assert_eq!(&out[..2], &[0x78, 0x9c]);
+/// # assert!(n < input.len() + 6);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
+pub struct Compressor<S> {
+    workspace: S,
+    layout: Layout,
+    /// Added to every position stored in the tables; entries below it are from earlier calls.
+    generation: u32,
+    last_level: Level,
+}
+
+impl<S: AsMut<[u32]>> Compressor<S> {
+    /// A compressor over `workspace`, which must hold at least [`WORKSPACE_MIN`] words.
+    ///
+    /// The workspace's length picks the table sizes; see the module documentation for the
+    /// ratio and speed at each size. Its initial contents do not matter.
+    pub fn new(mut workspace: S) -> Result<Self, WorkspaceTooSmall> {
+        let words = workspace.as_mut().len();
+        if words < WORKSPACE_MIN {
+            return Err(WorkspaceTooSmall {
+                required: WORKSPACE_MIN,
+            });
+        }
+        workspace.as_mut().fill(0);
+        Ok(Compressor {
+            workspace,
+            layout: Layout::for_words(words),
+            generation: 1,
+            last_level: Level::Fast,
+        })
+    }
+
+    /// Compresses `input` into `out` as one complete zlib stream and returns its length.
+    ///
+    /// `out` must hold [`compress_bound`]`(input.len())` bytes, otherwise the call fails at once
+    /// with [`BufferTooSmall`] and writes nothing. The stream is never longer than the stored
+    /// form of the input; bytes of `out` past the returned length may have been overwritten.
+    pub fn compress(
+        &mut self,
+        level: Level,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, BufferTooSmall> {
+        let bound = compress_bound(input.len());
+        if out.len() < bound {
+            return Err(BufferTooSmall { required: bound });
+        }
+        let out = &mut out[..bound];
+        if level != Level::Stored && input.len() <= MAX_MATCH_INPUT {
+            let generation = self.advance(level, input.len());
+            let ws = self.workspace.as_mut();
+            // The body must leave room for the Adler-32 and end up smaller than the stored form.
+            let limit = bound - 5;
+            let done = match level {
+                Level::Fast => {
+                    matcher::compress_fast(input, &mut out[..limit], ws, &self.layout, generation)
+                }
+                _ => matcher::compress_lazy(input, &mut out[..limit], ws, &self.layout, generation),
+            };
+            if let Ok(body_end) = done {
+                return Ok(finish(level, input, out, body_end));
+            }
+        }
+        let body_end =
+            write_stored(input, out, 2, true).expect("compress_bound holds the stored form");
+        Ok(finish(Level::Stored, input, out, body_end))
+    }
+
+    /// The table generation for a call over `len` input bytes.
+    fn advance(&mut self, level: Level, len: usize) -> u32 {
+        let ws = self.workspace.as_mut();
+        if level != self.last_level {
+            // The levels lay their tables over the same words; another level's entries are
+            // harmless (every candidate is verified) but would make output depend on history.
+            ws.fill(0);
+            self.generation = 1;
+            self.last_level = level;
+        }
+        let next = self.generation as u64 + len as u64 + 1;
+        if next > u32::MAX as u64 {
+            // Once per 4 GiB of input: restart the generations.
+            ws.fill(0);
+            self.generation = 1;
+        }
+        let g = self.generation;
+        self.generation += len as u32 + 1;
+        g
+    }
+}
+
+/// Writes the zlib header into `out[..2]` and the Adler-32 after the body ending at
+/// `body_end`; returns the stream length.
+fn finish(level: Level, input: &[u8], out: &mut [u8], body_end: usize) -> usize {
+    out[0] = 0x78;
+    out[1] = level.flg();
+    let mut adler = adler2::Adler32::new();
+    adler.write_slice(input);
+    out[body_end..body_end + 4].copy_from_slice(&adler.checksum().to_be_bytes());
+    body_end + 4
+}
+
+/// Writes `input` as stored blocks from byte `pos` (byte aligned); the last one has BFINAL when
+/// `last`. Returns the end position.
+pub(crate) fn write_stored(
+    input: &[u8],
+    out: &mut [u8],
+    pos: usize,
+    last: bool,
+) -> Result<usize, Overflow> {
+    let mut w = BitWriter::new(out, pos);
+    write_stored_blocks(&mut w, input, last)?;
+    Ok(w.position())
+}
+
+/// Writes `input` as stored blocks through a writer (aligning it first).
+pub(crate) fn write_stored_blocks(
+    w: &mut BitWriter<'_>,
+    input: &[u8],
+    last: bool,
+) -> Result<(), Overflow> {
+    let mut chunks = input.chunks(65535).peekable();
+    if chunks.peek().is_none() {
+        w.put(last as u64, 3);
+        w.align()?;
+        return w.copy(&[0, 0, 0xff, 0xff]);
+    }
+    while let Some(chunk) = chunks.next() {
+        let fin = last && chunks.peek().is_none();
+        w.put(fin as u64, 3);
+        w.align()?;
+        let len = chunk.len() as u16;
+        let mut hdr = [0u8; 4];
+        hdr[..2].copy_from_slice(&len.to_le_bytes());
+        hdr[2..].copy_from_slice(&(!len).to_le_bytes());
+        w.copy(&hdr)?;
+        w.copy(chunk)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
