@@ -1,3 +1,4 @@
 //! Deterministic corpora shared by wirekit's benchmarks.
 
+pub mod game_packets;
 pub mod traffic;

@@ -91,27 +91,22 @@ impl<const N: usize> Code<N> {
                 j += 1;
             }
         }
-        self.assign_codes();
+        self.assign_codes(&count);
     }
 
-    /// Canonical codes from the lengths (RFC 1951 §3.2.2), stored bit-reversed.
-    pub(crate) fn assign_codes(&mut self) {
-        let mut count = [0u16; 16];
-        for &l in &self.lens {
-            count[l as usize] += 1;
-        }
-        count[0] = 0;
-        let mut next = [0u16; 16];
-        let mut code = 0u16;
+    /// Canonical codes from the lengths (RFC 1951 §3.2.2), stored bit-reversed; `count[l]` is
+    /// the number of codes of length `l`.
+    fn assign_codes(&mut self, count: &[u32; 33]) {
+        let mut next = [0u32; 16];
+        let mut code = 0u32;
         for l in 1..16 {
-            code = (code + count[l - 1]) << 1;
+            code = (code + count[l - 1] * (l > 1) as u32) << 1;
             next[l] = code;
         }
         for (c, &l) in self.codes.iter_mut().zip(self.lens.iter()) {
-            if l != 0 {
-                *c = reverse_bits(next[l as usize] as u32, l as u32) as u16;
-                next[l as usize] += 1;
-            }
+            let slot = &mut next[l as usize & 15];
+            *c = reverse_bits(*slot, l as u32) as u16;
+            *slot += 1;
         }
     }
 
@@ -270,10 +265,13 @@ impl DynamicHeader {
         w.put((self.hdist - 1) as u64, 5);
         w.put((self.hclen - 4) as u64, 4);
         w.flush()?;
-        for &s in &CLEN_ORDER[..self.hclen] {
+        for (k, &s) in CLEN_ORDER[..self.hclen].iter().enumerate() {
             w.put(self.clen.lens[s as usize] as u64, 3);
-            w.flush()?;
+            if k % 8 == 7 {
+                w.flush()?;
+            }
         }
+        w.flush()?;
         for &e in &self.rle[..self.rle_len] {
             let sym = (e & 0xff) as usize;
             let extra = (e >> 8) as u64;
@@ -284,7 +282,10 @@ impl DynamicHeader {
                 18 => w.put(extra, 7),
                 _ => {}
             }
-            w.flush()?;
+            // At most 14 bits a symbol.
+            if w.pending_bits() >= 48 {
+                w.flush()?;
+            }
         }
         Ok(())
     }

@@ -5,7 +5,7 @@ use super::bits::{BitWriter, Overflow};
 use super::huffman::{Code, DIST_SYMS, DynamicHeader, LIT_SYMS};
 use super::tables::{
     DIST_BASE, DIST_EXTRA, LEN_BASE, LEN_CODE, LEN_EXTRA, STATIC_DIST, STATIC_LEN, STATIC_LIT,
-    dist_code, static_lit_len,
+    dist_code,
 };
 
 /// Deflate's longest match and farthest distance.
@@ -17,6 +17,15 @@ const MIN_MATCH: usize = 4;
 #[inline(always)]
 fn read_u32(s: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]])
+}
+
+/// The shift that maps a 32-bit hash onto a table of `entries` (a power of two), using no more
+/// of the table than about twice the input length: a small packet's probes then stay within a
+/// few cache lines' worth of the table. Entries outside the part in use stay stale.
+fn hash_shift(entries: usize, input_len: usize) -> u32 {
+    let bits = entries.trailing_zeros();
+    let wanted = (usize::BITS - input_len.leading_zeros()).clamp(8, bits.max(8));
+    32 - wanted.min(bits)
 }
 
 #[inline(always)]
@@ -44,9 +53,11 @@ fn common_len(s: &[u8], a: usize, b: usize, max: usize) -> usize {
     l
 }
 
-/// The fast level: one fixed-Huffman block, greedy matches from a single hash probe, written
-/// as found. Returns the end of the deflate body in `out` (which starts at byte 2).
-pub(crate) fn compress_fast(
+/// The fast level for short inputs, zlib-ng's `deflate_quick`: one fixed-Huffman block,
+/// greedy matches from a single hash probe, written as found (a dynamic code never pays for its
+/// header on so few bytes). Returns the end of the deflate body in `out` (which starts at
+/// byte 2).
+pub(crate) fn compress_quick(
     input: &[u8],
     out: &mut [u8],
     ws: &mut [u32],
@@ -54,7 +65,7 @@ pub(crate) fn compress_fast(
     generation: u32,
 ) -> Result<usize, Overflow> {
     let head = &mut ws[..layout.fast_hash];
-    let shift = 32 - layout.fast_hash.trailing_zeros();
+    let shift = hash_shift(layout.fast_hash, input.len());
     let mut w = BitWriter::new(out, 2);
     // BFINAL = 1, BTYPE = 01 (fixed Huffman).
     w.put(0b011, 3);
@@ -101,6 +112,51 @@ pub(crate) fn compress_fast(
     Ok(w.position())
 }
 
+/// The fast level for longer inputs: the same greedy single-probe matching, symbols buffered
+/// per block so each block is written in the smallest of dynamic, fixed and stored form.
+pub(crate) fn compress_greedy(
+    input: &[u8],
+    out: &mut [u8],
+    ws: &mut [u32],
+    layout: &Layout,
+    generation: u32,
+) -> Result<usize, Overflow> {
+    let (head, rest) = ws.split_at_mut(layout.fast_hash);
+    let shift = hash_shift(layout.fast_hash, input.len());
+    let mut block = Block::new(&mut rest[..layout.fast_symbols]);
+    let mut w = BitWriter::new(out, 2);
+    let n = input.len();
+    let mut i = 0;
+    while i + MIN_MATCH <= n {
+        let cur = read_u32(input, i);
+        let h = hash(cur, shift);
+        let cand = head[h].wrapping_sub(generation) as usize;
+        head[h] = generation + i as u32;
+        if cand < i && i - cand <= MAX_DIST && read_u32(input, cand) == cur {
+            let max = (n - i).min(MAX_MATCH);
+            let len = MIN_MATCH + common_len(input, cand + 4, i + 4, max - 4);
+            block.matched(len, i - cand);
+            i += len;
+        } else {
+            block.literal(input[i]);
+            i += 1;
+        }
+        if block.full() {
+            block.write(&mut w, input, false)?;
+        }
+    }
+    while i < n {
+        block.literal(input[i]);
+        i += 1;
+        if block.full() {
+            block.write(&mut w, input, false)?;
+        }
+    }
+    block.write(&mut w, input, true)?;
+    w.align()?;
+    Ok(w.position())
+}
+
 /// The default level's tuning (zlib level 6's).
 struct Effort {
     /// Chain links followed per position.
@@ -114,8 +170,8 @@ struct Effort {
 }
 
 const DEFAULT_EFFORT: Effort = Effort {
-    chain: 128,
-    nice: 128,
+    chain: 32,
+    nice: 64,
     lazy: 16,
     good: 8,
 };
@@ -131,7 +187,18 @@ struct Block<'a> {
     covered: usize,
 }
 
-impl Block<'_> {
+impl<'a> Block<'a> {
+    fn new(syms: &'a mut [u32]) -> Self {
+        Block {
+            syms,
+            count: 0,
+            lit_freq: [0; LIT_SYMS],
+            dist_freq: [0; DIST_SYMS],
+            start: 0,
+            covered: 0,
+        }
+    }
+
     #[inline(always)]
     fn literal(&mut self, b: u8) {
         self.syms[self.count] = b as u32;
@@ -174,7 +241,7 @@ impl Block<'_> {
                 .lit_freq
                 .iter()
                 .enumerate()
-                .map(|(s, &f)| f as u64 * static_lit_len(s) as u64)
+                .map(|(s, &f)| f as u64 * STATIC_LIT[s].1 as u64)
                 .sum::<u64>()
             + self.dist_freq.iter().map(|&f| f as u64 * 5).sum::<u64>()
             + extra;
@@ -189,12 +256,8 @@ impl Block<'_> {
             for (s, (c, l)) in lit.codes.iter_mut().zip(lit.lens.iter_mut()).enumerate() {
                 (*c, *l) = STATIC_LIT[s];
             }
-            for (c, l) in dist.codes.iter_mut().zip(dist.lens.iter_mut()) {
-                *l = 5;
-                *c = 0;
-            }
-            for (s, c) in dist.codes.iter_mut().enumerate() {
-                *c = STATIC_DIST[s] as u16;
+            for (s, (c, l)) in dist.codes.iter_mut().zip(dist.lens.iter_mut()).enumerate() {
+                (*c, *l) = (STATIC_DIST[s] as u16, 5);
             }
             self.write_symbols(w, &lit, &dist)?;
         } else {
@@ -332,18 +395,11 @@ pub(crate) fn compress_lazy(
     let mut chains = Chains {
         head,
         prev,
-        shift: 32 - layout.hash.trailing_zeros(),
+        shift: hash_shift(layout.hash, input.len()),
         mask: layout.chain - 1,
         generation,
     };
-    let mut block = Block {
-        syms: &mut rest[..layout.symbols],
-        count: 0,
-        lit_freq: [0; LIT_SYMS],
-        dist_freq: [0; DIST_SYMS],
-        start: 0,
-        covered: 0,
-    };
+    let mut block = Block::new(&mut rest[..layout.symbols]);
     let mut w = BitWriter::new(out, 2);
     let e = DEFAULT_EFFORT;
     let n = input.len();

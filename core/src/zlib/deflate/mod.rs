@@ -18,7 +18,13 @@ pub enum Level {
     /// No compression: stored blocks only (zlib level 0). Needs no workspace.
     Stored,
     /// Greedy matching with one hash probe and the fixed Huffman code, written as the matches
-    /// are found (zlib-ng's `deflate_quick` recipe). The fastest level.
+    /// are found: zlib-ng's `deflate_quick` recipe, and the fastest level by far. Its output is
+    /// about the size of zlib-ng's (zlib-rs's) level 1.
+    Quick,
+    /// The same greedy single-probe matching, with symbols buffered per block and each block
+    /// written in the smallest of dynamic Huffman, fixed Huffman or stored form: slower than
+    /// [`Level::Quick`], output about the size of miniz_oxide's level 1 or smaller. Inputs
+    /// under 256 bytes, where a dynamic code never pays for its header, take the quick path.
     Fast,
     /// Lazy matching over hash chains with a dynamic Huffman code per block (zlib's default
     /// strategy); each block is written in whichever of dynamic, fixed or stored is smallest.
@@ -26,12 +32,13 @@ pub enum Level {
 }
 
 impl Level {
-    /// Maps a zlib level number: 0 is [`Level::Stored`], 1 to 3 [`Level::Fast`], 4 to 9 (and
-    /// above) [`Level::Default`].
+    /// Maps a zlib level number: 0 is [`Level::Stored`], 1 [`Level::Quick`] (as in zlib-ng),
+    /// 2 and 3 [`Level::Fast`], 4 to 9 (and above) [`Level::Default`].
     pub const fn from_zlib(level: u8) -> Level {
         match level {
             0 => Level::Stored,
-            1..=3 => Level::Fast,
+            1 => Level::Quick,
+            2 | 3 => Level::Fast,
             _ => Level::Default,
         }
     }
@@ -39,7 +46,8 @@ impl Level {
     /// The zlib header's second byte (FLEVEL and the check bits) for this level.
     const fn flg(self) -> u8 {
         match self {
-            Level::Stored | Level::Fast => 0x01,
+            Level::Stored | Level::Quick => 0x01,
+            Level::Fast => 0x5e,
             Level::Default => 0x9c,
         }
     }
@@ -85,6 +93,10 @@ pub const fn compress_bound(n: usize) -> usize {
     2 + n + 5 * blocks + 4
 }
 
+/// Below this input length the fast level writes one fixed-Huffman block as it goes; from it
+/// on, blocks are buffered and written with a dynamic code when that is smaller.
+const QUICK_MAX: usize = 256;
+
 /// How a workspace of a given length is divided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
@@ -96,6 +108,8 @@ pub(crate) struct Layout {
     pub(crate) chain: usize,
     /// Symbols buffered per dynamic block.
     pub(crate) symbols: usize,
+    /// Symbols buffered per block at the fast level (after its hash head).
+    pub(crate) fast_symbols: usize,
 }
 
 /// The fast level's hash table stops growing here: a bigger table misses the cache more than
@@ -120,15 +134,20 @@ impl Layout {
         if symbols > 1 << 16 {
             symbols = 1 << 16;
         }
-        let mut fast_hash = floor_pow2(words);
+        let mut fast_hash = floor_pow2(words * 2 / 3);
         if fast_hash > FAST_HASH_MAX {
             fast_hash = FAST_HASH_MAX;
+        }
+        let mut fast_symbols = words - fast_hash;
+        if fast_symbols > 1 << 14 {
+            fast_symbols = 1 << 14;
         }
         Layout {
             fast_hash,
             hash: q,
             chain: q,
             symbols,
+            fast_symbols,
         }
     }
 }
@@ -200,11 +219,14 @@ impl<S: AsMut<[u32]>> Compressor<S> {
             let ws = self.workspace.as_mut();
             // The body must leave room for the Adler-32 and end up smaller than the stored form.
             let limit = bound - 5;
+            let body = &mut out[..limit];
             let done = match level {
-                Level::Fast => {
-                    matcher::compress_fast(input, &mut out[..limit], ws, &self.layout, generation)
+                Level::Quick => matcher::compress_quick(input, body, ws, &self.layout, generation),
+                Level::Fast if input.len() < QUICK_MAX => {
+                    matcher::compress_quick(input, body, ws, &self.layout, generation)
                 }
-                _ => matcher::compress_lazy(input, &mut out[..limit], ws, &self.layout, generation),
+                Level::Fast => matcher::compress_greedy(input, body, ws, &self.layout, generation),
+                _ => matcher::compress_lazy(input, body, ws, &self.layout, generation),
             };
             if let Ok(body_end) = done {
                 return Ok(finish(level, input, out, body_end));
@@ -218,9 +240,11 @@ impl<S: AsMut<[u32]>> Compressor<S> {
     /// The table generation for a call over `len` input bytes.
     fn advance(&mut self, level: Level, len: usize) -> u32 {
         let ws = self.workspace.as_mut();
-        if level != self.last_level {
-            // The levels lay their tables over the same words; another level's entries are
-            // harmless (every candidate is verified) but would make output depend on history.
+        let lazy = |l: Level| l == Level::Default;
+        if lazy(level) != lazy(self.last_level) {
+            // The default level lays its tables over the words the quick and fast levels use
+            // for theirs; the other's entries are harmless (every candidate is verified) but
+            // would make output depend on history.
             ws.fill(0);
             self.generation = 1;
             self.last_level = level;

@@ -86,6 +86,7 @@ pub(crate) const fn reverse_bits(code: u32, len: u32) -> u32 {
 }
 
 /// Fixed literal/length code lengths.
+#[cfg(test)]
 pub(crate) const fn static_lit_len(sym: usize) -> u32 {
     match sym {
         0..=143 => 8,
@@ -100,7 +101,7 @@ pub(crate) const STATIC_LIT: [(u16, u8); 288] = {
     let mut t = [(0u16, 0u8); 288];
     let mut s = 0;
     while s < 288 {
-        let (code, len) = match s {
+        let (code, len): (u32, u32) = match s {
             0..=143 => (0x30 + s as u32, 8),
             144..=255 => (0x190 + (s as u32 - 144), 9),
             256..=279 => (s as u32 - 256, 7),

@@ -63,7 +63,7 @@ fn every_level_round_trips_at_every_workspace_size() {
     for words in [WORKSPACE_MIN, WORKSPACE_MCU, 20_000, WORKSPACE_SERVER] {
         let mut c = Compressor::new(vec![0u32; words]).unwrap();
         for input in samples() {
-            for level in [Level::Stored, Level::Fast, Level::Default] {
+            for level in [Level::Stored, Level::Quick, Level::Fast, Level::Default] {
                 // Twice: the second call runs over the first call's tables.
                 round_trip(&mut c, level, &input);
                 round_trip(&mut c, level, &input);
@@ -80,25 +80,29 @@ fn compressible_input_shrinks_and_incompressible_stays_within_the_bound() {
     assert!(round_trip(&mut c, Level::Default, &text) < text.len() / 10);
     let mut rng = Rng(1);
     let noise: Vec<u8> = (0..100_000).map(|_| rng.next() as u8).collect();
-    for level in [Level::Fast, Level::Default] {
+    for level in [Level::Quick, Level::Fast, Level::Default] {
         assert!(round_trip(&mut c, level, &noise) <= compress_bound(noise.len()));
     }
 }
 
 #[test]
-fn default_level_beats_fast_on_structured_data() {
+fn higher_levels_compress_structured_data_better() {
     let mut c = Compressor::new(vec![0u32; WORKSPACE_SERVER]).unwrap();
     let input = &samples()[10];
+    let quick = round_trip(&mut c, Level::Quick, input);
     let fast = round_trip(&mut c, Level::Fast, input);
     let default = round_trip(&mut c, Level::Default, input);
-    assert!(default < fast, "default {default} fast {fast}");
+    assert!(
+        default < fast && fast < quick,
+        "default {default} fast {fast} quick {quick}"
+    );
 }
 
 #[test]
 fn the_header_is_standard_zlib() {
     let mut c = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();
     let mut z = [0u8; 64];
-    for level in [Level::Stored, Level::Fast, Level::Default] {
+    for level in [Level::Stored, Level::Quick, Level::Fast, Level::Default] {
         c.compress(level, b"x", &mut z).unwrap();
         assert_eq!(z[0], 0x78);
         assert_eq!((u16::from(z[0]) << 8 | u16::from(z[1])) % 31, 0);
@@ -114,7 +118,7 @@ fn empty_input_gives_a_known_stream() {
         &z[..n],
         &[0x78, 0x01, 0x01, 0x00, 0x00, 0xff, 0xff, 0, 0, 0, 1]
     );
-    let n = c.compress(Level::Fast, b"", &mut z).unwrap();
+    let n = c.compress(Level::Quick, b"", &mut z).unwrap();
     // One fixed block holding only end-of-block: 3 + 7 bits.
     assert_eq!(&z[..n], &[0x78, 0x01, 0x03, 0x00, 0, 0, 0, 1]);
 }
@@ -162,7 +166,8 @@ fn layouts_fit_their_workspace() {
     ] {
         let l = Layout::for_words(words);
         assert!(l.hash + l.chain + l.symbols <= words, "{words}: {l:?}");
-        assert!(l.fast_hash <= words && l.fast_hash.is_power_of_two());
+        assert!(l.fast_hash + l.fast_symbols <= words && l.fast_hash.is_power_of_two());
+        assert!(l.fast_symbols >= 256);
         assert!(l.hash.is_power_of_two() && l.chain.is_power_of_two());
         assert!(l.symbols >= 256);
     }
