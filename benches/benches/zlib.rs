@@ -59,7 +59,10 @@ fn libdeflate(level: i32) -> CompressFn {
     Box::new(move |input, out| c.zlib_compress(input, out).unwrap())
 }
 
-fn contenders(fast: bool) -> Vec<(&'static str, fn() -> CompressFn)> {
+/// A named way to make a compressor.
+type Contender = (&'static str, fn() -> CompressFn);
+
+fn contenders(fast: bool) -> Vec<Contender> {
     if fast {
         vec![
             ("wirekit-quick", || wirekit(Level::Quick, WORKSPACE_SERVER)),

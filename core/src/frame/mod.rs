@@ -1,6 +1,8 @@
 //! Packet framing.
 //!
 //! - [`mc`]: the Minecraft Java protocol's VarInt-length frames (`Length | Packet ID | Data`).
+//! - [`compressed`]: the same frames after Set Compression
+//!   (`Packet Length | Data Length | zlib(Packet ID + Data)`).
 //! - [`fixed`]: fixed-width length-prefixed frames (1, 2 or 4 bytes, either byte order; pktconn's
 //!   `u32` little-endian by default).
 //!
@@ -14,6 +16,7 @@ use core::fmt;
 
 use crate::BufferTooSmall;
 
+pub mod compressed;
 pub mod fixed;
 pub mod mc;
 

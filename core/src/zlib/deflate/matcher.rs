@@ -223,13 +223,12 @@ impl<'a> Block<'a> {
     /// Writes the block in its smallest form and starts the next one.
     fn write(&mut self, w: &mut BitWriter<'_>, input: &[u8], last: bool) -> Result<(), Overflow> {
         self.lit_freq[256] = 1;
-        let mut extra = 0u64;
-        for c in 0..29 {
-            extra += self.lit_freq[257 + c] as u64 * LEN_EXTRA[c] as u64;
-        }
-        for c in 0..30 {
-            extra += self.dist_freq[c] as u64 * DIST_EXTRA[c] as u64;
-        }
+        let len_extra = self.lit_freq[257..].iter().zip(LEN_EXTRA.iter());
+        let dist_extra = self.dist_freq.iter().zip(DIST_EXTRA.iter());
+        let extra: u64 = len_extra
+            .chain(dist_extra)
+            .map(|(&f, &e)| f as u64 * e as u64)
+            .sum();
         let mut lit = Code::<LIT_SYMS>::new();
         let mut dist = Code::<DIST_SYMS>::new();
         lit.build(&self.lit_freq, 15);

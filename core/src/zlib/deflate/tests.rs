@@ -36,7 +36,7 @@ fn samples() -> Vec<Vec<u8>> {
         mixed.extend_from_slice(&i.to_le_bytes());
         mixed.extend_from_slice(b"{\"entity\":");
         mixed.push((rng.next() % 16) as u8);
-        if rng.next() % 3 == 0 {
+        if rng.next().is_multiple_of(3) {
             mixed.extend_from_slice(&rng.next().to_le_bytes());
         }
     }
