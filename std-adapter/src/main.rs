@@ -33,6 +33,9 @@ enum Command {
     /// NEX Kerberos tools: key derivation.
     #[command(subcommand)]
     Kerberos(cli::kerberos::KerberosCommand),
+    /// Decode or encode PROXY protocol v1/v2 headers.
+    #[command(subcommand, name = "proxy-header")]
+    ProxyHeader(cli::proxy::ProxyHeaderCommand),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
             cli::bench::run(args, Some(alloc_count::allocations))
         }
         Some(Command::Kerberos(cmd)) => cli::kerberos::run(cmd),
+        Some(Command::ProxyHeader(cmd)) => cli::proxy::run(cmd),
         None => {
             init_tracing("warn");
             cli::bench::run(

@@ -3,4 +3,5 @@
 pub mod bench;
 pub mod frame;
 pub mod kerberos;
+pub mod proxy;
 pub mod serve;
