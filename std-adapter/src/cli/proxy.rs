@@ -287,8 +287,13 @@ fn encode(args: &EncodeArgs) -> Result<(), String> {
         let n = b.encode(&mut out).map_err(|e| e.to_string())?;
         out.truncate(n);
         // What we write must read back (a raw --tlv can break the SSL or UNIQUE_ID rules).
-        proxy::parse(&out, &Limits { max_header_len: v2::MAX_LEN })
-            .map_err(|e| format!("the TLVs given make an invalid header: {e}"))?;
+        proxy::parse(
+            &out,
+            &Limits {
+                max_header_len: v2::MAX_LEN,
+            },
+        )
+        .map_err(|e| format!("the TLVs given make an invalid header: {e}"))?;
         out
     };
     let mut stdout = std::io::stdout().lock();
