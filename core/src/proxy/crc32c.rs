@@ -3,7 +3,7 @@
 //!
 //! The portable implementation is slicing-by-8 over tables built at compile time (8 KiB of
 //! read-only data), without unsafe code or CPU-specific instructions, so it runs on a Cortex-M
-//! as on the host. With the `std` feature, [`crc32c`] and [`crc32c_append`] use the `crc32c`
+//! as on the host. With the `std` feature, [`crc32c()`] and [`crc32c_append`] use the `crc32c`
 //! crate instead, which picks the CPU's CRC32C instruction at run time (SSE4.2 on x86-64, the
 //! CRC extension on AArch64) and is several times faster; the results are the same, which the
 //! tests check.
