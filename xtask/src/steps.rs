@@ -98,8 +98,10 @@ pub fn test(args: &[String]) -> Result<(), String> {
 
     let interop = root().join("target").join("interop");
     let interop = interop.to_string_lossy().into_owned();
+    // Benches are not run in test mode here: `cargo bench --no-run` below builds them in the
+    // profile they are measured in.
     cargo(
-        &["test", "--workspace", "--all-targets"],
+        &["test", "--workspace", "--lib", "--bins", "--tests", "--examples"],
         &[
             ("WIREKIT_REQUIRE_PEERS", "1"),
             ("WIREKIT_INTEROP_DIR", &interop),
