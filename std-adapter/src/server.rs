@@ -128,7 +128,14 @@ struct Shared {
 impl Server {
     /// Binds the listening socket.
     pub async fn bind(options: ServeOptions) -> io::Result<Server> {
-        let listener = TcpListener::bind(options.listen).await?;
+        let socket = match options.listen {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(options.listen)?;
+        // A deep backlog: load tests open thousands of connections at once.
+        let listener = socket.listen(4096)?;
         Ok(Server {
             listener,
             shared: Arc::new(Shared {
@@ -297,10 +304,14 @@ async fn drive(
         let watch_shutdown = grace_deadline.is_none() && input.is_empty();
         if !input.is_allocated() {
             // Nothing allocated until the peer sends something: silent connections stay cheap.
-            let ready = with_deadline(deadline, stream.readable());
+            // `peek` rather than `readable`, which may report readiness spuriously.
+            let mut first = [0u8; 1];
+            let ready = with_deadline(deadline, stream.peek(&mut first));
             tokio::select! {
                 biased;
-                r = ready => r.map_err(|e| e.into_conn(session))?,
+                r = ready => {
+                    r.map_err(|e| e.into_conn(session))?;
+                }
                 () = shutdown.cancelled(), if watch_shutdown => continue,
             }
         }

@@ -7,6 +7,17 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// Bytes allocated and not yet freed, all threads (only meaningful with [`CountingAlloc`]
+/// installed).
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+/// Bytes currently allocated by the whole process through [`CountingAlloc`]: for memory-bound
+/// claims (what N idle connections cost), where per-thread counts would miss worker threads.
+pub fn live_bytes() -> i64 {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
 
 /// A global allocator that forwards to [`System`] and counts allocations made by the current
 /// thread while counting is on.
@@ -33,20 +44,24 @@ fn note(size: usize) {
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note(new_size);
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { System.dealloc(ptr, layout) }
     }

@@ -3,6 +3,13 @@
 //! - [`alloc_count`]: a counting global allocator, to prove zero-allocation claims.
 //! - [`peers`]: where the interop peers (Node, Python, HAProxy, QEMU) installed by
 //!   `cargo xtask test` live.
+//! - [`serve`]: an in-process `wirekit serve` on a loopback port.
+//! - [`service_client`]: a blocking client of the wirekit service.
+//! - [`conformance`]: the service conformance suite, run against any address (the host
+//!   server here, the firmware in QEMU).
 
 pub mod alloc_count;
+pub mod conformance;
 pub mod peers;
+pub mod serve;
+pub mod service_client;

@@ -530,6 +530,18 @@ impl Session {
                 let n = stats.encode(&mut data).expect("MAX_LEN fits");
                 packet(wire::STATS, &data[..n], out)
             }
+            wire::SET_COMPRESSION => match wire::parse_threshold(data) {
+                Err(_) => self.error_reply(id, ErrorCode::MalformedRequest, out),
+                // Off stays off: the reply goes out in the (unchanged) uncompressed format.
+                Ok(t) if t < 0 => {
+                    let n = self
+                        .reply_threshold(t, out)
+                        .unwrap_or_else(|_| unreachable!("room checked against reply_bound"));
+                    self.threshold = -1;
+                    n
+                }
+                Ok(_) => self.error_reply(id, ErrorCode::Unsupported, out),
+            },
             _ => self.error_reply(id, ErrorCode::UnknownPacket, out),
         }
     }

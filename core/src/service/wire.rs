@@ -231,6 +231,8 @@ pub enum ErrorCode {
     UnknownPacket,
     /// The request's data does not parse.
     MalformedRequest,
+    /// The server cannot do this here (set compression on a server built without zlib).
+    Unsupported,
     /// A code this version does not know.
     Unknown(u8),
 }
@@ -241,6 +243,7 @@ impl ErrorCode {
         match self {
             ErrorCode::UnknownPacket => 1,
             ErrorCode::MalformedRequest => 2,
+            ErrorCode::Unsupported => 3,
             ErrorCode::Unknown(b) => b,
         }
     }
@@ -250,6 +253,7 @@ impl ErrorCode {
         match b {
             1 => ErrorCode::UnknownPacket,
             2 => ErrorCode::MalformedRequest,
+            3 => ErrorCode::Unsupported,
             b => ErrorCode::Unknown(b),
         }
     }

@@ -1,0 +1,173 @@
+//! Steady state allocates nothing per packet: 10,000 packets after warm-up, counted with the
+//! counting allocator, through the tokio codecs, the blocking adapters, the core session, and
+//! the whole `wirekit serve` connection path (server and client on this thread).
+
+use std::io::Cursor;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::codec::{Decoder, Encoder};
+use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::frame::mc::encode_packet;
+use wirekit_core::service::{self, AtomicCounters, Framing, Session, Workspace, wire};
+use wirekit_std::blocking::{FrameReader, FrameWriter};
+use wirekit_std::codec::{LengthPrefixedCodec, PacketRef, VarIntCodec};
+use wirekit_std::server::{ServeOptions, Server};
+use wirekit_tests::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+const PACKETS: usize = 10_000;
+
+fn payload(i: usize) -> Vec<u8> {
+    vec![(i % 251) as u8; (i * 131) % 2048]
+}
+
+#[test]
+fn tokio_codecs_allocate_nothing_per_packet() {
+    assert_counting_installed();
+    let payloads: Vec<Vec<u8>> = (0..64).map(payload).collect();
+    let mut codec = VarIntCodec::new(1 << 16);
+    let mut fixed = LengthPrefixedCodec::default();
+    let mut buf = BytesMut::with_capacity(1 << 16);
+    let mut fbuf = BytesMut::with_capacity(1 << 16);
+    let mut round = |codec: &mut VarIntCodec, fixed: &mut LengthPrefixedCodec, i: usize| {
+        let data = &payloads[i % payloads.len()];
+        codec
+            .encode(
+                PacketRef {
+                    id: i as i32 & 0x7f,
+                    data,
+                },
+                &mut buf,
+            )
+            .unwrap();
+        let p = codec.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(p.data.len(), data.len());
+        drop(p);
+        fixed.encode(&data[..], &mut fbuf).unwrap();
+        let f = fixed.decode(&mut fbuf).unwrap().unwrap();
+        assert_eq!(f.len(), data.len());
+    };
+    for i in 0..100 {
+        round(&mut codec, &mut fixed, i);
+    }
+    let ((), stats) = count_allocations(|| {
+        for i in 0..PACKETS {
+            round(&mut codec, &mut fixed, i);
+        }
+    });
+    assert_eq!(
+        stats.count, 0,
+        "codecs allocated in steady state: {stats:?}"
+    );
+}
+
+#[test]
+fn blocking_adapters_allocate_nothing_per_packet() {
+    assert_counting_installed();
+    let mut w = FrameWriter::varint(Vec::with_capacity(24 << 20), 1 << 16);
+    for i in 0..PACKETS + 100 {
+        w.write_packet(wire::ECHO, &payload(i)).unwrap();
+    }
+    let wire_bytes = w.into_inner();
+    let mut r = FrameReader::varint(Cursor::new(&wire_bytes[..]), 1 << 16);
+    let mut out = FrameWriter::fixed(Vec::with_capacity(24 << 20), LengthPrefixed::PKTCONN);
+    for _ in 0..100 {
+        let (_, data) = r.read_packet().unwrap().unwrap();
+        out.write_frame(data).unwrap();
+    }
+    let ((), stats) = count_allocations(|| {
+        for _ in 0..PACKETS {
+            let (_, data) = r.read_packet().unwrap().unwrap();
+            out.write_frame(data).unwrap();
+        }
+    });
+    assert_eq!(stats.count, 0, "blocking adapters allocated: {stats:?}");
+}
+
+#[test]
+fn service_session_allocates_nothing() {
+    assert_counting_installed();
+    let config = service::Config::new().with_max_packet_len(4096);
+    let counters = AtomicCounters::new();
+    let mut scratch = vec![0u8; 4096];
+    let mut out = vec![0u8; config.max_output_len()];
+    let mut input = vec![0u8; 8192];
+    let ((), stats) = count_allocations(|| {
+        let mut session = Session::new(&config);
+        let mut ws = Workspace::new(&mut scratch);
+        for i in 0..PACKETS {
+            let n = encode_packet(wire::ECHO, &[i as u8; 100], &mut input).unwrap();
+            let p = session
+                .handle(&input[..n], &mut out, &mut ws, &counters)
+                .unwrap();
+            assert_eq!(p.consumed, n);
+        }
+        session.finish(&counters, None);
+    });
+    assert_eq!(stats.count, 0, "session allocated: {stats:?}");
+}
+
+#[test]
+fn serve_connection_path_allocates_nothing_per_packet() {
+    assert_counting_installed();
+    for framing in [Framing::VarInt, Framing::Fixed(LengthPrefixed::PKTCONN)] {
+        // A current-thread runtime runs the server task and the client on this thread, inside
+        // `block_on`, so the per-thread count sees the whole connection path: accept loop,
+        // connection task, session, socket I/O, client.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let frames: Vec<Vec<u8>> = (0..64)
+            .map(|i| {
+                let data = payload(i);
+                let mut f = vec![0u8; data.len() + 8];
+                let n = match framing {
+                    Framing::VarInt => encode_packet(wire::ECHO, &data, &mut f).unwrap(),
+                    Framing::Fixed(fmt) => fmt.encode(&data, &mut f).unwrap(),
+                };
+                f.truncate(n);
+                f
+            })
+            .collect();
+        let mut reply = vec![0u8; 8192];
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let (mut client, serving) = rt.block_on(async {
+            let server = Server::bind(ServeOptions {
+                service: service::Config::new()
+                    .with_framing(framing)
+                    .with_max_packet_len(4096),
+                ..ServeOptions::default()
+            })
+            .await
+            .unwrap();
+            let addr = server.local_addr();
+            let serving = tokio::spawn(server.run(shutdown.clone()));
+            let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+            client.set_nodelay(true).unwrap();
+            (client, serving)
+        });
+        let mut run = |from: usize, count: usize| {
+            rt.block_on(async {
+                for i in from..from + count {
+                    let f = &frames[i % frames.len()];
+                    client.write_all(f).await.unwrap();
+                    client.read_exact(&mut reply[..f.len()]).await.unwrap();
+                    assert_eq!(&reply[..f.len()], &f[..]);
+                }
+            })
+        };
+        // Warm-up: the connection's buffers reach their working size.
+        run(0, 200);
+        let ((), stats) = count_allocations(|| run(200, PACKETS));
+        assert_eq!(
+            stats.count, 0,
+            "serve path allocated over {PACKETS} round trips ({framing:?}): {stats:?}"
+        );
+        shutdown.cancel();
+        rt.block_on(serving).unwrap().unwrap();
+    }
+}

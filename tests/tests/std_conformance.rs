@@ -1,0 +1,45 @@
+//! The service conformance suite against `wirekit serve` (in-process, on a loopback port). The
+//! firmware's rig runs the same suite against the firmware in QEMU.
+
+use std::time::Duration;
+
+use wirekit_core::proxy::policy::Policy;
+use wirekit_core::service;
+use wirekit_std::server::ServeOptions;
+use wirekit_tests::conformance::{ProxySupport, Target, run_conformance};
+use wirekit_tests::serve::TestServer;
+
+fn options(proxy: Policy) -> ServeOptions {
+    ServeOptions {
+        service: service::Config::new().with_max_packet_len(4096),
+        proxy,
+        header_timeout: Duration::from_secs(5),
+        ..ServeOptions::default()
+    }
+}
+
+#[test]
+fn serve_conforms_without_proxy() {
+    let server = TestServer::start(options(Policy::Skip));
+    run_conformance(&Target::new(server.addr));
+    let stats = server.stats();
+    assert!(stats.errors >= 4, "hostile connections counted: {stats:?}");
+    server.stop();
+}
+
+#[test]
+fn serve_conforms_with_proxy_use() {
+    let server = TestServer::start(options(Policy::Use));
+    let mut target = Target::new(server.addr).with_proxy(ProxySupport::Optional);
+    target.derive_cases = 1;
+    run_conformance(&target);
+}
+
+#[test]
+fn serve_conforms_with_proxy_require() {
+    let server = TestServer::start(options(Policy::Require));
+    let mut target = Target::new(server.addr).with_proxy(ProxySupport::Required);
+    target.cases = 60;
+    target.derive_cases = 1;
+    run_conformance(&target);
+}

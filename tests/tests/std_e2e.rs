@@ -1,0 +1,123 @@
+//! `wirekit serve` driven by `wirekit bench` (the load generator), end to end.
+
+use std::time::Duration;
+
+use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::proxy::policy::Policy;
+use wirekit_core::service::{self, Framing};
+use wirekit_std::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
+use wirekit_std::server::ServeOptions;
+use wirekit_tests::serve::TestServer;
+use wirekit_tests::service_client::ServiceClient;
+
+fn load(target: std::net::SocketAddr) -> LoadOptions {
+    LoadOptions {
+        target: Some(target),
+        connections: 8,
+        round_trips: Some(200),
+        payload: PayloadSizes::Uniform(0, 2048),
+        ..LoadOptions::default()
+    }
+}
+
+#[test]
+fn bench_drives_serve_ping_pong_and_pipelined() {
+    let server = TestServer::start(ServeOptions::default());
+    let report = loadgen::run(load(server.addr)).unwrap();
+    assert_eq!(report.frames, 8 * 200);
+    assert!(report.p50 <= report.p99 && report.p99 > Duration::ZERO);
+    let pipelined = loadgen::run(LoadOptions {
+        pipeline: 16,
+        payload: PayloadSizes::Exponential(300),
+        ..load(server.addr)
+    })
+    .unwrap();
+    assert_eq!(pipelined.frames, 8 * 200);
+    // The server saw every frame of both runs, and the bench's bytes.
+    let stats = ServiceClient::connect(server.addr, None, None)
+        .unwrap()
+        .stats()
+        .unwrap();
+    assert!(stats.frames_in >= 2 * 8 * 200, "{stats:?}");
+    assert!(stats.bytes_in >= report.wire_bytes_sent + pipelined.wire_bytes_sent);
+    assert_eq!(stats.errors, 0, "{stats:?}");
+    assert!(report.table().contains("frames/s"));
+    assert_eq!(report.json()["round_trips"], 1600);
+}
+
+#[test]
+fn bench_with_proxy_v2_headers() {
+    let server = TestServer::start(ServeOptions {
+        proxy: Policy::Require,
+        ..ServeOptions::default()
+    });
+    let report = loadgen::run(LoadOptions {
+        proxy_v2: true,
+        ..load(server.addr)
+    })
+    .unwrap();
+    assert_eq!(report.frames, 1600);
+    // Without the header, REQUIRE refuses the load.
+    assert!(loadgen::run(load(server.addr)).is_err());
+}
+
+#[test]
+fn bench_u32le_echo_only() {
+    let server = TestServer::start(ServeOptions {
+        service: service::Config::new()
+            .with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
+            .with_max_packet_len(4096),
+        ..ServeOptions::default()
+    });
+    let report = loadgen::run(LoadOptions {
+        framing: BenchFraming::U32Le,
+        ..load(server.addr)
+    })
+    .unwrap();
+    assert_eq!(report.frames, 1600);
+    assert!(report.compression_ratio() > 0.9 && report.compression_ratio() <= 1.0);
+}
+
+#[test]
+fn bench_default_in_process_run() {
+    // What `cargo run --release` does, shortened: an in-process serve on a loopback port.
+    let report = loadgen::run(LoadOptions {
+        connections: 4,
+        duration: Duration::from_millis(300),
+        ..LoadOptions::default()
+    })
+    .unwrap();
+    assert!(report.frames > 0);
+    assert!(
+        report.server_cpu.is_some(),
+        "in-process server CPU is measured"
+    );
+}
+
+#[test]
+fn bench_detects_a_server_that_corrupts_echoes() {
+    // A "server" that answers every frame with a different payload: the bench must fail.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = [0u8; 4];
+        while s.read_exact(&mut head).is_ok() {
+            let n = u32::from_le_bytes(head) as usize;
+            let mut body = vec![0u8; n];
+            s.read_exact(&mut body).unwrap();
+            body.iter_mut().for_each(|b| *b ^= 1);
+            s.write_all(&head).unwrap();
+            s.write_all(&body).unwrap();
+        }
+    });
+    let err = loadgen::run(LoadOptions {
+        framing: BenchFraming::U32Le,
+        connections: 1,
+        payload: PayloadSizes::Fixed(10),
+        ..load(addr)
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("mismatch"), "{err}");
+}

@@ -1,0 +1,112 @@
+//! Hostile peers against `wirekit serve`, each a test, each leaving the server serving others.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::proxy::policy::Policy;
+use wirekit_core::service::{self, Framing};
+use wirekit_std::server::ServeOptions;
+use wirekit_tests::serve::TestServer;
+use wirekit_tests::service_client::ServiceClient;
+
+fn options() -> ServeOptions {
+    ServeOptions {
+        service: service::Config::new().with_max_packet_len(1024),
+        ..ServeOptions::default()
+    }
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn declared_length_above_the_maximum_closes_before_the_body() {
+    let server = TestServer::start(options());
+    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
+    // A 3-byte length field declaring 2,097,151 bytes; only the length is ever sent.
+    let mut c = ServiceClient::connect(server.addr, None, None).unwrap();
+    c.stream().write_all(&[0xff, 0xff, 0x7f]).unwrap();
+    c.expect_closed(Duration::from_secs(2)).unwrap();
+    bystander.echo(b"still serving").unwrap();
+    assert_eq!(server.stats().errors, 1);
+
+    // The same with pktconn framing: a u32 length of 2 GiB against a 1 KiB maximum.
+    let server = TestServer::start(ServeOptions {
+        service: service::Config::new()
+            .with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
+            .with_max_packet_len(1024),
+        ..ServeOptions::default()
+    });
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(&0x7fff_ffffu32.to_le_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut b = [0u8; 1];
+    assert!(matches!(s.read(&mut b), Ok(0) | Err(_)));
+    let mut ok = TcpStream::connect(server.addr).unwrap();
+    ok.write_all(b"\x02\0\0\0hi").unwrap();
+    let mut reply = [0u8; 6];
+    ok.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    ok.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"\x02\0\0\0hi");
+}
+
+#[test]
+fn client_vanishing_mid_frame() {
+    let server = TestServer::start(options());
+    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
+    bystander.echo(b"x").unwrap();
+    {
+        let mut c = TcpStream::connect(server.addr).unwrap();
+        // Half of a 100-byte frame, then gone.
+        c.write_all(&[100, 0x00, 1, 2, 3, 4]).unwrap();
+    }
+    wait_for(
+        "the vanished client counted",
+        Duration::from_secs(5),
+        || server.stats().errors == 1,
+    );
+    bystander.echo(b"still serving").unwrap();
+    let mut fresh = ServiceClient::connect(server.addr, None, None).unwrap();
+    fresh.echo(b"fresh").unwrap();
+}
+
+#[test]
+fn proxy_header_from_an_untrusted_source_under_require() {
+    let header = b"PROXY TCP4 192.0.2.1 127.0.0.1 5000 7000\r\n";
+    // 127.0.0.1 is not in the trusted network: its header is refused.
+    let server = TestServer::start(ServeOptions {
+        proxy: Policy::Require,
+        trusted: vec!["10.0.0.0/8".parse().unwrap()],
+        untrusted_proxy: Policy::Reject,
+        ..options()
+    });
+    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
+    bystander
+        .echo(b"direct clients are served under REJECT")
+        .unwrap();
+    let mut spoofer = ServiceClient::connect(server.addr, None, None).unwrap();
+    spoofer.stream().write_all(header).unwrap();
+    spoofer.expect_closed(Duration::from_secs(2)).unwrap();
+    bystander.echo(b"still serving").unwrap();
+    assert_eq!(server.stats().errors, 1);
+
+    // The same header from a trusted network is used; one without a header is refused.
+    let server = TestServer::start(ServeOptions {
+        proxy: Policy::Require,
+        trusted: vec!["127.0.0.0/8".parse().unwrap()],
+        ..options()
+    });
+    let mut proxied = ServiceClient::connect(server.addr, Some(header), None).unwrap();
+    proxied.echo(b"via the proxy").unwrap();
+    let mut direct = ServiceClient::connect(server.addr, None, None).unwrap();
+    direct.stream().write_all(&[0x02, 0x00, 0x01]).unwrap();
+    direct.expect_closed(Duration::from_secs(2)).unwrap();
+    proxied.echo(b"still serving").unwrap();
+}
