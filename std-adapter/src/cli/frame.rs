@@ -6,15 +6,24 @@
 //! prints the frames before the fault, then the offset and the reason on stderr, and exits 2.
 //!
 //! `encode` frames stdin's bytes as one packet on stdout.
+//!
+//! With `--threshold N` (VarInt framing only) both use the compressed format of a connection
+//! after Set Compression: `decode` inflates compressed packets and adds `"data_len"` (the Data
+//! Length field, 0 for a packet sent uncompressed) and `"compressed"` to each line; `encode`
+//! compresses at `--level` (zlib numbering, 0 to 9) when the packet is at least N bytes.
 
 use std::io::{self, Read, Write};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use wirekit_core::Status;
+use wirekit_core::frame::compressed::{
+    CompressedDecoder, CompressedEncoder, MAX_DATA_LEN, max_encoded_len,
+};
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
 use wirekit_core::frame::mc::{self, Decoded, FrameDecoder};
 use wirekit_core::frame::{Frame, FrameError};
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
 
 /// `wirekit frame` subcommands.
 #[derive(Subcommand)]
@@ -72,6 +81,11 @@ pub struct DecodeArgs {
     /// The stream is the start of a server-side connection: report a legacy ping (0xFE).
     #[arg(long)]
     pub handshake: bool,
+    /// Compressed format with this threshold (negative: the format of compression off).
+    /// A compressed packet declaring fewer bytes than the threshold is rejected, as a vanilla
+    /// server does.
+    #[arg(long, allow_hyphen_values = true)]
+    pub threshold: Option<i32>,
 }
 
 /// Arguments of `wirekit frame encode`.
@@ -86,6 +100,13 @@ pub struct EncodeArgs {
     /// Data is hex text on stdin (whitespace ignored) rather than raw bytes.
     #[arg(long)]
     pub hex: bool,
+    /// Compressed format: compress when ID + data is at least this long (negative: the
+    /// format of compression off).
+    #[arg(long, allow_hyphen_values = true)]
+    pub threshold: Option<i32>,
+    /// zlib level for compressed packets: 0 stored, 1 quick, 2-3 fast, 4-9 default.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(0..=9))]
+    pub level: u8,
 }
 
 /// Runs a `wirekit frame` subcommand.
@@ -147,6 +168,15 @@ fn decode(args: &DecodeArgs) -> ExitCode {
         Ok(i) => i,
         Err(e) => return fail(0, &e),
     };
+    if let Some(threshold) = args.threshold {
+        if args.framing != Framing::Varint || args.handshake {
+            return fail(
+                0,
+                "--threshold applies to --framing varint after the handshake only",
+            );
+        }
+        return decode_compressed(args, threshold, &input);
+    }
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let mut offset = 0usize;
@@ -229,6 +259,89 @@ fn decode(args: &DecodeArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `decode --threshold N`: the compressed format.
+fn decode_compressed(args: &DecodeArgs, threshold: i32, input: &[u8]) -> ExitCode {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let decoder = CompressedDecoder::server(threshold)
+        .with_max_frame_len(args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize));
+    let mut inflater = Box::new(Inflater::new());
+    let mut scratch = vec![0u8; MAX_DATA_LEN];
+    let mut offset = 0usize;
+    while offset < input.len() {
+        let rest = &input[offset..];
+        let decoded = match decoder.decode(rest, &mut inflater, &mut scratch) {
+            Ok(Status::Complete(d)) => d,
+            Ok(Status::Partial(needed)) => {
+                let _ = out.flush();
+                return fail(
+                    offset,
+                    &format!(
+                        "truncated frame: stream ends {} byte(s) short ({} of the frame present)",
+                        needed.at_least(),
+                        rest.len()
+                    ),
+                );
+            }
+            Err(e) => {
+                let _ = out.flush();
+                return fail(offset, &e.to_string());
+            }
+        };
+        let packet = match mc::split_packet(decoded.body) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = out.flush();
+                return fail(offset, &e.to_string());
+            }
+        };
+        // The length field's value (of the frame as sent, compressed or not).
+        let frame_len = match FrameDecoder::new().decode_frame(rest) {
+            Ok(Status::Complete(f)) => f.body.len(),
+            _ => 0,
+        };
+        let mut line = serde_json::json!({
+            "offset": offset,
+            "len": frame_len,
+            "id": packet.id,
+            "data_hex": to_hex(packet.data),
+        });
+        if threshold >= 0 {
+            line["data_len"] = (if decoded.compressed {
+                decoded.body.len()
+            } else {
+                0
+            })
+            .into();
+            line["compressed"] = decoded.compressed.into();
+        }
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::FAILURE;
+        }
+        offset += decoded.consumed;
+    }
+    if out.flush().is_err() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `encode --threshold N`: one packet in the compressed format.
+fn encode_compressed(id: i32, data: &[u8], threshold: i32, level: u8) -> Result<Vec<u8>, String> {
+    let mut body = vec![0u8; wirekit_core::varint::varint_len(id) + data.len()];
+    let n = wirekit_core::varint::encode_varint(id, &mut body).map_err(|e| e.to_string())?;
+    body[n..].copy_from_slice(data);
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
+        .map_err(|e| e.to_string())?;
+    let encoder = CompressedEncoder::new(threshold, Level::from_zlib(level));
+    let mut out = vec![0u8; max_encoded_len(body.len())];
+    let n = encoder
+        .encode(&body, &mut out, &mut compressor)
+        .map_err(|e| e.to_string())?;
+    out.truncate(n);
+    Ok(out)
+}
+
 fn encode(args: &EncodeArgs) -> ExitCode {
     let data = match read_input(args.hex) {
         Ok(d) => d,
@@ -238,6 +351,19 @@ fn encode(args: &EncodeArgs) -> ExitCode {
         }
     };
     let fixed = args.framing.fixed(u32::MAX);
+    if let Some(threshold) = args.threshold {
+        let result = match (fixed, args.id) {
+            (None, Some(id)) => encode_compressed(id, &data, threshold, args.level),
+            _ => Err("--threshold needs --framing varint and --id".into()),
+        };
+        return match result {
+            Ok(bytes) => write_out(&bytes),
+            Err(e) => {
+                eprintln!("wirekit frame encode: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let result = match (fixed, args.id) {
         (None, Some(id)) => {
             let p = mc::Packet { id, data: &data };
@@ -261,20 +387,22 @@ fn encode(args: &EncodeArgs) -> ExitCode {
         }
     };
     match result {
-        Ok(bytes) => {
-            let mut stdout = io::stdout().lock();
-            if stdout
-                .write_all(&bytes)
-                .and_then(|_| stdout.flush())
-                .is_err()
-            {
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
-        }
+        Ok(bytes) => write_out(&bytes),
         Err(e) => {
             eprintln!("wirekit frame encode: {e}");
             ExitCode::from(2)
         }
     }
+}
+
+fn write_out(bytes: &[u8]) -> ExitCode {
+    let mut stdout = io::stdout().lock();
+    if stdout
+        .write_all(bytes)
+        .and_then(|_| stdout.flush())
+        .is_err()
+    {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
