@@ -101,7 +101,14 @@ pub fn test(args: &[String]) -> Result<(), String> {
     // Benches are not run in test mode here: `cargo bench --no-run` below builds them in the
     // profile they are measured in.
     cargo(
-        &["test", "--workspace", "--lib", "--bins", "--tests", "--examples"],
+        &[
+            "test",
+            "--workspace",
+            "--lib",
+            "--bins",
+            "--tests",
+            "--examples",
+        ],
         &[
             ("WIREKIT_REQUIRE_PEERS", "1"),
             ("WIREKIT_INTEROP_DIR", &interop),
