@@ -5,8 +5,12 @@
 //!   the no_std builds, docs, every test, the firmware builds, and `cargo bench --no-run`.
 //! - `bench [FILTER]`: runs the criterion benchmarks and prints a markdown table of medians and
 //!   ratios against the named peers.
+//! - `qemu [--port N]`: builds the firmware for QEMU's mps2-an385 and boots it with the service
+//!   forwarded to `127.0.0.1:N` (default 7000), printing its decoded defmt log.
+//! - `size`: builds every firmware board and prints its flash and static RAM.
 
 mod bench;
+mod firmware;
 mod setup;
 mod steps;
 
@@ -22,13 +26,17 @@ fn main() -> ExitCode {
         "test" => steps::test(rest),
         "bench" => bench::run(rest),
         "setup" => setup::all(),
+        "qemu" => firmware::qemu(rest),
+        "size" => firmware::size(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
                  commands:\n  \
                  test [--quick]    install test peers, then run every check and test\n  \
                  bench [FILTER]    run criterion benches, print the ratio table\n  \
-                 setup             only install the test peers"
+                 setup             only install the test peers\n  \
+                 qemu [--port N]   boot the firmware in QEMU, service on 127.0.0.1:N, decoded logs\n  \
+                 size              flash and static RAM of every firmware board build"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS

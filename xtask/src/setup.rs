@@ -35,6 +35,8 @@ pub fn all() -> Result<(), String> {
     apt()?;
     node()?;
     python()?;
+    // The firmware test rig decodes the QEMU board's defmt log with it.
+    crate::firmware::ensure_defmt_print()?;
     Ok(())
 }
 
@@ -119,17 +121,7 @@ fn python() -> Result<(), String> {
     std::fs::write(&stamp, want).map_err(|e| e.to_string())
 }
 
-/// Builds and checks the firmware workspace, when it exists.
+/// Builds and checks the firmware workspace, when it exists (see `crate::firmware::checks`).
 pub fn firmware_checks() -> Result<(), String> {
-    let fw = root().join("firmware");
-    if !fw.join("Cargo.toml").exists() {
-        return Ok(());
-    }
-    run_in(&fw, "cargo", &["fmt", "--all", "--check"], &[])?;
-    run_in(
-        &fw,
-        "cargo",
-        &["clippy", "--all-targets", "--", "-D", "warnings"],
-        &[],
-    )
+    crate::firmware::checks()
 }

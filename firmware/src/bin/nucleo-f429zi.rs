@@ -1,0 +1,118 @@
+//! The wirekit firmware on an ST Nucleo-F429ZI (STM32F429ZI, LAN8742A PHY over RMII).
+//!
+//! Flash and watch its defmt logs with `cargo nucleo` in `firmware/` (probe-rs through the
+//! on-board ST-LINK). The board asks for an IPv4 address by DHCP and serves the wirekit service
+//! on TCP port 7000; its address is in the log (`network up: <ip>`).
+#![no_std]
+#![no_main]
+
+use embassy_executor::Spawner;
+use embassy_net::{Runner, Stack, StackResources};
+use embassy_stm32::eth::{Ethernet, GenericPhy, PacketQueue, Sma};
+use embassy_stm32::peripherals::{ETH, ETH_SMA, RNG};
+use embassy_stm32::rng::Rng;
+use embassy_stm32::time::Hertz;
+use embassy_stm32::{bind_interrupts, eth, rng};
+use static_cell::{ConstStaticCell, StaticCell};
+use wirekit_firmware::server::{self, ConnectionBuffers, MAX_CONNECTIONS};
+use {defmt_rtt as _, panic_probe as _};
+
+bind_interrupts!(struct Irqs {
+    ETH => eth::InterruptHandler;
+    HASH_RNG => rng::InterruptHandler<RNG>;
+});
+
+type Device = Ethernet<'static, ETH, GenericPhy<Sma<'static, ETH_SMA>>>;
+
+#[embassy_executor::task]
+async fn net_task(mut runner: Runner<'static, Device>) -> ! {
+    runner.run().await
+}
+
+#[embassy_executor::task(pool_size = MAX_CONNECTIONS)]
+async fn connection_task(
+    stack: Stack<'static>,
+    slot: usize,
+    buffers: &'static mut ConnectionBuffers,
+) -> ! {
+    server::serve_slot(stack, slot, buffers).await
+}
+
+/// 168 MHz from the ST-LINK's 8 MHz clock output, with the 48 MHz PLL output the RNG needs.
+fn clocks() -> embassy_stm32::Config {
+    use embassy_stm32::rcc::*;
+    let mut config = embassy_stm32::Config::default();
+    config.rcc.hse = Some(Hse {
+        freq: Hertz(8_000_000),
+        mode: HseMode::Bypass,
+    });
+    config.rcc.pll_src = PllSource::HSE;
+    config.rcc.pll = Some(Pll {
+        prediv: PllPreDiv::DIV4,
+        mul: PllMul::MUL168,
+        divp: Some(PllPDiv::DIV2),
+        divq: Some(PllQDiv::DIV7),
+        divr: None,
+    });
+    config.rcc.sys = Sysclk::PLL1_P;
+    config.rcc.ahb_pre = AHBPrescaler::DIV1;
+    config.rcc.apb1_pre = APBPrescaler::DIV4;
+    config.rcc.apb2_pre = APBPrescaler::DIV2;
+    config
+}
+
+#[embassy_executor::main]
+async fn main(spawner: Spawner) {
+    let p = embassy_stm32::init(clocks());
+    defmt::info!("wirekit firmware on nucleo-f429zi");
+
+    let mut rng = Rng::new(p.RNG, Irqs);
+    let mut seed = [0; 8];
+    rng.async_fill_bytes(&mut seed)
+        .await
+        .expect("the RNG seeds the TCP stack");
+    let seed = u64::from_le_bytes(seed);
+
+    // A locally administered address derived from the chip's unique ID.
+    let uid = embassy_stm32::uid::uid();
+    let mac = [0x02, uid[0], uid[1], uid[2], uid[3], uid[4]];
+    defmt::info!("mac {=[u8]:02x}", mac);
+
+    static QUEUE: ConstStaticCell<PacketQueue<4, 4>> = ConstStaticCell::new(PacketQueue::new());
+    let device = Ethernet::new(
+        QUEUE.take(),
+        p.ETH,
+        Irqs,
+        p.PA1,
+        p.PA7,
+        p.PC4,
+        p.PC5,
+        p.PG13,
+        p.PB13,
+        p.PG11,
+        mac,
+        p.ETH_SMA,
+        p.PA2,
+        p.PC1,
+    );
+
+    let config = embassy_net::Config::dhcpv4(Default::default());
+    static RESOURCES: StaticCell<StackResources<{ MAX_CONNECTIONS + 1 }>> = StaticCell::new();
+    let (stack, runner) =
+        embassy_net::new(device, config, RESOURCES.init(StackResources::new()), seed);
+    spawner.spawn(net_task(runner).expect("one net task"));
+
+    static BUFFERS: ConstStaticCell<[ConnectionBuffers; MAX_CONNECTIONS]> =
+        ConstStaticCell::new([const { ConnectionBuffers::new() }; MAX_CONNECTIONS]);
+    for (slot, b) in BUFFERS.take().iter_mut().enumerate() {
+        spawner.spawn(connection_task(stack, slot, b).expect("pool sized MAX_CONNECTIONS"));
+    }
+    stack.wait_config_up().await;
+    if let Some(v4) = stack.config_v4() {
+        defmt::info!(
+            "network up: {}, serving on port {=u16}",
+            v4.address,
+            server::SERVICE_PORT
+        );
+    }
+}

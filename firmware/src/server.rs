@@ -1,0 +1,225 @@
+//! The TCP side of the wirekit service: [`MAX_CONNECTIONS`] connection slots, each accepting on
+//! [`SERVICE_PORT`] and driving one [`Session`] of the core's sans-IO service at a time.
+//!
+//! This module moves bytes and owns memory; the protocol is entirely in
+//! [`wirekit_core::service`]. Each slot owns its TCP buffers and one input and one output
+//! buffer sized for the largest frame ([`Config::max_input_len`] / [`Config::max_output_len`]).
+//! The [`Workspace`] scratch is shared by all slots: session calls are synchronous, so it is
+//! only ever borrowed between two awaits, never across one.
+
+use core::cell::RefCell;
+
+use embassy_net::Stack;
+use embassy_net::tcp::{self, TcpSocket};
+use embassy_sync::blocking_mutex::Mutex;
+use embassy_sync::blocking_mutex::raw::ThreadModeRawMutex;
+use embassy_time::{Duration, Instant, with_deadline};
+use wirekit_core::proxy::{Limits, policy::Policy};
+use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Want, Workspace};
+
+/// The service's TCP port.
+pub const SERVICE_PORT: u16 = 7000;
+/// Connections served at once (one task and one [`ConnectionBuffers`] each).
+pub const MAX_CONNECTIONS: usize = 2;
+/// The service configuration: an optional PROXY header (v1 or v2, policy USE: a header's
+/// addresses name the client in the logs), then VarInt framing with packets up to 4 KiB.
+pub const SERVICE: Config = Config::new()
+    .with_max_packet_len(MAX_PACKET_LEN)
+    .with_proxy(
+        Policy::Use,
+        Limits {
+            max_header_len: MAX_PROXY_HEADER_LEN,
+        },
+    );
+/// The largest PROXY header accepted (v2 with TLVs; v1 is at most 107 bytes).
+pub const MAX_PROXY_HEADER_LEN: usize = 1024;
+/// The largest packet (`len(ID + Data)`) accepted and sent.
+pub const MAX_PACKET_LEN: usize = Config::DEFAULT_MAX_PACKET_LEN;
+/// Input buffer per connection: always room for one whole frame.
+pub const INPUT_LEN: usize = SERVICE.max_input_len();
+/// Output buffer per connection: always room for the largest reply.
+pub const OUTPUT_LEN: usize = SERVICE.max_output_len();
+/// The shared scratch: one uncompressed packet.
+pub const SCRATCH_LEN: usize = MAX_PACKET_LEN;
+/// TCP receive window per connection.
+pub const TCP_RX_BUFFER: usize = 2048;
+/// TCP send buffer per connection.
+pub const TCP_TX_BUFFER: usize = 2048;
+/// Time allowed for the PROXY header and the first frame of a connection.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection idle this long (no segment either way) is closed by the TCP stack.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The server's counters (the stats reply's data).
+pub static COUNTERS: AtomicCounters = AtomicCounters::new();
+
+/// The workspace scratch all slots share; see the module docs.
+static SCRATCH: Mutex<ThreadModeRawMutex, RefCell<[u8; SCRATCH_LEN]>> =
+    Mutex::new(RefCell::new([0; SCRATCH_LEN]));
+
+/// The memory one connection slot owns.
+pub struct ConnectionBuffers {
+    tcp_rx: [u8; TCP_RX_BUFFER],
+    tcp_tx: [u8; TCP_TX_BUFFER],
+    input: [u8; INPUT_LEN],
+    output: [u8; OUTPUT_LEN],
+}
+
+impl ConnectionBuffers {
+    /// Zeroed buffers (for a `static`).
+    pub const fn new() -> Self {
+        Self {
+            tcp_rx: [0; TCP_RX_BUFFER],
+            tcp_tx: [0; TCP_TX_BUFFER],
+            input: [0; INPUT_LEN],
+            output: [0; OUTPUT_LEN],
+        }
+    }
+}
+
+impl Default for ConnectionBuffers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Why a connection ended early.
+enum Close {
+    /// The session rejected the peer's bytes (or the peer was too slow with its header).
+    Session(SessionError),
+    /// The TCP connection failed (reset, or idle past [`IDLE_TIMEOUT`]).
+    Tcp(tcp::Error),
+    /// The session broke its own contract (a bug, logged as an error).
+    Internal(&'static str),
+}
+
+impl From<SessionError> for Close {
+    fn from(e: SessionError) -> Self {
+        Close::Session(e)
+    }
+}
+
+impl From<tcp::Error> for Close {
+    fn from(e: tcp::Error) -> Self {
+        Close::Tcp(e)
+    }
+}
+
+/// Serves connection slot `slot` forever: accept, serve until the peer leaves or misbehaves,
+/// log why it ended, close, accept again. Other slots are never affected.
+pub async fn serve_slot(stack: Stack<'_>, slot: usize, buffers: &mut ConnectionBuffers) -> ! {
+    let ConnectionBuffers {
+        tcp_rx,
+        tcp_tx,
+        input,
+        output,
+    } = buffers;
+    loop {
+        let mut socket = TcpSocket::new(stack, tcp_rx, tcp_tx);
+        socket.set_timeout(Some(IDLE_TIMEOUT));
+        if let Err(e) = socket.accept(SERVICE_PORT).await {
+            defmt::warn!("slot {}: accept failed: {}", slot, e);
+            continue;
+        }
+        defmt::info!(
+            "slot {}: connection from {}",
+            slot,
+            socket.remote_endpoint()
+        );
+        let mut session = Session::new(&SERVICE);
+        let result = drive(&mut socket, &mut session, input, output).await;
+        if let Some(client) = session.proxied_source() {
+            defmt::info!("slot {}: client per PROXY header: {}", slot, client);
+        }
+        let session_error = match &result {
+            Ok(()) => {
+                defmt::info!("slot {}: peer closed", slot);
+                None
+            }
+            Err(Close::Session(e)) => {
+                defmt::warn!("slot {}: closing: {=str}", slot, e.as_str());
+                Some(*e)
+            }
+            Err(Close::Tcp(e)) => {
+                defmt::warn!("slot {}: connection lost: {}", slot, e);
+                None
+            }
+            Err(Close::Internal(why)) => {
+                defmt::error!("slot {}: closing: {=str}", slot, why);
+                None
+            }
+        };
+        socket.close();
+        // Best effort: the peer may already be gone.
+        let _ = with_deadline(Instant::now() + Duration::from_secs(1), socket.flush()).await;
+        socket.abort();
+        // Counted closed only now, right before the slot listens again (no await in between),
+        // so a stats reply never shows a slot free that is not accepting yet.
+        session.finish(&COUNTERS, session_error.as_ref());
+    }
+}
+
+/// One session call with the shared scratch, borrowed for this synchronous call only.
+fn handle(
+    session: &mut Session,
+    input: &[u8],
+    output: &mut [u8],
+) -> Result<wirekit_core::service::Progress, SessionError> {
+    SCRATCH.lock(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let mut ws = Workspace::new(&mut scratch[..]);
+        session.handle(input, output, &mut ws, &COUNTERS)
+    })
+}
+
+async fn drive(
+    socket: &mut TcpSocket<'_>,
+    session: &mut Session,
+    input: &mut [u8],
+    output: &mut [u8],
+) -> Result<(), Close> {
+    let header_deadline = Instant::now() + HEADER_TIMEOUT;
+    let mut buffered = 0;
+    let mut consumed_total = 0usize;
+    loop {
+        let p = handle(session, &input[..buffered], output)?;
+        write_all(socket, &output[..p.written]).await?;
+        input.copy_within(p.consumed..buffered, 0);
+        buffered -= p.consumed;
+        consumed_total += p.consumed;
+        match p.want {
+            Want::Call => continue,
+            // The output buffer holds the largest reply, so an empty buffer never gets here;
+            // a non-empty one was just sent, so calling again makes progress.
+            Want::Output(_) if p.written > 0 => continue,
+            Want::Output(_) => return Err(Close::Internal("a reply larger than max_output_len")),
+            Want::Input(_) => {}
+        }
+        // The session keeps every frame it asks for within max_input_len, which the input
+        // buffer holds; so a full buffer here would be a session bug, not a peer's doing.
+        if buffered == input.len() {
+            return Err(Close::Internal("a frame larger than max_input_len"));
+        }
+        let read = socket.read(&mut input[buffered..]);
+        let n = if consumed_total == 0 || session.in_header() {
+            with_deadline(header_deadline, read)
+                .await
+                .map_err(|_| session.timed_out())??
+        } else {
+            read.await?
+        };
+        if n == 0 {
+            session.end_of_input(buffered)?;
+            return Ok(());
+        }
+        buffered += n;
+    }
+}
+
+async fn write_all(socket: &mut TcpSocket<'_>, mut data: &[u8]) -> Result<(), tcp::Error> {
+    while !data.is_empty() {
+        let n = socket.write(data).await?;
+        data = &data[n..];
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! The firmware commands: `cargo xtask qemu` and `cargo xtask size`, and the firmware steps of
+//! `cargo xtask test` (both boards built and clippy'd, the QEMU build's footprint checked).
+//!
+//! The firmware is its own Cargo workspace under `firmware/` with its own target directory;
+//! every command here runs cargo there.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::steps::{root, run_in};
+
+/// One board build of the firmware.
+pub struct Board {
+    /// The binary (`src/bin/<name>.rs`) and board feature.
+    pub name: &'static str,
+    /// The rustc target.
+    pub target: &'static str,
+    /// Footprint budget, (flash, static RAM) bytes, when the board has one.
+    pub budget: Option<(u64, u64)>,
+}
+
+/// Every board, the QEMU one first.
+pub const BOARDS: &[Board] = &[
+    Board {
+        name: "qemu-mps2-an385",
+        target: "thumbv7m-none-eabi",
+        // The footprint goal: 2 connections, 4 KiB packets, compression, PROXY and Kerberos.
+        budget: Some((96 * 1024, 64 * 1024)),
+    },
+    Board {
+        name: "nucleo-f429zi",
+        target: "thumbv7em-none-eabihf",
+        budget: None,
+    },
+];
+
+/// The defmt log decoder, installed by [`ensure_defmt_print`].
+const DEFMT_PRINT_VERSION: &str = "1.2.0";
+
+/// `firmware/`.
+pub fn dir() -> PathBuf {
+    root().join("firmware")
+}
+
+fn board_args(board: &Board) -> Vec<&'static str> {
+    vec![
+        "--release",
+        "--no-default-features",
+        "--features",
+        board.name,
+        "--target",
+        board.target,
+        "--bin",
+        board.name,
+    ]
+}
+
+/// The ELF a release build of `board` produces.
+pub fn elf(board: &Board) -> PathBuf {
+    dir()
+        .join("target")
+        .join(board.target)
+        .join("release")
+        .join(board.name)
+}
+
+/// Builds `board` in release mode.
+pub fn build(board: &Board) -> Result<PathBuf, String> {
+    let mut args = vec!["build"];
+    args.extend(board_args(board));
+    run_in(&dir(), "cargo", &args, &[])?;
+    Ok(elf(board))
+}
+
+/// Lints `board`'s build (the library and its binary) with clippy, warnings as errors.
+pub fn clippy(board: &Board) -> Result<(), String> {
+    let mut args = vec!["clippy"];
+    args.extend(board_args(board));
+    args.extend(["--lib", "--", "-D", "warnings"]);
+    run_in(&dir(), "cargo", &args, &[])
+}
+
+/// The `defmt-print` binary, installing it with cargo when it is missing.
+pub fn ensure_defmt_print() -> Result<PathBuf, String> {
+    if let Some(found) = defmt_print() {
+        return Ok(found);
+    }
+    let version = format!("defmt-print@{DEFMT_PRINT_VERSION}");
+    run_in(&root(), "cargo", &["install", "--locked", &version], &[])?;
+    defmt_print().ok_or_else(|| "defmt-print installed but not found".to_string())
+}
+
+/// `defmt-print` on PATH or in cargo's bin directory.
+fn defmt_print() -> Option<PathBuf> {
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|h| h.join("bin"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(cargo_bin)
+        .map(|d| d.join("defmt-print"))
+        .find(|p| p.is_file())
+}
+
+/// The QEMU command line that boots `elf` with the service on `127.0.0.1:port` and the QEMU
+/// board's shutdown control port on `127.0.0.1:control_port`.
+pub fn qemu_command(elf: &Path, port: u16, control_port: u16) -> Command {
+    let mut cmd = Command::new("qemu-system-arm");
+    let nic = format!(
+        "user,model=lan9118,hostfwd=tcp:127.0.0.1:{port}-10.0.2.15:7000,\
+         hostfwd=tcp:127.0.0.1:{control_port}-10.0.2.15:7001"
+    );
+    cmd.args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
+        .args(["-display", "none", "-serial", "null", "-monitor", "none"])
+        .args(["-semihosting-config", "enable=on,target=native"])
+        .args(["-nic", &nic])
+        .arg("-kernel")
+        .arg(elf);
+    cmd
+}
+
+/// `cargo xtask qemu [--port N]`: builds the QEMU board, boots it with the service forwarded to
+/// `127.0.0.1:N` (default 7000; the shutdown control port is N + 1) and prints the decoded defmt
+/// log until QEMU exits (Ctrl-C stops it).
+pub fn qemu(args: &[String]) -> Result<(), String> {
+    let mut port: u16 = 7000;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--port" => {
+                port = it
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .ok_or("--port needs a port number")?;
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}` (usage: qemu [--port N])"
+                ));
+            }
+        }
+    }
+    let control = port.checked_add(1).ok_or("--port must be below 65535")?;
+    let decoder = ensure_defmt_print()?;
+    let elf = build(&BOARDS[0])?;
+    println!(
+        "\nbooting {} in QEMU: service on 127.0.0.1:{port}, shutdown with \
+         `printf 'shutdown\\n' | nc 127.0.0.1 {control}` or Ctrl-C\n",
+        elf.display()
+    );
+    let mut qemu = qemu_command(&elf, port, control)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start qemu-system-arm: {e}"))?;
+    let frames = qemu.stdout.take().ok_or("qemu stdout")?;
+    let mut print = Command::new(&decoder)
+        .arg("-e")
+        .arg(&elf)
+        .stdin(frames)
+        .spawn()
+        .map_err(|e| format!("cannot start defmt-print: {e}"))?;
+    let status = qemu.wait().map_err(|e| e.to_string())?;
+    // defmt-print ends at the end of its input, when QEMU has gone.
+    let _ = print.wait();
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("QEMU exited with {status}"))
+    }
+}
+
+/// Flash and static RAM of a linked image, from its ELF section headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Footprint {
+    /// Bytes stored in flash: code, read-only data, and the initial values of `.data`.
+    pub flash: u64,
+    /// Bytes of RAM reserved at link time: `.data`, `.bss` and `.uninit` (the stack not included).
+    pub static_ram: u64,
+}
+
+const SHF_WRITE: u64 = 0x1;
+const SHF_ALLOC: u64 = 0x2;
+const SHT_NOBITS: u32 = 8;
+
+/// Reads the footprint of a 32-bit little-endian ELF (all Cortex-M images).
+pub fn footprint(elf: &[u8]) -> Result<Footprint, String> {
+    let u16_at = |at: usize| -> Result<u16, String> {
+        elf.get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .ok_or_else(|| "truncated ELF".to_string())
+    };
+    let u32_at = |at: usize| -> Result<u32, String> {
+        elf.get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| "truncated ELF".to_string())
+    };
+    if elf.get(..6) != Some(&[0x7F, b'E', b'L', b'F', 1, 1][..]) {
+        return Err("not a 32-bit little-endian ELF".into());
+    }
+    let shoff = u32_at(0x20)? as usize;
+    let shentsize = u16_at(0x2E)? as usize;
+    let shnum = u16_at(0x30)? as usize;
+    let mut fp = Footprint::default();
+    for i in 0..shnum {
+        let sh = shoff + i * shentsize;
+        let kind = u32_at(sh + 4)?;
+        let flags = u64::from(u32_at(sh + 8)?);
+        let size = u64::from(u32_at(sh + 20)?);
+        if flags & SHF_ALLOC == 0 {
+            continue;
+        }
+        if kind == SHT_NOBITS {
+            fp.static_ram += size;
+        } else if flags & SHF_WRITE != 0 {
+            // .data: its initial image in flash, copied to RAM at reset.
+            fp.flash += size;
+            fp.static_ram += size;
+        } else {
+            fp.flash += size;
+        }
+    }
+    Ok(fp)
+}
+
+fn kib(bytes: u64) -> String {
+    format!("{:.1} KiB", bytes as f64 / 1024.0)
+}
+
+/// Builds every board and prints its footprint; an error when a board exceeds its budget.
+pub fn size() -> Result<(), String> {
+    let mut rows = Vec::new();
+    for board in BOARDS {
+        let elf = build(board)?;
+        let bytes = std::fs::read(&elf).map_err(|e| format!("{}: {e}", elf.display()))?;
+        rows.push((board, footprint(&bytes)?));
+    }
+    println!("\n| board | target | flash | static RAM | budget |");
+    println!("|---|---|---|---|---|");
+    let mut over = Vec::new();
+    for (board, fp) in &rows {
+        let budget = match board.budget {
+            Some((flash, ram)) => {
+                let ok = fp.flash <= flash && fp.static_ram <= ram;
+                if !ok {
+                    over.push(board.name);
+                }
+                format!(
+                    "{} / {}: {}",
+                    kib(flash),
+                    kib(ram),
+                    if ok { "within" } else { "OVER" }
+                )
+            }
+            None => "-".into(),
+        };
+        println!(
+            "| {} | {} | {} ({} B) | {} ({} B) | {budget} |",
+            board.name,
+            board.target,
+            kib(fp.flash),
+            fp.flash,
+            kib(fp.static_ram),
+            fp.static_ram
+        );
+    }
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("over the footprint budget: {}", over.join(", ")))
+    }
+}
+
+/// The firmware steps of `cargo xtask test`: rustfmt, both boards built and clippy'd, the
+/// footprint budget, and `defmt-print` installed for the QEMU test rig.
+pub fn checks() -> Result<(), String> {
+    if !dir().join("Cargo.toml").exists() {
+        return Ok(());
+    }
+    ensure_defmt_print()?;
+    run_in(&dir(), "cargo", &["fmt", "--all", "--check"], &[])?;
+    for board in BOARDS {
+        clippy(board)?;
+    }
+    size()
+}
