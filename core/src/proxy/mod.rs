@@ -54,8 +54,11 @@
 //! - it rejects the long form `PROXY UNKNOWN <addresses...>\r\n` which the spec says to accept;
 //! - it needs the whole header in the first read, so a header split over two writes is refused.
 //!
-//! As a sender (`send-proxy-v2` with `proxy-v2-options crc32c,unique-id`) it writes the CRC32C
-//! TLV first and a UNIQUE_ID TLV even when empty, both of which wirekit accepts.
+//! Both agree on everything else the tests send: v1 TCP4/TCP6, v2 INET/INET6 STREAM, LOCAL,
+//! CRC32C (HAProxy refuses a header whose checksum wirekit also refuses, though it logs the
+//! header's addresses while doing so) and TLVs of every kind including unknown ones. As a
+//! sender (`send-proxy`, `send-proxy-v2`, `proxy-v2-options crc32c,unique-id`) HAProxy writes
+//! headers wirekit parses field for field, with the CRC32C TLV first.
 
 pub mod crc32c;
 pub mod policy;

@@ -1,0 +1,484 @@
+//! Interop with HAProxy 2.6 on 127.0.0.1, both ways:
+//! - HAProxy as sender (`send-proxy`, `send-proxy-v2`, `send-proxy-v2` with
+//!   `proxy-v2-options crc32c,unique-id`) toward a listener that parses with wirekit-core and
+//!   checks every field against the client's real addresses;
+//! - HAProxy as receiver (`accept-proxy`) of wirekit-built v1 TCP4/TCP6, v2 INET, v2 with
+//!   CRC32C, v2 INET6 with TLVs, v2 LOCAL, checking in HAProxy's log that it saw the addresses
+//!   we encoded, and that it refuses a header whose CRC32C we corrupted.
+//!
+//! Each test writes its own config on free ports, starts `haproxy -db` and stops it, with
+//! timeouts on every socket and on the log.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use wirekit_core::Status;
+use wirekit_core::proxy::{self, Addresses, Limits, ProxyHeader, Tlv, TlvKind, Version, v1, v2};
+use wirekit_tests::peers;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `haproxy -db`, its log lines (stdout and stderr) on a channel; killed on drop.
+struct Haproxy {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+    config: PathBuf,
+}
+
+impl Haproxy {
+    fn start(config: &str, ports: &[u16]) -> Option<Haproxy> {
+        let bin = peers::program("haproxy")?;
+        let path = std::env::temp_dir().join(format!(
+            "wirekit-haproxy-{}-{}.cfg",
+            std::process::id(),
+            ports[0]
+        ));
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(bin)
+            .args(["-db", "-f"])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start haproxy");
+        let (tx, lines) = channel();
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        let mut h = Haproxy {
+            child,
+            lines,
+            seen: Vec::new(),
+            config: path,
+        };
+        // Ready when every frontend accepts.
+        let start = Instant::now();
+        for &port in ports {
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                if let Ok(Some(status)) = h.child.try_wait() {
+                    h.drain();
+                    panic!("haproxy exited with {status}: {:#?}", h.seen);
+                }
+                assert!(
+                    start.elapsed() < TIMEOUT,
+                    "haproxy did not listen on {port}"
+                );
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Some(h)
+    }
+
+    fn drain(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            self.seen.push(l);
+        }
+    }
+
+    /// Waits for a log line containing `needle`.
+    fn wait_log(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(l) = self.seen.iter().find(|l| l.contains(needle)) {
+                return l.clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!("no haproxy log line with {needle:?}; saw {:#?}", self.seen),
+            }
+        }
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+const GLOBAL: &str = "global\n    log stdout format raw local0 info\n    maxconn 64\n\
+defaults\n    mode tcp\n    log global\n    timeout connect 3s\n    timeout client 5s\n    timeout server 5s\n";
+
+/// Accepts one connection on `listener` within the timeout.
+fn accept(listener: &TcpListener) -> TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(TIMEOUT)).unwrap();
+                s.set_write_timeout(Some(TIMEOUT)).unwrap();
+                return s;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(start.elapsed() < TIMEOUT, "nothing connected");
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// Reads from `s` until wirekit parses a complete header and `payload_len` bytes follow it.
+/// Returns the bytes read and the header's length.
+fn read_header(s: &mut TcpStream, payload_len: usize) -> (Vec<u8>, usize) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let len = match proxy::parse(&buf, &Limits::default()) {
+            Ok(Status::Complete(h)) => Some(h.len),
+            Ok(Status::Partial(_)) => None,
+            Err(e) => panic!("wirekit rejected haproxy's header {buf:02x?}: {e}"),
+        };
+        if let Some(len) = len {
+            if buf.len() >= len + payload_len {
+                return (buf, len);
+            }
+        }
+        let n = s.read(&mut chunk).expect("read from haproxy");
+        assert!(n > 0, "haproxy closed after {buf:02x?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn parsed(buf: &[u8]) -> ProxyHeader<'_> {
+    proxy::parse(buf, &Limits::default())
+        .unwrap()
+        .complete()
+        .unwrap()
+}
+
+#[test]
+fn haproxy_sends_v1_v2_and_v2_crc32c_unique_id() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = listener.local_addr().unwrap().port();
+    let (f1, f2, f3) = (free_port(), free_port(), free_port());
+    let config = format!(
+        "{GLOBAL}\
+frontend f1\n    bind 127.0.0.1:{f1}\n    default_backend b1\n\
+frontend f2\n    bind 127.0.0.1:{f2}\n    default_backend b2\n\
+frontend f3\n    bind 127.0.0.1:{f3}\n    unique-id-format %ci:%cp\n    default_backend b3\n\
+backend b1\n    server s 127.0.0.1:{backend} send-proxy\n\
+backend b2\n    server s 127.0.0.1:{backend} send-proxy-v2\n\
+backend b3\n    server s 127.0.0.1:{backend} send-proxy-v2 proxy-v2-options crc32c,unique-id\n"
+    );
+    let Some(_haproxy) = Haproxy::start(&config, &[f1, f2, f3]) else {
+        return;
+    };
+    for (port, version, crc) in [
+        (f1, Version::V1, false),
+        (f2, Version::V2, false),
+        (f3, Version::V2, true),
+    ] {
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        client.set_read_timeout(Some(TIMEOUT)).unwrap();
+        client.write_all(b"hello").unwrap();
+        let (SocketAddr::V4(src), SocketAddr::V4(dst)) =
+            (client.local_addr().unwrap(), client.peer_addr().unwrap())
+        else {
+            panic!()
+        };
+        // Skip connections the readiness probes may still cause.
+        let (mut upstream, buf, len) = loop {
+            let mut upstream = accept(&listener);
+            let (buf, len) = read_header(&mut upstream, 0);
+            if parsed(&buf).addresses.source() == Some(src.into()) {
+                break (upstream, buf, len);
+            }
+        };
+        let mut buf = buf;
+        while buf.len() < len + 5 {
+            let mut chunk = [0u8; 64];
+            let n = upstream.read(&mut chunk).unwrap();
+            assert!(n > 0, "haproxy closed before the payload");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let h = parsed(&buf);
+        assert_eq!(h.version, version, "frontend {port}");
+        assert_eq!(h.command, proxy::Command::Proxy);
+        assert_eq!(h.transport, proxy::Transport::Stream);
+        assert_eq!(h.addresses, Addresses::Inet { src, dst }, "frontend {port}");
+        assert_eq!(&buf[len..], b"hello");
+        if crc {
+            assert!(h.crc32c.is_some(), "crc32c TLV present and verified");
+            let id = h.find_tlv(TlvKind::UniqueId).expect("UNIQUE_ID TLV");
+            assert_eq!(id.value, format!("127.0.0.1:{}", src.port()).as_bytes());
+            // HAProxy places the CRC32C first.
+            assert_eq!(h.tlvs().next().unwrap().kind(), TlvKind::Crc32c);
+        } else {
+            assert_eq!(h.crc32c, None);
+        }
+        // The path works both ways after the header.
+        upstream.write_all(b"world").unwrap();
+        let mut back = [0u8; 5];
+        client.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"world");
+    }
+}
+
+/// An echo server for HAProxy's backend: echoes each connection until EOF; stops when dropped
+/// (after its current connection) or after a minute.
+fn spawn_echo() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+                    thread::spawn(move || {
+                        let mut b = [0u8; 1024];
+                        while let Ok(n @ 1..) = s.read(&mut b) {
+                            if s.write_all(&b[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+                Err(_) => thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    port
+}
+
+/// Sends `header` + `ping` in one write, returns whether `ping` came back.
+fn send_through(port: u16, header: &[u8]) -> (bool, SocketAddr) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut msg = header.to_vec();
+    msg.extend_from_slice(b"ping");
+    s.write_all(&msg).unwrap();
+    let mut back = [0u8; 4];
+    let echoed = s.read_exact(&mut back).is_ok() && &back == b"ping";
+    (echoed, s.local_addr().unwrap())
+}
+
+fn v2_bytes(b: v2::Builder<'_>) -> Vec<u8> {
+    let mut out = vec![0u8; b.encoded_len()];
+    b.encode(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn haproxy_accepts_wirekit_v1_v2_crc32c_tlvs() {
+    let echo = spawn_echo();
+    let fa = free_port();
+    let config = format!(
+        "{GLOBAL}\
+frontend fa\n    bind 127.0.0.1:{fa} accept-proxy\n\
+    log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp\"\n    default_backend echo\n\
+backend echo\n    server e 127.0.0.1:{echo}\n"
+    );
+    let Some(mut haproxy) = Haproxy::start(&config, &[fa]) else {
+        return;
+    };
+
+    let s4 = |last: u8, port| SocketAddrV4::new([192, 0, 2, last].into(), port);
+    let d4 = SocketAddrV4::new([198, 51, 100, 20].into(), 25565);
+    let s6: SocketAddrV6 = "[2001:db8::10]:40002".parse().unwrap();
+    let d6: SocketAddrV6 = "[2001:db8:1::20]:25565".parse().unwrap();
+
+    let mut cases: Vec<(&str, Vec<u8>, String)> = Vec::new();
+    let mut line = vec![0u8; 107];
+    let n = v1::Builder::tcp4(s4(10, 40001), d4)
+        .encode(&mut line)
+        .unwrap();
+    cases.push((
+        "v1 TCP4",
+        line[..n].to_vec(),
+        format!("src={} dst={}", s4(10, 40001), d4),
+    ));
+    let n = v1::Builder::tcp6(s6, d6).encode(&mut line).unwrap();
+    cases.push((
+        "v1 TCP6",
+        line[..n].to_vec(),
+        format!(
+            "src={}:{} dst={}:{}",
+            s6.ip(),
+            s6.port(),
+            d6.ip(),
+            d6.port()
+        ),
+    ));
+    let a = Addresses::Inet {
+        src: s4(11, 40003),
+        dst: d4,
+    };
+    cases.push((
+        "v2 INET",
+        v2_bytes(v2::Builder::proxy(a)),
+        format!("src={} dst={}", s4(11, 40003), d4),
+    ));
+    let a = Addresses::Inet {
+        src: s4(12, 40004),
+        dst: d4,
+    };
+    cases.push((
+        "v2 INET CRC32C",
+        v2_bytes(v2::Builder::proxy(a).crc32c(true)),
+        format!("src={} dst={}", s4(12, 40004), d4),
+    ));
+    let tlvs = [
+        Tlv::Alpn(b"minecraft"),
+        Tlv::Authority(b"play.example.com"),
+        Tlv::UniqueId(b"wirekit-unique-id-0001"),
+        Tlv::Netns(b"blue"),
+        Tlv::GcpPscConnectionId(0x1122_3344_5566_7788),
+        Tlv::Unknown(0xF1, b"experimental"),
+    ];
+    let a = Addresses::Inet6 { src: s6, dst: d6 };
+    cases.push((
+        "v2 INET6 TLVs CRC32C NOOP",
+        v2_bytes(v2::Builder::proxy(a).tlvs(&tlvs).crc32c(true).pad_to(256)),
+        format!(
+            "src={}:{} dst={}:{}",
+            s6.ip(),
+            s6.port(),
+            d6.ip(),
+            d6.port()
+        ),
+    ));
+
+    for (name, header, want) in &cases {
+        // Our own parser agrees first.
+        assert!(
+            proxy::parse(header, &Limits::default())
+                .unwrap()
+                .is_complete(),
+            "{name}"
+        );
+        let (echoed, _) = send_through(fa, header);
+        assert!(
+            echoed,
+            "{name}: haproxy did not pass the connection through"
+        );
+        let l = haproxy.wait_log(want);
+        eprintln!("{name}: {l}");
+    }
+
+    // LOCAL: HAProxy keeps the real endpoints.
+    let (echoed, local) = send_through(fa, &v2_bytes(v2::Builder::local()));
+    assert!(echoed, "LOCAL");
+    haproxy.wait_log(&format!("src={local} dst=127.0.0.1:{fa}"));
+
+    // A corrupted CRC32C is refused by HAProxy as by wirekit.
+    let a = Addresses::Inet {
+        src: s4(13, 40005),
+        dst: d4,
+    };
+    let mut bad = v2_bytes(v2::Builder::proxy(a).crc32c(true));
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert_eq!(
+        proxy::parse(&bad, &Limits::default()),
+        Err(proxy::Error::Crc32cMismatch)
+    );
+    let (echoed, _) = send_through(fa, &bad);
+    assert!(!echoed, "haproxy accepted a header with a bad CRC32C");
+    let l = haproxy.wait_log("192.0.2.13:40005");
+    assert!(l.contains("invalid PROXY protocol header"), "{l}");
+    assert!(
+        !haproxy
+            .seen
+            .iter()
+            .any(|l| l.contains("wirekit-seen src=192.0.2.13")),
+        "haproxy served the header with a bad CRC32C"
+    );
+}
+
+/// The places where HAProxy 2.6 is stricter than the spec (and than wirekit), as the module
+/// docs of `wirekit_core::proxy` list them: each header here is valid for wirekit and refused
+/// by HAProxy. If a HAProxy upgrade starts accepting one, this test says so.
+#[test]
+fn haproxy_is_stricter_than_the_spec() {
+    let echo = spawn_echo();
+    let fa = free_port();
+    let config = format!(
+        "{GLOBAL}\
+frontend fa\n    bind 127.0.0.1:{fa} accept-proxy\n\
+    log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp\"\n    default_backend echo\n\
+backend echo\n    server e 127.0.0.1:{echo}\n"
+    );
+    let Some(mut haproxy) = Haproxy::start(&config, &[fa]) else {
+        return;
+    };
+    let src = SocketAddrV4::new([192, 0, 2, 30].into(), 40030);
+    let dst = SocketAddrV4::new([198, 51, 100, 30].into(), 25565);
+    let inet = Addresses::Inet { src, dst };
+    let unix = Addresses::Unix {
+        src: b"/run/client.sock",
+        dst: b"/run/server.sock",
+    };
+    let cases: [(&str, Vec<u8>); 4] = [
+        (
+            "v2 PROXY with UNSPEC family",
+            v2_bytes(v2::Builder::proxy(Addresses::Unspec)),
+        ),
+        (
+            "v2 INET DGRAM",
+            v2_bytes(v2::Builder::proxy(inet).transport(proxy::Transport::Dgram)),
+        ),
+        ("v2 UNIX STREAM", v2_bytes(v2::Builder::proxy(unix))),
+        (
+            "v1 long UNKNOWN",
+            b"PROXY UNKNOWN 192.0.2.30 198.51.100.30 40030 25565\r\n".to_vec(),
+        ),
+    ];
+    for (name, header) in &cases {
+        assert!(
+            proxy::parse(header, &Limits::default())
+                .unwrap()
+                .is_complete(),
+            "{name}"
+        );
+        let (echoed, _) = send_through(fa, header);
+        assert!(!echoed, "haproxy now accepts {name}: update the docs");
+    }
+    // A header split over two writes: wirekit reads on, HAProxy gives up after the first read.
+    let header = v2_bytes(v2::Builder::proxy(inet));
+    let mut s = TcpStream::connect(("127.0.0.1", fa)).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.write_all(&header[..10]).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let _ = s.write_all(&header[10..]);
+    let _ = s.write_all(b"ping");
+    let mut back = [0u8; 4];
+    let echoed = s.read_exact(&mut back).is_ok();
+    haproxy.drain();
+    assert!(
+        !echoed,
+        "haproxy now accepts a split header: update the docs ({:#?})",
+        haproxy.seen
+    );
+}
