@@ -157,10 +157,10 @@ fn read_header(s: &mut TcpStream, payload_len: usize) -> (Vec<u8>, usize) {
             Ok(Status::Partial(_)) => None,
             Err(e) => panic!("wirekit rejected haproxy's header {buf:02x?}: {e}"),
         };
-        if let Some(len) = len {
-            if buf.len() >= len + payload_len {
-                return (buf, len);
-            }
+        if let Some(len) = len
+            && buf.len() >= len + payload_len
+        {
+            return (buf, len);
         }
         let n = s.read(&mut chunk).expect("read from haproxy");
         assert!(n > 0, "haproxy closed after {buf:02x?}");
