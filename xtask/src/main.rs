@@ -3,6 +3,7 @@
 //! - `test`: installs what the tests need when missing (rustup targets, HAProxy, QEMU, the Node
 //!   and Python interop peers under `target/interop/`), then runs every check: rustfmt, clippy,
 //!   the no_std builds, docs, every test, the firmware builds, and `cargo bench --no-run`.
+//! - `fuzz [SECONDS] [TARGET...]`: runs the cargo-fuzz targets in `fuzz/` on stable Rust.
 //! - `bench [FILTER]`: runs the criterion benchmarks and prints a markdown table of medians and
 //!   ratios against the named peers.
 //! - `qemu [--port N]`: builds the firmware for QEMU's mps2-an385 and boots it with the service
@@ -11,6 +12,7 @@
 
 mod bench;
 mod firmware;
+mod fuzz;
 mod setup;
 mod steps;
 
@@ -28,6 +30,7 @@ fn main() -> ExitCode {
         "setup" => setup::all(),
         "qemu" => firmware::qemu(rest),
         "size" => firmware::size(),
+        "fuzz" => fuzz::run(rest),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -36,7 +39,8 @@ fn main() -> ExitCode {
                  bench [FILTER]    run criterion benches, print the ratio table\n  \
                  setup             only install the test peers\n  \
                  qemu [--port N]   boot the firmware in QEMU, service on 127.0.0.1:N, decoded logs\n  \
-                 size              flash and static RAM of every firmware board build"
+                 size              flash and static RAM of every firmware board build\n  \
+                 fuzz [SECS] [T..] run the cargo-fuzz targets (stable, RUSTC_BOOTSTRAP=1)"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
