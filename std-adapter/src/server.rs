@@ -38,6 +38,7 @@ use wirekit_core::proxy::policy::{AcceptPolicy, Cidr, Policy};
 use wirekit_core::service::{
     self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
 };
+use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_SERVER};
 
 /// How `wirekit serve` is configured.
 #[derive(Debug, Clone)]
@@ -205,10 +206,30 @@ impl Server {
     }
 }
 
+/// The memory sessions on one thread share: borrowed only inside a synchronous
+/// `Session::handle` call, never across an await, so one per worker thread serves every
+/// connection (the firmware does the same with one static workspace).
+struct ThreadWorkspace {
+    scratch: Vec<u8>,
+    inflater: Box<Inflater>,
+    compressor: Box<Compressor<Box<[u32]>>>,
+}
+
+impl ThreadWorkspace {
+    fn new() -> Self {
+        ThreadWorkspace {
+            scratch: Vec::new(),
+            inflater: Box::new(Inflater::new()),
+            compressor: Box::new(
+                Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
+                    .expect("WORKSPACE_SERVER is above the minimum"),
+            ),
+        }
+    }
+}
+
 thread_local! {
-    /// The scratch memory sessions on this thread share: only borrowed inside a synchronous
-    /// `Session::handle` call, never across an await.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static WORKSPACE: RefCell<Option<ThreadWorkspace>> = const { RefCell::new(None) };
 }
 
 async fn serve_connection(
@@ -257,11 +278,12 @@ async fn drive(
     let header_deadline = Instant::now() + options.header_timeout;
     let mut consumed_total = 0usize;
     let mut grace_deadline: Option<Instant> = None;
+    let scratch_len = options.service.max_packet_len();
 
     // Greeting: tiny, so a stack buffer; the connection's buffers wait for the peer's bytes.
     {
         let mut greeting = [0u8; 16];
-        let p = handle(session, &[], &mut greeting, counters)?;
+        let p = handle(session, &[], &mut greeting, counters, scratch_len)?;
         if p.written > 0 {
             stream.write_all(&greeting[..p.written]).await?;
         }
@@ -270,7 +292,7 @@ async fn drive(
         if out.is_empty() && !input.is_empty() {
             out.resize(INITIAL_BUFFER, 0);
         }
-        let p = handle(session, input.data(), &mut out, counters)?;
+        let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
         input.consume(p.consumed);
         consumed_total += p.consumed;
         if p.written > 0 {
@@ -361,16 +383,21 @@ async fn with_deadline<T>(
     }
 }
 
-/// One synchronous session call with this thread's shared scratch.
+/// One synchronous session call with this thread's shared workspace.
 fn handle(
     session: &mut Session,
     input: &[u8],
     out: &mut [u8],
     counters: &AtomicCounters,
+    scratch_len: usize,
 ) -> Result<service::Progress, SessionError> {
-    SCRATCH.with(|scratch| {
-        let mut scratch = scratch.borrow_mut();
-        let mut ws = Workspace::new(&mut scratch);
+    WORKSPACE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let tw = slot.get_or_insert_with(ThreadWorkspace::new);
+        if tw.scratch.len() < scratch_len {
+            tw.scratch.resize(scratch_len, 0);
+        }
+        let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor);
         session.handle(input, out, &mut ws, counters as &dyn Counters)
     })
 }

@@ -62,6 +62,8 @@ pub struct Target {
     pub derive_cases: u32,
     /// How long a hostile connection may take to be closed.
     pub close_within: Duration,
+    /// Whether the target serves set compression (it has zlib).
+    pub compression: bool,
 }
 
 impl Target {
@@ -75,6 +77,7 @@ impl Target {
             cases: 200,
             derive_cases: 4,
             close_within: Duration::from_secs(5),
+            compression: true,
         }
     }
 
@@ -240,24 +243,41 @@ pub fn echo_properties(target: &Target) {
     let case = std::cell::Cell::new(0u64);
     // Small sizes are where framing edge cases live; weight them.
     let sizes = prop_oneof![0..=16usize, 0..=200usize, 0..=max_data, Just(max_data)];
+    // Now and then the case switches its connection's compression first.
+    let compression = target.compression;
+    let thresholds = prop_oneof![
+        6 => Just(None),
+        1 => Just(Some(-1)),
+        1 => (0..=300i32).prop_map(Some),
+        1 => Just(Some(max_data as i32 + 1)),
+    ];
     runner
-        .run(&(sizes, any::<u8>(), any::<u64>()), |(len, fill, seed)| {
-            case.set(case.get() + 1);
-            let case = case.get();
-            let data = payload(len, fill);
-            if case.is_multiple_of(20) {
-                // A fresh connection, with a PROXY header when the target takes one.
-                let mut c = connect(target, seed);
-                c.echo(&data)
-                    .map_err(|e| TestCaseError::fail(format!("fresh connection: {e}")))?;
-            } else {
-                let mut conns = long_lived.borrow_mut();
-                conns[(case % 2) as usize]
-                    .echo(&data)
-                    .map_err(|e| TestCaseError::fail(format!("{len} bytes: {e}")))?;
-            }
-            Ok(())
-        })
+        .run(
+            &(sizes, any::<u8>(), any::<u64>(), thresholds),
+            |(len, fill, seed, threshold)| {
+                case.set(case.get() + 1);
+                let case = case.get();
+                let data = payload(len, fill);
+                if let (true, Some(t)) = (compression, threshold) {
+                    let mut conns = long_lived.borrow_mut();
+                    conns[(case % 2) as usize]
+                        .set_compression(t)
+                        .map_err(|e| TestCaseError::fail(format!("set compression {t}: {e}")))?;
+                }
+                if case.is_multiple_of(20) {
+                    // A fresh connection, with a PROXY header when the target takes one.
+                    let mut c = connect(target, seed);
+                    c.echo(&data)
+                        .map_err(|e| TestCaseError::fail(format!("fresh connection: {e}")))?;
+                } else {
+                    let mut conns = long_lived.borrow_mut();
+                    conns[(case % 2) as usize]
+                        .echo(&data)
+                        .map_err(|e| TestCaseError::fail(format!("{len} bytes: {e}")))?;
+                }
+                Ok(())
+            },
+        )
         .unwrap_or_else(|e| panic!("echo property failed: {e}"));
 }
 
@@ -312,14 +332,18 @@ pub fn hostile_inputs(target: &Target) {
     let mut bystander = connect(target, 41);
     bystander.echo(b"before").expect("bystander");
     let max = target.max_packet_len;
-    let mut over_max = [0u8; 5];
-    let n = wirekit_core::varint::encode_varint((max + 1) as i32, &mut over_max).unwrap();
     let mut cases: Vec<(&str, Vec<u8>)> = vec![
         ("length field too long", vec![0x80, 0x80, 0x80, 0x80]),
-        ("frame above the maximum", over_max[..n].to_vec()),
         ("empty frame", vec![0x00]),
         ("bad packet id", vec![0x01, 0x80]),
     ];
+    // Above the maximum even for a compressed frame carrying a maximal packet.
+    let over = 2 * max + 64;
+    if over <= 2_097_151 {
+        let mut field = [0u8; 5];
+        let n = wirekit_core::varint::encode_varint(over as i32, &mut field).unwrap();
+        cases.push(("frame above the maximum", field[..n].to_vec()));
+    }
     if target.proxy != ProxySupport::None {
         let mut bad_v2 = proxy_header(true, 5);
         bad_v2[12] = 0x31; // version 3
@@ -347,6 +371,18 @@ pub fn hostile_inputs(target: &Target) {
             .echo(name.as_bytes())
             .unwrap_or_else(|e| panic!("bystander after {name}: {e}"));
     }
+    if target.compression {
+        for (name, bomb) in compression_bombs(max) {
+            let mut c = connect(target, 2);
+            c.set_compression(16).expect("set compression");
+            c.stream().write_all(&bomb).expect("send bomb");
+            c.expect_closed(target.close_within)
+                .unwrap_or_else(|e| panic!("{name}: connection not closed: {e}"));
+            bystander
+                .echo(name.as_bytes())
+                .unwrap_or_else(|e| panic!("bystander after {name}: {e}"));
+        }
+    }
     // A client vanishing mid-frame: nothing to observe on its side; the server must go on.
     {
         let mut c = connect(target, 2);
@@ -359,4 +395,37 @@ pub fn hostile_inputs(target: &Target) {
         .expect("bystander after a vanished client");
     let mut fresh = connect(target, 51);
     fresh.echo(b"fresh").expect("new connections still served");
+}
+
+/// Compressed frames that must be refused by a server whose maximum packet is `max`: at least
+/// 1 MiB (and 4 x `max`) of zeros declared at its true size (above the maximum), and the same
+/// zlib stream declared as `max` bytes (it inflates past its Data Length).
+pub fn compression_bombs(max: usize) -> Vec<(&'static str, Vec<u8>)> {
+    use wirekit_core::varint::encode_varint;
+    use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU, compress_bound};
+    let zeros = vec![0u8; (4 * max).max(1 << 20)];
+    let mut compressor =
+        Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice()).expect("workspace");
+    let mut z = vec![0u8; compress_bound(zeros.len())];
+    let zn = compressor
+        .compress(Level::Default, &zeros, &mut z)
+        .expect("bound");
+    z.truncate(zn);
+    let frame = |declared: usize| {
+        let mut dl = [0u8; 5];
+        let d = encode_varint(declared as i32, &mut dl).unwrap();
+        let mut pl = [0u8; 5];
+        let p = encode_varint((d + z.len()) as i32, &mut pl).unwrap();
+        let mut f = pl[..p].to_vec();
+        f.extend_from_slice(&dl[..d]);
+        f.extend_from_slice(&z);
+        f
+    };
+    vec![
+        ("compression bomb declared at its size", frame(zeros.len())),
+        (
+            "compression bomb declared within the maximum",
+            frame(max.max(16)),
+        ),
+    ]
 }

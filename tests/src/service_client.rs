@@ -8,8 +8,11 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use wirekit_core::Status;
-use wirekit_core::frame::mc::{FrameDecoder, encode_packet, split_packet};
+use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
+use wirekit_core::frame::mc::split_packet;
 use wirekit_core::service::wire::{self, DeriveRequest, ErrorReply, Stats};
+use wirekit_core::varint::encode_varint;
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
 
 /// How long any single read may take before the test fails.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,11 +21,15 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ServiceClient {
     stream: TcpStream,
     inbuf: Vec<u8>,
-    decoder: FrameDecoder,
-    /// Compression threshold for what this client sends (negative: off).
-    write_threshold: i32,
-    /// Compression threshold for what it receives.
-    read_threshold: i32,
+    /// What this client sends (its threshold: negative = uncompressed).
+    encoder: CompressedEncoder,
+    /// What it receives.
+    decoder: CompressedDecoder,
+    inflater: Box<Inflater>,
+    compressor: Box<Compressor<Box<[u32]>>>,
+    scratch: Vec<u8>,
+    /// Frames received compressed so far.
+    pub compressed_replies: u64,
 }
 
 /// A received packet, owned.
@@ -48,9 +55,15 @@ impl ServiceClient {
         let mut c = ServiceClient {
             stream,
             inbuf: Vec::new(),
-            decoder: FrameDecoder::new(),
-            write_threshold: -1,
-            read_threshold: -1,
+            encoder: CompressedEncoder::new(-1, Level::Quick),
+            decoder: CompressedDecoder::new(-1),
+            inflater: Box::new(Inflater::new()),
+            compressor: Box::new(
+                Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
+                    .map_err(io::Error::other)?,
+            ),
+            scratch: vec![0u8; 1 << 21],
+            compressed_replies: 0,
         };
         if let Some(p) = preamble {
             c.stream.write_all(p)?;
@@ -62,8 +75,8 @@ impl ServiceClient {
                     "bad greeting {r:?}, expected 0x03 {t}"
                 )));
             }
-            c.read_threshold = t;
-            c.write_threshold = t;
+            c.decoder.set_threshold(t);
+            c.encoder.set_threshold(t);
         }
         Ok(c)
     }
@@ -73,33 +86,65 @@ impl ServiceClient {
         &mut self.stream
     }
 
+    /// The threshold this client sends with (negative: uncompressed).
+    pub fn threshold(&self) -> i32 {
+        self.encoder.threshold()
+    }
+
+    /// Encodes one packet in the connection's current format.
+    pub fn encode(&mut self, id: i32, data: &[u8]) -> io::Result<Vec<u8>> {
+        let mut body = vec![0u8; 5 + data.len()];
+        let n = encode_varint(id, &mut body).map_err(io::Error::other)?;
+        body.truncate(n);
+        body.extend_from_slice(data);
+        let mut buf = vec![0u8; max_encoded_len(body.len())];
+        let n = self
+            .encoder
+            .encode(&body, &mut buf, &mut self.compressor)
+            .map_err(io::Error::other)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
     /// Sends one packet in the connection's current format.
     pub fn send(&mut self, id: i32, data: &[u8]) -> io::Result<()> {
-        let mut buf = vec![0u8; data.len() + 16];
-        assert!(
-            self.write_threshold < 0,
-            "compressed framing is not wired into the test client yet"
-        );
-        let n = encode_packet(id, data, &mut buf).map_err(io::Error::other)?;
-        self.stream.write_all(&buf[..n])
+        let frame = self.encode(id, data)?;
+        self.stream.write_all(&frame)
+    }
+
+    /// Switches compression with a `0x03` request: sent in the old format, then this client
+    /// sends in the new one; the reply comes in the old format, then the client reads the new.
+    pub fn set_compression(&mut self, threshold: i32) -> io::Result<()> {
+        let mut data = [0u8; 5];
+        let n = encode_varint(threshold, &mut data).map_err(io::Error::other)?;
+        self.send(wire::SET_COMPRESSION, &data[..n])?;
+        self.encoder.set_threshold(threshold);
+        let r = self.recv()?;
+        if r.id != wire::SET_COMPRESSION || wire::parse_threshold(&r.data) != Ok(threshold) {
+            return Err(io::Error::other(format!(
+                "set compression {threshold}: reply {r:?}"
+            )));
+        }
+        self.decoder.set_threshold(threshold);
+        Ok(())
     }
 
     /// Receives one packet.
     pub fn recv(&mut self) -> io::Result<Reply> {
         loop {
-            match self
+            let decoded = self
                 .decoder
-                .decode_frame(&self.inbuf)
-                .map_err(io::Error::other)?
-            {
-                Status::Complete(frame) => {
-                    assert!(self.read_threshold < 0, "compressed replies not wired yet");
-                    let p = split_packet(frame.body).map_err(io::Error::other)?;
+                .decode(&self.inbuf, &mut self.inflater, &mut self.scratch)
+                .map_err(io::Error::other)?;
+            match decoded {
+                Status::Complete(d) => {
+                    let p = split_packet(d.body).map_err(io::Error::other)?;
                     let reply = Reply {
                         id: p.id,
                         data: p.data.to_vec(),
                     };
-                    let used = frame.consumed;
+                    self.compressed_replies += d.compressed as u64;
+                    let used = d.consumed;
                     self.inbuf.drain(..used);
                     return Ok(reply);
                 }

@@ -43,3 +43,20 @@ fn serve_conforms_with_proxy_require() {
     target.derive_cases = 1;
     run_conformance(&target);
 }
+
+#[test]
+fn serve_conforms_with_a_greeting_threshold() {
+    let server = TestServer::start(ServeOptions {
+        service: service::Config::new()
+            .with_max_packet_len(4096)
+            .with_compression_threshold(128),
+        proxy: Policy::Use,
+        ..ServeOptions::default()
+    });
+    let mut target = Target::new(server.addr)
+        .with_proxy(ProxySupport::Optional)
+        .with_greeting(128);
+    target.cases = 100;
+    target.derive_cases = 1;
+    run_conformance(&target);
+}

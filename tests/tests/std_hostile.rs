@@ -110,3 +110,23 @@ fn proxy_header_from_an_untrusted_source_under_require() {
     direct.expect_closed(Duration::from_secs(2)).unwrap();
     proxied.echo(b"still serving").unwrap();
 }
+
+#[test]
+fn compression_bomb() {
+    let server = TestServer::start(ServeOptions {
+        service: service::Config::new()
+            .with_max_packet_len(4096)
+            .with_compression_threshold(64),
+        ..ServeOptions::default()
+    });
+    let mut bystander = ServiceClient::connect(server.addr, None, Some(64)).unwrap();
+    bystander.echo(&[7u8; 500]).unwrap();
+    for (name, bomb) in wirekit_tests::conformance::compression_bombs(4096) {
+        let mut c = ServiceClient::connect(server.addr, None, Some(64)).unwrap();
+        c.stream().write_all(&bomb).unwrap();
+        c.expect_closed(Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        bystander.echo(&[8u8; 500]).unwrap();
+    }
+    assert_eq!(server.stats().errors, 2);
+}

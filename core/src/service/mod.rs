@@ -21,7 +21,13 @@
 //!
 //! The adapter owns the socket, one input buffer and one output buffer per connection, and the
 //! [`Counters`]. A [`Workspace`] (scratch for inflated packets and the zlib state) is used only
-//! synchronously inside a call, so connections that are served by one executor can share one.
+//! synchronously inside a call, so connections that are served by one executor can share one:
+//! keep one [`Inflater`](crate::zlib::Inflater), one [`Compressor`](crate::zlib::Compressor)
+//! (its table size picks the speed/RAM trade-off: `WORKSPACE_MCU` words on a board,
+//! `WORKSPACE_SERVER` on a host) and a scratch of [`Config::max_packet_len`] bytes per executor,
+//! and pass [`Workspace::with_zlib`]`(&mut scratch, &mut inflater, &mut compressor)` to each
+//! call. [`Workspace::new`]`(&mut scratch)` serves without zlib: set-compression requests then
+//! get `0x7F` and a configured threshold is an error.
 //!
 //! 1. On accept: `let mut s = Session::new(&config);` then call [`Session::handle`] once with
 //!    empty input. It counts the connection and writes the greeting (`0x03`, if the config has a

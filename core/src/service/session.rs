@@ -4,12 +4,18 @@ use core::fmt;
 
 use super::counters::{Counters, Tally};
 use super::wire::{self, DeriveRequest, ErrorCode, ErrorReply, Stats};
+use crate::frame::compressed::{
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, max_encoded_len,
+};
 use crate::frame::fixed::LengthPrefixed;
-use crate::frame::mc::{self, FrameDecoder, encode_packet, frame_len, split_packet};
+use crate::frame::mc::{
+    self, FrameDecoder, MAX_LENGTH_FIELD_LEN, encode_frame, encode_packet, frame_len, split_packet,
+};
 use crate::frame::{EncodeError, FrameError};
 use crate::proxy::policy::{self, Decision, Outcome, Policy, Reason, Source};
 use crate::proxy::{self as proxy_header, Limits};
 use crate::varint::VARINT_MAX_LEN;
+use crate::zlib::{Compressor, Inflater, Level};
 use crate::{Needed, Status};
 
 /// How a connection's frames are delimited.
@@ -29,6 +35,7 @@ pub struct Config {
     framing: Framing,
     max_packet_len: usize,
     threshold: i32,
+    level: Level,
     proxy: Policy,
     proxy_limits: Limits,
 }
@@ -50,6 +57,7 @@ impl Config {
             framing: Framing::VarInt,
             max_packet_len: Self::DEFAULT_MAX_PACKET_LEN,
             threshold: -1,
+            level: Level::Fast,
             proxy: Policy::Skip,
             proxy_limits: Limits {
                 max_header_len: Limits::DEFAULT_MAX_HEADER_LEN,
@@ -98,6 +106,17 @@ impl Config {
         self
     }
 
+    /// Sets the compression level of what the server sends (default [`Level::Fast`]).
+    pub const fn with_compression_level(mut self, level: Level) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// The compression level.
+    pub const fn compression_level(&self) -> Level {
+        self.level
+    }
+
     /// The framing.
     pub const fn framing(&self) -> Framing {
         self.framing
@@ -133,7 +152,7 @@ impl Config {
     /// this large always has room for the next one.
     pub const fn max_input_len(&self) -> usize {
         let frame = match self.framing {
-            Framing::VarInt => frame_len(self.max_packet_len()),
+            Framing::VarInt => frame_len(self.max_compressed_frame_len()),
             Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
         };
         let header = match self.proxy {
@@ -146,26 +165,69 @@ impl Config {
     /// The most bytes one reply can take: an output buffer this large never gets
     /// [`Want::Output`] when empty.
     pub const fn max_output_len(&self) -> usize {
-        let small = frame_len(1 + Stats::MAX_LEN);
-        let big = self.max_input_len();
+        let small = max_encoded_len(1 + Stats::MAX_LEN);
+        let big = match self.framing {
+            Framing::VarInt => max_encoded_len(self.max_packet_len()),
+            Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
+        };
         if big > small { big } else { small }
+    }
+
+    /// The longest compressed frame (the Packet Length) a client may send: a body of
+    /// [`max_packet_len`](Self::max_packet_len) bytes that did not compress.
+    const fn max_compressed_frame_len(&self) -> usize {
+        let n = max_encoded_len(self.max_packet_len()) - MAX_LENGTH_FIELD_LEN;
+        if n < mc::MAX_FRAME_LEN {
+            n
+        } else {
+            mc::MAX_FRAME_LEN
+        }
     }
 }
 
-/// Memory used only during a call: adapters may share one between connections served by one
-/// executor.
-#[derive(Debug)]
-pub struct Workspace<'a> {
-    // Holds inflated packets once compression lands; unused for uncompressed traffic.
-    #[allow(dead_code)]
+/// Memory used only during a call: scratch for inflated packets and the zlib state. Nothing in
+/// it outlives a call, so an adapter keeps one per executor (per thread) and lends it to every
+/// connection's calls.
+///
+/// `S` is the compressor's workspace storage (see [`Compressor`]).
+pub struct Workspace<'a, S = [u32; 0]> {
     scratch: &'a mut [u8],
+    zlib: Option<(&'a mut Inflater, &'a mut Compressor<S>)>,
+}
+
+impl<S> fmt::Debug for Workspace<'_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workspace")
+            .field("scratch", &self.scratch.len())
+            .field("zlib", &self.zlib.is_some())
+            .finish()
+    }
 }
 
 impl<'a> Workspace<'a> {
-    /// A workspace over `scratch`, which must hold one uncompressed packet
-    /// ([`Config::max_packet_len`] bytes) to serve compressed traffic.
+    /// A workspace without zlib: a client's set-compression request gets a `0x7F`
+    /// ([`ErrorCode::Unsupported`]) reply, and a configured threshold is an error
+    /// ([`SessionError::CompressionUnavailable`]).
     pub fn new(scratch: &'a mut [u8]) -> Self {
-        Workspace { scratch }
+        Workspace {
+            scratch,
+            zlib: None,
+        }
+    }
+}
+
+impl<'a, S: AsMut<[u32]>> Workspace<'a, S> {
+    /// A workspace with zlib. `scratch` must hold one uncompressed packet
+    /// ([`Config::max_packet_len`] bytes): compressed packets are inflated into it.
+    pub fn with_zlib(
+        scratch: &'a mut [u8],
+        inflater: &'a mut Inflater,
+        compressor: &'a mut Compressor<S>,
+    ) -> Self {
+        Workspace {
+            scratch,
+            zlib: Some((inflater, compressor)),
+        }
     }
 }
 
@@ -205,6 +267,17 @@ pub enum SessionError {
     Frame(FrameError),
     /// The PROXY header is invalid, missing under REQUIRE or present under REJECT.
     Proxy(Reason),
+    /// A compressed frame is malformed, declares too much, or does not inflate to its Data
+    /// Length (a compression bomb ends here, before anything past the maximum is produced).
+    Compressed(CompressedFrameError),
+    /// The config announces a compression threshold but the workspace has no zlib
+    /// ([`Workspace::new`] instead of [`Workspace::with_zlib`]): an adapter bug.
+    CompressionUnavailable,
+    /// The workspace's scratch is smaller than a packet the connection carries: an adapter bug.
+    ScratchTooSmall,
+    /// A reply does not fit the frame format (an incompressible echo near the 2 MiB frame
+    /// limit, compressed): the connection cannot be served further.
+    ReplyTooLarge,
     /// The peer closed the connection in the middle of a frame or header (see
     /// [`Session::end_of_input`]).
     Truncated,
@@ -222,6 +295,12 @@ impl SessionError {
             SessionError::Proxy(Reason::HeaderForbidden) => "PROXY header not allowed",
             SessionError::Proxy(Reason::Invalid(e)) => e.as_str(),
             SessionError::Proxy(_) => "bad PROXY header",
+            SessionError::Compressed(e) => e.as_str(),
+            SessionError::CompressionUnavailable => {
+                "compression configured but the workspace has no zlib"
+            }
+            SessionError::ScratchTooSmall => "workspace scratch smaller than a packet",
+            SessionError::ReplyTooLarge => "reply too large for the frame format",
             SessionError::Truncated => "peer closed the connection mid-frame",
             SessionError::HeaderTimeout => "no header or first frame within the header timeout",
         }
@@ -233,6 +312,7 @@ impl fmt::Display for SessionError {
         match self {
             SessionError::Frame(e) => write!(f, "bad framing: {e}"),
             SessionError::Proxy(r) => r.fmt(f),
+            SessionError::Compressed(e) => write!(f, "bad compressed packet: {e}"),
             other => f.write_str(other.as_str()),
         }
     }
@@ -243,6 +323,16 @@ impl core::error::Error for SessionError {}
 impl From<FrameError> for SessionError {
     fn from(e: FrameError) -> Self {
         SessionError::Frame(e)
+    }
+}
+
+impl From<CompressedFrameError> for SessionError {
+    fn from(e: CompressedFrameError) -> Self {
+        match e {
+            CompressedFrameError::Frame(f) => SessionError::Frame(f),
+            CompressedFrameError::ScratchTooSmall { .. } => SessionError::ScratchTooSmall,
+            other => SessionError::Compressed(other),
+        }
     }
 }
 
@@ -262,9 +352,12 @@ enum State {
 pub struct Session {
     config: Config,
     state: State,
-    /// The connection's current compression threshold (negative: off).
-    threshold: i32,
+    /// Uncompressed frames (incoming threshold negative).
     decoder: FrameDecoder,
+    /// Compressed frames (incoming threshold non-negative); its threshold is the incoming one.
+    compressed: CompressedDecoder,
+    /// Outgoing frames; its threshold is the outgoing one.
+    encoder: CompressedEncoder,
     tally: Tally,
     policy: Policy,
     /// The client's address from an accepted PROXY header.
@@ -298,8 +391,9 @@ impl Session {
         Session {
             config,
             state: State::Start,
-            threshold: -1,
             decoder: FrameDecoder::new().with_max_frame_len(config.max_packet_len()),
+            compressed: Self::compressed_decoder(&config, -1),
+            encoder: CompressedEncoder::new(-1, config.level),
             tally: Tally::default(),
             policy,
             source: None,
@@ -320,16 +414,27 @@ impl Session {
 
     /// The connection's current compression threshold (negative: uncompressed).
     pub fn compression_threshold(&self) -> i32 {
-        self.threshold
+        self.encoder.threshold()
+    }
+
+    fn compressed_decoder(config: &Config, threshold: i32) -> CompressedDecoder {
+        CompressedDecoder::server(threshold)
+            .with_max_data_len(config.max_packet_len())
+            .with_max_frame_len(config.max_compressed_frame_len())
+    }
+
+    /// Switches what the peer sends to `threshold` (from its next frame on).
+    fn set_incoming(&mut self, threshold: i32) {
+        self.compressed.set_threshold(threshold);
     }
 
     /// Handles the input buffered so far, writing replies into `out`; see the
     /// [module docs](super).
-    pub fn handle<C: Counters + ?Sized>(
+    pub fn handle<C: Counters + ?Sized, S: AsMut<[u32]>>(
         &mut self,
         input: &[u8],
         out: &mut [u8],
-        ws: &mut Workspace<'_>,
+        ws: &mut Workspace<'_, S>,
         counters: &C,
     ) -> Result<Progress, SessionError> {
         let mut consumed = 0;
@@ -387,19 +492,22 @@ impl Session {
         }
     }
 
-    fn run<C: Counters + ?Sized>(
+    fn run<C: Counters + ?Sized, S: AsMut<[u32]>>(
         &mut self,
         input: &[u8],
         out: &mut [u8],
-        ws: &mut Workspace<'_>,
+        ws: &mut Workspace<'_, S>,
         counters: &C,
         consumed: &mut usize,
         written: &mut usize,
     ) -> Result<Want, SessionError> {
         if self.state == State::Start {
-            self.tally.connections_opened += 1;
             let announced = self.config.threshold;
             if announced >= 0 && self.config.framing == Framing::VarInt {
+                if ws.zlib.is_none() {
+                    return Err(SessionError::CompressionUnavailable);
+                }
+                // The greeting itself is the last uncompressed frame.
                 match self.reply_threshold(announced, out) {
                     Ok(n) => {
                         *written += n;
@@ -408,8 +516,10 @@ impl Session {
                     }
                     Err(required) => return Ok(Want::Output(required)),
                 }
-                self.threshold = announced;
+                self.set_incoming(announced);
+                self.encoder.set_threshold(announced);
             }
+            self.tally.connections_opened += 1;
             self.state = if self.policy == Policy::Skip {
                 State::Framed
             } else {
@@ -435,7 +545,12 @@ impl Session {
             }
         }
         loop {
-            let step = self.step(&input[*consumed..], &mut out[*written..], ws, counters)?;
+            let rest = &input[*consumed..];
+            let room = &mut out[*written..];
+            let step = match self.config.framing {
+                Framing::VarInt => self.step_varint(rest, room, ws, counters)?,
+                Framing::Fixed(format) => self.step_fixed(format, rest, room)?,
+            };
             match step {
                 Step::Done(c, w) => {
                     *consumed += c;
@@ -448,43 +563,93 @@ impl Session {
         }
     }
 
-    /// Handles the frame at the start of `input`, if it is complete and its reply fits.
-    fn step<C: Counters + ?Sized>(
+    /// Echoes the fixed-framing payload at the start of `input`, if complete and it fits.
+    fn step_fixed(
         &mut self,
+        format: LengthPrefixed,
         input: &[u8],
         out: &mut [u8],
-        _ws: &mut Workspace<'_>,
-        counters: &C,
     ) -> Result<Step, SessionError> {
-        let framing = self.config.framing;
-        let frame = match framing {
-            Framing::VarInt => self.decoder.decode_frame(input)?,
-            Framing::Fixed(format) => format.decode(input)?,
-        };
-        let frame = match frame {
+        let frame = match format.decode(input)? {
             Status::Complete(f) => f,
             Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
         };
-        let n = match framing {
-            Framing::Fixed(format) => {
-                let required = format.encoded_len(frame.body.len());
-                if out.len() < required {
-                    return Ok(Step::Stop(Want::Output(required)));
-                }
-                self.count_in(frame.consumed);
-                encode_reply(format.encode(frame.body, out))?
+        let required = format.encoded_len(frame.body.len());
+        if out.len() < required {
+            return Ok(Step::Stop(Want::Output(required)));
+        }
+        self.count_in(frame.consumed);
+        let n = format
+            .encode(frame.body, out)
+            .unwrap_or_else(|_| unreachable!("room checked, length within the maximum"));
+        Ok(Step::Done(frame.consumed, n))
+    }
+
+    /// Serves the VarInt frame at the start of `input`, if complete and its reply fits.
+    fn step_varint<C: Counters + ?Sized, S: AsMut<[u32]>>(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        ws: &mut Workspace<'_, S>,
+        counters: &C,
+    ) -> Result<Step, SessionError> {
+        let Workspace { scratch, zlib } = ws;
+        // Where the body (ID + data) is: in the input, or inflated at the front of scratch.
+        let (inflated, body_len, consumed) = if self.compressed.threshold() < 0 {
+            match self.decoder.decode_frame(input)? {
+                Status::Complete(f) => (false, f.body.len(), f.consumed),
+                Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
             }
-            Framing::VarInt => {
-                let packet = split_packet(frame.body)?;
-                let required = self.reply_bound(packet.id, packet.data.len());
-                if out.len() < required {
-                    return Ok(Step::Stop(Want::Output(required)));
-                }
-                self.count_in(frame.consumed);
-                self.dispatch(packet.id, packet.data, out, counters)
+        } else {
+            let Some((inflater, _)) = zlib.as_mut() else {
+                return Err(SessionError::CompressionUnavailable);
+            };
+            match self.compressed.decode(input, inflater, scratch)? {
+                Status::Complete(d) => (d.compressed, d.body.len(), d.consumed),
+                Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
             }
         };
-        Ok(Step::Done(frame.consumed, n))
+        let body: &[u8] = if inflated {
+            &scratch[..body_len]
+        } else {
+            // An uncompressed body is always the end of its frame.
+            &input[consumed - body_len..consumed]
+        };
+        let packet = split_packet(body)?;
+        let (id, id_len) = (packet.id, body_len - packet.data.len());
+        let required = self.reply_bound(id, packet.data.len());
+        if out.len() < required {
+            return Ok(Step::Stop(Want::Output(required)));
+        }
+        self.count_in(consumed);
+        let compressor = zlib.as_mut().map(|(_, c)| &mut **c);
+        let n = match id {
+            wire::ECHO if self.encoder.threshold() < 0 => packet_out(wire::ECHO, packet.data, out),
+            wire::ECHO => {
+                // The reply body is `0x00 | data`: the request's own body when its ID took one
+                // byte (the usual case), else rebuilt in scratch.
+                let reply: &[u8] = if id_len == 1 {
+                    body
+                } else if inflated {
+                    scratch[id_len - 1] = 0;
+                    &scratch[id_len - 1..body_len]
+                } else {
+                    let data = &input[consumed - body_len + id_len..consumed];
+                    let Some(dst) = scratch.get_mut(..1 + data.len()) else {
+                        return Err(SessionError::ScratchTooSmall);
+                    };
+                    dst[0] = 0;
+                    dst[1..].copy_from_slice(data);
+                    dst
+                };
+                self.send_body(reply, out, compressor)?
+            }
+            _ => {
+                let data = &body[id_len..];
+                self.serve_small(id, data, out, compressor, counters)?
+            }
+        };
+        Ok(Step::Done(consumed, n))
     }
 
     fn count_in(&mut self, frame_len: usize) {
@@ -501,58 +666,95 @@ impl Session {
             wire::SET_COMPRESSION => 1 + VARINT_MAX_LEN,
             _ => 1 + ErrorReply::MAX_LEN,
         };
-        frame_len(body)
+        if self.encoder.threshold() < 0 {
+            frame_len(body)
+        } else if self.encoder.compresses(body) {
+            max_encoded_len(body)
+        } else {
+            frame_len(1 + body)
+        }
     }
 
-    /// Serves one packet; `out` has room for [`reply_bound`](Self::reply_bound).
-    fn dispatch<C: Counters + ?Sized>(
+    /// Serves every request but echo: the reply body is small and built on the stack.
+    fn serve_small<C: Counters + ?Sized, S: AsMut<[u32]>>(
         &mut self,
         id: i32,
         data: &[u8],
         out: &mut [u8],
+        compressor: Option<&mut Compressor<S>>,
         counters: &C,
-    ) -> usize {
-        match id {
-            wire::ECHO => packet(wire::ECHO, data, out),
+    ) -> Result<usize, SessionError> {
+        let mut body = [0u8; 1 + Stats::MAX_LEN];
+        let code = match id {
             wire::DERIVE => match DeriveRequest::parse(data) {
                 Ok(req) => {
+                    body[0] = wire::DERIVE as u8;
                     let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
-                    packet(wire::DERIVE, &key, out)
+                    body[1..1 + wire::KEY_LEN].copy_from_slice(&key);
+                    return self.send_body(&body[..1 + wire::KEY_LEN], out, compressor);
                 }
-                Err(_) => self.error_reply(id, ErrorCode::MalformedRequest, out),
+                Err(_) => ErrorCode::MalformedRequest,
             },
             wire::STATS => {
                 // The tally so far (this request's frame included) goes in first, so a client
                 // sees itself in the totals.
                 self.flush(counters);
-                let stats = counters.snapshot();
-                let mut data = [0u8; Stats::MAX_LEN];
-                let n = stats.encode(&mut data).expect("MAX_LEN fits");
-                packet(wire::STATS, &data[..n], out)
+                body[0] = wire::STATS as u8;
+                let n = counters
+                    .snapshot()
+                    .encode(&mut body[1..])
+                    .expect("MAX_LEN fits");
+                return self.send_body(&body[..1 + n], out, compressor);
             }
             wire::SET_COMPRESSION => match wire::parse_threshold(data) {
-                Err(_) => self.error_reply(id, ErrorCode::MalformedRequest, out),
-                // Off stays off: the reply goes out in the (unchanged) uncompressed format.
-                Ok(t) if t < 0 => {
-                    let n = self
-                        .reply_threshold(t, out)
-                        .unwrap_or_else(|_| unreachable!("room checked against reply_bound"));
-                    self.threshold = -1;
-                    n
+                Ok(t) if t >= 0 && compressor.is_none() => ErrorCode::Unsupported,
+                Ok(t) => {
+                    // The request was the peer's last frame in the old format; the reply is
+                    // ours.
+                    self.set_incoming(t);
+                    body[0] = wire::SET_COMPRESSION as u8;
+                    let n = wire::encode_threshold(t, &mut body[1..]).expect("5 bytes fit");
+                    let sent = self.send_body(&body[..1 + n], out, compressor)?;
+                    self.encoder.set_threshold(t);
+                    return Ok(sent);
                 }
-                Ok(_) => self.error_reply(id, ErrorCode::Unsupported, out),
+                Err(_) => ErrorCode::MalformedRequest,
             },
-            _ => self.error_reply(id, ErrorCode::UnknownPacket, out),
+            _ => ErrorCode::UnknownPacket,
+        };
+        self.tally.error_replies += 1;
+        body[0] = wire::ERROR as u8;
+        let n = ErrorReply {
+            request_id: id,
+            code,
         }
+        .encode(&mut body[1..])
+        .expect("MAX_LEN fits");
+        self.send_body(&body[..1 + n], out, compressor)
     }
 
-    fn error_reply(&mut self, request_id: i32, code: ErrorCode, out: &mut [u8]) -> usize {
-        self.tally.error_replies += 1;
-        let mut data = [0u8; ErrorReply::MAX_LEN];
-        let n = ErrorReply { request_id, code }
-            .encode(&mut data)
-            .expect("MAX_LEN fits");
-        packet(wire::ERROR, &data[..n], out)
+    /// Writes a reply body (ID + data) as one frame in the outgoing format; `out` has room for
+    /// [`reply_bound`](Self::reply_bound).
+    fn send_body<S: AsMut<[u32]>>(
+        &self,
+        body: &[u8],
+        out: &mut [u8],
+        compressor: Option<&mut Compressor<S>>,
+    ) -> Result<usize, SessionError> {
+        let sent = if self.encoder.threshold() < 0 {
+            encode_frame(body, out)
+        } else {
+            let Some(compressor) = compressor else {
+                return Err(SessionError::CompressionUnavailable);
+            };
+            self.encoder.encode(body, out, compressor)
+        };
+        sent.map_err(|e| match e {
+            EncodeError::FrameTooLarge { .. } => SessionError::ReplyTooLarge,
+            // Room was checked against reply_bound; report rather than panic if that ever
+            // disagrees with the encoder.
+            _ => SessionError::ReplyTooLarge,
+        })
     }
 
     /// Writes an uncompressed `0x03` frame carrying `threshold`, or returns the room it needs.
@@ -563,13 +765,9 @@ impl Session {
     }
 }
 
-/// Writes a reply packet whose room was checked by `reply_bound`.
-fn packet(id: i32, data: &[u8], out: &mut [u8]) -> usize {
-    encode_packet(id, data, out).expect("room checked against reply_bound")
-}
-
-fn encode_reply(r: Result<usize, EncodeError>) -> Result<usize, SessionError> {
-    Ok(r.expect("room checked before encoding"))
+/// Writes an uncompressed reply packet whose room was checked by `reply_bound`.
+fn packet_out(id: i32, data: &[u8], out: &mut [u8]) -> usize {
+    encode_packet(id, data, out).unwrap_or_else(|_| unreachable!("room checked"))
 }
 
 #[cfg(test)]
@@ -579,11 +777,16 @@ mod tests {
     use crate::service::counters::AtomicCounters;
     use crate::service::wire::ErrorReply;
 
+    use crate::zlib::WORKSPACE_MIN;
+    use std::boxed::Box;
+
     struct Harness {
         session: Session,
         counters: AtomicCounters,
-        scratch: [u8; 256],
-        out: [u8; 512],
+        scratch: [u8; 4096],
+        out: [u8; 1024],
+        inflater: Box<Inflater>,
+        compressor: Box<Compressor<[u32; WORKSPACE_MIN]>>,
     }
 
     impl Harness {
@@ -591,13 +794,16 @@ mod tests {
             Harness {
                 session: Session::new(&config),
                 counters: AtomicCounters::new(),
-                scratch: [0; 256],
-                out: [0; 512],
+                scratch: [0; 4096],
+                out: [0; 1024],
+                inflater: Box::new(Inflater::new()),
+                compressor: Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap()),
             }
         }
 
         fn handle(&mut self, input: &[u8]) -> Result<(Progress, &[u8]), SessionError> {
-            let mut ws = Workspace::new(&mut self.scratch);
+            let mut ws =
+                Workspace::with_zlib(&mut self.scratch, &mut self.inflater, &mut self.compressor);
             let p = self
                 .session
                 .handle(input, &mut self.out, &mut ws, &self.counters)?;
@@ -913,5 +1119,192 @@ mod tests {
             h.handle(&sig),
             Err(SessionError::Proxy(Reason::Invalid(_)))
         ));
+    }
+
+    /// A client's side of compressed framing.
+    struct Client {
+        encoder: CompressedEncoder,
+        decoder: CompressedDecoder,
+        inflater: Box<Inflater>,
+        compressor: Box<Compressor<[u32; WORKSPACE_MIN]>>,
+    }
+
+    impl Client {
+        fn new(threshold: i32) -> Self {
+            Client {
+                encoder: CompressedEncoder::new(threshold, Level::Quick),
+                decoder: CompressedDecoder::new(threshold),
+                inflater: Box::new(Inflater::new()),
+                compressor: Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap()),
+            }
+        }
+
+        fn frame(&mut self, id: i32, data: &[u8], out: &mut [u8]) -> usize {
+            let mut body = std::vec![0u8; 5 + data.len()];
+            let n = crate::varint::encode_varint(id, &mut body).unwrap();
+            body[n..n + data.len()].copy_from_slice(data);
+            body.truncate(n + data.len());
+            self.encoder
+                .encode(&body, out, &mut self.compressor)
+                .unwrap()
+        }
+
+        /// Decodes one reply: (id, data, compressed, consumed).
+        fn reply(&mut self, wire: &[u8]) -> (i32, std::vec::Vec<u8>, bool, usize) {
+            let mut scratch = [0u8; 1024];
+            let d = self
+                .decoder
+                .decode(wire, &mut self.inflater, &mut scratch)
+                .unwrap()
+                .complete()
+                .unwrap();
+            let p = split_packet(d.body).unwrap();
+            (p.id, p.data.to_vec(), d.compressed, d.consumed)
+        }
+    }
+
+    #[test]
+    fn compressed_echo_after_greeting() {
+        let mut h = Harness::new(
+            Config::new()
+                .with_max_packet_len(400)
+                .with_compression_threshold(64),
+        );
+        let (_, greeting) = h.handle(&[]).unwrap();
+        assert_eq!(greeting, &[0x02, 0x03, 0x40]);
+        let mut c = Client::new(64);
+        for len in [0usize, 10, 62, 63, 64, 200, 399] {
+            let data: std::vec::Vec<u8> = (0..len).map(|i| (i % 7) as u8).collect();
+            let mut wire = [0u8; 600];
+            let n = c.frame(wire::ECHO, &data, &mut wire);
+            let (p, out) = h.handle(&wire[..n]).unwrap();
+            assert_eq!(p.consumed, n);
+            let out = out.to_vec();
+            let (id, echoed, compressed, used) = c.reply(&out);
+            assert_eq!((id, &echoed[..], used), (wire::ECHO, &data[..], out.len()));
+            assert_eq!(compressed, 1 + len >= 64, "len {len}");
+        }
+    }
+
+    #[test]
+    fn set_compression_switches_mid_connection() {
+        let mut h = Harness::new(Config::new().with_max_packet_len(400));
+        h.handle(&[]).unwrap();
+        let mut plain = Client::new(-1);
+        let data = [0x55u8; 300];
+        // Uncompressed echo, then a 0x03 request (old format) whose reply is in the old format,
+        // and an echo right behind it in the same buffer, already compressed.
+        let mut wire = [0u8; 1200];
+        let mut at = plain.frame(wire::ECHO, &data, &mut wire);
+        at += plain.frame(wire::SET_COMPRESSION, &[0x20], &mut wire[at..]);
+        let mut compressed = Client::new(32);
+        at += compressed.frame(wire::ECHO, &data, &mut wire[at..]);
+        let (p, out) = h.handle(&wire[..at]).unwrap();
+        assert_eq!(p.consumed, at);
+        let out = out.to_vec();
+        let (id, echoed, was, used1) = plain.reply(&out);
+        assert_eq!((id, echoed.len(), was), (wire::ECHO, 300, false));
+        let (id, t, was, used2) = plain.reply(&out[used1..]);
+        assert_eq!(
+            (id, &t[..], was),
+            (wire::SET_COMPRESSION, &[0x20][..], false)
+        );
+        let (id, echoed, was, used3) = compressed.reply(&out[used1 + used2..]);
+        assert_eq!((id, &echoed[..], was), (wire::ECHO, &data[..], true));
+        assert_eq!(used1 + used2 + used3, out.len());
+        assert_eq!(h.session.compression_threshold(), 32);
+        // And off again: the reply to "-1" is the last compressed frame.
+        let mut wire = [0u8; 64];
+        let n = compressed.frame(
+            wire::SET_COMPRESSION,
+            &[0xff, 0xff, 0xff, 0xff, 0x0f],
+            &mut wire,
+        );
+        let m = plain.frame(wire::ECHO, b"plain again", &mut wire[n..]);
+        let (_, out) = h.handle(&wire[..n + m]).unwrap();
+        let out = out.to_vec();
+        let (id, _, _, used) = compressed.reply(&out);
+        assert_eq!(id, wire::SET_COMPRESSION);
+        let (id, echoed, _, _) = plain.reply(&out[used..]);
+        assert_eq!((id, &echoed[..]), (wire::ECHO, &b"plain again"[..]));
+    }
+
+    #[test]
+    fn compression_bomb_is_refused_before_inflating_past_the_maximum() {
+        let mut h = Harness::new(
+            Config::new()
+                .with_max_packet_len(4096)
+                .with_compression_threshold(16),
+        );
+        h.handle(&[]).unwrap();
+        // 1 MiB of zeros compresses to about 1 KiB, declared as such: over the maximum.
+        let mut compressor = Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap());
+        let zeros = std::vec![0u8; 1 << 20];
+        let mut z = std::vec![0u8; crate::zlib::compress_bound(zeros.len())];
+        let zn = compressor.compress(Level::Default, &zeros, &mut z).unwrap();
+        let mut wire = std::vec![0u8; zn + 16];
+        let mut body = std::vec![0u8; 4];
+        let dl = crate::varint::encode_varint(1 << 20, &mut body).unwrap();
+        let plen = dl + zn;
+        let mut at = crate::varint::encode_varint(plen as i32, &mut wire).unwrap();
+        wire[at..at + dl].copy_from_slice(&body[..dl]);
+        at += dl;
+        wire[at..at + zn].copy_from_slice(&z[..zn]);
+        at += zn;
+        let err = h.handle(&wire[..at]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::Compressed(CompressedFrameError::DataTooLarge { .. })
+            ),
+            "{err:?}"
+        );
+        // The same stream declared as 3000 bytes (within the maximum): inflating stops at 3000
+        // and the frame is refused.
+        let mut h = Harness::new(
+            Config::new()
+                .with_max_packet_len(4096)
+                .with_compression_threshold(16),
+        );
+        h.handle(&[]).unwrap();
+        let mut wire2 = std::vec![0u8; zn + 16];
+        let mut at = crate::varint::encode_varint((2 + zn) as i32, &mut wire2).unwrap();
+        at += crate::varint::encode_varint(3000, &mut wire2[at..]).unwrap();
+        wire2[at..at + zn].copy_from_slice(&z[..zn]);
+        at += zn;
+        let err = h.handle(&wire2[..at]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::Compressed(CompressedFrameError::Inflate(_))
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn without_zlib() {
+        let config = Config::new();
+        let mut session = Session::new(&config);
+        let counters = AtomicCounters::new();
+        let mut scratch = [0u8; 64];
+        let mut ws = Workspace::new(&mut scratch);
+        let mut out = [0u8; 64];
+        let (buf, n) = frame(wire::SET_COMPRESSION, &[0x40]);
+        let p = session
+            .handle(&buf[..n], &mut out, &mut ws, &counters)
+            .unwrap();
+        let (id, data) = packets(&out[..p.written]).next().unwrap();
+        assert_eq!(id, wire::ERROR);
+        assert_eq!(
+            ErrorReply::parse(data).unwrap().code,
+            ErrorCode::Unsupported
+        );
+        assert_eq!(session.compression_threshold(), -1);
+        let mut session = Session::new(&config.with_compression_threshold(5));
+        assert_eq!(
+            session.handle(&[], &mut out, &mut ws, &counters),
+            Err(SessionError::CompressionUnavailable)
+        );
     }
 }

@@ -9,6 +9,7 @@ use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{Cidr, Policy};
 use wirekit_core::service::{self, Framing};
+use wirekit_core::zlib::Level;
 use wirekit_std::loadgen::BenchFraming;
 use wirekit_std::server::{ServeOptions, Server};
 
@@ -24,6 +25,10 @@ pub struct ServeArgs {
     /// Compression threshold announced to every connection (negative: off).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub compression_threshold: i32,
+    /// zlib compression level of what the server sends (0 stored, 1 quick, 2-3 fast, 4-9
+    /// default).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=9))]
+    pub level: u8,
     /// Connections served at once.
     #[arg(long, default_value_t = 10_000)]
     pub max_connections: usize,
@@ -55,9 +60,9 @@ impl ServeArgs {
     /// The server options these flags describe.
     pub fn options(&self) -> ServeOptions {
         let service = match self.framing {
-            BenchFraming::VarInt => {
-                service::Config::new().with_compression_threshold(self.compression_threshold)
-            }
+            BenchFraming::VarInt => service::Config::new()
+                .with_compression_threshold(self.compression_threshold)
+                .with_compression_level(Level::from_zlib(self.level)),
             BenchFraming::U32Le => {
                 service::Config::new().with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
             }
