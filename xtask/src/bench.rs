@@ -85,7 +85,10 @@ fn human_rate(kind: &str, per_iter: f64, ns: f64) -> String {
     let per_s = per_iter * 1e9 / ns;
     match kind {
         "Bytes" | "BytesDecimal" => format!("{:.1} MB/s", per_s / 1e6),
-        _ => format!("{:.3} M/s", per_s / 1e6),
+        // Elements: scaled, so that slow items (Kerberos keys) do not print as 0.000 M/s.
+        _ if per_s >= 1e6 => format!("{:.3} M/s", per_s / 1e6),
+        _ if per_s >= 1e3 => format!("{:.2} K/s", per_s / 1e3),
+        _ => format!("{per_s:.1} /s"),
     }
 }
 
