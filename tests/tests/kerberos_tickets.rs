@@ -195,3 +195,66 @@ fn version_1_uses_the_random_bytes() {
         "deterministic given the caller's inputs"
     );
 }
+
+/// Authentic (correctly checksummed) but arbitrary plaintext: a peer holding the key can send
+/// anything, and opening must give a typed error or a ticket, never a panic.
+fn sealed(key: &[u8], plain: &[u8]) -> Vec<u8> {
+    let mut buf = plain.to_vec();
+    buf.resize(plain.len() + 16, 0);
+    KerberosEncryption::new(key)
+        .unwrap()
+        .encrypt_in_place(&mut buf, plain.len())
+        .unwrap();
+    buf
+}
+
+fn le_buffer(bytes: &[u8], declared: Option<u32>) -> Vec<u8> {
+    let mut v = declared
+        .unwrap_or(bytes.len() as u32)
+        .to_le_bytes()
+        .to_vec();
+    v.extend_from_slice(bytes);
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn authentic_garbage_never_panics(
+        format in format(),
+        plain in proptest::collection::vec(any::<u8>(), 0..120),
+        random in proptest::collection::vec(any::<u8>(), 0..24),
+        declared in proptest::option::of(any::<u32>()),
+        session_key_len in 0usize..40,
+    ) {
+        let (user, target) = ([1u8; 16], [2u8; 16]);
+        // Outer ticket with arbitrary plaintext.
+        let mut t = sealed(&user, &plain);
+        match open_ticket(format, &user, &mut t, session_key_len) {
+            Ok(opened) => prop_assert_eq!(opened.session_key.len(), session_key_len),
+            Err(e) => prop_assert_eq!(e, KerberosError::MalformedTicket),
+        }
+        // Internal ticket: v0 is sealed plaintext; v1 is Buffer(random) + Buffer(sealed) with
+        // possibly lying length fields.
+        let mut internal = match format.version {
+            TicketVersion::V0 => sealed(&target, &plain),
+            TicketVersion::V1 => {
+                let mut key = target.to_vec();
+                key.extend_from_slice(&random);
+                let derived = md5::compute(&key).0;
+                let mut v = le_buffer(&random, None);
+                v.extend(le_buffer(&sealed(&derived, &plain), declared));
+                v
+            }
+        };
+        match open_internal_ticket(format, &target, &mut internal, session_key_len) {
+            Ok(t) => prop_assert_eq!(t.session_key.len(), session_key_len),
+            Err(e) => prop_assert!(
+                matches!(e, KerberosError::MalformedTicket | KerberosError::ChecksumMismatch
+                    | KerberosError::Truncated),
+                "{:?}", e
+            ),
+        }
+    }
+}
