@@ -1,10 +1,17 @@
-//! The TCP side of the wirekit service: [`MAX_CONNECTIONS`] connection slots, each accepting on
-//! [`SERVICE_PORT`] and driving one [`Session`] of the core's sans-IO service at a time.
+//! The TCP side of the wirekit service: up to [`MAX_CONNECTIONS`] connections on
+//! [`SERVICE_PORT`] at once, each driving one [`Session`] of the core's sans-IO service.
+//!
+//! There is one TCP socket more than sessions ([`SOCKETS`]), each served by its own task: while
+//! every session is busy the spare socket still listens, so a client that reconnects at once
+//! after closing (its FIN and the new SYN processed together, before the finished session's
+//! socket could listen again) is accepted and waits a moment for a session's buffers
+//! ([`SessionBuffers`], a pool of [`MAX_CONNECTIONS`]) instead of being reset. A client beyond
+//! that one spare is refused.
 //!
 //! This module moves bytes and owns memory; the protocol is entirely in
-//! [`wirekit_core::service`]. Each slot owns its TCP buffers and one input and one output
+//! [`wirekit_core::service`]. Each socket owns its TCP buffers; each session one input and one output
 //! buffer sized for the largest frame ([`Config::max_input_len`] / [`Config::max_output_len`]).
-//! The [`Workspace`] scratch is shared by all slots: session calls are synchronous, so it is
+//! The [`Workspace`] scratch is shared by all sessions: session calls are synchronous, so it is
 //! only ever borrowed between two awaits, never across one.
 
 use core::cell::RefCell;
@@ -13,14 +20,18 @@ use embassy_net::Stack;
 use embassy_net::tcp::{self, TcpSocket};
 use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::blocking_mutex::raw::ThreadModeRawMutex;
+use embassy_sync::channel::Channel;
 use embassy_time::{Duration, Instant, with_deadline};
+use static_cell::ConstStaticCell;
 use wirekit_core::proxy::{Limits, policy::Policy};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Want, Workspace};
 
 /// The service's TCP port.
 pub const SERVICE_PORT: u16 = 7000;
-/// Connections served at once (one task and one [`ConnectionBuffers`] each).
+/// Connections served at once (one [`SessionBuffers`] each).
 pub const MAX_CONNECTIONS: usize = 2;
+/// TCP sockets, each with its task and [`TcpBuffers`]: one more than sessions.
+pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
 /// The service configuration: an optional PROXY header (v1 or v2, policy USE: a header's
 /// addresses name the client in the logs), then VarInt framing with packets up to 4 KiB.
 pub const SERVICE: Config = Config::new()
@@ -41,10 +52,10 @@ pub const INPUT_LEN: usize = SERVICE.max_input_len();
 pub const OUTPUT_LEN: usize = SERVICE.max_output_len();
 /// The shared scratch: one uncompressed packet.
 pub const SCRATCH_LEN: usize = MAX_PACKET_LEN;
-/// TCP receive window per connection.
-pub const TCP_RX_BUFFER: usize = 2048;
-/// TCP send buffer per connection.
-pub const TCP_TX_BUFFER: usize = 2048;
+/// TCP receive window per socket.
+pub const TCP_RX_BUFFER: usize = 1024;
+/// TCP send buffer per socket.
+pub const TCP_TX_BUFFER: usize = 1024;
 /// Time allowed for the PROXY header and the first frame of a connection.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection idle this long (no segment either way) is closed by the TCP stack.
@@ -53,33 +64,58 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The server's counters (the stats reply's data).
 pub static COUNTERS: AtomicCounters = AtomicCounters::new();
 
-/// The workspace scratch all slots share; see the module docs.
+/// The workspace scratch all sessions share; see the module docs.
 static SCRATCH: Mutex<ThreadModeRawMutex, RefCell<[u8; SCRATCH_LEN]>> =
     Mutex::new(RefCell::new([0; SCRATCH_LEN]));
 
-/// The memory one connection slot owns.
-pub struct ConnectionBuffers {
-    tcp_rx: [u8; TCP_RX_BUFFER],
-    tcp_tx: [u8; TCP_TX_BUFFER],
-    input: [u8; INPUT_LEN],
-    output: [u8; OUTPUT_LEN],
+/// One TCP socket's buffers.
+pub struct TcpBuffers {
+    rx: [u8; TCP_RX_BUFFER],
+    tx: [u8; TCP_TX_BUFFER],
 }
 
-impl ConnectionBuffers {
+impl TcpBuffers {
     /// Zeroed buffers (for a `static`).
     pub const fn new() -> Self {
         Self {
-            tcp_rx: [0; TCP_RX_BUFFER],
-            tcp_tx: [0; TCP_TX_BUFFER],
-            input: [0; INPUT_LEN],
-            output: [0; OUTPUT_LEN],
+            rx: [0; TCP_RX_BUFFER],
+            tx: [0; TCP_TX_BUFFER],
         }
     }
 }
 
-impl Default for ConnectionBuffers {
+impl Default for TcpBuffers {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The input and output buffers of one session.
+pub struct SessionBuffers {
+    input: [u8; INPUT_LEN],
+    output: [u8; OUTPUT_LEN],
+}
+
+/// The session buffers, lent to whichever socket has a client.
+static SESSION_BUFFERS: ConstStaticCell<[SessionBuffers; MAX_CONNECTIONS]> = ConstStaticCell::new(
+    [const {
+        SessionBuffers {
+            input: [0; INPUT_LEN],
+            output: [0; OUTPUT_LEN],
+        }
+    }; MAX_CONNECTIONS],
+);
+
+/// The free session buffers.
+static FREE_SESSIONS: Channel<ThreadModeRawMutex, &'static mut SessionBuffers, MAX_CONNECTIONS> =
+    Channel::new();
+
+/// Puts the session buffers in the pool; call once, before the socket tasks run.
+pub fn init() {
+    for buffers in SESSION_BUFFERS.take().iter_mut() {
+        if FREE_SESSIONS.try_send(buffers).is_err() {
+            defmt::panic!("the pool holds MAX_CONNECTIONS buffers");
+        }
     }
 }
 
@@ -105,58 +141,77 @@ impl From<tcp::Error> for Close {
     }
 }
 
-/// Serves connection slot `slot` forever: accept, serve until the peer leaves or misbehaves,
-/// log why it ended, close, accept again. Other slots are never affected.
-pub async fn serve_slot(stack: Stack<'_>, slot: usize, buffers: &mut ConnectionBuffers) -> ! {
-    let ConnectionBuffers {
-        tcp_rx,
-        tcp_tx,
-        input,
-        output,
-    } = buffers;
+/// Serves socket `id` forever: accept, take a session's buffers from the pool (waiting for
+/// one if every session is busy), serve until the peer leaves or misbehaves, log why it ended,
+/// return the buffers, close, accept again. Other connections are never affected.
+pub async fn serve_socket(stack: Stack<'_>, id: usize, tcp: &mut TcpBuffers) -> ! {
+    let mut socket = TcpSocket::new(stack, &mut tcp.rx, &mut tcp.tx);
+    socket.set_timeout(Some(IDLE_TIMEOUT));
     loop {
-        let mut socket = TcpSocket::new(stack, tcp_rx, tcp_tx);
-        socket.set_timeout(Some(IDLE_TIMEOUT));
         if let Err(e) = socket.accept(SERVICE_PORT).await {
-            defmt::warn!("slot {}: accept failed: {}", slot, e);
+            defmt::warn!("socket {}: accept failed: {}", id, e);
+            socket.abort();
             continue;
         }
-        defmt::info!(
-            "slot {}: connection from {}",
-            slot,
-            socket.remote_endpoint()
-        );
-        let mut session = Session::new(&SERVICE);
-        let result = drive(&mut socket, &mut session, input, output).await;
-        if let Some(client) = session.proxied_source() {
-            defmt::info!("slot {}: client per PROXY header: {}", slot, client);
-        }
-        let session_error = match &result {
-            Ok(()) => {
-                defmt::info!("slot {}: peer closed", slot);
-                None
-            }
-            Err(Close::Session(e)) => {
-                defmt::warn!("slot {}: closing: {=str}", slot, e.as_str());
-                Some(*e)
-            }
-            Err(Close::Tcp(e)) => {
-                defmt::warn!("slot {}: connection lost: {}", slot, e);
-                None
-            }
-            Err(Close::Internal(why)) => {
-                defmt::error!("slot {}: closing: {=str}", slot, why);
-                None
-            }
-        };
-        socket.close();
-        // Best effort: the peer may already be gone.
-        let _ = with_deadline(Instant::now() + Duration::from_secs(1), socket.flush()).await;
-        socket.abort();
-        // Counted closed only now, right before the slot listens again (no await in between),
-        // so a stats reply never shows a slot free that is not accepting yet.
-        session.finish(&COUNTERS, session_error.as_ref());
+        let buffers = FREE_SESSIONS.receive().await;
+        let (session, error) =
+            serve_connection(&mut socket, id, &mut buffers.input, &mut buffers.output).await;
+        FREE_SESSIONS.send(buffers).await;
+        close_connection(&mut socket, session, error).await;
     }
+}
+
+/// Serves the client connected on `socket` until it leaves or misbehaves, and logs why.
+async fn serve_connection(
+    socket: &mut TcpSocket<'_>,
+    id: usize,
+    input: &mut [u8],
+    output: &mut [u8],
+) -> (Session, Option<SessionError>) {
+    defmt::info!(
+        "socket {}: connection from {}",
+        id,
+        socket.remote_endpoint()
+    );
+    let mut session = Session::new(&SERVICE);
+    let result = drive(socket, &mut session, input, output).await;
+    if let Some(client) = session.proxied_source() {
+        defmt::info!("socket {}: client per PROXY header: {}", id, client);
+    }
+    let session_error = match result {
+        Ok(()) => {
+            defmt::info!("socket {}: peer closed", id);
+            None
+        }
+        Err(Close::Session(e)) => {
+            defmt::warn!("socket {}: closing: {=str}", id, e.as_str());
+            Some(e)
+        }
+        Err(Close::Tcp(e)) => {
+            defmt::warn!("socket {}: connection lost: {}", id, e);
+            None
+        }
+        Err(Close::Internal(why)) => {
+            defmt::error!("socket {}: closing: {=str}", id, why);
+            None
+        }
+    };
+    (session, session_error)
+}
+
+/// Closes the connection (sending what is queued, within a second) and records its end.
+async fn close_connection(
+    socket: &mut TcpSocket<'_>,
+    mut session: Session,
+    error: Option<SessionError>,
+) {
+    socket.close();
+    // Best effort: the peer may already be gone.
+    let _ = with_deadline(Instant::now() + Duration::from_secs(1), socket.flush()).await;
+    socket.abort();
+    // Counted closed only once the socket is released, so a stats reply never shows fewer open
+    // connections than the sockets hold.
+    session.finish(&COUNTERS, error.as_ref());
 }
 
 /// One session call with the shared scratch, borrowed for this synchronous call only.

@@ -64,6 +64,9 @@ pub struct Target {
     pub close_within: Duration,
     /// Whether the target serves set compression (it has zlib).
     pub compression: bool,
+    /// Connections the target serves at once (the firmware: 2); the suite never holds more open
+    /// at a time.
+    pub max_connections: usize,
 }
 
 impl Target {
@@ -78,7 +81,14 @@ impl Target {
             derive_cases: 4,
             close_within: Duration::from_secs(5),
             compression: true,
+            max_connections: usize::MAX,
         }
+    }
+
+    /// Sets how many connections the target serves at once (at least 2).
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max.max(2);
+        self
     }
 
     /// Sets the PROXY policy.
@@ -238,8 +248,15 @@ pub fn echo_properties(target: &Target) {
         },
         TestRng::deterministic_rng(RngAlgorithm::ChaCha),
     );
-    // proptest's runner takes an `Fn`: the connections and the case count live in cells.
-    let long_lived = std::cell::RefCell::new([connect(target, 11), connect(target, 12)]);
+    // proptest's runner takes an `Fn`: the connections and the case count live in cells. Two
+    // long-lived connections plus a fresh one, or one plus a fresh one on a 2-connection target.
+    let long_lived: Vec<ServiceClient> = if target.max_connections >= 3 {
+        vec![connect(target, 11), connect(target, 12)]
+    } else {
+        vec![connect(target, 11)]
+    };
+    let count = long_lived.len() as u64;
+    let long_lived = std::cell::RefCell::new(long_lived);
     let case = std::cell::Cell::new(0u64);
     // Small sizes are where framing edge cases live; weight them.
     let sizes = prop_oneof![0..=16usize, 0..=200usize, 0..=max_data, Just(max_data)];
@@ -260,7 +277,7 @@ pub fn echo_properties(target: &Target) {
                 let data = payload(len, fill);
                 if let (true, Some(t)) = (compression, threshold) {
                     let mut conns = long_lived.borrow_mut();
-                    conns[(case % 2) as usize]
+                    conns[(case % count) as usize]
                         .set_compression(t)
                         .map_err(|e| TestCaseError::fail(format!("set compression {t}: {e}")))?;
                 }
@@ -271,7 +288,7 @@ pub fn echo_properties(target: &Target) {
                         .map_err(|e| TestCaseError::fail(format!("fresh connection: {e}")))?;
                 } else {
                     let mut conns = long_lived.borrow_mut();
-                    conns[(case % 2) as usize]
+                    conns[(case % count) as usize]
                         .echo(&data)
                         .map_err(|e| TestCaseError::fail(format!("{len} bytes: {e}")))?;
                 }
@@ -310,7 +327,8 @@ pub fn derive_keys(target: &Target) {
 
 /// Requests in flight on several connections at once.
 pub fn concurrent_connections(target: &Target) {
-    let mut conns: Vec<ServiceClient> = (0..4).map(|i| connect(target, 31 + i)).collect();
+    let n = target.max_connections.min(4) as u64;
+    let mut conns: Vec<ServiceClient> = (0..n).map(|i| connect(target, 31 + i)).collect();
     for round in 0..10u8 {
         for (i, c) in conns.iter_mut().enumerate() {
             c.send(wire::ECHO, &payload(50 + i * 100, round))

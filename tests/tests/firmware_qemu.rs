@@ -1,6 +1,7 @@
 //! The firmware in QEMU: builds the `qemu-mps2-an385` board, boots it under a timeout with its
-//! service forwarded to a free 127.0.0.1 port, waits until it serves, drives it over TCP, then
-//! shuts it down through its control port and checks it exits with status 0.
+//! service forwarded to a free 127.0.0.1 port, waits until it serves, runs the service
+//! conformance suite against it (the same suite `wirekit serve` passes), then shuts it down
+//! through its control port and checks it exits with status 0.
 //!
 //! The decoded defmt log is kept under `target/firmware-qemu/` as an artifact and must show no
 //! panic, fault or error.
@@ -8,17 +9,15 @@
 //! Skipped (with a message) when qemu-system-arm or defmt-print is missing, unless
 //! `WIREKIT_REQUIRE_PEERS=1` (as `cargo xtask test` sets), which makes that a failure.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use wirekit_core::Status;
-use wirekit_core::frame::mc;
-use wirekit_core::kerberos::derive_kerberos_key;
-use wirekit_core::service::wire;
+use wirekit_tests::conformance::{ProxySupport, Target, run_conformance};
 use wirekit_tests::peers;
+use wirekit_tests::service_client::ServiceClient;
 
 const BOARD: &str = "qemu-mps2-an385";
 const TARGET: &str = "thumbv7m-none-eabi";
@@ -109,6 +108,8 @@ impl Qemu {
         let (port, control_port) = (free_port(), free_port());
         let raw_log = artifacts_dir().join(format!("{name}.defmt"));
         let stdout = std::fs::File::create(&raw_log).expect("create the raw log");
+        let stderr = std::fs::File::create(artifacts_dir().join(format!("{name}.qemu-stderr")))
+            .expect("create the QEMU stderr log");
         let nic = format!(
             "user,model=lan9118,hostfwd=tcp:127.0.0.1:{port}-10.0.2.15:7000,\
              hostfwd=tcp:127.0.0.1:{control_port}-10.0.2.15:7001"
@@ -124,6 +125,7 @@ impl Qemu {
             .arg(&elf)
             .stdin(Stdio::null())
             .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .expect("start qemu-system-arm");
         let mut booted = Qemu {
@@ -173,7 +175,7 @@ impl Qemu {
                 break status;
             }
             if start.elapsed() > EXIT_DEADLINE {
-                let _ = self.child.kill();
+                self.stop();
                 panic!(
                     "QEMU did not exit after the shutdown command; log:\n{}",
                     self.decoded_log()
@@ -205,154 +207,39 @@ impl Qemu {
     }
 }
 
-impl Drop for Qemu {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_nodelay(true)?;
-    Ok(stream)
-}
-
-/// A blocking client of the service (uncompressed VarInt frames).
-struct Client {
-    stream: TcpStream,
-    pending: Vec<u8>,
-}
-
-impl Client {
-    fn new(stream: TcpStream) -> Client {
-        Client {
-            stream,
-            pending: Vec::new(),
-        }
-    }
-
-    fn send(&mut self, id: i32, data: &[u8]) -> std::io::Result<()> {
-        let mut frame = vec![0; mc::frame_len(1 + data.len()) + 5];
-        let n = mc::encode_packet(id, data, &mut frame).map_err(std::io::Error::other)?;
-        self.stream.write_all(&frame[..n])
-    }
-
-    /// Reads one reply packet; `Err(UnexpectedEof)` when the server closed the connection.
-    fn recv(&mut self) -> std::io::Result<(i32, Vec<u8>)> {
-        let decoder = mc::FrameDecoder::new().with_max_frame_len(mc::MAX_FRAME_LEN);
-        loop {
-            let status = decoder
-                .decode_frame(&self.pending)
-                .map_err(std::io::Error::other)?;
-            if let Status::Complete(frame) = status {
-                let packet = mc::split_packet(frame.body).map_err(std::io::Error::other)?;
-                let reply = (packet.id, packet.data.to_vec());
-                let consumed = frame.consumed;
-                self.pending.drain(..consumed);
-                return Ok(reply);
-            }
-            let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk)?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            self.pending.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    fn request(&mut self, id: i32, data: &[u8]) -> std::io::Result<(i32, Vec<u8>)> {
-        self.send(id, data)?;
-        self.recv()
-    }
-
-    fn echo(&mut self, data: &[u8]) {
-        let reply = self.request(wire::ECHO, data).expect("echo request");
-        assert_eq!(reply.0, wire::ECHO, "echo reply id");
-        assert!(
-            reply.1 == data,
-            "echo of {} bytes came back different",
-            data.len()
-        );
-    }
-
-    /// Whether the server closed the connection (EOF or reset) within the read timeout.
-    fn closed_by_server(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        match self.stream.read(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => matches!(
-                e.kind(),
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
-            ),
-        }
-    }
-}
-
-/// Connects and checks with an echo that a connection slot took the connection (a slot
-/// re-listens a moment after its last client left; meanwhile QEMU accepts the connection and
-/// then resets it), retrying for a while.
-fn connect_ready(addr: SocketAddr) -> Client {
-    let start = Instant::now();
-    loop {
-        let probe = connect(addr).and_then(|stream| {
-            let mut client = Client::new(stream);
-            let reply = client.request(wire::ECHO, b"?")?;
-            if reply != (wire::ECHO, b"?".to_vec()) {
-                return Err(std::io::Error::other("bad probe reply"));
-            }
-            Ok(client)
-        });
-        match probe {
-            Ok(client) => return client,
-            Err(e) if start.elapsed() > BOOT_DEADLINE => panic!("no free connection slot: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
-fn probe(addr: SocketAddr) -> std::io::Result<()> {
-    let mut client = Client::new(connect(addr)?);
-    match client.request(wire::ECHO, b"ping")? {
-        (wire::ECHO, data) if data == b"ping" => Ok(()),
-        _ => Err(std::io::Error::other("bad echo")),
-    }
-}
-
-/// Waits until `client`'s connection is the firmware's only open one.
-fn wait_only_open_connection(client: &mut Client) {
-    let start = Instant::now();
-    loop {
-        let (id, data) = client.request(wire::STATS, &[]).expect("stats");
-        assert_eq!(id, wire::STATS);
-        let stats = wire::Stats::parse(&data).expect("stats reply parses");
-        if stats.open_connections == 1 {
+impl Qemu {
+    /// Stops QEMU if it still runs: SIGTERM to `timeout`, which passes it on to QEMU (a SIGKILL
+    /// would only kill `timeout` and orphan QEMU), SIGKILL if that does not do.
+    fn stop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
             return;
         }
-        assert!(
-            start.elapsed() < BOOT_DEADLINE,
-            "connections stay open: {stats:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// Deterministic test payloads (xorshift), so a failure reproduces.
-fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One echo round trip on a fresh connection: QEMU's user network accepts forwarded
+/// connections before the guest listens, so only a reply proves the firmware serves.
+fn probe(addr: SocketAddr) -> std::io::Result<()> {
+    let mut client = ServiceClient::connect(addr, None, None)?;
+    client.echo(b"ping")
 }
 
 fn assert_clean_log(log: &str) {
@@ -371,12 +258,13 @@ fn check_path(path: &Path) {
 
 #[test]
 fn firmware_serves_over_tcp_and_shuts_down_cleanly() {
-    let Some(qemu) = Qemu::boot("firmware_qemu") else {
+    let Some(mut qemu) = Qemu::boot("firmware_qemu") else {
         return;
     };
     check_path(&qemu.elf);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exercise(&qemu)));
     if outcome.is_err() {
+        qemu.stop();
         panic!(
             "the exchange above failed; firmware log:\n{}",
             qemu.decoded_log()
@@ -387,111 +275,18 @@ fn firmware_serves_over_tcp_and_shuts_down_cleanly() {
     assert_clean_log(&log);
 }
 
-/// The largest echo data: packet length (ID + data) is at most 4096 on the firmware.
-const MAX_ECHO: usize = 4095;
-
+/// The service conformance suite (the one `wirekit serve` passes), with the firmware's
+/// configuration: PROXY header optional (USE), 4 KiB packets, 2 connections at once.
 fn exercise(qemu: &Qemu) {
-    let addr = qemu.service;
+    let target = Target::new(qemu.service)
+        .with_proxy(ProxySupport::Optional)
+        .with_max_packet_len(4096)
+        .with_max_connections(2);
+    run_conformance(&target);
 
-    // Echo of many sizes, crossing TCP segment and buffer boundaries, up to the maximum.
-    let mut client = connect_ready(addr);
-    for (i, len) in [0usize, 1, 7, 100, 1459, 1460, 1461, 2048, 4000, MAX_ECHO]
-        .into_iter()
-        .enumerate()
-    {
-        client.echo(&payload(i as u64 + 1, len));
-    }
-
-    // Derive: the key matches the host's derivation and the published nex-go vector.
-    let mut request = vec![0u8; 64];
-    let password = b"MMQea3n!fsik";
-    let n = wire::DeriveRequest { pid: 100, password }
-        .encode(&mut request)
-        .expect("encode");
-    let (id, key) = client.request(wire::DERIVE, &request[..n]).expect("derive");
-    assert_eq!(id, wire::DERIVE);
-    assert_eq!(key, derive_kerberos_key(100, password));
-    assert_eq!(
-        key,
-        [
-            0x9e, 0xf3, 0x18, 0xf0, 0xa1, 0x70, 0xfb, 0x46, 0xaa, 0xb5, 0x95, 0xbf, 0x96, 0x44,
-            0xf9, 0xe1
-        ]
-    );
-
-    // An unknown packet ID gets an error reply and the connection stays open.
-    let (id, _) = client.request(0x42, b"what").expect("unknown id");
-    assert_eq!(id, wire::ERROR);
-    client.echo(b"still open");
-
-    // Stats: counters of this run.
-    let (id, data) = client.request(wire::STATS, &[]).expect("stats");
-    assert_eq!(id, wire::STATS);
-    let stats = wire::Stats::parse(&data).expect("stats reply parses");
-    assert!(stats.connections >= 2 && stats.frames_in >= 13, "{stats:?}");
-    drop(client);
-
-    // A PROXY v1 header first (policy USE), then frames.
-    let mut proxied = connect(addr).expect("connect");
-    proxied
-        .write_all(b"PROXY TCP4 192.0.2.1 192.0.2.2 40000 7000\r\n")
-        .expect("header");
-    let mut proxied = Client::new(proxied);
-    proxied.echo(b"behind a proxy");
-    drop(proxied);
-
-    // Two connections at once, their requests interleaved.
-    let mut a = connect_ready(addr);
-    let mut b = connect_ready(addr);
-    for round in 0..20u64 {
-        let (da, db) = (payload(100 + round, 300), payload(200 + round, 1500));
-        a.send(wire::ECHO, &da).expect("send a");
-        b.send(wire::ECHO, &db).expect("send b");
-        assert_eq!(b.recv().expect("echo b"), (wire::ECHO, db));
-        assert_eq!(a.recv().expect("echo a"), (wire::ECHO, da));
-    }
-    drop((a, b));
-
-    // Hostile inputs: each closes its own connection only, and the firmware keeps serving.
-    // `keeper` holds one slot; once the stats say it is the only open connection, the other
-    // slot is listening and takes the hostile connection (whose first bytes must be its own,
-    // for the PROXY cases).
-    let mut bad_v2 = wirekit_core::proxy::v2::SIGNATURE.to_vec();
-    bad_v2.extend_from_slice(&[0x31, 0x11, 0x00, 0x0C]); // version 3
-    bad_v2.extend_from_slice(&[0; 12]);
-    let hostile: [(&str, &[u8]); 5] = [
-        ("frame above the 4 KiB maximum", &[0x81, 0x20, 0x00]),
-        (
-            "six-byte VarInt length",
-            &[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01],
-        ),
-        ("bad PROXY v1 header", b"PROXY TCP4 1.2.3 4.5.6.7 1 2\r\n"),
-        ("bad PROXY v2 header", &bad_v2),
-        ("empty packet (no ID)", &[0x00]),
-    ];
-    let mut keeper = connect_ready(addr);
-    for (what, bytes) in hostile {
-        wait_only_open_connection(&mut keeper);
-        let mut bad = Client::new(connect(addr).expect("connect"));
-        bad.stream.write_all(bytes).expect("send hostile bytes");
-        assert!(bad.closed_by_server(), "{what}: the connection stayed open");
-        keeper.echo(what.as_bytes());
-    }
-    wait_only_open_connection(&mut keeper);
-    let (_, data) = keeper.request(wire::STATS, &[]).expect("stats");
-    let stats = wire::Stats::parse(&data).expect("stats reply parses");
-    assert!(
-        stats.errors >= hostile.len() as u64,
-        "errors not counted: {stats:?}"
-    );
-    drop(keeper);
-
-    // A client that goes away mid-frame closes only its own connection.
-    {
-        let mut rude = connect_ready(addr);
-        rude.stream
-            .write_all(&[0x80, 0x10, 0x00, 1, 2, 3])
-            .expect("send");
-    }
-    connect_ready(addr).echo(b"still serving");
+    // Every hostile connection of the suite was counted as an error by the firmware.
+    let stats = ServiceClient::connect(qemu.service, None, None)
+        .and_then(|mut c| c.stats())
+        .expect("stats after the suite");
+    assert!(stats.errors >= 7, "hostile connections counted: {stats:?}");
 }

@@ -14,7 +14,7 @@ use embassy_stm32::rng::Rng;
 use embassy_stm32::time::Hertz;
 use embassy_stm32::{bind_interrupts, eth, rng};
 use static_cell::{ConstStaticCell, StaticCell};
-use wirekit_firmware::server::{self, ConnectionBuffers, MAX_CONNECTIONS};
+use wirekit_firmware::server::{self, SOCKETS, TcpBuffers};
 use {defmt_rtt as _, panic_probe as _};
 
 bind_interrupts!(struct Irqs {
@@ -29,13 +29,9 @@ async fn net_task(mut runner: Runner<'static, Device>) -> ! {
     runner.run().await
 }
 
-#[embassy_executor::task(pool_size = MAX_CONNECTIONS)]
-async fn connection_task(
-    stack: Stack<'static>,
-    slot: usize,
-    buffers: &'static mut ConnectionBuffers,
-) -> ! {
-    server::serve_slot(stack, slot, buffers).await
+#[embassy_executor::task(pool_size = SOCKETS)]
+async fn connection_task(stack: Stack<'static>, id: usize, tcp: &'static mut TcpBuffers) -> ! {
+    server::serve_socket(stack, id, tcp).await
 }
 
 /// 168 MHz from the ST-LINK's 8 MHz clock output, with the 48 MHz PLL output the RNG needs.
@@ -97,15 +93,16 @@ async fn main(spawner: Spawner) {
     );
 
     let config = embassy_net::Config::dhcpv4(Default::default());
-    static RESOURCES: StaticCell<StackResources<{ MAX_CONNECTIONS + 1 }>> = StaticCell::new();
+    static RESOURCES: StaticCell<StackResources<{ SOCKETS + 1 }>> = StaticCell::new();
     let (stack, runner) =
         embassy_net::new(device, config, RESOURCES.init(StackResources::new()), seed);
     spawner.spawn(net_task(runner).expect("one net task"));
 
-    static BUFFERS: ConstStaticCell<[ConnectionBuffers; MAX_CONNECTIONS]> =
-        ConstStaticCell::new([const { ConnectionBuffers::new() }; MAX_CONNECTIONS]);
-    for (slot, b) in BUFFERS.take().iter_mut().enumerate() {
-        spawner.spawn(connection_task(stack, slot, b).expect("pool sized MAX_CONNECTIONS"));
+    server::init();
+    static TCP: ConstStaticCell<[TcpBuffers; SOCKETS]> =
+        ConstStaticCell::new([const { TcpBuffers::new() }; SOCKETS]);
+    for (id, tcp) in TCP.take().iter_mut().enumerate() {
+        spawner.spawn(connection_task(stack, id, tcp).expect("pool sized SOCKETS"));
     }
     stack.wait_config_up().await;
     if let Some(v4) = stack.config_v4() {

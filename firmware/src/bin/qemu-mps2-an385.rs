@@ -18,7 +18,7 @@ use embassy_net::{Ipv4Address, Ipv4Cidr, Runner, Stack, StackResources, StaticCo
 use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_firmware::lan9118::{self, Lan9118};
 use wirekit_firmware::qemu_exit;
-use wirekit_firmware::server::{self, ConnectionBuffers, MAX_CONNECTIONS};
+use wirekit_firmware::server::{self, SOCKETS, TcpBuffers};
 use wirekit_firmware::systick_time;
 
 /// The MPS2 FPGA images clock the Cortex-M3 at 25 MHz.
@@ -43,13 +43,9 @@ async fn control_task(stack: Stack<'static>) -> ! {
     .await
 }
 
-#[embassy_executor::task(pool_size = MAX_CONNECTIONS)]
-async fn connection_task(
-    stack: Stack<'static>,
-    slot: usize,
-    buffers: &'static mut ConnectionBuffers,
-) -> ! {
-    server::serve_slot(stack, slot, buffers).await
+#[embassy_executor::task(pool_size = SOCKETS)]
+async fn connection_task(stack: Stack<'static>, id: usize, tcp: &'static mut TcpBuffers) -> ! {
+    server::serve_socket(stack, id, tcp).await
 }
 
 #[embassy_executor::main]
@@ -81,7 +77,7 @@ async fn main(spawner: Spawner) {
     // The emulator has no entropy source; the seed only spreads TCP initial sequence numbers
     // and local ports, which QEMU's user network does not care about.
     let seed = u64::from_le_bytes([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], 0x77, 0x6b]);
-    static RESOURCES: StaticCell<StackResources<{ MAX_CONNECTIONS + 1 }>> = StaticCell::new();
+    static RESOURCES: StaticCell<StackResources<{ SOCKETS + 1 }>> = StaticCell::new();
     let (stack, runner) =
         embassy_net::new(nic, config, RESOURCES.init(StackResources::new()), seed);
 
@@ -90,11 +86,11 @@ async fn main(spawner: Spawner) {
 
     spawner.spawn(control_task(stack).expect("one control task"));
 
-    static BUFFERS: ConstStaticCell<[ConnectionBuffers; MAX_CONNECTIONS]> =
-        ConstStaticCell::new([const { ConnectionBuffers::new() }; MAX_CONNECTIONS]);
-    let buffers = BUFFERS.take();
-    for (slot, b) in buffers.iter_mut().enumerate() {
-        spawner.spawn(connection_task(stack, slot, b).expect("pool sized MAX_CONNECTIONS"));
+    server::init();
+    static TCP: ConstStaticCell<[TcpBuffers; SOCKETS]> =
+        ConstStaticCell::new([const { TcpBuffers::new() }; SOCKETS]);
+    for (id, tcp) in TCP.take().iter_mut().enumerate() {
+        spawner.spawn(connection_task(stack, id, tcp).expect("pool sized SOCKETS"));
     }
     stack.wait_config_up().await;
     defmt::info!("serving on 10.0.2.15:{=u16}", server::SERVICE_PORT);
