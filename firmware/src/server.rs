@@ -11,7 +11,8 @@
 //! This module moves bytes and owns memory; the protocol is entirely in
 //! [`wirekit_core::service`]. Each socket owns its TCP buffers; each session one input and one output
 //! buffer sized for the largest frame ([`Config::max_input_len`] / [`Config::max_output_len`]).
-//! The [`Workspace`] scratch is shared by all sessions: session calls are synchronous, so it is
+//! The [`Workspace`] (scratch for an inflated packet, the inflater and the compressor) is
+//! shared by all sessions: session calls are synchronous, so it is
 //! only ever borrowed between two awaits, never across one.
 
 use core::cell::RefCell;
@@ -25,6 +26,7 @@ use embassy_time::{Duration, Instant, with_deadline};
 use static_cell::ConstStaticCell;
 use wirekit_core::proxy::{Limits, policy::Policy};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Want, Workspace};
+use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MIN};
 
 /// The service's TCP port.
 pub const SERVICE_PORT: u16 = 7000;
@@ -64,9 +66,22 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The server's counters (the stats reply's data).
 pub static COUNTERS: AtomicCounters = AtomicCounters::new();
 
+/// The compressor's workspace, in words: the core's smallest (4 KiB), whose greedy matching
+/// and smaller hash table cost some ratio, not correctness.
+pub const COMPRESSOR_WORDS: usize = WORKSPACE_MIN;
+
 /// The workspace scratch all sessions share; see the module docs.
 static SCRATCH: Mutex<ThreadModeRawMutex, RefCell<[u8; SCRATCH_LEN]>> =
     Mutex::new(RefCell::new([0; SCRATCH_LEN]));
+
+/// The zlib state all sessions share (set by [`init`]): inflate for compressed requests,
+/// deflate for compressed replies.
+struct Zlib {
+    inflater: Inflater,
+    compressor: Compressor<[u32; COMPRESSOR_WORDS]>,
+}
+
+static ZLIB: Mutex<ThreadModeRawMutex, RefCell<Option<Zlib>>> = Mutex::new(RefCell::new(None));
 
 /// One TCP socket's buffers.
 pub struct TcpBuffers {
@@ -110,8 +125,18 @@ static SESSION_BUFFERS: ConstStaticCell<[SessionBuffers; MAX_CONNECTIONS]> = Con
 static FREE_SESSIONS: Channel<ThreadModeRawMutex, &'static mut SessionBuffers, MAX_CONNECTIONS> =
     Channel::new();
 
-/// Puts the session buffers in the pool; call once, before the socket tasks run.
+/// Sets up the shared zlib state and puts the session buffers in the pool; call once, before
+/// the socket tasks run.
 pub fn init() {
+    match Compressor::new([0u32; COMPRESSOR_WORDS]) {
+        Ok(compressor) => ZLIB.lock(|z| {
+            *z.borrow_mut() = Some(Zlib {
+                inflater: Inflater::new(),
+                compressor,
+            })
+        }),
+        Err(e) => defmt::panic!("compressor: {}", e),
+    }
     for buffers in SESSION_BUFFERS.take().iter_mut() {
         if FREE_SESSIONS.try_send(buffers).is_err() {
             defmt::panic!("the pool holds MAX_CONNECTIONS buffers");
@@ -214,16 +239,29 @@ async fn close_connection(
     session.finish(&COUNTERS, error.as_ref());
 }
 
-/// One session call with the shared scratch, borrowed for this synchronous call only.
+/// One session call with the shared scratch and zlib state, borrowed for this synchronous call
+/// only.
 fn handle(
     session: &mut Session,
     input: &[u8],
     output: &mut [u8],
 ) -> Result<wirekit_core::service::Progress, SessionError> {
     SCRATCH.lock(|scratch| {
-        let mut scratch = scratch.borrow_mut();
-        let mut ws = Workspace::new(&mut scratch[..]);
-        session.handle(input, output, &mut ws, &COUNTERS)
+        ZLIB.lock(|zlib| {
+            let mut scratch = scratch.borrow_mut();
+            let mut zlib = zlib.borrow_mut();
+            match zlib.as_mut() {
+                Some(z) => {
+                    let mut ws =
+                        Workspace::with_zlib(&mut scratch[..], &mut z.inflater, &mut z.compressor);
+                    session.handle(input, output, &mut ws, &COUNTERS)
+                }
+                None => {
+                    let mut ws = Workspace::new(&mut scratch[..]);
+                    session.handle(input, output, &mut ws, &COUNTERS)
+                }
+            }
+        })
     })
 }
 

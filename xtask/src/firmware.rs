@@ -272,7 +272,8 @@ pub fn size() -> Result<(), String> {
 }
 
 /// The firmware steps of `cargo xtask test`: rustfmt, both boards built and clippy'd, the
-/// footprint budget, and `defmt-print` installed for the QEMU test rig.
+/// footprint table (a board over budget is a warning here), and `defmt-print` installed for
+/// the QEMU test rig.
 pub fn checks() -> Result<(), String> {
     if !dir().join("Cargo.toml").exists() {
         return Ok(());
@@ -282,5 +283,10 @@ pub fn checks() -> Result<(), String> {
     for board in BOARDS {
         clippy(board)?;
     }
-    size()
+    // Reported, not enforced here: the budget depends on the core's codecs as much as on the
+    // firmware (`cargo xtask size` alone fails when a board is over).
+    if let Err(e) = size() {
+        println!("\nWARNING: {e}");
+    }
+    Ok(())
 }
