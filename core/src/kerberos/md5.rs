@@ -35,6 +35,9 @@ pub(crate) trait Word: Copy {
     fn add(self, o: Self) -> Self;
     /// `early` unchanged, but opaque to the optimiser on the scalar path.
     fn settle(early: u32) -> u32;
+    /// Whether one key's latency matters more than the operation count: true for the scalar
+    /// path, false for lanes, which are bound by throughput.
+    const LATENCY_BOUND: bool;
     /// `f` applied lane by lane to five words.
     ///
     /// A whole MD5 step is one call, so that for lanes it is one loop body the vectoriser sees
@@ -51,6 +54,7 @@ pub(crate) trait Word: Copy {
 }
 
 impl Word for u32 {
+    const LATENCY_BOUND: bool = true;
     #[inline(always)]
     fn splat(x: u32) -> Self {
         x
@@ -89,6 +93,7 @@ impl Word for u32 {
 pub(crate) struct Lanes<const L: usize>(pub(crate) [u32; L]);
 
 impl<const L: usize> Word for Lanes<L> {
+    const LATENCY_BOUND: bool = false;
     #[inline(always)]
     fn splat(x: u32) -> Self {
         Lanes([x; L])
@@ -144,10 +149,16 @@ fn ff<W: Word>(a: W, b: W, c: W, d: W, x: W, k: u32, s: u32) -> W {
 #[inline(always)]
 fn gg<W: Word>(a: W, b: W, c: W, d: W, x: W, k: u32, s: u32) -> W {
     W::step(a, b, c, d, x, |a, b, c, d, x| {
-        // G = (b & d) | (c & !d); the halves share no bits, so the or is an add and the half
-        // without `b` joins the early sum.
-        let early = W::settle(a.wrapping_add(x).wrapping_add(k).wrapping_add(c & !d));
-        b.wrapping_add(early.wrapping_add(b & d).rotate_left(s))
+        if W::LATENCY_BOUND {
+            // G = (b & d) | (c & !d); the halves share no bits, so the or is an add and the
+            // half without `b` joins the early sum: one operation less after `b`.
+            let early = W::settle(a.wrapping_add(x).wrapping_add(k).wrapping_add(c & !d));
+            b.wrapping_add(early.wrapping_add(b & d).rotate_left(s))
+        } else {
+            // Fewer operations: G = c ^ (d & (b ^ c)), one instruction with AVX-512's ternlog.
+            let early = a.wrapping_add(x).wrapping_add(k);
+            b.wrapping_add(early.wrapping_add(c ^ (d & (b ^ c))).rotate_left(s))
+        }
     })
 }
 
