@@ -8,6 +8,16 @@
 
 pub mod server;
 
+/// The task of a spawn token, or a defmt panic naming `what` if its pool is exhausted (a
+/// firmware bug: pools are sized for the tasks `main` spawns). Unlike `expect`, this does not
+/// link `core::fmt`.
+pub fn spawned<T>(token: Result<T, embassy_executor::SpawnError>, what: &str) -> T {
+    match token {
+        Ok(t) => t,
+        Err(_) => defmt::panic!("cannot spawn {=str}", what),
+    }
+}
+
 #[cfg(feature = "qemu-mps2-an385")]
 pub mod lan9118;
 #[cfg(feature = "qemu-mps2-an385")]

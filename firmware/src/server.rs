@@ -16,6 +16,7 @@
 //! only ever borrowed between two awaits, never across one.
 
 use core::cell::RefCell;
+use core::net::SocketAddr;
 
 use embassy_net::Stack;
 use embassy_net::tcp::{self, TcpSocket};
@@ -200,8 +201,21 @@ async fn serve_connection(
     );
     let mut session = Session::new(&SERVICE);
     let result = drive(socket, &mut session, input, output).await;
-    if let Some(client) = session.proxied_source() {
-        defmt::info!("socket {}: client per PROXY header: {}", id, client);
+    // Logged by hand: defmt's core::net impls format through core::fmt (kilobytes of flash).
+    match session.proxied_source() {
+        Some(SocketAddr::V4(a)) => defmt::info!(
+            "socket {}: client per PROXY header: {=[u8]}:{=u16}",
+            id,
+            a.ip().octets(),
+            a.port()
+        ),
+        Some(SocketAddr::V6(a)) => defmt::info!(
+            "socket {}: client per PROXY header: [{=[u8]:02x}]:{=u16}",
+            id,
+            a.ip().octets(),
+            a.port()
+        ),
+        None => {}
     }
     let session_error = match result {
         Ok(()) => {

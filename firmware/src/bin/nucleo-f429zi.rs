@@ -66,7 +66,7 @@ async fn main(spawner: Spawner) {
     let mut seed = [0; 8];
     rng.async_fill_bytes(&mut seed)
         .await
-        .expect("the RNG seeds the TCP stack");
+        .unwrap_or_else(|_| defmt::panic!("the RNG failed"));
     let seed = u64::from_le_bytes(seed);
 
     // A locally administered address derived from the chip's unique ID.
@@ -96,13 +96,16 @@ async fn main(spawner: Spawner) {
     static RESOURCES: StaticCell<StackResources<{ SOCKETS + 1 }>> = StaticCell::new();
     let (stack, runner) =
         embassy_net::new(device, config, RESOURCES.init(StackResources::new()), seed);
-    spawner.spawn(net_task(runner).expect("one net task"));
+    spawner.spawn(wirekit_firmware::spawned(net_task(runner), "net_task"));
 
     server::init();
     static TCP: ConstStaticCell<[TcpBuffers; SOCKETS]> =
         ConstStaticCell::new([const { TcpBuffers::new() }; SOCKETS]);
     for (id, tcp) in TCP.take().iter_mut().enumerate() {
-        spawner.spawn(connection_task(stack, id, tcp).expect("pool sized SOCKETS"));
+        spawner.spawn(wirekit_firmware::spawned(
+            connection_task(stack, id, tcp),
+            "connection_task",
+        ));
     }
     stack.wait_config_up().await;
     if let Some(v4) = stack.config_v4() {

@@ -81,16 +81,22 @@ async fn main(spawner: Spawner) {
     let (stack, runner) =
         embassy_net::new(nic, config, RESOURCES.init(StackResources::new()), seed);
 
-    spawner.spawn(net_task(runner).expect("one net task"));
-    spawner.spawn(nic_poll_task().expect("one poll task"));
+    spawner.spawn(wirekit_firmware::spawned(net_task(runner), "net_task"));
+    spawner.spawn(wirekit_firmware::spawned(nic_poll_task(), "nic_poll_task"));
 
-    spawner.spawn(control_task(stack).expect("one control task"));
+    spawner.spawn(wirekit_firmware::spawned(
+        control_task(stack),
+        "control_task",
+    ));
 
     server::init();
     static TCP: ConstStaticCell<[TcpBuffers; SOCKETS]> =
         ConstStaticCell::new([const { TcpBuffers::new() }; SOCKETS]);
     for (id, tcp) in TCP.take().iter_mut().enumerate() {
-        spawner.spawn(connection_task(stack, id, tcp).expect("pool sized SOCKETS"));
+        spawner.spawn(wirekit_firmware::spawned(
+            connection_task(stack, id, tcp),
+            "connection_task",
+        ));
     }
     stack.wait_config_up().await;
     defmt::info!("serving on 10.0.2.15:{=u16}", server::SERVICE_PORT);
