@@ -42,9 +42,15 @@ unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
 pub const CONTROL_PORT: u16 = 7001;
 /// The line that shuts the emulator down with status 0.
 pub const SHUTDOWN_COMMAND: &[u8] = b"shutdown\n";
+/// The line that panics (so a test rig can check a panic ends QEMU with [`PANIC_STATUS`]).
+pub const PANIC_COMMAND: &[u8] = b"panic\n";
+/// The line that executes an undefined instruction (UsageFault escalated to HardFault, so a
+/// test rig can check a fault ends QEMU with [`FAULT_STATUS`]).
+pub const FAULT_COMMAND: &[u8] = b"fault\n";
 
-/// Serves [`CONTROL_PORT`] forever: a client that sends [`SHUTDOWN_COMMAND`] ends the emulator
-/// with status 0 (after `before_exit` has run, e.g. to log counters); anything else is logged
+/// Serves [`CONTROL_PORT`] forever. A client sends one line: [`SHUTDOWN_COMMAND`] ends the
+/// emulator with status 0 (after `before_exit` has run, e.g. to log counters);
+/// [`PANIC_COMMAND`] and [`FAULT_COMMAND`] exercise the failure exits. Anything else is logged
 /// and the connection closed.
 pub async fn serve_control_port(stack: embassy_net::Stack<'_>, before_exit: impl Fn()) -> ! {
     let mut rx = [0u8; 64];
@@ -55,20 +61,26 @@ pub async fn serve_control_port(stack: embassy_net::Stack<'_>, before_exit: impl
         if socket.accept(CONTROL_PORT).await.is_err() {
             continue;
         }
-        let mut line = [0u8; SHUTDOWN_COMMAND.len()];
+        let mut line = [0u8; 16];
         let mut got = 0;
-        while got < line.len() {
+        while got < line.len() && !line[..got].ends_with(b"\n") {
             match socket.read(&mut line[got..]).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got += n,
             }
         }
-        if line[..got] == *SHUTDOWN_COMMAND {
+        let line = &line[..got];
+        if line == SHUTDOWN_COMMAND {
             before_exit();
             defmt::info!("shutdown requested on the control port: exiting with status 0");
             exit(0);
+        } else if line == PANIC_COMMAND {
+            defmt::panic!("panic requested on the control port");
+        } else if line == FAULT_COMMAND {
+            defmt::warn!("fault requested on the control port");
+            cortex_m::asm::udf();
         }
-        defmt::warn!("control port: unknown command {=[u8]:a}", &line[..got]);
+        defmt::warn!("control port: unknown command {=[u8]:a}", line);
         socket.abort();
         let _ = socket.flush().await;
     }

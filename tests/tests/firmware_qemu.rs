@@ -165,9 +165,15 @@ impl Qemu {
 
     /// Sends the shutdown command and waits for QEMU to exit; returns its status and the
     /// decoded log (also saved as `target/firmware-qemu/<name>.log`).
-    fn shutdown(mut self) -> (ExitStatus, String) {
+    fn shutdown(self) -> (ExitStatus, String) {
+        self.control(SHUTDOWN)
+    }
+
+    /// Sends one control-port line and waits for QEMU to exit; returns its status and the
+    /// decoded log (also saved as `target/firmware-qemu/<name>.log`).
+    fn control(mut self, line: &[u8]) -> (ExitStatus, String) {
         let mut control = TcpStream::connect(self.control).expect("connect the control port");
-        control.write_all(SHUTDOWN).expect("send shutdown");
+        control.write_all(line).expect("send the control line");
         drop(control);
         let start = Instant::now();
         let status = loop {
@@ -177,7 +183,8 @@ impl Qemu {
             if start.elapsed() > EXIT_DEADLINE {
                 self.stop();
                 panic!(
-                    "QEMU did not exit after the shutdown command; log:\n{}",
+                    "QEMU did not exit after {:?}; log:\n{}",
+                    String::from_utf8_lossy(line),
                     self.decoded_log()
                 );
             }
@@ -289,4 +296,26 @@ fn exercise(qemu: &Qemu) {
         .and_then(|mut c| c.stats())
         .expect("stats after the suite");
     assert!(stats.errors >= 7, "hostile connections counted: {stats:?}");
+}
+
+/// A panic ends QEMU with the panic status (101) and is in the log, instead of hanging it.
+#[test]
+fn firmware_panic_exits_qemu_with_failure() {
+    let Some(qemu) = Qemu::boot("firmware_panic") else {
+        return;
+    };
+    let (status, log) = qemu.control(b"panic\n");
+    assert_eq!(status.code(), Some(101), "log:\n{log}");
+    assert!(log.contains("panic requested"), "log:\n{log}");
+}
+
+/// A HardFault ends QEMU with the fault status (102) and is in the log, instead of hanging it.
+#[test]
+fn firmware_fault_exits_qemu_with_failure() {
+    let Some(qemu) = Qemu::boot("firmware_fault") else {
+        return;
+    };
+    let (status, log) = qemu.control(b"fault\n");
+    assert_eq!(status.code(), Some(102), "log:\n{log}");
+    assert!(log.contains("HardFault at pc"), "log:\n{log}");
 }
