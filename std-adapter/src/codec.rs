@@ -4,7 +4,11 @@
 //! length before asking for its bytes.
 //!
 //! - [`LengthPrefixedCodec`]: fixed-width length-prefixed frames (pktconn's `u32` LE by default).
-//! - [`VarIntCodec`]: Minecraft VarInt frames carrying packets (`ID | data`).
+//! - [`VarIntCodec`]: Minecraft VarInt frames carrying packets (`ID | data`), with the compressed
+//!   format after Set Compression: [`VarIntCodec::set_read_threshold`] and
+//!   [`VarIntCodec::set_write_threshold`] switch each direction between frames, so a codec inside
+//!   `Framed` follows a mid-stream change exactly (a client switches writing after sending its
+//!   `0x03`, reading after receiving the reply).
 //!
 //! Decoded items are split off the read buffer (`BytesMut::split_to`), so once the caller drops
 //! an item the buffer's memory is reused: a connection in steady state allocates nothing per
@@ -29,10 +33,14 @@ use std::io;
 
 use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
+use wirekit_core::frame::compressed::{
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, max_encoded_len,
+};
 use wirekit_core::frame::fixed::LengthPrefixed;
-use wirekit_core::frame::mc::{self, FrameDecoder, split_packet};
+use wirekit_core::frame::mc::{self, FrameDecoder, MAX_LENGTH_FIELD_LEN, split_packet};
 use wirekit_core::frame::{EncodeError, FrameError};
 use wirekit_core::varint::{encode_varint, varint_len};
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
 use wirekit_core::{Needed, Status};
 
 /// Why a codec failed: the stream is unusable and the connection should be closed.
@@ -43,6 +51,9 @@ pub enum CodecError {
     Frame(FrameError),
     /// A frame could not be encoded (too large for the format or the configured maximum).
     Encode(EncodeError),
+    /// A compressed frame is bad: malformed Data Length, above the maximum, or not inflating to
+    /// exactly its Data Length.
+    Compressed(CompressedFrameError),
     /// The underlying I/O failed.
     Io(io::Error),
 }
@@ -52,6 +63,7 @@ impl fmt::Display for CodecError {
         match self {
             CodecError::Frame(e) => write!(f, "bad framing: {e}"),
             CodecError::Encode(e) => write!(f, "cannot encode frame: {e}"),
+            CodecError::Compressed(e) => write!(f, "bad compressed frame: {e}"),
             CodecError::Io(e) => write!(f, "i/o: {e}"),
         }
     }
@@ -62,6 +74,7 @@ impl std::error::Error for CodecError {
         match self {
             CodecError::Frame(e) => Some(e),
             CodecError::Encode(e) => Some(e),
+            CodecError::Compressed(e) => Some(e),
             CodecError::Io(e) => Some(e),
         }
     }
@@ -76,6 +89,15 @@ impl From<io::Error> for CodecError {
 impl From<FrameError> for CodecError {
     fn from(e: FrameError) -> Self {
         CodecError::Frame(e)
+    }
+}
+
+impl From<CompressedFrameError> for CodecError {
+    fn from(e: CompressedFrameError) -> Self {
+        match e {
+            CompressedFrameError::Frame(f) => CodecError::Frame(f),
+            other => CodecError::Compressed(other),
+        }
     }
 }
 
@@ -160,11 +182,40 @@ pub struct PacketRef<'a> {
     pub data: &'a [u8],
 }
 
-/// Minecraft VarInt frames: `Length | ID | Data`.
-#[derive(Debug, Clone)]
+/// Minecraft VarInt frames: `Length | ID | Data`, and after Set Compression
+/// `Packet Length | Data Length | zlib(ID + Data)`.
+///
+/// The zlib state (an inflater, a compressor, scratch) is created the first time a threshold is
+/// set and reused after; decoded packets are split off a reused buffer, so steady state
+/// allocates nothing per packet in either format.
 pub struct VarIntCodec {
-    decoder: FrameDecoder,
+    plain: FrameDecoder,
+    compressed: CompressedDecoder,
+    encoder: CompressedEncoder,
     max_packet_len: usize,
+    zlib: Option<Box<CodecZlib>>,
+}
+
+struct CodecZlib {
+    inflater: Inflater,
+    compressor: Compressor<Box<[u32]>>,
+    /// Inflated bodies land here first.
+    scratch: Vec<u8>,
+    /// Decoded packets' data, split off (the allocation comes back once they are dropped).
+    packets: BytesMut,
+    /// Reply bodies (`ID | data`) and their encoded frames.
+    body: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+impl std::fmt::Debug for VarIntCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VarIntCodec")
+            .field("read_threshold", &self.compressed.threshold())
+            .field("write_threshold", &self.encoder.threshold())
+            .field("max_packet_len", &self.max_packet_len)
+            .finish()
+    }
 }
 
 impl Default for VarIntCodec {
@@ -175,18 +226,83 @@ impl Default for VarIntCodec {
 
 impl VarIntCodec {
     /// A codec accepting and sending packets (`ID + data`) up to `max_packet_len` bytes
-    /// (at most [`mc::MAX_FRAME_LEN`]).
+    /// (at most [`mc::MAX_FRAME_LEN`]), uncompressed until a threshold is set.
     pub fn new(max_packet_len: usize) -> Self {
         let max = max_packet_len.min(mc::MAX_FRAME_LEN);
+        let compressed_frame = (max_encoded_len(max) - MAX_LENGTH_FIELD_LEN).min(mc::MAX_FRAME_LEN);
         VarIntCodec {
-            decoder: FrameDecoder::new().with_max_frame_len(max),
+            plain: FrameDecoder::new().with_max_frame_len(max),
+            compressed: CompressedDecoder::new(-1)
+                .with_max_data_len(max)
+                .with_max_frame_len(compressed_frame),
+            encoder: CompressedEncoder::new(-1, Level::Fast),
             max_packet_len: max,
+            zlib: None,
         }
+    }
+
+    /// Sets the compression level for what this codec sends.
+    pub fn with_level(mut self, level: Level) -> Self {
+        self.encoder.set_level(level);
+        self
+    }
+
+    /// As a server: a compressed packet declaring fewer bytes than the threshold is an error
+    /// (vanilla's "Badly compressed packet").
+    pub fn server(mut self) -> Self {
+        self.compressed = self.compressed.with_reject_below_threshold(true);
+        self
     }
 
     /// The largest packet accepted and sent.
     pub fn max_packet_len(&self) -> usize {
         self.max_packet_len
+    }
+
+    /// Switches the format of frames read from now on (negative: uncompressed).
+    pub fn set_read_threshold(&mut self, threshold: i32) {
+        self.compressed.set_threshold(threshold);
+        if threshold >= 0 {
+            self.zlib();
+        }
+    }
+
+    /// Switches the format of frames written from now on (negative: uncompressed).
+    pub fn set_write_threshold(&mut self, threshold: i32) {
+        self.encoder.set_threshold(threshold);
+        if threshold >= 0 {
+            self.zlib();
+        }
+    }
+
+    /// Switches both directions (as a peer does on receiving a greeting `0x03`).
+    pub fn set_threshold(&mut self, threshold: i32) {
+        self.set_read_threshold(threshold);
+        self.set_write_threshold(threshold);
+    }
+
+    /// The read threshold.
+    pub fn read_threshold(&self) -> i32 {
+        self.compressed.threshold()
+    }
+
+    /// The write threshold.
+    pub fn write_threshold(&self) -> i32 {
+        self.encoder.threshold()
+    }
+
+    fn zlib(&mut self) -> &mut CodecZlib {
+        self.zlib.get_or_insert_with(|| {
+            Box::new(CodecZlib {
+                inflater: Inflater::new(),
+                compressor: Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
+                    .expect("WORKSPACE_SERVER is above the minimum"),
+                scratch: Vec::new(),
+                packets: BytesMut::new(),
+                body: Vec::new(),
+                frame: Vec::new(),
+            })
+        })
     }
 }
 
@@ -195,20 +311,60 @@ impl Decoder for VarIntCodec {
     type Error = CodecError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Packet>, CodecError> {
-        let (header, id, id_len, body_len) = match self.decoder.decode_frame(src)? {
-            Status::Complete(frame) => {
-                let packet = split_packet(frame.body)?;
-                let id_len = frame.body.len() - packet.data.len();
-                (frame.header_len(), packet.id, id_len, frame.body.len())
+        if self.compressed.threshold() < 0 {
+            let (header, id, id_len, body_len) = match self.plain.decode_frame(src)? {
+                Status::Complete(frame) => {
+                    let packet = split_packet(frame.body)?;
+                    let id_len = frame.body.len() - packet.data.len();
+                    (frame.header_len(), packet.id, id_len, frame.body.len())
+                }
+                Status::Partial(needed) => {
+                    reserve_needed(src, needed);
+                    return Ok(None);
+                }
+            };
+            src.advance(header + id_len);
+            let data = src.split_to(body_len - id_len);
+            return Ok(Some(Packet { id, data }));
+        }
+        let decoder = self.compressed;
+        let zlib = self
+            .zlib
+            .as_deref_mut()
+            .expect("created with the threshold");
+        loop {
+            let decoded = decoder.decode(src, &mut zlib.inflater, &mut zlib.scratch);
+            let d = match decoded {
+                Ok(Status::Complete(d)) => d,
+                Ok(Status::Partial(needed)) => {
+                    reserve_needed(src, needed);
+                    return Ok(None);
+                }
+                // Grow the scratch to the declared length, which the decoder has checked
+                // against the maximum, then decode again.
+                Err(CompressedFrameError::ScratchTooSmall { required }) => {
+                    zlib.scratch.resize(required, 0);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let packet = split_packet(d.body)?;
+            let (id, data_len) = (packet.id, packet.data.len());
+            if d.compressed {
+                zlib.packets.extend_from_slice(packet.data);
+                let consumed = d.consumed;
+                src.advance(consumed);
+                let data = zlib.packets.split_to(data_len);
+                return Ok(Some(Packet { id, data }));
             }
-            Status::Partial(needed) => {
-                reserve_needed(src, needed);
-                return Ok(None);
-            }
-        };
-        src.advance(header + id_len);
-        let data = src.split_to(body_len - id_len);
-        Ok(Some(Packet { id, data }))
+            // Sent uncompressed (Data Length 0): the data is the end of the frame in `src`.
+            let consumed = d.consumed;
+            src.advance(consumed - data_len);
+            return Ok(Some(Packet {
+                id,
+                data: src.split_to(data_len),
+            }));
+        }
     }
 }
 
@@ -225,11 +381,29 @@ impl Encoder<PacketRef<'_>> for VarIntCodec {
             .into());
         }
         let mut head = [0u8; 10];
-        let mut n = encode_varint(body as i32, &mut head).expect("10 bytes fit");
-        n += encode_varint(packet.id, &mut head[n..]).expect("10 bytes fit");
-        dst.reserve(n + packet.data.len());
-        dst.put_slice(&head[..n]);
-        dst.put_slice(packet.data);
+        if self.encoder.threshold() < 0 {
+            let mut n = encode_varint(body as i32, &mut head).expect("10 bytes fit");
+            n += encode_varint(packet.id, &mut head[n..]).expect("10 bytes fit");
+            dst.reserve(n + packet.data.len());
+            dst.put_slice(&head[..n]);
+            dst.put_slice(packet.data);
+            return Ok(());
+        }
+        let encoder = self.encoder;
+        let zlib = self
+            .zlib
+            .as_deref_mut()
+            .expect("created with the threshold");
+        zlib.body.clear();
+        let n = encode_varint(packet.id, &mut head).expect("10 bytes fit");
+        zlib.body.extend_from_slice(&head[..n]);
+        zlib.body.extend_from_slice(packet.data);
+        let bound = max_encoded_len(body);
+        if zlib.frame.len() < bound {
+            zlib.frame.resize(bound, 0);
+        }
+        let n = encoder.encode(&zlib.body, &mut zlib.frame, &mut zlib.compressor)?;
+        dst.extend_from_slice(&zlib.frame[..n]);
         Ok(())
     }
 }

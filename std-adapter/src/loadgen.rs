@@ -21,9 +21,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use wirekit_core::Status;
+use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
 use wirekit_core::frame::fixed::LengthPrefixed;
-use wirekit_core::frame::mc::{FrameDecoder, encode_packet, split_packet};
+use wirekit_core::frame::mc::split_packet;
 use wirekit_core::service::{self, Framing, wire};
+use wirekit_core::varint::encode_varint;
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
 
 use crate::server::{ServeOptions, Server};
 
@@ -131,6 +134,9 @@ pub struct LoadOptions {
     pub framing: BenchFraming,
     /// Send a PROXY v2 header first on every connection.
     pub proxy_v2: bool,
+    /// Compression threshold (VarInt framing): the in-process server announces it as its
+    /// greeting; against a target, each connection switches with a `0x03` request.
+    pub compression_threshold: Option<i32>,
     /// Pin the in-process server to CPU 0 and the load to CPU 1.
     pub pin: bool,
     /// Show a progress bar.
@@ -151,6 +157,7 @@ impl Default for LoadOptions {
             payload: PayloadSizes::Uniform(0, 2048),
             framing: BenchFraming::VarInt,
             proxy_v2: false,
+            compression_threshold: None,
             pin: false,
             progress: false,
             allocations: None,
@@ -431,21 +438,173 @@ struct Run {
     ready: tokio::sync::Barrier,
 }
 
-async fn drive_connection(run: Arc<Run>, index: usize, addr: SocketAddr) -> io::Result<ConnResult> {
+/// The client's side of the framing: fixed, or VarInt with the compressed format.
+enum ClientFraming {
+    Fixed(LengthPrefixed),
+    VarInt(Box<VarIntClient>),
+}
+
+struct VarIntClient {
+    encoder: CompressedEncoder,
+    decoder: CompressedDecoder,
+    inflater: Inflater,
+    compressor: Compressor<Box<[u32]>>,
+    scratch: Vec<u8>,
+    body: Vec<u8>,
+}
+
+fn invalid(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+impl ClientFraming {
+    fn new(framing: BenchFraming, max: usize) -> io::Result<Self> {
+        Ok(match framing {
+            BenchFraming::U32Le => ClientFraming::Fixed(LengthPrefixed::PKTCONN),
+            BenchFraming::VarInt => ClientFraming::VarInt(Box::new(VarIntClient {
+                encoder: CompressedEncoder::new(-1, Level::Quick),
+                decoder: CompressedDecoder::new(-1),
+                inflater: Inflater::new(),
+                compressor: Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
+                    .map_err(invalid)?,
+                scratch: vec![0u8; max + 16],
+                body: Vec::with_capacity(max + 16),
+            })),
+        })
+    }
+
+    /// Appends one request frame to `wbuf`.
+    fn encode(&mut self, id: i32, payload: &[u8], wbuf: &mut Vec<u8>) -> io::Result<()> {
+        let at = wbuf.len();
+        match self {
+            ClientFraming::Fixed(f) => {
+                wbuf.resize(at + f.encoded_len(payload.len()), 0);
+                f.encode(payload, &mut wbuf[at..]).map_err(invalid)?;
+            }
+            ClientFraming::VarInt(c) => {
+                c.body.clear();
+                let mut head = [0u8; 5];
+                let n = encode_varint(id, &mut head).map_err(invalid)?;
+                c.body.extend_from_slice(&head[..n]);
+                c.body.extend_from_slice(payload);
+                wbuf.resize(at + max_encoded_len(c.body.len()), 0);
+                let n = c
+                    .encoder
+                    .encode(&c.body, &mut wbuf[at..], &mut c.compressor)
+                    .map_err(invalid)?;
+                wbuf.truncate(at + n);
+            }
+        }
+        Ok(())
+    }
+
+    /// The reply at the start of `input`: `(consumed, id, data)`.
+    fn decode<'a>(&'a mut self, input: &'a [u8]) -> io::Result<Option<(usize, i32, &'a [u8])>> {
+        match self {
+            ClientFraming::Fixed(f) => match f.decode(input).map_err(invalid)? {
+                Status::Complete(frame) => Ok(Some((frame.consumed, wire::ECHO, frame.body))),
+                Status::Partial(_) => Ok(None),
+            },
+            ClientFraming::VarInt(c) => {
+                let c = &mut **c;
+                match c
+                    .decoder
+                    .decode(input, &mut c.inflater, &mut c.scratch)
+                    .map_err(invalid)?
+                {
+                    Status::Complete(d) => {
+                        let p = split_packet(d.body).map_err(invalid)?;
+                        Ok(Some((d.consumed, p.id, p.data)))
+                    }
+                    Status::Partial(_) => Ok(None),
+                }
+            }
+        }
+    }
+
+    fn set_threshold(&mut self, read: Option<i32>, write: Option<i32>) {
+        if let ClientFraming::VarInt(c) = self {
+            if let Some(t) = read {
+                c.decoder.set_threshold(t);
+            }
+            if let Some(t) = write {
+                c.encoder.set_threshold(t);
+            }
+        }
+    }
+}
+
+/// Reads one whole reply during connection set-up (greeting, set-compression reply).
+async fn recv_setup(
+    stream: &mut TcpStream,
+    framing: &mut ClientFraming,
+    buf: &mut Vec<u8>,
+) -> io::Result<(i32, Vec<u8>)> {
+    loop {
+        if let Some((consumed, id, data)) = framing.decode(buf)? {
+            let data = data.to_vec();
+            buf.drain(..consumed);
+            return Ok((id, data));
+        }
+        let mut chunk = [0u8; 512];
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection during set-up",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn drive_connection(
+    run: Arc<Run>,
+    index: usize,
+    addr: SocketAddr,
+    greeting: Option<i32>,
+) -> io::Result<ConnResult> {
     let opts = &run.opts;
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    let max = opts.payload.max();
+    let mut framing = ClientFraming::new(opts.framing, max)?;
+    let mut setup = Vec::new();
+    if let Some(t) = greeting {
+        // The server's 0x03 comes first; then both directions use its threshold.
+        let (id, data) = recv_setup(&mut stream, &mut framing, &mut setup).await?;
+        if id != wire::SET_COMPRESSION || wire::parse_threshold(&data) != Ok(t) {
+            return Err(invalid(format!(
+                "expected a 0x03 {t} greeting, got {id:#x}"
+            )));
+        }
+        framing.set_threshold(Some(t), Some(t));
+    }
     if opts.proxy_v2 {
         let src = SocketAddr::from(([10, 1, (index >> 8) as u8, index as u8], 40000));
         stream.write_all(&proxy_v2_header(src, addr)).await?;
     }
-    let max = opts.payload.max();
-    let fixed = LengthPrefixed::PKTCONN;
-    let decoder = FrameDecoder::new();
+    if let (None, Some(t), BenchFraming::VarInt) =
+        (greeting, opts.compression_threshold, opts.framing)
+    {
+        // Against a target: switch with a set-compression request (old format), then write in
+        // the new format; its reply is the server's last frame in the old one.
+        let mut w = Vec::new();
+        let mut data = [0u8; 5];
+        let n = encode_varint(t, &mut data).map_err(invalid)?;
+        framing.encode(wire::SET_COMPRESSION, &data[..n], &mut w)?;
+        stream.write_all(&w).await?;
+        framing.set_threshold(None, Some(t));
+        let (id, data) = recv_setup(&mut stream, &mut framing, &mut setup).await?;
+        if id != wire::SET_COMPRESSION || wire::parse_threshold(&data) != Ok(t) {
+            return Err(invalid(format!("set compression {t}: reply id {id:#x}")));
+        }
+        framing.set_threshold(Some(t), None);
+    }
     let mut rng = Rng(0x5eed ^ index as u64);
     let depth = opts.pipeline.max(1);
-    let mut wbuf = Vec::with_capacity(depth * (max + 8));
-    let mut rbuf = vec![0u8; (depth * (max + 8)).max(8192)];
+    let mut wbuf = Vec::with_capacity(depth * (max + 32));
+    let mut rbuf = vec![0u8; (depth * (max + 32)).max(8192)];
     let (mut rstart, mut rend) = (0usize, 0usize);
     let mut inflight: VecDeque<(usize, usize, Instant)> = VecDeque::with_capacity(depth);
     let mut histogram = Histogram::default();
@@ -460,25 +619,21 @@ async fn drive_connection(run: Arc<Run>, index: usize, addr: SocketAddr) -> io::
     run.ready.wait().await;
 
     let corpus = &run.corpus;
-    let mut fill =
-        |wbuf: &mut Vec<u8>, inflight: &mut VecDeque<(usize, usize, Instant)>, sent: &mut u64| {
-            while inflight.len() < depth && *sent < total && !run.stop.load(Ordering::Relaxed) {
-                let len = opts.payload.draw(&mut rng);
-                let off = (rng.next() % (corpus.len() - max + 1) as u64) as usize;
-                let payload = &corpus[off..off + len];
-                let at = wbuf.len();
-                wbuf.resize(at + len + 8, 0);
-                let n = match opts.framing {
-                    BenchFraming::VarInt => encode_packet(wire::ECHO, payload, &mut wbuf[at..]),
-                    BenchFraming::U32Le => fixed.encode(payload, &mut wbuf[at..]),
-                }
-                .expect("room reserved");
-                wbuf.truncate(at + n);
-                inflight.push_back((off, len, Instant::now()));
-                *sent += 1;
-            }
-        };
-    fill(&mut wbuf, &mut inflight, &mut sent);
+    let mut fill = |framing: &mut ClientFraming,
+                    wbuf: &mut Vec<u8>,
+                    inflight: &mut VecDeque<(usize, usize, Instant)>,
+                    sent: &mut u64|
+     -> io::Result<()> {
+        while inflight.len() < depth && *sent < total && !run.stop.load(Ordering::Relaxed) {
+            let len = opts.payload.draw(&mut rng);
+            let off = (rng.next() % (corpus.len() - max + 1) as u64) as usize;
+            framing.encode(wire::ECHO, &corpus[off..off + len], wbuf)?;
+            inflight.push_back((off, len, Instant::now()));
+            *sent += 1;
+        }
+        Ok(())
+    };
+    fill(&mut framing, &mut wbuf, &mut inflight, &mut sent)?;
     while !inflight.is_empty() {
         if !wbuf.is_empty() {
             stream.write_all(&wbuf).await?;
@@ -498,45 +653,22 @@ async fn drive_connection(run: Arc<Run>, index: usize, addr: SocketAddr) -> io::
             ));
         }
         rend += n;
-        loop {
-            let avail = &rbuf[rstart..rend];
-            let decoded = match opts.framing {
-                BenchFraming::VarInt => decoder.decode_frame(avail),
-                BenchFraming::U32Le => fixed.decode(avail),
+        while let Some((consumed, id, payload)) = framing.decode(&rbuf[rstart..rend])? {
+            if id != wire::ECHO {
+                return Err(invalid(format!("unexpected reply id {id:#x}")));
             }
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            let Status::Complete(frame) = decoded else {
-                break;
-            };
-            let payload = match opts.framing {
-                BenchFraming::VarInt => {
-                    let p = split_packet(frame.body)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    if p.id != wire::ECHO {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("unexpected reply id {:#x}", p.id),
-                        ));
-                    }
-                    p.data
-                }
-                BenchFraming::U32Le => frame.body,
-            };
             let Some((off, len, at)) = inflight.pop_front() else {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "unsolicited reply",
-                ));
+                return Err(invalid("unsolicited reply"));
             };
             if payload != &corpus[off..off + len] {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "echo mismatch"));
+                return Err(invalid("echo mismatch"));
             }
             histogram.record(at.elapsed());
             result.frames += 1;
             result.payload_bytes += len as u64;
-            rstart += frame.consumed;
+            rstart += consumed;
             run.done.fetch_add(1, Ordering::Relaxed);
-            fill(&mut wbuf, &mut inflight, &mut sent);
+            fill(&mut framing, &mut wbuf, &mut inflight, &mut sent)?;
         }
         if rstart == rend {
             rstart = 0;
@@ -579,7 +711,8 @@ struct LocalServer {
 
 fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
     let service = match opts.framing {
-        BenchFraming::VarInt => service::Config::new(),
+        BenchFraming::VarInt => service::Config::new()
+            .with_compression_threshold(opts.compression_threshold.unwrap_or(-1)),
         BenchFraming::U32Le => {
             service::Config::new().with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
         }
@@ -673,7 +806,11 @@ async fn drive(
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..opts.connections {
         let run = run.clone();
-        tasks.spawn(drive_connection(run, i, addr));
+        let greeting = match (local.is_some(), opts.framing) {
+            (true, BenchFraming::VarInt) => opts.compression_threshold.filter(|t| *t >= 0),
+            _ => None,
+        };
+        tasks.spawn(drive_connection(run, i, addr, greeting));
     }
     run.ready.wait().await;
     let start = Instant::now();

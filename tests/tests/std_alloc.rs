@@ -171,3 +171,66 @@ fn serve_connection_path_allocates_nothing_per_packet() {
         rt.block_on(serving).unwrap().unwrap();
     }
 }
+
+#[test]
+fn serve_connection_path_allocates_nothing_per_packet_compressed() {
+    assert_counting_installed();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let payloads: Vec<Vec<u8>> = (0..64).map(payload).collect();
+    let mut codec = VarIntCodec::new(4096);
+    let mut wbuf = BytesMut::with_capacity(16 * 1024);
+    let mut rbuf = BytesMut::with_capacity(16 * 1024);
+    let (mut client, serving) = rt.block_on(async {
+        let server = Server::bind(ServeOptions {
+            service: service::Config::new()
+                .with_max_packet_len(4096)
+                .with_compression_threshold(256),
+            ..ServeOptions::default()
+        })
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+        let serving = tokio::spawn(server.run(shutdown.clone()));
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client.set_nodelay(true).unwrap();
+        let mut greeting = [0u8; 4];
+        client.read_exact(&mut greeting).await.unwrap();
+        assert_eq!(greeting, [0x03, 0x03, 0x80, 0x02]);
+        (client, serving)
+    });
+    codec.set_threshold(256);
+    let mut run = |from: usize, count: usize| {
+        rt.block_on(async {
+            for i in from..from + count {
+                let data = &payloads[i % payloads.len()];
+                codec
+                    .encode(
+                        PacketRef {
+                            id: wire::ECHO,
+                            data,
+                        },
+                        &mut wbuf,
+                    )
+                    .unwrap();
+                client.write_all(&wbuf).await.unwrap();
+                wbuf.clear();
+                let reply = loop {
+                    if let Some(p) = codec.decode(&mut rbuf).unwrap() {
+                        break p;
+                    }
+                    client.read_buf(&mut rbuf).await.unwrap();
+                };
+                assert_eq!((reply.id, &reply.data[..]), (wire::ECHO, &data[..]));
+            }
+        })
+    };
+    run(0, 200);
+    let ((), stats) = count_allocations(|| run(200, PACKETS));
+    assert_eq!(stats.count, 0, "compressed serve path allocated: {stats:?}");
+    shutdown.cancel();
+    rt.block_on(serving).unwrap().unwrap();
+}

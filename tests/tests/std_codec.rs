@@ -64,6 +64,42 @@ proptest! {
     }
 
     #[test]
+    fn compressed_packets_with_mid_stream_threshold_changes(
+        packets in prop::collection::vec(
+            (0i32..0x80, prop::collection::vec(0u8..4, 0..3000), prop::option::weighted(0.2, -1i32..600)),
+            1..16,
+        ),
+        chunks in prop::collection::vec(1usize..900, 1..10),
+    ) {
+        // Each packet may carry a threshold change that applies to the frames after it, as a
+        // set-compression packet does.
+        let mut codec = VarIntCodec::new(1 << 16);
+        let mut wire = BytesMut::new();
+        for (id, data, switch) in &packets {
+            codec.encode(PacketRef { id: *id, data }, &mut wire).unwrap();
+            if let Some(t) = switch {
+                codec.set_write_threshold(*t);
+            }
+        }
+        let expected = packets.clone();
+        let got = runtime().block_on(through_duplex(wire.to_vec(), chunks, async move |rx| {
+            let mut framed = FramedRead::new(rx, VarIntCodec::new(1 << 16).server());
+            let mut got = Vec::new();
+            for (_, _, switch) in &expected {
+                let p = framed.next().await.expect("a packet").expect("decodes");
+                got.push((p.id, p.data.to_vec()));
+                if let Some(t) = switch {
+                    framed.decoder_mut().set_read_threshold(*t);
+                }
+            }
+            assert!(framed.next().await.is_none());
+            got
+        }));
+        let want: Vec<(i32, Vec<u8>)> = packets.into_iter().map(|(i, d, _)| (i, d)).collect();
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
     fn length_prefixed_frames_survive_random_chunking(
         payloads in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..3000), 1..20),
         chunks in prop::collection::vec(1usize..700, 1..10),

@@ -121,3 +121,34 @@ fn bench_detects_a_server_that_corrupts_echoes() {
     .unwrap_err();
     assert!(err.to_string().contains("mismatch"), "{err}");
 }
+
+#[test]
+fn bench_with_compression() {
+    // In-process: the server announces the threshold.
+    let report = loadgen::run(LoadOptions {
+        connections: 4,
+        round_trips: Some(200),
+        compression_threshold: Some(256),
+        ..LoadOptions::default()
+    })
+    .unwrap();
+    assert_eq!(report.frames, 800);
+    assert!(
+        report.compression_ratio() > 1.1,
+        "game-like payloads compress: {}",
+        report.compression_ratio()
+    );
+    // Against a target: each connection switches with a 0x03 request.
+    let server = TestServer::start(ServeOptions::default());
+    let report = loadgen::run(LoadOptions {
+        compression_threshold: Some(0),
+        ..load(server.addr)
+    })
+    .unwrap();
+    assert_eq!(report.frames, 1600);
+    assert!(
+        report.compression_ratio() > 1.1,
+        "{}",
+        report.compression_ratio()
+    );
+}

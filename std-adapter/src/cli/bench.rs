@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// Send a PROXY v2 header first on every connection.
     #[arg(long)]
     pub proxy_v2: bool,
+    /// Compression threshold (varint framing): announced by the in-process server, or switched
+    /// to with a set-compression request on every connection to a --target.
+    #[arg(long, allow_hyphen_values = true)]
+    pub compression_threshold: Option<i32>,
     /// Pin the in-process server to CPU 0 and the load generator to CPU 1.
     #[arg(long)]
     pub pin: bool,
@@ -57,6 +61,7 @@ impl Default for BenchArgs {
             framing: BenchFraming::VarInt,
             echo_only: false,
             proxy_v2: false,
+            compression_threshold: None,
             pin: false,
             json: false,
         }
@@ -74,6 +79,7 @@ pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         payload: args.payload,
         framing: args.framing,
         proxy_v2: args.proxy_v2,
+        compression_threshold: args.compression_threshold,
         pin: args.pin,
         progress: !args.json,
         allocations,
