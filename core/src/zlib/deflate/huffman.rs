@@ -1,7 +1,7 @@
 //! Length-limited Huffman codes for dynamic deflate blocks.
 
 use super::bits::{BitWriter, Overflow};
-use super::tables::{CLEN_ORDER, reverse_bits};
+use super::tables::CLEN_ORDER;
 
 /// Literal/length symbols (0..=285; 286 and 287 are never used).
 pub(crate) const LIT_SYMS: usize = 286;
@@ -104,9 +104,11 @@ impl<const N: usize> Code<N> {
             next[l] = code;
         }
         for (c, &l) in self.codes.iter_mut().zip(self.lens.iter()) {
-            let slot = &mut next[l as usize & 15];
-            *c = reverse_bits(*slot, l as u32) as u16;
-            *slot += 1;
+            if l != 0 {
+                let slot = &mut next[l as usize];
+                *c = reverse16(*slot as u16, l as u32);
+                *slot += 1;
+            }
         }
     }
 
@@ -117,6 +119,26 @@ impl<const N: usize> Code<N> {
             .map(|(&f, &l)| f as u64 * l as u64)
             .sum()
     }
+}
+
+/// Bits of each byte in reverse order.
+const REVERSED_BYTE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).reverse_bits();
+        i += 1;
+    }
+    t
+};
+
+/// The low `len` (1 to 16) bits of `code`, reversed: two table look-ups rather than the long
+/// shift-and-mask sequence `u32::reverse_bits` becomes on x86.
+#[inline(always)]
+fn reverse16(code: u16, len: u32) -> u16 {
+    let r = (REVERSED_BYTE[(code & 0xff) as usize] as u16) << 8
+        | REVERSED_BYTE[(code >> 8) as usize] as u16;
+    r >> (16 - len)
 }
 
 /// Moffat and Katajainen's in-place minimum-redundancy code: `a` holds ascending weights

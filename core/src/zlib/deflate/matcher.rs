@@ -176,6 +176,9 @@ const DEFAULT_EFFORT: Effort = Effort {
     good: 8,
 };
 
+/// Blocks covering fewer input bytes are never given a dynamic code.
+const DYNAMIC_MIN_BYTES: usize = 128;
+
 /// Symbols of the current block, with their frequencies.
 struct Block<'a> {
     syms: &'a mut [u32],
@@ -231,10 +234,17 @@ impl<'a> Block<'a> {
             .sum();
         let mut lit = Code::<LIT_SYMS>::new();
         let mut dist = Code::<DIST_SYMS>::new();
-        lit.build(&self.lit_freq, 15);
-        dist.build(&self.dist_freq, 15);
-        let header = DynamicHeader::new(&lit, &dist);
-        let dynamic = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
+        // A dynamic code's header (at least ~20 bytes in practice) does not pay for itself on a
+        // block this short: skip building it.
+        let (header, dynamic) = if self.covered < DYNAMIC_MIN_BYTES {
+            (None, u64::MAX)
+        } else {
+            lit.build(&self.lit_freq, 15);
+            dist.build(&self.dist_freq, 15);
+            let header = DynamicHeader::new(&lit, &dist);
+            let bits = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
+            (Some(header), bits)
+        };
         let fixed = 3
             + self
                 .lit_freq
@@ -259,7 +269,7 @@ impl<'a> Block<'a> {
                 (*c, *l) = (STATIC_DIST[s] as u16, 5);
             }
             self.write_symbols(w, &lit, &dist)?;
-        } else {
+        } else if let Some(header) = header {
             header.write(w, last)?;
             self.write_symbols(w, &lit, &dist)?;
         }
