@@ -157,7 +157,10 @@ impl Layout {
 /// `S` is any `u32` storage: an array (`[u32; WORKSPACE_MCU]`, e.g. in a `static`), a
 /// `&mut [u32]`, or on a host a `Box<[u32]>`. The workspace carries no stream state between
 /// calls, only hash tables tagged with a generation number so that nothing has to be cleared
-/// per call: one compressor per thread serves every connection.
+/// per call: one compressor per thread serves every connection. The default level lays its
+/// tables out differently from the quick and fast levels, so the first call after switching
+/// between them clears the workspace once (about 10 µs for [`WORKSPACE_SERVER`]); keep one
+/// compressor per level if the level alternates.
 ///
 /// ```
 /// use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU, compress_bound};
