@@ -279,6 +279,9 @@ async fn drive(
     let mut consumed_total = 0usize;
     let mut grace_deadline: Option<Instant> = None;
     let scratch_len = options.service.max_packet_len();
+    // One registration with the token for the connection's life, not one per read.
+    let cancelled = shutdown.cancelled();
+    tokio::pin!(cancelled);
 
     // Greeting: tiny, so a stack buffer; the connection's buffers wait for the peer's bytes.
     {
@@ -334,7 +337,7 @@ async fn drive(
                 r = ready => {
                     r.map_err(|e| e.into_conn(session))?;
                 }
-                () = shutdown.cancelled(), if watch_shutdown => continue,
+                () = &mut cancelled, if watch_shutdown => continue,
             }
         }
         let more = match needed {
@@ -346,7 +349,7 @@ async fn drive(
         let n = tokio::select! {
             biased;
             r = read => r.map_err(|e| e.into_conn(session))?,
-            () = shutdown.cancelled(), if watch_shutdown => continue,
+            () = &mut cancelled, if watch_shutdown => continue,
         };
         if n == 0 {
             session.end_of_input(input.len())?;

@@ -1,0 +1,83 @@
+//! `wirekit serve` as a process: SIGTERM stops it gracefully, finishing the frame in flight.
+//! (Here rather than in tests/ because it needs the binary: `CARGO_BIN_EXE_wirekit`.)
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+#[cfg(unix)]
+fn sigterm_finishes_frames_in_flight_then_exits_zero() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start wirekit serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("the address line")
+        .parse()
+        .unwrap();
+
+    let mut idle = TcpStream::connect(addr).unwrap();
+    let mut busy = TcpStream::connect(addr).unwrap();
+    busy.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // Echo "hello" (frame: length 6, ID 0, data): the first half now, the rest after SIGTERM.
+    let frame = b"\x06\x00hello";
+    busy.write_all(&frame[..3]).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::thread::sleep(Duration::from_millis(200));
+    // The idle connection is closed at once; the busy one gets its reply first.
+    let mut b = [0u8; 1];
+    assert_eq!(
+        idle.read(&mut b).unwrap(),
+        0,
+        "idle connection closed on shutdown"
+    );
+    busy.write_all(&frame[3..]).unwrap();
+    let mut reply = [0u8; 7];
+    busy.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, frame);
+    assert_eq!(
+        busy.read(&mut b).unwrap(),
+        0,
+        "closed after the frame in flight"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert!(status.success(), "exit status {status}; logs:\n{logs}");
+    assert!(logs.contains("signal received"), "{logs}");
+    assert!(TcpStream::connect(addr).is_err(), "no longer listening");
+}
