@@ -1,7 +1,7 @@
 //! CRC32C (Castagnoli, reflected polynomial `0x82F63B78`), as RFC 4960 appendix B and the
 //! PROXY protocol v2 `PP2_TYPE_CRC32C` TLV use it.
 //!
-//! The portable implementation is slicing-by-8 over tables built at compile time (8 KiB of
+//! The portable implementation is a byte-at-a-time table built at compile time (1 KiB of
 //! read-only data), without unsafe code or CPU-specific instructions, so it runs on a Cortex-M
 //! as on the host. With the `std` feature, [`crc32c()`] and [`crc32c_append`] use the `crc32c`
 //! crate instead, which picks the CPU's CRC32C instruction at run time (SSE4.2 on x86-64, the
@@ -11,8 +11,8 @@
 /// The reflected Castagnoli polynomial.
 const POLY: u32 = 0x82F6_3B78;
 
-const fn make_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
+const fn make_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -21,23 +21,17 @@ const fn make_tables() -> [[u32; 256]; 8] {
             c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
             k += 1;
         }
-        t[0][i] = c;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 256 {
-        let mut s = 1;
-        while s < 8 {
-            let prev = t[s - 1][i];
-            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
-            s += 1;
-        }
+        t[i] = c;
         i += 1;
     }
     t
 }
 
-static TABLES: [[u32; 256]; 8] = make_tables();
+/// One 1 KiB table, byte at a time. The portable path serves no_std targets, where a PROXY
+/// header of ~100 bytes takes microseconds either way and flash is scarce: slicing-by-8 would
+/// cost 7 KiB more of tables for nothing a microcontroller would notice. Hosts (`std`) use the
+/// `crc32c` crate's hardware path instead.
+static TABLE: [u32; 256] = make_table();
 
 /// A running CRC32C computation, for input that arrives in pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,23 +53,9 @@ impl Crc32c {
 
     /// Feeds more bytes.
     pub fn update(&mut self, data: &[u8]) {
-        let t = &TABLES;
         let mut crc = self.state;
-        let mut chunks = data.chunks_exact(8);
-        for c in &mut chunks {
-            let lo = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
-            let hi = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
-            crc = t[7][(lo & 0xFF) as usize]
-                ^ t[6][((lo >> 8) & 0xFF) as usize]
-                ^ t[5][((lo >> 16) & 0xFF) as usize]
-                ^ t[4][(lo >> 24) as usize]
-                ^ t[3][(hi & 0xFF) as usize]
-                ^ t[2][((hi >> 8) & 0xFF) as usize]
-                ^ t[1][((hi >> 16) & 0xFF) as usize]
-                ^ t[0][(hi >> 24) as usize];
-        }
-        for &b in chunks.remainder() {
-            crc = (crc >> 8) ^ t[0][((crc ^ u32::from(b)) & 0xFF) as usize];
+        for &b in data {
+            crc = (crc >> 8) ^ TABLE[((crc ^ u32::from(b)) & 0xFF) as usize];
         }
         self.state = crc;
     }
