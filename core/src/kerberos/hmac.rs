@@ -1,5 +1,7 @@
 //! HMAC-MD5 (RFC 2104), the checksum of NEX's Kerberos encryption.
 
+use super::md5::{Md5, md5};
+
 /// MD5's block size in bytes.
 const BLOCK: usize = 64;
 
@@ -8,7 +10,7 @@ const BLOCK: usize = 64;
 pub fn hmac_md5(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
     let mut block = [0u8; BLOCK];
     if key.len() > BLOCK {
-        block[..16].copy_from_slice(&md5::compute(key).0);
+        block[..16].copy_from_slice(&md5(&[key]));
     } else {
         block[..key.len()].copy_from_slice(key);
     }
@@ -16,19 +18,19 @@ pub fn hmac_md5(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
     for (p, k) in pad.iter_mut().zip(&block) {
         *p = k ^ 0x36;
     }
-    let mut inner = md5::Context::new();
-    inner.consume(pad);
+    let mut inner = Md5::new();
+    inner.update(&pad);
     for part in parts {
-        inner.consume(part);
+        inner.update(part);
     }
-    let inner = inner.finalize();
+    let inner = inner.finish();
     for (p, k) in pad.iter_mut().zip(&block) {
         *p = k ^ 0x5c;
     }
-    let mut outer = md5::Context::new();
-    outer.consume(pad);
-    outer.consume(inner.0);
-    outer.finalize().0
+    let mut outer = Md5::new();
+    outer.update(&pad);
+    outer.update(&inner);
+    outer.finish()
 }
 
 /// Compares two 16-byte checksums in time independent of where they differ.

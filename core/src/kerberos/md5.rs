@@ -249,13 +249,102 @@ pub(crate) fn to_bytes(words: [u32; 4]) -> [u8; 16] {
     out
 }
 
-/// The MD5 digest of a message of any length (the `md5` crate's streaming context).
-pub(crate) fn md5(parts: &[&[u8]]) -> [u8; 16] {
-    let mut ctx = md5::Context::new();
-    for p in parts {
-        ctx.consume(p);
+/// MD5 over a message that arrives in pieces (RFC 1321), for round one of the key derivation,
+/// HMAC and the version-1 ticket key.
+///
+/// Our own rather than the `md5` crate's context: those uses hash a few blocks per key or
+/// ticket, where speed does not matter, and this rolled compression function is a few hundred
+/// bytes of code where the crate's unrolled one costs the firmware about 9 KiB of flash. The
+/// hot path, the 65,000 chained rounds, is [`md5_16`]; the tests check both against the crate.
+#[derive(Clone)]
+pub(crate) struct Md5 {
+    state: [u32; 4],
+    block: [u8; 64],
+    /// Bytes consumed so far (the message length, mod 2^64 bits as MD5 counts it).
+    len: u64,
+}
+
+impl Md5 {
+    pub(crate) const fn new() -> Self {
+        Md5 {
+            state: IV,
+            block: [0; 64],
+            len: 0,
+        }
     }
-    ctx.finalize().0
+
+    pub(crate) fn update(&mut self, mut data: &[u8]) {
+        let mut fill = (self.len % 64) as usize;
+        self.len = self.len.wrapping_add(data.len() as u64);
+        if fill > 0 {
+            let take = data.len().min(64 - fill);
+            self.block[fill..fill + take].copy_from_slice(&data[..take]);
+            data = &data[take..];
+            fill += take;
+            if fill < 64 {
+                return;
+            }
+            compress(&mut self.state, &self.block);
+        }
+        let mut blocks = data.chunks_exact(64);
+        for b in &mut blocks {
+            compress(&mut self.state, b.try_into().expect("64-byte chunk"));
+        }
+        let rest = blocks.remainder();
+        self.block[..rest.len()].copy_from_slice(rest);
+    }
+
+    pub(crate) fn finish(mut self) -> [u8; 16] {
+        let bits = self.len.wrapping_mul(8);
+        let fill = (self.len % 64) as usize;
+        // 0x80, zeros to 56 mod 64, then the bit length (little-endian).
+        let pad_len = if fill < 56 { 56 - fill } else { 120 - fill };
+        let mut pad = [0u8; 72];
+        pad[0] = 0x80;
+        pad[pad_len..pad_len + 8].copy_from_slice(&bits.to_le_bytes());
+        self.update(&pad[..pad_len + 8]);
+        to_bytes(self.state)
+    }
+}
+
+/// MD5's compression function over one block, rolled: one loop of 64 steps.
+fn compress(state: &mut [u32; 4], block: &[u8; 64]) {
+    const S: [u32; 16] = [7, 12, 17, 22, 5, 9, 14, 20, 4, 11, 16, 23, 6, 10, 15, 21];
+    let mut m = [0u32; 16];
+    for (w, c) in m.iter_mut().zip(block.chunks_exact(4)) {
+        *w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+    let [mut a, mut b, mut c, mut d] = *state;
+    for i in 0..64 {
+        let (f, g) = match i / 16 {
+            0 => ((b & c) | (!b & d), i),
+            1 => ((d & b) | (!d & c), (5 * i + 1) % 16),
+            2 => (b ^ c ^ d, (3 * i + 5) % 16),
+            _ => (c ^ (b | !d), (7 * i) % 16),
+        };
+        let rotated = a
+            .wrapping_add(f)
+            .wrapping_add(K[i])
+            .wrapping_add(m[g])
+            .rotate_left(S[(i / 16) * 4 + i % 4]);
+        a = d;
+        d = c;
+        c = b;
+        b = b.wrapping_add(rotated);
+    }
+    state[0] = state[0].wrapping_add(a);
+    state[1] = state[1].wrapping_add(b);
+    state[2] = state[2].wrapping_add(c);
+    state[3] = state[3].wrapping_add(d);
+}
+
+/// The MD5 digest of the concatenation of `parts`.
+pub(crate) fn md5(parts: &[&[u8]]) -> [u8; 16] {
+    let mut ctx = Md5::new();
+    for p in parts {
+        ctx.update(p);
+    }
+    ctx.finish()
 }
 
 /// `n` chained rounds of MD5 over a 16-byte digest in word form.
@@ -275,6 +364,17 @@ mod tests {
 
     fn reference(msg: &[u8; 16]) -> [u8; 16] {
         md5::compute(msg).0
+    }
+
+    #[test]
+    fn streaming_matches_md5_crate_for_every_length_and_split() {
+        let data: [u8; 300] = core::array::from_fn(|i| (i * 37 + 11) as u8);
+        for len in 0..data.len() {
+            let want = ::md5::compute(&data[..len]).0;
+            assert_eq!(md5(&[&data[..len]]), want, "len {len}");
+            let cut = len * 7 / 11;
+            assert_eq!(md5(&[&data[..cut], &[], &data[cut..len]]), want, "len {len} cut {cut}");
+        }
     }
 
     #[test]
