@@ -24,7 +24,7 @@ use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::blocking_mutex::raw::ThreadModeRawMutex;
 use embassy_sync::channel::Channel;
 use embassy_time::{Duration, Instant, with_deadline};
-use static_cell::ConstStaticCell;
+use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_core::proxy::{Limits, policy::Policy};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Want, Workspace};
 use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MIN};
@@ -82,7 +82,12 @@ struct Zlib {
     compressor: Compressor<[u32; COMPRESSOR_WORDS]>,
 }
 
-static ZLIB: Mutex<ThreadModeRawMutex, RefCell<Option<Zlib>>> = Mutex::new(RefCell::new(None));
+/// The state itself lives in a `StaticCell` (uninitialised until [`init`], so in .bss): a
+/// `static` holding the ~14 KiB state by value would need a non-zero initial image and cost as
+/// much flash as RAM.
+static ZLIB_STATE: StaticCell<Zlib> = StaticCell::new();
+static ZLIB: Mutex<ThreadModeRawMutex, RefCell<Option<&'static mut Zlib>>> =
+    Mutex::new(RefCell::new(None));
 
 /// One TCP socket's buffers.
 pub struct TcpBuffers {
@@ -130,12 +135,13 @@ static FREE_SESSIONS: Channel<ThreadModeRawMutex, &'static mut SessionBuffers, M
 /// the socket tasks run.
 pub fn init() {
     match Compressor::new([0u32; COMPRESSOR_WORDS]) {
-        Ok(compressor) => ZLIB.lock(|z| {
-            *z.borrow_mut() = Some(Zlib {
+        Ok(compressor) => {
+            let state = ZLIB_STATE.init(Zlib {
                 inflater: Inflater::new(),
                 compressor,
-            })
-        }),
+            });
+            ZLIB.lock(|z| *z.borrow_mut() = Some(state))
+        }
         Err(e) => defmt::panic!("compressor: {}", e),
     }
     for buffers in SESSION_BUFFERS.take().iter_mut() {

@@ -373,7 +373,11 @@ mod tests {
             let want = ::md5::compute(&data[..len]).0;
             assert_eq!(md5(&[&data[..len]]), want, "len {len}");
             let cut = len * 7 / 11;
-            assert_eq!(md5(&[&data[..cut], &[], &data[cut..len]]), want, "len {len} cut {cut}");
+            assert_eq!(
+                md5(&[&data[..cut], &[], &data[cut..len]]),
+                want,
+                "len {len} cut {cut}"
+            );
         }
     }
 
