@@ -36,7 +36,7 @@
 //!
 //! The workspace is any `u32` storage of at least [`WORKSPACE_MIN`] words (4 KiB);
 //! [`WORKSPACE_MCU`] (16 KiB) is the microcontroller profile and [`WORKSPACE_SERVER`] (320 KiB)
-//! the largest that changes anything. Its length sets the hash table sizes (up to 16 Ki
+//! the largest that changes anything. Its length sets the hash table sizes (up to 8 Ki
 //! entries for `Quick`/`Fast`, 32 Ki for `Default`), the block size in symbols, and the
 //! default level's hash chain, which bounds its match distance (1 Ki positions at 16 KiB,
 //! 32 Ki at 320 KiB).
@@ -58,8 +58,8 @@
 //! | 64 KiB | Quick | 2557 | 1.7 | 239 811 | 390 |
 //! | 64 KiB | Fast | 2097 | 4.8 | 190 946 | 266 |
 //! | 64 KiB | Default | 2003 | 9.8 | 167 355 | 73 |
-//! | 320 KiB | Quick | 2557 | 1.7 | 238 547 | 350–377 |
-//! | 320 KiB | Fast | 2097 | 4.7 | 189 646 | 280–290 |
+//! | 320 KiB | Quick | 2557 | 1.7 | 239 811 | 404 |
+//! | 320 KiB | Fast | 2097 | 4.7 | 190 424 | 294 |
 //! | 320 KiB | Default | 2003 | 9.7 | 162 225 | 59–60 |
 //!
 //! Small workspaces cost ratio mainly on large inputs at the default level (its chain, and so

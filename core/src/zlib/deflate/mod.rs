@@ -112,9 +112,10 @@ pub(crate) struct Layout {
     pub(crate) fast_symbols: usize,
 }
 
-/// The fast level's hash table stops growing here: a bigger table misses the cache more than
-/// it finds extra matches.
-const FAST_HASH_MAX: usize = 1 << 14;
+/// The quick and fast levels' hash table stops growing here (32 KiB): measured on 128 KiB
+/// game-like packets, 16 Ki entries found 0.5% more than 8 Ki but ran about 10% slower, from
+/// cache misses.
+const FAST_HASH_MAX: usize = 1 << 13;
 
 const fn floor_pow2(n: usize) -> usize {
     if n == 0 {
