@@ -131,16 +131,110 @@ impl Cursor<'_> {
         }
         let text = &self.buf[start..self.pos];
         self.pos += 1;
-        // Only ASCII was let through above, so this never fails.
-        let text = core::str::from_utf8(text).map_err(|_| Error::V1Address)?;
-        text.parse::<Ipv6Addr>()
-            .map_err(|_| Stop::Invalid(Error::V1Address))
+        parse_ipv6(text).ok_or(Stop::Invalid(Error::V1Address))
     }
 
     fn port(&mut self, end: u8) -> Step<u16> {
         let v = self.decimal(5, end, Error::V1Port)?;
         u16::try_from(v).map_err(|_| Stop::Invalid(Error::V1Port))
     }
+}
+
+fn hex_digit(b: u8) -> Option<u16> {
+    match b {
+        b'0'..=b'9' => Some(u16::from(b - b'0')),
+        b'a'..=b'f' => Some(u16::from(b - b'a' + 10)),
+        b'A'..=b'F' => Some(u16::from(b - b'A' + 10)),
+        _ => None,
+    }
+}
+
+/// A dotted-quad IPv4 address filling all of `s`, without leading zeros.
+fn parse_ipv4_exact(s: &[u8]) -> Option<[u8; 4]> {
+    let mut out = [0u8; 4];
+    let mut parts = s.split(|&b| b == b'.');
+    for slot in &mut out {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 3 || (p.len() > 1 && p[0] == b'0') {
+            return None;
+        }
+        let mut v = 0u16;
+        for &d in p {
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            v = v * 10 + u16::from(d - b'0');
+        }
+        *slot = u8::try_from(v).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// An IPv6 address in the textual forms of RFC 4291 section 2.2 (what `inet_pton` takes):
+/// eight groups of 1-4 hex digits, at most one `::` standing for one or more zero groups, and
+/// optionally the last 32 bits as a dotted quad.
+fn parse_ipv6(s: &[u8]) -> Option<Ipv6Addr> {
+    let mut groups = [0u16; 8];
+    let mut n = 0;
+    // Where `::` stands, as an index into `groups`.
+    let mut gap: Option<usize> = None;
+    let mut i = 0;
+    if s.starts_with(b"::") {
+        gap = Some(0);
+        i = 2;
+    }
+    while i < s.len() {
+        let start = i;
+        let mut v = 0u16;
+        while i < s.len() && i - start < 4 {
+            match hex_digit(s[i]) {
+                Some(d) => v = v << 4 | d,
+                None => break,
+            }
+            i += 1;
+        }
+        if s.get(i) == Some(&b'.') {
+            // An IPv4 tail: the last two groups, and the end of the text.
+            if n > 6 {
+                return None;
+            }
+            let [a, b, c, d] = parse_ipv4_exact(&s[start..])?;
+            groups[n] = u16::from_be_bytes([a, b]);
+            groups[n + 1] = u16::from_be_bytes([c, d]);
+            n += 2;
+            break;
+        }
+        if i == start || n == 8 {
+            return None;
+        }
+        groups[n] = v;
+        n += 1;
+        match s.get(i) {
+            None => break,
+            Some(b':') => i += 1,
+            Some(_) => return None,
+        }
+        if s.get(i) == Some(&b':') {
+            if gap.is_some() {
+                return None;
+            }
+            gap = Some(n);
+            i += 1;
+        } else if i == s.len() {
+            // A single trailing colon.
+            return None;
+        }
+    }
+    match gap {
+        None if n == 8 => {}
+        Some(at) if n < 8 => {
+            let zeros = 8 - n;
+            groups.copy_within(at..n, at + zeros);
+            groups[at..at + zeros].fill(0);
+        }
+        _ => return None,
+    }
+    Some(Ipv6Addr::from(groups))
 }
 
 /// Parses a v1 header at the start of `input` (see [`super::parse`]).
@@ -536,6 +630,109 @@ mod tests {
         }
         assert_eq!(err(b"GET / HTTP/1.1\r\n"), Error::NotProxy);
         assert_eq!(err(b"PROXZ"), Error::NotProxy);
+    }
+
+    #[test]
+    fn ipv6_text_forms_match_the_std_parser() {
+        use std::format;
+        use std::string::{String, ToString};
+        use std::vec::Vec;
+        let fixed = [
+            "::",
+            "::1",
+            "1::",
+            "1::2",
+            "::ffff:1.2.3.4",
+            "::1.2.3.4",
+            "1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7::",
+            "::2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:1.2.3.4",
+            "1::1.2.3.4",
+            "FFFF::abcd",
+            "0:0:0:0:0:0:0:0",
+            "0000:0000::",
+            "2001:db8:0:0:1:0:0:1",
+            // Invalid ones.
+            ":",
+            ":::",
+            "1:::2",
+            "1::2::3",
+            ":1::",
+            "1::2:",
+            "1:2:3:4:5:6:7",
+            "1:2:3:4:5:6:7:8:9",
+            "12345::",
+            "1:2:3:4:5:6:7:8::",
+            "::1.2.3",
+            "::1.2.3.4.5",
+            "::01.2.3.4",
+            "::256.1.1.1",
+            "1.2.3.4::",
+            "1:2:3:4:5:6:7:1.2.3.4",
+            "::1.2.3.4:5",
+            "1:",
+            ":1",
+            "::1:",
+            "",
+            "1::2:3:4:5:6:7:8",
+            "::0:0:0:0:0:0:0:0",
+            "::.1.2.3",
+            "::1..2.3",
+            "a:b::c:1.2.3.04",
+        ];
+        for t in fixed {
+            assert_eq!(
+                parse_ipv6(t.as_bytes()),
+                t.parse::<Ipv6Addr>().ok(),
+                "{t:?}"
+            );
+        }
+        // Generated forms: full, compressed at every run of zeros, upper case, IPv4 tails.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let mut g = [0u16; 8];
+            for x in &mut g {
+                *x = match next() % 4 {
+                    0 | 1 => 0,
+                    2 => next() as u16 & 0xF,
+                    _ => next() as u16,
+                };
+            }
+            let ip = Ipv6Addr::from(g);
+            let full: Vec<String> = g.iter().map(|x| format!("{x:x}")).collect();
+            let mut forms = std::vec![
+                full.join(":"),
+                ip.to_string(),
+                ip.to_string().to_uppercase(),
+                g.iter()
+                    .map(|x| format!("{x:04x}"))
+                    .collect::<Vec<_>>()
+                    .join(":"),
+                format!(
+                    "{}:{}",
+                    full[..6].join(":"),
+                    std::net::Ipv4Addr::from(((g[6] as u32) << 16) | g[7] as u32)
+                ),
+            ];
+            // `::` in place of each run of groups.
+            let (a, b) = ((next() % 8) as usize, (next() % 9) as usize);
+            let (a, b) = (a.min(b), a.max(b));
+            forms.push(format!("{}::{}", full[..a].join(":"), full[b..].join(":")));
+            for f in forms {
+                assert_eq!(
+                    parse_ipv6(f.as_bytes()),
+                    f.parse::<Ipv6Addr>().ok(),
+                    "{f:?}"
+                );
+            }
+        }
     }
 
     #[test]
