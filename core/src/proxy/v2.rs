@@ -9,7 +9,7 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 
-use super::crc32c::crc32c_append;
+use super::crc32c::crc32c_zeroed;
 use super::tlv::{self, Tlv, Tlvs, check_area};
 use super::{Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Transport, Version};
 use crate::{BufferTooSmall, Needed, Status};
@@ -137,9 +137,7 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
             let at = field::FIXED_LEN + addr_len + at;
             let expected =
                 u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
-            let c = crc32c_append(0, &header[..at]);
-            let c = crc32c_append(c, &[0; 4]);
-            if crc32c_append(c, &header[at + 4..]) != expected {
+            if crc32c_zeroed(header, at) != Some(expected) {
                 return Err(Error::Crc32cMismatch);
             }
             Some(expected)
