@@ -3,8 +3,9 @@
 //!
 //! Every parse function parses the header from the start of a buffer that also holds payload
 //! (as a server sees it), then reads what a server needs: the source address and, in the TLV
-//! row, every TLV's value. wirekit additionally checks the TLV tiling while parsing and verifies
-//! the CRC32C, which none of the peers do on decode. Build functions produce the same header
+//! rows, every TLV's value. wirekit additionally checks the TLV tiling while parsing and, in the
+//! `parse_v2_tlvs_crc32c` row, verifies the CRC32C, which none of the peers do on decode (so
+//! `parse_v2_tlvs`, the same header without the CRC32C TLV, is the like-for-like row). Build functions produce the same header
 //! bytes; the peers allocate a `Vec` (their only API, except proxy-header's slice encoder),
 //! wirekit writes into a stack buffer.
 
@@ -169,7 +170,7 @@ fn parse_group(c: &mut Criterion, case: &str, buf: &[u8], v1: bool) {
     g.finish();
 }
 
-fn tlv_header() -> Vec<u8> {
+fn tlv_header_crc(crc: bool) -> Vec<u8> {
     let (src, dst) = v4();
     let tlvs = [
         Tlv::Alpn(ALPN),
@@ -179,8 +180,12 @@ fn tlv_header() -> Vec<u8> {
     build(
         v2::Builder::proxy(Addresses::Inet { src, dst })
             .tlvs(&tlvs)
-            .crc32c(true),
+            .crc32c(crc),
     )
+}
+
+fn tlv_header() -> Vec<u8> {
+    tlv_header_crc(true)
 }
 
 fn parse_benches(c: &mut Criterion) {
@@ -215,11 +220,13 @@ fn parse_benches(c: &mut Criterion) {
         dst: d6,
     })));
     let v2_tlvs = with_payload(&tlv_header());
+    // The same TLVs without the CRC32C: the like-for-like row, since no peer verifies it.
+    let v2_tlvs_no_crc = with_payload(&tlv_header_crc(false));
     // Each peer must read the header we time it on.
     for buf in [&v1_tcp4, &v1_tcp6] {
         assert!(ppp_parse_v1(buf) > 0 && codec_parse_v1(buf) > 0 && proxy_header_parse(buf) > 0);
     }
-    for buf in [&v2_ipv4, &v2_ipv6, &v2_tlvs] {
+    for buf in [&v2_ipv4, &v2_ipv6, &v2_tlvs, &v2_tlvs_no_crc] {
         assert!(ppp_parse_v2(buf) > 0 && codec_parse_v2(buf) > 0 && proxy_header_parse(buf) > 0);
     }
     parse_group(c, "parse_v1_tcp4", &v1_tcp4, true);
@@ -227,6 +234,7 @@ fn parse_benches(c: &mut Criterion) {
     parse_group(c, "parse_v2_ipv4", &v2_ipv4, false);
     parse_group(c, "parse_v2_ipv6", &v2_ipv6, false);
     parse_group(c, "parse_v2_tlvs_crc32c", &v2_tlvs, false);
+    parse_group(c, "parse_v2_tlvs", &v2_tlvs_no_crc, false);
 }
 
 fn build_benches(c: &mut Criterion) {

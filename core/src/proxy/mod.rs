@@ -235,6 +235,7 @@ pub fn unix_path(field: &[u8]) -> &[u8] {
 
 impl Addresses<'_> {
     /// The source as a socket address, for the INET families.
+    #[inline]
     pub fn source(&self) -> Option<core::net::SocketAddr> {
         match *self {
             Addresses::Inet { src, .. } => Some(src.into()),
@@ -244,6 +245,7 @@ impl Addresses<'_> {
     }
 
     /// The destination as a socket address, for the INET families.
+    #[inline]
     pub fn destination(&self) -> Option<core::net::SocketAddr> {
         match *self {
             Addresses::Inet { dst, .. } => Some(dst.into()),
@@ -482,6 +484,7 @@ pub fn detect(input: &[u8]) -> Status<Detected> {
 /// Returns `Complete(header)` (the payload starts at `header.len`), `Partial` while `input` is
 /// a valid prefix (`Needed::Exactly` once a v2 length is known), [`Error::NotProxy`] if the
 /// input does not start with a PROXY signature, or the error that makes the header invalid.
+#[inline]
 pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<'a>>, Error> {
     match input.first() {
         Some(b'P') => v1::parse(input, limits),

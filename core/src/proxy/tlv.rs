@@ -152,6 +152,7 @@ pub struct RawTlv<'a> {
 
 impl<'a> RawTlv<'a> {
     /// The type.
+    #[inline]
     pub fn kind(&self) -> TlvKind {
         TlvKind::from(self.code)
     }
@@ -271,6 +272,7 @@ fn split_tlv(area: &[u8]) -> Option<(RawTlv<'_>, &[u8])> {
 impl<'a> Iterator for Tlvs<'a> {
     type Item = RawTlv<'a>;
 
+    #[inline]
     fn next(&mut self) -> Option<RawTlv<'a>> {
         // The area was checked to tile, so this fails only at its end.
         let (tlv, rest) = split_tlv(self.rest)?;

@@ -131,7 +131,12 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         _ => (Addresses::Unspec, 0),
     };
     let area = &block[addr_len..];
-    let crc32c = match check_area(area)? {
+    let crc_at = if area.is_empty() {
+        None
+    } else {
+        check_area(area)?
+    };
+    let crc32c = match crc_at {
         None => None,
         Some(at) => {
             let at = field::FIXED_LEN + addr_len + at;
