@@ -4,7 +4,7 @@
 //                                      stdout: hex of the framed (compressed when THRESHOLD >= 0) stream
 //   node mc_peer.js decode THRESHOLD   stdin: hex of a stream; stdout: one hex packet a line
 //
-// THRESHOLD < 0 means the uncompressed format. The stream is fed in small chunks to exercise
+// THRESHOLD < 0 means the uncompressed format. The stream is fed in chunks of varying size to exercise
 // the splitter's buffering.
 'use strict'
 const framing = require('minecraft-protocol/src/transforms/framing')
@@ -43,7 +43,14 @@ if (mode === 'encode') {
   }
   collect(tail, (parts) => process.stdout.write(parts.map((p) => p.toString('hex') + '\n').join('')))
   const bytes = Buffer.from(input.replace(/\s+/g, ''), 'hex')
-  for (let i = 0; i < bytes.length; i += 7) splitter.write(bytes.subarray(i, i + 7))
+  // Chunk sizes vary (tiny ones split length fields) but stay large enough on average that the
+  // splitter's Buffer.concat per chunk does not go quadratic on the 200 KB packets.
+  const sizes = [7, 1500, 1, 333, 4096]
+  for (let i = 0, k = 0; i < bytes.length; k++) {
+    const n = sizes[k % sizes.length]
+    splitter.write(bytes.subarray(i, i + n))
+    i += n
+  }
   splitter.end()
 } else {
   console.error('usage: mc_peer.js encode|decode THRESHOLD')
