@@ -304,7 +304,11 @@ async fn drive(
         let needed = match p.want {
             Want::Call => continue,
             Want::Output(required) => {
-                let required = required.min(options.service.max_output_len());
+                // Bounded by the config; a session asking for more than its own maximum would
+                // be a bug, and must not spin.
+                if required > options.service.max_output_len() {
+                    return Err(SessionError::ReplyTooLarge.into());
+                }
                 if out.len() < required {
                     out.resize(required, 0);
                 }
