@@ -137,6 +137,9 @@ pub struct LoadOptions {
     /// Compression threshold (VarInt framing): the in-process server announces it as its
     /// greeting; against a target, each connection switches with a `0x03` request.
     pub compression_threshold: Option<i32>,
+    /// The target announces a compression threshold as its first frame (`wirekit serve
+    /// --compression-threshold`): read it first and use it.
+    pub expect_greeting: bool,
     /// Pin the in-process server to CPU 0 and the load to CPU 1.
     pub pin: bool,
     /// Show a progress bar.
@@ -158,6 +161,7 @@ impl Default for LoadOptions {
             framing: BenchFraming::VarInt,
             proxy_v2: false,
             compression_threshold: None,
+            expect_greeting: false,
             pin: false,
             progress: false,
             allocations: None,
@@ -534,6 +538,13 @@ impl ClientFraming {
     }
 }
 
+/// Whether a connection starts with the server's `0x03`, and which threshold it must carry.
+#[derive(Debug, Clone, Copy)]
+enum Greeting {
+    None,
+    Expect(Option<i32>),
+}
+
 /// Reads one whole reply during connection set-up (greeting, set-compression reply).
 async fn recv_setup(
     stream: &mut TcpStream,
@@ -562,7 +573,7 @@ async fn drive_connection(
     run: Arc<Run>,
     index: usize,
     addr: SocketAddr,
-    greeting: Option<i32>,
+    greeting: Greeting,
 ) -> io::Result<ConnResult> {
     let opts = &run.opts;
     let mut stream = TcpStream::connect(addr).await?;
@@ -570,25 +581,27 @@ async fn drive_connection(
     let max = opts.payload.max();
     let mut framing = ClientFraming::new(opts.framing, max)?;
     let mut setup = Vec::new();
-    if let Some(t) = greeting {
-        // The server's 0x03 comes first; then both directions use its threshold.
-        let (id, data) = recv_setup(&mut stream, &mut framing, &mut setup).await?;
-        if id != wire::SET_COMPRESSION || wire::parse_threshold(&data) != Ok(t) {
-            return Err(invalid(format!(
-                "expected a 0x03 {t} greeting, got {id:#x}"
-            )));
+    let greeted = match greeting {
+        Greeting::None => None,
+        Greeting::Expect(want) => {
+            // The server's 0x03 comes first; then both directions use its threshold.
+            let (id, data) = recv_setup(&mut stream, &mut framing, &mut setup).await?;
+            let t = match (id, wire::parse_threshold(&data)) {
+                (wire::SET_COMPRESSION, Ok(t)) if want.is_none_or(|w| w == t) => t,
+                _ => return Err(invalid(format!("expected a 0x03 greeting, got {id:#x}"))),
+            };
+            framing.set_threshold(Some(t), Some(t));
+            Some(t)
         }
-        framing.set_threshold(Some(t), Some(t));
-    }
+    };
     if opts.proxy_v2 {
         let src = SocketAddr::from(([10, 1, (index >> 8) as u8, index as u8], 40000));
         stream.write_all(&proxy_v2_header(src, addr)).await?;
     }
-    if let (None, Some(t), BenchFraming::VarInt) =
-        (greeting, opts.compression_threshold, opts.framing)
-    {
-        // Against a target: switch with a set-compression request (old format), then write in
-        // the new format; its reply is the server's last frame in the old one.
+    let switch = opts.compression_threshold.filter(|t| Some(*t) != greeted);
+    if let (Some(t), BenchFraming::VarInt) = (switch, opts.framing) {
+        // Switch with a set-compression request (old format), then write in the new format;
+        // its reply is the server's last frame in the old one.
         let mut w = Vec::new();
         let mut data = [0u8; 5];
         let n = encode_varint(t, &mut data).map_err(invalid)?;
@@ -807,8 +820,12 @@ async fn drive(
     for i in 0..opts.connections {
         let run = run.clone();
         let greeting = match (local.is_some(), opts.framing) {
-            (true, BenchFraming::VarInt) => opts.compression_threshold.filter(|t| *t >= 0),
-            _ => None,
+            (true, BenchFraming::VarInt) => match opts.compression_threshold {
+                Some(t) if t >= 0 => Greeting::Expect(Some(t)),
+                _ => Greeting::None,
+            },
+            (false, BenchFraming::VarInt) if opts.expect_greeting => Greeting::Expect(None),
+            _ => Greeting::None,
         };
         tasks.spawn(drive_connection(run, i, addr, greeting));
     }

@@ -152,3 +152,32 @@ fn bench_with_compression() {
         report.compression_ratio()
     );
 }
+
+#[test]
+fn bench_against_a_greeting_target() {
+    let server = TestServer::start(ServeOptions {
+        service: service::Config::new().with_compression_threshold(128),
+        ..ServeOptions::default()
+    });
+    // Reads the greeting and keeps its threshold.
+    let report = loadgen::run(LoadOptions {
+        expect_greeting: true,
+        ..load(server.addr)
+    })
+    .unwrap();
+    assert_eq!(report.frames, 1600);
+    assert!(
+        report.compression_ratio() > 1.1,
+        "{}",
+        report.compression_ratio()
+    );
+    // Reads the greeting, then switches compression off with a 0x03 request.
+    let report = loadgen::run(LoadOptions {
+        expect_greeting: true,
+        compression_threshold: Some(-1),
+        ..load(server.addr)
+    })
+    .unwrap();
+    assert_eq!(report.frames, 1600);
+    assert!(report.compression_ratio() <= 1.0);
+}

@@ -41,6 +41,11 @@ pub struct BenchArgs {
     /// to with a set-compression request on every connection to a --target.
     #[arg(long, allow_hyphen_values = true)]
     pub compression_threshold: Option<i32>,
+    /// The --target announces a compression threshold as its first frame (a `serve
+    /// --compression-threshold`): read it and use it (then --compression-threshold, if also
+    /// given, switches with a set-compression request after the greeting).
+    #[arg(long)]
+    pub expect_greeting: bool,
     /// Pin the in-process server to CPU 0 and the load generator to CPU 1.
     #[arg(long)]
     pub pin: bool,
@@ -62,6 +67,7 @@ impl Default for BenchArgs {
             echo_only: false,
             proxy_v2: false,
             compression_threshold: None,
+            expect_greeting: false,
             pin: false,
             json: false,
         }
@@ -80,6 +86,7 @@ pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         framing: args.framing,
         proxy_v2: args.proxy_v2,
         compression_threshold: args.compression_threshold,
+        expect_greeting: args.expect_greeting,
         pin: args.pin,
         progress: !args.json,
         allocations,
