@@ -49,46 +49,52 @@ fn pktconn_echo() -> Result<(), String> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
     let exe = target.join("release").join("wirekit");
-    let args = [
-        "bench",
-        "--framing",
-        "u32le",
-        "--echo-only",
-        "--connections",
-        "1000",
-        "--round-trips",
-        "1000",
-        "--payload",
-        "uniform:0-2048",
-        "--pin",
-        "--json",
-    ];
-    println!("\n==> {} {}", exe.display(), args.join(" "));
-    let out = std::process::Command::new(&exe)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "pktconn echo run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("bench --json output: {e}"))?;
-    let rate = report["frames_per_s"].as_f64().unwrap_or(f64::NAN);
-    let cpu = report["server_cpu_per_packet_us"].as_f64();
     println!("\n| benchmark | packets/s | server CPU/packet | p50 | p99 | vs pktconn's 54,000/s |");
     println!("|---|---:|---:|---:|---:|---:|");
-    println!(
-        "| pktconn echo (1000 conn x 1000 rt, 0-2048 B, u32le, serve on 1 core) | {:.0} | {} | {:.0} µs | {:.0} µs | {:.2}x |",
-        rate,
-        cpu.map(|c| format!("{c:.2} µs"))
-            .unwrap_or_else(|| "n/a".into()),
-        report["p50_us"].as_f64().unwrap_or(f64::NAN),
-        report["p99_us"].as_f64().unwrap_or(f64::NAN),
-        rate / PKTCONN_CLAIM
-    );
+    for (label, pin) in [
+        ("serve on CPU 0, load on CPU 1 (pinned)", true),
+        ("serve single-threaded, unpinned", false),
+    ] {
+        let mut args = vec![
+            "bench",
+            "--framing",
+            "u32le",
+            "--echo-only",
+            "--connections",
+            "1000",
+            "--round-trips",
+            "1000",
+            "--payload",
+            "uniform:0-2048",
+            "--json",
+        ];
+        if pin {
+            args.push("--pin");
+        }
+        let out = std::process::Command::new(&exe)
+            .args(&args)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pktconn echo run failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| format!("bench --json output: {e}"))?;
+        let rate = report["frames_per_s"].as_f64().unwrap_or(f64::NAN);
+        let cpu = report["server_cpu_per_packet_us"].as_f64();
+        println!(
+            "| pktconn echo, 1000 conn x 1000 rt, 0-2048 B, u32le, {label} | {:.0} | {} | {:.0} µs | {:.0} µs | {:.2}x |",
+            rate,
+            cpu.map(|c| format!("{c:.2} µs"))
+                .unwrap_or_else(|| "n/a".into()),
+            report["p50_us"].as_f64().unwrap_or(f64::NAN),
+            report["p99_us"].as_f64().unwrap_or(f64::NAN),
+            rate / PKTCONN_CLAIM
+        );
+    }
     println!(
         "(pktconn's figure is its published claim, not measured here; the load generator shares the machine's other core.)"
     );
