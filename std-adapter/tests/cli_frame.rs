@@ -1,19 +1,8 @@
 //! `wirekit frame decode|encode` as an operator runs them.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod run_wirekit;
 
-fn wirekit(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("wirekit runs");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
-}
+use run_wirekit::wirekit;
 
 #[test]
 fn decode_prints_one_json_line_per_frame() {

@@ -1,21 +1,10 @@
 //! `wirekit proxy-header decode|encode` as an operator runs them.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod run_wirekit;
+
+use run_wirekit::wirekit;
 
 use serde_json::Value;
-
-fn wirekit(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("wirekit runs");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
-}
 
 fn decode(input: &[u8], hex: bool) -> Value {
     let args: &[&str] = if hex {
