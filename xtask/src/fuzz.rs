@@ -36,7 +36,44 @@ fn cargo_fuzz_installed() -> bool {
 }
 
 /// Runs every target (or the ones named) for the given seconds each.
+/// CI's smoke run: every target for a fixed number of runs from a fixed seed, so the run is
+/// the same on every machine (libFuzzer is deterministic for one seed and one process), and a
+/// crash it finds is reproducible with the same command.
+pub fn smoke() -> Result<(), String> {
+    const RUNS: &str = "-runs=50000";
+    const SEED: &str = "-seed=1";
+    let all = targets()?;
+    ensure_cargo_fuzz()?;
+    let fuzz = root().join("fuzz");
+    for t in &all {
+        std::fs::create_dir_all(fuzz.join("corpus").join(t))
+            .map_err(|e| format!("creating the corpus directory: {e}"))?;
+        run_in(
+            &fuzz,
+            "cargo",
+            &["fuzz", "run", "-O", t, "--", RUNS, SEED, "-max_len=65536"],
+            &[("RUSTC_BOOTSTRAP", "1")],
+        )?;
+    }
+    Ok(())
+}
+
+fn ensure_cargo_fuzz() -> Result<(), String> {
+    if cargo_fuzz_installed() {
+        return Ok(());
+    }
+    run_in(
+        &root(),
+        "cargo",
+        &["install", "cargo-fuzz", "--locked"],
+        &[],
+    )
+}
+
 pub fn run(args: &[String]) -> Result<(), String> {
+    if args.iter().any(|a| a == "--smoke") {
+        return smoke();
+    }
     let mut seconds = 60u64;
     let mut chosen = Vec::new();
     for a in args {
@@ -50,14 +87,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err(format!("no fuzz target {bad}; targets: {}", all.join(", ")));
     }
     let run_these = if chosen.is_empty() { all } else { chosen };
-    if !cargo_fuzz_installed() {
-        run_in(
-            &root(),
-            "cargo",
-            &["install", "cargo-fuzz", "--locked"],
-            &[],
-        )?;
-    }
+    ensure_cargo_fuzz()?;
     let fuzz = root().join("fuzz");
     let env = [("RUSTC_BOOTSTRAP", "1")];
     let time = format!("-max_total_time={seconds}");

@@ -40,7 +40,7 @@ fn main() -> ExitCode {
                  setup             only install the test peers\n  \
                  qemu [--port N]   boot the firmware in QEMU, service on 127.0.0.1:N, decoded logs\n  \
                  size              flash and static RAM of every firmware board build\n  \
-                 fuzz [SECS] [T..] run the cargo-fuzz targets (stable, RUSTC_BOOTSTRAP=1)"
+                 fuzz [SECS] [T..] run the cargo-fuzz targets (stable, RUSTC_BOOTSTRAP=1); --smoke: CI's seeded run"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS

@@ -120,6 +120,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
 
     if !quick {
         cargo(&["bench", "--workspace", "--no-run"], &[])?;
+        // The fuzz targets, briefly and reproducibly (`cargo xtask fuzz` runs them for longer).
+        crate::fuzz::smoke()?;
     }
     println!(
         "\nxtask test: every step passed in {:.0}s",
