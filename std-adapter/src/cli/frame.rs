@@ -158,6 +158,17 @@ pub fn to_hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The stream ended inside a frame.
+fn fail_truncated(offset: usize, needed: wirekit_core::Needed, present: usize) -> ExitCode {
+    fail(
+        offset,
+        &format!(
+            "truncated frame: stream ends {} byte(s) short ({present} of the frame present)",
+            needed.at_least()
+        ),
+    )
+}
+
 fn fail(offset: usize, reason: &str) -> ExitCode {
     eprintln!("wirekit frame decode: offset {offset}: {reason}");
     ExitCode::from(2)
@@ -214,14 +225,7 @@ fn decode(args: &DecodeArgs) -> ExitCode {
             Ok(Status::Complete(f)) => f,
             Ok(Status::Partial(needed)) => {
                 let _ = out.flush();
-                return fail(
-                    offset,
-                    &format!(
-                        "truncated frame: stream ends {} byte(s) short ({} of the frame present)",
-                        needed.at_least(),
-                        rest.len()
-                    ),
-                );
+                return fail_truncated(offset, needed, rest.len());
             }
             Err(e) => {
                 let _ = out.flush();
@@ -274,14 +278,7 @@ fn decode_compressed(args: &DecodeArgs, threshold: i32, input: &[u8]) -> ExitCod
             Ok(Status::Complete(d)) => d,
             Ok(Status::Partial(needed)) => {
                 let _ = out.flush();
-                return fail(
-                    offset,
-                    &format!(
-                        "truncated frame: stream ends {} byte(s) short ({} of the frame present)",
-                        needed.at_least(),
-                        rest.len()
-                    ),
-                );
+                return fail_truncated(offset, needed, rest.len());
             }
             Err(e) => {
                 let _ = out.flush();
