@@ -161,10 +161,13 @@ impl LengthPrefixed {
         }
         let total = h + len as usize;
         match input.get(h..total) {
-            Some(body) => Ok(Status::Complete(Frame {
-                body,
-                consumed: total,
-            })),
+            Some(body) => {
+                super::touch_ahead(input, total);
+                Ok(Status::Complete(Frame {
+                    body,
+                    consumed: total,
+                }))
+            }
             None => Ok(Status::Partial(Needed::Exactly(total - input.len()))),
         }
     }

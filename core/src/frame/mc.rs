@@ -186,10 +186,13 @@ impl FrameDecoder {
         };
         let total = header_len + len;
         match input.get(header_len..total) {
-            Some(body) => Ok(Status::Complete(Frame {
-                body,
-                consumed: total,
-            })),
+            Some(body) => {
+                super::touch_ahead(input, total);
+                Ok(Status::Complete(Frame {
+                    body,
+                    consumed: total,
+                }))
+            }
             None => Ok(Status::Partial(Needed::Exactly(total - input.len()))),
         }
     }
