@@ -30,11 +30,6 @@ impl InputBuffer {
         self.start == self.end
     }
 
-    /// Whether memory has been allocated yet.
-    pub(crate) fn is_allocated(&self) -> bool {
-        !self.buf.is_empty()
-    }
-
     pub(crate) fn consume(&mut self, n: usize) {
         self.start += n;
         debug_assert!(self.start <= self.end);
@@ -76,7 +71,7 @@ mod tests {
     #[test]
     fn grows_only_to_what_is_asked() {
         let mut b = InputBuffer::new();
-        assert!(!b.is_allocated());
+        assert!(b.buf.is_empty());
         assert_eq!(b.spare(1).len(), INITIAL_BUFFER);
         b.filled(10);
         b.consume(4);

@@ -1,9 +1,15 @@
 //! The wirekit server: [`wirekit_core::service`] over tokio TCP.
 //!
 //! The protocol lives in the core's [`Session`]; this module only moves bytes: it accepts,
-//! keeps one input and one output buffer per connection (grown only to what the session says the
-//! next frame needs, never to a length the peer merely declared), enforces the header timeout and
-//! the connection limit, logs why a connection ended, and shuts down gracefully.
+//! enforces the header timeout and the connection limit, logs why a connection ended, and shuts
+//! down gracefully.
+//!
+//! Between frames a connection owns no buffer: each read lands in one buffer per thread, every
+//! complete frame in it is served from there and the replies go out in one `write` (so a round
+//! trip's bytes stay in cache however many connections are open). Only a frame split across
+//! reads is carried in a buffer of the connection's own, grown to what the session says the
+//! frame needs (never to a length the peer merely declared), and only replies the socket will
+//! not take yet are kept for it.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -213,11 +219,20 @@ struct ThreadWorkspace {
     scratch: Vec<u8>,
     inflater: Box<Inflater>,
     compressor: Box<Compressor<Box<[u32]>>>,
+    /// What a read lands in: every connection on the thread reads here, so the bytes of a
+    /// round trip stay in cache however many connections are open, and a connection only
+    /// holds input of its own while a frame is split across reads.
+    read_buf: Vec<u8>,
+    /// The replies to one read, written with one `write` (grown to a configured reply size
+    /// at most).
+    write_buf: Vec<u8>,
 }
 
 impl ThreadWorkspace {
     fn new() -> Self {
         ThreadWorkspace {
+            read_buf: vec![0; SHARED_READ],
+            write_buf: vec![0; SHARED_WRITE],
             scratch: Vec::new(),
             inflater: Box::new(Inflater::new()),
             compressor: Box::new(
@@ -227,6 +242,11 @@ impl ThreadWorkspace {
         }
     }
 }
+
+/// Size of the per-thread read buffer.
+const SHARED_READ: usize = 64 * 1024;
+/// Initial size of the per-thread reply buffer.
+const SHARED_WRITE: usize = 64 * 1024;
 
 thread_local! {
     static WORKSPACE: RefCell<Option<ThreadWorkspace>> = const { RefCell::new(None) };
@@ -273,17 +293,23 @@ async fn drive(
     shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
     let options = &shared.options;
+    // The connection's own buffers, used only when a frame is split across reads (`input`) or
+    // the socket would not take every reply at once (`pending`); an ordinary round trip goes
+    // through the thread's shared buffers (see `serve_read`).
     let mut input = InputBuffer::new();
     let mut out: Vec<u8> = Vec::new();
+    let mut pending: Vec<u8> = Vec::new();
     let header_deadline = Instant::now() + options.header_timeout;
     let mut consumed_total = 0usize;
     let mut grace_deadline: Option<Instant> = None;
     let scratch_len = options.service.max_packet_len();
+    // What the session last asked for, when it was asked outside the loop's own `handle`.
+    let mut known_want: Option<Needed> = None;
     // One registration with the token for the connection's life, not one per read.
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
 
-    // Greeting: tiny, so a stack buffer; the connection's buffers wait for the peer's bytes.
+    // Greeting: tiny, so a stack buffer.
     {
         let mut greeting = [0u8; 16];
         let p = handle(session, &[], &mut greeting, counters, scratch_len)?;
@@ -292,29 +318,34 @@ async fn drive(
         }
     }
     loop {
-        if out.is_empty() && !input.is_empty() {
-            out.resize(INITIAL_BUFFER, 0);
-        }
-        let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
-        input.consume(p.consumed);
-        consumed_total += p.consumed;
-        if p.written > 0 {
-            stream.write_all(&out[..p.written]).await?;
-        }
-        let needed = match p.want {
-            Want::Call => continue,
-            Want::Output(required) => {
-                // Bounded by the config; a session asking for more than its own maximum would
-                // be a bug, and must not spin.
-                if required > options.service.max_output_len() {
-                    return Err(SessionError::ReplyTooLarge.into());
+        let needed = match known_want.take() {
+            Some(needed) => needed,
+            None => {
+                if out.is_empty() && !input.is_empty() {
+                    out.resize(INITIAL_BUFFER, 0);
                 }
-                if out.len() < required {
-                    out.resize(required, 0);
+                let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
+                input.consume(p.consumed);
+                consumed_total += p.consumed;
+                if p.written > 0 {
+                    stream.write_all(&out[..p.written]).await?;
                 }
-                continue;
+                match p.want {
+                    Want::Call => continue,
+                    Want::Output(required) => {
+                        // Bounded by the config; a session asking for more than its own
+                        // maximum would be a bug, and must not spin.
+                        if required > options.service.max_output_len() {
+                            return Err(SessionError::ReplyTooLarge.into());
+                        }
+                        if out.len() < required {
+                            out.resize(required, 0);
+                        }
+                        continue;
+                    }
+                    Want::Input(needed) => needed,
+                }
             }
-            Want::Input(needed) => needed,
         };
         // Read more input, under the header timeout until the peer's first frame completes and
         // under the shutdown grace once shutting down.
@@ -331,19 +362,36 @@ async fn drive(
         };
         // Between frames, a shutdown ends the connection; inside one, the grace deadline does.
         let watch_shutdown = grace_deadline.is_none() && input.is_empty();
-        if !input.is_allocated() {
-            // Nothing allocated until the peer sends something: silent connections stay cheap.
-            // `peek` rather than `readable`, which may report readiness spuriously.
-            let mut first = [0u8; 1];
-            let ready = with_deadline(deadline, stream.peek(&mut first));
+        if input.is_empty() {
+            // Between frames: wait for the socket, then read, serve and reply in one synchronous
+            // step through the thread's buffers. Nothing of the connection's own is allocated,
+            // so silent and idle connections stay cheap.
+            let ready = with_deadline(deadline, stream.readable());
             tokio::select! {
                 biased;
-                r = ready => {
-                    r.map_err(|e| e.into_conn(session))?;
-                }
+                r = ready => r.map_err(|e| e.into_conn(session))?,
                 () = &mut cancelled, if watch_shutdown => continue,
             }
+            match serve_read(stream, session, counters, options, &mut input, &mut pending)? {
+                // Readiness can be stale; tokio clears it on `WouldBlock`, so this waits again.
+                ServedRead::WouldBlock => known_want = Some(needed),
+                ServedRead::Eof => {
+                    session.end_of_input(0)?;
+                    return Ok(());
+                }
+                ServedRead::Served { consumed, want } => {
+                    consumed_total += consumed;
+                    if !pending.is_empty() {
+                        stream.write_all(&pending).await?;
+                        pending.clear();
+                    }
+                    known_want = want.filter(|_| input.is_empty());
+                }
+            }
+            continue;
         }
+        // Inside a frame split across reads: read into the connection's own buffer, grown only
+        // as far as the session says the frame needs.
         let more = match needed {
             Needed::Exactly(n) => n,
             Needed::Unknown => 1,
@@ -361,6 +409,113 @@ async fn drive(
         }
         input.filled(n);
     }
+}
+
+/// What [`serve_read`] did.
+enum ServedRead {
+    /// The socket had nothing after all.
+    WouldBlock,
+    /// The peer closed its side.
+    Eof,
+    /// Bytes were read and every complete frame in them served; `want` is what the session
+    /// asks for next, when it stopped for input.
+    Served {
+        consumed: usize,
+        want: Option<Needed>,
+    },
+}
+
+/// One read into the thread's shared buffer, every complete frame in it handed to the session,
+/// and the replies written with one `write` where the socket takes them. A frame left incomplete
+/// is copied to `carry`; replies the socket would not take yet go to `pending`, and input after
+/// them to `carry`, so order is kept.
+fn serve_read(
+    stream: &TcpStream,
+    session: &mut Session,
+    counters: &AtomicCounters,
+    options: &ServeOptions,
+    carry: &mut InputBuffer,
+    pending: &mut Vec<u8>,
+) -> Result<ServedRead, ConnError> {
+    WORKSPACE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let tw = slot.get_or_insert_with(ThreadWorkspace::new);
+        let scratch_len = options.service.max_packet_len();
+        if tw.scratch.len() < scratch_len {
+            tw.scratch.resize(scratch_len, 0);
+        }
+        let ThreadWorkspace {
+            scratch,
+            inflater,
+            compressor,
+            read_buf,
+            write_buf,
+        } = tw;
+        let n = match stream.try_read(read_buf) {
+            Ok(0) => return Ok(ServedRead::Eof),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ServedRead::WouldBlock),
+            Err(e) => return Err(e.into()),
+        };
+        let mut ws = Workspace::with_zlib(scratch, inflater, compressor);
+        let (mut at, mut written) = (0, 0);
+        let want = loop {
+            let p = session.handle(
+                &read_buf[at..n],
+                &mut write_buf[written..],
+                &mut ws,
+                counters as &dyn Counters,
+            )?;
+            at += p.consumed;
+            written += p.written;
+            match p.want {
+                Want::Call => {}
+                Want::Input(needed) => break Some(needed),
+                Want::Output(required) => {
+                    if required > options.service.max_output_len() {
+                        return Err(SessionError::ReplyTooLarge.into());
+                    }
+                    if written > 0 {
+                        let sent = write_now(stream, &write_buf[..written], pending)?;
+                        written = 0;
+                        if !sent {
+                            break None;
+                        }
+                    }
+                    if write_buf.len() < required {
+                        write_buf.resize(required, 0);
+                    }
+                }
+            }
+        };
+        if written > 0 {
+            write_now(stream, &write_buf[..written], pending)?;
+        }
+        if at < n {
+            let rest = &read_buf[at..n];
+            carry.spare(rest.len())[..rest.len()].copy_from_slice(rest);
+            carry.filled(rest.len());
+        }
+        Ok(ServedRead::Served { consumed: at, want })
+    })
+}
+
+/// Writes `data` without waiting; what the socket does not take is appended to `pending`.
+/// Returns whether everything was written.
+fn write_now(stream: &TcpStream, data: &[u8], pending: &mut Vec<u8>) -> io::Result<bool> {
+    let mut done = 0;
+    while done < data.len() {
+        match stream.try_write(&data[done..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(k) => done += k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                pending.extend_from_slice(&data[done..]);
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 enum WaitError {

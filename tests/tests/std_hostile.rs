@@ -130,3 +130,48 @@ fn compression_bomb() {
     }
     assert_eq!(server.stats().errors, 2);
 }
+
+#[test]
+fn client_pipelining_megabytes_before_reading_gets_every_reply_in_order() {
+    // The server's replies back up in its socket once the client stops reading, so it must
+    // keep the unwritten replies and the input after them, and resume in order. The requests
+    // go in bursts of whole frames, so the server also meets them between frames (its shared
+    // buffer path) and inside split ones (the connection's own buffer).
+    let server = TestServer::start(ServeOptions {
+        service: service::Config::new()
+            .with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
+            .with_max_packet_len(4096),
+        ..ServeOptions::default()
+    });
+    let mut bursts = Vec::new();
+    let mut seed = 7u32;
+    for _ in 0..400 {
+        let mut burst = Vec::new();
+        while burst.len() < 56 * 1024 {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let len = (seed >> 8) as usize % 4097;
+            burst.extend_from_slice(&(len as u32).to_le_bytes());
+            burst.extend((0..len).map(|i| (i as u32 ^ seed) as u8));
+        }
+        bursts.push(burst);
+    }
+    let stream: Vec<u8> = bursts.concat();
+    let mut client = TcpStream::connect(server.addr).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = client.try_clone().unwrap();
+    let sender = std::thread::spawn(move || -> std::io::Result<()> {
+        for burst in bursts {
+            writer.write_all(&burst)?;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        Ok(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut echoed = vec![0u8; stream.len()];
+    client.read_exact(&mut echoed).unwrap();
+    sender.join().unwrap().unwrap();
+    assert!(echoed == stream, "echoes differ from the requests");
+    assert_eq!(server.stats().errors, 0);
+}
