@@ -538,6 +538,26 @@ impl ClientFraming {
     }
 }
 
+/// What one connection has counted so far.
+struct ConnState {
+    histogram: Histogram,
+    result: ConnResult,
+    sent: u64,
+    total: u64,
+}
+
+/// The buffers the connections driven by one thread share: borrowed only between awaits, so
+/// the bytes of a round trip stay in cache however many connections there are.
+#[derive(Default)]
+struct LoadBuffers {
+    read: Vec<u8>,
+    write: Vec<u8>,
+}
+
+thread_local! {
+    static LOAD_BUFFERS: std::cell::RefCell<LoadBuffers> = std::cell::RefCell::default();
+}
+
 /// Whether a connection starts with the server's `0x03`, and which threshold it must carry.
 #[derive(Debug, Clone, Copy)]
 enum Greeting {
@@ -616,78 +636,135 @@ async fn drive_connection(
     }
     let mut rng = Rng(0x5eed ^ index as u64);
     let depth = opts.pipeline.max(1);
-    let mut wbuf = Vec::with_capacity(depth * (max + 32));
-    let mut rbuf = vec![0u8; (depth * (max + 32)).max(8192)];
-    let (mut rstart, mut rend) = (0usize, 0usize);
+    // The connection's own buffers hold only what the shared ones could not finish: a reply
+    // split across reads (`carry`) and requests the socket would not take at once (`unsent`).
+    let mut carry = Vec::new();
+    let mut unsent = Vec::new();
     let mut inflight: VecDeque<(usize, usize, Instant)> = VecDeque::with_capacity(depth);
-    let mut histogram = Histogram::default();
-    let mut result = ConnResult {
-        frames: 0,
-        payload_bytes: 0,
-        wire_bytes: 0,
+    let mut conn = ConnState {
         histogram: Histogram::default(),
+        result: ConnResult {
+            frames: 0,
+            payload_bytes: 0,
+            wire_bytes: 0,
+            histogram: Histogram::default(),
+        },
+        sent: 0,
+        total: opts.round_trips.unwrap_or(u64::MAX),
     };
-    let total = opts.round_trips.unwrap_or(u64::MAX);
-    let mut sent = 0u64;
     run.ready.wait().await;
 
     let corpus = &run.corpus;
     let mut fill = |framing: &mut ClientFraming,
                     wbuf: &mut Vec<u8>,
                     inflight: &mut VecDeque<(usize, usize, Instant)>,
-                    sent: &mut u64|
+                    conn: &mut ConnState|
      -> io::Result<()> {
-        while inflight.len() < depth && *sent < total && !run.stop.load(Ordering::Relaxed) {
+        while inflight.len() < depth && conn.sent < conn.total && !run.stop.load(Ordering::Relaxed)
+        {
             let len = opts.payload.draw(&mut rng);
             let off = (rng.next() % (corpus.len() - max + 1) as u64) as usize;
             framing.encode(wire::ECHO, &corpus[off..off + len], wbuf)?;
             inflight.push_back((off, len, Instant::now()));
-            *sent += 1;
+            conn.sent += 1;
         }
         Ok(())
     };
-    fill(&mut framing, &mut wbuf, &mut inflight, &mut sent)?;
+    unsent.reserve(depth * (max + 32));
+    fill(&mut framing, &mut unsent, &mut inflight, &mut conn)?;
+    // Checks every whole reply at the start of `input` and queues the next requests; returns
+    // the bytes consumed.
+    let mut take_replies = |framing: &mut ClientFraming,
+                            input: &[u8],
+                            wbuf: &mut Vec<u8>,
+                            inflight: &mut VecDeque<(usize, usize, Instant)>,
+                            conn: &mut ConnState|
+     -> io::Result<usize> {
+        let mut at = 0;
+        while let Some((consumed, id, payload)) = framing.decode(&input[at..])? {
+            if id != wire::ECHO {
+                return Err(invalid(format!("unexpected reply id {id:#x}")));
+            }
+            let Some((off, len, sent_at)) = inflight.pop_front() else {
+                return Err(invalid("unsolicited reply"));
+            };
+            if payload != &corpus[off..off + len] {
+                return Err(invalid("echo mismatch"));
+            }
+            conn.histogram.record(sent_at.elapsed());
+            conn.result.frames += 1;
+            conn.result.payload_bytes += len as u64;
+            at += consumed;
+            run.done.fetch_add(1, Ordering::Relaxed);
+            fill(framing, wbuf, inflight, conn)?;
+        }
+        Ok(at)
+    };
     while !inflight.is_empty() {
-        if !wbuf.is_empty() {
-            stream.write_all(&wbuf).await?;
-            result.wire_bytes += wbuf.len() as u64;
-            wbuf.clear();
+        if !unsent.is_empty() {
+            stream.write_all(&unsent).await?;
+            conn.result.wire_bytes += unsent.len() as u64;
+            unsent.clear();
         }
-        if rend == rbuf.len() {
-            rbuf.copy_within(rstart..rend, 0);
-            rend -= rstart;
-            rstart = 0;
+        if carry.is_empty() {
+            // Between replies: read into the thread's buffer, check the replies there and send
+            // the next requests from the thread's other buffer, all without waiting.
+            stream.readable().await?;
+            let eof = LOAD_BUFFERS.with(|cell| -> io::Result<bool> {
+                let mut bufs = cell.borrow_mut();
+                let LoadBuffers { read, write } = &mut *bufs;
+                if read.len() < depth * (max + 32) {
+                    read.resize((depth * (max + 32)).max(64 * 1024), 0);
+                }
+                let n = match stream.try_read(read) {
+                    Ok(0) => return Ok(true),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) => return Err(e),
+                };
+                write.clear();
+                let used = take_replies(&mut framing, &read[..n], write, &mut inflight, &mut conn)?;
+                carry.extend_from_slice(&read[used..n]);
+                let mut done = 0;
+                while done < write.len() {
+                    match stream.try_write(&write[done..]) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(k) => done += k,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+                conn.result.wire_bytes += done as u64;
+                unsent.extend_from_slice(&write[done..]);
+                Ok(false)
+            })?;
+            if eof {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ));
+            }
+            continue;
         }
-        let n = stream.read(&mut rbuf[rend..]).await?;
+        // Inside a reply split across reads: append to the connection's own buffer.
+        let at = carry.len();
+        carry.resize(at + (depth * (max + 32)).max(8192), 0);
+        let n = stream.read(&mut carry[at..]).await?;
+        carry.truncate(at + n);
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "server closed the connection",
             ));
         }
-        rend += n;
-        while let Some((consumed, id, payload)) = framing.decode(&rbuf[rstart..rend])? {
-            if id != wire::ECHO {
-                return Err(invalid(format!("unexpected reply id {id:#x}")));
-            }
-            let Some((off, len, at)) = inflight.pop_front() else {
-                return Err(invalid("unsolicited reply"));
-            };
-            if payload != &corpus[off..off + len] {
-                return Err(invalid("echo mismatch"));
-            }
-            histogram.record(at.elapsed());
-            result.frames += 1;
-            result.payload_bytes += len as u64;
-            rstart += consumed;
-            run.done.fetch_add(1, Ordering::Relaxed);
-            fill(&mut framing, &mut wbuf, &mut inflight, &mut sent)?;
-        }
-        if rstart == rend {
-            rstart = 0;
-            rend = 0;
-        }
+        let used = take_replies(&mut framing, &carry, &mut unsent, &mut inflight, &mut conn)?;
+        carry.drain(..used);
     }
+    let ConnState {
+        histogram,
+        mut result,
+        ..
+    } = conn;
     result.histogram = histogram;
     Ok(result)
 }
