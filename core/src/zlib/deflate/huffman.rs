@@ -172,8 +172,24 @@ fn sort_by_frequency<const N: usize>(
         sorted[*slot as usize] = k;
         *slot += 1;
     }
-    sorted[tail..used].sort_unstable();
+    shell_sort(&mut sorted[tail..used]);
     used
+}
+
+/// Sorts a few hundred keys at most with a few lines of code: the standard library's sort
+/// would add kilobytes to the firmware for the handful of frequent symbols sorted here.
+fn shell_sort(a: &mut [u32]) {
+    for gap in [57, 23, 10, 4, 1] {
+        for i in gap..a.len() {
+            let v = a[i];
+            let mut j = i;
+            while j >= gap && a[j - gap] > v {
+                a[j] = a[j - gap];
+                j -= gap;
+            }
+            a[j] = v;
+        }
+    }
 }
 
 /// Moffat and Katajainen's in-place minimum-redundancy code: `a` holds ascending weights (at
