@@ -39,7 +39,9 @@ impl<'a> BitWriter<'a> {
     #[inline(always)]
     pub(crate) fn flush(&mut self) -> Result<(), Overflow> {
         let Some(dst) = self.out.get_mut(self.pos..self.pos + 8) else {
-            return self.flush_slow();
+            (self.pos, self.acc, self.nbits) =
+                flush_bytes(self.out, self.pos, self.acc, self.nbits)?;
+            return Ok(());
         };
         dst.copy_from_slice(&self.acc.to_le_bytes());
         let bytes = self.nbits >> 3;
@@ -50,22 +52,17 @@ impl<'a> BitWriter<'a> {
         Ok(())
     }
 
-    #[cold]
-    fn flush_slow(&mut self) -> Result<(), Overflow> {
-        while self.nbits >= 8 {
-            let slot = self.out.get_mut(self.pos).ok_or(Overflow)?;
-            *slot = self.acc as u8;
-            self.pos += 1;
-            self.acc >>= 8;
-            self.nbits -= 8;
-        }
+    /// Pads to a byte boundary with zero bits and commits everything.
+    pub(crate) fn align(&mut self) -> Result<(), Overflow> {
+        let nbits = (self.nbits + 7) & !7;
+        (self.pos, self.acc, self.nbits) = flush_bytes(self.out, self.pos, self.acc, nbits)?;
         Ok(())
     }
 
-    /// Pads to a byte boundary with zero bits and commits everything.
-    pub(crate) fn align(&mut self) -> Result<(), Overflow> {
-        self.nbits = (self.nbits + 7) & !7;
-        self.flush_slow()
+    /// Moves the writer out of `slot` (leaving an empty one), so that a hot loop can keep its
+    /// state in registers rather than behind a reference; put it back when done.
+    pub(crate) fn take(slot: &mut Self) -> Self {
+        core::mem::replace(slot, BitWriter::new(&mut [], 0))
     }
 
     /// Appends raw bytes; the writer must be aligned.
@@ -90,4 +87,22 @@ impl<'a> BitWriter<'a> {
     pub(crate) fn position(&self) -> usize {
         self.pos
     }
+}
+
+/// Stores the whole bytes of `acc` one at a time from `pos`: the writer's slow path, near the
+/// end of `out`. Takes and returns the state by value so the hot path's state stays in registers.
+#[cold]
+fn flush_bytes(
+    out: &mut [u8],
+    mut pos: usize,
+    mut acc: u64,
+    mut nbits: u32,
+) -> Result<(usize, u64, u32), Overflow> {
+    while nbits >= 8 {
+        *out.get_mut(pos).ok_or(Overflow)? = acc as u8;
+        pos += 1;
+        acc >>= 8;
+        nbits -= 8;
+    }
+    Ok((pos, acc, nbits))
 }

@@ -27,45 +27,42 @@ impl<const N: usize> Code<N> {
     ///
     /// Every code built here is complete (Kraft sum exactly 1): when fewer than two symbols
     /// occur, unused symbols get a frequency of one first, because some inflaters refuse
-    /// incomplete codes.
+    /// incomplete codes. Linear in `N` but for a sort of the most frequent symbols (none or a
+    /// few on a small packet's block); the loops over all `N` symbols have no data-dependent
+    /// branch, which a small block's scattered frequencies would mispredict.
     pub(crate) fn build(&mut self, freq: &[u32; N], max_bits: u32) {
-        // (freq << 9 | symbol), sorted: ascending frequency, ties by symbol.
         let mut sorted = [0u32; N];
-        let mut n = 0;
-        for (s, &f) in freq.iter().enumerate() {
-            if f != 0 {
-                sorted[n] = (f.min(1 << 22) << 9) | s as u32;
-                n += 1;
+        let mut by_symbol = [0u32; N];
+        let mut n = sort_by_frequency(freq, &mut sorted, &mut by_symbol);
+        if n < 2 {
+            // Pad with unused symbols until the code can be complete; a weight of one sorts
+            // first.
+            let mut s = 0;
+            while n < 2 {
+                if freq[s] == 0 {
+                    sorted[1] = sorted[0];
+                    sorted[0] = (1 << 9) | s as u32;
+                    n += 1;
+                }
+                s += 1;
             }
+            let (a, b) = (sorted[0] & 511, sorted[1] & 511);
+            (by_symbol[0], by_symbol[1]) = (a.min(b), a.max(b));
         }
-        let mut s = 0;
-        while n < 2 {
-            // Pad with unused symbols until the code can be complete.
-            if freq[s] == 0 {
-                sorted[n] = (1 << 9) | s as u32;
-                n += 1;
-            }
-            s += 1;
+        let sorted = &sorted[..n];
+        let mut weights = [0u32; N];
+        let weights = &mut weights[..n];
+        for (w, &e) in weights.iter_mut().zip(sorted.iter()) {
+            *w = e >> 9;
         }
-        let sorted = &mut sorted[..n];
-        sorted.sort_unstable();
-
-        let mut depth = [0u32; N];
-        for (d, &e) in depth.iter_mut().zip(sorted.iter()) {
-            *d = e >> 9;
-        }
-        minimum_redundancy(&mut depth[..n]);
-
-        // Count lengths, fold those past the limit into it, then restore the Kraft equality.
         let mut count = [0u32; 33];
-        for &d in &depth[..n] {
-            count[d as usize] += 1;
-        }
+        minimum_redundancy(weights, &mut count);
+
+        // Fold lengths past the limit into it, then restore the Kraft equality.
         let max = max_bits as usize;
-        for l in max + 1..33 {
-            count[max] += count[l];
-            count[l] = 0;
-        }
+        let over: u32 = count[max + 1..].iter().sum();
+        count[max + 1..].fill(0);
+        count[max] += over;
         let mut kraft: u64 = 0;
         for (l, &c) in count.iter().enumerate().take(max + 1).skip(1) {
             kraft += (c as u64) << (max - l);
@@ -91,24 +88,25 @@ impl<const N: usize> Code<N> {
                 j += 1;
             }
         }
-        self.assign_codes(&count);
+        self.assign_codes(&count, &by_symbol[..n]);
     }
 
     /// Canonical codes from the lengths (RFC 1951 §3.2.2), stored bit-reversed; `count[l]` is
-    /// the number of codes of length `l`.
-    fn assign_codes(&mut self, count: &[u32; 33]) {
+    /// the number of codes of length `l`, and `used` the symbols with a code, in ascending
+    /// order (in the low 9 bits).
+    fn assign_codes(&mut self, count: &[u32; 33], used: &[u32]) {
         let mut next = [0u32; 16];
         let mut code = 0u32;
         for l in 1..16 {
             code = (code + count[l - 1] * (l > 1) as u32) << 1;
             next[l] = code;
         }
-        for (c, &l) in self.codes.iter_mut().zip(self.lens.iter()) {
-            if l != 0 {
-                let slot = &mut next[l as usize];
-                *c = reverse16(*slot as u16, l as u32);
-                *slot += 1;
-            }
+        for &k in used {
+            let s = (k & 511) as usize;
+            let l = self.lens[s];
+            let slot = &mut next[l as usize & 15];
+            self.codes[s] = reverse16(*slot as u16, l as u32);
+            *slot += 1;
         }
     }
 
@@ -132,18 +130,72 @@ const REVERSED_BYTE: [u8; 256] = {
     t
 };
 
-/// The low `len` (1 to 16) bits of `code`, reversed: two table look-ups rather than the long
+/// The low `len` (0 to 16) bits of `code`, reversed: two table look-ups rather than the long
 /// shift-and-mask sequence `u32::reverse_bits` becomes on x86.
 #[inline(always)]
 fn reverse16(code: u16, len: u32) -> u16 {
-    let r = (REVERSED_BYTE[(code & 0xff) as usize] as u16) << 8
-        | REVERSED_BYTE[(code >> 8) as usize] as u16;
-    r >> (16 - len)
+    let r = (REVERSED_BYTE[(code & 0xff) as usize] as u32) << 8
+        | REVERSED_BYTE[(code >> 8) as usize] as u32;
+    (r >> (16 - len.min(16))) as u16
 }
 
-/// Moffat and Katajainen's in-place minimum-redundancy code: `a` holds ascending weights
-/// (at least two) on entry and each one's code length on return.
-fn minimum_redundancy(a: &mut [u32]) {
+/// Writes the used symbols of `freq`, as `freq << 9 | symbol`, into `by_symbol` in symbol order
+/// and into `sorted` in ascending order, and returns how many there are.
+///
+/// The used symbols are picked out without a branch, then counting-sorted by frequency; the
+/// frequencies from `BUCKETS - 1` up share the last counter, and that run (none or a few
+/// symbols on a small packet's block) is sorted afterwards.
+fn sort_by_frequency<const N: usize>(
+    freq: &[u32; N],
+    sorted: &mut [u32; N],
+    by_symbol: &mut [u32; N],
+) -> usize {
+    const BUCKETS: usize = 64;
+    let bucket = |key: u32| ((key >> 9) as usize).min(BUCKETS - 1);
+    let mut used = 0;
+    for (s, &f) in freq.iter().enumerate() {
+        by_symbol[used] = (f.min(1 << 22) << 9) | s as u32;
+        used += (f != 0) as usize;
+    }
+    let keys = &by_symbol[..used];
+    let mut start = [0u16; BUCKETS];
+    for &k in keys {
+        start[bucket(k)] += 1;
+    }
+    let mut at = 0u16;
+    for s in start.iter_mut() {
+        (*s, at) = (at, at + *s);
+    }
+    let tail = start[BUCKETS - 1] as usize;
+    for &k in keys {
+        let slot = &mut start[bucket(k)];
+        sorted[*slot as usize] = k;
+        *slot += 1;
+    }
+    shell_sort(&mut sorted[tail..used]);
+    used
+}
+
+/// Sorts a few hundred keys at most with a few lines of code: the standard library's sort
+/// would add kilobytes to the firmware for the handful of frequent symbols sorted here.
+fn shell_sort(a: &mut [u32]) {
+    for gap in [57, 23, 10, 4, 1] {
+        for i in gap..a.len() {
+            let v = a[i];
+            let mut j = i;
+            while j >= gap && a[j - gap] > v {
+                a[j] = a[j - gap];
+                j -= gap;
+            }
+            a[j] = v;
+        }
+    }
+}
+
+/// Moffat and Katajainen's in-place minimum-redundancy code: `a` holds ascending weights (at
+/// least two) on entry; `count[l]` receives how many of them get a code of length `l` (lengths
+/// over 32 are counted as 32). The longest codes go to the first weights.
+fn minimum_redundancy(a: &mut [u32], count: &mut [u32; 33]) {
     let n = a.len();
     // Phase 1: combine weights; a[next] becomes an internal node's weight, and a consumed
     // internal node's slot its parent's index.
@@ -172,20 +224,15 @@ fn minimum_redundancy(a: &mut [u32]) {
     for next in (0..n - 2).rev() {
         a[next] = a[a[next] as usize] + 1;
     }
-    // Phase 3: leaf depths.
-    let (mut avail, mut used, mut depth) = (1i64, 0i64, 0u32);
+    // Phase 3: the leaves at each depth are the nodes available there that are not internal.
+    let (mut avail, mut used, mut depth) = (1u32, 0u32, 0usize);
     let mut root = n as isize - 2;
-    let mut next = n as isize - 1;
     while avail > 0 {
-        while root >= 0 && a[root as usize] == depth {
+        while root >= 0 && a[root as usize] == depth as u32 {
             used += 1;
             root -= 1;
         }
-        while avail > used {
-            a[next as usize] = depth;
-            next -= 1;
-            avail -= 1;
-        }
+        count[depth.min(32)] += avail - used;
         avail = 2 * used;
         depth += 1;
         used = 0;
@@ -323,6 +370,90 @@ mod tests {
             .filter(|&&l| l != 0)
             .map(|&l| 0.5f64.powi(l as i32))
             .sum()
+    }
+
+    /// The cost of an optimal (unlimited) prefix code for the nonzero weights: the sum of the
+    /// weights of every merge Huffman's algorithm makes, by the obvious quadratic method.
+    fn reference_cost(freq: &[u32]) -> u64 {
+        let mut w: std::vec::Vec<u64> = freq
+            .iter()
+            .filter(|&&f| f != 0)
+            .map(|&f| f as u64)
+            .collect();
+        let mut cost = 0;
+        while w.len() > 1 {
+            w.sort_unstable_by(|a, b| b.cmp(a));
+            let m = w.pop().unwrap() + w.pop().unwrap();
+            cost += m;
+            w.push(m);
+        }
+        cost
+    }
+
+    fn check<const N: usize>(freq: &[u32; N], max_bits: u32) -> Code<N> {
+        let mut c = Code::new();
+        c.build(freq, max_bits);
+        assert!(c.lens.iter().all(|&l| l as u32 <= max_bits), "{freq:?}");
+        assert_eq!(kraft(&c), 1.0, "{freq:?}");
+        for (&f, &l) in freq.iter().zip(c.lens.iter()) {
+            assert!(f == 0 || l != 0, "{freq:?}");
+        }
+        let used = freq.iter().filter(|&&f| f != 0).count();
+        if used >= 2 {
+            let best = reference_cost(freq);
+            let deepest = c.lens.iter().copied().max().unwrap_or(0);
+            if deepest < max_bits as u8 {
+                // No length was limited: the code must be optimal.
+                assert_eq!(c.cost(freq), best, "{freq:?}");
+            } else {
+                assert!(c.cost(freq) >= best, "{freq:?}");
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn small_known_codes() {
+        let c = check(&[1, 1, 2, 4], 15);
+        assert_eq!(c.lens, [3, 3, 2, 1]);
+        let c = check(&[5, 0, 5, 5, 5], 15);
+        assert_eq!(c.lens, [2, 0, 2, 2, 2]);
+        let c = check(&[0, 0, 1, 0], 15);
+        assert_eq!(c.lens, [1, 0, 1, 0]);
+        let c = check(&[0, 0, 0, 0], 15);
+        assert_eq!(c.lens, [1, 1, 0, 0]);
+        // 1, 1, 2, 4, 8, 16, 32, 64: a chain 7 deep, limited to 4.
+        let c = check(&[1, 1, 2, 4, 8, 16, 32, 64], 4);
+        assert!(c.lens.iter().all(|&l| l <= 4));
+    }
+
+    #[test]
+    fn random_frequencies_give_optimal_limited_complete_codes() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..400 {
+            // Sparse or dense, small or large frequencies, some past the counting buckets.
+            let density = 1 + next() % 4;
+            let scale = [4, 64, 1000, 1 << 16][round % 4];
+            let mut f = [0u32; LIT_SYMS];
+            for x in f.iter_mut() {
+                if next() % density == 0 {
+                    *x = (next() % scale) as u32;
+                }
+            }
+            check(&f, 15);
+            let mut d = [0u32; DIST_SYMS];
+            d.copy_from_slice(&f[..DIST_SYMS]);
+            check(&d, 15);
+            let mut c = [0u32; CLEN_SYMS];
+            c.copy_from_slice(&f[100..100 + CLEN_SYMS]);
+            check(&c, 7);
+        }
     }
 
     #[test]

@@ -53,6 +53,25 @@ fn common_len(s: &[u8], a: usize, b: usize, max: usize) -> usize {
     l
 }
 
+/// The quick and fast levels' single hash probe at `i` (four bytes available): records `i` in
+/// `head` and returns the verified match there as `(len, dist)`, or `(0, 0)`.
+#[inline(always)]
+fn probe(input: &[u8], i: usize, head: &mut [u32], shift: u32, generation: u32) -> (usize, usize) {
+    let cur = read_u32(input, i);
+    let h = hash(cur, shift);
+    let cand = head[h].wrapping_sub(generation) as usize;
+    head[h] = generation + i as u32;
+    if cand < i && i - cand <= MAX_DIST && read_u32(input, cand) == cur {
+        let max = (input.len() - i).min(MAX_MATCH);
+        (
+            MIN_MATCH + common_len(input, cand + 4, i + 4, max - 4),
+            i - cand,
+        )
+    } else {
+        (0, 0)
+    }
+}
+
 /// The fast level for short inputs, zlib-ng's `deflate_quick`: one fixed-Huffman block,
 /// greedy matches from a single hash probe, written as found (a dynamic code never pays for its
 /// header on so few bytes). Returns the end of the deflate body in `out` (which starts at
@@ -76,16 +95,10 @@ pub(crate) fn compress_quick(
             if w.pending_bits() >= 32 {
                 w.flush()?;
             }
-            let cur = read_u32(input, i);
-            let h = hash(cur, shift);
-            let cand = head[h].wrapping_sub(generation) as usize;
-            head[h] = generation + i as u32;
-            if cand < i && i - cand <= MAX_DIST && read_u32(input, cand) == cur {
-                let max = (n - i).min(MAX_MATCH);
-                let len = MIN_MATCH + common_len(input, cand + 4, i + 4, max - 4);
+            let (len, dist) = probe(input, i, head, shift, generation);
+            if len != 0 {
                 let (bits, nbits) = STATIC_LEN[len - 3];
                 w.put(bits as u64, nbits as u32);
-                let dist = i - cand;
                 let dc = dist_code(dist);
                 let extra = (dist - DIST_BASE[dc] as usize) as u64;
                 w.put(
@@ -125,32 +138,12 @@ pub(crate) fn compress_greedy(
     let shift = hash_shift(layout.fast_hash, input.len());
     let mut block = Block::new(&mut rest[..layout.fast_symbols]);
     let mut w = BitWriter::new(out, 2);
-    let n = input.len();
-    let mut i = 0;
-    while i + MIN_MATCH <= n {
-        let cur = read_u32(input, i);
-        let h = hash(cur, shift);
-        let cand = head[h].wrapping_sub(generation) as usize;
-        head[h] = generation + i as u32;
-        if cand < i && i - cand <= MAX_DIST && read_u32(input, cand) == cur {
-            let max = (n - i).min(MAX_MATCH);
-            let len = MIN_MATCH + common_len(input, cand + 4, i + 4, max - 4);
-            block.matched(len, i - cand);
-            i += len;
-        } else {
-            block.literal(input[i]);
-            i += 1;
+    loop {
+        let end = block.fill_greedy(input, head, shift, generation);
+        if end == input.len() {
+            break;
         }
-        if block.full() {
-            block.write(&mut w, input, false)?;
-        }
-    }
-    while i < n {
-        block.literal(input[i]);
-        i += 1;
-        if block.full() {
-            block.write(&mut w, input, false)?;
-        }
+        block.write(&mut w, input, false)?;
     }
     block.write(&mut w, input, true)?;
     w.align()?;
@@ -178,6 +171,27 @@ const DEFAULT_EFFORT: Effort = Effort {
 
 /// Blocks covering fewer input bytes are never given a dynamic code.
 const DYNAMIC_MIN_BYTES: usize = 128;
+
+/// Marks a buffered symbol as a match: `length code | distance code << 5 | length extra << 10 |
+/// distance extra << 15`, all worked out once when the match is found. A literal is its byte.
+const MATCH: u32 = 1 << 31;
+
+/// The buffered symbol for a match, counted in the frequencies.
+#[inline(always)]
+fn match_symbol(
+    len: usize,
+    dist: usize,
+    lit_freq: &mut [u32; LIT_SYMS],
+    dist_freq: &mut [u32; DIST_SYMS],
+) -> u32 {
+    let lc = LEN_CODE[len - 3] as usize;
+    let dc = dist_code(dist);
+    lit_freq[257 + lc] += 1;
+    dist_freq[dc] += 1;
+    let len_extra = (len - LEN_BASE[lc] as usize) as u32;
+    let dist_extra = (dist - DIST_BASE[dc] as usize) as u32;
+    MATCH | lc as u32 | (dc as u32) << 5 | len_extra << 10 | dist_extra << 15
+}
 
 /// Symbols of the current block, with their frequencies.
 struct Block<'a> {
@@ -212,11 +226,46 @@ impl<'a> Block<'a> {
 
     #[inline(always)]
     fn matched(&mut self, len: usize, dist: usize) {
-        self.syms[self.count] = (len - 3) as u32 | ((dist as u32) << 16);
+        self.syms[self.count] = match_symbol(len, dist, &mut self.lit_freq, &mut self.dist_freq);
         self.count += 1;
-        self.lit_freq[257 + LEN_CODE[len - 3] as usize] += 1;
-        self.dist_freq[dist_code(dist)] += 1;
         self.covered += len;
+    }
+
+    /// The fast level's matching: greedy, one hash probe, from the end of the block's input
+    /// until the block is full or the input ends; returns the input position reached. The
+    /// loop keeps its state in locals rather than in `self`.
+    fn fill_greedy(
+        &mut self,
+        input: &[u8],
+        head: &mut [u32],
+        shift: u32,
+        generation: u32,
+    ) -> usize {
+        let n = input.len();
+        let mut i = self.start + self.covered;
+        let mut count = self.count;
+        let cap = self.syms.len();
+        while i + MIN_MATCH <= n && count < cap {
+            let (len, dist) = probe(input, i, head, shift, generation);
+            if len != 0 {
+                self.syms[count] = match_symbol(len, dist, &mut self.lit_freq, &mut self.dist_freq);
+                i += len;
+            } else {
+                self.syms[count] = input[i] as u32;
+                self.lit_freq[input[i] as usize] += 1;
+                i += 1;
+            }
+            count += 1;
+        }
+        while i + MIN_MATCH > n && i < n && count < cap {
+            self.syms[count] = input[i] as u32;
+            self.lit_freq[input[i] as usize] += 1;
+            i += 1;
+            count += 1;
+        }
+        self.count = count;
+        self.covered = i - self.start;
+        i
     }
 
     fn full(&self) -> bool {
@@ -284,6 +333,19 @@ impl<'a> Block<'a> {
 
     fn write_symbols(
         &self,
+        writer: &mut BitWriter<'_>,
+        lit: &Code<LIT_SYMS>,
+        dist: &Code<DIST_SYMS>,
+    ) -> Result<(), Overflow> {
+        let mut w = BitWriter::take(writer);
+        let done = self.write_symbols_to(&mut w, lit, dist);
+        *writer = w;
+        done
+    }
+
+    #[inline(always)]
+    fn write_symbols_to(
+        &self,
         w: &mut BitWriter<'_>,
         lit: &Code<LIT_SYMS>,
         dist: &Code<DIST_SYMS>,
@@ -293,21 +355,17 @@ impl<'a> Block<'a> {
             if w.pending_bits() >= 16 {
                 w.flush()?;
             }
-            let d = (s >> 16) as usize;
-            let low = (s & 0xff) as usize;
-            if d == 0 {
-                w.put(lit.codes[low] as u64, lit.lens[low] as u32);
+            if s & MATCH == 0 {
+                let b = (s & 0xff) as usize;
+                w.put(lit.codes[b] as u64, lit.lens[b] as u32);
             } else {
-                let lc = LEN_CODE[low] as usize;
+                let lc = (s & 31) as usize;
+                let dc = ((s >> 5) & 31) as usize;
                 let sym = 257 + lc;
                 w.put(lit.codes[sym] as u64, lit.lens[sym] as u32);
-                w.put(
-                    (low + 3 - LEN_BASE[lc] as usize) as u64,
-                    LEN_EXTRA[lc] as u32,
-                );
-                let dc = dist_code(d);
+                w.put(((s >> 10) & 31) as u64, LEN_EXTRA[lc] as u32);
                 w.put(dist.codes[dc] as u64, dist.lens[dc] as u32);
-                w.put((d - DIST_BASE[dc] as usize) as u64, DIST_EXTRA[dc] as u32);
+                w.put(((s >> 15) & 0x1fff) as u64, DIST_EXTRA[dc] as u32);
             }
         }
         w.flush()?;

@@ -22,9 +22,12 @@ pub enum Level {
     /// about the size of zlib-ng's (zlib-rs's) level 1.
     Quick,
     /// The same greedy single-probe matching, with symbols buffered per block and each block
-    /// written in the smallest of dynamic Huffman, fixed Huffman or stored form: slower than
-    /// [`Level::Quick`], output about the size of miniz_oxide's level 1 or smaller. Inputs
-    /// under 256 bytes, where a dynamic code never pays for its header, take the quick path.
+    /// written in the smallest of dynamic Huffman, fixed Huffman or stored form: output about
+    /// the size of miniz_oxide's level 1 or smaller, at about 2.5 times [`Level::Quick`]'s
+    /// time on 1 KiB packets (measured: 4.0 µs a packet against Quick's 1.6 and zlib-rs level
+    /// 1's 4.8, output 3.5% smaller than miniz_oxide level 1's and 18% smaller than Quick's).
+    /// Inputs under 256 bytes, where a dynamic code never pays for its header, take the quick
+    /// path.
     Fast,
     /// Lazy matching over hash chains with a dynamic Huffman code per block (zlib's default
     /// strategy); each block is written in whichever of dynamic, fixed or stored is smallest.
