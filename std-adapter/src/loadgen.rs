@@ -428,7 +428,6 @@ struct ConnResult {
     frames: u64,
     payload_bytes: u64,
     wire_bytes: u64,
-    histogram: Histogram,
 }
 
 /// Shared run state.
@@ -540,7 +539,6 @@ impl ClientFraming {
 
 /// What one connection has counted so far.
 struct ConnState {
-    histogram: Histogram,
     result: ConnResult,
     sent: u64,
     total: u64,
@@ -552,6 +550,9 @@ struct ConnState {
 struct LoadBuffers {
     read: Vec<u8>,
     write: Vec<u8>,
+    /// Every connection's latencies: one histogram stays in cache where one per connection
+    /// would not.
+    latencies: Histogram,
 }
 
 thread_local! {
@@ -642,12 +643,10 @@ async fn drive_connection(
     let mut unsent = Vec::new();
     let mut inflight: VecDeque<(usize, usize, Instant)> = VecDeque::with_capacity(depth);
     let mut conn = ConnState {
-        histogram: Histogram::default(),
         result: ConnResult {
             frames: 0,
             payload_bytes: 0,
             wire_bytes: 0,
-            histogram: Histogram::default(),
         },
         sent: 0,
         total: opts.round_trips.unwrap_or(u64::MAX),
@@ -677,6 +676,7 @@ async fn drive_connection(
     let mut take_replies = |framing: &mut ClientFraming,
                             input: &[u8],
                             wbuf: &mut Vec<u8>,
+                            latencies: &mut Histogram,
                             inflight: &mut VecDeque<(usize, usize, Instant)>,
                             conn: &mut ConnState|
      -> io::Result<usize> {
@@ -691,7 +691,7 @@ async fn drive_connection(
             if payload != &corpus[off..off + len] {
                 return Err(invalid("echo mismatch"));
             }
-            conn.histogram.record(sent_at.elapsed());
+            latencies.record(sent_at.elapsed());
             conn.result.frames += 1;
             conn.result.payload_bytes += len as u64;
             at += consumed;
@@ -712,7 +712,11 @@ async fn drive_connection(
             stream.readable().await?;
             let eof = LOAD_BUFFERS.with(|cell| -> io::Result<bool> {
                 let mut bufs = cell.borrow_mut();
-                let LoadBuffers { read, write } = &mut *bufs;
+                let LoadBuffers {
+                    read,
+                    write,
+                    latencies,
+                } = &mut *bufs;
                 if read.len() < depth * (max + 32) {
                     read.resize((depth * (max + 32)).max(64 * 1024), 0);
                 }
@@ -723,7 +727,14 @@ async fn drive_connection(
                     Err(e) => return Err(e),
                 };
                 write.clear();
-                let used = take_replies(&mut framing, &read[..n], write, &mut inflight, &mut conn)?;
+                let used = take_replies(
+                    &mut framing,
+                    &read[..n],
+                    write,
+                    latencies,
+                    &mut inflight,
+                    &mut conn,
+                )?;
                 carry.extend_from_slice(&read[used..n]);
                 let mut done = 0;
                 while done < write.len() {
@@ -757,16 +768,20 @@ async fn drive_connection(
                 "server closed the connection",
             ));
         }
-        let used = take_replies(&mut framing, &carry, &mut unsent, &mut inflight, &mut conn)?;
+        let used = LOAD_BUFFERS.with(|cell| {
+            let latencies = &mut cell.borrow_mut().latencies;
+            take_replies(
+                &mut framing,
+                &carry,
+                &mut unsent,
+                latencies,
+                &mut inflight,
+                &mut conn,
+            )
+        })?;
         carry.drain(..used);
     }
-    let ConnState {
-        histogram,
-        mut result,
-        ..
-    } = conn;
-    result.histogram = histogram;
-    Ok(result)
+    Ok(conn.result)
 }
 
 /// This thread's CPU time (user + system) from `/proc`, in clock ticks of 10 ms.
@@ -893,6 +908,7 @@ async fn drive(
         done: AtomicU64::new(0),
         opts: opts.clone(),
     });
+    LOAD_BUFFERS.with(|cell| cell.borrow_mut().latencies = Histogram::default());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..opts.connections {
         let run = run.clone();
@@ -952,13 +968,11 @@ async fn drive(
                 }
             })
         };
-    let mut histogram = Histogram::default();
     let (mut frames, mut payload_bytes, mut wire_bytes) = (0, 0, 0);
     let mut first_error = None;
     while let Some(joined) = tasks.join_next().await {
         match joined.map_err(io::Error::other)? {
             Ok(r) => {
-                histogram.merge(&r.histogram);
                 frames += r.frames;
                 payload_bytes += r.payload_bytes;
                 wire_bytes += r.wire_bytes;
@@ -970,6 +984,8 @@ async fn drive(
         }
     }
     let elapsed = start.elapsed();
+    // The connections ran on this thread and recorded into its histogram.
+    let histogram = LOAD_BUFFERS.with(|cell| std::mem::take(&mut cell.borrow_mut().latencies));
     let allocations = opts.allocations.zip(allocs0).map(|(f, a0)| f() - a0);
     let server_cpu = cpu0.and_then(|c0| {
         let c1 = local.and_then(|l| l.tid.as_deref()).and_then(thread_cpu)?;
