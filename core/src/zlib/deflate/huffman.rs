@@ -91,6 +91,95 @@ impl<const N: usize> Code<N> {
         self.assign_codes(&count, &by_symbol[..n]);
     }
 
+    /// Builds a complete code of lengths 1 to 15 in time linear in the used symbols, no sort:
+    /// each symbol first gets its Shannon length `ceil(log2(total / freq))` (which leaves the
+    /// Kraft sum at most 1), then the slack is spent shortening codes, first those that
+    /// rounding lengthened most (the best bits saved per unit of Kraft sum), then any that fit
+    /// until the sum is exactly 1. A few percent longer than [`Code::build`]'s optimal code on
+    /// a small block, at a fraction of its time. Returns the bits the code spends on `freq`.
+    /// Falls back to [`Code::build`] when fewer than two symbols occur or `total` is too large
+    /// for 15-bit Shannon lengths.
+    pub(crate) fn build_fast(&mut self, freq: &[u32; N]) -> u64 {
+        const ONE: u32 = 1 << 15;
+        let mut used = [0u32; N];
+        let mut n = 0;
+        let mut total = 0u32;
+        for (s, &f) in freq.iter().enumerate() {
+            used[n] = s as u32;
+            n += (f != 0) as usize;
+            total = total.saturating_add(f);
+        }
+        if n < 2 || total >= ONE {
+            self.build(freq, 15);
+            return self.cost(freq);
+        }
+        let used = &used[..n];
+        self.lens = [0; N];
+        let top = total.leading_zeros();
+        // Symbols by how far rounding up lengthened them: `f << l` is in [total, 2 total).
+        let (q1, q2, q3) = (total + total / 4, total + total / 2, total + total / 4 * 3);
+        let mut bucket = [0u8; N];
+        let mut start = [0u16; 5];
+        let mut kraft = 0u32;
+        for &s in used {
+            let f = freq[s as usize];
+            let l0 = f.leading_zeros() - top;
+            let l = (l0 + ((f << l0) < total) as u32).max(1);
+            self.lens[s as usize] = l as u8;
+            kraft += ONE >> l;
+            let r = f << l;
+            let b = 3 - ((r >= q1) as usize + (r >= q2) as usize + (r >= q3) as usize);
+            bucket[s as usize] = b as u8;
+            start[b + 1] += 1;
+        }
+        for b in 1..5 {
+            start[b] += start[b - 1];
+        }
+        let mut order = [0u16; N];
+        for &s in used {
+            let slot = &mut start[bucket[s as usize] as usize];
+            order[*slot as usize] = s as u16;
+            *slot += 1;
+        }
+        let order = &order[..n];
+        // Shortening a code of length l spends ONE >> l of the slack: first in order of bits
+        // saved per unit spent.
+        let mut slack = ONE - kraft;
+        let mut count = [0u32; 33];
+        for &s in order {
+            let l = self.lens[s as usize] as u32;
+            let c = ONE >> l;
+            let take = (l > 1 && c <= slack) as u32;
+            self.lens[s as usize] -= take as u8;
+            slack -= c * take;
+            count[(l - take) as usize] += 1;
+        }
+        // Then the rest of the slack, longest codes first: while slack remains it is a multiple
+        // of the longest code's share, so it ends at exactly 0. Worked out on the counts, then
+        // applied to any symbols of the right lengths.
+        let mut moves = [0u32; 16];
+        for l in (2..16).rev() {
+            let m = count[l].min(slack >> (15 - l));
+            moves[l] = m;
+            count[l] -= m;
+            count[l - 1] += m;
+            slack -= m << (15 - l);
+        }
+        debug_assert_eq!(slack, 0);
+        let mut cost = 0u64;
+        for &s in order {
+            let mut l = self.lens[s as usize] as usize;
+            while moves[l] != 0 {
+                moves[l] -= 1;
+                l -= 1;
+            }
+            self.lens[s as usize] = l as u8;
+            cost += freq[s as usize] as u64 * l as u64;
+        }
+        self.assign_codes(&count, used);
+        cost
+    }
+
     /// Canonical codes from the lengths (RFC 1951 §3.2.2), stored bit-reversed; `count[l]` is
     /// the number of codes of length `l`, and `used` the symbols with a code, in ascending
     /// order (in the low 9 bits).
@@ -410,6 +499,75 @@ mod tests {
             }
         }
         c
+    }
+
+    fn check_fast<const N: usize>(freq: &[u32; N]) -> Code<N> {
+        let mut c = Code::new();
+        let cost = c.build_fast(freq);
+        assert_eq!(cost, c.cost(freq), "{freq:?}");
+        assert!(c.lens.iter().all(|&l| l <= 15), "{freq:?}");
+        assert_eq!(kraft(&c), 1.0, "{freq:?}");
+        for (&f, &l) in freq.iter().zip(c.lens.iter()) {
+            assert!(f == 0 || l != 0, "{freq:?}");
+        }
+        let used: std::vec::Vec<_> = (0..N).filter(|&s| c.lens[s] != 0).collect();
+        for &a in &used {
+            for &b in &used {
+                if a != b && c.lens[a] <= c.lens[b] {
+                    let mask = (1u32 << c.lens[a]) - 1;
+                    assert_ne!(c.codes[a] as u32, c.codes[b] as u32 & mask, "{freq:?}");
+                }
+            }
+        }
+        if used.len() >= 2 && freq.iter().filter(|&&f| f != 0).count() >= 2 {
+            // Shannon lengths cost less than one bit a symbol over the optimum.
+            let total: u64 = freq.iter().map(|&f| f as u64).sum();
+            assert!(cost <= reference_cost(freq) + total, "{freq:?}");
+        }
+        c
+    }
+
+    #[test]
+    fn approximate_codes_are_complete_and_near_optimal() {
+        check_fast(&[1, 1, 2, 4]);
+        check_fast(&[5, 0, 5, 5, 5]);
+        check_fast(&[0, 0, 1, 0]);
+        check_fast(&[0, 0, 0, 0]);
+        check_fast(&[1000, 1, 0, 1]);
+        check_fast(&[
+            1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16000,
+        ]);
+        let mut big = [0u32; LIT_SYMS];
+        big[0] = 1 << 20;
+        big[1] = 1;
+        big[2] = 1;
+        check_fast(&big);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut worst = 0f64;
+        for round in 0..400 {
+            let density = 1 + next() % 4;
+            let scale = [2, 16, 300, 5000][round % 4];
+            let mut f = [0u32; LIT_SYMS];
+            for x in f.iter_mut() {
+                if next() % density == 0 {
+                    *x = (next() % scale) as u32;
+                }
+            }
+            let c = check_fast(&f);
+            if f.iter().filter(|&&f| f != 0).count() >= 2 {
+                worst = worst.max(c.cost(&f) as f64 / reference_cost(&f) as f64);
+            }
+            let mut d = [0u32; DIST_SYMS];
+            d.copy_from_slice(&f[..DIST_SYMS]);
+            check_fast(&d);
+        }
+        assert!(worst < 1.1, "{worst}");
     }
 
     #[test]
