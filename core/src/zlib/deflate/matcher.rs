@@ -293,14 +293,14 @@ impl<'a> Block<'a> {
         let (header, dynamic) = if self.covered < DYNAMIC_MIN_BYTES {
             (None, u64::MAX)
         } else if self.approximate {
-            let bits = lit.build_fast(&self.lit_freq) + dist.build_fast(&self.dist_freq);
-            let header = DynamicHeader::new(&lit, &dist);
+            let bits = lit.build_fast(&self.lit_freq, 15) + dist.build_fast(&self.dist_freq, 15);
+            let header = DynamicHeader::new(&lit, &dist, true);
             let bits = header.bits + bits + extra;
             (Some(header), bits)
         } else {
             lit.build(&self.lit_freq, 15);
             dist.build(&self.dist_freq, 15);
-            let header = DynamicHeader::new(&lit, &dist);
+            let header = DynamicHeader::new(&lit, &dist, false);
             let bits = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
             (Some(header), bits)
         };
