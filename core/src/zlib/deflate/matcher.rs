@@ -170,6 +170,11 @@ const DEFAULT_EFFORT: Effort = Effort {
     good: 8,
 };
 
+/// The fast level builds its codes with [`Code::build_fast`] for blocks of fewer symbols: on
+/// a small block building the optimal code costs as much as the matching, and the approximate
+/// one is about 1% larger; on large blocks the optimal code costs little and saves about 3%.
+const APPROXIMATE_MAX_SYMBOLS: usize = 2048;
+
 /// Blocks covering fewer input bytes are never given a dynamic code.
 const DYNAMIC_MIN_BYTES: usize = 128;
 
@@ -292,7 +297,7 @@ impl<'a> Block<'a> {
         // block this short: skip building it.
         let (header, dynamic) = if self.covered < DYNAMIC_MIN_BYTES {
             (None, u64::MAX)
-        } else if self.approximate {
+        } else if self.approximate && self.count < APPROXIMATE_MAX_SYMBOLS {
             let bits = lit.build_fast(&self.lit_freq, 15) + dist.build_fast(&self.dist_freq, 15);
             let header = DynamicHeader::new(&lit, &dist, true);
             let bits = header.bits + bits + extra;
