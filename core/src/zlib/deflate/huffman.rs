@@ -102,13 +102,23 @@ impl<const N: usize> Code<N> {
     pub(crate) fn build_fast(&mut self, freq: &[u32; N], max_bits: u32) -> u64 {
         let bits = max_bits as usize;
         let one: u32 = 1 << max_bits;
+        // The used symbols, found 32 at a time (a small block uses few of the 286): a mask of
+        // the nonzero frequencies, then its set bits. Frequencies count symbols of one block,
+        // so their sum fits easily.
         let mut used = [0u32; N];
         let mut n = 0;
         let mut total = 0u32;
-        for (s, &f) in freq.iter().enumerate() {
-            used[n] = s as u32;
-            n += (f != 0) as usize;
-            total = total.saturating_add(f);
+        for (k, group) in freq.chunks(32).enumerate() {
+            let mut mask = 0u32;
+            for (j, &f) in group.iter().enumerate() {
+                mask |= ((f != 0) as u32) << j;
+                total += f;
+            }
+            while mask != 0 {
+                used[n] = (k * 32) as u32 + mask.trailing_zeros();
+                n += 1;
+                mask &= mask - 1;
+            }
         }
         if n < 2 || total >= one {
             self.build(freq, max_bits);

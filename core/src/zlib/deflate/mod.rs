@@ -1,6 +1,7 @@
 //! wirekit's deflate compressor: zlib streams from a caller's input into a caller's output over
 //! a caller-supplied workspace, with no allocation and no per-call table clearing.
 
+mod adler32;
 mod bits;
 mod huffman;
 mod matcher;
@@ -273,9 +274,7 @@ impl<S: AsMut<[u32]>> Compressor<S> {
 fn finish(level: Level, input: &[u8], out: &mut [u8], body_end: usize) -> usize {
     out[0] = 0x78;
     out[1] = level.flg();
-    let mut adler = adler2::Adler32::new();
-    adler.write_slice(input);
-    out[body_end..body_end + 4].copy_from_slice(&adler.checksum().to_be_bytes());
+    out[body_end..body_end + 4].copy_from_slice(&adler32::adler32(input).to_be_bytes());
     body_end + 4
 }
 
