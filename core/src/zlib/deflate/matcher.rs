@@ -208,8 +208,8 @@ struct Block<'a> {
     /// Input offset where the block starts, and how many input bytes its symbols cover.
     start: usize,
     covered: usize,
-    /// Build dynamic codes with [`Code::build_fast`] and never price the fixed code (the fast
-    /// level).
+    /// The fast level: small blocks' dynamic codes come from [`Code::build_fast`], and a block
+    /// long enough for a dynamic code is never priced in the fixed one.
     approximate: bool,
 }
 
