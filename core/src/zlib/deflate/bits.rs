@@ -46,8 +46,9 @@ impl<'a> BitWriter<'a> {
         dst.copy_from_slice(&self.acc.to_le_bytes());
         let bytes = self.nbits >> 3;
         self.pos += bytes as usize;
-        // `bytes` may be 8 (64 pending bits): shift in two steps to stay in range.
-        self.acc = (self.acc >> (bytes * 4)) >> (bytes * 4);
+        // At most 63 bits are pending (under 8 after a flush, at most 56 put before the next).
+        debug_assert!(self.nbits < 64);
+        self.acc >>= bytes * 8;
         self.nbits &= 7;
         Ok(())
     }

@@ -191,3 +191,25 @@ fn inflate_rejects_a_wrong_declared_length() {
     );
     assert_eq!(inf.inflate_exact(&z[..n], &mut [0; 300]), Ok(()));
 }
+
+#[test]
+fn the_fast_level_round_trips_packets_of_every_size_and_alphabet() {
+    let mut c = Compressor::new(vec![0u32; WORKSPACE_MCU]).unwrap();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for len in (200..5000).step_by(97) {
+        for alphabet in [2u64, 5, 17, 64, 256] {
+            let input: Vec<u8> = (0..len)
+                .map(|i| {
+                    let r = rng.next();
+                    // Repeats now and then, so matches of every length and distance occur.
+                    if r.is_multiple_of(7) && i > 40 {
+                        (i % 40) as u8
+                    } else {
+                        (r % alphabet) as u8
+                    }
+                })
+                .collect();
+            round_trip(&mut c, Level::Fast, &input);
+        }
+    }
+}
