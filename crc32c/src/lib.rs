@@ -40,6 +40,7 @@ pub fn append(crc: u32, data: &[u8]) -> u32 {
 /// assert_eq!(wirekit_crc32c::zeroed(b"ab1234cd", 2), Some(wirekit_crc32c::append(0, b"ab\0\0\0\0cd")));
 /// assert_eq!(wirekit_crc32c::zeroed(b"ab1234cd", 5), None);
 /// ```
+#[inline]
 pub fn zeroed(data: &[u8], at: usize) -> Option<u32> {
     let end = at.checked_add(4)?;
     data.get(at..end)?;

@@ -25,6 +25,7 @@ fn crc_words<const N: usize>(mut s: u64, block: &[u8; N]) -> u64 {
 /// steps themselves (one per cycle on one port) are the cost, so nothing is spent on alignment
 /// or on splitting the chain (three chains joined by carry-less products measured slower,
 /// alone and inside a PROXY parse).
+#[inline]
 #[target_feature(enable = "sse4.2")]
 pub(crate) fn append(crc: u32, data: &[u8]) -> u32 {
     let (head, words) = data.split_at(data.len() % 8);

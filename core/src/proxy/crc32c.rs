@@ -115,6 +115,7 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// use wirekit_core::proxy::crc32c::{crc32c, crc32c_zeroed};
 /// assert_eq!(crc32c_zeroed(b"ab1234cd", 2), Some(crc32c(b"ab\0\0\0\0cd")));
 /// ```
+#[inline]
 pub fn crc32c_zeroed(data: &[u8], at: usize) -> Option<u32> {
     #[cfg(feature = "std")]
     {
