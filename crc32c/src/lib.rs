@@ -42,19 +42,29 @@ pub fn append(crc: u32, data: &[u8]) -> u32 {
 /// ```
 #[inline]
 pub fn zeroed(data: &[u8], at: usize) -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    if at < data.len().saturating_sub(3) && data.len() < x86_64::SHORT_LEN && has_clmul() {
+        // SAFETY: the CPU has SSE4.2 and PCLMULQDQ, the features `zeroed` enables.
+        return Some(unsafe { x86_64::zeroed(data, at) });
+    }
+    zeroed_other(data, at)
+}
+
+/// [`zeroed`] off the hot path (kept out of line so that the common case inlines into the
+/// caller with one call left): inputs of 768 bytes or more, CPUs without the instructions,
+/// other architectures, and fields out of bounds.
+#[cold]
+#[inline(never)]
+fn zeroed_other(data: &[u8], at: usize) -> Option<u32> {
     let end = at.checked_add(4)?;
-    data.get(at..end)?;
+    let field = u32::from_le_bytes(*data.get(at..end)?.first_chunk::<4>()?);
     #[cfg(target_arch = "x86_64")]
     if has_clmul() {
-        if data.len() < x86_64::SHORT_LEN {
-            // SAFETY: the CPU has SSE4.2 and PCLMULQDQ, the features `zeroed` enables.
-            return Some(unsafe { x86_64::zeroed(data, at) });
-        }
-        let field = u32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
-        // SAFETY: as above, for `shift`.
+        // SAFETY: the CPU has SSE4.2 and PCLMULQDQ, the features `shift` enables.
         let fix = unsafe { x86_64::shift(field, data.len() - at) };
         return Some(crc32c::crc32c_append(0, data) ^ fix);
     }
+    let _ = field;
     let crc = crc32c::crc32c_append(0, &data[..at]);
     let crc = crc32c::crc32c_append(crc, &[0; 4]);
     Some(crc32c::crc32c_append(crc, &data[end..]))
@@ -86,8 +96,20 @@ pub fn mul(a: u32, b: u32) -> Option<u32> {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn has_clmul() -> bool {
-    std::arch::is_x86_feature_detected!("sse4.2")
-        && std::arch::is_x86_feature_detected!("pclmulqdq")
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // 0: not asked yet, 1: no, 2: yes. One load and compare where the checksum is inlined,
+    // rather than two lookups in std's feature cache.
+    static HAS: AtomicU8 = AtomicU8::new(0);
+    match HAS.load(Ordering::Relaxed) {
+        2 => true,
+        1 => false,
+        _ => {
+            let has = std::arch::is_x86_feature_detected!("sse4.2")
+                && std::arch::is_x86_feature_detected!("pclmulqdq");
+            HAS.store(1 + u8::from(has), Ordering::Relaxed);
+            has
+        }
+    }
 }
 
 #[cfg(test)]
