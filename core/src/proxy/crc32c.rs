@@ -3,10 +3,11 @@
 //!
 //! The portable implementation is a byte-at-a-time table built at compile time (1 KiB of
 //! read-only data), without unsafe code or CPU-specific instructions, so it runs on a Cortex-M
-//! as on the host. With the `std` feature, [`crc32c()`] and [`crc32c_append`] use the `crc32c`
-//! crate instead, which picks the CPU's CRC32C instruction at run time (SSE4.2 on x86-64, the
-//! CRC extension on AArch64) and is several times faster; the results are the same, which the
-//! tests check.
+//! as on the host. With the `std` feature, [`crc32c()`], [`crc32c_append`] and
+//! [`crc32c_zeroed`] use `wirekit-crc32c` instead, which picks the CPU's instructions at run
+//! time (SSE4.2 `crc32` and PCLMULQDQ on x86-64, else the `crc32c` crate, with the CRC
+//! extension on AArch64) and is many times faster; the results are the same, which the tests
+//! check.
 
 /// The reflected Castagnoli polynomial.
 const POLY: u32 = 0x82F6_3B78;
@@ -30,7 +31,7 @@ const fn make_table() -> [u32; 256] {
 /// One 1 KiB table, byte at a time. The portable path serves no_std targets, where a PROXY
 /// header of ~100 bytes takes microseconds either way and flash is scarce: slicing-by-8 would
 /// cost 7 KiB more of tables for nothing a microcontroller would notice. Hosts (`std`) use the
-/// `crc32c` crate's hardware path instead.
+/// `wirekit-crc32c`'s hardware path instead.
 static TABLE: [u32; 256] = make_table();
 
 /// A running CRC32C computation, for input that arrives in pieces.
@@ -98,7 +99,7 @@ pub fn crc32c(data: &[u8]) -> u32 {
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     #[cfg(feature = "std")]
     {
-        ::crc32c::crc32c_append(crc, data)
+        wirekit_crc32c::append(crc, data)
     }
     #[cfg(not(feature = "std"))]
     {
@@ -114,31 +115,16 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// use wirekit_core::proxy::crc32c::{crc32c, crc32c_zeroed};
 /// assert_eq!(crc32c_zeroed(b"ab1234cd", 2), Some(crc32c(b"ab\0\0\0\0cd")));
 /// ```
+#[inline]
 pub fn crc32c_zeroed(data: &[u8], at: usize) -> Option<u32> {
-    let end = at.checked_add(4)?;
-    let value = data.get(at..end)?;
-    #[cfg(not(feature = "std"))]
-    let _ = value;
     #[cfg(feature = "std")]
     {
-        // CRC32C is affine: zeroing the 4 bytes changes the checksum by the raw (no pre- or
-        // post-inversion) register contribution of those bytes followed by the rest of the data
-        // as zeros. Two long runs for the CPU instruction beat three short ones, whose unaligned
-        // heads and tails it takes byte by byte.
-        const ZEROS: [u8; 512] = [0; 512];
-        let mut raw = Crc32c { state: 0 };
-        raw.update(value);
-        let mut zeros = data.len() - end;
-        let mut s = raw.state;
-        while zeros > 0 {
-            let k = zeros.min(ZEROS.len());
-            s = !::crc32c::crc32c_append(!s, &ZEROS[..k]);
-            zeros -= k;
-        }
-        Some(crc32c(data) ^ s)
+        wirekit_crc32c::zeroed(data, at)
     }
     #[cfg(not(feature = "std"))]
     {
+        let end = at.checked_add(4)?;
+        data.get(at..end)?;
         Some(crc32c_zeroed_portable(data, at, end))
     }
 }
@@ -195,18 +181,47 @@ mod tests {
 
     #[test]
     fn zeroed_matches_a_zeroed_copy() {
-        let data: [u8; 700] = core::array::from_fn(|i| (i * 97 + 13) as u8);
-        for len in [4usize, 5, 16, 31, 64, 115, 600, 700] {
-            for at in (0..=len - 4).step_by(3) {
-                let mut copy = data;
-                copy[at..at + 4].fill(0);
-                let want = bitwise(&copy[..len]);
-                assert_eq!(crc32c_zeroed(&data[..len], at), Some(want), "{len} {at}");
-                assert_eq!(crc32c_zeroed_portable(&data[..len], at, at + 4), want);
+        // Pseudo-random bytes (xorshift32), every length up to 600 with the field at every
+        // position, then longer inputs with the field near either end; the reference is the
+        // portable table over a copy with the field zeroed (itself checked bit by bit above).
+        let mut x = 0x2545_F491u32;
+        let mut noise = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        };
+        let mut data = [0u8; 600];
+        data.fill_with(&mut noise);
+        let zeroed_copy = |d: &[u8], at: usize| {
+            let mut c = Crc32c::new();
+            c.update(&d[..at]);
+            c.update_zeros(4);
+            c.update(&d[at + 4..]);
+            c.finish()
+        };
+        for len in 4..=data.len() {
+            let d = &data[..len];
+            for at in 0..=len - 4 {
+                let want = zeroed_copy(d, at);
+                assert_eq!(crc32c_zeroed(d, at), Some(want), "{len} {at}");
+                assert_eq!(crc32c_zeroed_portable(d, at, at + 4), want);
             }
-            assert_eq!(crc32c_zeroed(&data[..len], len - 3), None);
-            assert_eq!(crc32c_zeroed(&data[..len], usize::MAX - 1), None);
+            assert_eq!(crc32c_zeroed(d, len - 3), None);
+            assert_eq!(crc32c_zeroed(d, usize::MAX - 1), None);
         }
+        let mut big = std::vec![0u8; 70_000];
+        big.fill_with(&mut noise);
+        for len in [767, 768, 4096, 65_551, 70_000] {
+            let d = &big[..len];
+            for at in (0..24).chain(len - 24..=len - 4).chain([len / 2]) {
+                assert_eq!(crc32c_zeroed(d, at), Some(zeroed_copy(d, at)), "{len} {at}");
+            }
+        }
+        // The reference itself, once, against a literal zeroed copy.
+        let mut copy = data;
+        copy[100..104].fill(0);
+        assert_eq!(zeroed_copy(&data, 100), bitwise(&copy));
     }
 
     #[test]

@@ -671,6 +671,46 @@ mod tests {
         assert_eq!(err(&bad[..n]), Error::Crc32cMismatch);
     }
 
+    /// The CRC32C TLV anywhere in the area (after a NOOP of 0 to 600 bytes, before another of
+    /// 0 to 40), in headers up to ~700 bytes: a sealed header parses, and a wrong checksum or a
+    /// changed byte anywhere is a mismatch.
+    #[test]
+    fn crc32c_at_every_position() {
+        let mut buf = [0u8; 720];
+        buf[..28].copy_from_slice(&IPV4);
+        for (i, b) in buf[28..].iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(151).wrapping_add(7);
+        }
+        for before in 0..=600usize {
+            let after = before % 41;
+            let mut v = buf;
+            let mut pos = 28;
+            v[pos] = 0x04;
+            v[pos + 1..pos + 3].copy_from_slice(&(before as u16).to_be_bytes());
+            pos += 3 + before;
+            let at = pos + 3;
+            v[pos..at + 4].copy_from_slice(&[0x03, 0x00, 0x04, 0, 0, 0, 0]);
+            pos = at + 4;
+            v[pos..pos + 3].copy_from_slice(&[0x04, 0, after as u8]);
+            let n = pos + 3 + after;
+            v[14..16].copy_from_slice(&((n - 16) as u16).to_be_bytes());
+            let crc = bitwise_crc(&v[..n]);
+            v[at..at + 4].copy_from_slice(&crc.to_be_bytes());
+            assert_eq!(ok(&v[..n]).crc32c, Some(crc), "{before}");
+            let mut bad = v;
+            bad[at + before % 4] ^= 1 << (before % 8);
+            assert_eq!(err(&bad[..n]), Error::Crc32cMismatch, "{before}");
+            // An address byte, and a byte in each NOOP's value.
+            let values = [16 + before % 12, 31 + before / 2, n - 1 - after / 2];
+            let in_value = |i: usize| i < 28 || (31..31 + before).contains(&i) || i >= n - after;
+            for i in values.into_iter().filter(|&i| in_value(i)) {
+                let mut bad = v;
+                bad[i] ^= 0x80;
+                assert_eq!(err(&bad[..n]), Error::Crc32cMismatch, "{before} {i}");
+            }
+        }
+    }
+
     #[test]
     fn every_prefix_is_partial() {
         let (v, n) = ipv4_tlvs();
