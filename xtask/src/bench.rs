@@ -55,7 +55,90 @@ fn pktconn_echo() -> Result<(), String> {
         ("serve on CPU 0, load on CPU 1 (pinned)", true),
         ("serve single-threaded, unpinned", false),
     ] {
-        let mut args = vec![
+        let extra: &[&str] = if pin { &["--pin"] } else { &[] };
+        let report = echo_load(&exe, extra, label)?;
+        let cpu = report["server_cpu_per_packet_us"].as_f64();
+        echo_row(label, &report, cpu);
+    }
+    // The same load against servers in their own process on CPU 0: `wirekit serve`, and the
+    // floor, a bare mio echo loop that does nothing but find frame ends. What both pay is the
+    // kernel's loopback TCP path.
+    cargo(
+        &[
+            "build",
+            "--release",
+            "-p",
+            "wirekit-benches",
+            "--example",
+            "epoll_echo_floor",
+        ],
+        &[],
+    )?;
+    let floor = target
+        .join("release")
+        .join("examples")
+        .join("epoll_echo_floor");
+    let serve_port = free_port()?;
+    for (label, program, args) in [
+        (
+            "`wirekit serve` process on CPU 0, load on CPU 1",
+            exe.clone(),
+            vec![
+                "serve".to_string(),
+                "--framing".into(),
+                "u32le".into(),
+                "--threads".into(),
+                "1".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{serve_port}"),
+            ],
+        ),
+        (
+            "floor: bare mio epoll echo loop on CPU 0, load on CPU 1",
+            floor.clone(),
+            vec!["127.0.0.1:0".to_string()],
+        ),
+    ] {
+        let mut server = std::process::Command::new("taskset")
+            .args(["-c", "0"])
+            .arg(&program)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run taskset {}: {e}", program.display()))?;
+        let addr = if program == floor {
+            let out = server.stdout.as_mut().expect("piped");
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)
+                .map_err(|e| e.to_string())?;
+            line.trim()
+                .strip_prefix("listening ")
+                .ok_or_else(|| format!("floor server said {line:?}"))?
+                .to_string()
+        } else {
+            wait_for_port(serve_port)?;
+            format!("127.0.0.1:{serve_port}")
+        };
+        let report = echo_load(&exe, &["--target", &addr, "--pin"], label);
+        let cpu_s = process_cpu_s(server.id());
+        let _ = server.kill();
+        let _ = server.wait();
+        let report = report?;
+        let frames = report["round_trips"].as_f64().unwrap_or(f64::NAN);
+        echo_row(label, &report, cpu_s.map(|c| c * 1e6 / frames));
+    }
+    println!(
+        "(pktconn's figure is its published claim, not measured here; the load generator shares the machine's other core; server CPU in the process rows includes accepting the 1000 connections.)"
+    );
+    Ok(())
+}
+
+/// Runs the pktconn echo load (`wirekit bench`, 1000 connections x 1000 round trips, 0-2048 B,
+/// u32le) with `extra` arguments and returns its JSON report.
+fn echo_load(exe: &Path, extra: &[&str], label: &str) -> Result<serde_json::Value, String> {
+    let out = std::process::Command::new(exe)
+        .args([
             "bench",
             "--framing",
             "u32le",
@@ -67,38 +150,59 @@ fn pktconn_echo() -> Result<(), String> {
             "--payload",
             "uniform:0-2048",
             "--json",
-        ];
-        if pin {
-            args.push("--pin");
-        }
-        let out = std::process::Command::new(&exe)
-            .args(&args)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "pktconn echo run failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let report: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| format!("bench --json output: {e}"))?;
-        let rate = report["frames_per_s"].as_f64().unwrap_or(f64::NAN);
-        let cpu = report["server_cpu_per_packet_us"].as_f64();
-        println!(
-            "| pktconn echo, 1000 conn x 1000 rt, 0-2048 B, u32le, {label} | {:.0} | {} | {:.0} µs | {:.0} µs | {:.2}x |",
-            rate,
-            cpu.map(|c| format!("{c:.2} µs"))
-                .unwrap_or_else(|| "n/a".into()),
-            report["p50_us"].as_f64().unwrap_or(f64::NAN),
-            report["p99_us"].as_f64().unwrap_or(f64::NAN),
-            rate / PKTCONN_CLAIM
-        );
+        ])
+        .args(extra)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pktconn echo run ({label}) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("bench --json output: {e}"))
+}
+
+/// One row of the pktconn table.
+fn echo_row(label: &str, report: &serde_json::Value, server_cpu_us: Option<f64>) {
+    let rate = report["frames_per_s"].as_f64().unwrap_or(f64::NAN);
     println!(
-        "(pktconn's figure is its published claim, not measured here; the load generator shares the machine's other core.)"
+        "| pktconn echo, 1000 conn x 1000 rt, 0-2048 B, u32le, {label} | {:.0} | {} | {:.0} µs | {:.0} µs | {:.2}x |",
+        rate,
+        server_cpu_us
+            .map(|c| format!("{c:.2} µs"))
+            .unwrap_or_else(|| "n/a".into()),
+        report["p50_us"].as_f64().unwrap_or(f64::NAN),
+        report["p99_us"].as_f64().unwrap_or(f64::NAN),
+        rate / PKTCONN_CLAIM
     );
+}
+
+/// A loopback port free a moment ago.
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// Waits (at most 10 s) until something listens on the loopback port.
+fn wait_for_port(port: u16) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("nothing listens on 127.0.0.1:{port}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     Ok(())
+}
+
+/// A process's CPU time (user + system) so far, from `/proc`, in seconds.
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
 }
 
 struct Row {
