@@ -333,11 +333,7 @@ async fn drive(
                 match p.want {
                     Want::Call => continue,
                     Want::Output(required) => {
-                        // Bounded by the config; a session asking for more than its own
-                        // maximum would be a bug, and must not spin.
-                        if required > options.service.max_output_len() {
-                            return Err(SessionError::ReplyTooLarge.into());
-                        }
+                        check_reply_room(required, options)?;
                         if out.len() < required {
                             out.resize(required, 0);
                         }
@@ -437,13 +433,7 @@ fn serve_read(
     carry: &mut InputBuffer,
     pending: &mut Vec<u8>,
 ) -> Result<ServedRead, ConnError> {
-    WORKSPACE.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let tw = slot.get_or_insert_with(ThreadWorkspace::new);
-        let scratch_len = options.service.max_packet_len();
-        if tw.scratch.len() < scratch_len {
-            tw.scratch.resize(scratch_len, 0);
-        }
+    with_thread_workspace(options.service.max_packet_len(), |tw| {
         let ThreadWorkspace {
             scratch,
             inflater,
@@ -472,9 +462,7 @@ fn serve_read(
                 Want::Call => {}
                 Want::Input(needed) => break Some(needed),
                 Want::Output(required) => {
-                    if required > options.service.max_output_len() {
-                        return Err(SessionError::ReplyTooLarge.into());
-                    }
+                    check_reply_room(required, options)?;
                     if written > 0 {
                         let sent = write_now(stream, &write_buf[..written], pending)?;
                         written = 0;
@@ -553,13 +541,30 @@ fn handle(
     counters: &AtomicCounters,
     scratch_len: usize,
 ) -> Result<service::Progress, SessionError> {
+    with_thread_workspace(scratch_len, |tw| {
+        let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor);
+        session.handle(input, out, &mut ws, counters as &dyn Counters)
+    })
+}
+
+/// Runs `f` with this thread's workspace, its scratch at least `scratch_len` bytes. Never
+/// called across an await.
+fn with_thread_workspace<R>(scratch_len: usize, f: impl FnOnce(&mut ThreadWorkspace) -> R) -> R {
     WORKSPACE.with(|cell| {
         let mut slot = cell.borrow_mut();
         let tw = slot.get_or_insert_with(ThreadWorkspace::new);
         if tw.scratch.len() < scratch_len {
             tw.scratch.resize(scratch_len, 0);
         }
-        let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor);
-        session.handle(input, out, &mut ws, counters as &dyn Counters)
+        f(tw)
     })
+}
+
+/// A reply needing more room than the configured maximum would be a session bug; refuse it
+/// rather than grow a buffer or spin.
+fn check_reply_room(required: usize, options: &ServeOptions) -> Result<(), ConnError> {
+    if required > options.service.max_output_len() {
+        return Err(SessionError::ReplyTooLarge.into());
+    }
+    Ok(())
 }
