@@ -102,65 +102,75 @@ impl<const N: usize> Code<N> {
     pub(crate) fn build_fast(&mut self, freq: &[u32; N], max_bits: u32) -> u64 {
         let bits = max_bits as usize;
         let one: u32 = 1 << max_bits;
+        // Frequencies count the symbols of one block, so their sum fits easily.
+        let total: u32 = freq.iter().sum();
+        if total >= one {
+            self.build(freq, max_bits);
+            return self.cost(freq);
+        }
         // The used symbols, found 32 at a time (a small block uses few of the 286): a mask of
-        // the nonzero frequencies, then its set bits. Frequencies count symbols of one block,
-        // so their sum fits easily.
+        // the nonzero frequencies, then its set bits, each with its Shannon length in the
+        // upper half.
+        let top = total.leading_zeros();
         let mut used = [0u32; N];
         let mut n = 0;
-        let mut total = 0u32;
+        let mut count = [0u32; 33];
+        let mut kraft = 0u32;
         for (k, group) in freq.chunks(32).enumerate() {
             let mut mask = 0u32;
             for (j, &f) in group.iter().enumerate() {
                 mask |= ((f != 0) as u32) << j;
-                total += f;
             }
             while mask != 0 {
-                used[n] = (k * 32) as u32 + mask.trailing_zeros();
+                let s = k * 32 + mask.trailing_zeros() as usize;
+                let f = freq[s];
+                let l0 = f.leading_zeros() - top;
+                let l = (l0 + ((f << l0) < total) as u32).max(1);
+                used[n] = s as u32 | l << 16;
                 n += 1;
+                kraft += one >> l;
+                count[l as usize] += 1;
                 mask &= mask - 1;
             }
         }
-        if n < 2 || total >= one {
+        if n < 2 {
             self.build(freq, max_bits);
             return self.cost(freq);
         }
-        let used = &used[..n];
-        self.lens = [0; N];
-        let top = total.leading_zeros();
-        let mut count = [0u32; 33];
-        let mut kraft = 0u32;
-        for &s in used {
-            let f = freq[s as usize];
-            let l0 = f.leading_zeros() - top;
-            let l = (l0 + ((f << l0) < total) as u32).max(1);
-            self.lens[s as usize] = l as u8;
-            kraft += one >> l;
-            count[l as usize] += 1;
-        }
         // Shortening a code of length l spends `one >> l` of the slack. Longest codes first:
         // while slack remains it is a multiple of the longest code's share, so it ends at
-        // exactly 0. Worked out on the counts, then applied to the first symbols of each length.
+        // exactly 0. Worked out on the counts (the codes moved up from each length carried
+        // in a register), then applied to the first symbols of each length.
         let mut slack = one - kraft;
         let mut moves = [0u32; 16];
+        let mut carried = 0;
         for l in (2..=bits).rev() {
-            let m = count[l].min(slack >> (bits - l));
+            let c = count[l] + carried;
+            let m = c.min(slack >> (bits - l));
             moves[l] = m;
-            count[l] -= m;
-            count[l - 1] += m;
+            count[l] = c - m;
+            carried = m;
             slack -= m << (bits - l);
         }
+        count[1] += carried;
         debug_assert_eq!(slack, 0);
+        // With the final counts known, one pass sets each symbol's length and canonical code.
+        let mut next = first_codes(&count);
+        self.lens = [0; N];
         let mut cost = 0u64;
-        for &s in used {
-            let mut l = self.lens[s as usize] as usize;
+        for &e in &used[..n] {
+            let s = (e & 0xffff) as usize;
+            let mut l = (e >> 16) as usize;
             while moves[l] != 0 {
                 moves[l] -= 1;
                 l -= 1;
             }
-            self.lens[s as usize] = l as u8;
-            cost += freq[s as usize] as u64 * l as u64;
+            self.lens[s] = l as u8;
+            let slot = &mut next[l];
+            self.codes[s] = reverse16(*slot as u16, l as u32);
+            *slot += 1;
+            cost += freq[s] as u64 * l as u64;
         }
-        self.assign_codes(&count, used);
         cost
     }
 
@@ -168,12 +178,7 @@ impl<const N: usize> Code<N> {
     /// the number of codes of length `l`, and `used` the symbols with a code, in ascending
     /// order (in the low 9 bits).
     fn assign_codes(&mut self, count: &[u32; 33], used: &[u32]) {
-        let mut next = [0u32; 16];
-        let mut code = 0u32;
-        for l in 1..16 {
-            code = (code + count[l - 1] * (l > 1) as u32) << 1;
-            next[l] = code;
-        }
+        let mut next = first_codes(count);
         for &k in used {
             let s = (k & 511) as usize;
             let l = self.lens[s];
@@ -190,6 +195,17 @@ impl<const N: usize> Code<N> {
             .map(|(&f, &l)| f as u64 * l as u64)
             .sum()
     }
+}
+
+/// The first canonical code of each length 1 to 15, from the number of codes of each length.
+fn first_codes(count: &[u32; 33]) -> [u32; 16] {
+    let mut next = [0u32; 16];
+    let mut code = 0u32;
+    for l in 1..16 {
+        code = (code + count[l - 1] * (l > 1) as u32) << 1;
+        next[l] = code;
+    }
+    next
 }
 
 /// Bits of each byte in reverse order.
@@ -312,6 +328,26 @@ fn minimum_redundancy(a: &mut [u32], count: &mut [u32; 33]) {
     }
 }
 
+/// How many bytes from `s[i]` on equal it (at least one), found eight at a time: a small
+/// block's literal lengths are mostly long runs of zeros between short runs of other lengths.
+#[inline(always)]
+fn run_length(s: &[u8], i: usize) -> usize {
+    let l = s[i];
+    let pattern = u64::from_ne_bytes([l; 8]);
+    let mut j = i + 1;
+    while let Some(word) = s.get(j..j + 8) {
+        let d = u64::from_le_bytes(word.try_into().unwrap_or([0; 8])) ^ pattern;
+        if d != 0 {
+            return j + (d.trailing_zeros() / 8) as usize - i;
+        }
+        j += 8;
+    }
+    while j < s.len() && s[j] == l {
+        j += 1;
+    }
+    j - i
+}
+
 /// The header of a dynamic block: the two codes' lengths, run-length coded, and the code that
 /// codes them.
 pub(crate) struct DynamicHeader {
@@ -354,10 +390,7 @@ impl DynamicHeader {
         let mut i = 0;
         while i < all.len() {
             let l = all[i];
-            let mut run = 1;
-            while i + run < all.len() && all[i + run] == l {
-                run += 1;
-            }
+            let mut run = run_length(all, i);
             i += run;
             if l == 0 {
                 while run >= 11 {

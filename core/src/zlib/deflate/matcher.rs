@@ -4,8 +4,7 @@ use super::Layout;
 use super::bits::{BitWriter, Overflow};
 use super::huffman::{Code, DIST_SYMS, DynamicHeader, LIT_SYMS};
 use super::tables::{
-    DIST_BASE, DIST_EXTRA, LEN_BASE, LEN_CODE, LEN_EXTRA, STATIC_DIST, STATIC_LEN, STATIC_LIT,
-    dist_code,
+    DIST_EXTRA, LEN_EXTRA, LEN_SYMBOL, STATIC_DIST, STATIC_LEN, STATIC_LIT, dist_symbol,
 };
 
 /// Deflate's longest match and farthest distance.
@@ -100,8 +99,8 @@ pub(crate) fn compress_quick(
             if len != 0 {
                 let (bits, nbits) = STATIC_LEN[len - 3];
                 w.put(bits as u64, nbits as u32);
-                let dc = dist_code(dist);
-                let extra = (dist - DIST_BASE[dc] as usize) as u64;
+                let (dc, extra) = dist_symbol(dist);
+                let extra = extra as u64;
                 w.put(
                     STATIC_DIST[dc] as u64 | (extra << 5),
                     5 + DIST_EXTRA[dc] as u32,
@@ -190,13 +189,12 @@ fn match_symbol(
     lit_freq: &mut [u32; LIT_SYMS],
     dist_freq: &mut [u32; DIST_SYMS],
 ) -> u32 {
-    let lc = LEN_CODE[len - 3] as usize;
-    let dc = dist_code(dist);
+    let e = LEN_SYMBOL[len - 3] as u32;
+    let lc = (e & 31) as usize;
+    let (dc, dist_extra) = dist_symbol(dist);
     lit_freq[257 + lc] += 1;
     dist_freq[dc] += 1;
-    let len_extra = (len - LEN_BASE[lc] as usize) as u32;
-    let dist_extra = (dist - DIST_BASE[dc] as usize) as u32;
-    MATCH | lc as u32 | (dc as u32) << 5 | len_extra << 10 | dist_extra << 15
+    MATCH | lc as u32 | (dc as u32) << 5 | (e >> 8) << 10 | dist_extra << 15
 }
 
 /// Symbols of the current block, with their frequencies.
@@ -371,14 +369,18 @@ impl<'a> Block<'a> {
         dist: &Code<DIST_SYMS>,
     ) -> Result<(), Overflow> {
         for &s in &self.syms[..self.count] {
-            // At most 48 bits a symbol: flush with 16 or more pending keeps within 64.
-            if w.pending_bits() >= 16 {
-                w.flush()?;
-            }
             if s & MATCH == 0 {
+                // A literal takes at most 15 bits: flush only when 49 or more are pending.
+                if w.pending_bits() > 48 {
+                    w.flush()?;
+                }
                 let b = (s & 0xff) as usize;
                 w.put(lit.codes[b] as u64, lit.lens[b] as u32);
             } else {
+                // A match takes at most 48 bits.
+                if w.pending_bits() >= 16 {
+                    w.flush()?;
+                }
                 let lc = (s & 31) as usize;
                 let dc = ((s >> 5) & 31) as usize;
                 let sym = 257 + lc;

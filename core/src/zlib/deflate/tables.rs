@@ -43,37 +43,33 @@ pub(crate) const LEN_CODE: [u8; 256] = {
     t
 };
 
-/// Distance code for `dist − 1` below 256 (first half) and for `(dist − 1) >> 7` (second half),
-/// zlib's two-level lookup.
-pub(crate) const DIST_CODE: [u8; 512] = {
-    let mut t = [0u8; 512];
-    let mut code = 0;
-    while code < 30 {
-        let start = DIST_BASE[code] as usize - 1;
-        let end = start + (1usize << DIST_EXTRA[code]);
-        let mut d = start;
-        while d < end {
-            if d < 256 {
-                t[d] = code as u8;
-            } else {
-                t[256 + (d >> 7)] = code as u8;
-            }
-            d += 1;
-        }
-        code += 1;
+/// For `len − 3`: the length code index (symbol − 257) in the low 5 bits and the value of
+/// its extra bits from bit 8, so that a match's length needs one look-up.
+pub(crate) const LEN_SYMBOL: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let code = LEN_CODE[i] as usize;
+        t[i] = code as u16 | ((i + 3 - LEN_BASE[code] as usize) as u16) << 8;
+        i += 1;
     }
     t
 };
 
-/// The distance code of `dist` (1..=32768).
+/// The distance code of `dist` (1..=32768) and the value of its extra bits, by arithmetic
+/// rather than zlib's two-level table: with `d = dist − 1 >= 2` and `l = floor(log2 d)`, the
+/// code is `2l` plus bit `l − 1` of `d`, whose low `l − 1` bits are the extra bits.
 #[inline(always)]
-pub(crate) fn dist_code(dist: usize) -> usize {
-    let d = dist - 1;
-    if d < 256 {
-        DIST_CODE[d] as usize
+pub(crate) fn dist_symbol(dist: usize) -> (usize, u32) {
+    let d = (dist - 1) as u32;
+    let l = 31 - (d | 1).leading_zeros();
+    let extra_bits = l.saturating_sub(1);
+    let code = if d < 2 {
+        d
     } else {
-        DIST_CODE[256 + ((d >> 7) & 255)] as usize
-    }
+        2 * l + ((d >> extra_bits) & 1)
+    };
+    (code as usize, d & ((1 << extra_bits) - 1))
 }
 
 /// `code` (of `len` bits) with its bits reversed, as deflate sends Huffman codes MSB first
@@ -167,12 +163,20 @@ mod tests {
     #[test]
     fn distance_codes_cover_every_distance() {
         for dist in 1..=32768usize {
-            let code = dist_code(dist);
+            let (code, extra) = dist_symbol(dist);
             let base = DIST_BASE[code] as usize;
-            assert!(
-                dist >= base && dist - base < (1 << DIST_EXTRA[code]),
-                "dist {dist}"
-            );
+            assert_eq!(dist - base, extra as usize, "dist {dist}");
+            assert!(extra < (1 << DIST_EXTRA[code]), "dist {dist}");
+        }
+    }
+
+    #[test]
+    fn length_symbols_pack_code_and_extra_value() {
+        for len in 3..=258usize {
+            let e = LEN_SYMBOL[len - 3] as usize;
+            let code = e & 31;
+            assert_eq!(code, LEN_CODE[len - 3] as usize);
+            assert_eq!(LEN_BASE[code] as usize + (e >> 8), len);
         }
     }
 
