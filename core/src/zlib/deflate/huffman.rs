@@ -8,6 +8,8 @@ pub(crate) const LIT_SYMS: usize = 286;
 /// Distance symbols.
 pub(crate) const DIST_SYMS: usize = 30;
 const CLEN_SYMS: usize = 19;
+/// Extra bits after each code-length symbol: 2, 3 and 7 after the run symbols 16, 17 and 18.
+const CLEN_EXTRA: [u8; CLEN_SYMS] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 7];
 
 /// A canonical Huffman code: per symbol, the reversed code and its length (0 = unused).
 pub(crate) struct Code<const N: usize> {
@@ -426,7 +428,11 @@ impl DynamicHeader {
         while hclen > 4 && clen.lens[CLEN_ORDER[hclen - 1] as usize] == 0 {
             hclen -= 1;
         }
-        let extra = freq[16] as u64 * 2 + freq[17] as u64 * 3 + freq[18] as u64 * 7;
+        let extra: u64 = freq[16..]
+            .iter()
+            .zip(&CLEN_EXTRA[16..])
+            .map(|(&f, &e)| f as u64 * e as u64)
+            .sum();
         let bits = 3 + 5 + 5 + 4 + 3 * hclen as u64 + clen.cost(&freq) + extra;
         DynamicHeader {
             hlit,
@@ -456,13 +462,12 @@ impl DynamicHeader {
         for &e in &self.rle[..self.rle_len] {
             let sym = (e & 0xff) as usize;
             let extra = (e >> 8) as u64;
-            w.put(self.clen.codes[sym] as u64, self.clen.lens[sym] as u32);
-            match sym {
-                16 => w.put(extra, 2),
-                17 => w.put(extra, 3),
-                18 => w.put(extra, 7),
-                _ => {}
-            }
+            // The code and its extra bits (none below 16) in one put, with no branch.
+            let len = self.clen.lens[sym] as u32;
+            w.put(
+                self.clen.codes[sym] as u64 | extra << len,
+                len + CLEN_EXTRA[sym] as u32,
+            );
             // At most 14 bits a symbol.
             if w.pending_bits() >= 48 {
                 w.flush()?;
