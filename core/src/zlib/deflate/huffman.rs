@@ -102,13 +102,24 @@ impl<const N: usize> Code<N> {
     /// the total frequency is `1 << max_bits` or more (Shannon lengths could then exceed the
     /// limit).
     pub(crate) fn build_fast(&mut self, freq: &[u32; N], max_bits: u32) -> u64 {
+        self.build_fast_with(freq, max_bits, &mut |_, _| {})
+    }
+
+    /// [`Code::build_fast`], also calling `coded(symbol, length)` for each symbol given a
+    /// code, in ascending order: [`RunLengths`] codes the lengths for the block header in the
+    /// same pass.
+    pub(crate) fn build_fast_with(
+        &mut self,
+        freq: &[u32; N],
+        max_bits: u32,
+        coded: &mut impl FnMut(usize, u8),
+    ) -> u64 {
         let bits = max_bits as usize;
         let one: u32 = 1 << max_bits;
         // Frequencies count the symbols of one block, so their sum fits easily.
         let total: u32 = freq.iter().sum();
         if total >= one {
-            self.build(freq, max_bits);
-            return self.cost(freq);
+            return self.build_reporting(freq, max_bits, coded);
         }
         // The used symbols, found 32 at a time (a small block uses few of the 286): a mask of
         // the nonzero frequencies, then its set bits, each with its Shannon length in the
@@ -136,8 +147,7 @@ impl<const N: usize> Code<N> {
             }
         }
         if n < 2 {
-            self.build(freq, max_bits);
-            return self.cost(freq);
+            return self.build_reporting(freq, max_bits, coded);
         }
         // Shortening a code of length l spends `one >> l` of the slack. Longest codes first:
         // while slack remains it is a multiple of the longest code's share, so it ends at
@@ -172,8 +182,30 @@ impl<const N: usize> Code<N> {
             self.codes[s] = reverse16(*slot as u16, l as u32);
             *slot += 1;
             cost += freq[s] as u64 * l as u64;
+            coded(s, l as u8);
         }
         cost
+    }
+
+    /// [`Code::build`], then `coded` for each symbol with a code; returns the cost of `freq`.
+    fn build_reporting(
+        &mut self,
+        freq: &[u32; N],
+        max_bits: u32,
+        coded: &mut impl FnMut(usize, u8),
+    ) -> u64 {
+        self.build(freq, max_bits);
+        self.report(coded);
+        self.cost(freq)
+    }
+
+    /// Calls `coded(symbol, length)` for each symbol with a code, in ascending order.
+    pub(crate) fn report(&self, coded: &mut impl FnMut(usize, u8)) {
+        for (s, &l) in self.lens.iter().enumerate() {
+            if l != 0 {
+                coded(s, l);
+            }
+        }
     }
 
     /// Canonical codes from the lengths (RFC 1951 §3.2.2), stored bit-reversed; `count[l]` is
@@ -330,24 +362,94 @@ fn minimum_redundancy(a: &mut [u32], count: &mut [u32; 33]) {
     }
 }
 
-/// How many bytes from `s[i]` on equal it (at least one), found eight at a time: a small
-/// block's literal lengths are mostly long runs of zeros between short runs of other lengths.
-#[inline(always)]
-fn run_length(s: &[u8], i: usize) -> usize {
-    let l = s[i];
-    let pattern = u64::from_ne_bytes([l; 8]);
-    let mut j = i + 1;
-    while let Some(word) = s.get(j..j + 8) {
-        let d = u64::from_le_bytes(word.try_into().unwrap_or([0; 8])) ^ pattern;
-        if d != 0 {
-            return j + (d.trailing_zeros() / 8) as usize - i;
+/// The code lengths of a dynamic block's two codes, run-length coded for its header as they
+/// are reported, symbol by symbol in ascending order, by the code builders: a gap between two
+/// coded symbols is a run of zeros, and a symbol right after one of the same length extends a
+/// run. The literal/length code comes first, then the distance code; a run never spans the two.
+pub(crate) struct RunLengths {
+    /// Run-length symbols: `symbol | extra value << 8`.
+    rle: [u16; LIT_SYMS + DIST_SYMS],
+    len: usize,
+    freq: [u32; CLEN_SYMS],
+    /// The next symbol of the current code not yet coded.
+    next: usize,
+    /// The length of the run in progress, and how many times it repeats after its first.
+    last: u8,
+    repeats: usize,
+    /// The lengths sent of each code (HLIT + 257 and HDIST + 1): the last coded symbol + 1.
+    hlit: usize,
+}
+
+impl RunLengths {
+    pub(crate) fn new() -> Self {
+        RunLengths {
+            rle: [0; LIT_SYMS + DIST_SYMS],
+            len: 0,
+            freq: [0; CLEN_SYMS],
+            next: 0,
+            last: 0,
+            repeats: 0,
+            hlit: 0,
         }
-        j += 8;
     }
-    while j < s.len() && s[j] == l {
-        j += 1;
+
+    #[inline(always)]
+    fn push(&mut self, sym: u16, extra: u16) {
+        self.rle[self.len] = sym | (extra << 8);
+        self.len += 1;
+        self.freq[sym as usize] += 1;
     }
-    j - i
+
+    /// Symbol `s` of the current code has length `l` (not 0), and the symbols since the last
+    /// one reported have none.
+    #[inline(always)]
+    pub(crate) fn coded(&mut self, s: usize, l: u8) {
+        if s == self.next && l == self.last {
+            self.repeats += 1;
+        } else {
+            self.end_run();
+            self.zeros(s - self.next);
+            self.push(l as u16, 0);
+            self.last = l;
+        }
+        self.next = s + 1;
+    }
+
+    fn end_run(&mut self) {
+        let mut run = self.repeats;
+        while run >= 3 {
+            let r = run.min(6);
+            self.push(16, (r - 3) as u16);
+            run -= r;
+        }
+        for _ in 0..run {
+            self.push(self.last as u16, 0);
+        }
+        self.repeats = 0;
+    }
+
+    fn zeros(&mut self, mut run: usize) {
+        while run >= 11 {
+            let r = run.min(138);
+            self.push(18, (r - 11) as u16);
+            run -= r;
+        }
+        if run >= 3 {
+            self.push(17, (run - 3) as u16);
+        } else {
+            for _ in 0..run {
+                self.push(0, 0);
+            }
+        }
+    }
+
+    /// Ends the literal/length code's lengths; the distance code's follow.
+    pub(crate) fn end_literals(&mut self) {
+        self.end_run();
+        self.hlit = self.next;
+        self.next = 0;
+        self.last = 0;
+    }
 }
 
 /// The header of a dynamic block: the two codes' lengths, run-length coded, and the code that
@@ -356,68 +458,31 @@ pub(crate) struct DynamicHeader {
     hlit: usize,
     hdist: usize,
     hclen: usize,
-    /// Run-length symbols: `symbol | extra value << 8`.
-    rle: [u16; LIT_SYMS + DIST_SYMS],
-    rle_len: usize,
+    runs: RunLengths,
     clen: Code<CLEN_SYMS>,
     /// Header size in bits, block type bits included.
     pub(crate) bits: u64,
 }
 
 impl DynamicHeader {
-    /// The header for `lit` and `dist`; with `fast`, its own code is built by
-    /// [`Code::build_fast`] rather than optimally.
-    pub(crate) fn new(lit: &Code<LIT_SYMS>, dist: &Code<DIST_SYMS>, fast: bool) -> Self {
-        let mut hlit = LIT_SYMS;
-        while hlit > 257 && lit.lens[hlit - 1] == 0 {
-            hlit -= 1;
-        }
-        let mut hdist = DIST_SYMS;
-        while hdist > 1 && dist.lens[hdist - 1] == 0 {
-            hdist -= 1;
-        }
-        let mut all = [0u8; LIT_SYMS + DIST_SYMS];
-        all[..hlit].copy_from_slice(&lit.lens[..hlit]);
-        all[hlit..hlit + hdist].copy_from_slice(&dist.lens[..hdist]);
-        let all = &all[..hlit + hdist];
+    /// The header for `lit` and `dist`, built optimally.
+    pub(crate) fn new(lit: &Code<LIT_SYMS>, dist: &Code<DIST_SYMS>) -> Self {
+        let mut runs = RunLengths::new();
+        lit.report(&mut |s, l| runs.coded(s, l));
+        runs.end_literals();
+        dist.report(&mut |s, l| runs.coded(s, l));
+        Self::from_runs(runs, false)
+    }
 
-        let mut rle = [0u16; LIT_SYMS + DIST_SYMS];
-        let mut rle_len = 0;
-        let mut freq = [0u32; CLEN_SYMS];
-        let mut push = |sym: u16, extra: u16| {
-            rle[rle_len] = sym | (extra << 8);
-            rle_len += 1;
-            freq[sym as usize] += 1;
-        };
-        let mut i = 0;
-        while i < all.len() {
-            let l = all[i];
-            let mut run = run_length(all, i);
-            i += run;
-            if l == 0 {
-                while run >= 11 {
-                    let r = run.min(138);
-                    push(18, (r - 11) as u16);
-                    run -= r;
-                }
-                if run >= 3 {
-                    push(17, (run - 3) as u16);
-                    run = 0;
-                }
-            } else {
-                push(l as u16, 0);
-                run -= 1;
-                while run >= 3 {
-                    let r = run.min(6);
-                    push(16, (r - 3) as u16);
-                    run -= r;
-                }
-            }
-            for _ in 0..run {
-                push(l as u16, 0);
-            }
-        }
-
+    /// The header for the lengths in `runs` (the literal/length code ended, the distance code
+    /// complete); with `fast`, its own code is built by [`Code::build_fast`] rather than
+    /// optimally.
+    pub(crate) fn from_runs(mut runs: RunLengths, fast: bool) -> Self {
+        runs.end_run();
+        // Every literal/length code has the end-of-block symbol (256); every distance code at
+        // least two symbols.
+        let (hlit, hdist) = (runs.hlit.max(257), runs.next.max(1));
+        let freq = runs.freq;
         let mut clen = Code::new();
         if fast {
             clen.build_fast(&freq, 7);
@@ -438,8 +503,7 @@ impl DynamicHeader {
             hlit,
             hdist,
             hclen,
-            rle,
-            rle_len,
+            runs,
             clen,
             bits,
         }
@@ -459,7 +523,7 @@ impl DynamicHeader {
             }
         }
         w.flush()?;
-        for &e in &self.rle[..self.rle_len] {
+        for &e in &self.runs.rle[..self.runs.len] {
             let sym = (e & 0xff) as usize;
             let extra = (e >> 8) as u64;
             // The code and its extra bits (none below 16) in one put, with no branch.

@@ -2,7 +2,7 @@
 
 use super::Layout;
 use super::bits::{BitWriter, Overflow};
-use super::huffman::{Code, DIST_SYMS, DynamicHeader, LIT_SYMS};
+use super::huffman::{Code, DIST_SYMS, DynamicHeader, LIT_SYMS, RunLengths};
 use super::tables::{
     DIST_EXTRA, LEN_EXTRA, LEN_SYMBOL, STATIC_DIST, STATIC_LEN, STATIC_LIT, dist_symbol,
 };
@@ -296,14 +296,18 @@ impl<'a> Block<'a> {
         let (header, dynamic) = if self.covered < DYNAMIC_MIN_BYTES {
             (None, u64::MAX)
         } else if self.approximate && self.count < APPROXIMATE_MAX_SYMBOLS {
-            let bits = lit.build_fast(&self.lit_freq, 15) + dist.build_fast(&self.dist_freq, 15);
-            let header = DynamicHeader::new(&lit, &dist, true);
+            // The header's run-length coding is done as the codes are built.
+            let mut runs = RunLengths::new();
+            let bits = lit.build_fast_with(&self.lit_freq, 15, &mut |s, l| runs.coded(s, l));
+            runs.end_literals();
+            let bits = bits + dist.build_fast_with(&self.dist_freq, 15, &mut |s, l| runs.coded(s, l));
+            let header = DynamicHeader::from_runs(runs, true);
             let bits = header.bits + bits + extra;
             (Some(header), bits)
         } else {
             lit.build(&self.lit_freq, 15);
             dist.build(&self.dist_freq, 15);
-            let header = DynamicHeader::new(&lit, &dist, false);
+            let header = DynamicHeader::new(&lit, &dist);
             let bits = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
             (Some(header), bits)
         };
