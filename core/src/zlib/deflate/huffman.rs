@@ -129,11 +129,11 @@ impl<const N: usize> Code<N> {
         let mut n = 0;
         let mut count = [0u32; 33];
         let mut kraft = 0u32;
-        for (k, group) in freq.chunks(32).enumerate() {
-            let mut mask = 0u32;
-            for (j, &f) in group.iter().enumerate() {
-                mask |= ((f != 0) as u32) << j;
-            }
+        let groups = freq.chunks_exact(32);
+        let mut last = [0u32; 32];
+        last[..groups.remainder().len()].copy_from_slice(groups.remainder());
+        for (k, group) in groups.chain([&last[..]]).enumerate() {
+            let mut mask = nonzero_mask(group.try_into().unwrap_or(&[0; 32]));
             while mask != 0 {
                 let s = k * 32 + mask.trailing_zeros() as usize;
                 let f = freq[s];
@@ -229,6 +229,18 @@ impl<const N: usize> Code<N> {
             .map(|(&f, &l)| f as u64 * l as u64)
             .sum()
     }
+}
+
+/// Bit `j` set where `group[j]` is not zero. Over a whole array of 32 this compiles to vector
+/// compares and a few ors (over a slice of any length, to a much longer emulation of per-lane
+/// shifts).
+#[inline(always)]
+fn nonzero_mask(group: &[u32; 32]) -> u32 {
+    let mut mask = 0u32;
+    for (j, &f) in group.iter().enumerate() {
+        mask |= ((f != 0) as u32) << j;
+    }
+    mask
 }
 
 /// The first canonical code of each length 1 to 15, from the number of codes of each length.
