@@ -96,7 +96,12 @@ fn probe5(input: &[u8], i: usize, head: &mut [u32], shift: u32, generation: u32)
     head[h] = generation + i as u32;
     if cand < i && i - cand <= MAX_DIST && (read_u64(input, cand) ^ cur) & FIVE == 0 {
         let max = (input.len() - i).min(MAX_MATCH);
-        let more = common_len(input, cand + FAST_MIN_MATCH, i + FAST_MIN_MATCH, max - FAST_MIN_MATCH);
+        let more = common_len(
+            input,
+            cand + FAST_MIN_MATCH,
+            i + FAST_MIN_MATCH,
+            max - FAST_MIN_MATCH,
+        );
         (FAST_MIN_MATCH + more, i - cand)
     } else {
         (0, 0)
@@ -332,7 +337,8 @@ impl<'a> Block<'a> {
             let mut runs = RunLengths::new();
             let bits = lit.build_fast_with(&self.lit_freq, 15, &mut |s, l| runs.coded(s, l));
             runs.end_literals();
-            let bits = bits + dist.build_fast_with(&self.dist_freq, 15, &mut |s, l| runs.coded(s, l));
+            let bits =
+                bits + dist.build_fast_with(&self.dist_freq, 15, &mut |s, l| runs.coded(s, l));
             let header = DynamicHeader::from_runs(runs, true);
             let bits = header.bits + bits + extra;
             (Some(header), bits)
