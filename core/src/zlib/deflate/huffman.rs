@@ -497,7 +497,16 @@ impl DynamicHeader {
         let freq = runs.freq;
         let mut clen = Code::new();
         if fast {
-            clen.build_fast(&freq, 7);
+            // Shannon lengths fit in 7 bits only while the total is under 128: halve the
+            // counts (rounding up, so none becomes 0) until it is, rather than fall back to
+            // the optimal build; the header's few dozen symbols hardly notice.
+            let mut scaled = freq;
+            while scaled.iter().sum::<u32>() >= 1 << 7 {
+                for f in scaled.iter_mut() {
+                    *f = f.div_ceil(2);
+                }
+            }
+            clen.build_fast(&scaled, 7);
         } else {
             clen.build(&freq, 7);
         }
