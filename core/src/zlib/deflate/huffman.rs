@@ -419,8 +419,14 @@ impl RunLengths {
         if s == self.next && l == self.last {
             self.repeats += 1;
         } else {
-            self.end_run();
-            self.zeros(s - self.next);
+            // Calls only for a run to end or zeros to code: most symbols of a small block's
+            // literal code have neither.
+            if self.repeats != 0 {
+                self.end_run();
+            }
+            if s != self.next {
+                self.zeros(s - self.next);
+            }
             self.push(l as u16, 0);
             self.last = l;
         }
