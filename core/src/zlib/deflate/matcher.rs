@@ -238,6 +238,10 @@ struct Block<'a> {
     syms: &'a mut [u32],
     count: usize,
     lit_freq: [u32; LIT_SYMS],
+    /// The fast level's literals, counted by byte in two tables, for even and odd positions:
+    /// a run of one byte value then does not wait on each previous increment of its counter.
+    /// Added into `lit_freq` when the block is written.
+    literals: [u32; 512],
     dist_freq: [u32; DIST_SYMS],
     /// Input offset where the block starts, and how many input bytes its symbols cover.
     start: usize,
@@ -254,6 +258,7 @@ impl<'a> Block<'a> {
             syms,
             count: 0,
             lit_freq: [0; LIT_SYMS],
+            literals: [0; 512],
             dist_freq: [0; DIST_SYMS],
             start: 0,
             covered: 0,
@@ -296,8 +301,9 @@ impl<'a> Block<'a> {
                 self.syms[count] = match_symbol(len, dist, &mut self.lit_freq, &mut self.dist_freq);
                 i += len;
             } else {
-                self.syms[count] = input[i] as u32;
-                self.lit_freq[input[i] as usize] += 1;
+                let b = input[i] as usize;
+                self.syms[count] = b as u32;
+                self.literals[(i & 1) << 8 | b] += 1;
                 i += 1;
             }
             count += 1;
@@ -319,6 +325,13 @@ impl<'a> Block<'a> {
 
     /// Writes the block in its smallest form and starts the next one.
     fn write(&mut self, w: &mut BitWriter<'_>, input: &[u8], last: bool) -> Result<(), Overflow> {
+        let (even, odd) = self.literals.split_at(256);
+        for ((f, &e), &o) in self.lit_freq.iter_mut().zip(even).zip(odd) {
+            *f += e + o;
+        }
+        if !last {
+            self.literals = [0; 512];
+        }
         self.lit_freq[256] = 1;
         let len_extra = self.lit_freq[257..].iter().zip(LEN_EXTRA.iter());
         let dist_extra = self.dist_freq.iter().zip(DIST_EXTRA.iter());
@@ -386,8 +399,10 @@ impl<'a> Block<'a> {
         self.start += self.covered;
         self.covered = 0;
         self.count = 0;
-        self.lit_freq = [0; LIT_SYMS];
-        self.dist_freq = [0; DIST_SYMS];
+        if !last {
+            self.lit_freq = [0; LIT_SYMS];
+            self.dist_freq = [0; DIST_SYMS];
+        }
         Ok(())
     }
 
