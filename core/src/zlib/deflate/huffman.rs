@@ -472,20 +472,23 @@ impl RunLengths {
 
 /// The header of a dynamic block: the two codes' lengths, run-length coded, and the code that
 /// codes them.
-pub(crate) struct DynamicHeader {
+pub(crate) struct DynamicHeader<'a> {
     hlit: usize,
     hdist: usize,
     hclen: usize,
-    runs: RunLengths,
+    runs: &'a RunLengths,
     clen: Code<CLEN_SYMS>,
     /// Header size in bits, block type bits included.
     pub(crate) bits: u64,
 }
 
-impl DynamicHeader {
-    /// The header for `lit` and `dist`, built optimally.
-    pub(crate) fn new(lit: &Code<LIT_SYMS>, dist: &Code<DIST_SYMS>) -> Self {
-        let mut runs = RunLengths::new();
+impl<'a> DynamicHeader<'a> {
+    /// The header for `lit` and `dist`, built optimally; `runs` must be new.
+    pub(crate) fn new(
+        lit: &Code<LIT_SYMS>,
+        dist: &Code<DIST_SYMS>,
+        runs: &'a mut RunLengths,
+    ) -> Self {
         lit.report(&mut |s, l| runs.coded(s, l));
         runs.end_literals();
         dist.report(&mut |s, l| runs.coded(s, l));
@@ -495,7 +498,7 @@ impl DynamicHeader {
     /// The header for the lengths in `runs` (the literal/length code ended, the distance code
     /// complete); with `fast`, its own code is built by [`Code::build_fast`] rather than
     /// optimally.
-    pub(crate) fn from_runs(mut runs: RunLengths, fast: bool) -> Self {
+    pub(crate) fn from_runs(runs: &'a mut RunLengths, fast: bool) -> Self {
         runs.end_run();
         // Every literal/length code has the end-of-block symbol (256); every distance code at
         // least two symbols.

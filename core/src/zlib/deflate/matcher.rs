@@ -341,24 +341,24 @@ impl<'a> Block<'a> {
             .sum();
         let mut lit = Code::<LIT_SYMS>::new();
         let mut dist = Code::<DIST_SYMS>::new();
+        let mut runs = RunLengths::new();
         // A dynamic code's header (at least ~20 bytes in practice) does not pay for itself on a
         // block this short: skip building it.
         let (header, dynamic) = if self.covered < DYNAMIC_MIN_BYTES {
             (None, u64::MAX)
         } else if self.approximate && self.count < APPROXIMATE_MAX_SYMBOLS {
             // The header's run-length coding is done as the codes are built.
-            let mut runs = RunLengths::new();
             let bits = lit.build_fast_with(&self.lit_freq, 15, &mut |s, l| runs.coded(s, l));
             runs.end_literals();
             let bits =
                 bits + dist.build_fast_with(&self.dist_freq, 15, &mut |s, l| runs.coded(s, l));
-            let header = DynamicHeader::from_runs(runs, true);
+            let header = DynamicHeader::from_runs(&mut runs, true);
             let bits = header.bits + bits + extra;
             (Some(header), bits)
         } else {
             lit.build(&self.lit_freq, 15);
             dist.build(&self.dist_freq, 15);
-            let header = DynamicHeader::new(&lit, &dist);
+            let header = DynamicHeader::new(&lit, &dist, &mut runs);
             let bits = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
             (Some(header), bits)
         };
