@@ -156,7 +156,9 @@ impl<const N: usize> Code<N> {
         let mut slack = one - kraft;
         let mut moves = [0u32; 16];
         let mut carried = 0;
-        for l in (2..=bits).rev() {
+        // No Shannon length exceeds the bit length of the total (that of a count of 1).
+        let longest = ((32 - top) as usize).min(bits);
+        for l in (2..=longest).rev() {
             let c = count[l] + carried;
             let m = c.min(slack >> (bits - l));
             moves[l] = m;
