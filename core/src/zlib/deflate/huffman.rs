@@ -418,7 +418,7 @@ impl RunLengths {
     /// one reported have none.
     #[inline(always)]
     pub(crate) fn coded(&mut self, s: usize, l: u8) {
-        if s == self.next && l == self.last {
+        if (s == self.next) & (l == self.last) {
             self.repeats += 1;
         } else {
             // Calls only for a run to end or zeros to code: most symbols of a small block's
