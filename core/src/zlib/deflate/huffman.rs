@@ -382,7 +382,8 @@ fn minimum_redundancy(a: &mut [u32], count: &mut [u32; 33]) {
 /// run. The literal/length code comes first, then the distance code; a run never spans the two.
 pub(crate) struct RunLengths {
     /// Run-length symbols: `symbol | extra value << 8`.
-    rle: [u16; LIT_SYMS + DIST_SYMS],
+    /// (One spare entry: [`RunLengths::zeros`] may write one past the last.)
+    rle: [u16; LIT_SYMS + DIST_SYMS + 1],
     len: usize,
     freq: [u32; CLEN_SYMS],
     /// The next symbol of the current code not yet coded.
@@ -397,7 +398,7 @@ pub(crate) struct RunLengths {
 impl RunLengths {
     pub(crate) fn new() -> Self {
         RunLengths {
-            rle: [0; LIT_SYMS + DIST_SYMS],
+            rle: [0; LIT_SYMS + DIST_SYMS + 1],
             len: 0,
             freq: [0; CLEN_SYMS],
             next: 0,
@@ -454,13 +455,20 @@ impl RunLengths {
             self.push(18, (r - 11) as u16);
             run -= r;
         }
-        if run >= 3 {
-            self.push(17, (run - 3) as u16);
+        // Now under 11: one 17 (3 to 10 zeros) or one or two single zeros, written with no
+        // data-dependent branch (a small block's gaps between used symbols are short and
+        // random). The second entry is written either way, and counted only when used.
+        let long = run >= 3;
+        let first = if long {
+            17 | ((run as u16).wrapping_sub(3) << 8)
         } else {
-            for _ in 0..run {
-                self.push(0, 0);
-            }
-        }
+            0
+        };
+        let singles = if long { 0 } else { run };
+        self.rle[self.len] = first;
+        self.rle[self.len + 1] = 0;
+        self.len += (long as usize) | singles;
+        self.freq[if long { 17 } else { 0 }] += (long as u32) | singles as u32;
     }
 
     /// Ends the literal/length code's lengths; the distance code's follow.
