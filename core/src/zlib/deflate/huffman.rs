@@ -180,9 +180,7 @@ impl<const N: usize> Code<N> {
                 l -= 1;
             }
             self.lens[s] = l as u8;
-            let slot = &mut next[l];
-            self.codes[s] = reverse16(*slot as u16, l as u32);
-            *slot += 1;
+            self.codes[s] = take_code(&mut next, l);
             cost += freq[s] as u64 * l as u64;
             coded(s, l as u8);
         }
@@ -217,10 +215,7 @@ impl<const N: usize> Code<N> {
         let mut next = first_codes(count);
         for &k in used {
             let s = (k & 511) as usize;
-            let l = self.lens[s];
-            let slot = &mut next[l as usize & 15];
-            self.codes[s] = reverse16(*slot as u16, l as u32);
-            *slot += 1;
+            self.codes[s] = take_code(&mut next, self.lens[s] as usize & 15);
         }
     }
 
@@ -254,6 +249,16 @@ fn first_codes(count: &[u32; 33]) -> [u32; 16] {
         next[l] = code;
     }
     next
+}
+
+/// The next canonical code of length `l` (1 to 15), bit-reversed for deflate's LSB-first
+/// stream.
+#[inline(always)]
+fn take_code(next: &mut [u32; 16], l: usize) -> u16 {
+    let slot = &mut next[l];
+    let code = reverse16(*slot as u16, l as u32);
+    *slot += 1;
+    code
 }
 
 /// Bits of each byte in reverse order.
@@ -700,6 +705,67 @@ mod tests {
             check_fast(&d);
         }
         assert!(worst < 1.1, "{worst}");
+    }
+
+    /// Expands run-length symbols back into lengths (RFC 1951 §3.2.7).
+    fn expand(runs: &RunLengths) -> std::vec::Vec<u8> {
+        let mut out = std::vec::Vec::new();
+        for &e in &runs.rle[..runs.len] {
+            let (sym, extra) = ((e & 0xff) as u8, (e >> 8) as usize);
+            match sym {
+                16 => {
+                    let last = *out.last().expect("16 after a length");
+                    assert_ne!(last, 0, "16 repeats a nonzero length here");
+                    out.extend(std::iter::repeat_n(last, 3 + extra));
+                }
+                17 => out.extend(std::iter::repeat_n(0, 3 + extra)),
+                18 => out.extend(std::iter::repeat_n(0, 11 + extra)),
+                l => out.push(l),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn run_lengths_expand_to_the_lengths_coded() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2000 {
+            // Sparse or dense, few or many distinct lengths: long zero gaps (past 138), long
+            // repeats (past 6) and everything between.
+            let density = 1 + next() % [2, 8, 60][round % 3];
+            let kinds = 1 + next() % [1, 3, 15][round / 3 % 3];
+            let mut lit = [0u8; LIT_SYMS];
+            let mut dist = [0u8; DIST_SYMS];
+            for l in lit.iter_mut().chain(dist.iter_mut()) {
+                if next() % density == 0 {
+                    *l = 1 + (next() % kinds) as u8;
+                }
+            }
+            lit[256] = 1 + (next() % kinds) as u8;
+            let mut runs = RunLengths::new();
+            for (s, &l) in lit.iter().enumerate().filter(|(_, l)| **l != 0) {
+                runs.coded(s, l);
+            }
+            runs.end_literals();
+            for (s, &l) in dist.iter().enumerate().filter(|(_, l)| **l != 0) {
+                runs.coded(s, l);
+            }
+            runs.end_run();
+            let hlit = runs.hlit;
+            let hdist = runs.next;
+            let mut want = std::vec::Vec::from(&lit[..hlit]);
+            want.extend_from_slice(&dist[..hdist]);
+            assert_eq!(expand(&runs), want, "round {round}");
+            assert!(lit[hlit..].iter().all(|&l| l == 0) && lit[hlit - 1] != 0);
+            let counted: u32 = runs.freq.iter().sum();
+            assert_eq!(counted as usize, runs.len, "round {round}");
+        }
     }
 
     #[test]

@@ -62,14 +62,19 @@ fn probe(input: &[u8], i: usize, head: &mut [u32], shift: u32, generation: u32) 
     let cand = head[h].wrapping_sub(generation) as usize;
     head[h] = generation + i as u32;
     if cand < i && i - cand <= MAX_DIST && read_u32(input, cand) == cur {
-        let max = (input.len() - i).min(MAX_MATCH);
-        (
-            MIN_MATCH + common_len(input, cand + 4, i + 4, max - 4),
-            i - cand,
-        )
+        extend(input, cand, i, MIN_MATCH)
     } else {
         (0, 0)
     }
+}
+
+/// The match at `i` with `cand`, whose first `known` bytes are already verified equal:
+/// `(len, dist)`.
+#[inline(always)]
+fn extend(input: &[u8], cand: usize, i: usize, known: usize) -> (usize, usize) {
+    let max = (input.len() - i).min(MAX_MATCH);
+    let more = common_len(input, cand + known, i + known, max - known);
+    (known + more, i - cand)
 }
 
 #[inline(always)]
@@ -95,14 +100,7 @@ fn probe5(input: &[u8], i: usize, head: &mut [u32], shift: u32, generation: u32)
     let cand = head[h].wrapping_sub(generation) as usize;
     head[h] = generation + i as u32;
     if cand < i && i - cand <= MAX_DIST && (read_u64(input, cand) ^ cur) & FIVE == 0 {
-        let max = (input.len() - i).min(MAX_MATCH);
-        let more = common_len(
-            input,
-            cand + FAST_MIN_MATCH,
-            i + FAST_MIN_MATCH,
-            max - FAST_MIN_MATCH,
-        );
-        (FAST_MIN_MATCH + more, i - cand)
+        extend(input, cand, i, FAST_MIN_MATCH)
     } else {
         (0, 0)
     }
