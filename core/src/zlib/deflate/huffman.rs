@@ -590,6 +590,16 @@ impl<'a> DynamicHeader<'a> {
 mod tests {
     use super::*;
 
+    /// A small deterministic generator (xorshift64) from `seed`.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     fn kraft<const N: usize>(c: &Code<N>) -> f64 {
         c.lens
             .iter()
@@ -679,20 +689,14 @@ mod tests {
         big[1] = 1;
         big[2] = 1;
         check_fast(&big);
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let mut worst = 0f64;
         for round in 0..400 {
             let density = 1 + next() % 4;
             let scale = [2, 16, 300, 5000][round % 4];
             let mut f = [0u32; LIT_SYMS];
             for x in f.iter_mut() {
-                if next() % density == 0 {
+                if next().is_multiple_of(density) {
                     *x = (next() % scale) as u32;
                 }
             }
@@ -728,13 +732,7 @@ mod tests {
 
     #[test]
     fn run_lengths_expand_to_the_lengths_coded() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         for round in 0..2000 {
             // Sparse or dense, few or many distinct lengths: long zero gaps (past 138), long
             // repeats (past 6) and everything between.
@@ -743,7 +741,7 @@ mod tests {
             let mut lit = [0u8; LIT_SYMS];
             let mut dist = [0u8; DIST_SYMS];
             for l in lit.iter_mut().chain(dist.iter_mut()) {
-                if next() % density == 0 {
+                if next().is_multiple_of(density) {
                     *l = 1 + (next() % kinds) as u8;
                 }
             }
@@ -785,20 +783,14 @@ mod tests {
 
     #[test]
     fn random_frequencies_give_optimal_limited_complete_codes() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         for round in 0..400 {
             // Sparse or dense, small or large frequencies, some past the counting buckets.
             let density = 1 + next() % 4;
             let scale = [4, 64, 1000, 1 << 16][round % 4];
             let mut f = [0u32; LIT_SYMS];
             for x in f.iter_mut() {
-                if next() % density == 0 {
+                if next().is_multiple_of(density) {
                     *x = (next() % scale) as u32;
                 }
             }
