@@ -15,6 +15,8 @@
 //! - [`proxy`]: PROXY protocol v1 and v2 headers, TLVs, CRC32C and the accept policy.
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
+//!
+//! Shared primitives: [`time`] (the caller's monotonic clock, as the core's timers take it).
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -27,6 +29,7 @@ pub mod frame;
 pub mod kerberos;
 pub mod proxy;
 pub mod service;
+pub mod time;
 pub mod varint;
 pub mod zlib;
 

@@ -36,7 +36,8 @@ pub const MAX_CONNECTIONS: usize = 2;
 /// TCP sockets, each with its task and [`TcpBuffers`]: one more than sessions.
 pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
 /// The service configuration: an optional PROXY header (v1 or v2, policy USE: a header's
-/// addresses name the client in the logs), then VarInt framing with packets up to 4 KiB.
+/// addresses name the client in the logs), then VarInt framing with packets up to 4 KiB; the
+/// PROXY header and the first frame within the core's default header timeout (5 s).
 pub const SERVICE: Config = Config::new()
     .with_max_packet_len(MAX_PACKET_LEN)
     .with_proxy(
@@ -59,8 +60,6 @@ pub const SCRATCH_LEN: usize = MAX_PACKET_LEN;
 pub const TCP_RX_BUFFER: usize = 1024;
 /// TCP send buffer per socket.
 pub const TCP_TX_BUFFER: usize = 1024;
-/// Time allowed for the PROXY header and the first frame of a connection.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection idle this long (no segment either way) is closed by the TCP stack.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -205,7 +204,7 @@ async fn serve_connection(
         id,
         socket.remote_endpoint()
     );
-    let mut session = Session::new(&SERVICE);
+    let mut session = Session::new(&SERVICE, core_now());
     let result = drive(socket, &mut session, input, output).await;
     // Logged by hand: defmt's core::net impls format through core::fmt (kilobytes of flash).
     match session.proxied_source() {
@@ -291,15 +290,12 @@ async fn drive(
     input: &mut [u8],
     output: &mut [u8],
 ) -> Result<(), Close> {
-    let header_deadline = Instant::now() + HEADER_TIMEOUT;
     let mut buffered = 0;
-    let mut consumed_total = 0usize;
     loop {
         let p = handle(session, &input[..buffered], output)?;
         write_all(socket, &output[..p.written]).await?;
         input.copy_within(p.consumed..buffered, 0);
         buffered -= p.consumed;
-        consumed_total += p.consumed;
         match p.want {
             Want::Call => continue,
             // The output buffer holds the largest reply, so an empty buffer never gets here;
@@ -314,12 +310,17 @@ async fn drive(
             return Err(Close::Internal("a frame larger than max_input_len"));
         }
         let read = socket.read(&mut input[buffered..]);
-        let n = if consumed_total == 0 || session.in_header() {
-            with_deadline(header_deadline, read)
-                .await
-                .map_err(|_| session.timed_out())??
-        } else {
-            read.await?
+        // The session decides what its deadline covers (the PROXY header and the first frame);
+        // this loop only waits for it.
+        let n = match session.next_timeout() {
+            Some(deadline) => match with_deadline(Instant::from_micros(deadline.as_micros()), read).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    session.handle_timeout(core_now())?;
+                    continue;
+                }
+            },
+            None => read.await?,
         };
         if n == 0 {
             session.end_of_input(buffered)?;
@@ -327,6 +328,11 @@ async fn drive(
         }
         buffered += n;
     }
+}
+
+/// embassy-time's clock as the core's (both count from boot).
+fn core_now() -> wirekit_core::time::Instant {
+    wirekit_core::time::Instant::from_micros(Instant::now().as_micros())
 }
 
 async fn write_all(socket: &mut TcpSocket<'_>, mut data: &[u8]) -> Result<(), tcp::Error> {

@@ -8,6 +8,7 @@ pub use wirekit_core as core;
 pub mod acceptor;
 pub mod blocking;
 mod buffer;
+pub mod clock;
 pub mod codec;
 pub mod kerberos;
 pub mod loadgen;

@@ -38,6 +38,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::buffer::{INITIAL_BUFFER, InputBuffer};
+use crate::clock;
 use wirekit_core::Needed;
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{AcceptPolicy, Cidr, Policy};
@@ -51,7 +52,8 @@ use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_SERVER};
 pub struct ServeOptions {
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// The service: framing, maximum packet, compression threshold. Its PROXY policy is
+    /// The service: framing, maximum packet, compression threshold, header timeout (the time
+    /// a connection has for its PROXY header and first frame). Its PROXY policy is
     /// replaced per peer by [`proxy`](Self::proxy), [`untrusted_proxy`](Self::untrusted_proxy)
     /// and [`trusted`](Self::trusted).
     pub service: service::Config,
@@ -67,8 +69,6 @@ pub struct ServeOptions {
     pub proxy_limits: Limits,
     /// Connections served at once; more are accepted and closed at once.
     pub max_connections: usize,
-    /// Time allowed for the PROXY header or the first bytes of the first frame.
-    pub header_timeout: Duration,
     /// On shutdown, how long a connection may take to finish a frame in flight.
     pub shutdown_grace: Duration,
 }
@@ -83,7 +83,6 @@ impl Default for ServeOptions {
             trusted: Vec::new(),
             proxy_limits: Limits::default(),
             max_connections: 10_000,
-            header_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -268,7 +267,8 @@ async fn serve_connection(
     let config = options
         .service
         .with_proxy(options.proxy, options.proxy_limits);
-    let mut session = Session::with_proxy_policy(&config, accept.policy_for(peer.ip()));
+    let mut session =
+        Session::with_proxy_policy(&config, accept.policy_for(peer.ip()), clock::now());
     let counters: &AtomicCounters = &shared.counters;
     debug!(%peer, "accepted");
     let result = drive(&mut stream, &mut session, shared, counters, shutdown).await;
@@ -299,8 +299,6 @@ async fn drive(
     let mut input = InputBuffer::new();
     let mut out: Vec<u8> = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
-    let header_deadline = Instant::now() + options.header_timeout;
-    let mut consumed_total = 0usize;
     let mut grace_deadline: Option<Instant> = None;
     let scratch_len = options.service.max_packet_len();
     // What the session last asked for, when it was asked outside the loop's own `handle`.
@@ -326,7 +324,6 @@ async fn drive(
                 }
                 let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
                 input.consume(p.consumed);
-                consumed_total += p.consumed;
                 if p.written > 0 {
                     stream.write_all(&out[..p.written]).await?;
                 }
@@ -343,18 +340,17 @@ async fn drive(
                 }
             }
         };
-        // Read more input, under the header timeout until the peer's first frame completes and
-        // under the shutdown grace once shutting down.
+        // Read more input, until the session's own deadline (the header timeout, while the
+        // header and first frame are still to come) and the shutdown grace once shutting down.
         if shutdown.is_cancelled() && grace_deadline.is_none() {
             if input.is_empty() {
                 return Ok(());
             }
             grace_deadline = Some(Instant::now() + options.shutdown_grace);
         }
-        let deadline = match (consumed_total == 0, grace_deadline) {
-            (true, Some(g)) => Some(header_deadline.min(g)),
-            (true, None) => Some(header_deadline),
-            (false, g) => g,
+        let deadline = match (session.next_timeout().map(clock::to_tokio), grace_deadline) {
+            (Some(h), Some(g)) => Some(h.min(g)),
+            (h, g) => h.or(g),
         };
         // Between frames, a shutdown ends the connection; inside one, the grace deadline does.
         let watch_shutdown = grace_deadline.is_none() && input.is_empty();
@@ -375,8 +371,7 @@ async fn drive(
                     session.end_of_input(0)?;
                     return Ok(());
                 }
-                ServedRead::Served { consumed, want } => {
-                    consumed_total += consumed;
+                ServedRead::Served { want } => {
                     if !pending.is_empty() {
                         stream.write_all(&pending).await?;
                         pending.clear();
@@ -415,10 +410,7 @@ enum ServedRead {
     Eof,
     /// Bytes were read and every complete frame in them served; `want` is what the session
     /// asks for next, when it stopped for input.
-    Served {
-        consumed: usize,
-        want: Option<Needed>,
-    },
+    Served { want: Option<Needed> },
 }
 
 /// One read into the thread's shared buffer, every complete frame in it handed to the session,
@@ -484,7 +476,7 @@ fn serve_read(
             carry.spare(rest.len())[..rest.len()].copy_from_slice(rest);
             carry.filled(rest.len());
         }
-        Ok(ServedRead::Served { consumed: at, want })
+        Ok(ServedRead::Served { want })
     })
 }
 
@@ -512,9 +504,13 @@ enum WaitError {
 }
 
 impl WaitError {
-    fn into_conn(self, session: &Session) -> ConnError {
+    fn into_conn(self, session: &mut Session) -> ConnError {
         match self {
-            WaitError::Timeout => session.timed_out().into(),
+            // The session decides whether its deadline passed (the shutdown grace may have).
+            WaitError::Timeout => match session.handle_timeout(clock::now()) {
+                Err(e) => e.into(),
+                Ok(()) => io::Error::from(io::ErrorKind::TimedOut).into(),
+            },
             WaitError::Io(e) => e.into(),
         }
     }

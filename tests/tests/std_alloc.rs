@@ -96,7 +96,7 @@ fn service_session_allocates_nothing() {
     let mut out = vec![0u8; config.max_output_len()];
     let mut input = vec![0u8; 8192];
     let ((), stats) = count_allocations(|| {
-        let mut session = Session::new(&config);
+        let mut session = Session::new(&config, wirekit_core::time::Instant::ZERO);
         let mut ws = Workspace::new(&mut scratch);
         for i in 0..PACKETS {
             let n = encode_packet(wire::ECHO, &[i as u8; 100], &mut input).unwrap();

@@ -11,9 +11,10 @@ use wirekit_tests::serve::TestServer;
 
 fn options(proxy: Policy) -> ServeOptions {
     ServeOptions {
-        service: service::Config::new().with_max_packet_len(4096),
+        service: service::Config::new()
+            .with_max_packet_len(4096)
+            .with_header_timeout(Duration::from_secs(5).into()),
         proxy,
-        header_timeout: Duration::from_secs(5),
         ..ServeOptions::default()
     }
 }

@@ -35,7 +35,7 @@ fn two_thousand_silent_connections_close_at_the_header_timeout_with_bounded_memo
     const SILENT: usize = 2000;
     let timeout = Duration::from_millis(1500);
     let server = TestServer::start(ServeOptions {
-        header_timeout: timeout,
+        service: options().service.with_header_timeout(timeout.into()),
         ..options()
     });
     let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();

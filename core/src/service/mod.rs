@@ -29,7 +29,7 @@
 //! call. [`Workspace::new`]`(&mut scratch)` serves without zlib: set-compression requests then
 //! get `0x7F` and a configured threshold is an error.
 //!
-//! 1. On accept: `let mut s = Session::new(&config);` then call [`Session::handle`] once with
+//! 1. On accept: `let mut s = Session::new(&config, now);` then call [`Session::handle`] once with
 //!    empty input. It counts the connection and writes the greeting (`0x03`, if the config has a
 //!    threshold): send the bytes written.
 //! 2. Loop: `let p = s.handle(&input[..len], &mut out, &mut ws, &counters)?;` then
@@ -41,6 +41,11 @@
 //!      call again with an output buffer of at least `n` bytes (a fixed-buffer adapter sizes
 //!      it with [`Config::max_output_len`] up front and never sees this with `written == 0`);
 //!    - on [`Want::Call`], call again at once (more input is complete).
+//!
+//!    While waiting for input, wait at most until [`Session::next_timeout`] (the header
+//!    deadline, while the PROXY header and the first frame are still to come); when it
+//!    passes, call [`Session::handle_timeout`]`(now)`, which returns
+//!    [`SessionError::HeaderTimeout`] if the connection is out of time.
 //! 3. On `Err(e)`: log `e` (its `Display` is the reason), call
 //!    [`Session::finish`]`(&counters, Some(&e))` and close this connection. On a normal end,
 //!    `finish(&counters, None)`.
@@ -58,10 +63,11 @@
 //! ```
 //! use wirekit_core::frame::mc::encode_packet;
 //! use wirekit_core::service::{wire, AtomicCounters, Config, Session, Want, Workspace};
+//! use wirekit_core::time::Instant;
 //!
 //! static COUNTERS: AtomicCounters = AtomicCounters::new();
 //! let config = Config::new();
-//! let mut session = Session::new(&config);
+//! let mut session = Session::new(&config, Instant::ZERO);
 //! let mut scratch = [0u8; 64];
 //! let mut ws = Workspace::new(&mut scratch);
 //! let mut out = [0u8; 64];

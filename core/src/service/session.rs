@@ -14,6 +14,7 @@ use crate::frame::mc::{
 use crate::frame::{EncodeError, FrameError};
 use crate::proxy::policy::{self, Decision, Outcome, Policy, Reason, Source};
 use crate::proxy::{self as proxy_header, Limits};
+use crate::time::{Duration, Instant};
 use crate::varint::VARINT_MAX_LEN;
 use crate::zlib::{Compressor, Inflater, Level};
 use crate::{Needed, Status};
@@ -38,6 +39,7 @@ pub struct Config {
     level: Level,
     proxy: Policy,
     proxy_limits: Limits,
+    header_timeout: Duration,
 }
 
 impl Default for Config {
@@ -62,7 +64,26 @@ impl Config {
             proxy_limits: Limits {
                 max_header_len: Limits::DEFAULT_MAX_HEADER_LEN,
             },
+            header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
         }
+    }
+
+    /// The default header timeout: 5 s (the PROXY spec asks for at least 3).
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Sets the time a connection has, from its start, to complete the PROXY header (when the
+    /// policy reads one) and its first frame. [`Session::next_timeout`] reports the deadline;
+    /// a peer that has not finished both by then is closed with
+    /// [`SessionError::HeaderTimeout`], so a silent or slow-loris peer cannot hold a
+    /// connection open.
+    pub const fn with_header_timeout(mut self, timeout: Duration) -> Self {
+        self.header_timeout = timeout;
+        self
+    }
+
+    /// The header timeout (see [`with_header_timeout`](Self::with_header_timeout)).
+    pub const fn header_timeout(&self) -> Duration {
+        self.header_timeout
     }
 
     /// Sets the PROXY header policy every session uses unless the adapter picks one per peer
@@ -281,8 +302,8 @@ pub enum SessionError {
     /// The peer closed the connection in the middle of a frame or header (see
     /// [`Session::end_of_input`]).
     Truncated,
-    /// The PROXY header or the first frame did not arrive within the adapter's header timeout
-    /// (the adapter owns the clock and reports this with [`Session::timed_out`]).
+    /// The PROXY header or the first frame did not arrive within the configured header timeout
+    /// ([`Config::with_header_timeout`]; reported by [`Session::handle_timeout`]).
     HeaderTimeout,
 }
 
@@ -362,6 +383,8 @@ pub struct Session {
     policy: Policy,
     /// The client's address from an accepted PROXY header.
     source: Option<core::net::SocketAddr>,
+    /// Until the first frame after the PROXY header is served: when the header timeout ends.
+    header_deadline: Option<Instant>,
 }
 
 /// The outcome of handling one frame.
@@ -373,15 +396,15 @@ enum Step {
 }
 
 impl Session {
-    /// A new session for an accepted connection, with the config's PROXY policy.
-    pub fn new(config: &Config) -> Self {
-        Self::with_proxy_policy(config, config.proxy)
+    /// A new session for a connection accepted at `now`, with the config's PROXY policy.
+    pub fn new(config: &Config, now: Instant) -> Self {
+        Self::with_proxy_policy(config, config.proxy, now)
     }
 
     /// A new session with the PROXY policy for this peer (typically
     /// [`AcceptPolicy::policy_for`](crate::proxy::policy::AcceptPolicy::policy_for) the peer's
     /// IP address, so trusted proxies and other peers are treated differently).
-    pub fn with_proxy_policy(config: &Config, policy: Policy) -> Self {
+    pub fn with_proxy_policy(config: &Config, policy: Policy, now: Instant) -> Self {
         let mut config = *config;
         if let Framing::Fixed(f) = config.framing {
             // The session's decoder enforces the smaller of the two maxima.
@@ -397,6 +420,7 @@ impl Session {
             tally: Tally::default(),
             policy,
             source: None,
+            header_deadline: Some(now + config.header_timeout),
         }
     }
 
@@ -407,9 +431,27 @@ impl Session {
         self.source
     }
 
-    /// `true` until the PROXY header phase is over (the adapter's header timeout applies).
+    /// `true` until the PROXY header phase is over.
     pub fn in_header(&self) -> bool {
         matches!(self.state, State::Start | State::Proxy)
+    }
+
+    /// When the adapter must next call [`handle_timeout`](Self::handle_timeout), if at all:
+    /// the header deadline, until the PROXY header (if any) and the first frame have been
+    /// served; `None` afterwards. The adapter only waits for it (with its read, in a select);
+    /// what it covers is decided here.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.header_deadline
+    }
+
+    /// Tells the session the time is `now` (call it when [`next_timeout`](Self::next_timeout)
+    /// passes). [`SessionError::HeaderTimeout`] if the header deadline has passed; the adapter
+    /// then closes the connection as for any other error.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        match self.header_deadline {
+            Some(deadline) if now >= deadline => Err(SessionError::HeaderTimeout),
+            _ => Ok(()),
+        }
     }
 
     /// The connection's current compression threshold (negative: uncompressed).
@@ -465,12 +507,6 @@ impl Session {
         } else {
             Err(SessionError::Truncated)
         }
-    }
-
-    /// The error for an adapter's header timeout expiring, so both adapters log and count it the
-    /// same way.
-    pub fn timed_out(&self) -> SessionError {
-        SessionError::HeaderTimeout
     }
 
     /// Records the connection's end: call once, when the adapter closes the connection, with
@@ -553,6 +589,8 @@ impl Session {
             };
             match step {
                 Step::Done(c, w) => {
+                    // The first frame is in: the header timeout no longer applies.
+                    self.header_deadline = None;
                     *consumed += c;
                     *written += w;
                     self.tally.frames_out += 1;
@@ -792,7 +830,7 @@ mod tests {
     impl Harness {
         fn new(config: Config) -> Self {
             Harness {
-                session: Session::new(&config),
+                session: Session::new(&config, Instant::ZERO),
                 counters: AtomicCounters::new(),
                 scratch: [0; 4096],
                 out: [0; 1024],
@@ -965,7 +1003,7 @@ mod tests {
     #[test]
     fn output_room_is_checked_before_work() {
         let config = Config::new();
-        let mut session = Session::new(&config);
+        let mut session = Session::new(&config, Instant::ZERO);
         let counters = AtomicCounters::new();
         let mut scratch = [0u8; 8];
         let mut ws = Workspace::new(&mut scratch);
@@ -1006,6 +1044,40 @@ mod tests {
 
     fn proxied(policy: Policy) -> Harness {
         Harness::new(Config::new().with_proxy(policy, Limits::default()))
+    }
+
+    #[test]
+    fn header_timeout_covers_the_proxy_header_and_the_first_frame() {
+        let config = Config::new()
+            .with_proxy(Policy::Use, Limits::default())
+            .with_header_timeout(Duration::from_secs(5));
+        let start = Instant::from_micros(1_000);
+        let mut h = Harness::new(config);
+        h.session = Session::new(&config, start);
+        let deadline = start + Duration::from_secs(5);
+        assert_eq!(h.session.next_timeout(), Some(deadline));
+        assert_eq!(
+            h.session
+                .handle_timeout(deadline - Duration::from_micros(1)),
+            Ok(())
+        );
+        // The header alone does not end the header phase: a slow first frame is timed too.
+        let hdr = b"PROXY TCP4 192.0.2.1 10.0.0.1 5000 7000\r\n";
+        let (p, _) = h.handle(hdr).unwrap();
+        assert_eq!(p.consumed, hdr.len());
+        assert_eq!(h.session.next_timeout(), Some(deadline));
+        let (f, n) = frame(wire::ECHO, b"hi");
+        let (p, _) = h.handle(&f[..n - 1]).unwrap();
+        assert_eq!(p.consumed, 0);
+        assert_eq!(
+            h.session.handle_timeout(deadline),
+            Err(SessionError::HeaderTimeout)
+        );
+        // Once a frame is served, no timeout is left to wait for.
+        let (p, _) = h.handle(&f[..n]).unwrap();
+        assert_eq!(p.consumed, n);
+        assert_eq!(h.session.next_timeout(), None);
+        assert_eq!(h.session.handle_timeout(Instant::MAX), Ok(()));
     }
 
     #[test]
@@ -1285,7 +1357,7 @@ mod tests {
     #[test]
     fn without_zlib() {
         let config = Config::new();
-        let mut session = Session::new(&config);
+        let mut session = Session::new(&config, Instant::ZERO);
         let counters = AtomicCounters::new();
         let mut scratch = [0u8; 64];
         let mut ws = Workspace::new(&mut scratch);
@@ -1301,7 +1373,7 @@ mod tests {
             ErrorCode::Unsupported
         );
         assert_eq!(session.compression_threshold(), -1);
-        let mut session = Session::new(&config.with_compression_threshold(5));
+        let mut session = Session::new(&config.with_compression_threshold(5), Instant::ZERO);
         assert_eq!(
             session.handle(&[], &mut out, &mut ws, &counters),
             Err(SessionError::CompressionUnavailable)

@@ -67,7 +67,8 @@ impl ServeArgs {
                 service::Config::new().with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
             }
         }
-        .with_max_packet_len(self.max_frame);
+        .with_max_packet_len(self.max_frame)
+        .with_header_timeout(Duration::from_secs_f64(self.header_timeout.max(0.001)).into());
         ServeOptions {
             listen: self.listen,
             service,
@@ -78,7 +79,6 @@ impl ServeArgs {
             proxy_limits: Limits {
                 max_header_len: self.max_proxy_header,
             },
-            header_timeout: Duration::from_secs_f64(self.header_timeout.max(0.001)),
             ..ServeOptions::default()
         }
     }

@@ -1,0 +1,46 @@
+//! The host's monotonic clock as the core's [`time`](wirekit_core::time) values.
+//!
+//! The core takes `now` as an argument and reports deadlines as
+//! [`Instant`]s; this module maps them onto tokio's clock, counting microseconds from one
+//! process-wide origin (the first call), so every adapter in the process agrees.
+
+use std::sync::OnceLock;
+
+use wirekit_core::time::{Duration, Instant};
+
+fn origin() -> tokio::time::Instant {
+    static ORIGIN: OnceLock<tokio::time::Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(tokio::time::Instant::now)
+}
+
+/// Now, on the core's clock.
+pub fn now() -> Instant {
+    from_tokio(tokio::time::Instant::now())
+}
+
+/// A tokio instant on the core's clock (instants before the origin map to the origin).
+pub fn from_tokio(t: tokio::time::Instant) -> Instant {
+    Instant::ZERO + Duration::from(t.saturating_duration_since(origin()))
+}
+
+/// A core instant as a tokio instant, to wait for (with `tokio::time::sleep_until` or
+/// `timeout_at`).
+pub fn to_tokio(t: Instant) -> tokio::time::Instant {
+    let since = std::time::Duration::from(t.saturating_duration_since(Instant::ZERO));
+    // `Instant::MAX` is a deadline that never comes: about a century is as good.
+    origin()
+        .checked_add(since)
+        .unwrap_or_else(|| origin() + std::time::Duration::from_secs(100 * 365 * 86_400))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_tokio() {
+        let t = now() + Duration::from_millis(1_500);
+        assert_eq!(from_tokio(to_tokio(t)), t);
+        assert!(to_tokio(Instant::MAX) > tokio::time::Instant::now());
+    }
+}
