@@ -23,8 +23,8 @@ use criterion::{
     BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
 use rustcrypto_md5::Digest as _;
+use wirekit_accel::kerberos::{LanePath, derive_kerberos_keys_on};
 use wirekit_core::kerberos::{DerivedKey, KeyRequest, derive_kerberos_key, derive_kerberos_keys};
-use wirekit_std::kerberos::{LanePath, derive_kerberos_keys_on};
 
 const PASSWORD: &[u8] = b"MMQea3n!fsik";
 const PID: u64 = 100;

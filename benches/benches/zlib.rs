@@ -17,11 +17,11 @@ use miniz_oxide::deflate::core::{
     create_comp_flags_from_zip_params,
 };
 use miniz_oxide::inflate::core::{DecompressorOxide, decompress as mz_decompress, inflate_flags};
+use wirekit::alloc_count::{CountingAlloc, count_allocations};
 use wirekit_benches::game_packets::{SIZES, packets};
 use wirekit_core::zlib::{
     Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_SERVER, compress_bound,
 };
-use wirekit_tests::alloc_count::{CountingAlloc, count_allocations};
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;

@@ -564,3 +564,137 @@ fn check_reply_room(required: usize, options: &ServeOptions) -> Result<(), ConnE
     }
     Ok(())
 }
+
+/// A [`Server`] on a thread of its own with its own tokio runtime, stopped gracefully on
+/// [`stop`](ServerThread::stop) or drop: for load generators, tests and programs that are not
+/// async themselves.
+///
+/// ```no_run
+/// use wirekit_std::server::{ServeOptions, ServerThread};
+///
+/// let server = ServerThread::builder(ServeOptions::default()).spawn()?;
+/// println!("serving on {}", server.addr());
+/// server.stop()?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct ServerThread {
+    addr: SocketAddr,
+    counters: Arc<AtomicCounters>,
+    shutdown: CancellationToken,
+    thread: Option<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+/// How a [`ServerThread`] runs; from [`ServerThread::builder`].
+pub struct ServerThreadBuilder {
+    options: ServeOptions,
+    workers: usize,
+    on_start: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl ServerThreadBuilder {
+    /// Runtime worker threads: 0 (the default) runs the server on the spawned thread alone,
+    /// on a current-thread runtime; `n` runs a multi-thread runtime with `n` workers.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// Runs `f` on the server's thread before the runtime starts (to pin it to a core, or to
+    /// note its thread ID for CPU accounting).
+    pub fn on_start(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.on_start = Some(Box::new(f));
+        self
+    }
+
+    /// Binds the listener and starts serving; returns once the address is known.
+    pub fn spawn(self) -> io::Result<ServerThread> {
+        let ServerThreadBuilder {
+            options,
+            workers,
+            on_start,
+        } = self;
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("wirekit-serve".into())
+            .spawn(move || {
+                if let Some(f) = on_start {
+                    f();
+                }
+                let rt = if workers == 0 {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?
+                } else {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(workers)
+                        .enable_all()
+                        .build()?
+                };
+                rt.block_on(async move {
+                    let server = match Server::bind(options).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return Ok(());
+                        }
+                    };
+                    let _ = tx.send(Ok((server.local_addr(), server.counters())));
+                    server.run(token).await
+                })
+            })?;
+        let (addr, counters) = rx
+            .recv()
+            .map_err(|_| io::Error::other("server thread ended before binding"))??;
+        Ok(ServerThread {
+            addr,
+            counters,
+            shutdown,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl ServerThread {
+    /// A server with `options`, on a current-thread runtime unless
+    /// [`workers`](ServerThreadBuilder::workers) says otherwise.
+    pub fn builder(options: ServeOptions) -> ServerThreadBuilder {
+        ServerThreadBuilder {
+            options,
+            workers: 0,
+            on_start: None,
+        }
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server's counters.
+    pub fn counters(&self) -> &Arc<AtomicCounters> {
+        &self.counters
+    }
+
+    /// Shuts the server down gracefully (as on SIGTERM) and waits for its thread.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> io::Result<()> {
+        self.shutdown.cancel();
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| io::Error::other("server thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}

@@ -1,6 +1,5 @@
 //! Support for wirekit's property, interop and end-to-end tests.
 //!
-//! - [`alloc_count`]: a counting global allocator, to prove zero-allocation claims.
 //! - [`peers`]: where the interop peers (Node, Python, HAProxy, QEMU) installed by
 //!   `cargo xtask test` live.
 //! - [`serve`]: an in-process `wirekit serve` on a loopback port.
@@ -8,7 +7,6 @@
 //! - [`conformance`]: the service conformance suite, run against any address (the host
 //!   server here, the firmware in QEMU).
 
-pub mod alloc_count;
 pub mod conformance;
 pub mod peers;
 pub mod serve;

@@ -1,10 +1,10 @@
 //! Encoding and decoding frames allocates nothing.
 
+use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 use wirekit_core::Status;
 use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::frame::mc::{self, Decoded, FrameBuilder, FrameDecoder};
 use wirekit_core::varint::{decode_varint, encode_varint};
-use wirekit_tests::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

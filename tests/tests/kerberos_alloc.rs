@@ -1,11 +1,11 @@
 //! Kerberos key derivation (single, batch, dispatched), encryption and tickets allocate
 //! nothing.
 
+use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 use wirekit_core::kerberos::{
     KerberosEncryption, KeyRequest, PidWidth, TicketContents, TicketFormat, TicketVersion,
     build_ticket, derive_kerberos_key, derive_kerberos_keys, open_internal_ticket, open_ticket,
 };
-use wirekit_tests::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -27,12 +27,12 @@ fn kerberos_allocates_nothing() {
     let mut ticket = vec![0u8; 256];
     let mut data = vec![0x42u8; 1024 + 16];
     // Detect the CPU's features before counting: std caches them on first use.
-    let _ = wirekit_std::kerberos::LanePath::detect();
+    let _ = wirekit_accel::kerberos::LanePath::detect();
 
     let (single, stats) = count_allocations(|| {
         let single = derive_kerberos_key(100, b"MMQea3n!fsik");
         derive_kerberos_keys(&requests, &mut keys).unwrap();
-        wirekit_std::kerberos::derive_kerberos_keys(&requests, &mut keys_dispatched).unwrap();
+        wirekit_accel::kerberos::derive_kerberos_keys(&requests, &mut keys_dispatched).unwrap();
 
         let enc = KerberosEncryption::new(&single).unwrap();
         let n = enc.encrypt_in_place(&mut data, 1024).unwrap();

@@ -6,8 +6,8 @@
 //! 2^32, and passwords across MD5's block and padding boundaries.
 
 use proptest::prelude::*;
+use wirekit_accel::kerberos::{BatchError, LanePath, derive_kerberos_keys_on};
 use wirekit_core::kerberos::{DerivedKey, KeyRequest, derive_kerberos_key, derive_kerberos_keys};
-use wirekit_std::kerberos::{BatchError, LanePath, derive_kerberos_keys_on};
 
 /// nex-go's DeriveKerberosKey, written the obvious way.
 fn reference(pid: u64, password: &[u8]) -> DerivedKey {

@@ -3,11 +3,11 @@
 
 use std::net::SocketAddrV6;
 
+use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 use wirekit_core::Status;
 use wirekit_core::proxy::policy::{self, AcceptPolicy, Cidr, Decision, Outcome, Policy};
 use wirekit_core::proxy::tlv::{Ssl, encode_tlvs};
 use wirekit_core::proxy::{self, Addresses, Limits, Tlv, Tlvs, v1, v2};
-use wirekit_tests::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

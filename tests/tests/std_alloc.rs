@@ -7,13 +7,13 @@ use std::io::Cursor;
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::codec::{Decoder, Encoder};
+use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::frame::mc::encode_packet;
 use wirekit_core::service::{self, AtomicCounters, Framing, Session, Workspace, wire};
 use wirekit_std::blocking::{FrameReader, FrameWriter};
 use wirekit_std::codec::{LengthPrefixedCodec, PacketRef, VarIntCodec};
 use wirekit_std::server::{ServeOptions, Server};
-use wirekit_tests::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

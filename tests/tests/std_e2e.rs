@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
+use wirekit::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
 use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::proxy::policy::Policy;
 use wirekit_core::service::{self, Framing};
-use wirekit_std::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
 use wirekit_std::server::ServeOptions;
 use wirekit_tests::serve::TestServer;
 use wirekit_tests::service_client::ServiceClient;

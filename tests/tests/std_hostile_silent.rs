@@ -6,9 +6,9 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, live_bytes};
 use wirekit_core::service;
 use wirekit_std::server::ServeOptions;
-use wirekit_tests::alloc_count::{CountingAlloc, assert_counting_installed, live_bytes};
 use wirekit_tests::serve::TestServer;
 use wirekit_tests::service_client::ServiceClient;
 

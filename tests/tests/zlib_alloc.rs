@@ -1,11 +1,11 @@
 //! Compressing, inflating and compressed framing allocate nothing.
 
+use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 use wirekit_core::Status;
 use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
 use wirekit_core::zlib::{
     Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_SERVER, compress_bound,
 };
-use wirekit_tests::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

@@ -5,7 +5,7 @@
 //! structure of arrays (word `k` of every lane together), and each MD5 step runs on all lanes at
 //! once. The code is safe portable Rust that LLVM lowers to SIMD: SSE2 on baseline x86-64, AVX2 or
 //! AVX-512 when a caller compiles [`derive_kerberos_keys_in_lanes`] inside a function with those
-//! target features enabled (the std adapter does, after detecting the CPU).
+//! target features enabled (the `wirekit-accel` crate does, after detecting the CPU).
 //!
 //! Keys need between 65000 and 66023 rounds (`pid % 1024`). No lane idles while keys wait: the
 //! lanes run together for as many rounds as the lane closest to its end still needs, then every
@@ -121,42 +121,6 @@ pub fn derive_kerberos_keys_in_lanes<const L: usize>(
             }
         }
     }
-}
-
-/// [`derive_kerberos_keys`] compiled with AVX2: 32 lanes, up to two keys finished on the
-/// scalar path (one AVX2 step over 32 lanes costs about three scalar steps).
-///
-/// Compiled here rather than in an adapter so that it gets the core's optimisation level in
-/// every profile.
-///
-/// # Safety
-///
-/// Calling it is `unsafe` outside AVX2 code: the caller must first check that the CPU has AVX2
-/// (`is_x86_feature_detected!("avx2")`); the std adapter's dispatch does.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-pub fn derive_kerberos_keys_avx2(
-    requests: &[KeyRequest<'_>],
-    out: &mut [DerivedKey],
-) -> Result<(), BufferTooSmall> {
-    derive_kerberos_keys_in_lanes::<32>(requests, out, 2)
-}
-
-/// [`derive_kerberos_keys`] compiled with AVX-512F, where a rotation and each MD5 round
-/// function are one instruction: 32 lanes, a last lone key finished on the scalar path (one
-/// step over 32 lanes costs about one and a half scalar steps).
-///
-/// # Safety
-///
-/// As for [`derive_kerberos_keys_avx2`], the caller must first check that the CPU has
-/// AVX-512F (`is_x86_feature_detected!("avx512f")`).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-pub fn derive_kerberos_keys_avx512(
-    requests: &[KeyRequest<'_>],
-    out: &mut [DerivedKey],
-) -> Result<(), BufferTooSmall> {
-    derive_kerberos_keys_in_lanes::<32>(requests, out, 1)
 }
 
 /// Lane `lane`'s four digest words.

@@ -29,8 +29,6 @@ mod ticket;
 use core::fmt;
 
 pub use batch::{DEFAULT_LANES, KeyRequest, derive_kerberos_keys, derive_kerberos_keys_in_lanes};
-#[cfg(target_arch = "x86_64")]
-pub use batch::{derive_kerberos_keys_avx2, derive_kerberos_keys_avx512};
 pub use hmac::hmac_md5;
 pub use rc4::Rc4;
 pub use ticket::{

@@ -3,7 +3,7 @@
 //!
 //! The portable implementation is a byte-at-a-time table built at compile time (1 KiB of
 //! read-only data), without unsafe code or CPU-specific instructions, so it runs on a Cortex-M
-//! as on the host. With the `std` feature, [`crc32c()`], [`crc32c_append`] and
+//! as on the host. With the `accel` feature, [`crc32c()`], [`crc32c_append`] and
 //! [`crc32c_zeroed`] use `wirekit-crc32c` instead, which picks the CPU's instructions at run
 //! time (SSE4.2 `crc32` and PCLMULQDQ on x86-64, else the `crc32c` crate, with the CRC
 //! extension on AArch64) and is many times faster; the results are the same, which the tests
@@ -30,7 +30,7 @@ const fn make_table() -> [u32; 256] {
 
 /// One 1 KiB table, byte at a time. The portable path serves no_std targets, where a PROXY
 /// header of ~100 bytes takes microseconds either way and flash is scarce: slicing-by-8 would
-/// cost 7 KiB more of tables for nothing a microcontroller would notice. Hosts (`std`) use the
+/// cost 7 KiB more of tables for nothing a microcontroller would notice. Hosts (`accel`) use the
 /// `wirekit-crc32c`'s hardware path instead.
 static TABLE: [u32; 256] = make_table();
 
@@ -97,11 +97,11 @@ pub fn crc32c(data: &[u8]) -> u32 {
 /// ```
 #[inline]
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
-    #[cfg(feature = "std")]
+    #[cfg(feature = "accel")]
     {
         wirekit_crc32c::append(crc, data)
     }
-    #[cfg(not(feature = "std"))]
+    #[cfg(not(feature = "accel"))]
     {
         crc32c_append_portable(crc, data)
     }
@@ -117,11 +117,11 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// ```
 #[inline]
 pub fn crc32c_zeroed(data: &[u8], at: usize) -> Option<u32> {
-    #[cfg(feature = "std")]
+    #[cfg(feature = "accel")]
     {
         wirekit_crc32c::zeroed(data, at)
     }
-    #[cfg(not(feature = "std"))]
+    #[cfg(not(feature = "accel"))]
     {
         let end = at.checked_add(4)?;
         data.get(at..end)?;
@@ -129,7 +129,7 @@ pub fn crc32c_zeroed(data: &[u8], at: usize) -> Option<u32> {
     }
 }
 
-#[cfg_attr(feature = "std", allow(dead_code))]
+#[cfg_attr(feature = "accel", allow(dead_code))]
 fn crc32c_zeroed_portable(data: &[u8], at: usize, end: usize) -> u32 {
     let mut c = Crc32c::new();
     c.update(&data[..at]);

@@ -68,7 +68,7 @@
 //! On a 1 KiB packet `Fast`'s 3.1 µs go roughly to the matching that fills the symbol buffer
 //! (1.4 µs), the second pass that writes the buffered symbols (0.65), the two approximate
 //! codes with their canonical bit patterns and the header's run-length coding (0.9), writing
-//! the header (0.2) and the Adler-32 (under 0.05 with the `std` feature's `simd-adler32`,
+//! the header (0.2) and the Adler-32 (under 0.05 with the `accel` feature's `simd-adler32`,
 //! 0.15 without). Much of it is mispredicted branches: whether a position starts a match is
 //! data, decided once while matching and again while writing. Small workspaces give `Fast`
 //! blocks under 2048 symbols and so approximate codes even on large inputs (about 4% larger

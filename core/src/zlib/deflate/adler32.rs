@@ -7,9 +7,9 @@ const LANES: usize = 32;
 /// (at most 255 x 1024 x 1023 / 2 for the weighted one).
 const CHUNK: usize = LANES * 1024;
 
-/// The Adler-32 of `data`: with the `std` feature, through `simd-adler32`, which picks AVX2 or
+/// The Adler-32 of `data`: with the `accel` feature, through `simd-adler32`, which picks AVX2 or
 /// SSSE3 at run time (the tests check it against the portable sum below).
-#[cfg(feature = "std")]
+#[cfg(feature = "accel")]
 pub(crate) fn adler32(data: &[u8]) -> u32 {
     let mut h = simd_adler32::Adler32::new();
     h.write(data);
@@ -17,13 +17,13 @@ pub(crate) fn adler32(data: &[u8]) -> u32 {
 }
 
 /// The Adler-32 of `data`.
-#[cfg(not(feature = "std"))]
+#[cfg(not(feature = "accel"))]
 pub(crate) fn adler32(data: &[u8]) -> u32 {
     portable(data)
 }
 
 /// The Adler-32 of `data`, in portable code.
-#[cfg_attr(feature = "std", allow(dead_code))]
+#[cfg_attr(feature = "accel", allow(dead_code))]
 pub(crate) fn portable(data: &[u8]) -> u32 {
     let (mut a, mut b) = (1u32, 0u32);
     for chunk in data.chunks(CHUNK) {

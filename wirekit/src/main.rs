@@ -1,10 +1,10 @@
 //! `wirekit`: the wirekit server, load generator and protocol tools.
 
-mod alloc_count;
-mod cli;
+use wirekit::alloc_count::{self, CountingAlloc};
+use wirekit::cli;
 
 #[global_allocator]
-static ALLOC: alloc_count::CountingAlloc = alloc_count::CountingAlloc;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 use std::process::ExitCode;
 

@@ -4,13 +4,13 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::loadgen::BenchFraming;
 use tokio_util::sync::CancellationToken;
 use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{Cidr, Policy};
 use wirekit_core::service::{self, Framing};
 use wirekit_core::zlib::Level;
-use wirekit_std::loadgen::BenchFraming;
 use wirekit_std::server::{ServeOptions, Server};
 
 /// `wirekit serve` flags.

@@ -3,7 +3,7 @@
 //! N connections each run a window of requests (1 = ping-pong, more = pipelined), with payload
 //! sizes drawn from a distribution and contents sliced from a game-like corpus (so compression has
 //! something to do), every reply checked byte for byte against its request. With no target it
-//! starts [`crate::server`] in-process on a loopback port, on its own thread and runtime, so the
+//! starts [`wirekit_std::server`] in-process on a loopback port, on its own thread and runtime, so the
 //! server's CPU time can be reported per packet.
 //!
 //! Nothing is allocated per frame on the client side: buffers and the corpus are allocated per
@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 use wirekit_core::Status;
 use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
 use wirekit_core::frame::fixed::LengthPrefixed;
@@ -28,7 +27,7 @@ use wirekit_core::service::{self, Framing, wire};
 use wirekit_core::varint::encode_varint;
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
 
-use crate::server::{ServeOptions, Server};
+use wirekit_std::server::{ServeOptions, ServerThread};
 
 /// Which framing the load speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -806,12 +805,11 @@ fn pin_to(core: usize) {
     }
 }
 
-/// An in-process server on its own thread and single-threaded runtime.
+/// An in-process server on its own thread and single-threaded runtime, with its thread ID for
+/// CPU accounting.
 struct LocalServer {
-    addr: SocketAddr,
+    server: ServerThread,
     tid: Option<String>,
-    shutdown: CancellationToken,
-    thread: std::thread::JoinHandle<io::Result<()>>,
 }
 
 fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
@@ -832,39 +830,22 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
         },
         ..ServeOptions::default()
     };
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
     let pin = opts.pin;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name("wirekit-serve".into())
-        .spawn(move || {
+    let tid = Arc::new(std::sync::OnceLock::new());
+    let noted = tid.clone();
+    let server = ServerThread::builder(serve)
+        .on_start(move || {
             if pin {
                 pin_to(0);
             }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async move {
-                let server = match Server::bind(serve).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return Ok(());
-                    }
-                };
-                let _ = tx.send(Ok((server.local_addr(), current_tid())));
-                server.run(token).await
-            })
-        })?;
-    let (addr, tid) = rx
-        .recv()
-        .map_err(|_| io::Error::other("server thread died"))??;
+            if let Some(t) = current_tid() {
+                let _ = noted.set(t);
+            }
+        })
+        .spawn()?;
     Ok(LocalServer {
-        addr,
-        tid,
-        shutdown,
-        thread,
+        server,
+        tid: tid.get().cloned(),
     })
 }
 
@@ -876,7 +857,7 @@ pub fn run(opts: LoadOptions) -> io::Result<Report> {
     };
     let addr = opts
         .target
-        .or(local.as_ref().map(|l| l.addr))
+        .or(local.as_ref().map(|l| l.server.addr()))
         .expect("a target or a local server");
     if opts.pin {
         pin_to(1);
@@ -886,11 +867,7 @@ pub fn run(opts: LoadOptions) -> io::Result<Report> {
         .build()?;
     let result = rt.block_on(drive(opts, addr, local.as_ref()));
     if let Some(local) = local {
-        local.shutdown.cancel();
-        match local.thread.join() {
-            Ok(r) => r?,
-            Err(_) => return Err(io::Error::other("server thread panicked")),
-        }
+        local.server.stop()?;
     }
     result
 }

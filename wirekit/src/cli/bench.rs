@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use wirekit_std::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
+use crate::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
 
 /// `wirekit bench` flags. With none, an in-process `serve` on a loopback port is driven by 64
 /// ping-pong connections for 5 seconds.

@@ -1,13 +1,24 @@
-//! A counting global allocator.
+//! A counting global allocator: the one behind every zero-allocation claim (the tests) and the
+//! `wirekit bench` allocations-per-frame figure (the binary).
 //!
-//! A test binary installs it with
-//! `#[global_allocator] static A: CountingAlloc = CountingAlloc;` and wraps the code under test in
-//! [`count_allocations`]. Counting is per thread, so the test harness's other threads do not
-//! disturb the figure.
+//! A binary installs it with
+//! `#[global_allocator] static A: CountingAlloc = CountingAlloc;`. A test wraps the code under
+//! test in [`count_allocations`], which counts per thread, so the test harness's other threads do
+//! not disturb the figure; [`allocations`] and [`live_bytes`] count the whole process (what a
+//! load run or N idle connections cost across worker threads).
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Allocations (alloc, alloc_zeroed, realloc) so far, all threads.
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Allocations so far by the whole process (only meaningful with [`CountingAlloc`] installed).
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
 
 /// Bytes allocated and not yet freed, all threads (only meaningful with [`CountingAlloc`]
 /// installed).
@@ -19,8 +30,8 @@ pub fn live_bytes() -> i64 {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
-/// A global allocator that forwards to [`System`] and counts allocations made by the current
-/// thread while counting is on.
+/// A global allocator that forwards to [`System`], counts every allocation of the process, and
+/// counts those made by the current thread while [`count_allocations`] runs.
 pub struct CountingAlloc;
 
 thread_local! {
@@ -30,6 +41,7 @@ thread_local! {
 }
 
 fn note(size: usize) {
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     // `try_with`: the allocator can run while thread-locals are being torn down.
     let _ = COUNTING.try_with(|on| {
         if on.get() {
@@ -40,7 +52,7 @@ fn note(size: usize) {
 }
 
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counting
-// touches only const-initialised thread-locals and never allocates.
+// touches only relaxed atomics and const-initialised thread-locals and never allocates.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());

@@ -15,8 +15,8 @@ use std::process::ExitCode;
 
 use clap::{ArgGroup, Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use wirekit_accel::kerberos::{LanePath, derive_kerberos_keys};
 use wirekit_core::kerberos::{DerivedKey, KeyRequest, derive_kerberos_key};
-use wirekit_std::kerberos::{LanePath, derive_kerberos_keys};
 
 /// `wirekit kerberos` subcommands.
 #[derive(Subcommand)]

@@ -1,11 +1,12 @@
 //! Kerberos key derivation on the host: the core's batch path compiled for the CPU it runs on.
 //!
 //! [`wirekit_core::kerberos::derive_kerberos_keys`] is portable code built for the baseline
-//! target (SSE2 on x86-64). The same lane code, compiled inside functions with AVX2 or AVX-512
-//! enabled and chosen at run time, derives keys several times faster (see `cargo xtask bench
-//! kerberos/`). This module is the only place in the adapter with `unsafe`: calling a
-//! `#[target_feature]` function is unsafe, and each call is guarded by the CPU check that makes
-//! it sound.
+//! target (SSE2 on x86-64). The same lane code
+//! ([`derive_kerberos_keys_in_lanes`](wirekit_core::kerberos::derive_kerberos_keys_in_lanes),
+//! always inlined), compiled inside functions with AVX2 or AVX-512 enabled and chosen at run
+//! time, derives keys several times faster (`cargo xtask bench kerberos/`). The private `x86`
+//! module is the only place with `unsafe`: calling a `#[target_feature]` function is unsafe,
+//! and each call is guarded by the CPU check that makes it sound.
 
 use std::fmt;
 
@@ -123,19 +124,40 @@ pub fn derive_kerberos_keys_on(
     }
 }
 
-/// Runs the core's AVX2 / AVX-512 builds of the lane code after checking the CPU.
+/// The AVX2 and AVX-512 builds of the core's lane code, run after checking the CPU.
 ///
-/// Measured (`cargo xtask bench kerberos/batch`, CPU time per key): AVX2 about twice and
-/// AVX-512 about four times the keys per second of the baseline-x86-64 portable lanes (24x the
-/// single-key path against 5.5x), which is what pays for the `unsafe` here.
+/// AVX2 derives about twice and AVX-512 about four times the keys per second of the
+/// baseline-x86-64 portable lanes (`cargo xtask bench kerberos/batch` measures it), which is
+/// what pays for the `unsafe` here.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
     use super::{BatchError, LanePath};
+    use wirekit_core::BufferTooSmall;
     use wirekit_core::kerberos::{
-        DerivedKey, KeyRequest, derive_kerberos_keys, derive_kerberos_keys_avx2,
-        derive_kerberos_keys_avx512,
+        DerivedKey, KeyRequest, derive_kerberos_keys, derive_kerberos_keys_in_lanes,
     };
+
+    /// 32 lanes, up to two keys finished on the scalar path (one AVX2 step over 32 lanes costs
+    /// about three scalar steps).
+    #[target_feature(enable = "avx2")]
+    fn derive_avx2(
+        requests: &[KeyRequest<'_>],
+        out: &mut [DerivedKey],
+    ) -> Result<(), BufferTooSmall> {
+        derive_kerberos_keys_in_lanes::<32>(requests, out, 2)
+    }
+
+    /// 32 lanes, where a rotation and each MD5 round function are one instruction; a last lone
+    /// key finished on the scalar path (one step over 32 lanes costs about one and a half
+    /// scalar steps).
+    #[target_feature(enable = "avx512f")]
+    fn derive_avx512(
+        requests: &[KeyRequest<'_>],
+        out: &mut [DerivedKey],
+    ) -> Result<(), BufferTooSmall> {
+        derive_kerberos_keys_in_lanes::<32>(requests, out, 1)
+    }
 
     pub(super) fn derive(
         path: LanePath,
@@ -147,11 +169,11 @@ mod x86 {
         }
         Ok(match path {
             // SAFETY: `is_supported` just confirmed the CPU has AVX2, the only target feature
-            // `derive_kerberos_keys_avx2` is compiled with.
-            LanePath::Avx2 => unsafe { derive_kerberos_keys_avx2(requests, out) },
+            // `derive_avx2` is compiled with.
+            LanePath::Avx2 => unsafe { derive_avx2(requests, out) },
             // SAFETY: `is_supported` just confirmed the CPU has AVX-512F, the only target
-            // feature `derive_kerberos_keys_avx512` is compiled with.
-            LanePath::Avx512 => unsafe { derive_kerberos_keys_avx512(requests, out) },
+            // feature `derive_avx512` is compiled with.
+            LanePath::Avx512 => unsafe { derive_avx512(requests, out) },
             LanePath::Portable => derive_kerberos_keys(requests, out),
         }?)
     }
