@@ -39,7 +39,7 @@ fn pktconn_echo() -> Result<(), String> {
             "build",
             "--release",
             "-p",
-            "wirekit-std",
+            "wirekit",
             "--bin",
             "wirekit",
         ],
