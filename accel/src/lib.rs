@@ -23,3 +23,8 @@
 #![deny(unsafe_code)]
 
 pub mod kerberos;
+
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

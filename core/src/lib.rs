@@ -115,3 +115,8 @@ impl fmt::Display for BufferTooSmall {
 }
 
 impl core::error::Error for BufferTooSmall {}
+
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

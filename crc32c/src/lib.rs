@@ -231,3 +231,8 @@ mod tests {
         assert_eq!(mul(1, 1).is_some(), has_clmul());
     }
 }
+
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -10,3 +10,8 @@ mod buffer;
 pub mod clock;
 pub mod codec;
 pub mod server;
+
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -11,3 +11,8 @@ pub mod conformance;
 pub mod peers;
 pub mod serve;
 pub mod service_client;
+
+// The root README's Rust snippet is compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct RootReadmeDoctests;

@@ -35,14 +35,7 @@ const PKTCONN_CLAIM: f64 = 54_000.0;
 /// ratio to pktconn's claim.
 fn pktconn_echo() -> Result<(), String> {
     cargo(
-        &[
-            "build",
-            "--release",
-            "-p",
-            "wirekit",
-            "--bin",
-            "wirekit",
-        ],
+        &["build", "--release", "-p", "wirekit", "--bin", "wirekit"],
         &[],
     )?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
