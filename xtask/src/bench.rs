@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::steps::{cargo, root};
+use crate::process::{cargo, root};
 
 /// Runs the benches (optionally filtered) and prints the ratio table.
 pub fn run(args: &[String]) -> Result<(), String> {

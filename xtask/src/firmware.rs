@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::steps::{root, run_in};
+use crate::process::{ensure_cargo_tool, root, run_in};
 
 /// One board build of the firmware.
 pub struct Board {
@@ -82,25 +82,7 @@ pub fn clippy(board: &Board) -> Result<(), String> {
 
 /// The `defmt-print` binary, installing it with cargo when it is missing.
 pub fn ensure_defmt_print() -> Result<PathBuf, String> {
-    if let Some(found) = defmt_print() {
-        return Ok(found);
-    }
-    let version = format!("defmt-print@{DEFMT_PRINT_VERSION}");
-    run_in(&root(), "cargo", &["install", "--locked", &version], &[])?;
-    defmt_print().ok_or_else(|| "defmt-print installed but not found".to_string())
-}
-
-/// `defmt-print` on PATH or in cargo's bin directory.
-fn defmt_print() -> Option<PathBuf> {
-    let cargo_bin = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .map(|h| h.join("bin"));
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(cargo_bin)
-        .map(|d| d.join("defmt-print"))
-        .find(|p| p.is_file())
+    ensure_cargo_tool("defmt-print", &format!("defmt-print@{DEFMT_PRINT_VERSION}"))
 }
 
 /// The QEMU command line that boots `elf` with the service on `127.0.0.1:port` and the QEMU

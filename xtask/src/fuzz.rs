@@ -9,7 +9,7 @@
 
 use std::process::{Command, Stdio};
 
-use crate::steps::{root, run_in};
+use crate::process::{root, run_in};
 
 /// The targets: one `fuzz_targets/<name>.rs` each.
 fn targets() -> Result<Vec<String>, String> {

@@ -1,8 +1,11 @@
 //! `cargo xtask <command>`: wirekit's developer commands.
 //!
 //! - `test`: installs what the tests need when missing (rustup targets, HAProxy, QEMU, the Node
-//!   and Python interop peers under `target/interop/`), then runs every check: rustfmt, clippy,
-//!   the no_std builds, docs, every test, the firmware builds, and `cargo bench --no-run`.
+//!   and Python interop peers under `target/interop/`, cargo-machete, cargo-hack), then runs
+//!   every check: rustfmt, unused dependencies, clippy, the core's features one by one on the
+//!   host and bare-metal targets, docs, every test, the core's tests without features, the
+//!   library crates packaged, the firmware builds, and `cargo bench --no-run`; then a table of
+//!   each step's time and the total.
 //! - `fuzz [SECONDS] [TARGET...]`: runs the cargo-fuzz targets in `fuzz/` on stable Rust.
 //! - `bench [FILTER]`: runs the criterion benchmarks and prints a markdown table of medians and
 //!   ratios against the named peers.
@@ -13,6 +16,7 @@
 mod bench;
 mod firmware;
 mod fuzz;
+mod process;
 mod setup;
 mod steps;
 

@@ -4,9 +4,8 @@
 //! (after `apt-get update`), Rust targets from rustup.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
-use crate::steps::{root, run_in};
+use crate::process::{ensure_cargo_tool, output, root, run_in};
 
 /// Pinned interop peers.
 const NPM_PEERS: &[&str] = &["minecraft-protocol@1.68.0"];
@@ -19,16 +18,6 @@ const APT_PEERS: &[(&str, &str)] = &[
 const TARGETS: &[&str] = &["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
 const COMPONENTS: &[&str] = &["rustfmt", "clippy", "llvm-tools"];
 
-fn output(program: &str, args: &[&str]) -> Option<String> {
-    Command::new(program)
-        .args(args)
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
 /// Every install step.
 pub fn all() -> Result<(), String> {
     rust()?;
@@ -37,8 +26,16 @@ pub fn all() -> Result<(), String> {
     python()?;
     // The firmware test rig decodes the QEMU board's defmt log with it.
     crate::firmware::ensure_defmt_print()?;
+    // The workspace checks: unused dependencies, and the core's feature combinations.
+    ensure_cargo_tool("cargo-machete", CARGO_MACHETE)?;
+    ensure_cargo_tool("cargo-hack", CARGO_HACK)?;
     Ok(())
 }
+
+/// Finds dependencies no code uses (`cargo xtask test` fails on one).
+pub const CARGO_MACHETE: &str = "cargo-machete@0.9.2";
+/// Builds every feature of the core on its own (`--each-feature`).
+pub const CARGO_HACK: &str = "cargo-hack@0.6.46";
 
 fn rust() -> Result<(), String> {
     let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
@@ -121,7 +118,3 @@ fn python() -> Result<(), String> {
     std::fs::write(&stamp, want).map_err(|e| e.to_string())
 }
 
-/// Builds and checks the firmware workspace, when it exists (see `crate::firmware::checks`).
-pub fn firmware_checks() -> Result<(), String> {
-    crate::firmware::checks()
-}

@@ -1,45 +1,13 @@
-//! The steps of `cargo xtask test`.
+//! The steps of `cargo xtask test`, in order.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
-/// The workspace root (xtask's parent).
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask sits in the workspace root")
-        .to_path_buf()
-}
+use crate::process::{cargo, print_timings, root};
 
-/// Runs a command in `dir`, echoing it and its duration; an error if it fails.
-pub fn run_in(
-    dir: &Path,
-    program: &str,
-    args: &[&str],
-    envs: &[(&str, &str)],
-) -> Result<(), String> {
-    let shown = format!("{program} {}", args.join(" "));
-    println!("\n==> {shown}");
-    let start = Instant::now();
-    let status = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .envs(envs.iter().copied())
-        .status()
-        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
-    println!("<== {shown}: {:.1}s", start.elapsed().as_secs_f64());
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`{shown}` failed with {status}"))
-    }
-}
-
-/// Runs cargo in the workspace root.
-pub fn cargo(args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
-    run_in(&root(), "cargo", args, envs)
-}
+/// The no_std targets the core is built for.
+const THUMB: [&str; 2] = ["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
+/// The library crates as a user gets them from a registry (`cargo package` builds each alone).
+const PUBLISHED: [&str; 4] = ["wirekit-core", "wirekit-crc32c", "wirekit-accel", "wirekit-std"];
 
 /// `cargo xtask test`.
 pub fn test(args: &[String]) -> Result<(), String> {
@@ -48,6 +16,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
     crate::setup::all()?;
 
     cargo(&["fmt", "--all", "--check"], &[])?;
+    // A dependency nothing uses fails the run.
+    cargo(&["machete"], &[])?;
     cargo(
         &[
             "clippy",
@@ -59,38 +29,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
         ],
         &[],
     )?;
-
-    // The no_std proof: the core builds for bare-metal Cortex-M, with and without defmt.
-    for target in ["thumbv7m-none-eabi", "thumbv7em-none-eabihf"] {
-        cargo(&["build", "-p", "wirekit-core", "--target", target], &[])?;
-        cargo(
-            &[
-                "build",
-                "-p",
-                "wirekit-core",
-                "--target",
-                target,
-                "--features",
-                "defmt",
-            ],
-            &[],
-        )?;
-    }
-    cargo(
-        &[
-            "clippy",
-            "-p",
-            "wirekit-core",
-            "--target",
-            "thumbv7m-none-eabi",
-            "--features",
-            "defmt",
-            "--",
-            "-D",
-            "warnings",
-        ],
-        &[],
-    )?;
+    core_features()?;
     cargo(
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
@@ -115,17 +54,77 @@ pub fn test(args: &[String]) -> Result<(), String> {
         ],
     )?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
+    // The core alone, no feature at all: the portable CRC32C and Adler-32, no std.
+    cargo(&["test", "-p", "wirekit-core", "--no-default-features"], &[])?;
+    package()?;
 
-    crate::setup::firmware_checks()?;
+    crate::firmware::checks()?;
 
     if !quick {
         cargo(&["bench", "--workspace", "--no-run"], &[])?;
         // The fuzz targets, briefly and reproducibly (`cargo xtask fuzz` runs them for longer).
         crate::fuzz::smoke()?;
     }
-    println!(
-        "\nxtask test: every step passed in {:.0}s",
-        start.elapsed().as_secs_f64()
-    );
+    let total = start.elapsed().as_secs_f64();
+    print_timings(total);
+    println!("\nxtask test: every step passed in {total:.0}s");
     Ok(())
+}
+
+/// The core's features one at a time (cargo-hack), on the host and on bare-metal Cortex-M (the
+/// no_std proof; `std` and `accel` are host-only), and clippy on the firmware's configuration.
+fn core_features() -> Result<(), String> {
+    cargo(
+        &[
+            "hack",
+            "check",
+            "-p",
+            "wirekit-core",
+            "--each-feature",
+            "--no-dev-deps",
+        ],
+        &[],
+    )?;
+    for target in THUMB {
+        cargo(
+            &[
+                "hack",
+                "build",
+                "-p",
+                "wirekit-core",
+                "--each-feature",
+                "--no-dev-deps",
+                "--exclude-features",
+                "std,accel",
+                "--target",
+                target,
+            ],
+            &[],
+        )?;
+    }
+    cargo(
+        &[
+            "clippy",
+            "-p",
+            "wirekit-core",
+            "--target",
+            THUMB[0],
+            "--features",
+            "defmt",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )
+}
+
+/// Packages the library crates together (each one's path dependencies resolved among them) and
+/// builds each from its package, as a user would get it.
+fn package() -> Result<(), String> {
+    let mut args = vec!["package", "--locked"];
+    for p in PUBLISHED {
+        args.extend(["-p", p]);
+    }
+    cargo(&args, &[])
 }

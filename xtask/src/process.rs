@@ -1,0 +1,101 @@
+//! Running programs: the workspace root, commands echoed with their duration, and the tools
+//! cargo installs on demand. Every other xtask module builds on this one; it uses none of them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Every command run so far with its duration in seconds, for the closing summary.
+static TIMINGS: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
+
+/// The workspace root (xtask's parent).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Runs a command in `dir`, echoing it and its duration; an error if it fails.
+pub fn run_in(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Result<(), String> {
+    let shown = format!("{program} {}", args.join(" "));
+    println!("\n==> {shown}");
+    let start = Instant::now();
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(envs.iter().copied())
+        .status()
+        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    println!("<== {shown}: {secs:.1}s");
+    if let Ok(mut t) = TIMINGS.lock() {
+        t.push((shown.clone(), secs));
+    }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{shown}` failed with {status}"))
+    }
+}
+
+/// Runs cargo in the workspace root.
+pub fn cargo(args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
+    run_in(&root(), "cargo", args, envs)
+}
+
+/// A command's stdout if it ran and succeeded.
+pub fn output(program: &str, args: &[&str]) -> Option<String> {
+    Command::new(program)
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Prints every command's duration, slowest first, and the total.
+pub fn print_timings(total: f64) {
+    let mut t = TIMINGS.lock().map(|t| t.clone()).unwrap_or_default();
+    t.sort_by(|a, b| b.1.total_cmp(&a.1));
+    println!("\n| step | seconds |\n|---|---:|");
+    for (step, secs) in &t {
+        let step: String = step.chars().take(100).collect();
+        println!("| `{step}` | {secs:.1} |");
+    }
+    println!("| total | {total:.1} |");
+}
+
+/// `name` on PATH or in cargo's bin directory.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|h| h.join("bin"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(cargo_bin)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The binary `name`, installed with `cargo install --locked <spec>` (a pinned `crate@version`)
+/// when it is missing or its `--version` output does not mention the pinned version.
+pub fn ensure_cargo_tool(name: &str, spec: &str) -> Result<PathBuf, String> {
+    let version = spec.rsplit('@').next().unwrap_or_default();
+    let current = find_binary(name).filter(|bin| {
+        output(&bin.to_string_lossy(), &["--version"]).is_some_and(|v| v.contains(version))
+    });
+    if let Some(found) = current {
+        return Ok(found);
+    }
+    run_in(&root(), "cargo", &["install", "--locked", spec], &[])?;
+    find_binary(name).ok_or_else(|| format!("{spec} installed but `{name}` not found"))
+}
