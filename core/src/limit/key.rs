@@ -2,6 +2,7 @@
 //! family it came in on.
 
 use core::fmt;
+use core::hash::{Hash, Hasher};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// How addresses are grouped into keys: the prefix length kept for IPv4 and for IPv6.
@@ -52,7 +53,7 @@ impl Prefix {
 ///
 /// `Display` writes the address, with `/len` unless it is a whole address:
 /// `192.0.2.0/24`, `2001:db8::7`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AddrKey {
     network: IpAddr,
     len: u8,
@@ -103,6 +104,28 @@ impl AddrKey {
             IpAddr::V6(_) => Prefix::new(32, self.len),
         };
         AddrKey::new(ip, prefix) == *self
+    }
+}
+
+impl Hash for AddrKey {
+    /// One write of the family, the prefix length and the address bytes (6 or 18 bytes): the
+    /// table hashes a key per operation, and the derived form's four writes (two of them
+    /// `usize` tags) cost more than the hash itself.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut bytes = [0u8; 18];
+        let n = match self.network {
+            IpAddr::V4(a) => {
+                bytes[2..6].copy_from_slice(&a.octets());
+                6
+            }
+            IpAddr::V6(a) => {
+                bytes[0] = 6;
+                bytes[2..].copy_from_slice(&a.octets());
+                18
+            }
+        };
+        bytes[1] = self.len;
+        state.write(&bytes[..n]);
     }
 }
 

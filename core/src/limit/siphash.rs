@@ -110,20 +110,34 @@ impl SipHasher13 {
         Self::round(v);
         v[0] ^= m;
     }
+
+    /// Adds one byte to the partial word, compressing it when whole.
+    fn push(&mut self, b: u8) {
+        self.tail |= u64::from(b) << (8 * self.ntail);
+        self.ntail += 1;
+        if self.ntail == 8 {
+            Self::compress(&mut self.v, self.tail);
+            self.tail = 0;
+            self.ntail = 0;
+        }
+    }
 }
 
 impl Hasher for SipHasher13 {
-    fn write(&mut self, bytes: &[u8]) {
+    fn write(&mut self, mut bytes: &[u8]) {
         self.len = self.len.wrapping_add(bytes.len() as u64);
-        for &b in bytes {
-            self.tail |= u64::from(b) << (8 * self.ntail);
-            self.ntail += 1;
-            if self.ntail == 8 {
-                Self::compress(&mut self.v, self.tail);
-                self.tail = 0;
-                self.ntail = 0;
-            }
+        // Top up a partial word, then whole words, then keep the rest.
+        while self.ntail != 0
+            && let Some((&b, rest)) = bytes.split_first()
+        {
+            self.push(b);
+            bytes = rest;
         }
+        while let Some((word, rest)) = bytes.split_first_chunk::<8>() {
+            Self::compress(&mut self.v, u64::from_le_bytes(*word));
+            bytes = rest;
+        }
+        bytes.iter().for_each(|&b| self.push(b));
     }
 
     fn finish(&self) -> u64 {
