@@ -17,6 +17,7 @@
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
 //! Shared primitives: [`time`] (the caller's monotonic clock, as the core's timers take it).
+//! Limiters: [`limit`] (token buckets, per-address tables a flood cannot erase, log limits).
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -27,6 +28,7 @@ extern crate std;
 
 pub mod frame;
 pub mod kerberos;
+pub mod limit;
 pub mod proxy;
 pub mod service;
 pub mod time;

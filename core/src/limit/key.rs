@@ -1,0 +1,222 @@
+//! Table keys from IP addresses: one client (or one network) counts once, whichever socket
+//! family it came in on.
+
+use core::fmt;
+use core::hash::{Hash, Hasher};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// How addresses are grouped into keys: the prefix length kept for IPv4 and for IPv6.
+///
+/// [`Prefix::HOST`] keys each address on its own; [`Prefix::SUBNET`] groups IPv4 by /24 and IPv6
+/// by /64 (one end site's LAN, which a single host can fill with addresses at will).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Prefix {
+    v4: u8,
+    v6: u8,
+}
+
+impl Prefix {
+    /// Whole addresses: IPv4 /32, IPv6 /128.
+    pub const HOST: Prefix = Prefix { v4: 32, v6: 128 };
+    /// IPv4 /24, IPv6 /64.
+    pub const SUBNET: Prefix = Prefix { v4: 24, v6: 64 };
+
+    /// Keep the first `v4` bits of IPv4 addresses and `v6` bits of IPv6 ones (at most 32 and
+    /// 128; longer lengths are taken as those).
+    pub const fn new(v4: u8, v6: u8) -> Prefix {
+        Prefix {
+            v4: if v4 > 32 { 32 } else { v4 },
+            v6: if v6 > 128 { 128 } else { v6 },
+        }
+    }
+
+    /// The IPv4 prefix length.
+    pub const fn v4(self) -> u8 {
+        self.v4
+    }
+
+    /// The IPv6 prefix length.
+    pub const fn v6(self) -> u8 {
+        self.v6
+    }
+
+    /// The key of `ip` under this grouping (same as [`AddrKey::new`]).
+    pub fn key(self, ip: IpAddr) -> AddrKey {
+        AddrKey::new(ip, self)
+    }
+}
+
+/// A table key: a network address and its prefix length. IPv4-mapped IPv6 addresses
+/// (`::ffff:a.b.c.d`, what a dual-stack socket reports for an IPv4 peer) are folded into the
+/// IPv4 key first, so a client counts once whichever socket it reached.
+///
+/// `Display` writes the address, with `/len` unless it is a whole address:
+/// `192.0.2.0/24`, `2001:db8::7`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AddrKey {
+    network: IpAddr,
+    len: u8,
+}
+
+impl AddrKey {
+    /// The key of `ip` under `prefix`.
+    pub fn new(ip: IpAddr, prefix: Prefix) -> AddrKey {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => {
+                let len = prefix.v4;
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                AddrKey {
+                    network: IpAddr::V4(Ipv4Addr::from_bits(a.to_bits() & mask)),
+                    len,
+                }
+            }
+            IpAddr::V6(a) => {
+                let len = prefix.v6;
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                AddrKey {
+                    network: IpAddr::V6(Ipv6Addr::from_bits(a.to_bits() & mask)),
+                    len,
+                }
+            }
+        }
+    }
+
+    /// The key of `ip` on its own ([`Prefix::HOST`]).
+    pub fn host(ip: IpAddr) -> AddrKey {
+        AddrKey::new(ip, Prefix::HOST)
+    }
+
+    /// The network address (the address with the bits past the prefix cleared).
+    pub const fn network(&self) -> IpAddr {
+        self.network
+    }
+
+    /// The prefix length.
+    pub const fn prefix_len(&self) -> u8 {
+        self.len
+    }
+
+    /// `true` if `ip` falls under this key (same family after folding, same prefix).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let prefix = match self.network {
+            IpAddr::V4(_) => Prefix::new(self.len, 128),
+            IpAddr::V6(_) => Prefix::new(32, self.len),
+        };
+        AddrKey::new(ip, prefix) == *self
+    }
+}
+
+impl Hash for AddrKey {
+    /// One write of the family, the prefix length and the address bytes (6 or 18 bytes): the
+    /// table hashes a key per operation, and the derived form's four writes (two of them
+    /// `usize` tags) cost more than the hash itself.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut bytes = [0u8; 18];
+        let n = match self.network {
+            IpAddr::V4(a) => {
+                bytes[2..6].copy_from_slice(&a.octets());
+                6
+            }
+            IpAddr::V6(a) => {
+                bytes[0] = 6;
+                bytes[2..].copy_from_slice(&a.octets());
+                18
+            }
+        };
+        bytes[1] = self.len;
+        state.write(&bytes[..n]);
+    }
+}
+
+impl fmt::Display for AddrKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = match self.network {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        };
+        if self.len == whole {
+            write!(f, "{}", self.network)
+        } else {
+            write!(f, "{}/{}", self.network, self.len)
+        }
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for AddrKey {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        crate::proxy::defmt_net::ip(f, &self.network);
+        defmt::write!(f, "/{}", self.len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::string::ToString;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn mapped_ipv6_folds_into_ipv4() {
+        for prefix in [Prefix::HOST, Prefix::SUBNET] {
+            assert_eq!(
+                prefix.key(ip("::ffff:192.0.2.7")),
+                prefix.key(ip("192.0.2.7"))
+            );
+        }
+        assert_eq!(
+            AddrKey::host(ip("::ffff:192.0.2.7")).to_string(),
+            "192.0.2.7"
+        );
+        // The deprecated IPv4-compatible form (::a.b.c.d) is an IPv6 address, not folded.
+        assert_ne!(
+            AddrKey::host(ip("::192.0.2.7")),
+            AddrKey::host(ip("192.0.2.7"))
+        );
+    }
+
+    #[test]
+    fn subnet_groups_v4_by_24_and_v6_by_64() {
+        let k = Prefix::SUBNET.key(ip("192.0.2.7"));
+        assert_eq!(k, Prefix::SUBNET.key(ip("192.0.2.250")));
+        assert_eq!(k, Prefix::SUBNET.key(ip("::ffff:192.0.2.1")));
+        assert_ne!(k, Prefix::SUBNET.key(ip("192.0.3.7")));
+        assert_eq!(k.to_string(), "192.0.2.0/24");
+        assert_eq!(k.prefix_len(), 24);
+
+        let k = Prefix::SUBNET.key(ip("2001:db8:1:2:aaaa::1"));
+        assert_eq!(
+            k,
+            Prefix::SUBNET.key(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"))
+        );
+        assert_ne!(k, Prefix::SUBNET.key(ip("2001:db8:1:3::1")));
+        assert_eq!(k.to_string(), "2001:db8:1:2::/64");
+        assert!(k.contains(ip("2001:db8:1:2::99")));
+        assert!(!k.contains(ip("2001:db8:1:3::99")));
+        assert!(!k.contains(ip("192.0.2.7")));
+
+        // Whole addresses stay apart.
+        assert_ne!(
+            AddrKey::host(ip("192.0.2.7")),
+            AddrKey::host(ip("192.0.2.8"))
+        );
+        assert_eq!(AddrKey::host(ip("2001:db8::7")).to_string(), "2001:db8::7");
+    }
+
+    #[test]
+    fn prefix_lengths_clamp_and_zero_is_everything() {
+        assert_eq!(Prefix::new(40, 200), Prefix::HOST);
+        let all = Prefix::new(0, 0);
+        assert_eq!(all.key(ip("1.2.3.4")), all.key(ip("255.0.0.1")));
+        assert_eq!(all.key(ip("1.2.3.4")).to_string(), "0.0.0.0/0");
+        assert_eq!(all.key(ip("2001:db8::1")), all.key(ip("fe80::1")));
+        assert_ne!(all.key(ip("1.2.3.4")), all.key(ip("2001:db8::1")));
+        let odd = Prefix::new(9, 1);
+        assert_eq!(odd.key(ip("10.255.1.1")).to_string(), "10.128.0.0/9");
+        assert_eq!(odd.key(ip("ffff::1")).to_string(), "8000::/1");
+    }
+}
