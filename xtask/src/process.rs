@@ -89,6 +89,16 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
 /// The binary `name`, installed with `cargo install --locked <spec>` (a pinned `crate@version`)
 /// when it is missing or its `--version` output does not mention the pinned version.
 pub fn ensure_cargo_tool(name: &str, spec: &str) -> Result<PathBuf, String> {
+    install_cargo_tool(name, spec, &[])
+}
+
+/// [`ensure_cargo_tool`] built without optimisation: for checkers whose run is a moment and
+/// whose optimised build would cost CI a minute or more (cargo-machete, cargo-hack).
+pub fn ensure_cargo_tool_debug(name: &str, spec: &str) -> Result<PathBuf, String> {
+    install_cargo_tool(name, spec, &["--debug"])
+}
+
+fn install_cargo_tool(name: &str, spec: &str, flags: &[&str]) -> Result<PathBuf, String> {
     let version = spec.rsplit('@').next().unwrap_or_default();
     let current = find_binary(name).filter(|bin| {
         output(&bin.to_string_lossy(), &["--version"]).is_some_and(|v| v.contains(version))
@@ -96,6 +106,9 @@ pub fn ensure_cargo_tool(name: &str, spec: &str) -> Result<PathBuf, String> {
     if let Some(found) = current {
         return Ok(found);
     }
-    run_in(&root(), "cargo", &["install", "--locked", spec], &[])?;
+    let mut args = vec!["install", "--locked"];
+    args.extend(flags);
+    args.push(spec);
+    run_in(&root(), "cargo", &args, &[])?;
     find_binary(name).ok_or_else(|| format!("{spec} installed but `{name}` not found"))
 }

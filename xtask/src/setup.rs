@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::process::{ensure_cargo_tool, output, root, run_in};
+use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 
 /// Pinned interop peers.
 const NPM_PEERS: &[&str] = &["minecraft-protocol@1.68.0"];
@@ -27,8 +27,8 @@ pub fn all() -> Result<(), String> {
     // The firmware test rig decodes the QEMU board's defmt log with it.
     crate::firmware::ensure_defmt_print()?;
     // The workspace checks: unused dependencies, and the core's feature combinations.
-    ensure_cargo_tool("cargo-machete", CARGO_MACHETE)?;
-    ensure_cargo_tool("cargo-hack", CARGO_HACK)?;
+    ensure_cargo_tool_debug("cargo-machete", CARGO_MACHETE)?;
+    ensure_cargo_tool_debug("cargo-hack", CARGO_HACK)?;
     Ok(())
 }
 
