@@ -3,7 +3,7 @@
 //!
 //! The split it will follow, as `wirekit serve` does: every decision (the pre-login packets
 //! with their bounds, the proxy connection state machine, rule evaluation, the per-source
-//! limits on [`wirekit_core::limit`]-style primitives and the core's time type) lives in
+//! limits on the core's `limit` primitives and its `time` type) lives in
 //! `wirekit-core`, sans-IO and allocation-free, so it is tested, fuzzed and could run on a
 //! board; this crate will hold the tokio adapter only: listeners behind the PROXY acceptor,
 //! upstream connects, PROXY v2 toward the upstream, the splice relay with its copy fallback and
