@@ -85,9 +85,12 @@
 //! # Ok::<(), Box<dyn core::error::Error>>(())
 //! ```
 
+mod config;
 pub mod counters;
+mod handlers;
 mod session;
 pub mod wire;
 
+pub use config::{Config, Framing};
 pub use counters::{AtomicCounters, Counters, Tally};
-pub use session::{Config, Framing, Progress, Session, SessionError, Want, Workspace};
+pub use session::{Progress, Session, SessionError, Want, Workspace};
