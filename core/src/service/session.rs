@@ -35,7 +35,7 @@ impl<S> fmt::Debug for Workspace<'_, S> {
 
 impl<'a> Workspace<'a> {
     /// A workspace without zlib: a client's set-compression request gets a `0x7F`
-    /// ([`ErrorCode::Unsupported`]) reply, and a configured threshold is an error
+    /// ([`ErrorCode::Unsupported`](super::wire::ErrorCode::Unsupported)) reply, and a configured threshold is an error
     /// ([`SessionError::CompressionUnavailable`]).
     pub fn new(scratch: &'a mut [u8]) -> Self {
         Workspace {
