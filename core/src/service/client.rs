@@ -40,8 +40,8 @@
 //! let n = client.encode_echo(b"ping", &mut request, &mut client_ws)?;
 //! let p = server.handle(&request[..n], &mut reply, &mut server_ws, &counters)?;
 //! // A prefix of the reply is partial; the whole reply decodes.
-//! assert!(client.decode(&reply[..p.written - 1], &mut client_ws)?.is_partial());
-//! let Status::Complete(r) = client.decode(&reply[..p.written], &mut client_ws)? else {
+//! assert!(client.decode(&reply[..p.written - 1], client_ws.reborrow())?.is_partial());
+//! let Status::Complete(r) = client.decode(&reply[..p.written], client_ws.reborrow())? else {
 //!     panic!("whole reply given")
 //! };
 //! assert_eq!((r.response()?, r.consumed), (Response::Echo(b"ping"), p.written));
@@ -512,12 +512,15 @@ impl Client {
     /// what it changes (the greeting, a `0x03` reply, a refused switch). `Partial` while the
     /// frame is incomplete (nothing is inflated until it is whole). On error the state is
     /// unchanged; the connection cannot go on.
+    ///
+    /// The workspace is taken by value so that an inflated reply can borrow its scratch for as
+    /// long as the input: pass [`Workspace::reborrow`] to keep using one.
     pub fn decode<'a, S: AsMut<[u32]>>(
         &mut self,
         input: &'a [u8],
-        ws: &'a mut Workspace<'_, S>,
+        ws: Workspace<'a, S>,
     ) -> Result<Status<Reply<'a>>, ClientError> {
-        let Workspace { scratch, zlib } = ws;
+        let Workspace { scratch, mut zlib } = ws;
         let (body, consumed, compressed) = if self.decoder.threshold() < 0 {
             match self.plain.decode_frame(input)? {
                 Status::Complete(f) => (f.body, f.consumed, false),
@@ -652,12 +655,12 @@ mod tests {
                 let reply = loop {
                     cut += 1;
                     assert!(cut <= wire.len(), "a whole reply decodes");
-                    let mut ws = Workspace::with_zlib(
+                    let ws = Workspace::with_zlib(
                         &mut self.scratch,
                         &mut self.inflater,
                         &mut self.compressor,
                     );
-                    match self.client.decode(&wire[..cut], &mut ws) {
+                    match self.client.decode(&wire[..cut], ws) {
                         Ok(Status::Complete(r)) => {
                             assert_eq!(r.consumed, cut, "complete at the frame's last byte");
                             break (r.id, r.data.to_vec(), r.compressed);

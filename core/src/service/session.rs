@@ -60,6 +60,17 @@ impl<'a, S: AsMut<[u32]>> Workspace<'a, S> {
     }
 }
 
+impl<S> Workspace<'_, S> {
+    /// The same memory, lent for a shorter time (for calls that take a workspace by value,
+    /// such as [`Client::decode`](super::client::Client::decode)).
+    pub fn reborrow(&mut self) -> Workspace<'_, S> {
+        Workspace {
+            scratch: self.scratch,
+            zlib: self.zlib.as_mut().map(|(i, c)| (&mut **i, &mut **c)),
+        }
+    }
+}
+
 /// What the adapter should do after a [`Session::handle`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
