@@ -361,10 +361,13 @@ impl Client {
 
     /// The most bytes [`encode`](Self::encode) needs for a request with `data_len` bytes of
     /// data in the current format: an output buffer this large never gets
-    /// [`ClientError::BufferTooSmall`].
+    /// [`ClientError::BufferTooSmall`] (a request above the frame format's maximum is
+    /// [`ClientError::RequestTooLarge`] whatever the buffer).
     pub const fn max_request_len(&self, id: i32, data_len: usize) -> usize {
-        let body = varint_len(id) + data_len;
-        if self.encoder.threshold() < 0 {
+        let body = varint_len(id).saturating_add(data_len);
+        if body > mc::MAX_FRAME_LEN {
+            body
+        } else if self.encoder.threshold() < 0 {
             frame_len(body)
         } else if self.encoder.compresses(body) {
             crate::frame::compressed::max_encoded_len(body)
