@@ -1060,5 +1060,23 @@ mod tests {
             ..bad_key
         };
         assert_eq!(unknown.response(), Err(ClientError::UnknownReply));
+        // A request above the frame format's maximum, whatever the buffer.
+        let huge = std::vec![0u8; mc::MAX_FRAME_LEN];
+        let mut out = std::vec![0u8; c.client.max_request_len(wire::ECHO, huge.len()) + 16];
+        assert_eq!(
+            c.client
+                .encode_echo(&huge, &mut out, &mut Workspace::new(&mut [])),
+            Err(ClientError::RequestTooLarge)
+        );
+        // A compressed reply larger than the scratch is refused before it is inflated.
+        let mut c = Peer::new(Client::new().expecting_greeting(Some(0)));
+        c.replies(&packet(wire::SET_COMPRESSION, &[0x00])).unwrap();
+        c.push(&mut Vec::new(), wire::ECHO, b"x");
+        let body = std::vec![0u8; 5000];
+        let mut frame = std::vec![0u8; 6000];
+        let n = CompressedEncoder::new(0, Level::Fast)
+            .encode(&body, &mut frame, &mut c.compressor)
+            .unwrap();
+        assert_eq!(c.replies(&frame[..n]), Err(ClientError::ScratchTooSmall));
     }
 }
