@@ -1,18 +1,19 @@
 //! A blocking client of the wirekit service, for conformance and end-to-end tests.
 //!
-//! It speaks the protocol independently of the server's code path (its own buffering over
-//! `std::net`), with read timeouts so a server that hangs fails the test instead of hanging it.
+//! A thin blocking adapter over the core's sans-IO [`Client`] (which holds the protocol: the
+//! greeting, the set-compression ordering, request and reply framing) with its own buffering
+//! over `std::net` and read timeouts, so a server that hangs fails the test instead of hanging
+//! it.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use wirekit_core::Status;
-use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
-use wirekit_core::frame::mc::split_packet;
+use wirekit_core::service::Workspace;
+use wirekit_core::service::client::{Client, Response};
 use wirekit_core::service::wire::{self, DeriveRequest, ErrorReply, Stats};
-use wirekit_core::varint::encode_varint;
-use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
+use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MCU};
 
 /// How long any single read may take before the test fails.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,10 +22,8 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ServiceClient {
     stream: TcpStream,
     inbuf: Vec<u8>,
-    /// What this client sends (its threshold: negative = uncompressed).
-    encoder: CompressedEncoder,
-    /// What it receives.
-    decoder: CompressedDecoder,
+    /// The protocol: formats both ways and the ordering rules.
+    client: Client,
     inflater: Box<Inflater>,
     compressor: Box<Compressor<Box<[u32]>>>,
     scratch: Vec<u8>,
@@ -41,6 +40,19 @@ pub struct Reply {
     pub data: Vec<u8>,
 }
 
+impl Reply {
+    fn response(&self) -> io::Result<Response<'_>> {
+        wirekit_core::service::client::Reply {
+            id: self.id,
+            data: &self.data,
+            consumed: 0,
+            compressed: false,
+        }
+        .response()
+        .map_err(io::Error::other)
+    }
+}
+
 impl ServiceClient {
     /// Connects; sends `preamble` (a PROXY header) first if given; reads the server's greeting
     /// if `server_threshold` says it has one.
@@ -52,11 +64,14 @@ impl ServiceClient {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(READ_TIMEOUT))?;
+        let greeting = server_threshold.filter(|t| *t >= 0);
         let mut c = ServiceClient {
             stream,
             inbuf: Vec::new(),
-            encoder: CompressedEncoder::new(-1, Level::Quick),
-            decoder: CompressedDecoder::new(-1),
+            client: match greeting {
+                Some(t) => Client::new().expecting_greeting(Some(t)),
+                None => Client::new(),
+            },
             inflater: Box::new(Inflater::new()),
             compressor: Box::new(
                 Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
@@ -68,15 +83,9 @@ impl ServiceClient {
         if let Some(p) = preamble {
             c.stream.write_all(p)?;
         }
-        if let Some(t) = server_threshold.filter(|t| *t >= 0) {
-            let r = c.recv()?;
-            if r.id != wire::SET_COMPRESSION || wire::parse_threshold(&r.data) != Ok(t) {
-                return Err(io::Error::other(format!(
-                    "bad greeting {r:?}, expected 0x03 {t}"
-                )));
-            }
-            c.decoder.set_threshold(t);
-            c.encoder.set_threshold(t);
+        if greeting.is_some() {
+            // The client checks it is the 0x03 announcing `t`, and switches both ways.
+            c.recv()?;
         }
         Ok(c)
     }
@@ -88,19 +97,18 @@ impl ServiceClient {
 
     /// The threshold this client sends with (negative: uncompressed).
     pub fn threshold(&self) -> i32 {
-        self.encoder.threshold()
+        self.client.send_threshold()
     }
 
-    /// Encodes one packet in the connection's current format.
+    /// Encodes one packet in the connection's current format (as a request: its reply is
+    /// expected).
     pub fn encode(&mut self, id: i32, data: &[u8]) -> io::Result<Vec<u8>> {
-        let mut body = vec![0u8; 5 + data.len()];
-        let n = encode_varint(id, &mut body).map_err(io::Error::other)?;
-        body.truncate(n);
-        body.extend_from_slice(data);
-        let mut buf = vec![0u8; max_encoded_len(body.len())];
+        let mut buf = vec![0u8; self.client.max_request_len(id, data.len())];
+        let mut ws =
+            Workspace::with_zlib(&mut self.scratch, &mut self.inflater, &mut self.compressor);
         let n = self
-            .encoder
-            .encode(&body, &mut buf, &mut self.compressor)
+            .client
+            .encode(id, data, &mut buf, &mut ws)
             .map_err(io::Error::other)?;
         buf.truncate(n);
         Ok(buf)
@@ -116,35 +124,34 @@ impl ServiceClient {
     /// sends in the new one; the reply comes in the old format, then the client reads the new.
     pub fn set_compression(&mut self, threshold: i32) -> io::Result<()> {
         let mut data = [0u8; 5];
-        let n = encode_varint(threshold, &mut data).map_err(io::Error::other)?;
+        let n = wire::encode_threshold(threshold, &mut data).map_err(io::Error::other)?;
         self.send(wire::SET_COMPRESSION, &data[..n])?;
-        self.encoder.set_threshold(threshold);
         let r = self.recv()?;
-        if r.id != wire::SET_COMPRESSION || wire::parse_threshold(&r.data) != Ok(threshold) {
-            return Err(io::Error::other(format!(
-                "set compression {threshold}: reply {r:?}"
-            )));
+        match r.response()? {
+            Response::SetCompression(_) => Ok(()),
+            other => Err(io::Error::other(format!(
+                "set compression {threshold}: reply {other:?}"
+            ))),
         }
-        self.decoder.set_threshold(threshold);
-        Ok(())
     }
 
     /// Receives one packet.
     pub fn recv(&mut self) -> io::Result<Reply> {
         loop {
+            let ws =
+                Workspace::with_zlib(&mut self.scratch, &mut self.inflater, &mut self.compressor);
             let decoded = self
-                .decoder
-                .decode(&self.inbuf, &mut self.inflater, &mut self.scratch)
+                .client
+                .decode(&self.inbuf, ws)
                 .map_err(io::Error::other)?;
             match decoded {
-                Status::Complete(d) => {
-                    let p = split_packet(d.body).map_err(io::Error::other)?;
+                Status::Complete(r) => {
                     let reply = Reply {
-                        id: p.id,
-                        data: p.data.to_vec(),
+                        id: r.id,
+                        data: r.data.to_vec(),
                     };
-                    self.compressed_replies += d.compressed as u64;
-                    let used = d.consumed;
+                    self.compressed_replies += r.compressed as u64;
+                    let used = r.consumed;
                     self.inbuf.drain(..used);
                     return Ok(reply);
                 }
@@ -188,31 +195,26 @@ impl ServiceClient {
         let req = DeriveRequest { pid, password };
         let mut data = vec![0u8; req.encoded_len()];
         req.encode(&mut data).map_err(io::Error::other)?;
-        let r = self.call(wire::DERIVE, &data)?;
-        if r.id != wire::DERIVE {
-            return Err(io::Error::other(format!("derive reply id {:#x}", r.id)));
+        match self.call(wire::DERIVE, &data)?.response()? {
+            Response::Key(key) => Ok(key),
+            other => Err(io::Error::other(format!("derive reply {other:?}"))),
         }
-        r.data
-            .try_into()
-            .map_err(|_| io::Error::other("derive reply is not 16 bytes"))
     }
 
     /// The server's counters.
     pub fn stats(&mut self) -> io::Result<Stats> {
-        let r = self.call(wire::STATS, &[])?;
-        if r.id != wire::STATS {
-            return Err(io::Error::other(format!("stats reply id {:#x}", r.id)));
+        match self.call(wire::STATS, &[])?.response()? {
+            Response::Stats(s) => Ok(s),
+            other => Err(io::Error::other(format!("stats reply {other:?}"))),
         }
-        Stats::parse(&r.data).map_err(io::Error::other)
     }
 
     /// Sends a request with an unknown ID and returns the error reply.
     pub fn unknown(&mut self, id: i32) -> io::Result<ErrorReply> {
-        let r = self.call(id, b"??")?;
-        if r.id != wire::ERROR {
-            return Err(io::Error::other(format!("expected 0x7F, got {:#x}", r.id)));
+        match self.call(id, b"??")?.response()? {
+            Response::Error(e) => Ok(e),
+            other => Err(io::Error::other(format!("expected 0x7F, got {other:?}"))),
         }
-        ErrorReply::parse(&r.data).map_err(io::Error::other)
     }
 
     /// Expects the server to close the connection (EOF or reset) within `within`, discarding

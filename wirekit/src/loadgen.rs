@@ -20,12 +20,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wirekit_core::Status;
-use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
 use wirekit_core::frame::fixed::LengthPrefixed;
-use wirekit_core::frame::mc::split_packet;
-use wirekit_core::service::{self, Framing, wire};
-use wirekit_core::varint::encode_varint;
-use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
+use wirekit_core::service::client::Client;
+use wirekit_core::service::{self, Framing, Workspace, wire};
+use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MCU};
 
 use wirekit_std::server::{ServeOptions, ServerThread};
 
@@ -446,13 +444,13 @@ enum ClientFraming {
     VarInt(Box<VarIntClient>),
 }
 
+/// The core's client (the protocol) and the memory it borrows per call.
 struct VarIntClient {
-    encoder: CompressedEncoder,
-    decoder: CompressedDecoder,
+    client: Client,
     inflater: Inflater,
     compressor: Compressor<Box<[u32]>>,
+    /// Request bodies are assembled here to be compressed; compressed replies inflated.
     scratch: Vec<u8>,
-    body: Vec<u8>,
 }
 
 fn invalid(e: impl std::fmt::Display) -> io::Error {
@@ -460,17 +458,19 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
 }
 
 impl ClientFraming {
-    fn new(framing: BenchFraming, max: usize) -> io::Result<Self> {
+    fn new(framing: BenchFraming, max: usize, greeting: Greeting) -> io::Result<Self> {
+        let client = match greeting {
+            Greeting::None => Client::new(),
+            Greeting::Expect(t) => Client::new().expecting_greeting(t),
+        };
         Ok(match framing {
             BenchFraming::U32Le => ClientFraming::Fixed(LengthPrefixed::PKTCONN),
             BenchFraming::VarInt => ClientFraming::VarInt(Box::new(VarIntClient {
-                encoder: CompressedEncoder::new(-1, Level::Quick),
-                decoder: CompressedDecoder::new(-1),
+                client,
                 inflater: Inflater::new(),
                 compressor: Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
                     .map_err(invalid)?,
                 scratch: vec![0u8; max + 16],
-                body: Vec::with_capacity(max + 16),
             })),
         })
     }
@@ -484,15 +484,13 @@ impl ClientFraming {
                 f.encode(payload, &mut wbuf[at..]).map_err(invalid)?;
             }
             ClientFraming::VarInt(c) => {
-                c.body.clear();
-                let mut head = [0u8; 5];
-                let n = encode_varint(id, &mut head).map_err(invalid)?;
-                c.body.extend_from_slice(&head[..n]);
-                c.body.extend_from_slice(payload);
-                wbuf.resize(at + max_encoded_len(c.body.len()), 0);
+                let c = &mut **c;
+                wbuf.resize(at + c.client.max_request_len(id, payload.len()), 0);
+                let mut ws =
+                    Workspace::with_zlib(&mut c.scratch, &mut c.inflater, &mut c.compressor);
                 let n = c
-                    .encoder
-                    .encode(&c.body, &mut wbuf[at..], &mut c.compressor)
+                    .client
+                    .encode(id, payload, &mut wbuf[at..], &mut ws)
                     .map_err(invalid)?;
                 wbuf.truncate(at + n);
             }
@@ -509,29 +507,20 @@ impl ClientFraming {
             },
             ClientFraming::VarInt(c) => {
                 let c = &mut **c;
-                match c
-                    .decoder
-                    .decode(input, &mut c.inflater, &mut c.scratch)
-                    .map_err(invalid)?
-                {
-                    Status::Complete(d) => {
-                        let p = split_packet(d.body).map_err(invalid)?;
-                        Ok(Some((d.consumed, p.id, p.data)))
-                    }
+                let ws = Workspace::with_zlib(&mut c.scratch, &mut c.inflater, &mut c.compressor);
+                match c.client.decode(input, ws).map_err(invalid)? {
+                    Status::Complete(r) => Ok(Some((r.consumed, r.id, r.data))),
                     Status::Partial(_) => Ok(None),
                 }
             }
         }
     }
 
-    fn set_threshold(&mut self, read: Option<i32>, write: Option<i32>) {
-        if let ClientFraming::VarInt(c) = self {
-            if let Some(t) = read {
-                c.decoder.set_threshold(t);
-            }
-            if let Some(t) = write {
-                c.encoder.set_threshold(t);
-            }
+    /// The threshold this connection sends with (negative: none).
+    fn send_threshold(&self) -> i32 {
+        match self {
+            ClientFraming::Fixed(_) => -1,
+            ClientFraming::VarInt(c) => c.client.send_threshold(),
         }
     }
 }
@@ -565,17 +554,17 @@ enum Greeting {
     Expect(Option<i32>),
 }
 
-/// Reads one whole reply during connection set-up (greeting, set-compression reply).
+/// Reads one whole reply during connection set-up (greeting, set-compression reply) and
+/// returns its ID; the client has checked it against the ordering rules and applied it.
 async fn recv_setup(
     stream: &mut TcpStream,
     framing: &mut ClientFraming,
     buf: &mut Vec<u8>,
-) -> io::Result<(i32, Vec<u8>)> {
+) -> io::Result<i32> {
     loop {
-        if let Some((consumed, id, data)) = framing.decode(buf)? {
-            let data = data.to_vec();
+        if let Some((consumed, id, _)) = framing.decode(buf)? {
             buf.drain(..consumed);
-            return Ok((id, data));
+            return Ok(id);
         }
         let mut chunk = [0u8; 512];
         let n = stream.read(&mut chunk).await?;
@@ -599,19 +588,14 @@ async fn drive_connection(
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     let max = opts.payload.max();
-    let mut framing = ClientFraming::new(opts.framing, max)?;
+    let mut framing = ClientFraming::new(opts.framing, max, greeting)?;
     let mut setup = Vec::new();
     let greeted = match greeting {
         Greeting::None => None,
-        Greeting::Expect(want) => {
-            // The server's 0x03 comes first; then both directions use its threshold.
-            let (id, data) = recv_setup(&mut stream, &mut framing, &mut setup).await?;
-            let t = match (id, wire::parse_threshold(&data)) {
-                (wire::SET_COMPRESSION, Ok(t)) if want.is_none_or(|w| w == t) => t,
-                _ => return Err(invalid(format!("expected a 0x03 greeting, got {id:#x}"))),
-            };
-            framing.set_threshold(Some(t), Some(t));
-            Some(t)
+        Greeting::Expect(_) => {
+            // The server's 0x03 comes first (the client checks it and switches both ways).
+            recv_setup(&mut stream, &mut framing, &mut setup).await?;
+            Some(framing.send_threshold())
         }
     };
     if opts.proxy_v2 {
@@ -620,19 +604,16 @@ async fn drive_connection(
     }
     let switch = opts.compression_threshold.filter(|t| Some(*t) != greeted);
     if let (Some(t), BenchFraming::VarInt) = (switch, opts.framing) {
-        // Switch with a set-compression request (old format), then write in the new format;
-        // its reply is the server's last frame in the old one.
+        // Switch with a set-compression request; the client keeps the formats in order.
         let mut w = Vec::new();
         let mut data = [0u8; 5];
-        let n = encode_varint(t, &mut data).map_err(invalid)?;
+        let n = wire::encode_threshold(t, &mut data).map_err(invalid)?;
         framing.encode(wire::SET_COMPRESSION, &data[..n], &mut w)?;
         stream.write_all(&w).await?;
-        framing.set_threshold(None, Some(t));
-        let (id, data) = recv_setup(&mut stream, &mut framing, &mut setup).await?;
-        if id != wire::SET_COMPRESSION || wire::parse_threshold(&data) != Ok(t) {
+        let id = recv_setup(&mut stream, &mut framing, &mut setup).await?;
+        if id != wire::SET_COMPRESSION {
             return Err(invalid(format!("set compression {t}: reply id {id:#x}")));
         }
-        framing.set_threshold(Some(t), None);
     }
     let mut rng = Rng(0x5eed ^ index as u64);
     let depth = opts.pipeline.max(1);

@@ -12,6 +12,10 @@
 //! `0x03` request is its last frame in the old format and the `0x03` reply the server's last.
 //! With [`Framing::Fixed`] (pktconn's format and kin) every payload is echoed back as is.
 //!
+//! [`client::Client`] is the other side, written once for every client (the load generator,
+//! the conformance tests): it encodes requests, decodes replies and follows these ordering
+//! rules, checking the server's.
+//!
 //! Malformed framing, a frame above the maximum, a bad PROXY header or a bad compressed packet
 //! end the connection: [`Session::handle`] returns a [`SessionError`] (with a static reason to
 //! log) and the adapter closes that connection only. Unknown packet IDs and malformed request
@@ -85,9 +89,13 @@
 //! # Ok::<(), Box<dyn core::error::Error>>(())
 //! ```
 
+pub mod client;
+mod config;
 pub mod counters;
+mod handlers;
 mod session;
 pub mod wire;
 
+pub use config::{Config, Framing};
 pub use counters::{AtomicCounters, Counters, Tally};
-pub use session::{Config, Framing, Progress, Session, SessionError, Want, Workspace};
+pub use session::{Progress, Session, SessionError, Want, Workspace};

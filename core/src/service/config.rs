@@ -1,0 +1,197 @@
+//! A server's service configuration.
+
+use super::wire::Stats;
+use crate::frame::compressed::max_encoded_len;
+use crate::frame::fixed::LengthPrefixed;
+use crate::frame::mc::{self, MAX_LENGTH_FIELD_LEN, frame_len};
+use crate::proxy::Limits;
+use crate::proxy::policy::Policy;
+use crate::time::Duration;
+use crate::zlib::Level;
+
+/// How a connection's frames are delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Framing {
+    /// Minecraft VarInt frames carrying the service's packets.
+    VarInt,
+    /// Fixed-width length-prefixed frames; every payload is echoed back.
+    Fixed(LengthPrefixed),
+}
+
+/// A server's service configuration, shared by all its sessions (each copies it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Config {
+    framing: Framing,
+    max_packet_len: usize,
+    threshold: i32,
+    level: Level,
+    proxy: Policy,
+    proxy_limits: Limits,
+    header_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Config {
+    /// The firmware's default maximum packet: 4 KiB.
+    pub const DEFAULT_MAX_PACKET_LEN: usize = 4096;
+
+    /// VarInt framing, packets up to [`DEFAULT_MAX_PACKET_LEN`](Self::DEFAULT_MAX_PACKET_LEN),
+    /// no compression, no PROXY header ([`Policy::Skip`]).
+    pub const fn new() -> Self {
+        Config {
+            framing: Framing::VarInt,
+            max_packet_len: Self::DEFAULT_MAX_PACKET_LEN,
+            threshold: -1,
+            level: Level::Fast,
+            proxy: Policy::Skip,
+            proxy_limits: Limits {
+                max_header_len: Limits::DEFAULT_MAX_HEADER_LEN,
+            },
+            header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
+        }
+    }
+
+    /// The default header timeout: 5 s (the PROXY spec asks for at least 3).
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Sets the time a connection has, from its start, to complete the PROXY header (when the
+    /// policy reads one) and its first frame. [`Session::next_timeout`](super::Session::next_timeout) reports the deadline;
+    /// a peer that has not finished both by then is closed with
+    /// [`SessionError::HeaderTimeout`](super::SessionError::HeaderTimeout), so a silent or slow-loris peer cannot hold a
+    /// connection open.
+    pub const fn with_header_timeout(mut self, timeout: Duration) -> Self {
+        self.header_timeout = timeout;
+        self
+    }
+
+    /// The header timeout (see [`with_header_timeout`](Self::with_header_timeout)).
+    pub const fn header_timeout(&self) -> Duration {
+        self.header_timeout
+    }
+
+    /// Sets the PROXY header policy every session uses unless the adapter picks one per peer
+    /// ([`Session::with_proxy_policy`](super::Session::with_proxy_policy), from an
+    /// [`AcceptPolicy`](crate::proxy::policy::AcceptPolicy) and the peer's address), and the
+    /// header size limit.
+    pub const fn with_proxy(mut self, policy: Policy, limits: Limits) -> Self {
+        self.proxy = policy;
+        self.proxy_limits = limits;
+        self
+    }
+
+    /// The default PROXY policy.
+    pub const fn proxy_policy(&self) -> Policy {
+        self.proxy
+    }
+
+    /// The PROXY header limits.
+    pub const fn proxy_limits(&self) -> Limits {
+        self.proxy_limits
+    }
+
+    /// Sets the framing. For [`Framing::Fixed`] the maximum payload is the smaller of the
+    /// format's own maximum and [`with_max_packet_len`](Self::with_max_packet_len).
+    pub const fn with_framing(mut self, framing: Framing) -> Self {
+        self.framing = framing;
+        self
+    }
+
+    /// Sets the largest packet accepted and sent: `len(ID + Data)` for VarInt framing (at most
+    /// [`mc::MAX_FRAME_LEN`]; larger values are clamped), the payload for fixed framing.
+    pub const fn with_max_packet_len(mut self, max: usize) -> Self {
+        self.max_packet_len = max;
+        self
+    }
+
+    /// Sets the compression threshold announced as the first frame of every connection
+    /// (negative: none, the default). VarInt framing only.
+    pub const fn with_compression_threshold(mut self, threshold: i32) -> Self {
+        self.threshold = threshold;
+        self
+    }
+
+    /// Sets the compression level of what the server sends (default [`Level::Fast`]).
+    pub const fn with_compression_level(mut self, level: Level) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// The compression level.
+    pub const fn compression_level(&self) -> Level {
+        self.level
+    }
+
+    /// The framing.
+    pub const fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// The largest packet (see [`with_max_packet_len`](Self::with_max_packet_len)).
+    pub const fn max_packet_len(&self) -> usize {
+        match self.framing {
+            Framing::VarInt => {
+                if self.max_packet_len < mc::MAX_FRAME_LEN {
+                    self.max_packet_len
+                } else {
+                    mc::MAX_FRAME_LEN
+                }
+            }
+            Framing::Fixed(f) => {
+                let m = f.max_len() as usize;
+                if m < self.max_packet_len {
+                    m
+                } else {
+                    self.max_packet_len
+                }
+            }
+        }
+    }
+
+    /// The announced compression threshold (negative: none).
+    pub const fn compression_threshold(&self) -> i32 {
+        self.threshold
+    }
+
+    /// The most bytes one frame (or the PROXY header) can take on the wire: an input buffer
+    /// this large always has room for the next one.
+    pub const fn max_input_len(&self) -> usize {
+        let frame = match self.framing {
+            Framing::VarInt => frame_len(self.max_compressed_frame_len()),
+            Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
+        };
+        let header = match self.proxy {
+            Policy::Skip => 0,
+            _ => self.proxy_limits.max_header_len,
+        };
+        if header > frame { header } else { frame }
+    }
+
+    /// The most bytes one reply can take: an output buffer this large never gets
+    /// [`Want::Output`](super::Want::Output) when empty.
+    pub const fn max_output_len(&self) -> usize {
+        let small = max_encoded_len(1 + Stats::MAX_LEN);
+        let big = match self.framing {
+            Framing::VarInt => max_encoded_len(self.max_packet_len()),
+            Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
+        };
+        if big > small { big } else { small }
+    }
+
+    /// The longest compressed frame (the Packet Length) a client may send: a body of
+    /// [`max_packet_len`](Self::max_packet_len) bytes that did not compress.
+    pub(super) const fn max_compressed_frame_len(&self) -> usize {
+        let n = max_encoded_len(self.max_packet_len()) - MAX_LENGTH_FIELD_LEN;
+        if n < mc::MAX_FRAME_LEN {
+            n
+        } else {
+            mc::MAX_FRAME_LEN
+        }
+    }
+}

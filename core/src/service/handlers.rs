@@ -1,0 +1,532 @@
+//! The request handlers: echo (VarInt and fixed framing), derive, stats, set compression and
+//! the `0x7F` error reply, each writing its reply in the connection's outgoing format.
+
+use super::counters::Counters;
+use super::session::{Session, SessionError, Step, Want, Workspace};
+use super::wire::{self, DeriveRequest, ErrorCode, ErrorReply, Stats};
+use crate::Status;
+use crate::frame::EncodeError;
+use crate::frame::compressed::max_encoded_len;
+use crate::frame::fixed::LengthPrefixed;
+use crate::frame::mc::{encode_frame, encode_packet, frame_len, split_packet};
+use crate::varint::VARINT_MAX_LEN;
+use crate::zlib::Compressor;
+
+impl Session {
+    /// Echoes the fixed-framing payload at the start of `input`, if complete and it fits.
+    pub(super) fn step_fixed(
+        &mut self,
+        format: LengthPrefixed,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<Step, SessionError> {
+        let frame = match format.decode(input)? {
+            Status::Complete(f) => f,
+            Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
+        };
+        let required = format.encoded_len(frame.body.len());
+        if out.len() < required {
+            return Ok(Step::Stop(Want::Output(required)));
+        }
+        self.count_in(frame.consumed);
+        let n = format
+            .encode(frame.body, out)
+            .unwrap_or_else(|_| unreachable!("room checked, length within the maximum"));
+        Ok(Step::Done(frame.consumed, n))
+    }
+
+    /// Serves the VarInt frame at the start of `input`, if complete and its reply fits.
+    pub(super) fn step_varint<C: Counters + ?Sized, S: AsMut<[u32]>>(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        ws: &mut Workspace<'_, S>,
+        counters: &C,
+    ) -> Result<Step, SessionError> {
+        let Workspace { scratch, zlib } = ws;
+        // Where the body (ID + data) is: in the input, or inflated at the front of scratch.
+        let (inflated, body_len, consumed) = if self.compressed.threshold() < 0 {
+            match self.decoder.decode_frame(input)? {
+                Status::Complete(f) => (false, f.body.len(), f.consumed),
+                Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
+            }
+        } else {
+            let Some((inflater, _)) = zlib.as_mut() else {
+                return Err(SessionError::CompressionUnavailable);
+            };
+            match self.compressed.decode(input, inflater, scratch)? {
+                Status::Complete(d) => (d.compressed, d.body.len(), d.consumed),
+                Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
+            }
+        };
+        let body: &[u8] = if inflated {
+            &scratch[..body_len]
+        } else {
+            // An uncompressed body is always the end of its frame.
+            &input[consumed - body_len..consumed]
+        };
+        let packet = split_packet(body)?;
+        let (id, id_len) = (packet.id, body_len - packet.data.len());
+        let required = self.reply_bound(id, packet.data.len());
+        if out.len() < required {
+            return Ok(Step::Stop(Want::Output(required)));
+        }
+        self.count_in(consumed);
+        let compressor = zlib.as_mut().map(|(_, c)| &mut **c);
+        let n = match id {
+            wire::ECHO if self.encoder.threshold() < 0 => packet_out(wire::ECHO, packet.data, out),
+            wire::ECHO => {
+                // The reply body is `0x00 | data`: the request's own body when its ID took one
+                // byte (the usual case), else rebuilt in scratch.
+                let reply: &[u8] = if id_len == 1 {
+                    body
+                } else if inflated {
+                    scratch[id_len - 1] = 0;
+                    &scratch[id_len - 1..body_len]
+                } else {
+                    let data = &input[consumed - body_len + id_len..consumed];
+                    let Some(dst) = scratch.get_mut(..1 + data.len()) else {
+                        return Err(SessionError::ScratchTooSmall);
+                    };
+                    dst[0] = 0;
+                    dst[1..].copy_from_slice(data);
+                    dst
+                };
+                self.send_body(reply, out, compressor)?
+            }
+            _ => {
+                let data = &body[id_len..];
+                self.serve_small(id, data, out, compressor, counters)?
+            }
+        };
+        Ok(Step::Done(consumed, n))
+    }
+
+    fn count_in(&mut self, frame_len: usize) {
+        self.tally.frames_in += 1;
+        self.tally.bytes_in += frame_len as u64;
+    }
+
+    /// An upper bound on the reply to a request, checked before doing any work.
+    fn reply_bound(&self, id: i32, data_len: usize) -> usize {
+        let body = match id {
+            wire::ECHO => 1 + data_len,
+            wire::DERIVE => 1 + wire::KEY_LEN,
+            wire::STATS => 1 + Stats::MAX_LEN,
+            wire::SET_COMPRESSION => 1 + VARINT_MAX_LEN,
+            _ => 1 + ErrorReply::MAX_LEN,
+        };
+        if self.encoder.threshold() < 0 {
+            frame_len(body)
+        } else if self.encoder.compresses(body) {
+            max_encoded_len(body)
+        } else {
+            frame_len(1 + body)
+        }
+    }
+
+    /// Serves every request but echo: the reply body is small and built on the stack.
+    fn serve_small<C: Counters + ?Sized, S: AsMut<[u32]>>(
+        &mut self,
+        id: i32,
+        data: &[u8],
+        out: &mut [u8],
+        compressor: Option<&mut Compressor<S>>,
+        counters: &C,
+    ) -> Result<usize, SessionError> {
+        let mut body = [0u8; 1 + Stats::MAX_LEN];
+        let code = match id {
+            wire::DERIVE => match DeriveRequest::parse(data) {
+                Ok(req) => {
+                    body[0] = wire::DERIVE as u8;
+                    let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
+                    body[1..1 + wire::KEY_LEN].copy_from_slice(&key);
+                    return self.send_body(&body[..1 + wire::KEY_LEN], out, compressor);
+                }
+                Err(_) => ErrorCode::MalformedRequest,
+            },
+            wire::STATS => {
+                // The tally so far (this request's frame included) goes in first, so a client
+                // sees itself in the totals.
+                self.flush(counters);
+                body[0] = wire::STATS as u8;
+                let n = counters
+                    .snapshot()
+                    .encode(&mut body[1..])
+                    .expect("MAX_LEN fits");
+                return self.send_body(&body[..1 + n], out, compressor);
+            }
+            wire::SET_COMPRESSION => match wire::parse_threshold(data) {
+                Ok(t) if t >= 0 && compressor.is_none() => ErrorCode::Unsupported,
+                Ok(t) => {
+                    // The request was the peer's last frame in the old format; the reply is
+                    // ours.
+                    self.set_incoming(t);
+                    body[0] = wire::SET_COMPRESSION as u8;
+                    let n = wire::encode_threshold(t, &mut body[1..]).expect("5 bytes fit");
+                    let sent = self.send_body(&body[..1 + n], out, compressor)?;
+                    self.encoder.set_threshold(t);
+                    return Ok(sent);
+                }
+                Err(_) => ErrorCode::MalformedRequest,
+            },
+            _ => ErrorCode::UnknownPacket,
+        };
+        self.tally.error_replies += 1;
+        body[0] = wire::ERROR as u8;
+        let n = ErrorReply {
+            request_id: id,
+            code,
+        }
+        .encode(&mut body[1..])
+        .expect("MAX_LEN fits");
+        self.send_body(&body[..1 + n], out, compressor)
+    }
+
+    /// Writes a reply body (ID + data) as one frame in the outgoing format; `out` has room for
+    /// [`reply_bound`](Self::reply_bound).
+    fn send_body<S: AsMut<[u32]>>(
+        &self,
+        body: &[u8],
+        out: &mut [u8],
+        compressor: Option<&mut Compressor<S>>,
+    ) -> Result<usize, SessionError> {
+        let sent = if self.encoder.threshold() < 0 {
+            encode_frame(body, out)
+        } else {
+            let Some(compressor) = compressor else {
+                return Err(SessionError::CompressionUnavailable);
+            };
+            self.encoder.encode(body, out, compressor)
+        };
+        sent.map_err(|e| match e {
+            EncodeError::FrameTooLarge { .. } => SessionError::ReplyTooLarge,
+            // Room was checked against reply_bound; report rather than panic if that ever
+            // disagrees with the encoder.
+            _ => SessionError::ReplyTooLarge,
+        })
+    }
+
+    /// Writes an uncompressed `0x03` frame carrying `threshold`, or returns the room it needs.
+    pub(super) fn reply_threshold(&self, threshold: i32, out: &mut [u8]) -> Result<usize, usize> {
+        let mut data = [0u8; VARINT_MAX_LEN];
+        let n = wire::encode_threshold(threshold, &mut data).expect("5 bytes fit");
+        encode_packet(wire::SET_COMPRESSION, &data[..n], out).map_err(|_| frame_len(1 + n))
+    }
+}
+
+/// Writes an uncompressed reply packet whose room was checked by `reply_bound`.
+fn packet_out(id: i32, data: &[u8], out: &mut [u8]) -> usize {
+    encode_packet(id, data, out).unwrap_or_else(|_| unreachable!("room checked"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FrameError;
+    use crate::frame::compressed::{CompressedDecoder, CompressedEncoder, CompressedFrameError};
+    use crate::frame::fixed::{Endian, Width};
+    use crate::service::counters::AtomicCounters;
+    use crate::service::session::tests::{Harness, frame, packets};
+    use crate::service::{Config, Framing};
+    use crate::time::Instant;
+    use crate::zlib::{Inflater, Level, WORKSPACE_MIN};
+    use std::boxed::Box;
+
+    #[test]
+    fn unknown_id_gets_error_reply_and_connection_stays() {
+        let mut h = Harness::new(Config::new());
+        let (buf, n) = frame(0x42, b"xyz");
+        let (_, out) = h.handle(&buf[..n]).unwrap();
+        let (id, data) = packets(out).next().unwrap();
+        assert_eq!(id, wire::ERROR);
+        assert_eq!(
+            ErrorReply::parse(data).unwrap(),
+            ErrorReply {
+                request_id: 0x42,
+                code: ErrorCode::UnknownPacket
+            }
+        );
+        let (buf, n) = frame(wire::ECHO, b"still here");
+        assert_eq!(h.handle(&buf[..n]).unwrap().1, &buf[..n]);
+    }
+
+    #[test]
+    fn derive_matches_kerberos_and_malformed_is_error_reply() {
+        let mut h = Harness::new(Config::new());
+        let mut data = [0u8; 32];
+        let req = DeriveRequest {
+            pid: 100,
+            password: b"MMQea3n!fsik",
+        };
+        let n = req.encode(&mut data).unwrap();
+        let (buf, len) = frame(wire::DERIVE, &data[..n]);
+        let (_, out) = h.handle(&buf[..len]).unwrap();
+        let (id, key) = packets(out).next().unwrap();
+        assert_eq!(id, wire::DERIVE);
+        assert_eq!(
+            key,
+            crate::kerberos::derive_kerberos_key(100, b"MMQea3n!fsik")
+        );
+        assert_eq!(key[..4], [0x9e, 0xf3, 0x18, 0xf0]);
+
+        let (buf, len) = frame(wire::DERIVE, &[0x80]);
+        let (_, out) = h.handle(&buf[..len]).unwrap();
+        let (id, data) = packets(out).next().unwrap();
+        assert_eq!(id, wire::ERROR);
+        assert_eq!(
+            ErrorReply::parse(data).unwrap().code,
+            ErrorCode::MalformedRequest
+        );
+    }
+
+    #[test]
+    fn stats_count_this_connection() {
+        let mut h = Harness::new(Config::new());
+        h.handle(&[]).unwrap();
+        let (buf, n) = frame(wire::ECHO, b"abc");
+        h.handle(&buf[..n]).unwrap();
+        let (stats_req, m) = frame(wire::STATS, &[]);
+        let (_, out) = h.handle(&stats_req[..m]).unwrap();
+        let (id, data) = packets(out).next().unwrap();
+        assert_eq!(id, wire::STATS);
+        let s = Stats::parse(data).unwrap();
+        assert_eq!(s.connections, 1);
+        assert_eq!(s.open_connections, 1);
+        assert_eq!(s.frames_in, 2);
+        assert_eq!(s.frames_out, 1, "the stats reply itself is counted after");
+        assert_eq!(s.bytes_in, (n + m) as u64);
+        assert_eq!(s.bytes_out, n as u64);
+        h.session.finish(&h.counters, None);
+        let s = h.counters.snapshot();
+        assert_eq!((s.open_connections, s.frames_out, s.errors), (0, 2, 0));
+    }
+
+    #[test]
+    fn output_room_is_checked_before_work() {
+        let config = Config::new();
+        let mut session = Session::new(&config, Instant::ZERO);
+        let counters = AtomicCounters::new();
+        let mut scratch = [0u8; 8];
+        let mut ws = Workspace::new(&mut scratch);
+        let (buf, n) = frame(wire::ECHO, &[7; 40]);
+        let mut small = [0u8; 10];
+        let p = session
+            .handle(&buf[..n], &mut small, &mut ws, &counters)
+            .unwrap();
+        assert_eq!((p.consumed, p.written, p.want), (0, 0, Want::Output(n)));
+        let mut big = [0u8; 64];
+        let p = session
+            .handle(&buf[..n], &mut big, &mut ws, &counters)
+            .unwrap();
+        assert_eq!(&big[..p.written], &buf[..n]);
+        assert!(config.max_output_len() >= frame_len(config.max_packet_len()));
+    }
+
+    #[test]
+    fn fixed_framing_echoes_payloads() {
+        let format = LengthPrefixed::new(Width::U32, Endian::Little, 1 << 20);
+        let mut h = Harness::new(
+            Config::new()
+                .with_framing(Framing::Fixed(format))
+                .with_max_packet_len(64)
+                // Ignored for fixed framing.
+                .with_compression_threshold(5),
+        );
+        assert_eq!(h.handle(&[]).unwrap().0.written, 0);
+        let wire = b"\x03\0\0\0abc\0\0\0\0";
+        let (p, out) = h.handle(wire).unwrap();
+        assert_eq!((p.consumed, out), (wire.len(), &wire[..]));
+        let err = h.handle(b"\x41\0\0\0").unwrap_err();
+        assert!(matches!(
+            err,
+            SessionError::Frame(FrameError::FrameTooLarge { len: 65, max: 64 })
+        ));
+    }
+    /// A client's side of compressed framing.
+    struct Client {
+        encoder: CompressedEncoder,
+        decoder: CompressedDecoder,
+        inflater: Box<Inflater>,
+        compressor: Box<Compressor<[u32; WORKSPACE_MIN]>>,
+    }
+
+    impl Client {
+        fn new(threshold: i32) -> Self {
+            Client {
+                encoder: CompressedEncoder::new(threshold, Level::Quick),
+                decoder: CompressedDecoder::new(threshold),
+                inflater: Box::new(Inflater::new()),
+                compressor: Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap()),
+            }
+        }
+
+        fn frame(&mut self, id: i32, data: &[u8], out: &mut [u8]) -> usize {
+            let mut body = std::vec![0u8; 5 + data.len()];
+            let n = crate::varint::encode_varint(id, &mut body).unwrap();
+            body[n..n + data.len()].copy_from_slice(data);
+            body.truncate(n + data.len());
+            self.encoder
+                .encode(&body, out, &mut self.compressor)
+                .unwrap()
+        }
+
+        /// Decodes one reply: (id, data, compressed, consumed).
+        fn reply(&mut self, wire: &[u8]) -> (i32, std::vec::Vec<u8>, bool, usize) {
+            let mut scratch = [0u8; 1024];
+            let d = self
+                .decoder
+                .decode(wire, &mut self.inflater, &mut scratch)
+                .unwrap()
+                .complete()
+                .unwrap();
+            let p = split_packet(d.body).unwrap();
+            (p.id, p.data.to_vec(), d.compressed, d.consumed)
+        }
+    }
+
+    #[test]
+    fn compressed_echo_after_greeting() {
+        let mut h = Harness::new(
+            Config::new()
+                .with_max_packet_len(400)
+                .with_compression_threshold(64),
+        );
+        let (_, greeting) = h.handle(&[]).unwrap();
+        assert_eq!(greeting, &[0x02, 0x03, 0x40]);
+        let mut c = Client::new(64);
+        for len in [0usize, 10, 62, 63, 64, 200, 399] {
+            let data: std::vec::Vec<u8> = (0..len).map(|i| (i % 7) as u8).collect();
+            let mut wire = [0u8; 600];
+            let n = c.frame(wire::ECHO, &data, &mut wire);
+            let (p, out) = h.handle(&wire[..n]).unwrap();
+            assert_eq!(p.consumed, n);
+            let out = out.to_vec();
+            let (id, echoed, compressed, used) = c.reply(&out);
+            assert_eq!((id, &echoed[..], used), (wire::ECHO, &data[..], out.len()));
+            assert_eq!(compressed, 1 + len >= 64, "len {len}");
+        }
+    }
+
+    #[test]
+    fn set_compression_switches_mid_connection() {
+        let mut h = Harness::new(Config::new().with_max_packet_len(400));
+        h.handle(&[]).unwrap();
+        let mut plain = Client::new(-1);
+        let data = [0x55u8; 300];
+        // Uncompressed echo, then a 0x03 request (old format) whose reply is in the old format,
+        // and an echo right behind it in the same buffer, already compressed.
+        let mut wire = [0u8; 1200];
+        let mut at = plain.frame(wire::ECHO, &data, &mut wire);
+        at += plain.frame(wire::SET_COMPRESSION, &[0x20], &mut wire[at..]);
+        let mut compressed = Client::new(32);
+        at += compressed.frame(wire::ECHO, &data, &mut wire[at..]);
+        let (p, out) = h.handle(&wire[..at]).unwrap();
+        assert_eq!(p.consumed, at);
+        let out = out.to_vec();
+        let (id, echoed, was, used1) = plain.reply(&out);
+        assert_eq!((id, echoed.len(), was), (wire::ECHO, 300, false));
+        let (id, t, was, used2) = plain.reply(&out[used1..]);
+        assert_eq!(
+            (id, &t[..], was),
+            (wire::SET_COMPRESSION, &[0x20][..], false)
+        );
+        let (id, echoed, was, used3) = compressed.reply(&out[used1 + used2..]);
+        assert_eq!((id, &echoed[..], was), (wire::ECHO, &data[..], true));
+        assert_eq!(used1 + used2 + used3, out.len());
+        assert_eq!(h.session.compression_threshold(), 32);
+        // And off again: the reply to "-1" is the last compressed frame.
+        let mut wire = [0u8; 64];
+        let n = compressed.frame(
+            wire::SET_COMPRESSION,
+            &[0xff, 0xff, 0xff, 0xff, 0x0f],
+            &mut wire,
+        );
+        let m = plain.frame(wire::ECHO, b"plain again", &mut wire[n..]);
+        let (_, out) = h.handle(&wire[..n + m]).unwrap();
+        let out = out.to_vec();
+        let (id, _, _, used) = compressed.reply(&out);
+        assert_eq!(id, wire::SET_COMPRESSION);
+        let (id, echoed, _, _) = plain.reply(&out[used..]);
+        assert_eq!((id, &echoed[..]), (wire::ECHO, &b"plain again"[..]));
+    }
+
+    #[test]
+    fn compression_bomb_is_refused_before_inflating_past_the_maximum() {
+        let mut h = Harness::new(
+            Config::new()
+                .with_max_packet_len(4096)
+                .with_compression_threshold(16),
+        );
+        h.handle(&[]).unwrap();
+        // 1 MiB of zeros compresses to about 1 KiB, declared as such: over the maximum.
+        let mut compressor = Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap());
+        let zeros = std::vec![0u8; 1 << 20];
+        let mut z = std::vec![0u8; crate::zlib::compress_bound(zeros.len())];
+        let zn = compressor.compress(Level::Default, &zeros, &mut z).unwrap();
+        let mut wire = std::vec![0u8; zn + 16];
+        let mut body = std::vec![0u8; 4];
+        let dl = crate::varint::encode_varint(1 << 20, &mut body).unwrap();
+        let plen = dl + zn;
+        let mut at = crate::varint::encode_varint(plen as i32, &mut wire).unwrap();
+        wire[at..at + dl].copy_from_slice(&body[..dl]);
+        at += dl;
+        wire[at..at + zn].copy_from_slice(&z[..zn]);
+        at += zn;
+        let err = h.handle(&wire[..at]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::Compressed(CompressedFrameError::DataTooLarge { .. })
+            ),
+            "{err:?}"
+        );
+        // The same stream declared as 3000 bytes (within the maximum): inflating stops at 3000
+        // and the frame is refused.
+        let mut h = Harness::new(
+            Config::new()
+                .with_max_packet_len(4096)
+                .with_compression_threshold(16),
+        );
+        h.handle(&[]).unwrap();
+        let mut wire2 = std::vec![0u8; zn + 16];
+        let mut at = crate::varint::encode_varint((2 + zn) as i32, &mut wire2).unwrap();
+        at += crate::varint::encode_varint(3000, &mut wire2[at..]).unwrap();
+        wire2[at..at + zn].copy_from_slice(&z[..zn]);
+        at += zn;
+        let err = h.handle(&wire2[..at]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::Compressed(CompressedFrameError::Inflate(_))
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn without_zlib() {
+        let config = Config::new();
+        let mut session = Session::new(&config, Instant::ZERO);
+        let counters = AtomicCounters::new();
+        let mut scratch = [0u8; 64];
+        let mut ws = Workspace::new(&mut scratch);
+        let mut out = [0u8; 64];
+        let (buf, n) = frame(wire::SET_COMPRESSION, &[0x40]);
+        let p = session
+            .handle(&buf[..n], &mut out, &mut ws, &counters)
+            .unwrap();
+        let (id, data) = packets(&out[..p.written]).next().unwrap();
+        assert_eq!(id, wire::ERROR);
+        assert_eq!(
+            ErrorReply::parse(data).unwrap().code,
+            ErrorCode::Unsupported
+        );
+        assert_eq!(session.compression_threshold(), -1);
+        let mut session = Session::new(&config.with_compression_threshold(5), Instant::ZERO);
+        assert_eq!(
+            session.handle(&[], &mut out, &mut ws, &counters),
+            Err(SessionError::CompressionUnavailable)
+        );
+    }
+}
