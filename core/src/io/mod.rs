@@ -41,6 +41,7 @@
 use core::fmt;
 use core::ops::Range;
 
+use crate::Status;
 use crate::frame::compressed::{CompressedDecoder, CompressedFrameError};
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::{FrameDecoder, MAX_FRAME_LEN, MAX_LENGTH_FIELD_LEN};
@@ -48,7 +49,6 @@ use crate::frame::{EncodeError, FrameError};
 use crate::proxy::{self, Detected, Limits};
 use crate::varint::{VARINT_MAX_LEN, encode_varint, varint_len};
 use crate::zlib::Inflater;
-use crate::Status;
 
 #[cfg(feature = "embedded-io-async")]
 pub mod asynch;
@@ -106,7 +106,10 @@ impl<E: fmt::Debug, F: fmt::Display> fmt::Display for ReadError<E, F> {
         match self {
             ReadError::Io(e) => write!(f, "transport error: {e:?}"),
             ReadError::UnexpectedEof { buffered } => {
-                write!(f, "stream ended after {buffered} bytes of a frame or header")
+                write!(
+                    f,
+                    "stream ended after {buffered} bytes of a frame or header"
+                )
             }
             ReadError::BufferTooSmall { required } => {
                 write!(f, "buffer too small: {required} bytes required")
@@ -496,3 +499,6 @@ macro_rules! stream_codecs {
     };
 }
 pub(crate) use stream_codecs;
+
+#[cfg(all(test, feature = "embedded-io", feature = "embedded-io-async"))]
+mod tests;
