@@ -16,7 +16,7 @@
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
-//! - [`io`] (features `embedded-io`, `embedded-io-async`): those codecs over embedded-io byte
+//! - `io` (features `embedded-io`, `embedded-io-async`): those codecs over embedded-io byte
 //!   streams, and a driver running a service session over an async transport.
 //!
 //! Shared primitives: [`time`] (the caller's monotonic clock, as the core's timers take it).

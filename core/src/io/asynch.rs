@@ -1,6 +1,6 @@
 //! Frame and PROXY header readers and writers over embedded-io-async's
-//! [`Read`](embedded_io_async::Read)/[`Write`](embedded_io_async::Write) (feature
-//! `embedded-io-async`): the async twins of [`blocking`](super::blocking)'s, with the same
+//! [`Read`]/[`Write`] (feature
+//! `embedded-io-async`): the async twins of `blocking`'s, with the same
 //! names and behaviour; see the [module docs](super).
 //!
 //! The readers keep no state between calls, so a read dropped mid-frame loses what it had

@@ -1,5 +1,5 @@
 //! Frame and PROXY header readers and writers over embedded-io's blocking
-//! [`Read`](embedded_io::Read)/[`Write`](embedded_io::Write) (feature `embedded-io`); see the
+//! [`Read`]/[`Write`] (feature `embedded-io`); see the
 //! [module docs](super) for what they read and when.
 //!
 //! ```

@@ -1,6 +1,6 @@
 //! The core's codecs over a byte stream: frame and PROXY header readers and writers over
-//! [embedded-io]'s `Read`/`Write` ([`blocking`], feature `embedded-io`) and their async twins
-//! ([`asynch`], feature `embedded-io-async`), and [`drive`], which runs a service
+//! [embedded-io]'s `Read`/`Write` (`blocking`, feature `embedded-io`) and their async twins
+//! (`asynch`, feature `embedded-io-async`), and `drive`, which runs a service
 //! [`Session`](crate::service::Session) over an async transport (feature `embedded-io-async`).
 //!
 //! Any transport that implements the traits works the same: a TCP socket (embassy-net's
@@ -25,7 +25,7 @@
 //! A stream that ends before the first byte of a frame is a clean end (`Ok(None)`); one that
 //! ends inside a frame is [`ReadError::UnexpectedEof`]. The readers keep no state between
 //! calls: an async read cancelled mid-frame (dropped in a select) loses the bytes it had read,
-//! so race a whole connection (as [`drive`] does), not one frame read.
+//! so race a whole connection (as `drive` does), not one frame read.
 //!
 //! # Writing
 //!
