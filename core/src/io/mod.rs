@@ -358,7 +358,7 @@ macro_rules! stream_codecs {
     ($io:ident, [$($async:tt)?], [$($aw:tt)*]) => {
         use $io::{Read, Write};
 
-        use $crate::frame::Frame;
+        use $crate::frame::{Frame, FrameError};
         use $crate::frame::compressed::{
             CompressedDecoder, CompressedEncoder, CompressedFrameError, DecodedBody,
         };
@@ -381,8 +381,7 @@ macro_rules! stream_codecs {
             decoder: &FrameDecoder,
             buf: &'b mut [u8],
         ) -> Result<Option<Frame<'b>>, ReadError<R::Error>> {
-            let read = fill_item!(reader, &mut *buf, |b: &[u8]| $crate::io::varint_fill(decoder, b) $(, $aw)*);
-            Ok(read?.map(|(len, body)| $crate::io::frame_at(buf, len, body)))
+            read_body(reader, buf, |b| $crate::io::varint_fill(decoder, b)) $($aw)*
         }
 
         /// Reads one fixed-width length-prefixed frame into `buf`, as [`read_frame`] does: the
@@ -393,7 +392,16 @@ macro_rules! stream_codecs {
             codec: &LengthPrefixed,
             buf: &'b mut [u8],
         ) -> Result<Option<Frame<'b>>, ReadError<R::Error>> {
-            let read = fill_item!(reader, &mut *buf, |b: &[u8]| $crate::io::fixed_fill(codec, b) $(, $aw)*);
+            read_body(reader, buf, |b| $crate::io::fixed_fill(codec, b)) $($aw)*
+        }
+
+        /// A frame whose body `probe` locates once it is complete.
+        $($async)? fn read_body<'b, R: Read + ?Sized>(
+            reader: &mut R,
+            buf: &'b mut [u8],
+            probe: impl Fn(&[u8]) -> Result<$crate::io::Fill<core::ops::Range<usize>>, FrameError>,
+        ) -> Result<Option<Frame<'b>>, ReadError<R::Error>> {
+            let read = fill_item!(reader, &mut *buf, probe $(, $aw)*);
             Ok(read?.map(|(len, body)| $crate::io::frame_at(buf, len, body)))
         }
 
