@@ -27,8 +27,8 @@ use embassy_sync::blocking_mutex::raw::ThreadModeRawMutex;
 use embassy_sync::channel::Channel;
 use embassy_time::{Duration, Instant, Timer, with_deadline};
 use static_cell::{ConstStaticCell, StaticCell};
-use wirekit_core::proxy::{Limits, policy::Policy};
 use wirekit_core::io::{Clock, Ended, drive};
+use wirekit_core::proxy::{Limits, policy::Policy};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Workspace};
 use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MIN};
 
