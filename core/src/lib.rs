@@ -16,6 +16,9 @@
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
+//! - `io` (features `embedded-io`, `embedded-io-async`): those codecs over embedded-io byte
+//!   streams, and a driver running a service session over an async transport.
+//!
 //! Shared primitives: [`time`] (the caller's monotonic clock, as the core's timers take it).
 //! Limiters: [`limit`] (token buckets, per-address tables a flood cannot erase, log limits).
 #![no_std]
@@ -27,6 +30,8 @@
 extern crate std;
 
 pub mod frame;
+#[cfg(any(feature = "embedded-io", feature = "embedded-io-async"))]
+pub mod io;
 pub mod kerberos;
 pub mod limit;
 pub mod proxy;

@@ -8,25 +8,28 @@
 //! ([`SessionBuffers`], a pool of [`MAX_CONNECTIONS`]) instead of being reset. A client beyond
 //! that one spare is refused.
 //!
-//! This module moves bytes and owns memory; the protocol is entirely in
-//! [`wirekit_core::service`]. Each socket owns its TCP buffers; each session one input and one output
+//! This module owns memory and sockets; the protocol is entirely in
+//! [`wirekit_core::service`], and the loop moving bytes between a socket and its session is
+//! the core's [`drive`] (over embassy-net's `TcpSocket`, an embedded-io-async transport). Each socket owns its TCP buffers; each session one input and one output
 //! buffer sized for the largest frame ([`Config::max_input_len`] / [`Config::max_output_len`]).
 //! The [`Workspace`] (scratch for an inflated packet, the inflater and the compressor) is
 //! shared by all sessions: session calls are synchronous, so it is
 //! only ever borrowed between two awaits, never across one.
 
 use core::cell::RefCell;
+use core::future::Future;
 use core::net::SocketAddr;
 
 use embassy_net::Stack;
-use embassy_net::tcp::{self, TcpSocket};
+use embassy_net::tcp::TcpSocket;
 use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::blocking_mutex::raw::ThreadModeRawMutex;
 use embassy_sync::channel::Channel;
-use embassy_time::{Duration, Instant, with_deadline};
+use embassy_time::{Duration, Instant, Timer, with_deadline};
 use static_cell::{ConstStaticCell, StaticCell};
+use wirekit_core::io::{Clock, Ended, drive};
 use wirekit_core::proxy::{Limits, policy::Policy};
-use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Want, Workspace};
+use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Workspace};
 use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MIN};
 
 /// The service's TCP port.
@@ -150,28 +153,6 @@ pub fn init() {
     }
 }
 
-/// Why a connection ended early.
-enum Close {
-    /// The session rejected the peer's bytes (or the peer was too slow with its header).
-    Session(SessionError),
-    /// The TCP connection failed (reset, or idle past [`IDLE_TIMEOUT`]).
-    Tcp(tcp::Error),
-    /// The session broke its own contract (a bug, logged as an error).
-    Internal(&'static str),
-}
-
-impl From<SessionError> for Close {
-    fn from(e: SessionError) -> Self {
-        Close::Session(e)
-    }
-}
-
-impl From<tcp::Error> for Close {
-    fn from(e: tcp::Error) -> Self {
-        Close::Tcp(e)
-    }
-}
-
 /// Serves socket `id` forever: accept, take a session's buffers from the pool (waiting for
 /// one if every session is busy), serve until the peer leaves or misbehaves, log why it ended,
 /// return the buffers, close, accept again. Other connections are never affected.
@@ -204,8 +185,8 @@ async fn serve_connection(
         id,
         socket.remote_endpoint()
     );
-    let mut session = Session::new(&SERVICE, core_now());
-    let result = drive(socket, &mut session, input, output).await;
+    let mut session = Session::new(&SERVICE, EmbassyClock.now());
+    let ended = drive(socket, &EmbassyClock, &mut session, input, output, handle).await;
     // Logged by hand: defmt's core::net impls format through core::fmt (kilobytes of flash).
     match session.proxied_source() {
         Some(SocketAddr::V4(a)) => defmt::info!(
@@ -222,25 +203,14 @@ async fn serve_connection(
         ),
         None => {}
     }
-    let session_error = match result {
-        Ok(()) => {
-            defmt::info!("socket {}: peer closed", id);
-            None
-        }
-        Err(Close::Session(e)) => {
-            defmt::warn!("socket {}: closing: {=str}", id, e.as_str());
-            Some(e)
-        }
-        Err(Close::Tcp(e)) => {
-            defmt::warn!("socket {}: connection lost: {}", id, e);
-            None
-        }
-        Err(Close::Internal(why)) => {
-            defmt::error!("socket {}: closing: {=str}", id, why);
-            None
-        }
-    };
-    (session, session_error)
+    match ended {
+        Ended::PeerClosed => defmt::info!("socket {}: peer closed", id),
+        Ended::Session(e) => defmt::warn!("socket {}: closing: {=str}", id, e.as_str()),
+        Ended::Transport(e) => defmt::warn!("socket {}: connection lost: {}", id, e),
+        // The session broke its own contract, or the buffers are too small: a bug.
+        other => defmt::error!("socket {}: closing: {=str}", id, other.as_str()),
+    }
+    (session, ended.session_error())
 }
 
 /// Closes the connection (sending what is queued, within a second) and records its end.
@@ -284,61 +254,15 @@ fn handle(
     })
 }
 
-async fn drive(
-    socket: &mut TcpSocket<'_>,
-    session: &mut Session,
-    input: &mut [u8],
-    output: &mut [u8],
-) -> Result<(), Close> {
-    let mut buffered = 0;
-    loop {
-        let p = handle(session, &input[..buffered], output)?;
-        write_all(socket, &output[..p.written]).await?;
-        input.copy_within(p.consumed..buffered, 0);
-        buffered -= p.consumed;
-        match p.want {
-            Want::Call => continue,
-            // The output buffer holds the largest reply, so an empty buffer never gets here;
-            // a non-empty one was just sent, so calling again makes progress.
-            Want::Output(_) if p.written > 0 => continue,
-            Want::Output(_) => return Err(Close::Internal("a reply larger than max_output_len")),
-            Want::Input(_) => {}
-        }
-        // The session keeps every frame it asks for within max_input_len, which the input
-        // buffer holds; so a full buffer here would be a session bug, not a peer's doing.
-        if buffered == input.len() {
-            return Err(Close::Internal("a frame larger than max_input_len"));
-        }
-        let read = socket.read(&mut input[buffered..]);
-        // The session decides what its deadline covers (the PROXY header and the first frame);
-        // this loop only waits for it.
-        let n = match session.next_timeout() {
-            Some(deadline) => match with_deadline(Instant::from_micros(deadline.as_micros()), read).await {
-                Ok(r) => r?,
-                Err(_) => {
-                    session.handle_timeout(core_now())?;
-                    continue;
-                }
-            },
-            None => read.await?,
-        };
-        if n == 0 {
-            session.end_of_input(buffered)?;
-            return Ok(());
-        }
-        buffered += n;
-    }
-}
+/// embassy-time's clock as the core's (both count from boot), for the session's deadline.
+struct EmbassyClock;
 
-/// embassy-time's clock as the core's (both count from boot).
-fn core_now() -> wirekit_core::time::Instant {
-    wirekit_core::time::Instant::from_micros(Instant::now().as_micros())
-}
-
-async fn write_all(socket: &mut TcpSocket<'_>, mut data: &[u8]) -> Result<(), tcp::Error> {
-    while !data.is_empty() {
-        let n = socket.write(data).await?;
-        data = &data[n..];
+impl Clock for EmbassyClock {
+    fn now(&self) -> wirekit_core::time::Instant {
+        wirekit_core::time::Instant::from_micros(Instant::now().as_micros())
     }
-    Ok(())
+
+    fn sleep_until(&self, deadline: wirekit_core::time::Instant) -> impl Future<Output = ()> {
+        Timer::at(Instant::from_micros(deadline.as_micros()))
+    }
 }
