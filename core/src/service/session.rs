@@ -12,8 +12,7 @@ use crate::frame::mc::{
     self, FrameDecoder, MAX_LENGTH_FIELD_LEN, encode_frame, encode_packet, frame_len, split_packet,
 };
 use crate::frame::{EncodeError, FrameError};
-use crate::proxy::policy::{self, Decision, Outcome, Policy, Reason, Source};
-use crate::proxy::{self as proxy_header, Limits};
+use crate::proxy::policy::{self, Decision, Policy, ProxyConfig, Reason, Source};
 use crate::time::{Duration, Instant};
 use crate::varint::VARINT_MAX_LEN;
 use crate::zlib::{Compressor, Inflater, Level};
@@ -37,8 +36,7 @@ pub struct Config {
     max_packet_len: usize,
     threshold: i32,
     level: Level,
-    proxy: Policy,
-    proxy_limits: Limits,
+    proxy: ProxyConfig,
     header_timeout: Duration,
 }
 
@@ -60,16 +58,13 @@ impl Config {
             max_packet_len: Self::DEFAULT_MAX_PACKET_LEN,
             threshold: -1,
             level: Level::Fast,
-            proxy: Policy::Skip,
-            proxy_limits: Limits {
-                max_header_len: Limits::DEFAULT_MAX_HEADER_LEN,
-            },
+            proxy: ProxyConfig::new(Policy::Skip),
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
         }
     }
 
     /// The default header timeout: 5 s (the PROXY spec asks for at least 3).
-    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = policy::DEFAULT_HEADER_TIMEOUT;
 
     /// Sets the time a connection has, from its start, to complete the PROXY header (when the
     /// policy reads one) and its first frame. [`Session::next_timeout`] reports the deadline;
@@ -86,24 +81,16 @@ impl Config {
         self.header_timeout
     }
 
-    /// Sets the PROXY header policy every session uses unless the adapter picks one per peer
-    /// ([`Session::with_proxy_policy`], from an
-    /// [`AcceptPolicy`](crate::proxy::policy::AcceptPolicy) and the peer's address), and the
-    /// header size limit.
-    pub const fn with_proxy(mut self, policy: Policy, limits: Limits) -> Self {
-        self.proxy = policy;
-        self.proxy_limits = limits;
+    /// Sets the PROXY accept configuration (trusted networks, their policy and everyone
+    /// else's, header limits); [`Session::for_peer`] picks a peer's policy from it.
+    pub const fn with_proxy(mut self, proxy: ProxyConfig) -> Self {
+        self.proxy = proxy;
         self
     }
 
-    /// The default PROXY policy.
-    pub const fn proxy_policy(&self) -> Policy {
-        self.proxy
-    }
-
-    /// The PROXY header limits.
-    pub const fn proxy_limits(&self) -> Limits {
-        self.proxy_limits
+    /// The PROXY accept configuration.
+    pub const fn proxy(&self) -> &ProxyConfig {
+        &self.proxy
     }
 
     /// Sets the framing. For [`Framing::Fixed`] the maximum payload is the smaller of the
@@ -176,9 +163,10 @@ impl Config {
             Framing::VarInt => frame_len(self.max_compressed_frame_len()),
             Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
         };
-        let header = match self.proxy {
-            Policy::Skip => 0,
-            _ => self.proxy_limits.max_header_len,
+        let header = if self.proxy.reads_header() {
+            self.proxy.limits().max_header_len
+        } else {
+            0
         };
         if header > frame { header } else { frame }
     }
@@ -396,15 +384,20 @@ enum Step {
 }
 
 impl Session {
-    /// A new session for a connection accepted at `now`, with the config's PROXY policy.
+    /// A new session for a connection accepted at `now` from a peer whose address is not
+    /// known: [`ProxyConfig::unknown_peer_policy`] (the one policy while no network is
+    /// trusted).
     pub fn new(config: &Config, now: Instant) -> Self {
-        Self::with_proxy_policy(config, config.proxy, now)
+        Self::with_policy(config, config.proxy.unknown_peer_policy(), now)
     }
 
-    /// A new session with the PROXY policy for this peer (typically
-    /// [`AcceptPolicy::policy_for`](crate::proxy::policy::AcceptPolicy::policy_for) the peer's
-    /// IP address, so trusted proxies and other peers are treated differently).
-    pub fn with_proxy_policy(config: &Config, policy: Policy, now: Instant) -> Self {
+    /// A new session for a connection from `peer` accepted at `now`, with the PROXY policy
+    /// [`ProxyConfig::policy_for`] that peer.
+    pub fn for_peer(config: &Config, peer: core::net::IpAddr, now: Instant) -> Self {
+        Self::with_policy(config, config.proxy.policy_for(peer), now)
+    }
+
+    fn with_policy(config: &Config, policy: Policy, now: Instant) -> Self {
         let mut config = *config;
         if let Framing::Fixed(f) = config.framing {
             // The session's decoder enforces the smaller of the two maxima.
@@ -563,12 +556,12 @@ impl Session {
             };
         }
         if self.state == State::Proxy {
-            let parsed = proxy_header::parse(input, &self.config.proxy_limits);
-            if let Ok(Status::Partial(needed)) = parsed {
-                return Ok(Want::Input(needed));
-            }
-            let outcome = Outcome::from_parse(parsed).expect("not partial");
-            match policy::decide(self.policy, outcome) {
+            let limits = self.config.proxy.limits();
+            let decision = match policy::read_header(self.policy, &limits, input) {
+                Status::Partial(needed) => return Ok(Want::Input(needed)),
+                Status::Complete(decision) => decision,
+            };
+            match decision {
                 Decision::Accept { strip, source } => {
                     if let Source::Proxied(h) = source {
                         self.source = h.addresses.source();
@@ -812,6 +805,7 @@ fn packet_out(id: i32, data: &[u8], out: &mut [u8]) -> usize {
 mod tests {
     use super::*;
     use crate::frame::fixed::{Endian, Width};
+    use crate::proxy::Limits;
     use crate::service::counters::AtomicCounters;
     use crate::service::wire::ErrorReply;
 
@@ -1043,13 +1037,13 @@ mod tests {
     }
 
     fn proxied(policy: Policy) -> Harness {
-        Harness::new(Config::new().with_proxy(policy, Limits::default()))
+        Harness::new(Config::new().with_proxy(ProxyConfig::new(policy)))
     }
 
     #[test]
     fn header_timeout_covers_the_proxy_header_and_the_first_frame() {
         let config = Config::new()
-            .with_proxy(Policy::Use, Limits::default())
+            .with_proxy(ProxyConfig::new(Policy::Use))
             .with_header_timeout(Duration::from_secs(5));
         let start = Instant::from_micros(1_000);
         let mut h = Harness::new(config);
@@ -1170,7 +1164,7 @@ mod tests {
         // The greeting goes out before the header arrives.
         let mut h = Harness::new(
             Config::new()
-                .with_proxy(Policy::Require, Limits::default())
+                .with_proxy(ProxyConfig::new(Policy::Require))
                 .with_compression_threshold(64),
         );
         let (p, out) = h.handle(&[]).unwrap();
@@ -1181,7 +1175,9 @@ mod tests {
     #[test]
     fn proxy_header_over_the_limit_is_refused_before_its_bytes() {
         let mut h =
-            Harness::new(Config::new().with_proxy(Policy::Use, Limits { max_header_len: 64 }));
+            Harness::new(Config::new().with_proxy(
+                ProxyConfig::new(Policy::Use).with_limits(Limits { max_header_len: 64 }),
+            ));
         let mut sig = [0u8; 16];
         sig[..12].copy_from_slice(&crate::proxy::v2::SIGNATURE);
         sig[12] = 0x21;
