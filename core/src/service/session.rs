@@ -5,12 +5,10 @@ use core::fmt;
 use super::counters::{Counters, Tally};
 use super::wire::{self, DeriveRequest, ErrorCode, ErrorReply, Stats};
 use crate::frame::compressed::{
-    CompressedDecoder, CompressedEncoder, CompressedFrameError, max_encoded_len,
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, max_encoded_len,
 };
 use crate::frame::fixed::LengthPrefixed;
-use crate::frame::mc::{
-    self, FrameDecoder, MAX_LENGTH_FIELD_LEN, encode_frame, encode_packet, frame_len, split_packet,
-};
+use crate::frame::mc::{self, FrameDecoder, encode_frame, encode_packet, frame_len, split_packet};
 use crate::frame::{EncodeError, FrameError};
 use crate::proxy::policy::{self, Decision, Policy, ProxyConfig, Reason, Source};
 use crate::time::{Duration, Instant};
@@ -185,12 +183,7 @@ impl Config {
     /// The longest compressed frame (the Packet Length) a client may send: a body of
     /// [`max_packet_len`](Self::max_packet_len) bytes that did not compress.
     const fn max_compressed_frame_len(&self) -> usize {
-        let n = max_encoded_len(self.max_packet_len()) - MAX_LENGTH_FIELD_LEN;
-        if n < mc::MAX_FRAME_LEN {
-            n
-        } else {
-            mc::MAX_FRAME_LEN
-        }
+        CompressedLimits::for_max_body_len(self.max_packet_len()).max_frame_len()
     }
 }
 
@@ -339,7 +332,7 @@ impl From<CompressedFrameError> for SessionError {
     fn from(e: CompressedFrameError) -> Self {
         match e {
             CompressedFrameError::Frame(f) => SessionError::Frame(f),
-            CompressedFrameError::ScratchTooSmall { .. } => SessionError::ScratchTooSmall,
+            CompressedFrameError::ScratchTooSmall(_) => SessionError::ScratchTooSmall,
             other => SessionError::Compressed(other),
         }
     }
@@ -454,8 +447,7 @@ impl Session {
 
     fn compressed_decoder(config: &Config, threshold: i32) -> CompressedDecoder {
         CompressedDecoder::server(threshold)
-            .with_max_data_len(config.max_packet_len())
-            .with_max_frame_len(config.max_compressed_frame_len())
+            .with_limits(CompressedLimits::for_max_body_len(config.max_packet_len()))
     }
 
     /// Switches what the peer sends to `threshold` (from its next frame on).
