@@ -25,6 +25,9 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+#[macro_use]
+mod wire_enum;
+
 pub mod frame;
 pub mod kerberos;
 pub mod proxy;
