@@ -134,13 +134,13 @@ impl CompressedLimits {
         threshold: Option<usize>,
         scratch_len: usize,
     ) -> Result<(), CompressedFrameError> {
-        if let Some(threshold) = threshold {
-            if data_len < threshold {
-                return Err(CompressedFrameError::BelowThreshold {
-                    len: data_len,
-                    threshold,
-                });
-            }
+        if let Some(threshold) = threshold
+            && data_len < threshold
+        {
+            return Err(CompressedFrameError::BelowThreshold {
+                len: data_len,
+                threshold,
+            });
         }
         if data_len > self.max_data_len {
             return Err(CompressedFrameError::DataTooLarge {
