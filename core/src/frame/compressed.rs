@@ -40,7 +40,7 @@
 
 use core::fmt;
 
-use super::mc::{FrameDecoder, MAX_FRAME_LEN, MAX_LENGTH_FIELD_LEN};
+use super::mc::{FrameDecoder, MAX_FRAME_LEN, MAX_LENGTH_FIELD_LEN, clamp_frame_len};
 use super::{EncodeError, FrameError};
 use crate::varint::{VARINT_MAX_LEN, decode_varint, encode_varint, varint_len};
 use crate::zlib::{Compressor, InflateError, Inflater, Level, compress_bound};
@@ -82,14 +82,9 @@ impl CompressedLimits {
         } else {
             MAX_DATA_LEN
         };
-        let frame = max_encoded_len(data) - MAX_LENGTH_FIELD_LEN;
         CompressedLimits {
             max_data_len: data,
-            max_frame_len: if frame < MAX_FRAME_LEN {
-                frame
-            } else {
-                MAX_FRAME_LEN
-            },
+            max_frame_len: clamp_frame_len(max_encoded_len(data) - MAX_LENGTH_FIELD_LEN),
         }
     }
 
@@ -102,11 +97,7 @@ impl CompressedLimits {
     /// Sets the largest Packet Length accepted (at most [`MAX_FRAME_LEN`]; larger values are
     /// clamped).
     pub const fn with_max_frame_len(mut self, max: usize) -> Self {
-        self.max_frame_len = if max < MAX_FRAME_LEN {
-            max
-        } else {
-            MAX_FRAME_LEN
-        };
+        self.max_frame_len = clamp_frame_len(max);
         self
     }
 

@@ -115,11 +115,11 @@ fn check_ver_cmd(b: u8) -> Result<Command, Error> {
 
 /// The family and transport of the family/transport byte: one of the seven the spec lists.
 fn check_fam(b: u8) -> Result<(Family, Transport), Error> {
-    match (Family::from_code(b >> 4), Transport::from_code(b & 0x0F)) {
-        (Family::Unspec, Transport::Unspec) => Ok((Family::Unspec, Transport::Unspec)),
-        (Family::Unspec | Family::Unknown(_), _)
-        | (_, Transport::Unspec | Transport::Unknown(_)) => Err(Error::V2Family),
-        pair => Ok(pair),
+    match b {
+        0x00 | 0x11 | 0x12 | 0x21 | 0x22 | 0x31 | 0x32 => {
+            Ok((Family::from_code(b >> 4), Transport::from_code(b & 0x0F)))
+        }
+        _ => Err(Error::V2Family),
     }
 }
 
@@ -151,13 +151,13 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         return Ok(Status::Partial(Needed::Exactly(total - input.len())));
     };
     let block = &header[field::FIXED_LEN..];
-    let addr_len = block_len(family);
-    let Some(a) = block.get(..addr_len) else {
-        return short_block(command, header);
-    };
+    // Each family's block as a fixed-size array, so the field reads need no length checks.
     let addresses = match family {
         Family::Inet => {
             use field::inet::*;
+            let Some((a, _)) = block.split_first_chunk::<LEN>() else {
+                return short_block(command, header);
+            };
             Addresses::Inet {
                 src: SocketAddrV4::new(array(a, SRC_ADDR).into(), be16(a, SRC_PORT)),
                 dst: SocketAddrV4::new(array(a, DST_ADDR).into(), be16(a, DST_PORT)),
@@ -165,17 +165,27 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         }
         Family::Inet6 => {
             use field::inet6::*;
+            let Some((a, _)) = block.split_first_chunk::<LEN>() else {
+                return short_block(command, header);
+            };
             Addresses::Inet6 {
                 src: SocketAddrV6::new(array(a, SRC_ADDR).into(), be16(a, SRC_PORT), 0, 0),
                 dst: SocketAddrV6::new(array(a, DST_ADDR).into(), be16(a, DST_PORT), 0, 0),
             }
         }
-        Family::Unix => Addresses::Unix {
-            src: &a[field::unix::SRC_ADDR],
-            dst: &a[field::unix::DST_ADDR],
-        },
+        Family::Unix => {
+            use field::unix::*;
+            let Some((a, _)) = block.split_first_chunk::<LEN>() else {
+                return short_block(command, header);
+            };
+            Addresses::Unix {
+                src: &a[SRC_ADDR],
+                dst: &a[DST_ADDR],
+            }
+        }
         Family::Unspec | Family::Unknown(_) => Addresses::Unspec,
     };
+    let addr_len = block_len(family);
     let area = &block[addr_len..];
     let crc_at = if area.is_empty() {
         None
