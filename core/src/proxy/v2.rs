@@ -113,14 +113,32 @@ fn check_ver_cmd(b: u8) -> Result<Command, Error> {
     }
 }
 
+/// The family/transport byte for a family and a transport.
+const fn fam_byte(family: Family, transport: Transport) -> u8 {
+    (family.code() << 4) | transport.code()
+}
+
 /// The family and transport of the family/transport byte: one of the seven the spec lists.
 fn check_fam(b: u8) -> Result<(Family, Transport), Error> {
-    match b {
-        0x00 | 0x11 | 0x12 | 0x21 | 0x22 | 0x31 | 0x32 => {
-            Ok((Family::from_code(b >> 4), Transport::from_code(b & 0x0F)))
-        }
-        _ => Err(Error::V2Family),
-    }
+    use Family::{Inet, Inet6, Unix, Unspec};
+    use Transport::{Dgram, Stream};
+    const UNSPEC: u8 = fam_byte(Unspec, Transport::Unspec);
+    const INET_STREAM: u8 = fam_byte(Inet, Stream);
+    const INET_DGRAM: u8 = fam_byte(Inet, Dgram);
+    const INET6_STREAM: u8 = fam_byte(Inet6, Stream);
+    const INET6_DGRAM: u8 = fam_byte(Inet6, Dgram);
+    const UNIX_STREAM: u8 = fam_byte(Unix, Stream);
+    const UNIX_DGRAM: u8 = fam_byte(Unix, Dgram);
+    Ok(match b {
+        UNSPEC => (Unspec, Transport::Unspec),
+        INET_STREAM => (Inet, Stream),
+        INET_DGRAM => (Inet, Dgram),
+        INET6_STREAM => (Inet6, Stream),
+        INET6_DGRAM => (Inet6, Dgram),
+        UNIX_STREAM => (Unix, Stream),
+        UNIX_DGRAM => (Unix, Dgram),
+        _ => return Err(Error::V2Family),
+    })
 }
 
 /// The address block's size for a family (0 for UNSPEC and for codes the spec does not name).
@@ -282,7 +300,7 @@ fn write_head(
         (_, Transport::Dgram) => Transport::Dgram,
         _ => Transport::Stream,
     };
-    out[field::FAM] = (family.code() << 4) | transport.code();
+    out[field::FAM] = fam_byte(family, transport);
     out[field::LEN].copy_from_slice(&((total - field::FIXED_LEN) as u16).to_be_bytes());
     let b = &mut out[field::FIXED_LEN..];
     match addresses {
