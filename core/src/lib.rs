@@ -29,6 +29,9 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+#[macro_use]
+mod wire_enum;
+
 pub mod frame;
 #[cfg(any(feature = "embedded-io", feature = "embedded-io-async"))]
 pub mod io;

@@ -28,7 +28,8 @@ use embassy_sync::channel::Channel;
 use embassy_time::{Duration, Instant, Timer, with_deadline};
 use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_core::io::{Clock, Ended, drive};
-use wirekit_core::proxy::{Limits, policy::Policy};
+use wirekit_core::proxy::Limits;
+use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Workspace};
 use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MIN};
 
@@ -43,12 +44,9 @@ pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
 /// PROXY header and the first frame within the core's default header timeout (5 s).
 pub const SERVICE: Config = Config::new()
     .with_max_packet_len(MAX_PACKET_LEN)
-    .with_proxy(
-        Policy::Use,
-        Limits {
-            max_header_len: MAX_PROXY_HEADER_LEN,
-        },
-    );
+    .with_proxy(ProxyConfig::new(Policy::Use).with_limits(Limits {
+        max_header_len: MAX_PROXY_HEADER_LEN,
+    }));
 /// The largest PROXY header accepted (v2 with TLVs; v1 is at most 107 bytes).
 pub const MAX_PROXY_HEADER_LEN: usize = 1024;
 /// The largest packet (`len(ID + Data)`) accepted and sent.

@@ -3,8 +3,9 @@
 //! [`ProxyAcceptor::accept`] takes a freshly accepted stream and its peer address, picks the
 //! policy for the peer (trusted networks or not; [`Policy`]: USE, IGNORE, REQUIRE, REJECT, SKIP),
 //! reads the PROXY header under a timeout (default 5 s) and a size limit, and returns the parsed
-//! header with a stream that yields the bytes after it. The decision itself is the core's
-//! [`wirekit_core::proxy::policy::decide`], the same the firmware makes.
+//! header with a stream that yields the bytes after it. The policy, the deadline and the
+//! decision are the core's ([`ProxyConfig::start`], [`HeaderRead`]), the same the service
+//! session and the firmware make.
 //!
 //! A slow or silent client costs a bounded amount of memory: nothing is allocated until its first
 //! bytes arrive, the buffer then grows only to what the parser says the header still needs (never
@@ -17,7 +18,8 @@
 //!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let acceptor = ProxyAcceptor::new(Policy::Require)
-//!     .with_trusted(vec!["10.0.0.0/8".parse().unwrap()], Policy::Reject);
+//!     .with_trusted(&["10.0.0.0/8".parse().unwrap()], Policy::Reject)
+//!     .expect("one network fits");
 //! let (stream, peer) = listener.accept().await?;
 //! match acceptor.accept(stream, peer).await {
 //!     Ok(accepted) => println!("client {} via {}", accepted.client, accepted.peer),
@@ -31,14 +33,16 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use wirekit_core::Status;
 use wirekit_core::proxy::policy::{
-    self, AcceptPolicy, Cidr, Decision, Outcome, Policy, Reason, Source,
+    self, Cidr, Decision, HeaderRead, Policy, ProxyConfig, Reason, Source, TooManyTrusted,
 };
 use wirekit_core::proxy::{self, Limits, ProxyHeader};
+use wirekit_core::time::Duration;
+
+use crate::clock;
 
 /// Why a connection was refused.
 #[derive(Debug)]
@@ -107,39 +111,47 @@ pub struct Accepted<S> {
 }
 
 /// Accepts connections under a PROXY policy; see the [module docs](self).
+///
+/// Every decision is the core's: the [`ProxyConfig`] picks the peer's policy (including "no
+/// trusted networks: every peer gets the trusted policy"), and the [`HeaderRead`] it starts
+/// decides the deadline and the outcome; this type only reads bytes and waits.
 #[derive(Debug, Clone)]
 pub struct ProxyAcceptor {
-    trusted: Vec<Cidr>,
-    trusted_policy: Policy,
-    untrusted_policy: Policy,
+    config: ProxyConfig,
     header_timeout: Duration,
-    limits: Limits,
 }
 
 impl ProxyAcceptor {
-    /// The default header timeout.
-    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default header timeout (the core's, 5 s).
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = policy::DEFAULT_HEADER_TIMEOUT;
 
     /// `policy` for every peer, a 5 s header timeout and the default header size limit.
     pub fn new(policy: Policy) -> Self {
+        Self::from_config(ProxyConfig::new(policy))
+    }
+
+    /// An acceptor for a whole accept configuration (trusted networks, both policies, header
+    /// limits), with the default header timeout.
+    pub fn from_config(config: ProxyConfig) -> Self {
         ProxyAcceptor {
-            trusted: Vec::new(),
-            trusted_policy: policy,
-            untrusted_policy: policy,
+            config,
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
-            limits: Limits::default(),
         }
     }
 
     /// Applies the policy given to [`new`](Self::new) to peers in `trusted` only, and
-    /// `untrusted` to everyone else.
-    pub fn with_trusted(mut self, trusted: Vec<Cidr>, untrusted: Policy) -> Self {
-        self.trusted = trusted;
-        self.untrusted_policy = untrusted;
-        self
+    /// `untrusted` to everyone else ([`ProxyConfig::with_trusted`]: at most
+    /// [`MAX_TRUSTED`](policy::MAX_TRUSTED) networks).
+    pub fn with_trusted(
+        mut self,
+        trusted: &[Cidr],
+        untrusted: Policy,
+    ) -> Result<Self, TooManyTrusted> {
+        self.config = self.config.with_trusted(trusted, untrusted)?;
+        Ok(self)
     }
 
-    /// Sets the header timeout.
+    /// Sets the header timeout (on the core's clock, [`wirekit_core::time`]).
     pub fn with_header_timeout(mut self, timeout: Duration) -> Self {
         self.header_timeout = timeout;
         self
@@ -147,19 +159,18 @@ impl ProxyAcceptor {
 
     /// Sets the header size limit.
     pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
+        self.config = self.config.with_limits(limits);
         self
+    }
+
+    /// The accept configuration.
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
     }
 
     /// The policy that applies to `peer`.
     pub fn policy_for(&self, peer: SocketAddr) -> Policy {
-        let accept = AcceptPolicy::new(&self.trusted, self.trusted_policy, self.untrusted_policy);
-        let accept = if self.trusted.is_empty() {
-            AcceptPolicy::all(self.trusted_policy)
-        } else {
-            accept
-        };
-        accept.policy_for(peer.ip())
+        self.config.policy_for(peer.ip())
     }
 
     /// Reads and judges the PROXY header of a stream accepted from `peer`.
@@ -168,36 +179,20 @@ impl ProxyAcceptor {
         mut stream: S,
         peer: SocketAddr,
     ) -> Result<Accepted<S>, AcceptError> {
-        let policy = self.policy_for(peer);
-        if policy == Policy::Skip {
-            return Ok(Accepted {
-                peer,
-                client: peer,
-                header: None,
-                stream: PrefixedStream::new(stream, Vec::new()),
-            });
-        }
+        let read = self
+            .config
+            .start(peer.ip(), clock::now(), self.header_timeout);
         let mut buf: Vec<u8> = Vec::new();
-        let read = tokio::time::timeout(
-            self.header_timeout,
-            read_header(&mut stream, &mut buf, &self.limits),
-        )
-        .await;
-        let ended = match read {
-            Err(_) => return Err(AcceptError::Timeout),
-            Ok(r) => r?,
-        };
-        let parsed = proxy::parse(&buf, &self.limits);
-        let outcome = match Outcome::from_parse(parsed) {
-            Some(o) => o,
-            None => {
-                debug_assert!(ended);
-                Outcome::Incomplete {
-                    received: buf.len(),
-                }
+        let ended = read_header(&mut stream, &mut buf, &read).await?;
+        let decision = if ended {
+            read.end_of_input(&buf)
+        } else {
+            match read.handle(&buf) {
+                Status::Complete(d) => d,
+                Status::Partial(_) => unreachable!("read_header stops when the header is decided"),
             }
         };
-        match policy::decide(policy, outcome) {
+        match decision {
             Decision::Reject(reason) => Err(AcceptError::Rejected(reason)),
             Decision::Accept { strip, source } => {
                 let (client, keep) = match source {
@@ -206,7 +201,7 @@ impl ProxyAcceptor {
                 };
                 let header = (keep && strip > 0).then(|| OwnedHeader {
                     bytes: buf[..strip].into(),
-                    limits: self.limits,
+                    limits: read.limits(),
                 });
                 buf.drain(..strip);
                 Ok(Accepted {
@@ -220,25 +215,42 @@ impl ProxyAcceptor {
     }
 }
 
-/// Reads until the bytes in `buf` are no longer a partial header; `Ok(true)` if the stream ended
-/// first. `buf` grows only to what the parser says is needed (v2: the declared length, already
-/// checked against the limit; v1: a line of at most 107 bytes), in reads of at most 256 bytes.
+/// Reads until the core has decided on the bytes in `buf`; `Ok(true)` if the stream ended
+/// first, [`AcceptError::Timeout`] once the core says the header deadline has passed. `buf`
+/// grows only to what the parser says is needed (v2: the declared length, already checked
+/// against the limit; v1: a line of at most 107 bytes), in reads of at most 256 bytes.
 async fn read_header<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut Vec<u8>,
-    limits: &Limits,
-) -> io::Result<bool> {
+    read: &HeaderRead,
+) -> Result<bool, AcceptError> {
     loop {
-        let more = match proxy::parse(buf, limits) {
-            Ok(Status::Partial(needed)) => needed.at_least(),
-            _ => return Ok(false),
+        let more = match read.handle(buf) {
+            Status::Partial(needed) => needed.at_least(),
+            Status::Complete(_) => return Ok(false),
         };
         let at = buf.len();
         // Read a little past the need (bytes after the header stay in the buffer for the
         // stream), but never past the header limit plus one small read.
         let chunk = more.clamp(64, 256);
         buf.resize(at + chunk, 0);
-        let n = stream.read(&mut buf[at..]).await?;
+        let result = match read.next_timeout() {
+            Some(deadline) => {
+                tokio::time::timeout_at(clock::to_tokio(deadline), stream.read(&mut buf[at..]))
+                    .await
+            }
+            None => Ok(stream.read(&mut buf[at..]).await),
+        };
+        let n = match result {
+            Ok(r) => r?,
+            Err(_) => {
+                buf.truncate(at);
+                if read.handle_timeout(clock::now()) {
+                    return Err(AcceptError::Timeout);
+                }
+                continue;
+            }
+        };
         buf.truncate(at + n);
         if n == 0 {
             return Ok(true);
@@ -339,7 +351,7 @@ mod tests {
                 .write_all(b"PROXY TCP4 192.0.2.1 10.0.0.1 ")
                 .await
                 .unwrap();
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             client.write_all(b"5000 7000\r\nhello").await.unwrap();
             client
         });
@@ -364,7 +376,8 @@ mod tests {
             .await
             .unwrap();
         let acceptor = ProxyAcceptor::new(Policy::Require)
-            .with_trusted(vec!["10.0.0.0/8".parse().unwrap()], Policy::Reject);
+            .with_trusted(&["10.0.0.0/8".parse().unwrap()], Policy::Reject)
+            .unwrap();
         let err = acceptor
             .accept(server, peer("203.0.113.5:1"))
             .await
@@ -380,6 +393,7 @@ mod tests {
         let (_client, server) = tokio::io::duplex(64);
         let acceptor =
             ProxyAcceptor::new(Policy::Use).with_header_timeout(Duration::from_millis(50));
+        assert_eq!(acceptor.policy_for(peer("10.0.0.2:1")), Policy::Use);
         let err = acceptor
             .accept(server, peer("10.0.0.2:1"))
             .await

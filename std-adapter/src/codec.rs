@@ -34,14 +34,14 @@ use std::io;
 use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 use wirekit_core::frame::compressed::{
-    CompressedDecoder, CompressedEncoder, CompressedFrameError, max_encoded_len,
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, max_encoded_len,
 };
 use wirekit_core::frame::fixed::LengthPrefixed;
-use wirekit_core::frame::mc::{self, FrameDecoder, MAX_LENGTH_FIELD_LEN, split_packet};
+use wirekit_core::frame::mc::{self, FrameDecoder, split_packet};
 use wirekit_core::frame::{EncodeError, FrameError};
 use wirekit_core::varint::{encode_varint, varint_len};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
-use wirekit_core::{Needed, Status};
+use wirekit_core::{BufferTooSmall, Needed, Status};
 
 /// Why a codec failed: the stream is unusable and the connection should be closed.
 #[derive(Debug)]
@@ -229,12 +229,10 @@ impl VarIntCodec {
     /// (at most [`mc::MAX_FRAME_LEN`]), uncompressed until a threshold is set.
     pub fn new(max_packet_len: usize) -> Self {
         let max = max_packet_len.min(mc::MAX_FRAME_LEN);
-        let compressed_frame = (max_encoded_len(max) - MAX_LENGTH_FIELD_LEN).min(mc::MAX_FRAME_LEN);
         VarIntCodec {
             plain: FrameDecoder::new().with_max_frame_len(max),
             compressed: CompressedDecoder::new(-1)
-                .with_max_data_len(max)
-                .with_max_frame_len(compressed_frame),
+                .with_limits(CompressedLimits::for_max_body_len(max)),
             encoder: CompressedEncoder::new(-1, Level::Fast),
             max_packet_len: max,
             zlib: None,
@@ -342,7 +340,7 @@ impl Decoder for VarIntCodec {
                 }
                 // Grow the scratch to the declared length, which the decoder has checked
                 // against the maximum, then decode again.
-                Err(CompressedFrameError::ScratchTooSmall { required }) => {
+                Err(CompressedFrameError::ScratchTooSmall(BufferTooSmall { required })) => {
                     zlib.scratch.resize(required, 0);
                     continue;
                 }

@@ -40,8 +40,7 @@ use tracing::{debug, info, warn};
 use crate::buffer::{INITIAL_BUFFER, InputBuffer};
 use crate::clock;
 use wirekit_core::Needed;
-use wirekit_core::proxy::Limits;
-use wirekit_core::proxy::policy::{AcceptPolicy, Cidr, Policy};
+use wirekit_core::proxy::policy::ProxyConfig;
 use wirekit_core::service::{
     self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
 };
@@ -53,20 +52,11 @@ pub struct ServeOptions {
     /// Address to listen on.
     pub listen: SocketAddr,
     /// The service: framing, maximum packet, compression threshold, header timeout (the time
-    /// a connection has for its PROXY header and first frame). Its PROXY policy is
-    /// replaced per peer by [`proxy`](Self::proxy), [`untrusted_proxy`](Self::untrusted_proxy)
-    /// and [`trusted`](Self::trusted).
+    /// a connection has for its PROXY header and first frame), and the PROXY accept
+    /// configuration ([`service::Config::with_proxy`]: trusted networks, their policy and
+    /// everyone else's, header limits), from which each connection's session picks its
+    /// peer's policy.
     pub service: service::Config,
-    /// PROXY header policy for peers in [`trusted`](Self::trusted), or for every peer when the
-    /// list is empty.
-    pub proxy: Policy,
-    /// PROXY header policy for peers outside a non-empty [`trusted`](Self::trusted) list
-    /// (default REJECT: only trusted proxies may send a header).
-    pub untrusted_proxy: Policy,
-    /// Networks whose peers are trusted proxies.
-    pub trusted: Vec<Cidr>,
-    /// PROXY header limits.
-    pub proxy_limits: Limits,
     /// Connections served at once; more are accepted and closed at once.
     pub max_connections: usize,
     /// On shutdown, how long a connection may take to finish a frame in flight.
@@ -78,13 +68,17 @@ impl Default for ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             service: service::Config::new().with_max_packet_len(1 << 20),
-            proxy: Policy::Skip,
-            untrusted_proxy: Policy::Reject,
-            trusted: Vec::new(),
-            proxy_limits: Limits::default(),
             max_connections: 10_000,
             shutdown_grace: Duration::from_secs(5),
         }
+    }
+}
+
+impl ServeOptions {
+    /// Sets the service's PROXY accept configuration ([`service::Config::with_proxy`]).
+    pub fn with_proxy(mut self, proxy: ProxyConfig) -> Self {
+        self.service = self.service.with_proxy(proxy);
+        self
     }
 }
 
@@ -259,16 +253,7 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let options = &shared.options;
-    let accept = if options.trusted.is_empty() {
-        AcceptPolicy::all(options.proxy)
-    } else {
-        AcceptPolicy::new(&options.trusted, options.proxy, options.untrusted_proxy)
-    };
-    let config = options
-        .service
-        .with_proxy(options.proxy, options.proxy_limits);
-    let mut session =
-        Session::with_proxy_policy(&config, accept.policy_for(peer.ip()), clock::now());
+    let mut session = Session::for_peer(&options.service, peer.ip(), clock::now());
     let counters: &AtomicCounters = &shared.counters;
     debug!(%peer, "accepted");
     let result = drive(&mut stream, &mut session, shared, counters, shutdown).await;

@@ -5,7 +5,7 @@ use std::net::SocketAddrV6;
 
 use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 use wirekit_core::Status;
-use wirekit_core::proxy::policy::{self, AcceptPolicy, Cidr, Decision, Outcome, Policy};
+use wirekit_core::proxy::policy::{self, Cidr, Decision, Outcome, Policy, ProxyConfig};
 use wirekit_core::proxy::tlv::{Ssl, encode_tlvs};
 use wirekit_core::proxy::{self, Addresses, Limits, Tlv, Tlvs, v1, v2};
 
@@ -84,7 +84,9 @@ fn proxy_parse_build_and_policy_allocate_nothing() {
             assert!(proxy::parse(&out[..n - 1], &limits).unwrap().is_partial());
             assert!(proxy::parse(b"PROXY TCP4 1.2.3.4 5.6.7.8 01 2\r\n", &limits).is_err());
             // Policy.
-            let p = AcceptPolicy::new(&trusted, Policy::Require, Policy::Reject);
+            let p = ProxyConfig::new(Policy::Require)
+                .with_trusted(&trusted, Policy::Reject)
+                .unwrap();
             let outcome = Outcome::from_parse(proxy::parse(&out[..n], &limits)).unwrap();
             if let Decision::Accept { strip, .. } = policy::decide(p.policy_for(peer), outcome) {
                 total += strip;

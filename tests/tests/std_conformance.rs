@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use wirekit_core::proxy::policy::Policy;
+use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::service;
 use wirekit_std::server::ServeOptions;
 use wirekit_tests::conformance::{ProxySupport, Target, run_conformance};
@@ -13,8 +13,8 @@ fn options(proxy: Policy) -> ServeOptions {
     ServeOptions {
         service: service::Config::new()
             .with_max_packet_len(4096)
-            .with_header_timeout(Duration::from_secs(5).into()),
-        proxy,
+            .with_header_timeout(Duration::from_secs(5).into())
+            .with_proxy(ProxyConfig::new(proxy)),
         ..ServeOptions::default()
     }
 }
@@ -50,8 +50,8 @@ fn serve_conforms_with_a_greeting_threshold() {
     let server = TestServer::start(ServeOptions {
         service: service::Config::new()
             .with_max_packet_len(4096)
-            .with_compression_threshold(128),
-        proxy: Policy::Use,
+            .with_compression_threshold(128)
+            .with_proxy(ProxyConfig::new(Policy::Use)),
         ..ServeOptions::default()
     });
     let mut target = Target::new(server.addr)

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use wirekit::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
 use wirekit_core::frame::fixed::LengthPrefixed;
-use wirekit_core::proxy::policy::Policy;
+use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::service::{self, Framing};
 use wirekit_std::server::ServeOptions;
 use wirekit_tests::serve::TestServer;
@@ -47,10 +47,8 @@ fn bench_drives_serve_ping_pong_and_pipelined() {
 
 #[test]
 fn bench_with_proxy_v2_headers() {
-    let server = TestServer::start(ServeOptions {
-        proxy: Policy::Require,
-        ..ServeOptions::default()
-    });
+    let server =
+        TestServer::start(ServeOptions::default().with_proxy(ProxyConfig::new(Policy::Require)));
     let report = loadgen::run(LoadOptions {
         proxy_v2: true,
         ..load(server.addr)

@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use wirekit_core::frame::fixed::LengthPrefixed;
-use wirekit_core::proxy::policy::Policy;
+use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::service::{self, Framing};
 use wirekit_std::server::ServeOptions;
 use wirekit_tests::serve::TestServer;
@@ -81,12 +81,13 @@ fn client_vanishing_mid_frame() {
 fn proxy_header_from_an_untrusted_source_under_require() {
     let header = b"PROXY TCP4 192.0.2.1 127.0.0.1 5000 7000\r\n";
     // 127.0.0.1 is not in the trusted network: its header is refused.
-    let server = TestServer::start(ServeOptions {
-        proxy: Policy::Require,
-        trusted: vec!["10.0.0.0/8".parse().unwrap()],
-        untrusted_proxy: Policy::Reject,
-        ..options()
-    });
+    let server = TestServer::start(
+        options().with_proxy(
+            ProxyConfig::new(Policy::Require)
+                .with_trusted(&["10.0.0.0/8".parse().unwrap()], Policy::Reject)
+                .unwrap(),
+        ),
+    );
     let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
     bystander
         .echo(b"direct clients are served under REJECT")
@@ -98,11 +99,13 @@ fn proxy_header_from_an_untrusted_source_under_require() {
     assert_eq!(server.stats().errors, 1);
 
     // The same header from a trusted network is used; one without a header is refused.
-    let server = TestServer::start(ServeOptions {
-        proxy: Policy::Require,
-        trusted: vec!["127.0.0.0/8".parse().unwrap()],
-        ..options()
-    });
+    let server = TestServer::start(
+        options().with_proxy(
+            ProxyConfig::new(Policy::Require)
+                .with_trusted(&["127.0.0.0/8".parse().unwrap()], Policy::Reject)
+                .unwrap(),
+        ),
+    );
     let mut proxied = ServiceClient::connect(server.addr, Some(header), None).unwrap();
     proxied.echo(b"via the proxy").unwrap();
     let mut direct = ServiceClient::connect(server.addr, None, None).unwrap();

@@ -802,13 +802,13 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
         }
     }
     .with_max_packet_len(opts.payload.max() + 16);
+    let proxy = if opts.proxy_v2 {
+        wirekit_core::proxy::policy::Policy::Use
+    } else {
+        wirekit_core::proxy::policy::Policy::Skip
+    };
     let serve = ServeOptions {
-        service,
-        proxy: if opts.proxy_v2 {
-            wirekit_core::proxy::policy::Policy::Use
-        } else {
-            wirekit_core::proxy::policy::Policy::Skip
-        },
+        service: service.with_proxy(wirekit_core::proxy::policy::ProxyConfig::new(proxy)),
         ..ServeOptions::default()
     };
     let pin = opts.pin;

@@ -117,4 +117,3 @@ fn python() -> Result<(), String> {
     run_in(&dir, &pip, &args, &[])?;
     std::fs::write(&stamp, want).map_err(|e| e.to_string())
 }
-

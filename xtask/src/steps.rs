@@ -7,7 +7,12 @@ use crate::process::{cargo, print_timings, root};
 /// The no_std targets the core is built for.
 const THUMB: [&str; 2] = ["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
 /// The library crates as a user gets them from a registry (`cargo package` builds each alone).
-const PUBLISHED: [&str; 4] = ["wirekit-core", "wirekit-crc32c", "wirekit-accel", "wirekit-std"];
+const PUBLISHED: [&str; 4] = [
+    "wirekit-core",
+    "wirekit-crc32c",
+    "wirekit-accel",
+    "wirekit-std",
+];
 
 /// `cargo xtask test`.
 pub fn test(args: &[String]) -> Result<(), String> {
@@ -55,7 +60,10 @@ pub fn test(args: &[String]) -> Result<(), String> {
     )?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
     // The core alone, no feature at all: the portable CRC32C and Adler-32, no std.
-    cargo(&["test", "-p", "wirekit-core", "--no-default-features"], &[])?;
+    cargo(
+        &["test", "-p", "wirekit-core", "--no-default-features"],
+        &[],
+    )?;
     package()?;
 
     crate::firmware::checks()?;

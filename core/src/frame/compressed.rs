@@ -40,14 +40,136 @@
 
 use core::fmt;
 
-use super::mc::{FrameDecoder, MAX_FRAME_LEN, MAX_LENGTH_FIELD_LEN};
+use super::mc::{FrameDecoder, MAX_FRAME_LEN, MAX_LENGTH_FIELD_LEN, clamp_frame_len};
 use super::{EncodeError, FrameError};
 use crate::varint::{VARINT_MAX_LEN, decode_varint, encode_varint, varint_len};
 use crate::zlib::{Compressor, InflateError, Inflater, Level, compress_bound};
 use crate::{BufferTooSmall, Status};
 
-/// Vanilla's largest accepted Data Length (8 MiB).
-pub const MAX_DATA_LEN: usize = 8_388_608;
+/// Vanilla's largest accepted Data Length (8 MiB); [`CompressedLimits::VANILLA`] holds it.
+pub const MAX_DATA_LEN: usize = 8 << 20;
+
+/// The compressed format's limits, decided here once for the decoder, the encoder, the service
+/// session and the adapters (the tokio codec):
+/// - a compressed packet's Data Length is at least the threshold (checked by servers, as
+///   vanilla's "Badly compressed packet"), at most [`max_data_len`](Self::max_data_len)
+///   (vanilla: [`MAX_DATA_LEN`], 8 MiB), and the zlib stream must inflate to exactly it;
+/// - the Packet Length is at most [`max_frame_len`](Self::max_frame_len) (vanilla: the 3-byte
+///   field's [`MAX_FRAME_LEN`], 2097151);
+/// - a decoder's scratch holds [`scratch_len`](Self::scratch_len) bytes, enough for any
+///   accepted packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CompressedLimits {
+    max_data_len: usize,
+    max_frame_len: usize,
+}
+
+impl CompressedLimits {
+    /// Vanilla's limits: Data Length up to [`MAX_DATA_LEN`], Packet Length up to
+    /// [`MAX_FRAME_LEN`].
+    pub const VANILLA: Self = CompressedLimits {
+        max_data_len: MAX_DATA_LEN,
+        max_frame_len: MAX_FRAME_LEN,
+    };
+
+    /// The limits for bodies (packet ID and data) of at most `max_body_len` bytes (at most
+    /// vanilla's): that Data Length, and the Packet Length such a body takes when it does not
+    /// compress (at most vanilla's).
+    pub const fn for_max_body_len(max_body_len: usize) -> Self {
+        let data = if max_body_len < MAX_DATA_LEN {
+            max_body_len
+        } else {
+            MAX_DATA_LEN
+        };
+        CompressedLimits {
+            max_data_len: data,
+            max_frame_len: clamp_frame_len(max_encoded_len(data) - MAX_LENGTH_FIELD_LEN),
+        }
+    }
+
+    /// Sets the largest Data Length accepted.
+    pub const fn with_max_data_len(mut self, max: usize) -> Self {
+        self.max_data_len = max;
+        self
+    }
+
+    /// Sets the largest Packet Length accepted (at most [`MAX_FRAME_LEN`]; larger values are
+    /// clamped).
+    pub const fn with_max_frame_len(mut self, max: usize) -> Self {
+        self.max_frame_len = clamp_frame_len(max);
+        self
+    }
+
+    /// The largest Data Length.
+    pub const fn max_data_len(&self) -> usize {
+        self.max_data_len
+    }
+
+    /// The largest Packet Length.
+    pub const fn max_frame_len(&self) -> usize {
+        self.max_frame_len
+    }
+
+    /// The scratch a decoder needs to inflate any packet these limits accept.
+    pub const fn scratch_len(&self) -> usize {
+        self.max_data_len
+    }
+
+    /// Checks a compressed packet's declared Data Length before anything is inflated: against
+    /// `threshold` when given (a server's check), the maximum, and the `scratch_len` bytes the
+    /// caller has to inflate into.
+    pub const fn check_data_len(
+        &self,
+        data_len: usize,
+        threshold: Option<usize>,
+        scratch_len: usize,
+    ) -> Result<(), CompressedFrameError> {
+        if let Some(threshold) = threshold
+            && data_len < threshold
+        {
+            return Err(CompressedFrameError::BelowThreshold {
+                len: data_len,
+                threshold,
+            });
+        }
+        if data_len > self.max_data_len {
+            return Err(CompressedFrameError::DataTooLarge {
+                len: data_len,
+                max: self.max_data_len,
+            });
+        }
+        if scratch_len < data_len {
+            return Err(CompressedFrameError::ScratchTooSmall(BufferTooSmall {
+                required: data_len,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Checks a body (packet ID and data) to send: not empty, at most the maximum Data
+    /// Length.
+    pub const fn check_body_len(&self, body_len: usize) -> Result<(), EncodeError> {
+        if body_len == 0 || body_len > self.max_data_len {
+            return Err(EncodeError::FrameTooLarge {
+                len: body_len,
+                max: self.max_data_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a Packet Length to send.
+    pub const fn check_packet_len(&self, packet_len: usize) -> Result<(), EncodeError> {
+        if packet_len > self.max_frame_len {
+            return Err(EncodeError::FrameTooLarge {
+                len: packet_len,
+                max: self.max_frame_len,
+            });
+        }
+        Ok(())
+    }
+}
 
 /// The most bytes [`CompressedEncoder::encode`] needs for a body of `body_len` bytes: both
 /// length fields at full width plus the zlib stream's worst case.
@@ -80,11 +202,8 @@ pub enum CompressedFrameError {
         /// The maximum.
         max: usize,
     },
-    /// The caller's scratch buffer is smaller than the declared Data Length.
-    ScratchTooSmall {
-        /// The declared Data Length.
-        required: usize,
-    },
+    /// The caller's scratch buffer is smaller than the declared Data Length (`required`).
+    ScratchTooSmall(BufferTooSmall),
     /// The zlib stream is bad or does not inflate to exactly the Data Length.
     Inflate(InflateError),
 }
@@ -101,7 +220,7 @@ impl CompressedFrameError {
             CompressedFrameError::DataTooLarge { .. } => {
                 "compressed packet declares more than the maximum data length"
             }
-            CompressedFrameError::ScratchTooSmall { .. } => {
+            CompressedFrameError::ScratchTooSmall(_) => {
                 "scratch buffer smaller than the declared data length"
             }
             CompressedFrameError::Inflate(e) => e.as_str(),
@@ -122,7 +241,7 @@ impl fmt::Display for CompressedFrameError {
             CompressedFrameError::DataTooLarge { len, max } => {
                 write!(f, "compressed packet declares {len} bytes, more than {max}")
             }
-            CompressedFrameError::ScratchTooSmall { required } => {
+            CompressedFrameError::ScratchTooSmall(BufferTooSmall { required }) => {
                 write!(f, "scratch buffer too small: {required} bytes required")
             }
             other => f.write_str(other.as_str()),
@@ -163,18 +282,18 @@ pub struct DecodedBody<'a> {
 pub struct CompressedDecoder {
     frames: FrameDecoder,
     threshold: i32,
-    max_data_len: usize,
+    limits: CompressedLimits,
     reject_below_threshold: bool,
 }
 
 impl CompressedDecoder {
-    /// A decoder for `threshold` (negative: compression off), accepting Data Lengths up to
-    /// [`MAX_DATA_LEN`], without the below-threshold check (a client's view).
+    /// A decoder for `threshold` (negative: compression off) under
+    /// [`CompressedLimits::VANILLA`], without the below-threshold check (a client's view).
     pub const fn new(threshold: i32) -> Self {
         CompressedDecoder {
             frames: FrameDecoder::new(),
             threshold,
-            max_data_len: MAX_DATA_LEN,
+            limits: CompressedLimits::VANILLA,
             reject_below_threshold: false,
         }
     }
@@ -192,17 +311,29 @@ impl CompressedDecoder {
         self
     }
 
-    /// Sets the largest Data Length accepted.
-    pub const fn with_max_data_len(mut self, max: usize) -> Self {
-        self.max_data_len = max;
+    /// Sets the limits (the largest Data Length and Packet Length accepted).
+    pub const fn with_limits(mut self, limits: CompressedLimits) -> Self {
+        self.limits = limits;
+        self.frames = self.frames.with_max_frame_len(limits.max_frame_len);
         self
+    }
+
+    /// Sets the largest Data Length accepted.
+    pub const fn with_max_data_len(self, max: usize) -> Self {
+        let limits = self.limits.with_max_data_len(max);
+        self.with_limits(limits)
     }
 
     /// Sets the largest (compressed) frame length accepted; see
     /// [`FrameDecoder::with_max_frame_len`].
-    pub const fn with_max_frame_len(mut self, max: usize) -> Self {
-        self.frames = self.frames.with_max_frame_len(max);
-        self
+    pub const fn with_max_frame_len(self, max: usize) -> Self {
+        let limits = self.limits.with_max_frame_len(max);
+        self.with_limits(limits)
+    }
+
+    /// The limits in force.
+    pub const fn limits(&self) -> CompressedLimits {
+        self.limits
     }
 
     /// The threshold in force (negative: compression off).
@@ -249,22 +380,12 @@ impl CompressedDecoder {
                 compressed: false,
             }));
         }
-        let threshold = self.threshold as usize;
-        if self.reject_below_threshold && data_len < threshold {
-            return Err(CompressedFrameError::BelowThreshold {
-                len: data_len,
-                threshold,
-            });
-        }
-        if data_len > self.max_data_len {
-            return Err(CompressedFrameError::DataTooLarge {
-                len: data_len,
-                max: self.max_data_len,
-            });
-        }
-        let Some(out) = scratch.get_mut(..data_len) else {
-            return Err(CompressedFrameError::ScratchTooSmall { required: data_len });
-        };
+        let threshold = self
+            .reject_below_threshold
+            .then_some(self.threshold as usize);
+        self.limits
+            .check_data_len(data_len, threshold, scratch.len())?;
+        let out = &mut scratch[..data_len];
         inflater.inflate_exact(rest, out)?;
         Ok(Status::Complete(DecodedBody {
             body: out,
@@ -322,23 +443,14 @@ impl CompressedEncoder {
         out: &mut [u8],
         compressor: &mut Compressor<S>,
     ) -> Result<usize, EncodeError> {
-        if body.is_empty() || body.len() > MAX_DATA_LEN {
-            return Err(EncodeError::FrameTooLarge {
-                len: body.len(),
-                max: MAX_DATA_LEN,
-            });
-        }
+        const LIMITS: CompressedLimits = CompressedLimits::VANILLA;
+        LIMITS.check_body_len(body.len())?;
         if self.threshold < 0 {
             return super::mc::encode_frame(body, out);
         }
         if !self.compresses(body.len()) {
             let packet_len = 1 + body.len();
-            if packet_len > MAX_FRAME_LEN {
-                return Err(EncodeError::FrameTooLarge {
-                    len: packet_len,
-                    max: MAX_FRAME_LEN,
-                });
-            }
+            LIMITS.check_packet_len(packet_len)?;
             let total = varint_len(packet_len as i32) + packet_len;
             let Some(dst) = out.get_mut(..total) else {
                 return Err(BufferTooSmall { required: total }.into());
@@ -360,12 +472,7 @@ impl CompressedEncoder {
             .expect("out holds compress_bound");
         let data_len = body.len() as i32;
         let packet_len = varint_len(data_len) + z;
-        if packet_len > MAX_FRAME_LEN {
-            return Err(EncodeError::FrameTooLarge {
-                len: packet_len,
-                max: MAX_FRAME_LEN,
-            });
-        }
+        LIMITS.check_packet_len(packet_len)?;
         let header = varint_len(packet_len as i32) + varint_len(data_len);
         let start = ROOM - header;
         let n = encode_varint(packet_len as i32, &mut out[start..]).expect("room reserved");
@@ -528,7 +635,9 @@ mod tests {
         let mut small = [0u8; 99];
         assert_eq!(
             decode(&CompressedDecoder::new(50), &out[..n], &mut small),
-            Err(CompressedFrameError::ScratchTooSmall { required: 100 })
+            Err(CompressedFrameError::ScratchTooSmall(BufferTooSmall {
+                required: 100
+            }))
         );
     }
 
@@ -588,5 +697,50 @@ mod tests {
             e.encode(&[], &mut out, &mut compressor()),
             Err(EncodeError::FrameTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn limits_follow_vanilla_and_the_body_bound() {
+        let v = CompressedLimits::VANILLA;
+        assert_eq!(
+            (v.max_data_len(), v.max_frame_len()),
+            (8_388_608, 2_097_151)
+        );
+        assert_eq!(v.scratch_len(), 8_388_608);
+        let l = CompressedLimits::for_max_body_len(4096);
+        assert_eq!(l.max_data_len(), 4096);
+        assert_eq!(
+            l.max_frame_len(),
+            max_encoded_len(4096) - MAX_LENGTH_FIELD_LEN
+        );
+        assert_eq!(CompressedLimits::for_max_body_len(usize::MAX / 2), v);
+        assert_eq!(
+            l.check_data_len(10, Some(11), 4096),
+            Err(CompressedFrameError::BelowThreshold {
+                len: 10,
+                threshold: 11
+            })
+        );
+        assert_eq!(l.check_data_len(10, None, 4096), Ok(()));
+        assert_eq!(
+            l.check_data_len(4097, None, 1 << 20),
+            Err(CompressedFrameError::DataTooLarge {
+                len: 4097,
+                max: 4096
+            })
+        );
+        assert_eq!(
+            l.check_data_len(100, None, 99),
+            Err(CompressedFrameError::ScratchTooSmall(BufferTooSmall {
+                required: 100
+            }))
+        );
+        assert!(v.check_body_len(0).is_err());
+        assert!(v.check_body_len(MAX_DATA_LEN).is_ok());
+        assert!(v.check_body_len(MAX_DATA_LEN + 1).is_err());
+        assert!(v.check_packet_len(MAX_FRAME_LEN).is_ok());
+        assert!(v.check_packet_len(MAX_FRAME_LEN + 1).is_err());
+        let d = CompressedDecoder::new(0).with_limits(l);
+        assert_eq!(d.limits(), l);
     }
 }

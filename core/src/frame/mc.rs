@@ -33,6 +33,15 @@ use crate::{BufferTooSmall, Needed, Status};
 pub const MAX_LENGTH_FIELD_LEN: usize = 3;
 /// The largest frame length the 3-byte length field can carry.
 pub const MAX_FRAME_LEN: usize = (1 << 21) - 1;
+/// `max`, or [`MAX_FRAME_LEN`] if larger: the most a length field can say.
+pub const fn clamp_frame_len(max: usize) -> usize {
+    if max < MAX_FRAME_LEN {
+        max
+    } else {
+        MAX_FRAME_LEN
+    }
+}
+
 /// The first byte of a legacy (pre-Netty) server-list ping.
 pub const LEGACY_PING: u8 = 0xFE;
 
@@ -135,11 +144,7 @@ impl FrameDecoder {
 
     /// Sets the largest frame length accepted (clamped to [`MAX_FRAME_LEN`]).
     pub const fn with_max_frame_len(mut self, max: usize) -> Self {
-        self.max_frame_len = if max < MAX_FRAME_LEN {
-            max
-        } else {
-            MAX_FRAME_LEN
-        };
+        self.max_frame_len = clamp_frame_len(max);
         self
     }
 

@@ -217,7 +217,7 @@ pub(crate) fn compressed_fill(
     match decoder.decode(buffered, inflater, &mut []) {
         Ok(Status::Complete(b)) => Ok(Fill::Done(Some(body_range(b.consumed, b.body.len())))),
         Ok(Status::Partial(n)) => Ok(Fill::Read(n.at_least())),
-        Err(CompressedFrameError::ScratchTooSmall { .. }) => Ok(Fill::Done(None)),
+        Err(CompressedFrameError::ScratchTooSmall(_)) => Ok(Fill::Done(None)),
         Err(e) => Err(e),
     }
 }

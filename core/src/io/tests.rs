@@ -272,7 +272,7 @@ fn compressed_frames_both_ways() {
     assert!(matches!(
         blocking::read_compressed_frame(&mut stream, &decoder, &mut buf, &mut inflater, &mut tiny),
         Err(ReadError::Invalid {
-            error: CompressedFrameError::ScratchTooSmall { required: 1000 },
+            error: CompressedFrameError::ScratchTooSmall(crate::BufferTooSmall { required: 1000 }),
             ..
         })
     ));
@@ -509,7 +509,7 @@ fn driver_echoes_and_sees_the_peer_close() {
 
 #[test]
 fn driver_header_timeout_and_truncation() {
-    let proxied = Config::new().with_proxy(Policy::Use, Limits::default());
+    let proxied = Config::new().with_proxy(crate::proxy::policy::ProxyConfig::new(Policy::Use));
     // The deadline fires while the PROXY header is half there.
     let (ended, sent) = serve(
         proxied,

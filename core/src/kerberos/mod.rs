@@ -28,6 +28,8 @@ mod ticket;
 
 use core::fmt;
 
+use crate::BufferTooSmall;
+
 pub use batch::{DEFAULT_LANES, KeyRequest, derive_kerberos_keys, derive_kerberos_keys_in_lanes};
 pub use hmac::hmac_md5;
 pub use rc4::Rc4;
@@ -62,10 +64,7 @@ pub enum KerberosError {
     /// A key was empty or longer than RC4's 256 bytes.
     InvalidKeyLength,
     /// The output buffer is too small; nothing was written.
-    BufferTooSmall {
-        /// Bytes the output needs.
-        required: usize,
-    },
+    BufferTooSmall(BufferTooSmall),
     /// The encrypted data is shorter than its 16-byte checksum.
     Truncated,
     /// The HMAC-MD5 checksum does not match: a wrong key or altered data. Nothing was
@@ -82,7 +81,7 @@ impl fmt::Display for KerberosError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             KerberosError::InvalidKeyLength => "kerberos key must be 1 to 256 bytes",
-            KerberosError::BufferTooSmall { .. } => "output buffer too small",
+            KerberosError::BufferTooSmall(_) => "output buffer too small",
             KerberosError::Truncated => "kerberos data shorter than its checksum",
             KerberosError::ChecksumMismatch => {
                 "kerberos checksum mismatch (wrong key or tampered data)"
@@ -94,6 +93,12 @@ impl fmt::Display for KerberosError {
 }
 
 impl core::error::Error for KerberosError {}
+
+impl From<BufferTooSmall> for KerberosError {
+    fn from(e: BufferTooSmall) -> Self {
+        KerberosError::BufferTooSmall(e)
+    }
+}
 
 /// NEX's Kerberos encryption under one key: RC4, then an HMAC-MD5 checksum of the ciphertext.
 ///
@@ -151,7 +156,7 @@ impl<'k> KerberosEncryption<'k> {
     ) -> Result<usize, KerberosError> {
         let total = Self::encrypted_len(plain_len);
         if buf.len() < total {
-            return Err(KerberosError::BufferTooSmall { required: total });
+            return Err(BufferTooSmall { required: total }.into());
         }
         let (data, rest) = buf.split_at_mut(plain_len);
         let mut rc4 = Rc4::new(self.key)?;
@@ -245,7 +250,9 @@ mod tests {
         let mut buf = [9u8; 20];
         assert_eq!(
             enc.encrypt_in_place(&mut buf, 5),
-            Err(KerberosError::BufferTooSmall { required: 21 })
+            Err(KerberosError::BufferTooSmall(BufferTooSmall {
+                required: 21
+            }))
         );
         assert_eq!(buf, [9; 20]);
         assert_eq!(

@@ -178,7 +178,7 @@ pub fn build_ticket(
     let target = KerberosEncryption::new(target_key)?;
     let total = ticket_len(format, contents.session_key.len());
     if out.len() < total {
-        return Err(KerberosError::BufferTooSmall { required: total });
+        return Err(crate::BufferTooSmall { required: total }.into());
     }
     if format.pid_width == PidWidth::U32
         && (contents.target_pid > u64::from(u32::MAX) || contents.source_pid > u64::from(u32::MAX))
@@ -394,7 +394,9 @@ mod tests {
         };
         assert_eq!(
             build_ticket(format, &[1; 16], &[2; 16], &ok, &[0; 16], &mut out[..83]),
-            Err(KerberosError::BufferTooSmall { required: 84 })
+            Err(KerberosError::BufferTooSmall(crate::BufferTooSmall {
+                required: 84
+            }))
         );
         assert_eq!(out, [0u8; 100]);
         let n = build_ticket(format, &[1; 16], &[2; 16], &ok, &[0; 16], &mut out).unwrap();

@@ -105,26 +105,46 @@ pub enum Version {
     V2,
 }
 
-/// The v2 command (v1 headers are always [`Command::Proxy`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Command {
-    /// A connection the proxy made on its own (health check): use the real endpoints.
-    Local,
-    /// A relayed connection: the addresses are the original client's.
-    Proxy,
+enum_with_unknown! {
+    /// The v2 command, the low nibble of the version/command byte (v1 headers are always
+    /// [`Command::Proxy`]). A parsed header never holds `Unknown`: the parser refuses it
+    /// ([`Error::V2Command`]), and so does the encoder ([`EncodeError::UnknownCode`]).
+    pub enum Command(u8) {
+        /// A connection the proxy made on its own (health check): use the real endpoints.
+        Local = 0x0,
+        /// A relayed connection: the addresses are the original client's.
+        Proxy = 0x1,
+    }
 }
 
-/// The transport protocol of the relayed connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Transport {
-    /// Unknown or unspecified (v1 `UNKNOWN`, v2 UNSPEC).
-    Unspec,
-    /// A stream (TCP, or `SOCK_STREAM` for UNIX). All v1 `TCP4`/`TCP6` headers.
-    Stream,
-    /// Datagrams (UDP, or `SOCK_DGRAM` for UNIX).
-    Dgram,
+enum_with_unknown! {
+    /// The transport protocol of the relayed connection, the low nibble of the v2
+    /// family/transport byte. A parsed header never holds `Unknown` ([`Error::V2Family`]).
+    pub enum Transport(u8) {
+        /// Unknown or unspecified (v1 `UNKNOWN`, v2 UNSPEC).
+        Unspec = 0x0,
+        /// A stream (TCP, or `SOCK_STREAM` for UNIX). All v1 `TCP4`/`TCP6` headers.
+        Stream = 0x1,
+        /// Datagrams (UDP, or `SOCK_DGRAM` for UNIX).
+        Dgram = 0x2,
+    }
+}
+
+enum_with_unknown! {
+    /// The address family, the one name for it in v1 (`TCP4` is INET, `TCP6` INET6,
+    /// `UNKNOWN` UNSPEC), v2 (the high nibble of the family/transport byte) and the
+    /// emitters; [`Addresses::family`] gives an address pair's. A parsed header never holds
+    /// `Unknown` ([`Error::V2Family`]).
+    pub enum Family(u8) {
+        /// No addresses (`AF_UNSPEC`; v1 `UNKNOWN`).
+        Unspec = 0x0,
+        /// IPv4 (`AF_INET`; v1 `TCP4`).
+        Inet = 0x1,
+        /// IPv6 (`AF_INET6`; v1 `TCP6`).
+        Inet6 = 0x2,
+        /// UNIX socket paths (`AF_UNIX`; v2 only).
+        Unix = 0x3,
+    }
 }
 
 /// The addresses a header carries.
@@ -234,6 +254,17 @@ pub fn unix_path(field: &[u8]) -> &[u8] {
 }
 
 impl Addresses<'_> {
+    /// The address family.
+    #[inline]
+    pub const fn family(&self) -> Family {
+        match self {
+            Addresses::Unspec => Family::Unspec,
+            Addresses::Inet { .. } => Family::Inet,
+            Addresses::Inet6 { .. } => Family::Inet6,
+            Addresses::Unix { .. } => Family::Unix,
+        }
+    }
+
     /// The source as a socket address, for the INET families.
     #[inline]
     pub fn source(&self) -> Option<core::net::SocketAddr> {
@@ -406,6 +437,9 @@ pub enum EncodeError {
     TooLong,
     /// The addresses cannot be carried: UNIX in v1, mixed families, a UNIX path over 108 bytes.
     Addresses,
+    /// A [`Command`] or [`Transport`] this version does not name (`Unknown`) cannot be
+    /// written.
+    UnknownCode,
 }
 
 impl EncodeError {
@@ -415,6 +449,7 @@ impl EncodeError {
             EncodeError::BufferTooSmall(_) => "output buffer too small",
             EncodeError::TooLong => "PROXY header would exceed the format's length limit",
             EncodeError::Addresses => "addresses not representable in this PROXY version",
+            EncodeError::UnknownCode => "PROXY command or transport not defined by the spec",
         }
     }
 }

@@ -2,8 +2,8 @@
 //! function, shared by the host acceptor and the firmware.
 //!
 //! An acceptor does three things, in this order:
-//! 1. [`AcceptPolicy::policy_for`] the peer's IP address picks a [`Policy`] from the trusted
-//!    list. Under [`Policy::Skip`] it reads no header at all: the stream is payload from its
+//! 1. [`ProxyConfig::policy_for`] the peer's IP address picks a [`Policy`] from the trusted
+//!    list (every peer gets the trusted policy while the list is empty). Under [`Policy::Skip`] it reads no header at all: the stream is payload from its
 //!    first byte.
 //! 2. Otherwise it reads until [`super::parse`] is no longer `Partial` (bounded by the header
 //!    size limit and a header timeout, which the spec wants to be at least 3 s) and turns the
@@ -14,11 +14,11 @@
 //!
 //! ```
 //! use core::net::IpAddr;
-//! use wirekit_core::proxy::policy::{AcceptPolicy, Cidr, Decision, Outcome, Policy, Source};
+//! use wirekit_core::proxy::policy::{Cidr, Decision, Outcome, Policy, ProxyConfig, Source};
 //! use wirekit_core::proxy::{parse, Limits};
 //!
 //! const TRUSTED: [Cidr; 2] = [Cidr::v4([10, 0, 0, 0], 8), Cidr::v4([127, 0, 0, 1], 32)];
-//! let policy = AcceptPolicy::new(&TRUSTED, Policy::Require, Policy::Reject);
+//! let policy = ProxyConfig::new(Policy::Require).with_trusted(&TRUSTED, Policy::Reject)?;
 //!
 //! let bytes = b"PROXY TCP4 192.0.2.1 10.1.2.3 5000 25565\r\n\x10\x00";
 //! let peer: IpAddr = "10.9.9.9".parse().unwrap();
@@ -33,14 +33,22 @@
 //!     other => panic!("{other:?}"),
 //! }
 //! # use wirekit_core::proxy::policy;
+//! # Ok::<(), policy::TooManyTrusted>(())
 //! ```
+//!
+//! An adapter that reads the header itself (the std `ProxyAcceptor`) can let
+//! [`ProxyConfig::start`] do all three and keep the deadline: [`HeaderRead::handle`] the bytes
+//! received until it is no longer `Partial`, waiting at most until
+//! [`HeaderRead::next_timeout`]. The service [`Session`](crate::service::Session) does the same
+//! inside its own state machine.
 
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::str::FromStr;
 
-use super::{Addresses, Command, Error, ProxyHeader};
+use super::{Addresses, Command, Error, Limits, ProxyHeader};
 use crate::Status;
+use crate::time::{Duration, Instant};
 
 /// What to do with a PROXY header from a peer (go-proxyproto's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -229,59 +237,260 @@ impl fmt::Display for Cidr {
     }
 }
 
-/// Which policy applies to which peers: one for the trusted networks, one for everyone else.
-///
-/// go-proxyproto's helpers map onto it: `LaxWhiteListPolicy` is
-/// `new(list, Policy::Use, Policy::Ignore)`, `StrictWhiteListPolicy` is
-/// `new(list, Policy::Use, Policy::Reject)`, `SkipProxyHeaderForCIDR(net, def)` is
-/// `new(&[net], Policy::Skip, def)`, and a listener without a policy is `all(Policy::Use)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How many trusted networks a [`ProxyConfig`] holds (a fixed capacity: the config is a
+/// `Copy` value inside the service [`Config`](crate::service::Config), with no allocation).
+pub const MAX_TRUSTED: usize = 8;
+
+/// The default time a connection has to complete its PROXY header: 5 s (the spec asks for at
+/// least 3).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// More trusted networks than [`MAX_TRUSTED`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct AcceptPolicy<'a> {
-    /// The trusted networks.
-    pub trusted: &'a [Cidr],
-    /// The policy for peers in `trusted`.
-    pub trusted_policy: Policy,
-    /// The policy for everyone else.
-    pub untrusted_policy: Policy,
+pub struct TooManyTrusted {
+    /// The network that did not fit.
+    pub rejected: Cidr,
 }
 
-impl<'a> AcceptPolicy<'a> {
-    /// A policy for trusted peers and one for the rest.
-    pub const fn new(
-        trusted: &'a [Cidr],
-        trusted_policy: Policy,
-        untrusted_policy: Policy,
-    ) -> Self {
-        AcceptPolicy {
-            trusted,
-            trusted_policy,
-            untrusted_policy,
-        }
+impl fmt::Display for TooManyTrusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "more than {MAX_TRUSTED} trusted networks ({} does not fit)",
+            self.rejected
+        )
     }
+}
 
-    /// The same policy for every peer.
-    pub const fn all(policy: Policy) -> Self {
-        AcceptPolicy {
-            trusted: &[],
+impl core::error::Error for TooManyTrusted {}
+
+/// The PROXY accept configuration, decided here once for the host server, the std adapter's
+/// `ProxyAcceptor` and the firmware: the trusted networks, the
+/// policy for peers in them, the policy for everyone else, and the header size limit.
+///
+/// [`policy_for`](Self::policy_for) picks a peer's policy. **With no trusted networks, every
+/// peer gets the trusted policy** (the one given to [`new`](Self::new)): a listener configured
+/// with a single policy applies it to everyone, and the untrusted policy only matters once a
+/// network is trusted.
+///
+/// go-proxyproto's helpers map onto it: `LaxWhiteListPolicy` is
+/// `new(Policy::Use).with_trusted(list, Policy::Ignore)`, `StrictWhiteListPolicy` is
+/// `new(Policy::Use).with_trusted(list, Policy::Reject)`, `SkipProxyHeaderForCIDR(net, def)` is
+/// `new(Policy::Skip).with_trusted(&[net], def)`, and a listener without a policy is
+/// `new(Policy::Use)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ProxyConfig {
+    trusted: [Cidr; MAX_TRUSTED],
+    trusted_len: u8,
+    trusted_policy: Policy,
+    untrusted_policy: Policy,
+    limits: Limits,
+}
+
+impl Default for ProxyConfig {
+    /// [`Policy::Skip`] for every peer: no header is read.
+    fn default() -> Self {
+        Self::new(Policy::Skip)
+    }
+}
+
+impl ProxyConfig {
+    /// `policy` for every peer (no trusted networks yet) and the default header limits.
+    pub const fn new(policy: Policy) -> Self {
+        ProxyConfig {
+            trusted: [Cidr::v4([0; 4], 0); MAX_TRUSTED],
+            trusted_len: 0,
             trusted_policy: policy,
             untrusted_policy: policy,
+            limits: Limits {
+                max_header_len: Limits::DEFAULT_MAX_HEADER_LEN,
+            },
         }
     }
 
-    /// The policy for a peer.
+    /// Applies the policy given to [`new`](Self::new) to peers in `trusted` only (added to
+    /// the networks already trusted) and `untrusted` to everyone else. More than
+    /// [`MAX_TRUSTED`] networks in all is an error naming the first that did not fit.
+    pub const fn with_trusted(
+        mut self,
+        trusted: &[Cidr],
+        untrusted: Policy,
+    ) -> Result<Self, TooManyTrusted> {
+        let mut i = 0;
+        while i < trusted.len() {
+            if let Err(rejected) = self.push_trusted(trusted[i]) {
+                return Err(TooManyTrusted { rejected });
+            }
+            i += 1;
+        }
+        self.untrusted_policy = untrusted;
+        Ok(self)
+    }
+
+    /// Trusts one more network; a network that does not fit is handed back.
+    pub const fn push_trusted(&mut self, cidr: Cidr) -> Result<(), Cidr> {
+        let len = self.trusted_len as usize;
+        if len == MAX_TRUSTED {
+            return Err(cidr);
+        }
+        self.trusted[len] = cidr;
+        self.trusted_len += 1;
+        Ok(())
+    }
+
+    /// Sets the policy for peers outside the trusted networks.
+    pub const fn with_untrusted(mut self, untrusted: Policy) -> Self {
+        self.untrusted_policy = untrusted;
+        self
+    }
+
+    /// Sets the header limits.
+    pub const fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The trusted networks.
+    pub fn trusted(&self) -> &[Cidr] {
+        &self.trusted[..self.trusted_len as usize]
+    }
+
+    /// The policy for peers in the trusted networks (every peer while there are none).
+    pub const fn trusted_policy(&self) -> Policy {
+        self.trusted_policy
+    }
+
+    /// The policy for peers outside a non-empty trusted list.
+    pub const fn untrusted_policy(&self) -> Policy {
+        self.untrusted_policy
+    }
+
+    /// The header limits.
+    pub const fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The policy for a peer: the trusted policy for a peer in a trusted network **or for
+    /// every peer when no network is trusted**, the untrusted policy otherwise.
     pub fn policy_for(&self, peer: IpAddr) -> Policy {
-        if self.trusted.iter().any(|c| c.contains(peer)) {
+        if self.trusted_len == 0 || self.trusted().iter().any(|c| c.contains(peer)) {
             self.trusted_policy
         } else {
             self.untrusted_policy
         }
     }
 
+    /// The policy for a peer whose address is not known: treated as untrusted, so with no
+    /// trusted networks it is the one policy of [`new`](Self::new).
+    pub const fn unknown_peer_policy(&self) -> Policy {
+        if self.trusted_len == 0 {
+            self.trusted_policy
+        } else {
+            self.untrusted_policy
+        }
+    }
+
+    /// Whether some peer may be asked for a header (some policy it can get is not SKIP): the
+    /// input buffer must then have room for [`Limits::max_header_len`].
+    pub const fn reads_header(&self) -> bool {
+        let trusted = !matches!(self.trusted_policy, Policy::Skip);
+        let untrusted = !matches!(self.untrusted_policy, Policy::Skip);
+        trusted || (self.trusted_len > 0 && untrusted)
+    }
+
     /// [`decide`] with the policy for `peer`. Under [`Policy::Skip`] the caller should not have
     /// read a header, and the outcome is not looked at.
     pub fn decide<'h>(&self, peer: IpAddr, outcome: Outcome<'h>) -> Decision<'h> {
         decide(self.policy_for(peer), outcome)
+    }
+
+    /// Starts the header phase of a connection from `peer` accepted at `now`, which has
+    /// `timeout` to complete its header (the core decides the deadline; the adapter only waits
+    /// for [`HeaderRead::next_timeout`]).
+    pub fn start(&self, peer: IpAddr, now: Instant, timeout: Duration) -> HeaderRead {
+        let policy = self.policy_for(peer);
+        HeaderRead {
+            policy,
+            limits: self.limits,
+            deadline: match policy {
+                Policy::Skip => None,
+                _ => Some(now.saturating_add(timeout)),
+            },
+        }
+    }
+}
+
+/// One connection's PROXY header phase, for an adapter that reads the header itself before
+/// handing the stream on (the std `ProxyAcceptor`): the policy picked for the peer, the limits
+/// and the deadline, in quinn-proto's shape (`handle`, `next_timeout`, `handle_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct HeaderRead {
+    policy: Policy,
+    limits: Limits,
+    deadline: Option<Instant>,
+}
+
+impl HeaderRead {
+    /// The policy picked for the peer.
+    pub const fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The header limits.
+    pub const fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// When the header must be complete (`None` under SKIP: nothing is read).
+    pub const fn next_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Whether the deadline has passed at `now` (call it when [`next_timeout`](Self::next_timeout)
+    /// strikes): `true` means the connection is to be refused for its header timeout.
+    pub fn handle_timeout(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// The decision for the bytes received so far, or `Partial` with what the parser still
+    /// needs (read at least that much more, never past the header limit).
+    pub fn handle<'a>(&self, received: &'a [u8]) -> Status<Decision<'a>> {
+        read_header(self.policy, &self.limits, received)
+    }
+
+    /// The decision when the stream ended with `received` bytes that are still a partial
+    /// header ([`handle`](Self::handle) was `Partial`).
+    pub fn end_of_input<'a>(&self, received: &'a [u8]) -> Decision<'a> {
+        match self.handle(received) {
+            Status::Complete(d) => d,
+            Status::Partial(_) => decide(
+                self.policy,
+                Outcome::Incomplete {
+                    received: received.len(),
+                },
+            ),
+        }
+    }
+}
+
+/// Parses the start of a connection under `policy` and decides: `Partial` while the bytes are
+/// a valid prefix of a header (read more), else the [`Decision`]. Under [`Policy::Skip`] nothing
+/// is parsed: the decision is to serve from the first byte. The service session and
+/// [`HeaderRead`] both decide through it.
+pub fn read_header<'a>(policy: Policy, limits: &Limits, input: &'a [u8]) -> Status<Decision<'a>> {
+    if policy == Policy::Skip {
+        return Status::Complete(decide(policy, Outcome::NoHeader));
+    }
+    let parsed = super::parse(input, limits);
+    if let Ok(Status::Partial(needed)) = parsed {
+        return Status::Partial(needed);
+    }
+    match Outcome::from_parse(parsed) {
+        Some(outcome) => Status::Complete(decide(policy, outcome)),
+        None => Status::Partial(crate::Needed::Unknown),
     }
 }
 
@@ -496,7 +705,9 @@ mod tests {
     #[test]
     fn trusted_list() {
         const T: [Cidr; 2] = [Cidr::v4([127, 0, 0, 0], 8), Cidr::v4([192, 168, 1, 0], 24)];
-        let p = AcceptPolicy::new(&T, Policy::Require, Policy::Reject);
+        let p = ProxyConfig::new(Policy::Require)
+            .with_trusted(&T, Policy::Reject)
+            .unwrap();
         assert_eq!(p.policy_for(ip("127.0.0.1")), Policy::Require);
         assert_eq!(p.policy_for(ip("192.168.1.77")), Policy::Require);
         assert_eq!(p.policy_for(ip("192.168.2.1")), Policy::Reject);
@@ -512,9 +723,10 @@ mod tests {
             Decision::Reject(Reason::HeaderMissing)
         );
         assert_eq!(
-            AcceptPolicy::all(Policy::Skip).policy_for(ip("::1")),
+            ProxyConfig::new(Policy::Skip).policy_for(ip("::1")),
             Policy::Skip
         );
+        assert_eq!(p.unknown_peer_policy(), Policy::Reject);
         assert_eq!("require".parse::<Policy>(), Ok(Policy::Require));
     }
 
@@ -532,5 +744,73 @@ mod tests {
             Outcome::from_parse(parse(b"PROXY TCP5", &Limits::default())),
             Some(Outcome::Invalid(Error::V1Protocol))
         );
+    }
+
+    #[test]
+    fn empty_trusted_list_gives_every_peer_the_trusted_policy() {
+        let open = ProxyConfig::new(Policy::Require).with_untrusted(Policy::Reject);
+        assert!(open.trusted().is_empty());
+        assert_eq!(open.policy_for(ip("203.0.113.9")), Policy::Require);
+        assert_eq!(open.unknown_peer_policy(), Policy::Require);
+        assert!(open.reads_header());
+        assert!(!ProxyConfig::new(Policy::Skip).reads_header());
+        let skip_trusted = ProxyConfig::new(Policy::Skip)
+            .with_trusted(&[Cidr::v4([10, 0, 0, 0], 8)], Policy::Ignore)
+            .unwrap();
+        assert!(skip_trusted.reads_header());
+        assert_eq!(skip_trusted.policy_for(ip("10.1.1.1")), Policy::Skip);
+        assert_eq!(skip_trusted.policy_for(ip("11.1.1.1")), Policy::Ignore);
+    }
+
+    #[test]
+    fn trusted_capacity_hands_back_what_does_not_fit() {
+        let nets: [Cidr; MAX_TRUSTED + 1] =
+            core::array::from_fn(|i| Cidr::v4([10, i as u8, 0, 0], 16));
+        let err = ProxyConfig::new(Policy::Use)
+            .with_trusted(&nets, Policy::Reject)
+            .unwrap_err();
+        assert_eq!(err.rejected, nets[MAX_TRUSTED]);
+        let mut c = ProxyConfig::new(Policy::Use)
+            .with_trusted(&nets[..MAX_TRUSTED], Policy::Reject)
+            .unwrap();
+        assert_eq!(c.trusted(), &nets[..MAX_TRUSTED]);
+        assert_eq!(c.push_trusted(nets[0]), Err(nets[0]));
+    }
+
+    #[test]
+    fn header_read_deadline_and_decisions() {
+        let now = Instant::from_micros(1_000);
+        let t = Duration::from_secs(5);
+        let c = ProxyConfig::new(Policy::Require)
+            .with_trusted(&[Cidr::v4([10, 0, 0, 0], 8)], Policy::Skip)
+            .unwrap();
+        let skip = c.start(ip("192.0.2.1"), now, t);
+        assert_eq!(skip.next_timeout(), None);
+        assert!(!skip.handle_timeout(now.saturating_add(t)));
+        assert_eq!(
+            skip.handle(b"PROXY garbage"),
+            Status::Complete(Decision::Accept {
+                strip: 0,
+                source: Source::Peer
+            })
+        );
+        let r = c.start(ip("10.0.0.1"), now, t);
+        let deadline = now.saturating_add(t);
+        assert_eq!(r.next_timeout(), Some(deadline));
+        assert!(!r.handle_timeout(deadline.saturating_sub(Duration::from_micros(1))));
+        assert!(r.handle_timeout(deadline));
+        let v1 = b"PROXY TCP4 192.0.2.1 10.1.2.3 5000 25565\r\n";
+        for n in 0..v1.len() {
+            assert!(r.handle(&v1[..n]).is_partial(), "{n}");
+        }
+        assert!(matches!(
+            r.handle(v1),
+            Status::Complete(Decision::Accept { strip: 42, .. })
+        ));
+        assert_eq!(
+            r.end_of_input(&v1[..3]),
+            Decision::Reject(Reason::Incomplete)
+        );
+        assert_eq!(r.end_of_input(b""), Decision::Reject(Reason::HeaderMissing));
     }
 }

@@ -17,99 +17,59 @@ pub const CLIENT_CERT_CONN: u8 = 0x02;
 /// `PP2_CLIENT_CERT_SESS`: the client sent a certificate at least once in this TLS session.
 pub const CLIENT_CERT_SESS: u8 = 0x04;
 
-/// A TLV type code, with an `Unknown` case so new registry entries still parse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum TlvKind {
-    /// `0x01` PP2_TYPE_ALPN: the negotiated application protocol.
-    Alpn,
-    /// `0x02` PP2_TYPE_AUTHORITY: the host name the client asked for (TLS SNI), UTF-8.
-    Authority,
-    /// `0x03` PP2_TYPE_CRC32C: a CRC32C of the whole header.
-    Crc32c,
-    /// `0x04` PP2_TYPE_NOOP: padding, to be ignored.
-    Noop,
-    /// `0x05` PP2_TYPE_UNIQUE_ID: an opaque connection id of at most 128 bytes.
-    UniqueId,
-    /// `0x20` PP2_TYPE_SSL: client flags, verify result and sub-TLVs.
-    Ssl,
-    /// `0x21` PP2_SUBTYPE_SSL_VERSION (US-ASCII).
-    SslVersion,
-    /// `0x22` PP2_SUBTYPE_SSL_CN: the client certificate's Common Name (UTF-8).
-    SslCn,
-    /// `0x23` PP2_SUBTYPE_SSL_CIPHER (US-ASCII).
-    SslCipher,
-    /// `0x24` PP2_SUBTYPE_SSL_SIG_ALG: the certificate's signature algorithm (US-ASCII).
-    SslSigAlg,
-    /// `0x25` PP2_SUBTYPE_SSL_KEY_ALG: the certificate's key algorithm (US-ASCII).
-    SslKeyAlg,
-    /// `0x26` PP2_SUBTYPE_SSL_GROUP: the key exchange group (US-ASCII).
-    SslGroup,
-    /// `0x27` PP2_SUBTYPE_SSL_SIG_SCHEME: the TLS signature scheme (US-ASCII).
-    SslSigScheme,
-    /// `0x28` PP2_SUBTYPE_SSL_CLIENT_CERT: the client certificate, DER.
-    SslClientCert,
-    /// `0x30` PP2_TYPE_NETNS: the network namespace name (US-ASCII).
-    Netns,
-    /// `0xE0` Google Cloud Private Service Connect (custom range).
-    Gcp,
-    /// `0xEA` AWS (custom range): subtype `0x01` carries the VPC endpoint id.
-    Aws,
-    /// `0xEE` Azure (custom range): subtype `0x01` carries the private endpoint LinkID.
-    Azure,
-    /// Any other type, passed through raw.
-    Unknown(u8),
+/// Byte ranges of one TLV: `type | length (u16 BE) | value`.
+pub mod field {
+    use core::ops::Range;
+    /// The type byte.
+    pub const TYPE: usize = 0;
+    /// The value's length, big-endian.
+    pub const LENGTH: Range<usize> = 1..3;
+    /// Where the value starts: the size of a TLV's header.
+    pub const VALUE: usize = 3;
 }
 
-impl From<u8> for TlvKind {
-    fn from(code: u8) -> Self {
-        match code {
-            0x01 => TlvKind::Alpn,
-            0x02 => TlvKind::Authority,
-            0x03 => TlvKind::Crc32c,
-            0x04 => TlvKind::Noop,
-            0x05 => TlvKind::UniqueId,
-            0x20 => TlvKind::Ssl,
-            0x21 => TlvKind::SslVersion,
-            0x22 => TlvKind::SslCn,
-            0x23 => TlvKind::SslCipher,
-            0x24 => TlvKind::SslSigAlg,
-            0x25 => TlvKind::SslKeyAlg,
-            0x26 => TlvKind::SslGroup,
-            0x27 => TlvKind::SslSigScheme,
-            0x28 => TlvKind::SslClientCert,
-            0x30 => TlvKind::Netns,
-            0xE0 => TlvKind::Gcp,
-            0xEA => TlvKind::Aws,
-            0xEE => TlvKind::Azure,
-            other => TlvKind::Unknown(other),
-        }
-    }
-}
+/// A CRC32C TLV's value: the checksum, big-endian.
+pub const CRC32C_VALUE_LEN: usize = 4;
 
-impl From<TlvKind> for u8 {
-    fn from(kind: TlvKind) -> u8 {
-        match kind {
-            TlvKind::Alpn => 0x01,
-            TlvKind::Authority => 0x02,
-            TlvKind::Crc32c => 0x03,
-            TlvKind::Noop => 0x04,
-            TlvKind::UniqueId => 0x05,
-            TlvKind::Ssl => 0x20,
-            TlvKind::SslVersion => 0x21,
-            TlvKind::SslCn => 0x22,
-            TlvKind::SslCipher => 0x23,
-            TlvKind::SslSigAlg => 0x24,
-            TlvKind::SslKeyAlg => 0x25,
-            TlvKind::SslGroup => 0x26,
-            TlvKind::SslSigScheme => 0x27,
-            TlvKind::SslClientCert => 0x28,
-            TlvKind::Netns => 0x30,
-            TlvKind::Gcp => 0xE0,
-            TlvKind::Aws => 0xEA,
-            TlvKind::Azure => 0xEE,
-            TlvKind::Unknown(code) => code,
-        }
+enum_with_unknown! {
+    /// A TLV type code, with an `Unknown` case so new registry entries still parse.
+    pub enum TlvKind(u8) {
+        /// `0x01` PP2_TYPE_ALPN: the negotiated application protocol.
+        Alpn = 0x01,
+        /// `0x02` PP2_TYPE_AUTHORITY: the host name the client asked for (TLS SNI), UTF-8.
+        Authority = 0x02,
+        /// `0x03` PP2_TYPE_CRC32C: a CRC32C of the whole header.
+        Crc32c = 0x03,
+        /// `0x04` PP2_TYPE_NOOP: padding, to be ignored.
+        Noop = 0x04,
+        /// `0x05` PP2_TYPE_UNIQUE_ID: an opaque connection id of at most 128 bytes.
+        UniqueId = 0x05,
+        /// `0x20` PP2_TYPE_SSL: client flags, verify result and sub-TLVs.
+        Ssl = 0x20,
+        /// `0x21` PP2_SUBTYPE_SSL_VERSION (US-ASCII).
+        SslVersion = 0x21,
+        /// `0x22` PP2_SUBTYPE_SSL_CN: the client certificate's Common Name (UTF-8).
+        SslCn = 0x22,
+        /// `0x23` PP2_SUBTYPE_SSL_CIPHER (US-ASCII).
+        SslCipher = 0x23,
+        /// `0x24` PP2_SUBTYPE_SSL_SIG_ALG: the certificate's signature algorithm (US-ASCII).
+        SslSigAlg = 0x24,
+        /// `0x25` PP2_SUBTYPE_SSL_KEY_ALG: the certificate's key algorithm (US-ASCII).
+        SslKeyAlg = 0x25,
+        /// `0x26` PP2_SUBTYPE_SSL_GROUP: the key exchange group (US-ASCII).
+        SslGroup = 0x26,
+        /// `0x27` PP2_SUBTYPE_SSL_SIG_SCHEME: the TLS signature scheme (US-ASCII).
+        SslSigScheme = 0x27,
+        /// `0x28` PP2_SUBTYPE_SSL_CLIENT_CERT: the client certificate, DER.
+        SslClientCert = 0x28,
+        /// `0x30` PP2_TYPE_NETNS: the network namespace name (US-ASCII).
+        Netns = 0x30,
+        /// `0xE0` Google Cloud Private Service Connect (custom range).
+        Gcp = 0xE0,
+        /// `0xEA` AWS (custom range): subtype `0x01` carries the VPC endpoint id.
+        Aws = 0xEA,
+        /// `0xEE` Azure (custom range): subtype `0x01` carries the private endpoint LinkID.
+        Azure = 0xEE,
     }
 }
 
@@ -260,8 +220,9 @@ impl<'a> Tlvs<'a> {
 /// Splits one TLV off the front of `area`: `None` if it does not fit.
 #[inline]
 fn split_tlv(area: &[u8]) -> Option<(RawTlv<'_>, &[u8])> {
-    let (&[code, hi, lo], rest) = area.split_first_chunk::<3>()?;
-    let len = usize::from(u16::from_be_bytes([hi, lo]));
+    let (head, rest) = area.split_first_chunk::<{ field::VALUE }>()?;
+    let code = head[field::TYPE];
+    let len = usize::from(u16::from_be_bytes(head[field::LENGTH].try_into().ok()?));
     if rest.len() < len {
         return None;
     }
@@ -364,26 +325,31 @@ pub enum Tlv<'a> {
 impl Tlv<'_> {
     /// The type byte.
     pub fn code(&self) -> u8 {
+        self.kind().code()
+    }
+
+    /// The type.
+    pub fn kind(&self) -> TlvKind {
         match *self {
-            Tlv::Alpn(_) => 0x01,
-            Tlv::Authority(_) => 0x02,
-            Tlv::Crc32c(_) => 0x03,
-            Tlv::Noop(_) => 0x04,
-            Tlv::UniqueId(_) => 0x05,
-            Tlv::Ssl(_) => 0x20,
-            Tlv::SslVersion(_) => 0x21,
-            Tlv::SslCn(_) => 0x22,
-            Tlv::SslCipher(_) => 0x23,
-            Tlv::SslSigAlg(_) => 0x24,
-            Tlv::SslKeyAlg(_) => 0x25,
-            Tlv::SslGroup(_) => 0x26,
-            Tlv::SslSigScheme(_) => 0x27,
-            Tlv::SslClientCert(_) => 0x28,
-            Tlv::Netns(_) => 0x30,
-            Tlv::AwsVpceId(_) => 0xEA,
-            Tlv::AzureLinkId(_) => 0xEE,
-            Tlv::GcpPscConnectionId(_) => 0xE0,
-            Tlv::Unknown(code, _) => code,
+            Tlv::Alpn(_) => TlvKind::Alpn,
+            Tlv::Authority(_) => TlvKind::Authority,
+            Tlv::Crc32c(_) => TlvKind::Crc32c,
+            Tlv::Noop(_) => TlvKind::Noop,
+            Tlv::UniqueId(_) => TlvKind::UniqueId,
+            Tlv::Ssl(_) => TlvKind::Ssl,
+            Tlv::SslVersion(_) => TlvKind::SslVersion,
+            Tlv::SslCn(_) => TlvKind::SslCn,
+            Tlv::SslCipher(_) => TlvKind::SslCipher,
+            Tlv::SslSigAlg(_) => TlvKind::SslSigAlg,
+            Tlv::SslKeyAlg(_) => TlvKind::SslKeyAlg,
+            Tlv::SslGroup(_) => TlvKind::SslGroup,
+            Tlv::SslSigScheme(_) => TlvKind::SslSigScheme,
+            Tlv::SslClientCert(_) => TlvKind::SslClientCert,
+            Tlv::Netns(_) => TlvKind::Netns,
+            Tlv::AwsVpceId(_) => TlvKind::Aws,
+            Tlv::AzureLinkId(_) => TlvKind::Azure,
+            Tlv::GcpPscConnectionId(_) => TlvKind::Gcp,
+            Tlv::Unknown(code, _) => TlvKind::from_code(code),
         }
     }
 
@@ -412,18 +378,18 @@ impl Tlv<'_> {
         }
     }
 
-    /// The TLV's length on the wire (3 + value).
+    /// The TLV's length on the wire ([`field::VALUE`] + value).
     pub fn encoded_len(&self) -> usize {
-        3 + self.value_len()
+        field::VALUE + self.value_len()
     }
 
     /// Writes the TLV into the front of `out`, which the caller has sized to
     /// [`encoded_len`](Self::encoded_len) or more; the value must fit in 65535 bytes.
     fn write(&self, out: &mut [u8]) -> usize {
         let len = self.value_len();
-        out[0] = self.code();
-        out[1..3].copy_from_slice(&(len as u16).to_be_bytes());
-        let v = &mut out[3..3 + len];
+        out[field::TYPE] = self.code();
+        out[field::LENGTH].copy_from_slice(&(len as u16).to_be_bytes());
+        let v = &mut out[field::VALUE..field::VALUE + len];
         match *self {
             Tlv::Alpn(s)
             | Tlv::Authority(s)
@@ -455,7 +421,7 @@ impl Tlv<'_> {
             }
             Tlv::GcpPscConnectionId(id) => v.copy_from_slice(&id.to_be_bytes()),
         }
-        3 + len
+        field::VALUE + len
     }
 }
 
@@ -484,19 +450,25 @@ pub fn encode_tlvs(tlvs: &[Tlv<'_>], out: &mut [u8]) -> Result<usize, EncodeErro
 /// Checks the values of a header's TLV area that the spec constrains, and finds the CRC32C TLV:
 /// returns the offset of its value within `area`, if any.
 pub(super) fn check_area(area: &[u8]) -> Result<Option<usize>, Error> {
+    // The codes as constants, so the match stays a three-way compare on the byte.
+    const CRC32C: u8 = TlvKind::Crc32c.code();
+    const UNIQUE_ID: u8 = TlvKind::UniqueId.code();
+    const SSL: u8 = TlvKind::Ssl.code();
     let mut crc_at = None;
     let mut rest = area;
     while !rest.is_empty() {
         let (tlv, next) = split_tlv(rest).ok_or(Error::TlvTiling)?;
         match tlv.code {
-            0x03 => {
-                if tlv.value.len() != 4 || crc_at.is_some() {
+            CRC32C => {
+                if tlv.value.len() != CRC32C_VALUE_LEN || crc_at.is_some() {
                     return Err(Error::Crc32cLength);
                 }
-                crc_at = Some(area.len() - rest.len() + 3);
+                crc_at = Some(area.len() - rest.len() + field::VALUE);
             }
-            0x05 if tlv.value.len() > MAX_UNIQUE_ID_LEN => return Err(Error::UniqueIdTooLong),
-            0x20 => {
+            UNIQUE_ID if tlv.value.len() > MAX_UNIQUE_ID_LEN => {
+                return Err(Error::UniqueIdTooLong);
+            }
+            SSL => {
                 Ssl::parse(tlv.value)?;
             }
             _ => {}

@@ -8,8 +8,8 @@ use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 
 use super::{
-    Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Tlvs, Transport, V1_PREFIX,
-    Version,
+    Addresses, Command, EncodeError, Error, Family, Limits, ProxyHeader, Tlvs, Transport,
+    V1_PREFIX, Version,
 };
 use crate::{BufferTooSmall, Needed, Status};
 
@@ -278,14 +278,14 @@ fn walk<'a>(c: &mut Cursor<'_>) -> Step<Addresses<'a>> {
     match c.peek()? {
         b'T' => {
             c.literal(b"TCP", Error::V1Protocol)?;
-            let six = match c.peek()? {
-                b'4' => false,
-                b'6' => true,
+            let family = match c.peek()? {
+                b'4' => Family::Inet,
+                b'6' => Family::Inet6,
                 _ => return Err(Error::V1Protocol.into()),
             };
             c.pos += 1;
             c.expect(b' ', Error::V1Protocol)?;
-            let addresses = if six {
+            let addresses = if family == Family::Inet6 {
                 let src = c.ipv6()?;
                 let dst = c.ipv6()?;
                 let sport = c.port(b' ')?;
@@ -349,35 +349,17 @@ fn walk<'a>(c: &mut Cursor<'_>) -> Step<Addresses<'a>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Builder {
-    addresses: V1Addresses,
+    /// INET, INET6 or UNSPEC (the constructors never make UNIX).
+    addresses: Addresses<'static>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum V1Addresses {
-    Tcp4(SocketAddrV4, SocketAddrV4),
-    Tcp6(SocketAddrV6, SocketAddrV6),
-    Unknown,
-}
-
-#[cfg(feature = "defmt")]
-impl defmt::Format for V1Addresses {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        use super::defmt_net;
-        match self {
-            V1Addresses::Tcp4(s, d) => {
-                defmt::write!(f, "TCP4 ");
-                defmt_net::v4(f, s);
-                defmt::write!(f, " ");
-                defmt_net::v4(f, d);
-            }
-            V1Addresses::Tcp6(s, d) => {
-                defmt::write!(f, "TCP6 ");
-                defmt_net::v6(f, s);
-                defmt::write!(f, " ");
-                defmt_net::v6(f, d);
-            }
-            V1Addresses::Unknown => defmt::write!(f, "UNKNOWN"),
-        }
+/// The protocol word for a family: `TCP4`, `TCP6`, or `UNKNOWN` for UNSPEC (UNIX has no v1
+/// form; [`Builder::from_addresses`] refuses it).
+const fn protocol(family: Family) -> &'static str {
+    match family {
+        Family::Inet => "TCP4",
+        Family::Inet6 => "TCP6",
+        _ => "UNKNOWN",
     }
 }
 
@@ -385,21 +367,21 @@ impl Builder {
     /// `PROXY TCP4 ...`.
     pub const fn tcp4(src: SocketAddrV4, dst: SocketAddrV4) -> Self {
         Builder {
-            addresses: V1Addresses::Tcp4(src, dst),
+            addresses: Addresses::Inet { src, dst },
         }
     }
 
     /// `PROXY TCP6 ...` (flow info and scope ids are not carried).
     pub const fn tcp6(src: SocketAddrV6, dst: SocketAddrV6) -> Self {
         Builder {
-            addresses: V1Addresses::Tcp6(src, dst),
+            addresses: Addresses::Inet6 { src, dst },
         }
     }
 
     /// `PROXY UNKNOWN\r\n`, v1's equivalent of a LOCAL header (health checks).
     pub const fn unknown() -> Self {
         Builder {
-            addresses: V1Addresses::Unknown,
+            addresses: Addresses::Unspec,
         }
     }
 
@@ -415,24 +397,25 @@ impl Builder {
     }
 
     fn write_to(&self, w: &mut impl fmt::Write) -> fmt::Result {
+        let word = protocol(self.addresses.family());
         match self.addresses {
-            V1Addresses::Tcp4(s, d) => write!(
+            Addresses::Inet { src, dst } => write!(
                 w,
-                "PROXY TCP4 {} {} {} {}\r\n",
-                s.ip(),
-                d.ip(),
-                s.port(),
-                d.port()
+                "PROXY {word} {} {} {} {}\r\n",
+                src.ip(),
+                dst.ip(),
+                src.port(),
+                dst.port()
             ),
-            V1Addresses::Tcp6(s, d) => write!(
+            Addresses::Inet6 { src, dst } => write!(
                 w,
-                "PROXY TCP6 {} {} {} {}\r\n",
-                s.ip(),
-                d.ip(),
-                s.port(),
-                d.port()
+                "PROXY {word} {} {} {} {}\r\n",
+                src.ip(),
+                dst.ip(),
+                src.port(),
+                dst.port()
             ),
-            V1Addresses::Unknown => w.write_str("PROXY UNKNOWN\r\n"),
+            Addresses::Unspec | Addresses::Unix { .. } => write!(w, "PROXY {word}\r\n"),
         }
     }
 

@@ -7,11 +7,14 @@
 //! Address blocks: INET 12 bytes (src, dst, sport, dport), INET6 36, UNIX 216 (two 108-byte
 //! paths), UNSPEC none. TLVs fill the rest of the `len` bytes exactly.
 
-use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+use core::net::{SocketAddrV4, SocketAddrV6};
 
 use super::crc32c::crc32c_zeroed;
 use super::tlv::{self, Tlv, Tlvs, check_area};
-use super::{Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Transport, Version};
+use super::{
+    Addresses, Command, EncodeError, Error, Family, Limits, ProxyHeader, TlvKind, Transport,
+    Version,
+};
 use crate::{BufferTooSmall, Needed, Status};
 
 /// The 12-byte v2 signature.
@@ -19,7 +22,9 @@ pub const SIGNATURE: [u8; 12] = [
     0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A,
 ];
 
-/// Byte ranges of the fixed part of the header.
+/// Byte ranges of the header: the fixed part from the header's start, then each family's
+/// address block from the block's start ([`FIXED_LEN`](field::FIXED_LEN)). The parser and the
+/// emitter both read and write through these.
 pub mod field {
     use core::ops::Range;
     /// The signature.
@@ -32,40 +37,117 @@ pub mod field {
     pub const LEN: Range<usize> = 14..16;
     /// The size of the fixed part.
     pub const FIXED_LEN: usize = 16;
+
+    /// The INET (IPv4) address block.
+    pub mod inet {
+        use core::ops::Range;
+        /// Source address.
+        pub const SRC_ADDR: Range<usize> = 0..4;
+        /// Destination address.
+        pub const DST_ADDR: Range<usize> = 4..8;
+        /// Source port, big-endian.
+        pub const SRC_PORT: Range<usize> = 8..10;
+        /// Destination port, big-endian.
+        pub const DST_PORT: Range<usize> = 10..12;
+        /// The block's size.
+        pub const LEN: usize = 12;
+    }
+
+    /// The INET6 (IPv6) address block.
+    pub mod inet6 {
+        use core::ops::Range;
+        /// Source address.
+        pub const SRC_ADDR: Range<usize> = 0..16;
+        /// Destination address.
+        pub const DST_ADDR: Range<usize> = 16..32;
+        /// Source port, big-endian.
+        pub const SRC_PORT: Range<usize> = 32..34;
+        /// Destination port, big-endian.
+        pub const DST_PORT: Range<usize> = 34..36;
+        /// The block's size.
+        pub const LEN: usize = 36;
+    }
+
+    /// The UNIX address block: two zero-padded paths.
+    pub mod unix {
+        use core::ops::Range;
+        /// Source path.
+        pub const SRC_ADDR: Range<usize> = 0..108;
+        /// Destination path.
+        pub const DST_ADDR: Range<usize> = 108..216;
+        /// The block's size.
+        pub const LEN: usize = 216;
+    }
 }
+
+/// The version nibble.
+pub const VERSION: u8 = 2;
 
 /// The largest v2 header: the fixed part and a 65535-byte block.
 pub const MAX_LEN: usize = field::FIXED_LEN + u16::MAX as usize;
 
-/// Address block sizes.
-const INET_LEN: usize = 12;
-const INET6_LEN: usize = 36;
-const UNIX_LEN: usize = 216;
 /// One UNIX path field.
-pub const UNIX_PATH_LEN: usize = 108;
+pub const UNIX_PATH_LEN: usize = field::unix::SRC_ADDR.end - field::unix::SRC_ADDR.start;
+
+/// The bytes at `at` of a block the caller has checked is long enough (`at` is a constant
+/// of [`field`] of length `N`).
+#[inline(always)]
+fn array<const N: usize>(block: &[u8], at: core::ops::Range<usize>) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&block[at]);
+    out
+}
+
+#[inline(always)]
+fn be16(block: &[u8], at: core::ops::Range<usize>) -> u16 {
+    u16::from_be_bytes(array(block, at))
+}
 
 fn check_ver_cmd(b: u8) -> Result<Command, Error> {
-    if b >> 4 != 2 {
+    if b >> 4 != VERSION {
         return Err(Error::V2Version);
     }
-    match b & 0x0F {
-        0 => Ok(Command::Local),
-        1 => Ok(Command::Proxy),
-        _ => Err(Error::V2Command),
+    match Command::from_code(b & 0x0F) {
+        Command::Unknown(_) => Err(Error::V2Command),
+        command => Ok(command),
     }
 }
 
-/// (address block length, transport) for the family/transport byte.
-fn check_fam(b: u8) -> Result<(u8, Transport), Error> {
-    let transport = match b & 0x0F {
-        1 => Transport::Stream,
-        2 => Transport::Dgram,
-        _ if b == 0x00 => return Ok((0, Transport::Unspec)),
+/// The family/transport byte for a family and a transport.
+const fn fam_byte(family: Family, transport: Transport) -> u8 {
+    (family.code() << 4) | transport.code()
+}
+
+/// The family and transport of the family/transport byte: one of the seven the spec lists.
+fn check_fam(b: u8) -> Result<(Family, Transport), Error> {
+    use Family::{Inet, Inet6, Unix, Unspec};
+    use Transport::{Dgram, Stream};
+    const UNSPEC: u8 = fam_byte(Unspec, Transport::Unspec);
+    const INET_STREAM: u8 = fam_byte(Inet, Stream);
+    const INET_DGRAM: u8 = fam_byte(Inet, Dgram);
+    const INET6_STREAM: u8 = fam_byte(Inet6, Stream);
+    const INET6_DGRAM: u8 = fam_byte(Inet6, Dgram);
+    const UNIX_STREAM: u8 = fam_byte(Unix, Stream);
+    const UNIX_DGRAM: u8 = fam_byte(Unix, Dgram);
+    Ok(match b {
+        UNSPEC => (Unspec, Transport::Unspec),
+        INET_STREAM => (Inet, Stream),
+        INET_DGRAM => (Inet, Dgram),
+        INET6_STREAM => (Inet6, Stream),
+        INET6_DGRAM => (Inet6, Dgram),
+        UNIX_STREAM => (Unix, Stream),
+        UNIX_DGRAM => (Unix, Dgram),
         _ => return Err(Error::V2Family),
-    };
-    match b >> 4 {
-        1..=3 => Ok((b >> 4, transport)),
-        _ => Err(Error::V2Family),
+    })
+}
+
+/// The address block's size for a family (0 for UNSPEC and for codes the spec does not name).
+const fn block_len(family: Family) -> usize {
+    match family {
+        Family::Inet => field::inet::LEN,
+        Family::Inet6 => field::inet6::LEN,
+        Family::Unix => field::unix::LEN,
+        Family::Unspec | Family::Unknown(_) => 0,
     }
 }
 
@@ -79,7 +161,7 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
     }
     let command = check_ver_cmd(fixed[field::VER_CMD])?;
     let (family, transport) = check_fam(fixed[field::FAM])?;
-    let total = field::FIXED_LEN + usize::from(u16::from_be_bytes([fixed[14], fixed[15]]));
+    let total = field::FIXED_LEN + usize::from(be16(fixed, field::LEN));
     if total > limits.max_header_len {
         return Err(Error::TooLong);
     }
@@ -87,49 +169,41 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         return Ok(Status::Partial(Needed::Exactly(total - input.len())));
     };
     let block = &header[field::FIXED_LEN..];
-    let (addresses, addr_len) = match family {
-        1 => match block.split_first_chunk::<INET_LEN>() {
-            Some((a, _)) => (
-                Addresses::Inet {
-                    src: SocketAddrV4::new(
-                        Ipv4Addr::new(a[0], a[1], a[2], a[3]),
-                        u16::from_be_bytes([a[8], a[9]]),
-                    ),
-                    dst: SocketAddrV4::new(
-                        Ipv4Addr::new(a[4], a[5], a[6], a[7]),
-                        u16::from_be_bytes([a[10], a[11]]),
-                    ),
-                },
-                INET_LEN,
-            ),
-            None => return short_block(command, header),
-        },
-        2 => match block.split_first_chunk::<INET6_LEN>() {
-            Some((a, _)) => {
-                let ip = |i: usize| {
-                    let mut o = [0u8; 16];
-                    o.copy_from_slice(&a[i..i + 16]);
-                    Ipv6Addr::from(o)
-                };
-                (
-                    Addresses::Inet6 {
-                        src: SocketAddrV6::new(ip(0), u16::from_be_bytes([a[32], a[33]]), 0, 0),
-                        dst: SocketAddrV6::new(ip(16), u16::from_be_bytes([a[34], a[35]]), 0, 0),
-                    },
-                    INET6_LEN,
-                )
+    // Each family's block as a fixed-size array, so the field reads need no length checks.
+    let addresses = match family {
+        Family::Inet => {
+            use field::inet::*;
+            let Some((a, _)) = block.split_first_chunk::<LEN>() else {
+                return short_block(command, header);
+            };
+            Addresses::Inet {
+                src: SocketAddrV4::new(array(a, SRC_ADDR).into(), be16(a, SRC_PORT)),
+                dst: SocketAddrV4::new(array(a, DST_ADDR).into(), be16(a, DST_PORT)),
             }
-            None => return short_block(command, header),
-        },
-        3 => match block.split_first_chunk::<UNIX_LEN>() {
-            Some((a, _)) => {
-                let (src, dst) = a.split_at(UNIX_PATH_LEN);
-                (Addresses::Unix { src, dst }, UNIX_LEN)
+        }
+        Family::Inet6 => {
+            use field::inet6::*;
+            let Some((a, _)) = block.split_first_chunk::<LEN>() else {
+                return short_block(command, header);
+            };
+            Addresses::Inet6 {
+                src: SocketAddrV6::new(array(a, SRC_ADDR).into(), be16(a, SRC_PORT), 0, 0),
+                dst: SocketAddrV6::new(array(a, DST_ADDR).into(), be16(a, DST_PORT), 0, 0),
             }
-            None => return short_block(command, header),
-        },
-        _ => (Addresses::Unspec, 0),
+        }
+        Family::Unix => {
+            use field::unix::*;
+            let Some((a, _)) = block.split_first_chunk::<LEN>() else {
+                return short_block(command, header);
+            };
+            Addresses::Unix {
+                src: &a[SRC_ADDR],
+                dst: &a[DST_ADDR],
+            }
+        }
+        Family::Unspec | Family::Unknown(_) => Addresses::Unspec,
     };
+    let addr_len = block_len(family);
     let area = &block[addr_len..];
     let crc_at = if area.is_empty() {
         None
@@ -140,8 +214,7 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         None => None,
         Some(at) => {
             let at = field::FIXED_LEN + addr_len + at;
-            let expected =
-                u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+            let expected = u32::from_be_bytes(array(header, at..at + tlv::CRC32C_VALUE_LEN));
             if crc32c_zeroed(header, at) != Some(expected) {
                 return Err(Error::Crc32cMismatch);
             }
@@ -178,7 +251,7 @@ fn parse_short<'a>(input: &[u8]) -> Result<Status<ProxyHeader<'a>>, Error> {
 /// LOCAL the spec says to discard the block, so the header is accepted without addresses.
 fn short_block<'a>(command: Command, header: &[u8]) -> Result<Status<ProxyHeader<'a>>, Error> {
     match command {
-        Command::Proxy => Err(Error::V2AddressBlock),
+        Command::Proxy | Command::Unknown(_) => Err(Error::V2AddressBlock),
         Command::Local => Ok(Status::Complete(ProxyHeader {
             version: Version::V2,
             command,
@@ -204,18 +277,9 @@ pub fn parse_datagram<'a>(
     }
 }
 
-fn addr_block_len(addresses: Addresses<'_>) -> usize {
-    match addresses {
-        Addresses::Unspec => 0,
-        Addresses::Inet { .. } => INET_LEN,
-        Addresses::Inet6 { .. } => INET6_LEN,
-        Addresses::Unix { .. } => UNIX_LEN,
-    }
-}
-
 /// The length of a header with these addresses and a TLV area of `tlvs_len` bytes.
 pub fn header_len(addresses: Addresses<'_>, tlvs_len: usize) -> usize {
-    field::FIXED_LEN + addr_block_len(addresses) + tlvs_len
+    field::FIXED_LEN + block_len(addresses.family()) + tlvs_len
 }
 
 /// Writes the fixed part and the address block into `out` (sized by the caller), returning
@@ -228,47 +292,51 @@ fn write_head(
     out: &mut [u8],
 ) -> usize {
     out[field::SIGNATURE].copy_from_slice(&SIGNATURE);
-    out[field::VER_CMD] = match command {
-        Command::Local => 0x20,
-        Command::Proxy => 0x21,
+    out[field::VER_CMD] = (VERSION << 4) | command.code();
+    let family = addresses.family();
+    // UNSPEC has no transport on the wire ("0x00"); the others default to STREAM.
+    let transport = match (family, transport) {
+        (Family::Unspec, _) => Transport::Unspec,
+        (_, Transport::Dgram) => Transport::Dgram,
+        _ => Transport::Stream,
     };
-    let fam = match addresses {
-        Addresses::Unspec => 0x00,
-        Addresses::Inet { .. } => 0x10,
-        Addresses::Inet6 { .. } => 0x20,
-        Addresses::Unix { .. } => 0x30,
-    };
-    out[field::FAM] = match (fam, transport) {
-        (0, _) => 0x00,
-        (f, Transport::Dgram) => f | 2,
-        (f, _) => f | 1,
-    };
+    out[field::FAM] = fam_byte(family, transport);
     out[field::LEN].copy_from_slice(&((total - field::FIXED_LEN) as u16).to_be_bytes());
     let b = &mut out[field::FIXED_LEN..];
     match addresses {
         Addresses::Unspec => {}
         Addresses::Inet { src, dst } => {
-            b[0..4].copy_from_slice(&src.ip().octets());
-            b[4..8].copy_from_slice(&dst.ip().octets());
-            b[8..10].copy_from_slice(&src.port().to_be_bytes());
-            b[10..12].copy_from_slice(&dst.port().to_be_bytes());
+            use field::inet::*;
+            b[SRC_ADDR].copy_from_slice(&src.ip().octets());
+            b[DST_ADDR].copy_from_slice(&dst.ip().octets());
+            b[SRC_PORT].copy_from_slice(&src.port().to_be_bytes());
+            b[DST_PORT].copy_from_slice(&dst.port().to_be_bytes());
         }
         Addresses::Inet6 { src, dst } => {
-            b[0..16].copy_from_slice(&src.ip().octets());
-            b[16..32].copy_from_slice(&dst.ip().octets());
-            b[32..34].copy_from_slice(&src.port().to_be_bytes());
-            b[34..36].copy_from_slice(&dst.port().to_be_bytes());
+            use field::inet6::*;
+            b[SRC_ADDR].copy_from_slice(&src.ip().octets());
+            b[DST_ADDR].copy_from_slice(&dst.ip().octets());
+            b[SRC_PORT].copy_from_slice(&src.port().to_be_bytes());
+            b[DST_PORT].copy_from_slice(&dst.port().to_be_bytes());
         }
         Addresses::Unix { src, dst } => {
-            b[..UNIX_LEN].fill(0);
-            b[..src.len()].copy_from_slice(src);
-            b[UNIX_PATH_LEN..UNIX_PATH_LEN + dst.len()].copy_from_slice(dst);
+            use field::unix::*;
+            b[..LEN].fill(0);
+            b[SRC_ADDR][..src.len()].copy_from_slice(src);
+            b[DST_ADDR][..dst.len()].copy_from_slice(dst);
         }
     }
-    field::FIXED_LEN + addr_block_len(addresses)
+    field::FIXED_LEN + block_len(family)
 }
 
-fn check_addresses(addresses: Addresses<'_>, transport: Transport) -> Result<(), EncodeError> {
+fn check_addresses(
+    command: Command,
+    addresses: Addresses<'_>,
+    transport: Transport,
+) -> Result<(), EncodeError> {
+    if matches!(command, Command::Unknown(_)) || matches!(transport, Transport::Unknown(_)) {
+        return Err(EncodeError::UnknownCode);
+    }
     match addresses {
         Addresses::Unix { src, dst } if src.len() > UNIX_PATH_LEN || dst.len() > UNIX_PATH_LEN => {
             Err(EncodeError::Addresses)
@@ -285,9 +353,10 @@ fn check_addresses(addresses: Addresses<'_>, transport: Transport) -> Result<(),
 
 /// Computes the CRC32C of a written header whose CRC32C value sits at `at`, and stores it.
 fn seal_crc(header: &mut [u8], at: usize) {
-    header[at..at + 4].fill(0);
+    let value = at..at + tlv::CRC32C_VALUE_LEN;
+    header[value.clone()].fill(0);
     let sum = super::crc32c::crc32c(header);
-    header[at..at + 4].copy_from_slice(&sum.to_be_bytes());
+    header[value].copy_from_slice(&sum.to_be_bytes());
 }
 
 /// Writes a header whose TLV area is `area` as it is (a parsed header's); a CRC32C TLV in it
@@ -299,7 +368,7 @@ pub(super) fn encode_raw(
     area: &[u8],
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
-    check_addresses(addresses, transport)?;
+    check_addresses(command, addresses, transport)?;
     let total = header_len(addresses, area.len());
     if total > MAX_LEN {
         return Err(EncodeError::TooLong);
@@ -406,9 +475,14 @@ impl<'a> Builder<'a> {
 
     /// (unpadded length, NOOP value length if padding).
     fn layout(&self) -> (usize, Option<usize>) {
-        let crc = if self.crc32c { 7 } else { 0 };
+        let crc = if self.crc32c {
+            Tlv::Crc32c(0).encoded_len()
+        } else {
+            0
+        };
         let natural = header_len(self.addresses, crc + tlv::tlvs_len(self.tlvs));
-        let noop = (self.pad_to > natural).then(|| (self.pad_to - natural).saturating_sub(3));
+        let noop = (self.pad_to > natural)
+            .then(|| (self.pad_to - natural).saturating_sub(tlv::field::VALUE));
         (natural, noop)
     }
 
@@ -416,13 +490,13 @@ impl<'a> Builder<'a> {
     pub fn encoded_len(&self) -> usize {
         match self.layout() {
             (n, None) => n,
-            (n, Some(pad)) => n + 3 + pad,
+            (n, Some(pad)) => n + tlv::field::VALUE + pad,
         }
     }
 
     /// Writes the header; the buffer is untouched on error.
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
-        check_addresses(self.addresses, self.transport)?;
+        check_addresses(self.command, self.addresses, self.transport)?;
         let total = self.encoded_len();
         if total > MAX_LEN {
             return Err(EncodeError::TooLong);
@@ -431,15 +505,16 @@ impl<'a> Builder<'a> {
             return Err(BufferTooSmall { required: total }.into());
         };
         let mut pos = write_head(self.command, self.transport, self.addresses, total, out);
-        let crc_at = self.crc32c.then_some(pos + 3);
+        let crc_at = self.crc32c.then_some(pos + tlv::field::VALUE);
         if self.crc32c {
             pos += tlv::encode_tlvs(&[Tlv::Crc32c(0)], &mut out[pos..])?;
         }
         pos += tlv::encode_tlvs(self.tlvs, &mut out[pos..])?;
         if let Some(pad) = self.layout().1 {
-            out[pos] = 0x04;
-            out[pos + 1..pos + 3].copy_from_slice(&(pad as u16).to_be_bytes());
-            out[pos + 3..pos + 3 + pad].fill(0);
+            let noop = &mut out[pos..];
+            noop[tlv::field::TYPE] = TlvKind::Noop.code();
+            noop[tlv::field::LENGTH].copy_from_slice(&(pad as u16).to_be_bytes());
+            noop[tlv::field::VALUE..tlv::field::VALUE + pad].fill(0);
         }
         if let Some(at) = crc_at {
             seal_crc(out, at);
@@ -535,6 +610,48 @@ mod tests {
             Err(e) => e,
             other => panic!("{input:02x?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn one_family_type_names_the_wire_codes() {
+        let h = ok(&IPV4);
+        assert_eq!(h.addresses.family(), Family::Inet);
+        assert_eq!(IPV4[field::FAM] >> 4, Family::Inet.code());
+        assert_eq!(IPV6[field::FAM] >> 4, Family::Inet6.code());
+        assert_eq!(ok(&IPV6).addresses.family(), Family::Inet6);
+        assert_eq!(ok(&LOCAL).addresses.family(), Family::Unspec);
+        assert_eq!(UNIX_PATH_LEN, 108);
+        assert_eq!(field::unix::LEN, 2 * UNIX_PATH_LEN);
+        assert_eq!(field::inet::DST_PORT.end, field::inet::LEN);
+        assert_eq!(field::inet6::DST_PORT.end, field::inet6::LEN);
+        // Every family/transport byte the spec does not list is refused, named or not.
+        for b in 0..=u8::MAX {
+            let listed = [0x00, 0x11, 0x12, 0x21, 0x22, 0x31, 0x32].contains(&b);
+            assert_eq!(check_fam(b).is_ok(), listed, "{b:#04x}");
+        }
+        for b in 0..=u8::MAX {
+            assert_eq!(check_ver_cmd(b).is_ok(), b == 0x20 || b == 0x21, "{b:#04x}");
+        }
+    }
+
+    #[test]
+    fn unknown_codes_are_not_written() {
+        let src = "192.0.2.1:1".parse().unwrap();
+        let dst = "192.0.2.2:2".parse().unwrap();
+        let b = Builder::proxy(Addresses::Inet { src, dst });
+        let mut out = [0xAAu8; 64];
+        assert_eq!(
+            b.command(Command::Unknown(5)).encode(&mut out),
+            Err(EncodeError::UnknownCode)
+        );
+        assert_eq!(
+            b.transport(Transport::Unknown(9)).encode(&mut out),
+            Err(EncodeError::UnknownCode)
+        );
+        assert!(out.iter().all(|&x| x == 0xAA));
+        let n = b.encode(&mut out).unwrap();
+        assert_eq!((out[field::VER_CMD], out[field::FAM]), (0x21, 0x11));
+        assert_eq!(ok(&out[..n]).addresses, Addresses::Inet { src, dst });
     }
 
     #[test]

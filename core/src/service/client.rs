@@ -162,7 +162,7 @@ impl From<CompressedFrameError> for ClientError {
     fn from(e: CompressedFrameError) -> Self {
         match e {
             CompressedFrameError::Frame(f) => ClientError::Frame(f),
-            CompressedFrameError::ScratchTooSmall { .. } => ClientError::ScratchTooSmall,
+            CompressedFrameError::ScratchTooSmall(_) => ClientError::ScratchTooSmall,
             other => ClientError::Compressed(other),
         }
     }
@@ -314,23 +314,11 @@ impl Client {
     /// Sets the largest reply packet accepted (`ID + Data`, at most [`mc::MAX_FRAME_LEN`] on
     /// the wire): longer frames or Data Lengths are an error before their bytes are asked for.
     pub const fn with_max_packet_len(mut self, max: usize) -> Self {
-        let frame = if max < mc::MAX_FRAME_LEN {
-            max
-        } else {
-            mc::MAX_FRAME_LEN
-        };
-        // A compressed frame of an incompressible packet takes a little more than the packet.
-        let compressed = crate::frame::compressed::max_encoded_len(frame);
-        let compressed = if compressed < mc::MAX_FRAME_LEN {
-            compressed
-        } else {
-            mc::MAX_FRAME_LEN
-        };
-        self.plain = self.plain.with_max_frame_len(frame);
+        self.plain = self.plain.with_max_frame_len(mc::clamp_frame_len(max));
+        // The same limits the server's session applies to what it receives.
         self.decoder = self
             .decoder
-            .with_max_data_len(max)
-            .with_max_frame_len(compressed);
+            .with_limits(crate::frame::compressed::CompressedLimits::for_max_body_len(max));
         self
     }
 

@@ -1,11 +1,10 @@
 //! A server's service configuration.
 
 use super::wire::Stats;
-use crate::frame::compressed::max_encoded_len;
+use crate::frame::compressed::{CompressedLimits, max_encoded_len};
 use crate::frame::fixed::LengthPrefixed;
-use crate::frame::mc::{self, MAX_LENGTH_FIELD_LEN, frame_len};
-use crate::proxy::Limits;
-use crate::proxy::policy::Policy;
+use crate::frame::mc::{self, frame_len};
+use crate::proxy::policy::{self, Policy, ProxyConfig};
 use crate::time::Duration;
 use crate::zlib::Level;
 
@@ -27,8 +26,7 @@ pub struct Config {
     max_packet_len: usize,
     threshold: i32,
     level: Level,
-    proxy: Policy,
-    proxy_limits: Limits,
+    proxy: ProxyConfig,
     header_timeout: Duration,
 }
 
@@ -50,16 +48,13 @@ impl Config {
             max_packet_len: Self::DEFAULT_MAX_PACKET_LEN,
             threshold: -1,
             level: Level::Fast,
-            proxy: Policy::Skip,
-            proxy_limits: Limits {
-                max_header_len: Limits::DEFAULT_MAX_HEADER_LEN,
-            },
+            proxy: ProxyConfig::new(Policy::Skip),
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
         }
     }
 
     /// The default header timeout: 5 s (the PROXY spec asks for at least 3).
-    pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_HEADER_TIMEOUT: Duration = policy::DEFAULT_HEADER_TIMEOUT;
 
     /// Sets the time a connection has, from its start, to complete the PROXY header (when the
     /// policy reads one) and its first frame. [`Session::next_timeout`](super::Session::next_timeout) reports the deadline;
@@ -76,24 +71,17 @@ impl Config {
         self.header_timeout
     }
 
-    /// Sets the PROXY header policy every session uses unless the adapter picks one per peer
-    /// ([`Session::with_proxy_policy`](super::Session::with_proxy_policy), from an
-    /// [`AcceptPolicy`](crate::proxy::policy::AcceptPolicy) and the peer's address), and the
-    /// header size limit.
-    pub const fn with_proxy(mut self, policy: Policy, limits: Limits) -> Self {
-        self.proxy = policy;
-        self.proxy_limits = limits;
+    /// Sets the PROXY accept configuration (trusted networks, their policy and everyone
+    /// else's, header limits); [`Session::for_peer`](super::Session::for_peer) picks a peer's
+    /// policy from it.
+    pub const fn with_proxy(mut self, proxy: ProxyConfig) -> Self {
+        self.proxy = proxy;
         self
     }
 
-    /// The default PROXY policy.
-    pub const fn proxy_policy(&self) -> Policy {
-        self.proxy
-    }
-
-    /// The PROXY header limits.
-    pub const fn proxy_limits(&self) -> Limits {
-        self.proxy_limits
+    /// The PROXY accept configuration.
+    pub const fn proxy(&self) -> &ProxyConfig {
+        &self.proxy
     }
 
     /// Sets the framing. For [`Framing::Fixed`] the maximum payload is the smaller of the
@@ -166,9 +154,10 @@ impl Config {
             Framing::VarInt => frame_len(self.max_compressed_frame_len()),
             Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
         };
-        let header = match self.proxy {
-            Policy::Skip => 0,
-            _ => self.proxy_limits.max_header_len,
+        let header = if self.proxy.reads_header() {
+            self.proxy.limits().max_header_len
+        } else {
+            0
         };
         if header > frame { header } else { frame }
     }
@@ -187,11 +176,6 @@ impl Config {
     /// The longest compressed frame (the Packet Length) a client may send: a body of
     /// [`max_packet_len`](Self::max_packet_len) bytes that did not compress.
     pub(super) const fn max_compressed_frame_len(&self) -> usize {
-        let n = max_encoded_len(self.max_packet_len()) - MAX_LENGTH_FIELD_LEN;
-        if n < mc::MAX_FRAME_LEN {
-            n
-        } else {
-            mc::MAX_FRAME_LEN
-        }
+        CompressedLimits::for_max_body_len(self.max_packet_len()).max_frame_len()
     }
 }

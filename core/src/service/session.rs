@@ -5,11 +5,12 @@ use core::fmt;
 use super::config::{Config, Framing};
 use super::counters::{Counters, Tally};
 use crate::frame::FrameError;
-use crate::frame::compressed::{CompressedDecoder, CompressedEncoder, CompressedFrameError};
+use crate::frame::compressed::{
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits,
+};
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::FrameDecoder;
-use crate::proxy as proxy_header;
-use crate::proxy::policy::{self, Decision, Outcome, Policy, Reason, Source};
+use crate::proxy::policy::{self, Decision, Policy, Reason, Source};
 use crate::time::Instant;
 use crate::zlib::{Compressor, Inflater};
 use crate::{Needed, Status};
@@ -170,7 +171,7 @@ impl From<CompressedFrameError> for SessionError {
     fn from(e: CompressedFrameError) -> Self {
         match e {
             CompressedFrameError::Frame(f) => SessionError::Frame(f),
-            CompressedFrameError::ScratchTooSmall { .. } => SessionError::ScratchTooSmall,
+            CompressedFrameError::ScratchTooSmall(_) => SessionError::ScratchTooSmall,
             other => SessionError::Compressed(other),
         }
     }
@@ -215,15 +216,20 @@ pub(super) enum Step {
 }
 
 impl Session {
-    /// A new session for a connection accepted at `now`, with the config's PROXY policy.
+    /// A new session for a connection accepted at `now` from a peer whose address is not
+    /// known: [`ProxyConfig::unknown_peer_policy`](crate::proxy::policy::ProxyConfig::unknown_peer_policy) (the one policy while no network is
+    /// trusted).
     pub fn new(config: &Config, now: Instant) -> Self {
-        Self::with_proxy_policy(config, config.proxy_policy(), now)
+        Self::with_policy(config, config.proxy().unknown_peer_policy(), now)
     }
 
-    /// A new session with the PROXY policy for this peer (typically
-    /// [`AcceptPolicy::policy_for`](crate::proxy::policy::AcceptPolicy::policy_for) the peer's
-    /// IP address, so trusted proxies and other peers are treated differently).
-    pub fn with_proxy_policy(config: &Config, policy: Policy, now: Instant) -> Self {
+    /// A new session for a connection from `peer` accepted at `now`, with the PROXY policy
+    /// [`ProxyConfig::policy_for`](crate::proxy::policy::ProxyConfig::policy_for) that peer.
+    pub fn for_peer(config: &Config, peer: core::net::IpAddr, now: Instant) -> Self {
+        Self::with_policy(config, config.proxy().policy_for(peer), now)
+    }
+
+    fn with_policy(config: &Config, policy: Policy, now: Instant) -> Self {
         let mut config = *config;
         if let Framing::Fixed(f) = config.framing() {
             // The session's decoder enforces the smaller of the two maxima.
@@ -284,8 +290,7 @@ impl Session {
 
     fn compressed_decoder(config: &Config, threshold: i32) -> CompressedDecoder {
         CompressedDecoder::server(threshold)
-            .with_max_data_len(config.max_packet_len())
-            .with_max_frame_len(config.max_compressed_frame_len())
+            .with_limits(CompressedLimits::for_max_body_len(config.max_packet_len()))
     }
 
     /// Switches what the peer sends to `threshold` (from its next frame on).
@@ -386,12 +391,12 @@ impl Session {
             };
         }
         if self.state == State::Proxy {
-            let parsed = proxy_header::parse(input, &self.config.proxy_limits());
-            if let Ok(Status::Partial(needed)) = parsed {
-                return Ok(Want::Input(needed));
-            }
-            let outcome = Outcome::from_parse(parsed).expect("not partial");
-            match policy::decide(self.policy, outcome) {
+            let limits = self.config.proxy().limits();
+            let decision = match policy::read_header(self.policy, &limits, input) {
+                Status::Partial(needed) => return Ok(Want::Input(needed)),
+                Status::Complete(decision) => decision,
+            };
+            match decision {
                 Decision::Accept { strip, source } => {
                     if let Source::Proxied(h) = source {
                         self.source = h.addresses.source();
@@ -430,6 +435,7 @@ pub(super) mod tests {
     use super::*;
     use crate::frame::mc::{encode_packet, split_packet};
     use crate::proxy::Limits;
+    use crate::proxy::policy::ProxyConfig;
     use crate::service::counters::AtomicCounters;
     use crate::service::wire;
     use crate::time::Duration;
@@ -554,13 +560,13 @@ pub(super) mod tests {
     }
 
     fn proxied(policy: Policy) -> Harness {
-        Harness::new(Config::new().with_proxy(policy, Limits::default()))
+        Harness::new(Config::new().with_proxy(ProxyConfig::new(policy)))
     }
 
     #[test]
     fn header_timeout_covers_the_proxy_header_and_the_first_frame() {
         let config = Config::new()
-            .with_proxy(Policy::Use, Limits::default())
+            .with_proxy(ProxyConfig::new(Policy::Use))
             .with_header_timeout(Duration::from_secs(5));
         let start = Instant::from_micros(1_000);
         let mut h = Harness::new(config);
@@ -681,7 +687,7 @@ pub(super) mod tests {
         // The greeting goes out before the header arrives.
         let mut h = Harness::new(
             Config::new()
-                .with_proxy(Policy::Require, Limits::default())
+                .with_proxy(ProxyConfig::new(Policy::Require))
                 .with_compression_threshold(64),
         );
         let (p, out) = h.handle(&[]).unwrap();
@@ -692,7 +698,9 @@ pub(super) mod tests {
     #[test]
     fn proxy_header_over_the_limit_is_refused_before_its_bytes() {
         let mut h =
-            Harness::new(Config::new().with_proxy(Policy::Use, Limits { max_header_len: 64 }));
+            Harness::new(Config::new().with_proxy(
+                ProxyConfig::new(Policy::Use).with_limits(Limits { max_header_len: 64 }),
+            ));
         let mut sig = [0u8; 16];
         sig[..12].copy_from_slice(&crate::proxy::v2::SIGNATURE);
         sig[12] = 0x21;

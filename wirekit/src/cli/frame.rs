@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use wirekit_core::Status;
 use wirekit_core::frame::compressed::{
-    CompressedDecoder, CompressedEncoder, MAX_DATA_LEN, max_encoded_len,
+    CompressedDecoder, CompressedEncoder, CompressedLimits, max_encoded_len,
 };
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
 use wirekit_core::frame::mc::{self, Decoded, FrameDecoder};
@@ -270,7 +270,7 @@ fn decode_compressed(args: &DecodeArgs, threshold: i32, input: &[u8]) -> ExitCod
     let decoder = CompressedDecoder::server(threshold)
         .with_max_frame_len(args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize));
     let mut inflater = Box::new(Inflater::new());
-    let mut scratch = vec![0u8; MAX_DATA_LEN];
+    let mut scratch = vec![0u8; CompressedLimits::VANILLA.scratch_len()];
     let mut offset = 0usize;
     while offset < input.len() {
         let rest = &input[offset..];

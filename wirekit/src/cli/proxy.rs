@@ -138,12 +138,17 @@ pub fn describe(h: &ProxyHeader<'_>) -> Value {
     };
     json!({
         "version": match h.version { Version::V1 => 1, Version::V2 => 2 },
-        "command": match h.command { Command::Local => "LOCAL", Command::Proxy => "PROXY" },
+        "command": match h.command {
+            Command::Local => "LOCAL",
+            Command::Proxy => "PROXY",
+            Command::Unknown(_) => "UNKNOWN",
+        },
         "family": family,
         "transport": match h.transport {
             Transport::Unspec => "UNSPEC",
             Transport::Stream => "STREAM",
             Transport::Dgram => "DGRAM",
+            Transport::Unknown(_) => "UNKNOWN",
         },
         "source": source,
         "destination": destination,

@@ -8,7 +8,7 @@ use crate::loadgen::BenchFraming;
 use tokio_util::sync::CancellationToken;
 use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::proxy::Limits;
-use wirekit_core::proxy::policy::{Cidr, Policy};
+use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig, TooManyTrusted};
 use wirekit_core::service::{self, Framing};
 use wirekit_core::zlib::Level;
 use wirekit_std::server::{ServeOptions, Server};
@@ -57,8 +57,15 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The server options these flags describe.
-    pub fn options(&self) -> ServeOptions {
+    /// The server options these flags describe; more than
+    /// [`MAX_TRUSTED`](wirekit_core::proxy::policy::MAX_TRUSTED) `--trusted`
+    /// networks is an error.
+    pub fn options(&self) -> Result<ServeOptions, TooManyTrusted> {
+        let proxy = ProxyConfig::new(self.proxy_protocol)
+            .with_trusted(&self.trusted, self.untrusted_proxy_protocol)?
+            .with_limits(Limits {
+                max_header_len: self.max_proxy_header,
+            });
         let service = match self.framing {
             BenchFraming::VarInt => service::Config::new()
                 .with_compression_threshold(self.compression_threshold)
@@ -68,19 +75,14 @@ impl ServeArgs {
             }
         }
         .with_max_packet_len(self.max_frame)
-        .with_header_timeout(Duration::from_secs_f64(self.header_timeout.max(0.001)).into());
-        ServeOptions {
+        .with_header_timeout(Duration::from_secs_f64(self.header_timeout.max(0.001)).into())
+        .with_proxy(proxy);
+        Ok(ServeOptions {
             listen: self.listen,
             service,
             max_connections: self.max_connections,
-            proxy: self.proxy_protocol,
-            untrusted_proxy: self.untrusted_proxy_protocol,
-            trusted: self.trusted.clone(),
-            proxy_limits: Limits {
-                max_header_len: self.max_proxy_header,
-            },
             ..ServeOptions::default()
-        }
+        })
     }
 }
 
@@ -127,7 +129,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
     };
     let result = rt.block_on(async {
-        let server = Server::bind(args.options()).await?;
+        let options = args
+            .options()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let server = Server::bind(options).await?;
         // Scripts read the bound address from this line (useful with port 0).
         println!("listening on {}", server.local_addr());
         let shutdown = CancellationToken::new();
