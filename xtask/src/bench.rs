@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
+
+use wirekit_rig::net::{free_port, wait_for_port};
 
 use crate::process::{cargo, output, root};
 
@@ -40,9 +42,30 @@ pub fn run(args: &[String]) -> Result<(), String> {
             fresh.insert(key, body);
         }
     }
-    let groups = criterion_tables(&target_dir().join("criterion"), started);
-    for (group, table) in groups {
+    let report = std::fs::read_to_string(root().join(REPORT)).unwrap_or_default();
+    let previous = parse_sections(&report);
+    for (group, run) in criterion_groups(&target_dir().join("criterion"), started) {
+        let table = group_table(&run.rows);
         println!("\n{group}\n\n{table}");
+        // A filter can match some functions of a group and not others (`varint` matches
+        // `framing/decode/wirekit-varint`): such a table has no peers from the same run, so
+        // it does not replace a section that has them.
+        let known = previous
+            .get(&group)
+            .map(|body| table_functions(body))
+            .unwrap_or_default();
+        let missing: Vec<&String> = known
+            .iter()
+            .chain(&run.stale)
+            .filter(|f| !run.rows.iter().any(|r| &r.function == *f))
+            .collect();
+        if filtered && !missing.is_empty() {
+            println!(
+                "{group}: only part of the group ran (not {missing:?}); its section is kept \
+                 as it was (run `cargo xtask bench {group}` to update it)"
+            );
+            continue;
+        }
         let body = section_body(&group, &stamp, "", &table);
         fresh.insert(group, body);
     }
@@ -351,7 +374,7 @@ fn pktconn_echo() -> Result<String, String> {
         .join("release")
         .join("examples")
         .join("epoll_echo_floor");
-    let serve_port = free_port()?;
+    let serve_port = free_port().map_err(|e| format!("no free port: {e}"))?;
     for (label, program, args) in [
         (
             "`wirekit serve` process on CPU 0, load on CPU 1",
@@ -391,7 +414,7 @@ fn pktconn_echo() -> Result<String, String> {
                 .ok_or_else(|| format!("floor server said {line:?}"))?
                 .to_string()
         } else {
-            wait_for_port(serve_port)?;
+            wait_for_port(serve_port, Duration::from_secs(10)).map_err(|e| e.to_string())?;
             format!("127.0.0.1:{serve_port}")
         };
         let report = echo_load(&exe, &["--target", &addr, "--pin"], label);
@@ -454,24 +477,6 @@ fn echo_row(label: &str, report: &serde_json::Value, server_cpu_us: Option<f64>)
     )
 }
 
-/// A loopback port free a moment ago.
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
-}
-
-/// Waits (at most 10 s) until something listens on the loopback port.
-fn wait_for_port(port: u16) -> Result<(), String> {
-    let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err(format!("nothing listens on 127.0.0.1:{port}"));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    Ok(())
-}
-
 /// A process's CPU time (user + system) so far, from `/proc`, in seconds.
 fn process_cpu_s(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -492,9 +497,9 @@ fn read_json(path: &Path) -> Option<serde_json::Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-/// Every criterion result under `dir` written at or after `since` (so measured by this run,
-/// not left from an earlier one), with its group.
-fn collect(dir: &Path, since: SystemTime, out: &mut Vec<(String, Row)>) {
+/// Every criterion result under `dir`, with its group and when it was written (a result older
+/// than the run is left from an earlier one).
+fn collect(dir: &Path, out: &mut Vec<(String, Row, SystemTime)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -503,10 +508,8 @@ fn collect(dir: &Path, since: SystemTime, out: &mut Vec<(String, Row)>) {
     for path in entries {
         let bench = path.join("new").join("benchmark.json");
         let est = path.join("new").join("estimates.json");
-        let fresh = std::fs::metadata(&est)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t >= since);
-        if let (true, Some(b), Some(e)) = (fresh, read_json(&bench), read_json(&est)) {
+        let written = std::fs::metadata(&est).and_then(|m| m.modified());
+        if let (Ok(written), Some(b), Some(e)) = (written, read_json(&bench), read_json(&est)) {
             let group = b["group_id"].as_str().unwrap_or("?").to_string();
             let mut function = b["function_id"].as_str().unwrap_or("").to_string();
             if let Some(v) = b["value_str"].as_str()
@@ -531,10 +534,11 @@ fn collect(dir: &Path, since: SystemTime, out: &mut Vec<(String, Row)>) {
                     median_ns,
                     throughput,
                 },
+                written,
             ));
         } else if path.is_dir() && !est.exists() && path.file_name().is_some_and(|n| n != "report")
         {
-            collect(&path, since, out);
+            collect(&path, out);
         }
     }
 }
@@ -560,18 +564,42 @@ fn human_rate(kind: &str, per_iter: f64, ns: f64) -> String {
     }
 }
 
-/// One markdown table per group measured since `since`: each function's median, throughput
-/// and, for a peer, how many times faster each wirekit variant is.
-fn criterion_tables(criterion_dir: &Path, since: SystemTime) -> BTreeMap<String, String> {
-    let mut rows = Vec::new();
-    collect(criterion_dir, since, &mut rows);
-    let mut groups: BTreeMap<String, Vec<Row>> = BTreeMap::new();
-    for (group, row) in rows {
-        groups.entry(group).or_default().push(row);
+/// A group's results from this run, and the functions with only older results.
+#[derive(Default)]
+struct GroupRun {
+    rows: Vec<Row>,
+    stale: Vec<String>,
+}
+
+/// Every group with a result measured since `since`.
+fn criterion_groups(criterion_dir: &Path, since: SystemTime) -> BTreeMap<String, GroupRun> {
+    let mut results = Vec::new();
+    collect(criterion_dir, &mut results);
+    let mut groups: BTreeMap<String, GroupRun> = BTreeMap::new();
+    let mut stale = Vec::new();
+    for (group, row, written) in results {
+        if written >= since {
+            groups.entry(group).or_default().rows.push(row);
+        } else {
+            stale.push((group, row.function));
+        }
+    }
+    for (group, function) in stale {
+        if let Some(run) = groups.get_mut(&group) {
+            run.stale.push(function);
+        }
     }
     groups
-        .into_iter()
-        .map(|(group, members)| (group, group_table(&members)))
+}
+
+/// The first column of a section's table (the function names), header and rule excluded.
+fn table_functions(body: &str) -> Vec<String> {
+    body.lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2)
+        .filter_map(|l| l.split('|').nth(1))
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
         .collect()
 }
 
@@ -660,6 +688,14 @@ mod tests {
             full.keys().collect::<Vec<_>>(),
             ["notes/profile", "varint/decode"]
         );
+    }
+
+    #[test]
+    fn a_section_lists_its_functions() {
+        let s = stamp("abc1234");
+        let table = "| function | median |\n|---|---:|\n| wirekit | 1 ns |\n| ppp | 2 ns |\n";
+        let body = section_body("proxy/x", &s, "A note | with a bar.", table);
+        assert_eq!(table_functions(&body), ["wirekit", "ppp"]);
     }
 
     #[test]
