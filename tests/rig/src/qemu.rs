@@ -94,26 +94,12 @@ mod tests {
         let args = qemu_args(elf, 17000, 17001);
         let text: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(
-            text,
-            [
-                "-machine",
-                "mps2-an385",
-                "-cpu",
-                "cortex-m3",
-                "-display",
-                "none",
-                "-serial",
-                "null",
-                "-monitor",
-                "none",
-                "-semihosting-config",
-                "enable=on,target=native",
-                "-nic",
-                "user,model=lan9118,hostfwd=tcp:127.0.0.1:17000-10.0.2.15:7000,\
-                 hostfwd=tcp:127.0.0.1:17001-10.0.2.15:7001",
-                "-kernel",
-                "/fw/target/thumbv7m-none-eabi/release/qemu-mps2-an385",
-            ]
+            text.join(" "),
+            "-machine mps2-an385 -cpu cortex-m3 -display none -serial null -monitor none \
+             -semihosting-config enable=on,target=native \
+             -nic user,model=lan9118,hostfwd=tcp:127.0.0.1:17000-10.0.2.15:7000,\
+             hostfwd=tcp:127.0.0.1:17001-10.0.2.15:7001 \
+             -kernel /fw/target/thumbv7m-none-eabi/release/qemu-mps2-an385"
         );
         let cmd = qemu_command("qemu-system-arm", elf, 17000, 17001);
         assert_eq!(cmd.get_program(), "qemu-system-arm");
