@@ -8,6 +8,31 @@
 //! not fit in 32 (64) bits; wirekit rejects them ([`VarIntError::Overflow`]), so every value has
 //! exactly one 5-byte (10-byte) form and a re-encoded stream is never silently different.
 //! Longer-than-needed encodings (`0x80 0x00` for 0) are accepted, as vanilla does.
+//!
+//! ```
+//! use wirekit_core::varint::{VarIntError, decode_varint, encode_varint, varint_len};
+//! use wirekit_core::{BufferTooSmall, Needed, Status};
+//!
+//! // 300 = 0b10_0101100: the low seven bits first, with the continuation bit.
+//! let mut buf = [0u8; 5];
+//! let n = encode_varint(300, &mut buf)?;
+//! assert_eq!(&buf[..n], &[0xAC, 0x02]);
+//! assert_eq!(n, varint_len(300));
+//! assert_eq!(decode_varint(&buf[..n])?, Status::Complete((300, 2)));
+//!
+//! // Negative values take all five bytes; a buffer too small is left untouched.
+//! assert_eq!(varint_len(-1), 5);
+//! let mut small = [0u8; 4];
+//! assert_eq!(encode_varint(-1, &mut small), Err(BufferTooSmall { required: 5 }));
+//! assert_eq!(small, [0; 4]);
+//!
+//! // A strict prefix may still complete; a sixth byte never can.
+//! assert_eq!(decode_varint(&[0xAC])?, Status::Partial(Needed::Unknown));
+//! assert_eq!(decode_varint(&[0xFF; 6]), Err(VarIntError::TooLong));
+//! // Bits past the 32nd in the fifth byte are refused, not dropped as vanilla does.
+//! assert_eq!(decode_varint(&[0xFF, 0xFF, 0xFF, 0xFF, 0x7F]), Err(VarIntError::Overflow));
+//! # Ok::<(), Box<dyn core::error::Error>>(())
+//! ```
 
 use core::fmt;
 

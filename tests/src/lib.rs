@@ -2,12 +2,17 @@
 //!
 //! - [`peers`]: where the interop peers (Node, Python, HAProxy, QEMU) installed by
 //!   `cargo xtask test` live.
+//! - [`haproxy`]: an `haproxy.cfg` builder and a running HAProxy with its log lines.
 //! - [`serve`]: an in-process `wirekit serve` on a loopback port.
 //! - [`service_client`]: a blocking client of the wirekit service.
 //! - [`conformance`]: the service conformance suite, run against any address (the host
 //!   server here, the firmware in QEMU).
+//!
+//! What xtask needs too (free ports, tools on PATH, the QEMU board and its command line) is in
+//! the dependency-free `wirekit-rig` crate.
 
 pub mod conformance;
+pub mod haproxy;
 pub mod peers;
 pub mod serve;
 pub mod service_client;

@@ -10,17 +10,17 @@
 //! `WIREKIT_REQUIRE_PEERS=1` (as `cargo xtask test` sets), which makes that a failure.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use wirekit_rig::qemu::{self, BOARD, TARGET};
+use wirekit_rig::{net, tools};
 use wirekit_tests::conformance::{ProxySupport, Target, run_conformance};
 use wirekit_tests::peers;
 use wirekit_tests::service_client::ServiceClient;
 
-const BOARD: &str = "qemu-mps2-an385";
-const TARGET: &str = "thumbv7m-none-eabi";
 /// The line the QEMU board's control port (7001 in the guest) takes to exit with status 0.
 const SHUTDOWN: &[u8] = b"shutdown\n";
 const BOOT_DEADLINE: Duration = Duration::from_secs(30);
@@ -40,32 +40,15 @@ fn artifacts_dir() -> PathBuf {
 
 /// `defmt-print` on PATH or in cargo's bin directory (`cargo xtask test` installs it there).
 fn defmt_print() -> Option<PathBuf> {
-    let cargo_bin = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .map(|h| h.join("bin").join("defmt-print"));
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("defmt-print"))
-            .find(|p| p.is_file())
-    });
-    let found = on_path
-        .or(cargo_bin)
-        .unwrap_or_else(|| PathBuf::from("defmt-print"));
+    let found = tools::find_binary("defmt-print").unwrap_or_else(|| PathBuf::from("defmt-print"));
     peers::require("defmt-print", found)
 }
 
 /// Builds the QEMU board (release, as CI and `cargo xtask qemu` do) and returns its ELF.
 fn build_firmware() -> PathBuf {
     let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--no-default-features",
-            "--features",
-            BOARD,
-        ])
-        .args(["--target", TARGET, "--bin", BOARD])
+        .arg("build")
+        .args(qemu::board_args(BOARD, TARGET))
         .current_dir(firmware_dir())
         // The firmware is its own workspace with its own target dir and flags.
         .env_remove("CARGO_TARGET_DIR")
@@ -75,18 +58,11 @@ fn build_firmware() -> PathBuf {
         .status()
         .expect("run cargo build for the firmware");
     assert!(status.success(), "firmware build failed: {status}");
-    firmware_dir()
-        .join("target")
-        .join(TARGET)
-        .join("release")
-        .join(BOARD)
+    qemu::release_elf(&firmware_dir(), BOARD, TARGET)
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port")
-        .port()
+    net::free_port().expect("a free loopback port")
 }
 
 /// A booted firmware; killed on drop if the test did not shut it down.
@@ -102,7 +78,7 @@ struct Qemu {
 impl Qemu {
     /// Boots the firmware, or `None` when the tools are missing and not required.
     fn boot(name: &str) -> Option<Qemu> {
-        let qemu = peers::program("qemu-system-arm")?;
+        let qemu = peers::program(qemu::QEMU_SYSTEM_ARM)?;
         defmt_print()?;
         let elf = build_firmware();
         let (port, control_port) = (free_port(), free_port());
@@ -110,19 +86,10 @@ impl Qemu {
         let stdout = std::fs::File::create(&raw_log).expect("create the raw log");
         let stderr = std::fs::File::create(artifacts_dir().join(format!("{name}.qemu-stderr")))
             .expect("create the QEMU stderr log");
-        let nic = format!(
-            "user,model=lan9118,hostfwd=tcp:127.0.0.1:{port}-10.0.2.15:7000,\
-             hostfwd=tcp:127.0.0.1:{control_port}-10.0.2.15:7001"
-        );
         let child = Command::new("timeout")
             .arg(QEMU_TIMEOUT_SECS.to_string())
             .arg(qemu)
-            .args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
-            .args(["-display", "none", "-serial", "null", "-monitor", "none"])
-            .args(["-semihosting-config", "enable=on,target=native"])
-            .args(["-nic", &nic])
-            .arg("-kernel")
-            .arg(&elf)
+            .args(qemu::qemu_args(&elf, port, control_port))
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

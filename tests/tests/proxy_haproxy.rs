@@ -9,121 +9,22 @@
 //! Each test writes its own config on free ports, starts `haproxy -db` and stops it, with
 //! timeouts on every socket and on the log.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use wirekit_core::Status;
 use wirekit_core::proxy::{self, Addresses, Limits, ProxyHeader, Tlv, TlvKind, Version, v1, v2};
-use wirekit_tests::peers;
+use wirekit_rig::net;
+use wirekit_tests::haproxy::{Haproxy, HaproxyConfig, TIMEOUT};
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// A log line per accepted connection with the addresses HAProxy took from the header.
+const SEEN_LOG_FORMAT: &str = "log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp\"";
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    net::free_port().expect("a free loopback port")
 }
-
-/// A running `haproxy -db`, its log lines (stdout and stderr) on a channel; killed on drop.
-struct Haproxy {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-    config: PathBuf,
-}
-
-impl Haproxy {
-    fn start(config: &str, ports: &[u16]) -> Option<Haproxy> {
-        let bin = peers::program("haproxy")?;
-        let path = std::env::temp_dir().join(format!(
-            "wirekit-haproxy-{}-{}.cfg",
-            std::process::id(),
-            ports[0]
-        ));
-        std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(bin)
-            .args(["-db", "-f"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start haproxy");
-        let (tx, lines) = channel();
-        for pipe in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let tx = tx.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
-        }
-        let mut h = Haproxy {
-            child,
-            lines,
-            seen: Vec::new(),
-            config: path,
-        };
-        // Ready when every frontend accepts.
-        let start = Instant::now();
-        for &port in ports {
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                if let Ok(Some(status)) = h.child.try_wait() {
-                    h.drain();
-                    panic!("haproxy exited with {status}: {:#?}", h.seen);
-                }
-                assert!(
-                    start.elapsed() < TIMEOUT,
-                    "haproxy did not listen on {port}"
-                );
-                thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Some(h)
-    }
-
-    fn drain(&mut self) {
-        while let Ok(l) = self.lines.try_recv() {
-            self.seen.push(l);
-        }
-    }
-
-    /// Waits for a log line containing `needle`.
-    fn wait_log(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            if let Some(l) = self.seen.iter().find(|l| l.contains(needle)) {
-                return l.clone();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => self.seen.push(l),
-                Err(_) => panic!("no haproxy log line with {needle:?}; saw {:#?}", self.seen),
-            }
-        }
-    }
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
-}
-
-const GLOBAL: &str = "global\n    log stdout format raw local0 info\n    maxconn 64\n\
-defaults\n    mode tcp\n    log global\n    timeout connect 3s\n    timeout client 5s\n    timeout server 5s\n";
 
 /// Accepts one connection on `listener` within the timeout.
 fn accept(listener: &TcpListener) -> TcpStream {
@@ -180,16 +81,19 @@ fn haproxy_sends_v1_v2_and_v2_crc32c_unique_id() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let backend = listener.local_addr().unwrap().port();
     let (f1, f2, f3) = (free_port(), free_port(), free_port());
-    let config = format!(
-        "{GLOBAL}\
-frontend f1\n    bind 127.0.0.1:{f1}\n    default_backend b1\n\
-frontend f2\n    bind 127.0.0.1:{f2}\n    default_backend b2\n\
-frontend f3\n    bind 127.0.0.1:{f3}\n    unique-id-format %ci:%cp\n    default_backend b3\n\
-backend b1\n    server s 127.0.0.1:{backend} send-proxy\n\
-backend b2\n    server s 127.0.0.1:{backend} send-proxy-v2\n\
-backend b3\n    server s 127.0.0.1:{backend} send-proxy-v2 proxy-v2-options crc32c,unique-id\n"
-    );
-    let Some(_haproxy) = Haproxy::start(&config, &[f1, f2, f3]) else {
+    let config = HaproxyConfig::new()
+        .frontend("f1", f1, &[], &[], "b1")
+        .frontend("f2", f2, &[], &[], "b2")
+        .frontend("f3", f3, &[], &["unique-id-format %ci:%cp"], "b3")
+        .backend("b1", "s", backend, &["send-proxy"])
+        .backend("b2", "s", backend, &["send-proxy-v2"])
+        .backend(
+            "b3",
+            "s",
+            backend,
+            &["send-proxy-v2", "proxy-v2-options crc32c,unique-id"],
+        );
+    let Some(_haproxy) = Haproxy::start(&config) else {
         return;
     };
     for (port, version, crc) in [
@@ -243,6 +147,14 @@ backend b3\n    server s 127.0.0.1:{backend} send-proxy-v2 proxy-v2-options crc3
     }
 }
 
+/// One frontend on `port` that takes a PROXY header (`accept-proxy`) and logs the addresses
+/// it read, in front of the echo server on `echo`.
+fn accept_proxy_config(port: u16, echo: u16) -> HaproxyConfig {
+    HaproxyConfig::new()
+        .frontend("fa", port, &["accept-proxy"], &[SEEN_LOG_FORMAT], "echo")
+        .backend("echo", "e", echo, &[])
+}
+
 /// An echo server for HAProxy's backend: echoes each connection until EOF; stops when dropped
 /// (after its current connection) or after a minute.
 fn spawn_echo() -> u16 {
@@ -294,13 +206,8 @@ fn v2_bytes(b: v2::Builder<'_>) -> Vec<u8> {
 fn haproxy_accepts_wirekit_v1_v2_crc32c_tlvs() {
     let echo = spawn_echo();
     let fa = free_port();
-    let config = format!(
-        "{GLOBAL}\
-frontend fa\n    bind 127.0.0.1:{fa} accept-proxy\n\
-    log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp\"\n    default_backend echo\n\
-backend echo\n    server e 127.0.0.1:{echo}\n"
-    );
-    let Some(mut haproxy) = Haproxy::start(&config, &[fa]) else {
+    let config = accept_proxy_config(fa, echo);
+    let Some(mut haproxy) = Haproxy::start(&config) else {
         return;
     };
 
@@ -424,13 +331,8 @@ backend echo\n    server e 127.0.0.1:{echo}\n"
 fn haproxy_is_stricter_than_the_spec() {
     let echo = spawn_echo();
     let fa = free_port();
-    let config = format!(
-        "{GLOBAL}\
-frontend fa\n    bind 127.0.0.1:{fa} accept-proxy\n\
-    log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp\"\n    default_backend echo\n\
-backend echo\n    server e 127.0.0.1:{echo}\n"
-    );
-    let Some(mut haproxy) = Haproxy::start(&config, &[fa]) else {
+    let config = accept_proxy_config(fa, echo);
+    let Some(mut haproxy) = Haproxy::start(&config) else {
         return;
     };
     let src = SocketAddrV4::new([192, 0, 2, 30].into(), 40030);

@@ -1,29 +1,332 @@
-//! `cargo xtask bench`: runs the criterion benches, then prints one markdown table per
-//! benchmark group with each function's median and its ratio to wirekit's.
+//! `cargo xtask bench [FILTER]`: runs the criterion benches, prints one markdown table per
+//! benchmark group with each function's median and its ratio to wirekit's, and writes them to
+//! `BENCHMARKS.md` at the workspace root.
 //!
 //! Convention: a group is named `<area>/<case>`, wirekit's function in it is named `wirekit`
 //! (or starts with `wirekit`), each peer's function is named for the peer. Throughput, when
-//! the group sets it, is shown per second.
+//! the group sets it, is shown per second. A markdown table a bench binary prints itself (the
+//! zlib bench's compressed sizes) is kept as a section of its own.
+//!
+//! `BENCHMARKS.md` is a generated file: a header (how to regenerate it, the machine, the date
+//! and commit of the last write) and one section per group between `<!-- section: KEY -->` and
+//! `<!-- /section: KEY -->` markers, each with the date, commit and machine it was measured on.
+//! A run with a FILTER replaces only the sections it measured and keeps the others as they
+//! were; a run without one rewrites the whole file, dropping sections no bench produced.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::process::{cargo, root};
+use wirekit_rig::net::{free_port, wait_for_port};
 
-/// Runs the benches (optionally filtered) and prints the ratio table.
+use crate::process::{cargo, output, root};
+
+/// The generated report, at the workspace root.
+const REPORT: &str = "BENCHMARKS.md";
+
+/// Runs the benches (optionally filtered), prints the ratio tables and writes them to
+/// `BENCHMARKS.md`.
 pub fn run(args: &[String]) -> Result<(), String> {
-    let mut cargo_args = vec!["bench", "-p", "wirekit-benches", "--"];
-    cargo_args.extend(args.iter().map(String::as_str));
-    cargo(&cargo_args, &[])?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    print_table(&target.join("criterion"))?;
+    // Criterion options (`--quick`, ...) pass through; any other argument is a filter.
+    let filtered = args.iter().any(|a| !a.starts_with('-'));
+    let started = SystemTime::now();
+    let stamp = Stamp::now();
+    let mut fresh = BTreeMap::new();
+    for bench in bench_targets()? {
+        for (i, table) in run_bench(&bench, args)?.into_iter().enumerate() {
+            let key = format!("{bench}/table-{}", i + 1);
+            let note = format!("Printed by `benches/benches/{bench}.rs`.");
+            let body = section_body(&key, &stamp, &note, &table);
+            fresh.insert(key, body);
+        }
+    }
+    let report = std::fs::read_to_string(root().join(REPORT)).unwrap_or_default();
+    let previous = parse_sections(&report);
+    for (group, run) in criterion_groups(&target_dir().join("criterion"), started) {
+        let table = group_table(&run.rows);
+        println!("\n{group}\n\n{table}");
+        // A filter can match some functions of a group and not others (`varint` matches
+        // `framing/decode/wirekit-varint`): such a table has no peers from the same run, so
+        // it does not replace a section that has them.
+        let known = previous
+            .get(&group)
+            .map(|body| table_functions(body))
+            .unwrap_or_default();
+        let missing: Vec<&String> = known
+            .iter()
+            .chain(&run.stale)
+            .filter(|f| !run.rows.iter().any(|r| &r.function == *f))
+            .collect();
+        if filtered && !missing.is_empty() {
+            println!(
+                "{group}: only part of the group ran (not {missing:?}); its section is kept \
+                 as it was (run `cargo xtask bench {group}` to update it)"
+            );
+            continue;
+        }
+        let body = section_body(&group, &stamp, "", &table);
+        fresh.insert(group, body);
+    }
+    // A partial result is written at once, so a later failure (the echo run) loses nothing.
+    if !fresh.is_empty() {
+        write_report(&stamp, &fresh, false)?;
+    }
     // The pktconn echo pattern is one 1,000,000-round-trip run, not a criterion sample loop:
     // it runs as its own step (skipped when a filter names something else).
-    if args.is_empty() || args.iter().any(|a| "pktconn".contains(a.as_str())) {
-        pktconn_echo()?;
+    if !filtered
+        || args
+            .iter()
+            .any(|a| !a.starts_with('-') && "pktconn".contains(a.as_str()))
+    {
+        let table = pktconn_echo()?;
+        println!("\n{table}");
+        let key = "pktconn/echo";
+        fresh.insert(key.into(), section_body(key, &stamp, "", &table));
     }
+    if fresh.is_empty() {
+        return Err(format!("no benchmark matched {args:?}"));
+    }
+    write_report(&stamp, &fresh, !filtered)?;
+    println!(
+        "\nwrote {} ({} section(s) measured in this run)",
+        root().join(REPORT).display(),
+        fresh.len()
+    );
     Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// The `[[bench]]` targets of `benches/Cargo.toml`, in file order.
+fn bench_targets() -> Result<Vec<String>, String> {
+    let manifest = root().join("benches").join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let mut names = Vec::new();
+    let mut in_bench = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bench = line == "[[bench]]";
+        } else if in_bench
+            && let Some(value) = line.strip_prefix("name").map(str::trim_start)
+            && let Some(value) = value.strip_prefix('=')
+        {
+            names.push(value.trim().trim_matches('"').to_string());
+        }
+    }
+    if names.is_empty() {
+        return Err(format!("no [[bench]] target in {}", manifest.display()));
+    }
+    Ok(names)
+}
+
+/// Runs one bench target with `args`, echoing its output; returns the markdown tables it
+/// printed itself (runs of lines starting with `|`).
+fn run_bench(bench: &str, args: &[String]) -> Result<Vec<String>, String> {
+    let mut cmd_args = vec!["bench", "-p", "wirekit-benches", "--bench", bench, "--"];
+    cmd_args.extend(args.iter().map(String::as_str));
+    let shown = format!("cargo {}", cmd_args.join(" "));
+    println!("\n==> {shown}");
+    let start = Instant::now();
+    let mut child = Command::new("cargo")
+        .args(&cmd_args)
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    let stdout = child.stdout.take().ok_or("cargo bench stdout")?;
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| format!("reading `{shown}`: {e}"))?;
+        println!("{line}");
+        lines.push(line);
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    println!("<== {shown}: {:.1}s", start.elapsed().as_secs_f64());
+    if !status.success() {
+        return Err(format!("`{shown}` failed with {status}"));
+    }
+    Ok(printed_tables(&lines))
+}
+
+/// The markdown tables among `lines`: each maximal run of lines starting with `|`.
+fn printed_tables(lines: &[String]) -> Vec<String> {
+    let mut tables = Vec::new();
+    let mut current = String::new();
+    for line in lines.iter().map(|l| l.trim()).chain([""]) {
+        if line.starts_with('|') {
+            current.push_str(line);
+            current.push('\n');
+        } else if !current.is_empty() {
+            tables.push(std::mem::take(&mut current));
+        }
+    }
+    tables
+}
+
+/// When, at which commit and on which machine a run measured.
+struct Stamp {
+    date: String,
+    commit: String,
+    machine: String,
+}
+
+impl Stamp {
+    fn now() -> Stamp {
+        let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+            .map(|d| d.trim().to_string())
+            .unwrap_or_else(|| "unknown date".into());
+        let root = root();
+        let root = root.to_string_lossy();
+        let mut commit = output("git", &["-C", &root, "rev-parse", "--short", "HEAD"])
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|| "unknown commit".into());
+        // Uncommitted changes other than the report itself make the figures not the commit's.
+        let changed = output(
+            "git",
+            &["-C", &root, "status", "--porcelain", "--untracked-files=no"],
+        )
+        .is_some_and(|s| s.lines().any(|l| !l.ends_with(REPORT)));
+        if changed {
+            commit.push_str(" + uncommitted changes");
+        }
+        Stamp {
+            date,
+            commit,
+            machine: machine(),
+        }
+    }
+}
+
+/// The CPU model (from `/proc/cpuinfo`), the cores and the kernel.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            (key.trim() == "model name").then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor"))
+        .count();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| format!("Linux {}", k.trim()))
+        .unwrap_or_else(|_| std::env::consts::OS.to_string());
+    format!("{model}, {cores} cores, {kernel}")
+}
+
+/// A section's text (between its markers): its heading, the provenance line, an optional
+/// note, the table.
+fn section_body(key: &str, stamp: &Stamp, note: &str, table: &str) -> String {
+    let note = if note.is_empty() {
+        String::new()
+    } else {
+        format!("{note} ")
+    };
+    format!(
+        "## {key}\n\n{note}Measured {} at `{}` on {}.\n\n{}",
+        stamp.date, stamp.commit, stamp.machine, table
+    )
+}
+
+const HEADER: &str = "# wirekit benchmarks
+
+<!-- Generated by `cargo xtask bench` (xtask/src/bench.rs): edit the benches, not this file. -->
+
+Regenerate every section with `cargo xtask bench`, which rewrites this file, or some of them
+with `cargo xtask bench FILTER` (a criterion filter, e.g. `varint` or `zlib/compress-fast`),
+which replaces only the sections it measured and keeps the others as they were. Sections under
+`notes/` are one-off measurements written by hand, which no run touches. Each section says
+when, at which commit and on which machine it was measured. Peers run in the same
+process and the same run as wirekit, so the ratios within a section are the figures to
+compare; absolute times move with the machine and its load.
+
+speed-up = peer median / wirekit median, same group, same run (>1: wirekit is faster).
+";
+
+/// The sections of a report, by key.
+fn parse_sections(text: &str) -> BTreeMap<String, String> {
+    let mut sections = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some((key, body)) = &mut current {
+            if trimmed == format!("<!-- /section: {key} -->") {
+                let (key, body) = current.take().expect("in a section");
+                sections.insert(key, body);
+            } else {
+                body.push_str(line);
+                body.push('\n');
+            }
+        } else if let Some(key) = trimmed
+            .strip_prefix("<!-- section: ")
+            .and_then(|rest| rest.strip_suffix(" -->"))
+        {
+            current = Some((key.to_string(), String::new()));
+        }
+    }
+    // An unterminated last section is kept rather than lost.
+    if let Some((key, body)) = current {
+        sections.insert(key, body);
+    }
+    sections
+}
+
+/// The whole report: the header, the last write's stamp and every section, sorted by key.
+fn render(stamp: &Stamp, sections: &BTreeMap<String, String>) -> String {
+    let mut out = format!(
+        "{HEADER}\nLast written {} at `{}` on {}.\n",
+        stamp.date, stamp.commit, stamp.machine
+    );
+    for (key, body) in sections {
+        let body = body.trim_end();
+        out.push_str(&format!(
+            "\n<!-- section: {key} -->\n{body}\n<!-- /section: {key} -->\n"
+        ));
+    }
+    out
+}
+
+/// Sections under this key prefix are written by hand (one-off measurements no bench
+/// produces, such as a profile's breakdown) and kept by every run.
+const NOTES: &str = "notes/";
+
+/// `fresh` over the report's current sections (`replace_all`: instead of them, except the
+/// hand-written notes).
+fn merge(
+    current: &str,
+    fresh: &BTreeMap<String, String>,
+    replace_all: bool,
+) -> BTreeMap<String, String> {
+    let mut sections = parse_sections(current);
+    if replace_all {
+        sections.retain(|key, _| key.starts_with(NOTES));
+    }
+    for (key, body) in fresh {
+        sections.insert(key.clone(), body.clone());
+    }
+    sections
+}
+
+/// Writes `BENCHMARKS.md` with `fresh` merged in (`replace_all`: only `fresh`).
+fn write_report(
+    stamp: &Stamp,
+    fresh: &BTreeMap<String, String>,
+    replace_all: bool,
+) -> Result<(), String> {
+    let path = root().join(REPORT);
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    let sections = merge(&current, fresh, replace_all);
+    std::fs::write(&path, render(stamp, &sections)).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// pktconn's published claim for its echo benchmark (1000 connections x 1000 round trips,
@@ -31,19 +334,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
 const PKTCONN_CLAIM: f64 = 54_000.0;
 
 /// `wirekit bench` against an in-process `wirekit serve` pinned to CPU 0 (load on CPU 1), in the
-/// pktconn pattern; prints one row with packets/s, the server's CPU time per packet, and the
-/// ratio to pktconn's claim.
-fn pktconn_echo() -> Result<(), String> {
+/// pktconn pattern, then against servers in their own process; returns the table, one row per
+/// setup with packets/s, the server's CPU time per packet, and the ratio to pktconn's claim.
+fn pktconn_echo() -> Result<String, String> {
     cargo(
         &["build", "--release", "-p", "wirekit", "--bin", "wirekit"],
         &[],
     )?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let exe = target.join("release").join("wirekit");
-    println!("\n| benchmark | packets/s | server CPU/packet | p50 | p99 | vs pktconn's 54,000/s |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    let mut table = String::from(
+        "| benchmark | packets/s | server CPU/packet | p50 | p99 | vs pktconn's 54,000/s |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+    );
     for (label, pin) in [
         ("serve on CPU 0, load on CPU 1 (pinned)", true),
         ("serve single-threaded, unpinned", false),
@@ -51,7 +354,7 @@ fn pktconn_echo() -> Result<(), String> {
         let extra: &[&str] = if pin { &["--pin"] } else { &[] };
         let report = echo_load(&exe, extra, label)?;
         let cpu = report["server_cpu_per_packet_us"].as_f64();
-        echo_row(label, &report, cpu);
+        table.push_str(&echo_row(label, &report, cpu));
     }
     // The same load against servers in their own process on CPU 0: `wirekit serve`, and the
     // floor, a bare mio echo loop that does nothing but find frame ends. What both pay is the
@@ -71,7 +374,7 @@ fn pktconn_echo() -> Result<(), String> {
         .join("release")
         .join("examples")
         .join("epoll_echo_floor");
-    let serve_port = free_port()?;
+    let serve_port = free_port().map_err(|e| format!("no free port: {e}"))?;
     for (label, program, args) in [
         (
             "`wirekit serve` process on CPU 0, load on CPU 1",
@@ -92,25 +395,26 @@ fn pktconn_echo() -> Result<(), String> {
             vec!["127.0.0.1:0".to_string()],
         ),
     ] {
-        let mut server = std::process::Command::new("taskset")
+        let mut server = Command::new("taskset")
             .args(["-c", "0"])
             .arg(&program)
             .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot run taskset {}: {e}", program.display()))?;
         let addr = if program == floor {
             let out = server.stdout.as_mut().expect("piped");
             let mut line = String::new();
-            std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)
+            BufReader::new(out)
+                .read_line(&mut line)
                 .map_err(|e| e.to_string())?;
             line.trim()
                 .strip_prefix("listening ")
                 .ok_or_else(|| format!("floor server said {line:?}"))?
                 .to_string()
         } else {
-            wait_for_port(serve_port)?;
+            wait_for_port(serve_port, Duration::from_secs(10)).map_err(|e| e.to_string())?;
             format!("127.0.0.1:{serve_port}")
         };
         let report = echo_load(&exe, &["--target", &addr, "--pin"], label);
@@ -119,18 +423,20 @@ fn pktconn_echo() -> Result<(), String> {
         let _ = server.wait();
         let report = report?;
         let frames = report["round_trips"].as_f64().unwrap_or(f64::NAN);
-        echo_row(label, &report, cpu_s.map(|c| c * 1e6 / frames));
+        table.push_str(&echo_row(label, &report, cpu_s.map(|c| c * 1e6 / frames)));
     }
-    println!(
-        "(pktconn's figure is its published claim, not measured here; the load generator shares the machine's other core; server CPU in the process rows includes accepting the 1000 connections.)"
+    table.push_str(
+        "\npktconn's figure is its published claim, not measured here; the load generator shares \
+         the machine's other core; server CPU in the process rows includes accepting the 1000 \
+         connections.\n",
     );
-    Ok(())
+    Ok(table)
 }
 
 /// Runs the pktconn echo load (`wirekit bench`, 1000 connections x 1000 round trips, 0-2048 B,
 /// u32le) with `extra` arguments and returns its JSON report.
 fn echo_load(exe: &Path, extra: &[&str], label: &str) -> Result<serde_json::Value, String> {
-    let out = std::process::Command::new(exe)
+    let out = Command::new(exe)
         .args([
             "bench",
             "--framing",
@@ -157,10 +463,10 @@ fn echo_load(exe: &Path, extra: &[&str], label: &str) -> Result<serde_json::Valu
 }
 
 /// One row of the pktconn table.
-fn echo_row(label: &str, report: &serde_json::Value, server_cpu_us: Option<f64>) {
+fn echo_row(label: &str, report: &serde_json::Value, server_cpu_us: Option<f64>) -> String {
     let rate = report["frames_per_s"].as_f64().unwrap_or(f64::NAN);
-    println!(
-        "| pktconn echo, 1000 conn x 1000 rt, 0-2048 B, u32le, {label} | {:.0} | {} | {:.0} µs | {:.0} µs | {:.2}x |",
+    format!(
+        "| pktconn echo, 1000 conn x 1000 rt, 0-2048 B, u32le, {label} | {:.0} | {} | {:.0} µs | {:.0} µs | {:.2}x |\n",
         rate,
         server_cpu_us
             .map(|c| format!("{c:.2} µs"))
@@ -168,25 +474,7 @@ fn echo_row(label: &str, report: &serde_json::Value, server_cpu_us: Option<f64>)
         report["p50_us"].as_f64().unwrap_or(f64::NAN),
         report["p99_us"].as_f64().unwrap_or(f64::NAN),
         rate / PKTCONN_CLAIM
-    );
-}
-
-/// A loopback port free a moment ago.
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
-}
-
-/// Waits (at most 10 s) until something listens on the loopback port.
-fn wait_for_port(port: u16) -> Result<(), String> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if std::time::Instant::now() > deadline {
-            return Err(format!("nothing listens on 127.0.0.1:{port}"));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    Ok(())
+    )
 }
 
 /// A process's CPU time (user + system) so far, from `/proc`, in seconds.
@@ -198,6 +486,7 @@ fn process_cpu_s(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// One benchmark function's result.
 struct Row {
     function: String,
     median_ns: f64,
@@ -208,7 +497,9 @@ fn read_json(path: &Path) -> Option<serde_json::Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
+/// Every criterion result under `dir`, with its group and when it was written (a result older
+/// than the run is left from an earlier one).
+fn collect(dir: &Path, out: &mut Vec<(String, Row, SystemTime)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -217,7 +508,8 @@ fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
     for path in entries {
         let bench = path.join("new").join("benchmark.json");
         let est = path.join("new").join("estimates.json");
-        if let (Some(b), Some(e)) = (read_json(&bench), read_json(&est)) {
+        let written = std::fs::metadata(&est).and_then(|m| m.modified());
+        if let (Ok(written), Some(b), Some(e)) = (written, read_json(&bench), read_json(&est)) {
             let group = b["group_id"].as_str().unwrap_or("?").to_string();
             let mut function = b["function_id"].as_str().unwrap_or("").to_string();
             if let Some(v) = b["value_str"].as_str()
@@ -242,8 +534,10 @@ fn collect(dir: &Path, out: &mut Vec<(String, Row)>) {
                     median_ns,
                     throughput,
                 },
+                written,
             ));
-        } else if path.is_dir() && path.file_name().is_some_and(|n| n != "report") {
+        } else if path.is_dir() && !est.exists() && path.file_name().is_some_and(|n| n != "report")
+        {
             collect(&path, out);
         }
     }
@@ -270,55 +564,173 @@ fn human_rate(kind: &str, per_iter: f64, ns: f64) -> String {
     }
 }
 
-fn print_table(criterion_dir: &Path) -> Result<(), String> {
-    let mut rows = Vec::new();
-    collect(criterion_dir, &mut rows);
-    if rows.is_empty() {
-        return Err(format!(
-            "no criterion results under {}",
-            criterion_dir.display()
-        ));
-    }
-    let mut groups: Vec<String> = rows.iter().map(|(g, _)| g.clone()).collect();
-    groups.sort();
-    groups.dedup();
-    println!("\n| group | function | median | throughput | wirekit speed-up |");
-    println!("|---|---|---:|---:|---|");
-    for g in groups {
-        let members: Vec<&Row> = rows
-            .iter()
-            .filter(|(gr, _)| *gr == g)
-            .map(|(_, r)| r)
-            .collect();
-        let ours: Vec<&Row> = members
-            .iter()
-            .copied()
-            .filter(|r| r.function.starts_with("wirekit"))
-            .collect();
-        for r in &members {
-            let tp = r
-                .throughput
-                .as_ref()
-                .map(|(k, n)| human_rate(k, *n, r.median_ns))
-                .unwrap_or_default();
-            // A peer row shows how many times faster each wirekit variant is than that peer.
-            let ratio = if r.function.starts_with("wirekit") {
-                String::from("—")
-            } else {
-                ours.iter()
-                    .map(|w| format!("{} {:.2}x", w.function, r.median_ns / w.median_ns))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            println!(
-                "| {g} | {} | {} | {tp} | {ratio} |",
-                r.function,
-                human_time(r.median_ns)
-            );
+/// A group's results from this run, and the functions with only older results.
+#[derive(Default)]
+struct GroupRun {
+    rows: Vec<Row>,
+    stale: Vec<String>,
+}
+
+/// Every group with a result measured since `since`.
+fn criterion_groups(criterion_dir: &Path, since: SystemTime) -> BTreeMap<String, GroupRun> {
+    let mut results = Vec::new();
+    collect(criterion_dir, &mut results);
+    let mut groups: BTreeMap<String, GroupRun> = BTreeMap::new();
+    let mut stale = Vec::new();
+    for (group, row, written) in results {
+        if written >= since {
+            groups.entry(group).or_default().rows.push(row);
+        } else {
+            stale.push((group, row.function));
         }
     }
-    println!(
-        "\nspeed-up = peer median / wirekit median, same group, same run (>1: wirekit is faster)."
+    for (group, function) in stale {
+        if let Some(run) = groups.get_mut(&group) {
+            run.stale.push(function);
+        }
+    }
+    groups
+}
+
+/// The first column of a section's table (the function names), header and rule excluded.
+fn table_functions(body: &str) -> Vec<String> {
+    body.lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2)
+        .filter_map(|l| l.split('|').nth(1))
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect()
+}
+
+fn group_table(members: &[Row]) -> String {
+    let ours: Vec<&Row> = members
+        .iter()
+        .filter(|r| r.function.starts_with("wirekit"))
+        .collect();
+    let mut table = String::from(
+        "| function | median | throughput | wirekit speed-up |\n|---|---:|---:|---|\n",
     );
-    Ok(())
+    for r in members {
+        let tp = r
+            .throughput
+            .as_ref()
+            .map(|(k, n)| human_rate(k, *n, r.median_ns))
+            .unwrap_or_default();
+        // A peer row shows how many times faster each wirekit variant is than that peer.
+        let ratio = if r.function.starts_with("wirekit") {
+            String::from("—")
+        } else {
+            ours.iter()
+                .map(|w| format!("{} {:.2}x", w.function, r.median_ns / w.median_ns))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        table.push_str(&format!(
+            "| {} | {} | {tp} | {ratio} |\n",
+            r.function,
+            human_time(r.median_ns)
+        ));
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp(commit: &str) -> Stamp {
+        Stamp {
+            date: "2025-01-01 00:00 UTC".into(),
+            commit: commit.into(),
+            machine: "Test CPU, 2 cores, Linux 6.0".into(),
+        }
+    }
+
+    fn sections(stamp: &Stamp, keys: &[&str]) -> BTreeMap<String, String> {
+        keys.iter()
+            .map(|k| {
+                let table =
+                    format!("| function | median |\n|---|---:|\n| wirekit-{k} | 1.0 ns |\n");
+                (k.to_string(), section_body(k, stamp, "", &table))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rendered_sections_parse_back() {
+        let s = stamp("abc1234");
+        let all = sections(&s, &["varint/decode", "zlib/inflate-1k", "pktconn/echo"]);
+        let parsed = parse_sections(&render(&s, &all));
+        assert_eq!(parsed.len(), 3);
+        for (key, body) in &all {
+            assert_eq!(parsed[key].trim_end(), body.trim_end(), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_filtered_run_keeps_the_other_sections() {
+        let old = stamp("old0001");
+        let report = render(&old, &sections(&old, &["framing/decode", "varint/decode"]));
+        let new = stamp("new0002");
+        let fresh = sections(&new, &["varint/decode"]);
+
+        let merged = merge(&report, &fresh, false);
+        assert_eq!(merged.len(), 2);
+        assert!(merged["framing/decode"].contains("old0001"));
+        assert!(merged["varint/decode"].contains("new0002"));
+        assert!(!merged["varint/decode"].contains("old0001"));
+
+        // A full run keeps only what it measured, and the hand-written notes.
+        let with_notes = render(&old, &sections(&old, &["framing/decode", "notes/profile"]));
+        let full = merge(&with_notes, &fresh, true);
+        assert_eq!(
+            full.keys().collect::<Vec<_>>(),
+            ["notes/profile", "varint/decode"]
+        );
+    }
+
+    #[test]
+    fn a_section_lists_its_functions() {
+        let s = stamp("abc1234");
+        let table = "| function | median |\n|---|---:|\n| wirekit | 1 ns |\n| ppp | 2 ns |\n";
+        let body = section_body("proxy/x", &s, "A note | with a bar.", table);
+        assert_eq!(table_functions(&body), ["wirekit", "ppp"]);
+    }
+
+    #[test]
+    fn text_outside_the_markers_is_not_a_section() {
+        let text = "# title\n\nintro | not a table\n<!-- section: a -->\n## a\nbody\n<!-- /section: a -->\nafter\n";
+        let parsed = parse_sections(text);
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed["a"], "## a\nbody\n");
+    }
+
+    #[test]
+    fn printed_tables_are_split_on_other_lines() {
+        let lines: Vec<String> = [
+            "x",
+            "| a | b |",
+            "|---|---|",
+            "| 1 | 2 |",
+            "time: [1 ns]",
+            "| c |",
+            "|---|",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let tables = printed_tables(&lines);
+        assert_eq!(
+            tables,
+            ["| a | b |\n|---|---|\n| 1 | 2 |\n", "| c |\n|---|\n"]
+        );
+    }
+
+    #[test]
+    fn bench_targets_are_read_from_the_manifest() {
+        let targets = bench_targets().unwrap();
+        assert!(targets.iter().any(|t| t == "framing"), "{targets:?}");
+        assert!(targets.iter().all(|t| !t.contains('"')));
+    }
 }

@@ -4,8 +4,10 @@
 //! The firmware is its own Cargo workspace under `firmware/` with its own target directory;
 //! every command here runs cargo there.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+use wirekit_rig::qemu;
 
 use crate::process::{ensure_cargo_tool, root, run_in};
 
@@ -22,8 +24,8 @@ pub struct Board {
 /// Every board, the QEMU one first.
 pub const BOARDS: &[Board] = &[
     Board {
-        name: "qemu-mps2-an385",
-        target: "thumbv7m-none-eabi",
+        name: qemu::BOARD,
+        target: qemu::TARGET,
         // The footprint goal: 2 connections, 4 KiB packets, compression, PROXY and Kerberos.
         budget: Some((96 * 1024, 64 * 1024)),
     },
@@ -43,25 +45,12 @@ pub fn dir() -> PathBuf {
 }
 
 fn board_args(board: &Board) -> Vec<&'static str> {
-    vec![
-        "--release",
-        "--no-default-features",
-        "--features",
-        board.name,
-        "--target",
-        board.target,
-        "--bin",
-        board.name,
-    ]
+    qemu::board_args(board.name, board.target).to_vec()
 }
 
 /// The ELF a release build of `board` produces.
 pub fn elf(board: &Board) -> PathBuf {
-    dir()
-        .join("target")
-        .join(board.target)
-        .join("release")
-        .join(board.name)
+    qemu::release_elf(&dir(), board.name, board.target)
 }
 
 /// Builds `board` in release mode.
@@ -83,23 +72,6 @@ pub fn clippy(board: &Board) -> Result<(), String> {
 /// The `defmt-print` binary, installing it with cargo when it is missing.
 pub fn ensure_defmt_print() -> Result<PathBuf, String> {
     ensure_cargo_tool("defmt-print", &format!("defmt-print@{DEFMT_PRINT_VERSION}"))
-}
-
-/// The QEMU command line that boots `elf` with the service on `127.0.0.1:port` and the QEMU
-/// board's shutdown control port on `127.0.0.1:control_port`.
-pub fn qemu_command(elf: &Path, port: u16, control_port: u16) -> Command {
-    let mut cmd = Command::new("qemu-system-arm");
-    let nic = format!(
-        "user,model=lan9118,hostfwd=tcp:127.0.0.1:{port}-10.0.2.15:7000,\
-         hostfwd=tcp:127.0.0.1:{control_port}-10.0.2.15:7001"
-    );
-    cmd.args(["-machine", "mps2-an385", "-cpu", "cortex-m3"])
-        .args(["-display", "none", "-serial", "null", "-monitor", "none"])
-        .args(["-semihosting-config", "enable=on,target=native"])
-        .args(["-nic", &nic])
-        .arg("-kernel")
-        .arg(elf);
-    cmd
 }
 
 /// `cargo xtask qemu [--port N]`: builds the QEMU board, boots it with the service forwarded to
@@ -131,10 +103,10 @@ pub fn qemu(args: &[String]) -> Result<(), String> {
          `printf 'shutdown\\n' | nc 127.0.0.1 {control}` or Ctrl-C\n",
         elf.display()
     );
-    let mut qemu = qemu_command(&elf, port, control)
+    let mut qemu = qemu::qemu_command(qemu::QEMU_SYSTEM_ARM, &elf, port, control)
         .stdout(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start qemu-system-arm: {e}"))?;
+        .map_err(|e| format!("cannot start {}: {e}", qemu::QEMU_SYSTEM_ARM))?;
     let frames = qemu.stdout.take().ok_or("qemu stdout")?;
     let mut print = Command::new(&decoder)
         .arg("-e")

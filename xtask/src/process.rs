@@ -73,18 +73,7 @@ pub fn print_timings(total: f64) {
     println!("| total | {total:.1} |");
 }
 
-/// `name` on PATH or in cargo's bin directory.
-pub fn find_binary(name: &str) -> Option<PathBuf> {
-    let cargo_bin = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .map(|h| h.join("bin"));
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(cargo_bin)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
+pub use wirekit_rig::tools::find_binary;
 
 /// The binary `name`, installed with `cargo install --locked <spec>` (a pinned `crate@version`)
 /// when it is missing or its `--version` output does not mention the pinned version.

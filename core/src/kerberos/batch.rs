@@ -36,8 +36,9 @@ pub struct KeyRequest<'a> {
 pub const DEFAULT_LANES: usize = 32;
 
 /// The in-flight keys at or below which [`derive_kerberos_keys`] finishes on the scalar path:
-/// one step of 32 baseline x86-64 lanes costs about as much as five or six scalar steps
-/// (measured: 0.9 ms of CPU a key in lanes, 4.8 ms on the scalar path).
+/// one step of 32 baseline x86-64 lanes costs about as much as five or six scalar steps (a key
+/// takes about a fifth of the CPU time in lanes that it takes on the scalar path; the figures
+/// are in the repository's `BENCHMARKS.md`).
 const DEFAULT_SCALAR_TAIL: usize = 4;
 
 /// Derives the key of every request into `out[i]`, in input order, using

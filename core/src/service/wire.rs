@@ -14,6 +14,38 @@
 //! A request whose data does not parse (a derive without a whole VarLong, a set compression
 //! without a whole VarInt or with bytes after it) gets a `0x7F` reply with
 //! [`ErrorCode::MalformedRequest`]; the connection stays open.
+//!
+//! A client builds a derive request's data, the server parses it and answers; an unknown ID
+//! gets an error reply that the client parses back:
+//!
+//! ```
+//! use wirekit_core::service::wire::{
+//!     DeriveRequest, ErrorCode, ErrorReply, Stats, WireError, parse_threshold,
+//! };
+//!
+//! let request = DeriveRequest { pid: 1_800_000_001, password: b"hunter2" };
+//! let mut data = [0u8; 32];
+//! let n = request.encode(&mut data)?;
+//! assert_eq!(n, request.encoded_len());
+//! assert_eq!(DeriveRequest::parse(&data[..n])?, request);
+//! // The pid is a VarLong: cut inside it, the data does not parse.
+//! assert_eq!(DeriveRequest::parse(&data[..2]), Err(WireError::Truncated));
+//!
+//! let reply = ErrorReply { request_id: 0x42, code: ErrorCode::UnknownPacket };
+//! let mut data = [0u8; ErrorReply::MAX_LEN];
+//! let n = reply.encode(&mut data)?;
+//! assert_eq!(&data[..n], &[0x42, 0x01]);
+//! assert_eq!(ErrorReply::parse(&data[..n])?, reply);
+//!
+//! let stats = Stats { connections: 3, frames_in: 1000, ..Stats::default() };
+//! let mut data = [0u8; Stats::MAX_LEN];
+//! let n = stats.encode(&mut data)?;
+//! assert_eq!(Stats::parse(&data[..n])?, stats);
+//! // Set compression carries exactly one VarInt: anything after it is refused.
+//! assert_eq!(parse_threshold(&[0x80, 0x02]), Ok(256));
+//! assert_eq!(parse_threshold(&[0x80, 0x02, 0x00]), Err(WireError::TrailingBytes));
+//! # Ok::<(), Box<dyn core::error::Error>>(())
+//! ```
 
 use core::fmt;
 

@@ -43,36 +43,23 @@
 //! default level's hash chain, which bounds its match distance (1 Ki positions at 16 KiB,
 //! 32 Ki at 320 KiB).
 //!
-//! Measured on the game-packet corpus of `benches/` (five packets per size: entity movement,
-//! chat JSON, NBT-like inventory, chunk-like arrays, NEX RMC-like records), single thread, the
-//! best of repeated timed runs over the five packets in turn, on a shared 2-vCPU Xeon VM;
-//! bytes are the five packets' total, and miniz_oxide's level 1 / level 6 wrote 2172 / 2024
-//! bytes at 1 KiB and 207 495 / 159 918 at 128 KiB. In the same runs zlib-rs's level 1 took
-//! 6.45 µs per 1 KiB packet and ran at 236 MB/s on 128 KiB:
+//! ## Where the time goes
 //!
-//! | workspace | level | 1 KiB: bytes | µs/packet | 128 KiB: bytes | MB/s |
-//! |---|---|---:|---:|---:|---:|
-//! | 4 KiB | Quick | 2585 | 1.5 | 260 223 | 399 |
-//! | 4 KiB | Fast | 2178 | 3.3 | 220 061 | 206 |
-//! | 4 KiB | Default | 2150 | 9.2 | 246 666 | 54 |
-//! | 16 KiB | Quick | 2557 | 1.5 | 246 033 | 430 |
-//! | 16 KiB | Fast | 2137 | 3.1 | 193 964 | 266 |
-//! | 16 KiB | Default | 2003 | 8.8 | 187 570 | 59 |
-//! | 64 KiB | Quick | 2557 | 1.5 | 239 811 | 374 |
-//! | 64 KiB | Fast | 2137 | 3.1 | 187 706 | 289 |
-//! | 64 KiB | Default | 2003 | 8.6 | 167 355 | 59 |
-//! | 320 KiB | Quick | 2557 | 1.5 | 239 811 | 376 |
-//! | 320 KiB | Fast | 2137 | 3.1 | 186 824 | 299 |
-//! | 320 KiB | Default | 2003 | 8.7 | 162 225 | 47 |
+//! `Quick` is the fastest level by far, and its output about the size of zlib-rs's level 1;
+//! `Fast` takes about twice its time for output a little smaller than miniz_oxide's level 1,
+//! still well ahead of zlib-rs's level 1 on game packets; `Default` trades several times
+//! `Fast`'s time for the best ratio. On a small packet `Fast`'s time goes mostly to the
+//! matching that fills the symbol buffer, then to building the two approximate codes (with
+//! their canonical bit patterns and the header's run-length coding) and to the second pass
+//! that writes the buffered symbols; writing the header and the Adler-32 (vectorised with the
+//! `accel` feature's `simd-adler32`) costs little. Much of it is mispredicted branches:
+//! whether a position starts a match is data, decided once while matching and again while
+//! writing. Small workspaces give `Fast` blocks under 2048 symbols and so approximate codes
+//! even on large inputs (a few percent larger output at 4 KiB).
 //!
-//! On a 1 KiB packet `Fast`'s 3.1 µs go roughly to the matching that fills the symbol buffer
-//! (1.4 µs), the second pass that writes the buffered symbols (0.65), the two approximate
-//! codes with their canonical bit patterns and the header's run-length coding (0.9), writing
-//! the header (0.2) and the Adler-32 (under 0.05 with the `accel` feature's `simd-adler32`,
-//! 0.15 without). Much of it is mispredicted branches: whether a position starts a match is
-//! data, decided once while matching and again while writing. Small workspaces give `Fast`
-//! blocks under 2048 symbols and so approximate codes even on large inputs (about 4% larger
-//! output at 4 KiB).
+//! The figures (time per packet, throughput and compressed bytes per level and workspace,
+//! against miniz_oxide, zlib-rs and libdeflate on the game-packet corpus of `benches/`) are in
+//! the repository's `BENCHMARKS.md`, written by `cargo xtask bench zlib`.
 //!
 //! Small workspaces cost ratio mainly on large inputs at the default level (its chain, and so
 //! its reach, shrinks with the workspace); on 1 KiB packets 16 KiB is as good as 320 KiB.

@@ -27,11 +27,11 @@ pub enum Level {
     /// that is smaller (a block under 128 bytes also tries the fixed code). Blocks of fewer
     /// than 2048 symbols get approximate codes, Shannon lengths filled up to a complete code
     /// in linear time, whose header is run-length coded as the code is built: about 1% more
-    /// output than optimal codes, at a fraction of their cost. Measured on the 1 KiB game
-    /// packets (criterion medians, three runs): 3.1-3.2 µs a packet against Quick's 1.5 and
-    /// zlib-rs level 1's 6.6-6.8, 2.08-2.11 times its packets/s, with output 1.6% smaller
-    /// than miniz_oxide level 1's and 16% smaller than Quick's. Inputs under 256 bytes, where
-    /// a dynamic code never pays for its header, take the quick path.
+    /// output than optimal codes, at a fraction of their cost. On game packets it takes about
+    /// twice Quick's time, runs well ahead of zlib-rs's level 1, and writes output a little
+    /// smaller than miniz_oxide's level 1 and clearly smaller than Quick's (the figures are
+    /// in the repository's `BENCHMARKS.md`). Inputs under 256 bytes, where a dynamic code
+    /// never pays for its header, take the quick path.
     Fast,
     /// Lazy matching over hash chains with a dynamic Huffman code per block (zlib's default
     /// strategy); each block is written in whichever of dynamic, fixed or stored is smallest.
@@ -167,8 +167,9 @@ impl Layout {
 /// calls, only hash tables tagged with a generation number so that nothing has to be cleared
 /// per call: one compressor per thread serves every connection. The default level lays its
 /// tables out differently from the quick and fast levels, so the first call after switching
-/// between them clears the workspace once (about 10 µs for [`WORKSPACE_SERVER`]); keep one
-/// compressor per level if the level alternates.
+/// between them clears the workspace once (a pass over all of it, which for
+/// [`WORKSPACE_SERVER`] costs more than compressing a small packet); keep one compressor per
+/// level if the level alternates.
 ///
 /// ```
 /// use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU, compress_bound};
