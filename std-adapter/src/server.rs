@@ -26,7 +26,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +40,7 @@ use tracing::{debug, info, warn};
 use crate::buffer::{INITIAL_BUFFER, InputBuffer};
 use crate::clock;
 use wirekit_core::Needed;
+use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_core::proxy::policy::ProxyConfig;
 use wirekit_core::service::{
     self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
@@ -123,6 +124,38 @@ pub struct Server {
 struct Shared {
     options: ServeOptions,
     counters: Arc<AtomicCounters>,
+    logs: LogLimits,
+}
+
+/// The server's warnings go through the core's log limits: a flood of bad connections (or of
+/// connections past the limit) must not turn the log into the attack. What is dropped is
+/// counted and reported with the next line let through; the counters count every event.
+struct LogLimits {
+    /// "closing connection" (a peer's bad framing, PROXY header, timeout, reset).
+    closes: Mutex<LogLimit>,
+    /// "connection limit reached" and "accept failed".
+    refusals: Mutex<LogLimit>,
+}
+
+impl LogLimits {
+    /// Bursts of 20 lines, then 20 a second, per kind.
+    const LIMIT: LogLimit = LogLimit::new(20, wirekit_core::time::Duration::from_secs(1));
+
+    fn new() -> Self {
+        LogLimits {
+            closes: Mutex::new(Self::LIMIT),
+            refusals: Mutex::new(Self::LIMIT),
+        }
+    }
+
+    /// `Some(suppressed)` when a line under `limit` may be written now.
+    fn allow(limit: &Mutex<LogLimit>) -> Option<u32> {
+        let mut limit = limit.lock().unwrap_or_else(|p| p.into_inner());
+        match limit.check(clock::now()) {
+            LogDecision::Log { suppressed } => Some(suppressed),
+            LogDecision::Suppress => None,
+        }
+    }
 }
 
 impl Server {
@@ -141,6 +174,7 @@ impl Server {
             shared: Arc::new(Shared {
                 options,
                 counters: Arc::new(AtomicCounters::new()),
+                logs: LogLimits::new(),
             }),
         })
     }
@@ -172,14 +206,18 @@ impl Server {
                     Ok(a) => a,
                     Err(e) => {
                         // EMFILE and friends: keep serving the connections we have.
-                        warn!(error = %e, "accept failed");
+                        if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals) {
+                            warn!(error = %e, suppressed, "accept failed");
+                        }
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
                 },
             };
             let Ok(permit) = limit.clone().try_acquire_owned() else {
-                warn!(%peer, "connection limit reached; closing");
+                if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals) {
+                    warn!(%peer, suppressed, "connection limit reached; closing");
+                }
                 drop(stream);
                 continue;
             };
@@ -261,7 +299,11 @@ async fn serve_connection(
     let client = session.proxied_source().unwrap_or(peer);
     match &result {
         Ok(()) => debug!(%client, %peer, "closed"),
-        Err(e) => warn!(%client, %peer, reason = %e, "closing connection"),
+        Err(e) => {
+            if let Some(suppressed) = LogLimits::allow(&shared.logs.closes) {
+                warn!(%client, %peer, reason = %e, suppressed, "closing connection");
+            }
+        }
     }
     let session_error = match &result {
         Err(ConnError::Session(e)) => Some(*e),

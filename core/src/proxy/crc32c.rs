@@ -34,7 +34,8 @@ const fn make_table() -> [u32; 256] {
 /// `wirekit-crc32c`'s hardware path instead.
 static TABLE: [u32; 256] = make_table();
 
-/// A running CRC32C computation, for input that arrives in pieces.
+/// A running CRC32C computation, for input that arrives in pieces, on the portable table
+/// whatever the features (the one-shot functions below use the `accel` backend when enabled).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Crc32c {
     state: u32,
@@ -138,8 +139,10 @@ fn crc32c_zeroed_portable(data: &[u8], at: usize, end: usize) -> u32 {
     c.finish()
 }
 
-/// [`crc32c_append`] on the portable tables, whatever the features.
-pub fn crc32c_append_portable(crc: u32, data: &[u8]) -> u32 {
+/// [`crc32c_append`] on the portable tables, whatever the features (the streaming [`Crc32c`]
+/// is always portable too).
+#[cfg_attr(feature = "accel", allow(dead_code))]
+fn crc32c_append_portable(crc: u32, data: &[u8]) -> u32 {
     let mut c = Crc32c { state: !crc };
     c.update(data);
     c.finish()

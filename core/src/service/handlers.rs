@@ -4,13 +4,13 @@
 use super::counters::Counters;
 use super::session::{Session, SessionError, Step, Want, Workspace};
 use super::wire::{self, DeriveRequest, ErrorCode, ErrorReply, Stats};
-use crate::Status;
 use crate::frame::EncodeError;
 use crate::frame::compressed::max_encoded_len;
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::{encode_frame, encode_packet, frame_len, split_packet};
 use crate::varint::VARINT_MAX_LEN;
 use crate::zlib::Compressor;
+use crate::{BufferTooSmall, Status};
 
 impl Session {
     /// Echoes the fixed-framing payload at the start of `input`, if complete and it fits.
@@ -208,10 +208,16 @@ impl Session {
     }
 
     /// Writes an uncompressed `0x03` frame carrying `threshold`, or returns the room it needs.
-    pub(super) fn reply_threshold(&self, threshold: i32, out: &mut [u8]) -> Result<usize, usize> {
+    pub(super) fn reply_threshold(
+        &self,
+        threshold: i32,
+        out: &mut [u8],
+    ) -> Result<usize, BufferTooSmall> {
         let mut data = [0u8; VARINT_MAX_LEN];
         let n = wire::encode_threshold(threshold, &mut data).expect("5 bytes fit");
-        encode_packet(wire::SET_COMPRESSION, &data[..n], out).map_err(|_| frame_len(1 + n))
+        encode_packet(wire::SET_COMPRESSION, &data[..n], out).map_err(|_| BufferTooSmall {
+            required: frame_len(1 + n),
+        })
     }
 }
 

@@ -378,7 +378,7 @@ impl Session {
                         self.tally.frames_out += 1;
                         self.tally.bytes_out += n as u64;
                     }
-                    Err(required) => return Ok(Want::Output(required)),
+                    Err(e) => return Ok(Want::Output(e.required)),
                 }
                 self.set_incoming(announced);
                 self.encoder.set_threshold(announced);

@@ -255,39 +255,15 @@ impl Stats {
     }
 }
 
-/// Why the server sent a `0x7F` reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum ErrorCode {
-    /// The packet ID is not one the service knows.
-    UnknownPacket,
-    /// The request's data does not parse.
-    MalformedRequest,
-    /// The server cannot do this here (set compression on a server built without zlib).
-    Unsupported,
-    /// A code this version does not know.
-    Unknown(u8),
-}
-
-impl ErrorCode {
-    /// The code's byte.
-    pub const fn to_u8(self) -> u8 {
-        match self {
-            ErrorCode::UnknownPacket => 1,
-            ErrorCode::MalformedRequest => 2,
-            ErrorCode::Unsupported => 3,
-            ErrorCode::Unknown(b) => b,
-        }
-    }
-
-    /// The code for a byte.
-    pub const fn from_u8(b: u8) -> Self {
-        match b {
-            1 => ErrorCode::UnknownPacket,
-            2 => ErrorCode::MalformedRequest,
-            3 => ErrorCode::Unsupported,
-            b => ErrorCode::Unknown(b),
-        }
+enum_with_unknown! {
+    /// Why the server sent a `0x7F` reply.
+    pub enum ErrorCode(u8) {
+        /// The packet ID is not one the service knows.
+        UnknownPacket = 1,
+        /// The request's data does not parse.
+        MalformedRequest = 2,
+        /// The server cannot do this here (set compression on a server built without zlib).
+        Unsupported = 3,
     }
 }
 
@@ -317,7 +293,7 @@ impl ErrorReply {
             return Err(BufferTooSmall { required });
         };
         let n = encode_varint(self.request_id, dst)?;
-        dst[n] = self.code.to_u8();
+        dst[n] = self.code.code();
         Ok(required)
     }
 
@@ -330,7 +306,7 @@ impl ErrorReply {
         }
         Ok(ErrorReply {
             request_id,
-            code: ErrorCode::from_u8(code),
+            code: ErrorCode::from_code(code),
         })
     }
 }
