@@ -27,9 +27,14 @@ pub fn all() -> Result<(), String> {
     // The firmware test rig decodes the QEMU board's defmt log with it.
     crate::firmware::ensure_defmt_print()?;
     // The workspace checks: unused dependencies, and the core's feature combinations.
-    ensure_cargo_tool_debug("cargo-machete", CARGO_MACHETE)?;
+    cargo_machete()?;
     ensure_cargo_tool_debug("cargo-hack", CARGO_HACK)?;
     Ok(())
+}
+
+/// The cargo-machete binary, installed when missing.
+pub fn cargo_machete() -> Result<std::path::PathBuf, String> {
+    ensure_cargo_tool_debug("cargo-machete", CARGO_MACHETE)
 }
 
 /// Finds dependencies no code uses (`cargo xtask test` fails on one).
