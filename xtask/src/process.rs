@@ -89,8 +89,13 @@ pub fn ensure_cargo_tool_debug(name: &str, spec: &str) -> Result<PathBuf, String
 
 fn install_cargo_tool(name: &str, spec: &str, flags: &[&str]) -> Result<PathBuf, String> {
     let version = spec.rsplit('@').next().unwrap_or_default();
+    // Cargo subcommands such as cargo-hack answer `--version` only after their own word.
+    let sub = name.strip_prefix("cargo-").unwrap_or(name);
     let current = find_binary(name).filter(|bin| {
-        output(&bin.to_string_lossy(), &["--version"]).is_some_and(|v| v.contains(version))
+        let bin = bin.to_string_lossy();
+        [vec!["--version"], vec![sub, "--version"]]
+            .iter()
+            .any(|args| output(&bin, args).is_some_and(|v| v.contains(version)))
     });
     if let Some(found) = current {
         return Ok(found);
