@@ -84,6 +84,22 @@ emit("V0_SIG1_DATA", "v0 NEX signature version 1 DATA, RELIABLE|NEED_ACK|HAS_SIZ
 emit("V0_SIG1_DATA_EMPTY", "v0 NEX signature version 1 DATA, empty payload (signature 0x12345678), HAS_SIZE, session 0x5a, seq 6",
      encode(v0s1, packet(0, T.TYPE_DATA, F.FLAG_HAS_SIZE, session=0x5A, seq=6), SESSION_KEY, server_sig))
 
+# A datagram holding two packets (both with HAS_SIZE), which the library reads as two.
+two = (encode(v0, packet(0, T.TYPE_PING, F.FLAG_RELIABLE | F.FLAG_NEED_ACK | F.FLAG_HAS_SIZE, session=0x5A, seq=5), SESSION_KEY, server_sig)
+       + encode(v0, packet(0, T.TYPE_DATA, F.FLAG_RELIABLE | F.FLAG_NEED_ACK | F.FLAG_HAS_SIZE, session=0x5A, seq=2, payload=bytes(range(13))), SESSION_KEY, server_sig))
+assert len(v0.decode(two)) == 2
+emit("V0_TWO_PACKETS", "v0 NEX datagram: V0_PING then V0_DATA", two)
+
+# --- v0, Quazal (u8 type/flags, 4-byte checksum): no Quazal peer runs here; these come from
+# the library's flags_version 0 / checksum_version 0 path, which follows the Quazal documentation.
+vq = prudp.PRUDPMessageV0(settings(0, sigver=0, flags=0, checksum=0))
+emit("QUAZAL_SYN", "Quazal v0 SYN, NEED_ACK, ports 0x31 -> 0x3f (written from the documentation, no Quazal peer)",
+     encode(vq, packet(0, T.TYPE_SYN, F.FLAG_NEED_ACK, src=(3, 1), dst=(3, 15), conn_sig=bytes(4)), b"", b""))
+emit("QUAZAL_DATA", "Quazal v0 DATA, RELIABLE|NEED_ACK|HAS_SIZE, session 7, seq 9, fragment 0, payload 'quazal', keys (empty, V0_CONN_SIG_CLIENT) (written from the documentation, no Quazal peer)",
+     encode(vq, packet(0, T.TYPE_DATA, F.FLAG_RELIABLE | F.FLAG_NEED_ACK | F.FLAG_HAS_SIZE, src=(3, 1), dst=(3, 15), session=7, seq=9, payload=b"quazal"), b"", server_sig))
+emit("QUAZAL_PING", "Quazal v0 PING, RELIABLE|NEED_ACK, session 7, seq 10, no HAS_SIZE, keys (empty, V0_CONN_SIG_CLIENT) (written from the documentation, no Quazal peer)",
+     encode(vq, packet(0, T.TYPE_PING, F.FLAG_RELIABLE | F.FLAG_NEED_ACK, src=(3, 1), dst=(3, 15), session=7, seq=10), b"", server_sig))
+
 # --- v1 ---
 v1 = prudp.PRUDPMessageV1(settings(2))
 c1 = v1.calc_connection_signature(SERVER_ADDR)
@@ -106,6 +122,11 @@ emit("V1_PING", "v1 PING, RELIABLE|NEED_ACK|HAS_SIZE, session 0x5a, seq 3, keys 
      encode(v1, packet(1, T.TYPE_PING, F.FLAG_RELIABLE | F.FLAG_NEED_ACK | F.FLAG_HAS_SIZE, session=0x5A, seq=3), SESSION_KEY, s1))
 emit("V1_DISCONNECT", "v1 DISCONNECT, RELIABLE|NEED_ACK|HAS_SIZE, session 0x5a, seq 4, no session key yet: keys (empty, server's signature)",
      encode(v1, packet(1, T.TYPE_DISCONNECT, F.FLAG_RELIABLE | F.FLAG_NEED_ACK | F.FLAG_HAS_SIZE, session=0x5A, seq=4), b"", s1))
+
+two = (encode(v1, packet(1, T.TYPE_PING, F.FLAG_RELIABLE | F.FLAG_NEED_ACK | F.FLAG_HAS_SIZE, session=0x5A, seq=3), SESSION_KEY, s1)
+       + encode(v1, packet(1, T.TYPE_DATA, F.FLAG_RELIABLE | F.FLAG_NEED_ACK | F.FLAG_HAS_SIZE, session=0x5A, substream=1, seq=2, frag=3, payload=bytes(range(13))), SESSION_KEY, s1))
+assert len(v1.decode(two)) == 2
+emit("V1_TWO_PACKETS", "v1 datagram: V1_PING then V1_DATA", two)
 
 # --- Lite ---
 lite = prudp.PRUDPLiteMessage(settings("lite"))

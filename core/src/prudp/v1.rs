@@ -16,7 +16,7 @@ use crate::kerberos::hmac_md5;
 pub(super) const MAGIC: [u8; 2] = [0xEA, 0xD0];
 
 /// Byte offsets of the fixed part.
-mod field {
+pub(super) mod field {
     use core::ops::Range;
     pub(super) const MAGIC: Range<usize> = 0..2;
     pub(super) const VERSION: usize = 2;
@@ -35,7 +35,7 @@ mod field {
 }
 
 /// The v1 signature of a packet whose signed header bytes, options area and payload are given.
-fn signature(
+pub(super) fn signature(
     settings: &Settings,
     keys: &Keys<'_>,
     packet_type: PacketType,
