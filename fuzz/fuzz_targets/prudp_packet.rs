@@ -8,7 +8,8 @@
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::Status;
 use wirekit_core::prudp::{
-    EncodeError, Flags, Keys, Packet, PacketType, Settings, V0Format, Version, VirtualPort};
+    EncodeError, Flags, Keys, Packet, PacketType, Settings, V0Format, Version, VirtualPort,
+};
 
 const VERSIONS: [Version; 5] = [
     Version::V0(V0Format::NEX),
@@ -27,7 +28,11 @@ fuzz_target!(|data: &[u8]| {
     let version = VERSIONS[usize::from(select & 0x07) % VERSIONS.len()];
     let settings = Settings::new(b"ridfebb9", version);
     let keys = Keys {
-        session_key: if select & 0x08 != 0 { &SESSION_KEY } else { &[] },
+        session_key: if select & 0x08 != 0 {
+            &SESSION_KEY
+        } else {
+            &[]
+        },
         connection_signature: match version {
             Version::V0(_) => &SIGNATURE[..4],
             _ => &SIGNATURE,
@@ -77,9 +82,16 @@ fn build(data: &[u8], version: Version, s: &Settings, k: &Keys<'_>) {
     let quazal = version == Version::V0(V0Format::QUAZAL);
     let packet_type = PacketType::from_raw(h[0] % if quazal { 8 } else { 16 });
     let raw_flags = u16::from_le_bytes([h[1], h[2]]);
-    let flags = Flags(if quazal { raw_flags & 0x1F } else { raw_flags & 0xFFF });
+    let flags = Flags(if quazal {
+        raw_flags & 0x1F
+    } else {
+        raw_flags & 0xFFF
+    });
     let (source, destination) = match version {
-        Version::Lite => (VirtualPort::new(h[3] >> 4, h[4]), VirtualPort::new(h[3] & 0x0F, h[5])),
+        Version::Lite => (
+            VirtualPort::new(h[3] >> 4, h[4]),
+            VirtualPort::new(h[3] & 0x0F, h[5]),
+        ),
         _ => (VirtualPort::from_byte(h[3]), VirtualPort::from_byte(h[4])),
     };
     let data_packet = packet_type == PacketType::Data;
@@ -109,7 +121,8 @@ fn build(data: &[u8], version: Version, s: &Settings, k: &Keys<'_>) {
             p.connection_signature = (present & 1 != 0).then_some(&h[16..32]);
             p.supported_functions =
                 (present & 2 != 0).then(|| u32::from_le_bytes([h[12], h[13], h[14], h[15]]));
-            p.initial_unreliable_seq = (present & 4 != 0).then(|| u16::from_le_bytes([h[12], h[11]]));
+            p.initial_unreliable_seq =
+                (present & 4 != 0).then(|| u16::from_le_bytes([h[12], h[11]]));
             p.max_substream = (present & 8 != 0).then_some(h[13]);
         }
     }

@@ -38,32 +38,53 @@ struct Fields {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        (any::<u8>(), any::<u16>(), any::<[u8; 4]>(), any::<u8>(), any::<u8>()),
+        (
+            any::<u8>(),
+            any::<u16>(),
+            any::<[u8; 4]>(),
+            any::<u8>(),
+            any::<u8>(),
+        ),
         (any::<u16>(), any::<u8>(), any::<Option<[u8; 16]>>()),
-        (any::<Option<u32>>(), any::<Option<u16>>(), any::<Option<u8>>()),
+        (
+            any::<Option<u32>>(),
+            any::<Option<u16>>(),
+            any::<Option<u8>>(),
+        ),
         prop::collection::vec(any::<u8>(), 0..300),
     )
-        .prop_map(|((ptype, flags, ports, session_id, substream_id), (sequence_id, fragment_id, cs), (sf, unrel, max), payload)| Fields {
-            ptype,
-            flags,
-            ports,
-            session_id,
-            substream_id,
-            sequence_id,
-            fragment_id,
-            connection_signature: cs,
-            supported_functions: sf,
-            initial_unreliable_seq: unrel,
-            max_substream: max,
-            payload,
-        })
+        .prop_map(
+            |(
+                (ptype, flags, ports, session_id, substream_id),
+                (sequence_id, fragment_id, cs),
+                (sf, unrel, max),
+                payload,
+            )| Fields {
+                ptype,
+                flags,
+                ports,
+                session_id,
+                substream_id,
+                sequence_id,
+                fragment_id,
+                connection_signature: cs,
+                supported_functions: sf,
+                initial_unreliable_seq: unrel,
+                max_substream: max,
+                payload,
+            },
+        )
 }
 
 /// The packet `f` describes, with every field the version cannot carry at its default.
 fn fit<'a>(f: &'a Fields, version: Version) -> Packet<'a> {
     let quazal = version == Version::V0(V0Format::QUAZAL);
     let packet_type = PacketType::from_raw(if quazal { f.ptype % 8 } else { f.ptype % 16 });
-    let flags = Flags(if quazal { f.flags & 0x1F } else { f.flags & 0xFFF });
+    let flags = Flags(if quazal {
+        f.flags & 0x1F
+    } else {
+        f.flags & 0xFFF
+    });
     let [a, b, c, d] = f.ports;
     let (source, destination) = match version {
         Version::Lite => (VirtualPort::new(a >> 4, c), VirtualPort::new(a & 0x0F, d)),
@@ -81,7 +102,11 @@ fn fit<'a>(f: &'a Fields, version: Version) -> Packet<'a> {
             p.session_id = f.session_id;
             p.fragment_id = if data { f.fragment_id } else { 0 };
             if matches!(packet_type, PacketType::Syn | PacketType::Connect) {
-                p.connection_signature = Some(f.connection_signature.as_ref().map_or(&[0; 4][..], |s| &s[..4]));
+                p.connection_signature = Some(
+                    f.connection_signature
+                        .as_ref()
+                        .map_or(&[0; 4][..], |s| &s[..4]),
+                );
             }
         }
         Version::V1 | Version::Lite => {
@@ -108,7 +133,10 @@ fn keys<'a>(version: Version, session_key: &'a [u8], signature: &'a [u8; 16]) ->
         Version::V0(_) => &[],
         _ => &signature[..],
     };
-    Keys { session_key, connection_signature }
+    Keys {
+        session_key,
+        connection_signature,
+    }
 }
 
 fn encode(p: &Packet<'_>, s: &Settings, k: &Keys<'_>) -> Vec<u8> {

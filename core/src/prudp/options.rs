@@ -147,13 +147,34 @@ mod tests {
     #[test]
     fn decode_rejects_bad_areas() {
         assert!(decode(&[], Set::V1).is_ok());
-        assert_eq!(decode(&[9, 1, 0], Set::V1).err(), Some(Error::UnknownOption));
-        assert_eq!(decode(&[0x80, 16], Set::V1).err(), Some(Error::UnknownOption));
-        assert_eq!(decode(&[2, 1, 0], Set::Lite).err(), Some(Error::UnknownOption));
-        assert_eq!(decode(&[4, 2, 0, 0], Set::V1).err(), Some(Error::OptionSize));
-        assert_eq!(decode(&[3, 2, 0], Set::V1).err(), Some(Error::OptionsTruncated));
-        assert_eq!(decode(&[4, 1, 0, 4], Set::V1).err(), Some(Error::OptionsTruncated));
-        assert_eq!(decode(&[4, 1, 0, 4, 1, 1], Set::V1).err(), Some(Error::DuplicateOption));
+        assert_eq!(
+            decode(&[9, 1, 0], Set::V1).err(),
+            Some(Error::UnknownOption)
+        );
+        assert_eq!(
+            decode(&[0x80, 16], Set::V1).err(),
+            Some(Error::UnknownOption)
+        );
+        assert_eq!(
+            decode(&[2, 1, 0], Set::Lite).err(),
+            Some(Error::UnknownOption)
+        );
+        assert_eq!(
+            decode(&[4, 2, 0, 0], Set::V1).err(),
+            Some(Error::OptionSize)
+        );
+        assert_eq!(
+            decode(&[3, 2, 0], Set::V1).err(),
+            Some(Error::OptionsTruncated)
+        );
+        assert_eq!(
+            decode(&[4, 1, 0, 4], Set::V1).err(),
+            Some(Error::OptionsTruncated)
+        );
+        assert_eq!(
+            decode(&[4, 1, 0, 4, 1, 1], Set::V1).err(),
+            Some(Error::DuplicateOption)
+        );
         let o = decode(&[3, 2, 0x34, 0x12, 0, 4, 1, 2, 3, 4], Set::Lite).unwrap();
         assert_eq!(o.initial_unreliable_seq, Some(0x1234));
         assert_eq!(o.supported_functions, Some(0x0403_0201));

@@ -49,7 +49,10 @@ fn check(settings: &Settings, packet: &Packet<'_>, keys: &Keys<'_>, vector: &[u8
     let mut buf = [0u8; 128];
     let n = packet.encode(settings, keys, &mut buf).unwrap();
     assert_eq!(&buf[..n], vector, "encoding differs from the peer's");
-    let parsed = Packet::parse(vector, settings, keys).unwrap().complete().unwrap();
+    let parsed = Packet::parse(vector, settings, keys)
+        .unwrap()
+        .complete()
+        .unwrap();
     assert_eq!(parsed.packet, *packet);
     assert_eq!(parsed.len, vector.len());
     // Too small a buffer: the required size, nothing written.
@@ -151,13 +154,20 @@ fn v0_nex_vectors() {
         sequence_id: 2,
         ..from_server(PacketType::Data)
     };
-    check(&s, &p, &keys(&SESSION_KEY, &V0_CONN_SIG_SERVER), &V0_DATA_ACK);
+    check(
+        &s,
+        &p,
+        &keys(&SESSION_KEY, &V0_CONN_SIG_SERVER),
+        &V0_DATA_ACK,
+    );
 
     let got: Option<[_; 2]> = {
         let mut it = packets(&V0_TWO_PACKETS, &s, k);
         let two = [it.next(), it.next()];
         assert!(it.next().is_none());
-        two.iter().all(Option::is_some).then(|| two.map(Option::unwrap))
+        two.iter()
+            .all(Option::is_some)
+            .then(|| two.map(Option::unwrap))
     };
     assert_eq!(got, Some([Ok(ping), Ok(data)]));
 }
@@ -260,7 +270,12 @@ fn v1_vectors() {
     };
     check(&s, &connect, &k, &V1_CONNECT);
     // CONNECT is signed without the session key.
-    check(&s, &connect, &keys(&SESSION_KEY, &V1_CONN_SIG_CLIENT), &V1_CONNECT);
+    check(
+        &s,
+        &connect,
+        &keys(&SESSION_KEY, &V1_CONN_SIG_CLIENT),
+        &V1_CONNECT,
+    );
     check_tamper(&s, &k, &V1_CONNECT);
     let p = Packet {
         source: SERVER,
@@ -293,7 +308,12 @@ fn v1_vectors() {
         payload: &[],
         ..data
     };
-    check(&s, &p, &keys(&SESSION_KEY, &V1_CONN_SIG_SERVER), &V1_DATA_ACK);
+    check(
+        &s,
+        &p,
+        &keys(&SESSION_KEY, &V1_CONN_SIG_SERVER),
+        &V1_DATA_ACK,
+    );
     let ping = Packet {
         flags: RELIABLE,
         session_id: 0x5a,
@@ -323,7 +343,11 @@ fn v1_vectors() {
 fn wrong_keys_are_signature_mismatches() {
     let wrong = [0x55u8; 16];
     let cases: [(Settings, Keys<'_>, &[u8]); 6] = [
-        (settings(Version::V1), keys(&wrong, &V1_CONN_SIG_CLIENT), &V1_DATA),
+        (
+            settings(Version::V1),
+            keys(&wrong, &V1_CONN_SIG_CLIENT),
+            &V1_DATA,
+        ),
         (settings(Version::V1), keys(&SESSION_KEY, &wrong), &V1_PING),
         (settings(Version::V1), keys(&[], &wrong), &V1_CONNECT),
         (v0(), keys(&wrong, &V0_CONN_SIG_CLIENT), &V0_DATA),
@@ -336,7 +360,10 @@ fn wrong_keys_are_signature_mismatches() {
     // Another access key changes the v0 checksum seed.
     let other = Settings::new(b"6f599f81", Version::V0(V0Format::NEX));
     let k = keys(&SESSION_KEY, &V0_CONN_SIG_CLIENT);
-    assert_eq!(Packet::parse(&V0_DATA, &other, &k), Err(Error::ChecksumMismatch));
+    assert_eq!(
+        Packet::parse(&V0_DATA, &other, &k),
+        Err(Error::ChecksumMismatch)
+    );
     // A v0 connection signature must be 4 bytes.
     let k = keys(&SESSION_KEY, &wrong);
     assert_eq!(Packet::parse(&V0_PING, &v0(), &k), Err(Error::KeyLength));
@@ -373,7 +400,10 @@ fn lite_vectors() {
         ..syn
     };
     check(&s, &connect, &k, &LITE_CONNECT);
-    let parsed = Packet::parse(&LITE_CONNECT, &s, &k).unwrap().complete().unwrap();
+    let parsed = Packet::parse(&LITE_CONNECT, &s, &k)
+        .unwrap()
+        .complete()
+        .unwrap();
     assert_eq!(parsed.signature.len(), 16);
     let p = Packet {
         source: SERVER,
@@ -501,7 +531,10 @@ fn unknown_types_round_trip() {
         };
         let mut buf = [0u8; 64];
         let n = p.encode(&s, &k, &mut buf).unwrap();
-        let parsed = Packet::parse(&buf[..n], &s, &k).unwrap().complete().unwrap();
+        let parsed = Packet::parse(&buf[..n], &s, &k)
+            .unwrap()
+            .complete()
+            .unwrap();
         assert_eq!(parsed.packet, p);
         // A named type's value in the Unknown arm would not come back as written.
         let p = Packet {

@@ -59,7 +59,10 @@ fn checksum(settings: &Settings, kind: Checksum, data: &[u8]) -> u32 {
     match kind {
         Checksum::Byte => {
             let sum = sum.to_le_bytes();
-            tail.iter().chain(&sum).fold(settings.key_sum, |s, &b| s.wrapping_add(u32::from(b))) & 0xFF
+            tail.iter()
+                .chain(&sum)
+                .fold(settings.key_sum, |s, &b| s.wrapping_add(u32::from(b)))
+                & 0xFF
         }
         Checksum::Word => {
             let mut last = [0u8; 4];
@@ -86,8 +89,8 @@ fn packet_signature(
     payload: &[u8],
 ) -> Result<[u8; 4], BadKeyLength> {
     let with_header = format.data_signature == DataSignature::WithHeader;
-    let hashed = packet_type == PacketType::Data
-        || (packet_type == PacketType::Disconnect && with_header);
+    let hashed =
+        packet_type == PacketType::Data || (packet_type == PacketType::Disconnect && with_header);
     if hashed {
         let d = if with_header {
             hmac_md5(
@@ -162,7 +165,10 @@ pub(super) fn parse<'a>(
     let payload = take(&mut rest, payload_len)?;
     let end = input.len() - rest.len();
     let stored = take(&mut rest, format.checksum_len())?;
-    let stored = stored.iter().rev().fold(0u32, |s, &b| s << 8 | u32::from(b));
+    let stored = stored
+        .iter()
+        .rev()
+        .fold(0u32, |s, &b| s << 8 | u32::from(b));
     if checksum(settings, format.checksum, &input[..end]) != stored {
         return Err(Error::ChecksumMismatch);
     }
