@@ -129,7 +129,7 @@ fn fit<'a>(f: &'a Fields, version: Version) -> Packet<'a> {
 /// Keys for `version`: a v0 connection signature is 4 bytes or none.
 fn keys<'a>(version: Version, session_key: &'a [u8], signature: &'a [u8; 16]) -> Keys<'a> {
     let connection_signature = match version {
-        Version::V0(_) if session_key.len() % 2 == 0 => &signature[..4],
+        Version::V0(_) if session_key.len().is_multiple_of(2) => &signature[..4],
         Version::V0(_) => &[],
         _ => &signature[..],
     };
