@@ -14,6 +14,7 @@
 //! - [`zlib`]: zlib inflate (miniz_oxide's allocation-free core) and wirekit's own compressor.
 //! - [`proxy`]: PROXY protocol v1 and v2 headers, TLVs, CRC32C and the accept policy.
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
+//! - [`prudp`]: NEX PRUDP packets (v0 NEX and Quazal, v1, Lite), checksums and signatures.
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
 //! - `io` (features `embedded-io`, `embedded-io-async`): those codecs over embedded-io byte
@@ -124,6 +125,7 @@ pub mod io;
 pub mod kerberos;
 pub mod limit;
 pub mod proxy;
+pub mod prudp;
 pub mod service;
 pub mod time;
 pub mod varint;

@@ -32,6 +32,9 @@ use crate::BufferTooSmall;
 
 pub use batch::{DEFAULT_LANES, KeyRequest, derive_kerberos_keys, derive_kerberos_keys_in_lanes};
 pub use hmac::hmac_md5;
+// For PRUDP, which signs with the same MD5 and compares signatures the same way.
+pub(crate) use hmac::checksums_equal;
+pub(crate) use md5::md5;
 pub use rc4::Rc4;
 pub use ticket::{
     InternalTicket, OpenedTicket, PidWidth, TicketContents, TicketFormat, TicketVersion,
