@@ -6,8 +6,10 @@
 //! Any transport that implements the traits works the same: a TCP socket (embassy-net's
 //! `TcpSocket`, or `std::net::TcpStream` through `embedded-io-adapters`), a UART, a USB CDC
 //! class, an in-memory `&[u8]`. The examples in `core/examples/` show a host loop over
-//! in-memory transports (`io_blocking`), the service driver over an in-memory async pipe
-//! (`io_async`), and a UART and a USB CDC stand-in (`io_uart`, compile-only).
+//! in-memory transports (`io_blocking`), the same over a loopback `std::net::TcpStream`
+//! through `embedded-io-adapters` (`io_std_tcp`), the service driver over an in-memory async
+//! pipe (`io_async`), and a UART and a USB CDC stand-in (`io_uart`, compile-only); the
+//! firmware (`firmware/src/server.rs`) runs the driver over embassy-net's `TcpSocket`.
 //!
 //! # Reading
 //!
