@@ -135,6 +135,26 @@ fn core_features() -> Result<(), String> {
 /// Packages the library crates together (each one's path dependencies resolved among them) and
 /// builds each from its package, as a user would get it.
 fn package() -> Result<(), String> {
+    // Cargo unpacks the packages of its temporary registry under
+    // `$CARGO_HOME/registry/src/<registry>/<name>-<version>` and reuses a directory it finds
+    // there, so a second run would verify against the first run's sources: clear them.
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")));
+    let version = env!("CARGO_PKG_VERSION");
+    if let Some(src) = cargo_home.map(|h| h.join("registry").join("src"))
+        && let Ok(registries) = std::fs::read_dir(src)
+    {
+        for registry in registries.flatten() {
+            for p in PUBLISHED {
+                let stale = registry.path().join(format!("{p}-{version}"));
+                if stale.is_dir() {
+                    std::fs::remove_dir_all(&stale)
+                        .map_err(|e| format!("removing {}: {e}", stale.display()))?;
+                }
+            }
+        }
+    }
     let mut args = vec!["package", "--locked"];
     for p in PUBLISHED {
         args.extend(["-p", p]);
