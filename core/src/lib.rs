@@ -14,6 +14,7 @@
 //! - [`zlib`]: zlib inflate (miniz_oxide's allocation-free core) and wirekit's own compressor.
 //! - [`proxy`]: PROXY protocol v1 and v2 headers, TLVs, CRC32C and the accept policy.
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
+//! - [`minecraft`]: Minecraft pre-login packets (handshake, status, login, legacy ping).
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
 //! Shared primitives: [`time`] (the caller's monotonic clock, as the core's timers take it).
@@ -29,6 +30,7 @@ extern crate std;
 pub mod frame;
 pub mod kerberos;
 pub mod limit;
+pub mod minecraft;
 pub mod proxy;
 pub mod service;
 pub mod time;
