@@ -521,7 +521,7 @@ mod tests {
 
     #[test]
     fn host_bounds() {
-        let mut d = [b'a'; 300];
+        let d = [b'a'; 300];
         let host255 = core::str::from_utf8(&d[..255]).unwrap();
         assert!(ServerAddress::parse(host255).is_ok());
         let host256 = core::str::from_utf8(&d[..256]).unwrap();

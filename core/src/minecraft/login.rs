@@ -600,3 +600,360 @@ impl Encode for Disconnect<'_> {
         encode_checked(check, self.encoded_len(), out, |w| w.string(self.reason))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BufferTooSmall;
+    use crate::frame::mc::split_packet;
+    use std::vec::Vec;
+
+    /// Packet bodies (ID and data) serialized by npm `minecraft-protocol` 1.68.0's
+    /// `createSerializer({state, isServer, version})` for each release: Login Start for
+    /// "Notch" with UUID 069a79f4-44e9-4726-a5be-fca90e38aaf5 (no signature data), Login
+    /// Success with one signed `textures` property (strict error handling `true` where the
+    /// version has it), Encryption Request with key `01 02 03` and token `09 08 07 06`.
+    const INTEROP: &[(i32, &str, &str, &str)] = &[
+        (
+            47, // 1.8.9
+            "00054e6f746368",
+            "022430363961373966342d343465392d343732362d613562652d666361393065333861616635054e6f746368",
+            "0100030102030409080706",
+        ),
+        (
+            759, // 1.19
+            "00054e6f74636800",
+            "02069a79f444e94726a5befca90e38aaf5054e6f746368010874657874757265730464475634010463326c6e",
+            "0100030102030409080706",
+        ),
+        (
+            760, // 1.19.2
+            "00054e6f7463680001069a79f444e94726a5befca90e38aaf5",
+            "02069a79f444e94726a5befca90e38aaf5054e6f746368010874657874757265730464475634010463326c6e",
+            "0100030102030409080706",
+        ),
+        (
+            763, // 1.20.1
+            "00054e6f74636801069a79f444e94726a5befca90e38aaf5",
+            "02069a79f444e94726a5befca90e38aaf5054e6f746368010874657874757265730464475634010463326c6e",
+            "0100030102030409080706",
+        ),
+        (
+            765, // 1.20.4
+            "00054e6f746368069a79f444e94726a5befca90e38aaf5",
+            "02069a79f444e94726a5befca90e38aaf5054e6f746368010874657874757265730464475634010463326c6e",
+            "0100030102030409080706",
+        ),
+        (
+            767, // 1.21.1
+            "00054e6f746368069a79f444e94726a5befca90e38aaf5",
+            "02069a79f444e94726a5befca90e38aaf5054e6f746368010874657874757265730464475634010463326c6e01",
+            "010003010203040908070601",
+        ),
+        (
+            769, // 1.21.4
+            "00054e6f746368069a79f444e94726a5befca90e38aaf5",
+            "02069a79f444e94726a5befca90e38aaf5054e6f746368010874657874757265730464475634010463326c6e",
+            "010003010203040908070601",
+        ),
+    ];
+
+    const NOTCH: Uuid = 0x069a79f4_44e9_4726_a5be_fca90e38aaf5;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Re-encodes `value`, checks the bytes are `data`, and that every strict prefix of `data`
+    /// is truncated.
+    fn check_vector<P: Encode>(value: &P, data: &[u8], parse: impl Fn(&[u8]) -> Result<(), Error>) {
+        let mut out = [0u8; 256];
+        let n = value.encode(&mut out).unwrap();
+        assert_eq!(n, value.encoded_len());
+        assert_eq!(&out[..n], data);
+        for cut in 0..data.len() {
+            assert_eq!(parse(&data[..cut]), Err(Error::Truncated), "prefix {cut}");
+        }
+    }
+
+    #[test]
+    fn interop_vectors() {
+        for &(v, start, success, enc) in INTEROP {
+            let body = hex(start);
+            let p = split_packet(&body).unwrap();
+            assert_eq!(p.id, LoginStart::ID);
+            let ls = LoginStart::parse(p.data, v).unwrap();
+            assert_eq!(ls.name, "Notch");
+            assert_eq!(ls.signature, None);
+            let want_uuid = if v >= protocol::V1_19_1 { Some(NOTCH) } else { None };
+            assert_eq!(ls.uuid, want_uuid, "version {v}");
+            check_vector(&ls, p.data, |d| LoginStart::parse(d, v).map(drop));
+
+            let body = hex(success);
+            let p = split_packet(&body).unwrap();
+            assert_eq!(p.id, LoginSuccess::ID);
+            let s = LoginSuccess::parse(p.data, v).unwrap();
+            assert_eq!((s.uuid, s.name), (NOTCH, "Notch"));
+            assert_eq!(s.strict_error_handling, v == 767);
+            if v >= protocol::V1_19 {
+                let props: Vec<_> = s.properties.iter().collect();
+                assert_eq!(
+                    props,
+                    [Property {
+                        name: "textures",
+                        value: "dGV4",
+                        signature: Some("c2ln")
+                    }]
+                );
+            } else {
+                assert!(s.properties.is_empty());
+            }
+            check_vector(&s, p.data, |d| LoginSuccess::parse(d, v).map(drop));
+
+            let body = hex(enc);
+            let p = split_packet(&body).unwrap();
+            assert_eq!(p.id, EncryptionRequest::ID);
+            let e = EncryptionRequest::parse(p.data, v).unwrap();
+            assert_eq!(
+                (e.server_id, e.public_key, e.verify_token, e.should_authenticate),
+                ("", &[1, 2, 3][..], &[9, 8, 7, 6][..], true)
+            );
+            check_vector(&e, p.data, |d| EncryptionRequest::parse(d, v).map(drop));
+        }
+    }
+
+    #[test]
+    fn login_start_signature_data() {
+        let key = [0x30u8; 162];
+        let sig = [0x5au8; 512];
+        for (v, uuid) in [(759, None), (760, Some(NOTCH)), (760, None)] {
+            let ls = LoginStart {
+                protocol_version: v,
+                name: "Dinnerbone",
+                signature: Some(SignatureData {
+                    expires_at: 1_700_000_000_000,
+                    public_key: &key,
+                    signature: &sig,
+                }),
+                uuid,
+            };
+            let mut out = [0u8; 1024];
+            let n = ls.encode(&mut out).unwrap();
+            assert_eq!(n, ls.encoded_len());
+            // name, has-signature 1, i64, key (2-byte length), signature (2-byte length).
+            assert_eq!(out[11], 1);
+            assert_eq!(out[12..20], 1_700_000_000_000i64.to_be_bytes());
+            assert_eq!(out[20..22], [0xa2, 0x01]);
+            assert_eq!(LoginStart::parse(&out[..n], v), Ok(ls));
+            for cut in 0..n {
+                assert_eq!(LoginStart::parse(&out[..cut], v), Err(Error::Truncated));
+            }
+        }
+        // A key over 512 bytes is refused from its length.
+        let mut d = [0u8; 16];
+        d[..8].copy_from_slice(&[1, b'a', 1, 0, 0, 0, 0, 0]);
+        d[10..13].copy_from_slice(&[0, 0x81, 0x04]);
+        assert_eq!(LoginStart::parse(&d[..13], 759), Err(Error::ArrayTooLong));
+        assert_eq!(LoginStart::parse(&[1, b'a', 2], 759), Err(Error::BadBool));
+    }
+
+    #[test]
+    fn version_mismatches_refused_when_building() {
+        let base = LoginStart {
+            protocol_version: 764,
+            name: "a",
+            signature: None,
+            uuid: None,
+        };
+        let sig = SignatureData {
+            expires_at: 0,
+            public_key: &[],
+            signature: &[],
+        };
+        let bad = [
+            base,
+            LoginStart {
+                protocol_version: 758,
+                uuid: Some(1),
+                ..base
+            },
+            LoginStart {
+                protocol_version: 761,
+                signature: Some(sig),
+                uuid: Some(1),
+                ..base
+            },
+        ];
+        let mut out = [0x55u8; 64];
+        for ls in bad {
+            assert_eq!(
+                ls.encode(&mut out),
+                Err(EncodeError::Invalid(Error::VersionMismatch))
+            );
+        }
+        let success = LoginSuccess {
+            protocol_version: 768,
+            uuid: 1,
+            name: "a",
+            properties: Properties::EMPTY,
+            strict_error_handling: true,
+        };
+        assert_eq!(
+            success.encode(&mut out),
+            Err(EncodeError::Invalid(Error::VersionMismatch))
+        );
+        let mut props = [0u8; 32];
+        let n = encode_properties(
+            &[Property {
+                name: "n",
+                value: "v",
+                signature: None,
+            }],
+            &mut props,
+        )
+        .unwrap();
+        let with_props = LoginSuccess {
+            protocol_version: 758,
+            strict_error_handling: false,
+            properties: Properties::new_checked(&props[..n]).unwrap(),
+            ..success
+        };
+        assert_eq!(
+            with_props.encode(&mut out),
+            Err(EncodeError::Invalid(Error::VersionMismatch))
+        );
+        let enc = EncryptionRequest {
+            protocol_version: 765,
+            server_id: "",
+            public_key: &[],
+            verify_token: &[],
+            should_authenticate: false,
+        };
+        assert_eq!(
+            enc.encode(&mut out),
+            Err(EncodeError::Invalid(Error::VersionMismatch))
+        );
+        assert_eq!(
+            EncryptionRequest::parse(&[0, 0, 0], 5),
+            Err(Error::VersionMismatch)
+        );
+        assert_eq!(out, [0x55; 64]);
+    }
+
+    #[test]
+    fn name_and_property_bounds() {
+        let mut out = [0u8; 128];
+        let ls = LoginStart {
+            protocol_version: 47,
+            name: "abcdefghijklmnopq",
+            signature: None,
+            uuid: None,
+        };
+        assert_eq!(
+            ls.encode(&mut out),
+            Err(EncodeError::Invalid(Error::StringTooLong))
+        );
+        // 17 bytes declared for a String(16) of ASCII is read (<= 48) and counted as 17 units.
+        let mut d = [b'a'; 18];
+        d[0] = 17;
+        assert_eq!(LoginStart::parse(&d, 47), Err(Error::StringTooLong));
+        d[0] = 16;
+        assert_eq!(LoginStart::parse(&d[..17], 47).unwrap().name.len(), 16);
+        // 49 bytes declared: refused before the bytes.
+        assert_eq!(LoginStart::parse(&[49], 47), Err(Error::StringTooLong));
+
+        // 17 properties: refused from the count, before any entry.
+        let mut s = [0u8; 32];
+        s[16] = 1;
+        s[17] = b'a';
+        s[18] = 17;
+        assert_eq!(
+            LoginSuccess::parse(&s[..19], 759),
+            Err(Error::TooManyProperties)
+        );
+        let many = [Property {
+            name: "n",
+            value: "",
+            signature: None,
+        }; MAX_PROPERTIES + 1];
+        assert_eq!(
+            encode_properties(&many, &mut out),
+            Err(EncodeError::Invalid(Error::TooManyProperties))
+        );
+        let n = encode_properties(&many[..MAX_PROPERTIES], &mut out).unwrap();
+        let p = Properties::new_checked(&out[..n]).unwrap();
+        assert_eq!((p.len(), p.iter().count(), p.encoded_len()), (16, 16, n));
+        assert_eq!(
+            Properties::new_checked(&[0xff, 0xff, 0xff, 0xff, 0x0f]),
+            Err(Error::NegativeLength)
+        );
+        assert_eq!(Properties::new_checked(&[0, 0]), Err(Error::TrailingBytes));
+    }
+
+    #[test]
+    fn textual_uuid_before_1_16() {
+        // 1.7.2 (protocol 4) sent the UUID without hyphens; it is built hyphenated.
+        let mut d = [0u8; 40];
+        d[0] = 32;
+        d[1..33].copy_from_slice(b"069A79F444E94726A5BEFCA90E38AAF5");
+        d[33] = 1;
+        d[34] = b'x';
+        let s = LoginSuccess::parse(&d[..35], 4).unwrap();
+        assert_eq!((s.uuid, s.name), (NOTCH, "x"));
+        let mut out = [0u8; 64];
+        let n = s.encode(&mut out).unwrap();
+        assert_eq!(&out[1..37], b"069a79f4-44e9-4726-a5be-fca90e38aaf5");
+        assert_eq!(LoginSuccess::parse(&out[..n], 4), Ok(s));
+        for bad in [
+            &b"069a79f4-44e9-4726-a5be-fca90e38aaf"[..],
+            b"069a79f4044e9-4726-a5be-fca90e38aaf5",
+            b"g69a79f444e94726a5befca90e38aaf5",
+        ] {
+            d[0] = bad.len() as u8;
+            d[1..1 + bad.len()].copy_from_slice(bad);
+            d[1 + bad.len()] = 0;
+            assert_eq!(
+                LoginSuccess::parse(&d[..2 + bad.len()], 340),
+                Err(Error::BadUuid)
+            );
+        }
+    }
+
+    #[test]
+    fn set_compression_and_disconnect() {
+        // Set Compression to 256, as minecraft-protocol's server sends it.
+        let sc = SetCompression::parse(&[0x80, 0x02]).unwrap();
+        assert_eq!(sc.threshold, 256);
+        check_vector(&sc, &[0x80, 0x02], |d| SetCompression::parse(d).map(drop));
+        let off = SetCompression { threshold: -1 };
+        let mut out = [0u8; 8];
+        assert_eq!(off.encode(&mut out), Ok(5));
+        assert_eq!(SetCompression::parse(&out[..5]), Ok(off));
+        assert_eq!(SetCompression::parse(&[1, 0]), Err(Error::TrailingBytes));
+
+        let json = r#"{"text":"Server is full"}"#;
+        let d = Disconnect { reason: json };
+        let mut data = [0u8; 32];
+        data[0] = json.len() as u8;
+        data[1..1 + json.len()].copy_from_slice(json.as_bytes());
+        let data = &data[..1 + json.len()];
+        assert_eq!(Disconnect::parse(data), Ok(d));
+        check_vector(&d, data, |d| Disconnect::parse(d).map(drop));
+        // 3 * 262144 + 1 declared: refused at once.
+        assert_eq!(
+            Disconnect::parse(&[0x81, 0x80, 0x30]),
+            Err(Error::StringTooLong)
+        );
+        assert_eq!(Disconnect::parse(&[0x80, 0x80, 0x30]), Err(Error::Truncated));
+        let mut small = [0u8; 4];
+        assert_eq!(
+            d.encode_frame(&mut small),
+            Err(EncodeError::BufferTooSmall(BufferTooSmall {
+                required: 2 + data.len()
+            }))
+        );
+    }
+}
