@@ -422,3 +422,198 @@ impl<'a> LegacyKick<'a> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BufferTooSmall;
+    use std::vec::Vec;
+
+    /// A 1.6.4 client (protocol 78) pinging localhost:25565, from the documented layout.
+    const PING_1_6: [u8; 54] = [
+        0xfe, 0x01, 0xfa, // ping, payload, plugin message
+        0x00, 0x0b, // "MC|PingHost": 11 units
+        0x00, b'M', 0x00, b'C', 0x00, b'|', 0x00, b'P', 0x00, b'i', 0x00, b'n', 0x00, b'g', 0x00,
+        b'H', 0x00, b'o', 0x00, b's', 0x00, b't', //
+        0x00, 0x19, // 25 = 7 + 2 * 9
+        0x4e, // protocol 78
+        0x00, 0x09, // "localhost"
+        0x00, b'l', 0x00, b'o', 0x00, b'c', 0x00, b'a', 0x00, b'l', 0x00, b'h', 0x00, b'o', 0x00,
+        b's', 0x00, b't', //
+        0x00, 0x00, 0x63, 0xdd, // 25565
+    ];
+
+    fn utf16(s: &str) -> Vec<u8> {
+        s.encode_utf16().flat_map(u16::to_be_bytes).collect()
+    }
+
+    #[test]
+    fn v1_6_vector() {
+        let (ping, n) = detect(&PING_1_6).unwrap().complete().unwrap();
+        assert_eq!(n, PING_1_6.len());
+        let LegacyPing::V1_6 {
+            protocol,
+            host,
+            port,
+        } = ping
+        else {
+            panic!("not 1.6: {ping:?}")
+        };
+        assert_eq!((protocol, port), (78, 25565));
+        assert!(host.chars().eq("localhost".chars()));
+        assert!(host.host_matches("LocalHost."));
+        assert!(!host.host_matches("localhos"));
+        let mut out = [0u8; 64];
+        assert_eq!(ping.encode(&mut out), Ok(n));
+        assert_eq!(out[..n], PING_1_6);
+        assert_eq!(ping.encoded_len(), n);
+        // Bytes after the ping are not consumed.
+        let mut more = PING_1_6.to_vec();
+        more.push(0x99);
+        assert_eq!(detect(&more).unwrap().complete().unwrap().1, n);
+        assert_eq!(detect_final(&PING_1_6), Ok((ping, n)));
+    }
+
+    #[test]
+    fn every_prefix_is_partial() {
+        for cut in 0..PING_1_6.len() {
+            let st = detect(&PING_1_6[..cut]).unwrap();
+            assert!(st.is_partial(), "prefix {cut}");
+            // From the data length on, the exact count is known.
+            if cut >= 29 {
+                assert_eq!(st, Status::Partial(Needed::Exactly(54 - cut)), "prefix {cut}");
+            }
+            if cut >= 3 {
+                assert_eq!(detect_final(&PING_1_6[..cut]), Err(Error::Truncated));
+            }
+        }
+    }
+
+    #[test]
+    fn older_generations() {
+        assert_eq!(detect(&[0xfe]), Ok(Status::Partial(Needed::Unknown)));
+        assert_eq!(detect_final(&[0xfe]), Ok((LegacyPing::V1_3, 1)));
+        assert_eq!(detect(&[0xfe, 0x01]), Ok(Status::Partial(Needed::Unknown)));
+        assert_eq!(detect_final(&[0xfe, 0x01]), Ok((LegacyPing::V1_4, 2)));
+        assert_eq!(detect_final(&[]), Err(Error::Truncated));
+        let mut out = [0u8; 2];
+        assert_eq!(LegacyPing::V1_4.encode(&mut out), Ok(2));
+        assert_eq!(out, [0xfe, 0x01]);
+        assert_eq!(LegacyPing::V1_3.encode(&mut out), Ok(1));
+        // A modern handshake's first byte, and bad second or third bytes.
+        assert_eq!(detect(&[0x10, 0x00]), Err(Error::NotLegacyPing));
+        assert_eq!(detect(&[0xfe, 0x02]), Err(Error::BadLegacyPing));
+        assert_eq!(detect(&[0xfe, 0x01, 0xfb]), Err(Error::BadLegacyPing));
+    }
+
+    #[test]
+    fn malformed_1_6_refused_early() {
+        let bad = |at: usize, v: u8| {
+            let mut p = PING_1_6;
+            p[at] = v;
+            p
+        };
+        // Wrong channel length, a wrong channel unit: refused from that byte on.
+        assert_eq!(detect(&bad(4, 0x0c)[..5]), Err(Error::BadLegacyPing));
+        assert_eq!(detect(&bad(6, b'X')[..7]), Err(Error::BadLegacyPing));
+        // A data length that disagrees with the host, a too-old protocol, a port over 65535.
+        assert_eq!(detect(&bad(28, 0x1a)), Err(Error::BadLegacyPing));
+        assert_eq!(detect(&bad(29, 72)[..30]), Err(Error::BadLegacyPing));
+        assert_eq!(detect(&bad(51, 0x01)), Err(Error::BadLegacyPing));
+        // An unpaired surrogate in the host.
+        let mut p = bad(32, 0xd8);
+        p[33] = 0x00;
+        assert_eq!(detect(&p), Err(Error::InvalidUtf16));
+        // A host over 255 units, from its length.
+        let mut p = PING_1_6;
+        p[27..29].copy_from_slice(&(7u16 + 512).to_be_bytes());
+        assert_eq!(detect(&p[..29]), Err(Error::BadLegacyPing));
+    }
+
+    #[test]
+    fn kick_v1_4_vector() {
+        let kick = LegacyKick {
+            protocol: 127,
+            version: "1.21.4",
+            motd: "A \u{a7}aMinecraft\u{a7}r server",
+            online: 3,
+            max: -20,
+        };
+        let text = "\u{a7}1\u{0}127\u{0}1.21.4\u{0}A \u{a7}aMinecraft\u{a7}r server\u{0}3\u{0}-20";
+        let units = text.encode_utf16().count();
+        let mut want = std::vec![0xff];
+        want.extend_from_slice(&(units as u16).to_be_bytes());
+        want.extend(utf16(text));
+        let mut out = [0u8; 256];
+        let n = kick.encode(KickFormat::V1_4, &mut out).unwrap();
+        assert_eq!(n, kick.encoded_len(KickFormat::V1_4));
+        assert_eq!(out[..n], want[..]);
+        // The start, written out: FF, 0x002a (42) units, "§1\0".
+        assert_eq!(out[..9], [0xff, 0x00, 0x2a, 0x00, 0xa7, 0x00, b'1', 0x00, 0x00]);
+        let mut small = [0x55u8; 16];
+        assert_eq!(
+            kick.encode(KickFormat::V1_4, &mut small),
+            Err(EncodeError::BufferTooSmall(BufferTooSmall { required: n }))
+        );
+        assert_eq!(small, [0x55; 16]);
+    }
+
+    #[test]
+    fn kick_v1_3_and_bounds() {
+        let kick = LegacyKick {
+            protocol: 78,
+            version: "1.6.4",
+            motd: "hi",
+            online: 0,
+            max: i32::MIN,
+        };
+        assert_eq!(KickFormat::for_ping(&LegacyPing::V1_3), KickFormat::V1_3);
+        let mut out = [0u8; 64];
+        let n = kick.encode(KickFormat::V1_3, &mut out).unwrap();
+        let text = "hi\u{a7}0\u{a7}-2147483648";
+        assert_eq!(out[1..3], (text.encode_utf16().count() as u16).to_be_bytes());
+        assert_eq!(out[3..n], utf16(text)[..]);
+        let sep = LegacyKick {
+            motd: "a\u{a7}b",
+            ..kick
+        };
+        assert_eq!(
+            sep.encode(KickFormat::V1_3, &mut out),
+            Err(EncodeError::Invalid(Error::LegacyKickSeparator))
+        );
+        let nul = LegacyKick {
+            version: "a\0",
+            ..kick
+        };
+        assert_eq!(
+            nul.encode(KickFormat::V1_4, &mut out),
+            Err(EncodeError::Invalid(Error::LegacyKickSeparator))
+        );
+        let long = "x".repeat(65535);
+        let over = LegacyKick {
+            motd: &long,
+            ..kick
+        };
+        assert_eq!(
+            over.encode(KickFormat::V1_3, &mut out),
+            Err(EncodeError::Invalid(Error::StringTooLong))
+        );
+        let fits = LegacyKick {
+            motd: &long[..65535 - 4],
+            online: 0,
+            max: 0,
+            ..kick
+        };
+        let mut big = std::vec![0u8; 3 + 2 * 65535];
+        assert_eq!(fits.encode(KickFormat::V1_3, &mut big), Ok(big.len()));
+        assert_eq!(big[1..3], [0xff, 0xff]);
+    }
+
+    #[test]
+    fn decimal_digits() {
+        for v in [0, 7, -7, 10, 25565, i32::MAX, i32::MIN] {
+            let (d, n) = decimal(v);
+            assert_eq!(core::str::from_utf8(&d[..n]).unwrap(), std::format!("{v}"));
+        }
+    }
+}
