@@ -409,6 +409,62 @@ mod tests {
         assert_eq!(hs.frame_len(), 17);
     }
 
+    /// Handshake bodies serialized by npm `minecraft-protocol` 1.68.0's
+    /// `createSerializer({state: 'handshaking', isServer: false, version})` for 1.8.9 (47) and
+    /// 1.21.4 (769): host "Play.Example.com.\0FML3\0", port 25565, next state 2.
+    const INTEROP_47: [u8; 29] = [
+        0x00, 0x2f, 0x17, b'P', b'l', b'a', b'y', b'.', b'E', b'x', b'a', b'm', b'p', b'l', b'e',
+        b'.', b'c', b'o', b'm', b'.', 0x00, b'F', b'M', b'L', b'3', 0x00, 0x63, 0xdd, 0x02,
+    ];
+    const INTEROP_769: [u8; 30] = [
+        0x00, 0x81, 0x06, 0x17, b'P', b'l', b'a', b'y', b'.', b'E', b'x', b'a', b'm', b'p', b'l',
+        b'e', b'.', b'c', b'o', b'm', b'.', 0x00, b'F', b'M', b'L', b'3', 0x00, 0x63, 0xdd, 0x02,
+    ];
+
+    #[test]
+    fn interop_vectors() {
+        for (body, v) in [(&INTEROP_47[..], 47), (&INTEROP_769[..], 769)] {
+            let d = data(body);
+            let hs = Handshake::parse(d).unwrap();
+            assert_eq!(hs.protocol_version, v);
+            assert_eq!(hs.address.host, "Play.Example.com.");
+            assert_eq!(hs.address.forge, Some(ForgeMarker::Fml3));
+            assert!(hs.address.host_matches("play.example.com"));
+            assert_eq!((hs.port, hs.next_state), (25565, NextState::Login));
+            round_trip(&hs, d);
+            every_prefix_truncated(d);
+        }
+    }
+
+    #[test]
+    fn whole_field_bound() {
+        // 255-char host + marker + a TCPShield suffix up to exactly 1024 units.
+        let mut field = [b'h'; 1025];
+        field[255..261].copy_from_slice(b"\0FML2\0");
+        field[261..].fill(b's');
+        field[261..285].copy_from_slice(b"///1.2.3.4:25565///1700/");
+        field[285] = b'/';
+        field[286] = b'/';
+        let at = core::str::from_utf8(&field[..1024]).unwrap();
+        let a = ServerAddress::parse(at).unwrap();
+        assert_eq!(a.host.len(), 255);
+        assert_eq!(a.tcpshield.unwrap().signature.unwrap().len(), 1024 - 287);
+        assert_eq!(a.check(), Ok(()));
+        let hs = Handshake {
+            protocol_version: 765,
+            address: a,
+            port: 1,
+            next_state: NextState::Transfer,
+        };
+        let mut out = [0u8; 1100];
+        let n = hs.encode(&mut out).unwrap();
+        assert_eq!(&out[3..n - 3], at.as_bytes());
+        round_trip(&hs, &out[..n]);
+        let over = core::str::from_utf8(&field[..1025]).unwrap();
+        let a = ServerAddress::parse(over).unwrap();
+        assert_eq!(a.check(), Err(Error::StringTooLong));
+    }
+
     #[test]
     fn ping_only_protocol_and_states() {
         // Protocol -1, "a", port 1, each next state.
