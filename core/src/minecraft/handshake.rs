@@ -458,7 +458,7 @@ mod tests {
         };
         let mut out = [0u8; 1100];
         let n = hs.encode(&mut out).unwrap();
-        assert_eq!(&out[3..n - 3], at.as_bytes());
+        assert_eq!(&out[4..n - 3], at.as_bytes());
         round_trip(&hs, &out[..n]);
         let over = core::str::from_utf8(&field[..1025]).unwrap();
         let a = ServerAddress::parse(over).unwrap();
