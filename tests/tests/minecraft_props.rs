@@ -10,8 +10,8 @@ use wirekit_core::minecraft::handshake::{
 };
 use wirekit_core::minecraft::legacy::{self, LegacyPing, Utf16Be};
 use wirekit_core::minecraft::login::{
-    Disconnect, EncryptionRequest, LoginStart, LoginSuccess, Properties, Property,
-    SetCompression, SignatureData, encode_properties,
+    Disconnect, EncryptionRequest, LoginStart, LoginSuccess, Properties, Property, SetCompression,
+    SignatureData, encode_properties,
 };
 use wirekit_core::minecraft::status::{Ping, StatusResponse};
 use wirekit_core::minecraft::{Encode, Error, protocol};
@@ -44,7 +44,11 @@ fn build<P: Encode>(value: &P) -> Vec<u8> {
 /// Every strict prefix of `data` is truncated; `parse_err` gives a parser's error, if any.
 fn prefixes_truncated(data: &[u8], parse_err: impl Fn(&[u8]) -> Option<Error>) {
     for cut in 0..data.len() {
-        assert_eq!(parse_err(&data[..cut]), Some(Error::Truncated), "prefix {cut}");
+        assert_eq!(
+            parse_err(&data[..cut]),
+            Some(Error::Truncated),
+            "prefix {cut}"
+        );
     }
 }
 

@@ -46,7 +46,7 @@ pub struct Utf16Be<'a> {
 impl<'a> Utf16Be<'a> {
     /// Validates `bytes` as UTF-16BE: an even length and no unpaired surrogate.
     pub fn new_checked(bytes: &'a [u8]) -> Result<Self, Error> {
-        if bytes.len() % 2 != 0 {
+        if !bytes.len().is_multiple_of(2) {
             return Err(Error::InvalidUtf16);
         }
         let s = Utf16Be { bytes };
@@ -481,7 +481,11 @@ mod tests {
             assert!(st.is_partial(), "prefix {cut}");
             // From the data length on, the exact count is known.
             if cut >= 29 {
-                assert_eq!(st, Status::Partial(Needed::Exactly(54 - cut)), "prefix {cut}");
+                assert_eq!(
+                    st,
+                    Status::Partial(Needed::Exactly(54 - cut)),
+                    "prefix {cut}"
+                );
             }
             if cut >= 3 {
                 assert_eq!(detect_final(&PING_1_6[..cut]), Err(Error::Truncated));
@@ -549,7 +553,10 @@ mod tests {
         assert_eq!(n, kick.encoded_len(KickFormat::V1_4));
         assert_eq!(out[..n], want[..]);
         // The start, written out: FF, 0x002a (42) units, "§1\0".
-        assert_eq!(out[..9], [0xff, 0x00, 0x2a, 0x00, 0xa7, 0x00, b'1', 0x00, 0x00]);
+        assert_eq!(
+            out[..9],
+            [0xff, 0x00, 0x2a, 0x00, 0xa7, 0x00, b'1', 0x00, 0x00]
+        );
         let mut small = [0x55u8; 16];
         assert_eq!(
             kick.encode(KickFormat::V1_4, &mut small),
@@ -571,7 +578,10 @@ mod tests {
         let mut out = [0u8; 64];
         let n = kick.encode(KickFormat::V1_3, &mut out).unwrap();
         let text = "hi\u{a7}0\u{a7}-2147483648";
-        assert_eq!(out[1..3], (text.encode_utf16().count() as u16).to_be_bytes());
+        assert_eq!(
+            out[1..3],
+            (text.encode_utf16().count() as u16).to_be_bytes()
+        );
         assert_eq!(out[3..n], utf16(text)[..]);
         let sep = LegacyKick {
             motd: "a\u{a7}b",

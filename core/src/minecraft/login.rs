@@ -145,9 +145,7 @@ impl<'a> LoginStart<'a> {
             s.check()?;
         }
         match (uuid_field, self.uuid) {
-            (UuidField::Absent, Some(_)) | (UuidField::Always, None) => {
-                Err(Error::VersionMismatch)
-            }
+            (UuidField::Absent, Some(_)) | (UuidField::Always, None) => Err(Error::VersionMismatch),
             _ => Ok(()),
         }
     }
@@ -300,7 +298,9 @@ impl Encode for SetCompression {
     }
 
     fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
-        encode_checked(Ok(()), self.encoded_len(), out, |w| w.varint(self.threshold))
+        encode_checked(Ok(()), self.encoded_len(), out, |w| {
+            w.varint(self.threshold)
+        })
     }
 }
 
@@ -407,7 +407,10 @@ impl<'a> Properties<'a> {
 
 /// Writes `properties` as a Login Success properties array (VarInt count and entries) into
 /// `out`; [`Properties::new_checked`] reads it back. On error nothing is written.
-pub fn encode_properties(properties: &[Property<'_>], out: &mut [u8]) -> Result<usize, EncodeError> {
+pub fn encode_properties(
+    properties: &[Property<'_>],
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
     let check = if properties.len() > MAX_PROPERTIES {
         Err(Error::TooManyProperties)
     } else {
@@ -688,7 +691,11 @@ mod tests {
             let ls = LoginStart::parse(p.data, v).unwrap();
             assert_eq!(ls.name, "Notch");
             assert_eq!(ls.signature, None);
-            let want_uuid = if v >= protocol::V1_19_1 { Some(NOTCH) } else { None };
+            let want_uuid = if v >= protocol::V1_19_1 {
+                Some(NOTCH)
+            } else {
+                None
+            };
             assert_eq!(ls.uuid, want_uuid, "version {v}");
             check_vector(&ls, p.data, |d| LoginStart::parse(d, v).map(drop));
 
@@ -718,7 +725,12 @@ mod tests {
             assert_eq!(p.id, EncryptionRequest::ID);
             let e = EncryptionRequest::parse(p.data, v).unwrap();
             assert_eq!(
-                (e.server_id, e.public_key, e.verify_token, e.should_authenticate),
+                (
+                    e.server_id,
+                    e.public_key,
+                    e.verify_token,
+                    e.should_authenticate
+                ),
                 ("", &[1, 2, 3][..], &[9, 8, 7, 6][..], true)
             );
             check_vector(&e, p.data, |d| EncryptionRequest::parse(d, v).map(drop));
@@ -947,7 +959,10 @@ mod tests {
             Disconnect::parse(&[0x81, 0x80, 0x30]),
             Err(Error::StringTooLong)
         );
-        assert_eq!(Disconnect::parse(&[0x80, 0x80, 0x30]), Err(Error::Truncated));
+        assert_eq!(
+            Disconnect::parse(&[0x80, 0x80, 0x30]),
+            Err(Error::Truncated)
+        );
         let mut small = [0u8; 4];
         assert_eq!(
             d.encode_frame(&mut small),

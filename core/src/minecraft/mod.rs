@@ -503,8 +503,19 @@ mod tests {
 
     #[test]
     fn utf16_len_matches_std() {
-        for s in ["", "a", "\u{e9}", "\u{20AC}", "\u{1F600}", "a\u{10FFFF}\u{7FF}z"] {
-            assert_eq!(utf16_len_of_utf8(s.as_bytes()), s.encode_utf16().count(), "{s:?}");
+        for s in [
+            "",
+            "a",
+            "\u{e9}",
+            "\u{20AC}",
+            "\u{1F600}",
+            "a\u{10FFFF}\u{7FF}z",
+        ] {
+            assert_eq!(
+                utf16_len_of_utf8(s.as_bytes()),
+                s.encode_utf16().count(),
+                "{s:?}"
+            );
         }
     }
 

@@ -5,9 +5,7 @@
 //! A proxy that answers the status itself must answer the Ping too: real clients discard a
 //! status whose Ping goes unanswered.
 
-use super::{
-    Encode, EncodeError, Error, Reader, check_string, encode_checked, string_len,
-};
+use super::{Encode, EncodeError, Error, Reader, check_string, encode_checked, string_len};
 
 /// The longest status JSON, in UTF-16 code units.
 pub const MAX_STATUS_JSON_LEN: usize = 32767;
@@ -111,7 +109,9 @@ mod tests {
 
     #[test]
     fn request_and_ping_frames() {
-        let f = FrameDecoder::new().decode_frame(&STATUS_REQUEST_FRAME).unwrap();
+        let f = FrameDecoder::new()
+            .decode_frame(&STATUS_REQUEST_FRAME)
+            .unwrap();
         let p = split_packet(f.complete().unwrap().body).unwrap();
         assert_eq!(p.id, StatusRequest::ID);
         assert_eq!(StatusRequest::parse(p.data), Ok(StatusRequest));
