@@ -8,7 +8,7 @@
 //! is copied. A packet body is complete once it is framed, so a body that ends inside a field is
 //! [`Error::Truncated`] (never `Partial`), and bytes after the last field are
 //! [`Error::TrailingBytes`]. Only the [`legacy`] ping detector works on a stream (the legacy
-//! ping is not length-prefixed) and returns [`Status::Partial`](crate::Status::Partial).
+//! ping is not length-prefixed) and returns [`Status::Partial`].
 //!
 //! Every packet type implements [`Encode`]: `encoded_len()` up front, `encode` writing the data
 //! into the caller's buffer (untouched on error), and `encode_frame` writing the whole frame
@@ -18,6 +18,7 @@
 //!
 //! ```
 //! use wirekit_core::frame::mc::split_packet;
+//! use wirekit_core::minecraft::Encode;
 //! use wirekit_core::minecraft::handshake::{Handshake, NextState};
 //!
 //! // A vanilla 1.20.1 client (protocol 763) logging in to localhost:25565.
