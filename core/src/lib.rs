@@ -15,6 +15,7 @@
 //! - [`proxy`]: PROXY protocol v1 and v2 headers, TLVs, CRC32C and the accept policy.
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
 //! - [`prudp`]: NEX PRUDP packets (v0 NEX and Quazal, v1, Lite), checksums and signatures.
+//! - [`minecraft`]: Minecraft pre-login packets (handshake, status, login, legacy ping).
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
 //! - `io` (features `embedded-io`, `embedded-io-async`): those codecs over embedded-io byte
@@ -124,6 +125,7 @@ pub mod frame;
 pub mod io;
 pub mod kerberos;
 pub mod limit;
+pub mod minecraft;
 pub mod proxy;
 pub mod prudp;
 pub mod service;
