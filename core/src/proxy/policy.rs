@@ -239,7 +239,9 @@ impl fmt::Display for Cidr {
 
 /// How many trusted networks a [`ProxyConfig`] holds (a fixed capacity: the config is a
 /// `Copy` value inside the service [`Config`](crate::service::Config), with no allocation).
-pub const MAX_TRUSTED: usize = 8;
+/// 32 covers a cloud load balancer's published ranges (Cloudflare lists 22) with room to
+/// spare; a session keeps only the policy judged for its peer, not the list.
+pub const MAX_TRUSTED: usize = 32;
 
 /// The default time a connection has to complete its PROXY header: 5 s (the spec asks for at
 /// least 3).

@@ -10,6 +10,7 @@ use crate::frame::compressed::{
 };
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::FrameDecoder;
+use crate::proxy::Limits;
 use crate::proxy::policy::{self, Decision, Policy, Reason, Source};
 use crate::time::Instant;
 use crate::zlib::{Compressor, Inflater};
@@ -191,7 +192,13 @@ enum State {
 /// One connection's service state. See the [module docs](super) for how to drive it.
 #[derive(Debug, Clone)]
 pub struct Session {
-    pub(super) config: Config,
+    /// The config's framing (fixed framing with the session's maximum payload).
+    framing: Framing,
+    /// The threshold announced in the greeting (negative: none).
+    announced: i32,
+    /// The PROXY header limits. Only what a running session needs of the [`Config`] is kept:
+    /// not its trusted networks, which [`for_peer`](Self::for_peer) has already judged.
+    proxy_limits: Limits,
     state: State,
     /// Uncompressed frames (incoming threshold negative).
     pub(super) decoder: FrameDecoder,
@@ -241,7 +248,9 @@ impl Session {
             )));
         }
         Session {
-            config,
+            framing: config.framing(),
+            announced: config.compression_threshold(),
+            proxy_limits: config.proxy().limits(),
             state: State::Start,
             decoder: FrameDecoder::new().with_max_frame_len(config.max_packet_len()),
             compressed: Self::compressed_decoder(&config, -1),
@@ -366,8 +375,8 @@ impl Session {
         written: &mut usize,
     ) -> Result<Want, SessionError> {
         if self.state == State::Start {
-            let announced = self.config.compression_threshold();
-            if announced >= 0 && self.config.framing() == Framing::VarInt {
+            let announced = self.announced;
+            if announced >= 0 && self.framing == Framing::VarInt {
                 if ws.zlib.is_none() {
                     return Err(SessionError::CompressionUnavailable);
                 }
@@ -391,7 +400,7 @@ impl Session {
             };
         }
         if self.state == State::Proxy {
-            let limits = self.config.proxy().limits();
+            let limits = self.proxy_limits;
             let decision = match policy::read_header(self.policy, &limits, input) {
                 Status::Partial(needed) => return Ok(Want::Input(needed)),
                 Status::Complete(decision) => decision,
@@ -411,7 +420,7 @@ impl Session {
         loop {
             let rest = &input[*consumed..];
             let room = &mut out[*written..];
-            let step = match self.config.framing() {
+            let step = match self.framing {
                 Framing::VarInt => self.step_varint(rest, room, ws, counters)?,
                 Framing::Fixed(format) => self.step_fixed(format, rest, room)?,
             };
