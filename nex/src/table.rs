@@ -1,0 +1,364 @@
+//! The connection table: one entry per (peer address, stream type, port), bounded overall and
+//! per source address, with idle expiry.
+//!
+//! Everything is reserved when the table is made: a slab of `capacity` slots, a free list, and
+//! two hash maps sized at twice the most entries they can ever hold. The doubling is what keeps
+//! the steady state allocation-free: the standard `HashMap` (hashbrown) rehashes in place, without
+//! allocating, while it holds at most half of what it can hold, so inserts after many removals
+//! (tombstones) never grow it.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+use wirekit_core::prudp::VirtualPort;
+use wirekit_core::time::{Duration, Instant};
+
+/// What identifies a PRUDP connection on a server socket: the peer's address and the virtual
+/// port it speaks from (NEX clients use stream type 10, port 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnectionKey {
+    /// The peer's UDP address.
+    pub peer: SocketAddr,
+    /// The peer's stream type (the high nibble of its virtual port byte).
+    pub stream_type: u8,
+    /// The peer's port (the low nibble).
+    pub port: u8,
+}
+
+impl ConnectionKey {
+    /// The key for a peer address and the virtual port its packets come from.
+    pub const fn new(peer: SocketAddr, source: VirtualPort) -> Self {
+        ConnectionKey {
+            peer,
+            stream_type: source.stream_type,
+            port: source.port,
+        }
+    }
+}
+
+/// The bounds of a [`ConnectionTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLimits {
+    /// The most connections at once.
+    pub max_connections: usize,
+    /// The most connections from one source IP address (all its ports and virtual ports).
+    pub max_per_source: u32,
+    /// A connection that has sent nothing accepted for this long is removed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for TableLimits {
+    /// 4096 connections, 16 per source address, 60 s idle (NEX clients ping every few
+    /// seconds).
+    fn default() -> Self {
+        TableLimits {
+            max_connections: 4096,
+            max_per_source: 16,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a connection was not added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertError {
+    /// The table holds [`TableLimits::max_connections`] already.
+    Full,
+    /// The source address holds [`TableLimits::max_per_source`] already.
+    SourceLimit,
+    /// The key is in the table already.
+    Exists,
+}
+
+impl InsertError {
+    /// A short description.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            InsertError::Full => "connection table full",
+            InsertError::SourceLimit => "too many connections from this source address",
+            InsertError::Exists => "connection exists already",
+        }
+    }
+}
+
+impl std::fmt::Display for InsertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::error::Error for InsertError {}
+
+/// One occupied slot.
+struct Entry<S> {
+    key: ConnectionKey,
+    last_seen: Instant,
+    state: S,
+}
+
+/// The connections of one worker, generic over the per-connection state `S` (the core's PRUDP
+/// connection once it exists; anything a [`DatagramHandler`](crate::DatagramHandler) keeps).
+pub struct ConnectionTable<S> {
+    limits: TableLimits,
+    slots: Vec<Option<Entry<S>>>,
+    free: Vec<u32>,
+    index: HashMap<ConnectionKey, u32>,
+    per_source: HashMap<IpAddr, u32>,
+}
+
+impl<S> ConnectionTable<S> {
+    /// An empty table with everything it will ever need reserved.
+    pub fn new(limits: TableLimits) -> Self {
+        let cap = limits.max_connections;
+        let mut slots = Vec::with_capacity(cap);
+        slots.resize_with(cap, || None);
+        ConnectionTable {
+            limits,
+            slots,
+            // Popped from the end: slot 0 first.
+            free: (0..cap as u32).rev().collect(),
+            index: HashMap::with_capacity(cap.saturating_mul(2)),
+            per_source: HashMap::with_capacity(cap.saturating_mul(2)),
+        }
+    }
+
+    /// The limits the table was made with.
+    pub const fn limits(&self) -> &TableLimits {
+        &self.limits
+    }
+
+    /// The number of connections.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// `true` if there are no connections.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The connections from one source IP address.
+    pub fn source_count(&self, ip: IpAddr) -> u32 {
+        self.per_source.get(&ip).copied().unwrap_or(0)
+    }
+
+    /// The state of a connection.
+    pub fn get_mut(&mut self, key: &ConnectionKey) -> Option<&mut S> {
+        let slot = *self.index.get(key)?;
+        self.slots[slot as usize].as_mut().map(|e| &mut e.state)
+    }
+
+    /// Marks a connection as heard from at `now` (idle expiry counts from here).
+    pub fn touch(&mut self, key: &ConnectionKey, now: Instant) {
+        if let Some(&slot) = self.index.get(key)
+            && let Some(e) = self.slots[slot as usize].as_mut()
+        {
+            e.last_seen = now;
+        }
+    }
+
+    /// Whether `insert` of this key would succeed, without inserting.
+    pub fn check_insert(&self, key: &ConnectionKey) -> Result<(), InsertError> {
+        if self.index.contains_key(key) {
+            return Err(InsertError::Exists);
+        }
+        if self.free.is_empty() {
+            return Err(InsertError::Full);
+        }
+        if self.source_count(key.peer.ip()) >= self.limits.max_per_source {
+            return Err(InsertError::SourceLimit);
+        }
+        Ok(())
+    }
+
+    /// Adds a connection heard from at `now`; on an error the state is handed back.
+    pub fn insert(
+        &mut self,
+        key: ConnectionKey,
+        state: S,
+        now: Instant,
+    ) -> Result<&mut S, (InsertError, S)> {
+        if let Err(e) = self.check_insert(&key) {
+            return Err((e, state));
+        }
+        let Some(slot) = self.free.pop() else {
+            return Err((InsertError::Full, state));
+        };
+        *self.per_source.entry(key.peer.ip()).or_insert(0) += 1;
+        self.index.insert(key, slot);
+        let entry = self.slots[slot as usize].insert(Entry {
+            key,
+            last_seen: now,
+            state,
+        });
+        Ok(&mut entry.state)
+    }
+
+    /// Removes a connection and returns its state.
+    pub fn remove(&mut self, key: &ConnectionKey) -> Option<S> {
+        let slot = self.index.remove(key)?;
+        let entry = self.slots[slot as usize].take()?;
+        self.release(slot, &entry.key);
+        Some(entry.state)
+    }
+
+    fn release(&mut self, slot: u32, key: &ConnectionKey) {
+        self.free.push(slot);
+        let ip = key.peer.ip();
+        if let Some(n) = self.per_source.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&ip);
+            }
+        }
+    }
+
+    /// Visits every connection with [`Sweep::Live`]; those for which `f` returns `false`, and
+    /// those idle past the limit at `now`, are removed and handed to `f` again as
+    /// [`Sweep::Removed`] (whose return value is ignored).
+    pub fn retain(
+        &mut self,
+        now: Instant,
+        mut f: impl FnMut(&ConnectionKey, Sweep<'_, S>) -> bool,
+    ) {
+        for slot in 0..self.slots.len() {
+            let Some(e) = self.slots[slot].as_mut() else {
+                continue;
+            };
+            let idle = now.saturating_duration_since(e.last_seen) > self.limits.idle_timeout;
+            if !idle && f(&e.key, Sweep::Live(&mut e.state)) {
+                continue;
+            }
+            if let Some(e) = self.slots[slot].take() {
+                self.index.remove(&e.key);
+                self.release(slot as u32, &e.key);
+                f(
+                    &e.key,
+                    Sweep::Removed {
+                        state: e.state,
+                        idle,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// A connection as [`ConnectionTable::retain`] shows it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sweep<'a, S> {
+    /// Still in the table: return `false` to remove it.
+    Live(&'a mut S),
+    /// Removed, with its state.
+    Removed {
+        /// The connection's state.
+        state: S,
+        /// `true` if it was removed for being idle, `false` if `f` asked.
+        idle: bool,
+    },
+}
+
+impl<S> std::fmt::Debug for ConnectionTable<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionTable")
+            .field("limits", &self.limits)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ip: [u8; 4], port: u16, vport: u8) -> ConnectionKey {
+        ConnectionKey::new(
+            SocketAddr::from((ip, port)),
+            VirtualPort::from_byte(0xA0 | vport),
+        )
+    }
+
+    fn limits() -> TableLimits {
+        TableLimits {
+            max_connections: 4,
+            max_per_source: 2,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn bounded_overall_and_per_source() {
+        let mut t = ConnectionTable::new(limits());
+        let t0 = Instant::ZERO;
+        assert!(t.insert(key([127, 0, 0, 1], 1, 15), 1, t0).is_ok());
+        // Same address and port, another virtual port: another connection.
+        assert!(t.insert(key([127, 0, 0, 1], 1, 14), 2, t0).is_ok());
+        assert_eq!(
+            t.insert(key([127, 0, 0, 1], 2, 15), 3, t0).err(),
+            Some((InsertError::SourceLimit, 3))
+        );
+        assert_eq!(
+            t.insert(key([127, 0, 0, 1], 1, 15), 4, t0).err(),
+            Some((InsertError::Exists, 4))
+        );
+        assert!(t.insert(key([127, 0, 0, 2], 1, 15), 5, t0).is_ok());
+        assert!(t.insert(key([127, 0, 0, 3], 1, 15), 6, t0).is_ok());
+        assert_eq!(
+            t.insert(key([127, 0, 0, 4], 1, 15), 7, t0).err(),
+            Some((InsertError::Full, 7))
+        );
+        assert_eq!(t.len(), 4);
+        assert_eq!(t.remove(&key([127, 0, 0, 1], 1, 14)), Some(2));
+        assert_eq!(t.source_count([127, 0, 0, 1].into()), 1);
+        assert!(t.insert(key([127, 0, 0, 1], 2, 15), 8, t0).is_ok());
+        assert_eq!(t.get_mut(&key([127, 0, 0, 1], 2, 15)), Some(&mut 8));
+    }
+
+    #[test]
+    fn idle_connections_expire_and_touch_refreshes() {
+        let mut t = ConnectionTable::new(limits());
+        let a = key([127, 0, 0, 1], 1, 15);
+        let b = key([127, 0, 0, 2], 1, 15);
+        t.insert(a, 'a', Instant::ZERO).unwrap();
+        t.insert(b, 'b', Instant::ZERO).unwrap();
+        t.touch(&b, Instant::from_millis(9_000));
+        let mut gone = Vec::new();
+        t.retain(Instant::from_millis(10_001), |k, s| match s {
+            Sweep::Live(_) => true,
+            Sweep::Removed { state, idle } => {
+                gone.push((*k, state, idle));
+                true
+            }
+        });
+        assert_eq!(gone, [(a, 'a', true)]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.source_count([127, 0, 0, 1].into()), 0);
+        t.retain(Instant::from_millis(10_002), |k, s| match s {
+            Sweep::Live(s) => *s != 'b',
+            Sweep::Removed { state, idle } => {
+                gone.push((*k, state, idle));
+                true
+            }
+        });
+        assert_eq!(gone[1], (b, 'b', false));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn churn_keeps_every_slot_usable() {
+        let mut t = ConnectionTable::new(limits());
+        for round in 0..1000u16 {
+            let k = key([10, 0, (round >> 8) as u8, round as u8], round, 15);
+            t.insert(k, round, Instant::ZERO).unwrap();
+            if t.len() == 4 {
+                let first = key(
+                    [10, 0, ((round - 3) >> 8) as u8, (round - 3) as u8],
+                    round - 3,
+                    15,
+                );
+                assert_eq!(t.remove(&first), Some(round - 3));
+            }
+        }
+        assert_eq!(t.len(), 3);
+    }
+}

@@ -1,0 +1,599 @@
+//! The UDP socket layer: workers that receive in batches into one buffer each, route every
+//! datagram to its connection's state through a [`DatagramHandler`], and send what the handler
+//! queued in an [`Outbox`].
+//!
+//! # Batching
+//! Receiving goes through [`quinn_udp`]: on Linux one `recvmmsg` call fills up to
+//! [`quinn_udp::BATCH_SIZE`] (32) slots, and UDP GRO, which quinn-udp turns on where the kernel
+//! has it, may coalesce several same-sized datagrams from one peer into one slot (split again
+//! here by the `stride` it reports). Sending also goes through quinn-udp, one `sendmsg` per
+//! reply: quinn-udp batches sends only by GSO, which is one destination and one segment size
+//! per call, and it has no `sendmmsg` to many destinations. A server's replies go to many
+//! peers in varied sizes, so each reply is its own call; GSO would pay only for a burst of
+//! equal-sized fragments to one peer, which the PRUDP layer does not produce yet.
+//!
+//! # Workers
+//! Each worker owns a socket, its receive buffer, its outbox, its [`ConnectionTable`] and its
+//! handler; nothing is shared but the [`Counters`]. With more than one worker the sockets are
+//! bound with `SO_REUSEPORT`, and the kernel hashes each peer's 4-tuple to one of them, so a
+//! connection always reaches the same worker and tables need no lock. The table limits are
+//! per worker: a source address that spreads its ports over all workers can hold
+//! `workers * max_per_source` connections.
+//!
+//! # Allocation
+//! Everything is reserved when a worker is made; receiving, routing, looking a connection up,
+//! handling and sending allocate nothing (`tests/tests/nex_alloc.rs` counts it).
+
+use std::future::Future;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+use wirekit_core::prudp::{Version, VirtualPort};
+use wirekit_core::time::{Duration, Instant};
+
+use crate::counters::{Counters, DropReason};
+use crate::table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
+
+/// What a handler decides about a datagram from a peer with no connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open<S> {
+    /// Add a connection with this state; the datagram is then handed to
+    /// [`DatagramHandler::datagram`] with it.
+    Accept(S),
+    /// Answered (or ignored) without keeping state: a stateless SYN-ACK, whose connection
+    /// signature the peer's CONNECT proves it received.
+    Stateless,
+    /// Dropped, counted under the reason.
+    Refuse(DropReason),
+}
+
+/// What a handler decides about a connection after a datagram or a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The datagram was accepted: the connection stays and its idle timer restarts.
+    Keep,
+    /// The connection ends now (DISCONNECT, retry limit); its state goes to
+    /// [`DatagramHandler::closed`].
+    Close,
+    /// The datagram was dropped (forged, stale, malformed) and counted under the reason; the
+    /// connection stays and its idle timer does not restart.
+    Drop(DropReason),
+}
+
+/// Why a connection left the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Its handler returned [`Verdict::Close`].
+    Closed,
+    /// Nothing was accepted from it for [`TableLimits::idle_timeout`].
+    Idle,
+}
+
+/// The protocol side of a worker: routes datagrams to connections and drives each
+/// connection's state. The core's sans-IO PRUDP connection plugs in as `State`.
+///
+/// Every method runs on the worker's task for each datagram: none should allocate in steady
+/// state, block or wait.
+pub trait DatagramHandler {
+    /// The per-connection state.
+    type State;
+
+    /// The virtual port the datagram's packets come from (its connection key with the peer
+    /// address), or `None` if it is not a packet of this server's format. The default reads
+    /// it with [`source_port`] for [`DatagramHandler::version`].
+    fn route(&mut self, datagram: &[u8]) -> Option<VirtualPort> {
+        source_port(self.version(), datagram)
+    }
+
+    /// The PRUDP version the default [`route`](DatagramHandler::route) reads.
+    fn version(&self) -> Version;
+
+    /// A datagram from a peer with no connection: open one, answer statelessly or refuse.
+    fn open(
+        &mut self,
+        key: &ConnectionKey,
+        datagram: &[u8],
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Open<Self::State>;
+
+    /// A datagram for a connection.
+    fn datagram(
+        &mut self,
+        key: &ConnectionKey,
+        state: &mut Self::State,
+        datagram: &[u8],
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Verdict;
+
+    /// Called for every connection each [`WorkerConfig::tick`] (retransmission, keep-alive).
+    /// [`Verdict::Drop`] counts the reason and keeps the connection. The default keeps it.
+    fn tick(
+        &mut self,
+        key: &ConnectionKey,
+        state: &mut Self::State,
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Verdict {
+        let _ = (key, state, now, out);
+        Verdict::Keep
+    }
+
+    /// A connection left the table. The default drops its state.
+    fn closed(&mut self, key: &ConnectionKey, state: Self::State, reason: CloseReason) {
+        let _ = (key, state, reason);
+    }
+}
+
+/// The source virtual port of a v0 or v1 datagram, read from its first packet's header without
+/// checking anything else (the connection checks the packet once it has the keys). `None` for a
+/// datagram too short to hold it, a v1 datagram without the magic, or Lite, which does not
+/// travel over UDP.
+pub fn source_port(version: Version, datagram: &[u8]) -> Option<VirtualPort> {
+    // v0: the source port is the first byte; v1: the byte after magic, version and lengths.
+    let at = match version {
+        Version::V0(_) => 0,
+        Version::V1 if datagram.starts_with(&[0xEA, 0xD0]) => 6,
+        Version::V1 | Version::Lite => return None,
+    };
+    datagram.get(at).map(|&b| VirtualPort::from_byte(b))
+}
+
+/// Replies queued by a handler, sent when the batch is done: a fixed number of slots of the
+/// largest datagram each, reserved once.
+pub struct Outbox {
+    buf: Box<[u8]>,
+    slot_len: usize,
+    queued: Vec<(SocketAddr, usize)>,
+    slots: usize,
+}
+
+impl Outbox {
+    /// An outbox of `slots` replies of at most `slot_len` bytes.
+    pub fn new(slots: usize, slot_len: usize) -> Self {
+        Outbox {
+            buf: vec![0; slots * slot_len].into_boxed_slice(),
+            slot_len,
+            queued: Vec::with_capacity(slots),
+            slots,
+        }
+    }
+
+    /// The largest reply.
+    pub const fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    /// Replies queued and not yet sent.
+    pub fn len(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// `true` if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.queued.is_empty()
+    }
+
+    /// Queues a copy of `datagram` for `to`.
+    pub fn push(&mut self, to: SocketAddr, datagram: &[u8]) -> Result<(), DropReason> {
+        self.push_with(to, |slot| {
+            let dst = slot.get_mut(..datagram.len())?;
+            dst.copy_from_slice(datagram);
+            Some(datagram.len())
+        })
+    }
+
+    /// Queues a reply for `to` written in place by `write` into a slot of
+    /// [`slot_len`](Outbox::slot_len) bytes; `write` returns the length it wrote, or `None` to
+    /// queue nothing (a reply that did not fit: [`DropReason::OutboxFull`]).
+    pub fn push_with(
+        &mut self,
+        to: SocketAddr,
+        write: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> Result<(), DropReason> {
+        let i = self.queued.len();
+        if i == self.slots {
+            return Err(DropReason::OutboxFull);
+        }
+        let slot = &mut self.buf[i * self.slot_len..(i + 1) * self.slot_len];
+        match write(slot) {
+            Some(n) if n <= self.slot_len => {
+                self.queued.push((to, n));
+                Ok(())
+            }
+            _ => Err(DropReason::OutboxFull),
+        }
+    }
+
+    fn get(&self, i: usize) -> (SocketAddr, &[u8]) {
+        let (to, n) = self.queued[i];
+        (to, &self.buf[i * self.slot_len..i * self.slot_len + n])
+    }
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("slots", &self.slots)
+            .field("slot_len", &self.slot_len)
+            .field("queued", &self.queued.len())
+            .finish()
+    }
+}
+
+/// The shape of each worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// The largest datagram accepted (larger ones are dropped as
+    /// [`DropReason::Oversized`]) and sent. PRUDP v1 fragments at 1300 bytes of payload.
+    pub max_datagram: usize,
+    /// Receive slots per batch, at most [`quinn_udp::BATCH_SIZE`]. Each holds
+    /// `max_datagram * gro_segments` bytes (GRO may coalesce up to 64 datagrams where the
+    /// kernel has it).
+    pub recv_slots: usize,
+    /// Replies one batch may queue; more are dropped as [`DropReason::OutboxFull`].
+    pub outbox_slots: usize,
+    /// The connection table's bounds (per worker).
+    pub limits: TableLimits,
+    /// How often [`DatagramHandler::tick`] runs and idle connections expire.
+    pub tick: Duration,
+}
+
+impl Default for WorkerConfig {
+    /// 1500-byte datagrams, 16 receive slots, 64 replies a batch, the default table limits,
+    /// a 50 ms tick.
+    fn default() -> Self {
+        WorkerConfig {
+            max_datagram: 1500,
+            recv_slots: 16,
+            outbox_slots: 64,
+            limits: TableLimits::default(),
+            tick: Duration::from_millis(50),
+        }
+    }
+}
+
+/// One worker: a socket, its buffers, its connections and its handler.
+pub struct Worker<H: DatagramHandler> {
+    socket: UdpSocket,
+    udp: UdpSocketState,
+    recv: Box<[u8]>,
+    slot_len: usize,
+    meta: [RecvMeta; quinn_udp::BATCH_SIZE],
+    max_datagram: usize,
+    table: ConnectionTable<H::State>,
+    handler: H,
+    outbox: Outbox,
+    counters: Arc<Counters>,
+    epoch: std::time::Instant,
+    tick: Duration,
+    next_tick: Instant,
+}
+
+impl<H: DatagramHandler> Worker<H> {
+    /// A worker on a bound socket (non-blocking, registered with the current tokio runtime).
+    pub fn new(
+        socket: std::net::UdpSocket,
+        config: &WorkerConfig,
+        handler: H,
+        counters: Arc<Counters>,
+    ) -> io::Result<Self> {
+        let udp = UdpSocketState::new((&socket).into())?;
+        let socket = UdpSocket::from_std(socket)?;
+        let slots = config.recv_slots.clamp(1, quinn_udp::BATCH_SIZE);
+        // One spare byte: a lone datagram that fills the slot was larger than `max_datagram`.
+        let slot_len = config.max_datagram * udp.gro_segments().max(1) + 1;
+        Ok(Worker {
+            socket,
+            udp,
+            recv: vec![0; slots * slot_len].into_boxed_slice(),
+            slot_len,
+            meta: [RecvMeta::default(); quinn_udp::BATCH_SIZE],
+            max_datagram: config.max_datagram,
+            table: ConnectionTable::new(config.limits),
+            handler,
+            outbox: Outbox::new(config.outbox_slots.max(1), config.max_datagram),
+            counters,
+            epoch: std::time::Instant::now(),
+            tick: config.tick,
+            next_tick: Instant::ZERO.saturating_add(config.tick),
+        })
+    }
+
+    /// The socket's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// The connections.
+    pub fn table(&self) -> &ConnectionTable<H::State> {
+        &self.table
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// The worker's clock: microseconds since it was made.
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(self.epoch.elapsed().as_micros() as u64)
+    }
+
+    /// Serves until `shutdown` completes. Can be called again afterwards.
+    pub async fn run_until(&mut self, shutdown: impl Future<Output = ()>) -> io::Result<()> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let wake = self.next_tick.saturating_duration_since(self.now());
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(()),
+                ready = self.socket.readable() => {
+                    ready?;
+                    self.receive_batch().await?;
+                }
+                () = tokio::time::sleep(std::time::Duration::from_micros(wake.as_micros())) => {
+                    self.run_tick().await?;
+                }
+            }
+        }
+    }
+
+    /// Receives what the socket holds (one `recvmmsg`), hands each datagram to its connection
+    /// and sends the replies. Returns the number of datagrams received.
+    pub async fn receive_batch(&mut self) -> io::Result<usize> {
+        let slots = self.recv.len() / self.slot_len;
+        let mut iovs = self.recv.chunks_mut(self.slot_len);
+        let mut bufs: [IoSliceMut<'_>; quinn_udp::BATCH_SIZE] =
+            std::array::from_fn(|_| IoSliceMut::new(iovs.next().unwrap_or(&mut [])));
+        let result = self.socket.try_io(Interest::READABLE, || {
+            self.udp
+                .recv((&self.socket).into(), &mut bufs[..slots], &mut self.meta)
+        });
+        let n = match result {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            // A peer's ICMP port-unreachable surfaces as a receive error on Linux: not fatal.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let now = Instant::from_micros(self.epoch.elapsed().as_micros() as u64);
+        let mut received = 0;
+        for (meta, buf) in self.meta[..n].iter().zip(bufs.iter()) {
+            let filled = &buf[..meta.len.min(buf.len())];
+            let stride = meta.stride.max(1);
+            for datagram in filled.chunks(stride) {
+                received += 1;
+                self.counters.received(datagram.len());
+                if datagram.len() > self.max_datagram {
+                    self.counters.dropped(DropReason::Oversized);
+                    continue;
+                }
+                dispatch(
+                    &mut self.handler,
+                    &mut self.table,
+                    &mut self.outbox,
+                    &self.counters,
+                    meta.addr,
+                    datagram,
+                    now,
+                );
+            }
+        }
+        self.flush().await?;
+        if now >= self.next_tick {
+            self.run_tick().await?;
+        }
+        Ok(received)
+    }
+
+    /// Runs the handler's tick on every connection, expires idle ones and sends the replies.
+    pub async fn run_tick(&mut self) -> io::Result<()> {
+        let now = self.now();
+        self.next_tick = now.saturating_add(self.tick);
+        let Worker {
+            handler,
+            table,
+            outbox,
+            counters,
+            ..
+        } = self;
+        table.retain(now, |key, sweep| match sweep {
+            Sweep::Live(state) => match handler.tick(key, state, now, outbox) {
+                Verdict::Keep => true,
+                Verdict::Drop(reason) => {
+                    counters.dropped(reason);
+                    true
+                }
+                Verdict::Close => false,
+            },
+            Sweep::Removed { state, idle } => {
+                counters.closed(idle);
+                let reason = match idle {
+                    true => CloseReason::Idle,
+                    false => CloseReason::Closed,
+                };
+                handler.closed(key, state, reason);
+                true
+            }
+        });
+        self.flush().await
+    }
+
+    /// Sends every queued reply, waiting for the socket when its send buffer is full.
+    async fn flush(&mut self) -> io::Result<()> {
+        let mut i = 0;
+        while i < self.outbox.len() {
+            let (destination, contents) = self.outbox.get(i);
+            let transmit = Transmit {
+                destination,
+                ecn: None,
+                contents,
+                segment_size: None,
+                src_ip: None,
+            };
+            let sent = self.socket.try_io(Interest::WRITABLE, || {
+                self.udp.try_send((&self.socket).into(), &transmit)
+            });
+            match sent {
+                Ok(()) => self.counters.sent(contents.len()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.socket.writable().await?;
+                    continue;
+                }
+                Err(_) => self.counters.dropped(DropReason::SendFailed),
+            }
+            i += 1;
+        }
+        self.outbox.queued.clear();
+        Ok(())
+    }
+}
+
+impl<H: DatagramHandler> std::fmt::Debug for Worker<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("socket", &self.socket)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer.
+fn dispatch<H: DatagramHandler>(
+    handler: &mut H,
+    table: &mut ConnectionTable<H::State>,
+    outbox: &mut Outbox,
+    counters: &Counters,
+    peer: SocketAddr,
+    datagram: &[u8],
+    now: Instant,
+) {
+    let Some(source) = handler.route(datagram) else {
+        counters.dropped(DropReason::Unroutable);
+        return;
+    };
+    let key = ConnectionKey::new(peer, source);
+    let state = match table.get_mut(&key) {
+        Some(state) => state,
+        None => match handler.open(&key, datagram, now, outbox) {
+            Open::Accept(state) => match table.insert(key, state, now) {
+                Ok(state) => {
+                    counters.opened();
+                    state
+                }
+                Err((e, state)) => {
+                    counters.dropped(match e {
+                        InsertError::Full => DropReason::TableFull,
+                        InsertError::SourceLimit => DropReason::SourceLimit,
+                        InsertError::Exists => DropReason::Refused,
+                    });
+                    handler.closed(&key, state, CloseReason::Closed);
+                    return;
+                }
+            },
+            Open::Stateless => return,
+            Open::Refuse(reason) => {
+                counters.dropped(reason);
+                return;
+            }
+        },
+    };
+    match handler.datagram(&key, state, datagram, now, outbox) {
+        Verdict::Keep => table.touch(&key, now),
+        Verdict::Drop(reason) => counters.dropped(reason),
+        Verdict::Close => {
+            if let Some(state) = table.remove(&key) {
+                counters.closed(false);
+                handler.closed(&key, state, CloseReason::Closed);
+            }
+        }
+    }
+}
+
+/// Binds `workers` UDP sockets to `addr` (with `SO_REUSEPORT` when there is more than one;
+/// port 0 picks one port for all), non-blocking, ready for [`Worker::new`].
+pub fn bind_sockets(addr: SocketAddr, workers: usize) -> io::Result<Vec<std::net::UdpSocket>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let mut addr = addr;
+    let mut sockets = Vec::with_capacity(workers.max(1));
+    for _ in 0..workers.max(1) {
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if workers > 1 {
+            #[cfg(unix)]
+            socket.set_reuse_port(true)?;
+            #[cfg(not(unix))]
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "several UDP workers need SO_REUSEPORT (unix)",
+            ));
+        }
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        let socket: std::net::UdpSocket = socket.into();
+        addr = socket.local_addr()?;
+        sockets.push(socket);
+    }
+    Ok(sockets)
+}
+
+/// Binds the sockets and makes one worker per socket, each with the handler `make_handler`
+/// returns for its index, all counting into one [`Counters`].
+pub fn bind_workers<H: DatagramHandler>(
+    addr: SocketAddr,
+    workers: usize,
+    config: &WorkerConfig,
+    mut make_handler: impl FnMut(usize) -> H,
+) -> io::Result<(Vec<Worker<H>>, Arc<Counters>)> {
+    let counters = Arc::new(Counters::default());
+    let workers = bind_sockets(addr, workers)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| Worker::new(s, config, make_handler(i), counters.clone()))
+        .collect::<io::Result<Vec<_>>>()?;
+    Ok((workers, counters))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirekit_core::prudp::V0Format;
+
+    #[test]
+    fn source_port_of_each_version() {
+        let v1 = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
+        assert_eq!(
+            source_port(Version::V1, &v1),
+            Some(VirtualPort::new(10, 15))
+        );
+        assert_eq!(source_port(Version::V1, &v1[..6]), None);
+        assert_eq!(source_port(Version::V1, &[0xAF; 8]), None);
+        assert_eq!(
+            source_port(Version::V0(V0Format::NEX), &[0xAF, 0xA1]),
+            Some(VirtualPort::new(10, 15))
+        );
+        assert_eq!(source_port(Version::V0(V0Format::NEX), &[]), None);
+        assert_eq!(source_port(Version::Lite, &[0x80; 12]), None);
+    }
+
+    #[test]
+    fn outbox_bounds() {
+        let mut o = Outbox::new(2, 4);
+        let to = SocketAddr::from(([127, 0, 0, 1], 9));
+        assert_eq!(o.push(to, b"toolong"), Err(DropReason::OutboxFull));
+        o.push(to, b"ab").unwrap();
+        o.push_with(to, |s| {
+            s[..3].copy_from_slice(b"xyz");
+            Some(3)
+        })
+        .unwrap();
+        assert_eq!(o.push(to, b"c"), Err(DropReason::OutboxFull));
+        assert_eq!(o.get(0), (to, &b"ab"[..]));
+        assert_eq!(o.get(1), (to, &b"xyz"[..]));
+    }
+}
