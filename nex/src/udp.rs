@@ -71,6 +71,9 @@ pub enum CloseReason {
     Closed,
     /// Nothing was accepted from it for [`TableLimits::idle_timeout`].
     Idle,
+    /// [`DatagramHandler::open`] accepted it but the table had no room (counted as
+    /// [`DropReason::TableFull`] or [`DropReason::SourceLimit`]); it never held a slot.
+    NotAdmitted,
 }
 
 /// The protocol side of a worker: routes datagrams to connections and drives each
@@ -493,7 +496,7 @@ fn dispatch<H: DatagramHandler>(
                         InsertError::SourceLimit => DropReason::SourceLimit,
                         InsertError::Exists => DropReason::Refused,
                     });
-                    handler.closed(&key, state, CloseReason::Closed);
+                    handler.closed(&key, state, CloseReason::NotAdmitted);
                     return;
                 }
             },

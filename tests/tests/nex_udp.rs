@@ -1,0 +1,206 @@
+//! The NEX UDP workers over loopback: the table's bounds and idle expiry seen from the
+//! socket, every drop counted under its reason, and several `SO_REUSEPORT` workers sharing one
+//! port.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wirekit_core::prudp::Version;
+use wirekit_core::time::{self, Instant};
+use wirekit_nex::{
+    CloseReason, ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, TableLimits,
+    Verdict, Worker, WorkerConfig, bind_sockets, bind_workers,
+};
+
+/// Echoes; a first datagram whose body starts with `!` is refused, one saying `bye` closes
+/// its connection, one saying `bad` is a protocol drop (code 7).
+#[derive(Default)]
+struct Echo {
+    closed: Vec<(ConnectionKey, CloseReason)>,
+}
+
+impl DatagramHandler for Echo {
+    type State = ();
+
+    fn version(&self) -> Version {
+        Version::V1
+    }
+
+    fn open(&mut self, _: &ConnectionKey, d: &[u8], _: Instant, _: &mut Outbox) -> Open<()> {
+        match d.get(8) {
+            Some(b'!') => Open::Refuse(DropReason::Refused),
+            _ => Open::Accept(()),
+        }
+    }
+
+    fn datagram(
+        &mut self,
+        key: &ConnectionKey,
+        _: &mut (),
+        d: &[u8],
+        _: Instant,
+        out: &mut Outbox,
+    ) -> Verdict {
+        match &d[8..] {
+            b"bye" => Verdict::Close,
+            b"bad" => Verdict::Drop(DropReason::Protocol(7)),
+            _ => match out.push(key.peer, d) {
+                Ok(()) => Verdict::Keep,
+                Err(r) => Verdict::Drop(r),
+            },
+        }
+    }
+
+    fn closed(&mut self, key: &ConnectionKey, (): (), reason: CloseReason) {
+        self.closed.push((*key, reason));
+    }
+}
+
+fn packet(port: u8, body: &[u8]) -> Vec<u8> {
+    let mut d = vec![0xEA, 0xD0, 1, 0, 0, 0, 0xA0 | port, 0xA1];
+    d.extend_from_slice(body);
+    d
+}
+
+fn peer(ip: &str) -> UdpSocket {
+    let s = UdpSocket::bind((ip, 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// Sends and waits for the echo.
+fn echo(s: &UdpSocket, server: SocketAddr, d: &[u8]) {
+    s.send_to(d, server).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, _) = s.recv_from(&mut buf).expect("echo");
+    assert_eq!(&buf[..n], d);
+}
+
+#[test]
+fn bounds_drops_and_idle_expiry() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = WorkerConfig {
+        limits: TableLimits {
+            max_connections: 3,
+            max_per_source: 2,
+            idle_timeout: time::Duration::from_millis(150),
+        },
+        tick: time::Duration::from_millis(10),
+        ..WorkerConfig::default()
+    };
+    let counters = Arc::new(Counters::default());
+    let mut worker = {
+        let _g = rt.enter();
+        let s = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
+            .unwrap()
+            .remove(0);
+        Worker::new(s, &config, Echo::default(), counters.clone()).unwrap()
+    };
+    let server = worker.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let client = std::thread::spawn(move || {
+        let a = peer("127.0.0.1");
+        let b = peer("127.0.0.2");
+        let c = peer("127.0.0.3");
+        echo(&a, server, &packet(15, b"one"));
+        echo(&a, server, &packet(14, b"two"));
+        // A third connection from 127.0.0.1 (another virtual port): over its source limit.
+        a.send_to(&packet(13, b"three"), server).unwrap();
+        echo(&b, server, &packet(15, b"four"));
+        // The table holds three: 127.0.0.3 does not fit.
+        c.send_to(&packet(15, b"five"), server).unwrap();
+        // Not v1, too big, refused by the handler, dropped by the connection.
+        c.send_to(b"hello", server).unwrap();
+        c.send_to(&packet(15, &[0; 1600]), server).unwrap();
+        b.send_to(&packet(13, b"!no"), server).unwrap();
+        a.send_to(&packet(15, b"bad"), server).unwrap();
+        // Closing one makes room for 127.0.0.3.
+        b.send_to(&packet(15, b"bye"), server).unwrap();
+        echo(&c, server, &packet(15, b"six"));
+        // Then all go idle.
+        std::thread::sleep(Duration::from_millis(400));
+        let _ = tx.send(());
+    });
+    rt.block_on(worker.run_until(async {
+        let _ = rx.await;
+    }))
+    .unwrap();
+    client.join().unwrap();
+    let s = counters.snapshot();
+    assert_eq!(s.datagrams_in, 11);
+    assert_eq!(s.datagrams_out, 4);
+    assert_eq!(s.dropped(DropReason::SourceLimit), 1);
+    assert_eq!(s.dropped(DropReason::TableFull), 1);
+    assert_eq!(s.dropped(DropReason::Unroutable), 1);
+    assert_eq!(s.dropped(DropReason::Oversized), 1);
+    assert_eq!(s.dropped(DropReason::Refused), 1);
+    assert_eq!(s.dropped(DropReason::Protocol(7)), 1);
+    assert_eq!(s.dropped_total(), 6);
+    assert_eq!((s.opened, s.closed, s.expired), (4, 1, 3));
+    assert!(worker.table().is_empty());
+    let reasons: Vec<(String, CloseReason)> = worker
+        .handler()
+        .closed
+        .iter()
+        .map(|(k, r)| (k.peer.ip().to_string(), *r))
+        .collect();
+    let want = [
+        ("127.0.0.1", CloseReason::NotAdmitted),
+        ("127.0.0.3", CloseReason::NotAdmitted),
+        ("127.0.0.2", CloseReason::Closed),
+        ("127.0.0.1", CloseReason::Idle),
+        ("127.0.0.1", CloseReason::Idle),
+        ("127.0.0.3", CloseReason::Idle),
+    ];
+    let want: Vec<(String, CloseReason)> = want.iter().map(|(i, r)| (i.to_string(), *r)).collect();
+    assert_eq!(reasons, want);
+}
+
+#[test]
+fn reuseport_workers_share_one_port() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (workers, counters) = {
+        let _g = rt.enter();
+        bind_workers(
+            "127.0.0.1:0".parse().unwrap(),
+            2,
+            &WorkerConfig::default(),
+            |_| Echo::default(),
+        )
+        .unwrap()
+    };
+    let server = workers[0].local_addr().unwrap();
+    assert_eq!(workers[1].local_addr().unwrap(), server);
+    let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+    let tasks: Vec<_> = workers
+        .into_iter()
+        .map(|mut w| {
+            let mut rx = stop.subscribe();
+            rt.spawn(async move {
+                w.run_until(async move {
+                    let _ = rx.recv().await;
+                })
+                .await
+                .unwrap();
+                w.table().len()
+            })
+        })
+        .collect();
+    let peers: Vec<UdpSocket> = (0..24).map(|_| peer("127.0.0.1")).collect();
+    for (i, p) in peers.iter().enumerate() {
+        echo(p, server, &packet(15, format!("peer {i}").as_bytes()));
+    }
+    stop.send(()).unwrap();
+    let held: usize = tasks.into_iter().map(|t| rt.block_on(t).unwrap()).sum();
+    assert_eq!(held, peers.len());
+    let s = counters.snapshot();
+    assert_eq!((s.datagrams_in, s.datagrams_out), (24, 24));
+}
