@@ -36,6 +36,9 @@ enum Command {
     /// Decode or encode PROXY protocol v1/v2 headers.
     #[command(subcommand, name = "proxy-header")]
     ProxyHeader(cli::proxy::ProxyHeaderCommand),
+    /// NEX over PRUDP tools: decode datagrams and captures.
+    #[command(subcommand)]
+    Nex(cli::nex::NexCommand),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Kerberos(cmd)) => cli::kerberos::run(cmd),
         Some(Command::ProxyHeader(cmd)) => cli::proxy::run(cmd),
+        Some(Command::Nex(cmd)) => cli::nex::run(cmd),
         None => {
             init_tracing("warn");
             cli::bench::run(

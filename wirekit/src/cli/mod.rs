@@ -3,5 +3,6 @@
 pub mod bench;
 pub mod frame;
 pub mod kerberos;
+pub mod nex;
 pub mod proxy;
 pub mod serve;

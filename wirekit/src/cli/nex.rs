@@ -1,0 +1,753 @@
+//! `wirekit nex`: NEX over PRUDP tools.
+//!
+//! `decode` is the protocol's `xxd`. It reads datagrams, either hex text on stdin (one
+//! datagram a line, `#` starts a comment; one connection, in order) or a pcap / pcapng
+//! capture with `--pcap FILE` (UDP over Ethernet, Linux cooked v1/v2, BSD loopback or raw IP;
+//! split per UDP 4-tuple), and prints one JSON line per PRUDP packet: where it was (`datagram`,
+//! `offset`, and for a capture `connection`, `time`, `source_addr`, `destination_addr`), every
+//! header field, the options (decoded and as raw hex), the signature and what verified it
+//! (`checksum_verified` for v0, `signature_verified`, `verified_with`), and the payload in hex,
+//! with `encrypted` (whether the printed payload is still RC4 ciphertext) and `decrypted`.
+//!
+//! The settings come as flags: `--version` (`v0`, `v0-friends`, `quazal`, `v1`, `lite`),
+//! `--access-key`, `--session-key HEX` when known, and the connection signatures when the
+//! handshake is not in the input (`--client-signature`: what the server gave the client in its
+//! SYN-ACK, which signs the client's packets; `--server-signature`: what the client gave in
+//! its CONNECT, which signs the server's). Signatures seen in a SYN-ACK or CONNECT are
+//! learned per connection. Each packet is checked against the keys its direction uses, with
+//! and without the session key (a DISCONNECT may be sent before it exists).
+//!
+//! Each connection keeps an RC4 state per direction and substream ([`CipherSlots`]). With
+//! `--rc4-key` (`CD&ML` on an authentication server, the session key in hex with `hex:` on a
+//! secure server) substream 0's reliable DATA payloads are decrypted in sequence order; other
+//! substreams (their key modification) and unreliable DATA (per-packet keys) are printed as
+//! received, marked `"encrypted": true`, until the core's PRUDP connection crypto provides
+//! their ciphers.
+//!
+//! A packet that does not parse or verify prints `{"datagram":..,"offset":..,"error":..}` on
+//! stdout and on stderr with the reason; the rest of its datagram is skipped, the following
+//! datagrams are decoded, and the exit status is 2.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Map, Value, json};
+use wirekit_core::Status;
+use wirekit_core::kerberos::Rc4;
+use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Parsed, Settings, V0Format, Version};
+
+use super::frame::{parse_hex, to_hex};
+
+/// `wirekit nex` subcommands.
+#[derive(Subcommand)]
+pub enum NexCommand {
+    /// Decode PRUDP datagrams (hex lines on stdin, or a pcap/pcapng file) as JSON lines.
+    Decode(DecodeArgs),
+}
+
+/// The PRUDP format spoken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VersionArg {
+    /// v0 as the 3DS and Wii U speak it (signature version 0).
+    V0,
+    /// v0 as Nintendo's friends server speaks it (DATA signature over the payload only).
+    V0Friends,
+    /// v0 as Quazal Rendez-Vous speaks it (4-byte checksum, 1-byte type/flags).
+    Quazal,
+    /// v1 (magic EA D0).
+    V1,
+    /// Lite (magic 0x80; the Switch, over WebSocket or TLS): one message a line.
+    Lite,
+}
+
+impl VersionArg {
+    /// The core's version.
+    pub const fn version(self) -> Version {
+        match self {
+            VersionArg::V0 => Version::V0(V0Format::NEX),
+            VersionArg::V0Friends => Version::V0(V0Format::NEX_FRIENDS),
+            VersionArg::Quazal => Version::V0(V0Format::QUAZAL),
+            VersionArg::V1 => Version::V1,
+            VersionArg::Lite => Version::Lite,
+        }
+    }
+
+    const fn name(self) -> &'static str {
+        match self {
+            VersionArg::V0 => "v0",
+            VersionArg::V0Friends => "v0-friends",
+            VersionArg::Quazal => "quazal",
+            VersionArg::V1 => "v1",
+            VersionArg::Lite => "lite",
+        }
+    }
+}
+
+/// `wirekit nex decode`.
+#[derive(Args)]
+pub struct DecodeArgs {
+    /// The PRUDP version and variant.
+    #[arg(long, value_enum, default_value = "v1")]
+    pub version: VersionArg,
+    /// The game's access key (e.g. ridfebb9).
+    #[arg(long)]
+    pub access_key: String,
+    /// The session key from the Kerberos ticket, hex (secure server).
+    #[arg(long)]
+    pub session_key: Option<String>,
+    /// The connection signature the server gave the client (signs the client's packets), hex.
+    #[arg(long)]
+    pub client_signature: Option<String>,
+    /// The connection signature the client gave the server (signs the server's packets), hex.
+    #[arg(long)]
+    pub server_signature: Option<String>,
+    /// RC4 key of substream 0: text, or `hex:...` (CD&ML on an authentication server).
+    #[arg(long)]
+    pub rc4_key: Option<String>,
+    /// Read a pcap or pcapng capture instead of hex lines on stdin.
+    #[arg(long)]
+    pub pcap: Option<PathBuf>,
+    /// With --pcap: only UDP datagrams with this port on either side.
+    #[arg(long)]
+    pub port: Option<u16>,
+}
+
+/// Runs a `wirekit nex` subcommand.
+pub fn run(cmd: NexCommand) -> ExitCode {
+    match cmd {
+        NexCommand::Decode(args) => match decode(&args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(2),
+            Err(reason) => {
+                eprintln!("wirekit nex decode: {reason}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// Which side sent a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// The side that sent the SYN.
+    FromClient,
+    /// The side that answered it.
+    FromServer,
+}
+
+impl Direction {
+    const fn name(self) -> &'static str {
+        match self {
+            Direction::FromClient => "client",
+            Direction::FromServer => "server",
+        }
+    }
+}
+
+/// A payload cipher: one RC4 stream of one direction and substream.
+pub trait PayloadCipher {
+    /// Decrypts (or encrypts: RC4 is symmetric) the next payload of the stream in place.
+    fn apply(&mut self, payload: &mut [u8]);
+}
+
+impl PayloadCipher for Rc4 {
+    fn apply(&mut self, payload: &mut [u8]) {
+        self.apply_keystream(payload);
+    }
+}
+
+/// A connection's payload ciphers, one per direction and substream, each with the sequence id
+/// it expects next (RC4 runs in sequence order: a retransmission or a gap is not decrypted).
+#[derive(Default)]
+pub struct CipherSlots {
+    slots: HashMap<(Direction, u8), (Box<dyn PayloadCipher>, Option<u16>)>,
+}
+
+impl CipherSlots {
+    /// Installs the cipher of a direction and substream.
+    pub fn install(&mut self, direction: Direction, substream: u8, cipher: Box<dyn PayloadCipher>) {
+        self.slots.insert((direction, substream), (cipher, None));
+    }
+
+    /// Decrypts a reliable payload with `sequence_id` if its slot has a cipher and the id is
+    /// the next one (or the first seen); `None` otherwise.
+    pub fn decrypt(
+        &mut self,
+        direction: Direction,
+        substream: u8,
+        sequence_id: u16,
+        payload: &[u8],
+    ) -> Option<Vec<u8>> {
+        let (cipher, next) = self.slots.get_mut(&(direction, substream))?;
+        if next.is_some_and(|n| n != sequence_id) {
+            return None;
+        }
+        *next = Some(sequence_id.wrapping_add(1));
+        let mut plain = payload.to_vec();
+        cipher.apply(&mut plain);
+        Some(plain)
+    }
+}
+
+/// The settings and keys shared by every connection of a run.
+struct Config {
+    version: VersionArg,
+    settings: Settings,
+    session_key: Option<Vec<u8>>,
+    client_signature: Option<Vec<u8>>,
+    server_signature: Option<Vec<u8>>,
+    rc4_key: Option<Vec<u8>>,
+}
+
+/// What one connection has learned.
+struct Connection {
+    /// The address that sent the SYN (captures only).
+    client_addr: Option<SocketAddr>,
+    /// The virtual port that sent the SYN.
+    client_port: Option<u8>,
+    client_signature: Option<Vec<u8>>,
+    server_signature: Option<Vec<u8>>,
+    ciphers: CipherSlots,
+}
+
+impl Connection {
+    fn new(config: &Config) -> Self {
+        let mut ciphers = CipherSlots::default();
+        if let Some(key) = &config.rc4_key {
+            for d in [Direction::FromClient, Direction::FromServer] {
+                if let Ok(rc4) = Rc4::new(key) {
+                    ciphers.install(d, 0, Box::new(rc4));
+                }
+            }
+        }
+        Connection {
+            client_addr: None,
+            client_port: None,
+            client_signature: config.client_signature.clone(),
+            server_signature: config.server_signature.clone(),
+            ciphers,
+        }
+    }
+
+    /// The sender's side, from the addresses once the SYN's sender is known, else from the
+    /// virtual port, else from the packet type byte.
+    fn direction(&self, from: Option<SocketAddr>, first: &Packet<'_>) -> Option<Direction> {
+        if let (Some(c), Some(f)) = (self.client_addr, from) {
+            return Some(if c == f {
+                Direction::FromClient
+            } else {
+                Direction::FromServer
+            });
+        }
+        if first.packet_type == PacketType::Syn {
+            return Some(match first.flags.contains(Flags::ACK) {
+                false => Direction::FromClient,
+                true => Direction::FromServer,
+            });
+        }
+        let port = self.client_port?;
+        let source = first.source.to_byte().unwrap_or(0);
+        Some(if source == port {
+            Direction::FromClient
+        } else {
+            Direction::FromServer
+        })
+    }
+}
+
+/// One datagram of the input.
+struct Datagram {
+    bytes: Vec<u8>,
+    /// Capture only: time, addresses and the connection's index.
+    capture: Option<Captured>,
+}
+
+struct Captured {
+    time: f64,
+    source: SocketAddr,
+    destination: SocketAddr,
+}
+
+fn decode(args: &DecodeArgs) -> Result<bool, String> {
+    let hex_arg = |name: &str, v: &Option<String>| -> Result<Option<Vec<u8>>, String> {
+        v.as_deref()
+            .map(|s| parse_hex(s.as_bytes()).map_err(|e| format!("--{name}: {e}")))
+            .transpose()
+    };
+    let rc4_key = match args.rc4_key.as_deref() {
+        Some(k) => Some(match k.strip_prefix("hex:") {
+            Some(h) => parse_hex(h.as_bytes()).map_err(|e| format!("--rc4-key: {e}"))?,
+            None => k.as_bytes().to_vec(),
+        }),
+        None => None,
+    };
+    if let Some(k) = &rc4_key {
+        Rc4::new(k).map_err(|e| format!("--rc4-key: {e}"))?;
+    }
+    let config = Config {
+        version: args.version,
+        settings: Settings::new(args.access_key.as_bytes(), args.version.version()),
+        session_key: hex_arg("session-key", &args.session_key)?,
+        client_signature: hex_arg("client-signature", &args.client_signature)?,
+        server_signature: hex_arg("server-signature", &args.server_signature)?,
+        rc4_key,
+    };
+    let datagrams = match &args.pcap {
+        Some(path) => read_capture(path, args.port)?,
+        None => read_hex_lines()?,
+    };
+    let mut connections: Vec<Connection> = Vec::new();
+    let mut by_tuple: HashMap<(SocketAddr, SocketAddr), usize> = HashMap::new();
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let mut clean = true;
+    for (index, d) in datagrams.iter().enumerate() {
+        let conn = match &d.capture {
+            Some(c) => {
+                let tuple = if c.source <= c.destination {
+                    (c.source, c.destination)
+                } else {
+                    (c.destination, c.source)
+                };
+                *by_tuple.entry(tuple).or_insert_with(|| {
+                    connections.push(Connection::new(&config));
+                    connections.len() - 1
+                })
+            }
+            None => {
+                if connections.is_empty() {
+                    connections.push(Connection::new(&config));
+                }
+                0
+            }
+        };
+        for line in decode_datagram(&config, &mut connections[conn], index, conn, d) {
+            if line.get("error").is_some() {
+                clean = false;
+                eprintln!(
+                    "wirekit nex decode: datagram {index} offset {}: {}",
+                    line["offset"],
+                    line["error"].as_str().unwrap_or_default()
+                );
+            }
+            writeln!(out, "{line}").map_err(|e| format!("writing stdout: {e}"))?;
+        }
+    }
+    Ok(clean)
+}
+
+/// Every packet of one datagram as a JSON line; an error line ends it.
+fn decode_datagram(
+    config: &Config,
+    conn: &mut Connection,
+    index: usize,
+    conn_index: usize,
+    d: &Datagram,
+) -> Vec<Value> {
+    let mut lines = Vec::new();
+    let mut offset = 0;
+    while offset < d.bytes.len() {
+        let rest = &d.bytes[offset..];
+        let mut line = Map::new();
+        line.insert("datagram".into(), json!(index));
+        line.insert("offset".into(), json!(offset));
+        if let Some(c) = &d.capture {
+            line.insert("connection".into(), json!(conn_index));
+            line.insert("time".into(), json!(c.time));
+            line.insert("source_addr".into(), json!(c.source.to_string()));
+            line.insert("destination_addr".into(), json!(c.destination.to_string()));
+        }
+        match parse_one(config, conn, d.capture.as_ref().map(|c| c.source), rest) {
+            Ok((parsed, direction, with_session_key, signature_key)) => {
+                learn(conn, &parsed.packet, direction, d.capture.as_ref());
+                describe(config, conn, &parsed, direction, &mut line);
+                line.insert(
+                    "verified_with".into(),
+                    json!({"session_key": with_session_key, "connection_signature": signature_key}),
+                );
+                offset += parsed.len;
+                lines.push(Value::Object(line));
+            }
+            Err(reason) => {
+                line.insert("error".into(), json!(reason));
+                line.insert("remaining_hex".into(), json!(to_hex(rest)));
+                lines.push(Value::Object(line));
+                break;
+            }
+        }
+    }
+    lines
+}
+
+/// Parses the packet at the start of `rest` under each set of keys its direction may use.
+/// Returns it with its direction, whether the session key verified it, and which connection
+/// signature did (`client`, `server` or `none`).
+fn parse_one<'a>(
+    config: &Config,
+    conn: &Connection,
+    from: Option<SocketAddr>,
+    rest: &'a [u8],
+) -> Result<(Parsed<'a>, Option<Direction>, bool, &'static str), String> {
+    // Fewest keys first, so `verified_with` says what the signature needed: no session key
+    // before the session key, no connection signature before the direction's ones.
+    let session_keys: Vec<(&[u8], bool)> = match &config.session_key {
+        Some(k) => vec![(&[][..], false), (k.as_slice(), true)],
+        None => vec![(&[][..], false)],
+    };
+    // The direction is known from the addresses once the handshake was seen.
+    let hint = conn.client_addr.zip(from).map(|(c, f)| match c == f {
+        true => Direction::FromClient,
+        false => Direction::FromServer,
+    });
+    let mut signatures: Vec<(&[u8], &'static str)> = vec![(&[], "none")];
+    for (dir, sig, name) in [
+        (Direction::FromClient, &conn.client_signature, "client"),
+        (Direction::FromServer, &conn.server_signature, "server"),
+    ] {
+        if let Some(s) = sig
+            && hint.is_none_or(|h| h == dir)
+        {
+            signatures.push((s, name));
+        }
+    }
+    let mut first_error = None;
+    for &(sig, sig_name) in &signatures {
+        for &(session_key, with_key) in &session_keys {
+            let keys = Keys {
+                session_key,
+                connection_signature: sig,
+            };
+            match Packet::parse(rest, &config.settings, &keys) {
+                Ok(Status::Complete(p)) => {
+                    let dir = hint.or_else(|| conn.direction(from, &p.packet));
+                    return Ok((p, dir, with_key, sig_name));
+                }
+                Ok(Status::Partial(_)) => {
+                    first_error.get_or_insert("PRUDP packet truncated");
+                }
+                // A key of the wrong length for this version is not this packet's fault.
+                Err(wirekit_core::prudp::Error::KeyLength) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e.as_str());
+                }
+            }
+        }
+    }
+    Err(first_error
+        .unwrap_or(wirekit_core::prudp::Error::KeyLength.as_str())
+        .to_string())
+}
+
+/// Records what a handshake packet tells about the connection.
+fn learn(conn: &mut Connection, p: &Packet<'_>, dir: Option<Direction>, cap: Option<&Captured>) {
+    let sig = p.connection_signature.filter(|s| s.iter().any(|&b| b != 0));
+    match (p.packet_type, p.flags.contains(Flags::ACK)) {
+        (PacketType::Syn, false) => {
+            conn.client_port = p.source.to_byte();
+            if let Some(c) = cap {
+                conn.client_addr = Some(c.source);
+            }
+        }
+        (PacketType::Syn, true) => {
+            if let Some(c) = cap {
+                conn.client_addr.get_or_insert(c.destination);
+            }
+            if let Some(s) = sig {
+                conn.client_signature.get_or_insert_with(|| s.to_vec());
+            }
+        }
+        (PacketType::Connect, false) if dir != Some(Direction::FromServer) => {
+            if let Some(s) = sig {
+                conn.server_signature.get_or_insert_with(|| s.to_vec());
+            }
+        }
+        _ => {}
+    }
+}
+
+const FLAG_NAMES: [(Flags, &str); 5] = [
+    (Flags::ACK, "ACK"),
+    (Flags::RELIABLE, "RELIABLE"),
+    (Flags::NEED_ACK, "NEED_ACK"),
+    (Flags::HAS_SIZE, "HAS_SIZE"),
+    (Flags::MULTI_ACK, "MULTI_ACK"),
+];
+
+fn type_name(t: PacketType) -> Value {
+    match t {
+        PacketType::Syn => json!("SYN"),
+        PacketType::Connect => json!("CONNECT"),
+        PacketType::Data => json!("DATA"),
+        PacketType::Disconnect => json!("DISCONNECT"),
+        PacketType::Ping => json!("PING"),
+        PacketType::Unknown(n) => json!(format!("UNKNOWN({n})")),
+    }
+}
+
+/// Adds a parsed packet's fields to its JSON line.
+fn describe(
+    config: &Config,
+    conn: &mut Connection,
+    parsed: &Parsed<'_>,
+    dir: Option<Direction>,
+    line: &mut Map<String, Value>,
+) {
+    let p = &parsed.packet;
+    let v0 = matches!(config.settings.version, Version::V0(_));
+    let lite = config.settings.version == Version::Lite;
+    line.insert("len".into(), json!(parsed.len));
+    line.insert("version".into(), json!(config.version.name()));
+    line.insert("direction".into(), json!(dir.map(Direction::name)));
+    line.insert("type".into(), type_name(p.packet_type));
+    let names: Vec<&str> = FLAG_NAMES
+        .iter()
+        .filter(|(f, _)| p.flags.contains(*f))
+        .map(|(_, n)| *n)
+        .collect();
+    line.insert("flags".into(), json!(names));
+    line.insert("flags_raw".into(), json!(p.flags.0));
+    let port =
+        |v: wirekit_core::prudp::VirtualPort| json!({"stream_type": v.stream_type, "port": v.port});
+    line.insert("source".into(), port(p.source));
+    line.insert("destination".into(), port(p.destination));
+    if !lite {
+        line.insert("session_id".into(), json!(p.session_id));
+    }
+    if !v0 && !lite {
+        line.insert("substream_id".into(), json!(p.substream_id));
+    }
+    line.insert("sequence_id".into(), json!(p.sequence_id));
+    line.insert("fragment_id".into(), json!(p.fragment_id));
+    let mut options = Map::new();
+    if let Some(f) = p.supported_functions {
+        options.insert("supported_functions".into(), json!(f));
+    }
+    if let Some(s) = p.connection_signature {
+        options.insert("connection_signature".into(), json!(to_hex(s)));
+    }
+    if let Some(u) = p.initial_unreliable_seq {
+        options.insert("initial_unreliable_seq".into(), json!(u));
+    }
+    if let Some(m) = p.max_substream {
+        options.insert("max_substream".into(), json!(m));
+    }
+    line.insert("options".into(), Value::Object(options));
+    line.insert("options_hex".into(), json!(to_hex(parsed.raw_options)));
+    line.insert("signature".into(), json!(to_hex(parsed.signature)));
+    if v0 {
+        line.insert("checksum_verified".into(), json!(true));
+    }
+    // Lite signs only CONNECT; its other packets have nothing to verify (null).
+    let signed = !(lite && parsed.signature.is_empty());
+    line.insert(
+        "signature_verified".into(),
+        if signed { json!(true) } else { Value::Null },
+    );
+    line.insert("payload_len".into(), json!(p.payload.len()));
+    // NEX encrypts DATA payloads (v0, v1); handshake, ping and Lite payloads travel as they are.
+    let encrypted = !lite && p.packet_type == PacketType::Data && !p.payload.is_empty();
+    let plain = match (encrypted, dir) {
+        (true, Some(d)) if p.flags.contains(Flags::RELIABLE) => {
+            conn.ciphers
+                .decrypt(d, p.substream_id, p.sequence_id, p.payload)
+        }
+        _ => None,
+    };
+    line.insert("encrypted".into(), json!(encrypted && plain.is_none()));
+    line.insert("decrypted".into(), json!(plain.is_some()));
+    line.insert(
+        "payload".into(),
+        json!(to_hex(plain.as_deref().unwrap_or(p.payload))),
+    );
+}
+
+/// Hex datagrams, one a line, from stdin.
+fn read_hex_lines() -> Result<Vec<Datagram>, String> {
+    let mut datagrams = Vec::new();
+    for (n, line) in io::stdin().lock().lines().enumerate() {
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        let text = line.split('#').next().unwrap_or_default().trim();
+        if text.is_empty() {
+            continue;
+        }
+        let bytes = parse_hex(text.as_bytes()).map_err(|e| format!("line {}: {e}", n + 1))?;
+        datagrams.push(Datagram {
+            bytes,
+            capture: None,
+        });
+    }
+    Ok(datagrams)
+}
+
+/// The UDP datagrams of a pcap or pcapng file, in capture order.
+fn read_capture(path: &PathBuf, port: Option<u16>) -> Result<Vec<Datagram>, String> {
+    use pcap_file::DataLink;
+    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = |e: pcap_file::PcapError| format!("{}: {e}", path.display());
+    let mut frames: Vec<(f64, DataLink, Vec<u8>)> = Vec::new();
+    if data.starts_with(&[0x0A, 0x0D, 0x0D, 0x0A]) {
+        let mut r = pcap_file::pcapng::PcapNgReader::new(&data[..]).map_err(bad)?;
+        // The interfaces of the current section, by id (a new section starts afresh).
+        let mut links: Vec<DataLink> = Vec::new();
+        let undeclared = || format!("{}: packet on an undeclared interface", path.display());
+        while let Some(block) = r.next_block() {
+            match block.map_err(bad)? {
+                pcap_file::pcapng::Block::SectionHeader(_) => links.clear(),
+                pcap_file::pcapng::Block::InterfaceDescription(i) => links.push(i.linktype),
+                pcap_file::pcapng::Block::EnhancedPacket(p) => {
+                    let link = *links.get(p.interface_id as usize).ok_or_else(undeclared)?;
+                    frames.push((p.timestamp.as_secs_f64(), link, p.data.into_owned()));
+                }
+                pcap_file::pcapng::Block::SimplePacket(p) => {
+                    let link = *links.first().ok_or_else(undeclared)?;
+                    frames.push((0.0, link, p.data.into_owned()));
+                }
+                _ => {}
+            }
+        }
+    } else {
+        let mut r = pcap_file::pcap::PcapReader::new(&data[..]).map_err(bad)?;
+        let link = r.header().datalink;
+        while let Some(p) = r.next_packet() {
+            let p = p.map_err(bad)?;
+            frames.push((p.timestamp.as_secs_f64(), link, p.data.into_owned()));
+        }
+    }
+    let mut datagrams = Vec::new();
+    for (time, link, frame) in frames {
+        let Some((source, destination, payload)) = udp_of(link, &frame) else {
+            continue;
+        };
+        if port.is_some_and(|p| source.port() != p && destination.port() != p) {
+            continue;
+        }
+        datagrams.push(Datagram {
+            bytes: payload.to_vec(),
+            capture: Some(Captured {
+                time,
+                source,
+                destination,
+            }),
+        });
+    }
+    Ok(datagrams)
+}
+
+/// The UDP addresses and payload of a captured frame, or `None` if it is not an unfragmented
+/// UDP datagram over IPv4 or IPv6.
+fn udp_of(link: pcap_file::DataLink, frame: &[u8]) -> Option<(SocketAddr, SocketAddr, &[u8])> {
+    use pcap_file::DataLink;
+    let ip = match link {
+        DataLink::ETHERNET => {
+            let mut at = 12;
+            let mut ethertype = u16::from_be_bytes(frame.get(at..at + 2)?.try_into().ok()?);
+            // 802.1Q tags.
+            while ethertype == 0x8100 || ethertype == 0x88A8 {
+                at += 4;
+                ethertype = u16::from_be_bytes(frame.get(at..at + 2)?.try_into().ok()?);
+            }
+            frame.get(at + 2..)?
+        }
+        DataLink::LINUX_SLL => frame.get(16..)?,
+        DataLink::LINUX_SLL2 => frame.get(20..)?,
+        DataLink::NULL | DataLink::LOOP => frame.get(4..)?,
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => frame,
+        _ => return None,
+    };
+    let (src, dst, udp) = match ip.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(ip[0] & 0x0F) * 4;
+            let total = usize::from(u16::from_be_bytes(ip.get(2..4)?.try_into().ok()?));
+            let fragment = u16::from_be_bytes(ip.get(6..8)?.try_into().ok()?);
+            if *ip.get(9)? != 17 || fragment & 0x3FFF != 0 || ihl < 20 {
+                return None;
+            }
+            let src = Ipv4Addr::from(<[u8; 4]>::try_from(ip.get(12..16)?).ok()?);
+            let dst = Ipv4Addr::from(<[u8; 4]>::try_from(ip.get(16..20)?).ok()?);
+            (
+                IpAddr::V4(src),
+                IpAddr::V4(dst),
+                ip.get(ihl..total.max(ihl).min(ip.len()))?,
+            )
+        }
+        6 => {
+            if *ip.get(6)? != 17 {
+                return None;
+            }
+            let src = Ipv6Addr::from(<[u8; 16]>::try_from(ip.get(8..24)?).ok()?);
+            let dst = Ipv6Addr::from(<[u8; 16]>::try_from(ip.get(24..40)?).ok()?);
+            (IpAddr::V6(src), IpAddr::V6(dst), ip.get(40..)?)
+        }
+        _ => return None,
+    };
+    let sport = u16::from_be_bytes(udp.get(0..2)?.try_into().ok()?);
+    let dport = u16::from_be_bytes(udp.get(2..4)?.try_into().ok()?);
+    let len = usize::from(u16::from_be_bytes(udp.get(4..6)?.try_into().ok()?));
+    let payload = udp.get(8..len.max(8))?;
+    Some((
+        SocketAddr::new(src, sport),
+        SocketAddr::new(dst, dport),
+        payload,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Xor(u8);
+    impl PayloadCipher for Xor {
+        fn apply(&mut self, payload: &mut [u8]) {
+            for b in payload {
+                *b ^= self.0;
+                self.0 = self.0.wrapping_add(1);
+            }
+        }
+    }
+
+    #[test]
+    fn cipher_slots_run_in_sequence_order_per_direction_and_substream() {
+        let mut s = CipherSlots::default();
+        s.install(Direction::FromClient, 1, Box::new(Xor(0x10)));
+        assert_eq!(s.decrypt(Direction::FromServer, 1, 2, b"a"), None);
+        assert_eq!(s.decrypt(Direction::FromClient, 0, 2, b"a"), None);
+        assert_eq!(
+            s.decrypt(Direction::FromClient, 1, 2, &[0x10]),
+            Some(vec![0])
+        );
+        // A retransmission of 2 and a gap to 4 leave the stream where it was.
+        assert_eq!(s.decrypt(Direction::FromClient, 1, 2, &[0x11]), None);
+        assert_eq!(s.decrypt(Direction::FromClient, 1, 4, &[0x11]), None);
+        assert_eq!(
+            s.decrypt(Direction::FromClient, 1, 3, &[0x11]),
+            Some(vec![0])
+        );
+    }
+
+    #[test]
+    fn udp_of_skips_what_is_not_udp() {
+        let mut ip = vec![
+            0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0, 127, 0, 0, 1, 127, 0, 0, 2,
+        ];
+        ip.extend_from_slice(&[0x30, 0x39, 0x00, 0x35, 0, 12, 0, 0, b'a', b'b', b'c', b'd']);
+        let (s, d, p) = udp_of(pcap_file::DataLink::RAW, &ip).unwrap();
+        assert_eq!(
+            (s.to_string().as_str(), d.to_string().as_str(), p),
+            ("127.0.0.1:12345", "127.0.0.2:53", &b"abcd"[..])
+        );
+        let mut tcp = ip.clone();
+        tcp[9] = 6;
+        assert!(udp_of(pcap_file::DataLink::RAW, &tcp).is_none());
+        let mut frag = ip.clone();
+        frag[6] = 0x20;
+        assert!(udp_of(pcap_file::DataLink::RAW, &frag).is_none());
+        for cut in 0..ip.len() - 4 {
+            // Every truncation is skipped or short, never a panic.
+            let _ = udp_of(pcap_file::DataLink::RAW, &ip[..cut]);
+        }
+    }
+}
