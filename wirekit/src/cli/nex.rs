@@ -164,13 +164,20 @@ impl PayloadCipher for Rc4 {
 /// it expects next (RC4 runs in sequence order: a retransmission or a gap is not decrypted).
 #[derive(Default)]
 pub struct CipherSlots {
-    slots: HashMap<(Direction, u8), (Box<dyn PayloadCipher>, Option<u16>)>,
+    slots: HashMap<(Direction, u8), CipherSlot>,
+}
+
+/// One stream's cipher and the sequence id it expects next (none before the first).
+struct CipherSlot {
+    cipher: Box<dyn PayloadCipher>,
+    next: Option<u16>,
 }
 
 impl CipherSlots {
     /// Installs the cipher of a direction and substream.
     pub fn install(&mut self, direction: Direction, substream: u8, cipher: Box<dyn PayloadCipher>) {
-        self.slots.insert((direction, substream), (cipher, None));
+        self.slots
+            .insert((direction, substream), CipherSlot { cipher, next: None });
     }
 
     /// Decrypts a reliable payload with `sequence_id` if its slot has a cipher and the id is
@@ -182,13 +189,13 @@ impl CipherSlots {
         sequence_id: u16,
         payload: &[u8],
     ) -> Option<Vec<u8>> {
-        let (cipher, next) = self.slots.get_mut(&(direction, substream))?;
-        if next.is_some_and(|n| n != sequence_id) {
+        let slot = self.slots.get_mut(&(direction, substream))?;
+        if slot.next.is_some_and(|n| n != sequence_id) {
             return None;
         }
-        *next = Some(sequence_id.wrapping_add(1));
+        slot.next = Some(sequence_id.wrapping_add(1));
         let mut plain = payload.to_vec();
-        cipher.apply(&mut plain);
+        slot.cipher.apply(&mut plain);
         Some(plain)
     }
 }
@@ -403,7 +410,7 @@ fn parse_one<'a>(
         true => Direction::FromClient,
         false => Direction::FromServer,
     });
-    let mut signatures: Vec<(&[u8], &'static str)> = vec![(&[], "none")];
+    let mut signatures: Vec<(&[u8], &'static str, Option<Direction>)> = vec![(&[], "none", None)];
     for (dir, sig, name) in [
         (Direction::FromClient, &conn.client_signature, "client"),
         (Direction::FromServer, &conn.server_signature, "server"),
@@ -411,11 +418,11 @@ fn parse_one<'a>(
         if let Some(s) = sig
             && hint.is_none_or(|h| h == dir)
         {
-            signatures.push((s, name));
+            signatures.push((s, name, Some(dir)));
         }
     }
     let mut first_error = None;
-    for &(sig, sig_name) in &signatures {
+    for &(sig, sig_name, sig_dir) in &signatures {
         for &(session_key, with_key) in &session_keys {
             let keys = Keys {
                 session_key,
@@ -423,7 +430,8 @@ fn parse_one<'a>(
             };
             match Packet::parse(rest, &config.settings, &keys) {
                 Ok(Status::Complete(p)) => {
-                    let dir = hint.or_else(|| conn.direction(from, &p.packet));
+                    // Else the handshake tells, else the signature that verified it.
+                    let dir = hint.or_else(|| conn.direction(from, &p.packet)).or(sig_dir);
                     return Ok((p, dir, with_key, sig_name));
                 }
                 Ok(Status::Partial(_)) => {
@@ -591,19 +599,25 @@ fn read_capture(path: &PathBuf, port: Option<u16>) -> Result<Vec<Datagram>, Stri
     let mut frames: Vec<(f64, DataLink, Vec<u8>)> = Vec::new();
     if data.starts_with(&[0x0A, 0x0D, 0x0D, 0x0A]) {
         let mut r = pcap_file::pcapng::PcapNgReader::new(&data[..]).map_err(bad)?;
-        // The interfaces of the current section, by id (a new section starts afresh).
-        let mut links: Vec<DataLink> = Vec::new();
+        // The interfaces of the current section, by id (a new section starts afresh), with
+        // the seconds per timestamp unit.
+        let mut links: Vec<(DataLink, f64)> = Vec::new();
         let undeclared = || format!("{}: packet on an undeclared interface", path.display());
         while let Some(block) = r.next_block() {
             match block.map_err(bad)? {
                 pcap_file::pcapng::Block::SectionHeader(_) => links.clear(),
-                pcap_file::pcapng::Block::InterfaceDescription(i) => links.push(i.linktype),
+                pcap_file::pcapng::Block::InterfaceDescription(i) => {
+                    links.push((i.linktype, timestamp_unit(&i.options)));
+                }
                 pcap_file::pcapng::Block::EnhancedPacket(p) => {
-                    let link = *links.get(p.interface_id as usize).ok_or_else(undeclared)?;
-                    frames.push((p.timestamp.as_secs_f64(), link, p.data.into_owned()));
+                    let (link, unit) =
+                        *links.get(p.interface_id as usize).ok_or_else(undeclared)?;
+                    // pcap-file 2.0 hands the raw timestamp units over as nanoseconds.
+                    let time = p.timestamp.as_nanos() as f64 * unit;
+                    frames.push((time, link, p.data.into_owned()));
                 }
                 pcap_file::pcapng::Block::SimplePacket(p) => {
-                    let link = *links.first().ok_or_else(undeclared)?;
+                    let (link, _) = *links.first().ok_or_else(undeclared)?;
                     frames.push((0.0, link, p.data.into_owned()));
                 }
                 _ => {}
@@ -635,6 +649,21 @@ fn read_capture(path: &PathBuf, port: Option<u16>) -> Result<Vec<Datagram>, Stri
         });
     }
     Ok(datagrams)
+}
+
+/// The seconds per timestamp unit of a pcapng interface: `if_tsresol`, microseconds by default.
+fn timestamp_unit(
+    options: &[pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption<'_>],
+) -> f64 {
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
+    let resolution = options.iter().find_map(|o| match o {
+        InterfaceDescriptionOption::IfTsResol(r) => Some(*r),
+        _ => None,
+    });
+    match resolution.unwrap_or(6) {
+        r if r & 0x80 != 0 => 2f64.powi(-i32::from(r & 0x7F)),
+        r => 10f64.powi(-i32::from(r)),
+    }
 }
 
 /// The UDP addresses and payload of a captured frame, or `None` if it is not an unfragmented
