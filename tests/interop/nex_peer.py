@@ -1,0 +1,199 @@
+"""Interop peer for NEX over PRUDP: PyPI nintendoclients 4.4.0 (with anynet 1.1.0, Python 3.11).
+
+  python nex_peer.py login HOST PORT --username U --password P [options]
+      Logs in as a 3DS / Wii U client does: PRUDP handshake with the authentication server,
+      Login, the ticket decrypted with the password's key (RequestTicket if it names another
+      server), the secure server's CONNECT with the ticket, then Register (an RMC call on the
+      secure server). Prints one JSON line: {"ok": true, "pid", "secure_address",
+      "registered": {"result", "connection_id", "public_station"}} or
+      {"ok": false, "stage", "error"} and exits 1.
+
+  python nex_peer.py serve PORT --username U --password P --pid N [options]
+      The library's own server side, for wirekit's client: an authentication server on PORT
+      and a secure server on PORT+1 that accept that one account. Prints
+      {"listening": PORT} once ready and serves until stdin closes.
+
+  python nex_peer.py selftest
+      Runs `serve` and `login` against each other over loopback (v0 and v1): checks this
+      driver on this machine's Python before the wirekit server exists.
+
+Options: --access-key (default ridfebb9), --nex-version (default 30500), --prudp-version (0
+or 1, default 1), --timeout seconds (default 10).
+"""
+import argparse
+import json
+import secrets
+import sys
+
+import anyio
+from nintendo.nex import authentication, common, kerberos, rmc, secure, settings as nex_settings
+
+SECURE_PID = 2
+
+
+def make_settings(args):
+    s = nex_settings.default()
+    s.configure(args.access_key, args.nex_version)
+    s["prudp.version"] = args.prudp_version
+    return s
+
+
+def derive(password, pid):
+    return kerberos.KeyDerivationOld(65000, 1024).derive_key(password.encode(), pid)
+
+
+async def login(args):
+    from nintendo.nex import backend
+
+    s = make_settings(args)
+    stage = "auth-connect"
+    try:
+        with anyio.fail_after(args.timeout):
+            async with backend.connect(s, args.host, args.port) as be:
+                stage = "login"
+                async with be.login(args.username, args.password) as client:
+                    stage = "register"
+                    proto = secure.SecureConnectionClient(client)
+                    local = common.StationURL(
+                        scheme="prudp", address="127.0.0.1", port=0, type=2, sid=15
+                    )
+                    reg = await proto.register([local])
+                    return {
+                        "ok": True,
+                        "pid": client.pid(),
+                        "secure_address": "%s:%i" % client.remote_address(),
+                        "registered": {
+                            "result": reg.result.code(),
+                            "connection_id": reg.connection_id,
+                            "public_station": str(reg.public_station),
+                        },
+                    }
+    except BaseException as e:  # noqa: BLE001 - any failure is the report
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return {"ok": False, "stage": stage, "error": "%s: %s" % (type(e).__name__, e)}
+
+
+class AuthServer(authentication.AuthenticationServer):
+    def __init__(self, s, args):
+        super().__init__()
+        self.settings = s
+        self.args = args
+        self.secure_key = secrets.token_bytes(16)
+
+    def ticket(self, source):
+        session_key = secrets.token_bytes(self.settings["kerberos.key_size"])
+        internal = kerberos.ServerTicket()
+        internal.timestamp = common.DateTime.now()
+        internal.source = source
+        internal.session_key = session_key
+        outer = kerberos.ClientTicket()
+        outer.session_key = session_key
+        outer.target = SECURE_PID
+        outer.internal = internal.encrypt(self.secure_key, self.settings)
+        return outer.encrypt(derive(self.args.password, source), self.settings)
+
+    async def login(self, client, username):
+        if username != self.args.username:
+            raise common.RMCError("RendezVous::InvalidUsername")
+        station = common.StationURL(
+            scheme="prudp", address="127.0.0.1", port=self.args.port + 1,
+            PID=SECURE_PID, CID=1, type=2, sid=1, stream=10,
+        )
+        data = authentication.RVConnectionData()
+        data.main_station = station
+        data.special_protocols = []
+        data.special_station = common.StationURL()
+        data.server_time = common.DateTime.now()
+        response = rmc.RMCResponse()
+        response.result = common.Result.success()
+        response.pid = self.args.pid
+        response.ticket = self.ticket(self.args.pid)
+        response.connection_data = data
+        response.server_name = "nex_peer.py"
+        return response
+
+    async def request_ticket(self, client, source, target):
+        response = rmc.RMCResponse()
+        response.result = common.Result.success()
+        response.ticket = self.ticket(source)
+        return response
+
+
+class SecureServer(secure.SecureConnectionServer):
+    async def register(self, client, urls):
+        response = rmc.RMCResponse()
+        response.result = common.Result.success()
+        response.connection_id = 1
+        address, port = client.remote_address()
+        response.public_station = common.StationURL(
+            scheme="prudp", address=address, port=port, type=3
+        )
+        return response
+
+
+async def serve(args, ready=None):
+    s = make_settings(args)
+    auth = AuthServer(s, args)
+    async with rmc.serve(s, [auth], "127.0.0.1", args.port):
+        async with rmc.serve(s, [SecureServer()], "127.0.0.1", args.port + 1, key=auth.secure_key):
+            if ready is not None:
+                ready.set()
+                await anyio.sleep_forever()
+            print(json.dumps({"listening": args.port}), flush=True)
+            # Serve until stdin closes (the test harness's handle on this process).
+            await anyio.to_thread.run_sync(sys.stdin.read)
+
+
+async def selftest(args):
+    import socket
+
+    results = []
+    for version in (1, 0):
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        a = argparse.Namespace(**vars(args))
+        a.prudp_version, a.port, a.host = version, port, "127.0.0.1"
+        a.username, a.password, a.pid = "alice", "wonderland", 1000
+        ready = anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(serve, a, ready)
+            await ready.wait()
+            r = await login(a)
+            group.cancel_scope.cancel()
+        r["prudp_version"] = version
+        results.append(r)
+    ok = all(r["ok"] and r["pid"] == 1000 for r in results)
+    return {"ok": ok, "runs": results}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("login", "serve", "selftest"):
+        c = sub.add_parser(name)
+        if name == "login":
+            c.add_argument("host")
+        if name in ("login", "serve"):
+            c.add_argument("port", type=int)
+            c.add_argument("--username", required=True)
+            c.add_argument("--password", required=True)
+        if name == "serve":
+            c.add_argument("--pid", type=int, required=True)
+        c.add_argument("--access-key", default="ridfebb9")
+        c.add_argument("--nex-version", type=int, default=30500)
+        c.add_argument("--prudp-version", type=int, choices=(0, 1), default=1)
+        c.add_argument("--timeout", type=float, default=10.0)
+    args = p.parse_args()
+    if args.command == "serve":
+        anyio.run(serve, args)
+        return
+    result = anyio.run(login if args.command == "login" else selftest, args)
+    print(json.dumps(result), flush=True)
+    sys.exit(0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()
