@@ -11,8 +11,16 @@
 //! - [`counters`]: datagrams in and out and drops by reason, shared by the workers;
 //! - [`accounts`]: the authentication server's accounts file, keys derived in one batch.
 //!
-//! The per-connection state is generic: the core's PRUDP connection becomes a
-//! [`DatagramHandler::State`] once it exists.
+//! # Where the PRUDP connection plugs in
+//! The per-connection state is generic. A server handler wraps the core's sans-IO connection:
+//! [`DatagramHandler::open`] answers a SYN statelessly ([`Open::Stateless`], a SYN-ACK whose
+//! connection signature is keyed by a server secret) and accepts the CONNECT that proves it
+//! ([`Open::Accept`]); [`DatagramHandler::datagram`] calls the connection's
+//! `handle(datagram, now)` and drains its `poll_transmit` into the [`Outbox`] with
+//! [`Outbox::push_with`] (encoding in place, no copy); [`DatagramHandler::tick`] drives its
+//! `next_timeout` (retransmission, PING) at the worker's tick; a typed drop reason becomes
+//! [`Verdict::Drop`] with a [`DropReason::Protocol`] code, so a forged packet neither changes
+//! the state nor keeps the connection from expiring.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -369,6 +369,13 @@ impl<H: DatagramHandler> Worker<H> {
         let mut received = 0;
         for (meta, buf) in self.meta[..n].iter().zip(bufs.iter()) {
             let filled = &buf[..meta.len.min(buf.len())];
+            if filled.is_empty() {
+                // An empty datagram: nothing to route.
+                received += 1;
+                self.counters.received(0);
+                self.counters.dropped(DropReason::Unroutable);
+                continue;
+            }
             let stride = meta.stride.max(1);
             for datagram in filled.chunks(stride) {
                 received += 1;

@@ -113,8 +113,9 @@ fn bounds_drops_and_idle_expiry() {
         echo(&b, server, &packet(15, b"four"));
         // The table holds three: 127.0.0.3 does not fit.
         c.send_to(&packet(15, b"five"), server).unwrap();
-        // Not v1, too big, refused by the handler, dropped by the connection.
+        // Not v1, empty, too big, refused by the handler, dropped by the connection.
         c.send_to(b"hello", server).unwrap();
+        c.send_to(b"", server).unwrap();
         c.send_to(&packet(15, &[0; 1600]), server).unwrap();
         b.send_to(&packet(13, b"!no"), server).unwrap();
         a.send_to(&packet(15, b"bad"), server).unwrap();
@@ -131,15 +132,15 @@ fn bounds_drops_and_idle_expiry() {
     .unwrap();
     client.join().unwrap();
     let s = counters.snapshot();
-    assert_eq!(s.datagrams_in, 11);
+    assert_eq!(s.datagrams_in, 12);
     assert_eq!(s.datagrams_out, 4);
     assert_eq!(s.dropped(DropReason::SourceLimit), 1);
     assert_eq!(s.dropped(DropReason::TableFull), 1);
-    assert_eq!(s.dropped(DropReason::Unroutable), 1);
+    assert_eq!(s.dropped(DropReason::Unroutable), 2);
     assert_eq!(s.dropped(DropReason::Oversized), 1);
     assert_eq!(s.dropped(DropReason::Refused), 1);
     assert_eq!(s.dropped(DropReason::Protocol(7)), 1);
-    assert_eq!(s.dropped_total(), 6);
+    assert_eq!(s.dropped_total(), 7);
     assert_eq!((s.opened, s.closed, s.expired), (4, 1, 3));
     assert!(worker.table().is_empty());
     let reasons: Vec<(String, CloseReason)> = worker
