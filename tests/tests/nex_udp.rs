@@ -87,7 +87,7 @@ fn bounds_drops_and_idle_expiry() {
         limits: TableLimits {
             max_connections: 3,
             max_per_source: 2,
-            idle_timeout: time::Duration::from_millis(150),
+            idle_timeout: time::Duration::from_millis(600),
         },
         tick: time::Duration::from_millis(10),
         ..WorkerConfig::default()
@@ -123,7 +123,7 @@ fn bounds_drops_and_idle_expiry() {
         b.send_to(&packet(15, b"bye"), server).unwrap();
         echo(&c, server, &packet(15, b"six"));
         // Then all go idle.
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(1500));
         let _ = tx.send(());
     });
     rt.block_on(worker.run_until(async {
@@ -170,12 +170,18 @@ fn reuseport_workers_share_one_port() {
         .unwrap();
     let (workers, counters) = {
         let _g = rt.enter();
-        bind_workers(
-            "127.0.0.1:0".parse().unwrap(),
-            2,
-            &WorkerConfig::default(),
-            |_| Echo::default(),
-        )
+        // All peers share 127.0.0.1 and the per-source limit is per worker: room for all 24 on
+        // whichever worker the kernel hashes them to.
+        let config = WorkerConfig {
+            limits: TableLimits {
+                max_per_source: 24,
+                ..TableLimits::default()
+            },
+            ..WorkerConfig::default()
+        };
+        bind_workers("127.0.0.1:0".parse().unwrap(), 2, &config, |_| {
+            Echo::default()
+        })
         .unwrap()
     };
     let server = workers[0].local_addr().unwrap();
@@ -197,7 +203,17 @@ fn reuseport_workers_share_one_port() {
         .collect();
     let peers: Vec<UdpSocket> = (0..24).map(|_| peer("127.0.0.1")).collect();
     for (i, p) in peers.iter().enumerate() {
-        echo(p, server, &packet(15, format!("peer {i}").as_bytes()));
+        let d = packet(15, format!("peer {i}").as_bytes());
+        p.send_to(&d, server).unwrap();
+        let mut buf = [0u8; 2048];
+        match p.recv_from(&mut buf) {
+            Ok((n, _)) => assert_eq!(&buf[..n], &d[..]),
+            Err(e) => panic!(
+                "peer {i} ({}): {e}; counters {:?}",
+                p.local_addr().unwrap(),
+                counters.snapshot()
+            ),
+        }
     }
     stop.send(()).unwrap();
     let held: usize = tasks.into_iter().map(|t| rt.block_on(t).unwrap()).sum();
