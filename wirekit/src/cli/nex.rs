@@ -757,6 +757,75 @@ mod tests {
         );
     }
 
+    /// A small deterministic generator: the tests need varied bytes, not a proptest.
+    fn bytes(seed: &mut u64, max: usize) -> Vec<u8> {
+        let mut next = || {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (*seed >> 33) as u8
+        };
+        let len = usize::from(next()) * max / 256;
+        (0..len).map(|_| next()).collect()
+    }
+
+    #[test]
+    fn arbitrary_frames_and_datagrams_never_panic() {
+        use pcap_file::DataLink;
+        let mut seed = 7;
+        let links = [
+            DataLink::ETHERNET,
+            DataLink::LINUX_SLL,
+            DataLink::LINUX_SLL2,
+            DataLink::NULL,
+            DataLink::RAW,
+            DataLink::IPV6,
+        ];
+        for i in 0..20_000 {
+            let mut f = bytes(&mut seed, 120);
+            // Steer some frames into the IPv4 / IPv6 UDP paths.
+            if let Some(b) = f.get_mut(0) {
+                *b = if i % 2 == 0 { 0x45 } else { 0x60 };
+            }
+            if let Some(b) = f.get_mut(9) {
+                *b = 17;
+            }
+            if let Some(b) = f.get_mut(6) {
+                *b = 17;
+            }
+            let _ = udp_of(links[i % links.len()], &f);
+        }
+        for version in [
+            VersionArg::V0,
+            VersionArg::Quazal,
+            VersionArg::V1,
+            VersionArg::Lite,
+        ] {
+            let config = Config {
+                version,
+                settings: Settings::new(b"ridfebb9", version.version()),
+                session_key: Some(vec![1; 16]),
+                client_signature: Some(vec![2; 16]),
+                server_signature: Some(vec![3; 4]),
+                rc4_key: Some(b"CD&ML".to_vec()),
+            };
+            let mut conn = Connection::new(&config);
+            for _ in 0..2_000 {
+                let mut b = bytes(&mut seed, 96);
+                if version == VersionArg::V1 && b.len() > 2 {
+                    b[..3].copy_from_slice(&[0xEA, 0xD0, 1]);
+                }
+                let d = Datagram {
+                    bytes: b,
+                    capture: None,
+                };
+                for line in decode_datagram(&config, &mut conn, 0, 0, &d) {
+                    assert!(line.get("error").is_some() || line.get("type").is_some());
+                }
+            }
+        }
+    }
+
     #[test]
     fn udp_of_skips_what_is_not_udp() {
         let mut ip = vec![
