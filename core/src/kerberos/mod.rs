@@ -59,6 +59,14 @@ pub fn derive_kerberos_key(pid: u64, password: &[u8]) -> DerivedKey {
     md5::to_bytes(words)
 }
 
+/// Derives a user's key the way Switch NEX servers do: MD5 of the password, then MD5 of that
+/// digest followed by the PID as a little-endian u64 (NintendoClients' `KeyDerivationNew`).
+/// Two MD5 calls, so there is nothing to batch.
+pub fn derive_switch_key(pid: u64, password: &[u8]) -> DerivedKey {
+    let first = md5::md5(&[password]);
+    md5::md5(&[&first, &pid.to_le_bytes()])
+}
+
 /// Why a Kerberos operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
