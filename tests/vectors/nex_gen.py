@@ -108,6 +108,8 @@ def rv_data(time):
 
 emit("RV_CONNECTION_DATA_V0", "RVConnectionData, NEX 3.0 without structure headers, special protocols [3, 0x7a]",
      stream(lambda s: s.add(rv_data(dt)), version=30000))
+emit("RV_CONNECTION_DATA_35_NO_HEADERS", "RVConnectionData, NEX 3.5 without structure headers: no version, so no time",
+     stream(lambda s: s.add(rv_data(dt)), version=30500))
 emit("RV_CONNECTION_DATA_V1", "RVConnectionData, NEX 3.5 with structure headers (version 1) and the server time",
      stream(lambda s: s.add(rv_data(dt)), struct_header=True, version=30500))
 

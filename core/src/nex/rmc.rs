@@ -251,11 +251,11 @@ impl<'a> RmcMessage<'a> {
             RmcKind::Error { code } if code.is_error() => None,
             RmcKind::Error { .. } => return Err(EncodeError::WrongForm),
         };
-        let ok = match (format, self.protocol, method) {
-            (RmcFormat::Packed, Protocol::Id(_), None | Some(Method::Id(_))) => true,
-            (RmcFormat::Verbose, Protocol::Name(_), None | Some(Method::Name(_))) => true,
-            _ => false,
-        };
+        let ok = matches!(
+            (format, self.protocol, method),
+            (RmcFormat::Packed, Protocol::Id(_), None | Some(Method::Id(_)))
+                | (RmcFormat::Verbose, Protocol::Name(_), None | Some(Method::Name(_)))
+        );
         if ok {
             Ok(())
         } else {

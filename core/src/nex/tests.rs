@@ -281,6 +281,12 @@ fn rv_data(time: Option<DateTime>) -> RvConnectionData<'static> {
 #[test]
 fn rv_connection_data() {
     both(&RV_CONNECTION_DATA_V0, OLD, rv_data(None));
+    let no_headers = Context {
+        struct_header: false,
+        ..HEADERS
+    };
+    assert_eq!(RV_CONNECTION_DATA_35_NO_HEADERS, RV_CONNECTION_DATA_V0);
+    both(&RV_CONNECTION_DATA_35_NO_HEADERS, no_headers, rv_data(None));
     both(
         &RV_CONNECTION_DATA_V1,
         HEADERS,

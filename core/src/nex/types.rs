@@ -89,13 +89,13 @@ impl DateTime {
         {
             return None;
         }
-        Some(DateTime(
-            year << 26
-                | (month as u64) << 22
-                | (day as u64) << 17
-                | (hour as u64) << 12
-                | (minute as u64) << 6
-                | second as u64,
+        Some(DateTime::pack(
+            year,
+            month as u64,
+            day as u64,
+            hour as u64,
+            minute as u64,
+            second as u64,
         ))
     }
 
@@ -113,14 +113,12 @@ impl DateTime {
         let day = doy - (153 * mp + 2) / 5 + 1;
         let month = if mp < 10 { mp + 3 } else { mp - 9 };
         let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
-        DateTime(
-            year << 26
-                | month << 22
-                | day << 17
-                | (secs / 3600) << 12
-                | (secs / 60 % 60) << 6
-                | secs % 60,
-        )
+        DateTime::pack(year, month, day, secs / 3600, secs / 60 % 60, secs % 60)
+    }
+
+    /// The packed value of fields already in range.
+    const fn pack(year: u64, month: u64, day: u64, hour: u64, minute: u64, second: u64) -> Self {
+        DateTime((year << 26) | (month << 22) | (day << 17) | (hour << 12) | (minute << 6) | second)
     }
 
     /// The year.
@@ -448,7 +446,7 @@ pub struct RvConnectionData<'a> {
     pub special_protocols: List<'a, u8>,
     /// The special station's URL (usually `prudp:/`).
     pub special_station: StationUrl<'a>,
-    /// The server's time: present from NEX 3.5 on (structure version 1), `None` before.
+    /// The server's time: present from NEX 3.5 on in structure version 1, `None` before.
     pub server_time: Option<DateTime>,
 }
 
@@ -473,14 +471,16 @@ impl<'a> NexRead<'a> for RvConnectionData<'a> {
 
 impl NexWrite for RvConnectionData<'_> {
     /// Writes structure version 1 with the server time from NEX 3.5 on (a missing time is
-    /// written as [`DateTime::NEVER`]), version 0 without it before.
+    /// written as [`DateTime::NEVER`]), version 0 without it before; without structure
+    /// headers there is no version to say so, and no time (as NintendoClients does it).
     fn write(&self, w: &mut Writer<'_>) {
         let new = w.context().nex_version >= 30500;
+        let with_time = new && w.context().struct_header;
         w.structure(u8::from(new), |w| {
             w.add(&self.main_station)
                 .add(&self.special_protocols)
                 .add(&self.special_station);
-            if new {
+            if with_time {
                 w.add(&self.server_time.unwrap_or(DateTime::NEVER));
             }
         });
