@@ -6,8 +6,8 @@
 use proptest::prelude::*;
 use wirekit_core::kerberos::PidWidth;
 use wirekit_core::nex::{
-    self, AnyDataHolder, Context, DateTime, List, LoginExRequest, LoginResponse, Method,
-    Protocol, RegisterRequest, RegisterResponse, ResultCode, RmcFormat, RmcKind, RmcMessage,
+    self, AnyDataHolder, Context, DateTime, List, LoginExRequest, LoginResponse, Method, Protocol,
+    RegisterRequest, RegisterResponse, ResultCode, RmcFormat, RmcKind, RmcMessage,
     RvConnectionData, StationUrl, UrlValue, Variant,
 };
 use wirekit_core::prudp::compression::{compress_payload, compressed_bound, decompress_payload};
@@ -17,14 +17,17 @@ use wirekit_core::{BufferTooSmall, Status};
 const MAX: u32 = 1 << 16;
 
 fn contexts() -> impl Strategy<Value = Context> {
-    (any::<bool>(), any::<bool>(), prop_oneof![Just(30000u32), Just(30500), Just(40000)]).prop_map(
-        |(wide, header, version)| Context {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(30000u32), Just(30500), Just(40000)],
+    )
+        .prop_map(|(wide, header, version)| Context {
             pid_width: if wide { PidWidth::U64 } else { PidWidth::U32 },
             struct_header: header,
             nex_version: version,
             ..Context::DEFAULT
-        },
-    )
+        })
 }
 
 /// Text that is a valid StationURL value or key part.
@@ -110,7 +113,9 @@ fn check_rmc(p: &Parts, format: RmcFormat) {
     let mut buf = vec![0u8; n];
     assert_eq!(
         message.encode(format, &mut buf[..n - 1]),
-        Err(nex::EncodeError::BufferTooSmall(BufferTooSmall { required: n }))
+        Err(nex::EncodeError::BufferTooSmall(BufferTooSmall {
+            required: n
+        }))
     );
     assert_eq!(message.encode(format, &mut buf), Ok(n));
     let parsed = RmcMessage::parse(&buf, format, MAX).unwrap();

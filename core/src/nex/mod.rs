@@ -58,8 +58,7 @@ pub use protocols::{
 };
 pub use rmc::{ClassVersion, Method, ParsedRmc, Protocol, RmcFormat, RmcKind, RmcMessage};
 pub use stream::{
-    Buffer, List, ListIter, NexRead, NexWrite, QBuffer, Reader, Writer, decode, encode,
-    encoded_len,
+    Buffer, List, ListIter, NexRead, NexWrite, QBuffer, Reader, Writer, decode, encode, encoded_len,
 };
 pub use types::{
     AnyDataHolder, DateTime, ResultCode, RvConnectionData, StationUrl, UrlValue, Variant,

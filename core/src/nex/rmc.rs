@@ -253,8 +253,15 @@ impl<'a> RmcMessage<'a> {
         };
         let ok = matches!(
             (format, self.protocol, method),
-            (RmcFormat::Packed, Protocol::Id(_), None | Some(Method::Id(_)))
-                | (RmcFormat::Verbose, Protocol::Name(_), None | Some(Method::Name(_)))
+            (
+                RmcFormat::Packed,
+                Protocol::Id(_),
+                None | Some(Method::Id(_))
+            ) | (
+                RmcFormat::Verbose,
+                Protocol::Name(_),
+                None | Some(Method::Name(_))
+            )
         );
         if ok {
             Ok(())
@@ -306,7 +313,10 @@ impl NexWrite for Form<'_, '_> {
                 }
                 w.bytes(body);
             }
-            RmcKind::Response { method: which, body } => {
+            RmcKind::Response {
+                method: which,
+                body,
+            } => {
                 w.bool(true).u32(m.call_id);
                 method(w, which, RESPONSE_BIT);
                 w.bytes(body);

@@ -291,7 +291,9 @@ impl<'b> Writer<'b> {
         if self.too_long {
             Err(EncodeError::TooLong)
         } else if self.overflow {
-            Err(EncodeError::BufferTooSmall(BufferTooSmall { required: self.len }))
+            Err(EncodeError::BufferTooSmall(BufferTooSmall {
+                required: self.len,
+            }))
         } else {
             Ok(self.len)
         }

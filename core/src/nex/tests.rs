@@ -170,6 +170,10 @@ fn variants() {
     both(&VARIANT_DATETIME, CTX, Variant::DateTime(dt));
     both(&VARIANT_U64, CTX, Variant::U64(7));
     assert_eq!(decode::<Variant>(&[7], CTX), Err(Error::BadVariantType));
+    // Doubles compare as the wire holds them.
+    assert_eq!(Variant::F64(f64::NAN), Variant::F64(f64::NAN));
+    assert_ne!(Variant::F64(0.0), Variant::F64(-0.0));
+    assert_ne!(Variant::I64(7), Variant::U64(7));
     assert_eq!(decode::<Variant>(&[3, 2], CTX), Err(Error::BadBool));
 }
 
@@ -186,10 +190,7 @@ fn station_urls() {
     assert_eq!(url.param("address"), Some("10.0.0.1"));
     assert_eq!(url.param_u64("port"), Ok(Some(60001)));
     assert_eq!(url.param_u64("natf"), Ok(None));
-    assert_eq!(
-        url.param_u64("address"),
-        Err(StationUrlError::NotANumber)
-    );
+    assert_eq!(url.param_u64("address"), Err(StationUrlError::NotANumber));
     assert_eq!(url.params().count(), 7);
     let empty = StationUrl::parse("prudp:/").unwrap();
     both(&STATION_URL_EMPTY_PARAMS, CTX, empty);
@@ -211,14 +212,22 @@ fn station_urls() {
     let mut small = [0u8; 10];
     assert_eq!(
         StationUrl::format("prudps", &parts, &mut small),
-        Err(StationUrlError::BufferTooSmall(BufferTooSmall { required: n }))
+        Err(StationUrlError::BufferTooSmall(BufferTooSmall {
+            required: n
+        }))
     );
     assert_eq!(small, [0; 10]);
     assert_eq!(
         StationUrl::format("prudp", &[("a", UrlValue::Str("x;y"))], &mut buf),
         Err(StationUrlError::BadParam)
     );
-    for bad in ["prudp", "prudp:/a", "prudp:/a=1;;b=2", "prudp:/=1", "prudp:/a=b=c"] {
+    for bad in [
+        "prudp",
+        "prudp:/a",
+        "prudp:/a=1;;b=2",
+        "prudp:/=1",
+        "prudp:/a=b=c",
+    ] {
         assert!(StationUrl::parse(bad).is_err(), "{bad}");
     }
     assert_eq!(
@@ -331,7 +340,9 @@ fn rmc_packed() {
         RmcMessage::request(Protocol::Id(10), 7, Method::Id(1), &RMC_REQUEST[13..])
     );
     assert_eq!(
-        decode::<LoginRequest>(&RMC_REQUEST[13..], CTX).unwrap().username,
+        decode::<LoginRequest>(&RMC_REQUEST[13..], CTX)
+            .unwrap()
+            .username,
         "1800000001"
     );
     let m = parse(&RMC_REQUEST_EXTENDED, RmcFormat::Packed);
@@ -539,8 +550,10 @@ fn secure_connection_protocol() {
     let reply = RegisterResponse {
         result: ResultCode::SUCCESS,
         connection_id: 0x1234,
-        public_station: StationUrl::parse("prudp:/address=203.0.113.7;port=61000;RVCID=4660;type=3")
-            .unwrap(),
+        public_station: StationUrl::parse(
+            "prudp:/address=203.0.113.7;port=61000;RVCID=4660;type=3",
+        )
+        .unwrap(),
     };
     both(&REGISTER_RESPONSE, HEADERS, reply);
 }
@@ -564,7 +577,12 @@ fn compression_payloads() {
         assert_eq!(got, &COMPRESSION_PLAIN[..]);
     }
     assert_eq!(
-        compress_payload(&mut compressor, Level::Fast, &COMPRESSION_PLAIN, &mut z[..10]),
+        compress_payload(
+            &mut compressor,
+            Level::Fast,
+            &COMPRESSION_PLAIN,
+            &mut z[..10]
+        ),
         Err(BufferTooSmall {
             required: compressed_bound(300)
         })

@@ -160,8 +160,9 @@ impl NexWrite for DateTime {
     }
 }
 
-/// A Variant: a type byte, then the value.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A Variant: a type byte, then the value. Doubles compare by their bits (as the wire holds
+/// them), so a NaN equals itself and `0.0` differs from `-0.0`.
+#[derive(Debug, Clone, Copy)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Variant<'a> {
     /// 0: no value.
@@ -179,6 +180,23 @@ pub enum Variant<'a> {
     /// 6: an unsigned 64-bit integer.
     U64(u64),
 }
+
+impl PartialEq for Variant<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (*self, *other) {
+            (Variant::F64(a), Variant::F64(b)) => a.to_bits() == b.to_bits(),
+            (Variant::None, Variant::None) => true,
+            (Variant::I64(a), Variant::I64(b)) => a == b,
+            (Variant::Bool(a), Variant::Bool(b)) => a == b,
+            (Variant::String(a), Variant::String(b)) => a == b,
+            (Variant::DateTime(a), Variant::DateTime(b)) => a == b,
+            (Variant::U64(a), Variant::U64(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Variant<'_> {}
 
 impl<'a> NexRead<'a> for Variant<'a> {
     const MIN_LEN: usize = 1;
