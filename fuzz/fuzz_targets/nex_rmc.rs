@@ -61,21 +61,21 @@ fuzz_target!(|data: &[u8]| {
     }
     bodies(rest, ctx, &mut out);
 
-    if let Ok(text) = core::str::from_utf8(rest) {
-        if let Ok(url) = StationUrl::parse(text) {
-            for (k, v) in url.params() {
-                assert!(!k.is_empty() && !v.contains(';'));
-            }
+    if let Ok(text) = core::str::from_utf8(rest)
+        && let Ok(url) = StationUrl::parse(text)
+    {
+        for (k, v) in url.params() {
+            assert!(!k.is_empty() && !v.contains(';'));
         }
     }
 
     let mut inflater = Inflater::new();
     let room = usize::from(select) * 16;
-    if let Ok(got) = decompress_payload(&mut inflater, rest, &mut out[..room]) {
-        if rest[0] != 0 {
-            assert!(got.len() <= room);
-            assert!(got.len() < usize::from(rest[0]) * (rest.len() - 1));
-        }
+    if let Ok(got) = decompress_payload(&mut inflater, rest, &mut out[..room])
+        && rest[0] != 0
+    {
+        assert!(got.len() <= room);
+        assert!(got.len() < usize::from(rest[0]) * (rest.len() - 1));
     }
 });
 

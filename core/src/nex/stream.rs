@@ -56,7 +56,7 @@ pub fn encode<T: NexWrite + ?Sized>(
 }
 
 /// A reader over one NEX message body: every read is bounded by the bytes left and by the
-/// [`Limits`] of its [`Context`]; nothing is allocated.
+/// [`Limits`](super::Limits) of its [`Context`]; nothing is allocated.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {
     data: &'a [u8],
@@ -201,7 +201,7 @@ impl<'a> Reader<'a> {
         self.bytes(len)
     }
 
-    /// A List<T>: u32 count, then the items. The count is checked against the limit and
+    /// A `List<T>`: u32 count, then the items. The count is checked against the limit and
     /// against the bytes left (each item takes at least [`NexRead::MIN_LEN`]) before anything
     /// is read; every item is then read once to find the list's end, and the [`List`] returned
     /// reads them again, lazily, when iterated.
@@ -376,7 +376,7 @@ impl<'b> Writer<'b> {
         self.u16(len).bytes(b)
     }
 
-    /// A List<T> from any items: u32 count, then each item.
+    /// A `List<T>` from any items: u32 count, then each item.
     pub fn list<T: NexWrite>(&mut self, items: impl ExactSizeIterator<Item = T>) -> &mut Self {
         let count = self.fits(u32::try_from(items.len()).ok());
         self.u32(count);
@@ -429,7 +429,7 @@ impl<'b> Writer<'b> {
     }
 }
 
-/// A List<T>: read from the wire (validated once, read again lazily by [`List::iter`], never
+/// A `List<T>`: read from the wire (validated once, read again lazily by [`List::iter`], never
 /// collected), or given as a slice to write.
 #[derive(Clone, Copy)]
 pub struct List<'a, T> {

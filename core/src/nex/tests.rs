@@ -301,6 +301,18 @@ fn rv_connection_data() {
         HEADERS,
         rv_data(Some(DateTime(DATETIME_VALUE))),
     );
+    // Version 0 under NEX 3.5 (an older peer): no time, and written back as version 0.
+    let v0 = [0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    both(
+        &v0,
+        HEADERS,
+        RvConnectionData {
+            main_station: StationUrl::EMPTY,
+            special_protocols: List::from_slice(&[]),
+            special_station: StationUrl::EMPTY,
+            server_time: None,
+        },
+    );
     // A structure length past the input.
     let mut bad = RV_CONNECTION_DATA_V1;
     bad[1] = 0xff;

@@ -488,18 +488,20 @@ impl<'a> NexRead<'a> for RvConnectionData<'a> {
 }
 
 impl NexWrite for RvConnectionData<'_> {
-    /// Writes structure version 1 with the server time from NEX 3.5 on (a missing time is
-    /// written as [`DateTime::NEVER`]), version 0 without it before; without structure
-    /// headers there is no version to say so, and no time (as NintendoClients does it).
+    /// Writes structure version 1 with the server time from NEX 3.5 on when there is one,
+    /// version 0 without it otherwise. Without structure headers there is no version to say
+    /// so, and no time (as NintendoClients does it); a NEX 3.5 server sets `server_time`.
     fn write(&self, w: &mut Writer<'_>) {
-        let new = w.context().nex_version >= 30500;
-        let with_time = new && w.context().struct_header;
-        w.structure(u8::from(new), |w| {
+        let ctx = w.context();
+        let time = self
+            .server_time
+            .filter(|_| ctx.nex_version >= 30500 && ctx.struct_header);
+        w.structure(u8::from(time.is_some()), |w| {
             w.add(&self.main_station)
                 .add(&self.special_protocols)
                 .add(&self.special_station);
-            if with_time {
-                w.add(&self.server_time.unwrap_or(DateTime::NEVER));
+            if let Some(time) = time {
+                w.add(&time);
             }
         });
     }
