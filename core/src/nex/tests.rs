@@ -302,7 +302,7 @@ fn rv_connection_data() {
         rv_data(Some(DateTime(DATETIME_VALUE))),
     );
     // Version 0 under NEX 3.5 (an older peer): no time, and written back as version 0.
-    let v0 = [0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let v0 = [0, 10, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0];
     both(
         &v0,
         HEADERS,
