@@ -118,6 +118,16 @@ fn check_rmc(p: &Parts, format: RmcFormat) {
         }))
     );
     assert_eq!(message.encode(format, &mut buf), Ok(n));
+    // The same bytes with the body written first and the header put in front of it.
+    let header = message.header_len(format).unwrap();
+    let body = message.body();
+    let mut in_place = vec![0u8; n];
+    in_place[header..].copy_from_slice(body);
+    assert_eq!(
+        message.encode_in_place(format, &mut in_place, body.len()),
+        Ok(n)
+    );
+    assert_eq!(in_place, buf);
     let parsed = RmcMessage::parse(&buf, format, MAX).unwrap();
     let Status::Complete(parsed) = parsed else {
         panic!("whole message is partial")

@@ -216,7 +216,7 @@ impl<'a> RmcMessage<'a> {
     /// The encoded length, size field included.
     pub fn encoded_len(&self, format: RmcFormat) -> Result<usize, EncodeError> {
         self.check(format)?;
-        super::encoded_len(&Form(self, format), Context::DEFAULT)
+        super::encoded_len(&Form(self, format, 0), Context::DEFAULT)
     }
 
     /// Encodes the message into `out` and returns its length; on an error nothing is written.
@@ -228,7 +228,72 @@ impl<'a> RmcMessage<'a> {
         let out = out
             .get_mut(..required)
             .ok_or(EncodeError::BufferTooSmall(BufferTooSmall { required }))?;
-        super::encode(&Form(self, format), Context::DEFAULT, out)
+        super::encode(&Form(self, format, 0), Context::DEFAULT, out)
+    }
+
+    /// The bytes before the body: where [`RmcMessage::encode_in_place`] expects it.
+    pub fn header_len(&self, format: RmcFormat) -> Result<usize, EncodeError> {
+        Ok(self.encoded_len(format)? - self.body().len())
+    }
+
+    /// Writes the message's header in front of a body of `body_len` bytes the caller has
+    /// already written at `out[header_len..]` (so a large body is never copied), and returns
+    /// the message's length. The message's own `body` is not used (leave it empty); an error
+    /// carries no body, so `body_len` must be 0 for one. On an error nothing is written.
+    pub fn encode_in_place(
+        &self,
+        format: RmcFormat,
+        out: &mut [u8],
+        body_len: usize,
+    ) -> Result<usize, EncodeError> {
+        if matches!(self.kind, RmcKind::Error { .. }) && body_len != 0 {
+            return Err(EncodeError::WrongForm);
+        }
+        let header = self.header_len(format)?;
+        let required = header.saturating_add(body_len);
+        if out.len() < required {
+            return Err(EncodeError::BufferTooSmall(BufferTooSmall { required }));
+        }
+        let headed = self.with_body(&[]);
+        super::encode(
+            &Form(&headed, format, body_len),
+            Context::DEFAULT,
+            &mut out[..header],
+        )?;
+        Ok(required)
+    }
+
+    /// The body (empty for an error).
+    pub const fn body(&self) -> &'a [u8] {
+        match self.kind {
+            RmcKind::Request { body, .. } | RmcKind::Response { body, .. } => body,
+            RmcKind::Error { .. } => &[],
+        }
+    }
+
+    /// The same message with another body.
+    const fn with_body<'b>(&self, body: &'b [u8]) -> RmcMessage<'b>
+    where
+        'a: 'b,
+    {
+        let kind = match self.kind {
+            RmcKind::Request {
+                method,
+                class_versions,
+                ..
+            } => RmcKind::Request {
+                method,
+                class_versions,
+                body,
+            },
+            RmcKind::Response { method, .. } => RmcKind::Response { method, body },
+            RmcKind::Error { code } => RmcKind::Error { code },
+        };
+        RmcMessage {
+            protocol: self.protocol,
+            call_id: self.call_id,
+            kind,
+        }
     }
 
     fn check(&self, format: RmcFormat) -> Result<(), EncodeError> {
@@ -271,12 +336,13 @@ impl<'a> RmcMessage<'a> {
     }
 }
 
-/// A message with the form to write it in (checked by [`RmcMessage::check`]).
-struct Form<'m, 'a>(&'m RmcMessage<'a>, RmcFormat);
+/// A message with the form to write it in (checked by [`RmcMessage::check`]) and the length
+/// of a body written in place after it.
+struct Form<'m, 'a>(&'m RmcMessage<'a>, RmcFormat, usize);
 
 impl NexWrite for Form<'_, '_> {
     fn write(&self, w: &mut Writer<'_>) {
-        let Form(m, format) = *self;
+        let Form(m, format, in_place) = *self;
         let at = w.len();
         w.u32(0);
         let request = matches!(m.kind, RmcKind::Request { .. });
@@ -325,7 +391,7 @@ impl NexWrite for Form<'_, '_> {
                 w.bool(false).u32(code.0).u32(m.call_id);
             }
         }
-        let size = w.length_u32(w.len() - at - 4);
+        let size = w.length_u32(w.len() - at - 4 + in_place);
         w.patch(at, &size.to_le_bytes());
     }
 }

@@ -378,6 +378,31 @@ fn rmc_packed() {
         RmcMessage::error(Protocol::Id(10), 3, ResultCode::ACCESS_DENIED)
     );
 
+    // The body written in place, the header put in front of it.
+    let mut buf = [0u8; 64];
+    let m = RmcMessage::request(Protocol::Id(10), 7, Method::Id(1), &[]);
+    let header = m.header_len(RmcFormat::Packed).unwrap();
+    assert_eq!(header, 13);
+    let body = &RMC_REQUEST[13..];
+    buf[header..header + body.len()].copy_from_slice(body);
+    let n = m
+        .encode_in_place(RmcFormat::Packed, &mut buf, body.len())
+        .unwrap();
+    assert_eq!(&buf[..n], &RMC_REQUEST);
+    let mut small = [0u8; 20];
+    assert_eq!(
+        m.encode_in_place(RmcFormat::Packed, &mut small, body.len()),
+        Err(EncodeError::BufferTooSmall(BufferTooSmall {
+            required: RMC_REQUEST.len()
+        }))
+    );
+    assert_eq!(small, [0; 20]);
+    let e = RmcMessage::error(Protocol::Id(10), 3, ResultCode::ACCESS_DENIED);
+    assert_eq!(
+        e.encode_in_place(RmcFormat::Packed, &mut buf, 1),
+        Err(EncodeError::WrongForm)
+    );
+
     // Protocol 0x7F itself must take the extended form, or it would read as the escape.
     let m = RmcMessage::request(Protocol::Id(0x7F), 1, Method::Id(1), &[]);
     let mut buf = [0u8; 32];
