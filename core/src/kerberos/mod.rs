@@ -4,6 +4,7 @@
 //! [`derive_kerberos_key`]: `65000 + pid % 1024` chained MD5 rounds, the first over the whole
 //! password, every later one over the previous 16-byte digest. That is tens of thousands of MD5
 //! blocks a key, so the later rounds run a single-block MD5 specialised for 16-byte messages.
+//! Switch servers derive keys with [`derive_switch_key`] instead: two MD5 calls.
 //!
 //! Data is protected the way nex-go's `KerberosEncryption` does it ([`KerberosEncryption`]):
 //! RC4 under the key, then HMAC-MD5 of the ciphertext under the same key appended; the
