@@ -15,6 +15,7 @@
 //! - [`proxy`]: PROXY protocol v1 and v2 headers, TLVs, CRC32C and the accept policy.
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
 //! - [`prudp`]: NEX PRUDP packets (v0 NEX and Quazal, v1, Lite), checksums and signatures.
+//! - [`nex`]: NEX data primitives, RMC messages and the ticket-granting and secure messages.
 //! - [`minecraft`]: Minecraft pre-login packets (handshake, status, login, legacy ping).
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
@@ -126,6 +127,7 @@ pub mod io;
 pub mod kerberos;
 pub mod limit;
 pub mod minecraft;
+pub mod nex;
 pub mod proxy;
 pub mod prudp;
 pub mod service;

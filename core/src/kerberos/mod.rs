@@ -4,6 +4,7 @@
 //! [`derive_kerberos_key`]: `65000 + pid % 1024` chained MD5 rounds, the first over the whole
 //! password, every later one over the previous 16-byte digest. That is tens of thousands of MD5
 //! blocks a key, so the later rounds run a single-block MD5 specialised for 16-byte messages.
+//! Switch servers derive keys with [`derive_switch_key`] instead: two MD5 calls.
 //!
 //! Data is protected the way nex-go's `KerberosEncryption` does it ([`KerberosEncryption`]):
 //! RC4 under the key, then HMAC-MD5 of the ciphertext under the same key appended; the
@@ -57,6 +58,14 @@ pub fn derive_kerberos_key(pid: u64, password: &[u8]) -> DerivedKey {
     let first = md5::md5(&[password]);
     let words = md5::md5_16_chain(md5::to_words(&first), kerberos_rounds(pid) - 1);
     md5::to_bytes(words)
+}
+
+/// Derives a user's key the way Switch NEX servers do: MD5 of the password, then MD5 of that
+/// digest followed by the PID as a little-endian u64 (NintendoClients' `KeyDerivationNew`).
+/// Two MD5 calls, so there is nothing to batch.
+pub fn derive_switch_key(pid: u64, password: &[u8]) -> DerivedKey {
+    let first = md5::md5(&[password]);
+    md5::md5(&[&first, &pid.to_le_bytes()])
 }
 
 /// Why a Kerberos operation failed.

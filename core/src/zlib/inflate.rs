@@ -108,6 +108,34 @@ impl Inflater {
     /// inflates to gigabytes costs at most `out.len()` bytes of work space. On error the
     /// contents of `out` are unspecified.
     pub fn inflate_exact(&mut self, input: &[u8], out: &mut [u8]) -> Result<(), InflateError> {
+        let (status, consumed, written) = self.run(input, out)?;
+        match status {
+            TINFLStatus::Done if written < out.len() => Err(InflateError::TooShort),
+            TINFLStatus::Done if consumed < input.len() => Err(InflateError::TrailingBytes),
+            TINFLStatus::Done => Ok(()),
+            other => Err(status_error(other)),
+        }
+    }
+
+    /// Inflates the whole zlib stream `input` into the front of `out` and returns the length
+    /// it inflated to, at most `out.len()`: for formats that bound the inflated length without
+    /// declaring it exactly (the PRUDP compression ratio). A stream that would inflate past
+    /// `out.len()` is [`InflateError::TooLong`], nothing written past the slice.
+    pub fn inflate_up_to(&mut self, input: &[u8], out: &mut [u8]) -> Result<usize, InflateError> {
+        let (status, consumed, written) = self.run(input, out)?;
+        match status {
+            TINFLStatus::Done if consumed < input.len() => Err(InflateError::TrailingBytes),
+            TINFLStatus::Done => Ok(written),
+            other => Err(status_error(other)),
+        }
+    }
+
+    /// Checks the header and runs one whole stream into `out`.
+    fn run(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<(TINFLStatus, usize, usize), InflateError> {
         match input {
             [] | [_] => return Err(InflateError::Truncated),
             [cmf, flg, ..] => check_header(*cmf, *flg)?,
@@ -115,17 +143,18 @@ impl Inflater {
         self.state.init();
         let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
             | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
-        let (status, consumed, written) = decompress(&mut self.state, input, out, 0, flags);
-        match status {
-            TINFLStatus::Done if written < out.len() => Err(InflateError::TooShort),
-            TINFLStatus::Done if consumed < input.len() => Err(InflateError::TrailingBytes),
-            TINFLStatus::Done => Ok(()),
-            TINFLStatus::HasMoreOutput => Err(InflateError::TooLong),
-            TINFLStatus::NeedsMoreInput | TINFLStatus::FailedCannotMakeProgress => {
-                Err(InflateError::Truncated)
-            }
-            TINFLStatus::Adler32Mismatch => Err(InflateError::BadChecksum),
-            _ => Err(InflateError::Corrupt),
+        Ok(decompress(&mut self.state, input, out, 0, flags))
+    }
+}
+
+/// The error for a status other than `Done`.
+fn status_error(status: TINFLStatus) -> InflateError {
+    match status {
+        TINFLStatus::HasMoreOutput => InflateError::TooLong,
+        TINFLStatus::NeedsMoreInput | TINFLStatus::FailedCannotMakeProgress => {
+            InflateError::Truncated
         }
+        TINFLStatus::Adler32Mismatch => InflateError::BadChecksum,
+        _ => InflateError::Corrupt,
     }
 }
