@@ -27,9 +27,8 @@ pub enum KeyScheme {
     /// by [`wirekit_accel::kerberos::derive_kerberos_keys`].
     #[default]
     Kerberos,
-    /// Switch: MD5 of the password, then MD5 of that key and the little-endian u64 PID. Named
-    /// here so files can say it; loading one is [`AccountsError::SchemeUnavailable`] until
-    /// the core has the derivation (the nexrmc branch).
+    /// Switch: MD5 of the password, then MD5 of that key and the little-endian u64 PID
+    /// ([`wirekit_core::kerberos::derive_switch_key`]: two MD5 calls, nothing to batch).
     Switch,
 }
 
@@ -71,8 +70,6 @@ pub enum AccountsError {
     EmptyPassword(String),
     /// The file holds more than [`Accounts::MAX_ACCOUNTS`] accounts.
     TooManyAccounts(usize),
-    /// The file's key scheme cannot be derived by this build.
-    SchemeUnavailable(KeyScheme),
 }
 
 impl std::fmt::Display for AccountsError {
@@ -101,11 +98,6 @@ impl std::fmt::Display for AccountsError {
                 f,
                 "accounts file: {n} accounts, at most {} allowed",
                 Accounts::MAX_ACCOUNTS
-            ),
-            AccountsError::SchemeUnavailable(s) => write!(
-                f,
-                "accounts file: key scheme {:?} is not available in this build",
-                s.as_str()
             ),
         }
     }
@@ -271,7 +263,10 @@ fn derive_keys(
                 .map_err(|_| AccountsError::TooManyAccounts(accounts.len()))?;
             Ok(keys)
         }
-        KeyScheme::Switch => Err(AccountsError::SchemeUnavailable(scheme)),
+        KeyScheme::Switch => Ok(accounts
+            .iter()
+            .map(|a| wirekit_core::kerberos::derive_switch_key(a.pid, a.password.as_bytes()))
+            .collect()),
     }
 }
 
@@ -364,10 +359,13 @@ password = "builder"
                 .unwrap_err(),
             AccountsError::EmptyPassword("a".into())
         );
+        let switch = Accounts::parse(&format!("key_scheme = \"switch\"\n{FILE}")).unwrap();
+        let alice = switch.by_username("alice").unwrap();
         assert_eq!(
-            Accounts::parse(&format!("key_scheme = \"switch\"\n{FILE}")).unwrap_err(),
-            AccountsError::SchemeUnavailable(KeyScheme::Switch)
+            alice.key,
+            wirekit_core::kerberos::derive_switch_key(1000, b"wonderland")
         );
+        assert_ne!(alice.key, derive_kerberos_key(1000, b"wonderland"));
         assert!(matches!(
             Accounts::parse("key_scheme = \"md4\"\n").unwrap_err(),
             AccountsError::Syntax { line: Some(1), .. }
