@@ -545,9 +545,9 @@ async fn drive(
         let needed = match known_want.take() {
             Some(needed) => needed,
             None => {
-                if out.is_empty() && !input.is_empty() {
-                    out.resize(INITIAL_BUFFER, 0);
-                }
+                // `out` stays empty until the session has a reply to write (it asks with
+                // `Want::Output`): a connection sending its header or first frame a byte at a
+                // time holds its input and nothing more.
                 let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
                 input.consume(p.consumed);
                 if p.written > 0 {
@@ -561,7 +561,7 @@ async fn drive(
                     Want::Output(required) => {
                         check_reply_room(required, options)?;
                         if out.len() < required {
-                            out.resize(required, 0);
+                            out.resize(required.max(INITIAL_BUFFER), 0);
                         }
                         continue;
                     }
