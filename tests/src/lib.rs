@@ -9,6 +9,8 @@
 //! - [`service_client`]: a blocking client of the wirekit service.
 //! - [`faults`]: faulty peers (half-close, reset mid-frame, never reading, slow-loris), run
 //!   against `wirekit serve` and the firmware.
+//! - [`qemu_firmware`]: the firmware built and booted in QEMU, for the tests that run against
+//!   it.
 //! - [`conformance`]: the service conformance suite, run against any address (the host
 //!   server here, the firmware in QEMU).
 //!
@@ -19,6 +21,7 @@ pub mod conformance;
 pub mod faults;
 pub mod haproxy;
 pub mod peers;
+pub mod qemu_firmware;
 pub mod serve;
 pub mod serve_process;
 pub mod service_client;
