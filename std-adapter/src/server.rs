@@ -381,8 +381,7 @@ impl Server {
             }
             let Ok(permit) = limit.clone().try_acquire_owned() else {
                 CloseCounts::bump(&shared.closes.refused);
-                if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals, &shared.closes)
-                {
+                if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals, &shared.closes) {
                     warn!(%peer, suppressed, "connection limit reached; closing");
                 }
                 drop(stream);
@@ -939,5 +938,80 @@ impl ServerThread {
 impl Drop for ServerThread {
     fn drop(&mut self) {
         let _ = self.stop_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_end_is_counted_once_by_kind_and_named_in_the_close_line() {
+        let closes = CloseCounts::default();
+        let ends: [(Result<Ended, ConnError>, &str); 7] = [
+            (Ok(Ended::PeerClosed), "peer closed"),
+            (Ok(Ended::Shutdown), "shutdown"),
+            (
+                Err(SessionError::HeaderTimeout.into()),
+                "no header or first frame within the header timeout",
+            ),
+            (
+                Err(SessionError::Truncated.into()),
+                "peer closed the connection mid-frame",
+            ),
+            (
+                Err(ConnError::Io(io::ErrorKind::ConnectionReset.into())),
+                "reset by peer",
+            ),
+            (
+                Err(ConnError::Write(io::ErrorKind::BrokenPipe.into())),
+                "peer gone while the server was writing",
+            ),
+            (
+                Err(ConnError::Write(io::ErrorKind::ConnectionReset.into())),
+                "peer gone while the server was writing",
+            ),
+        ];
+        for (end, why) in &ends {
+            closes.count(end);
+            let named = match end {
+                Ok(e) => e.as_str().to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert_eq!(named, *why);
+        }
+        let g = CloseCounts::get;
+        assert_eq!(g(&closes.peer_closed), 1);
+        assert_eq!(g(&closes.shutdown), 1);
+        assert_eq!(g(&closes.protocol), 2);
+        assert_eq!(g(&closes.header_timeout), 1);
+        assert_eq!(g(&closes.reset), 1);
+        assert_eq!(g(&closes.write_failed), 2);
+        assert_eq!(g(&closes.io), 0);
+        assert_eq!(
+            closes.to_string(),
+            "peer_closed=1 shutdown=1 protocol=2 header_timeout=1 reset=1 write_failed=2 io=0 \
+             refused=0 accept_failed=0 lines_suppressed=0"
+        );
+    }
+
+    #[test]
+    fn a_connection_reports_to_its_own_counters_and_the_servers() {
+        let shared = AtomicCounters::new();
+        let conn = ConnCounters {
+            shared: &shared,
+            own: AtomicCounters::new(),
+        };
+        let tally = service::Tally {
+            frames_in: 2,
+            bytes_in: 10,
+            ..service::Tally::default()
+        };
+        conn.record(&tally);
+        shared.record(&tally);
+        assert_eq!(conn.own.snapshot().bytes_in, 10);
+        // A stats request through the connection reads the server's totals.
+        assert_eq!(conn.snapshot().bytes_in, 20);
+        assert_eq!(conn.snapshot().frames_in, 4);
     }
 }

@@ -41,7 +41,9 @@ pub fn half_close(addr: SocketAddr, preamble: Option<&[u8]>, requests: u32) -> i
     for (i, p) in payloads.iter().enumerate() {
         let r = c.recv()?;
         if r.data != *p {
-            return Err(io::Error::other(format!("reply {i} after the half-close differs")));
+            return Err(io::Error::other(format!(
+                "reply {i} after the half-close differs"
+            )));
         }
     }
     c.expect_closed(Duration::from_secs(5))

@@ -229,4 +229,3 @@ pub fn assert_clean_log(log: &str) {
         "the firmware log lacks its start-up lines:\n{log}"
     );
 }
-

@@ -41,7 +41,10 @@ pub fn wirekit_binary() -> PathBuf {
             cmd.arg("--release");
         }
         let status = cmd.status().expect("run cargo build -p wirekit");
-        assert!(status.success(), "building the wirekit binary failed: {status}");
+        assert!(
+            status.success(),
+            "building the wirekit binary failed: {status}"
+        );
         let bin = profile_dir.join("wirekit");
         assert!(bin.is_file(), "{} not built", bin.display());
         bin
@@ -269,7 +272,10 @@ pub fn set_nofile(pid: u32, soft: u64, hard: u64) {
         ])
         .status()
         .expect("run prlimit");
-    assert!(status.success(), "prlimit --pid {pid} --nofile={soft}:{hard}: {status}");
+    assert!(
+        status.success(),
+        "prlimit --pid {pid} --nofile={soft}:{hard}: {status}"
+    );
 }
 
 /// The `closed` lines among `lines`.
@@ -289,7 +295,9 @@ pub fn fields(line: &str) -> HashMap<String, String> {
     let mut value = String::new();
     for word in line.split(' ') {
         match word.split_once('=') {
-            Some((k, v)) if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+            Some((k, v))
+                if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
                 if let Some(k) = key.take() {
                     out.insert(k.to_string(), std::mem::take(&mut value));
                 }
@@ -316,7 +324,12 @@ pub fn close_counts(lines: &[String]) -> HashMap<String, u64> {
     let line = lines
         .iter()
         .find(|l| l.contains("stopped") && l.contains("closes="))
-        .unwrap_or_else(|| panic!("no `stopped` line in the server's log:\n{}", lines.join("\n")));
+        .unwrap_or_else(|| {
+            panic!(
+                "no `stopped` line in the server's log:\n{}",
+                lines.join("\n")
+            )
+        });
     let at = line.find("closes=").unwrap() + "closes=".len();
     line[at..]
         .split_whitespace()

@@ -16,7 +16,15 @@ fn bench(addr: SocketAddr) -> (Output, Duration) {
     let out = Command::new("timeout")
         .arg("60")
         .arg(wirekit_binary())
-        .args(["bench", "--target", &addr.to_string(), "-c", "4", "--duration", "30"])
+        .args([
+            "bench",
+            "--target",
+            &addr.to_string(),
+            "-c",
+            "4",
+            "--duration",
+            "30",
+        ])
         .args(["--connect-timeout", "1", "--reply-timeout", "1"])
         .output()
         .expect("run wirekit bench");
@@ -25,7 +33,11 @@ fn bench(addr: SocketAddr) -> (Output, Duration) {
 
 fn check_failed(what: &str, out: &Output, took: Duration, expect: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{what}: exit {:?} after {took:?}: {}", out.status.code(), stderr.trim());
+    eprintln!(
+        "{what}: exit {:?} after {took:?}: {}",
+        out.status.code(),
+        stderr.trim()
+    );
     assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
     assert!(stderr.contains(expect), "{what}: {stderr}");
     assert!(took < Duration::from_secs(5), "{what}: took {took:?}");

@@ -75,9 +75,11 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
     let rate = report.frames_per_sec();
     let peak = peak.load(Ordering::Relaxed);
     let peak_fds = peak_fds.load(Ordering::Relaxed);
-    server.wait_for("descriptors back to the baseline", Duration::from_secs(10), |s| {
-        s.open_fds() <= baseline_fds
-    });
+    server.wait_for(
+        "descriptors back to the baseline",
+        Duration::from_secs(10),
+        |s| s.open_fds() <= baseline_fds,
+    );
     let rss_end = server.rss_kib();
     let cpu = server.cpu_time() - cpu_start;
     eprintln!(

@@ -47,7 +47,9 @@ async fn one_connection(
     let sent = requests(conn);
     let result = async {
         let s = stream.as_mut().expect("connected");
-        s.write_all(&sent).await.map_err(|e| format!("write: {e}"))?;
+        s.write_all(&sent)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
         let mut echoed = vec![0u8; sent.len()];
         tokio::time::timeout(Duration::from_secs(60), s.read_exact(&mut echoed))
             .await
@@ -121,7 +123,12 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
     });
     let elapsed = start.elapsed();
     let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(errors.is_empty(), "{} failed, first: {}", errors.len(), errors[0]);
+    assert!(
+        errors.is_empty(),
+        "{} failed, first: {}",
+        errors.len(),
+        errors[0]
+    );
     let bytes: usize = results.iter().map(|r| *r.as_ref().unwrap()).sum();
     eprintln!(
         "{CONNECTIONS} connections at once, {bytes} bytes each way checked in {elapsed:?}; \
@@ -133,7 +140,10 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
     );
     // Between frames a connection holds no buffer of its own: ~3 KiB each was measured
     // (29 MiB for 10,000, the runtime and the thread buffers included).
-    assert!(rss_open < 64 * 1024, "RSS {rss_open} KiB with 10,000 open (bound 64 MiB)");
+    assert!(
+        rss_open < 64 * 1024,
+        "RSS {rss_open} KiB with 10,000 open (bound 64 MiB)"
+    );
     server.wait_for("every connection closed", Duration::from_secs(20), |s| {
         s.open_fds() <= baseline_fds
     });
@@ -152,5 +162,8 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
             f["bytes_in"].parse::<u64>().unwrap()
         })
         .sum();
-    assert_eq!(logged, bytes as u64, "the close lines add up to the bytes sent");
+    assert_eq!(
+        logged, bytes as u64,
+        "the close lines add up to the bytes sent"
+    );
 }

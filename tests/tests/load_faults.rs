@@ -60,8 +60,10 @@ fn half_close_reset_mid_frame_and_peer_gone_while_writing_are_each_counted_and_l
         .unwrap_or_else(|| panic!("no close line with the 50 half-close frames: {half:?}"));
     assert_eq!(h["frames_out"], "50");
     // Echoes: as many bytes each way, and the PROXY header in.
-    let (bytes_in, bytes_out): (u64, u64) =
-        (h["bytes_in"].parse().unwrap(), h["bytes_out"].parse().unwrap());
+    let (bytes_in, bytes_out): (u64, u64) = (
+        h["bytes_in"].parse().unwrap(),
+        h["bytes_out"].parse().unwrap(),
+    );
     assert_eq!(bytes_in, bytes_out + header.len() as u64, "{h:?}");
     // The real client, from the PROXY header; the peer is the proxy (here the test).
     assert_eq!(h["client"], "192.0.2.1:5000");
@@ -77,7 +79,11 @@ fn half_close_reset_mid_frame_and_peer_gone_while_writing_are_each_counted_and_l
     assert_eq!(counts["reset"], 1, "{counts:?}");
     assert_eq!(counts["write_failed"], 1, "{counts:?}");
     assert_eq!(counts["protocol"], 0, "{counts:?}");
-    assert_eq!(serve_process::close_lines(&lines).len(), 4, "one line per connection");
+    assert_eq!(
+        serve_process::close_lines(&lines).len(),
+        4,
+        "one line per connection"
+    );
 }
 
 #[test]
@@ -149,7 +155,11 @@ fn clients_that_never_read_are_not_read_from_and_cost_bounded_memory() {
     assert!(counts["write_failed"] >= CLIENTS as u64 / 2, "{counts:?}");
     let logged = (closes_with_why(&lines, "peer gone while the server was writing").len()
         + closes_with_why(&lines, "reset by peer").len()) as u64;
-    assert_eq!(logged + counts["lines_suppressed"], CLIENTS as u64, "{counts:?}");
+    assert_eq!(
+        logged + counts["lines_suppressed"],
+        CLIENTS as u64,
+        "{counts:?}"
+    );
 }
 
 #[test]
@@ -191,7 +201,9 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
     bystander.echo(b"served during the slow-loris").unwrap();
     let rtt = t.elapsed();
     let (header_closes, frame_closes) = {
-        let mut r = slow.into_iter().map(|t| t.join().unwrap().expect("slow-loris"));
+        let mut r = slow
+            .into_iter()
+            .map(|t| t.join().unwrap().expect("slow-loris"));
         (r.next().unwrap(), r.next().unwrap())
     };
     let per_conn = rss_open.saturating_sub(rss_before) * 1024 / (2 * EACH) as u64;
@@ -205,7 +217,10 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
         frame_closes.0,
         frame_closes.1
     );
-    assert!(fds_open > 2 * EACH, "the slow connections were open at once");
+    assert!(
+        fds_open > 2 * EACH,
+        "the slow connections were open at once"
+    );
     // Its input so far (a 4 KiB buffer at first) and its task and session: about 6.5 KiB
     // measured; 12 KiB leaves room for the allocator's arenas.
     assert!(
@@ -219,12 +234,12 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
     let counts = close_counts(&lines);
     assert_eq!(counts["header_timeout"], 2 * EACH as u64, "{counts:?}");
     // The flood's close lines went through the log limit; every one is logged or counted.
-    let logged = closes_with_why(
-        &lines,
-        "no header or first frame within the header timeout",
-    )
-    .len() as u64;
-    assert!(logged >= 1 && logged < 2 * EACH as u64, "{logged} lines logged");
+    let logged =
+        closes_with_why(&lines, "no header or first frame within the header timeout").len() as u64;
+    assert!(
+        logged >= 1 && logged < 2 * EACH as u64,
+        "{logged} lines logged"
+    );
     assert_eq!(
         logged + counts["lines_suppressed"],
         2 * EACH as u64,
@@ -272,7 +287,10 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
     eprintln!("CPU time over {period:?} of EMFILE, 5 connections served meanwhile: {cpu:?}");
     // Spinning on the readable listener would take a core; the back-off takes next to nothing
     // (the 5 connections' echoes included).
-    assert!(cpu < Duration::from_millis(300), "{cpu:?} of CPU in {period:?}");
+    assert!(
+        cpu < Duration::from_millis(300),
+        "{cpu:?} of CPU in {period:?}"
+    );
     server.set_nofile(20_000, 20_000);
     for (i, w) in waiting.iter_mut().enumerate() {
         let r = w.recv().expect("accepted once descriptors are free");
@@ -282,7 +300,10 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
     drop(bystanders);
     let (_, lines) = server.stop();
     let failed_lines = lines.iter().filter(|l| l.contains("accept failed")).count();
-    let again_lines = lines.iter().filter(|l| l.contains("accepting again")).count();
+    let again_lines = lines
+        .iter()
+        .filter(|l| l.contains("accepting again"))
+        .count();
     assert_eq!((failed_lines, again_lines), (1, 1), "{lines:#?}");
     let counts = close_counts(&lines);
     let failed = counts["accept_failed"];
@@ -322,6 +343,13 @@ fn a_flood_past_the_connection_limit_is_refused_counted_and_its_lines_limited() 
         "{FLOOD} refused: {logged} lines logged, {} suppressed",
         counts["lines_suppressed"]
     );
-    assert!(logged < FLOOD as u64 / 2, "{logged} refusal lines for {FLOOD}");
-    assert_eq!(logged + counts["lines_suppressed"], FLOOD as u64, "{counts:?}");
+    assert!(
+        logged < FLOOD as u64 / 2,
+        "{logged} refusal lines for {FLOOD}"
+    );
+    assert_eq!(
+        logged + counts["lines_suppressed"],
+        FLOOD as u64,
+        "{counts:?}"
+    );
 }

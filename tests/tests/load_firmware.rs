@@ -31,7 +31,10 @@ fn firmware_survives_the_faults_its_two_sessions_allow() {
         Ok(stats) => stats,
         Err(_) => {
             qemu.stop();
-            panic!("the faults above failed; firmware log:\n{}", qemu.decoded_log());
+            panic!(
+                "the faults above failed; firmware log:\n{}",
+                qemu.decoded_log()
+            );
         }
     };
     let (status, log) = qemu.shutdown();

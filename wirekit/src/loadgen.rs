@@ -696,7 +696,9 @@ async fn churn_connections(
     let max = opts.payload.max();
     let mut framing = ClientFraming::new(opts.framing, max, greeting);
     run.ready.wait().await;
-    let framing = framing.as_mut().map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+    let framing = framing
+        .as_mut()
+        .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
     let limit = opts.reply_timeout;
     let mut rng = Rng(0x5eed ^ index as u64);
     let mut result = ConnResult {
@@ -1132,6 +1134,47 @@ mod tests {
         assert_eq!("exp:100".parse(), Ok(PayloadSizes::Exponential(100)));
         assert!("uniform:5-1".parse::<PayloadSizes>().is_err());
         assert!("zipf:3".parse::<PayloadSizes>().is_err());
+    }
+
+    #[test]
+    fn a_refused_connect_and_a_timeout_name_the_target() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let err = rt
+            .block_on(connect(addr, Duration::from_secs(5)))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+        assert!(
+            err.to_string().starts_with(&format!("connect to {addr}: ")),
+            "{err}"
+        );
+        let err = rt
+            .block_on(within(
+                Duration::from_millis(10),
+                "reply",
+                std::future::pending::<io::Result<()>>(),
+            ))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(err.to_string(), "the server did not reply within 10ms");
+    }
+
+    #[test]
+    fn churn_opens_a_connection_per_round_trip() {
+        let report = run(LoadOptions {
+            connections: 2,
+            round_trips: Some(25),
+            payload: PayloadSizes::Fixed(32),
+            churn: true,
+            ..LoadOptions::default()
+        })
+        .unwrap();
+        assert_eq!(report.frames, 50);
     }
 
     #[test]

@@ -146,3 +146,17 @@ pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_flags_are_clamped_not_panics() {
+        assert_eq!(seconds(2.5), Duration::from_millis(2500));
+        assert_eq!(seconds(0.0), Duration::from_millis(1));
+        assert_eq!(seconds(-3.0), Duration::from_millis(1));
+        assert_eq!(seconds(f64::INFINITY), Duration::from_secs(86_400));
+        assert_eq!(seconds(f64::NAN), Duration::from_secs(86_400));
+    }
+}
