@@ -12,10 +12,12 @@ use wirekit_tests::serve_process::wirekit_binary;
 
 /// Runs `wirekit bench --target addr` with 1 s timeouts; its output and how long it took.
 fn bench(addr: SocketAddr) -> (Output, Duration) {
+    // Built (if need be) before the clock starts.
+    let bin = wirekit_binary();
     let start = Instant::now();
     let out = Command::new("timeout")
         .arg("60")
-        .arg(wirekit_binary())
+        .arg(bin)
         .args([
             "bench",
             "--target",
