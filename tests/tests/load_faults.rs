@@ -20,6 +20,17 @@ fn closes_with_why(lines: &[String], why: &str) -> Vec<HashMap<String, String>> 
         .collect()
 }
 
+/// `n` connections to `server`, each served one echo.
+fn bystanders(server: &ServeProcess, n: usize) -> Vec<ServiceClient> {
+    (0..n)
+        .map(|_| {
+            let mut c = ServiceClient::connect(server.addr, None, None).unwrap();
+            c.echo(b"before").unwrap();
+            c
+        })
+        .collect()
+}
+
 #[test]
 fn half_close_reset_mid_frame_and_peer_gone_while_writing_are_each_counted_and_logged_once() {
     let _one = serve_process::exclusive();
@@ -252,12 +263,7 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
     const WAITING: usize = 20;
     let _one = serve_process::exclusive();
     let server = ServeProcess::start(["--max-frame", "4096"]);
-    let mut bystanders: Vec<ServiceClient> = (0..5)
-        .map(|_| ServiceClient::connect(server.addr, None, None).unwrap())
-        .collect();
-    for b in &mut bystanders {
-        b.echo(b"before").unwrap();
-    }
+    let mut bystanders = bystanders(&server, 5);
     // No descriptor left for one more connection.
     let open = server.open_fds() as u64;
     server.set_nofile(open, 20_000);
@@ -317,12 +323,7 @@ fn a_flood_past_the_connection_limit_is_refused_counted_and_its_lines_limited() 
     const FLOOD: usize = 300;
     let _one = serve_process::exclusive();
     let server = ServeProcess::start(["--max-connections", "2"]);
-    let mut served: Vec<ServiceClient> = (0..2)
-        .map(|_| ServiceClient::connect(server.addr, None, None).unwrap())
-        .collect();
-    for c in &mut served {
-        c.echo(b"before").unwrap();
-    }
+    let mut served = bystanders(&server, 2);
     for _ in 0..FLOOD {
         let mut c = ServiceClient::connect(server.addr, None, None).unwrap();
         c.expect_closed(Duration::from_secs(2))
