@@ -278,6 +278,34 @@ pub fn set_nofile(pid: u32, soft: u64, hard: u64) {
     );
 }
 
+/// Process `pid`'s descriptor limits, soft and hard (0: this process), from
+/// `/proc/PID/limits`.
+pub fn nofile(pid: u32) -> (u64, u64) {
+    let pid = if pid == 0 { std::process::id() } else { pid };
+    let limits =
+        std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("read /proc/PID/limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files in /proc/PID/limits");
+    let mut values = line.split_whitespace().skip(3).map(|v| {
+        // "unlimited" is as good as any bound.
+        v.parse().unwrap_or(u64::MAX)
+    });
+    (values.next().unwrap(), values.next().unwrap())
+}
+
+/// Makes sure this process (and the servers it starts, which inherit its limits) may open
+/// `n` descriptors: the soft limit is raised to `n` within the hard limit, and the hard limit
+/// too with `prlimit` where it is lower (which needs root with `CAP_SYS_RESOURCE`).
+pub fn ensure_own_nofile(n: u64) {
+    let (soft, hard) = nofile(0);
+    if soft >= n {
+        return;
+    }
+    set_nofile(0, n, hard.max(n));
+}
+
 /// The `closed` lines among `lines`.
 pub fn close_lines(lines: &[String]) -> Vec<String> {
     lines

@@ -14,6 +14,8 @@ use wirekit_tests::serve_process::{self, ServeProcess, close_counts, fields};
 
 const CONNECTIONS: usize = 10_000;
 const FRAMES: u32 = 4;
+/// The descriptors the test and the server each need at least.
+const NOFILE: u64 = CONNECTIONS as u64 + 500;
 
 /// The pktconn frames connection `conn` sends: a u32le length and a payload of its own.
 fn requests(conn: u32) -> Vec<u8> {
@@ -73,17 +75,23 @@ async fn one_connection(
 #[test]
 fn ten_thousand_concurrent_connections_echo_every_byte() {
     let _one = serve_process::exclusive();
-    let server = ServeProcess::start([
-        "--framing",
-        "u32le",
-        "--max-connections",
-        "20000",
-        "--max-frame",
-        "1024",
-        // The first connections wait for the last ones to open before sending.
-        "--header-timeout",
-        "60",
-    ]);
+    // 10,000 sockets here and as many in the server (which inherits the limit), with room to
+    // spare: raised where the machine's default is lower (1,024 on many).
+    serve_process::ensure_own_nofile(NOFILE);
+    let server = ServeProcess::command()
+        .args([
+            "--framing",
+            "u32le",
+            "--max-connections",
+            "20000",
+            "--max-frame",
+            "1024",
+            // The first connections wait for the last ones to open before sending.
+            "--header-timeout",
+            "60",
+        ])
+        .start();
+    assert!(serve_process::nofile(server.pid).0 >= NOFILE);
     let baseline_fds = server.open_fds();
     let addr = server.addr;
     let rt = tokio::runtime::Builder::new_current_thread()

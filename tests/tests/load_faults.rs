@@ -266,7 +266,8 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
     let mut bystanders = bystanders(&server, 5);
     // No descriptor left for one more connection.
     let open = server.open_fds() as u64;
-    server.set_nofile(open, 20_000);
+    let (soft, hard) = serve_process::nofile(server.pid);
+    server.set_nofile(open, hard);
     let mut waiting: Vec<ServiceClient> = (0..WAITING)
         .map(|_| ServiceClient::connect(server.addr, None, None).expect("the backlog takes it"))
         .collect();
@@ -297,7 +298,7 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
         cpu < Duration::from_millis(300),
         "{cpu:?} of CPU in {period:?}"
     );
-    server.set_nofile(20_000, 20_000);
+    server.set_nofile(soft, hard);
     for (i, w) in waiting.iter_mut().enumerate() {
         let r = w.recv().expect("accepted once descriptors are free");
         assert_eq!(r.data, faults::numbered_payload(i as u32, 0, 64));
