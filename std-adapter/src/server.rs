@@ -265,13 +265,15 @@ impl Counters for ConnCounters<'_> {
     }
 }
 
-/// The server's warnings go through the core's log limits: a flood of bad connections (or of
-/// connections past the limit) must not turn the log into the attack. What is dropped is
-/// counted and reported with the next line let through; the counters count every event.
+/// The lines a flood would multiply go through the core's log limits: a flood of bad
+/// connections (or of connections past the limit) must not turn the log into the attack. What
+/// is dropped is counted, reported with the next line let through and in
+/// [`CloseCounts::lines_suppressed`]; the close counts count every event.
 struct LogLimits {
-    /// "closing connection" (a peer's bad framing, PROXY header, timeout, reset).
+    /// The `closed` lines of connections that ended in an error (a peer's bad framing, PROXY
+    /// header, timeout, reset).
     closes: Mutex<LogLimit>,
-    /// "connection limit reached" and "accept failed".
+    /// "connection limit reached".
     refusals: Mutex<LogLimit>,
 }
 
