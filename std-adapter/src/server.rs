@@ -1,8 +1,20 @@
 //! The wirekit server: [`wirekit_core::service`] over tokio TCP.
 //!
 //! The protocol lives in the core's [`Session`]; this module only moves bytes: it accepts,
-//! enforces the header timeout and the connection limit, logs why a connection ended, and shuts
+//! enforces the header timeout and the connection limit, logs each connection's end, and shuts
 //! down gracefully.
+//!
+//! Every connection gets one INFO line when it closes, `closed`, naming the real client (from
+//! the PROXY header when one was accepted) and the peer, the bytes and frames each way, how long
+//! it lasted and why it ended (`why`: `peer closed`, `shutdown`, `reset by peer`, `peer gone
+//! while the server was writing`, or the protocol error). Lines for connections that ended in an
+//! error, and for connections refused at the limit, go through the core's [`LogLimit`]: under a
+//! flood what is dropped is counted ([`CloseCounts::lines_suppressed`]) and reported with the
+//! next line let through. [`CloseCounts`] counts every end by kind and is logged at shutdown.
+//!
+//! When accept fails (EMFILE, ENFILE, ENOBUFS), the loop backs off (10 ms, doubling to 320 ms)
+//! and keeps serving the connections it has; it logs the first failure and the recovery, not one
+//! line per retry.
 //!
 //! Between frames a connection owns no buffer: each read lands in one buffer per thread, every
 //! complete frame in it is served from there and the replies go out in one `write` (so a round
@@ -26,6 +38,7 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -88,15 +101,29 @@ impl ServeOptions {
 pub enum ConnError {
     /// The protocol said to close (framing, PROXY, compression, timeout, truncation).
     Session(SessionError),
-    /// The socket failed.
+    /// The socket failed while reading (or waiting to read).
     Io(io::Error),
+    /// The socket failed while the server was writing replies.
+    Write(io::Error),
 }
 
 impl std::fmt::Display for ConnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConnError::Session(e) => e.fmt(f),
+            ConnError::Io(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                f.write_str("reset by peer")
+            }
             ConnError::Io(e) => write!(f, "i/o: {e}"),
+            ConnError::Write(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                f.write_str("peer gone while the server was writing")
+            }
+            ConnError::Write(e) => write!(f, "i/o while writing: {e}"),
         }
     }
 }
@@ -124,16 +151,129 @@ pub struct Server {
 struct Shared {
     options: ServeOptions,
     counters: Arc<AtomicCounters>,
+    closes: Arc<CloseCounts>,
     logs: LogLimits,
 }
 
-/// The server's warnings go through the core's log limits: a flood of bad connections (or of
-/// connections past the limit) must not turn the log into the attack. What is dropped is
-/// counted and reported with the next line let through; the counters count every event.
+/// How connections ended, by kind, since the server started (the service counters count
+/// protocol errors only; these count every end). Logged at shutdown.
+#[derive(Debug, Default)]
+pub struct CloseCounts {
+    /// The peer closed its side between frames (after its requests, half-closed or not).
+    pub peer_closed: AtomicU64,
+    /// Closed by the server's shutdown.
+    pub shutdown: AtomicU64,
+    /// A protocol error ([`SessionError`]), the header timeout and truncation included.
+    pub protocol: AtomicU64,
+    /// Of [`protocol`](Self::protocol): the header timeout.
+    pub header_timeout: AtomicU64,
+    /// The peer reset the connection while the server was reading.
+    pub reset: AtomicU64,
+    /// Writing replies failed (the peer reset or closed while the server was writing).
+    pub write_failed: AtomicU64,
+    /// Other socket errors.
+    pub io: AtomicU64,
+    /// Connections accepted past the connection limit and closed at once.
+    pub refused: AtomicU64,
+    /// Failed `accept` calls (EMFILE, ENFILE, ...).
+    pub accept_failed: AtomicU64,
+    /// Close, refusal and accept-failure lines the log limits dropped.
+    pub lines_suppressed: AtomicU64,
+}
+
+impl CloseCounts {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count(&self, end: &Result<Ended, ConnError>) {
+        Self::bump(match end {
+            Ok(Ended::PeerClosed) => &self.peer_closed,
+            Ok(Ended::Shutdown) => &self.shutdown,
+            Err(ConnError::Session(e)) => {
+                if *e == SessionError::HeaderTimeout {
+                    Self::bump(&self.header_timeout);
+                }
+                &self.protocol
+            }
+            Err(ConnError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => &self.reset,
+            Err(ConnError::Io(_)) => &self.io,
+            Err(ConnError::Write(_)) => &self.write_failed,
+        });
+    }
+
+    /// One value read (relaxed).
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Display for CloseCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = Self::get;
+        write!(
+            f,
+            "peer_closed={} shutdown={} protocol={} header_timeout={} reset={} write_failed={} \
+             io={} refused={} accept_failed={} lines_suppressed={}",
+            g(&self.peer_closed),
+            g(&self.shutdown),
+            g(&self.protocol),
+            g(&self.header_timeout),
+            g(&self.reset),
+            g(&self.write_failed),
+            g(&self.io),
+            g(&self.refused),
+            g(&self.accept_failed),
+            g(&self.lines_suppressed),
+        )
+    }
+}
+
+/// How a connection ended without an error.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    /// The peer closed its side between frames.
+    PeerClosed,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+impl Ended {
+    fn as_str(self) -> &'static str {
+        match self {
+            Ended::PeerClosed => "peer closed",
+            Ended::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// The counters one connection's session reports to: the server's, and the connection's own
+/// (for its close line). A stats request still reads the server's.
+struct ConnCounters<'a> {
+    shared: &'a AtomicCounters,
+    own: AtomicCounters,
+}
+
+impl Counters for ConnCounters<'_> {
+    fn record(&self, tally: &service::Tally) {
+        self.shared.record(tally);
+        self.own.record(tally);
+    }
+
+    fn snapshot(&self) -> wirekit_core::service::wire::Stats {
+        self.shared.snapshot()
+    }
+}
+
+/// The lines a flood would multiply go through the core's log limits: a flood of bad
+/// connections (or of connections past the limit) must not turn the log into the attack. What
+/// is dropped is counted, reported with the next line let through and in
+/// [`CloseCounts::lines_suppressed`]; the close counts count every event.
 struct LogLimits {
-    /// "closing connection" (a peer's bad framing, PROXY header, timeout, reset).
+    /// The `closed` lines of connections that ended in an error (a peer's bad framing, PROXY
+    /// header, timeout, reset).
     closes: Mutex<LogLimit>,
-    /// "connection limit reached" and "accept failed".
+    /// "connection limit reached".
     refusals: Mutex<LogLimit>,
 }
 
@@ -148,12 +288,16 @@ impl LogLimits {
         }
     }
 
-    /// `Some(suppressed)` when a line under `limit` may be written now.
-    fn allow(limit: &Mutex<LogLimit>) -> Option<u32> {
+    /// `Some(suppressed)` when a line under `limit` may be written now; a line dropped is
+    /// counted in `closes`.
+    fn allow(limit: &Mutex<LogLimit>, closes: &CloseCounts) -> Option<u32> {
         let mut limit = limit.lock().unwrap_or_else(|p| p.into_inner());
         match limit.check(clock::now()) {
             LogDecision::Log { suppressed } => Some(suppressed),
-            LogDecision::Suppress => None,
+            LogDecision::Suppress => {
+                CloseCounts::bump(&closes.lines_suppressed);
+                None
+            }
         }
     }
 }
@@ -174,6 +318,7 @@ impl Server {
             shared: Arc::new(Shared {
                 options,
                 counters: Arc::new(AtomicCounters::new()),
+                closes: Arc::new(CloseCounts::default()),
                 logs: LogLimits::new(),
             }),
         })
@@ -191,6 +336,11 @@ impl Server {
         self.shared.counters.clone()
     }
 
+    /// How connections ended so far, by kind.
+    pub fn close_counts(&self) -> Arc<CloseCounts> {
+        self.shared.closes.clone()
+    }
+
     /// Serves until `shutdown` is cancelled, then stops accepting, lets every connection finish
     /// the frames it has in flight (up to the shutdown grace), and returns.
     pub async fn run(self, shutdown: CancellationToken) -> io::Result<()> {
@@ -198,6 +348,9 @@ impl Server {
         let limit = Arc::new(Semaphore::new(shared.options.max_connections));
         let tracker = TaskTracker::new();
         info!(addr = %listener.local_addr()?, "serving");
+        // Consecutive failed accepts, and the back-off before the next try.
+        let mut failing: u64 = 0;
+        let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let (stream, peer) = tokio::select! {
                 biased;
@@ -205,17 +358,32 @@ impl Server {
                 accepted = listener.accept() => match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        // EMFILE and friends: keep serving the connections we have.
-                        if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals) {
-                            warn!(error = %e, suppressed, "accept failed");
+                        // EMFILE and friends: the connection stays in the backlog, so the
+                        // listener stays readable; back off rather than spin on it, and keep
+                        // serving the connections we have.
+                        CloseCounts::bump(&shared.closes.accept_failed);
+                        if failing == 0 {
+                            warn!(error = %e, "accept failed; backing off until it succeeds");
                         }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        failing += 1;
+                        tokio::select! {
+                            biased;
+                            () = shutdown.cancelled() => break,
+                            () = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                         continue;
                     }
                 },
             };
+            if failing > 0 {
+                info!(failed = failing, "accepting again");
+                failing = 0;
+                backoff = ACCEPT_BACKOFF_MIN;
+            }
             let Ok(permit) = limit.clone().try_acquire_owned() else {
-                if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals) {
+                CloseCounts::bump(&shared.closes.refused);
+                if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals, &shared.closes) {
                     warn!(%peer, suppressed, "connection limit reached; closing");
                 }
                 drop(stream);
@@ -238,7 +406,7 @@ impl Server {
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
             warn!("shutdown grace expired with connections still open");
         }
-        info!("stopped");
+        info!(closes = %shared.closes, "stopped");
         Ok(())
     }
 }
@@ -274,6 +442,11 @@ impl ThreadWorkspace {
     }
 }
 
+/// The first pause after a failed accept.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The longest pause between accepts while they keep failing.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(320);
+
 /// Size of the per-thread read buffer.
 const SHARED_READ: usize = 64 * 1024;
 /// Initial size of the per-thread reply buffer.
@@ -291,34 +464,58 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let options = &shared.options;
+    let started = Instant::now();
     let mut session = Session::for_peer(&options.service, peer.ip(), clock::now());
-    let counters: &AtomicCounters = &shared.counters;
+    let counters = ConnCounters {
+        shared: &shared.counters,
+        own: AtomicCounters::new(),
+    };
     debug!(%peer, "accepted");
-    let result = drive(&mut stream, &mut session, shared, counters, shutdown).await;
-    // The real client: from the PROXY header when one was accepted.
-    let client = session.proxied_source().unwrap_or(peer);
-    match &result {
-        Ok(()) => debug!(%client, %peer, "closed"),
-        Err(e) => {
-            if let Some(suppressed) = LogLimits::allow(&shared.logs.closes) {
-                warn!(%client, %peer, reason = %e, suppressed, "closing connection");
-            }
-        }
-    }
+    let result = drive(&mut stream, &mut session, shared, &counters, shutdown).await;
     let session_error = match &result {
         Err(ConnError::Session(e)) => Some(*e),
         _ => None,
     };
-    session.finish(counters, session_error.as_ref());
+    session.finish(&counters, session_error.as_ref());
+    shared.closes.count(&result);
+    // The real client: from the PROXY header when one was accepted.
+    let client = session.proxied_source().unwrap_or(peer);
+    let own = counters.own.snapshot();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    macro_rules! closed {
+        ($why:expr, $suppressed:expr) => {
+            info!(
+                %client,
+                %peer,
+                bytes_in = own.bytes_in,
+                bytes_out = own.bytes_out,
+                frames_in = own.frames_in,
+                frames_out = own.frames_out,
+                duration_ms,
+                why = %$why,
+                suppressed = $suppressed,
+                "closed"
+            )
+        };
+    }
+    match &result {
+        Ok(ended) => closed!(ended.as_str(), 0u32),
+        // A flood of bad connections must not turn the log into the attack.
+        Err(e) => {
+            if let Some(suppressed) = LogLimits::allow(&shared.logs.closes, &shared.closes) {
+                closed!(e, suppressed);
+            }
+        }
+    }
 }
 
 async fn drive(
     stream: &mut TcpStream,
     session: &mut Session,
     shared: &Shared,
-    counters: &AtomicCounters,
+    counters: &ConnCounters<'_>,
     shutdown: &CancellationToken,
-) -> Result<(), ConnError> {
+) -> Result<Ended, ConnError> {
     let options = &shared.options;
     // The connection's own buffers, used only when a frame is split across reads (`input`) or
     // the socket would not take every reply at once (`pending`); an ordinary round trip goes
@@ -339,27 +536,33 @@ async fn drive(
         let mut greeting = [0u8; 16];
         let p = handle(session, &[], &mut greeting, counters, scratch_len)?;
         if p.written > 0 {
-            stream.write_all(&greeting[..p.written]).await?;
+            stream
+                .write_all(&greeting[..p.written])
+                .await
+                .map_err(ConnError::Write)?;
         }
     }
     loop {
         let needed = match known_want.take() {
             Some(needed) => needed,
             None => {
-                if out.is_empty() && !input.is_empty() {
-                    out.resize(INITIAL_BUFFER, 0);
-                }
+                // `out` stays empty until the session has a reply to write (it asks with
+                // `Want::Output`): a connection sending its header or first frame a byte at a
+                // time holds its input and nothing more.
                 let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
                 input.consume(p.consumed);
                 if p.written > 0 {
-                    stream.write_all(&out[..p.written]).await?;
+                    stream
+                        .write_all(&out[..p.written])
+                        .await
+                        .map_err(ConnError::Write)?;
                 }
                 match p.want {
                     Want::Call => continue,
                     Want::Output(required) => {
                         check_reply_room(required, options)?;
                         if out.len() < required {
-                            out.resize(required, 0);
+                            out.resize(required.max(INITIAL_BUFFER), 0);
                         }
                         continue;
                     }
@@ -371,7 +574,7 @@ async fn drive(
         // header and first frame are still to come) and the shutdown grace once shutting down.
         if shutdown.is_cancelled() && grace_deadline.is_none() {
             if input.is_empty() {
-                return Ok(());
+                return Ok(Ended::Shutdown);
             }
             grace_deadline = Some(Instant::now() + options.shutdown_grace);
         }
@@ -396,11 +599,13 @@ async fn drive(
                 ServedRead::WouldBlock => known_want = Some(needed),
                 ServedRead::Eof => {
                     session.end_of_input(0)?;
-                    return Ok(());
+                    return Ok(Ended::PeerClosed);
                 }
                 ServedRead::Served { want } => {
                     if !pending.is_empty() {
-                        stream.write_all(&pending).await?;
+                        // The peer is not reading: wait here, reading nothing more from it
+                        // (backpressure), with one read's replies held at most.
+                        stream.write_all(&pending).await.map_err(ConnError::Write)?;
                         pending.clear();
                     }
                     known_want = want.filter(|_| input.is_empty());
@@ -423,7 +628,7 @@ async fn drive(
         };
         if n == 0 {
             session.end_of_input(input.len())?;
-            return Ok(());
+            return Ok(Ended::PeerClosed);
         }
         input.filled(n);
     }
@@ -447,7 +652,7 @@ enum ServedRead {
 fn serve_read(
     stream: &TcpStream,
     session: &mut Session,
-    counters: &AtomicCounters,
+    counters: &ConnCounters<'_>,
     options: &ServeOptions,
     carry: &mut InputBuffer,
     pending: &mut Vec<u8>,
@@ -483,7 +688,8 @@ fn serve_read(
                 Want::Output(required) => {
                     check_reply_room(required, options)?;
                     if written > 0 {
-                        let sent = write_now(stream, &write_buf[..written], pending)?;
+                        let sent = write_now(stream, &write_buf[..written], pending)
+                            .map_err(ConnError::Write)?;
                         written = 0;
                         if !sent {
                             break None;
@@ -496,7 +702,7 @@ fn serve_read(
             }
         };
         if written > 0 {
-            write_now(stream, &write_buf[..written], pending)?;
+            write_now(stream, &write_buf[..written], pending).map_err(ConnError::Write)?;
         }
         if at < n {
             let rest = &read_buf[at..n];
@@ -561,7 +767,7 @@ fn handle(
     session: &mut Session,
     input: &[u8],
     out: &mut [u8],
-    counters: &AtomicCounters,
+    counters: &ConnCounters<'_>,
     scratch_len: usize,
 ) -> Result<service::Progress, SessionError> {
     with_thread_workspace(scratch_len, |tw| {
@@ -607,6 +813,7 @@ fn check_reply_room(required: usize, options: &ServeOptions) -> Result<(), ConnE
 pub struct ServerThread {
     addr: SocketAddr,
     counters: Arc<AtomicCounters>,
+    closes: Arc<CloseCounts>,
     shutdown: CancellationToken,
     thread: Option<std::thread::JoinHandle<io::Result<()>>>,
 }
@@ -667,16 +874,21 @@ impl ServerThreadBuilder {
                             return Ok(());
                         }
                     };
-                    let _ = tx.send(Ok((server.local_addr(), server.counters())));
+                    let _ = tx.send(Ok((
+                        server.local_addr(),
+                        server.counters(),
+                        server.close_counts(),
+                    )));
                     server.run(token).await
                 })
             })?;
-        let (addr, counters) = rx
+        let (addr, counters, closes) = rx
             .recv()
             .map_err(|_| io::Error::other("server thread ended before binding"))??;
         Ok(ServerThread {
             addr,
             counters,
+            closes,
             shutdown,
             thread: Some(thread),
         })
@@ -704,6 +916,11 @@ impl ServerThread {
         &self.counters
     }
 
+    /// How the server's connections ended so far, by kind.
+    pub fn close_counts(&self) -> &Arc<CloseCounts> {
+        &self.closes
+    }
+
     /// Shuts the server down gracefully (as on SIGTERM) and waits for its thread.
     pub fn stop(mut self) -> io::Result<()> {
         self.stop_inner()
@@ -723,5 +940,80 @@ impl ServerThread {
 impl Drop for ServerThread {
     fn drop(&mut self) {
         let _ = self.stop_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_end_is_counted_once_by_kind_and_named_in_the_close_line() {
+        let closes = CloseCounts::default();
+        let ends: [(Result<Ended, ConnError>, &str); 7] = [
+            (Ok(Ended::PeerClosed), "peer closed"),
+            (Ok(Ended::Shutdown), "shutdown"),
+            (
+                Err(SessionError::HeaderTimeout.into()),
+                "no header or first frame within the header timeout",
+            ),
+            (
+                Err(SessionError::Truncated.into()),
+                "peer closed the connection mid-frame",
+            ),
+            (
+                Err(ConnError::Io(io::ErrorKind::ConnectionReset.into())),
+                "reset by peer",
+            ),
+            (
+                Err(ConnError::Write(io::ErrorKind::BrokenPipe.into())),
+                "peer gone while the server was writing",
+            ),
+            (
+                Err(ConnError::Write(io::ErrorKind::ConnectionReset.into())),
+                "peer gone while the server was writing",
+            ),
+        ];
+        for (end, why) in &ends {
+            closes.count(end);
+            let named = match end {
+                Ok(e) => e.as_str().to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert_eq!(named, *why);
+        }
+        let g = CloseCounts::get;
+        assert_eq!(g(&closes.peer_closed), 1);
+        assert_eq!(g(&closes.shutdown), 1);
+        assert_eq!(g(&closes.protocol), 2);
+        assert_eq!(g(&closes.header_timeout), 1);
+        assert_eq!(g(&closes.reset), 1);
+        assert_eq!(g(&closes.write_failed), 2);
+        assert_eq!(g(&closes.io), 0);
+        assert_eq!(
+            closes.to_string(),
+            "peer_closed=1 shutdown=1 protocol=2 header_timeout=1 reset=1 write_failed=2 io=0 \
+             refused=0 accept_failed=0 lines_suppressed=0"
+        );
+    }
+
+    #[test]
+    fn a_connection_reports_to_its_own_counters_and_the_servers() {
+        let shared = AtomicCounters::new();
+        let conn = ConnCounters {
+            shared: &shared,
+            own: AtomicCounters::new(),
+        };
+        let tally = service::Tally {
+            frames_in: 2,
+            bytes_in: 10,
+            ..service::Tally::default()
+        };
+        conn.record(&tally);
+        shared.record(&tally);
+        assert_eq!(conn.own.snapshot().bytes_in, 10);
+        // A stats request through the connection reads the server's totals.
+        assert_eq!(conn.snapshot().bytes_in, 20);
+        assert_eq!(conn.snapshot().frames_in, 4);
     }
 }

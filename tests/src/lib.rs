@@ -4,7 +4,13 @@
 //!   `cargo xtask test` live.
 //! - [`haproxy`]: an `haproxy.cfg` builder and a running HAProxy with its log lines.
 //! - [`serve`]: an in-process `wirekit serve` on a loopback port.
+//! - [`serve_process`]: `wirekit serve` as a child process, with its descriptors, memory, CPU
+//!   time and log lines, for the load and fault tests.
 //! - [`service_client`]: a blocking client of the wirekit service.
+//! - [`faults`]: faulty peers (half-close, reset mid-frame, never reading, slow-loris), run
+//!   against `wirekit serve` and the firmware.
+//! - [`qemu_firmware`]: the firmware built and booted in QEMU, for the tests that run against
+//!   it.
 //! - [`conformance`]: the service conformance suite, run against any address (the host
 //!   server here, the firmware in QEMU).
 //!
@@ -12,9 +18,12 @@
 //! the dependency-free `wirekit-rig` crate.
 
 pub mod conformance;
+pub mod faults;
 pub mod haproxy;
 pub mod peers;
+pub mod qemu_firmware;
 pub mod serve;
+pub mod serve_process;
 pub mod service_client;
 
 // The root README's Rust snippet is compiled as a doctest.

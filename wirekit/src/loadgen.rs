@@ -8,6 +8,14 @@
 //!
 //! Nothing is allocated per frame on the client side: buffers and the corpus are allocated per
 //! connection up front, and latencies go into a fixed-size histogram.
+//!
+//! With [`LoadOptions::churn`] every round trip is a connection of its own: connect, one
+//! request, its reply, close, as fast as each of the N tasks can go (the rate is the report's
+//! frames per second).
+//!
+//! Nothing waits forever: a connect is given [`LoadOptions::connect_timeout`], and every wait
+//! for the server (a reply, or room to send) [`LoadOptions::reply_timeout`]; past either the run
+//! ends with an error naming the target and what it was waiting for.
 
 use std::collections::VecDeque;
 use std::io;
@@ -144,6 +152,19 @@ pub struct LoadOptions {
     /// Reads the process's allocation count (the binary's counting allocator), to report
     /// allocations per frame.
     pub allocations: Option<fn() -> u64>,
+    /// Each round trip on a new connection (connect, one request, close).
+    pub churn: bool,
+    /// How long a connect may take.
+    pub connect_timeout: Duration,
+    /// How long the server may take to answer (or to take a request) before the run fails.
+    pub reply_timeout: Duration,
+}
+
+impl LoadOptions {
+    /// The default [`connect_timeout`](Self::connect_timeout).
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default [`reply_timeout`](Self::reply_timeout).
+    pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 }
 
 impl Default for LoadOptions {
@@ -162,6 +183,9 @@ impl Default for LoadOptions {
             pin: false,
             progress: false,
             allocations: None,
+            churn: false,
+            connect_timeout: Self::CONNECT_TIMEOUT,
+            reply_timeout: Self::REPLY_TIMEOUT,
         }
     }
 }
@@ -516,6 +540,16 @@ impl ClientFraming {
         }
     }
 
+    /// Back to a new connection's state (the buffers are kept).
+    fn reset(&mut self, greeting: Greeting) {
+        if let ClientFraming::VarInt(c) = self {
+            c.client = match greeting {
+                Greeting::None => Client::new(),
+                Greeting::Expect(t) => Client::new().expecting_greeting(t),
+            };
+        }
+    }
+
     /// The threshold this connection sends with (negative: none).
     fn send_threshold(&self) -> i32 {
         match self {
@@ -554,12 +588,44 @@ enum Greeting {
     Expect(Option<i32>),
 }
 
+/// Connects to `addr` within `limit`; the error names the target.
+async fn connect(addr: SocketAddr, limit: Duration) -> io::Result<TcpStream> {
+    match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => {
+            s.set_nodelay(true)?;
+            Ok(s)
+        }
+        Ok(Err(e)) => Err(io::Error::new(e.kind(), format!("connect to {addr}: {e}"))),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("connect to {addr}: no answer within {limit:?}"),
+        )),
+    }
+}
+
+/// `f` within `limit`: past it, a [`io::ErrorKind::TimedOut`] error saying the server did not
+/// `what` in time.
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    f: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the server did not {what} within {limit:?}"),
+        )),
+    }
+}
+
 /// Reads one whole reply during connection set-up (greeting, set-compression reply) and
 /// returns its ID; the client has checked it against the ordering rules and applied it.
 async fn recv_setup(
     stream: &mut TcpStream,
     framing: &mut ClientFraming,
     buf: &mut Vec<u8>,
+    limit: Duration,
 ) -> io::Result<i32> {
     loop {
         if let Some((consumed, id, _)) = framing.decode(buf)? {
@@ -567,7 +633,7 @@ async fn recv_setup(
             return Ok(id);
         }
         let mut chunk = [0u8; 512];
-        let n = stream.read(&mut chunk).await?;
+        let n = within(limit, "reply", stream.read(&mut chunk)).await?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -578,29 +644,30 @@ async fn recv_setup(
     }
 }
 
-async fn drive_connection(
-    run: Arc<Run>,
+/// Opens one connection and brings it to where requests can go: the greeting read, the PROXY
+/// header sent, compression switched as asked.
+async fn set_up(
+    opts: &LoadOptions,
     index: usize,
     addr: SocketAddr,
     greeting: Greeting,
-) -> io::Result<ConnResult> {
-    let opts = &run.opts;
-    let mut stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let max = opts.payload.max();
-    let mut framing = ClientFraming::new(opts.framing, max, greeting)?;
+    framing: &mut ClientFraming,
+) -> io::Result<TcpStream> {
+    let mut stream = connect(addr, opts.connect_timeout).await?;
+    let limit = opts.reply_timeout;
     let mut setup = Vec::new();
     let greeted = match greeting {
         Greeting::None => None,
         Greeting::Expect(_) => {
             // The server's 0x03 comes first (the client checks it and switches both ways).
-            recv_setup(&mut stream, &mut framing, &mut setup).await?;
+            recv_setup(&mut stream, framing, &mut setup, limit).await?;
             Some(framing.send_threshold())
         }
     };
     if opts.proxy_v2 {
         let src = SocketAddr::from(([10, 1, (index >> 8) as u8, index as u8], 40000));
-        stream.write_all(&proxy_v2_header(src, addr)).await?;
+        let header = proxy_v2_header(src, addr);
+        within(limit, "take the PROXY header", stream.write_all(&header)).await?;
     }
     let switch = opts.compression_threshold.filter(|t| Some(*t) != greeted);
     if let (Some(t), BenchFraming::VarInt) = (switch, opts.framing) {
@@ -609,12 +676,95 @@ async fn drive_connection(
         let mut data = [0u8; 5];
         let n = wire::encode_threshold(t, &mut data).map_err(invalid)?;
         framing.encode(wire::SET_COMPRESSION, &data[..n], &mut w)?;
-        stream.write_all(&w).await?;
-        let id = recv_setup(&mut stream, &mut framing, &mut setup).await?;
+        within(limit, "take a request", stream.write_all(&w)).await?;
+        let id = recv_setup(&mut stream, framing, &mut setup, limit).await?;
         if id != wire::SET_COMPRESSION {
             return Err(invalid(format!("set compression {t}: reply id {id:#x}")));
         }
     }
+    Ok(stream)
+}
+
+/// One churn task: until the run stops, a connection per round trip.
+async fn churn_connections(
+    run: Arc<Run>,
+    index: usize,
+    addr: SocketAddr,
+    greeting: Greeting,
+) -> io::Result<ConnResult> {
+    let opts = &run.opts;
+    let max = opts.payload.max();
+    let mut framing = ClientFraming::new(opts.framing, max, greeting);
+    run.ready.wait().await;
+    let framing = framing
+        .as_mut()
+        .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+    let limit = opts.reply_timeout;
+    let mut rng = Rng(0x5eed ^ index as u64);
+    let mut result = ConnResult {
+        frames: 0,
+        payload_bytes: 0,
+        wire_bytes: 0,
+    };
+    let (mut wbuf, mut rbuf) = (Vec::with_capacity(max + 32), Vec::with_capacity(max + 32));
+    let total = opts.round_trips.unwrap_or(u64::MAX);
+    while result.frames < total && !run.stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        framing.reset(greeting);
+        let mut stream = set_up(opts, index, addr, greeting, framing).await?;
+        let len = opts.payload.draw(&mut rng);
+        let off = (rng.next() % (run.corpus.len() - max + 1) as u64) as usize;
+        let payload = &run.corpus[off..off + len];
+        wbuf.clear();
+        framing.encode(wire::ECHO, payload, &mut wbuf)?;
+        within(limit, "take a request", stream.write_all(&wbuf)).await?;
+        result.wire_bytes += wbuf.len() as u64;
+        rbuf.clear();
+        loop {
+            if let Some((_, id, data)) = framing.decode(&rbuf)? {
+                if id != wire::ECHO || data != payload {
+                    return Err(invalid("echo mismatch"));
+                }
+                break;
+            }
+            let at = rbuf.len();
+            rbuf.resize(at + 4096, 0);
+            let n = within(limit, "reply", stream.read(&mut rbuf[at..])).await?;
+            rbuf.truncate(at + n);
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ));
+            }
+        }
+        drop(stream);
+        LOAD_BUFFERS.with(|cell| cell.borrow_mut().latencies.record(started.elapsed()));
+        result.frames += 1;
+        result.payload_bytes += len as u64;
+        run.done.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(result)
+}
+
+async fn drive_connection(
+    run: Arc<Run>,
+    index: usize,
+    addr: SocketAddr,
+    greeting: Greeting,
+) -> io::Result<ConnResult> {
+    let opts = &run.opts;
+    let max = opts.payload.max();
+    let limit = opts.reply_timeout;
+    let mut framing = ClientFraming::new(opts.framing, max, greeting);
+    let stream = match &mut framing {
+        Ok(framing) => set_up(opts, index, addr, greeting, framing).await,
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    };
+    // Every connection reaches the start line, set up or not, so a failed one cannot keep the
+    // others (and the run) waiting there.
+    run.ready.wait().await;
+    let (mut stream, mut framing) = (stream?, framing?);
     let mut rng = Rng(0x5eed ^ index as u64);
     let depth = opts.pipeline.max(1);
     // The connection's own buffers hold only what the shared ones could not finish: a reply
@@ -631,7 +781,6 @@ async fn drive_connection(
         sent: 0,
         total: opts.round_trips.unwrap_or(u64::MAX),
     };
-    run.ready.wait().await;
 
     let corpus = &run.corpus;
     let mut fill = |framing: &mut ClientFraming,
@@ -682,14 +831,14 @@ async fn drive_connection(
     };
     while !inflight.is_empty() {
         if !unsent.is_empty() {
-            stream.write_all(&unsent).await?;
+            within(limit, "take a request", stream.write_all(&unsent)).await?;
             conn.result.wire_bytes += unsent.len() as u64;
             unsent.clear();
         }
         if carry.is_empty() {
             // Between replies: read into the thread's buffer, check the replies there and send
             // the next requests from the thread's other buffer, all without waiting.
-            stream.readable().await?;
+            within(limit, "reply", stream.readable()).await?;
             let eof = LOAD_BUFFERS.with(|cell| -> io::Result<bool> {
                 let mut bufs = cell.borrow_mut();
                 let LoadBuffers {
@@ -740,7 +889,7 @@ async fn drive_connection(
         // Inside a reply split across reads: append to the connection's own buffer.
         let at = carry.len();
         carry.resize(at + (depth * (max + 32)).max(8192), 0);
-        let n = stream.read(&mut carry[at..]).await?;
+        let n = within(limit, "reply", stream.read(&mut carry[at..])).await?;
         carry.truncate(at + n);
         if n == 0 {
             return Err(io::Error::new(
@@ -878,7 +1027,11 @@ async fn drive(
             (false, BenchFraming::VarInt) if opts.expect_greeting => Greeting::Expect(None),
             _ => Greeting::None,
         };
-        tasks.spawn(drive_connection(run, i, addr, greeting));
+        if opts.churn {
+            tasks.spawn(churn_connections(run, i, addr, greeting));
+        } else {
+            tasks.spawn(drive_connection(run, i, addr, greeting));
+        }
     }
     run.ready.wait().await;
     let start = Instant::now();
@@ -981,6 +1134,47 @@ mod tests {
         assert_eq!("exp:100".parse(), Ok(PayloadSizes::Exponential(100)));
         assert!("uniform:5-1".parse::<PayloadSizes>().is_err());
         assert!("zipf:3".parse::<PayloadSizes>().is_err());
+    }
+
+    #[test]
+    fn a_refused_connect_and_a_timeout_name_the_target() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let err = rt
+            .block_on(connect(addr, Duration::from_secs(5)))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+        assert!(
+            err.to_string().starts_with(&format!("connect to {addr}: ")),
+            "{err}"
+        );
+        let err = rt
+            .block_on(within(
+                Duration::from_millis(10),
+                "reply",
+                std::future::pending::<io::Result<()>>(),
+            ))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(err.to_string(), "the server did not reply within 10ms");
+    }
+
+    #[test]
+    fn churn_opens_a_connection_per_round_trip() {
+        let report = run(LoadOptions {
+            connections: 2,
+            round_trips: Some(25),
+            payload: PayloadSizes::Fixed(32),
+            churn: true,
+            ..LoadOptions::default()
+        })
+        .unwrap();
+        assert_eq!(report.frames, 50);
     }
 
     #[test]

@@ -52,6 +52,15 @@ pub struct BenchArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Connection churn: every round trip on a new connection (connect, one request, close).
+    #[arg(long)]
+    pub churn: bool,
+    /// Seconds a connect may take before the run fails.
+    #[arg(long, default_value_t = LoadOptions::CONNECT_TIMEOUT.as_secs_f64())]
+    pub connect_timeout: f64,
+    /// Seconds the server may take to reply (or to take a request) before the run fails.
+    #[arg(long, default_value_t = LoadOptions::REPLY_TIMEOUT.as_secs_f64())]
+    pub reply_timeout: f64,
 }
 
 impl Default for BenchArgs {
@@ -70,8 +79,17 @@ impl Default for BenchArgs {
             expect_greeting: false,
             pin: false,
             json: false,
+            churn: false,
+            connect_timeout: LoadOptions::CONNECT_TIMEOUT.as_secs_f64(),
+            reply_timeout: LoadOptions::REPLY_TIMEOUT.as_secs_f64(),
         }
     }
+}
+
+/// A flag's seconds as a duration: at least 1 ms, and a non-finite or huge value is capped at
+/// a day rather than a panic.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.clamp(0.001, 86_400.0)).unwrap_or(Duration::from_secs(86_400))
 }
 
 /// Runs the load generator and prints the summary.
@@ -90,6 +108,9 @@ pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         pin: args.pin,
         progress: !args.json,
         allocations,
+        churn: args.churn,
+        connect_timeout: seconds(args.connect_timeout),
+        reply_timeout: seconds(args.reply_timeout),
     };
     let what = match args.target {
         Some(t) => format!("{t}"),
@@ -99,7 +120,9 @@ pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         eprintln!(
             "wirekit bench: {} connections, {}, payload {:?}, {:?} framing, against {what}",
             opts.connections,
-            if opts.pipeline == 1 {
+            if opts.churn {
+                "a connection per round trip".to_string()
+            } else if opts.pipeline == 1 {
                 "ping-pong".to_string()
             } else {
                 format!("pipelined x{}", opts.pipeline)
@@ -121,5 +144,19 @@ pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
             eprintln!("wirekit bench: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_flags_are_clamped_not_panics() {
+        assert_eq!(seconds(2.5), Duration::from_millis(2500));
+        assert_eq!(seconds(0.0), Duration::from_millis(1));
+        assert_eq!(seconds(-3.0), Duration::from_millis(1));
+        assert_eq!(seconds(f64::INFINITY), Duration::from_secs(86_400));
+        assert_eq!(seconds(f64::NAN), Duration::from_secs(86_400));
     }
 }

@@ -1,0 +1,106 @@
+//! `wirekit bench` against targets that fail it: nothing listening, a listener whose accept
+//! queue is full (connects never complete), and a server that accepts and never answers. Each
+//! run must exit non-zero with an error naming what failed, within its timeout (it used to wait
+//! forever on the last two).
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use wirekit_rig::net::free_port;
+use wirekit_tests::serve_process::wirekit_binary;
+
+/// Runs `wirekit bench --target addr` with 1 s timeouts; its output and how long it took.
+fn bench(addr: SocketAddr) -> (Output, Duration) {
+    // Built (if need be) before the clock starts.
+    let bin = wirekit_binary();
+    let start = Instant::now();
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(bin)
+        .args([
+            "bench",
+            "--target",
+            &addr.to_string(),
+            "-c",
+            "4",
+            "--duration",
+            "30",
+        ])
+        .args(["--connect-timeout", "1", "--reply-timeout", "1"])
+        .output()
+        .expect("run wirekit bench");
+    (out, start.elapsed())
+}
+
+fn check_failed(what: &str, out: &Output, took: Duration, expect: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "{what}: exit {:?} after {took:?}: {}",
+        out.status.code(),
+        stderr.trim()
+    );
+    assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+    assert!(stderr.contains(expect), "{what}: {stderr}");
+    assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+}
+
+#[test]
+fn nothing_listening_fails_at_once_naming_the_target() {
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port().unwrap()));
+    let (out, took) = bench(addr);
+    check_failed(
+        "nothing listening",
+        &out,
+        took,
+        &format!("wirekit bench: connect to {addr}: Connection refused"),
+    );
+}
+
+#[test]
+fn a_full_accept_queue_fails_at_the_connect_timeout() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _in_rt = rt.enter();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    // A backlog of 0 holds one connection; it is never accepted.
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Fill it (a connect past the first may hang in the SYN retries, hence the timeout).
+    let filled: Vec<TcpStream> = (0..2)
+        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok())
+        .collect();
+    assert!(!filled.is_empty());
+    let (out, took) = bench(addr);
+    check_failed(
+        "full accept queue",
+        &out,
+        took,
+        &format!("wirekit bench: connect to {addr}: no answer within 1s"),
+    );
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+}
+
+#[test]
+fn a_server_that_never_answers_fails_at_the_reply_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts, reads nothing, answers nothing, and keeps every connection open.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().map_while(Result::ok) {
+            held.push(s);
+        }
+    });
+    let (out, took) = bench(addr);
+    check_failed(
+        "silent server",
+        &out,
+        took,
+        "wirekit bench: the server did not reply within 1s",
+    );
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+}

@@ -1,0 +1,129 @@
+//! The load and fault cases against the firmware in QEMU, as far as its two sessions allow:
+//! half-close, a reset mid-frame, a peer gone while the firmware writes, slow-loris on the
+//! PROXY header and on the first frame (one at a time, beside a bystander), and a few seconds
+//! of connection churn. Each checks the firmware goes on serving, what it counted (its stats
+//! reply) and what it logged (its defmt log, decoded at shutdown).
+//!
+//! Not applicable to the firmware: 10,000 connections (it serves 2), descriptor exhaustion (it
+//! has no descriptors), and memory bounds (its RAM is fixed at link time; the board's size
+//! budget checks it).
+//!
+//! Skipped like `firmware_qemu` when QEMU or defmt-print is missing.
+
+use std::time::Duration;
+
+use wirekit::loadgen::{self, LoadOptions, PayloadSizes};
+use wirekit_tests::faults;
+use wirekit_tests::qemu_firmware::{Qemu, assert_clean_log};
+use wirekit_tests::service_client::ServiceClient;
+
+/// The firmware's header timeout (the core's default).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[test]
+fn firmware_survives_the_faults_its_two_sessions_allow() {
+    let Some(mut qemu) = Qemu::boot("load_firmware") else {
+        return;
+    };
+    let addr = qemu.service;
+    let outcome = std::panic::catch_unwind(|| exercise(addr));
+    let stats = match outcome {
+        Ok(stats) => stats,
+        Err(_) => {
+            qemu.stop();
+            panic!(
+                "the faults above failed; firmware log:\n{}",
+                qemu.decoded_log()
+            );
+        }
+    };
+    let (status, log) = qemu.shutdown();
+    assert!(status.success(), "QEMU exited with {status}; log:\n{log}");
+    assert_clean_log(&log);
+    let count = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    // Each fault logged once: the two slow-loris connections by their error, the half-closed
+    // client (and the others that closed cleanly) as peer closed.
+    assert_eq!(
+        count("closing: no header or first frame within the header timeout"),
+        2,
+        "{log}"
+    );
+    assert!(count("peer closed") >= 1, "{log}");
+    // The header timeouts are the only protocol errors; a reset or a peer gone is not one.
+    assert_eq!(stats.errors, 2, "{stats:?}");
+}
+
+/// Runs the faults; the firmware's counters at the end.
+fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
+    faults::half_close(addr, None, 20).expect("every reply after the half-close");
+    faults::reset_mid_frame(addr, None).unwrap();
+    let (unread, sent) =
+        faults::send_without_reading(addr, 1000, Duration::from_millis(500), 16 << 20).unwrap();
+    eprintln!("a client that never reads got {sent} bytes out before the firmware stopped");
+    faults::close_unread(unread);
+    // Prefixes that never complete however long they trickle: the firmware's clock under QEMU
+    // can run several times slower than the host's (its SysTick ticks are counted, and QEMU
+    // drops ticks on a loaded host), so its 5 s can take 15 s and more of real time.
+    for (what, prefix) in [
+        ("PROXY header", {
+            // A v2 header declaring 900 bytes of addresses and TLVs (within the firmware's
+            // 1,024-byte limit).
+            let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11".to_vec();
+            h.extend_from_slice(&900u16.to_be_bytes());
+            h.extend(faults::numbered_payload(4, 0, 900));
+            h
+        }),
+        ("first frame", {
+            // A 4,000-byte echo frame (VarInt 4000 is a0 1f).
+            let mut f = vec![0xa0, 0x1f, 0x00];
+            f.extend(faults::numbered_payload(3, 0, 3999));
+            f
+        }),
+    ] {
+        let mut bystander = connect_retrying(addr);
+        bystander.echo(b"before").unwrap();
+        let (first, last) = faults::slow_loris(
+            addr,
+            1,
+            &prefix,
+            Duration::from_millis(200),
+            HEADER_TIMEOUT,
+            HEADER_TIMEOUT * 8,
+        )
+        .unwrap_or_else(|e| panic!("slow-loris on the {what}: {e}"));
+        eprintln!("slow-loris on the {what}: closed at {first:?}..{last:?}");
+        bystander.echo(b"after").unwrap();
+    }
+    let report = loadgen::run(LoadOptions {
+        target: Some(addr),
+        connections: 1,
+        duration: Duration::from_secs(3),
+        payload: PayloadSizes::Fixed(64),
+        churn: true,
+        ..LoadOptions::default()
+    })
+    .expect("churn against the firmware");
+    eprintln!(
+        "churn against the firmware: {} connections in {:?} ({:.0}/s)",
+        report.frames,
+        report.elapsed,
+        report.frames_per_sec()
+    );
+    assert!(report.frames > 0);
+    let mut c = connect_retrying(addr);
+    c.echo(b"still serving").unwrap();
+    c.stats().unwrap()
+}
+
+/// A connection that echoes: the firmware's sockets listen again a moment after a close.
+fn connect_retrying(addr: std::net::SocketAddr) -> ServiceClient {
+    for _ in 0..50 {
+        if let Ok(mut c) = ServiceClient::connect(addr, None, None)
+            && c.echo(b"probe").is_ok()
+        {
+            return c;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the firmware does not serve a new connection");
+}
