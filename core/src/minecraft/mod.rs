@@ -62,9 +62,15 @@ use crate::frame::mc::MAX_FRAME_LEN;
 use crate::varint::{decode_varint, encode_varint, varint_len};
 use crate::{Needed, Status};
 
+pub mod budget;
+pub mod conn;
+pub mod disconnect;
+pub mod filter;
 pub mod handshake;
+pub mod ids;
 pub mod legacy;
 pub mod login;
+pub mod rules;
 pub mod status;
 
 /// Protocol version numbers where a pre-login layout changes.
