@@ -4,8 +4,11 @@
 //! The reason is a text component holding the message: JSON text (`{"text":"..."}`, escaped)
 //! in login for every version and in configuration and play before 1.20.3 (765); from 765 on,
 //! configuration and play carry it as network NBT (minecraft-data's `anonymousNbt`: a tag type
-//! and its payload, no root name), and a plain message is a single `TAG_String` (type 8, a
-//! big-endian `u16` length, Java's modified UTF-8). The builder writes the packet body (ID and
+//! and its payload, no root name). A plain message could be a lone `TAG_String` root, which
+//! vanilla reads as a text component, but npm `minecraft-protocol` writes (and its client
+//! expects) a compound `{text: "..."}`, so that is what is built: `TAG_Compound`, the
+//! `TAG_String` named `text` (a big-endian `u16` length, then Java's modified UTF-8),
+//! `TAG_End`. The builder writes the packet body (ID and
 //! data) for the caller's framer, which compresses it when the direction is compressed, or a
 //! whole uncompressed frame.
 //!
@@ -17,8 +20,8 @@
 //! let msg = DisconnectMessage::new(target, "bye");
 //! let mut body = [0u8; 16];
 //! let n = msg.encode_body(&mut body)?;
-//! // Play Disconnect is 0x1d in 1.21.4, then TAG_String "bye".
-//! assert_eq!(&body[..n], &[0x1d, 0x08, 0x00, 0x03, b'b', b'y', b'e']);
+//! // Play Disconnect is 0x1d in 1.21.4, then the compound {text: "bye"}.
+//! assert_eq!(&body[..n], b"\x1d\x0a\x08\x00\x04text\x00\x03bye\x00");
 //! # Ok::<(), wirekit_core::minecraft::EncodeError>(())
 //! ```
 
@@ -77,6 +80,11 @@ pub struct DisconnectMessage<'a> {
 const JSON_OPEN: &[u8] = b"{\"text\":\"";
 const JSON_CLOSE: &[u8] = b"\"}";
 const TAG_STRING: u8 = 0x08;
+const TAG_COMPOUND: u8 = 0x0a;
+const TAG_END: u8 = 0x00;
+const TEXT_KEY: &[u8] = b"text";
+/// Bytes of the NBT reason around the message: compound, string tag, key, length, end.
+const NBT_OVERHEAD: usize = 1 + 1 + 2 + TEXT_KEY.len() + 2 + 1;
 
 /// The JSON escape of one char, if it needs one: `\"`, `\\`, `\n`... or `\u00XX`.
 fn json_escape(c: char, buf: &mut [u8; 6]) -> Option<&[u8]> {
@@ -178,7 +186,7 @@ impl<'a> DisconnectMessage<'a> {
                 } else {
                     Err(Error::StringTooLong)
                 };
-                (3 + n, ok)
+                (NBT_OVERHEAD + n, ok)
             }
         }
     }
@@ -222,13 +230,22 @@ impl<'a> DisconnectMessage<'a> {
                 put(JSON_CLOSE, &mut pos);
             }
             ReasonFormat::Nbt => {
-                dst[pos] = TAG_STRING;
-                let n = (data_len - 3) as u16;
-                dst[pos + 1..pos + 3].copy_from_slice(&n.to_be_bytes());
-                pos += 3;
+                let n = (data_len - NBT_OVERHEAD) as u16;
+                let key_len = (TEXT_KEY.len() as u16).to_be_bytes();
+                for b in [
+                    &[TAG_COMPOUND, TAG_STRING][..],
+                    &key_len,
+                    TEXT_KEY,
+                    &n.to_be_bytes(),
+                ] {
+                    dst[pos..pos + b.len()].copy_from_slice(b);
+                    pos += b.len();
+                }
                 for c in self.text.chars() {
                     pos += mutf8_write(c, &mut dst[pos..]);
                 }
+                dst[pos] = TAG_END;
+                pos += 1;
             }
         }
         debug_assert_eq!(pos, total);
@@ -296,7 +313,7 @@ mod tests {
         // 1.20.3 configuration: NBT, Disconnect 0x01.
         let m = DisconnectMessage::new(target(DisconnectState::Configuration, 765), "hi");
         let n = m.encode_body(&mut out).unwrap();
-        assert_eq!(&out[..n], &[0x01, 0x08, 0x00, 0x02, b'h', b'i']);
+        assert_eq!(&out[..n], b"\x01\x0a\x08\x00\x04text\x00\x02hi\x00");
         // 1.8 play: 0x40, JSON.
         let m = DisconnectMessage::new(target(DisconnectState::Play, 47), "x");
         let n = m.encode_body(&mut out).unwrap();
@@ -318,9 +335,7 @@ mod tests {
         // NUL as C0 80; U+1F600 as the surrogates D83D DE00, three bytes each.
         assert_eq!(
             &out[..n],
-            &[
-                0x1d, 0x08, 0x00, 0x08, 0xc0, 0x80, 0xed, 0xa0, 0xbd, 0xed, 0xb8, 0x80
-            ]
+            b"\x1d\x0a\x08\x00\x04text\x00\x08\xc0\x80\xed\xa0\xbd\xed\xb8\x80\x00"
         );
     }
 
@@ -330,10 +345,10 @@ mod tests {
         let mut small = [0xaau8; 5];
         assert_eq!(
             m.encode_body(&mut small),
-            Err(EncodeError::BufferTooSmall(BufferTooSmall { required: 9 }))
+            Err(EncodeError::BufferTooSmall(BufferTooSmall { required: 17 }))
         );
         assert_eq!(small, [0xaa; 5]);
-        let mut frame = [0u8; 16];
+        let mut frame = [0u8; 32];
         let n = m.encode_frame(&mut frame).unwrap();
         assert_eq!(n, m.frame_len());
         assert_eq!(frame[0] as usize, n - 1);
