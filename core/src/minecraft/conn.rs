@@ -14,9 +14,11 @@
 //! ## States
 //! Each direction has its own state, because each side switches at its own packet:
 //! - Handshake: the client's first packet, checked against the [`HandshakeRule`]; next state 1
-//!   goes to status, 2 to login, 3 (Transfer, 1.20.5+) to login. A version that is not a known
-//!   release (see [`ids::RELEASES`](super::ids::RELEASES)) gets the configured
-//!   [`UnknownVersion`] policy: opaque after the handshake, or refused.
+//!   goes to status, 2 to login, 3 (Transfer, 1.20.5+) to login. A login (or transfer) from a
+//!   version that is not a known release (see [`ids::RELEASES`](super::ids::RELEASES)) gets the
+//!   configured [`UnknownVersion`] policy: opaque after the handshake, or refused. Status is
+//!   parsed whatever the version (its packets never changed, and clients that only probe send
+//!   -1).
 //! - Login: Login Start first; the server's Set Compression yields
 //!   [`Verdict::ForwardThenCompress`] (both directions frame the packets after it with the new
 //!   threshold: the client switches when it reads it and sends nothing in between);
@@ -79,7 +81,8 @@ pub const MAX_COOKIE_KEY_LEN: usize = 32767;
 /// The longest cookie payload (vanilla's 5 KiB).
 pub const MAX_COOKIE_LEN: usize = 5120;
 
-/// What to do with a handshake whose protocol version is not a known release.
+/// What to do with a login handshake whose protocol version is not a known release (status
+/// is parsed for any version).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum UnknownVersion {
@@ -640,7 +643,11 @@ impl ProxyConn {
                 if hs.next_state == NextState::Transfer && v < ids::V1_20_5 && ids::is_release(v) {
                     return Err((CloseReason::TransferBeforeV1_20_5, d));
                 }
-                if !ids::is_release(v) && self.config.unknown_version == UnknownVersion::Refuse {
+                let login = hs.next_state != NextState::Status;
+                if login
+                    && !ids::is_release(v)
+                    && self.config.unknown_version == UnknownVersion::Refuse
+                {
                     return Err((CloseReason::UnknownVersion(v), d));
                 }
                 effect
@@ -731,7 +738,7 @@ impl ProxyConn {
             Effect::None => Verdict::Forward,
             Effect::Handshake(v, next) => {
                 self.ids = PacketIds::for_version(v);
-                if !ids::is_release(v) {
+                if next != NextState::Status && !ids::is_release(v) {
                     self.phase = Phase::Opaque;
                     return Verdict::ForwardThenOpaque;
                 }
@@ -1094,12 +1101,11 @@ mod tests {
             assert_eq!(close.reason, CloseReason::UnknownVersion(v));
             let d = close.disconnect.unwrap();
             assert_eq!((d.state, d.protocol_version), (DisconnectState::Login, v));
+            // Status is parsed for any version.
             let mut c = ProxyConn::new(refuse);
-            let Verdict::Close(close) = feed(&mut c, SB, 0, &handshake(v, NextState::Status))
-            else {
-                panic!()
-            };
-            assert_eq!(close.disconnect, None);
+            feed(&mut c, SB, 0, &handshake(v, NextState::Status)).assert_forward();
+            assert_eq!(c.state(CB), State::Status);
+            feed(&mut c, SB, 0, b"").assert_forward();
         }
         // Transfer: 1.20.5 on, to login.
         let mut c = ProxyConn::new(ConnConfig::default());
