@@ -46,13 +46,25 @@ struct ArbRule {
 #[derive(Arbitrary, Debug)]
 enum Step {
     /// A handshake: a release (by index) or any version, and a next state.
-    Handshake { release: Option<u8>, version: i32, next: u8, host: u8 },
+    Handshake {
+        release: Option<u8>,
+        version: i32,
+        next: u8,
+        host: u8,
+    },
     LoginStart,
     SetCompression(i16),
     /// The machine's packet `which` of the current state (by table), in one direction.
-    Known { which: u8, data: Vec<u8> },
+    Known {
+        which: u8,
+        data: Vec<u8>,
+    },
     /// Anything.
-    Raw { serverbound: bool, id: i32, data: Vec<u8> },
+    Raw {
+        serverbound: bool,
+        id: i32,
+        data: Vec<u8>,
+    },
     /// Time passes.
     Wait(u16),
 }
@@ -69,14 +81,6 @@ struct Input {
     compressed: bool,
     steps: Vec<Step>,
 }
-
-const STATES: [State; 5] = [
-    State::Handshake,
-    State::Status,
-    State::Login,
-    State::Configuration,
-    State::Play,
-];
 
 const KNOWN: [(Direction, KnownPacket); 14] = [
     (Direction::Clientbound, KnownPacket::LoginSuccess),
@@ -130,22 +134,45 @@ fn budget(b: &Option<ArbBudget>) -> Option<Budget> {
 fuzz_target!(|input: Input| {
     let dir = |i: usize| DirectionBudgets {
         packets: budget(&input.budgets[i]),
-        bytes: budget(&input.budgets[i + 1]).map(|b| Budget { burst: b.burst * 64, ..b }),
-        inflated: budget(&input.budgets[i + 2]).map(|b| Budget { burst: b.burst * 64, ..b }),
+        bytes: budget(&input.budgets[i + 1]).map(|b| Budget {
+            burst: b.burst * 64,
+            ..b
+        }),
+        inflated: budget(&input.budgets[i + 2]).map(|b| Budget {
+            burst: b.burst * 64,
+            ..b
+        }),
     };
     let config = ConnConfig {
-        unknown_version: if input.refuse_unknown { UnknownVersion::Refuse } else { UnknownVersion::Opaque },
-        budgets: Budgets { serverbound: dir(0), clientbound: dir(3) },
+        unknown_version: if input.refuse_unknown {
+            UnknownVersion::Refuse
+        } else {
+            UnknownVersion::Opaque
+        },
+        budgets: Budgets {
+            serverbound: dir(0),
+            clientbound: dir(3),
+        },
     };
     let rules: Vec<PacketRule> = input
         .rules
         .iter()
         .take(8)
         .map(|r| PacketRule {
-            state: STATES[usize::from(r.state) % 5],
-            direction: if r.serverbound { Direction::Serverbound } else { Direction::Clientbound },
-            versions: VersionRange::new(i32::from(r.min_version), i32::from(r.min_version) + i32::from(r.span)),
-            ids: IdRange::new(i32::from(r.first_id), i32::from(r.first_id) + i32::from(r.ids % 8)),
+            state: State::ALL[usize::from(r.state) % 5],
+            direction: if r.serverbound {
+                Direction::Serverbound
+            } else {
+                Direction::Clientbound
+            },
+            versions: VersionRange::new(
+                i32::from(r.min_version),
+                i32::from(r.min_version) + i32::from(r.span),
+            ),
+            ids: IdRange::new(
+                i32::from(r.first_id),
+                i32::from(r.first_id) + i32::from(r.ids % 8),
+            ),
             action: match r.action % 3 {
                 0 => RuleAction::Deny,
                 1 => RuleAction::Drop,
@@ -175,48 +202,99 @@ fuzz_target!(|input: Input| {
                 now += Duration::from_millis(u64::from(*ms));
                 continue;
             }
-            Step::Handshake { release, version, next, host } => {
-                let version = release.map_or(*version, |r| RELEASES[usize::from(r) % RELEASES.len()]);
+            Step::Handshake {
+                release,
+                version,
+                next,
+                host,
+            } => {
+                let version =
+                    release.map_or(*version, |r| RELEASES[usize::from(r) % RELEASES.len()]);
                 let next = match next % 3 {
                     0 => NextState::Status,
                     1 => NextState::Login,
                     _ => NextState::Transfer,
                 };
                 let host = &host_chars[..usize::from(*host) % host_chars.len()];
-                let hs = Handshake { protocol_version: version, address: ServerAddress::host(host), port: 25565, next_state: next };
+                let hs = Handshake {
+                    protocol_version: version,
+                    address: ServerAddress::host(host),
+                    port: 25565,
+                    next_state: next,
+                };
                 encode(&hs, &mut data);
                 (Direction::Serverbound, 0)
             }
             Step::LoginStart => {
-                let ls = LoginStart { protocol_version: v.max(47), name: "Alex", signature: None, uuid: (v >= ids::V1_20_2).then_some(5) };
+                let ls = LoginStart {
+                    protocol_version: v.max(47),
+                    name: "Alex",
+                    signature: None,
+                    uuid: (v >= ids::V1_20_2).then_some(5),
+                };
                 encode(&ls, &mut data);
                 (Direction::Serverbound, 0)
             }
             Step::SetCompression(th) => {
-                encode(&SetCompression { threshold: i32::from(*th) }, &mut data);
+                encode(
+                    &SetCompression {
+                        threshold: i32::from(*th),
+                    },
+                    &mut data,
+                );
                 let play = c.state(Direction::Clientbound) == State::Play;
-                let id = if play { t.id(State::Play, Direction::Clientbound, KnownPacket::SetCompression).unwrap_or(3) } else { 3 };
+                let id = if play {
+                    t.id(
+                        State::Play,
+                        Direction::Clientbound,
+                        KnownPacket::SetCompression,
+                    )
+                    .unwrap_or(3)
+                } else {
+                    3
+                };
                 (Direction::Clientbound, id)
             }
             Step::Known { which, data: d } => {
                 let (direction, packet) = KNOWN[usize::from(*which) % KNOWN.len()];
-                let id = t.id(c.state(direction), direction, packet).unwrap_or(i32::from(*which));
+                let id = t
+                    .id(c.state(direction), direction, packet)
+                    .unwrap_or(i32::from(*which));
                 data.clear();
                 match packet {
                     KnownPacket::Ping => data.extend_from_slice(&[0; 8]),
-                    KnownPacket::CookieResponse if d.is_empty() => data.extend_from_slice(&[1, b'k', 0]),
+                    KnownPacket::CookieResponse if d.is_empty() => {
+                        data.extend_from_slice(&[1, b'k', 0])
+                    }
                     _ if which % 2 == 0 => {}
                     _ => data.extend_from_slice(d),
                 }
                 (direction, id)
             }
-            Step::Raw { serverbound, id, data: d } => {
+            Step::Raw {
+                serverbound,
+                id,
+                data: d,
+            } => {
                 data.clear();
                 data.extend_from_slice(d);
-                (if *serverbound { Direction::Serverbound } else { Direction::Clientbound }, *id)
+                (
+                    if *serverbound {
+                        Direction::Serverbound
+                    } else {
+                        Direction::Clientbound
+                    },
+                    *id,
+                )
             }
         };
-        let p = ObservedPacket { direction, id, data: &data, wire_len: data.len() + 3, compressed: input.compressed };
+        let p = ObservedPacket {
+            direction,
+            id,
+            data: &data,
+            wire_len: data.len() + 3,
+            compressed: input.compressed,
+        };
         let before = c;
         let verdict = match input.filter {
             Some(f) => c.handle_filtered(&rules, &p, now, &mut ByteFilter(f), &mut rewrite),
@@ -226,13 +304,18 @@ fuzz_target!(|input: Input| {
             (Phase::Closed(first), v) => assert_eq!(v, Verdict::Close(first)),
             (Phase::Opaque, v) => assert_eq!(
                 v,
-                Verdict::Close(wirekit_core::minecraft::conn::Close { reason: CloseReason::PacketWhileOpaque, disconnect: None })
+                Verdict::Close(wirekit_core::minecraft::conn::Close {
+                    reason: CloseReason::PacketWhileOpaque,
+                    disconnect: None
+                })
             ),
             (Phase::Parsing, Verdict::Close(close)) => {
                 assert_eq!(c.phase(), Phase::Closed(close));
                 if let Some(target) = close.disconnect {
                     let msg = DisconnectMessage::new(target, "closed \"by\" the fuzzer\n");
-                    let n = msg.encode_body(&mut disconnect).expect("a named target builds");
+                    let n = msg
+                        .encode_body(&mut disconnect)
+                        .expect("a named target builds");
                     let body = split_packet(&disconnect[..n]).expect("a packet body");
                     assert_eq!(Some(body.id), target.packet_id());
                     match target.reason_format() {
@@ -251,8 +334,14 @@ fuzz_target!(|input: Input| {
                 assert_eq!(c.compression_threshold(), Some(threshold));
             }
             (Phase::Parsing, Verdict::Drop | Verdict::ForwardRewritten { .. }) => {
-                assert_eq!(c.state(Direction::Serverbound), before.state(Direction::Serverbound));
-                assert_eq!(c.state(Direction::Clientbound), before.state(Direction::Clientbound));
+                assert_eq!(
+                    c.state(Direction::Serverbound),
+                    before.state(Direction::Serverbound)
+                );
+                assert_eq!(
+                    c.state(Direction::Clientbound),
+                    before.state(Direction::Clientbound)
+                );
                 assert_eq!(c.phase(), Phase::Parsing);
                 if let Verdict::ForwardRewritten { len } = verdict {
                     assert!(input.filter.is_some() && len <= rewrite.len());

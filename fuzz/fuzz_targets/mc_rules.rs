@@ -46,29 +46,42 @@ struct Input {
     handshake: Vec<u8>,
 }
 
-const STATES: [State; 5] = [
-    State::Handshake,
-    State::Status,
-    State::Login,
-    State::Configuration,
-    State::Play,
-];
-
 fn direction(sb: bool) -> Direction {
-    if sb { Direction::Serverbound } else { Direction::Clientbound }
+    if sb {
+        Direction::Serverbound
+    } else {
+        Direction::Clientbound
+    }
 }
 
 /// The semantics, written plainly.
-fn reference(rules: &[PacketRule], state: State, dir: Direction, version: i32, id: i32, len: usize) -> RuleVerdict {
+fn reference(
+    rules: &[PacketRule],
+    state: State,
+    dir: Direction,
+    version: i32,
+    id: i32,
+    len: usize,
+) -> RuleVerdict {
     let matching = rules.iter().enumerate().filter(|(_, r)| {
-        r.state == state && r.direction == dir && r.versions.min <= version && version <= r.versions.max && r.ids.first <= id && id <= r.ids.last
+        r.state == state
+            && r.direction == dir
+            && r.versions.min <= version
+            && version <= r.versions.max
+            && r.ids.first <= id
+            && id <= r.ids.last
     });
     let closing = matching.clone().find_map(|(i, r)| match r.action {
         RuleAction::Deny => Some(RuleVerdict::Deny { rule: i }),
-        RuleAction::MaxLen(max) if len > max as usize => Some(RuleVerdict::TooLarge { rule: i, max }),
+        RuleAction::MaxLen(max) if len > max as usize => {
+            Some(RuleVerdict::TooLarge { rule: i, max })
+        }
         _ => None,
     });
-    let dropping = matching.clone().find(|(_, r)| r.action == RuleAction::Drop).map(|(i, _)| RuleVerdict::Drop { rule: i });
+    let dropping = matching
+        .clone()
+        .find(|(_, r)| r.action == RuleAction::Drop)
+        .map(|(i, _)| RuleVerdict::Drop { rule: i });
     closing.or(dropping).unwrap_or(RuleVerdict::Pass)
 }
 
@@ -78,7 +91,7 @@ fuzz_target!(|input: Input| {
         .iter()
         .take(32)
         .map(|r| PacketRule {
-            state: STATES[usize::from(r.state) % 5],
+            state: State::ALL[usize::from(r.state) % 5],
             direction: direction(r.serverbound),
             versions: VersionRange::new(r.min, r.max),
             ids: IdRange::new(r.first, r.last),
@@ -124,13 +137,16 @@ fuzz_target!(|input: Input| {
     assert_eq!(rules.check(), expected_check);
 
     for q in input.queries.iter().take(64) {
-        let state = STATES[usize::from(q.state) % 5];
+        let state = State::ALL[usize::from(q.state) % 5];
         let dir = direction(q.serverbound);
         let len = q.len as usize;
         let got = rules.evaluate(state, dir, q.version, q.id, len);
         assert_eq!(got, reference(&list, state, dir, q.version, q.id, len));
         let got_fixed = fixed_rules.evaluate(state, dir, q.version, q.id, len);
-        assert_eq!(got_fixed, reference(&list[..list.len().min(8)], state, dir, q.version, q.id, len));
+        assert_eq!(
+            got_fixed,
+            reference(&list[..list.len().min(8)], state, dir, q.version, q.id, len)
+        );
         // A rule that matches and would have closed or dropped is never silently skipped.
         if got == RuleVerdict::Pass {
             assert!(list.iter().all(|r| !r.matches(state, dir, q.version, q.id)

@@ -15,7 +15,7 @@
 //! Each direction has its own state, because each side switches at its own packet:
 //! - Handshake: the client's first packet, checked against the [`HandshakeRule`]; next state 1
 //!   goes to status, 2 to login, 3 (Transfer, 1.20.5+) to login. A login (or transfer) from a
-//!   version that is not a known release (see [`ids::RELEASES`](super::ids::RELEASES)) gets the
+//!   version that is not a known release (see [`ids::RELEASES`]) gets the
 //!   configured [`UnknownVersion`] policy: opaque after the handshake, or refused. Status is
 //!   parsed whatever the version (its packets never changed, and clients that only probe send
 //!   -1).

@@ -61,6 +61,15 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in protocol order.
+    pub const ALL: [State; 5] = [
+        State::Handshake,
+        State::Status,
+        State::Login,
+        State::Configuration,
+        State::Play,
+    ];
+
     /// A short name (`"handshake"`, `"status"`, `"login"`, `"configuration"`, `"play"`).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -442,13 +451,7 @@ mod tests {
     fn identify_and_id_agree() {
         for &v in &RELEASES {
             let t = PacketIds::for_version(v);
-            for state in [
-                State::Handshake,
-                State::Status,
-                State::Login,
-                State::Configuration,
-                State::Play,
-            ] {
+            for state in State::ALL {
                 for d in Direction::BOTH {
                     for id in 0..0x100 {
                         if let Some(k) = t.identify(state, d, id) {
