@@ -73,9 +73,15 @@ fn plain_id(t: &PacketIds, state: State, dir: Direction, seed: u8) -> i32 {
         .expect("some plain ID")
 }
 
-/// A valid session of `v`: login with optional compression, `rounds` extra configuration
+/// A valid session of `v`: login (or a transfer's, 1.20.5+) with optional compression, `rounds` extra configuration
 /// rounds (1.20.2+), and play traffic of `seeds` between the switches.
-fn session(v: i32, threshold: Option<i32>, rounds: usize, seeds: &[u8]) -> Vec<Step> {
+fn session(
+    v: i32,
+    transfer: bool,
+    threshold: Option<i32>,
+    rounds: usize,
+    seeds: &[u8],
+) -> Vec<Step> {
     use State::*;
     let t = PacketIds::for_version(v);
     let id = |s, d, k| t.id(s, d, k).unwrap();
@@ -92,7 +98,14 @@ fn session(v: i32, threshold: Option<i32>, rounds: usize, seeds: &[u8]) -> Vec<S
     push(
         SB,
         0,
-        handshake(v, NextState::Login),
+        handshake(
+            v,
+            if transfer {
+                NextState::Transfer
+            } else {
+                NextState::Login
+            },
+        ),
         Verdict::Forward,
         (Login, Login),
     );
@@ -190,10 +203,12 @@ proptest! {
         rounds in 0usize..3,
         seeds in prop::collection::vec(any::<u8>(), 0..12),
         compressed in any::<bool>(),
+        transfer in any::<bool>(),
     ) {
         let v = RELEASES[vi];
         let mut c = ProxyConn::new(ConnConfig::default());
-        for (i, s) in session(v, threshold, rounds, &seeds).iter().enumerate() {
+        let transfer = transfer && v >= ids::V1_20_5;
+        for (i, s) in session(v, transfer, threshold, rounds, &seeds).iter().enumerate() {
             let got = c.handle(&Rules::NONE, &packet(s, compressed), Instant::ZERO);
             prop_assert_eq!(got, s.verdict, "step {} of {}", i, v);
             prop_assert_eq!((c.state(SB), c.state(CB)), s.states, "step {} of {}", i, v);
@@ -302,7 +317,7 @@ fn mutated(kind: u8, v: i32, seeds: &[u8], mutations: &[(usize, Mutation)]) -> V
             (SB, 0, handshake(v, NextState::Login)),
             (SB, 0, login_start(v.max(47))),
         ],
-        _ => session(v, Some(64), 1, seeds)
+        _ => session(v, false, Some(64), 1, seeds)
             .into_iter()
             .map(|s| (s.dir, s.id, s.data))
             .collect(),
@@ -508,7 +523,7 @@ fn relaying_a_session_allocates_nothing() {
     let rules = Rules::new(HandshakeRule::ANY, &list);
     let sessions: Vec<Vec<Step>> = [47, 340, 765, 769, 775]
         .iter()
-        .map(|&v| session(v, Some(256), 2, &[3, 9, 27, 81, 243]))
+        .map(|&v| session(v, v >= ids::V1_20_5, Some(256), 2, &[3, 9, 27, 81, 243]))
         .collect();
     let mut rewrite = [0u8; 64];
     let mut out = [0u8; 64];
