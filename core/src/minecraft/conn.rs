@@ -37,6 +37,13 @@
 //! does not have closes the connection; configuration and play IDs not recognised are
 //! forwarded (the packet rules can bound them).
 //!
+//! ## Order of checks
+//! For each packet: the budgets are charged (a trip closes), a negative ID closes, the machine
+//! reads the packet in its direction's state (a packet out of place or malformed closes; the
+//! handshake meets its [`HandshakeRule`] here), then the packet rules decide (deny and
+//! too-large close, drop drops), then the filter; only a packet that is forwarded moves the
+//! machine, so a dropped Login Acknowledged leaves the client's side in login.
+//!
 //! ```
 //! use wirekit_core::minecraft::conn::{ConnConfig, ObservedPacket, ProxyConn, Verdict};
 //! use wirekit_core::minecraft::ids::Direction;
