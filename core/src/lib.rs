@@ -16,7 +16,9 @@
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
 //! - [`prudp`]: NEX PRUDP packets (v0 NEX and Quazal, v1, Lite), checksums and signatures.
 //! - [`nex`]: NEX data primitives, RMC messages and the ticket-granting and secure messages.
-//! - [`minecraft`]: Minecraft pre-login packets (handshake, status, login, legacy ping).
+//! - [`minecraft`]: Minecraft pre-login packets (handshake, status, login, legacy ping),
+//!   and the proxy's connection machine ([`minecraft::conn`]) with its packet rules, budgets,
+//!   filter hook and Disconnect builder.
 //! - [`service`]: the wirekit request/response service shared by the host server and firmware.
 //!
 //! - `io` (features `embedded-io`, `embedded-io-async`): those codecs over embedded-io byte

@@ -34,6 +34,11 @@
 //! # Ok::<(), Box<dyn core::error::Error>>(())
 //! ```
 //!
+//! Past the pre-login packets, the proxy's connection machine lives here too, sans-IO like the
+//! rest: [`conn`] follows one client connection through every state, [`ids`] names the packet
+//! IDs it needs per version, [`rules`] and [`budget`] are what a route's config bounds it with,
+//! [`filter`] is the hook for library code, and [`disconnect`] builds the kick it may send.
+//!
 //! `String(n)`, the protocol's string type, is a VarInt byte length and UTF-8 of at most `n`
 //! UTF-16 code units (Java's `String.length()`) and at most `3n` bytes. The byte length is checked
 //! against `3n` before the bytes are looked at or waited for; invalid UTF-8 is an error (vanilla
@@ -62,9 +67,15 @@ use crate::frame::mc::MAX_FRAME_LEN;
 use crate::varint::{decode_varint, encode_varint, varint_len};
 use crate::{Needed, Status};
 
+pub mod budget;
+pub mod conn;
+pub mod disconnect;
+pub mod filter;
 pub mod handshake;
+pub mod ids;
 pub mod legacy;
 pub mod login;
+pub mod rules;
 pub mod status;
 
 /// Protocol version numbers where a pre-login layout changes.

@@ -1,0 +1,1366 @@
+//! The proxy's connection machine: one per client connection, sans-IO, fed every framed packet
+//! of both directions, answering with a [`Verdict`].
+//!
+//! The caller (the inspect relay of `wirekit proxy`, or a board) frames both streams, and for
+//! every packet calls [`ProxyConn::handle`] (or [`handle_filtered`](ProxyConn::handle_filtered)
+//! with a [`Filter`]) with the packet's direction, ID, data, wire length and whether it came
+//! compressed, on its own clock. The machine charges the connection's [budgets](super::budget),
+//! applies the route's [rules](super::rules), follows the protocol's states, and answers:
+//! forward, forward and then switch the framing (compression threshold, or opaque bytes),
+//! forward a rewrite, drop, or close with a typed [`CloseReason`] and, where the client's state
+//! allows one, the [`DisconnectTarget`] to build a Disconnect for
+//! ([`disconnect`](super::disconnect)).
+//!
+//! ## States
+//! Each direction has its own state, because each side switches at its own packet:
+//! - Handshake: the client's first packet, checked against the [`HandshakeRule`]; next state 1
+//!   goes to status, 2 to login, 3 (Transfer, 1.20.5+) to login. A login (or transfer) from a
+//!   version that is not a known release (see [`ids::RELEASES`]) gets the
+//!   configured [`UnknownVersion`] policy: opaque after the handshake, or refused. Status is
+//!   parsed whatever the version (its packets never changed, and clients that only probe send
+//!   -1).
+//! - Login: Login Start first; the server's Set Compression yields
+//!   [`Verdict::ForwardThenCompress`] (both directions frame the packets after it with the new
+//!   threshold: the client switches when it reads it and sends nothing in between);
+//!   Encryption Request yields [`Verdict::ForwardThenOpaque`] (everything after is encrypted or
+//!   follows encrypted traffic: relay both directions byte for byte). Login Success moves the
+//!   clientbound side to play (before 1.20.2) or configuration (1.20.2+, where the server then
+//!   waits for the client's Login Acknowledged, which moves the serverbound side).
+//! - Configuration (1.20.2+): Finish Configuration moves the clientbound side to play, its
+//!   acknowledgement the serverbound side.
+//! - Play: Start Configuration (1.20.2+) moves the clientbound side back to configuration,
+//!   the client's Acknowledge Configuration the serverbound side; Set Compression (1.8 only).
+//!
+//! A server packet after a state-switching one is read in the new state, as the client reads
+//! it (vanilla servers send nothing more until the acknowledgement). An acknowledgement the
+//! server did not ask for, a login packet out of order, or a status or login ID the protocol
+//! does not have closes the connection; configuration and play IDs not recognised are
+//! forwarded (the packet rules can bound them).
+//!
+//! ## Order of checks
+//! For each packet: the budgets are charged (a trip closes), a negative ID closes, the machine
+//! reads the packet in its direction's state (a packet out of place or malformed closes; the
+//! handshake meets its [`HandshakeRule`] here), then the packet rules decide (deny and
+//! too-large close, drop drops), then the filter; only a packet that is forwarded moves the
+//! machine, so a dropped Login Acknowledged leaves the client's side in login.
+//!
+//! ```
+//! use wirekit_core::minecraft::conn::{ConnConfig, ObservedPacket, ProxyConn, Verdict};
+//! use wirekit_core::minecraft::ids::Direction;
+//! use wirekit_core::minecraft::rules::Rules;
+//! use wirekit_core::time::Instant;
+//!
+//! let mut conn = ProxyConn::new(ConnConfig::default());
+//! let now = Instant::ZERO;
+//! // A 1.21.4 handshake for localhost:25565, next state login.
+//! let hs = [0x00, 0x81, 0x06, 0x09, b'l', b'o', b'c', b'a', b'l', b'h', b'o', b's', b't',
+//!           0x63, 0xdd, 0x02];
+//! let p = ObservedPacket::from_body(Direction::Serverbound, &hs, hs.len() + 1, false)?;
+//! assert_eq!(conn.handle(&Rules::NONE, &p, now), Verdict::Forward);
+//! // Set Compression, threshold 256.
+//! let sc = [0x03, 0x80, 0x02];
+//! let login_start = [0x00, 0x05, b'N', b'o', b't', b'c', b'h', 0, 0, 0, 0, 0, 0, 0, 0,
+//!                    0, 0, 0, 0, 0, 0, 0, 1];
+//! let p = ObservedPacket::from_body(Direction::Serverbound, &login_start, 24, false)?;
+//! assert_eq!(conn.handle(&Rules::NONE, &p, now), Verdict::Forward);
+//! let p = ObservedPacket::from_body(Direction::Clientbound, &sc, 4, false)?;
+//! assert_eq!(conn.handle(&Rules::NONE, &p, now), Verdict::ForwardThenCompress { threshold: 256 });
+//! # Ok::<(), wirekit_core::frame::FrameError>(())
+//! ```
+
+use core::fmt;
+
+use super::budget::{BudgetTrip, Budgets, Meters};
+use super::filter::{Filter, FilterAction, PacketView, PassAll};
+use super::handshake::{Handshake, NextState};
+use super::ids::{self, Direction, KnownPacket, PacketIds, State};
+use super::login::{LoginStart, SetCompression};
+use super::rules::{HandshakeRefusal, HandshakeRule, RuleVerdict, Rules};
+use super::status::{Ping, StatusRequest, StatusResponse};
+use super::{Error, Reader};
+use crate::frame::FrameError;
+use crate::frame::mc::split_packet;
+use crate::time::Instant;
+use crate::varint::varint_len;
+
+/// The longest cookie key (an identifier, vanilla's `String(32767)`).
+pub const MAX_COOKIE_KEY_LEN: usize = 32767;
+/// The longest cookie payload (vanilla's 5 KiB).
+pub const MAX_COOKIE_LEN: usize = 5120;
+
+/// What to do with a login handshake whose protocol version is not a known release (status
+/// is parsed for any version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum UnknownVersion {
+    /// Forward the handshake, then relay both directions as opaque bytes.
+    #[default]
+    Opaque,
+    /// Close the connection.
+    Refuse,
+}
+
+/// A connection's configuration: everything but the rules, which are borrowed per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ConnConfig {
+    /// The policy for protocol versions not in the table.
+    pub unknown_version: UnknownVersion,
+    /// Per-connection budgets.
+    pub budgets: Budgets,
+}
+
+/// One framed packet as the relay observed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ObservedPacket<'a> {
+    /// Which way it travels.
+    pub direction: Direction,
+    /// The packet ID.
+    pub id: i32,
+    /// The data after the ID (decompressed).
+    pub data: &'a [u8],
+    /// The frame's length on the wire, length field included.
+    pub wire_len: usize,
+    /// Whether it came compressed (then the ID and data were inflated, and count against the
+    /// inflated-bytes budget).
+    pub compressed: bool,
+}
+
+impl<'a> ObservedPacket<'a> {
+    /// A packet from a frame body (ID and data, decompressed), as the framers return it.
+    pub fn from_body(
+        direction: Direction,
+        body: &'a [u8],
+        wire_len: usize,
+        compressed: bool,
+    ) -> Result<Self, FrameError> {
+        let p = split_packet(body)?;
+        Ok(ObservedPacket {
+            direction,
+            id: p.id,
+            data: p.data,
+            wire_len,
+            compressed,
+        })
+    }
+
+    /// Length of the body: ID and data.
+    pub fn body_len(&self) -> usize {
+        varint_len(self.id) + self.data.len()
+    }
+}
+
+/// The client-side state a Disconnect may be sent in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum DisconnectState {
+    /// Login: JSON reason.
+    Login,
+    /// Configuration (1.20.2+).
+    Configuration,
+    /// Play.
+    Play,
+}
+
+/// Where a Disconnect may go: the client's state and version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DisconnectTarget {
+    /// The state the client reads it in.
+    pub state: DisconnectState,
+    /// The client's protocol version.
+    pub protocol_version: i32,
+}
+
+/// Why the machine closes a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// The handshake did not parse.
+    BadHandshake(Error),
+    /// The handshake rule refused it.
+    HandshakeRefused(HandshakeRefusal),
+    /// Next state 3 (Transfer) from a version before 1.20.5.
+    TransferBeforeV1_20_5,
+    /// The protocol version is not a known release and the policy refuses those.
+    UnknownVersion(i32),
+    /// A packet the protocol does not allow here.
+    UnexpectedPacket {
+        /// The state it was read in.
+        state: State,
+        /// Its direction.
+        direction: Direction,
+        /// Its ID.
+        id: i32,
+    },
+    /// A packet the machine reads did not parse.
+    BadPacket {
+        /// What it was.
+        packet: KnownPacket,
+        /// Why.
+        error: Error,
+    },
+    /// A negative packet ID.
+    NegativePacketId,
+    /// A packet rule denies it (the index into the rule slice).
+    RuleDenied(usize),
+    /// A packet rule's maximum data length is exceeded.
+    PacketTooLarge {
+        /// The rule's index.
+        rule: usize,
+        /// The packet's data length.
+        len: usize,
+    },
+    /// A budget ran dry.
+    Budget(BudgetTrip),
+    /// The filter closed the connection.
+    FilterClosed,
+    /// The filter dropped or rewrote a control packet, or rewrote a packet into one.
+    FilterControl,
+    /// The filter's rewrite is longer than its buffer, or not a packet body.
+    FilterBadRewrite,
+    /// A packet was fed after the connection became opaque (a caller bug).
+    PacketWhileOpaque,
+    /// The caller closed it ([`ProxyConn::close`]).
+    Local,
+}
+
+impl CloseReason {
+    /// A static description.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            CloseReason::BadHandshake(_) => "malformed handshake",
+            CloseReason::HandshakeRefused(r) => r.as_str(),
+            CloseReason::TransferBeforeV1_20_5 => "handshake next state transfer before 1.20.5",
+            CloseReason::UnknownVersion(_) => "protocol version not supported",
+            CloseReason::UnexpectedPacket { .. } => "packet not allowed in this state",
+            CloseReason::BadPacket { .. } => "malformed packet",
+            CloseReason::NegativePacketId => "negative packet id",
+            CloseReason::RuleDenied(_) => "packet denied by rule",
+            CloseReason::PacketTooLarge { .. } => "packet larger than its rule allows",
+            CloseReason::Budget(_) => "connection budget exceeded",
+            CloseReason::FilterClosed => "closed by the filter",
+            CloseReason::FilterControl => "filter dropped or rewrote a control packet",
+            CloseReason::FilterBadRewrite => "filter rewrite is not a packet body in its buffer",
+            CloseReason::PacketWhileOpaque => "packet fed to an opaque connection",
+            CloseReason::Local => "closed locally",
+        }
+    }
+
+    /// A short stable name for metrics and logs (`"budget_packets"`, `"rule_denied"`...).
+    pub const fn label(&self) -> &'static str {
+        match self {
+            CloseReason::BadHandshake(_) => "bad_handshake",
+            CloseReason::HandshakeRefused(HandshakeRefusal::Version) => "handshake_version",
+            CloseReason::HandshakeRefused(HandshakeRefusal::NextState) => "handshake_next_state",
+            CloseReason::HandshakeRefused(HandshakeRefusal::HostTooLong) => "handshake_host",
+            CloseReason::TransferBeforeV1_20_5 => "handshake_next_state",
+            CloseReason::UnknownVersion(_) => "unknown_version",
+            CloseReason::UnexpectedPacket { .. } => "unexpected_packet",
+            CloseReason::BadPacket { .. } => "bad_packet",
+            CloseReason::NegativePacketId => "bad_packet",
+            CloseReason::RuleDenied(_) => "rule_denied",
+            CloseReason::PacketTooLarge { .. } => "rule_too_large",
+            CloseReason::Budget(t) => match (t.direction, t.kind) {
+                (Direction::Serverbound, super::budget::BudgetKind::Packets) => {
+                    "budget_serverbound_packets"
+                }
+                (Direction::Serverbound, super::budget::BudgetKind::Bytes) => {
+                    "budget_serverbound_bytes"
+                }
+                (Direction::Serverbound, super::budget::BudgetKind::Inflated) => {
+                    "budget_serverbound_inflated"
+                }
+                (Direction::Clientbound, super::budget::BudgetKind::Packets) => {
+                    "budget_clientbound_packets"
+                }
+                (Direction::Clientbound, super::budget::BudgetKind::Bytes) => {
+                    "budget_clientbound_bytes"
+                }
+                (Direction::Clientbound, super::budget::BudgetKind::Inflated) => {
+                    "budget_clientbound_inflated"
+                }
+            },
+            CloseReason::FilterClosed => "filter_closed",
+            CloseReason::FilterControl | CloseReason::FilterBadRewrite => "filter_error",
+            CloseReason::PacketWhileOpaque => "caller_error",
+            CloseReason::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A close: why, and where a Disconnect may be sent to the client first (`None`: close
+/// without one, the client's state has no Disconnect or is unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Close {
+    /// Why.
+    pub reason: CloseReason,
+    /// The Disconnect the state allows, if any.
+    pub disconnect: Option<DisconnectTarget>,
+}
+
+/// What to do with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use]
+pub enum Verdict {
+    /// Forward it as received.
+    Forward,
+    /// Forward it, then frame the packets after it, both directions, with this compression
+    /// threshold (negative: uncompressed).
+    ForwardThenCompress {
+        /// The new threshold.
+        threshold: i32,
+    },
+    /// Forward it, then relay both directions byte for byte, parsing nothing more (bytes
+    /// already buffered and not yet fed to the machine included).
+    ForwardThenOpaque,
+    /// Forward the filter's rewrite instead: the first `len` bytes of the rewrite buffer, a
+    /// packet body (ID and data) for the caller to frame.
+    ForwardRewritten {
+        /// Length of the body in the rewrite buffer.
+        len: usize,
+    },
+    /// Do not forward it.
+    Drop,
+    /// Close the connection (the machine answers the same to everything after).
+    Close(Close),
+}
+
+/// Which acknowledgement the server waits for after a state-switching packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+enum Awaiting {
+    Nothing,
+    LoginAck,
+    FinishAck,
+    ConfigAck,
+}
+
+/// Where the connection is as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Phase {
+    /// Packets are parsed; each direction's [`State`] applies.
+    Parsing,
+    /// Bytes are relayed untouched (after Encryption Request, an unknown version, or
+    /// [`ProxyConn::make_opaque`]).
+    Opaque,
+    /// Closed.
+    Closed(Close),
+}
+
+/// What one packet does to the machine once it is forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    None,
+    /// The handshake: version, next state.
+    Handshake(i32, NextState),
+    Opaque,
+    StatusRequested,
+    LoginStarted,
+    LoginSuccess,
+    Compress(i32),
+    /// The clientbound side switches and waits for this acknowledgement.
+    ServerSwitch(State, Awaiting),
+    /// The serverbound side switches; the wait is over.
+    ClientSwitch(State),
+}
+
+/// The proxy's state for one client connection. See the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ProxyConn {
+    config: ConnConfig,
+    ids: PacketIds,
+    /// `[serverbound, clientbound]`.
+    states: [State; 2],
+    phase: Phase,
+    awaiting: Awaiting,
+    status_requested: bool,
+    login_started: bool,
+    login_succeeded: bool,
+    compression: Option<i32>,
+    meters: Meters,
+}
+
+impl ProxyConn {
+    /// A connection before its handshake, its budgets full.
+    pub fn new(config: ConnConfig) -> ProxyConn {
+        ProxyConn {
+            config,
+            ids: PacketIds::for_version(0),
+            states: [State::Handshake; 2],
+            phase: Phase::Parsing,
+            awaiting: Awaiting::Nothing,
+            status_requested: false,
+            login_started: false,
+            login_succeeded: false,
+            compression: None,
+            meters: Meters::new(&config.budgets),
+        }
+    }
+
+    /// The connection's configuration.
+    pub const fn config(&self) -> &ConnConfig {
+        &self.config
+    }
+
+    /// The state packets of `direction` are read in.
+    pub const fn state(&self, direction: Direction) -> State {
+        self.states[direction.index()]
+    }
+
+    /// Parsing, opaque or closed.
+    pub const fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The handshake's protocol version (0 before the handshake).
+    pub const fn protocol_version(&self) -> i32 {
+        self.ids.version()
+    }
+
+    /// The compression threshold in force, if Set Compression was seen.
+    pub const fn compression_threshold(&self) -> Option<i32> {
+        self.compression
+    }
+
+    /// Where a Disconnect may be sent to the client now, if anywhere: login, configuration or
+    /// play on the clientbound side, while packets are parsed.
+    pub fn disconnect_target(&self) -> Option<DisconnectTarget> {
+        if self.phase != Phase::Parsing {
+            return None;
+        }
+        let state = match self.state(Direction::Clientbound) {
+            State::Handshake | State::Status => return None,
+            State::Login => DisconnectState::Login,
+            State::Configuration => DisconnectState::Configuration,
+            State::Play => DisconnectState::Play,
+        };
+        Some(DisconnectTarget {
+            state,
+            protocol_version: self.protocol_version(),
+        })
+    }
+
+    /// Stops parsing (passthrough after the login has started, say); every later
+    /// [`handle`](Self::handle) is a caller error. Does nothing once closed.
+    pub fn make_opaque(&mut self) {
+        if self.phase == Phase::Parsing {
+            self.phase = Phase::Opaque;
+        }
+    }
+
+    /// Closes the connection for `reason` (a limit the caller enforces, a timeout), returning
+    /// the close with the Disconnect the state allows. Once closed, the first close stays.
+    pub fn close(&mut self, reason: CloseReason) -> Close {
+        if let Phase::Closed(c) = self.phase {
+            return c;
+        }
+        let close = Close {
+            reason,
+            disconnect: self.disconnect_target(),
+        };
+        self.phase = Phase::Closed(close);
+        close
+    }
+
+    fn close_with(&mut self, reason: CloseReason, disconnect: Option<DisconnectTarget>) -> Verdict {
+        let close = Close { reason, disconnect };
+        self.phase = Phase::Closed(close);
+        Verdict::Close(close)
+    }
+
+    /// Charges `n` bytes relayed without being fed as packets (an opaque or passthrough relay)
+    /// to `direction`'s byte budget: [`Verdict::Forward`] or a budget close.
+    pub fn relay_bytes(&mut self, direction: Direction, n: usize, now: Instant) -> Verdict {
+        if let Phase::Closed(c) = self.phase {
+            return Verdict::Close(c);
+        }
+        match self.meters.charge(direction, now, [0, n, 0]) {
+            Ok(()) => Verdict::Forward,
+            Err(trip) => Verdict::Close(self.close(CloseReason::Budget(trip))),
+        }
+    }
+
+    /// The verdict on `packet` at `now` under `rules`, without a filter.
+    pub fn handle(
+        &mut self,
+        rules: &Rules<'_>,
+        packet: &ObservedPacket<'_>,
+        now: Instant,
+    ) -> Verdict {
+        self.handle_filtered(rules, packet, now, &mut PassAll, &mut [])
+    }
+
+    /// The verdict on `packet` at `now` under `rules`, with `filter` shown every packet the
+    /// budgets and rules let through; a rewrite goes into `rewrite`.
+    pub fn handle_filtered<F: Filter + ?Sized>(
+        &mut self,
+        rules: &Rules<'_>,
+        packet: &ObservedPacket<'_>,
+        now: Instant,
+        filter: &mut F,
+        rewrite: &mut [u8],
+    ) -> Verdict {
+        match self.phase {
+            Phase::Closed(c) => return Verdict::Close(c),
+            Phase::Opaque => return self.close_with(CloseReason::PacketWhileOpaque, None),
+            Phase::Parsing => {}
+        }
+        let dir = packet.direction;
+        let inflated = if packet.compressed {
+            packet.body_len()
+        } else {
+            0
+        };
+        if let Err(trip) = self.meters.charge(dir, now, [1, packet.wire_len, inflated]) {
+            return Verdict::Close(self.close(CloseReason::Budget(trip)));
+        }
+        if packet.id < 0 {
+            return Verdict::Close(self.close(CloseReason::NegativePacketId));
+        }
+        let state = self.state(dir);
+        let (known, effect) = match self.step(state, packet, &rules.handshake) {
+            Ok(step) => step,
+            Err((reason, disconnect)) => return self.close_with(reason, disconnect),
+        };
+        // The handshake's version scopes its own rules.
+        let version = match effect {
+            Effect::Handshake(v, _) => v,
+            _ => self.protocol_version(),
+        };
+        match rules.evaluate(state, dir, version, packet.id, packet.data.len()) {
+            RuleVerdict::Pass => {}
+            RuleVerdict::Drop { .. } => return Verdict::Drop,
+            RuleVerdict::Deny { rule } => {
+                let d = self.handshake_disconnect(effect);
+                return self.close_with(CloseReason::RuleDenied(rule), d);
+            }
+            RuleVerdict::TooLarge { rule, .. } => {
+                let d = self.handshake_disconnect(effect);
+                let len = packet.data.len();
+                return self.close_with(CloseReason::PacketTooLarge { rule, len }, d);
+            }
+        }
+        let control = effect != Effect::None;
+        let view = PacketView {
+            direction: dir,
+            state,
+            protocol_version: version,
+            id: packet.id,
+            data: packet.data,
+            known,
+            control,
+        };
+        let rewritten = match filter.filter(&view, rewrite) {
+            FilterAction::Pass => None,
+            FilterAction::Close => {
+                let d = self.handshake_disconnect(effect);
+                return self.close_with(CloseReason::FilterClosed, d);
+            }
+            FilterAction::Drop | FilterAction::Rewrite(_) if control => {
+                let d = self.handshake_disconnect(effect);
+                return self.close_with(CloseReason::FilterControl, d);
+            }
+            FilterAction::Drop => return Verdict::Drop,
+            FilterAction::Rewrite(n) => {
+                let Some(body) = rewrite.get(..n) else {
+                    return Verdict::Close(self.close(CloseReason::FilterBadRewrite));
+                };
+                let id = match split_packet(body) {
+                    Ok(p) if p.id >= 0 => p.id,
+                    _ => return Verdict::Close(self.close(CloseReason::FilterBadRewrite)),
+                };
+                if self.ids.identify(state, dir, id).is_some_and(changes_state) {
+                    return Verdict::Close(self.close(CloseReason::FilterControl));
+                }
+                Some(n)
+            }
+        };
+        let verdict = self.apply(effect);
+        match (rewritten, verdict) {
+            (Some(len), Verdict::Forward) => Verdict::ForwardRewritten { len },
+            (_, v) => v,
+        }
+    }
+
+    /// A close of the handshake itself: a login Disconnect fits when the client asked for
+    /// login (it reads login packets next), nothing for status.
+    fn handshake_disconnect(&self, effect: Effect) -> Option<DisconnectTarget> {
+        match effect {
+            Effect::Handshake(v, NextState::Login | NextState::Transfer) => {
+                Some(DisconnectTarget {
+                    state: DisconnectState::Login,
+                    protocol_version: v,
+                })
+            }
+            Effect::Handshake(_, NextState::Status) => None,
+            _ => self.disconnect_target(),
+        }
+    }
+
+    /// Reads a packet in `state`: what it is and what forwarding it does, or why the
+    /// connection closes.
+    fn step(
+        &self,
+        state: State,
+        p: &ObservedPacket<'_>,
+        hs_rule: &HandshakeRule,
+    ) -> Result<(Option<KnownPacket>, Effect), (CloseReason, Option<DisconnectTarget>)> {
+        let dir = p.direction;
+        let unexpected = || {
+            (
+                CloseReason::UnexpectedPacket {
+                    state,
+                    direction: dir,
+                    id: p.id,
+                },
+                self.disconnect_target(),
+            )
+        };
+        let known = self.ids.identify(state, dir, p.id);
+        let bad = |packet, error| {
+            (
+                CloseReason::BadPacket { packet, error },
+                self.disconnect_target(),
+            )
+        };
+        use KnownPacket as K;
+        let effect = match (state, known) {
+            (State::Handshake, Some(K::Handshake)) if dir == Direction::Serverbound => {
+                let hs =
+                    Handshake::parse(p.data).map_err(|e| (CloseReason::BadHandshake(e), None))?;
+                let v = hs.protocol_version;
+                let effect = Effect::Handshake(v, hs.next_state);
+                let d = self.handshake_disconnect(effect);
+                hs_rule
+                    .check(&hs)
+                    .map_err(|r| (CloseReason::HandshakeRefused(r), d))?;
+                if hs.next_state == NextState::Transfer && v < ids::V1_20_5 && ids::is_release(v) {
+                    return Err((CloseReason::TransferBeforeV1_20_5, d));
+                }
+                let login = hs.next_state != NextState::Status;
+                if login
+                    && !ids::is_release(v)
+                    && self.config.unknown_version == UnknownVersion::Refuse
+                {
+                    return Err((CloseReason::UnknownVersion(v), d));
+                }
+                effect
+            }
+            (State::Handshake, _) => return Err(unexpected()),
+            (State::Status, Some(K::StatusRequest)) if !self.status_requested => {
+                StatusRequest::parse(p.data).map_err(|e| bad(K::StatusRequest, e))?;
+                Effect::StatusRequested
+            }
+            (State::Status, Some(k @ (K::Ping | K::Pong))) => {
+                Ping::parse(p.data).map_err(|e| bad(k, e))?;
+                Effect::None
+            }
+            (State::Status, Some(K::StatusResponse)) => {
+                StatusResponse::parse(p.data).map_err(|e| bad(K::StatusResponse, e))?;
+                Effect::None
+            }
+            (State::Status, _) => return Err(unexpected()),
+            (State::Login, Some(K::LoginStart)) if !self.login_started => {
+                LoginStart::parse(p.data, self.protocol_version())
+                    .map_err(|e| bad(K::LoginStart, e))?;
+                Effect::LoginStarted
+            }
+            // Nothing but Login Start before Login Start, either way.
+            (State::Login, _) if !self.login_started => return Err(unexpected()),
+            (State::Login, Some(K::LoginPluginResponse | K::LoginPluginRequest)) => Effect::None,
+            (State::Login, Some(K::CookieRequest | K::Disconnect)) => Effect::None,
+            (State::Login, Some(K::CookieResponse)) => {
+                check_cookie_response(p.data).map_err(|e| bad(K::CookieResponse, e))?;
+                Effect::None
+            }
+            (State::Login, Some(K::SetCompression)) => {
+                let sc = SetCompression::parse(p.data).map_err(|e| bad(K::SetCompression, e))?;
+                Effect::Compress(sc.threshold)
+            }
+            (State::Login, Some(K::EncryptionRequest)) => Effect::Opaque,
+            (State::Login, Some(K::LoginSuccess)) if !self.login_succeeded => Effect::LoginSuccess,
+            (State::Login, Some(K::LoginAcknowledged))
+                if self.awaiting == Awaiting::LoginAck && p.data.is_empty() =>
+            {
+                Effect::ClientSwitch(State::Configuration)
+            }
+            (State::Login, _) => return Err(unexpected()),
+            (State::Configuration, Some(K::FinishConfiguration))
+                if self.awaiting == Awaiting::Nothing =>
+            {
+                Effect::ServerSwitch(State::Play, Awaiting::FinishAck)
+            }
+            (State::Configuration, Some(K::FinishConfiguration)) => return Err(unexpected()),
+            (State::Configuration, Some(K::FinishConfigurationAck)) => {
+                if self.awaiting != Awaiting::FinishAck || !p.data.is_empty() {
+                    return Err(unexpected());
+                }
+                Effect::ClientSwitch(State::Play)
+            }
+            (State::Play, Some(K::StartConfiguration)) => {
+                if self.awaiting != Awaiting::Nothing {
+                    return Err(unexpected());
+                }
+                Effect::ServerSwitch(State::Configuration, Awaiting::ConfigAck)
+            }
+            (State::Play, Some(K::ConfigurationAck)) => {
+                if self.awaiting != Awaiting::ConfigAck || !p.data.is_empty() {
+                    return Err(unexpected());
+                }
+                Effect::ClientSwitch(State::Configuration)
+            }
+            (State::Play, Some(K::SetCompression)) => {
+                let sc = SetCompression::parse(p.data).map_err(|e| bad(K::SetCompression, e))?;
+                Effect::Compress(sc.threshold)
+            }
+            (State::Configuration | State::Play, Some(K::CookieResponse)) => {
+                check_cookie_response(p.data).map_err(|e| bad(K::CookieResponse, e))?;
+                Effect::None
+            }
+            (State::Configuration | State::Play, _) => Effect::None,
+        };
+        Ok((known, effect))
+    }
+
+    /// Applies a forwarded packet's effect, returning the verdict that goes with it.
+    fn apply(&mut self, effect: Effect) -> Verdict {
+        let [sb, cb] = [
+            Direction::Serverbound.index(),
+            Direction::Clientbound.index(),
+        ];
+        match effect {
+            Effect::None => Verdict::Forward,
+            Effect::Handshake(v, next) => {
+                self.ids = PacketIds::for_version(v);
+                if next != NextState::Status && !ids::is_release(v) {
+                    self.phase = Phase::Opaque;
+                    return Verdict::ForwardThenOpaque;
+                }
+                let s = match next {
+                    NextState::Status => State::Status,
+                    NextState::Login | NextState::Transfer => State::Login,
+                };
+                self.states = [s; 2];
+                Verdict::Forward
+            }
+            Effect::Opaque => {
+                self.phase = Phase::Opaque;
+                Verdict::ForwardThenOpaque
+            }
+            Effect::StatusRequested => {
+                self.status_requested = true;
+                Verdict::Forward
+            }
+            Effect::LoginStarted => {
+                self.login_started = true;
+                Verdict::Forward
+            }
+            Effect::LoginSuccess => {
+                self.login_succeeded = true;
+                if self.protocol_version() >= ids::V1_20_2 {
+                    self.states[cb] = State::Configuration;
+                    self.awaiting = Awaiting::LoginAck;
+                } else {
+                    self.states = [State::Play; 2];
+                }
+                Verdict::Forward
+            }
+            Effect::Compress(threshold) => {
+                self.compression = Some(threshold);
+                Verdict::ForwardThenCompress { threshold }
+            }
+            Effect::ServerSwitch(state, awaiting) => {
+                self.states[cb] = state;
+                self.awaiting = awaiting;
+                Verdict::Forward
+            }
+            Effect::ClientSwitch(state) => {
+                self.states[sb] = state;
+                self.awaiting = Awaiting::Nothing;
+                Verdict::Forward
+            }
+        }
+    }
+}
+
+/// Whether forwarding `packet` moves the machine: the packets a filter may not drop or
+/// fabricate (those [`ProxyConn::step`] gives an effect).
+fn changes_state(packet: KnownPacket) -> bool {
+    use KnownPacket as K;
+    matches!(
+        packet,
+        K::Handshake
+            | K::StatusRequest
+            | K::LoginStart
+            | K::LoginSuccess
+            | K::LoginAcknowledged
+            | K::EncryptionRequest
+            | K::SetCompression
+            | K::FinishConfiguration
+            | K::FinishConfigurationAck
+            | K::StartConfiguration
+            | K::ConfigurationAck
+    )
+}
+
+/// Checks a Cookie Response: an identifier and an optional payload of at most
+/// [`MAX_COOKIE_LEN`] bytes.
+pub fn check_cookie_response(data: &[u8]) -> Result<(), Error> {
+    let mut r = Reader::new(data);
+    r.string(MAX_COOKIE_KEY_LEN)?;
+    if r.bool()? {
+        r.byte_array(MAX_COOKIE_LEN)?;
+    }
+    r.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Rate;
+    use crate::minecraft::Encode;
+    use crate::minecraft::budget::{Budget, BudgetKind};
+    use crate::minecraft::filter::PacketView;
+    use crate::minecraft::handshake::ServerAddress;
+    use crate::minecraft::rules::{IdRange, PacketRule, RuleAction, VersionRange};
+    use crate::time::Duration;
+    use std::vec::Vec;
+
+    const SB: Direction = Direction::Serverbound;
+    const CB: Direction = Direction::Clientbound;
+    const T0: Instant = Instant::ZERO;
+
+    /// Encodes `value`'s data.
+    fn data<E: Encode>(value: &E) -> Vec<u8> {
+        let mut v = std::vec![0u8; value.encoded_len()];
+        value.encode(&mut v).unwrap();
+        v
+    }
+
+    fn handshake(v: i32, next: NextState) -> Vec<u8> {
+        data(&Handshake {
+            protocol_version: v,
+            address: ServerAddress::host("mc.example.com"),
+            port: 25565,
+            next_state: next,
+        })
+    }
+
+    fn login_start(v: i32) -> Vec<u8> {
+        data(&LoginStart {
+            protocol_version: v,
+            name: "Notch",
+            signature: None,
+            uuid: (v >= ids::V1_20_2).then_some(7),
+        })
+    }
+
+    fn pkt(direction: Direction, id: i32, data: &[u8]) -> ObservedPacket<'_> {
+        ObservedPacket {
+            direction,
+            id,
+            data,
+            wire_len: data.len() + 2,
+            compressed: false,
+        }
+    }
+
+    /// Feeds a packet and returns the verdict.
+    fn feed(c: &mut ProxyConn, d: Direction, id: i32, data: &[u8]) -> Verdict {
+        c.handle(&Rules::NONE, &pkt(d, id, data), T0)
+    }
+
+    fn ids(v: i32) -> PacketIds {
+        PacketIds::for_version(v)
+    }
+
+    /// Handshake, Login Start, Set Compression 256 and Login Success for `v`.
+    fn logged_in(v: i32) -> ProxyConn {
+        let mut c = ProxyConn::new(ConnConfig::default());
+        assert_eq!(
+            feed(&mut c, SB, 0, &handshake(v, NextState::Login)),
+            Verdict::Forward
+        );
+        assert_eq!(c.state(SB), State::Login);
+        assert_eq!(feed(&mut c, SB, 0, &login_start(v)), Verdict::Forward);
+        assert_eq!(
+            feed(&mut c, CB, 3, &data(&SetCompression { threshold: 256 })),
+            Verdict::ForwardThenCompress { threshold: 256 }
+        );
+        assert_eq!(c.compression_threshold(), Some(256));
+        assert_eq!(
+            feed(&mut c, CB, 2, b"login success, not parsed"),
+            Verdict::Forward
+        );
+        c
+    }
+
+    #[test]
+    fn session_1_21_4_configuration_round_trip() {
+        let v = 769;
+        let t = ids(v);
+        let id = |s, d, k| t.id(s, d, k).unwrap();
+        let mut c = logged_in(v);
+        // The server waits for the acknowledgement; the client's side is still login.
+        assert_eq!(
+            (c.state(SB), c.state(CB)),
+            (State::Login, State::Configuration)
+        );
+        assert_eq!(
+            c.disconnect_target().unwrap().state,
+            DisconnectState::Configuration
+        );
+        let ack = id(State::Login, SB, KnownPacket::LoginAcknowledged);
+        assert_eq!(feed(&mut c, SB, ack, b""), Verdict::Forward);
+        assert_eq!(c.state(SB), State::Configuration);
+        // Registry data and friends pass; a second Login Acknowledged is just config 0x03.
+        assert_eq!(feed(&mut c, CB, 0x07, b"registry"), Verdict::Forward);
+        let finish = id(State::Configuration, CB, KnownPacket::FinishConfiguration);
+        let finish_ack = id(
+            State::Configuration,
+            SB,
+            KnownPacket::FinishConfigurationAck,
+        );
+        assert_eq!(feed(&mut c, CB, finish, b""), Verdict::Forward);
+        assert_eq!(
+            (c.state(SB), c.state(CB)),
+            (State::Configuration, State::Play)
+        );
+        assert_eq!(
+            feed(&mut c, SB, 0x00, b"client information"),
+            Verdict::Forward
+        );
+        assert_eq!(feed(&mut c, SB, finish_ack, b""), Verdict::Forward);
+        assert_eq!((c.state(SB), c.state(CB)), (State::Play, State::Play));
+        // Play both ways, then the server restarts configuration.
+        assert_eq!(feed(&mut c, SB, 0x07, b"chat"), Verdict::Forward);
+        let start = id(State::Play, CB, KnownPacket::StartConfiguration);
+        let conf_ack = id(State::Play, SB, KnownPacket::ConfigurationAck);
+        assert_eq!(feed(&mut c, CB, start, b""), Verdict::Forward);
+        assert_eq!(c.state(CB), State::Configuration);
+        // The client may still send play packets until it acknowledges.
+        assert_eq!(feed(&mut c, SB, 0x1a, b"keep alive"), Verdict::Forward);
+        assert_eq!(feed(&mut c, SB, conf_ack, b""), Verdict::Forward);
+        assert_eq!(
+            (c.state(SB), c.state(CB)),
+            (State::Configuration, State::Configuration)
+        );
+        assert_eq!(feed(&mut c, CB, finish, b""), Verdict::Forward);
+        assert_eq!(feed(&mut c, SB, finish_ack, b""), Verdict::Forward);
+        assert_eq!((c.state(SB), c.state(CB)), (State::Play, State::Play));
+        let d = c.disconnect_target().unwrap();
+        assert_eq!((d.state, d.protocol_version), (DisconnectState::Play, 769));
+    }
+
+    #[test]
+    fn session_before_configuration() {
+        for v in [47, 340, 763] {
+            let mut c = logged_in(v);
+            assert_eq!(
+                (c.state(SB), c.state(CB)),
+                (State::Play, State::Play),
+                "{v}"
+            );
+            assert_eq!(feed(&mut c, SB, 0x03, b"anything"), Verdict::Forward);
+        }
+        // 1.8's Set Compression in play.
+        let mut c = logged_in(47);
+        assert_eq!(
+            feed(&mut c, CB, 0x46, &data(&SetCompression { threshold: -1 })),
+            Verdict::ForwardThenCompress { threshold: -1 }
+        );
+        // Not in 1.12.2: 0x46 is just a play packet there.
+        let mut c = logged_in(340);
+        assert_eq!(feed(&mut c, CB, 0x46, b"\x80"), Verdict::Forward);
+    }
+
+    #[test]
+    fn unexpected_acknowledgements_close() {
+        let v = 769;
+        let t = ids(v);
+        let mut c = logged_in(v);
+        let ack = t
+            .id(State::Login, SB, KnownPacket::LoginAcknowledged)
+            .unwrap();
+        feed(&mut c, SB, ack, b"").assert_forward();
+        // Finish Configuration's acknowledgement before the server finished.
+        let finish_ack = t
+            .id(
+                State::Configuration,
+                SB,
+                KnownPacket::FinishConfigurationAck,
+            )
+            .unwrap();
+        let Verdict::Close(close) = feed(&mut c, SB, finish_ack, b"") else {
+            panic!()
+        };
+        assert_eq!(
+            close.reason,
+            CloseReason::UnexpectedPacket {
+                state: State::Configuration,
+                direction: SB,
+                id: finish_ack
+            }
+        );
+        assert_eq!(
+            close.disconnect.unwrap().state,
+            DisconnectState::Configuration
+        );
+        // Everything after gets the same close.
+        assert_eq!(feed(&mut c, CB, 0x00, b""), Verdict::Close(close));
+        assert_eq!(c.phase(), Phase::Closed(close));
+
+        // Login Acknowledged before Login Success; Login Success before Login Start.
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(v, NextState::Login)).assert_forward();
+        assert!(matches!(feed(&mut c, CB, 2, b""), Verdict::Close(_)));
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(v, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(v)).assert_forward();
+        let Verdict::Close(close) = feed(&mut c, SB, ack, b"") else {
+            panic!()
+        };
+        assert_eq!(close.disconnect.unwrap().state, DisconnectState::Login);
+    }
+
+    impl Verdict {
+        fn assert_forward(self) {
+            assert_eq!(self, Verdict::Forward);
+        }
+    }
+
+    #[test]
+    fn encryption_makes_opaque() {
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(765, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(765)).assert_forward();
+        assert_eq!(feed(&mut c, CB, 1, b"request"), Verdict::ForwardThenOpaque);
+        assert_eq!(c.phase(), Phase::Opaque);
+        assert_eq!(c.disconnect_target(), None);
+        assert_eq!(c.relay_bytes(SB, 1000, T0), Verdict::Forward);
+        let Verdict::Close(close) = feed(&mut c, SB, 1, b"response") else {
+            panic!()
+        };
+        assert_eq!(
+            (close.reason, close.disconnect),
+            (CloseReason::PacketWhileOpaque, None)
+        );
+    }
+
+    #[test]
+    fn status_flow() {
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Status)).assert_forward();
+        feed(&mut c, SB, 0, b"").assert_forward();
+        feed(&mut c, CB, 0, &data(&StatusResponse { json: "{}" })).assert_forward();
+        feed(&mut c, SB, 1, &data(&Ping { payload: 9 })).assert_forward();
+        feed(&mut c, CB, 1, &data(&Ping { payload: 9 })).assert_forward();
+        // A second request, as vanilla, closes; no Disconnect exists in status.
+        let Verdict::Close(close) = feed(&mut c, SB, 0, b"") else {
+            panic!()
+        };
+        assert_eq!(close.disconnect, None);
+        // A malformed ping.
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Status)).assert_forward();
+        let Verdict::Close(close) = feed(&mut c, SB, 1, b"short") else {
+            panic!()
+        };
+        assert_eq!(
+            close.reason,
+            CloseReason::BadPacket {
+                packet: KnownPacket::Ping,
+                error: Error::Truncated
+            }
+        );
+    }
+
+    #[test]
+    fn handshake_policies() {
+        // Unknown versions: opaque by default, refused on request with a login Disconnect.
+        for v in [5, 750, 776, 0x4000_0100] {
+            let mut c = ProxyConn::new(ConnConfig::default());
+            assert_eq!(
+                feed(&mut c, SB, 0, &handshake(v, NextState::Login)),
+                Verdict::ForwardThenOpaque
+            );
+            let refuse = ConnConfig {
+                unknown_version: UnknownVersion::Refuse,
+                ..ConnConfig::default()
+            };
+            let mut c = ProxyConn::new(refuse);
+            let Verdict::Close(close) = feed(&mut c, SB, 0, &handshake(v, NextState::Login)) else {
+                panic!()
+            };
+            assert_eq!(close.reason, CloseReason::UnknownVersion(v));
+            let d = close.disconnect.unwrap();
+            assert_eq!((d.state, d.protocol_version), (DisconnectState::Login, v));
+            // Status is parsed for any version.
+            let mut c = ProxyConn::new(refuse);
+            feed(&mut c, SB, 0, &handshake(v, NextState::Status)).assert_forward();
+            assert_eq!(c.state(CB), State::Status);
+            feed(&mut c, SB, 0, b"").assert_forward();
+        }
+        // Transfer: 1.20.5 on, to login.
+        let mut c = ProxyConn::new(ConnConfig::default());
+        let Verdict::Close(close) = feed(&mut c, SB, 0, &handshake(765, NextState::Transfer))
+        else {
+            panic!()
+        };
+        assert_eq!(close.reason, CloseReason::TransferBeforeV1_20_5);
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(766, NextState::Transfer)).assert_forward();
+        assert_eq!(c.state(SB), State::Login);
+        // The handshake rule, and junk.
+        let rules = Rules::new(
+            HandshakeRule {
+                versions: VersionRange::new(766, 769),
+                ..HandshakeRule::ANY
+            },
+            &[],
+        );
+        let mut c = ProxyConn::new(ConnConfig::default());
+        let hs = handshake(765, NextState::Login);
+        let Verdict::Close(close) = c.handle(&rules, &pkt(SB, 0, &hs), T0) else {
+            panic!()
+        };
+        assert_eq!(
+            close.reason,
+            CloseReason::HandshakeRefused(HandshakeRefusal::Version)
+        );
+        assert_eq!(close.disconnect.unwrap().state, DisconnectState::Login);
+        let mut c = ProxyConn::new(ConnConfig::default());
+        assert!(matches!(
+            feed(&mut c, SB, 0, b"\x05"),
+            Verdict::Close(Close {
+                reason: CloseReason::BadHandshake(_),
+                disconnect: None
+            })
+        ));
+        let mut c = ProxyConn::new(ConnConfig::default());
+        assert!(matches!(feed(&mut c, CB, 0, b""), Verdict::Close(_)));
+        let mut c = ProxyConn::new(ConnConfig::default());
+        assert!(matches!(feed(&mut c, SB, 1, b""), Verdict::Close(_)));
+        let mut c = ProxyConn::new(ConnConfig::default());
+        assert_eq!(
+            feed(&mut c, SB, -1, b""),
+            Verdict::Close(Close {
+                reason: CloseReason::NegativePacketId,
+                disconnect: None
+            })
+        );
+    }
+
+    #[test]
+    fn rules_drop_deny_and_bound() {
+        let v = 769;
+        let rule = |state, direction, ids, action| PacketRule {
+            state,
+            direction,
+            versions: VersionRange::new(v, v),
+            ids,
+            action,
+        };
+        let list = [
+            rule(State::Login, SB, IdRange::one(3), RuleAction::Drop),
+            rule(
+                State::Configuration,
+                CB,
+                IdRange::one(0x07),
+                RuleAction::MaxLen(4),
+            ),
+            rule(State::Login, CB, IdRange::one(4), RuleAction::Deny),
+        ];
+        let rules = Rules::new(HandshakeRule::ANY, &list);
+        let mut c = logged_in(v);
+        // A dropped Login Acknowledged moves nothing.
+        assert_eq!(c.handle(&rules, &pkt(SB, 3, b""), T0), Verdict::Drop);
+        assert_eq!(c.state(SB), State::Login);
+        let mut c = logged_in(v);
+        c.handle(&Rules::NONE, &pkt(SB, 3, b""), T0)
+            .assert_forward();
+        c.handle(&rules, &pkt(CB, 7, b"1234"), T0).assert_forward();
+        let Verdict::Close(close) = c.handle(&rules, &pkt(CB, 7, b"12345"), T0) else {
+            panic!()
+        };
+        assert_eq!(
+            close.reason,
+            CloseReason::PacketTooLarge { rule: 1, len: 5 }
+        );
+        let mut c = ProxyConn::new(ConnConfig::default());
+        c.handle(&rules, &pkt(SB, 0, &handshake(v, NextState::Login)), T0)
+            .assert_forward();
+        c.handle(&rules, &pkt(SB, 0, &login_start(v)), T0)
+            .assert_forward();
+        let Verdict::Close(close) = c.handle(&rules, &pkt(CB, 4, b"plugin"), T0) else {
+            panic!()
+        };
+        assert_eq!(close.reason, CloseReason::RuleDenied(2));
+    }
+
+    #[test]
+    fn budgets_trip() {
+        let mut config = ConnConfig::default();
+        config.budgets.serverbound.packets = Some(Budget::per_second(10, 3));
+        config.budgets.clientbound.inflated = Some(Budget {
+            burst: 1000,
+            rate: Rate::per_second(1000),
+        });
+        let mut c = ProxyConn::new(config);
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        // A compressed clientbound packet that inflated to more than the budget.
+        let big = [0u8; 1000];
+        let p = ObservedPacket {
+            compressed: true,
+            ..pkt(CB, 4, &big)
+        };
+        let Verdict::Close(close) = c.clone().handle(&Rules::NONE, &p, T0) else {
+            panic!()
+        };
+        assert_eq!(
+            close.reason,
+            CloseReason::Budget(BudgetTrip {
+                direction: CB,
+                kind: BudgetKind::Inflated
+            })
+        );
+        assert_eq!(close.reason.label(), "budget_clientbound_inflated");
+        assert_eq!(close.disconnect.unwrap().state, DisconnectState::Login);
+        // The same data uncompressed does not count as inflated.
+        c.handle(
+            &Rules::NONE,
+            &ObservedPacket {
+                compressed: false,
+                ..p
+            },
+            T0,
+        )
+        .assert_forward();
+        // Two serverbound packets used; the third passes, the fourth trips until refilled.
+        feed(&mut c, SB, 2, b"").assert_forward();
+        let later = T0 + Duration::from_millis(100);
+        let Verdict::Close(close) = feed(&mut c, SB, 2, b"") else {
+            panic!()
+        };
+        assert_eq!(close.reason.label(), "budget_serverbound_packets");
+        assert_eq!(
+            c.handle(&Rules::NONE, &pkt(SB, 2, b""), later),
+            Verdict::Close(close)
+        );
+    }
+
+    /// Drops 0x10, rewrites 0x11 into 0x12 with data "x", rewrites 0x13 into the play
+    /// Start Configuration, closes on 0x14, rewrites 0x15 past its buffer, and tries to drop
+    /// everything a control packet.
+    struct Test;
+
+    impl Filter for Test {
+        fn filter(&mut self, p: &PacketView<'_>, out: &mut [u8]) -> FilterAction {
+            match p.id {
+                _ if p.control => FilterAction::Drop,
+                0x10 => FilterAction::Drop,
+                0x11 => {
+                    out[..2].copy_from_slice(&[0x12, b'x']);
+                    FilterAction::Rewrite(2)
+                }
+                0x13 => {
+                    out[0] = 0x70;
+                    FilterAction::Rewrite(1)
+                }
+                0x14 => FilterAction::Close,
+                0x15 => FilterAction::Rewrite(out.len() + 1),
+                _ => FilterAction::Pass,
+            }
+        }
+    }
+
+    #[test]
+    fn filter_actions() {
+        let mut c = logged_in(340);
+        let mut buf = [0u8; 8];
+        let mut run = |c: &mut ProxyConn, d, id| {
+            c.clone()
+                .handle_filtered(&Rules::NONE, &pkt(d, id, b"data"), T0, &mut Test, &mut buf)
+        };
+        assert_eq!(run(&mut c, SB, 0x10), Verdict::Drop);
+        assert_eq!(run(&mut c, SB, 0x11), Verdict::ForwardRewritten { len: 2 });
+        assert_eq!(run(&mut c, SB, 0x16), Verdict::Forward);
+        let close = |v| match v {
+            Verdict::Close(c) => c.reason,
+            v => panic!("{v:?}"),
+        };
+        assert_eq!(close(run(&mut c, SB, 0x14)), CloseReason::FilterClosed);
+        assert_eq!(close(run(&mut c, SB, 0x15)), CloseReason::FilterBadRewrite);
+        // 1.21.4: 0x70 clientbound in play is Start Configuration.
+        let mut c = logged_in(769);
+        for (d, id) in [(SB, 3), (CB, 3)] {
+            feed(&mut c, d, id, b"").assert_forward();
+        }
+        let mut buf = [0u8; 8];
+        let v = c.handle_filtered(&Rules::NONE, &pkt(CB, 0x13, b""), T0, &mut Test, &mut buf);
+        assert_eq!(close(v), CloseReason::FilterControl);
+        // A control packet may not be dropped.
+        let mut c = logged_in(769);
+        let v = c.handle_filtered(&Rules::NONE, &pkt(SB, 3, b""), T0, &mut Test, &mut buf);
+        assert_eq!(close(v), CloseReason::FilterControl);
+    }
+
+    #[test]
+    fn cookies() {
+        let mut ok = std::vec![3, b'a', b':', b'b', 1, 2, 9, 9];
+        assert_eq!(check_cookie_response(&ok), Ok(()));
+        assert_eq!(check_cookie_response(&[3, b'a', b':', b'b', 0]), Ok(()));
+        assert_eq!(
+            check_cookie_response(&[3, b'a', b':', b'b', 2]),
+            Err(Error::BadBool)
+        );
+        ok.push(0);
+        assert_eq!(check_cookie_response(&ok), Err(Error::TrailingBytes));
+        // 5121 bytes declared.
+        assert_eq!(
+            check_cookie_response(&[1, b'a', 1, 0x81, 0x28]),
+            Err(Error::ArrayTooLong)
+        );
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        feed(&mut c, CB, 5, b"\x03a:b").assert_forward();
+        feed(&mut c, SB, 4, &[3, b'a', b':', b'b', 0]).assert_forward();
+        assert!(matches!(
+            feed(&mut c, SB, 4, &[1, b'a', 1, 0x81, 0x28]),
+            Verdict::Close(Close {
+                reason: CloseReason::BadPacket {
+                    packet: KnownPacket::CookieResponse,
+                    ..
+                },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn local_close_keeps_first() {
+        let mut c = logged_in(769);
+        let first = c.close(CloseReason::Local);
+        assert_eq!(
+            first.disconnect.unwrap().state,
+            DisconnectState::Configuration
+        );
+        assert_eq!(c.close(CloseReason::FilterClosed), first);
+        assert_eq!(c.relay_bytes(SB, 1, T0), Verdict::Close(first));
+    }
+}
