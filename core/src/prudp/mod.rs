@@ -59,6 +59,8 @@
 //! - Type values 0 to 4 are [`PacketType`]'s named arms, anything else is
 //!   [`PacketType::Unknown`]; all flag bits the format has room for are kept.
 
+pub mod conn;
+pub mod crypto;
 mod lite;
 mod options;
 mod v0;
