@@ -158,6 +158,10 @@ pub(super) struct Substream {
     ready: bool,
 }
 
+/// How far behind the next expected sequence id a reliable packet is still acknowledged
+/// again (a quarter of the sequence space); further back it is [`DropReason::Stale`].
+pub const DUPLICATE_SPAN: u16 = 0x4000;
+
 /// Capacity of the ACK queue.
 const ACKS: usize = 64;
 /// Capacity of the event queue.
@@ -206,6 +210,8 @@ pub struct Connection<B, const W: usize = 16, const S: usize = 1> {
     lent: Option<Pending>,
     last_heard: Instant,
     next_ping: Instant,
+    /// The longest message accepted (at most the configured, which sized the workspace).
+    message_limit: usize,
     counters: Counters,
 }
 
@@ -306,6 +312,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             lent: None,
             last_heard: now,
             next_ping: Instant::MAX,
+            message_limit: config.max_message,
             counters: Counters::default(),
         }
     }
@@ -440,6 +447,12 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     /// The session key (empty before one exists).
     pub fn session_key(&self) -> &[u8] {
         self.session_key.as_bytes()
+    }
+
+    /// Lowers the longest message accepted from now on (a per-client policy); it never
+    /// rises above [`Config::max_message`], which sized the workspace.
+    pub fn set_max_message(&mut self, max: usize) {
+        self.message_limit = max.min(self.config.max_message);
     }
 
     /// Packets sent and not yet acknowledged.
@@ -720,16 +733,17 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         let ahead = p.sequence_id.wrapping_sub(sub.recv_next);
         let need_ack = p.flags.contains(Flags::NEED_ACK);
         if usize::from(ahead) >= W {
-            let behind = sub.recv_next.wrapping_sub(p.sequence_id);
-            if behind == 0 || usize::from(behind) > W {
-                // Far behind (a replay) or far ahead.
-                return Err(if usize::from(ahead) < 0x8000 {
-                    DropReason::OutOfWindow
-                } else {
-                    DropReason::Stale
-                });
+            if ahead < 0x8000 {
+                return Err(DropReason::OutOfWindow);
             }
-            // Delivered already: the ACK was lost. Acknowledge again.
+            // Behind: delivered already. A peer without a send window (NintendoClients
+            // sends everything at once) may resend a packet whose ACK was lost long after
+            // this side moved on, so anything up to DUPLICATE_SPAN back is acknowledged
+            // again; further back is a stale replay.
+            let behind = sub.recv_next.wrapping_sub(p.sequence_id);
+            if behind > DUPLICATE_SPAN {
+                return Err(DropReason::Stale);
+            }
             self.last_heard = now;
             if need_ack {
                 self.queue_ack(p)?;
@@ -866,7 +880,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
 
     fn deliver_fragment(&mut self, s: usize, i: usize, slot: RecvSlot) {
         let len = usize::from(slot.len);
-        let max = self.config.max_message;
+        let max = self.message_limit;
         let (recv_at, _) = Region::Recv(i).range::<W>(&self.config);
         let (reasm_at, _) = Region::Reassembly(s).range::<W>(&self.config);
         let ws = self.workspace.as_mut();
@@ -940,6 +954,21 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         let seq = sub.send_seq;
         sub.send_seq = seq.wrapping_add(1);
         seq
+    }
+
+    /// `true` if `count` more reliable packets on `substream` keep every unacknowledged one
+    /// within `W` sequence ids of the newest, so the peer's window (the same size) can
+    /// always take them and a lost ACK is always answered again.
+    fn window_allows(&self, substream: u8, count: usize) -> bool {
+        let next = self.substreams[usize::from(substream)].send_seq;
+        let span = self
+            .send
+            .iter()
+            .filter(|s| s.used && s.substream == substream && s.packet_type != PacketType::Syn)
+            .map(|s| usize::from(next.wrapping_sub(s.seq)))
+            .max()
+            .unwrap_or(0);
+        span + count <= W && count <= self.free_send_slots()
     }
 
     fn free_send_slots(&self) -> usize {
@@ -1022,7 +1051,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         if total > W || total > 255 {
             return Err(SendError::TooLong);
         }
-        if total > self.free_send_slots() {
+        if !self.window_allows(substream, total) {
             return Err(SendError::WindowFull);
         }
         let sub = usize::from(substream);
@@ -1088,7 +1117,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     pub fn close(&mut self) {
         self.release_lent();
         match self.state {
-            State::Connected if self.free_send_slots() > 0 => {
+            State::Connected if self.window_allows(0, 1) => {
                 let seq = self.next_seq(0);
                 let packet = Packet {
                     flags: Flags::RELIABLE | Flags::NEED_ACK,
@@ -1281,7 +1310,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 .send
                 .iter()
                 .any(|s| s.used && s.packet_type == PacketType::Ping);
-            if !outstanding && self.free_send_slots() > 0 {
+            if !outstanding && self.window_allows(0, 1) {
                 let seq = self.next_seq(0);
                 let ping = Packet {
                     flags: Flags::RELIABLE | Flags::NEED_ACK,

@@ -77,7 +77,7 @@ mod tests;
 
 use core::fmt;
 
-pub use connection::{ClientRandom, Connection, State, Transmit};
+pub use connection::{ClientRandom, Connection, DUPLICATE_SPAN, State, Transmit};
 pub use server::{
     Accepted, ClientSecure, SecureServer, Server, ServerOutput, TicketInfo, connect_request,
     connect_request_len,

@@ -439,7 +439,7 @@ fn fragment_flood_past_the_maximum_is_discarded() {
     assert_eq!(messages(p.server()).len(), 2);
     // Now shrink the server's maximum below a message: it is dropped with its reason and
     // the next one still arrives.
-    p.server().config.max_message = 500;
+    p.server().set_max_message(500);
     p.client.send(0, &big).unwrap();
     p.pump();
     p.client.send(0, b"after").unwrap();
