@@ -10,11 +10,13 @@ use std::net::SocketAddr;
 use proptest::prelude::*;
 use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
 use wirekit_core::prudp::conn::{
-    ClientRandom, Config, Connection, DUPLICATE_SPAN, DisconnectReason, DropReason, Event, SendError, Server,
-    ServerOutput, State,
+    ClientRandom, Config, Connection, DUPLICATE_SPAN, DisconnectReason, DropReason, Event,
+    SendError, Server, ServerOutput, State,
 };
 use wirekit_core::prudp::crypto::{ServerSignatures, client_connection_signature};
-use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Settings, V0Format, Version, VirtualPort};
+use wirekit_core::prudp::{
+    Flags, Keys, Packet, PacketType, Settings, V0Format, Version, VirtualPort,
+};
 use wirekit_core::time::{Duration, Instant};
 
 #[global_allocator]
@@ -136,7 +138,10 @@ impl Pair {
         let (client_addr, _) = addrs();
         match &mut self.server {
             Some(s) => s.handle(d, self.now),
-            None => match self.listener.handle(d, client_addr, self.now, 0x42, &mut self.buf) {
+            None => match self
+                .listener
+                .handle(d, client_addr, self.now, 0x42, &mut self.buf)
+            {
                 ServerOutput::Reply(n) => out.push(self.buf[..n].to_vec()),
                 ServerOutput::Accepted(a) => {
                     let sc = config(self.version, SERVER_PORT);
@@ -196,7 +201,9 @@ fn take(c: &mut Conn, into: &mut Vec<(u8, Vec<u8>)>) -> Vec<DisconnectReason> {
 
 /// A message's bytes: its index and substream, repeated to its length.
 fn message(i: usize, substream: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|k| (i * 31 + k * 7 + usize::from(substream)) as u8).collect()
+    (0..len)
+        .map(|k| (i * 31 + k * 7 + usize::from(substream)) as u8)
+        .collect()
 }
 
 /// Runs a workload both ways over a lossy link until everything is delivered and
@@ -212,8 +219,18 @@ fn run(
 ) -> Result<(), TestCaseError> {
     let mut p = Pair::new(version);
     let mut rng = Rng(seed | 1);
-    let mut up = Link { queue: VecDeque::new(), loss, dup, reorder };
-    let mut down = Link { queue: VecDeque::new(), loss, dup, reorder };
+    let mut up = Link {
+        queue: VecDeque::new(),
+        loss,
+        dup,
+        reorder,
+    };
+    let mut down = Link {
+        queue: VecDeque::new(),
+        loss,
+        dup,
+        reorder,
+    };
     let substreams = if version == Version::V1 { 2 } else { 1 };
     let fix = |w: &[(u8, usize)]| -> Vec<(u8, Vec<u8>)> {
         w.iter()
@@ -276,7 +293,11 @@ fn run(
                 p.now,
                 s.counters().iter().filter(|c| c.1 > 0).collect::<Vec<_>>(),
                 p.client.state(),
-                p.client.counters().iter().filter(|c| c.1 > 0).collect::<Vec<_>>()
+                p.client
+                    .counters()
+                    .iter()
+                    .filter(|c| c.1 > 0)
+                    .collect::<Vec<_>>()
             );
         }
         let done = up_next == up_msgs.len()
@@ -288,7 +309,7 @@ fn run(
         if done {
             break;
         }
-        p.now = p.now + Duration::from_millis(50);
+        p.now += Duration::from_millis(50);
         p.client.handle_timeout(p.now);
         if let Some(s) = &mut p.server {
             s.handle_timeout(p.now);
@@ -321,7 +342,13 @@ fn run(
 }
 
 fn workload() -> impl Strategy<Value = Vec<(u8, usize)>> {
-    prop::collection::vec((0u8..2, prop_oneof![0usize..10, 90usize..350, 1000usize..1200]), 0..12)
+    prop::collection::vec(
+        (
+            0u8..2,
+            prop_oneof![0usize..10, 90usize..350, 1000usize..1200],
+        ),
+        0..12,
+    )
 }
 
 proptest! {
@@ -372,7 +399,13 @@ fn hostile(version: Version, kinds: &[(u8, u16, Vec<u8>)]) -> Result<(), TestCas
     take(p.server.as_mut().unwrap(), &mut honest);
     prop_assert_eq!(&honest, &[(0u8, b"first".to_vec())]);
 
-    let forge = |ty: PacketType, flags: Flags, session: u8, seq: u16, key: &[u8], sig: &[u8], payload: &[u8]| {
+    let forge = |ty: PacketType,
+                 flags: Flags,
+                 session: u8,
+                 seq: u16,
+                 key: &[u8],
+                 sig: &[u8],
+                 payload: &[u8]| {
         let packet = Packet {
             flags,
             session_id: session,
@@ -381,7 +414,10 @@ fn hostile(version: Version, kinds: &[(u8, u16, Vec<u8>)]) -> Result<(), TestCas
             ..Packet::new(ty, CLIENT_PORT, SERVER_PORT)
         };
         let mut out = vec![0u8; 200];
-        let keys = Keys { session_key: key, connection_signature: sig };
+        let keys = Keys {
+            session_key: key,
+            connection_signature: sig,
+        };
         let n = packet.encode(&settings, &keys, &mut out).unwrap();
         out.truncate(n);
         out
@@ -390,18 +426,84 @@ fn hostile(version: Version, kinds: &[(u8, u16, Vec<u8>)]) -> Result<(), TestCas
     for (kind, seq, bytes) in kinds {
         let (datagram, reason): (Vec<u8>, Option<DropReason>) = match kind {
             // A spoofed DISCONNECT, signed without the connection's secrets.
-            0 => (forge(PacketType::Disconnect, Flags::NONE, 0x31, *seq, &[9; 16], wrong_sig, &[]), Some(DropReason::BadSignature)),
-            1 => (forge(PacketType::Disconnect, Flags::RELIABLE | Flags::NEED_ACK, 0x31, *seq, &[9; 16], wrong_sig, &[]), Some(DropReason::BadSignature)),
+            0 => (
+                forge(
+                    PacketType::Disconnect,
+                    Flags::NONE,
+                    0x31,
+                    *seq,
+                    &[9; 16],
+                    wrong_sig,
+                    &[],
+                ),
+                Some(DropReason::BadSignature),
+            ),
+            1 => (
+                forge(
+                    PacketType::Disconnect,
+                    Flags::RELIABLE | Flags::NEED_ACK,
+                    0x31,
+                    *seq,
+                    &[9; 16],
+                    wrong_sig,
+                    &[],
+                ),
+                Some(DropReason::BadSignature),
+            ),
             // A right signature with a wrong session id.
-            2 => (forge(PacketType::Data, rel, 0x30, *seq, &[], real.as_bytes(), b"x"), Some(DropReason::WrongSessionId)),
+            2 => (
+                forge(
+                    PacketType::Data,
+                    rel,
+                    0x30,
+                    *seq,
+                    &[],
+                    real.as_bytes(),
+                    b"x",
+                ),
+                Some(DropReason::WrongSessionId),
+            ),
             // The captured packet again: already delivered.
             3 => (captured[0].clone(), Some(DropReason::Duplicate)),
             // Stale: further back than re-acknowledged (the next expected id is 3).
-            4 => (forge(PacketType::Data, rel, 0x31, 3u16.wrapping_sub(DUPLICATE_SPAN + 1 + (*seq % 0x3000)), &[], real.as_bytes(), b"x"), Some(DropReason::Stale)),
+            4 => (
+                forge(
+                    PacketType::Data,
+                    rel,
+                    0x31,
+                    3u16.wrapping_sub(DUPLICATE_SPAN + 1 + (*seq % 0x3000)),
+                    &[],
+                    real.as_bytes(),
+                    b"x",
+                ),
+                Some(DropReason::Stale),
+            ),
             // A recent id, re-acknowledged.
-            7 => (forge(PacketType::Data, rel, 0x31, 3u16.wrapping_sub(1 + (*seq % DUPLICATE_SPAN)), &[], real.as_bytes(), b"x"), Some(DropReason::Duplicate)),
+            7 => (
+                forge(
+                    PacketType::Data,
+                    rel,
+                    0x31,
+                    3u16.wrapping_sub(1 + (*seq % DUPLICATE_SPAN)),
+                    &[],
+                    real.as_bytes(),
+                    b"x",
+                ),
+                Some(DropReason::Duplicate),
+            ),
             // Beyond the window.
-            5 => (forge(PacketType::Data, rel, 0x31, 3 + 16 + (*seq % 0x7000), &[], real.as_bytes(), b"x"), Some(DropReason::OutOfWindow)),
+            5 => (
+                forge(
+                    PacketType::Data,
+                    rel,
+                    0x31,
+                    3 + 16 + (*seq % 0x7000),
+                    &[],
+                    real.as_bytes(),
+                    b"x",
+                ),
+                Some(DropReason::OutOfWindow),
+            ),
             // Random bytes: some reason, exactly one count.
             _ => (bytes.clone(), None),
         };
@@ -413,7 +515,13 @@ fn hostile(version: Version, kinds: &[(u8, u16, Vec<u8>)]) -> Result<(), TestCas
             prop_assert_eq!(after, before);
             continue;
         }
-        prop_assert_eq!(after.total(), before.total() + 1, "kind {} {:?}", kind, after);
+        prop_assert_eq!(
+            after.total(),
+            before.total() + 1,
+            "kind {} {:?}",
+            kind,
+            after
+        );
         if let Some(r) = reason {
             prop_assert_eq!(after.get(r), before.get(r) + 1, "kind {} {:?}", kind, after);
         }
@@ -441,8 +549,18 @@ fn hostile(version: Version, kinds: &[(u8, u16, Vec<u8>)]) -> Result<(), TestCas
     }
     let mut got = Vec::new();
     take(p.server.as_mut().unwrap(), &mut got);
-    prop_assert_eq!(got, vec![(0u8, b"second".to_vec()), (0u8, b"third".to_vec())]);
-    prop_assert_eq!(p.server.as_ref().unwrap().counters().get(DropReason::FragmentOverflow), 1);
+    prop_assert_eq!(
+        got,
+        vec![(0u8, b"second".to_vec()), (0u8, b"third".to_vec())]
+    );
+    prop_assert_eq!(
+        p.server
+            .as_ref()
+            .unwrap()
+            .counters()
+            .get(DropReason::FragmentOverflow),
+        1
+    );
     Ok(())
 }
 
@@ -466,7 +584,9 @@ fn steady_state_data_and_acks_allocate_nothing() {
             let mut delivered = 0usize;
             for i in 0..500u32 {
                 let server = p.server.as_mut().unwrap();
-                p.client.send((i % 2) as u8 * u8::from(version == Version::V1), &payload).unwrap();
+                p.client
+                    .send((i % 2) as u8 * u8::from(version == Version::V1), &payload)
+                    .unwrap();
                 let mut n = 0;
                 while let Some(t) = p.client.poll_transmit(p.now, &mut datagrams[n]) {
                     lens[n] = t.len;
@@ -483,7 +603,7 @@ fn steady_state_data_and_acks_allocate_nothing() {
                 while let Some(t) = server.poll_transmit(p.now, &mut buf) {
                     p.client.handle(&buf[..t.len], p.now);
                 }
-                p.now = p.now + Duration::from_millis(1);
+                p.now += Duration::from_millis(1);
                 p.client.handle_timeout(p.now);
             }
             delivered

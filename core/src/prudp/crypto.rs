@@ -71,7 +71,9 @@ impl SessionKey {
 
 impl fmt::Debug for SessionKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SessionKey").field("len", &self.len).finish()
+        f.debug_struct("SessionKey")
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -87,11 +89,7 @@ pub fn modify_key(key: &mut [u8]) {
 
 /// The RC4 key of reliable substream `substream` under `session_key` (empty: [`DEFAULT_KEY`]
 /// for every substream), written into `out`; returns its length.
-pub fn substream_key(
-    session_key: &[u8],
-    substream: u8,
-    out: &mut [u8; MAX_SESSION_KEY],
-) -> usize {
+pub fn substream_key(session_key: &[u8], substream: u8, out: &mut [u8; MAX_SESSION_KEY]) -> usize {
     if session_key.is_empty() {
         out[..DEFAULT_KEY.len()].copy_from_slice(DEFAULT_KEY);
         return DEFAULT_KEY.len();
@@ -243,7 +241,10 @@ fn address_bytes(addr: SocketAddr) -> ([u8; 18], usize) {
 pub fn client_connection_signature(version: Version, server: SocketAddr) -> ConnectionSignature {
     if let (Version::V0(_), SocketAddr::V4(v4)) = (version, server) {
         let s = v0_connection_signature(v4);
-        return ConnectionSignature::truncated([s[0], s[1], s[2], s[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], version);
+        return ConnectionSignature::truncated(
+            [s[0], s[1], s[2], s[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            version,
+        );
     }
     let (bytes, n) = address_bytes(server);
     ConnectionSignature::truncated(hmac_md5(&CLIENT_SIGNATURE_KEY, &[&bytes[..n]]), version)
@@ -296,10 +297,7 @@ mod tests {
         // _modify_key(bytes(range(16))): add = 9, chars[i] += 9 - i for i < 8.
         let mut k: [u8; 16] = core::array::from_fn(|i| i as u8);
         modify_key(&mut k);
-        assert_eq!(
-            k,
-            [9, 9, 9, 9, 9, 9, 9, 9, 8, 9, 10, 11, 12, 13, 14, 15]
-        );
+        assert_eq!(k, [9, 9, 9, 9, 9, 9, 9, 9, 8, 9, 10, 11, 12, 13, 14, 15]);
         let mut k = [0xffu8; 5];
         modify_key(&mut k);
         assert_eq!(k, [2, 1, 0xff, 0xff, 0xff]);
@@ -363,7 +361,11 @@ mod tests {
         let other: SocketAddr = "192.0.2.1:5001".parse().unwrap();
         let p = VirtualPort::new(10, 15);
         let s = a.signature(Version::V1, addr, p);
-        assert_eq!(s, a.signature(Version::V1, addr, p), "stateless: same input, same cookie");
+        assert_eq!(
+            s,
+            a.signature(Version::V1, addr, p),
+            "stateless: same input, same cookie"
+        );
         assert_ne!(s, b.signature(Version::V1, addr, p));
         assert_ne!(s, a.signature(Version::V1, other, p));
         assert_ne!(s, a.signature(Version::V1, addr, VirtualPort::new(10, 14)));

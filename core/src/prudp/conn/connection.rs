@@ -397,7 +397,11 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         c.peer_signature = accepted.peer_signature;
         c.max_substream = accepted.max_substream;
         c.supported_functions = accepted.supported_functions;
-        c.unreliable_seq = if config.is_v1() { initial_unreliable } else { 1 };
+        c.unreliable_seq = if config.is_v1() {
+            initial_unreliable
+        } else {
+            1
+        };
         c.connect_response = accepted.response;
         c.connect_response_len = accepted.response_len;
         c.connect_ack_due = true;
@@ -625,8 +629,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 DropReason::Unexpected
             });
         }
-        if p
-            .connection_signature
+        if p.connection_signature
             .and_then(ConnectionSignature::from_slice)
             .is_none_or(|s| !s.is_zero())
         {
@@ -689,7 +692,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     /// `substream, count, u16 base, count u16 ids` (NintendoClients' "new" form).
     fn on_aggregate_ack(&mut self, p: &Packet<'_>) -> Result<(), DropReason> {
         let payload = p.payload;
-        if p.packet_type != PacketType::Data || payload.len() % 2 != 0 || p.substream_id > 1 {
+        if p.packet_type != PacketType::Data || !payload.len().is_multiple_of(2) || p.substream_id > 1 {
             return Err(DropReason::BadAggregateAck);
         }
         let new_form = self.config.is_v1() && p.substream_id == 1;
@@ -723,7 +726,11 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             }
         }
         for id in ids.chunks_exact(2) {
-            self.ack_slot(PacketType::Data, substream, u16::from_le_bytes([id[0], id[1]]));
+            self.ack_slot(
+                PacketType::Data,
+                substream,
+                u16::from_le_bytes([id[0], id[1]]),
+            );
         }
         Ok(())
     }
@@ -885,7 +892,8 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         let (reasm_at, _) = Region::Reassembly(s).range::<W>(&self.config);
         let ws = self.workspace.as_mut();
         let sub = &mut self.substreams[s];
-        sub.recv_rc4.apply_keystream(&mut ws[recv_at..recv_at + len]);
+        sub.recv_rc4
+            .apply_keystream(&mut ws[recv_at..recv_at + len]);
         let last = slot.fragment_id == 0;
         if sub.discarding {
             sub.discarding = !last;
@@ -977,7 +985,13 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
 
     /// Encodes `p` (with its payload taken from `payload`, a region after the slots) into a
     /// free send slot, due at once. The callers checked there is a free slot.
-    fn queue_packet(&mut self, p: &Packet<'_>, substream: u8, seq: u16, payload: Option<(Region, usize)>) {
+    fn queue_packet(
+        &mut self,
+        p: &Packet<'_>,
+        substream: u8,
+        seq: u16,
+        payload: Option<(Region, usize)>,
+    ) {
         let Some(i) = self.send.iter().position(|s| !s.used) else {
             return;
         };
@@ -1075,7 +1089,12 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 fragment_id,
                 ..Packet::new(PacketType::Data, self.config.local_port, self.peer_port)
             };
-            self.queue_packet(&packet, substream, seq, Some((Region::Scratch, piece.len())));
+            self.queue_packet(
+                &packet,
+                substream,
+                seq,
+                Some((Region::Scratch, piece.len())),
+            );
         }
         Ok(())
     }
@@ -1123,7 +1142,11 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                     flags: Flags::RELIABLE | Flags::NEED_ACK,
                     session_id: self.session_id,
                     sequence_id: seq,
-                    ..Packet::new(PacketType::Disconnect, self.config.local_port, self.peer_port)
+                    ..Packet::new(
+                        PacketType::Disconnect,
+                        self.config.local_port,
+                        self.peer_port,
+                    )
                 };
                 self.queue_packet(&packet, 0, seq, None);
                 self.state = State::Closing;

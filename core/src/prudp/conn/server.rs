@@ -4,13 +4,13 @@
 use core::net::SocketAddr;
 
 use super::{Config, Counters, DropReason, negotiate, within};
+use crate::BufferTooSmall;
 use crate::kerberos::{
     DerivedKey, KerberosEncryption, PidWidth, TicketFormat, open_internal_ticket,
 };
 use crate::prudp::crypto::{ConnectionSignature, ServerSignatures, SessionKey};
 use crate::prudp::{Flags, Keys, Packet, PacketType, Status, VirtualPort};
 use crate::time::Instant;
-use crate::BufferTooSmall;
 
 /// The largest internal ticket a CONNECT may carry (v1 tickets with 32-byte keys are 88).
 const MAX_TICKET: usize = 256;
@@ -235,9 +235,7 @@ impl Server {
         // The packet type decides the keys: peek with the server's signature for this address,
         // which a SYN's check ignores and a CONNECT's uses.
         let source = peek_source(datagram, &self.config).ok_or(DropReason::Malformed)?;
-        let own = self
-            .signatures
-            .signature(settings.version, from, source);
+        let own = self.signatures.signature(settings.version, from, source);
         let keys = Keys {
             session_key: &[],
             connection_signature: own.as_bytes(),
@@ -380,7 +378,8 @@ fn check_ticket(
     let mut pid = [0u8; 8];
     pid[..pid_len].copy_from_slice(&plain[..pid_len]);
     let pid = u64::from_le_bytes(pid);
-    let word = |at: usize| u32::from_le_bytes([plain[at], plain[at + 1], plain[at + 2], plain[at + 3]]);
+    let word =
+        |at: usize| u32::from_le_bytes([plain[at], plain[at + 1], plain[at + 2], plain[at + 3]]);
     let (cid, check) = (word(pid_len), word(pid_len + 4));
     if pid != opened.source_pid {
         return Err(DropReason::BadTicket);
@@ -411,7 +410,9 @@ pub(super) fn syn_ack(
     own: ConnectionSignature,
     out: &mut [u8],
 ) -> Result<usize, DropReason> {
-    let zero_signature = p.connection_signature.is_some_and(|s| s.iter().all(|&b| b == 0));
+    let zero_signature = p
+        .connection_signature
+        .is_some_and(|s| s.iter().all(|&b| b == 0));
     if !p.flags.contains(Flags::NEED_ACK)
         || p.session_id != 0
         || p.sequence_id != 0

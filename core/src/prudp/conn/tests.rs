@@ -28,7 +28,10 @@ fn config(version: Version, port: VirtualPort) -> Config {
 }
 
 fn addrs() -> (SocketAddr, SocketAddr) {
-    ("192.0.2.10:40000".parse().unwrap(), "198.51.100.1:60000".parse().unwrap())
+    (
+        "192.0.2.10:40000".parse().unwrap(),
+        "198.51.100.1:60000".parse().unwrap(),
+    )
 }
 
 fn accept_all(_: &TicketInfo) -> bool {
@@ -63,12 +66,29 @@ fn request(pid_in_request: u64) -> Vec<u8> {
         issued: 99,
         source_pid: 1000,
     };
-    let n = build_ticket(format, &USER_KEY, &SERVER_KEY, &contents, &[4; 16], &mut ticket).unwrap();
+    let n = build_ticket(
+        format,
+        &USER_KEY,
+        &SERVER_KEY,
+        &contents,
+        &[4; 16],
+        &mut ticket,
+    )
+    .unwrap();
     let opened =
         crate::kerberos::open_ticket(format, &USER_KEY, &mut ticket[..n], SESSION.len()).unwrap();
     let internal = opened.internal.to_vec();
     let mut out = vec![0u8; connect_request_len(internal.len(), PidWidth::U32)];
-    let m = connect_request(&internal, &SESSION, pid_in_request, PidWidth::U32, 7, 0xdead_beef, &mut out).unwrap();
+    let m = connect_request(
+        &internal,
+        &SESSION,
+        pid_in_request,
+        PidWidth::U32,
+        7,
+        0xdead_beef,
+        &mut out,
+    )
+    .unwrap();
     assert_eq!(m, out.len());
     out
 }
@@ -115,14 +135,17 @@ impl Pair {
     }
 
     /// Client datagrams to the server (through the listener until a connection exists).
-    fn to_server(&mut self, d: &[u8]) -> Vec<Vec<u8>> {
+    fn deliver_to_server(&mut self, d: &[u8]) -> Vec<Vec<u8>> {
         let (client_addr, _) = addrs();
         let mut replies = Vec::new();
         if let Some(s) = &mut self.server {
             s.handle(d, self.now);
         } else {
             let mut out = [0u8; 300];
-            match self.listener.handle(d, client_addr, self.now, 0x22, &mut out) {
+            match self
+                .listener
+                .handle(d, client_addr, self.now, 0x22, &mut out)
+            {
                 ServerOutput::Reply(n) => replies.push(out[..n].to_vec()),
                 ServerOutput::Accepted(a) => {
                     let sc = config(self.version, SERVER_PORT);
@@ -149,7 +172,7 @@ impl Pair {
                 None => Vec::new(),
             };
             for d in &out {
-                back.extend(self.to_server(d));
+                back.extend(self.deliver_to_server(d));
             }
             for d in &back {
                 self.client.handle(d, self.now);
@@ -234,11 +257,12 @@ fn handshake_and_messages_both_ways() {
         // Unreliable data, with its per-packet key.
         p.client.send_unreliable(b"fast").unwrap();
         p.pump();
-        let got: Vec<_> = std::iter::from_fn(|| {
-            p.server().poll_event().map(|e| std::format!("{e:?}"))
-        })
-        .collect();
-        assert_eq!(got, [std::format!("{:?}", Event::Unreliable { data: b"fast" })]);
+        let got: Vec<_> =
+            std::iter::from_fn(|| p.server().poll_event().map(|e| std::format!("{e:?}"))).collect();
+        assert_eq!(
+            got,
+            [std::format!("{:?}", Event::Unreliable { data: b"fast" })]
+        );
         // Graceful close.
         p.client.close();
         p.pump();
@@ -253,26 +277,29 @@ fn lost_syn_ack_and_connect_ack_are_answered_again() {
         let mut p = Pair::new(version, None, None);
         let syn = drain_tx(&mut p.client, p.now);
         assert_eq!(syn.len(), 1);
-        let a = p.to_server(&syn[0]);
-        let b = p.to_server(&syn[0]);
+        let a = p.deliver_to_server(&syn[0]);
+        let b = p.deliver_to_server(&syn[0]);
         assert_eq!(a, b, "a stateless SYN-ACK is the same each time");
         // The SYN-ACK is lost: the client resends its SYN after the RTO.
-        assert_eq!(p.client.next_timeout(), Some(Instant::ZERO + Duration::from_secs(1)));
-        p.now = p.now + Duration::from_secs(1);
+        assert_eq!(
+            p.client.next_timeout(),
+            Some(Instant::ZERO + Duration::from_secs(1))
+        );
+        p.now += Duration::from_secs(1);
         p.client.handle_timeout(p.now);
         let again = drain_tx(&mut p.client, p.now);
         assert_eq!(again, syn);
-        let ack = p.to_server(&again[0]);
+        let ack = p.deliver_to_server(&again[0]);
         p.client.handle(&ack[0], p.now);
         let connect = drain_tx(&mut p.client, p.now);
         assert_eq!(connect.len(), 1);
-        let first = p.to_server(&connect[0]);
+        let first = p.deliver_to_server(&connect[0]);
         assert_eq!(first.len(), 1, "the CONNECT-ACK");
         // The CONNECT-ACK is lost; the repeated CONNECT reaches the connection now.
-        let second = p.to_server(&connect[0]);
+        let second = p.deliver_to_server(&connect[0]);
         assert_eq!(first, second);
         // A repeated SYN reaches the connection too and is answered the same way.
-        assert_eq!(p.to_server(&syn[0]), a);
+        assert_eq!(p.deliver_to_server(&syn[0]), a);
         p.client.handle(&second[0], p.now);
         assert_eq!(p.client.state(), State::Connected);
         assert_eq!(p.server().counters().total(), 0);
@@ -290,7 +317,9 @@ fn retransmission_backoff_then_failure() {
         if !drain_tx(&mut p.client, p.now).is_empty() {
             times.push(p.now.saturating_duration_since(Instant::ZERO).as_millis());
         }
-        let Some(t) = p.client.next_timeout() else { break };
+        let Some(t) = p.client.next_timeout() else {
+            break;
+        };
         p.now = t;
         p.client.handle_timeout(p.now);
         if p.client.is_closed() {
@@ -308,16 +337,16 @@ fn retransmission_backoff_then_failure() {
 fn keepalive_ping_and_idle() {
     let mut p = Pair::new(Version::V0(V0Format::NEX), None, None);
     p.pump();
-    p.now = p.now + Duration::from_secs(4);
+    p.now += Duration::from_secs(4);
     p.client.handle_timeout(p.now);
     let ping = drain_tx(&mut p.client, p.now);
     assert_eq!(ping.len(), 1);
-    let ack = p.to_server(&ping[0]);
+    let ack = p.deliver_to_server(&ping[0]);
     assert_eq!(ack.len(), 1);
     p.client.handle(&ack[0], p.now);
     assert_eq!(p.client.in_flight(), 0);
     // The server heard nothing for 30 s.
-    p.now = p.now + Duration::from_secs(30);
+    p.now += Duration::from_secs(30);
     let now = p.now;
     p.server().handle_timeout(now);
     assert_eq!(p.server().state(), State::Closed(DisconnectReason::Idle));
@@ -337,7 +366,11 @@ fn secure_server_ticket() {
 
         // A PID that does not match the ticket, and a refused ticket.
         for (req, check, reason) in [
-            (request(1001), accept_all as fn(&TicketInfo) -> bool, DropReason::BadTicket),
+            (
+                request(1001),
+                accept_all as fn(&TicketInfo) -> bool,
+                DropReason::BadTicket,
+            ),
             (request(1000), refuse_all, DropReason::TicketRefused),
         ] {
             let mut p = Pair::new(version, Some(secure(check)), Some(&req));
@@ -365,36 +398,83 @@ fn hostile_packets_change_nothing() {
         let settings = Settings::new(b"ridfebb9", version);
         let zero16 = [0u8; 16];
         // Encode a packet as if from the client with chosen keys and fields.
-        let forge = |seq: u16, ty: PacketType, flags: Flags, session: u8, key: &[u8], sig: &[u8]| {
-            let p = Packet {
-                flags,
-                session_id: session,
-                sequence_id: seq,
-                payload: if ty == PacketType::Data { &b"x"[..] } else { &[] },
-                ..Packet::new(ty, CLIENT_PORT, SERVER_PORT)
+        let forge =
+            |seq: u16, ty: PacketType, flags: Flags, session: u8, key: &[u8], sig: &[u8]| {
+                let p = Packet {
+                    flags,
+                    session_id: session,
+                    sequence_id: seq,
+                    payload: if ty == PacketType::Data {
+                        &b"x"[..]
+                    } else {
+                        &[]
+                    },
+                    ..Packet::new(ty, CLIENT_PORT, SERVER_PORT)
+                };
+                let mut out = [0u8; 100];
+                let keys = Keys {
+                    session_key: key,
+                    connection_signature: sig,
+                };
+                let n = p.encode(&settings, &keys, &mut out).unwrap();
+                out[..n].to_vec()
             };
-            let mut out = [0u8; 100];
-            let keys = Keys { session_key: key, connection_signature: sig };
-            let n = p.encode(&settings, &keys, &mut out).unwrap();
-            out[..n].to_vec()
-        };
         let real_sig = p.server().signature();
         let wrong_sig = &zero16[..real_sig.as_bytes().len()];
         let rel = Flags::RELIABLE | Flags::NEED_ACK | Flags::HAS_SIZE;
         let cases: Vec<(Vec<u8>, DropReason)> = vec![
             // Signed for another connection.
-            (forge(2, PacketType::Disconnect, Flags::NONE, 0x11, &[1; 16], wrong_sig), DropReason::BadSignature),
+            (
+                forge(
+                    2,
+                    PacketType::Disconnect,
+                    Flags::NONE,
+                    0x11,
+                    &[1; 16],
+                    wrong_sig,
+                ),
+                DropReason::BadSignature,
+            ),
             // A right signature, a wrong session id.
-            (forge(2, PacketType::Data, rel, 0x12, &[], real_sig.as_bytes()), DropReason::WrongSessionId),
+            (
+                forge(2, PacketType::Data, rel, 0x12, &[], real_sig.as_bytes()),
+                DropReason::WrongSessionId,
+            ),
             // Replays and far-off sequence ids.
-            (forge(1, PacketType::Data, rel, 0x11, &[], real_sig.as_bytes()), DropReason::Duplicate),
-            (forge(0x9000, PacketType::Data, rel, 0x11, &[], real_sig.as_bytes()), DropReason::Stale),
-            (forge(200, PacketType::Data, rel, 0x11, &[], real_sig.as_bytes()), DropReason::OutOfWindow),
+            (
+                forge(1, PacketType::Data, rel, 0x11, &[], real_sig.as_bytes()),
+                DropReason::Duplicate,
+            ),
+            (
+                forge(
+                    0x9000,
+                    PacketType::Data,
+                    rel,
+                    0x11,
+                    &[],
+                    real_sig.as_bytes(),
+                ),
+                DropReason::Stale,
+            ),
+            (
+                forge(200, PacketType::Data, rel, 0x11, &[], real_sig.as_bytes()),
+                DropReason::OutOfWindow,
+            ),
         ];
         let mut cases = cases;
         if version != Version::V0(V0Format::NEX_FRIENDS) {
             // The friends server's DATA signature covers the payload only: no secret.
-            cases.push((forge(2, PacketType::Data, rel, 0x11, &[1; 16], real_sig.as_bytes()), DropReason::BadSignature));
+            cases.push((
+                forge(
+                    2,
+                    PacketType::Data,
+                    rel,
+                    0x11,
+                    &[1; 16],
+                    real_sig.as_bytes(),
+                ),
+                DropReason::BadSignature,
+            ));
         }
         for (datagram, reason) in cases {
             let before = *p.server().counters();
@@ -402,7 +482,11 @@ fn hostile_packets_change_nothing() {
             let now = p.now;
             p.server().handle(&datagram, now);
             let after = *p.server().counters();
-            assert_eq!(after.get(reason), before.get(reason) + 1, "{version:?} {reason:?}");
+            assert_eq!(
+                after.get(reason),
+                before.get(reason) + 1,
+                "{version:?} {reason:?}"
+            );
             assert_eq!(after.total(), before.total() + 1, "{version:?} {reason:?}");
             assert_eq!(p.server().state(), state);
             assert!(p.server().poll_event().is_none());
@@ -419,7 +503,7 @@ fn hostile_packets_change_nothing() {
             assert_eq!(p.server().counters().total(), before + 1, "byte {i}");
             assert!(p.server().poll_event().is_none());
         }
-        p.to_server(&d);
+        p.deliver_to_server(&d);
         assert_eq!(messages(p.server()), [(0, b"payload".to_vec())]);
     }
 }
@@ -450,7 +534,11 @@ fn fragment_flood_past_the_maximum_is_discarded() {
 
 #[test]
 fn aggregate_acks_both_forms() {
-    for (version, substream) in [(Version::V0(V0Format::NEX), 0u8), (Version::V1, 0), (Version::V1, 1)] {
+    for (version, substream) in [
+        (Version::V0(V0Format::NEX), 0u8),
+        (Version::V1, 0),
+        (Version::V1, 1),
+    ] {
         let mut p = Pair::new(version, None, None);
         p.pump();
         for m in [&b"a"[..], b"b", b"c"] {
@@ -494,13 +582,36 @@ fn config_errors() {
         initial_unreliable: 1,
     };
     let sig = ConnectionSignature::zero(Version::V1);
-    let err = Conn::client(c, SERVER_PORT, sig, vec![0; 10], Instant::ZERO, random, None).unwrap_err();
-    assert_eq!(err, ConfigError::WorkspaceTooSmall { required: Conn::workspace_len(&c) });
+    let err = Conn::client(
+        c,
+        SERVER_PORT,
+        sig,
+        vec![0; 10],
+        Instant::ZERO,
+        random,
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::WorkspaceTooSmall {
+            required: Conn::workspace_len(&c)
+        }
+    );
     let mut lite = c;
     lite.settings = lite.settings.with_version(Version::Lite);
     let ws = vec![0; Conn::workspace_len(&c)];
     assert_eq!(
-        Conn::client(lite, SERVER_PORT, sig, ws.clone(), Instant::ZERO, random, None).unwrap_err(),
+        Conn::client(
+            lite,
+            SERVER_PORT,
+            sig,
+            ws.clone(),
+            Instant::ZERO,
+            random,
+            None
+        )
+        .unwrap_err(),
         ConfigError::UnsupportedVersion
     );
     let mut big = c;
@@ -522,7 +633,10 @@ fn sequence_wrap() {
         p.client.send(0, &[i]).unwrap();
     }
     p.pump();
-    let got: Vec<_> = messages(p.server()).into_iter().map(|(_, m)| m[0]).collect();
+    let got: Vec<_> = messages(p.server())
+        .into_iter()
+        .map(|(_, m)| m[0])
+        .collect();
     assert_eq!(got, [0, 1, 2, 3, 4, 5]);
     assert_eq!(p.server().substreams[0].recv_next, 3);
 }
