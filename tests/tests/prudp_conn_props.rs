@@ -613,3 +613,126 @@ fn steady_state_data_and_acks_allocate_nothing() {
         assert_eq!(p.client.in_flight(), 0);
     }
 }
+
+/// The NintendoClients 4.4.0 client the interop check drives: connects to the port given,
+/// sends messages of several sizes (one and several fragments), expects each echoed back
+/// reversed, then disconnects gracefully.
+const NC_CLIENT: &str = r#"
+import sys, anyio
+from nintendo.nex import prudp, settings
+async def main():
+    s = settings.default()
+    s["prudp.access_key"] = "ridfebb9"
+    s["prudp.version"] = int(sys.argv[2])
+    async with prudp.connect(s, "127.0.0.1", int(sys.argv[1]), 1, 10) as client:
+        for n in [1, 100, 1299, 1300, 1301, 4000]:
+            data = bytes((i * 7 + n) & 0xFF for i in range(n))
+            await client.send(data)
+            with anyio.fail_after(5):
+                got = await client.recv()
+            assert got == data[::-1], (n, len(got))
+    print("ok")
+anyio.run(main)
+"#;
+
+/// Interop: NintendoClients' PRUDP client (its own venv at `target/ncvenv`, made with
+/// `python3.11 -m venv target/ncvenv && target/ncvenv/bin/pip install nintendoclients==4.4.0
+/// anynet==1.1.0`) against this server connection over loopback UDP, v0 and v1. Skipped
+/// with a message when the venv is absent.
+#[test]
+fn nintendoclients_client_against_server_connection() {
+    let python = wirekit_tests::peers::workspace_root().join("target/ncvenv/bin/python");
+    if !python.exists() {
+        eprintln!("skipping: no NintendoClients venv at {}", python.display());
+        return;
+    }
+    for version in [0u8, 1] {
+        let v = if version == 0 {
+            Version::V0(V0Format::NEX)
+        } else {
+            Version::V1
+        };
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", NC_CLIENT, &port.to_string(), &version.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut sc = Config::new(Settings::new(b"ridfebb9", v), SERVER_PORT);
+        sc.supported_functions = u32::MAX;
+        let mut listener = Server::new(sc, ServerSignatures::new([0x6b; 32]), None);
+        let mut conn: Option<(SocketAddr, Connection<Vec<u8>>)> = None;
+        let start = std::time::Instant::now();
+        let mut buf = vec![0u8; 2048];
+        let mut out = vec![0u8; 2048];
+        let mut echoed = 0;
+        let mut closed = None;
+        while start.elapsed() < std::time::Duration::from_secs(20) && closed.is_none() {
+            let now = Instant::from_micros(start.elapsed().as_micros() as u64);
+            if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                match &mut conn {
+                    Some((addr, c)) if *addr == from => c.handle(&buf[..n], now),
+                    _ => match listener.handle(&buf[..n], from, now, 0x5c, &mut out) {
+                        ServerOutput::Reply(m) => {
+                            socket.send_to(&out[..m], from).unwrap();
+                        }
+                        ServerOutput::Accepted(a) => {
+                            let ws = vec![0; Connection::<Vec<u8>>::workspace_len(&sc)];
+                            let mut c = Connection::server(sc, &a, ws, now, 0x777).unwrap();
+                            c.handle(&buf[a.consumed..n], now);
+                            conn = Some((from, c));
+                        }
+                        ServerOutput::Dropped(r) => panic!("listener dropped: {r:?}"),
+                        ServerOutput::Nothing => {}
+                    },
+                }
+            }
+            if let Some((addr, c)) = &mut conn {
+                if c.next_timeout().is_some_and(|t| t <= now) {
+                    c.handle_timeout(now);
+                }
+                let mut replies = Vec::new();
+                while let Some(e) = c.poll_event() {
+                    match e {
+                        Event::Message { data, .. } => {
+                            replies.push(data.iter().rev().copied().collect::<Vec<u8>>())
+                        }
+                        Event::Disconnected(r) => closed = Some(r),
+                        _ => {}
+                    }
+                }
+                for r in replies {
+                    c.send(0, &r).unwrap();
+                    echoed += 1;
+                }
+                while let Some(t) = c.poll_transmit(now, &mut out) {
+                    socket.send_to(&out[..t.len], *addr).unwrap();
+                }
+            }
+        }
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stdout.contains("ok"),
+            "v{version}: client failed:\n{stdout}\n{stderr}"
+        );
+        assert_eq!(echoed, 6, "v{version}");
+        assert_eq!(closed, Some(DisconnectReason::Peer), "v{version}");
+        let (_, c) = conn.unwrap();
+        for r in [
+            DropReason::BadSignature,
+            DropReason::BadChecksum,
+            DropReason::Malformed,
+            DropReason::WrongSessionId,
+            DropReason::Unexpected,
+        ] {
+            assert_eq!(c.counters().get(r), 0, "v{version}: {:?}", c.counters());
+        }
+    }
+}

@@ -692,7 +692,10 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     /// `substream, count, u16 base, count u16 ids` (NintendoClients' "new" form).
     fn on_aggregate_ack(&mut self, p: &Packet<'_>) -> Result<(), DropReason> {
         let payload = p.payload;
-        if p.packet_type != PacketType::Data || !payload.len().is_multiple_of(2) || p.substream_id > 1 {
+        if p.packet_type != PacketType::Data
+            || !payload.len().is_multiple_of(2)
+            || p.substream_id > 1
+        {
             return Err(DropReason::BadAggregateAck);
         }
         let new_form = self.config.is_v1() && p.substream_id == 1;
