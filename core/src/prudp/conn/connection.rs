@@ -247,7 +247,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         if matches!(config.settings.version, Version::Lite) {
             return Err(ConfigError::UnsupportedVersion);
         }
-        if W == 0 || S == 0 || W > 4096 || S > 256 || config.max_message == 0 {
+        if S == 0 || W < 2 * S || W > 4096 || S > 256 || config.max_message == 0 {
             return Err(ConfigError::BadCapacity);
         }
         if config.fragment_size == 0
@@ -780,7 +780,18 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         ) {
             return Err(DropReason::Unexpected);
         }
-        let Some(slot) = self.recv.iter().position(|r| !r.used) else {
+        // Each substream has W / S receive slots, one of them kept for the packet it waits
+        // for: held packets are acknowledged and cannot be given up, so without the quota two
+        // substreams each waiting for a lost packet could fill the pool and never recover.
+        let held = self
+            .recv
+            .iter()
+            .filter(|r| r.used && r.substream == p.substream_id)
+            .count();
+        let quota = W / S;
+        let room = if ahead == 0 { quota } else { quota - 1 };
+        let free = self.recv.iter().position(|r| !r.used);
+        let (Some(slot), true) = (free, held < room) else {
             return Err(DropReason::WindowFull);
         };
         if need_ack {

@@ -62,7 +62,7 @@
 //! and `W` receive slots of [`Config::packet_capacity`] bytes each, one unreliable slot each
 //! way, and a reassembly area of [`Config::max_message`] bytes per substream. `W` (the window,
 //! default 16) and `S` (the substreams, default 1) are const parameters, so the bookkeeping is
-//! fixed-size too. Nothing is ever allocated, and no length a peer declares reserves anything.
+//! fixed-size too; each substream gets `W / S` of the receive slots. Nothing is ever allocated, and no length a peer declares reserves anything.
 //!
 //! # Drops
 //! Every packet that does not change the connection is counted by its [`DropReason`]
@@ -156,7 +156,8 @@ pub enum ConfigError {
     },
     /// Lite is spoken over a byte stream and is not handled by this connection.
     UnsupportedVersion,
-    /// `W` or `S` is zero, `W` is above 4096, or a size is zero.
+    /// `S` is zero or above 256, `W` is below `2 * S` (each substream needs two receive
+    /// slots) or above 4096, or a size is zero.
     BadCapacity,
     /// [`Config::packet_capacity`] cannot hold a full fragment plus headers.
     FragmentTooLarge,

@@ -175,7 +175,8 @@ pub struct Server {
 
 impl Server {
     /// A server under `config`, signing with `signatures`; `secure` for a secure server (a
-    /// CONNECT must carry a valid ticket), `None` for an authentication server.
+    /// CONNECT must carry a valid ticket), `None` for an authentication server. Under a Lite
+    /// config every datagram is dropped as [`DropReason::Unexpected`] (Lite is not spoken here).
     pub fn new(config: Config, signatures: ServerSignatures, secure: Option<SecureServer>) -> Self {
         Server {
             config,
@@ -232,6 +233,10 @@ impl Server {
         out: &mut [u8],
     ) -> Result<ServerOutput, DropReason> {
         let settings = &self.config.settings;
+        if matches!(settings.version, crate::prudp::Version::Lite) {
+            // Lite rides a byte stream; its connections are not made here.
+            return Err(DropReason::Unexpected);
+        }
         // The packet type decides the keys: peek with the server's signature for this address,
         // which a SYN's check ignores and a CONNECT's uses.
         let source = peek_source(datagram, &self.config).ok_or(DropReason::Malformed)?;

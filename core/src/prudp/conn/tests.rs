@@ -93,9 +93,26 @@ fn request(pid_in_request: u64) -> Vec<u8> {
     out
 }
 
+/// What a side reported, as the loop collected it after every datagram.
+enum Logged {
+    Event(std::string::String),
+    Message(u8, Vec<u8>),
+}
+
+fn collect(c: &mut Conn, log: &mut Vec<Logged>) {
+    while let Some(e) = c.poll_event() {
+        log.push(match e {
+            Event::Message { substream, data } => Logged::Message(substream, data.to_vec()),
+            e => Logged::Event(std::format!("{e:?}")),
+        });
+    }
+}
+
 struct Pair {
     client: Conn,
     server: Option<Conn>,
+    client_log: Vec<Logged>,
+    server_log: Vec<Logged>,
     listener: Server,
     now: Instant,
     version: Version,
@@ -128,6 +145,8 @@ impl Pair {
         Pair {
             client,
             server: None,
+            client_log: Vec::new(),
+            server_log: Vec::new(),
             listener: Server::new(sc, ServerSignatures::new([9; 32]), secure_server),
             now: Instant::ZERO,
             version,
@@ -158,9 +177,50 @@ impl Pair {
             }
         }
         if let Some(s) = &mut self.server {
+            collect(s, &mut self.server_log);
             replies.extend(drain_tx(s, self.now));
         }
         replies
+    }
+
+    /// Everything but messages one side reported so far (the client's if `client`).
+    fn ev(&mut self, client: bool) -> Vec<std::string::String> {
+        self.take(client, false)
+            .into_iter()
+            .filter_map(|l| match l {
+                Logged::Event(e) => Some(e),
+                Logged::Message(..) => None,
+            })
+            .collect()
+    }
+
+    /// The messages one side received so far.
+    fn msgs(&mut self, client: bool) -> Vec<(u8, Vec<u8>)> {
+        self.take(client, true)
+            .into_iter()
+            .filter_map(|l| match l {
+                Logged::Message(s, m) => Some((s, m)),
+                Logged::Event(_) => None,
+            })
+            .collect()
+    }
+
+    /// Takes one kind of entry out of a side's log, leaving the other.
+    fn take(&mut self, client: bool, messages: bool) -> Vec<Logged> {
+        collect(&mut self.client, &mut self.client_log);
+        if let Some(s) = &mut self.server {
+            collect(s, &mut self.server_log);
+        }
+        let log = if client {
+            &mut self.client_log
+        } else {
+            &mut self.server_log
+        };
+        let (taken, kept) = core::mem::take(log)
+            .into_iter()
+            .partition(|l| matches!(l, Logged::Message(..)) == messages);
+        *log = kept;
+        taken
     }
 
     /// Runs the exchange until neither side has anything to send.
@@ -176,6 +236,7 @@ impl Pair {
             }
             for d in &back {
                 self.client.handle(d, self.now);
+                collect(&mut self.client, &mut self.client_log);
             }
             if out.is_empty() && back.is_empty() {
                 return;
@@ -198,24 +259,6 @@ fn drain_tx(c: &mut Conn, now: Instant) -> Vec<Vec<u8>> {
     v
 }
 
-fn events(c: &mut Conn) -> Vec<std::string::String> {
-    let mut v = Vec::new();
-    while let Some(e) = c.poll_event() {
-        v.push(std::format!("{e:?}"));
-    }
-    v
-}
-
-fn messages(c: &mut Conn) -> Vec<(u8, Vec<u8>)> {
-    let mut v = Vec::new();
-    while let Some(e) = c.poll_event() {
-        if let Event::Message { substream, data } = e {
-            v.push((substream, data.to_vec()));
-        }
-    }
-    v
-}
-
 const VERSIONS: [Version; 3] = [
     Version::V0(V0Format::NEX),
     Version::V0(V0Format::NEX_FRIENDS),
@@ -229,20 +272,20 @@ fn handshake_and_messages_both_ways() {
         assert_eq!(p.client.state(), State::SynSent);
         p.pump();
         assert_eq!(p.client.state(), State::Connected, "{version:?}");
-        assert_eq!(events(&mut p.client), ["Connected"]);
-        assert_eq!(events(p.server()), ["Connected"]);
+        assert_eq!(p.ev(true), ["Connected"]);
+        assert_eq!(p.ev(false), ["Connected"]);
         let big: Vec<u8> = (0..950u32).map(|i| i as u8).collect();
         p.client.send(0, b"hello").unwrap();
         p.client.send(0, &big).unwrap_err(); // 10 fragments > window 8
         p.client.send(0, &big[..700]).unwrap();
         p.pump();
         assert_eq!(
-            messages(p.server()),
+            p.msgs(false),
             [(0, b"hello".to_vec()), (0, big[..700].to_vec())]
         );
         p.server().send(0, b"reply").unwrap();
         p.pump();
-        assert_eq!(messages(&mut p.client), [(0, b"reply".to_vec())]);
+        assert_eq!(p.msgs(true), [(0, b"reply".to_vec())]);
         assert_eq!(p.client.in_flight(), 0);
         assert_eq!(p.server().in_flight(), 0);
         assert_eq!(p.client.counters().total(), 0, "{:?}", p.client.counters());
@@ -250,15 +293,14 @@ fn handshake_and_messages_both_ways() {
         if version == Version::V1 {
             p.client.send(1, b"second substream").unwrap();
             p.pump();
-            assert_eq!(messages(p.server()), [(1, b"second substream".to_vec())]);
+            assert_eq!(p.msgs(false), [(1, b"second substream".to_vec())]);
         } else {
             assert_eq!(p.client.send(1, b"x"), Err(SendError::BadSubstream));
         }
         // Unreliable data, with its per-packet key.
         p.client.send_unreliable(b"fast").unwrap();
         p.pump();
-        let got: Vec<_> =
-            std::iter::from_fn(|| p.server().poll_event().map(|e| std::format!("{e:?}"))).collect();
+        let got: Vec<_> = p.ev(false);
         assert_eq!(
             got,
             [std::format!("{:?}", Event::Unreliable { data: b"fast" })]
@@ -330,7 +372,7 @@ fn retransmission_backoff_then_failure() {
     // 0, 1, 3, 7, 15, 23 s (doubling, capped at 8 s), then the connection fails.
     assert!(times.starts_with(&[0, 1000, 3000]), "{times:?}");
     assert_eq!(p.client.state(), State::Closed(DisconnectReason::Timeout));
-    assert!(events(&mut p.client).ends_with(&["Disconnected(Timeout)".into()]));
+    assert!(p.ev(true).ends_with(&["Disconnected(Timeout)".into()]));
 }
 
 #[test]
@@ -362,7 +404,7 @@ fn secure_server_ticket() {
         assert_eq!(p.server().session_key(), SESSION);
         p.client.send(0, b"secret").unwrap();
         p.pump();
-        assert_eq!(messages(p.server()), [(0, b"secret".to_vec())]);
+        assert_eq!(p.msgs(false), [(0, b"secret".to_vec())]);
 
         // A PID that does not match the ticket, and a refused ticket.
         for (req, check, reason) in [
@@ -394,7 +436,7 @@ fn hostile_packets_change_nothing() {
     for version in VERSIONS {
         let mut p = Pair::new(version, None, None);
         p.pump();
-        let _ = events(p.server());
+        let _ = p.ev(false);
         let settings = Settings::new(b"ridfebb9", version);
         let zero16 = [0u8; 16];
         // Encode a packet as if from the client with chosen keys and fields.
@@ -504,7 +546,7 @@ fn hostile_packets_change_nothing() {
             assert!(p.server().poll_event().is_none());
         }
         p.deliver_to_server(&d);
-        assert_eq!(messages(p.server()), [(0, b"payload".to_vec())]);
+        assert_eq!(p.msgs(false), [(0, b"payload".to_vec())]);
     }
 }
 
@@ -520,7 +562,7 @@ fn fragment_flood_past_the_maximum_is_discarded() {
         p.client.send(0, &big).unwrap();
         p.pump();
     }
-    assert_eq!(messages(p.server()).len(), 2);
+    assert_eq!(p.msgs(false).len(), 2);
     // Now shrink the server's maximum below a message: it is dropped with its reason and
     // the next one still arrives.
     p.server().set_max_message(500);
@@ -528,7 +570,7 @@ fn fragment_flood_past_the_maximum_is_discarded() {
     p.pump();
     p.client.send(0, b"after").unwrap();
     p.pump();
-    assert_eq!(messages(p.server()), [(0, b"after".to_vec())]);
+    assert_eq!(p.msgs(false), [(0, b"after".to_vec())]);
     assert_eq!(p.server().counters().get(DropReason::FragmentOverflow), 1);
 }
 
@@ -633,10 +675,7 @@ fn sequence_wrap() {
         p.client.send(0, &[i]).unwrap();
     }
     p.pump();
-    let got: Vec<_> = messages(p.server())
-        .into_iter()
-        .map(|(_, m)| m[0])
-        .collect();
+    let got: Vec<_> = p.msgs(false).into_iter().map(|(_, m)| m[0]).collect();
     assert_eq!(got, [0, 1, 2, 3, 4, 5]);
     assert_eq!(p.server().substreams[0].recv_next, 3);
 }
