@@ -5,14 +5,14 @@
 //! or altered at one byte, time passing). Invariants checked after every step: no panic,
 //! at most one drop counted per packet a datagram could hold, counters never decrease, the
 //! send window never overflows, and what the server delivers is exactly a prefix of what the
-//! client sent, in order.
+//! client sent, in order (less the messages over the server's maximum, each counted).
 #![no_main]
 
 use core::net::SocketAddr;
 
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::prudp::conn::{
-    ClientRandom, Config, Connection, Event, Server, ServerOutput, State,
+    ClientRandom, Config, Connection, DropReason, Event, Server, ServerOutput, State,
 };
 use wirekit_core::prudp::crypto::{ServerSignatures, client_connection_signature};
 use wirekit_core::prudp::{Settings, V0Format, Version, VirtualPort};
@@ -76,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
     let mut delivered: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
     let mut out = [0u8; 200];
     let mut counter = 0u8;
+    let mut oversized = 0u64;
 
     while let Some((&op, rest)) = ops.split_first() {
         ops = rest;
@@ -125,7 +126,12 @@ fuzz_target!(|data: &[u8]| {
                 let m: Vec<u8> = (0..len).map(|i| counter ^ i as u8).collect();
                 let substream = op >> 7;
                 if client.send(substream, &m).is_ok() {
-                    sent[usize::from(substream)].push(m);
+                    // Longer than the server's maximum: discarded there, and counted.
+                    if m.len() > sc.max_message {
+                        oversized += 1;
+                    } else {
+                        sent[usize::from(substream)].push(m);
+                    }
                 }
             }
             // Honest datagrams: delivered, lost, or altered.
@@ -195,7 +201,11 @@ fuzz_target!(|data: &[u8]| {
             break;
         }
     }
-    // What arrived on each substream is what was sent there, once each, in order.
+    if let Some(s) = &server {
+        assert!(s.counters().get(DropReason::FragmentOverflow) <= oversized);
+    }
+    // What arrived on each substream is what was sent there (up to the server's maximum),
+    // once each, in order.
     for s in 0..2 {
         assert!(delivered[s].len() <= sent[s].len());
         assert_eq!(delivered[s][..], sent[s][..delivered[s].len()]);
