@@ -154,7 +154,7 @@ impl AuthenticationProtocol {
     }
 
     /// Login's and LoginEx's reply for `account`.
-    fn login_reply(&self, account: &Account, out: &mut [u8]) -> Reply {
+    fn login_reply(&self, account: &Account, ctx: Context, out: &mut [u8]) -> Reply {
         let mut ticket = [0u8; MAX_TICKET];
         let Ok(n) = self.ticket(account, &mut ticket) else {
             return Reply::Error(ResultCode::CORE_UNKNOWN);
@@ -175,7 +175,7 @@ impl AuthenticationProtocol {
             server_name: &self.config.server_name,
         };
         self.stats.logins.fetch_add(1, Ordering::Relaxed);
-        written(encode(&response, self.config.context, out))
+        written(encode(&response, ctx, out))
     }
 
     fn refuse(&self, code: ResultCode) -> Reply {
@@ -184,14 +184,24 @@ impl AuthenticationProtocol {
     }
 
     /// `true` if the LoginEx extra data carries a configured token.
-    fn token_accepted(&self, request: &LoginExRequest<'_>) -> bool {
+    fn token_accepted(&self, request: &LoginExRequest<'_>, ctx: Context) -> bool {
         if self.config.login_ex_tokens.is_empty() || request.auth_info.name != "AuthenticationInfo"
         {
             return false;
         }
-        let mut r = Reader::new(request.auth_info.data, self.config.context);
-        r.string()
-            .is_ok_and(|token| self.config.login_ex_tokens.iter().any(|t| t == token))
+        // AuthenticationInfo derives from Data: with structure headers, an empty Data
+        // structure comes first, then AuthenticationInfo's own.
+        let mut r = Reader::new(request.auth_info.data, ctx);
+        let token = r.structure(|_, _| Ok(())).and_then(|()| {
+            r.structure(|_, r| {
+                let token = r.string()?;
+                r.u32()?; // ngs_version
+                r.u8()?; // token_type
+                r.u32()?; // server_version
+                Ok(token)
+            })
+        });
+        token.is_ok_and(|token| self.config.login_ex_tokens.iter().any(|t| t == token))
     }
 }
 
@@ -217,7 +227,7 @@ impl RmcProtocol for AuthenticationProtocol {
     }
 
     fn call(&mut self, call: &Call<'_>, out: &mut [u8]) -> Reply {
-        let ctx = self.config.context;
+        let ctx = call.context(self.config.context);
         if !matches!(call.method, METHOD_LOGIN | METHOD_LOGIN_EX | METHOD_REQUEST_TICKET) {
             return Reply::NotImplemented;
         }
@@ -231,7 +241,7 @@ impl RmcProtocol for AuthenticationProtocol {
                     return self.refuse(INVALID_ARGUMENT);
                 };
                 match accounts.by_username(request.username) {
-                    Some(account) => self.login_reply(account, out),
+                    Some(account) => self.login_reply(account, ctx, out),
                     None => self.refuse(ResultCode::INVALID_USERNAME),
                 }
             }
@@ -239,11 +249,11 @@ impl RmcProtocol for AuthenticationProtocol {
                 let Ok(request) = decode::<LoginExRequest<'_>>(call.body, ctx) else {
                     return self.refuse(INVALID_ARGUMENT);
                 };
-                if !self.token_accepted(&request) {
+                if !self.token_accepted(&request, ctx) {
                     return self.refuse(ResultCode::ACCESS_DENIED);
                 }
                 match accounts.by_username(request.username) {
-                    Some(account) => self.login_reply(account, out),
+                    Some(account) => self.login_reply(account, ctx, out),
                     None => self.refuse(ResultCode::INVALID_USERNAME),
                 }
             }
@@ -330,6 +340,7 @@ mod tests {
             peer: SocketAddr::from(([127, 0, 0, 1], 5000)),
             pid: None,
             cid: 0,
+            minor_version: 0,
             protocol: 10,
             method,
             call_id: 1,

@@ -36,7 +36,7 @@
 
 use std::net::SocketAddr;
 
-use wirekit_core::nex::{Method, Protocol, ResultCode, RmcFormat, RmcKind, RmcMessage};
+use wirekit_core::nex::{Context, Method, Protocol, ResultCode, RmcFormat, RmcKind, RmcMessage};
 use wirekit_core::time::Instant;
 
 /// `Core::NotImplemented`: no such protocol or method.
@@ -54,6 +54,9 @@ pub struct Call<'a> {
     pub pid: Option<u64>,
     /// The connection id the client asked for in its CONNECT (0 on the authentication server).
     pub cid: u32,
+    /// The PRUDP minor version the connection negotiated (0 on v0): from 3 on, NEX
+    /// structures carry their header ([`Call::context`]).
+    pub minor_version: u8,
     /// The protocol id.
     pub protocol: u16,
     /// The method id.
@@ -64,6 +67,17 @@ pub struct Call<'a> {
     pub body: &'a [u8],
     /// When the request arrived, on the worker's clock.
     pub now: Instant,
+}
+
+impl Call<'_> {
+    /// `base` with structure headers as this connection speaks them (PRUDP minor version 3
+    /// and up, as NintendoClients decides it).
+    pub const fn context(&self, base: Context) -> Context {
+        Context {
+            struct_header: self.minor_version >= 3,
+            ..base
+        }
+    }
 }
 
 /// What a protocol answers.
@@ -232,6 +246,7 @@ mod tests {
             peer: SocketAddr::from(([127, 0, 0, 1], 1)),
             pid: None,
             cid: 0,
+            minor_version: 0,
             protocol: 0,
             method: 0,
             call_id: 0,

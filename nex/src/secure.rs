@@ -42,9 +42,10 @@ impl RmcProtocol for SecureProtocol {
     }
 
     fn call(&mut self, call: &Call<'_>, out: &mut [u8]) -> Reply {
+        let ctx = call.context(self.context);
         match call.method {
             METHOD_REGISTER => {
-                if decode::<RegisterRequest<'_>>(call.body, self.context).is_err() {
+                if decode::<RegisterRequest<'_>>(call.body, ctx).is_err() {
                     return Reply::Error(INVALID_ARGUMENT);
                 }
                 // Zero is no connection id; skip it when the counter wraps.
@@ -74,7 +75,7 @@ impl RmcProtocol for SecureProtocol {
                     connection_id: id,
                     public_station,
                 };
-                match encode(&response, self.context, out) {
+                match encode(&response, ctx, out) {
                     Ok(n) => Reply::Success(n),
                     Err(_) => Reply::Error(ResultCode::CORE_UNKNOWN),
                 }
@@ -115,6 +116,7 @@ mod tests {
             peer: SocketAddr::from(([192, 0, 2, 7], 40000)),
             pid: Some(1000),
             cid: 1,
+            minor_version: 0,
             protocol: 11,
             method: METHOD_REGISTER,
             call_id: 1,

@@ -149,6 +149,8 @@ pub struct PrudpConnection {
     conn: Connection<Box<[u8]>>,
     pid: Option<u64>,
     cid: u32,
+    /// The negotiated PRUDP minor version.
+    minor_version: u8,
     /// Bytes at the front of the next datagram the listener already handled (the CONNECT).
     skip: usize,
     opened: Instant,
@@ -239,6 +241,7 @@ impl PrudpHandler {
                 peer,
                 pid: state.pid,
                 cid: state.cid,
+                minor_version: state.minor_version,
                 protocol: 0,
                 method: 0,
                 call_id: 0,
@@ -332,6 +335,7 @@ impl DatagramHandler for PrudpHandler {
                             conn,
                             pid: accepted.pid,
                             cid: accepted.cid,
+                            minor_version: (accepted.supported_functions & 0xFF) as u8,
                             skip: accepted.consumed,
                             opened: now,
                             messages_in: 0,

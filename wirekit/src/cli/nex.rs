@@ -47,6 +47,8 @@ use super::frame::{parse_hex, to_hex};
 pub enum NexCommand {
     /// Decode PRUDP datagrams (hex lines on stdin, or a pcap/pcapng file) as JSON lines.
     Decode(DecodeArgs),
+    /// Serve an authentication server and a secure server that NEX clients log in through.
+    Serve(ServeArgs),
 }
 
 /// The PRUDP format spoken.
@@ -127,7 +129,188 @@ pub fn run(cmd: NexCommand) -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        NexCommand::Serve(args) => serve(args),
     }
+}
+
+/// `wirekit nex serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where the authentication (ticket-granting) server listens.
+    #[arg(long, default_value = "127.0.0.1:60000")]
+    pub auth_listen: SocketAddr,
+    /// Where the secure server listens.
+    #[arg(long, default_value = "127.0.0.1:60001")]
+    pub secure_listen: SocketAddr,
+    /// The secure server's address as clients reach it (in Login's StationURL); default:
+    /// the bound address.
+    #[arg(long)]
+    pub secure_public: Option<SocketAddr>,
+    /// The accounts file (TOML: key_scheme, then [[account]] username, pid, password).
+    #[arg(long)]
+    pub accounts: PathBuf,
+    /// The game's access key.
+    #[arg(long)]
+    pub access_key: String,
+    /// The PRUDP version and variant (v0, v0-friends, quazal or v1; Lite is not UDP).
+    #[arg(long, value_enum, default_value = "v1")]
+    pub version: VersionArg,
+    /// The build name Login reports.
+    #[arg(long, default_value = concat!("wirekit ", env!("CARGO_PKG_VERSION")))]
+    pub build_name: String,
+    /// A LoginEx token to accept (repeatable); without one, LoginEx is refused.
+    #[arg(long = "login-ex-token")]
+    pub login_ex_tokens: Vec<String>,
+    /// The secure server's PID (the tickets' target).
+    #[arg(long, default_value_t = 2)]
+    pub secure_pid: u64,
+    /// The secure server's password (its key is derived once at start); default: a random
+    /// key, enough when both servers run here.
+    #[arg(long)]
+    pub secure_password: Option<String>,
+    /// PID width in bits: 32 (3DS, Wii U) or 64 (Switch).
+    #[arg(long, default_value_t = 32)]
+    pub pid_bits: u8,
+    /// The NEX version clients speak (as NintendoClients writes it: 30500 for 3.5.0).
+    #[arg(long, default_value_t = 30500)]
+    pub nex_version: u32,
+    /// Workers (UDP sockets) per server.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// Login calls one source address may make in a burst.
+    #[arg(long, default_value_t = 10)]
+    pub login_burst: u32,
+    /// Login calls one source address may make per minute after the burst.
+    #[arg(long, default_value_t = 30)]
+    pub logins_per_minute: u32,
+    /// Connections per server (per worker) at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Connections one source address may hold (per worker).
+    #[arg(long, default_value_t = 16)]
+    pub max_per_source: u32,
+}
+
+/// Runs `wirekit nex serve` until SIGINT or SIGTERM, then prints a summary line (JSON) on
+/// stdout.
+fn serve(args: ServeArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .try_init();
+    let accounts = match wirekit_nex::Accounts::load(&args.accounts) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("wirekit nex serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !matches!(args.pid_bits, 32 | 64) {
+        eprintln!("wirekit nex serve: --pid-bits is 32 or 64");
+        return ExitCode::FAILURE;
+    }
+    if args.version == VersionArg::Lite {
+        eprintln!("wirekit nex serve: Lite rides WebSocket or TLS, not UDP: choose v0 or v1");
+        return ExitCode::FAILURE;
+    }
+    let mut worker = wirekit_nex::WorkerConfig::default();
+    worker.limits.max_connections = args.max_connections;
+    worker.limits.max_per_source = args.max_per_source;
+    let options = wirekit_nex::ServeOptions {
+        auth_listen: args.auth_listen,
+        secure_listen: args.secure_listen,
+        secure_public: args.secure_public,
+        accounts,
+        access_key: args.access_key.clone(),
+        version: args.version.version(),
+        build_name: args.build_name.clone(),
+        login_ex_tokens: args.login_ex_tokens.clone(),
+        secure_pid: args.secure_pid,
+        secure_password: args.secure_password.clone(),
+        pid_width: match args.pid_bits {
+            64 => wirekit_core::kerberos::PidWidth::U64,
+            _ => wirekit_core::kerberos::PidWidth::U32,
+        },
+        nex_version: args.nex_version,
+        workers: args.workers.max(1),
+        login_burst: args.login_burst,
+        logins_per_minute: args.logins_per_minute,
+        worker,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wirekit nex serve: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        let servers = wirekit_nex::NexServers::bind(options)?;
+        // Scripts read the bound addresses from these lines (useful with port 0).
+        println!("auth listening on {}", servers.auth_addr());
+        println!("secure listening on {}", servers.secure_addr());
+        tracing::info!(
+            auth = %servers.auth_addr(),
+            secure = %servers.secure_addr(),
+            version = args.version.name(),
+            "serving"
+        );
+        let stats = servers.stats().clone();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            super::serve::signalled().await;
+            tracing::info!("signal received");
+            let _ = stop.send(true);
+        });
+        servers.run(stopped).await?;
+        Ok::<_, io::Error>(stats)
+    });
+    match result {
+        Ok(stats) => {
+            let summary = summary(&stats);
+            tracing::info!(%summary, "stopped");
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wirekit nex serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The servers' counters as one JSON object.
+fn summary(stats: &wirekit_nex::ServeStats) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let server = |d: &wirekit_nex::Counters, s: &wirekit_nex::ServerStats| {
+        let d = d.snapshot();
+        let drops: Map<String, Value> = s
+            .drop_counts()
+            .map(|(r, n)| (format!("{r:?}"), json!(n)))
+            .collect();
+        json!({
+            "datagrams_in": d.datagrams_in,
+            "datagrams_out": d.datagrams_out,
+            "connections": s.connected.load(Relaxed),
+            "closed": d.closed,
+            "expired": d.expired,
+            "requests": s.requests.load(Relaxed),
+            "responses": s.responses.load(Relaxed),
+            "malformed_messages": s.malformed_messages.load(Relaxed),
+            "drops": drops,
+        })
+    };
+    let l = &stats.logins;
+    json!({
+        "auth": server(&stats.auth_datagrams, &stats.auth),
+        "secure": server(&stats.secure_datagrams, &stats.secure),
+        "logins": l.logins.load(Relaxed),
+        "tickets": l.tickets.load(Relaxed),
+        "login_refused": l.refused.load(Relaxed),
+        "login_rate_limited": l.rate_limited.load(Relaxed),
+    })
 }
 
 /// Which side sent a packet.

@@ -87,7 +87,7 @@ impl ServeArgs {
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.
-async fn signalled() {
+pub(crate) async fn signalled() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
