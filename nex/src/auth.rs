@@ -16,7 +16,9 @@ use tracing::warn;
 use wirekit_core::kerberos::{
     DerivedKey, KerberosError, TicketContents, TicketFormat, build_ticket, ticket_len,
 };
-use wirekit_core::limit::{AddrKey, HashSeed, LogDecision, LogLimit, Rate, Slot, Table, TokenBucket};
+use wirekit_core::limit::{
+    AddrKey, HashSeed, LogDecision, LogLimit, Rate, Slot, Table, TokenBucket,
+};
 use wirekit_core::nex::protocols::{
     AUTHENTICATION_PROTOCOL, LoginExRequest, LoginRequest, LoginResponse, METHOD_LOGIN,
     METHOD_LOGIN_EX, METHOD_REQUEST_TICKET, RequestTicketRequest, RequestTicketResponse,
@@ -109,8 +111,9 @@ impl std::fmt::Debug for AuthenticationProtocol {
 impl AuthenticationProtocol {
     /// The protocol for one worker (its own per-source budgets).
     pub fn new(config: Arc<AuthConfig>, stats: Arc<AuthStats>) -> Self {
-        let slots: Box<[Slot<AddrKey, TokenBucket>]> =
-            std::iter::repeat_with(|| Slot::EMPTY).take(config.tracked_sources.max(1)).collect();
+        let slots: Box<[Slot<AddrKey, TokenBucket>]> = std::iter::repeat_with(|| Slot::EMPTY)
+            .take(config.tracked_sources.max(1))
+            .collect();
         AuthenticationProtocol {
             budgets: Table::new(slots, HashSeed::new(random())),
             config,
@@ -139,7 +142,11 @@ impl AuthenticationProtocol {
     }
 
     /// A ticket for `account` to the secure server, written into `out`.
-    fn ticket(&self, account: &Account, out: &mut [u8; MAX_TICKET]) -> Result<usize, KerberosError> {
+    fn ticket(
+        &self,
+        account: &Account,
+        out: &mut [u8; MAX_TICKET],
+    ) -> Result<usize, KerberosError> {
         let c = &self.config;
         let mut session_key = [0u8; 32];
         let session_key = &mut session_key[..c.session_key_len.min(32)];
@@ -150,7 +157,14 @@ impl AuthenticationProtocol {
             issued: now_datetime().0,
             source_pid: account.pid,
         };
-        build_ticket(c.ticket_format, &account.key, &c.secure_key, &contents, &random(), out)
+        build_ticket(
+            c.ticket_format,
+            &account.key,
+            &c.secure_key,
+            &contents,
+            &random(),
+            out,
+        )
     }
 
     /// Login's and LoginEx's reply for `account`.
@@ -228,7 +242,10 @@ impl RmcProtocol for AuthenticationProtocol {
 
     fn call(&mut self, call: &Call<'_>, out: &mut [u8]) -> Reply {
         let ctx = call.context(self.config.context);
-        if !matches!(call.method, METHOD_LOGIN | METHOD_LOGIN_EX | METHOD_REQUEST_TICKET) {
+        if !matches!(
+            call.method,
+            METHOD_LOGIN | METHOD_LOGIN_EX | METHOD_REQUEST_TICKET
+        ) {
             return Reply::NotImplemented;
         }
         if !self.within_budget(call) {
@@ -304,8 +321,8 @@ mod tests {
     use super::*;
     use std::net::SocketAddr;
     use wirekit_core::kerberos::{PidWidth, TicketVersion, open_internal_ticket, open_ticket};
-    use wirekit_core::nex::NexWrite;
     use wirekit_core::nex::AnyDataHolder;
+    use wirekit_core::nex::NexWrite;
 
     fn config(tokens: &[&str]) -> Arc<AuthConfig> {
         let accounts = Accounts::parse(
@@ -366,7 +383,10 @@ mod tests {
             panic!()
         };
         let r: LoginResponse<'_> = decode(&out[..n], c.context).unwrap();
-        assert_eq!((r.result, r.pid, r.server_name), (ResultCode::SUCCESS, 1000, "test build"));
+        assert_eq!(
+            (r.result, r.pid, r.server_name),
+            (ResultCode::SUCCESS, 1000, "test build")
+        );
         assert_eq!(r.connection_data.main_station.param("PID"), Some("2"));
         let key = c.accounts.by_username("alice").unwrap().key;
         let mut ticket = r.ticket.to_vec();
@@ -374,8 +394,12 @@ mod tests {
         assert_eq!(opened.target_pid, 2);
         let session_key = opened.session_key.to_vec();
         let mut internal = opened.internal.to_vec();
-        let inner = open_internal_ticket(c.ticket_format, &c.secure_key, &mut internal, 32).unwrap();
-        assert_eq!((inner.source_pid, inner.session_key), (1000, &session_key[..]));
+        let inner =
+            open_internal_ticket(c.ticket_format, &c.secure_key, &mut internal, 32).unwrap();
+        assert_eq!(
+            (inner.source_pid, inner.session_key),
+            (1000, &session_key[..])
+        );
         assert!(ticket_fresh(&wirekit_core::prudp::conn::TicketInfo {
             issued: inner.issued,
             pid: 1000,
@@ -383,7 +407,12 @@ mod tests {
             now: Instant::ZERO,
         }));
         // An unknown user is an error response.
-        let req = body(&LoginRequest { username: "mallory" }, c.context);
+        let req = body(
+            &LoginRequest {
+                username: "mallory",
+            },
+            c.context,
+        );
         assert_eq!(
             p.call(&call(METHOD_LOGIN, &req), &mut out),
             Reply::Error(ResultCode::INVALID_USERNAME)
@@ -400,20 +429,31 @@ mod tests {
             data.truncate(n);
             data
         };
-        for (tokens, token, ok) in [(&[][..], "t0k", false), (&["t0k"][..], "t0k", true), (&["t0k"][..], "bad", false)] {
+        for (tokens, token, ok) in [
+            (&[][..], "t0k", false),
+            (&["t0k"][..], "t0k", true),
+            (&["t0k"][..], "bad", false),
+        ] {
             let c = config(tokens);
             let mut p = AuthenticationProtocol::new(c.clone(), Arc::default());
             let data = info(token);
             let req = body(
                 &LoginExRequest {
                     username: "alice",
-                    auth_info: AnyDataHolder { name: "AuthenticationInfo", data: &data },
+                    auth_info: AnyDataHolder {
+                        name: "AuthenticationInfo",
+                        data: &data,
+                    },
                 },
                 c.context,
             );
             let mut out = [0u8; 1024];
             let r = p.call(&call(METHOD_LOGIN_EX, &req), &mut out);
-            assert_eq!(matches!(r, Reply::Success(_)), ok, "{tokens:?} {token}: {r:?}");
+            assert_eq!(
+                matches!(r, Reply::Success(_)),
+                ok,
+                "{tokens:?} {token}: {r:?}"
+            );
         }
     }
 
@@ -423,16 +463,34 @@ mod tests {
         let stats = Arc::new(AuthStats::default());
         let mut p = AuthenticationProtocol::new(c.clone(), stats.clone());
         let mut out = [0u8; 1024];
-        let good = body(&RequestTicketRequest { source_pid: 1000, target_pid: 2 }, c.context);
-        let bad = body(&RequestTicketRequest { source_pid: 1000, target_pid: 3 }, c.context);
-        assert!(matches!(p.call(&call(METHOD_REQUEST_TICKET, &good), &mut out), Reply::Success(_)));
+        let good = body(
+            &RequestTicketRequest {
+                source_pid: 1000,
+                target_pid: 2,
+            },
+            c.context,
+        );
+        let bad = body(
+            &RequestTicketRequest {
+                source_pid: 1000,
+                target_pid: 3,
+            },
+            c.context,
+        );
+        assert!(matches!(
+            p.call(&call(METHOD_REQUEST_TICKET, &good), &mut out),
+            Reply::Success(_)
+        ));
         assert_eq!(
             p.call(&call(METHOD_REQUEST_TICKET, &bad), &mut out),
             Reply::Error(ResultCode::INVALID_PID)
         );
         assert_eq!(p.call(&call(9, &[]), &mut out), Reply::NotImplemented);
         // Burst 3, spent: the fourth within the same second is refused, then it refills.
-        assert!(matches!(p.call(&call(METHOD_REQUEST_TICKET, &good), &mut out), Reply::Success(_)));
+        assert!(matches!(
+            p.call(&call(METHOD_REQUEST_TICKET, &good), &mut out),
+            Reply::Success(_)
+        ));
         assert_eq!(
             p.call(&call(METHOD_REQUEST_TICKET, &good), &mut out),
             Reply::Error(ResultCode::ACCESS_DENIED)

@@ -41,10 +41,10 @@ pub mod udp;
 
 pub use accounts::{Account, Accounts, AccountsError, KeyScheme};
 pub use counters::{Counters, CountersSnapshot, DropReason};
-pub use table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
 pub use rmc::{Call, Dispatcher, Reply, RmcProtocol};
 pub use serve::{NexServers, ServeOptions, ServeStats};
 pub use server::{PrudpConnection, PrudpHandler, Role, ServerStats};
+pub use table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
 pub use udp::{
     CloseReason, DatagramHandler, Open, Outbox, Verdict, Worker, WorkerConfig, bind_sockets,
     bind_workers, source_port,

@@ -187,30 +187,44 @@ impl Dispatcher {
         call.method = method;
         call.call_id = parsed.call_id;
         call.body = body;
-        let head = RmcMessage::response(Protocol::Id(protocol), call.call_id, Method::Id(method), &[]);
+        let head = RmcMessage::response(
+            Protocol::Id(protocol),
+            call.call_id,
+            Method::Id(method),
+            &[],
+        );
         let Ok(header) = head.header_len(self.format) else {
             return Dispatched::Malformed;
         };
-        let reply = match self.protocols.iter_mut().find(|p| p.protocol_id() == protocol) {
+        let reply = match self
+            .protocols
+            .iter_mut()
+            .find(|p| p.protocol_id() == protocol)
+        {
             Some(p) if out.len() > header => p.call(&call, &mut out[header..]),
             Some(_) => Reply::Error(ResultCode::CORE_UNKNOWN),
             None => Reply::NotImplemented,
         };
         let written = match reply {
             Reply::Success(n) => head.encode_in_place(self.format, out, n),
-            Reply::Error(code) => {
-                RmcMessage::error(Protocol::Id(protocol), call.call_id, code).encode(self.format, out)
-            }
-            Reply::NotImplemented => RmcMessage::error(Protocol::Id(protocol), call.call_id, NOT_IMPLEMENTED)
+            Reply::Error(code) => RmcMessage::error(Protocol::Id(protocol), call.call_id, code)
                 .encode(self.format, out),
+            Reply::NotImplemented => {
+                RmcMessage::error(Protocol::Id(protocol), call.call_id, NOT_IMPLEMENTED)
+                    .encode(self.format, out)
+            }
             Reply::Silent => return Dispatched::Nothing,
         };
         match written {
             Ok(n) => Dispatched::Respond(n),
             // The return values did not fit: say so rather than send nothing.
-            Err(_) => RmcMessage::error(Protocol::Id(protocol), call.call_id, ResultCode::CORE_UNKNOWN)
-                .encode(self.format, out)
-                .map_or(Dispatched::Nothing, Dispatched::Respond),
+            Err(_) => RmcMessage::error(
+                Protocol::Id(protocol),
+                call.call_id,
+                ResultCode::CORE_UNKNOWN,
+            )
+            .encode(self.format, out)
+            .map_or(Dispatched::Nothing, Dispatched::Respond),
         }
     }
 }
@@ -282,7 +296,13 @@ mod tests {
         };
         let r = response(&out[..n]);
         assert_eq!(r.call_id, 77);
-        assert_eq!(r.kind, RmcKind::Response { method: Method::Id(1), body: b"ABC" });
+        assert_eq!(
+            r.kind,
+            RmcKind::Response {
+                method: Method::Id(1),
+                body: b"ABC"
+            }
+        );
         for (method, code) in [(2, ResultCode::ACCESS_DENIED), (9, NOT_IMPLEMENTED)] {
             let Dispatched::Respond(n) = d.dispatch(&request(0x99, method, b""), call(), &mut out)
             else {
@@ -293,7 +313,12 @@ mod tests {
         let Dispatched::Respond(n) = d.dispatch(&request(0x10, 1, b""), call(), &mut out) else {
             panic!()
         };
-        assert_eq!(response(&out[..n]).kind, RmcKind::Error { code: NOT_IMPLEMENTED });
+        assert_eq!(
+            response(&out[..n]).kind,
+            RmcKind::Error {
+                code: NOT_IMPLEMENTED
+            }
+        );
     }
 
     #[test]
@@ -303,7 +328,10 @@ mod tests {
         let mut out = [0u8; 64];
         let good = request(0x99, 1, b"abcdef");
         for cut in 0..good.len() {
-            assert_eq!(d.dispatch(&good[..cut], call(), &mut out), Dispatched::Malformed);
+            assert_eq!(
+                d.dispatch(&good[..cut], call(), &mut out),
+                Dispatched::Malformed
+            );
         }
         let mut long = good.clone();
         long.push(0);
@@ -312,7 +340,10 @@ mod tests {
         let m = RmcMessage::response(Protocol::Id(0x99), 1, Method::Id(1), b"");
         let mut resp = [0u8; 32];
         let n = m.encode(RmcFormat::Packed, &mut resp).unwrap();
-        assert_eq!(d.dispatch(&resp[..n], call(), &mut out), Dispatched::Nothing);
+        assert_eq!(
+            d.dispatch(&resp[..n], call(), &mut out),
+            Dispatched::Nothing
+        );
         // An output too small for the return values becomes an error response.
         let mut tiny = [0u8; 20];
         let Dispatched::Respond(n) = d.dispatch(&request(0x99, 1, &[b'x'; 40]), call(), &mut tiny)

@@ -111,7 +111,14 @@ mod tests {
         let local = StationUrl::parse("prudp:/address=10.0.0.2;port=0;type=2").unwrap();
         let urls = [local];
         let mut req = [0u8; 128];
-        let n = encode(&RegisterRequest { urls: List::from_slice(&urls) }, ctx, &mut req).unwrap();
+        let n = encode(
+            &RegisterRequest {
+                urls: List::from_slice(&urls),
+            },
+            ctx,
+            &mut req,
+        )
+        .unwrap();
         let call = Call {
             peer: SocketAddr::from(([192, 0, 2, 7], 40000)),
             pid: Some(1000),
@@ -135,9 +142,16 @@ mod tests {
                 "prudp:/address=192.0.2.7;port=40000;type=3"
             );
         }
-        let bad = Call { body: &[9, 9], ..call };
+        let bad = Call {
+            body: &[9, 9],
+            ..call
+        };
         assert_eq!(p.call(&bad, &mut out), Reply::Error(INVALID_ARGUMENT));
-        let test = Call { method: METHOD_TEST_CONNECTIVITY, body: &[], ..call };
+        let test = Call {
+            method: METHOD_TEST_CONNECTIVITY,
+            body: &[],
+            ..call
+        };
         assert_eq!(p.call(&test, &mut out), Reply::Success(0));
     }
 }

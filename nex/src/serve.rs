@@ -191,18 +191,19 @@ impl NexServers {
             session_key_len: SESSION_KEY_LEN,
             check: ticket_fresh,
         };
-        let make = |role: Role, stats: &Arc<ServerStats>, secret, protocol: Box<dyn RmcProtocol>| {
-            let mut dispatcher = Dispatcher::new();
-            dispatcher.register(protocol);
-            PrudpHandler::new(HandlerConfig {
-                role,
-                config,
-                secret,
-                secure: (role == Role::Secure).then_some(secure),
-                dispatcher,
-                stats: stats.clone(),
-            })
-        };
+        let make =
+            |role: Role, stats: &Arc<ServerStats>, secret, protocol: Box<dyn RmcProtocol>| {
+                let mut dispatcher = Dispatcher::new();
+                dispatcher.register(protocol);
+                PrudpHandler::new(HandlerConfig {
+                    role,
+                    config,
+                    secret,
+                    secure: (role == Role::Secure).then_some(secure),
+                    dispatcher,
+                    stats: stats.clone(),
+                })
+            };
         let secure_datagrams = Arc::new(Counters::default());
         let secret = random();
         let secure_workers = secure_sockets
@@ -220,7 +221,10 @@ impl NexServers {
         let auth_workers = auth_sockets
             .into_iter()
             .map(|s| {
-                let p = Box::new(AuthenticationProtocol::new(auth_config.clone(), logins.clone()));
+                let p = Box::new(AuthenticationProtocol::new(
+                    auth_config.clone(),
+                    logins.clone(),
+                ));
                 let h = make(Role::Authentication, &auth_stats, secret, p);
                 Worker::new(s, &o.worker, h, auth_datagrams.clone())
             })

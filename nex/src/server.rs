@@ -24,12 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::{info, warn};
 use wirekit_core::limit::{LogDecision, LogLimit};
+use wirekit_core::prudp::Version;
 use wirekit_core::prudp::conn::{
-    Config, Connection, Counters as ConnCounters, DisconnectReason, DropReason as ConnDrop,
-    Event, SecureServer, Server, ServerOutput, State,
+    Config, Connection, Counters as ConnCounters, DisconnectReason, DropReason as ConnDrop, Event,
+    SecureServer, Server, ServerOutput, State,
 };
 use wirekit_core::prudp::crypto::ServerSignatures;
-use wirekit_core::prudp::Version;
 use wirekit_core::time::{Duration, Instant};
 
 use crate::counters::DropReason;
@@ -235,7 +235,13 @@ impl PrudpHandler {
 
     /// Delivers the connection's events to the dispatcher and queues its datagrams in the
     /// outbox.
-    fn drive(&mut self, peer: SocketAddr, state: &mut PrudpConnection, now: Instant, out: &mut Outbox) {
+    fn drive(
+        &mut self,
+        peer: SocketAddr,
+        state: &mut PrudpConnection,
+        now: Instant,
+        out: &mut Outbox,
+    ) {
         loop {
             let call = Call {
                 peer,
@@ -253,7 +259,10 @@ impl PrudpHandler {
                 Some(Event::Message { substream, data }) => {
                     state.messages_in += 1;
                     self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    (substream, self.dispatcher.dispatch(data, call, &mut self.message))
+                    (
+                        substream,
+                        self.dispatcher.dispatch(data, call, &mut self.message),
+                    )
                 }
                 Some(Event::Connected | Event::Unreliable { .. } | Event::Disconnected(_)) => {
                     continue;
@@ -271,7 +280,9 @@ impl PrudpHandler {
                 },
                 Dispatched::Nothing => {}
                 Dispatched::Malformed => {
-                    self.stats.malformed_messages.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .malformed_messages
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -319,14 +330,17 @@ impl DatagramHandler for PrudpHandler {
     ) -> Open<PrudpConnection> {
         self.last_now = now;
         let [session_id] = random::<1>();
-        match self.server.handle(datagram, key.peer, now, session_id, &mut self.reply) {
+        match self
+            .server
+            .handle(datagram, key.peer, now, session_id, &mut self.reply)
+        {
             ServerOutput::Reply(n) => match out.push(key.peer, &self.reply[..n]) {
                 Ok(()) => Open::Stateless,
                 Err(reason) => Open::Refuse(reason),
             },
             ServerOutput::Accepted(accepted) => {
-                let workspace =
-                    vec![0u8; Connection::<Box<[u8]>>::workspace_len(&self.config)].into_boxed_slice();
+                let workspace = vec![0u8; Connection::<Box<[u8]>>::workspace_len(&self.config)]
+                    .into_boxed_slice();
                 let initial = u16::from_le_bytes(random::<2>());
                 match Connection::server(self.config, &accepted, workspace, now, initial) {
                     Ok(conn) => {

@@ -199,6 +199,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .try_init();
     let accounts = match wirekit_nex::Accounts::load(&args.accounts) {
         Ok(a) => a,
@@ -239,7 +240,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         logins_per_minute: args.logins_per_minute,
         worker,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wirekit nex serve: cannot start the runtime: {e}");
