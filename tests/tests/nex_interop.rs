@@ -403,6 +403,8 @@ fn hostile_connect_floods_are_dropped_and_counted() {
 /// One client connection over a tokio UDP socket.
 struct Client {
     conn: Connection<Vec<u8>>,
+    /// Every datagram, in order, and whether this client sent it.
+    capture: Vec<(bool, Vec<u8>)>,
     socket: tokio::net::UdpSocket,
     server: SocketAddr,
     epoch: Instant,
@@ -439,6 +441,7 @@ impl Client {
         .unwrap();
         Client {
             conn,
+            capture: Vec::new(),
             socket,
             server,
             epoch,
@@ -465,6 +468,7 @@ impl Client {
                     .send_to(&out[..t.len], self.server)
                     .await
                     .unwrap();
+                self.capture.push((true, out[..t.len].to_vec()));
             }
             match self.conn.poll_event() {
                 Some(Event::Connected) => return Got::Connected,
@@ -478,6 +482,7 @@ impl Client {
                 tokio::time::timeout(wait, self.socket.recv_from(&mut buf)).await
             {
                 if from == self.server {
+                    self.capture.push((false, buf[..n].to_vec()));
                     let now = self.now();
                     self.conn.handle(&buf[..n], now);
                 }
@@ -509,10 +514,71 @@ impl Client {
         }
     }
 
-    async fn close(mut self) {
+    /// Closes the connection and returns what was captured.
+    async fn close(mut self) -> Vec<(bool, Vec<u8>)> {
         self.conn.close();
         assert_eq!(self.next().await, Got::Disconnected);
+        self.capture
     }
+}
+
+/// Logs alice in as a NEX client does, with the core's client connection: Login at `auth`,
+/// the ticket opened with her key, the secure server's CONNECT with it. Returns the connected
+/// secure client and the session key.
+async fn log_in(
+    config: Config,
+    ctx: Context,
+    auth: SocketAddr,
+    server_name: &str,
+) -> (Client, Vec<u8>) {
+    let mut c = Client::new(config, auth, None).await;
+    assert_eq!(c.next().await, Got::Connected);
+    let mut body = [0u8; 64];
+    let n = encode(&LoginRequest { username: "alice" }, ctx, &mut body).unwrap();
+    let reply = c.call(10, 1, 1, &body[..n]).await;
+    let login: LoginResponse<'_> = decode(&reply, ctx).unwrap();
+    assert!(login.result.is_success(), "{login:?}");
+    assert_eq!((login.pid, login.server_name), (1000, server_name));
+    let station = login.connection_data.main_station;
+    let secure: SocketAddr = format!(
+        "{}:{}",
+        station.param("address").unwrap(),
+        station.param("port").unwrap()
+    )
+    .parse()
+    .unwrap();
+    let cid = station.param_u64("CID").unwrap().unwrap() as u32;
+    let format = TicketFormat {
+        version: TicketVersion::V1,
+        pid_width: PidWidth::U32,
+    };
+    let key = derive_kerberos_key(1000, b"wonderland");
+    let mut ticket = login.ticket.to_vec();
+    let opened = open_ticket(format, &key, &mut ticket, 32).unwrap();
+    assert_eq!(Some(opened.target_pid), station.param_u64("PID").unwrap());
+    let session_key = opened.session_key.to_vec();
+    let internal = opened.internal.to_vec();
+    c.close().await;
+
+    let mut request = vec![0; connect_request_len(internal.len(), PidWidth::U32)];
+    connect_request(
+        &internal,
+        &session_key,
+        1000,
+        PidWidth::U32,
+        cid,
+        0x5151,
+        &mut request,
+    )
+    .unwrap();
+    let secure_client = ClientSecure {
+        session_key: &session_key,
+        request: &request,
+        check: 0x5151,
+    };
+    let mut s = Client::new(config, secure, Some(secure_client)).await;
+    assert_eq!(s.next().await, Got::Connected);
+    (s, session_key)
 }
 
 #[test]
@@ -564,53 +630,8 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
             ..Context::DEFAULT
         };
         rt.block_on(async {
-            let mut c = Client::new(config, auth, None).await;
-            assert_eq!(c.next().await, Got::Connected);
+            let (mut s, _) = log_in(config, ctx, auth, "nex_peer.py").await;
             let mut body = [0u8; 64];
-            let n = encode(&LoginRequest { username: "alice" }, ctx, &mut body).unwrap();
-            let reply = c.call(10, 1, 1, &body[..n]).await;
-            let login: LoginResponse<'_> = decode(&reply, ctx).unwrap();
-            assert!(login.result.is_success(), "{login:?}");
-            assert_eq!((login.pid, login.server_name), (1000, "nex_peer.py"));
-            let station = login.connection_data.main_station;
-            let secure: SocketAddr = format!(
-                "{}:{}",
-                station.param("address").unwrap(),
-                station.param("port").unwrap()
-            )
-            .parse()
-            .unwrap();
-            let cid = station.param_u64("CID").unwrap().unwrap() as u32;
-            let format = TicketFormat {
-                version: TicketVersion::V1,
-                pid_width: PidWidth::U32,
-            };
-            let key = derive_kerberos_key(1000, b"wonderland");
-            let mut ticket = login.ticket.to_vec();
-            let opened = open_ticket(format, &key, &mut ticket, 32).unwrap();
-            assert_eq!(Some(opened.target_pid), station.param_u64("PID").unwrap());
-            let session_key = opened.session_key.to_vec();
-            let internal = opened.internal.to_vec();
-            c.close().await;
-
-            let mut request = vec![0; connect_request_len(internal.len(), PidWidth::U32)];
-            connect_request(
-                &internal,
-                &session_key,
-                1000,
-                PidWidth::U32,
-                cid,
-                0x5151,
-                &mut request,
-            )
-            .unwrap();
-            let secure_client = ClientSecure {
-                session_key: &session_key,
-                request: &request,
-                check: 0x5151,
-            };
-            let mut s = Client::new(config, secure, Some(secure_client)).await;
-            assert_eq!(s.next().await, Got::Connected);
             let local = StationUrl::parse("prudp:/address=127.0.0.1;port=0;sid=15;type=2").unwrap();
             let urls = [local];
             let n = encode(
@@ -638,4 +659,109 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
         let _ = (&out.stderr[..]).read_to_string(&mut err);
         assert!(!err.contains("Traceback"), "v{version}: {err}");
     }
+}
+
+/// `wirekit nex decode --session-key` decrypts, in order, every DATA payload of both
+/// directions that `wirekit nex serve`'s secure server and a client exchanged.
+#[test]
+fn nex_decode_decrypts_what_wirekit_nex_serve_sent() {
+    if driver().is_none() {
+        return;
+    }
+    let server = NexServe::start("v1", &["--build-name", "decode build"]);
+    let mut config = Config::new(
+        Settings::new(b"ridfebb9", Version::V1),
+        VirtualPort::new(10, 15),
+    );
+    config.supported_functions = 4;
+    let ctx = Context {
+        struct_header: true,
+        nex_version: 30500,
+        ..Context::DEFAULT
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (capture, session_key, bodies) = rt.block_on(async {
+        let (mut s, session_key) = log_in(config, ctx, server.auth, "decode build").await;
+        let local = StationUrl::parse("prudp:/address=127.0.0.1;port=0;sid=15;type=2").unwrap();
+        let urls = [local];
+        let mut body = [0u8; 64];
+        let n = encode(
+            &RegisterRequest {
+                urls: List::from_slice(&urls),
+            },
+            ctx,
+            &mut body,
+        )
+        .unwrap();
+        let registered = s.call(11, 7, 1, &body[..n]).await;
+        let tested = s.call(11, 8, 5, &[]).await;
+        assert!(tested.is_empty());
+        let capture = s.close().await;
+        (capture, session_key, [body[..n].to_vec(), registered])
+    });
+    drop(server);
+    let input: String = capture
+        .iter()
+        .map(|(_, d)| d.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
+        .collect();
+    let key: String = session_key.iter().map(|b| format!("{b:02x}")).collect();
+    let mut child = Command::new(wirekit_binary())
+        .args([
+            "nex",
+            "decode",
+            "--version",
+            "v1",
+            "--access-key",
+            "ridfebb9",
+        ])
+        .args(["--session-key", &key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("wirekit runs");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(10), "wirekit nex decode");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut plain = Vec::new();
+    for line in stdout.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["type"] == "DATA" && v["payload_len"].as_u64() > Some(0) {
+            assert_eq!(
+                (v["decrypted"].clone(), v["encrypted"].clone()),
+                (true.into(), false.into()),
+                "{v}"
+            );
+            let hex = v["payload"].as_str().unwrap();
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            plain.push((v["direction"].as_str().unwrap().to_string(), bytes));
+        }
+    }
+    // Each RMC message, as the connection delivered it, is among the decrypted payloads: the
+    // Register request's parameters from the client, its return values from the server.
+    let find = |dir: &str, needle: &[u8]| {
+        plain
+            .iter()
+            .any(|(d, p)| d == dir && p.windows(needle.len()).any(|w| w == needle))
+    };
+    assert!(find("client", &bodies[0]), "{plain:?}");
+    assert!(find("server", &bodies[1]), "{plain:?}");
+    assert!(plain.len() >= 4, "{plain:?}");
 }

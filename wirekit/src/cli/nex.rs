@@ -17,12 +17,14 @@
 //! learned per connection. Each packet is checked against the keys its direction uses, with
 //! and without the session key (a DISCONNECT may be sent before it exists).
 //!
-//! Each connection keeps an RC4 state per direction and substream ([`CipherSlots`]). With
-//! `--rc4-key` (`CD&ML` on an authentication server, the session key in hex with `hex:` on a
-//! secure server) substream 0's reliable DATA payloads are decrypted in sequence order; other
-//! substreams (their key modification) and unreliable DATA (per-packet keys) are printed as
-//! received, marked `"encrypted": true`, until the core's PRUDP connection crypto provides
-//! their ciphers.
+//! Each connection keeps an RC4 state per direction and substream ([`CipherSlots`]), made
+//! with the core's PRUDP crypto (`wirekit_core::prudp::crypto`). With `--session-key` (a
+//! secure server) every substream's reliable DATA payloads, each direction, are decrypted in
+//! sequence order under the substream's modified key, and unreliable DATA under its
+//! per-packet key. With `--rc4-key` instead (`CD&ML` on an authentication server, or any key
+//! as text or `hex:...`) the substreams' keys derive from that key the same way. A payload
+//! out of sequence order (a retransmission, or after a gap) cannot be decrypted and is
+//! printed as received, marked `"encrypted": true`.
 //!
 //! A packet that does not parse or verify prints `{"datagram":..,"offset":..,"error":..}` on
 //! stdout and on stderr with the reason; the rest of its datagram is skipped, the following
@@ -38,6 +40,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Map, Value, json};
 use wirekit_core::Status;
 use wirekit_core::kerberos::Rc4;
+use wirekit_core::prudp::crypto::{apply_unreliable, substream_cipher, unreliable_base_key};
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Parsed, Settings, V0Format, Version};
 
 use super::frame::{parse_hex, to_hex};
@@ -349,9 +352,12 @@ impl PayloadCipher for Rc4 {
 
 /// A connection's payload ciphers, one per direction and substream, each with the sequence id
 /// it expects next (RC4 runs in sequence order: a retransmission or a gap is not decrypted).
+/// With a base key, a substream's slot is made the first time it is seen, with the core's
+/// substream key modification.
 #[derive(Default)]
 pub struct CipherSlots {
     slots: HashMap<(Direction, u8), CipherSlot>,
+    base_key: Option<Vec<u8>>,
 }
 
 /// One stream's cipher and the sequence id it expects next (none before the first).
@@ -361,6 +367,15 @@ struct CipherSlot {
 }
 
 impl CipherSlots {
+    /// Slots that make each direction's and substream's cipher from `key` (a session key, or
+    /// `CD&ML`) when first needed.
+    pub fn with_base_key(key: &[u8]) -> Self {
+        CipherSlots {
+            slots: HashMap::new(),
+            base_key: Some(key.to_vec()),
+        }
+    }
+
     /// Installs the cipher of a direction and substream.
     pub fn install(&mut self, direction: Direction, substream: u8, cipher: Box<dyn PayloadCipher>) {
         self.slots
@@ -376,6 +391,13 @@ impl CipherSlots {
         sequence_id: u16,
         payload: &[u8],
     ) -> Option<Vec<u8>> {
+        if let (Some(key), false) = (
+            &self.base_key,
+            self.slots.contains_key(&(direction, substream)),
+        ) {
+            let cipher = Box::new(substream_cipher(key, substream));
+            self.install(direction, substream, cipher);
+        }
         let slot = self.slots.get_mut(&(direction, substream))?;
         if slot.next.is_some_and(|n| n != sequence_id) {
             return None;
@@ -410,14 +432,10 @@ struct Connection {
 
 impl Connection {
     fn new(config: &Config) -> Self {
-        let mut ciphers = CipherSlots::default();
-        if let Some(key) = &config.rc4_key {
-            for d in [Direction::FromClient, Direction::FromServer] {
-                if let Ok(rc4) = Rc4::new(key) {
-                    ciphers.install(d, 0, Box::new(rc4));
-                }
-            }
-        }
+        let ciphers = match (&config.session_key, &config.rc4_key) {
+            (Some(key), _) | (None, Some(key)) => CipherSlots::with_base_key(key),
+            (None, None) => CipherSlots::default(),
+        };
         Connection {
             client_addr: None,
             client_port: None,
@@ -694,6 +712,7 @@ fn describe(
     let p = &parsed.packet;
     let v0 = matches!(config.settings.version, Version::V0(_));
     let lite = config.settings.version == Version::Lite;
+    let unreliable_key = config.session_key.as_deref().map(unreliable_base_key);
     line.insert("len".into(), json!(parsed.len));
     line.insert("version".into(), json!(config.version.name()));
     line.insert("direction".into(), json!(dir.map(Direction::name)));
@@ -750,6 +769,12 @@ fn describe(
             conn.ciphers
                 .decrypt(d, p.substream_id, p.sequence_id, p.payload)
         }
+        // Unreliable DATA: a key of its own per packet, from the session key.
+        (true, Some(_)) => unreliable_key.map(|base| {
+            let mut plain = p.payload.to_vec();
+            apply_unreliable(&base, p.sequence_id, p.session_id, &mut plain);
+            plain
+        }),
         _ => None,
     };
     line.insert("encrypted".into(), json!(encrypted && plain.is_none()));
@@ -923,6 +948,43 @@ mod tests {
                 self.0 = self.0.wrapping_add(1);
             }
         }
+    }
+
+    #[test]
+    fn base_key_slots_use_the_cores_substream_ciphers_per_direction() {
+        let key = [0x31u8; 32];
+        let mut slots = CipherSlots::with_base_key(&key);
+        for substream in [0u8, 1, 3] {
+            // What a sender under the core's crypto writes, two packets per direction.
+            let mut send = substream_cipher(&key, substream);
+            let mut back = substream_cipher(&key, substream);
+            let mut a = *b"first message";
+            let mut b = *b"second one";
+            send.apply_keystream(&mut a);
+            send.apply_keystream(&mut b);
+            let mut c = *b"reply";
+            back.apply_keystream(&mut c);
+            let d = Direction::FromClient;
+            assert_eq!(
+                slots.decrypt(d, substream, 2, &a).as_deref(),
+                Some(&b"first message"[..])
+            );
+            // A retransmission of the first is not decrypted again; the next one is.
+            assert_eq!(slots.decrypt(d, substream, 2, &a), None);
+            assert_eq!(
+                slots.decrypt(d, substream, 3, &b).as_deref(),
+                Some(&b"second one"[..])
+            );
+            let r = slots.decrypt(Direction::FromServer, substream, 1, &c);
+            assert_eq!(r.as_deref(), Some(&b"reply"[..]));
+        }
+        // Substreams' keys differ (the modification), so streams do not mix.
+        let mut one = substream_cipher(&key, 1);
+        let mut zero = substream_cipher(&key, 0);
+        let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
+        one.apply_keystream(&mut x);
+        zero.apply_keystream(&mut y);
+        assert_ne!(x, y);
     }
 
     #[test]
