@@ -304,7 +304,10 @@ fn prudp_server_allocates_nothing_per_reliable_data() {
     };
     let (client, warm) = run(client, true, 0, 30);
     // Opening the connection allocated its workspace on this thread: the count sees it.
-    assert!(warm.bytes as usize >= Connection::<Vec<u8>>::workspace_len(&config), "{warm:?}");
+    assert!(
+        warm.bytes as usize >= Connection::<Vec<u8>>::workspace_len(&config),
+        "{warm:?}"
+    );
     let before = counters.snapshot();
     let rounds = 300;
     let (client, alloc) = run(client, false, 30, rounds);

@@ -480,12 +480,11 @@ impl Client {
             let wait = Duration::from_millis(20);
             if let Ok(Ok((n, from))) =
                 tokio::time::timeout(wait, self.socket.recv_from(&mut buf)).await
+                && from == self.server
             {
-                if from == self.server {
-                    self.capture.push((false, buf[..n].to_vec()));
-                    let now = self.now();
-                    self.conn.handle(&buf[..n], now);
-                }
+                self.capture.push((false, buf[..n].to_vec()));
+                let now = self.now();
+                self.conn.handle(&buf[..n], now);
             }
         }
     }
