@@ -78,6 +78,19 @@ fn client(server: SocketAddr, peers: Arc<Vec<UdpSocket>>, from: u32, rounds: u32
     }
 }
 
+/// A worker on a loopback port, registered with `rt`.
+fn loopback_worker<H: DatagramHandler>(
+    rt: &tokio::runtime::Runtime,
+    handler: H,
+    counters: &Arc<Counters>,
+) -> Worker<H> {
+    let _guard = rt.enter();
+    let socket = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
+        .unwrap()
+        .remove(0);
+    Worker::new(socket, &WorkerConfig::default(), handler, counters.clone()).unwrap()
+}
+
 #[test]
 fn worker_allocates_nothing_per_datagram() {
     assert_counting_installed();
@@ -86,13 +99,7 @@ fn worker_allocates_nothing_per_datagram() {
         .build()
         .unwrap();
     let counters = Arc::new(Counters::default());
-    let mut worker = {
-        let _guard = rt.enter();
-        let socket = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
-            .unwrap()
-            .remove(0);
-        Worker::new(socket, &WorkerConfig::default(), Echo, counters.clone()).unwrap()
-    };
+    let mut worker = loopback_worker(&rt, Echo, &counters);
     let server = worker.local_addr().unwrap();
     let peers: Arc<Vec<UdpSocket>> = Arc::new(
         (0..PEERS)
@@ -250,13 +257,7 @@ fn prudp_server_allocates_nothing_per_reliable_data() {
         stats: stats.clone(),
     });
     let counters = Arc::new(Counters::default());
-    let mut worker = {
-        let _guard = rt.enter();
-        let socket = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
-            .unwrap()
-            .remove(0);
-        Worker::new(socket, &WorkerConfig::default(), handler, counters.clone()).unwrap()
-    };
+    let mut worker = loopback_worker(&rt, handler, &counters);
     let server = worker.local_addr().unwrap();
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     socket

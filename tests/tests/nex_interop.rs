@@ -226,14 +226,9 @@ fn nintendoclients_logs_in_through_wirekit_nex_serve() {
                 "interop build",
             ],
         );
+        let as_client = |args: &[&str]| login(&python, &script, server.auth, version, args);
         let alice = ["--username", "alice", "--password", "wonderland"];
-        let r = login(
-            &python,
-            &script,
-            server.auth,
-            version,
-            &[&alice[..], &["--test-connectivity"]].concat(),
-        );
+        let r = as_client(&[&alice[..], &["--test-connectivity"]].concat());
         assert_eq!(r["ok"], true, "v{version}: {r}");
         assert_eq!(r["pid"], 1000, "v{version}: {r}");
         assert_eq!(r["secure_address"], server.secure.to_string(), "{r}");
@@ -249,38 +244,20 @@ fn nintendoclients_logs_in_through_wirekit_nex_serve() {
         assert_eq!(r["test_connectivity"], true, "{r}");
         // LoginEx: the configured token logs in, another is refused at the login stage.
         let bob = ["--username", "bob", "--password", "builder"];
-        let r = login(
-            &python,
-            &script,
-            server.auth,
-            version,
-            &[&bob[..], &["--token", "s3cret"]].concat(),
-        );
+        let r = as_client(&[&bob[..], &["--token", "s3cret"]].concat());
         assert_eq!(
             (r["ok"].clone(), r["pid"].clone()),
             (Value::Bool(true), 1001.into()),
             "{r}"
         );
-        let r = login(
-            &python,
-            &script,
-            server.auth,
-            version,
-            &[&bob[..], &["--token", "guess"]].concat(),
-        );
+        let r = as_client(&[&bob[..], &["--token", "guess"]].concat());
         assert_eq!(
             (r["ok"].clone(), r["stage"].clone()),
             (Value::Bool(false), "login".into()),
             "{r}"
         );
         // A wrong password cannot open the ticket.
-        let r = login(
-            &python,
-            &script,
-            server.auth,
-            version,
-            &["--username", "alice", "--password", "nope"],
-        );
+        let r = as_client(&["--username", "alice", "--password", "nope"]);
         assert_eq!(r["ok"], false, "{r}");
         let (summary, log) = server.stop();
         assert_eq!(summary["logins"], 3, "{summary}");
