@@ -3,5 +3,6 @@
 pub mod bench;
 pub mod frame;
 pub mod kerberos;
+pub mod mcproxy;
 pub mod proxy;
 pub mod serve;
