@@ -194,29 +194,33 @@ impl Inbound {
     async fn legacy(&mut self) -> Result<First, PreloginError> {
         loop {
             match legacy::detect(self.rest())? {
-                Status::Complete((_, n)) => {
-                    let r = self.pos..self.pos + n;
-                    self.pos += n;
-                    return Ok(First::Legacy(r));
-                }
+                Status::Complete((_, n)) => return Ok(self.take_legacy(n)),
                 Status::Partial(_) => {
-                    // 1.3 sends `FE`, 1.4 `FE 01`, and both wait: a short quiet spell decides.
+                    // 1.3 clients send `FE`, 1.4 `FE 01`, some tools `FE 01 FA`, and wait: a
+                    // short quiet spell decides with what came.
                     let quiet = (tokio::time::Instant::now() + LEGACY_QUIET).min(self.deadline);
-                    let short = self.rest().len() <= 2;
-                    match self.fill(if short { quiet } else { self.deadline }).await {
-                        Ok(0) | Err(PreloginError::Timeout) if short => {
-                            let (_, n) = legacy::detect_final(self.rest())?;
-                            let r = self.pos..self.pos + n;
-                            self.pos += n;
-                            return Ok(First::Legacy(r));
+                    match self.fill(quiet).await {
+                        Ok(0) | Err(PreloginError::Timeout) => {
+                            let n = match legacy::detect_final(self.rest()) {
+                                Ok((_, n)) => n,
+                                // A cut 1.6 ping is answered as the 1.4 ping it starts with
+                                // (the same reply format), as vanilla servers do.
+                                Err(_) => 2,
+                            };
+                            return Ok(self.take_legacy(n));
                         }
-                        Ok(0) => return Err(PreloginError::Closed),
                         Ok(_) => {}
                         Err(e) => return Err(e),
                     }
                 }
             }
         }
+    }
+
+    fn take_legacy(&mut self, n: usize) -> First {
+        let r = self.pos..self.pos + n;
+        self.pos += n;
+        First::Legacy(r)
     }
 
     /// Reads the next frame (body at most `max_body`) and returns its body's range, the packet
@@ -352,6 +356,7 @@ mod tests {
         for (bytes, want) in [
             (&[0xfe][..], LegacyPing::V1_3),
             (&[0xfe, 0x01][..], LegacyPing::V1_4),
+            (&[0xfe, 0x01, 0xfa][..], LegacyPing::V1_4),
         ] {
             let (mut c, s) = pair().await;
             c.write_all(bytes).await.unwrap();
