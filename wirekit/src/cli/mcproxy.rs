@@ -534,6 +534,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_readme_config_is_valid() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n").expect("a toml block") + 8;
+        let end = start + readme[start..].find("```").unwrap();
+        let file: ProxyArgs = toml::from_str(&readme[start..end]).unwrap();
+        let s = file.settings().unwrap();
+        assert_eq!(s.routes.len(), 2);
+        assert_eq!(s.routes[0].rewrite_host.as_deref(), Some("lobby.internal"));
+        assert_eq!(s.unknown_host, UnknownHost::Motd);
+        assert_eq!(s.limits, SourceConfig::default());
+    }
+
+    #[test]
     fn file_keys_mirror_flags_and_flags_win() {
         let dir = std::env::temp_dir().join(format!("wirekit-mcproxy-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
