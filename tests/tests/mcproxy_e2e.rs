@@ -780,3 +780,52 @@ fn sighup_reload_sends_new_connections_to_the_new_routes() {
     assert_eq!(b.next(), sent);
     drop((s1, s2));
 }
+
+#[test]
+fn limits_act_on_the_client_a_trusted_proxy_header_names() {
+    let proxy = McProxy::start(
+        r#"
+listen = ["127.0.0.1:0"]
+metrics-listen = "127.0.0.1:0"
+proxy-protocol = "REQUIRE"
+trusted = ["127.0.0.1/32"]
+untrusted-proxy-protocol = "REJECT"
+conn-per-ip-max = 1
+unknown-host = "motd"
+"#,
+    );
+    let v1 = |src: &str| format!("PROXY TCP4 {src} 127.0.0.1 40000 25565\r\n").into_bytes();
+    // One connection open for 192.0.2.9, behind the trusted 127.0.0.1.
+    let mut held = connect_from(1, proxy.addr);
+    held.write_all(&v1("192.0.2.9")).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    // Its second is refused, though it comes from the same socket address as a neighbour's.
+    let mut again = connect_from(1, proxy.addr);
+    again.write_all(&v1("192.0.2.9")).unwrap();
+    again.set_read_timeout(Some(WAIT)).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(again.read(&mut b).unwrap_or(0), 0);
+    // The neighbour 192.0.2.10 is served.
+    let mut other = connect_from(1, proxy.addr);
+    let mut out = v1("192.0.2.10");
+    out.extend_from_slice(&handshake("x.test", 340, NextState::Status));
+    out.extend_from_slice(&[0x01, 0x00]);
+    other.write_all(&out).unwrap();
+    let (id, _) = read_packet(&mut other);
+    assert_eq!(id, 0x00);
+    // A header from an untrusted peer is refused.
+    let mut spoof = connect_from(81, proxy.addr);
+    spoof.write_all(&v1("192.0.2.11")).unwrap();
+    spoof.set_read_timeout(Some(WAIT)).unwrap();
+    assert_eq!(spoof.read(&mut b).unwrap_or(0), 0);
+    let log = proxy.proc.wait_log("reason=\"proxy_header_forbidden\"", 1);
+    assert!(
+        log.contains("client=192.0.2.9:40000") && log.contains("reason=\"host_concurrent\""),
+        "{log}"
+    );
+    assert_eq!(
+        proxy.metric("wirekit_proxy_limiter_trips_total{limit=\"host_concurrent\"}"),
+        1
+    );
+    drop(held);
+}

@@ -436,8 +436,13 @@ pub fn run(args: ProxyArgs) -> ExitCode {
     };
     if args.check_config {
         println!(
-            "config ok: {} route(s), listening on {}",
+            "config ok: {} route(s), relay by {}, listening on {}",
             settings.routes.len(),
+            if wirekit_proxy::relay::splice_available() {
+                "splice"
+            } else {
+                "copy"
+            },
             settings
                 .listen
                 .iter()
