@@ -46,6 +46,8 @@ struct Line {
     player: Option<String>,
     serverbound: u64,
     clientbound: u64,
+    /// How the bytes went: `splice`, `copy`, or `-` before a relay.
+    relay: &'static str,
 }
 
 /// A connection counted open under the source limits until dropped.
@@ -95,6 +97,7 @@ pub(crate) async fn serve(
         player: None,
         serverbound: 0,
         clientbound: 0,
+        relay: "-",
     };
     let mut gauge = OpenGauge::new(&shared.metrics, "none", ConnState::Prelogin);
     let ended = run(shared, &rt, stream, peer, local, &mut line, &mut gauge).await;
@@ -113,6 +116,7 @@ pub(crate) async fn serve(
             player,
             serverbound = line.serverbound,
             clientbound = line.clientbound,
+            relay = line.relay,
             duration_ms,
             reason,
             "closed"
@@ -397,6 +401,7 @@ async fn run(
             .await;
             line.serverbound += outcome.serverbound;
             line.clientbound = outcome.clientbound;
+            line.relay = if outcome.spliced { "splice" } else { "copy" };
             drop(admission);
             match outcome.end {
                 RelayEnd::Budget(_) => Ended::Refused(outcome.end.as_str()),

@@ -332,3 +332,116 @@ mod splice {
 pub const fn splice_available() -> bool {
     cfg!(target_os = "linux")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    }
+
+    /// A client and an upstream each send `n` bytes and half-close; both get the other's.
+    async fn run(n: usize, serverbound: ByteBudget) -> (RelayOutcome, Vec<u8>, Vec<u8>) {
+        let (client, proxy_client) = pair().await;
+        let (proxy_up, upstream) = pair().await;
+        let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+        let shutdown = CancellationToken::new();
+        let peer = |mut s: TcpStream, seed: u8| {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let send = async {
+                    let _ = w.write_all(&pattern(n, seed)).await;
+                    let _ = w.shutdown().await;
+                };
+                let mut got = Vec::new();
+                let recv = r.read_to_end(&mut got);
+                let (_, _) = tokio::join!(send, recv);
+                got
+            })
+        };
+        let c = peer(client, 1);
+        let u = peer(upstream, 2);
+        let outcome = relay(
+            proxy_client,
+            proxy_up,
+            serverbound,
+            ByteBudget::OFF,
+            ByteCounters {
+                serverbound: &counters[0],
+                clientbound: &counters[1],
+            },
+            &shutdown,
+        )
+        .await;
+        if outcome.end != RelayEnd::Budget(Direction::Serverbound) {
+            assert_eq!(counters[0].load(Ordering::Relaxed), outcome.serverbound);
+        }
+        (outcome, c.await.unwrap(), u.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn both_directions_arrive_whole_through_splice() {
+        let n = 3 << 20;
+        let (outcome, at_client, at_upstream) = run(n, ByteBudget::OFF).await;
+        assert_eq!(at_upstream, pattern(n, 1));
+        assert_eq!(at_client, pattern(n, 2));
+        assert_eq!(
+            (outcome.serverbound, outcome.clientbound),
+            (n as u64, n as u64)
+        );
+        assert!(matches!(
+            outcome.end,
+            RelayEnd::ClientClosed | RelayEnd::UpstreamClosed
+        ));
+        assert_eq!(outcome.spliced, splice_available());
+    }
+
+    #[tokio::test]
+    async fn the_copy_fallback_moves_everything_and_ends_at_eof() {
+        let (mut a, b) = pair().await;
+        let (c, mut d) = pair().await;
+        let (mut from, _bw) = b.into_split();
+        let (_cr, mut to) = c.into_split();
+        let n = 1 << 20;
+        let writer = tokio::spawn(async move {
+            a.write_all(&pattern(n, 3)).await.unwrap();
+            a.shutdown().await.unwrap();
+            a
+        });
+        let moved = AtomicU64::new(0);
+        let add = |k: usize| {
+            moved.fetch_add(k as u64, Ordering::Relaxed);
+        };
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            d.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let end = copy(&mut from, &mut to, &mut Budget::new(ByteBudget::OFF), &add).await;
+        assert!(matches!(end, DirEnd::Eof));
+        to.shutdown().await.unwrap();
+        assert_eq!(moved.load(Ordering::Relaxed), n as u64);
+        assert_eq!(reader.await.unwrap(), pattern(n, 3));
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_byte_budget_closes_the_connection() {
+        let budget = ByteBudget {
+            burst: CHUNK as u32,
+            per_second: 1,
+        };
+        let (outcome, _, at_upstream) = run(1 << 20, budget).await;
+        assert_eq!(outcome.end, RelayEnd::Budget(Direction::Serverbound));
+        assert!(at_upstream.len() <= CHUNK, "{}", at_upstream.len());
+    }
+}

@@ -401,6 +401,9 @@ upstreams = ["127.0.0.1:{p12}"]
             .unwrap_or_else(|| panic!("no close line for {client}: {log}"));
         assert!(line.contains(&format!("route=\"{route}\"")), "{line}");
         assert!(line.contains(" closed "), "{line}");
+        if cfg!(target_os = "linux") {
+            assert!(line.contains("relay=\"splice\""), "{line}");
+        }
     }
     assert_eq!(
         proxy.metric("wirekit_proxy_connections_total{route=\"v8\"}"),
