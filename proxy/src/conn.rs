@@ -107,20 +107,8 @@ pub(crate) async fn serve(
         .map_or_else(|| "-".to_owned(), |u| u.to_string());
     let player = line.player.as_deref().unwrap_or("-");
     let duration_ms = started.elapsed().as_millis() as u64;
-    match ended {
-        Ended::Done(reason) => info!(
-            client = %line.client,
-            %peer,
-            route,
-            %upstream,
-            player,
-            serverbound = line.serverbound,
-            clientbound = line.clientbound,
-            relay = line.relay,
-            duration_ms,
-            reason,
-            "closed"
-        ),
+    let (what, reason, suppressed) = match ended {
+        Ended::Done(reason) => ("closed", reason, 0),
         Ended::Refused(reason) => {
             shared.metrics.rejection(reason);
             let allowed = shared
@@ -128,23 +116,26 @@ pub(crate) async fn serve(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .allow(line.client.ip());
-            if let Some(suppressed) = allowed {
-                info!(
-                    client = %line.client,
-                    %peer,
-                    route,
-                    %upstream,
-                    player,
-                    serverbound = line.serverbound,
-                    clientbound = line.clientbound,
-                    duration_ms,
-                    reason,
-                    suppressed,
-                    "refused"
-                );
+            match allowed {
+                Some(suppressed) => ("refused", reason, suppressed),
+                None => return,
             }
         }
-    }
+    };
+    info!(
+        client = %line.client,
+        %peer,
+        route,
+        %upstream,
+        player,
+        serverbound = line.serverbound,
+        clientbound = line.clientbound,
+        relay = line.relay,
+        duration_ms,
+        reason,
+        suppressed,
+        "{what}"
+    );
 }
 
 fn accept_reason(e: &AcceptError) -> &'static str {

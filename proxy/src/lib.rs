@@ -40,6 +40,17 @@ mod server;
 pub mod settings;
 mod status;
 
+/// A connected loopback TCP pair, for the unit tests.
+#[cfg(test)]
+pub(crate) async fn tcp_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (s, _) = l.accept().await.unwrap();
+    (c, s)
+}
+
 pub use server::{Proxy, ProxyHandle, Reloaded};
 pub use settings::{
     Balance, ByteBudget, Mode, Route, Settings, SettingsError, StatusFallback, UnknownHost,

@@ -274,16 +274,8 @@ impl Inbound {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
-    use tokio::net::TcpListener;
     use wirekit_core::minecraft::Encode;
     use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
-
-    async fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        (c, s)
-    }
 
     fn soon() -> tokio::time::Instant {
         tokio::time::Instant::now() + std::time::Duration::from_secs(2)
@@ -304,7 +296,7 @@ mod tests {
 
     #[tokio::test]
     async fn handshake_split_over_writes_then_login_start() {
-        let (mut c, s) = pair().await;
+        let (mut c, s) = crate::tcp_pair().await;
         let hs = Handshake {
             protocol_version: 763,
             address: ServerAddress::host("Play.Example.com."),
@@ -335,7 +327,7 @@ mod tests {
 
     #[tokio::test]
     async fn oversized_handshake_is_refused_before_its_body() {
-        let (mut c, s) = pair().await;
+        let (mut c, s) = crate::tcp_pair().await;
         // A declared length of 2,097,151 and nothing more.
         c.write_all(&[0xff, 0xff, 0x7f]).await.unwrap();
         let mut inbound = Inbound::new(s, &[], soon());
@@ -348,7 +340,7 @@ mod tests {
 
     #[tokio::test]
     async fn silent_client_times_out_and_legacy_pings_are_told_apart() {
-        let (_c, s) = pair().await;
+        let (_c, s) = crate::tcp_pair().await;
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
         let mut inbound = Inbound::new(s, &[], deadline);
         assert!(matches!(inbound.first().await, Err(PreloginError::Timeout)));
@@ -358,7 +350,7 @@ mod tests {
             (&[0xfe, 0x01][..], LegacyPing::V1_4),
             (&[0xfe, 0x01, 0xfa][..], LegacyPing::V1_4),
         ] {
-            let (mut c, s) = pair().await;
+            let (mut c, s) = crate::tcp_pair().await;
             c.write_all(bytes).await.unwrap();
             let mut inbound = Inbound::new(s, &[], soon());
             let First::Legacy(r) = inbound.first().await.unwrap() else {

@@ -336,14 +336,6 @@ pub const fn splice_available() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::net::TcpListener;
-
-    async fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        (c, s)
-    }
 
     fn pattern(n: usize, seed: u8) -> Vec<u8> {
         (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
@@ -351,8 +343,8 @@ mod tests {
 
     /// A client and an upstream each send `n` bytes and half-close; both get the other's.
     async fn run(n: usize, serverbound: ByteBudget) -> (RelayOutcome, Vec<u8>, Vec<u8>) {
-        let (client, proxy_client) = pair().await;
-        let (proxy_up, upstream) = pair().await;
+        let (client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, upstream) = crate::tcp_pair().await;
         let counters = [AtomicU64::new(0), AtomicU64::new(0)];
         let shutdown = CancellationToken::new();
         let peer = |mut s: TcpStream, seed: u8| {
@@ -407,8 +399,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_copy_fallback_moves_everything_and_ends_at_eof() {
-        let (mut a, b) = pair().await;
-        let (c, mut d) = pair().await;
+        let (mut a, b) = crate::tcp_pair().await;
+        let (c, mut d) = crate::tcp_pair().await;
         let (mut from, _bw) = b.into_split();
         let (_cr, mut to) = c.into_split();
         let n = 1 << 20;

@@ -147,7 +147,8 @@ impl Drop for Proc {
     }
 }
 
-/// `wirekit proxy` with `config` as its file, listening on a loopback port with metrics.
+/// `wirekit proxy` with `config` as its file, listening on a loopback port with metrics (the
+/// flags for both win over the file).
 struct McProxy {
     proc: Proc,
     addr: SocketAddr,
@@ -165,6 +166,7 @@ impl McProxy {
         let mut cmd = Command::new(wirekit_bin());
         cmd.args(["proxy", "--config"])
             .arg(&path)
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
             .args(["--threads", "2"])
             .env("RUST_LOG", "info");
         let mut proc = Proc::spawn(cmd);
@@ -245,6 +247,19 @@ fn login_start(name: &str) -> Vec<u8> {
     let mut out = vec![0u8; ls.frame_len()];
     ls.encode_frame(&mut out).unwrap();
     out
+}
+
+/// A login's first packets: the handshake for `host` and Login Start for `name`.
+fn login_bytes(host: &str, name: &str) -> Vec<u8> {
+    [handshake(host, 340, NextState::Login), login_start(name)].concat()
+}
+
+/// Reads a login Disconnect whose reason holds `text`.
+fn expect_disconnect(s: &mut TcpStream, text: &str) {
+    let (id, data) = read_packet(s);
+    assert_eq!(id, Disconnect::ID);
+    let reason = Disconnect::parse(&data).unwrap().reason.to_owned();
+    assert!(reason.contains(text), "{reason}");
 }
 
 /// Reads one frame's packet (ID, data) within `WAIT`.
@@ -357,8 +372,6 @@ fn minecraft_protocol_client_and_server_through_passthrough_1_8_8_and_1_12_2() {
     };
     let proxy = McProxy::start(&format!(
         r#"
-listen = ["127.0.0.1:0"]
-metrics-listen = "127.0.0.1:0"
 [[route]]
 name = "v8"
 hosts = ["v8.mc.test"]
@@ -418,8 +431,6 @@ fn routing_wildcards_failover_rewrite_proxy_v2_and_unknown_host() {
     let dead = free_port().unwrap();
     let proxy = McProxy::start(&format!(
         r#"
-listen = ["127.0.0.1:0"]
-metrics-listen = "127.0.0.1:0"
 unknown-host = "motd"
 unknown-host-motd = "No such server here"
 [[route]]
@@ -441,32 +452,20 @@ proxy-protocol = true
     ));
 
     // A wildcard match: the first upstream is down, the second gets the bytes as sent.
-    let mut sent = handshake("X.Example.Test", 340, NextState::Login);
-    sent.extend_from_slice(&login_start("Alice"));
+    let sent = login_bytes("X.Example.Test", "Alice");
     let mut s1 = connect_from(31, proxy.addr);
     s1.write_all(&sent).unwrap();
     assert_eq!(a.next(), sent);
 
     // The exact name wins over the wildcard; its upstream sees the host rewritten.
     let mut s2 = connect_from(32, proxy.addr);
-    let hs = handshake("play.example.test", 340, NextState::Login);
-    s2.write_all(&[hs.clone(), login_start("Bob")].concat())
+    s2.write_all(&login_bytes("play.example.test", "Bob"))
         .unwrap();
-    let got = b.next();
-    let expected = [
-        handshake("backend.internal", 340, NextState::Login),
-        login_start("Bob"),
-    ]
-    .concat();
-    assert_eq!(got, expected);
+    assert_eq!(b.next(), login_bytes("backend.internal", "Bob"));
 
     // PROXY v2 toward the upstream: the real client, AUTHORITY naming the host, CRC32C.
     let mut s3 = connect_from(33, proxy.addr);
-    let sent3 = [
-        handshake("pp.test", 340, NextState::Login),
-        login_start("Carol"),
-    ]
-    .concat();
+    let sent3 = login_bytes("pp.test", "Carol");
     s3.write_all(&sent3).unwrap();
     let got = c.next();
     let Ok(Status::Complete(header)) = proxy::parse(&got, &Limits::default()) else {
@@ -488,22 +487,9 @@ proxy-protocol = true
     let json = status(proxy.addr, 34, "elsewhere.test", 340);
     assert!(json.contains("No such server here"), "{json}");
     let mut s4 = connect_from(34, proxy.addr);
-    s4.write_all(
-        &[
-            handshake("elsewhere.test", 340, NextState::Login),
-            login_start("Dave"),
-        ]
-        .concat(),
-    )
-    .unwrap();
-    let (id, data) = read_packet(&mut s4);
-    assert_eq!(id, Disconnect::ID);
-    assert!(
-        Disconnect::parse(&data)
-            .unwrap()
-            .reason
-            .contains("No such server here")
-    );
+    s4.write_all(&login_bytes("elsewhere.test", "Dave"))
+        .unwrap();
+    expect_disconnect(&mut s4, "No such server here");
     drop((s1, s2, s3));
     assert_eq!(
         proxy.metric("wirekit_proxy_rejections_total{reason=\"unknown_host\"}"),
@@ -531,8 +517,6 @@ fn proxy_v2_toward_wirekit_serve_names_the_real_client() {
     let serve_addr: SocketAddr = serve.stdout_line("listening on ").parse().unwrap();
     let proxy = McProxy::start(&format!(
         r#"
-listen = ["127.0.0.1:0"]
-metrics-listen = "127.0.0.1:0"
 [[route]]
 default = true
 upstreams = ["{serve_addr}"]
@@ -540,14 +524,7 @@ proxy-protocol = true
 "#
     ));
     let mut s = connect_from(41, proxy.addr);
-    s.write_all(
-        &[
-            handshake("serve.test", 340, NextState::Login),
-            login_start("Eve"),
-        ]
-        .concat(),
-    )
-    .unwrap();
+    s.write_all(&login_bytes("serve.test", "Eve")).unwrap();
     let port = s.local_addr().unwrap().port();
     thread::sleep(Duration::from_millis(100));
     drop(s);
@@ -564,8 +541,6 @@ fn status_from_cache_fallback_and_legacy_pings() {
     };
     let proxy = McProxy::start(&format!(
         r#"
-listen = ["127.0.0.1:0"]
-metrics-listen = "127.0.0.1:0"
 [[route]]
 name = "lobby"
 hosts = ["lobby.test"]
@@ -660,8 +635,6 @@ fn per_source_limits_on_distinct_loopback_addresses() {
     let rec = Recorder::start();
     let proxy = McProxy::start(&format!(
         r#"
-listen = ["127.0.0.1:0"]
-metrics-listen = "127.0.0.1:0"
 handshake-timeout = 3
 conn-per-ip-max = 2
 login-per-ip-burst = 1
@@ -698,34 +671,11 @@ upstreams = ["127.0.0.1:{}"]
 
     // Logins: one per second from .63; the second gets a Disconnect.
     let mut first = connect_from(63, proxy.addr);
-    first
-        .write_all(
-            &[
-                handshake("any.test", 340, NextState::Login),
-                login_start("Fay"),
-            ]
-            .concat(),
-        )
-        .unwrap();
+    first.write_all(&login_bytes("any.test", "Fay")).unwrap();
     assert!(rec.next().ends_with(&login_start("Fay")));
     let mut second = connect_from(63, proxy.addr);
-    second
-        .write_all(
-            &[
-                handshake("any.test", 340, NextState::Login),
-                login_start("Fay"),
-            ]
-            .concat(),
-        )
-        .unwrap();
-    let (id, data) = read_packet(&mut second);
-    assert_eq!(id, Disconnect::ID);
-    assert!(
-        Disconnect::parse(&data)
-            .unwrap()
-            .reason
-            .contains("Too many logins")
-    );
+    second.write_all(&login_bytes("any.test", "Fay")).unwrap();
+    expect_disconnect(&mut second, "Too many logins");
 
     assert_eq!(
         proxy.metric("wirekit_proxy_limiter_trips_total{limit=\"host_concurrent\"}"),
@@ -752,22 +702,18 @@ upstreams = ["127.0.0.1:{}"]
 #[test]
 fn sighup_reload_sends_new_connections_to_the_new_routes() {
     let (a, b) = (Recorder::start(), Recorder::start());
-    let config = |port: u16, listen: &str| {
+    let config = |port: u16, table: usize| {
         format!(
-            "listen = [\"{listen}\"]\nmetrics-listen = \"127.0.0.1:0\"\n[[route]]\nhosts = [\"r.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\n"
+            "source-table-size = {table}\n[[route]]\nhosts = [\"r.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\n"
         )
     };
-    let proxy = McProxy::start(&config(a.port, "127.0.0.1:0"));
-    let sent = [
-        handshake("r.test", 340, NextState::Login),
-        login_start("Gus"),
-    ]
-    .concat();
+    let proxy = McProxy::start(&config(a.port, 4096));
+    let sent = login_bytes("r.test", "Gus");
     let mut s1 = connect_from(71, proxy.addr);
     s1.write_all(&sent).unwrap();
     assert_eq!(a.next(), sent);
-    // Routes now point at b, and the listen address changed (which needs a restart).
-    std::fs::write(&proxy.config, config(b.port, "127.0.0.1:1")).unwrap();
+    // Routes now point at b, and the table size changed (which needs a restart).
+    std::fs::write(&proxy.config, config(b.port, 8192)).unwrap();
     let ok = Command::new("kill")
         .args(["-HUP", &proxy.proc.child.id().to_string()])
         .status()
@@ -775,7 +721,7 @@ fn sighup_reload_sends_new_connections_to_the_new_routes() {
     assert!(ok.success());
     let log = proxy.proc.wait_log("configuration reloaded", 1);
     assert!(
-        log.contains("setting=\"listen\"") && log.contains("needs a restart"),
+        log.contains("setting=\"source-table-size\"") && log.contains("needs a restart"),
         "{log}"
     );
     let mut s2 = connect_from(72, proxy.addr);
@@ -788,8 +734,6 @@ fn sighup_reload_sends_new_connections_to_the_new_routes() {
 fn limits_act_on_the_client_a_trusted_proxy_header_names() {
     let proxy = McProxy::start(
         r#"
-listen = ["127.0.0.1:0"]
-metrics-listen = "127.0.0.1:0"
 proxy-protocol = "REQUIRE"
 trusted = ["127.0.0.1/32"]
 untrusted-proxy-protocol = "REJECT"

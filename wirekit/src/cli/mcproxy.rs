@@ -400,30 +400,6 @@ impl ProxyArgs {
     }
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-async fn signalled() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-}
-
 /// Runs `wirekit proxy` until SIGINT or SIGTERM (or checks its configuration).
 pub fn run(args: ProxyArgs) -> ExitCode {
     let merged = args.merged().and_then(|m| m.settings().map(|s| (m, s)));
@@ -452,17 +428,7 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let threads = merged.threads.unwrap_or(0);
-    let mut builder = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        if threads > 1 {
-            b.worker_threads(threads);
-        }
-        b
-    };
-    let rt = match builder.enable_all().build() {
+    let rt = match super::serve::runtime(merged.threads.unwrap_or(0)) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wirekit proxy: cannot start the runtime: {e}");
@@ -481,7 +447,7 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
         tokio::spawn(async move {
-            signalled().await;
+            super::serve::signalled().await;
             tracing::info!("signal received");
             trigger.cancel();
         });
