@@ -776,3 +776,33 @@ unknown-host = "motd"
     );
     drop(held);
 }
+
+#[test]
+fn sigterm_stops_accepting_and_ends_relays_after_the_grace() {
+    let rec = Recorder::start();
+    let mut proxy = McProxy::start(&format!(
+        "shutdown-grace = 1\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{}\"]\n",
+        rec.port
+    ));
+    let mut relayed = connect_from(91, proxy.addr);
+    relayed.write_all(&login_bytes("t.test", "Hal")).unwrap();
+    assert!(rec.next().ends_with(&login_start("Hal")));
+    let ok = Command::new("kill")
+        .args(["-TERM", &proxy.proc.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let status = peers::wait_bounded(&mut proxy.proc.child, Duration::from_secs(10))
+        .expect("the proxy exits within its grace and a little more");
+    assert!(status.success(), "{status}");
+    let log = proxy.proc.wait_log(" stopped", 1);
+    assert!(log.contains("shutdown grace passed"), "{log}");
+    assert!(
+        log.contains("player=\"Hal\"") && log.contains("reason=\"shutdown\""),
+        "{log}"
+    );
+    // The relayed client's connection was closed.
+    relayed.set_read_timeout(Some(WAIT)).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(relayed.read(&mut b).unwrap_or(0), 0);
+}
