@@ -14,7 +14,9 @@
 //!
 //! The targets are the `[[bin]]`s of `fuzz/Cargo.toml`. cargo-fuzz needs nightly-only flags
 //! (`-Z sanitizer`, `-C passes=sancov-module`); `RUSTC_BOOTSTRAP=1` lets the stable compiler
-//! accept them. `-O` builds with optimisations and debug assertions. A crash fails the command
+//! accept them. `-O` builds with optimisations and debug assertions; `--no-cfg-fuzzing` builds
+//! the dependencies as they ship (miniz_oxide skips its Adler-32 check under `cfg(fuzzing)`,
+//! which would hide wirekit's checksum errors from the targets). A crash fails the command
 //! (after its run is recorded) and leaves the input in `fuzz/artifacts/<target>/`; cargo-fuzz is
 //! installed with `cargo install` when missing.
 
@@ -93,7 +95,7 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
 /// Builds the targets (all when `only` is empty) and returns the directory of the binaries.
 fn build(only: &[String]) -> Result<PathBuf, String> {
     ensure_cargo_fuzz()?;
-    let mut args = vec!["fuzz", "build", "-O"];
+    let mut args = vec!["fuzz", "build", "-O", "--no-cfg-fuzzing"];
     if only.len() == 1 {
         args.push(&only[0]);
     }
