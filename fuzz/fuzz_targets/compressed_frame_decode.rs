@@ -78,7 +78,10 @@ fn decode(
                     if let Some(p) = promised.take() {
                         assert_eq!(p, got.consumed, "Needed::Exactly was not exact");
                     }
-                    let e = Event::Body { body: got.body.to_vec(), compressed: got.compressed };
+                    let e = Event::Body {
+                        body: got.body.to_vec(),
+                        compressed: got.compressed,
+                    };
                     let n = got.consumed;
                     events.push(e);
                     buf.drain(..n);
@@ -139,16 +142,28 @@ fuzz_target!(|input: Input| {
                     continue;
                 }
                 let compressed = encoder.compresses(body.len());
-                let n = encoder.encode(body, &mut wire, &mut tools.compressor).unwrap();
+                let n = encoder
+                    .encode(body, &mut wire, &mut tools.compressor)
+                    .unwrap();
                 assert!(n <= wire.len());
                 stream.extend_from_slice(&wire[..n]);
-                expected.push(Event::Body { body: body.clone(), compressed });
+                expected.push(Event::Body {
+                    body: body.clone(),
+                    compressed,
+                });
             }
         }
     }
     let (events, left) = decode(d, &stream, &switches, None, &mut tools);
-    assert_eq!((&events, left), (&expected, 0), "the script's packets come back");
-    assert_eq!(decode(d, &stream, &switches, Some(&input.cuts), &mut tools), (events, 0));
+    assert_eq!(
+        (&events, left),
+        (&expected, 0),
+        "the script's packets come back"
+    );
+    assert_eq!(
+        decode(d, &stream, &switches, Some(&input.cuts), &mut tools),
+        (events, 0)
+    );
 
     // Raw bytes after the script, in the threshold the script ended with.
     stream.extend_from_slice(&input.tail);
@@ -172,7 +187,9 @@ fuzz_target!(|input: Input| {
                         .with_limits(CompressedLimits::VANILLA)
                         .decode(&wire[..n], &mut tools.inflater, &mut scratch)
                         .unwrap();
-                    let Status::Complete(again) = again else { panic!("re-encoded frame partial") };
+                    let Status::Complete(again) = again else {
+                        panic!("re-encoded frame partial")
+                    };
                     assert_eq!((again.body, again.consumed), (&body[..], n));
                 }
             }

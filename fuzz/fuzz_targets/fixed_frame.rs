@@ -47,7 +47,10 @@ fn reference(f: &LengthPrefixed, stream: &[u8]) -> (Vec<Event>, usize) {
             len = len << 8 | u64::from(b);
         }
         if len > u64::from(f.max_len()) {
-            let e = FrameError::FrameTooLarge { len: len as usize, max: f.max_len() as usize };
+            let e = FrameError::FrameTooLarge {
+                len: len as usize,
+                max: f.max_len() as usize,
+            };
             events.push(Event::Error(e));
             return (events, stream.len() - at);
         }
@@ -91,7 +94,11 @@ fn in_pieces(f: &LengthPrefixed, stream: &[u8], cuts: &[u16]) -> (Vec<Event>, us
                     break;
                 }
                 Err(e) => {
-                    assert_eq!(f.decode(&buf[..f.header_len()]), Err(e), "error needs the body");
+                    assert_eq!(
+                        f.decode(&buf[..f.header_len()]),
+                        Err(e),
+                        "error needs the body"
+                    );
                     events.push(Event::Error(e));
                     return (events, stream.len() - dropped);
                 }
@@ -103,7 +110,11 @@ fn in_pieces(f: &LengthPrefixed, stream: &[u8], cuts: &[u16]) -> (Vec<Event>, us
 
 fuzz_target!(|input: Input| {
     let width = [Width::U8, Width::U16, Width::U32][usize::from(input.width % 3)];
-    let endian = if input.big { Endian::Big } else { Endian::Little };
+    let endian = if input.big {
+        Endian::Big
+    } else {
+        Endian::Little
+    };
     let f = LengthPrefixed::new(width, endian, input.max);
     assert_eq!(f.max_len(), input.max.min(width.max_value()));
     let max = f.max_len() as usize;
@@ -124,7 +135,9 @@ fuzz_target!(|input: Input| {
         }
         assert_eq!(
             f.encode(p, &mut out[..total - 1]),
-            Err(EncodeError::BufferTooSmall(BufferTooSmall { required: total }))
+            Err(EncodeError::BufferTooSmall(BufferTooSmall {
+                required: total
+            }))
         );
         assert!(out.iter().all(|&b| b == 0x5A), "untouched on error");
         assert_eq!(f.encode(p, &mut out), Ok(total));
@@ -136,7 +149,11 @@ fuzz_target!(|input: Input| {
     clean &= input.tail.is_empty();
 
     let (events, left) = reference(&f, &stream);
-    assert_eq!(events[..expected.len()], expected[..], "encoded payloads come back");
+    assert_eq!(
+        events[..expected.len()],
+        expected[..],
+        "encoded payloads come back"
+    );
     if clean {
         assert_eq!((events.len(), left), (expected.len(), 0));
     }

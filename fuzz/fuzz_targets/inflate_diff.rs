@@ -9,7 +9,9 @@
 use arbitrary::Arbitrary;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
-use wirekit_core::zlib::{Compressor, InflateError, Inflater, Level, WORKSPACE_MIN, compress_bound};
+use wirekit_core::zlib::{
+    Compressor, InflateError, Inflater, Level, WORKSPACE_MIN, compress_bound,
+};
 
 #[derive(Arbitrary, Debug)]
 enum Edit {
@@ -21,8 +23,17 @@ enum Edit {
 
 #[derive(Arbitrary, Debug)]
 enum Input {
-    Raw { stream: Vec<u8>, declared: u16 },
-    Made { data: Vec<u8>, level: u8, ours: bool, delta: i8, edit: Edit },
+    Raw {
+        stream: Vec<u8>,
+        declared: u16,
+    },
+    Made {
+        data: Vec<u8>,
+        level: u8,
+        ours: bool,
+        delta: i8,
+        edit: Edit,
+    },
 }
 
 /// zlib-rs's verdict: `Ok(bytes)` when the stream inflates to exactly `len` bytes and ends
@@ -44,9 +55,9 @@ fn zlib_rs(stream: &[u8], len: usize) -> (Result<Vec<u8>, InflateError>, usize) 
         Ok(_) => Err(InflateError::Truncated),
         Err(e) if e.needs_dictionary().is_some() => Err(InflateError::BadHeader),
         Err(e) => Err(match e.message() {
-            Some("incorrect header check" | "unknown compression method" | "invalid window size") => {
-                InflateError::BadHeader
-            }
+            Some(
+                "incorrect header check" | "unknown compression method" | "invalid window size",
+            ) => InflateError::BadHeader,
             Some("incorrect data check") => InflateError::BadChecksum,
             _ => InflateError::Corrupt,
         }),
@@ -80,7 +91,13 @@ fn check(stream: &[u8], len: usize) {
 fuzz_target!(|input: Input| {
     match input {
         Input::Raw { stream, declared } => check(&stream, usize::from(declared) % 4096),
-        Input::Made { data, level, ours, delta, edit } => {
+        Input::Made {
+            data,
+            level,
+            ours,
+            delta,
+            edit,
+        } => {
             let mut z = vec![0u8; compress_bound(data.len()) + 64];
             let n = if ours {
                 let mut c = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();

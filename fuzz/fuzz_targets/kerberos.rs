@@ -90,7 +90,9 @@ fn check_encryption(key: &[u8], other: &[u8], plain: &[u8], flip: (u16, u8)) {
     let before = short.clone();
     assert_eq!(
         enc.encrypt_in_place(&mut short, plain.len()),
-        Err(KerberosError::BufferTooSmall(BufferTooSmall { required: n }))
+        Err(KerberosError::BufferTooSmall(BufferTooSmall {
+            required: n
+        }))
     );
     assert_eq!(short, before, "untouched on error");
     assert_eq!(enc.encrypt_in_place(&mut buf, plain.len()), Ok(n));
@@ -100,24 +102,44 @@ fn check_encryption(key: &[u8], other: &[u8], plain: &[u8], flip: (u16, u8)) {
     // (HMAC pads with zeros) pass it. Every other key is refused.
     if usable(other) && hmac(other, &sealed[..plain.len()]) != hmac(key, &sealed[..plain.len()]) {
         let wrong = KerberosEncryption::new(other).unwrap();
-        assert_eq!(wrong.decrypt_in_place(&mut buf).err(), Some(KerberosError::ChecksumMismatch));
+        assert_eq!(
+            wrong.decrypt_in_place(&mut buf).err(),
+            Some(KerberosError::ChecksumMismatch)
+        );
         assert_eq!(buf, sealed, "untouched on error");
     }
     let at = usize::from(flip.0) % n;
     buf[at] ^= flip.1 | 1;
     let altered = buf.clone();
-    assert_eq!(enc.decrypt_in_place(&mut buf).err(), Some(KerberosError::ChecksumMismatch));
+    assert_eq!(
+        enc.decrypt_in_place(&mut buf).err(),
+        Some(KerberosError::ChecksumMismatch)
+    );
     assert_eq!(buf, altered, "untouched on error");
     buf[at] ^= flip.1 | 1;
-    assert_eq!(enc.decrypt_in_place(&mut buf).map(|p| p.to_vec()), Ok(plain.to_vec()));
+    assert_eq!(
+        enc.decrypt_in_place(&mut buf).map(|p| p.to_vec()),
+        Ok(plain.to_vec())
+    );
     let mut tiny = sealed[..sealed.len().min(15)].to_vec();
-    assert_eq!(enc.decrypt_in_place(&mut tiny).err(), Some(KerberosError::Truncated));
+    assert_eq!(
+        enc.decrypt_in_place(&mut tiny).err(),
+        Some(KerberosError::Truncated)
+    );
 }
 
 fuzz_target!(|input: Input| {
     let format = TicketFormat {
-        version: if input.v1 { TicketVersion::V1 } else { TicketVersion::V0 },
-        pid_width: if input.pid64 { PidWidth::U64 } else { PidWidth::U32 },
+        version: if input.v1 {
+            TicketVersion::V1
+        } else {
+            TicketVersion::V0
+        },
+        pid_width: if input.pid64 {
+            PidWidth::U64
+        } else {
+            PidWidth::U32
+        },
     };
     check_encryption(&input.user_key, &input.other_key, &input.plain, input.flip);
 
@@ -130,7 +152,14 @@ fuzz_target!(|input: Input| {
     };
     let len = ticket_len(format, input.session_key.len());
     let mut out = vec![0xA5u8; len];
-    let built = build_ticket(format, &input.user_key, &input.target_key, &contents, &input.random, &mut out);
+    let built = build_ticket(
+        format,
+        &input.user_key,
+        &input.target_key,
+        &contents,
+        &input.random,
+        &mut out,
+    );
     let wide = input.target_pid > u64::from(u32::MAX) || input.source_pid > u64::from(u32::MAX);
     match built {
         Ok(n) => {
@@ -140,7 +169,10 @@ fuzz_target!(|input: Input| {
             let mut ticket = out.clone();
             let k = input.session_key.len();
             let opened = open_ticket(format, &input.user_key, &mut ticket, k).unwrap();
-            assert_eq!((opened.session_key, opened.target_pid), (&input.session_key[..], input.target_pid));
+            assert_eq!(
+                (opened.session_key, opened.target_pid),
+                (&input.session_key[..], input.target_pid)
+            );
             let internal = opened.internal;
             let inner = open_internal_ticket(format, &input.target_key, internal, k).unwrap();
             assert_eq!(
@@ -152,10 +184,12 @@ fuzz_target!(|input: Input| {
             let mut plain = out[..n - 16].to_vec();
             rc4(&input.user_key, &mut plain);
             let pid = if input.pid64 { 8 } else { 4 };
-            let fits = plain.get(other_len + pid..other_len + pid + 4).is_some_and(|l| {
-                let l = u32::from_le_bytes(l.try_into().unwrap()) as usize;
-                other_len + pid + 4 + l == plain.len()
-            });
+            let fits = plain
+                .get(other_len + pid..other_len + pid + 4)
+                .is_some_and(|l| {
+                    let l = u32::from_le_bytes(l.try_into().unwrap()) as usize;
+                    other_len + pid + 4 + l == plain.len()
+                });
             let mut t = out.clone();
             match open_ticket(format, &input.user_key, &mut t, other_len) {
                 Ok(o) => assert!(fits && o.session_key == &plain[..other_len]),
@@ -191,7 +225,11 @@ fuzz_target!(|input: Input| {
             Ok(t) => {
                 let pid = if input.pid64 { 8 } else { 4 };
                 assert_eq!(t.session_key.len(), k);
-                assert_eq!(k + pid + 4 + t.internal.len() + 16, total, "the fields fill it");
+                assert_eq!(
+                    k + pid + 4 + t.internal.len() + 16,
+                    total,
+                    "the fields fill it"
+                );
             }
             Err(e) => assert_eq!(e, KerberosError::MalformedTicket),
         }
@@ -217,7 +255,10 @@ fuzz_target!(|input: Input| {
                 let pid = if input.pid64 { 8 } else { 4 };
                 assert_eq!(input.plain.len(), 8 + pid + k);
                 assert_eq!(t.session_key, &input.plain[8 + pid..]);
-                assert_eq!(t.issued, u64::from_le_bytes(input.plain[..8].try_into().unwrap()));
+                assert_eq!(
+                    t.issued,
+                    u64::from_le_bytes(input.plain[..8].try_into().unwrap())
+                );
             }
             Err(e) => assert_eq!(e, KerberosError::MalformedTicket),
         }

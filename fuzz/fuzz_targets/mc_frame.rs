@@ -14,8 +14,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::frame::FrameError;
 use wirekit_core::frame::mc::{
-    Decoded, FrameBuilder, FrameDecoder, LEGACY_PING, MAX_FRAME_LEN, MAX_LENGTH_FIELD_LEN,
-    Phase, clamp_frame_len, encode_packet, split_packet,
+    Decoded, FrameBuilder, FrameDecoder, LEGACY_PING, MAX_FRAME_LEN, MAX_LENGTH_FIELD_LEN, Phase,
+    clamp_frame_len, encode_packet, split_packet,
 };
 use wirekit_core::varint::{encode_varint, varint_len};
 use wirekit_core::{Needed, Status};
@@ -158,7 +158,8 @@ fuzz_target!(|input: Input| {
                 let body = frame[n - body_len..n].to_vec();
                 let p = split_packet(&body).unwrap();
                 assert_eq!((p.id, p.data), (*id, &data[..]));
-                let legacy_first = stream.is_empty() && input.handshaking && frame[0] == LEGACY_PING;
+                let legacy_first =
+                    stream.is_empty() && input.handshaking && frame[0] == LEGACY_PING;
                 stream.extend_from_slice(&frame[..n]);
                 if legacy_first {
                     // A first length byte 0xFE (a length of 126 mod 128, 254 or more) opens a

@@ -14,16 +14,28 @@ use libfuzzer_sys::fuzz_target;
 use wirekit_core::Status;
 use wirekit_core::proxy::tlv::{Ssl, encode_tlvs};
 use wirekit_core::proxy::{
-    self, Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Tlv, Tlvs, Transport, v1,
-    v2,
+    self, Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Tlv, Tlvs, Transport, v1, v2,
 };
 
 #[derive(Arbitrary, Debug)]
 enum Addr {
     Unspec,
-    V4 { src: [u8; 4], sp: u16, dst: [u8; 4], dp: u16 },
-    V6 { src: [u8; 16], sp: u16, dst: [u8; 16], dp: u16 },
-    Unix { src: Vec<u8>, dst: Vec<u8> },
+    V4 {
+        src: [u8; 4],
+        sp: u16,
+        dst: [u8; 4],
+        dp: u16,
+    },
+    V6 {
+        src: [u8; 16],
+        sp: u16,
+        dst: [u8; 16],
+        dp: u16,
+    },
+    Unix {
+        src: Vec<u8>,
+        dst: Vec<u8>,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -32,7 +44,11 @@ enum T {
     Authority(Vec<u8>),
     Noop(Vec<u8>),
     UniqueId(Vec<u8>),
-    Ssl { client: u8, verify: u32, subs: Vec<(u8, Vec<u8>)> },
+    Ssl {
+        client: u8,
+        verify: u32,
+        subs: Vec<(u8, Vec<u8>)>,
+    },
     Netns(Vec<u8>),
     Aws(Vec<u8>),
     Azure(u32),
@@ -54,8 +70,24 @@ struct Desc {
 
 fn same_fields(a: &ProxyHeader<'_>, b: &ProxyHeader<'_>) {
     assert_eq!(
-        (a.version, a.command, a.transport, a.addresses, a.len, a.tlvs, a.crc32c),
-        (b.version, b.command, b.transport, b.addresses, b.len, b.tlvs, b.crc32c)
+        (
+            a.version,
+            a.command,
+            a.transport,
+            a.addresses,
+            a.len,
+            a.tlvs,
+            a.crc32c
+        ),
+        (
+            b.version,
+            b.command,
+            b.transport,
+            b.addresses,
+            b.len,
+            b.tlvs,
+            b.crc32c
+        )
     );
 }
 
@@ -69,9 +101,18 @@ fn parse_checked<'a>(wire: &'a [u8], n: usize, limits: &Limits) -> ProxyHeader<'
     assert_eq!(h.len, n);
     let step = (n / 64).max(1);
     for k in (0..n).step_by(step).chain([n - 1]) {
-        assert!(proxy::parse(&wire[..k], limits).unwrap().is_partial(), "prefix {k}");
+        assert!(
+            proxy::parse(&wire[..k], limits).unwrap().is_partial(),
+            "prefix {k}"
+        );
     }
-    same_fields(&proxy::parse(&wire[..n], limits).unwrap().complete().unwrap(), &h);
+    same_fields(
+        &proxy::parse(&wire[..n], limits)
+            .unwrap()
+            .complete()
+            .unwrap(),
+        &h,
+    );
     h
 }
 
@@ -89,16 +130,25 @@ fuzz_target!(|d: Desc| {
         },
         Addr::Unix { src, dst } => {
             unix_paths = (src.clone(), dst.clone());
-            Addresses::Unix { src: &unix_paths.0, dst: &unix_paths.1 }
+            Addresses::Unix {
+                src: &unix_paths.0,
+                dst: &unix_paths.1,
+            }
         }
     };
-    let limits = Limits { max_header_len: v2::MAX_LEN };
+    let limits = Limits {
+        max_header_len: v2::MAX_LEN,
+    };
     let mut wire = vec![0u8; v2::MAX_LEN + d.payload.len()];
 
     if d.v1 {
         let b = match v1::Builder::from_addresses(addresses) {
             Ok(b) => b,
-            Err(e) => return assert!(matches!(addresses, Addresses::Unix { .. }) && e == EncodeError::Addresses),
+            Err(e) => {
+                return assert!(
+                    matches!(addresses, Addresses::Unix { .. }) && e == EncodeError::Addresses
+                );
+            }
         };
         let n = b.encode(&mut wire).unwrap();
         assert!(n == b.encoded_len() && n <= v1::MAX_LEN);
@@ -107,7 +157,11 @@ fuzz_target!(|d: Desc| {
         let h = parse_checked(&wire, n, &limits);
         assert_eq!((h.version, h.command), (proxy::Version::V1, Command::Proxy));
         assert_eq!(h.addresses, addresses);
-        let t = if addresses == Addresses::Unspec { Transport::Unspec } else { Transport::Stream };
+        let t = if addresses == Addresses::Unspec {
+            Transport::Unspec
+        } else {
+            Transport::Stream
+        };
         assert_eq!((h.transport, h.tlvs.is_empty(), h.crc32c), (t, true, None));
         let mut again = vec![0u8; h.encoded_len()];
         assert_eq!(h.encode(&mut again), Ok(n));
@@ -158,7 +212,10 @@ fuzz_target!(|d: Desc| {
             T::Other(c, v) => Tlv::Unknown(0x31 + c % 0xAF, v),
         })
         .collect();
-    let mut b = v2::Builder::proxy(addresses).tlvs(&list).crc32c(d.crc).pad_to(usize::from(d.pad));
+    let mut b = v2::Builder::proxy(addresses)
+        .tlvs(&list)
+        .crc32c(d.crc)
+        .pad_to(usize::from(d.pad));
     if d.local {
         b = b.command(Command::Local);
     }
@@ -172,7 +229,8 @@ fuzz_target!(|d: Desc| {
             // Only a header over 16 + 65535 bytes, or a UNIX path over 108, is refused.
             let long_path = matches!(addresses, Addresses::Unix { src, dst } if src.len() > v2::UNIX_PATH_LEN || dst.len() > v2::UNIX_PATH_LEN);
             assert!(
-                (e == EncodeError::TooLong && len > v2::MAX_LEN) || (e == EncodeError::Addresses && long_path),
+                (e == EncodeError::TooLong && len > v2::MAX_LEN)
+                    || (e == EncodeError::Addresses && long_path),
                 "{e:?}"
             );
             return;
@@ -184,7 +242,14 @@ fuzz_target!(|d: Desc| {
     wire.extend_from_slice(&d.payload);
     let h = parse_checked(&wire, n, &limits);
     assert_eq!(h.version, proxy::Version::V2);
-    assert_eq!(h.command, if d.local { Command::Local } else { Command::Proxy });
+    assert_eq!(
+        h.command,
+        if d.local {
+            Command::Local
+        } else {
+            Command::Proxy
+        }
+    );
     match (addresses, h.addresses) {
         (Addresses::Unix { src, dst }, Addresses::Unix { src: ps, dst: pd }) => {
             let trim = |p: &[u8]| proxy::unix_path(p).to_vec();
@@ -228,10 +293,18 @@ fuzz_target!(|d: Desc| {
     let (dh, payload) = v2::parse_datagram(&wire, &limits).unwrap();
     same_fields(&dh, &h);
     assert_eq!(payload, &d.payload[..]);
-    assert_eq!(v2::parse_datagram(&wire[..n - 1], &limits).err(), Some(Error::Truncated));
+    assert_eq!(
+        v2::parse_datagram(&wire[..n - 1], &limits).err(),
+        Some(Error::Truncated)
+    );
     // Over the limit: refused from the fixed 16 bytes, before the rest is waited for.
-    let tight = Limits { max_header_len: n - 1 };
-    assert_eq!(proxy::parse(&wire[..16], &tight).err(), Some(Error::TooLong));
+    let tight = Limits {
+        max_header_len: n - 1,
+    };
+    assert_eq!(
+        proxy::parse(&wire[..16], &tight).err(),
+        Some(Error::TooLong)
+    );
     if d.crc {
         // Any one byte altered after the signature: never the same header again.
         let at = 13 + usize::from(d.pad) % (n - 13);

@@ -33,8 +33,12 @@ struct Norm {
 }
 
 fn wirekit(input: &[u8]) -> Option<Norm> {
-    let limits = Limits { max_header_len: v2::MAX_LEN };
-    let Ok(Status::Complete(h)) = proxy::parse(input, &limits) else { return None };
+    let limits = Limits {
+        max_header_len: v2::MAX_LEN,
+    };
+    let Ok(Status::Complete(h)) = proxy::parse(input, &limits) else {
+        return None;
+    };
     Some(Norm {
         v1: h.version == Version::V1,
         local: h.command == Command::Local,
@@ -46,7 +50,9 @@ fn wirekit(input: &[u8]) -> Option<Norm> {
         addrs: match h.addresses {
             Addresses::Unspec => Addrs::Unspec,
             Addresses::Inet { src, dst } => Addrs::V4(*src.ip(), src.port(), *dst.ip(), dst.port()),
-            Addresses::Inet6 { src, dst } => Addrs::V6(*src.ip(), src.port(), *dst.ip(), dst.port()),
+            Addresses::Inet6 { src, dst } => {
+                Addrs::V6(*src.ip(), src.port(), *dst.ip(), dst.port())
+            }
             Addresses::Unix { src, dst } => Addrs::Unix(src.to_vec(), dst.to_vec()),
         },
         len: h.len,
@@ -61,14 +67,31 @@ fn ppp(input: &[u8]) -> Option<Norm> {
             ppp::v1::Addresses::Unknown => (0, Addrs::Unspec),
             ppp::v1::Addresses::Tcp4(a) => (
                 1,
-                Addrs::V4(a.source_address, a.source_port, a.destination_address, a.destination_port),
+                Addrs::V4(
+                    a.source_address,
+                    a.source_port,
+                    a.destination_address,
+                    a.destination_port,
+                ),
             ),
             ppp::v1::Addresses::Tcp6(a) => (
                 1,
-                Addrs::V6(a.source_address, a.source_port, a.destination_address, a.destination_port),
+                Addrs::V6(
+                    a.source_address,
+                    a.source_port,
+                    a.destination_address,
+                    a.destination_port,
+                ),
             ),
         };
-        return Some(Norm { v1: true, local: false, transport, addrs, len: h.header.len(), tlvs: vec![] });
+        return Some(Norm {
+            v1: true,
+            local: false,
+            transport,
+            addrs,
+            len: h.header.len(),
+            tlvs: vec![],
+        });
     }
     let h = ppp::v2::Header::try_from(input).ok()?;
     let tlvs = h
@@ -82,12 +105,18 @@ fn ppp(input: &[u8]) -> Option<Norm> {
         transport: h.protocol as u8,
         addrs: match h.addresses {
             ppp::v2::Addresses::Unspecified => Addrs::Unspec,
-            ppp::v2::Addresses::IPv4(a) => {
-                Addrs::V4(a.source_address, a.source_port, a.destination_address, a.destination_port)
-            }
-            ppp::v2::Addresses::IPv6(a) => {
-                Addrs::V6(a.source_address, a.source_port, a.destination_address, a.destination_port)
-            }
+            ppp::v2::Addresses::IPv4(a) => Addrs::V4(
+                a.source_address,
+                a.source_port,
+                a.destination_address,
+                a.destination_port,
+            ),
+            ppp::v2::Addresses::IPv6(a) => Addrs::V6(
+                a.source_address,
+                a.source_port,
+                a.destination_address,
+                a.destination_port,
+            ),
             ppp::v2::Addresses::Unix(u) => Addrs::Unix(u.source.to_vec(), u.destination.to_vec()),
         },
         len: h.len(),
@@ -99,25 +128,51 @@ fn codec(input: &[u8]) -> Option<Norm> {
     use proxy_protocol_codec::{v1, v2};
     if input.first() == Some(&b'P') {
         // Its v1 decoder takes exactly the line.
-        let end = input[..input.len().min(107)].iter().position(|&b| b == b'\n')?;
-        let v1::Decoded::Some(h) = v1::Header::decode(&input[..=end]).ok()? else { return None };
+        let end = input[..input.len().min(107)]
+            .iter()
+            .position(|&b| b == b'\n')?;
+        let v1::Decoded::Some(h) = v1::Header::decode(&input[..=end]).ok()? else {
+            return None;
+        };
         let (transport, addrs) = match h.address_pair() {
             v1::AddressPair::Unspecified => (0, Addrs::Unspec),
-            v1::AddressPair::Inet { src_ip, dst_ip, src_port, dst_port } => {
-                (1, Addrs::V4(src_ip, src_port, dst_ip, dst_port))
-            }
-            v1::AddressPair::Inet6 { src_ip, dst_ip, src_port, dst_port } => {
-                (1, Addrs::V6(src_ip, src_port, dst_ip, dst_port))
-            }
+            v1::AddressPair::Inet {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => (1, Addrs::V4(src_ip, src_port, dst_ip, dst_port)),
+            v1::AddressPair::Inet6 {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => (1, Addrs::V6(src_ip, src_port, dst_ip, dst_port)),
         };
-        return Some(Norm { v1: true, local: false, transport, addrs, len: end + 1, tlvs: vec![] });
+        return Some(Norm {
+            v1: true,
+            local: false,
+            transport,
+            addrs,
+            len: end + 1,
+            tlvs: vec![],
+        });
     }
     let len = 16 + usize::from(u16::from_be_bytes([*input.get(14)?, *input.get(15)?]));
-    let v2::Decoded::Some(d) = v2::Header::decode(input.get(..len)?).ok()? else { return None };
+    let v2::Decoded::Some(d) = v2::Header::decode(input.get(..len)?).ok()? else {
+        return None;
+    };
     let tlvs = d
         .extensions
         .into_iter()
-        .map(|e| e.map(|e| (e.typ().map_or_else(|c| c, |t| t as u8), e.payload().to_vec())))
+        .map(|e| {
+            e.map(|e| {
+                (
+                    e.typ().map_or_else(|c| c, |t| t as u8),
+                    e.payload().to_vec(),
+                )
+            })
+        })
         .collect::<Result<Vec<_>, _>>()
         .ok()?;
     let h = d.header;
@@ -127,13 +182,21 @@ fn codec(input: &[u8]) -> Option<Norm> {
         transport: 0,
         addrs: match *h.address_pair() {
             v2::AddressPair::Unspecified => Addrs::Unspec,
-            v2::AddressPair::Inet { src_ip, dst_ip, src_port, dst_port } => {
-                Addrs::V4(src_ip, src_port, dst_ip, dst_port)
+            v2::AddressPair::Inet {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => Addrs::V4(src_ip, src_port, dst_ip, dst_port),
+            v2::AddressPair::Inet6 {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => Addrs::V6(src_ip, src_port, dst_ip, dst_port),
+            v2::AddressPair::Unix { src_addr, dst_addr } => {
+                Addrs::Unix(src_addr.to_vec(), dst_addr.to_vec())
             }
-            v2::AddressPair::Inet6 { src_ip, dst_ip, src_port, dst_port } => {
-                Addrs::V6(src_ip, src_port, dst_ip, dst_port)
-            }
-            v2::AddressPair::Unix { src_addr, dst_addr } => Addrs::Unix(src_addr.to_vec(), dst_addr.to_vec()),
         },
         len,
         tlvs,
@@ -145,7 +208,13 @@ const FAMILIES: [u8; 7] = [0x00, 0x11, 0x12, 0x21, 0x22, 0x31, 0x32];
 
 /// wirekit's error for the input, if it refuses it.
 fn our_error(input: &[u8]) -> Option<proxy::Error> {
-    proxy::parse(input, &Limits { max_header_len: v2::MAX_LEN }).err()
+    proxy::parse(
+        input,
+        &Limits {
+            max_header_len: v2::MAX_LEN,
+        },
+    )
+    .err()
 }
 
 /// The documented differences (FUZZING.md lists them): `true` if this disagreement is one.
@@ -161,7 +230,10 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
     //    address block; wirekit reads it as TLVs, which must tile and pass their checks
     //    (SSL shape, CRC32C length and value, UNIQUE_ID length).
     use proxy::Error::{Crc32cLength, Crc32cMismatch, SslTlv, TlvTiling, UniqueIdTooLong};
-    let tlv_error = matches!(err, Some(TlvTiling | SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong));
+    let tlv_error = matches!(
+        err,
+        Some(TlvTiling | SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong)
+    );
     if !theirs.v1 && theirs.addrs == Addrs::Unspec && theirs.tlvs.is_empty() {
         if tlv_error || ours.is_some_and(|o| o.addrs == Addrs::Unspec) {
             return true;
@@ -171,8 +243,10 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
     //    tiling sub-TLVs, a CRC32C TLV of 4 bytes (once, and matching), UNIQUE_ID at most 128
     //    bytes. The peers pass these TLVs through unchecked.
     let checked = |c: &u8| matches!(*c, 0x03 | 0x05 | 0x20);
-    if matches!(err, Some(SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong))
-        && theirs.tlvs.iter().any(|(c, _)| checked(c))
+    if matches!(
+        err,
+        Some(SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong)
+    ) && theirs.tlvs.iter().any(|(c, _)| checked(c))
     {
         return true;
     }
@@ -187,7 +261,12 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
             || line.windows(2).any(|w| w == b"  ")
             || line.first() == Some(&b' ')
             || line.last() == Some(&b' ');
-        if loose && matches!(err, Some(V1Separator | V1LineEnd | V1Protocol | V1Address | V1Port)) {
+        if loose
+            && matches!(
+                err,
+                Some(V1Separator | V1LineEnd | V1Protocol | V1Address | V1Port)
+            )
+        {
             return true;
         }
     }
@@ -201,7 +280,10 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
     }
     // 6. ppp ends a v1 line at a bare LF; wirekit requires CRLF.
     if peer == "ppp" && theirs.v1 && err == Some(proxy::Error::V1LineEnd) {
-        if input.get(..theirs.len).is_some_and(|l| !l.ends_with(b"\r\n")) {
+        if input
+            .get(..theirs.len)
+            .is_some_and(|l| !l.ends_with(b"\r\n"))
+        {
             return true;
         }
     }
@@ -222,8 +304,13 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
     if theirs.v1 && matches!(err, Some(e) if e.as_str().starts_with("PROXY v1")) {
         use std::net::{SocketAddrV4, SocketAddrV6};
         let b = match theirs.addrs {
-            Addrs::V4(s, sp, d, dp) => proxy::v1::Builder::tcp4(SocketAddrV4::new(s, sp), SocketAddrV4::new(d, dp)),
-            Addrs::V6(s, sp, d, dp) => proxy::v1::Builder::tcp6(SocketAddrV6::new(s, sp, 0, 0), SocketAddrV6::new(d, dp, 0, 0)),
+            Addrs::V4(s, sp, d, dp) => {
+                proxy::v1::Builder::tcp4(SocketAddrV4::new(s, sp), SocketAddrV4::new(d, dp))
+            }
+            Addrs::V6(s, sp, d, dp) => proxy::v1::Builder::tcp6(
+                SocketAddrV6::new(s, sp, 0, 0),
+                SocketAddrV6::new(d, dp, 0, 0),
+            ),
             _ => proxy::v1::Builder::unknown(),
         };
         let mut canonical = [0u8; proxy::v1::MAX_LEN];
@@ -244,18 +331,26 @@ fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>, transpor
         return;
     }
     let Some(ours) = ours else {
-        panic!("{peer} accepts, wirekit refuses ({:?}): {theirs:?} from {input:02x?}", our_error(input));
+        panic!(
+            "{peer} accepts, wirekit refuses ({:?}): {theirs:?} from {input:02x?}",
+            our_error(input)
+        );
     };
     let (mut ours, mut theirs) = (ours.clone(), theirs);
     if !transport_known {
         ours.transport = 0;
         theirs.transport = 0;
     }
-    assert_eq!(ours, theirs, "{peer} reads another header from {input:02x?}");
+    assert_eq!(
+        ours, theirs,
+        "{peer} reads another header from {input:02x?}"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let mut input = Vec::with_capacity(rest.len() + 16);
     match sel % 4 {
         0 => input.extend_from_slice(b"PROXY "),

@@ -39,8 +39,18 @@ impl Ip {
 #[derive(Arbitrary, Debug)]
 enum Start {
     Raw(Vec<u8>),
-    V1 { src: [u8; 4], dst: [u8; 4], ports: (u16, u16) },
-    V2 { src: [u8; 4], dst: [u8; 4], ports: (u16, u16), local: bool, crc: bool },
+    V1 {
+        src: [u8; 4],
+        dst: [u8; 4],
+        ports: (u16, u16),
+    },
+    V2 {
+        src: [u8; 4],
+        dst: [u8; 4],
+        ports: (u16, u16),
+        local: bool,
+        crc: bool,
+    },
     V2Local,
 }
 
@@ -58,7 +68,13 @@ struct Input {
     cuts: Vec<u16>,
 }
 
-const POLICIES: [Policy; 5] = [Policy::Use, Policy::Ignore, Policy::Require, Policy::Reject, Policy::Skip];
+const POLICIES: [Policy; 5] = [
+    Policy::Use,
+    Policy::Ignore,
+    Policy::Require,
+    Policy::Reject,
+    Policy::Skip,
+];
 
 /// The reference prefix match: the same family (an IPv4-mapped IPv6 peer counts as IPv4) and
 /// the first `prefix` bits equal.
@@ -80,7 +96,9 @@ fn contains(net: IpAddr, prefix: u8, peer: IpAddr) -> bool {
 fuzz_target!(|input: Input| {
     let tp = POLICIES[usize::from(input.trusted_policy) % 5];
     let up = POLICIES[usize::from(input.untrusted_policy) % 5];
-    let limits = Limits { max_header_len: usize::from(input.max_header) };
+    let limits = Limits {
+        max_header_len: usize::from(input.max_header),
+    };
     let mut config = ProxyConfig::new(tp).with_untrusted(up).with_limits(limits);
     let mut nets = Vec::new();
     for (ip, prefix) in &input.trusted {
@@ -101,7 +119,10 @@ fuzz_target!(|input: Input| {
     let trusted = nets.is_empty() || nets.iter().any(|&(n, p)| contains(n, p, peer));
     let policy = config.policy_for(peer);
     assert_eq!(policy, if trusted { tp } else { up });
-    assert_eq!(config.unknown_peer_policy(), if nets.is_empty() { tp } else { up });
+    assert_eq!(
+        config.unknown_peer_policy(),
+        if nets.is_empty() { tp } else { up }
+    );
 
     let now = Instant::from_micros(u64::from(input.now));
     let timeout = Duration::from_micros(u64::from(input.timeout));
@@ -110,7 +131,10 @@ fuzz_target!(|input: Input| {
     let deadline = (policy != Policy::Skip).then(|| now.saturating_add(timeout));
     assert_eq!(read.next_timeout(), deadline);
     if let Some(d) = deadline {
-        assert!(read.handle_timeout(d) && (d == now || !read.handle_timeout(now)) || timeout.as_micros() == 0);
+        assert!(
+            read.handle_timeout(d) && (d == now || !read.handle_timeout(now))
+                || timeout.as_micros() == 0
+        );
     }
 
     let mut stream = vec![0u8; 256];
@@ -120,13 +144,30 @@ fuzz_target!(|input: Input| {
             stream = bytes.clone();
             bytes.len()
         }
-        Start::V1 { src, dst, ports } => {
-            v1::Builder::tcp4(v4(*src, ports.0), v4(*dst, ports.1)).encode(&mut stream).unwrap()
-        }
-        Start::V2 { src, dst, ports, local, crc } => {
-            let a = Addresses::Inet { src: v4(*src, ports.0), dst: v4(*dst, ports.1) };
-            let cmd = if *local { Command::Local } else { Command::Proxy };
-            v2::Builder::proxy(a).command(cmd).crc32c(*crc).encode(&mut stream).unwrap()
+        Start::V1 { src, dst, ports } => v1::Builder::tcp4(v4(*src, ports.0), v4(*dst, ports.1))
+            .encode(&mut stream)
+            .unwrap(),
+        Start::V2 {
+            src,
+            dst,
+            ports,
+            local,
+            crc,
+        } => {
+            let a = Addresses::Inet {
+                src: v4(*src, ports.0),
+                dst: v4(*dst, ports.1),
+            };
+            let cmd = if *local {
+                Command::Local
+            } else {
+                Command::Proxy
+            };
+            v2::Builder::proxy(a)
+                .command(cmd)
+                .crc32c(*crc)
+                .encode(&mut stream)
+                .unwrap()
         }
         Start::V2Local => v2::Builder::local().encode(&mut stream).unwrap(),
     };
@@ -142,18 +183,34 @@ fuzz_target!(|input: Input| {
             None => assert_eq!(policy, Policy::Skip),
         }
         let table = match (policy, parsed) {
-            (Policy::Skip, _) => Decision::Accept { strip: 0, source: Source::Peer },
+            (Policy::Skip, _) => Decision::Accept {
+                strip: 0,
+                source: Source::Peer,
+            },
             (_, Err(proxy::Error::NotProxy)) if policy == Policy::Require => {
                 Decision::Reject(Reason::HeaderMissing)
             }
-            (_, Err(proxy::Error::NotProxy)) => Decision::Accept { strip: 0, source: Source::Peer },
+            (_, Err(proxy::Error::NotProxy)) => Decision::Accept {
+                strip: 0,
+                source: Source::Peer,
+            },
             (_, Err(e)) => Decision::Reject(Reason::Invalid(e)),
             (Policy::Reject, Ok(_)) => Decision::Reject(Reason::HeaderForbidden),
-            (Policy::Ignore, Ok(Status::Complete(h))) => Decision::Accept { strip: h.len, source: Source::Peer },
+            (Policy::Ignore, Ok(Status::Complete(h))) => Decision::Accept {
+                strip: h.len,
+                source: Source::Peer,
+            },
             (_, Ok(Status::Complete(h))) => {
                 let addressed = h.command == Command::Proxy && h.addresses != Addresses::Unspec;
-                let source = if addressed { Source::Proxied(h) } else { Source::Peer };
-                Decision::Accept { strip: h.len, source }
+                let source = if addressed {
+                    Source::Proxied(h)
+                } else {
+                    Source::Peer
+                };
+                Decision::Accept {
+                    strip: h.len,
+                    source,
+                }
             }
             (_, Ok(Status::Partial(_))) => unreachable!("whole is complete"),
         };

@@ -28,10 +28,17 @@ fn check_raw(raw: RawTlv<'_>) {
     assert_eq!(raw.kind(), TlvKind::from(raw.code));
     match raw.decode() {
         Ok(typed) => {
-            assert_eq!((typed.code(), typed.value_len()), (raw.code, raw.value.len()));
+            assert_eq!(
+                (typed.code(), typed.value_len()),
+                (raw.code, raw.value.len())
+            );
             let mut one = vec![0u8; typed.encoded_len()];
             assert_eq!(encode_tlvs(&[typed], &mut one), Ok(one.len()));
-            assert_eq!((one[0], &one[3..]), (raw.code, raw.value), "re-encodes to its bytes");
+            assert_eq!(
+                (one[0], &one[3..]),
+                (raw.code, raw.value),
+                "re-encodes to its bytes"
+            );
             if let Tlv::Ssl(ssl) = typed {
                 check_ssl(raw.value, Ok(ssl));
             }
@@ -57,11 +64,20 @@ fn check_ssl(value: &[u8], got: Result<Ssl<'_>, Error>) {
     assert_eq!(Ssl::parse(value), got);
     if let Ok(ssl) = got {
         assert_eq!(ssl.client, value[0]);
-        assert_eq!(ssl.verify, u32::from_be_bytes([value[1], value[2], value[3], value[4]]));
+        assert_eq!(
+            ssl.verify,
+            u32::from_be_bytes([value[1], value[2], value[3], value[4]])
+        );
         let subs: Vec<(u8, &[u8])> = ssl.tlvs.map(|t| (t.code, t.value)).collect();
         assert_eq!(Some(subs), tile(&value[5..]));
-        assert_eq!(ssl.version(), ssl.tlvs.get(TlvKind::SslVersion).map(|t| t.value));
-        assert_eq!(ssl.common_name(), ssl.tlvs.get(TlvKind::SslCn).map(|t| t.value));
+        assert_eq!(
+            ssl.version(),
+            ssl.tlvs.get(TlvKind::SslVersion).map(|t| t.value)
+        );
+        assert_eq!(
+            ssl.common_name(),
+            ssl.tlvs.get(TlvKind::SslCn).map(|t| t.value)
+        );
         for sub in ssl.tlvs {
             check_raw(sub);
         }

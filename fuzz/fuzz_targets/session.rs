@@ -48,7 +48,13 @@ struct Input {
     cuts: Vec<u16>,
 }
 
-const POLICIES: [Policy; 5] = [Policy::Skip, Policy::Use, Policy::Ignore, Policy::Require, Policy::Reject];
+const POLICIES: [Policy; 5] = [
+    Policy::Skip,
+    Policy::Use,
+    Policy::Ignore,
+    Policy::Require,
+    Policy::Reject,
+];
 
 fuzz_target!(|input: Input| {
     let mut config = Config::new()
@@ -83,8 +89,11 @@ fuzz_target!(|input: Input| {
         let n = v1::Builder::tcp4(a, a).encode(&mut h).unwrap();
         stream.extend_from_slice(&h[..n]);
     }
-    let announced = (varint && config.compression_threshold() >= 0).then(|| config.compression_threshold());
-    let mut client = Client::new().expecting_greeting(announced).with_max_packet_len(8192);
+    let announced =
+        (varint && config.compression_threshold() >= 0).then(|| config.compression_threshold());
+    let mut client = Client::new()
+        .expecting_greeting(announced)
+        .with_max_packet_len(8192);
     let mut expected = Vec::new();
     let mut clean = input.tail.is_empty();
     let mut buf = vec![0u8; 8192];
@@ -103,11 +112,15 @@ fuzz_target!(|input: Input| {
     for req in input.requests.iter().take(12) {
         if !varint {
             let Req::Echo(data) = req else { continue };
-            let Framing::Fixed(f) = config.framing() else { unreachable!() };
+            let Framing::Fixed(f) = config.framing() else {
+                unreachable!()
+            };
             if data.len() > max {
                 clean = false;
             }
-            let n = LengthPrefixed::new(f.width(), f.endian(), u32::MAX).encode(data, &mut buf).unwrap();
+            let n = LengthPrefixed::new(f.width(), f.endian(), u32::MAX)
+                .encode(data, &mut buf)
+                .unwrap();
             stream.extend_from_slice(&buf[..n]);
             if data.len() <= max {
                 expected.push(Some(data.clone()));
@@ -118,10 +131,14 @@ fuzz_target!(|input: Input| {
             continue;
         }
         let r = match req {
-            Req::Echo(data) if data.len() + 1 <= max => client.encode_echo(data, &mut buf, &mut cws),
+            Req::Echo(data) if data.len() + 1 <= max => {
+                client.encode_echo(data, &mut buf, &mut cws)
+            }
             Req::Echo(_) => continue,
             Req::Stats => client.encode_stats(&mut buf, &mut cws),
-            Req::SetCompression(t) => client.encode_set_compression(i32::from(*t), &mut buf, &mut cws),
+            Req::SetCompression(t) => {
+                client.encode_set_compression(i32::from(*t), &mut buf, &mut cws)
+            }
         };
         let Ok(n) = r else { continue };
         stream.extend_from_slice(&buf[..n]);
@@ -138,28 +155,47 @@ fuzz_target!(|input: Input| {
         let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor);
         drive(&config, &mut ws, &counters, &stream, &input.cuts, room)
     } else {
-        drive(&config, &mut Workspace::new(&mut scratch), &counters, &stream, &input.cuts, room)
+        drive(
+            &config,
+            &mut Workspace::new(&mut scratch),
+            &counters,
+            &stream,
+            &input.cuts,
+            room,
+        )
     };
     let s = counters.snapshot();
     // Counted from the first call on, unless that call failed before the connection started
     // (an adapter bug: a threshold without zlib); closed as often as opened.
     let unstarted = closing == Some(wirekit_core::service::SessionError::CompressionUnavailable);
-    assert_eq!((s.connections, s.open_connections), (u64::from(!unstarted || s.connections == 1), 0));
+    assert_eq!(
+        (s.connections, s.open_connections),
+        (u64::from(!unstarted || s.connections == 1), 0)
+    );
     assert_eq!(s.bytes_in, consumed_total as u64);
     assert_eq!(s.bytes_out, sent.len() as u64);
     assert_eq!(s.errors, u64::from(closing.is_some()));
     assert!(s.frames_in <= s.frames_out + 1);
 
     // Every reply, in order, for a clean stream of requests the server accepted.
-    let accepted_policy = matches!(config.proxy().unknown_peer_policy(), Policy::Skip | Policy::Use | Policy::Ignore)
-        || (input.header.is_some() && config.proxy().unknown_peer_policy() == Policy::Require)
+    let accepted_policy = matches!(
+        config.proxy().unknown_peer_policy(),
+        Policy::Skip | Policy::Use | Policy::Ignore
+    ) || (input.header.is_some()
+        && config.proxy().unknown_peer_policy() == Policy::Require)
         || (input.header.is_none() && config.proxy().unknown_peer_policy() == Policy::Reject);
     if clean && closing.is_none() && accepted_policy && (input.zlib || announced.is_none()) {
         if !varint {
-            let Framing::Fixed(f) = config.framing() else { unreachable!() };
+            let Framing::Fixed(f) = config.framing() else {
+                unreachable!()
+            };
             let mut at = 0;
             for want in &expected {
-                let fr = f.decode(&sent[at..]).unwrap().complete().expect("a whole echo");
+                let fr = f
+                    .decode(&sent[at..])
+                    .unwrap()
+                    .complete()
+                    .expect("a whole echo");
                 assert_eq!(Some(fr.body.to_vec()), *want);
                 at += fr.consumed;
             }
@@ -169,7 +205,11 @@ fuzz_target!(|input: Input| {
         let mut at = 0;
         if announced.is_some() {
             // The greeting was decoded already; skip its frame.
-            let f = wirekit_core::frame::mc::FrameDecoder::new().decode_frame(&sent).unwrap().complete().unwrap();
+            let f = wirekit_core::frame::mc::FrameDecoder::new()
+                .decode_frame(&sent)
+                .unwrap()
+                .complete()
+                .unwrap();
             at = f.consumed;
         }
         for want in &expected {
@@ -199,7 +239,10 @@ fn drive<S: AsMut<[u32]>>(
     mut room: usize,
 ) -> (Vec<u8>, usize, Option<wirekit_core::service::SessionError>) {
     let mut session = Session::new(config, Instant::ZERO);
-    assert_eq!(session.next_timeout(), Some(Instant::ZERO + Duration::from_secs(5)));
+    assert_eq!(
+        session.next_timeout(),
+        Some(Instant::ZERO + Duration::from_secs(5))
+    );
     let mut out = vec![0u8; config.max_output_len().max(room)];
     let mut sent = Vec::new();
     let mut pending: Vec<u8> = Vec::new();

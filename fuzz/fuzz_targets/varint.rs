@@ -14,10 +14,16 @@ use wirekit_core::{BufferTooSmall, Needed, Status};
 
 /// The reference: `Ok(Some((value, len)))`, `Ok(None)` for a strict prefix, or the error.
 /// `bits` is the type's width; the value is returned as its unsigned bits.
-fn reference(input: &[u8], max_len: usize, bits: u32) -> Result<Option<(u128, usize)>, VarIntError> {
+fn reference(
+    input: &[u8],
+    max_len: usize,
+    bits: u32,
+) -> Result<Option<(u128, usize)>, VarIntError> {
     let mut value: u128 = 0;
     for i in 0..max_len {
-        let Some(&b) = input.get(i) else { return Ok(None) };
+        let Some(&b) = input.get(i) else {
+            return Ok(None);
+        };
         value += u128::from(b & 0x7f) << (7 * i);
         if b & 0x80 == 0 {
             return if value >> bits != 0 {
@@ -84,7 +90,9 @@ fn check_varlong(input: &[u8]) {
             assert_eq!(small, [0xAA; VARLONG_MAX_LEN], "untouched on error");
             // A VarInt-sized VarLong is the same bytes as the VarInt of its low 32 bits when
             // the value is non-negative and fits.
-            if let Ok(v32) = i32::try_from(v) && v32 >= 0 {
+            if let Ok(v32) = i32::try_from(v)
+                && v32 >= 0
+            {
                 let mut b32 = [0u8; VARINT_MAX_LEN];
                 let m = encode_varint(v32, &mut b32).unwrap();
                 assert_eq!(&b32[..m], &buf[..len]);

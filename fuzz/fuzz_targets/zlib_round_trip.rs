@@ -17,14 +17,21 @@ use wirekit_core::zlib::{
 fn zlib_rs_inflates(z: &[u8], want: &[u8]) {
     let mut d = Decompress::new(true);
     let mut out = vec![0u8; want.len() + 1];
-    let s = d.decompress(z, &mut out, FlushDecompress::Finish).expect("zlib-rs inflates it");
+    let s = d
+        .decompress(z, &mut out, FlushDecompress::Finish)
+        .expect("zlib-rs inflates it");
     assert_eq!(s, flate2::Status::StreamEnd);
-    assert_eq!((d.total_in() as usize, d.total_out() as usize), (z.len(), want.len()));
+    assert_eq!(
+        (d.total_in() as usize, d.total_out() as usize),
+        (z.len(), want.len())
+    );
     assert!(out[..want.len()] == *want);
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, input)) = data.split_first() else { return };
+    let Some((&sel, input)) = data.split_first() else {
+        return;
+    };
     let words = match sel % 8 {
         0 => WORKSPACE_MIN,
         1 => WORKSPACE_MCU,
@@ -34,7 +41,12 @@ fuzz_target!(|data: &[u8]| {
         k => WORKSPACE_MIN + usize::from(sel) * 331 * usize::from(k),
     };
     let small = Compressor::new(vec![0u32; WORKSPACE_MIN - 1 - usize::from(sel) % 8]);
-    assert_eq!(small.err(), Some(WorkspaceTooSmall { required: WORKSPACE_MIN }));
+    assert_eq!(
+        small.err(),
+        Some(WorkspaceTooSmall {
+            required: WORKSPACE_MIN
+        })
+    );
     let mut c = Compressor::new(vec![0u32; words]).unwrap();
     let mut inflater = Inflater::new();
     let mut z = vec![0u8; compress_bound(input.len())];
@@ -43,7 +55,11 @@ fuzz_target!(|data: &[u8]| {
         let n = c.compress(level, input, &mut z).unwrap();
         assert!(n <= compress_bound(input.len()));
         if level == Level::Stored {
-            assert_eq!(n, compress_bound(input.len()), "stored is exactly the bound");
+            assert_eq!(
+                n,
+                compress_bound(input.len()),
+                "stored is exactly the bound"
+            );
         }
         inflater.inflate_exact(&z[..n], &mut back).unwrap();
         assert_eq!(back, input);
