@@ -9,18 +9,10 @@ use wirekit_core::proxy::policy::{Outcome, Policy, decide};
 use wirekit_core::proxy::{self, Addresses, Command, Limits, Version};
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits {
-        max_header_len: proxy::v2::MAX_LEN,
-    };
+    let limits = Limits { max_header_len: proxy::v2::MAX_LEN };
     let result = proxy::parse(data, &limits);
     if let Some(outcome) = Outcome::from_parse(result) {
-        for p in [
-            Policy::Use,
-            Policy::Ignore,
-            Policy::Require,
-            Policy::Reject,
-            Policy::Skip,
-        ] {
+        for p in [Policy::Use, Policy::Ignore, Policy::Require, Policy::Reject, Policy::Skip] {
             let _ = decide(p, outcome);
         }
     }
@@ -46,22 +38,8 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(again.len, n);
     assert_eq!(
-        (
-            again.version,
-            again.command,
-            again.transport,
-            again.addresses,
-            again.tlvs,
-            again.crc32c
-        ),
-        (
-            h.version,
-            h.command,
-            h.transport,
-            h.addresses,
-            h.tlvs,
-            h.crc32c
-        )
+        (again.version, again.command, again.transport, again.addresses, again.tlvs, again.crc32c),
+        (h.version, h.command, h.transport, h.addresses, h.tlvs, h.crc32c)
     );
     // v2 re-emits byte for byte, except a LOCAL header whose address block did not fit its
     // family and was discarded (it comes back as a bare UNSPEC LOCAL).
