@@ -30,9 +30,9 @@ use std::time::Instant;
 use crate::process::{output, root, run_in};
 
 /// Runs of each target in the smoke run.
-const SMOKE_RUNS: u32 = 20_000;
+const SMOKE_RUNS: u32 = 5_000;
 /// The largest input the smoke run tries (campaigns use [`MAX_LEN`]).
-const SMOKE_MAX_LEN: usize = 4096;
+const SMOKE_MAX_LEN: usize = 1024;
 /// The largest input a campaign tries.
 const MAX_LEN: usize = 65536;
 const ENV: [(&str, &str); 1] = [("RUSTC_BOOTSTRAP", "1")];
