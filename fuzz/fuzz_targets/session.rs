@@ -115,13 +115,17 @@ fuzz_target!(|input: Input| {
             let Framing::Fixed(f) = config.framing() else {
                 unreachable!()
             };
+            // What the field's width can carry at all (a U8 field: 255 bytes).
+            let wire = LengthPrefixed::new(f.width(), f.endian(), u32::MAX);
+            if data.len() > wire.max_len() as usize {
+                continue;
+            }
             if data.len() > max {
                 clean = false;
             }
-            let n = LengthPrefixed::new(f.width(), f.endian(), u32::MAX)
-                .encode(data, &mut buf)
-                .unwrap();
-            stream.extend_from_slice(&buf[..n]);
+            let mut frame = vec![0u8; wire.encoded_len(data.len())];
+            let n = wire.encode(data, &mut frame).unwrap();
+            stream.extend_from_slice(&frame[..n]);
             if data.len() <= max {
                 expected.push(Some(data.clone()));
             }
