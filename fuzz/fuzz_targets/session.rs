@@ -183,7 +183,8 @@ fuzz_target!(|input: Input| {
 
     // Every reply, in order, for a clean stream of requests the server accepted.
     // Under SKIP a PROXY header is not read: its bytes are the first frames' (not clean).
-    let skipped_header = input.header.is_some() && config.proxy().unknown_peer_policy() == Policy::Skip;
+    let skipped_header =
+        input.header.is_some() && config.proxy().unknown_peer_policy() == Policy::Skip;
     if clean && closing.is_none() && !skipped_header && (input.zlib || announced.is_none()) {
         if !varint {
             let Framing::Fixed(f) = config.framing() else {

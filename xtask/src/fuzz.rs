@@ -543,7 +543,7 @@ fn write_report() -> Result<(), String> {
     md.push_str(
         "\n## Targets\n\n\
          | target | runs | total time | executions | cov (latest) | ft (latest) | corpus | \
-         plateau (latest) | crashes found |\n\
+         plateau (latest) | runs stopped by a crash |\n\
          |---|---:|---:|---:|---:|---:|---:|---|---:|\n",
     );
     let listed = order
@@ -569,7 +569,7 @@ fn write_report() -> Result<(), String> {
             md,
             "| {t} | {} | {} min | {} | {} | {} | {} files, {} KiB | {} | {crashes} |",
             runs.len(),
-            secs.div_ceil(60),
+            (secs + 30) / 60,
             thousands(execs),
             last.cov,
             last.ft,
