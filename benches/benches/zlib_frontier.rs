@@ -77,9 +77,14 @@ fn libdeflate(level: i32) -> CompressFn {
     Box::new(move |input, out| c.zlib_compress(input, out).unwrap())
 }
 
-/// wirekit's levels by their zlib number (`Level::from_zlib`): 1 quick, 2 fast, 6 default.
-const WIREKIT_LEVELS: [(u32, Level); 3] =
-    [(1, Level::Quick), (2, Level::Fast), (6, Level::Default)];
+/// wirekit's levels by their zlib number (`Level::from_zlib`): 1 quick, 2 fast, 4 lazy, 6
+/// default.
+const WIREKIT_LEVELS: [(u32, Level); 4] = [
+    (1, Level::Quick),
+    (2, Level::Fast),
+    (4, Level::Lazy),
+    (6, Level::Default),
+];
 
 fn contenders() -> Vec<Contender> {
     let mut all = Vec::new();
@@ -201,7 +206,12 @@ fn compress_class(
     inputs: &[&[u8]],
     contenders: &mut [Contender],
 ) -> BTreeMap<String, Point> {
-    let bound = inputs.iter().map(|p| compress_bound(p.len())).max().unwrap_or(0) + 64;
+    let bound = inputs
+        .iter()
+        .map(|p| compress_bound(p.len()))
+        .max()
+        .unwrap_or(0)
+        + 64;
     let mut outs: Vec<Vec<u8>> = contenders.iter().map(|_| vec![0u8; bound]).collect();
     let mut sizes = Vec::new();
     for (c, out) in contenders.iter_mut().zip(&mut outs) {
@@ -259,8 +269,7 @@ fn inflate_class(rounds: usize, inputs: &[&[u8]]) -> Vec<(&'static str, f64, f64
     let mut inflater = Inflater::new();
     // Checked once, and wirekit's for allocations.
     for (s, p) in streams.iter().zip(inputs) {
-        let (r, allocs) =
-            count_allocations(|| inflater.inflate_exact(s, &mut out_w[..p.len()]));
+        let (r, allocs) = count_allocations(|| inflater.inflate_exact(s, &mut out_w[..p.len()]));
         r.unwrap();
         assert_eq!(allocs.count, 0, "wirekit inflate allocated");
         assert!(&out_w[..p.len()] == *p);
@@ -324,7 +333,10 @@ fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(5);
     let corpora: Vec<(&str, Vec<Packet>)> = vec![
-        ("captured", load("captured").expect("benches/corpus/captured.bin")),
+        (
+            "captured",
+            load("captured").expect("benches/corpus/captured.bin"),
+        ),
         (
             "peer-generated",
             load("peer-generated").expect("benches/corpus/peer-generated.bin"),
@@ -346,7 +358,12 @@ fn main() {
                 let p = measured[&c.name];
                 points.push((corpus.to_string(), class, c.name.clone(), p, inputs.len()));
             }
-            inflates.push((corpus.to_string(), class, inputs.len(), inflate_class(rounds, &inputs)));
+            inflates.push((
+                corpus.to_string(),
+                class,
+                inputs.len(),
+                inflate_class(rounds, &inputs),
+            ));
             eprintln!(
                 "{corpus} {}: {} inputs, {:.1}s",
                 class.label(),
@@ -455,7 +472,9 @@ fn main() {
     println!(
         "\ncaption: Inflate of the zlib-rs level 6 streams of each class into a buffer of the declared length: time per packet (median of {rounds} alternating rounds of thread CPU time), speed-up = peer time / wirekit time.\n"
     );
-    println!("| corpus | class | packets | wirekit | zlib-rs | libdeflate | vs zlib-rs | vs libdeflate |");
+    println!(
+        "| corpus | class | packets | wirekit | zlib-rs | libdeflate | vs zlib-rs | vs libdeflate |"
+    );
     println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for (corpus, class, n, row) in &inflates {
         let (w, z, l) = (row[0].1, row[1].1, row[2].1);
@@ -477,7 +496,11 @@ fn main() {
     let dir = target.join("zlib-frontier");
     std::fs::create_dir_all(&dir).expect("target/zlib-frontier");
     let mut f = std::fs::File::create(dir.join("points.tsv")).expect("points.tsv");
-    writeln!(f, "corpus\tclass\tcompressor\tpeer\tlevel\tbytes\tns_per_packet\tpackets").unwrap();
+    writeln!(
+        f,
+        "corpus\tclass\tcompressor\tpeer\tlevel\tbytes\tns_per_packet\tpackets"
+    )
+    .unwrap();
     for (corpus, class, name, p, n) in &points {
         let c = contenders.iter().find(|c| &c.name == name).expect("known");
         writeln!(

@@ -745,7 +745,9 @@ fn peer_colour(peer: &str) -> &'static str {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The plot as SVG text: one panel per corpus (rows) and size class (columns); in each, x is
@@ -816,7 +818,10 @@ fn frontier_svg(points: &[FrontierPoint]) -> String {
                 rmax = rmax.max(rel(p));
             }
             let (lt0, lt1) = ((tmin * 0.8).log10(), (tmax * 1.25).log10());
-            let (r0, r1) = (rmin - (rmax - rmin) * 0.06, rmax + (rmax - rmin) * 0.06 + 1e-9);
+            let (r0, r1) = (
+                rmin - (rmax - rmin) * 0.06,
+                rmax + (rmax - rmin) * 0.06 + 1e-9,
+            );
             let px = |ns: f64| x0 + (ns.log10() - lt0) / (lt1 - lt0) * pw;
             let py = |r: f64| y0 + ph - (r - r0) / (r1 - r0) * ph;
             let _ = writeln!(
@@ -1000,10 +1005,19 @@ mod tests {
 
     #[test]
     fn captions_pair_with_their_tables() {
-        let lines: Vec<String> = ["caption: first", "", "| a |", "|---|", "caption: second", "| b |", "x", "| c |"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let lines: Vec<String> = [
+            "caption: first",
+            "",
+            "| a |",
+            "|---|",
+            "caption: second",
+            "| b |",
+            "x",
+            "| c |",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(table_captions(&lines), ["first", "second", ""]);
         assert_eq!(printed_tables(&lines).len(), 3);
     }
@@ -1019,7 +1033,11 @@ mod tests {
         assert_eq!(points[1].compressor, "zlib-rs-6");
         let svg = frontier_svg(&points);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<circle").count(), 2 + 2, "two points, two legend dots");
+        assert_eq!(
+            svg.matches("<circle").count(),
+            2 + 2,
+            "two points, two legend dots"
+        );
         assert!(svg.contains("ours · whole"));
     }
 }
