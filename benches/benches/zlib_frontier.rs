@@ -168,7 +168,7 @@ struct Point {
 /// Times `fs` over `inputs` in alternating rounds; returns each one's median ns per packet and
 /// spread.
 fn alternate(rounds: usize, inputs: &[&[u8]], fs: &mut [&mut dyn FnMut()]) -> Vec<(f64, f64)> {
-    let passes: Vec<u32> = fs.iter_mut().map(|f| passes_for(f)).collect();
+    let passes: Vec<u32> = fs.iter_mut().map(passes_for).collect();
     let mut samples = vec![Vec::new(); fs.len()];
     for r in 0..rounds {
         for k in 0..fs.len() {

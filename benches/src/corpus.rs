@@ -137,7 +137,7 @@ impl Class {
     }
 
     /// The inputs of this class cut from `packets`.
-    pub fn inputs<'a>(self, packets: &'a [Packet]) -> Vec<&'a [u8]> {
+    pub fn inputs(self, packets: &[Packet]) -> Vec<&[u8]> {
         let within = |lo: usize, hi: usize| {
             packets
                 .iter()
