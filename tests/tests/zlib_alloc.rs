@@ -48,7 +48,7 @@ fn compress_and_inflate_allocate_nothing() {
         }
         checked
     });
-    assert_eq!(checked, 24);
+    assert_eq!(checked, 30);
     assert_eq!(stats.count, 0, "{stats:?}");
 }
 
