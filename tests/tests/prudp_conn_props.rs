@@ -637,17 +637,15 @@ async def main():
 anyio.run(main)
 "#;
 
-/// Interop: NintendoClients' PRUDP client (its own venv at `target/ncvenv`, made with
-/// `python3.11 -m venv target/ncvenv && target/ncvenv/bin/pip install nintendoclients==4.4.0
-/// anynet==1.1.0`) against this server connection over loopback UDP, v0 and v1. Skipped
-/// with a message when the venv is absent.
+/// Interop: NintendoClients' PRUDP client (the interop venv `cargo xtask setup` installs, with
+/// nintendoclients 4.4.0 and anynet 1.1.0) against this server connection over loopback UDP,
+/// v0 and v1. Skipped with a message when the venv is absent, a failure under
+/// `WIREKIT_REQUIRE_PEERS=1`.
 #[test]
 fn nintendoclients_client_against_server_connection() {
-    let python = wirekit_tests::peers::workspace_root().join("target/ncvenv/bin/python");
-    if !python.exists() {
-        eprintln!("skipping: no NintendoClients venv at {}", python.display());
+    let Some(python) = wirekit_tests::peers::python() else {
         return;
-    }
+    };
     for version in [0u8, 1] {
         let v = if version == 0 {
             Version::V0(V0Format::NEX)
