@@ -557,6 +557,23 @@ async fn log_in(
     (s, session_key)
 }
 
+/// Register's parameters: one local StationURL.
+fn register_request(ctx: Context) -> Vec<u8> {
+    let local = StationUrl::parse("prudp:/address=127.0.0.1;port=0;sid=15;type=2").unwrap();
+    let urls = [local];
+    let mut body = vec![0u8; 64];
+    let n = encode(
+        &RegisterRequest {
+            urls: List::from_slice(&urls),
+        },
+        ctx,
+        &mut body,
+    )
+    .unwrap();
+    body.truncate(n);
+    body
+}
+
 #[test]
 fn wirekit_client_logs_in_through_nintendoclients_servers() {
     let Some((python, script)) = driver() else {
@@ -607,18 +624,7 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
         };
         rt.block_on(async {
             let (mut s, _) = log_in(config, ctx, auth, "nex_peer.py").await;
-            let mut body = [0u8; 64];
-            let local = StationUrl::parse("prudp:/address=127.0.0.1;port=0;sid=15;type=2").unwrap();
-            let urls = [local];
-            let n = encode(
-                &RegisterRequest {
-                    urls: List::from_slice(&urls),
-                },
-                ctx,
-                &mut body,
-            )
-            .unwrap();
-            let reply = s.call(11, 2, 1, &body[..n]).await;
+            let reply = s.call(11, 2, 1, &register_request(ctx)).await;
             let registered: RegisterResponse<'_> = decode(&reply, ctx).unwrap();
             assert!(registered.result.is_success());
             assert_eq!(registered.connection_id, 1);
@@ -661,22 +667,12 @@ fn nex_decode_decrypts_what_wirekit_nex_serve_sent() {
         .unwrap();
     let (capture, session_key, bodies) = rt.block_on(async {
         let (mut s, session_key) = log_in(config, ctx, server.auth, "decode build").await;
-        let local = StationUrl::parse("prudp:/address=127.0.0.1;port=0;sid=15;type=2").unwrap();
-        let urls = [local];
-        let mut body = [0u8; 64];
-        let n = encode(
-            &RegisterRequest {
-                urls: List::from_slice(&urls),
-            },
-            ctx,
-            &mut body,
-        )
-        .unwrap();
-        let registered = s.call(11, 7, 1, &body[..n]).await;
+        let body = register_request(ctx);
+        let registered = s.call(11, 7, 1, &body).await;
         let tested = s.call(11, 8, 5, &[]).await;
         assert!(tested.is_empty());
         let capture = s.close().await;
-        (capture, session_key, [body[..n].to_vec(), registered])
+        (capture, session_key, [body, registered])
     });
     drop(server);
     let input: String = capture
