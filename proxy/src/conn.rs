@@ -108,15 +108,13 @@ pub(crate) async fn serve(
     let player = line.player.as_deref().unwrap_or("-");
     let duration_ms = started.elapsed().as_millis() as u64;
     let (what, reason, suppressed) = match ended {
-        Ended::Done(reason) => ("closed", reason, 0),
+        Ended::Done(reason) => {
+            shared.metrics.closed(reason);
+            ("closed", reason, 0)
+        }
         Ended::Refused(reason) => {
             shared.metrics.rejection(reason);
-            let allowed = shared
-                .logs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .allow(line.client.ip());
-            match allowed {
+            match shared.allow_line(line.client.ip()) {
                 Some(suppressed) => ("refused", reason, suppressed),
                 None => return,
             }

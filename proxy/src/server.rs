@@ -92,6 +92,20 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// `Some(suppressed)` if a refusal line about `client` may be written now; a line it
+    /// may not is counted in the metrics.
+    pub(crate) fn allow_line(&self, client: std::net::IpAddr) -> Option<u32> {
+        let allowed = self
+            .logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow(client);
+        if allowed.is_none() {
+            self.metrics.line_suppressed();
+        }
+        allowed
+    }
+
     /// The settings generation new connections get.
     pub(crate) fn runtime(&self) -> Arc<Runtime> {
         self.runtime
@@ -302,11 +316,8 @@ async fn accept_loop(
                 Ok(s) => s,
                 Err(e) => {
                     // Out of descriptors, mostly: back off a little instead of spinning.
-                    if let Some(suppressed) = shared
-                        .logs
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .allow(std::net::Ipv4Addr::UNSPECIFIED.into())
+                    if let Some(suppressed) =
+                        shared.allow_line(std::net::Ipv4Addr::UNSPECIFIED.into())
                     {
                         warn!(error = %e, suppressed, "accept failed");
                     }
@@ -320,12 +331,7 @@ async fn accept_loop(
         if shared.open.fetch_add(1, Ordering::Relaxed) >= max {
             shared.open.fetch_sub(1, Ordering::Relaxed);
             shared.metrics.rejection("max_connections");
-            let allowed = shared
-                .logs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .allow(peer.ip());
-            if let Some(suppressed) = allowed {
+            if let Some(suppressed) = shared.allow_line(peer.ip()) {
                 info!(%peer, suppressed, reason = "max_connections", "refused");
             }
             continue;
