@@ -115,6 +115,23 @@ impl Shared {
     }
 }
 
+/// The accept queue asked for (the kernel caps it at `net.core.somaxconn`). A burst of
+/// connects past the queue is dropped at the SYN and retried by the client a second later, so
+/// a proxy in front of a flood wants more than the 128 a plain bind gets.
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 fn random_seed() -> HashSeed {
     let s = RandomState::new();
     let a = s.hash_one(0x5eed_u64).to_le_bytes();
@@ -157,7 +174,7 @@ impl Proxy {
         let s = &runtime.settings;
         let mut listeners = Vec::new();
         for addr in &s.listen {
-            listeners.push(TcpListener::bind(addr).await?);
+            listeners.push(listen(*addr)?);
         }
         let metrics_listener = match s.metrics_listen {
             Some(addr) => Some(TcpListener::bind(addr).await?),
