@@ -617,7 +617,18 @@ fn clients_vanishing_mid_frame_are_closed_counted_and_others_served() {
 
 #[test]
 fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
-    let dead = wirekit_rig::net::free_port().unwrap();
+    // A port bound and not listening: connects to it are refused, and no other socket (the
+    // floods' ephemeral ports, a self-connect) can take it meanwhile.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _rt = rt.enter();
+    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+    reserved
+        .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .unwrap();
+    let dead = reserved.local_addr().unwrap().port();
     let proxy = McProxy::start(&format!(
         "[[route]]\nhosts = [\"down.test\"]\nupstreams = [\"127.0.0.1:{dead}\"]\n\
          fallback-motd = \"upstream down\"\nfallback-version = \"Fallback 1.0\"\n"
@@ -640,7 +651,8 @@ fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
         1
     );
     // Served again once the upstream is back.
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, dead)).unwrap();
+    let listener = reserved.listen(16).unwrap().into_std().unwrap();
+    listener.set_nonblocking(false).unwrap();
     let mut s = connect_from(52, proxy.addr);
     let sent = login_bytes("down.test", "Ivy");
     s.write_all(&sent).unwrap();
