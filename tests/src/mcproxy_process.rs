@@ -389,3 +389,43 @@ pub fn reset(s: TcpStream) {
     socket.set_zero_linger().expect("SO_LINGER 0");
     drop(socket);
 }
+
+/// minecraft-protocol sessions through `proxy`, all at once, one per `(version, host, from,
+/// route)`: login with compression, play (configuration first from 1.20.2), chat both ways.
+/// Checks that each client printed `ok Tester` and that the proxy's close line for it names
+/// `route` (and the splice relay, on Linux).
+pub fn node_sessions(proxy: &McProxy, sessions: &[(&str, &str, &str, &str)]) {
+    let clients: Vec<(&str, Child)> = sessions
+        .iter()
+        .map(|(v, host, from, _)| {
+            let child = node_client(proxy.addr, v, host, from)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (*v, child)
+        })
+        .collect();
+    for (v, mut c) in clients {
+        let drain = peers::drain(&mut c);
+        let status = peers::wait_bounded(&mut c, Duration::from_secs(30)).expect("client finished");
+        let (out, err) = drain.join();
+        assert!(
+            status.success() && out.contains("ok Tester"),
+            "{v}: {out} {err}\n{}",
+            proxy.proc.log()
+        );
+    }
+    let log = proxy.proc.wait_log("player=\"Tester\"", sessions.len());
+    for (_, _, client, route) in sessions {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("client={client}:")))
+            .unwrap_or_else(|| panic!("no close line for {client}: {log}"));
+        assert!(line.contains(&format!("route=\"{route}\"")), "{line}");
+        assert!(line.contains(" closed "), "{line}");
+        if cfg!(target_os = "linux") {
+            assert!(line.contains("relay=\"splice\""), "{line}");
+        }
+    }
+}

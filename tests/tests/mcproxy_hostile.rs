@@ -8,7 +8,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,9 +21,8 @@ use wirekit_proxy::prelogin::MAX_HANDSHAKE_BODY;
 use wirekit_tests::faults;
 use wirekit_tests::mcproxy_process::{
     McProxy, WAIT, connect_from, expect_disconnect, handshake, login_bytes, login_start,
-    node_client, node_server, read_packet, reset, status, wait_closed,
+    node_server, node_sessions, read_packet, reset, status, wait_closed,
 };
-use wirekit_tests::peers;
 use wirekit_tests::serve_process;
 
 /// Limits off: the floods below come from one address and must reach the pre-login reader.
@@ -840,43 +838,13 @@ fn minecraft_protocol_client_and_server_through_passthrough_1_20_4_and_1_21_4() 
          [[route]]\nname = \"v21\"\nhosts = [\"v21.mc.test\"]\nupstreams = [\"127.0.0.1:{p21}\"]\n"
     ));
     // Both at once: login with compression, configuration, play, chat both ways.
-    let clients: Vec<_> = [
-        ("1.20.4", "v20.mc.test", "127.0.0.80"),
-        ("1.21.4", "V21.mc.test.", "127.0.0.81"),
-    ]
-    .iter()
-    .map(|(v, host, from)| {
-        let child = node_client(proxy.addr, v, host, from)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        (*v, child)
-    })
-    .collect();
-    for (v, mut c) in clients {
-        let drain = peers::drain(&mut c);
-        let status = peers::wait_bounded(&mut c, Duration::from_secs(30)).expect("client finished");
-        let (out, err) = drain.join();
-        assert!(
-            status.success() && out.contains("ok Tester"),
-            "{v}: {out} {err}\n{}",
-            proxy.proc.log()
-        );
-    }
-    let log = proxy.proc.wait_log("player=\"Tester\"", 2);
-    for (client, route) in [("127.0.0.80", "v20"), ("127.0.0.81", "v21")] {
-        let line = lines_about(&log, &format!("{client}:"), " closed ");
-        assert_eq!(line.len(), 1, "{log}");
-        assert!(
-            line[0].contains(&format!("route=\"{route}\"")),
-            "{}",
-            line[0]
-        );
-        if cfg!(target_os = "linux") {
-            assert!(line[0].contains("relay=\"splice\""), "{}", line[0]);
-        }
-    }
+    node_sessions(
+        &proxy,
+        &[
+            ("1.20.4", "v20.mc.test", "127.0.0.80", "v20"),
+            ("1.21.4", "V21.mc.test.", "127.0.0.81", "v21"),
+        ],
+    );
     // A status through the same routes comes from the upstreams.
     let v20 = status(proxy.addr, 82, "v20.mc.test", 765);
     assert!(v20.contains("twenty"), "{v20}");
