@@ -28,26 +28,26 @@ use crate::prelogin::{
 use crate::relay::{self, ByteCounters, RelayEnd};
 use crate::router::UpstreamHold;
 use crate::server::{Runtime, Shared};
-use crate::settings::{Route, UnknownHost};
+use crate::settings::{Mode, Route, UnknownHost};
 use crate::status::{self, LegacyView};
 
 /// How a connection ended: normally (`Done`), or closed by the proxy (`Refused`, counted as
 /// a rejection and logged through the per-source log limiter).
-enum Ended {
+pub(crate) enum Ended {
     Done(&'static str),
     Refused(&'static str),
 }
 
 /// What the close line says.
-struct Line {
-    client: SocketAddr,
+pub(crate) struct Line {
+    pub(crate) client: SocketAddr,
     route: Option<String>,
-    upstream: Option<SocketAddr>,
+    pub(crate) upstream: Option<SocketAddr>,
     player: Option<String>,
-    serverbound: u64,
-    clientbound: u64,
+    pub(crate) serverbound: u64,
+    pub(crate) clientbound: u64,
     /// How the bytes went: `splice`, `copy`, or `-` before a relay.
-    relay: &'static str,
+    pub(crate) relay: &'static str,
 }
 
 /// A connection counted open under the source limits until dropped.
@@ -323,7 +323,7 @@ async fn run(
                 Ok(b) => b,
                 Err(e) => return prelogin_end(e),
             };
-            let name = split_packet(inbound.bytes(login)).ok().and_then(|p| {
+            let name = split_packet(inbound.bytes(login.clone())).ok().and_then(|p| {
                 LoginStart::parse(p.data, protocol)
                     .ok()
                     .map(|l| l.name.to_owned())
@@ -346,6 +346,18 @@ async fn run(
                 }
                 return Ended::Refused("unknown_host");
             };
+            if r.mode == Mode::Inspect {
+                let opening = crate::inspect::login::Opening {
+                    frame,
+                    body,
+                    login,
+                    client,
+                    dst,
+                    host: &host,
+                };
+                return crate::inspect::login::serve(shared, rt, i, r, inbound, opening, line, gauge)
+                    .await;
+            }
             let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
                 disconnect(
                     &mut inbound.stream,
@@ -485,7 +497,7 @@ async fn route_status(
 
 /// Connects to route `i`'s upstreams in its balance order, failing over to the next one when
 /// a connect fails or times out.
-async fn connect(
+pub(crate) async fn connect(
     shared: &Shared,
     rt: &Runtime,
     i: usize,
@@ -514,7 +526,7 @@ async fn connect(
 
 /// The handshake frame the upstream gets: `frame` as received, or rebuilt with the route's
 /// rewrite host (marker and TCPShield suffix kept).
-fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
+pub(crate) fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
     let Some(new_host) = &r.rewrite_host else {
         return frame.to_vec();
     };
@@ -534,7 +546,7 @@ fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
 
 /// A PROXY v2 header naming `client` (to `dst`), with CRC32C and an AUTHORITY TLV naming the
 /// host the client asked for.
-fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
+pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
     let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
     let v6 = |a: SocketAddr| match a {
         SocketAddr::V4(a) => std::net::SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
@@ -559,7 +571,7 @@ fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
 }
 
 /// Sends a login-state Disconnect with `text` and closes the write side.
-async fn disconnect(stream: &mut TcpStream, text: &str) {
+pub(crate) async fn disconnect(stream: &mut TcpStream, text: &str) {
     let reason = serde_json::json!({ "text": text }).to_string();
     let packet = Disconnect { reason: &reason };
     let mut out = vec![0u8; packet.frame_len()];

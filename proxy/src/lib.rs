@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 mod conn;
+pub mod inspect;
 pub mod metrics;
 pub mod prelogin;
 pub mod relay;
