@@ -323,11 +323,13 @@ async fn run(
                 Ok(b) => b,
                 Err(e) => return prelogin_end(e),
             };
-            let name = split_packet(inbound.bytes(login.clone())).ok().and_then(|p| {
-                LoginStart::parse(p.data, protocol)
-                    .ok()
-                    .map(|l| l.name.to_owned())
-            });
+            let name = split_packet(inbound.bytes(login.clone()))
+                .ok()
+                .and_then(|p| {
+                    LoginStart::parse(p.data, protocol)
+                        .ok()
+                        .map(|l| l.name.to_owned())
+                });
             let Some(name) = name else {
                 return Ended::Refused("bad_login_start");
             };
@@ -355,8 +357,10 @@ async fn run(
                     dst,
                     host: &host,
                 };
-                return crate::inspect::login::serve(shared, rt, i, r, inbound, opening, line, gauge)
-                    .await;
+                return crate::inspect::login::serve(
+                    shared, rt, i, r, inbound, opening, line, gauge,
+                )
+                .await;
             }
             let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
                 disconnect(

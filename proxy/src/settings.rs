@@ -350,7 +350,12 @@ mod tests {
         s.routes[0].mode = Mode::Inspect;
         assert_eq!(s.check(), Ok(()));
         s.routes[0].inspect.max_serverbound_packet = 0;
-        assert!(s.check().unwrap_err().to_string().contains("maximum packet"));
+        assert!(
+            s.check()
+                .unwrap_err()
+                .to_string()
+                .contains("maximum packet")
+        );
     }
 
     #[test]

@@ -147,6 +147,7 @@ pub(crate) async fn serve(
     drop(insp);
     if end != InspectEnd::Opaque {
         return if end.is_refusal() {
+            linger(&mut stream).await;
             Ended::Refused(end.as_str())
         } else {
             Ended::Done(end.as_str())
@@ -193,5 +194,25 @@ async fn refuse<F: Filter + ?Sized>(
         }
     }
     let _ = inbound.stream.shutdown().await;
+    linger(&mut inbound.stream).await;
     Ended::Refused(close.reason.label())
+}
+
+/// How long a refused client's bytes are read and dropped after its Disconnect.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Reads and drops what a refused client still sends, until it closes or [`LINGER`] passes:
+/// closing with unread bytes would reset the connection, and a reset can discard the
+/// Disconnect before the client reads it (a flooding client is still writing).
+async fn linger(stream: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }

@@ -120,7 +120,9 @@ impl InspectSettings {
     /// Refuses what cannot run: rules the core refuses, a maximum packet of 0 or over
     /// vanilla's Data Length maximum.
     pub fn check(&self) -> Result<(), String> {
-        self.core_rules().check().map_err(|e| e.as_str().to_owned())?;
+        self.core_rules()
+            .check()
+            .map_err(|e| e.as_str().to_owned())?;
         for (name, max) in [
             ("serverbound", self.max_serverbound_packet),
             ("clientbound", self.max_clientbound_packet),
@@ -293,9 +295,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Self {
         let sb = settings.max_packet(Direction::Serverbound);
         let cb = settings.max_packet(Direction::Clientbound);
-        let client_level = settings
-            .client_compression
-            .map_or(Level::Fast, |c| c.level);
+        let client_level = settings.client_compression.map_or(Level::Fast, |c| c.level);
         Inspector {
             settings,
             conn: ProxyConn::new(settings.conn_config()),
@@ -384,7 +384,6 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         Some(at..at + len)
     }
 
-
     /// Relays between the client and the upstream until a peer ends, a socket fails, the
     /// machine closes, the connection goes opaque, or `shutdown` is cancelled. Bytes
     /// preloaded with [`preload_serverbound`](Self::preload_serverbound) are handled first.
@@ -439,7 +438,12 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
 
     /// Handles the whole frames buffered in `dir`: each judged, forwarded (as received, or
     /// framed again), rewritten, dropped, or the end of the relay.
-    async fn handle(&mut self, dir: Direction, cw: &mut Writer<'_>, uw: &mut Writer<'_>) -> Handled {
+    async fn handle(
+        &mut self,
+        dir: Direction,
+        cw: &mut Writer<'_>,
+        uw: &mut Writer<'_>,
+    ) -> Handled {
         let now = wirekit_std::clock::now();
         let Inspector {
             settings,
@@ -466,9 +470,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         // The run of frames forwarded as received, not yet written.
         let mut pending: Option<Range<usize>> = None;
         let after = loop {
-            let decoded =
-                side.decoder
-                    .decode(&side.buf[pos..side.end], &mut work.inflater, &mut work.scratch);
+            let decoded = side.decoder.decode(
+                &side.buf[pos..side.end],
+                &mut work.inflater,
+                &mut work.scratch,
+            );
             let (body, consumed, compressed) = match decoded {
                 Ok(Status::Complete(b)) => (b.body, b.consumed, b.compressed),
                 Ok(Status::Partial(_)) => break After::Partial,
@@ -500,7 +506,9 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     if dir == Direction::Clientbound && settings.client_compression.is_some() =>
                 {
                     // The client is told the proxy's threshold, in the framing it has now.
-                    let own = settings.client_compression.map_or(threshold, |c| c.threshold);
+                    let own = settings
+                        .client_compression
+                        .map_or(threshold, |c| c.threshold);
                     let mut sc = [0u8; 10];
                     let n = encode_varint(packet.id, &mut sc).unwrap_or(0);
                     let m = encode_varint(own, &mut sc[n..]).unwrap_or(0);
@@ -711,7 +719,13 @@ fn push_frame<S: AsMut<[u32]>>(
     body: &[u8],
     compressor: &mut Compressor<S>,
 ) -> Result<(), wirekit_core::frame::EncodeError> {
-    push_frame_split(&side.encoder, &mut side.out, &mut side.out_len, body, compressor)
+    push_frame_split(
+        &side.encoder,
+        &mut side.out,
+        &mut side.out_len,
+        body,
+        compressor,
+    )
 }
 
 /// [`push_frame`] over the side's fields, for a body borrowed from the side's read buffer.

@@ -144,11 +144,21 @@ impl RuleConfig {
         let state = State::ALL
             .into_iter()
             .find(|s| s.as_str() == self.state)
-            .ok_or_else(|| format!("rule state {:?}: handshake, status, login, configuration or play", self.state))?;
+            .ok_or_else(|| {
+                format!(
+                    "rule state {:?}: handshake, status, login, configuration or play",
+                    self.state
+                )
+            })?;
         let direction = Direction::BOTH
             .into_iter()
             .find(|d| d.as_str() == self.direction)
-            .ok_or_else(|| format!("rule direction {:?}: serverbound or clientbound", self.direction))?;
+            .ok_or_else(|| {
+                format!(
+                    "rule direction {:?}: serverbound or clientbound",
+                    self.direction
+                )
+            })?;
         let versions = VersionRange::new(
             self.min_version.unwrap_or(VersionRange::ALL.min),
             self.max_version.unwrap_or(VersionRange::ALL.max),
