@@ -98,7 +98,7 @@ pub struct RuleConfig {
 }
 
 /// Every packet a rule can name.
-const NAMED: [KnownPacket; 24] = [
+const NAMED: [KnownPacket; 23] = [
     KnownPacket::Handshake,
     KnownPacket::StatusRequest,
     KnownPacket::StatusResponse,
@@ -122,7 +122,6 @@ const NAMED: [KnownPacket; 24] = [
     KnownPacket::CookieRequest,
     KnownPacket::CookieResponse,
     KnownPacket::StoreCookie,
-    KnownPacket::Handshake,
 ];
 
 fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
@@ -277,6 +276,23 @@ impl InspectConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_readme_inspect_route_is_valid() {
+        let readme = include_str!("../../../../README.md");
+        let at = readme.find("[route.inspect]\n").expect("the inspect example");
+        let start = readme[..at].rfind("```toml\n").unwrap() + 8;
+        let end = start + readme[start..].find("```").unwrap();
+        let file: crate::cli::mcproxy::ProxyArgs = toml::from_str(&readme[start..end]).unwrap();
+        let s = file.settings().unwrap();
+        let i = &s.routes[0].inspect;
+        assert_eq!(s.routes[0].mode, wirekit_proxy::Mode::Inspect);
+        assert_eq!(i.unknown_version, UnknownVersion::Refuse);
+        assert_eq!(i.client_compression.map(|c| c.threshold), Some(512));
+        assert_eq!(i.handshake.max_host_len, 64);
+        assert!(i.rules.len() >= 2);
+        assert_eq!(i.rules.last().unwrap().action, RuleAction::MaxLen(300));
+    }
 
     #[test]
     fn rules_budgets_and_handshake_from_toml() {
