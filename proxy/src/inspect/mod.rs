@@ -127,7 +127,7 @@ impl InspectSettings {
             ("serverbound", self.max_serverbound_packet),
             ("clientbound", self.max_clientbound_packet),
         ] {
-            if max < 16 || max > wirekit_core::frame::compressed::MAX_DATA_LEN {
+            if !(16..=wirekit_core::frame::compressed::MAX_DATA_LEN).contains(&max) {
                 return Err(format!(
                     "{name} maximum packet: 16 to {} bytes",
                     wirekit_core::frame::compressed::MAX_DATA_LEN

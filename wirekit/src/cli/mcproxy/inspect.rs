@@ -280,7 +280,9 @@ mod tests {
     #[test]
     fn the_readme_inspect_route_is_valid() {
         let readme = include_str!("../../../../README.md");
-        let at = readme.find("[route.inspect]\n").expect("the inspect example");
+        let at = readme
+            .find("[route.inspect]\n")
+            .expect("the inspect example");
         let start = readme[..at].rfind("```toml\n").unwrap() + 8;
         let end = start + readme[start..].find("```").unwrap();
         let file: crate::cli::mcproxy::ProxyArgs = toml::from_str(&readme[start..end]).unwrap();
