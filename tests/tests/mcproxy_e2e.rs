@@ -806,3 +806,39 @@ fn sigterm_stops_accepting_and_ends_relays_after_the_grace() {
     let mut b = [0u8; 1];
     assert_eq!(relayed.read(&mut b).unwrap_or(0), 0);
 }
+
+#[test]
+fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
+    use wirekit_tests::haproxy::{Haproxy, HaproxyConfig};
+    let proxy = McProxy::start(
+        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.1/32\"]\nconn-per-ip-max = 1\nunknown-host = \"motd\"\n",
+    );
+    let port = free_port().unwrap();
+    let config = HaproxyConfig::new()
+        .frontend("mc", port, &[], &[], "wirekit")
+        .backend("wirekit", "proxy", proxy.addr.port(), &["send-proxy-v2"]);
+    let Some(_haproxy) = Haproxy::start(&config) else {
+        return;
+    };
+    let front = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    // .101 holds its one connection (silent, inside the handshake timeout).
+    let _held = connect_from(101, front);
+    thread::sleep(Duration::from_millis(300));
+    // Its second is refused by the proxy (HAProxy then closes the client side) ...
+    let mut again = connect_from(101, front);
+    again.set_read_timeout(Some(WAIT)).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(again.read(&mut b).unwrap_or(0), 0);
+    let log = proxy.proc.wait_log("reason=\"host_concurrent\"", 1);
+    let refused = log
+        .lines()
+        .find(|l| l.contains("reason=\"host_concurrent\""))
+        .unwrap();
+    assert!(
+        refused.contains("client=127.0.0.101:") && refused.contains("peer=127.0.0.1:"),
+        "{refused}"
+    );
+    // ... while .102, through the same HAProxy, is served.
+    let json = status(front, 102, "x.test", 340);
+    assert!(json.contains("Unknown server"), "{json}");
+}

@@ -642,6 +642,21 @@ mod tests {
     }
 
     #[test]
+    fn a_new_config_applies_its_maxima_at_once() {
+        let mut l = limits(open_only(0, 0));
+        let a = l.admit(ip("192.0.2.1"), t(0)).unwrap();
+        let b = l.admit(ip("192.0.2.1"), t(0)).unwrap();
+        l.set_config(open_only(1, 0));
+        assert_eq!(l.config().host.max_open, 1);
+        assert_eq!(l.admit(ip("192.0.2.1"), t(0)), Err(Refusal::HostConcurrent));
+        l.release(a, t(0));
+        assert_eq!(l.admit(ip("192.0.2.1"), t(0)), Err(Refusal::HostConcurrent));
+        l.release(b, t(0));
+        let c = l.admit(ip("192.0.2.1"), t(0)).unwrap();
+        l.release(c, t(0));
+    }
+
+    #[test]
     fn refusal_names_and_indices() {
         for (i, r) in Refusal::ALL.iter().enumerate() {
             assert_eq!(r.index(), i);
