@@ -1,41 +1,205 @@
-//! Compressed-frame decode over arbitrary bytes: never a panic; every frame decoded is
-//! consistent (consumed within the input, a compressed body exactly its declared length); a
-//! decoded body re-encodes at every level and decodes back to itself.
+//! Compressed frames with the threshold changing mid-stream, as Set Compression does: a script
+//! of packets (each at its own level) and threshold changes is encoded, then decoded with the
+//! decoder's threshold switched at the same frames, whole and again fed in arbitrary pieces:
+//! the same bodies come back, compressed exactly when the encoder compressed them, with the
+//! same events whatever the split. Raw bytes after the script must give the same frame or typed
+//! error however they are split; a body decoded from them re-encodes at every level and decodes
+//! back to itself. A Data Length is checked against the limits before anything is inflated.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use wirekit_core::Status;
-use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
-use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MIN};
+#[path = "../shared/pieces.rs"]
+mod pieces;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&t, input)) = data.split_first() else { return };
-    // Thresholds -1, 0 and small values where both formats occur.
-    let threshold = t as i32 - 1;
-    let mut inflater = Inflater::new();
-    let mut scratch = vec![0u8; 1 << 16];
-    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();
-    for decoder in [CompressedDecoder::new(threshold), CompressedDecoder::server(threshold)] {
-        let mut rest = input;
-        while let Ok(Status::Complete(got)) = decoder.decode(rest, &mut inflater, &mut scratch) {
-            assert!(got.consumed <= rest.len() && got.consumed > 0);
-            let body = got.body.to_vec();
-            rest = &rest[got.consumed..];
-            if body.is_empty() {
-                continue;
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use wirekit_core::frame::EncodeError;
+use wirekit_core::frame::compressed::{
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, max_encoded_len,
+};
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MIN};
+use wirekit_core::{Needed, Status};
+
+/// The largest body the target builds, and its decoders' limit.
+const MAX_BODY: usize = 1 << 14;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Packet { body: Vec<u8>, level: u8 },
+    Threshold(i16),
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    start: i16,
+    server: bool,
+    ops: Vec<Op>,
+    tail: Vec<u8>,
+    cuts: Vec<u16>,
+}
+
+#[derive(Debug, PartialEq, Clone)]
+enum Event {
+    Body { body: Vec<u8>, compressed: bool },
+    Error(CompressedFrameError),
+}
+
+struct Tools {
+    inflater: Inflater,
+    compressor: Compressor<Vec<u32>>,
+    scratch: Vec<u8>,
+}
+
+/// Decodes `stream` (whole or piece by piece), switching the threshold before frame `i` to
+/// each `(i, t)` of `switches`. Returns the events and the bytes left over.
+fn decode(
+    mut d: CompressedDecoder,
+    stream: &[u8],
+    switches: &[(usize, i32)],
+    cuts: Option<&[u16]>,
+    tools: &mut Tools,
+) -> (Vec<Event>, usize) {
+    let whole = [stream];
+    let split = cuts.map(|c| pieces::pieces(stream, c));
+    let parts: &[&[u8]] = split.as_deref().unwrap_or(&whole);
+    let mut buf = Vec::new();
+    let mut dropped = 0;
+    let mut events = Vec::new();
+    let mut promised = None;
+    for part in parts {
+        buf.extend_from_slice(part);
+        loop {
+            for &(_, t) in switches.iter().filter(|(i, _)| *i == events.len()) {
+                d.set_threshold(t);
             }
-            for level in [Level::Stored, Level::Quick, Level::Fast, Level::Default] {
-                let e = CompressedEncoder::new(threshold, level);
+            match d.decode(&buf, &mut tools.inflater, &mut tools.scratch) {
+                Ok(Status::Complete(got)) => {
+                    assert!(got.consumed > 0 && got.consumed <= buf.len());
+                    assert!(got.body.len() <= MAX_BODY.max(buf.len()));
+                    if let Some(p) = promised.take() {
+                        assert_eq!(p, got.consumed, "Needed::Exactly was not exact");
+                    }
+                    let e = Event::Body {
+                        body: got.body.to_vec(),
+                        compressed: got.compressed,
+                    };
+                    let n = got.consumed;
+                    events.push(e);
+                    buf.drain(..n);
+                    dropped += n;
+                }
+                Ok(Status::Partial(n)) => {
+                    if let Needed::Exactly(n) = n {
+                        promised = Some(buf.len() + n);
+                    }
+                    break;
+                }
+                Err(e) => {
+                    events.push(Event::Error(e));
+                    return (events, stream.len() - dropped);
+                }
+            }
+        }
+    }
+    (events, stream.len() - dropped)
+}
+
+fuzz_target!(|input: Input| {
+    let mut tools = Tools {
+        inflater: Inflater::new(),
+        compressor: Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap(),
+        scratch: vec![0u8; MAX_BODY],
+    };
+    let limits = CompressedLimits::for_max_body_len(MAX_BODY);
+    assert_eq!(limits.scratch_len(), MAX_BODY);
+    let start = i32::from(input.start);
+    let base = if input.server {
+        CompressedDecoder::server(start)
+    } else {
+        CompressedDecoder::new(start)
+    };
+    let d = base.with_limits(limits);
+    assert_eq!((d.threshold(), d.limits()), (start, limits));
+
+    let mut encoder = CompressedEncoder::new(start, Level::Fast);
+    let mut stream = Vec::new();
+    let mut expected = Vec::new();
+    let mut switches = Vec::new();
+    for op in &input.ops {
+        match op {
+            Op::Threshold(t) => {
+                encoder.set_threshold(i32::from(*t));
+                assert_eq!(encoder.threshold(), i32::from(*t));
+                switches.push((expected.len(), i32::from(*t)));
+            }
+            Op::Packet { body, level } => {
+                encoder.set_level(Level::from_zlib(*level));
                 let mut wire = vec![0u8; max_encoded_len(body.len())];
-                let n = e.encode(&body, &mut wire, &mut compressor).unwrap();
-                let mut scratch2 = vec![0u8; body.len()];
-                let again = CompressedDecoder::server(threshold)
-                    .decode(&wire[..n], &mut inflater, &mut scratch2)
+                if body.is_empty() || body.len() > MAX_BODY {
+                    let r = encoder.encode(body, &mut wire, &mut tools.compressor);
+                    if body.is_empty() {
+                        assert!(matches!(r, Err(EncodeError::FrameTooLarge { len: 0, .. })));
+                    }
+                    continue;
+                }
+                let compressed = encoder.compresses(body.len());
+                let n = encoder
+                    .encode(body, &mut wire, &mut tools.compressor)
                     .unwrap();
-                let Status::Complete(again) = again else { panic!("re-encoded frame partial") };
-                assert_eq!(again.body, &body[..]);
-                assert_eq!(again.consumed, n);
+                assert!(n <= wire.len());
+                stream.extend_from_slice(&wire[..n]);
+                expected.push(Event::Body {
+                    body: body.clone(),
+                    compressed,
+                });
             }
+        }
+    }
+    let (events, left) = decode(d, &stream, &switches, None, &mut tools);
+    assert_eq!(
+        (&events, left),
+        (&expected, 0),
+        "the script's packets come back"
+    );
+    assert_eq!(
+        decode(d, &stream, &switches, Some(&input.cuts), &mut tools),
+        (events, 0)
+    );
+
+    // Raw bytes after the script, in the threshold the script ended with.
+    stream.extend_from_slice(&input.tail);
+    let (events, left) = decode(d, &stream, &switches, None, &mut tools);
+    assert_eq!(events[..expected.len()], expected[..]);
+    let split = decode(d, &stream, &switches, Some(&input.cuts), &mut tools);
+    assert_eq!(split, (events.clone(), left));
+    let threshold = encoder.threshold();
+    for e in &events[expected.len()..] {
+        match e {
+            Event::Body { body, .. } if !body.is_empty() => {
+                for level in [Level::Stored, Level::Quick, Level::Fast, Level::Default] {
+                    let e = CompressedEncoder::new(threshold, level);
+                    let mut wire = vec![0u8; max_encoded_len(body.len())];
+                    let n = e.encode(body, &mut wire, &mut tools.compressor).unwrap();
+                    let back = d.with_reject_below_threshold(false);
+                    let mut back_d = back;
+                    back_d.set_threshold(threshold);
+                    let mut scratch = vec![0u8; body.len()];
+                    let again = back_d
+                        .with_limits(CompressedLimits::VANILLA)
+                        .decode(&wire[..n], &mut tools.inflater, &mut scratch)
+                        .unwrap();
+                    let Status::Complete(again) = again else {
+                        panic!("re-encoded frame partial")
+                    };
+                    assert_eq!((again.body, again.consumed), (&body[..], n));
+                }
+            }
+            Event::Error(CompressedFrameError::DataTooLarge { len, max }) => {
+                assert!(*len > *max && *max == limits.max_data_len());
+            }
+            Event::Error(CompressedFrameError::BelowThreshold { len, threshold }) => {
+                assert!(input.server && len < threshold);
+            }
+            _ => {}
         }
     }
 });

@@ -1,16 +1,52 @@
-//! Compress arbitrary input at every level over a workspace size chosen by the input, then
-//! inflate it back exactly; the stream never exceeds `compress_bound`. Also feeds the input
-//! itself to the inflater, which must never panic.
+//! Compress arbitrary input at every level over a workspace whose size the input picks (the
+//! documented sizes, or any size from the minimum up), then inflate it back exactly with
+//! wirekit's inflater and with zlib-rs (through flate2): both give the input back. The stream
+//! never exceeds `compress_bound`; compressing twice over the same tables gives a stream that
+//! inflates the same (generation tags must not leak matches); a workspace under the minimum is
+//! refused. The input itself also goes to the inflater, which must never panic.
 #![no_main]
 
+use flate2::{Decompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::zlib::{
-    Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_MIN, WORKSPACE_SERVER, compress_bound,
+    Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_MIN, WORKSPACE_SERVER, WorkspaceTooSmall,
+    compress_bound,
 };
 
+/// zlib-rs inflates `z` to exactly `want`, ending where `z` does.
+fn zlib_rs_inflates(z: &[u8], want: &[u8]) {
+    let mut d = Decompress::new(true);
+    let mut out = vec![0u8; want.len() + 1];
+    let s = d
+        .decompress(z, &mut out, FlushDecompress::Finish)
+        .expect("zlib-rs inflates it");
+    assert_eq!(s, flate2::Status::StreamEnd);
+    assert_eq!(
+        (d.total_in() as usize, d.total_out() as usize),
+        (z.len(), want.len())
+    );
+    assert!(out[..want.len()] == *want);
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, input)) = data.split_first() else { return };
-    let words = [WORKSPACE_MIN, WORKSPACE_MCU, 20_000, WORKSPACE_SERVER][sel as usize % 4];
+    let Some((&sel, input)) = data.split_first() else {
+        return;
+    };
+    let words = match sel % 8 {
+        0 => WORKSPACE_MIN,
+        1 => WORKSPACE_MCU,
+        2 => 20_000,
+        3 => WORKSPACE_SERVER,
+        // Sizes between and past the documented ones.
+        k => WORKSPACE_MIN + usize::from(sel) * 331 * usize::from(k),
+    };
+    let small = Compressor::new(vec![0u32; WORKSPACE_MIN - 1 - usize::from(sel) % 8]);
+    assert_eq!(
+        small.err(),
+        Some(WorkspaceTooSmall {
+            required: WORKSPACE_MIN
+        })
+    );
     let mut c = Compressor::new(vec![0u32; words]).unwrap();
     let mut inflater = Inflater::new();
     let mut z = vec![0u8; compress_bound(input.len())];
@@ -18,13 +54,22 @@ fuzz_target!(|data: &[u8]| {
     for level in [Level::Stored, Level::Quick, Level::Fast, Level::Default] {
         let n = c.compress(level, input, &mut z).unwrap();
         assert!(n <= compress_bound(input.len()));
+        if level == Level::Stored {
+            assert_eq!(
+                n,
+                compress_bound(input.len()),
+                "stored is exactly the bound"
+            );
+        }
         inflater.inflate_exact(&z[..n], &mut back).unwrap();
         assert_eq!(back, input);
+        zlib_rs_inflates(&z[..n], input);
         // Twice over the same tables: generation tags must not leak matches.
         let m = c.compress(level, input, &mut z).unwrap();
         inflater.inflate_exact(&z[..m], &mut back).unwrap();
         assert_eq!(back, input);
+        zlib_rs_inflates(&z[..m], input);
     }
-    let mut out = vec![0u8; (sel as usize) * 64];
+    let mut out = vec![0u8; usize::from(sel) * 64];
     let _ = inflater.inflate_exact(input, &mut out);
 });

@@ -1,29 +1,74 @@
-//! `cargo xtask fuzz [SECONDS] [TARGET...]`: runs the cargo-fuzz targets in `fuzz/` on the
-//! stable toolchain.
+//! `cargo xtask fuzz`: the cargo-fuzz targets in `fuzz/`, on the stable toolchain.
 //!
-//! cargo-fuzz needs nightly-only flags (`-Z sanitizer`, `-C passes=sancov-module`);
-//! `RUSTC_BOOTSTRAP=1` lets the stable compiler accept them. `-O` builds with optimisations
-//! and debug assertions. Each target runs for SECONDS (default 60) with its corpus kept in
-//! `fuzz/corpus/<target>/`; a crash fails the command and leaves the input in
-//! `fuzz/artifacts/<target>/`. cargo-fuzz is installed with `cargo install` when missing.
+//! - `fuzz [SECONDS] [TARGET...]`: runs each target (default: all) for SECONDS (default 60) on
+//!   its corpus in `fuzz/corpus/<target>/`.
+//! - `fuzz --minutes N [TARGET...]`: a campaign. Each target runs for N minutes on its corpus,
+//!   then the corpus is minimized (`-merge=1` into a fresh directory) and written back, one row
+//!   per run is appended to `fuzz/campaigns.tsv` (date, commit, target, seconds, executions,
+//!   coverage, corpus size, plateau, crashes), and `FUZZING.md` is regenerated from it.
+//! - `fuzz --smoke`: CI's run. Every target for a fixed number of runs from a fixed seed over
+//!   the committed corpus (new inputs go to a scratch directory), so the run is the same on
+//!   every machine and a crash is reproducible with the same command; the build time is
+//!   printed apart from the run time.
+//! - `fuzz --report`: only regenerates `FUZZING.md` from the records.
+//!
+//! The targets are the `[[bin]]`s of `fuzz/Cargo.toml`. cargo-fuzz needs nightly-only flags
+//! (`-Z sanitizer`, `-C passes=sancov-module`); `RUSTC_BOOTSTRAP=1` lets the stable compiler
+//! accept them. `-O` builds with optimisations and debug assertions; `--no-cfg-fuzzing` builds
+//! the dependencies as they ship (miniz_oxide skips its Adler-32 check under `cfg(fuzzing)`,
+//! which would hide wirekit's checksum errors from the targets). A crash fails the command
+//! (after its run is recorded) and leaves the input in `fuzz/artifacts/<target>/`; cargo-fuzz is
+//! installed with `cargo install` when missing.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Instant;
 
-use crate::process::{root, run_in};
+use crate::process::{output, root, run_in};
 
-/// The targets: one `fuzz_targets/<name>.rs` each.
+/// Runs of each target in the smoke run.
+const SMOKE_RUNS: u32 = 5_000;
+/// The largest input the smoke run tries (campaigns use [`MAX_LEN`]).
+const SMOKE_MAX_LEN: usize = 1024;
+/// The largest input a campaign tries.
+const MAX_LEN: usize = 65536;
+const ENV: [(&str, &str); 1] = [("RUSTC_BOOTSTRAP", "1")];
+
+fn fuzz_dir() -> PathBuf {
+    root().join("fuzz")
+}
+
+/// The targets: the `[[bin]]` names of `fuzz/Cargo.toml`, in file order.
 fn targets() -> Result<Vec<String>, String> {
-    let dir = root().join("fuzz").join("fuzz_targets");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("reading {}: {e}", dir.display()))?
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".rs").map(str::to_owned)
-        })
-        .collect();
-    names.sort();
-    Ok(names)
+    let path = fuzz_dir().join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(bin_names(&text))
+}
+
+/// The `name` of every `[[bin]]` table in a Cargo manifest.
+fn bin_names(manifest: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_bin = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+            continue;
+        }
+        if !in_bin {
+            continue;
+        }
+        if let Some(value) = line.strip_prefix("name").map(str::trim_start)
+            && let Some(value) = value.strip_prefix('=')
+        {
+            names.push(value.trim().trim_matches('"').to_owned());
+            in_bin = false;
+        }
+    }
+    names
 }
 
 fn cargo_fuzz_installed() -> bool {
@@ -33,29 +78,6 @@ fn cargo_fuzz_installed() -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-/// Runs every target (or the ones named) for the given seconds each.
-/// CI's smoke run: every target for a fixed number of runs from a fixed seed, so the run is
-/// the same on every machine (libFuzzer is deterministic for one seed and one process), and a
-/// crash it finds is reproducible with the same command.
-pub fn smoke() -> Result<(), String> {
-    const RUNS: &str = "-runs=50000";
-    const SEED: &str = "-seed=1";
-    let all = targets()?;
-    ensure_cargo_fuzz()?;
-    let fuzz = root().join("fuzz");
-    for t in &all {
-        std::fs::create_dir_all(fuzz.join("corpus").join(t))
-            .map_err(|e| format!("creating the corpus directory: {e}"))?;
-        run_in(
-            &fuzz,
-            "cargo",
-            &["fuzz", "run", "-O", t, "--", RUNS, SEED, "-max_len=65536"],
-            &[("RUSTC_BOOTSTRAP", "1")],
-        )?;
-    }
-    Ok(())
 }
 
 fn ensure_cargo_fuzz() -> Result<(), String> {
@@ -70,35 +92,135 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
     )
 }
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    if args.iter().any(|a| a == "--smoke") {
-        return smoke();
+/// Builds the targets (all when `only` is empty) and returns the directory of the binaries.
+fn build(only: &[String]) -> Result<PathBuf, String> {
+    ensure_cargo_fuzz()?;
+    let mut args = vec!["fuzz", "build", "-O", "--no-cfg-fuzzing"];
+    if only.len() == 1 {
+        args.push(&only[0]);
     }
-    let mut seconds = 60u64;
-    let mut chosen = Vec::new();
-    for a in args {
-        match a.parse::<u64>() {
-            Ok(s) => seconds = s,
-            Err(_) => chosen.push(a.clone()),
-        }
-    }
+    run_in(&fuzz_dir(), "cargo", &args, &ENV)?;
+    let triple = output("rustc", &["-vV"])
+        .and_then(|v| {
+            v.lines()
+                .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        })
+        .ok_or("cannot read the host triple from `rustc -vV`")?;
+    Ok(fuzz_dir().join("target").join(triple).join("release"))
+}
+
+fn corpus_dir(target: &str) -> Result<PathBuf, String> {
+    let dir = fuzz_dir().join("corpus").join(target);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn artifact_prefix(target: &str) -> Result<String, String> {
+    let dir = fuzz_dir().join("artifacts").join(target);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    Ok(format!("-artifact_prefix={}/", dir.display()))
+}
+
+fn check_names(chosen: &[String]) -> Result<Vec<String>, String> {
     let all = targets()?;
     if let Some(bad) = chosen.iter().find(|c| !all.contains(c)) {
         return Err(format!("no fuzz target {bad}; targets: {}", all.join(", ")));
     }
-    let run_these = if chosen.is_empty() { all } else { chosen };
-    ensure_cargo_fuzz()?;
-    let fuzz = root().join("fuzz");
-    let env = [("RUSTC_BOOTSTRAP", "1")];
-    let time = format!("-max_total_time={seconds}");
-    for t in &run_these {
-        std::fs::create_dir_all(fuzz.join("corpus").join(t))
-            .map_err(|e| format!("creating the corpus directory: {e}"))?;
+    Ok(if chosen.is_empty() {
+        all
+    } else {
+        chosen.to_vec()
+    })
+}
+
+/// CI's smoke run: see the module docs.
+pub fn smoke() -> Result<(), String> {
+    let all = targets()?;
+    let started = Instant::now();
+    let bin = build(&[])?;
+    let built = started.elapsed().as_secs_f64();
+    let scratch = fuzz_dir().join("target").join("smoke-corpus");
+    let run_start = Instant::now();
+    let mut rows = Vec::new();
+    for t in &all {
+        let one = Instant::now();
+        let new_inputs = scratch.join(t);
+        let _ = std::fs::remove_dir_all(&new_inputs);
+        std::fs::create_dir_all(&new_inputs)
+            .map_err(|e| format!("creating {}: {e}", new_inputs.display()))?;
+        let corpus = corpus_dir(t)?;
         run_in(
-            &fuzz,
-            "cargo",
-            &["fuzz", "run", "-O", t, "--", &time, "-max_len=65536"],
-            &env,
+            &fuzz_dir(),
+            &bin.join(t).to_string_lossy(),
+            &[
+                &format!("-runs={SMOKE_RUNS}"),
+                "-seed=1",
+                &format!("-max_len={SMOKE_MAX_LEN}"),
+                &artifact_prefix(t)?,
+                &new_inputs.to_string_lossy(),
+                &corpus.to_string_lossy(),
+            ],
+            &[],
+        )?;
+        rows.push((t.clone(), one.elapsed().as_secs_f64()));
+    }
+    let ran = run_start.elapsed().as_secs_f64();
+    println!("\n| fuzz target ({SMOKE_RUNS} runs, seed 1) | seconds |\n|---|---:|");
+    for (t, s) in &rows {
+        println!("| {t} | {s:.1} |");
+    }
+    println!(
+        "\nxtask fuzz --smoke: build {built:.1}s, run {ran:.1}s for {} targets",
+        all.len()
+    );
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    if args.iter().any(|a| a == "--smoke") {
+        return smoke();
+    }
+    if args.iter().any(|a| a == "--report") {
+        return write_report();
+    }
+    let mut seconds = 60u64;
+    let mut minutes = None;
+    let mut chosen = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--minutes" {
+            let n = it.next().ok_or("--minutes needs a number")?;
+            let n: f64 = n
+                .parse()
+                .map_err(|_| format!("--minutes {n}: not a number"))?;
+            minutes = Some(n);
+        } else if let Ok(s) = a.parse::<u64>() {
+            seconds = s;
+        } else {
+            chosen.push(a.clone());
+        }
+    }
+    let run_these = check_names(&chosen)?;
+    match minutes {
+        Some(m) => campaign(&run_these, (m * 60.0).round() as u64),
+        None => plain(&run_these, seconds),
+    }
+}
+
+/// Runs each target for `seconds` on its corpus, nothing recorded.
+fn plain(run_these: &[String], seconds: u64) -> Result<(), String> {
+    let bin = build(run_these)?;
+    for t in run_these {
+        run_in(
+            &fuzz_dir(),
+            &bin.join(t).to_string_lossy(),
+            &[
+                &format!("-max_total_time={seconds}"),
+                &format!("-max_len={MAX_LEN}"),
+                &artifact_prefix(t)?,
+                &corpus_dir(t)?.to_string_lossy(),
+            ],
+            &[],
         )?;
     }
     println!(
@@ -106,4 +228,446 @@ pub fn run(args: &[String]) -> Result<(), String> {
         run_these.len()
     );
     Ok(())
+}
+
+/// What one campaign run measured.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct RunStats {
+    executions: u64,
+    cov: u64,
+    ft: u64,
+    /// Seconds into the run of the last progress line whose feature count grew.
+    last_new_ft: f64,
+}
+
+/// Reads one libFuzzer progress line (`#1234 NEW cov: 56 ft: 78 corp: ...`, `#1234 DONE ...`):
+/// `(executions, cov, ft)`.
+fn progress_line(line: &str) -> Option<(u64, u64, u64)> {
+    let rest = line.strip_prefix('#')?;
+    let mut words = rest.split_whitespace();
+    let execs = words.next()?.parse().ok()?;
+    let mut cov = None;
+    let mut ft = None;
+    while let Some(w) = words.next() {
+        match w {
+            "cov:" => cov = words.next().and_then(|v| v.parse().ok()),
+            "ft:" => ft = words.next().and_then(|v| v.parse().ok()),
+            _ => {}
+        }
+    }
+    Some((execs, cov?, ft?))
+}
+
+/// One campaign row of `fuzz/campaigns.tsv`.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    date: String,
+    commit: String,
+    target: String,
+    seconds: u64,
+    executions: u64,
+    cov: u64,
+    ft: u64,
+    corpus_files: u64,
+    corpus_bytes: u64,
+    plateau: bool,
+    crashes: u64,
+}
+
+const TSV_HEADER: &str = "date\tcommit\ttarget\tseconds\texecutions\tcov\tft\tcorpus_files\tcorpus_bytes\tplateau\tcrashes";
+
+impl Row {
+    fn to_tsv(&self) -> String {
+        format!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.date,
+            self.commit,
+            self.target,
+            self.seconds,
+            self.executions,
+            self.cov,
+            self.ft,
+            self.corpus_files,
+            self.corpus_bytes,
+            if self.plateau { "yes" } else { "no" },
+            self.crashes
+        )
+    }
+
+    fn from_tsv(line: &str) -> Option<Row> {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [
+            date,
+            commit,
+            target,
+            seconds,
+            executions,
+            cov,
+            ft,
+            files,
+            bytes,
+            plateau,
+            crashes,
+        ] = f[..]
+        else {
+            return None;
+        };
+        Some(Row {
+            date: date.to_owned(),
+            commit: commit.to_owned(),
+            target: target.to_owned(),
+            seconds: seconds.parse().ok()?,
+            executions: executions.parse().ok()?,
+            cov: cov.parse().ok()?,
+            ft: ft.parse().ok()?,
+            corpus_files: files.parse().ok()?,
+            corpus_bytes: bytes.parse().ok()?,
+            plateau: plateau == "yes",
+            crashes: crashes.parse().ok()?,
+        })
+    }
+}
+
+fn dir_size(dir: &Path) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
+}
+
+/// Runs the fuzzer binary, echoing and parsing its output as it comes.
+fn fuzz_for(bin: &Path, target: &str, seconds: u64) -> Result<(RunStats, bool), String> {
+    let corpus = corpus_dir(target)?;
+    let args = [
+        format!("-max_total_time={seconds}"),
+        format!("-max_len={MAX_LEN}"),
+        "-print_final_stats=1".to_owned(),
+        artifact_prefix(target)?,
+        corpus.to_string_lossy().into_owned(),
+    ];
+    println!("\n==> {} {}", bin.display(), args.join(" "));
+    let mut child = Command::new(bin)
+        .args(&args)
+        .current_dir(fuzz_dir())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let start = Instant::now();
+    let mut stats = RunStats::default();
+    let stderr = child.stderr.take().expect("piped");
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        eprintln!("{line}");
+        if let Some((execs, cov, ft)) = progress_line(&line) {
+            if ft > stats.ft {
+                stats.last_new_ft = start.elapsed().as_secs_f64();
+            }
+            stats.executions = stats.executions.max(execs);
+            stats.cov = stats.cov.max(cov);
+            stats.ft = stats.ft.max(ft);
+        } else if let Some(n) = line.strip_prefix("stat::number_executed_units:") {
+            stats.executions = n.trim().parse().unwrap_or(stats.executions);
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {target}: {e}"))?;
+    Ok((stats, status.success()))
+}
+
+/// Minimizes the corpus of `target` into a fresh directory and puts it in place.
+fn minimize(bin: &Path, target: &str) -> Result<(), String> {
+    let corpus = corpus_dir(target)?;
+    let fresh = fuzz_dir().join("target").join("merge").join(target);
+    let _ = std::fs::remove_dir_all(&fresh);
+    std::fs::create_dir_all(&fresh).map_err(|e| format!("creating {}: {e}", fresh.display()))?;
+    run_in(
+        &fuzz_dir(),
+        &bin.join(target).to_string_lossy(),
+        &[
+            "-merge=1",
+            &format!("-max_len={MAX_LEN}"),
+            &artifact_prefix(target)?,
+            &fresh.to_string_lossy(),
+            &corpus.to_string_lossy(),
+        ],
+        &[],
+    )?;
+    std::fs::remove_dir_all(&corpus).map_err(|e| format!("clearing {}: {e}", corpus.display()))?;
+    std::fs::create_dir_all(&corpus).map_err(|e| format!("creating {}: {e}", corpus.display()))?;
+    for e in std::fs::read_dir(&fresh).map_err(|e| format!("reading {}: {e}", fresh.display()))? {
+        let e = e.map_err(|e| e.to_string())?;
+        std::fs::copy(e.path(), corpus.join(e.file_name()))
+            .map_err(|err| format!("copying {}: {err}", e.path().display()))?;
+    }
+    Ok(())
+}
+
+/// Runs a campaign: see the module docs.
+fn campaign(run_these: &[String], seconds: u64) -> Result<(), String> {
+    let commit = output("git", &["rev-parse", "--short", "HEAD"])
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    let bin = build(run_these)?;
+    let mut crashed = Vec::new();
+    for t in run_these {
+        let date = output("date", &["-u", "+%Y-%m-%d"])
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        let artifacts = fuzz_dir().join("artifacts").join(t);
+        let before = dir_size(&artifacts).0;
+        let start = Instant::now();
+        let (stats, ok) = fuzz_for(&bin.join(t), t, seconds)?;
+        let elapsed = start.elapsed().as_secs_f64();
+        // libFuzzer stops at the first crash (or leak, or timeout), leaving one artifact.
+        let crashes = if ok {
+            0
+        } else {
+            dir_size(&artifacts).0.saturating_sub(before).max(1)
+        };
+        if ok {
+            minimize(&bin, t)?;
+        } else {
+            crashed.push(t.clone());
+        }
+        let (corpus_files, corpus_bytes) = dir_size(&corpus_dir(t)?);
+        let row = Row {
+            date,
+            commit: commit.clone(),
+            target: t.clone(),
+            seconds: elapsed.round() as u64,
+            executions: stats.executions,
+            cov: stats.cov,
+            ft: stats.ft,
+            corpus_files,
+            corpus_bytes,
+            // A run that crashed stopped early: it did not plateau.
+            plateau: ok && stats.last_new_ft < 0.75 * elapsed,
+            crashes,
+        };
+        append_row(&row)?;
+        println!("<== campaign {t}: {}", row.to_tsv());
+    }
+    write_report()?;
+    if crashed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "crash in {}: the inputs are in fuzz/artifacts/",
+            crashed.join(", ")
+        ))
+    }
+}
+
+fn records_path() -> PathBuf {
+    fuzz_dir().join("campaigns.tsv")
+}
+
+fn append_row(row: &Row) -> Result<(), String> {
+    use std::io::Write as _;
+    let path = records_path();
+    let fresh = !path.exists();
+    let mut line = String::new();
+    if fresh {
+        line.push_str(TSV_HEADER);
+        line.push('\n');
+    }
+    line.push_str(&row.to_tsv());
+    line.push('\n');
+    // One write of the whole line: two campaigns running at once append whole rows.
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| format!("appending to {}: {e}", path.display()))
+}
+
+fn read_rows() -> Result<Vec<Row>, String> {
+    let path = records_path();
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    };
+    Ok(text.lines().skip(1).filter_map(Row::from_tsv).collect())
+}
+
+/// The crashes found and how each was fixed: `fuzz/crashes.tsv`, kept by hand (target, date,
+/// what broke, the fix and its unit test).
+fn crash_rows() -> Vec<Vec<String>> {
+    std::fs::read_to_string(fuzz_dir().join("crashes.tsv"))
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split('\t').map(str::to_owned).collect())
+        .collect()
+}
+
+/// What `FUZZING.md` says about the method before the tables.
+const METHOD: &str = "\
+# Fuzzing
+
+Generated by `cargo xtask fuzz --minutes N` from `fuzz/campaigns.tsv` (one row per campaign run)
+and `fuzz/crashes.tsv` (kept by hand); do not edit by hand.
+
+Method. Every decoder and state machine of `wirekit-core` has a cargo-fuzz target in `fuzz/`
+(libFuzzer with AddressSanitizer, built on stable Rust with `RUSTC_BOOTSTRAP=1`, optimised with
+debug assertions). Each target asserts its invariant, not just the absence of a panic: round
+trips equal, outputs within their stated bounds, errors typed and at the documented place, the
+same result whatever the input's split into chunks, and, for zlib and PROXY, the same verdict as
+an independent implementation (zlib-rs through flate2; the crates `ppp` and
+`proxy-protocol-codec`). Targets whose deep states plain bytes cannot reach take a structured
+input (`arbitrary`). A campaign runs each target for N minutes on its committed corpus
+(`fuzz/corpus/<target>/`), then minimizes the corpus (`-merge=1` into a fresh directory) and
+commits it back. Coverage is libFuzzer's: `cov` counts the edges reached, `ft` the features
+(edges with hit counts and value profiles). A run *plateaued* when no new feature appeared in
+the last quarter of its time. CI runs every target for a fixed number of runs from a fixed seed
+(`cargo xtask fuzz --smoke`).
+";
+
+/// Regenerates `FUZZING.md` at the repository root.
+fn write_report() -> Result<(), String> {
+    let rows = read_rows()?;
+    let mut md = String::from(METHOD);
+    let order = targets()?;
+    let mut by_target: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in &rows {
+        by_target.entry(&r.target).or_default().push(r);
+    }
+    md.push_str(
+        "\n## Targets\n\n\
+         | target | runs | total time | executions | cov (latest) | ft (latest) | corpus | \
+         plateau (latest) | runs stopped by a crash |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|---:|\n",
+    );
+    let listed = order
+        .iter()
+        .map(String::as_str)
+        .chain(
+            by_target
+                .keys()
+                .copied()
+                .filter(|k| !order.iter().any(|o| o == k)),
+        )
+        .collect::<Vec<_>>();
+    for t in listed {
+        let Some(runs) = by_target.get(t) else {
+            let _ = writeln!(md, "| {t} | 0 | - | - | - | - | - | - | - |");
+            continue;
+        };
+        let last = runs[runs.len() - 1];
+        let secs: u64 = runs.iter().map(|r| r.seconds).sum();
+        let execs: u64 = runs.iter().map(|r| r.executions).sum();
+        let crashes: u64 = runs.iter().map(|r| r.crashes).sum();
+        let _ = writeln!(
+            md,
+            "| {t} | {} | {} min | {} | {} | {} | {} files, {} KiB | {} | {crashes} |",
+            runs.len(),
+            (secs + 30) / 60,
+            thousands(execs),
+            last.cov,
+            last.ft,
+            last.corpus_files,
+            last.corpus_bytes.div_ceil(1024),
+            if last.plateau { "yes" } else { "no" },
+        );
+    }
+    md.push_str("\n## Crashes found and fixed\n\n");
+    let crashes = crash_rows();
+    if crashes.is_empty() {
+        md.push_str("None so far.\n");
+    } else {
+        md.push_str("| target | date | what broke | fix and unit test |\n|---|---|---|---|\n");
+        for c in crashes {
+            let _ = writeln!(md, "| {} |", c.join(" | "));
+        }
+    }
+    let notes = fuzz_dir().join("NOTES.md");
+    if let Ok(text) = std::fs::read_to_string(&notes) {
+        md.push('\n');
+        md.push_str(&text);
+    }
+    md.push_str("\n## Runs\n\n| date | commit | target | s | executions | cov | ft | corpus | plateau | crashes |\n|---|---|---|---:|---:|---:|---:|---:|---|---:|\n");
+    for r in &rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.date,
+            r.commit,
+            r.target,
+            r.seconds,
+            thousands(r.executions),
+            r.cov,
+            r.ft,
+            r.corpus_files,
+            if r.plateau { "yes" } else { "no" },
+            r.crashes
+        );
+    }
+    let path = root().join("FUZZING.md");
+    std::fs::write(&path, md).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bin_names_in_order() {
+        let m = "[package]\nname = \"wirekit-fuzz\"\n\n[[bin]]\nname = \"a\"\npath = \"x\"\n\n\
+                 [dependencies]\nname = \"no\"\n[[bin]]\npath = \"y\"\nname = \"b_c\"\n";
+        assert_eq!(bin_names(m), ["a", "b_c"]);
+    }
+
+    #[test]
+    fn progress_lines() {
+        let l = "#123456\tREDUCE cov: 321 ft: 1234 corp: 55/2048b lim: 4096 exec/s: 9 rss: 1Mb";
+        assert_eq!(progress_line(l), Some((123456, 321, 1234)));
+        assert_eq!(
+            progress_line("#2000000\tDONE   cov: 7 ft: 8 corp: 1/1b"),
+            Some((2000000, 7, 8))
+        );
+        assert_eq!(progress_line("#2\tINITED exec/s: 0 rss: 30Mb"), None);
+        assert_eq!(progress_line("INFO: Seed: 1"), None);
+    }
+
+    #[test]
+    fn tsv_round_trip() {
+        let r = Row {
+            date: "2026-12-01".into(),
+            commit: "abc1234".into(),
+            target: "varint".into(),
+            seconds: 300,
+            executions: 12_345_678,
+            cov: 40,
+            ft: 90,
+            corpus_files: 12,
+            corpus_bytes: 345,
+            plateau: true,
+            crashes: 0,
+        };
+        assert_eq!(Row::from_tsv(&r.to_tsv()), Some(r));
+        assert_eq!(thousands(12_345_678), "12,345,678");
+        assert_eq!(thousands(999), "999");
+    }
 }

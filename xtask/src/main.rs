@@ -6,7 +6,8 @@
 //!   host and bare-metal targets, docs, every test, the core's tests without features, the
 //!   library crates packaged, the firmware builds, and `cargo bench --no-run`; then a table of
 //!   each step's time and the total.
-//! - `fuzz [SECONDS] [TARGET...]`: runs the cargo-fuzz targets in `fuzz/` on stable Rust.
+//! - `fuzz [SECONDS] [TARGET...]`: runs the cargo-fuzz targets in `fuzz/` on stable Rust;
+//!   `--minutes N` runs a recorded campaign (see `fuzz.rs`), `--smoke` CI's seeded run.
 //! - `bench [FILTER]`: runs the criterion benchmarks and prints a markdown table of medians and
 //!   ratios against the named peers.
 //! - `qemu [--port N]`: builds the firmware for QEMU's mps2-an385 and boots it with the service
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
                  setup             only install the test peers\n  \
                  qemu [--port N]   boot the firmware in QEMU, service on 127.0.0.1:N, decoded logs\n  \
                  size              flash and static RAM of every firmware board build\n  \
-                 fuzz [SECS] [T..] run the cargo-fuzz targets (stable, RUSTC_BOOTSTRAP=1); --smoke: CI's seeded run"
+                 fuzz [SECS] [T..] run the cargo-fuzz targets (stable, RUSTC_BOOTSTRAP=1); --minutes N: a recorded campaign; --smoke: CI's seeded run"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS

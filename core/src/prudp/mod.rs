@@ -60,6 +60,8 @@
 //!   [`PacketType::Unknown`]; all flag bits the format has room for are kept.
 
 pub mod compression;
+pub mod conn;
+pub mod crypto;
 mod lite;
 mod options;
 mod v0;

@@ -1,0 +1,681 @@
+use std::vec;
+use std::vec::Vec;
+
+use core::net::SocketAddr;
+
+use super::*;
+use crate::kerberos::{PidWidth, TicketContents, TicketFormat, TicketVersion, build_ticket};
+use crate::prudp::crypto::{ConnectionSignature, ServerSignatures, client_connection_signature};
+use crate::prudp::{Flags, Keys, Packet, PacketType, Settings, V0Format, VirtualPort};
+use crate::time::{Duration, Instant};
+
+const CLIENT_PORT: VirtualPort = VirtualPort::new(10, 15);
+const SERVER_PORT: VirtualPort = VirtualPort::new(10, 1);
+const SERVER_KEY: [u8; 16] = [0x5a; 16];
+const USER_KEY: [u8; 16] = [0x33; 16];
+const SESSION: [u8; 32] = [0x77; 32];
+
+type Conn = Connection<Vec<u8>, 8, 2>;
+
+fn config(version: Version, port: VirtualPort) -> Config {
+    let mut c = Config::new(Settings::new(b"ridfebb9", version), port);
+    c.fragment_size = 100;
+    c.packet_capacity = 200;
+    c.max_message = 1000;
+    c.max_substream = 1;
+    c.supported_functions = 0x0000_0403;
+    c
+}
+
+fn addrs() -> (SocketAddr, SocketAddr) {
+    (
+        "192.0.2.10:40000".parse().unwrap(),
+        "198.51.100.1:60000".parse().unwrap(),
+    )
+}
+
+fn accept_all(_: &TicketInfo) -> bool {
+    true
+}
+fn refuse_all(_: &TicketInfo) -> bool {
+    false
+}
+
+fn secure(check: fn(&TicketInfo) -> bool) -> SecureServer {
+    SecureServer {
+        key: SERVER_KEY,
+        ticket_format: TicketFormat {
+            version: TicketVersion::V1,
+            pid_width: PidWidth::U32,
+        },
+        session_key_len: 32,
+        check,
+    }
+}
+
+/// A ticket for PID 1000 and the request a client builds from it.
+fn request(pid_in_request: u64) -> Vec<u8> {
+    let format = TicketFormat {
+        version: TicketVersion::V1,
+        pid_width: PidWidth::U32,
+    };
+    let mut ticket = vec![0u8; 256];
+    let contents = TicketContents {
+        session_key: &SESSION,
+        target_pid: 2,
+        issued: 99,
+        source_pid: 1000,
+    };
+    let n = build_ticket(
+        format,
+        &USER_KEY,
+        &SERVER_KEY,
+        &contents,
+        &[4; 16],
+        &mut ticket,
+    )
+    .unwrap();
+    let opened =
+        crate::kerberos::open_ticket(format, &USER_KEY, &mut ticket[..n], SESSION.len()).unwrap();
+    let internal = opened.internal.to_vec();
+    let mut out = vec![0u8; connect_request_len(internal.len(), PidWidth::U32)];
+    let m = connect_request(
+        &internal,
+        &SESSION,
+        pid_in_request,
+        PidWidth::U32,
+        7,
+        0xdead_beef,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(m, out.len());
+    out
+}
+
+/// What a side reported, as the loop collected it after every datagram.
+enum Logged {
+    Event(std::string::String),
+    Message(u8, Vec<u8>),
+}
+
+fn collect(c: &mut Conn, log: &mut Vec<Logged>) {
+    while let Some(e) = c.poll_event() {
+        log.push(match e {
+            Event::Message { substream, data } => Logged::Message(substream, data.to_vec()),
+            e => Logged::Event(std::format!("{e:?}")),
+        });
+    }
+}
+
+struct Pair {
+    client: Conn,
+    server: Option<Conn>,
+    client_log: Vec<Logged>,
+    server_log: Vec<Logged>,
+    listener: Server,
+    now: Instant,
+    version: Version,
+}
+
+impl Pair {
+    fn new(version: Version, secure_server: Option<SecureServer>, req: Option<&[u8]>) -> Self {
+        let (_, server_addr) = addrs();
+        let cc = config(version, CLIENT_PORT);
+        let sc = config(version, SERVER_PORT);
+        let ws = vec![0u8; Conn::workspace_len(&cc)];
+        let secure_client = req.map(|r| ClientSecure {
+            session_key: &SESSION,
+            request: r,
+            check: 0xdead_beef,
+        });
+        let client = Conn::client(
+            cc,
+            SERVER_PORT,
+            client_connection_signature(version, server_addr),
+            ws,
+            Instant::ZERO,
+            ClientRandom {
+                session_id: 0x11,
+                initial_unreliable: 500,
+            },
+            secure_client,
+        )
+        .unwrap();
+        Pair {
+            client,
+            server: None,
+            client_log: Vec::new(),
+            server_log: Vec::new(),
+            listener: Server::new(sc, ServerSignatures::new([9; 32]), secure_server),
+            now: Instant::ZERO,
+            version,
+        }
+    }
+
+    /// Client datagrams to the server (through the listener until a connection exists).
+    fn deliver_to_server(&mut self, d: &[u8]) -> Vec<Vec<u8>> {
+        let (client_addr, _) = addrs();
+        let mut replies = Vec::new();
+        if let Some(s) = &mut self.server {
+            s.handle(d, self.now);
+        } else {
+            let mut out = [0u8; 300];
+            match self
+                .listener
+                .handle(d, client_addr, self.now, 0x22, &mut out)
+            {
+                ServerOutput::Reply(n) => replies.push(out[..n].to_vec()),
+                ServerOutput::Accepted(a) => {
+                    let sc = config(self.version, SERVER_PORT);
+                    let ws = vec![0u8; Conn::workspace_len(&sc)];
+                    let mut s = Conn::server(sc, &a, ws, self.now, 900).unwrap();
+                    s.handle(&d[a.consumed..], self.now);
+                    self.server = Some(s);
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = &mut self.server {
+            collect(s, &mut self.server_log);
+            replies.extend(drain_tx(s, self.now));
+        }
+        replies
+    }
+
+    /// Everything but messages one side reported so far (the client's if `client`).
+    fn ev(&mut self, client: bool) -> Vec<std::string::String> {
+        self.take(client, false)
+            .into_iter()
+            .filter_map(|l| match l {
+                Logged::Event(e) => Some(e),
+                Logged::Message(..) => None,
+            })
+            .collect()
+    }
+
+    /// The messages one side received so far.
+    fn msgs(&mut self, client: bool) -> Vec<(u8, Vec<u8>)> {
+        self.take(client, true)
+            .into_iter()
+            .filter_map(|l| match l {
+                Logged::Message(s, m) => Some((s, m)),
+                Logged::Event(_) => None,
+            })
+            .collect()
+    }
+
+    /// Takes one kind of entry out of a side's log, leaving the other.
+    fn take(&mut self, client: bool, messages: bool) -> Vec<Logged> {
+        collect(&mut self.client, &mut self.client_log);
+        if let Some(s) = &mut self.server {
+            collect(s, &mut self.server_log);
+        }
+        let log = if client {
+            &mut self.client_log
+        } else {
+            &mut self.server_log
+        };
+        let (taken, kept) = core::mem::take(log)
+            .into_iter()
+            .partition(|l| matches!(l, Logged::Message(..)) == messages);
+        *log = kept;
+        taken
+    }
+
+    /// Runs the exchange until neither side has anything to send.
+    fn pump(&mut self) {
+        for _ in 0..100 {
+            let out = drain_tx(&mut self.client, self.now);
+            let mut back = match &mut self.server {
+                Some(s) => drain_tx(s, self.now),
+                None => Vec::new(),
+            };
+            for d in &out {
+                back.extend(self.deliver_to_server(d));
+            }
+            for d in &back {
+                self.client.handle(d, self.now);
+                collect(&mut self.client, &mut self.client_log);
+            }
+            if out.is_empty() && back.is_empty() {
+                return;
+            }
+        }
+        panic!("no quiescence");
+    }
+
+    fn server(&mut self) -> &mut Conn {
+        self.server.as_mut().unwrap()
+    }
+}
+
+fn drain_tx(c: &mut Conn, now: Instant) -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    let mut buf = [0u8; 300];
+    while let Some(t) = c.poll_transmit(now, &mut buf) {
+        v.push(buf[..t.len].to_vec());
+    }
+    v
+}
+
+const VERSIONS: [Version; 3] = [
+    Version::V0(V0Format::NEX),
+    Version::V0(V0Format::NEX_FRIENDS),
+    Version::V1,
+];
+
+#[test]
+fn handshake_and_messages_both_ways() {
+    for version in VERSIONS {
+        let mut p = Pair::new(version, None, None);
+        assert_eq!(p.client.state(), State::SynSent);
+        p.pump();
+        assert_eq!(p.client.state(), State::Connected, "{version:?}");
+        assert_eq!(p.ev(true), ["Connected"]);
+        assert_eq!(p.ev(false), ["Connected"]);
+        let big: Vec<u8> = (0..950u32).map(|i| i as u8).collect();
+        p.client.send(0, b"hello").unwrap();
+        p.client.send(0, &big).unwrap_err(); // 10 fragments > window 8
+        p.client.send(0, &big[..700]).unwrap();
+        p.pump();
+        assert_eq!(
+            p.msgs(false),
+            [(0, b"hello".to_vec()), (0, big[..700].to_vec())]
+        );
+        p.server().send(0, b"reply").unwrap();
+        p.pump();
+        assert_eq!(p.msgs(true), [(0, b"reply".to_vec())]);
+        assert_eq!(p.client.in_flight(), 0);
+        assert_eq!(p.server().in_flight(), 0);
+        assert_eq!(p.client.counters().total(), 0, "{:?}", p.client.counters());
+        assert_eq!(p.server().counters().total(), 0);
+        if version == Version::V1 {
+            p.client.send(1, b"second substream").unwrap();
+            p.pump();
+            assert_eq!(p.msgs(false), [(1, b"second substream".to_vec())]);
+        } else {
+            assert_eq!(p.client.send(1, b"x"), Err(SendError::BadSubstream));
+        }
+        // Unreliable data, with its per-packet key.
+        p.client.send_unreliable(b"fast").unwrap();
+        p.pump();
+        let got: Vec<_> = p.ev(false);
+        assert_eq!(
+            got,
+            [std::format!("{:?}", Event::Unreliable { data: b"fast" })]
+        );
+        // Graceful close.
+        p.client.close();
+        p.pump();
+        assert_eq!(p.client.state(), State::Closed(DisconnectReason::Local));
+        assert_eq!(p.server().state(), State::Closed(DisconnectReason::Peer));
+    }
+}
+
+#[test]
+fn lost_syn_ack_and_connect_ack_are_answered_again() {
+    for version in VERSIONS {
+        let mut p = Pair::new(version, None, None);
+        let syn = drain_tx(&mut p.client, p.now);
+        assert_eq!(syn.len(), 1);
+        let a = p.deliver_to_server(&syn[0]);
+        let b = p.deliver_to_server(&syn[0]);
+        assert_eq!(a, b, "a stateless SYN-ACK is the same each time");
+        // The SYN-ACK is lost: the client resends its SYN after the RTO.
+        assert_eq!(
+            p.client.next_timeout(),
+            Some(Instant::ZERO + Duration::from_secs(1))
+        );
+        p.now += Duration::from_secs(1);
+        p.client.handle_timeout(p.now);
+        let again = drain_tx(&mut p.client, p.now);
+        assert_eq!(again, syn);
+        let ack = p.deliver_to_server(&again[0]);
+        p.client.handle(&ack[0], p.now);
+        let connect = drain_tx(&mut p.client, p.now);
+        assert_eq!(connect.len(), 1);
+        let first = p.deliver_to_server(&connect[0]);
+        assert_eq!(first.len(), 1, "the CONNECT-ACK");
+        // The CONNECT-ACK is lost; the repeated CONNECT reaches the connection now.
+        let second = p.deliver_to_server(&connect[0]);
+        assert_eq!(first, second);
+        // A repeated SYN reaches the connection too and is answered the same way.
+        assert_eq!(p.deliver_to_server(&syn[0]), a);
+        p.client.handle(&second[0], p.now);
+        assert_eq!(p.client.state(), State::Connected);
+        assert_eq!(p.server().counters().total(), 0);
+    }
+}
+
+#[test]
+fn retransmission_backoff_then_failure() {
+    let mut p = Pair::new(Version::V1, None, None);
+    p.pump();
+    p.client.config.idle_timeout = Duration::from_secs(120);
+    p.client.send(0, b"into the void").unwrap();
+    let mut times = Vec::new();
+    loop {
+        if !drain_tx(&mut p.client, p.now).is_empty() {
+            times.push(p.now.saturating_duration_since(Instant::ZERO).as_millis());
+        }
+        let Some(t) = p.client.next_timeout() else {
+            break;
+        };
+        p.now = t;
+        p.client.handle_timeout(p.now);
+        if p.client.is_closed() {
+            break;
+        }
+    }
+    // The PING timer (4 s) and the idle timer (30 s) interleave; the DATA retries go at
+    // 0, 1, 3, 7, 15, 23 s (doubling, capped at 8 s), then the connection fails.
+    assert!(times.starts_with(&[0, 1000, 3000]), "{times:?}");
+    assert_eq!(p.client.state(), State::Closed(DisconnectReason::Timeout));
+    assert!(p.ev(true).ends_with(&["Disconnected(Timeout)".into()]));
+}
+
+#[test]
+fn keepalive_ping_and_idle() {
+    let mut p = Pair::new(Version::V0(V0Format::NEX), None, None);
+    p.pump();
+    p.now += Duration::from_secs(4);
+    p.client.handle_timeout(p.now);
+    let ping = drain_tx(&mut p.client, p.now);
+    assert_eq!(ping.len(), 1);
+    let ack = p.deliver_to_server(&ping[0]);
+    assert_eq!(ack.len(), 1);
+    p.client.handle(&ack[0], p.now);
+    assert_eq!(p.client.in_flight(), 0);
+    // The server heard nothing for 30 s.
+    p.now += Duration::from_secs(30);
+    let now = p.now;
+    p.server().handle_timeout(now);
+    assert_eq!(p.server().state(), State::Closed(DisconnectReason::Idle));
+}
+
+#[test]
+fn secure_server_ticket() {
+    for version in [Version::V0(V0Format::NEX), Version::V1] {
+        let req = request(1000);
+        let mut p = Pair::new(version, Some(secure(accept_all)), Some(&req));
+        p.pump();
+        assert_eq!(p.client.state(), State::Connected);
+        assert_eq!(p.server().session_key(), SESSION);
+        p.client.send(0, b"secret").unwrap();
+        p.pump();
+        assert_eq!(p.msgs(false), [(0, b"secret".to_vec())]);
+
+        // A PID that does not match the ticket, and a refused ticket.
+        for (req, check, reason) in [
+            (
+                request(1001),
+                accept_all as fn(&TicketInfo) -> bool,
+                DropReason::BadTicket,
+            ),
+            (request(1000), refuse_all, DropReason::TicketRefused),
+        ] {
+            let mut p = Pair::new(version, Some(secure(check)), Some(&req));
+            p.pump();
+            assert_eq!(p.client.state(), State::ConnectSent);
+            assert!(p.server.is_none());
+            assert!(p.listener.counters().get(reason) >= 1);
+        }
+        // A tampered ticket byte.
+        let mut bad = request(1000);
+        bad[10] ^= 1;
+        let mut p = Pair::new(version, Some(secure(accept_all)), Some(&bad));
+        p.pump();
+        assert!(p.server.is_none());
+        assert_eq!(p.listener.counters().get(DropReason::BadTicket), 1);
+    }
+}
+
+#[test]
+fn hostile_packets_change_nothing() {
+    for version in VERSIONS {
+        let mut p = Pair::new(version, None, None);
+        p.pump();
+        let _ = p.ev(false);
+        let settings = Settings::new(b"ridfebb9", version);
+        let zero16 = [0u8; 16];
+        // Encode a packet as if from the client with chosen keys and fields.
+        let forge =
+            |seq: u16, ty: PacketType, flags: Flags, session: u8, key: &[u8], sig: &[u8]| {
+                let p = Packet {
+                    flags,
+                    session_id: session,
+                    sequence_id: seq,
+                    payload: if ty == PacketType::Data {
+                        &b"x"[..]
+                    } else {
+                        &[]
+                    },
+                    ..Packet::new(ty, CLIENT_PORT, SERVER_PORT)
+                };
+                let mut out = [0u8; 100];
+                let keys = Keys {
+                    session_key: key,
+                    connection_signature: sig,
+                };
+                let n = p.encode(&settings, &keys, &mut out).unwrap();
+                out[..n].to_vec()
+            };
+        let real_sig = p.server().signature();
+        let wrong_sig = &zero16[..real_sig.as_bytes().len()];
+        let rel = Flags::RELIABLE | Flags::NEED_ACK | Flags::HAS_SIZE;
+        let cases: Vec<(Vec<u8>, DropReason)> = vec![
+            // Signed for another connection.
+            (
+                forge(
+                    2,
+                    PacketType::Disconnect,
+                    Flags::NONE,
+                    0x11,
+                    &[1; 16],
+                    wrong_sig,
+                ),
+                DropReason::BadSignature,
+            ),
+            // A right signature, a wrong session id.
+            (
+                forge(2, PacketType::Data, rel, 0x12, &[], real_sig.as_bytes()),
+                DropReason::WrongSessionId,
+            ),
+            // Replays and far-off sequence ids.
+            (
+                forge(1, PacketType::Data, rel, 0x11, &[], real_sig.as_bytes()),
+                DropReason::Duplicate,
+            ),
+            (
+                forge(
+                    0x9000,
+                    PacketType::Data,
+                    rel,
+                    0x11,
+                    &[],
+                    real_sig.as_bytes(),
+                ),
+                DropReason::Stale,
+            ),
+            (
+                forge(200, PacketType::Data, rel, 0x11, &[], real_sig.as_bytes()),
+                DropReason::OutOfWindow,
+            ),
+        ];
+        let mut cases = cases;
+        if version != Version::V0(V0Format::NEX_FRIENDS) {
+            // The friends server's DATA signature covers the payload only: no secret.
+            cases.push((
+                forge(
+                    2,
+                    PacketType::Data,
+                    rel,
+                    0x11,
+                    &[1; 16],
+                    real_sig.as_bytes(),
+                ),
+                DropReason::BadSignature,
+            ));
+        }
+        for (datagram, reason) in cases {
+            let before = *p.server().counters();
+            let state = p.server().state();
+            let now = p.now;
+            p.server().handle(&datagram, now);
+            let after = *p.server().counters();
+            assert_eq!(
+                after.get(reason),
+                before.get(reason) + 1,
+                "{version:?} {reason:?}"
+            );
+            assert_eq!(after.total(), before.total() + 1, "{version:?} {reason:?}");
+            assert_eq!(p.server().state(), state);
+            assert!(p.server().poll_event().is_none());
+        }
+        // Altered bytes of a real packet: checksum or signature.
+        p.client.send(0, b"payload").unwrap();
+        let d = drain_tx(&mut p.client, p.now).remove(0);
+        for i in 0..d.len() {
+            let mut bad = d.clone();
+            bad[i] ^= 0x40;
+            let before = p.server().counters().total();
+            let now = p.now;
+            p.server().handle(&bad, now);
+            assert_eq!(p.server().counters().total(), before + 1, "byte {i}");
+            assert!(p.server().poll_event().is_none());
+        }
+        p.deliver_to_server(&d);
+        assert_eq!(p.msgs(false), [(0, b"payload".to_vec())]);
+    }
+}
+
+#[test]
+fn fragment_flood_past_the_maximum_is_discarded() {
+    let mut p = Pair::new(Version::V1, None, None);
+    p.pump();
+    // 8 fragments of 100 bytes fit the 1000-byte maximum; two such messages do not fit
+    // when sent as one run of fragments without a last one... build one by hand: send
+    // 11 fragments with ids 1..=10 then 0 by using two sends whose first lacks its end.
+    let big = vec![0x41u8; 800];
+    for _ in 0..2 {
+        p.client.send(0, &big).unwrap();
+        p.pump();
+    }
+    assert_eq!(p.msgs(false).len(), 2);
+    // Now shrink the server's maximum below a message: it is dropped with its reason and
+    // the next one still arrives.
+    p.server().set_max_message(500);
+    p.client.send(0, &big).unwrap();
+    p.pump();
+    p.client.send(0, b"after").unwrap();
+    p.pump();
+    assert_eq!(p.msgs(false), [(0, b"after".to_vec())]);
+    assert_eq!(p.server().counters().get(DropReason::FragmentOverflow), 1);
+}
+
+#[test]
+fn aggregate_acks_both_forms() {
+    for (version, substream) in [
+        (Version::V0(V0Format::NEX), 0u8),
+        (Version::V1, 0),
+        (Version::V1, 1),
+    ] {
+        let mut p = Pair::new(version, None, None);
+        p.pump();
+        for m in [&b"a"[..], b"b", b"c"] {
+            p.client.send(0, m).unwrap();
+        }
+        let _ = drain_tx(&mut p.client, p.now);
+        assert_eq!(p.client.in_flight(), 3);
+        let (seq, payload): (u16, Vec<u8>) = if substream == 1 {
+            // substream 0, one extra id (4), base 3.
+            (0, vec![0, 1, 3, 0, 4, 0])
+        } else {
+            (3, vec![4, 0, 9, 0])
+        };
+        let settings = Settings::new(b"ridfebb9", version);
+        let packet = Packet {
+            flags: Flags::MULTI_ACK | Flags::HAS_SIZE,
+            session_id: 0x22,
+            substream_id: substream,
+            sequence_id: seq,
+            payload: &payload,
+            ..Packet::new(PacketType::Data, SERVER_PORT, CLIENT_PORT)
+        };
+        let mut out = [0u8; 100];
+        let own = p.client.signature();
+        let keys = Keys {
+            session_key: &[],
+            connection_signature: own.as_bytes(),
+        };
+        let n = packet.encode(&settings, &keys, &mut out).unwrap();
+        p.client.handle(&out[..n], p.now);
+        assert_eq!(p.client.in_flight(), 0, "{version:?} {substream}");
+        assert_eq!(p.client.counters().total(), 0);
+    }
+}
+
+#[test]
+fn config_errors() {
+    let c = config(Version::V1, CLIENT_PORT);
+    let random = ClientRandom {
+        session_id: 1,
+        initial_unreliable: 1,
+    };
+    let sig = ConnectionSignature::zero(Version::V1);
+    let err = Conn::client(
+        c,
+        SERVER_PORT,
+        sig,
+        vec![0; 10],
+        Instant::ZERO,
+        random,
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::WorkspaceTooSmall {
+            required: Conn::workspace_len(&c)
+        }
+    );
+    let mut lite = c;
+    lite.settings = lite.settings.with_version(Version::Lite);
+    let ws = vec![0; Conn::workspace_len(&c)];
+    assert_eq!(
+        Conn::client(
+            lite,
+            SERVER_PORT,
+            sig,
+            ws.clone(),
+            Instant::ZERO,
+            random,
+            None
+        )
+        .unwrap_err(),
+        ConfigError::UnsupportedVersion
+    );
+    let mut big = c;
+    big.fragment_size = 190;
+    assert_eq!(
+        Conn::client(big, SERVER_PORT, sig, ws, Instant::ZERO, random, None).unwrap_err(),
+        ConfigError::FragmentTooLarge
+    );
+}
+
+#[test]
+fn sequence_wrap() {
+    let mut p = Pair::new(Version::V1, None, None);
+    p.pump();
+    // Jump both ends close to the wrap and keep talking across it.
+    p.client.substreams[0].send_seq = 0xfffd;
+    p.server().substreams[0].recv_next = 0xfffd;
+    for i in 0..6u8 {
+        p.client.send(0, &[i]).unwrap();
+    }
+    p.pump();
+    let got: Vec<_> = p.msgs(false).into_iter().map(|(_, m)| m[0]).collect();
+    assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+    assert_eq!(p.server().substreams[0].recv_next, 3);
+}

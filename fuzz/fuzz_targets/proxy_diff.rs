@@ -1,0 +1,371 @@
+//! PROXY parse against two independent implementations, the crates `ppp` and
+//! `proxy-protocol-codec`: on every input one of them accepts, wirekit accepts the same header
+//! (version, command, transport, addresses, length, TLVs), except for the documented
+//! differences encoded below (and listed in FUZZING.md), where wirekit is stricter or reads
+//! the spec differently. The first byte may put a v1 or v2 prefix in front of the rest, so
+//! both formats are reached quickly.
+#![no_main]
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use libfuzzer_sys::fuzz_target;
+use wirekit_core::Status;
+use wirekit_core::proxy::{self, Addresses, Command, Limits, Transport, Version, v2};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Addrs {
+    Unspec,
+    V4(Ipv4Addr, u16, Ipv4Addr, u16),
+    V6(Ipv6Addr, u16, Ipv6Addr, u16),
+    Unix(Vec<u8>, Vec<u8>),
+}
+
+/// A header as any of the three reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Norm {
+    v1: bool,
+    local: bool,
+    /// 0 unspec, 1 stream, 2 dgram.
+    transport: u8,
+    addrs: Addrs,
+    len: usize,
+    tlvs: Vec<(u8, Vec<u8>)>,
+}
+
+fn wirekit(input: &[u8]) -> Option<Norm> {
+    let limits = Limits {
+        max_header_len: v2::MAX_LEN,
+    };
+    let Ok(Status::Complete(h)) = proxy::parse(input, &limits) else {
+        return None;
+    };
+    Some(Norm {
+        v1: h.version == Version::V1,
+        local: h.command == Command::Local,
+        transport: match h.transport {
+            Transport::Stream => 1,
+            Transport::Dgram => 2,
+            _ => 0,
+        },
+        addrs: match h.addresses {
+            Addresses::Unspec => Addrs::Unspec,
+            Addresses::Inet { src, dst } => Addrs::V4(*src.ip(), src.port(), *dst.ip(), dst.port()),
+            Addresses::Inet6 { src, dst } => {
+                Addrs::V6(*src.ip(), src.port(), *dst.ip(), dst.port())
+            }
+            Addresses::Unix { src, dst } => Addrs::Unix(src.to_vec(), dst.to_vec()),
+        },
+        len: h.len,
+        tlvs: h.tlvs().map(|t| (t.code, t.value.to_vec())).collect(),
+    })
+}
+
+fn ppp(input: &[u8]) -> Option<Norm> {
+    if input.first() == Some(&b'P') {
+        let h = ppp::v1::Header::try_from(input).ok()?;
+        let (transport, addrs) = match h.addresses {
+            ppp::v1::Addresses::Unknown => (0, Addrs::Unspec),
+            ppp::v1::Addresses::Tcp4(a) => (
+                1,
+                Addrs::V4(
+                    a.source_address,
+                    a.source_port,
+                    a.destination_address,
+                    a.destination_port,
+                ),
+            ),
+            ppp::v1::Addresses::Tcp6(a) => (
+                1,
+                Addrs::V6(
+                    a.source_address,
+                    a.source_port,
+                    a.destination_address,
+                    a.destination_port,
+                ),
+            ),
+        };
+        return Some(Norm {
+            v1: true,
+            local: false,
+            transport,
+            addrs,
+            len: h.header.len(),
+            tlvs: vec![],
+        });
+    }
+    let h = ppp::v2::Header::try_from(input).ok()?;
+    let tlvs = h
+        .tlvs()
+        .map(|t| t.map(|t| (t.kind, t.value.to_vec())))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    Some(Norm {
+        v1: false,
+        local: h.command == ppp::v2::Command::Local,
+        transport: h.protocol as u8,
+        addrs: match h.addresses {
+            ppp::v2::Addresses::Unspecified => Addrs::Unspec,
+            ppp::v2::Addresses::IPv4(a) => Addrs::V4(
+                a.source_address,
+                a.source_port,
+                a.destination_address,
+                a.destination_port,
+            ),
+            ppp::v2::Addresses::IPv6(a) => Addrs::V6(
+                a.source_address,
+                a.source_port,
+                a.destination_address,
+                a.destination_port,
+            ),
+            ppp::v2::Addresses::Unix(u) => Addrs::Unix(u.source.to_vec(), u.destination.to_vec()),
+        },
+        len: h.len(),
+        tlvs,
+    })
+}
+
+fn codec(input: &[u8]) -> Option<Norm> {
+    use proxy_protocol_codec::{v1, v2};
+    if input.first() == Some(&b'P') {
+        // Its v1 decoder takes exactly the line.
+        let end = input[..input.len().min(107)]
+            .iter()
+            .position(|&b| b == b'\n')?;
+        let v1::Decoded::Some(h) = v1::Header::decode(&input[..=end]).ok()? else {
+            return None;
+        };
+        let (transport, addrs) = match h.address_pair() {
+            v1::AddressPair::Unspecified => (0, Addrs::Unspec),
+            v1::AddressPair::Inet {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => (1, Addrs::V4(src_ip, src_port, dst_ip, dst_port)),
+            v1::AddressPair::Inet6 {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => (1, Addrs::V6(src_ip, src_port, dst_ip, dst_port)),
+        };
+        return Some(Norm {
+            v1: true,
+            local: false,
+            transport,
+            addrs,
+            len: end + 1,
+            tlvs: vec![],
+        });
+    }
+    let len = 16 + usize::from(u16::from_be_bytes([*input.get(14)?, *input.get(15)?]));
+    let v2::Decoded::Some(d) = v2::Header::decode(input.get(..len)?).ok()? else {
+        return None;
+    };
+    let tlvs = d
+        .extensions
+        .into_iter()
+        .map(|e| {
+            e.map(|e| {
+                (
+                    e.typ().map_or_else(|c| c, |t| t as u8),
+                    e.payload().to_vec(),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    let h = d.header;
+    Some(Norm {
+        v1: false,
+        local: matches!(h.command(), v2::Command::Local),
+        transport: 0,
+        addrs: match *h.address_pair() {
+            v2::AddressPair::Unspecified => Addrs::Unspec,
+            v2::AddressPair::Inet {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => Addrs::V4(src_ip, src_port, dst_ip, dst_port),
+            v2::AddressPair::Inet6 {
+                src_ip,
+                dst_ip,
+                src_port,
+                dst_port,
+            } => Addrs::V6(src_ip, src_port, dst_ip, dst_port),
+            v2::AddressPair::Unix { src_addr, dst_addr } => {
+                Addrs::Unix(src_addr.to_vec(), dst_addr.to_vec())
+            }
+        },
+        len,
+        tlvs,
+    })
+}
+
+/// The seven family/transport bytes the spec lists.
+const FAMILIES: [u8; 7] = [0x00, 0x11, 0x12, 0x21, 0x22, 0x31, 0x32];
+
+/// wirekit's error for the input, if it refuses it.
+fn our_error(input: &[u8]) -> Option<proxy::Error> {
+    proxy::parse(
+        input,
+        &Limits {
+            max_header_len: v2::MAX_LEN,
+        },
+    )
+    .err()
+}
+
+/// The documented differences (FUZZING.md lists them): `true` if this disagreement is one.
+fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> bool {
+    let err = our_error(input);
+    let v2_family = input.get(13).copied();
+    // 1. wirekit accepts only the seven family/transport bytes the spec lists; the peers
+    //    accept any known family with any known transport (UNSPEC/STREAM 0x01, ...).
+    if err == Some(proxy::Error::V2Family) && v2_family.is_some_and(|f| !FAMILIES.contains(&f)) {
+        return true;
+    }
+    // 2. Under the UNSPEC family, ppp skips whatever follows the 16 bytes as an (unparsed)
+    //    address block; wirekit reads it as TLVs, which must tile and pass their checks
+    //    (SSL shape, CRC32C length and value, UNIQUE_ID length).
+    use proxy::Error::{Crc32cLength, Crc32cMismatch, SslTlv, TlvTiling, UniqueIdTooLong};
+    let tlv_error = matches!(
+        err,
+        Some(TlvTiling | SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong)
+    );
+    if !theirs.v1 && theirs.addrs == Addrs::Unspec && theirs.tlvs.is_empty() {
+        if tlv_error || ours.is_some_and(|o| o.addrs == Addrs::Unspec) {
+            return true;
+        }
+    }
+    // 3. wirekit checks the values whose shape the spec fixes: an SSL TLV's 5 fixed bytes and
+    //    tiling sub-TLVs, a CRC32C TLV of 4 bytes (once, and matching), UNIQUE_ID at most 128
+    //    bytes. The peers pass these TLVs through unchecked.
+    let checked = |c: &u8| matches!(*c, 0x03 | 0x05 | 0x20);
+    if matches!(
+        err,
+        Some(SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong)
+    ) && theirs.tlvs.iter().any(|(c, _)| checked(c))
+    {
+        return true;
+    }
+    // 4. proxy-protocol-codec's v1 splits the line on any run of ASCII whitespace (several
+    //    spaces, tabs, form feeds, a space before the protocol) and takes a lone CR inside it;
+    //    wirekit follows the spec's grammar: exactly one space between fields, CRLF only at the
+    //    end.
+    if peer == "proxy-protocol-codec" && theirs.v1 {
+        use proxy::Error::{V1Address, V1LineEnd, V1Port, V1Protocol, V1Separator};
+        let line = &input[V1_PREFIX_LEN.min(theirs.len)..theirs.len.saturating_sub(2)];
+        let loose = line.iter().any(|&b| b != b' ' && b.is_ascii_whitespace())
+            || line.windows(2).any(|w| w == b"  ")
+            || line.first() == Some(&b' ')
+            || line.last() == Some(&b' ');
+        if loose
+            && matches!(
+                err,
+                Some(V1Separator | V1LineEnd | V1Protocol | V1Address | V1Port)
+            )
+        {
+            return true;
+        }
+    }
+    // 5. Both peers take a lone CR or LF inside a v1 line (ppp in the ignored tail of the
+    //    `UNKNOWN` form); wirekit refuses a lone CR or LF anywhere (V1LineEnd).
+    if theirs.v1 && err == Some(proxy::Error::V1LineEnd) {
+        let line = &input[..theirs.len.saturating_sub(2)];
+        if line.iter().any(|&b| b == b'\r' || b == b'\n') {
+            return true;
+        }
+    }
+    // 6. ppp ends a v1 line at a bare LF; wirekit requires CRLF.
+    if peer == "ppp" && theirs.v1 && err == Some(proxy::Error::V1LineEnd) {
+        if input
+            .get(..theirs.len)
+            .is_some_and(|l| !l.ends_with(b"\r\n"))
+        {
+            return true;
+        }
+    }
+    // 7. proxy-protocol-codec's v1 ignores whatever follows the destination port up to the
+    //    line end; wirekit requires CRLF right after it.
+    if peer == "proxy-protocol-codec" && theirs.v1 && theirs.addrs != Addrs::Unspec {
+        use proxy::Error::{V1LineEnd, V1Port, V1Separator};
+        let fields = input[..theirs.len].split(|&b| b == b' ').count();
+        if fields > 6 && matches!(err, Some(V1Port | V1LineEnd | V1Separator)) {
+            return true;
+        }
+    }
+    // 8. Both peers read v1 ports with a `+` sign or leading zeros (Rust's integer parsing),
+    //    and proxy-protocol-codec reads a port's leading digits, ignoring what follows; wirekit
+    //    takes decimal without leading zeros only. More generally, wirekit refuses a v1 line
+    //    that the peers read leniently only when it differs from the canonical line for the
+    //    addresses they read: a canonical line wirekit refused would be a bug.
+    if theirs.v1 && matches!(err, Some(e) if e.as_str().starts_with("PROXY v1")) {
+        use std::net::{SocketAddrV4, SocketAddrV6};
+        let b = match theirs.addrs {
+            Addrs::V4(s, sp, d, dp) => {
+                proxy::v1::Builder::tcp4(SocketAddrV4::new(s, sp), SocketAddrV4::new(d, dp))
+            }
+            Addrs::V6(s, sp, d, dp) => proxy::v1::Builder::tcp6(
+                SocketAddrV6::new(s, sp, 0, 0),
+                SocketAddrV6::new(d, dp, 0, 0),
+            ),
+            _ => proxy::v1::Builder::unknown(),
+        };
+        let mut canonical = [0u8; proxy::v1::MAX_LEN];
+        let n = b.encode(&mut canonical).unwrap();
+        if input.get(..theirs.len) != Some(&canonical[..n]) {
+            return true;
+        }
+    }
+    false
+}
+
+/// `PROXY ` up to the protocol.
+const V1_PREFIX_LEN: usize = 6;
+
+/// Compares a peer's reading with wirekit's.
+fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>, transport_known: bool) {
+    if accepted(peer, input, &theirs, ours) {
+        return;
+    }
+    let Some(ours) = ours else {
+        panic!(
+            "{peer} accepts, wirekit refuses ({:?}): {theirs:?} from {input:02x?}",
+            our_error(input)
+        );
+    };
+    let (mut ours, mut theirs) = (ours.clone(), theirs);
+    if !transport_known {
+        ours.transport = 0;
+        theirs.transport = 0;
+    }
+    assert_eq!(
+        ours, theirs,
+        "{peer} reads another header from {input:02x?}"
+    );
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let mut input = Vec::with_capacity(rest.len() + 16);
+    match sel % 4 {
+        0 => input.extend_from_slice(b"PROXY "),
+        1 => {
+            input.extend_from_slice(&v2::SIGNATURE);
+            input.push(0x21);
+        }
+        _ => {}
+    }
+    input.extend_from_slice(rest);
+    let ours = wirekit(&input);
+    if let Some(theirs) = ppp(&input) {
+        compare("ppp", &input, theirs, ours.as_ref(), true);
+    }
+    if let Some(theirs) = codec(&input) {
+        compare("proxy-protocol-codec", &input, theirs, ours.as_ref(), false);
+    }
+});
