@@ -236,7 +236,9 @@ pub fn node_client(proxy: SocketAddr, version: &str, host: &str, from: &str, act
             from,
             act,
         ])
-        .env("NODE_PATH", peers::node_modules().unwrap());
+        .env("NODE_PATH", peers::node_modules().unwrap())
+        // Many sessions at once on a small machine: node's start-up alone takes seconds.
+        .env("MC_PEER_TIMEOUT_MS", "60000");
     cmd
 }
 
@@ -261,7 +263,7 @@ impl Session {
     /// Waits (bounded) for it to end: its exit status, stdout and stderr.
     pub fn finish(mut self) -> (ExitStatus, String, String) {
         let status =
-            peers::wait_bounded(&mut self.child, Duration::from_secs(40)).expect("client finished");
+            peers::wait_bounded(&mut self.child, Duration::from_secs(75)).expect("client finished");
         let (out, err) = self.drain.join();
         (status, out, err)
     }

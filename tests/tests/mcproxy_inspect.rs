@@ -1,9 +1,17 @@
 //! `wirekit proxy` in inspect mode, end to end: the built binary as a child process between
 //! npm minecraft-protocol's offline server and its client, every packet parsed both ways.
 //! Sessions run in parallel; hostile sessions run beside a well-behaved one that must still
-//! be served.
+//! be served. The tests themselves take turns (a dozen node processes each is enough load).
+
+use std::sync::{Mutex, MutexGuard};
 
 use wirekit_tests::mcproxy::{McProxy, Proc, Session, node_client, node_server};
+
+/// One test at a time.
+fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The versions every inspect session covers: the oldest and two mid releases, the last two
 /// with configuration, and minecraft-protocol 1.68.0's newest.
@@ -42,6 +50,7 @@ fn assert_kicked(proxy: &McProxy, what: &str, s: Session, reason: &str) {
 
 #[test]
 fn every_version_logs_in_and_chats_through_inspect_mode_some_reframed() {
+    let _turn = turn();
     let Some(servers) = servers() else { return };
     let mut config = String::new();
     for (v, (_, port)) in VERSIONS.iter().zip(&servers) {
@@ -92,6 +101,7 @@ fn every_version_logs_in_and_chats_through_inspect_mode_some_reframed() {
 
 #[test]
 fn a_denied_packet_closes_that_client_with_a_disconnect_and_no_other() {
+    let _turn = turn();
     let Some((_s, port)) = node_server("1.21.4", "deny") else {
         return;
     };
@@ -130,6 +140,7 @@ fn a_denied_packet_closes_that_client_with_a_disconnect_and_no_other() {
 
 #[test]
 fn compression_bombs_and_a_flood_close_their_connections_only() {
+    let _turn = turn();
     let Some((_s, port)) = node_server("1.12.2", "hostile") else {
         return;
     };
@@ -174,7 +185,10 @@ fn compression_bombs_and_a_flood_close_their_connections_only() {
         big,
         "malformed or oversized packet",
     );
-    assert_kicked(&proxy, "flood", flood, "connection budget exceeded");
+    // A flooding client may still be writing when the proxy closes, and see the reset before
+    // the Disconnect; the close and its reason are checked in the log below.
+    let (status, out, err) = flood.finish();
+    assert!(!status.success(), "flood was served: {out} {err}");
     assert_ok(&proxy, "well-behaved", fine);
     let log = proxy.proc.wait_log(" refused ", 3);
     for (from, reason) in [
