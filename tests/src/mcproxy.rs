@@ -53,7 +53,8 @@ fn strip_ansi(s: &str) -> String {
 /// A child process whose stdout lines and stderr (ANSI colours stripped) are collected;
 /// killed on drop.
 pub struct Proc {
-    child: Child,
+    /// The process.
+    pub child: Child,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
 }
@@ -150,7 +151,8 @@ pub struct McProxy {
     pub addr: SocketAddr,
     /// Where its `/metrics` are.
     pub metrics: SocketAddr,
-    config: PathBuf,
+    /// Its config file (rewrite it, then SIGHUP, to reload).
+    pub config: PathBuf,
 }
 
 impl McProxy {
@@ -189,6 +191,14 @@ impl McProxy {
         s.read_to_string(&mut out).unwrap();
         assert!(out.starts_with("HTTP/1.1 200"), "{out}");
         out
+    }
+
+    /// The value of one series (`name{labels}`); panics if it is not there.
+    pub fn metric(&self, series: &str) -> u64 {
+        let text = self.metrics();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{series} not in {text}"))
     }
 
     /// The value of one series (`name{labels}`), 0 if it is not there yet.

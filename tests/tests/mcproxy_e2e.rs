@@ -3,12 +3,10 @@
 //! recording upstreams; PyPI mcstatus for the status and the legacy ping. Distinct clients
 //! come from distinct loopback addresses (127.0.0.x).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,192 +18,8 @@ use wirekit_core::minecraft::login::{Disconnect, LoginStart};
 use wirekit_core::minecraft::status::{Ping, StatusResponse};
 use wirekit_core::proxy::{self, Limits, Tlv, TlvKind};
 use wirekit_rig::net::free_port;
+use wirekit_tests::mcproxy::{McProxy, Proc, WAIT, node_client, node_server, wirekit_bin};
 use wirekit_tests::peers::{self, workspace_root};
-
-const WAIT: Duration = Duration::from_secs(20);
-
-/// The `wirekit` binary, built once for this test run.
-fn wirekit_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "wirekit", "--bin", "wirekit"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "building the wirekit binary failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| workspace_root().join("target"));
-        target.join("debug").join("wirekit")
-    })
-    .clone()
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// A child process whose stdout lines and stderr are collected; killed on drop.
-struct Proc {
-    child: Child,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command) -> Proc {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (out, err) = (stdout.clone(), stderr.clone());
-        let pout = child.stdout.take().unwrap();
-        let perr = child.stderr.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(pout).lines().map_while(Result::ok) {
-                out.lock().unwrap().push(line);
-            }
-        });
-        thread::spawn(move || {
-            for line in BufReader::new(perr).lines().map_while(Result::ok) {
-                let mut e = err.lock().unwrap();
-                e.push_str(&strip_ansi(&line));
-                e.push('\n');
-            }
-        });
-        Proc {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// Waits for a stdout line starting with `prefix` and returns the rest of it.
-    fn stdout_line(&mut self, prefix: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(l) = self
-                .stdout
-                .lock()
-                .unwrap()
-                .iter()
-                .find_map(|l| l.strip_prefix(prefix))
-            {
-                return l.trim().to_owned();
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("exited ({status}) before {prefix:?}: {}", self.log());
-            }
-            assert!(Instant::now() < deadline, "no {prefix:?}: {}", self.log());
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits until the log holds `needle` `count` times; returns the log.
-    fn wait_log(&self, needle: &str, count: usize) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let log = self.log();
-            if log.matches(needle).count() >= count {
-                return log;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{needle:?} not {count} times in: {log}"
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `wirekit proxy` with `config` as its file, listening on a loopback port with metrics (the
-/// flags for both win over the file).
-struct McProxy {
-    proc: Proc,
-    addr: SocketAddr,
-    metrics: SocketAddr,
-    config: PathBuf,
-}
-
-impl McProxy {
-    fn start(config: &str) -> McProxy {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("wirekit-mcproxy-{}-{n}.toml", std::process::id()));
-        std::fs::write(&path, config).unwrap();
-        let mut cmd = Command::new(wirekit_bin());
-        cmd.args(["proxy", "--config"])
-            .arg(&path)
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-            .args(["--threads", "2"])
-            .env("RUST_LOG", "info");
-        let mut proc = Proc::spawn(cmd);
-        let addr = proc.stdout_line("listening on ").parse().unwrap();
-        let metrics = proc.stdout_line("metrics on ").parse().unwrap();
-        McProxy {
-            proc,
-            addr,
-            metrics,
-            config: path,
-        }
-    }
-
-    fn metrics(&self) -> String {
-        let mut s = TcpStream::connect(self.metrics).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-        out
-    }
-
-    fn metric(&self, series: &str) -> u64 {
-        let text = self.metrics();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| panic!("{series} not in {text}"))
-    }
-}
-
-impl Drop for McProxy {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!("wirekit proxy log:\n{}", self.proc.log());
-        }
-        let _ = std::fs::remove_file(&self.config);
-    }
-}
 
 /// A TCP client from loopback address `127.0.0.<last>`.
 fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
@@ -340,28 +154,6 @@ impl Recorder {
     }
 }
 
-/// npm minecraft-protocol's server for `version` on a free port; `None` if the peer is not
-/// installed (and not required).
-fn node_server(version: &str, motd: &str) -> Option<(Proc, u16)> {
-    let modules = peers::node_modules()?;
-    let port = free_port().unwrap();
-    let mut cmd = Command::new("node");
-    cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))
-        .args(["server", &port.to_string(), version, motd])
-        .env("NODE_PATH", modules);
-    let mut proc = Proc::spawn(cmd);
-    proc.stdout_line("listening");
-    Some((proc, port))
-}
-
-fn node_client(proxy: SocketAddr, version: &str, host: &str, from: &str) -> Command {
-    let mut cmd = Command::new("node");
-    cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))
-        .args(["client", &proxy.port().to_string(), version, host, from])
-        .env("NODE_PATH", peers::node_modules().unwrap());
-    cmd
-}
-
 #[test]
 fn minecraft_protocol_client_and_server_through_passthrough_1_8_8_and_1_12_2() {
     let Some((_s8, p8)) = node_server("1.8.8", "eight") else {
@@ -389,7 +181,7 @@ upstreams = ["127.0.0.1:{p12}"]
     ]
     .iter()
     .map(|(v, host, from)| {
-        node_client(proxy.addr, v, host, from)
+        node_client(proxy.addr, v, host, from, "chat")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
