@@ -393,19 +393,7 @@ async fn run(
             }
             line.serverbound = (inbound.received().len() - frame.end) as u64;
             gauge.set(&r.name, ConnState::Relay);
-            let metrics = &shared.metrics;
-            let outcome = relay::relay(
-                inbound.stream,
-                upstream,
-                s.serverbound,
-                s.clientbound,
-                ByteCounters {
-                    serverbound: &metrics.bytes[0],
-                    clientbound: &metrics.bytes[1],
-                },
-                &shared.connections,
-            )
-            .await;
+            let outcome = byte_relay(shared, s, inbound.stream, upstream).await;
             line.serverbound += outcome.serverbound;
             line.clientbound = outcome.clientbound;
             line.relay = if outcome.spliced { "splice" } else { "copy" };
@@ -416,6 +404,29 @@ async fn run(
             }
         }
     }
+}
+
+/// The byte relay (splice, else copy) between `client` and `upstream` under the settings'
+/// byte budgets, counted in the metrics.
+pub(crate) async fn byte_relay(
+    shared: &Shared,
+    s: &crate::settings::Settings,
+    client: TcpStream,
+    upstream: TcpStream,
+) -> relay::RelayOutcome {
+    let metrics = &shared.metrics;
+    relay::relay(
+        client,
+        upstream,
+        s.serverbound,
+        s.clientbound,
+        ByteCounters {
+            serverbound: &metrics.bytes[0],
+            clientbound: &metrics.bytes[1],
+        },
+        &shared.connections,
+    )
+    .await
 }
 
 fn prelogin_end(e: PreloginError) -> Ended {

@@ -14,10 +14,10 @@ use wirekit_core::minecraft::ids::Direction;
 use wirekit_std::clock;
 
 use super::{InspectEnd, Inspector};
-use crate::conn::{Ended, Line, connect, disconnect, proxy_v2, upstream_handshake};
+use crate::conn::{Ended, Line, byte_relay, connect, disconnect, proxy_v2, upstream_handshake};
 use crate::metrics::{ConnState, OpenGauge};
 use crate::prelogin::Inbound;
-use crate::relay::{self, ByteCounters, RelayEnd};
+use crate::relay::RelayEnd;
 use crate::server::{Runtime, Shared};
 use crate::settings::{ByteBudget, Route};
 
@@ -153,18 +153,7 @@ pub(crate) async fn serve(
             Ended::Done(end.as_str())
         };
     }
-    let outcome = relay::relay(
-        stream,
-        upstream,
-        s.serverbound,
-        s.clientbound,
-        ByteCounters {
-            serverbound: &metrics.bytes[0],
-            clientbound: &metrics.bytes[1],
-        },
-        &shared.connections,
-    )
-    .await;
+    let outcome = byte_relay(shared, s, stream, upstream).await;
     line.serverbound += outcome.serverbound;
     line.clientbound += outcome.clientbound;
     line.relay = match (opaque, outcome.spliced) {
