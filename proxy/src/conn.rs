@@ -28,26 +28,26 @@ use crate::prelogin::{
 use crate::relay::{self, ByteCounters, RelayEnd};
 use crate::router::UpstreamHold;
 use crate::server::{Runtime, Shared};
-use crate::settings::{Route, UnknownHost};
+use crate::settings::{Mode, Route, UnknownHost};
 use crate::status::{self, LegacyView};
 
 /// How a connection ended: normally (`Done`), or closed by the proxy (`Refused`, counted as
 /// a rejection and logged through the per-source log limiter).
-enum Ended {
+pub(crate) enum Ended {
     Done(&'static str),
     Refused(&'static str),
 }
 
 /// What the close line says.
-struct Line {
-    client: SocketAddr,
+pub(crate) struct Line {
+    pub(crate) client: SocketAddr,
     route: Option<String>,
-    upstream: Option<SocketAddr>,
+    pub(crate) upstream: Option<SocketAddr>,
     player: Option<String>,
-    serverbound: u64,
-    clientbound: u64,
+    pub(crate) serverbound: u64,
+    pub(crate) clientbound: u64,
     /// How the bytes went: `splice`, `copy`, or `-` before a relay.
-    relay: &'static str,
+    pub(crate) relay: &'static str,
 }
 
 /// A connection counted open under the source limits until dropped.
@@ -321,11 +321,13 @@ async fn run(
                 Ok(b) => b,
                 Err(e) => return prelogin_end(e),
             };
-            let name = split_packet(inbound.bytes(login)).ok().and_then(|p| {
-                LoginStart::parse(p.data, protocol)
-                    .ok()
-                    .map(|l| l.name.to_owned())
-            });
+            let name = split_packet(inbound.bytes(login.clone()))
+                .ok()
+                .and_then(|p| {
+                    LoginStart::parse(p.data, protocol)
+                        .ok()
+                        .map(|l| l.name.to_owned())
+                });
             let Some(name) = name else {
                 return Ended::Refused("bad_login_start");
             };
@@ -344,6 +346,20 @@ async fn run(
                 }
                 return Ended::Refused("unknown_host");
             };
+            if r.mode == Mode::Inspect {
+                let opening = crate::inspect::login::Opening {
+                    frame,
+                    body,
+                    login,
+                    client,
+                    dst,
+                    host: &host,
+                };
+                return crate::inspect::login::serve(
+                    shared, rt, i, r, inbound, opening, line, gauge,
+                )
+                .await;
+            }
             let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
                 disconnect(
                     &mut inbound.stream,
@@ -375,19 +391,7 @@ async fn run(
             }
             line.serverbound = (inbound.received().len() - frame.end) as u64;
             gauge.set(&r.name, ConnState::Relay);
-            let metrics = &shared.metrics;
-            let outcome = relay::relay(
-                inbound.stream,
-                upstream,
-                s.serverbound,
-                s.clientbound,
-                ByteCounters {
-                    serverbound: &metrics.bytes[0],
-                    clientbound: &metrics.bytes[1],
-                },
-                &shared.connections,
-            )
-            .await;
+            let outcome = byte_relay(shared, s, inbound.stream, upstream).await;
             line.serverbound += outcome.serverbound;
             line.clientbound = outcome.clientbound;
             line.relay = if outcome.spliced { "splice" } else { "copy" };
@@ -412,6 +416,29 @@ const fn handshake_reason(e: wirekit_core::minecraft::Error) -> &'static str {
         Error::NegativeLength => "handshake_bad_length",
         _ => "bad_handshake",
     }
+}
+
+/// The byte relay (splice, else copy) between `client` and `upstream` under the settings'
+/// byte budgets, counted in the metrics.
+pub(crate) async fn byte_relay(
+    shared: &Shared,
+    s: &crate::settings::Settings,
+    client: TcpStream,
+    upstream: TcpStream,
+) -> relay::RelayOutcome {
+    let metrics = &shared.metrics;
+    relay::relay(
+        client,
+        upstream,
+        s.serverbound,
+        s.clientbound,
+        ByteCounters {
+            serverbound: &metrics.bytes[0],
+            clientbound: &metrics.bytes[1],
+        },
+        &shared.connections,
+    )
+    .await
 }
 
 fn prelogin_end(e: PreloginError) -> Ended {
@@ -497,7 +524,7 @@ async fn route_status(
 
 /// Connects to route `i`'s upstreams in its balance order, failing over to the next one when
 /// a connect fails or times out.
-async fn connect(
+pub(crate) async fn connect(
     shared: &Shared,
     rt: &Runtime,
     i: usize,
@@ -526,7 +553,7 @@ async fn connect(
 
 /// The handshake frame the upstream gets: `frame` as received, or rebuilt with the route's
 /// rewrite host (marker and TCPShield suffix kept).
-fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
+pub(crate) fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
     let Some(new_host) = &r.rewrite_host else {
         return frame.to_vec();
     };
@@ -546,7 +573,7 @@ fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
 
 /// A PROXY v2 header naming `client` (to `dst`), with CRC32C and an AUTHORITY TLV naming the
 /// host the client asked for.
-fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
+pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
     let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
     let v6 = |a: SocketAddr| match a {
         SocketAddr::V4(a) => std::net::SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
@@ -571,7 +598,7 @@ fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
 }
 
 /// Sends a login-state Disconnect with `text` and closes the write side.
-async fn disconnect(stream: &mut TcpStream, text: &str) {
+pub(crate) async fn disconnect(stream: &mut TcpStream, text: &str) {
     let reason = serde_json::json!({ "text": text }).to_string();
     let packet = Disconnect { reason: &reason };
     let mut out = vec![0u8; packet.frame_len()];

@@ -17,6 +17,7 @@
 //! - the status answered from a per-route cache keyed by protocol version, filled from the
 //!   upstream, a fallback MOTD while it is down, the Ping always answered by the proxy, legacy
 //!   pings answered in their own format;
+//! - the inspect relay ([`inspect`]), frames parsed both ways, zero-copy forwarding;
 //! - the passthrough relay ([`relay`]): splice(2) through a pipe per direction on Linux, a
 //!   copy elsewhere, under per-direction byte budgets;
 //! - Prometheus metrics ([`metrics`]), reload ([`ProxyHandle::reload`]) and graceful shutdown.
@@ -25,13 +26,16 @@
 //! each way, duration, reason); connections the proxy refuses write `refused` lines through
 //! the per-source log limiter, at most one per source per interval, the rest counted.
 //!
-//! Routes have a [`Mode`]: [`Mode::Passthrough`] is what runs; [`Mode::Inspect`] (every
-//! frame parsed through play, packet rules and budgets, the core's connection state machine
-//! and filter API) is refused by [`Settings::check`] until its relay is wired in.
+//! Routes have a [`Mode`]: [`Mode::Passthrough`] relays bytes after Login Start;
+//! [`Mode::Inspect`] parses every frame through play ([`inspect`]): the core's connection
+//! machine with the route's packet rules and budgets, compression followed (and optionally
+//! redone toward the client), a [`Filter`](wirekit_core::minecraft::filter::Filter) set with
+//! [`Proxy::set_filter`], the byte relay from Encryption Request on.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod conn;
+pub mod inspect;
 pub mod metrics;
 pub mod prelogin;
 pub mod relay;

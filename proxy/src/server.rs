@@ -86,6 +86,8 @@ pub(crate) struct Shared {
     pub(crate) open: AtomicUsize,
     /// Cancelled when the shutdown grace has passed: open relays end.
     pub(crate) connections: CancellationToken,
+    /// The inspect routes' filter maker, if a library user set one.
+    pub(crate) filters: std::sync::OnceLock<crate::inspect::FilterFactory>,
     listen: Vec<SocketAddr>,
     metrics_listen: Option<SocketAddr>,
     table_size: usize,
@@ -208,6 +210,7 @@ impl Proxy {
             metrics: Arc::new(Metrics::default()),
             open: AtomicUsize::new(0),
             connections: CancellationToken::new(),
+            filters: std::sync::OnceLock::new(),
             runtime: RwLock::new(Arc::new(runtime)),
         });
         Ok(Proxy {
@@ -227,6 +230,13 @@ impl Proxy {
         self.metrics_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
+    }
+
+    /// Sets the maker of the [`Filter`](wirekit_core::minecraft::filter::Filter) each
+    /// connection on an inspect route gets (given the route's name); `false` if one was set
+    /// already.
+    pub fn set_filter(&self, factory: crate::inspect::FilterFactory) -> bool {
+        self.shared.filters.set(factory).is_ok()
     }
 
     /// A handle to reload the settings and read the metrics.

@@ -18,8 +18,9 @@ pub enum Mode {
     /// Read the pre-login packets, then relay bytes (splice where the system has it). The only
     /// choice for online-mode upstreams: their traffic is encrypted after Encryption Request.
     Passthrough,
-    /// Parse every frame both ways through play, applying packet rules and budgets. Not wired
-    /// yet: [`Settings::check`] refuses a route in this mode.
+    /// Parse every frame both ways through play, applying the route's packet rules and
+    /// budgets ([`Route::inspect`], the [`inspect`](crate::inspect) relay); the byte relay
+    /// takes over at Encryption Request.
     Inspect,
 }
 
@@ -105,6 +106,8 @@ pub struct Route {
     pub status_ttl: Duration,
     /// The status shown while every upstream is down.
     pub fallback: StatusFallback,
+    /// Rules, budgets and framing of [`Mode::Inspect`].
+    pub inspect: crate::inspect::InspectSettings,
 }
 
 impl Route {
@@ -121,6 +124,7 @@ impl Route {
             rewrite_host: None,
             status_ttl: Duration::from_secs(5),
             fallback: StatusFallback::default(),
+            inspect: crate::inspect::InspectSettings::default(),
         }
     }
 }
@@ -263,7 +267,7 @@ impl HostPattern {
 impl Settings {
     /// Refuses settings that cannot run: no listener, a route without upstreams or hosts (and
     /// not the default), a host on two routes, two default routes, a zero table, a byte
-    /// budget smaller than one relay read, and a route in [`Mode::Inspect`] (not yet wired).
+    /// budget smaller than one relay read, and inspect settings the core refuses.
     pub fn check(&self) -> Result<(), SettingsError> {
         if self.listen.is_empty() {
             return Err(SettingsError::new("no listen address"));
@@ -289,10 +293,9 @@ impl Settings {
         let mut defaults = 0;
         for route in &self.routes {
             if route.mode == Mode::Inspect {
-                return Err(SettingsError::new(format!(
-                    "route {}: mode inspect is not yet available (passthrough only)",
-                    route.name
-                )));
+                route.inspect.check().map_err(|e| {
+                    SettingsError::new(format!("route {}: inspect: {e}", route.name))
+                })?;
             }
             if route.upstreams.is_empty() {
                 return Err(SettingsError::new(format!(
@@ -339,14 +342,20 @@ mod tests {
     }
 
     #[test]
-    fn inspect_is_not_yet() {
+    fn inspect_settings_are_checked() {
         let mut s = Settings {
             routes: vec![route(&["a.example"])],
             ..Settings::default()
         };
-        assert_eq!(s.check(), Ok(()));
         s.routes[0].mode = Mode::Inspect;
-        assert!(s.check().unwrap_err().to_string().contains("not yet"));
+        assert_eq!(s.check(), Ok(()));
+        s.routes[0].inspect.max_serverbound_packet = 0;
+        assert!(
+            s.check()
+                .unwrap_err()
+                .to_string()
+                .contains("maximum packet")
+        );
     }
 
     #[test]

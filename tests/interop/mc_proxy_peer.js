@@ -3,36 +3,60 @@
 //   node mc_proxy_peer.js server PORT VERSION MOTD
 //       Listens on 127.0.0.1:PORT (prints "listening"). Every player that joins gets a welcome
 //       chat message long enough to be sent compressed (the server announces threshold 256),
-//       and each chat message it sends comes back as "echo:<message>" (system chat from
-//       1.19).
-//   node mc_proxy_peer.js client PORT VERSION HOST LOCAL_ADDRESS
+//       and each chat message it sends comes back as "echo:<message>".
+//   node mc_proxy_peer.js client PORT VERSION HOST LOCAL_ADDRESS [ACT]
 //       Connects from LOCAL_ADDRESS to 127.0.0.1:PORT with HOST in its handshake, logs in as
 //       "Tester", waits for the welcome, sends a chat message and prints "ok <name>" once its
-//       echo is back; exits 1 on a kick, an error or after 20 s.
+//       echo is back; exits 1 on a kick (printing "kicked: <reason>"), an error or after 20 s
+//       (MC_PEER_TIMEOUT_MS).
+//       ACT other than "chat" does something hostile once the welcome is in instead:
+//       "bomb" writes a compressed frame declaring 1000 bytes whose zlib stream inflates to
+//       1 MiB, "bigdecl" one declaring 16 MiB, "flood" sends 400 chat messages at once.
+//
+// Versions with signed chat (1.19+) chat through system_chat and chat_message (text components
+// as NBT from 1.20.3 on); older ones through chat.
 'use strict'
 const mc = require('minecraft-protocol')
 const net = require('net')
 
-const [mode, portArg, version, arg4, arg5] = process.argv.slice(2)
+const [mode, portArg, version, arg4, arg5, act] = process.argv.slice(2)
 const port = Number(portArg)
 const padding = 'x'.repeat(600)
+const mcData = require('minecraft-data')(version)
+const signedChat = mcData.supportFeature('signedChat')
+const nbtChat = mcData.supportFeature('chatPacketsUseNbtComponents')
 
-// 1.19 and later have no `chat` packet: the server sends `system_chat` (an NBT component
-// from 1.20.3), the client `chat_message` (unsigned in offline mode, through client.chat).
-function modern (version) {
-  return require('minecraft-data')(version).supportFeature('signedChat')
+function chat (text) {
+  return { message: JSON.stringify({ text }), position: 0 }
 }
 
-function sendChat (client, version, text) {
-  const data = require('minecraft-data')(version)
-  if (!data.supportFeature('signedChat')) {
-    client.write('chat', { message: JSON.stringify({ text }), position: 0 })
-  } else if (data.supportFeature('chatPacketsUseNbtComponents')) {
-    const nbt = require('prismarine-nbt')
-    client.write('system_chat', { content: nbt.comp({ text: nbt.string(text) }), isActionBar: false })
-  } else {
-    client.write('system_chat', { content: JSON.stringify({ text }), isActionBar: false })
-  }
+// Sends `text` to a player as a system message (or a chat message before 1.19).
+function say (client, text) {
+  if (!signedChat) return client.write('chat', chat(text))
+  const nbt = require('prismarine-nbt')
+  const content = nbtChat ? nbt.comp({ text: nbt.string(text) }) : JSON.stringify({ text })
+  client.write('system_chat', { content, isActionBar: false })
+}
+
+function varint (n) {
+  const out = []
+  do {
+    let b = n & 0x7f
+    n >>>= 7
+    if (n !== 0) b |= 0x80
+    out.push(b)
+  } while (n !== 0)
+  return Buffer.from(out)
+}
+
+// A compressed frame: Data Length `declared`, then `z`.
+function compressedFrame (declared, z) {
+  const inner = Buffer.concat([varint(declared), z])
+  return Buffer.concat([varint(inner.length), inner])
+}
+
+function reasonText (r) {
+  return typeof r === 'string' ? r : JSON.stringify(r)
 }
 
 if (mode === 'server') {
@@ -47,9 +71,9 @@ if (mode === 'server') {
   })
   server.on('listening', () => console.log('listening'))
   server.on('playerJoin', (client) => {
-    sendChat(client, version, 'welcome ' + client.username + ' ' + padding)
-    const echo = (p) => sendChat(client, version, 'echo:' + p.message)
-    client.on(modern(version) ? 'chat_message' : 'chat', echo)
+    say(client, 'welcome ' + client.username + ' ' + padding)
+    client.on('chat', (p) => say(client, 'echo:' + p.message))
+    client.on('chat_message', (p) => say(client, 'echo:' + p.message))
   })
   server.on('error', (e) => { console.error(e); process.exit(1) })
 } else if (mode === 'client') {
@@ -63,25 +87,40 @@ if (mode === 'server') {
     fakeHost: arg4,
     connect: (c) => c.setSocket(net.connect({ host: '127.0.0.1', port, localAddress: local }))
   })
-  const timer = setTimeout(() => { console.error('timed out'); process.exit(1) }, 20000)
-  const onText = (text) => {
+  // MC_PEER_TIMEOUT_MS: a longer bound for runs with many sessions at once.
+  const limit = Number(process.env.MC_PEER_TIMEOUT_MS || 20000)
+  const timer = setTimeout(() => { console.error('timed out'); process.exit(1) }, limit)
+  let finished = false
+  const onText = (message) => {
+    let text = ''
+    try { text = JSON.parse(message).text || '' } catch (e) { text = String(message) }
     if (text.startsWith('welcome Tester ') && text.endsWith(padding)) {
-      if (modern(version)) client.chat('hello through the proxy')
-      else client.write('chat', { message: 'hello through the proxy' })
+      if (act === 'bomb') {
+        const zlib = require('zlib')
+        client.socket.write(compressedFrame(1000, zlib.deflateSync(Buffer.alloc(1 << 20))))
+      } else if (act === 'bigdecl') {
+        client.socket.write(compressedFrame(16 << 20, Buffer.from([0x78, 0x9c, 0x03, 0x00])))
+      } else if (act === 'flood') {
+        for (let i = 0; i < 400; i++) client.chat('flood ' + i)
+      } else {
+        client.chat('hello through the proxy')
+      }
     } else if (text === 'echo:hello through the proxy') {
       console.log('ok ' + client.username)
+      finished = true
       clearTimeout(timer)
       client.end()
       setTimeout(() => process.exit(0), 100)
     }
   }
-  if (modern(version)) {
-    client.on('systemChat', (p) => onText(JSON.parse(p.formattedMessage).text || ''))
+  if (signedChat) {
+    client.on('systemChat', (p) => onText(p.formattedMessage))
   } else {
-    client.on('chat', (p) => onText(JSON.parse(p.message).text || ''))
+    client.on('chat', (p) => onText(p.message))
   }
-  client.on('kick_disconnect', (p) => { console.error('kicked: ' + p.reason); process.exit(1) })
-  client.on('disconnect', (p) => { console.error('disconnected: ' + p.reason); process.exit(1) })
+  client.on('kick_disconnect', (p) => { console.error('kicked: ' + reasonText(p.reason)); process.exit(1) })
+  client.on('disconnect', (p) => { console.error('disconnected: ' + reasonText(p.reason)); process.exit(1) })
+  client.on('end', () => { if (!finished) { console.error('ended'); process.exit(1) } })
   client.on('error', (e) => { console.error(e); process.exit(1) })
 } else {
   console.error('usage: mc_proxy_peer.js server PORT VERSION MOTD | client PORT VERSION HOST LOCAL_ADDRESS')

@@ -374,13 +374,50 @@ pub fn node_server(version: &str, motd: &str) -> Option<(Proc, u16)> {
 }
 
 /// npm minecraft-protocol's client for `version` through `proxy`, from `from`, with `host` in
-/// its handshake (it prints `ok Tester` once its chat echo is back).
-pub fn node_client(proxy: SocketAddr, version: &str, host: &str, from: &str) -> Command {
+/// its handshake, doing `act`: `chat` (it prints `ok Tester` once its chat echo is back) or a
+/// hostile act (`bomb`, `bigdecl`, `flood`; see the script).
+pub fn node_client(proxy: SocketAddr, version: &str, host: &str, from: &str, act: &str) -> Command {
     let mut cmd = Command::new("node");
     cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))
-        .args(["client", &proxy.port().to_string(), version, host, from])
-        .env("NODE_PATH", peers::node_modules().unwrap());
+        .args([
+            "client",
+            &proxy.port().to_string(),
+            version,
+            host,
+            from,
+            act,
+        ])
+        .env("NODE_PATH", peers::node_modules().unwrap())
+        // Many sessions at once on a small machine: node's start-up alone takes seconds.
+        .env("MC_PEER_TIMEOUT_MS", "60000");
     cmd
+}
+
+/// A peer client running, its output collected.
+pub struct Session {
+    child: Child,
+    drain: peers::Drain,
+}
+
+impl Session {
+    /// Starts `cmd`.
+    pub fn start(mut cmd: Command) -> Session {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let drain = peers::drain(&mut child);
+        Session { child, drain }
+    }
+
+    /// Waits (bounded) for it to end: its exit status, stdout and stderr.
+    pub fn finish(mut self) -> (std::process::ExitStatus, String, String) {
+        let status =
+            peers::wait_bounded(&mut self.child, Duration::from_secs(75)).expect("client finished");
+        let (out, err) = self.drain.join();
+        (status, out, err)
+    }
 }
 
 /// Closes `s` with an RST (SO_LINGER 0), not a FIN.
@@ -398,7 +435,7 @@ pub fn node_sessions(proxy: &McProxy, sessions: &[(&str, &str, &str, &str)]) {
     let clients: Vec<(&str, Child)> = sessions
         .iter()
         .map(|(v, host, from, _)| {
-            let child = node_client(proxy.addr, v, host, from)
+            let child = node_client(proxy.addr, v, host, from, "chat")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+mod inspect;
 use tokio_util::sync::CancellationToken;
 use wirekit_core::limit::Prefix;
 use wirekit_core::limit::source::{ConnLimit, RateLimit, SourceConfig};
@@ -156,8 +158,10 @@ pub struct RouteConfig {
     pub upstreams: Vec<SocketAddr>,
     /// `round-robin` (default) or `least-connections`.
     pub balance: Option<String>,
-    /// `passthrough` (default) or `inspect` (not yet).
+    /// `passthrough` (default) or `inspect`.
     pub mode: Option<String>,
+    /// Rules, budgets and framing for `mode = "inspect"` (`[route.inspect]`).
+    pub inspect: Option<inspect::InspectConfig>,
     /// Send PROXY v2 (CRC32C, AUTHORITY) to the upstream.
     #[serde(default)]
     pub proxy_protocol: bool,
@@ -224,6 +228,11 @@ impl RouteConfig {
                 ));
             }
         };
+        if let Some(i) = &self.inspect {
+            r.inspect = i
+                .settings()
+                .map_err(|e| format!("route {}: inspect: {e}", r.name))?;
+        }
         r.proxy_protocol = self.proxy_protocol;
         r.rewrite_host = self.rewrite_host.clone();
         if let Some(t) = self.status_ttl {
@@ -564,8 +573,8 @@ upstreams = ["127.0.0.1:25568"]
             "[[route]]\nhosts = [\"a\"]\nupstreams = [\"127.0.0.1:1\"]\nmode = \"inspect\"\n",
         )
         .unwrap();
-        let e = flags.merged().unwrap().settings().unwrap_err();
-        assert!(e.contains("not yet"), "{e}");
+        let s = flags.merged().unwrap().settings().unwrap();
+        assert_eq!(s.routes[0].mode, Mode::Inspect);
         std::fs::write(&path, "no-such-key = 1\n").unwrap();
         assert!(flags.merged().is_err());
         std::fs::remove_dir_all(&dir).unwrap();

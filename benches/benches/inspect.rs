@@ -1,0 +1,282 @@
+//! The inspect relay on a play-like stream: packets/s and relay CPU per packet on one core,
+//! against a plain userspace copy relay with 64 KiB buffers on the same bytes.
+//!
+//! The stream is clientbound play after a 1.12.2 login: 200,000 packets of 10-300 bytes of
+//! data (most small, as game traffic is), over loopback TCP. The relay runs alone on its
+//! thread (a current-thread runtime); its CPU time is that thread's. Rows: uncompressed (the
+//! 1.5x goal is against the copy relay there), compressed at threshold 256 with frames
+//! forwarded as received (each compressed packet inflated for the rules and budgets), and
+//! compressed with the proxy's own threshold toward the client (every packet framed again).
+//! The copy relay moves bytes one way; the inspect relay also waits on the idle other
+//! direction, as it does in service. Each row is the best of three runs.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use wirekit_core::frame::compressed::{CompressedEncoder, max_encoded_len};
+use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::conn::Verdict;
+use wirekit_core::minecraft::encode_string;
+use wirekit_core::minecraft::filter::PassAll;
+use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+use wirekit_core::minecraft::login::LoginStart;
+use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU};
+use wirekit_proxy::inspect::{ClientCompression, InspectSettings, Inspector};
+
+const PACKETS: usize = 200_000;
+const VERSION: i32 = 340;
+/// 1.12.2 clientbound chat: a play ID the connection machine does not act on.
+const ID: i32 = 0x0F;
+
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// The upstream's bytes after the login: Set Compression (when `threshold` is not negative),
+/// Login Success, then the play packets, framed at `threshold`.
+fn stream(threshold: i32) -> Vec<u8> {
+    let mut out = Vec::new();
+    if threshold >= 0 {
+        let mut sc = [0u8; 8];
+        let mut body = vec![0x03];
+        let n = wirekit_core::varint::encode_varint(threshold, &mut sc).unwrap();
+        body.extend_from_slice(&sc[..n]);
+        let mut f = [0u8; 8];
+        let n = wirekit_core::frame::mc::encode_frame(&body, &mut f).unwrap();
+        out.extend_from_slice(&f[..n]);
+    }
+    let encoder = CompressedEncoder::new(threshold, Level::Fast);
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_MCU]).unwrap();
+    let mut frame = vec![0u8; max_encoded_len(1024)];
+    let mut push = |body: &[u8], out: &mut Vec<u8>| {
+        let n = encoder.encode(body, &mut frame, &mut compressor).unwrap();
+        out.extend_from_slice(&frame[..n]);
+    };
+    let mut success = vec![0x02];
+    let mut s = [0u8; 64];
+    let k = encode_string("00000000-0000-0000-0000-000000000001", 36, &mut s).unwrap();
+    success.extend_from_slice(&s[..k]);
+    let k = encode_string("Bench", 16, &mut s).unwrap();
+    success.extend_from_slice(&s[..k]);
+    push(&success, &mut out);
+    let mut x: u32 = 0x2545_f491;
+    let mut body = vec![0u8; 400];
+    for i in 0..PACKETS {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        // Mostly small packets (movement, entity updates), some up to 300 bytes.
+        let len = if x.is_multiple_of(4) {
+            10 + (x as usize >> 8) % 291
+        } else {
+            10 + (x as usize >> 8) % 60
+        };
+        body[0] = ID as u8;
+        for (k, b) in body[1..=len].iter_mut().enumerate() {
+            *b = if k % 5 == 0 {
+                (i + k) as u8
+            } else {
+                (k / 5) as u8
+            };
+        }
+        push(&body[..=len], &mut out);
+    }
+    out
+}
+
+fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    a.set_nodelay(true).unwrap();
+    b.set_nodelay(true).unwrap();
+    (a, b)
+}
+
+#[derive(Clone, Copy)]
+enum Relay {
+    Copy,
+    Inspect(Option<ClientCompression>),
+}
+
+/// One run: the upstream writes `bytes` and closes; the relay under test carries them to
+/// the client. Returns (relay CPU, wall time, bytes the client got).
+fn run(relay: Relay, bytes: &[u8]) -> (Duration, Duration, usize) {
+    let (mut client, proxy_client) = pair();
+    let (proxy_up, mut upstream) = pair();
+    let relay_thread = thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            proxy_client.set_nonblocking(true).unwrap();
+            proxy_up.set_nonblocking(true).unwrap();
+            let mut c = tokio::net::TcpStream::from_std(proxy_client).unwrap();
+            let mut u = tokio::net::TcpStream::from_std(proxy_up).unwrap();
+            let cpu = thread_cpu();
+            match relay {
+                Relay::Copy => {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = u.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        c.write_all(&buf[..n]).await.unwrap();
+                    }
+                    c.shutdown().await.unwrap();
+                }
+                Relay::Inspect(client_compression) => {
+                    let settings = InspectSettings {
+                        client_compression,
+                        max_serverbound_packet: 1 << 16,
+                        max_clientbound_packet: 1 << 20,
+                        ..InspectSettings::default()
+                    };
+                    let mut filter = PassAll;
+                    let mut insp = Inspector::new(&settings, &mut filter);
+                    let (hs, ls) = login();
+                    let now = wirekit_std::clock::now();
+                    assert_eq!(
+                        insp.judge_prelogin(&hs[1..], hs.len(), now),
+                        Verdict::Forward
+                    );
+                    assert_eq!(
+                        insp.judge_prelogin(&ls[1..], ls.len(), now),
+                        Verdict::Forward
+                    );
+                    let (mut cr, mut cw) = c.split();
+                    let (mut ur, mut uw) = u.split();
+                    let end = insp
+                        .run(
+                            (&mut cr, &mut cw),
+                            (&mut ur, &mut uw),
+                            &CancellationToken::new(),
+                        )
+                        .await;
+                    assert_eq!(end.as_str(), "upstream_closed");
+                }
+            }
+            thread_cpu() - cpu
+        })
+    });
+    let started = Instant::now();
+    let reader = thread::spawn(move || {
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut got = 0;
+        loop {
+            let n = client.read(&mut buf).unwrap();
+            if n == 0 {
+                return got;
+            }
+            got += n;
+        }
+    });
+    upstream.write_all(bytes).unwrap();
+    upstream.shutdown(std::net::Shutdown::Write).unwrap();
+    let got = reader.join().unwrap();
+    let wall = started.elapsed();
+    let cpu = relay_thread.join().unwrap();
+    drop(upstream);
+    (cpu, wall, got)
+}
+
+fn login() -> (Vec<u8>, Vec<u8>) {
+    let hs = Handshake {
+        protocol_version: VERSION,
+        address: ServerAddress::host("bench.test"),
+        port: 25565,
+        next_state: NextState::Login,
+    };
+    let mut a = vec![0u8; hs.frame_len()];
+    hs.encode_frame(&mut a).unwrap();
+    let ls = LoginStart {
+        protocol_version: VERSION,
+        name: "Bench",
+        signature: None,
+        uuid: None,
+    };
+    let mut b = vec![0u8; ls.frame_len()];
+    ls.encode_frame(&mut b).unwrap();
+    (a, b)
+}
+
+/// Best of three: (CPU ns per packet, packets per second of wall time, bytes out).
+fn measure(relay: Relay, bytes: &[u8]) -> (f64, f64, usize) {
+    (0..3)
+        .map(|_| {
+            let (cpu, wall, got) = run(relay, bytes);
+            (
+                cpu.as_nanos() as f64 / PACKETS as f64,
+                PACKETS as f64 / wall.as_secs_f64(),
+                got,
+            )
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a `cargo test` of the benches runs nothing.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let plain = stream(-1);
+    let compressed = stream(256);
+    println!(
+        "inspect relay, {PACKETS} clientbound play packets (10-300 B), one relay thread, best of 3"
+    );
+    println!(
+        "{:<44} {:>12} {:>12} {:>10}",
+        "row", "CPU ns/pkt", "pkts/s", "vs copy"
+    );
+    let (copy_cpu, copy_rate, got) = measure(Relay::Copy, &plain);
+    assert_eq!(got, plain.len());
+    println!(
+        "{:<44} {:>12.1} {:>12.0} {:>10}",
+        "copy relay, 64 KiB buffer (uncompressed)", copy_cpu, copy_rate, "1.00x"
+    );
+    let (cpu, rate, got) = measure(Relay::Inspect(None), &plain);
+    assert_eq!(got, plain.len());
+    println!(
+        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
+        "inspect, uncompressed (goal <= 1.5x)",
+        cpu,
+        rate,
+        cpu / copy_cpu
+    );
+    let (ccopy, crate_, got) = measure(Relay::Copy, &compressed);
+    assert_eq!(got, compressed.len());
+    println!(
+        "{:<44} {:>12.1} {:>12.0} {:>10}",
+        "copy relay, 64 KiB buffer (compressed 256)", ccopy, crate_, "1.00x"
+    );
+    let (cpu, rate, got) = measure(Relay::Inspect(None), &compressed);
+    assert_eq!(got, compressed.len());
+    println!(
+        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
+        "inspect, compressed 256, forwarded",
+        cpu,
+        rate,
+        cpu / ccopy
+    );
+    let own = ClientCompression {
+        threshold: 128,
+        level: Level::Fast,
+    };
+    let (cpu, rate, got) = measure(Relay::Inspect(Some(own)), &compressed);
+    assert!(got > 0);
+    println!(
+        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
+        "inspect, 256 in, 128 out (reframed, Fast)",
+        cpu,
+        rate,
+        cpu / ccopy
+    );
+}

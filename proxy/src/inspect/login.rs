@@ -1,0 +1,207 @@
+//! A login on an inspect route, from the pre-login packets to the close: the handshake and
+//! Login Start judged by the connection machine before the upstream is dialled, the inspect
+//! relay, and the byte relay once the connection goes opaque.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+
+use tokio::io::AsyncWriteExt;
+use wirekit_core::minecraft::budget::{Budget, Budgets};
+use wirekit_core::minecraft::conn::{Close, Verdict};
+use wirekit_core::minecraft::filter::{Filter, PassAll};
+use wirekit_core::minecraft::ids::Direction;
+use wirekit_std::clock;
+
+use super::{InspectEnd, Inspector};
+use crate::conn::{Ended, Line, byte_relay, connect, disconnect, proxy_v2, upstream_handshake};
+use crate::metrics::{ConnState, OpenGauge};
+use crate::prelogin::Inbound;
+use crate::relay::RelayEnd;
+use crate::server::{Runtime, Shared};
+use crate::settings::{ByteBudget, Route};
+
+/// Where the pre-login packets are in the inbound buffer, and who they are from.
+pub(crate) struct Opening<'a> {
+    /// The handshake frame.
+    pub(crate) frame: Range<usize>,
+    /// The handshake's body.
+    pub(crate) body: Range<usize>,
+    /// Login Start's body (its frame starts where the handshake's ends).
+    pub(crate) login: Range<usize>,
+    /// The real client.
+    pub(crate) client: SocketAddr,
+    /// The address it connected to.
+    pub(crate) dst: SocketAddr,
+    /// The normalised host it asked for.
+    pub(crate) host: &'a str,
+}
+
+/// The route's budgets, with the proxy-wide byte budgets where the route sets none.
+fn budgets(r: &Route, serverbound: ByteBudget, clientbound: ByteBudget) -> Budgets {
+    let mut b = r.inspect.budgets;
+    for (dir, bytes) in [
+        (&mut b.serverbound, serverbound),
+        (&mut b.clientbound, clientbound),
+    ] {
+        if dir.bytes.is_none() && bytes.burst > 0 {
+            dir.bytes = Some(Budget::per_second(bytes.per_second, bytes.burst));
+        }
+    }
+    b
+}
+
+/// Serves a login routed to inspect route `i` (`r`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve(
+    shared: &Shared,
+    rt: &Runtime,
+    i: usize,
+    r: &Route,
+    mut inbound: Inbound,
+    opening: Opening<'_>,
+    line: &mut Line,
+    gauge: &mut OpenGauge<'_>,
+) -> Ended {
+    let s = &rt.settings;
+    let mut filter: Box<dyn Filter + Send> = match shared.filters.get() {
+        Some(make) => make(&r.name),
+        None => Box::new(PassAll),
+    };
+    let mut insp = Inspector::new(&r.inspect, &mut *filter);
+    insp.set_budgets(budgets(r, s.serverbound, s.clientbound));
+    let now = clock::now();
+    let login_frame = opening.frame.end..opening.login.end;
+    let mut opaque = false;
+    for (body, wire) in [
+        (opening.body.clone(), opening.frame.len()),
+        (opening.login.clone(), login_frame.len()),
+    ] {
+        match insp.judge_prelogin(inbound.bytes(body), wire, now) {
+            Verdict::Close(c) => return refuse(&mut insp, &mut inbound, c).await,
+            Verdict::ForwardThenOpaque => {
+                // A version the machine does not parse: bytes from here on.
+                opaque = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+
+    let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
+        disconnect(
+            &mut inbound.stream,
+            "The server is unavailable; try again later.",
+        )
+        .await;
+        return Ended::Refused("no_upstream");
+    };
+    line.upstream = Some(addr);
+    let mut out = Vec::with_capacity(login_frame.len() + 64);
+    if r.proxy_protocol {
+        out.extend_from_slice(&proxy_v2(opening.client, opening.dst, opening.host));
+    }
+    out.extend_from_slice(&upstream_handshake(
+        r,
+        inbound.bytes(opening.frame.clone()),
+        inbound.bytes(opening.body.clone()),
+    ));
+    out.extend_from_slice(inbound.bytes(login_frame.clone()));
+    if opaque {
+        out.extend_from_slice(inbound.rest());
+    } else if !insp.preload_serverbound(inbound.rest()) {
+        return Ended::Refused("frame_too_large");
+    }
+    if upstream.write_all(&out).await.is_err() {
+        disconnect(
+            &mut inbound.stream,
+            "The server is unavailable; try again later.",
+        )
+        .await;
+        return Ended::Refused("upstream_error");
+    }
+    line.serverbound = login_frame.len() as u64;
+    gauge.set(&r.name, ConnState::Relay);
+    let metrics = &shared.metrics;
+    let mut stream = inbound.stream;
+
+    let end = if opaque {
+        InspectEnd::Opaque
+    } else {
+        line.relay = "inspect";
+        let (mut cr, mut cw) = stream.split();
+        let (mut ur, mut uw) = upstream.split();
+        let end = insp
+            .run((&mut cr, &mut cw), (&mut ur, &mut uw), &shared.connections)
+            .await;
+        let (up, down) = (
+            insp.moved(Direction::Serverbound),
+            insp.moved(Direction::Clientbound),
+        );
+        line.serverbound += up.written;
+        line.clientbound += down.written;
+        metrics.bytes[0].fetch_add(up.written, Ordering::Relaxed);
+        metrics.bytes[1].fetch_add(down.written, Ordering::Relaxed);
+        end
+    };
+    drop(insp);
+    if end != InspectEnd::Opaque {
+        return if end.is_refusal() {
+            linger(&mut stream).await;
+            Ended::Refused(end.as_str())
+        } else {
+            Ended::Done(end.as_str())
+        };
+    }
+    let outcome = byte_relay(shared, s, stream, upstream).await;
+    line.serverbound += outcome.serverbound;
+    line.clientbound += outcome.clientbound;
+    line.relay = match (opaque, outcome.spliced) {
+        (true, true) => "splice",
+        (true, false) => "copy",
+        (false, true) => "inspect+splice",
+        (false, false) => "inspect+copy",
+    };
+    match outcome.end {
+        RelayEnd::Budget(_) => Ended::Refused(outcome.end.as_str()),
+        e => Ended::Done(e.as_str()),
+    }
+}
+
+/// Closes a login the machine refused before the upstream was dialled, with its Disconnect
+/// (the client is in login, or still in the handshake, which has none).
+async fn refuse<F: Filter + ?Sized>(
+    insp: &mut Inspector<'_, F>,
+    inbound: &mut Inbound,
+    close: Close,
+) -> Ended {
+    if let Some(target) = close.disconnect {
+        let text = format!("Disconnected by the proxy: {}", close.reason.as_str());
+        if let Some(frame) = insp.disconnect_frame(target, &text) {
+            let bytes = &insp.sides[Direction::Clientbound.index()].out[frame];
+            let _ = inbound.stream.write_all(bytes).await;
+        }
+    }
+    let _ = inbound.stream.shutdown().await;
+    linger(&mut inbound.stream).await;
+    Ended::Refused(close.reason.label())
+}
+
+/// How long a refused client's bytes are read and dropped after its Disconnect.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Reads and drops what a refused client still sends, until it closes or [`LINGER`] passes:
+/// closing with unread bytes would reset the connection, and a reset can discard the
+/// Disconnect before the client reads it (a flooding client is still writing).
+async fn linger(stream: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}

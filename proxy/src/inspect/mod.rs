@@ -1,0 +1,827 @@
+//! The inspect relay: every frame of both directions parsed through play, compression
+//! followed, each packet judged by the core's connection machine
+//! ([`ProxyConn`]) under the route's rules and budgets and an optional [`Filter`].
+//!
+//! - Frames are read into a buffer per direction, allocated once when the connection starts and
+//!   sized by the route's [`InspectSettings`] (never by a length the peer declares). A frame is
+//!   decoded in place: an uncompressed body is borrowed from the read buffer, a compressed one
+//!   is inflated into the connection's scratch, bounded by its Data Length (itself bounded by the
+//!   direction's maximum packet), for the rules and the inflated-bytes budget.
+//! - A forwarded packet goes out as the bytes it came in as, written straight from the read
+//!   buffer (runs of forwarded frames in one write), when both sides of the direction use the
+//!   same compression threshold. A route with [`InspectSettings::client_compression`] uses its
+//!   own threshold and level toward the client: the Set Compression the client gets names that
+//!   threshold, and every packet is framed again (compressed with the core's compressor) for
+//!   the side it goes to.
+//! - [`Verdict::ForwardThenCompress`] switches the framers at the packet that asks for it;
+//!   [`Verdict::ForwardThenOpaque`] (Encryption Request) flushes what is buffered and hands
+//!   the connection back ([`InspectEnd::Opaque`]) for the byte relay; [`Verdict::Close`]
+//!   sends the client the Disconnect the verdict names, framed as its side is, and ends.
+//!
+//! Both directions run in one task: each read is handled (and its output written) before the
+//! next is awaited, so nothing is in flight when the connection changes mode, and a slow
+//! reader on one side holds the other side back (TCP backpressure) rather than filling memory.
+//! In steady state nothing is allocated per packet (the `mcproxy_alloc` test counts).
+
+pub mod login;
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use wirekit_core::Status;
+use wirekit_core::frame::compressed::{
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, max_encoded_len,
+};
+use wirekit_core::frame::mc::MAX_LENGTH_FIELD_LEN;
+use wirekit_core::minecraft::budget::Budgets;
+use wirekit_core::minecraft::conn::{
+    Close, ConnConfig, DisconnectTarget, ObservedPacket, ProxyConn, UnknownVersion, Verdict,
+};
+use wirekit_core::minecraft::disconnect::DisconnectMessage;
+use wirekit_core::minecraft::filter::Filter;
+use wirekit_core::minecraft::ids::Direction;
+use wirekit_core::minecraft::rules::{HandshakeRule, PacketRule, Rules};
+use wirekit_core::time::Instant;
+use wirekit_core::varint::encode_varint;
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
+
+/// Makes the [`Filter`] of each inspected connection, given the route's name (set with
+/// [`Proxy::set_filter`](crate::Proxy::set_filter)).
+pub type FilterFactory = Arc<dyn Fn(&str) -> Box<dyn Filter + Send> + Send + Sync>;
+
+/// The most one read takes, and the batch a re-framed direction gathers before a write.
+pub const READ_CHUNK: usize = 64 * 1024;
+
+/// The compression the client side of an inspect route uses instead of the upstream's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCompression {
+    /// The threshold announced to the client (negative: uncompressed).
+    pub threshold: i32,
+    /// The level packets toward the client are compressed at.
+    pub level: Level,
+}
+
+/// What an inspect route applies, per connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InspectSettings {
+    /// Packet rules, evaluated in order.
+    pub rules: Vec<PacketRule>,
+    /// The handshake's bounds.
+    pub handshake: HandshakeRule,
+    /// Per-connection budgets, each direction.
+    pub budgets: Budgets,
+    /// What a login from a protocol version the core does not know gets.
+    pub unknown_version: UnknownVersion,
+    /// A threshold and level of the proxy's own toward the client; `None` keeps the
+    /// upstream's and forwards frames as received.
+    pub client_compression: Option<ClientCompression>,
+    /// The largest packet body (ID and data, inflated) accepted from the client, which also
+    /// bounds its frames.
+    pub max_serverbound_packet: usize,
+    /// The largest packet body accepted from the upstream.
+    pub max_clientbound_packet: usize,
+    /// The level packets toward the upstream are compressed at when they are framed again.
+    pub upstream_level: Level,
+}
+
+impl Default for InspectSettings {
+    fn default() -> Self {
+        InspectSettings {
+            rules: Vec::new(),
+            handshake: HandshakeRule::ANY,
+            budgets: Budgets::UNLIMITED,
+            unknown_version: UnknownVersion::Opaque,
+            client_compression: None,
+            // Vanilla clients send nothing near this (their largest, a plugin message, is
+            // 32 KiB); the upstream gets vanilla's own maximum.
+            max_serverbound_packet: 256 * 1024,
+            max_clientbound_packet: 8 << 20,
+            upstream_level: Level::Fast,
+        }
+    }
+}
+
+impl InspectSettings {
+    /// The rules as the core evaluates them.
+    pub fn core_rules(&self) -> Rules<'_> {
+        Rules::new(self.handshake, &self.rules)
+    }
+
+    /// The connection machine's configuration.
+    pub fn conn_config(&self) -> ConnConfig {
+        ConnConfig {
+            unknown_version: self.unknown_version,
+            budgets: self.budgets,
+        }
+    }
+
+    /// Refuses what cannot run: rules the core refuses, a maximum packet of 0 or over
+    /// vanilla's Data Length maximum.
+    pub fn check(&self) -> Result<(), String> {
+        self.core_rules()
+            .check()
+            .map_err(|e| e.as_str().to_owned())?;
+        for (name, max) in [
+            ("serverbound", self.max_serverbound_packet),
+            ("clientbound", self.max_clientbound_packet),
+        ] {
+            if !(16..=wirekit_core::frame::compressed::MAX_DATA_LEN).contains(&max) {
+                return Err(format!(
+                    "{name} maximum packet: 16 to {} bytes",
+                    wirekit_core::frame::compressed::MAX_DATA_LEN
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn max_packet(&self, d: Direction) -> usize {
+        match d {
+            Direction::Serverbound => self.max_serverbound_packet,
+            Direction::Clientbound => self.max_clientbound_packet,
+        }
+    }
+}
+
+/// How an inspect relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InspectEnd {
+    /// The client ended its stream.
+    ClientClosed,
+    /// The upstream ended its stream.
+    UpstreamClosed,
+    /// A socket failed on the client's side.
+    ClientError,
+    /// A socket failed on the upstream's side.
+    UpstreamError,
+    /// The proxy is shutting down.
+    Shutdown,
+    /// The connection machine closed the connection (its Disconnect, if the state has one,
+    /// was sent to the client).
+    Closed(Close),
+    /// A frame did not decode (malformed, over its direction's maximum, a compressed packet
+    /// that does not inflate to exactly its Data Length): closed, with a Disconnect to the
+    /// client where its state has one.
+    BadFrame(Direction, CompressedFrameError),
+    /// Encryption started (or the version is not parsed): everything buffered was flushed;
+    /// relay the rest byte for byte.
+    Opaque,
+}
+
+impl InspectEnd {
+    /// The reason named in the close line and, for closes by the proxy, the rejection metric.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            InspectEnd::ClientClosed => "client_closed",
+            InspectEnd::UpstreamClosed => "upstream_closed",
+            InspectEnd::ClientError => "client_error",
+            InspectEnd::UpstreamError => "upstream_error",
+            InspectEnd::Shutdown => "shutdown",
+            InspectEnd::Closed(c) => c.reason.label(),
+            InspectEnd::BadFrame(_, e) => match e {
+                CompressedFrameError::Inflate(_) | CompressedFrameError::BadDataLength => {
+                    "bad_compression"
+                }
+                CompressedFrameError::DataTooLarge { .. }
+                | CompressedFrameError::ScratchTooSmall(_) => "packet_too_large",
+                CompressedFrameError::Frame(wirekit_core::frame::FrameError::FrameTooLarge {
+                    ..
+                }) => "frame_too_large",
+                _ => "bad_frame",
+            },
+            InspectEnd::Opaque => "opaque",
+        }
+    }
+
+    /// Whether the proxy closed the connection (a rejection), not a peer.
+    pub const fn is_refusal(&self) -> bool {
+        matches!(self, InspectEnd::Closed(_) | InspectEnd::BadFrame(..))
+    }
+}
+
+/// Bytes one direction has moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Moved {
+    /// Bytes read from the source.
+    pub read: u64,
+    /// Bytes written to the destination.
+    pub written: u64,
+    /// Packets read.
+    pub packets: u64,
+}
+
+/// One direction's buffers and framers.
+struct Side {
+    /// Bytes read and not yet handled are `buf[start..end]`.
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Frames as they come in.
+    decoder: CompressedDecoder,
+    /// Frames as they go out; when its threshold is the decoder's, frames go out as received.
+    encoder: CompressedEncoder,
+    /// Frames built here (a re-framed direction, a rewrite, a Disconnect), `out[..out_len]`.
+    out: Box<[u8]>,
+    out_len: usize,
+    moved: Moved,
+}
+
+impl Side {
+    fn new(max_packet: usize, level: Level) -> Side {
+        let limits = CompressedLimits::for_max_body_len(max_packet);
+        // The longest frame the decoder accepts, with its length field, fits beside a read.
+        let frame = limits.max_frame_len() + MAX_LENGTH_FIELD_LEN;
+        Side {
+            buf: vec![0u8; frame.max(READ_CHUNK)].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            decoder: CompressedDecoder::new(-1).with_limits(limits),
+            encoder: CompressedEncoder::new(-1, level),
+            out: vec![0u8; READ_CHUNK + max_encoded_len(limits.max_frame_len())].into_boxed_slice(),
+            out_len: 0,
+            moved: Moved::default(),
+        }
+    }
+
+    fn same_framing(&self) -> bool {
+        self.decoder.threshold() == self.encoder.threshold()
+    }
+
+    /// Room to read into, moving a partial frame to the front when the tail is short.
+    fn read_room(&mut self) -> &mut [u8] {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.buf.len() - self.end < READ_CHUNK && self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let stop = (self.end + READ_CHUNK).min(self.buf.len());
+        &mut self.buf[self.end..stop]
+    }
+}
+
+/// The connection-wide work buffers: inflate scratch, the filter's rewrite buffer, zlib state.
+struct Work {
+    scratch: Box<[u8]>,
+    rewrite: Box<[u8]>,
+    inflater: Box<Inflater>,
+    compressor: Compressor<Box<[u32]>>,
+}
+
+/// What handling one read decided.
+enum Handled {
+    /// Go on reading.
+    More,
+    /// End the relay.
+    End(InspectEnd),
+}
+
+/// One inspected connection: the core's machine, the route's settings, its buffers (allocated
+/// here, once) and a filter.
+pub struct Inspector<'s, F: Filter + ?Sized> {
+    settings: &'s InspectSettings,
+    conn: ProxyConn,
+    sides: [Side; 2],
+    work: Work,
+    filter: &'s mut F,
+}
+
+impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
+    /// A connection under `settings`, with every buffer it will use allocated now.
+    pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Self {
+        let sb = settings.max_packet(Direction::Serverbound);
+        let cb = settings.max_packet(Direction::Clientbound);
+        let client_level = settings.client_compression.map_or(Level::Fast, |c| c.level);
+        Inspector {
+            settings,
+            conn: ProxyConn::new(settings.conn_config()),
+            sides: [
+                Side::new(sb, settings.upstream_level),
+                Side::new(cb, client_level),
+            ],
+            work: Work {
+                scratch: vec![0u8; sb.max(cb)].into_boxed_slice(),
+                rewrite: vec![0u8; sb.max(cb)].into_boxed_slice(),
+                inflater: Box::new(Inflater::new()),
+                compressor: Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
+                    .expect("WORKSPACE_MCU is above the minimum"),
+            },
+            filter,
+        }
+    }
+
+    /// Replaces the budgets (before the first packet): the caller's defaults for those the
+    /// route leaves unset.
+    pub fn set_budgets(&mut self, budgets: Budgets) {
+        self.conn = ProxyConn::new(ConnConfig {
+            unknown_version: self.settings.unknown_version,
+            budgets,
+        });
+    }
+
+    /// The connection machine (its state, protocol version and close).
+    pub fn conn(&self) -> &ProxyConn {
+        &self.conn
+    }
+
+    /// What `direction` has moved so far.
+    pub fn moved(&self, direction: Direction) -> Moved {
+        self.sides[direction.index()].moved
+    }
+
+    /// Judges a serverbound packet the pre-login reader already framed (the handshake, Login
+    /// Start) before the relay starts; it is forwarded by the caller.
+    pub fn judge_prelogin(&mut self, body: &[u8], wire_len: usize, now: Instant) -> Verdict {
+        match ObservedPacket::from_body(Direction::Serverbound, body, wire_len, false) {
+            Ok(p) => {
+                let rules = self.settings.core_rules();
+                self.conn.handle_filtered(
+                    &rules,
+                    &p,
+                    now,
+                    &mut *self.filter,
+                    &mut self.work.rewrite,
+                )
+            }
+            Err(_) => Verdict::Close(self.conn.close(
+                wirekit_core::minecraft::conn::CloseReason::BadHandshake(
+                    wirekit_core::minecraft::Error::Truncated,
+                ),
+            )),
+        }
+    }
+
+    /// Client bytes received after the pre-login packets, handled as the first serverbound
+    /// read. Bytes past the buffer's room are refused (`false`): they cannot be valid.
+    pub fn preload_serverbound(&mut self, bytes: &[u8]) -> bool {
+        let side = &mut self.sides[Direction::Serverbound.index()];
+        let room = side.read_room();
+        if bytes.len() > room.len() {
+            return false;
+        }
+        room[..bytes.len()].copy_from_slice(bytes);
+        side.end += bytes.len();
+        side.moved.read += bytes.len() as u64;
+        true
+    }
+
+    /// A Disconnect frame for `target` saying `text`, framed as the client's side is now, in
+    /// the clientbound out buffer's free tail; its range there.
+    fn disconnect_frame(&mut self, target: DisconnectTarget, text: &str) -> Option<Range<usize>> {
+        let side = &mut self.sides[Direction::Clientbound.index()];
+        let msg = DisconnectMessage::new(target, text);
+        let mut body = [0u8; 512];
+        let n = msg.encode_body(&mut body).ok()?;
+        let at = side.out_len;
+        let len = side
+            .encoder
+            .encode(&body[..n], &mut side.out[at..], &mut self.work.compressor)
+            .ok()?;
+        Some(at..at + len)
+    }
+
+    /// Relays between the client and the upstream until a peer ends, a socket fails, the
+    /// machine closes, the connection goes opaque, or `shutdown` is cancelled. Bytes
+    /// preloaded with [`preload_serverbound`](Self::preload_serverbound) are handled first.
+    pub async fn run<CR, CW, UR, UW>(
+        &mut self,
+        client: (&mut CR, &mut CW),
+        upstream: (&mut UR, &mut UW),
+        shutdown: &CancellationToken,
+    ) -> InspectEnd
+    where
+        CR: AsyncRead + Unpin + Send,
+        CW: AsyncWrite + Unpin + Send,
+        UR: AsyncRead + Unpin + Send,
+        UW: AsyncWrite + Unpin + Send,
+    {
+        let (client_r, client_w) = client;
+        let (up_r, up_w) = upstream;
+        let sb = Direction::Serverbound.index();
+        if self.sides[sb].end > self.sides[sb].start
+            && let Handled::End(e) = self.handle(Direction::Serverbound, client_w, up_w).await
+        {
+            return e;
+        }
+        loop {
+            let [s_side, c_side] = &mut self.sides;
+            let (dir, result) = tokio::select! {
+                r = client_r.read(s_side.read_room()) => (Direction::Serverbound, r),
+                r = up_r.read(c_side.read_room()) => (Direction::Clientbound, r),
+                _ = shutdown.cancelled() => return InspectEnd::Shutdown,
+            };
+            let n = match (dir, result) {
+                (Direction::Serverbound, Ok(0)) => {
+                    let _ = up_w.shutdown().await;
+                    return InspectEnd::ClientClosed;
+                }
+                (Direction::Clientbound, Ok(0)) => {
+                    let _ = client_w.shutdown().await;
+                    return InspectEnd::UpstreamClosed;
+                }
+                (Direction::Serverbound, Err(_)) => return InspectEnd::ClientError,
+                (Direction::Clientbound, Err(_)) => return InspectEnd::UpstreamError,
+                (_, Ok(n)) => n,
+            };
+            let side = &mut self.sides[dir.index()];
+            side.end += n;
+            side.moved.read += n as u64;
+            if let Handled::End(e) = self.handle(dir, client_w, up_w).await {
+                return e;
+            }
+        }
+    }
+
+    /// Handles the whole frames buffered in `dir`: each judged, forwarded (as received, or
+    /// framed again), rewritten, dropped, or the end of the relay.
+    async fn handle(
+        &mut self,
+        dir: Direction,
+        cw: &mut Writer<'_>,
+        uw: &mut Writer<'_>,
+    ) -> Handled {
+        let now = wirekit_std::clock::now();
+        let Inspector {
+            settings,
+            conn,
+            sides,
+            work,
+            filter,
+        } = self;
+        let rules = settings.core_rules();
+        let [sbs, cbs] = &mut *sides;
+        let (side, other) = match dir {
+            Direction::Serverbound => (sbs, cbs),
+            Direction::Clientbound => (cbs, sbs),
+        };
+        let write_error = match dir {
+            Direction::Serverbound => InspectEnd::UpstreamError,
+            Direction::Clientbound => InspectEnd::ClientError,
+        };
+        let to: &mut Writer<'_> = match dir {
+            Direction::Serverbound => &mut *uw,
+            Direction::Clientbound => &mut *cw,
+        };
+        let mut pos = side.start;
+        // The run of frames forwarded as received, not yet written.
+        let mut pending: Option<Range<usize>> = None;
+        let after = loop {
+            let decoded = side.decoder.decode(
+                &side.buf[pos..side.end],
+                &mut work.inflater,
+                &mut work.scratch,
+            );
+            let (body, consumed, compressed) = match decoded {
+                Ok(Status::Complete(b)) => (b.body, b.consumed, b.compressed),
+                Ok(Status::Partial(_)) => break After::Partial,
+                Err(e) => break After::BadFrame(e),
+            };
+            side.moved.packets += 1;
+            let frame = pos..pos + consumed;
+            pos += consumed;
+            let packet = match ObservedPacket::from_body(dir, body, consumed, compressed) {
+                Ok(p) => p,
+                Err(e) => break After::BadFrame(CompressedFrameError::Frame(e)),
+            };
+            let verdict =
+                conn.handle_filtered(&rules, &packet, now, &mut **filter, &mut work.rewrite);
+            // Where the packet's bytes go: as received, or framed again from this body.
+            let reframe: Option<&[u8]> = match verdict {
+                Verdict::Close(c) => break After::Close(c),
+                Verdict::Drop => {
+                    if write_range(&side.buf, pending.take(), &mut side.moved, to)
+                        .await
+                        .is_err()
+                    {
+                        break After::WriteError;
+                    }
+                    continue;
+                }
+                Verdict::ForwardRewritten { len } => Some(&work.rewrite[..len]),
+                Verdict::ForwardThenCompress { threshold }
+                    if dir == Direction::Clientbound && settings.client_compression.is_some() =>
+                {
+                    // The client is told the proxy's threshold, in the framing it has now.
+                    let own = settings
+                        .client_compression
+                        .map_or(threshold, |c| c.threshold);
+                    let mut sc = [0u8; 10];
+                    let n = encode_varint(packet.id, &mut sc).unwrap_or(0);
+                    let m = encode_varint(own, &mut sc[n..]).unwrap_or(0);
+                    if write_range(&side.buf, pending.take(), &mut side.moved, to)
+                        .await
+                        .is_err()
+                    {
+                        break After::WriteError;
+                    }
+                    if push_frame(side, &sc[..n + m], &mut work.compressor).is_err() {
+                        break After::EncodeError;
+                    }
+                    side.decoder.set_threshold(threshold);
+                    side.encoder.set_threshold(own);
+                    other.decoder.set_threshold(own);
+                    other.encoder.set_threshold(threshold);
+                    continue;
+                }
+                _ if side.same_framing() => None,
+                _ => Some(body),
+            };
+            match reframe {
+                None => {
+                    if side.out_len > 0 && write_out(side, to).await.is_err() {
+                        break After::WriteError;
+                    }
+                    pending = match pending.take() {
+                        Some(run) if run.end == frame.start => Some(run.start..frame.end),
+                        run => {
+                            if write_range(&side.buf, run, &mut side.moved, to)
+                                .await
+                                .is_err()
+                            {
+                                break After::WriteError;
+                            }
+                            Some(frame)
+                        }
+                    };
+                }
+                Some(body) => {
+                    if write_range(&side.buf, pending.take(), &mut side.moved, to)
+                        .await
+                        .is_err()
+                    {
+                        break After::WriteError;
+                    }
+                    if push_frame_split(
+                        &side.encoder,
+                        &mut side.out,
+                        &mut side.out_len,
+                        body,
+                        &mut work.compressor,
+                    )
+                    .is_err()
+                    {
+                        break After::EncodeError;
+                    }
+                    if side.out_len >= READ_CHUNK && write_out(side, to).await.is_err() {
+                        break After::WriteError;
+                    }
+                }
+            }
+            match verdict {
+                Verdict::ForwardThenCompress { threshold } => {
+                    for s in [&mut *side, &mut *other] {
+                        s.decoder.set_threshold(threshold);
+                        s.encoder.set_threshold(threshold);
+                    }
+                }
+                Verdict::ForwardThenOpaque => break After::Opaque,
+                _ => {}
+            }
+        };
+        // What was forwarded before the end (or before a partial frame) goes out first.
+        if write_range(&side.buf, pending.take(), &mut side.moved, to)
+            .await
+            .is_err()
+            || write_out(side, to).await.is_err()
+        {
+            return Handled::End(write_error);
+        }
+        side.start = pos;
+        match after {
+            After::Partial => Handled::More,
+            After::WriteError => Handled::End(write_error),
+            After::Opaque => {
+                // Bytes after the switch are relayed unread, this side's and the other's.
+                let rest = pos..side.end;
+                side.start = side.end;
+                if write_range(&side.buf, Some(rest), &mut side.moved, to)
+                    .await
+                    .is_err()
+                {
+                    return Handled::End(write_error);
+                }
+                let back: &mut Writer<'_> = match dir {
+                    Direction::Serverbound => &mut *cw,
+                    Direction::Clientbound => &mut *uw,
+                };
+                let rest = other.start..other.end;
+                other.start = other.end;
+                if write_range(&other.buf, Some(rest), &mut other.moved, back)
+                    .await
+                    .is_err()
+                {
+                    return Handled::End(match dir {
+                        Direction::Serverbound => InspectEnd::ClientError,
+                        Direction::Clientbound => InspectEnd::UpstreamError,
+                    });
+                }
+                Handled::End(InspectEnd::Opaque)
+            }
+            After::Close(c) => {
+                self.disconnect(c.disconnect, c.reason.as_str(), cw, uw)
+                    .await;
+                Handled::End(InspectEnd::Closed(c))
+            }
+            After::BadFrame(e) => {
+                let target = self.conn.disconnect_target();
+                let _ = self
+                    .conn
+                    .close(wirekit_core::minecraft::conn::CloseReason::Local);
+                self.disconnect(target, "malformed or oversized packet", cw, uw)
+                    .await;
+                Handled::End(InspectEnd::BadFrame(dir, e))
+            }
+            After::EncodeError => {
+                let c = self
+                    .conn
+                    .close(wirekit_core::minecraft::conn::CloseReason::Local);
+                let _ = cw.shutdown().await;
+                let _ = uw.shutdown().await;
+                Handled::End(InspectEnd::Closed(c))
+            }
+        }
+    }
+
+    /// Sends the client a Disconnect for `target` (when there is one) and ends both streams.
+    async fn disconnect(
+        &mut self,
+        target: Option<DisconnectTarget>,
+        why: &str,
+        cw: &mut Writer<'_>,
+        uw: &mut Writer<'_>,
+    ) {
+        if let Some(target) = target {
+            let text = format!("Disconnected by the proxy: {why}");
+            if let Some(frame) = self.disconnect_frame(target, &text) {
+                let side = &mut self.sides[Direction::Clientbound.index()];
+                if cw.write_all(&side.out[frame.clone()]).await.is_ok() {
+                    side.moved.written += frame.len() as u64;
+                }
+            }
+        }
+        let _ = cw.shutdown().await;
+        let _ = uw.shutdown().await;
+    }
+}
+
+/// A writer either side of the relay, as the frame loop sees it.
+type Writer<'a> = dyn AsyncWrite + Unpin + Send + 'a;
+
+/// Why the frame loop stopped.
+enum After {
+    /// Only part of a frame is left: read more.
+    Partial,
+    /// The machine closed.
+    Close(Close),
+    /// A frame did not decode.
+    BadFrame(CompressedFrameError),
+    /// The connection went opaque.
+    Opaque,
+    /// The destination failed.
+    WriteError,
+    /// A frame could not be built again (not reachable with the buffers sized as they are).
+    EncodeError,
+}
+
+/// Writes `buf[range]` (nothing for `None`), counting it.
+async fn write_range(
+    buf: &[u8],
+    range: Option<Range<usize>>,
+    moved: &mut Moved,
+    to: &mut Writer<'_>,
+) -> std::io::Result<()> {
+    if let Some(r) = range
+        && !r.is_empty()
+    {
+        to.write_all(&buf[r.clone()]).await?;
+        moved.written += r.len() as u64;
+    }
+    Ok(())
+}
+
+/// Writes the frames built in `side.out`, counting them.
+async fn write_out(side: &mut Side, to: &mut Writer<'_>) -> std::io::Result<()> {
+    if side.out_len > 0 {
+        to.write_all(&side.out[..side.out_len]).await?;
+        side.moved.written += side.out_len as u64;
+        side.out_len = 0;
+    }
+    Ok(())
+}
+
+/// Frames `body` with `side`'s encoder at the end of its out buffer.
+fn push_frame<S: AsMut<[u32]>>(
+    side: &mut Side,
+    body: &[u8],
+    compressor: &mut Compressor<S>,
+) -> Result<(), wirekit_core::frame::EncodeError> {
+    push_frame_split(
+        &side.encoder,
+        &mut side.out,
+        &mut side.out_len,
+        body,
+        compressor,
+    )
+}
+
+/// [`push_frame`] over the side's fields, for a body borrowed from the side's read buffer.
+fn push_frame_split<S: AsMut<[u32]>>(
+    encoder: &CompressedEncoder,
+    out: &mut [u8],
+    out_len: &mut usize,
+    body: &[u8],
+    compressor: &mut Compressor<S>,
+) -> Result<(), wirekit_core::frame::EncodeError> {
+    let n = encoder.encode(body, &mut out[*out_len..], compressor)?;
+    *out_len += n;
+    Ok(())
+}
+
+/// The rules for a packet named by what it is rather than its ID: one per run of releases in
+/// `versions` where the packet has the same ID in `state` and `direction` (versions that do
+/// not have it there get none).
+pub fn named_rules(
+    state: wirekit_core::minecraft::ids::State,
+    direction: Direction,
+    packet: wirekit_core::minecraft::ids::KnownPacket,
+    versions: wirekit_core::minecraft::rules::VersionRange,
+    action: wirekit_core::minecraft::rules::RuleAction,
+) -> Vec<PacketRule> {
+    use wirekit_core::minecraft::ids::{PacketIds, RELEASES};
+    use wirekit_core::minecraft::rules::{IdRange, VersionRange};
+    let mut out: Vec<PacketRule> = Vec::new();
+    // (first version, last version, id) of the run being built.
+    let mut run: Option<(i32, i32, i32)> = None;
+    let finish = |run: Option<(i32, i32, i32)>, out: &mut Vec<PacketRule>| {
+        if let Some((first, last, id)) = run {
+            out.push(PacketRule {
+                state,
+                direction,
+                versions: VersionRange::new(first, last),
+                ids: IdRange::one(id),
+                action,
+            });
+        }
+    };
+    for (k, &v) in RELEASES.iter().enumerate() {
+        if !versions.contains(v) {
+            continue;
+        }
+        let id = PacketIds::for_version(v).id(state, direction, packet);
+        // A run covers the versions between releases too (snapshots), up to the next one.
+        let last = RELEASES
+            .get(k + 1)
+            .map_or(v, |next| (next - 1).min(versions.max));
+        run = match (run, id) {
+            (Some((first, _, rid)), Some(id)) if rid == id => Some((first, last, id)),
+            (r, Some(id)) => {
+                finish(r, &mut out);
+                Some((v.max(versions.min), last, id))
+            }
+            (r, None) => {
+                finish(r, &mut out);
+                None
+            }
+        };
+    }
+    finish(run, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirekit_core::minecraft::ids::{KnownPacket, State};
+    use wirekit_core::minecraft::rules::{RuleAction, RuleVerdict, VersionRange};
+
+    #[test]
+    fn named_rules_follow_the_id_per_version() {
+        let rules = named_rules(
+            State::Play,
+            Direction::Clientbound,
+            KnownPacket::Transfer,
+            VersionRange::ALL,
+            RuleAction::Deny,
+        );
+        assert!(!rules.is_empty());
+        let r = Rules::new(HandshakeRule::ANY, &rules);
+        for v in [766, 767, 768, 769] {
+            let id = wirekit_core::minecraft::ids::PacketIds::for_version(v)
+                .id(State::Play, Direction::Clientbound, KnownPacket::Transfer)
+                .unwrap();
+            assert!(
+                matches!(
+                    r.evaluate(State::Play, Direction::Clientbound, v, id, 10),
+                    RuleVerdict::Deny { .. }
+                ),
+                "{v}"
+            );
+        }
+        // 1.20.4 has no Transfer: nothing applies.
+        assert!(rules.iter().all(|p| !p.versions.contains(765)));
+    }
+}

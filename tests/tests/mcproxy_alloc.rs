@@ -1,0 +1,276 @@
+//! The inspect relay allocates nothing per packet in steady state: a 1.12.2 connection through
+//! `wirekit_proxy::inspect::Inspector` over in-process duplex pairs, logged in with
+//! compression (threshold 256), then 10,000 play packets each way (10-300 bytes, those over
+//! the threshold compressed), counted with the counting allocator. Once with both sides on
+//! the upstream's threshold (frames forwarded as received, checked byte for byte), once with
+//! the proxy's own threshold toward the client (every frame inflated and framed again).
+
+use std::ops::Range;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio_util::sync::CancellationToken;
+use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
+use wirekit_core::Status;
+use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
+use wirekit_core::frame::mc::encode_packet;
+use wirekit_core::minecraft::conn::Verdict;
+use wirekit_core::minecraft::filter::PassAll;
+use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+use wirekit_core::minecraft::ids::{Direction, PacketIds, State};
+use wirekit_core::minecraft::login::LoginStart;
+use wirekit_core::minecraft::{Encode, encode_string};
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
+use wirekit_proxy::inspect::{ClientCompression, InspectEnd, InspectSettings, Inspector};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+const PACKETS: usize = 10_000;
+const VERSION: i32 = 340;
+/// 1.12.2 play IDs the connection machine does not act on (chat both ways).
+const SERVERBOUND_ID: i32 = 0x02;
+const CLIENTBOUND_ID: i32 = 0x0F;
+
+/// One side's frames as they arrive, decoded in preallocated buffers.
+struct Reader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    decoder: CompressedDecoder,
+    inflater: Box<Inflater>,
+    scratch: Vec<u8>,
+}
+
+impl Reader {
+    fn new() -> Reader {
+        Reader {
+            buf: vec![0; 1 << 20],
+            start: 0,
+            end: 0,
+            decoder: CompressedDecoder::new(-1),
+            inflater: Box::new(Inflater::new()),
+            scratch: vec![0; 1 << 16],
+        }
+    }
+
+    /// Reads one frame; checks its body is `body` and, given `raw`, that its bytes are.
+    async fn expect(&mut self, s: &mut DuplexStream, body: &[u8], raw: Option<&[u8]>) {
+        loop {
+            let got = self.decoder.decode(
+                &self.buf[self.start..self.end],
+                &mut self.inflater,
+                &mut self.scratch,
+            );
+            if let Status::Complete(f) = got.unwrap() {
+                assert_eq!(f.body, body);
+                if let Some(raw) = raw {
+                    assert_eq!(&self.buf[self.start..self.start + f.consumed], raw);
+                }
+                self.start += f.consumed;
+                return;
+            }
+            if self.start == self.end {
+                (self.start, self.end) = (0, 0);
+            } else if self.end > self.buf.len() / 2 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            let n = s.read(&mut self.buf[self.end..]).await.unwrap();
+            assert!(n > 0, "closed mid-stream");
+            self.end += n;
+        }
+    }
+}
+
+/// A peer's sending side: its framer at its threshold, preallocated.
+struct Sender {
+    encoder: CompressedEncoder,
+    compressor: Compressor<Vec<u32>>,
+    frame: Vec<u8>,
+    body: Vec<u8>,
+}
+
+impl Sender {
+    fn new() -> Sender {
+        Sender {
+            encoder: CompressedEncoder::new(-1, Level::Fast),
+            compressor: Compressor::new(vec![0u32; WORKSPACE_MCU]).unwrap(),
+            frame: vec![0; max_encoded_len(1 << 16)],
+            body: vec![0; 1 << 16],
+        }
+    }
+
+    /// Frames packet `id` with `len` bytes of data (a play-like pattern seeded by `seed`):
+    /// the body and the frame's range in `self`.
+    fn packet(&mut self, id: i32, len: usize, seed: usize) -> (Range<usize>, usize) {
+        let n = wirekit_core::varint::encode_varint(id, &mut self.body).unwrap();
+        for (k, b) in self.body[n..n + len].iter_mut().enumerate() {
+            *b = if k % 7 == 0 {
+                (seed + k) as u8
+            } else {
+                (k / 7) as u8
+            };
+        }
+        let body = 0..n + len;
+        let f = self
+            .encoder
+            .encode(
+                &self.body[body.clone()],
+                &mut self.frame,
+                &mut self.compressor,
+            )
+            .unwrap();
+        (body, f)
+    }
+}
+
+fn handshake_and_login() -> (Vec<u8>, Vec<u8>) {
+    let hs = Handshake {
+        protocol_version: VERSION,
+        address: ServerAddress::host("alloc.test"),
+        port: 25565,
+        next_state: NextState::Login,
+    };
+    let mut a = vec![0u8; hs.frame_len()];
+    hs.encode_frame(&mut a).unwrap();
+    let ls = LoginStart {
+        protocol_version: VERSION,
+        name: "Tester",
+        signature: None,
+        uuid: None,
+    };
+    let mut b = vec![0u8; ls.frame_len()];
+    ls.encode_frame(&mut b).unwrap();
+    (a, b)
+}
+
+fn relay_allocates_nothing(client_compression: Option<ClientCompression>) {
+    assert_counting_installed();
+    let ids = PacketIds::for_version(VERSION);
+    assert_eq!(
+        ids.identify(State::Play, Direction::Serverbound, SERVERBOUND_ID),
+        None
+    );
+    assert_eq!(
+        ids.identify(State::Play, Direction::Clientbound, CLIENTBOUND_ID),
+        None
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let settings: &'static InspectSettings = Box::leak(Box::new(InspectSettings {
+        client_compression,
+        max_serverbound_packet: 1 << 16,
+        max_clientbound_packet: 1 << 16,
+        ..InspectSettings::default()
+    }));
+    let shutdown = CancellationToken::new();
+    let (mut client, proxy_client) = tokio::io::duplex(1 << 20);
+    let (proxy_up, mut upstream) = tokio::io::duplex(1 << 20);
+    let (hs, ls) = handshake_and_login();
+    let token = shutdown.clone();
+    let relay = rt.spawn(async move {
+        let filter: &'static mut PassAll = Box::leak(Box::new(PassAll));
+        let mut insp = Inspector::new(settings, filter);
+        let now = wirekit_std::clock::now();
+        assert_eq!(
+            insp.judge_prelogin(&hs[1..], hs.len(), now),
+            Verdict::Forward
+        );
+        assert_eq!(
+            insp.judge_prelogin(&ls[1..], ls.len(), now),
+            Verdict::Forward
+        );
+        let (mut cr, mut cw) = tokio::io::split(proxy_client);
+        let (mut ur, mut uw) = tokio::io::split(proxy_up);
+        insp.run((&mut cr, &mut cw), (&mut ur, &mut uw), &token)
+            .await
+    });
+    let client_threshold = client_compression.map_or(256, |c| c.threshold);
+    let same = client_threshold == 256;
+    let (mut at_client, mut at_upstream) = (Reader::new(), Reader::new());
+    let (mut from_client, mut from_upstream) = (Sender::new(), Sender::new());
+
+    // Login: Set Compression 256 (the client is told its own threshold), Login Success.
+    rt.block_on(async {
+        upstream.write_all(&[0x03, 0x03, 0x80, 0x02]).await.unwrap();
+        let mut told = [0u8; 4];
+        let n = encode_packet(
+            0x03,
+            &{
+                let mut t = [0u8; 3];
+                let k = wirekit_core::varint::encode_varint(client_threshold, &mut t).unwrap();
+                let mut v = [0u8; 3];
+                v[..k].copy_from_slice(&t[..k]);
+                v
+            }[..wirekit_core::varint::varint_len(client_threshold)],
+            &mut told,
+        )
+        .unwrap();
+        at_client
+            .expect(&mut client, &told[1..n], Some(&told[..n]))
+            .await;
+        at_client.decoder.set_threshold(client_threshold);
+        from_client.encoder.set_threshold(client_threshold);
+        at_upstream.decoder.set_threshold(256);
+        from_upstream.encoder.set_threshold(256);
+        let mut success = vec![0x02];
+        let mut s = [0u8; 64];
+        let k = encode_string("00000000-0000-0000-0000-000000000001", 36, &mut s).unwrap();
+        success.extend_from_slice(&s[..k]);
+        let k = encode_string("Tester", 16, &mut s).unwrap();
+        success.extend_from_slice(&s[..k]);
+        let f = from_upstream
+            .encoder
+            .encode(
+                &success,
+                &mut from_upstream.frame,
+                &mut from_upstream.compressor,
+            )
+            .unwrap();
+        upstream.write_all(&from_upstream.frame[..f]).await.unwrap();
+        at_client.expect(&mut client, &success, None).await;
+    });
+
+    let mut run = |from: usize, count: usize| {
+        rt.block_on(async {
+            for i in from..from + count {
+                let (body, f) = from_client.packet(SERVERBOUND_ID, 10 + (i * 37) % 291, i);
+                client.write_all(&from_client.frame[..f]).await.unwrap();
+                let raw = same.then_some(&from_client.frame[..f]);
+                at_upstream
+                    .expect(&mut upstream, &from_client.body[body], raw)
+                    .await;
+                let (body, f) = from_upstream.packet(CLIENTBOUND_ID, 10 + (i * 53) % 291, i);
+                upstream.write_all(&from_upstream.frame[..f]).await.unwrap();
+                let raw = same.then_some(&from_upstream.frame[..f]);
+                at_client
+                    .expect(&mut client, &from_upstream.body[body], raw)
+                    .await;
+            }
+        })
+    };
+    run(0, 300);
+    let ((), stats) = count_allocations(|| run(300, PACKETS));
+    assert_eq!(
+        stats.count, 0,
+        "inspect relay allocated over {PACKETS} packets each way ({client_compression:?}): {stats:?}"
+    );
+    shutdown.cancel();
+    assert_eq!(rt.block_on(relay).unwrap(), InspectEnd::Shutdown);
+}
+
+#[test]
+fn inspect_relay_allocates_nothing_per_packet_forwarding_as_received() {
+    relay_allocates_nothing(None);
+}
+
+#[test]
+fn inspect_relay_allocates_nothing_per_packet_reframing_toward_the_client() {
+    relay_allocates_nothing(Some(ClientCompression {
+        threshold: 64,
+        level: Level::Fast,
+    }));
+}
