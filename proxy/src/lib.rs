@@ -1,16 +1,57 @@
-//! `wirekit-proxy`: the home of `wirekit proxy`'s I/O side, an L7 Minecraft proxy that sees
-//! every packet (issue 13).
+//! `wirekit-proxy`: the I/O side of `wirekit proxy`, an L7 Minecraft proxy (issue 13).
 //!
-//! The split it will follow, as `wirekit serve` does: every decision (the pre-login packets
-//! with their bounds, the proxy connection state machine, rule evaluation, the per-source
-//! limits on the core's `limit` primitives and its `time` type) lives in
-//! `wirekit-core`, sans-IO and allocation-free, so it is tested, fuzzed and could run on a
-//! board; this crate will hold the tokio adapter only: listeners behind the PROXY acceptor,
-//! upstream connects, PROXY v2 toward the upstream, the splice relay with its copy fallback and
-//! the inspecting relay, and the metrics endpoint. The `wirekit` binary will expose it as
-//! `wirekit proxy`.
+//! Every decision lives in `wirekit-core`, sans-IO and allocation-free: the pre-login packets
+//! with their exact bounds ([`wirekit_core::minecraft`]), the PROXY accept policy
+//! ([`wirekit_core::proxy::policy`]), the per-source limits
+//! ([`wirekit_core::limit::source`]) and the log limiter. This crate does I/O only:
 //!
-//! Nothing is built here yet: the crate exists so the workspace has the place the proxy goes.
-#![no_std]
+//! - listeners, each connection read through the PROXY acceptor (trusted networks, one
+//!   deadline covering the PROXY header and the first packets);
+//! - the handshake (or a legacy 0xFE ping), Login Start or Status Request, read into a fixed
+//!   buffer with each frame bounded by its packet's largest valid size ([`prelogin`]);
+//! - routing by the handshake's normalised host: exact names, `*.` wildcards, a default
+//!   route; an unknown host is dropped or told a configured MOTD;
+//! - upstreams per route (round robin or least connections) with failover on a failed
+//!   connect; the upstream gets the handshake as received (or with the host rewritten) after an
+//!   optional PROXY v2 header (CRC32C, AUTHORITY naming the host);
+//! - the status answered from a per-route cache keyed by protocol version, filled from the
+//!   upstream, a fallback MOTD while it is down, the Ping always answered by the proxy, legacy
+//!   pings answered in their own format;
+//! - the passthrough relay ([`relay`]): splice(2) through a pipe per direction on Linux, a
+//!   copy elsewhere, under per-direction byte budgets;
+//! - Prometheus metrics ([`metrics`]), reload ([`ProxyHandle::reload`]) and graceful shutdown.
+//!
+//! Each connection ends with one INFO line (`closed`: client, route, upstream, player, bytes
+//! each way, duration, reason); connections the proxy refuses write `refused` lines through
+//! the per-source log limiter, at most one per source per interval, the rest counted.
+//!
+//! Routes have a [`Mode`]: [`Mode::Passthrough`] is what runs; [`Mode::Inspect`] (every
+//! frame parsed through play, packet rules and budgets, the core's connection state machine
+//! and filter API) is refused by [`Settings::check`] until its relay is wired in.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+mod conn;
+pub mod metrics;
+pub mod prelogin;
+pub mod relay;
+mod router;
+mod server;
+pub mod settings;
+mod status;
+
+/// A connected loopback TCP pair, for the unit tests.
+#[cfg(test)]
+pub(crate) async fn tcp_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (s, _) = l.accept().await.unwrap();
+    (c, s)
+}
+
+pub use server::{Proxy, ProxyHandle, Reloaded};
+pub use settings::{
+    Balance, ByteBudget, Mode, Route, Settings, SettingsError, StatusFallback, UnknownHost,
+};

@@ -33,6 +33,8 @@ enum Command {
     /// NEX Kerberos tools: key derivation.
     #[command(subcommand)]
     Kerberos(cli::kerberos::KerberosCommand),
+    /// The L7 Minecraft proxy: routing by host, per-source limits, status cache, relay.
+    Proxy(Box<cli::mcproxy::ProxyArgs>),
     /// Decode or encode PROXY protocol v1/v2 headers.
     #[command(subcommand, name = "proxy-header")]
     ProxyHeader(cli::proxy::ProxyHeaderCommand),
@@ -56,6 +58,10 @@ fn main() -> ExitCode {
         Some(Command::Kerberos(cmd)) => cli::kerberos::run(cmd),
         Some(Command::ProxyHeader(cmd)) => cli::proxy::run(cmd),
         Some(Command::Nex(cmd)) => cli::nex::run(cmd),
+        Some(Command::Proxy(args)) => {
+            init_tracing("info");
+            cli::mcproxy::run(*args)
+        }
         None => {
             init_tracing("warn");
             cli::bench::run(

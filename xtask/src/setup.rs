@@ -9,7 +9,12 @@ use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 
 /// Pinned interop peers.
 const NPM_PEERS: &[&str] = &["minecraft-protocol@1.68.0"];
-const PIP_PEERS: &[&str] = &["quarry==1.9.6", "nintendoclients==4.4.0", "anynet==1.1.0"];
+const PIP_PEERS: &[&str] = &[
+    "quarry==1.9.6",
+    "nintendoclients==4.4.0",
+    "anynet==1.1.0",
+    "mcstatus==14.2.0",
+];
 /// Debian packages the tests drive: (binary to look for, package).
 const APT_PEERS: &[(&str, &str)] = &[
     ("/usr/sbin/haproxy", "haproxy"),

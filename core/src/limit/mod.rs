@@ -16,6 +16,8 @@
 //!   fails with [`TableFull`] (the eviction contract is on [`Table`]).
 //! - [`LogLimit`] and [`KeyedLogLimiter`]: at most a few lines per interval, globally or per
 //!   key, answering [`LogDecision::Log`] with the count suppressed since the last line.
+//! - [`source`]: per-source connection limits on these (connections per address and per
+//!   network, rate and concurrency, login and status rates), with typed refusals.
 //!
 //! A proxy's per-address state, refused when its set holds only live state:
 //!
@@ -65,6 +67,7 @@ mod bucket;
 mod key;
 mod log;
 mod siphash;
+pub mod source;
 mod table;
 
 pub use bucket::{Rate, TokenBucket};

@@ -87,7 +87,7 @@ impl ServeArgs {
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.
-async fn signalled() {
+pub(crate) async fn signalled() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -110,18 +110,23 @@ async fn signalled() {
     }
 }
 
-/// Runs `wirekit serve` until SIGINT or SIGTERM.
-pub fn run(args: ServeArgs) -> ExitCode {
-    let mut builder = if args.threads == 1 {
+/// A tokio runtime of `threads` workers (0: one per core; 1: a single-threaded runtime).
+pub(crate) fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
-        if args.threads > 1 {
-            b.worker_threads(args.threads);
+        if threads > 1 {
+            b.worker_threads(threads);
         }
         b
     };
-    let rt = match builder.enable_all().build() {
+    builder.enable_all().build()
+}
+
+/// Runs `wirekit serve` until SIGINT or SIGTERM.
+pub fn run(args: ServeArgs) -> ExitCode {
+    let rt = match runtime(args.threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wirekit serve: cannot start the runtime: {e}");

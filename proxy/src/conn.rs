@@ -1,0 +1,639 @@
+//! One client connection, from accept to close: PROXY header, limits, the pre-login packets,
+//! routing, the status answer or the upstream connect, the relay, and the close line.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tracing::{debug, info};
+use wirekit_core::frame::mc::split_packet;
+use wirekit_core::limit::source::{Admitted, Refusal};
+use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::handshake::{Handshake, MAX_HOST_LEN, NextState, normalize_host};
+use wirekit_core::minecraft::legacy::LegacyPing;
+use wirekit_core::minecraft::login::{Disconnect, LoginStart};
+use wirekit_core::minecraft::status::Ping;
+use wirekit_core::proxy::policy::Reason;
+use wirekit_core::proxy::tlv::Tlv;
+use wirekit_core::proxy::{Addresses, v2};
+use wirekit_std::acceptor::{AcceptError, ProxyAcceptor};
+use wirekit_std::clock;
+
+use crate::metrics::{ConnState, OpenGauge};
+use crate::prelogin::{
+    First, Inbound, MAX_LOGIN_START_BODY, MAX_PING_BODY, MAX_STATUS_REQUEST_BODY, PreloginError,
+};
+use crate::relay::{self, ByteCounters, RelayEnd};
+use crate::router::UpstreamHold;
+use crate::server::{Runtime, Shared};
+use crate::settings::{Route, UnknownHost};
+use crate::status::{self, LegacyView};
+
+/// How a connection ended: normally (`Done`), or closed by the proxy (`Refused`, counted as
+/// a rejection and logged through the per-source log limiter).
+enum Ended {
+    Done(&'static str),
+    Refused(&'static str),
+}
+
+/// What the close line says.
+struct Line {
+    client: SocketAddr,
+    route: Option<String>,
+    upstream: Option<SocketAddr>,
+    player: Option<String>,
+    serverbound: u64,
+    clientbound: u64,
+    /// How the bytes went: `splice`, `copy`, or `-` before a relay.
+    relay: &'static str,
+}
+
+/// A connection counted open under the source limits until dropped.
+struct Admission<'a> {
+    shared: &'a Shared,
+    admitted: Option<Admitted>,
+}
+
+impl Admission<'_> {
+    fn check(
+        &self,
+        f: impl FnOnce(&mut crate::server::Limits, &Admitted) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        let Some(a) = &self.admitted else {
+            return Ok(());
+        };
+        let mut limits = self.shared.limits.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut limits, a)
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if let Some(a) = self.admitted.take() {
+            self.shared
+                .limits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release(a, clock::now());
+        }
+    }
+}
+
+/// Serves one accepted connection and writes its close line.
+pub(crate) async fn serve(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+) {
+    let rt = shared.runtime();
+    let started = Instant::now();
+    let mut line = Line {
+        client: peer,
+        route: None,
+        upstream: None,
+        player: None,
+        serverbound: 0,
+        clientbound: 0,
+        relay: "-",
+    };
+    let mut gauge = OpenGauge::new(&shared.metrics, "none", ConnState::Prelogin);
+    let ended = run(shared, &rt, stream, peer, local, &mut line, &mut gauge).await;
+    let route = line.route.as_deref().unwrap_or("-");
+    let upstream = line
+        .upstream
+        .map_or_else(|| "-".to_owned(), |u| u.to_string());
+    let player = line.player.as_deref().unwrap_or("-");
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let (what, reason, suppressed) = match ended {
+        Ended::Done(reason) => ("closed", reason, 0),
+        Ended::Refused(reason) => {
+            shared.metrics.rejection(reason);
+            let allowed = shared
+                .logs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .allow(line.client.ip());
+            match allowed {
+                Some(suppressed) => ("refused", reason, suppressed),
+                None => return,
+            }
+        }
+    };
+    info!(
+        client = %line.client,
+        %peer,
+        route,
+        %upstream,
+        player,
+        serverbound = line.serverbound,
+        clientbound = line.clientbound,
+        relay = line.relay,
+        duration_ms,
+        reason,
+        suppressed,
+        "{what}"
+    );
+}
+
+fn accept_reason(e: &AcceptError) -> &'static str {
+    match e {
+        AcceptError::Timeout => "proxy_header_timeout",
+        AcceptError::Rejected(Reason::HeaderMissing) => "proxy_header_missing",
+        AcceptError::Rejected(Reason::HeaderForbidden) => "proxy_header_forbidden",
+        AcceptError::Rejected(_) => "proxy_header_invalid",
+        _ => "client_error",
+    }
+}
+
+fn refused(shared: &Shared, r: Refusal) -> Ended {
+    shared.metrics.trip(r);
+    Ended::Refused(r.name())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    shared: &Shared,
+    rt: &Runtime,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    line: &mut Line,
+    gauge: &mut OpenGauge<'_>,
+) -> Ended {
+    let s = &rt.settings;
+    let deadline = tokio::time::Instant::now() + s.handshake_timeout;
+    // The PROXY header, under the same deadline as the packets after it.
+    let acceptor =
+        ProxyAcceptor::from_config(s.proxy).with_header_timeout(s.handshake_timeout.into());
+    let accepted = match acceptor.accept(stream, peer).await {
+        Ok(a) => a,
+        Err(e) => return Ended::Refused(accept_reason(&e)),
+    };
+    let client = accepted.client;
+    line.client = client;
+    let dst = accepted
+        .header
+        .as_ref()
+        .and_then(|h| h.header().addresses.destination())
+        .or(local)
+        .unwrap_or(peer);
+    let (stream, prefix) = accepted.stream.into_parts();
+
+    let admission = {
+        let mut limits = shared.limits.lock().unwrap_or_else(|p| p.into_inner());
+        match limits.admit(client.ip(), clock::now()) {
+            Ok(a) => Admission {
+                shared,
+                admitted: Some(a),
+            },
+            Err(r) => {
+                drop(limits);
+                return refused(shared, r);
+            }
+        }
+    };
+
+    let mut inbound = Inbound::new(stream, &prefix, deadline);
+    let first = match inbound.first().await {
+        Ok(f) => f,
+        Err(PreloginError::Closed) => return Ended::Done("closed_in_prelogin"),
+        Err(e) => {
+            debug!(%client, error = %e, "bad opening");
+            return Ended::Refused(e.as_str());
+        }
+    };
+    let (frame, body) = match first {
+        First::Legacy(range) => {
+            let Some(ping) = inbound.legacy_ping(range) else {
+                return Ended::Refused("bad_legacy_ping");
+            };
+            if admission
+                .check(|l, a| l.check_status(a, clock::now()))
+                .is_err()
+            {
+                return refused(shared, Refusal::StatusRate);
+            }
+            let kick = legacy_kick(rt, &ping, line);
+            let Some(kick) = kick else {
+                return Ended::Refused("unknown_host");
+            };
+            let _ = inbound.stream.write_all(&kick).await;
+            let _ = inbound.stream.shutdown().await;
+            return Ended::Done("legacy_ping");
+        }
+        First::Handshake { frame, body } => (frame, body),
+    };
+
+    // The handshake: parse, normalise the host, route.
+    let (protocol, next_state, host) = {
+        let packet = match split_packet(inbound.bytes(body.clone())) {
+            Ok(p) if p.id == Handshake::ID => p,
+            _ => return Ended::Refused("bad_handshake"),
+        };
+        let hs = match Handshake::parse(packet.data) {
+            Ok(hs) => hs,
+            Err(e) => {
+                debug!(%client, error = %e, "bad handshake");
+                return Ended::Refused("bad_handshake");
+            }
+        };
+        let mut out = [0u8; 3 * MAX_HOST_LEN];
+        let host = normalize_host(hs.address.host, &mut out)
+            .map(str::to_owned)
+            .unwrap_or_default();
+        (hs.protocol_version, hs.next_state, host)
+    };
+    let route_index = rt.router.route(&host);
+    let route = route_index.map(|i| &s.routes[i]);
+    line.route = Some(route.map_or_else(|| "unknown".to_owned(), |r| r.name.clone()));
+    if let Some(r) = route {
+        shared.metrics.connection(&r.name);
+    }
+
+    match next_state {
+        NextState::Status => {
+            if let Err(r) = admission.check(|l, a| l.check_status(a, clock::now())) {
+                return refused(shared, r);
+            }
+            if route.is_none() && s.unknown_host == UnknownHost::Drop {
+                return Ended::Refused("unknown_host");
+            }
+            gauge.set(
+                line.route.as_deref().unwrap_or("unknown"),
+                ConnState::Status,
+            );
+            if let Err(e) = inbound.packet(0x00, MAX_STATUS_REQUEST_BODY).await {
+                return prelogin_end(e);
+            }
+            let json = match (route_index, route) {
+                (Some(i), Some(r)) => {
+                    let handshake = upstream_handshake(
+                        r,
+                        inbound.bytes(frame.clone()),
+                        inbound.bytes(body.clone()),
+                    );
+                    route_status(
+                        shared, rt, i, r, protocol, client, dst, &host, &handshake, line,
+                    )
+                    .await
+                }
+                _ => status::fallback_json(
+                    &crate::settings::StatusFallback {
+                        motd: s.unknown_host_motd.clone(),
+                        ..Default::default()
+                    },
+                    protocol,
+                )
+                .into(),
+            };
+            if inbound
+                .stream
+                .write_all(&status::response_frame(&json))
+                .await
+                .is_err()
+            {
+                return Ended::Done("client_error");
+            }
+            // The Ping is always the proxy's to answer.
+            inbound.discard_consumed();
+            inbound.set_deadline(tokio::time::Instant::now() + s.handshake_timeout);
+            let ping = match inbound.packet(Ping::ID, MAX_PING_BODY).await {
+                Ok(body) => body,
+                Err(PreloginError::Closed) => return Ended::Done("status"),
+                Err(e) => return prelogin_end(e),
+            };
+            let payload = split_packet(inbound.bytes(ping))
+                .ok()
+                .and_then(|p| Ping::parse(p.data).ok());
+            let Some(pong) = payload else {
+                return Ended::Refused("bad_packet");
+            };
+            let mut out = [0u8; 10];
+            if let Ok(n) = pong.encode_frame(&mut out) {
+                let _ = inbound.stream.write_all(&out[..n]).await;
+            }
+            let _ = inbound.stream.shutdown().await;
+            Ended::Done("status")
+        }
+        NextState::Login | NextState::Transfer => {
+            let login = match inbound.packet(LoginStart::ID, MAX_LOGIN_START_BODY).await {
+                Ok(b) => b,
+                Err(e) => return prelogin_end(e),
+            };
+            let name = split_packet(inbound.bytes(login)).ok().and_then(|p| {
+                LoginStart::parse(p.data, protocol)
+                    .ok()
+                    .map(|l| l.name.to_owned())
+            });
+            let Some(name) = name else {
+                return Ended::Refused("bad_login_start");
+            };
+            line.player = Some(name);
+            if let Err(r) = admission.check(|l, a| l.check_login(a, clock::now())) {
+                disconnect(
+                    &mut inbound.stream,
+                    "Too many logins from your address; wait a moment.",
+                )
+                .await;
+                return refused(shared, r);
+            }
+            let (Some(i), Some(r)) = (route_index, route) else {
+                if s.unknown_host == UnknownHost::Motd {
+                    disconnect(&mut inbound.stream, &s.unknown_host_motd).await;
+                }
+                return Ended::Refused("unknown_host");
+            };
+            let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
+                disconnect(
+                    &mut inbound.stream,
+                    "The server is unavailable; try again later.",
+                )
+                .await;
+                return Ended::Refused("no_upstream");
+            };
+            line.upstream = Some(addr);
+            // PROXY v2, the handshake (as received, or with the host rewritten), then the
+            // Login Start and anything after it, as received.
+            let mut out = Vec::with_capacity(inbound.received().len() + 64);
+            if r.proxy_protocol {
+                out.extend_from_slice(&proxy_v2(client, dst, &host));
+            }
+            out.extend_from_slice(&upstream_handshake(
+                r,
+                inbound.bytes(frame.clone()),
+                inbound.bytes(body.clone()),
+            ));
+            out.extend_from_slice(&inbound.received()[frame.end..]);
+            if upstream.write_all(&out).await.is_err() {
+                disconnect(
+                    &mut inbound.stream,
+                    "The server is unavailable; try again later.",
+                )
+                .await;
+                return Ended::Refused("upstream_error");
+            }
+            line.serverbound = (inbound.received().len() - frame.end) as u64;
+            gauge.set(&r.name, ConnState::Relay);
+            let metrics = &shared.metrics;
+            let outcome = relay::relay(
+                inbound.stream,
+                upstream,
+                s.serverbound,
+                s.clientbound,
+                ByteCounters {
+                    serverbound: &metrics.bytes[0],
+                    clientbound: &metrics.bytes[1],
+                },
+                &shared.connections,
+            )
+            .await;
+            line.serverbound += outcome.serverbound;
+            line.clientbound = outcome.clientbound;
+            line.relay = if outcome.spliced { "splice" } else { "copy" };
+            drop(admission);
+            match outcome.end {
+                RelayEnd::Budget(_) => Ended::Refused(outcome.end.as_str()),
+                e => Ended::Done(e.as_str()),
+            }
+        }
+    }
+}
+
+fn prelogin_end(e: PreloginError) -> Ended {
+    match e {
+        PreloginError::Closed => Ended::Done("closed_in_prelogin"),
+        e => Ended::Refused(e.as_str()),
+    }
+}
+
+/// The kick for a legacy ping: routed by the 1.6 ping's host (older pings carry none and get
+/// the default route), from the route's cached status or its fallback. `None`: unknown host,
+/// dropped.
+fn legacy_kick(rt: &Runtime, ping: &LegacyPing<'_>, line: &mut Line) -> Option<Vec<u8>> {
+    let route = match ping {
+        LegacyPing::V1_6 { host, .. } => {
+            let host: String = host.chars().collect();
+            let mut out = [0u8; 3 * MAX_HOST_LEN];
+            let host = normalize_host(&host, &mut out).unwrap_or("");
+            rt.router.route(host)
+        }
+        _ => rt.router.default_route(),
+    };
+    let s = &rt.settings;
+    let view = match route {
+        Some(i) => {
+            let r = &s.routes[i];
+            line.route = Some(r.name.clone());
+            rt.cache
+                .any(i, r.status_ttl)
+                .and_then(|json| LegacyView::from_json(&json))
+                .unwrap_or_else(|| LegacyView::from_fallback(&r.fallback))
+        }
+        None if s.unknown_host == UnknownHost::Motd => {
+            LegacyView::from_fallback(&crate::settings::StatusFallback {
+                motd: s.unknown_host_motd.clone(),
+                ..Default::default()
+            })
+        }
+        None => return None,
+    };
+    Some(view.kick(ping))
+}
+
+/// The status of route `i` for `protocol`: from cache, else from an upstream (then cached),
+/// else the route's fallback.
+#[allow(clippy::too_many_arguments)]
+async fn route_status(
+    shared: &Shared,
+    rt: &Runtime,
+    i: usize,
+    r: &Route,
+    protocol: i32,
+    client: SocketAddr,
+    dst: SocketAddr,
+    host: &str,
+    handshake: &[u8],
+    line: &mut Line,
+) -> Arc<str> {
+    if let Some(json) = rt.cache.get(i, protocol, r.status_ttl) {
+        shared.metrics.status("hit");
+        return json;
+    }
+    if let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await {
+        line.upstream = Some(addr);
+        let mut preamble = Vec::new();
+        if r.proxy_protocol {
+            preamble.extend_from_slice(&proxy_v2(client, dst, host));
+        }
+        preamble.extend_from_slice(handshake);
+        match status::fetch(&mut upstream, &preamble, rt.settings.handshake_timeout).await {
+            Ok(json) => {
+                let json: Arc<str> = json.into();
+                rt.cache.put(i, protocol, json.clone());
+                shared.metrics.status("upstream");
+                return json;
+            }
+            Err(e) => debug!(upstream = %addr, error = %e, "status from upstream failed"),
+        }
+    }
+    shared.metrics.status("fallback");
+    status::fallback_json(&r.fallback, protocol).into()
+}
+
+/// Connects to route `i`'s upstreams in its balance order, failing over to the next one when
+/// a connect fails or times out.
+async fn connect(
+    shared: &Shared,
+    rt: &Runtime,
+    i: usize,
+    r: &Route,
+) -> Option<(TcpStream, SocketAddr, UpstreamHold)> {
+    let upstreams = &rt.upstreams[i];
+    for k in upstreams.order(r.balance) {
+        let addr = r.upstreams[k];
+        let started = Instant::now();
+        let result =
+            tokio::time::timeout(rt.settings.connect_timeout, TcpStream::connect(addr)).await;
+        shared.metrics.connect_latency(started.elapsed());
+        match result {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Some((stream, addr, upstreams.hold(k)));
+            }
+            Ok(Err(e)) => {
+                debug!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
+            }
+            Err(_) => debug!(upstream = %addr, "upstream connect timed out; trying the next"),
+        }
+    }
+    None
+}
+
+/// The handshake frame the upstream gets: `frame` as received, or rebuilt with the route's
+/// rewrite host (marker and TCPShield suffix kept).
+fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
+    let Some(new_host) = &r.rewrite_host else {
+        return frame.to_vec();
+    };
+    let rebuilt = split_packet(body)
+        .ok()
+        .and_then(|p| Handshake::parse(p.data).ok())
+        .and_then(|mut hs| {
+            hs.address.host = new_host;
+            let mut out = vec![0u8; hs.frame_len()];
+            hs.encode_frame(&mut out).ok().map(|n| {
+                out.truncate(n);
+                out
+            })
+        });
+    rebuilt.unwrap_or_else(|| frame.to_vec())
+}
+
+/// A PROXY v2 header naming `client` (to `dst`), with CRC32C and an AUTHORITY TLV naming the
+/// host the client asked for.
+fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
+    let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    let v6 = |a: SocketAddr| match a {
+        SocketAddr::V4(a) => std::net::SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+        SocketAddr::V6(a) => a,
+    };
+    let addresses = match (canon(client), canon(dst)) {
+        (SocketAddr::V4(src), SocketAddr::V4(dst)) => Addresses::Inet { src, dst },
+        (a, b) => Addresses::Inet6 {
+            src: v6(a),
+            dst: v6(b),
+        },
+    };
+    let tlvs = [Tlv::Authority(host.as_bytes())];
+    let tlvs: &[Tlv<'_>] = if host.is_empty() { &[] } else { &tlvs };
+    let builder = v2::Builder::proxy(addresses).tlvs(tlvs).crc32c(true);
+    let mut out = vec![0u8; builder.encoded_len()];
+    match builder.encode(&mut out) {
+        Ok(n) => out.truncate(n),
+        Err(_) => out.clear(),
+    }
+    out
+}
+
+/// Sends a login-state Disconnect with `text` and closes the write side.
+async fn disconnect(stream: &mut TcpStream, text: &str) {
+    let reason = serde_json::json!({ "text": text }).to_string();
+    let packet = Disconnect { reason: &reason };
+    let mut out = vec![0u8; packet.frame_len()];
+    if let Ok(n) = packet.encode_frame(&mut out) {
+        let _ = stream.write_all(&out[..n]).await;
+    }
+    let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirekit_core::Status;
+    use wirekit_core::proxy::{self, Limits};
+
+    #[test]
+    fn proxy_v2_names_client_and_host_with_crc() {
+        let h = proxy_v2(
+            "192.0.2.7:5000".parse().unwrap(),
+            "[::ffff:10.0.0.1]:25565".parse().unwrap(),
+            "play.example.com",
+        );
+        let Ok(Status::Complete(parsed)) = proxy::parse(&h, &Limits::default()) else {
+            panic!("parses")
+        };
+        assert_eq!(
+            parsed.addresses.source(),
+            Some("192.0.2.7:5000".parse().unwrap())
+        );
+        assert_eq!(
+            parsed.addresses.destination(),
+            Some("10.0.0.1:25565".parse().unwrap())
+        );
+        let authority = parsed
+            .find_tlv(wirekit_core::proxy::TlvKind::Authority)
+            .unwrap();
+        assert_eq!(
+            authority.decode().unwrap(),
+            Tlv::Authority(b"play.example.com")
+        );
+        assert!(
+            parsed
+                .find_tlv(wirekit_core::proxy::TlvKind::Crc32c)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn rewrite_keeps_everything_but_the_host() {
+        use wirekit_core::minecraft::handshake::{ForgeMarker, ServerAddress};
+        let hs = Handshake {
+            protocol_version: 47,
+            address: ServerAddress {
+                host: "Play.Example.com",
+                forge: Some(ForgeMarker::Fml),
+                tcpshield: None,
+            },
+            port: 25565,
+            next_state: NextState::Login,
+        };
+        let mut frame = vec![0u8; hs.frame_len()];
+        hs.encode_frame(&mut frame).unwrap();
+        let body = &frame[1..];
+        let mut r = Route::new(vec!["x".into()], vec!["127.0.0.1:1".parse().unwrap()]);
+        assert_eq!(upstream_handshake(&r, &frame, body), frame);
+        r.rewrite_host = Some("backend.internal".into());
+        let out = upstream_handshake(&r, &frame, body);
+        let p = split_packet(&out[1..]).unwrap();
+        let got = Handshake::parse(p.data).unwrap();
+        assert_eq!(got.address.host, "backend.internal");
+        assert_eq!(got.address.forge, Some(ForgeMarker::Fml));
+        assert_eq!(
+            (got.protocol_version, got.port, got.next_state),
+            (47, 25565, NextState::Login)
+        );
+    }
+}

@@ -1,0 +1,343 @@
+//! Prometheus metrics in the text exposition format (version 0.0.4), written by hand, and
+//! the small HTTP listener that serves them at `/metrics`.
+//!
+//! - `wirekit_proxy_connections_total{route}`: connections routed, by route (`none` before a
+//!   route is known);
+//! - `wirekit_proxy_connections_open{route,state}`: open now, by route and state (`prelogin`,
+//!   `status`, `relay`);
+//! - `wirekit_proxy_rejections_total{reason}`: connections closed by the proxy, by reason;
+//! - `wirekit_proxy_limiter_trips_total{limit}`: per-source limits tripped, by limit;
+//! - `wirekit_proxy_bytes_total{direction}`: relayed bytes;
+//! - `wirekit_proxy_upstream_connect_seconds`: upstream connect latency (a histogram, failed
+//!   connects included);
+//! - `wirekit_proxy_status_cache_total{result}`: status answers by source (`hit`, `upstream`,
+//!   `fallback`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use wirekit_core::limit::source::Refusal;
+
+/// Upper bounds of the connect latency buckets, in seconds.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// A connection's state, for the open-connections gauge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConnState {
+    /// PROXY header, handshake, Login Start or Status Request being read.
+    Prelogin,
+    /// Being answered a status.
+    Status,
+    /// Relaying.
+    Relay,
+}
+
+impl ConnState {
+    const fn as_str(self) -> &'static str {
+        match self {
+            ConnState::Prelogin => "prelogin",
+            ConnState::Status => "status",
+            ConnState::Relay => "relay",
+        }
+    }
+}
+
+/// The proxy's counters; one per process, kept across reloads.
+#[derive(Default)]
+pub struct Metrics {
+    connections: Mutex<BTreeMap<String, u64>>,
+    open: Mutex<BTreeMap<(String, ConnState), i64>>,
+    rejections: Mutex<BTreeMap<&'static str, u64>>,
+    trips: [AtomicU64; Refusal::ALL.len()],
+    /// Serverbound, clientbound.
+    pub(crate) bytes: [AtomicU64; 2],
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_micros: AtomicU64,
+    status: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
+    *map.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key)
+        .or_default() += 1;
+}
+
+impl Metrics {
+    /// Counts a connection routed to `route`.
+    pub fn connection(&self, route: &str) {
+        bump(&self.connections, route.to_owned());
+    }
+
+    /// Counts a connection closed by the proxy for `reason`.
+    pub fn rejection(&self, reason: &'static str) {
+        bump(&self.rejections, reason);
+    }
+
+    /// Counts a tripped per-source limit.
+    pub fn trip(&self, refusal: Refusal) {
+        self.trips[refusal.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a status answer by where it came from.
+    pub fn status(&self, source: &'static str) {
+        bump(&self.status, source);
+    }
+
+    /// Records one upstream connect attempt's latency.
+    pub fn connect_latency(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        for (bucket, &le) in self.latency_buckets.iter().zip(&LATENCY_BUCKETS) {
+            if secs <= le {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_micros.fetch_add(
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn open_add(&self, route: &str, state: ConnState, delta: i64) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        *open.entry((route.to_owned(), state)).or_default() += delta;
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let lock = |m: &Mutex<BTreeMap<&'static str, u64>>| {
+            m.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        };
+        out.push_str("# HELP wirekit_proxy_connections_total Connections routed, by route.\n");
+        out.push_str("# TYPE wirekit_proxy_connections_total counter\n");
+        for (route, n) in self
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_connections_total{{route=\"{}\"}} {n}",
+                escape(route)
+            );
+        }
+        out.push_str(
+            "# HELP wirekit_proxy_connections_open Connections open, by route and state.\n",
+        );
+        out.push_str("# TYPE wirekit_proxy_connections_open gauge\n");
+        for ((route, state), n) in self.open.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_connections_open{{route=\"{}\",state=\"{}\"}} {n}",
+                escape(route),
+                state.as_str()
+            );
+        }
+        out.push_str(
+            "# HELP wirekit_proxy_rejections_total Connections the proxy closed, by reason.\n",
+        );
+        out.push_str("# TYPE wirekit_proxy_rejections_total counter\n");
+        for (reason, n) in lock(&self.rejections) {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_rejections_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP wirekit_proxy_limiter_trips_total Per-source limits tripped.\n");
+        out.push_str("# TYPE wirekit_proxy_limiter_trips_total counter\n");
+        for r in Refusal::ALL {
+            let n = self.trips[r.index()].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_limiter_trips_total{{limit=\"{}\"}} {n}",
+                r.name()
+            );
+        }
+        out.push_str("# HELP wirekit_proxy_bytes_total Bytes relayed, by direction.\n");
+        out.push_str("# TYPE wirekit_proxy_bytes_total counter\n");
+        for (dir, c) in ["serverbound", "clientbound"].iter().zip(&self.bytes) {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_bytes_total{{direction=\"{dir}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP wirekit_proxy_status_cache_total Status answers, by source.\n");
+        out.push_str("# TYPE wirekit_proxy_status_cache_total counter\n");
+        for (result, n) in lock(&self.status) {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_status_cache_total{{result=\"{result}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP wirekit_proxy_upstream_connect_seconds Upstream connect latency.\n");
+        out.push_str("# TYPE wirekit_proxy_upstream_connect_seconds histogram\n");
+        for (bucket, le) in self.latency_buckets.iter().zip(&LATENCY_BUCKETS) {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_upstream_connect_seconds_bucket{{le=\"{le}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "wirekit_proxy_upstream_connect_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            out,
+            "wirekit_proxy_upstream_connect_seconds_sum {}",
+            self.latency_sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "wirekit_proxy_upstream_connect_seconds_count {count}");
+        out
+    }
+}
+
+/// A label value escaped as the exposition format wants (backslash, quote, newline).
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A connection counted open in a state (and route) until dropped or moved on.
+pub struct OpenGauge<'a> {
+    metrics: &'a Metrics,
+    route: String,
+    state: ConnState,
+}
+
+impl<'a> OpenGauge<'a> {
+    /// Counts one connection open in `state` under `route`.
+    pub fn new(metrics: &'a Metrics, route: &str, state: ConnState) -> Self {
+        metrics.open_add(route, state, 1);
+        OpenGauge {
+            metrics,
+            route: route.to_owned(),
+            state,
+        }
+    }
+
+    /// Moves the connection to `state` under `route`.
+    pub fn set(&mut self, route: &str, state: ConnState) {
+        if route == self.route && state == self.state {
+            return;
+        }
+        self.metrics.open_add(&self.route, self.state, -1);
+        self.metrics.open_add(route, state, 1);
+        self.route = route.to_owned();
+        self.state = state;
+    }
+}
+
+impl Drop for OpenGauge<'_> {
+    fn drop(&mut self) {
+        self.metrics.open_add(&self.route, self.state, -1);
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown`; anything else gets 404. Requests are
+/// read up to 4 KiB within 5 s; one response per connection.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let (mut stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return,
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut req = [0u8; 4096];
+            let mut n = 0;
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while n < req.len() {
+                    let m = stream.read(&mut req[n..]).await?;
+                    if m == 0 {
+                        break;
+                    }
+                    n += m;
+                    if req[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+            if !matches!(read, Ok(Ok(()))) {
+                return;
+            }
+            let line = req[..n].split(|&b| b == b'\r').next().unwrap_or(&[]);
+            let ok = line.starts_with(b"GET /metrics ") || line == b"GET /metrics";
+            let (status, body) = if ok {
+                ("200 OK", metrics.render())
+            } else {
+                ("404 Not Found", "not found\n".to_owned())
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(body.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family() {
+        let m = Metrics::default();
+        m.connection("lobby");
+        m.rejection("unknown_host");
+        m.trip(Refusal::HostRate);
+        m.status("hit");
+        m.connect_latency(Duration::from_millis(3));
+        m.bytes[0].fetch_add(10, Ordering::Relaxed);
+        {
+            let mut g = OpenGauge::new(&m, "none", ConnState::Prelogin);
+            g.set("lo\"bby", ConnState::Relay);
+            let text = m.render();
+            assert!(
+                text.contains(
+                    "wirekit_proxy_connections_open{route=\"lo\\\"bby\",state=\"relay\"} 1"
+                )
+            );
+            assert!(text.contains("state=\"prelogin\"} 0"));
+        }
+        let text = m.render();
+        assert!(text.contains("wirekit_proxy_connections_total{route=\"lobby\"} 1"));
+        assert!(text.contains("wirekit_proxy_rejections_total{reason=\"unknown_host\"} 1"));
+        assert!(text.contains("wirekit_proxy_limiter_trips_total{limit=\"host_rate\"} 1"));
+        assert!(text.contains("wirekit_proxy_bytes_total{direction=\"serverbound\"} 10"));
+        assert!(text.contains("wirekit_proxy_upstream_connect_seconds_bucket{le=\"0.0025\"} 0"));
+        assert!(text.contains("wirekit_proxy_upstream_connect_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(text.contains("wirekit_proxy_upstream_connect_seconds_count 1"));
+        assert!(text.contains("state=\"relay\"} 0"));
+    }
+}

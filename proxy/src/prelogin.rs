@@ -1,0 +1,363 @@
+//! Reading a connection's first packets under one deadline, with exact bounds: the handshake
+//! (or a legacy 0xFE ping), then Login Start or Status Request, then a status Ping.
+//!
+//! The bytes go into one fixed buffer of [`OPENING_LEN`] bytes, the most a valid handshake and
+//! Login Start take together with their length fields, so a peer declaring a large frame gets
+//! no more room than that: each frame's declared length is checked against its own packet's
+//! bound (the core's [`FrameDecoder`] maximum) before its body is waited for.
+
+use std::io;
+use std::ops::Range;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use wirekit_core::Status;
+use wirekit_core::frame::FrameError;
+use wirekit_core::frame::mc::{Decoded, FrameDecoder, MAX_LENGTH_FIELD_LEN, split_packet};
+use wirekit_core::minecraft::handshake::MAX_ADDRESS_LEN;
+use wirekit_core::minecraft::legacy::{self, LegacyPing};
+use wirekit_core::minecraft::login::{MAX_KEY_SIGNATURE_LEN, MAX_NAME_LEN, MAX_PUBLIC_KEY_LEN};
+
+/// The longest handshake frame body: ID, protocol VarInt, the address `String(1024)` (a
+/// 2-byte length and 3 bytes a unit), port and next state.
+pub const MAX_HANDSHAKE_BODY: usize = 1 + 5 + 2 + 3 * MAX_ADDRESS_LEN + 2 + 1;
+/// The longest Login Start body any version carries: ID, name, 1.19's signature data (flag,
+/// expiry, key and signature with their lengths), the optional UUID.
+pub const MAX_LOGIN_START_BODY: usize =
+    1 + 1 + 3 * MAX_NAME_LEN + 1 + 8 + 2 + MAX_PUBLIC_KEY_LEN + 2 + MAX_KEY_SIGNATURE_LEN + 1 + 16;
+/// Status Request: the ID alone.
+pub const MAX_STATUS_REQUEST_BODY: usize = 1;
+/// Ping: ID and an i64.
+pub const MAX_PING_BODY: usize = 9;
+/// The opening buffer: a handshake and a Login Start with their length fields.
+pub const OPENING_LEN: usize = 2 * MAX_LENGTH_FIELD_LEN + MAX_HANDSHAKE_BODY + MAX_LOGIN_START_BODY;
+
+/// How long a connection that opened with `FE` or `FE 01` may stay quiet before the legacy
+/// ping is judged from what came (1.3 and 1.4 clients send no more).
+const LEGACY_QUIET: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Why the opening could not be read.
+#[derive(Debug)]
+pub enum PreloginError {
+    /// The deadline passed.
+    Timeout,
+    /// The client closed before a packet was complete.
+    Closed,
+    /// A frame's length field is malformed or over the packet's bound.
+    Frame(FrameError),
+    /// A packet did not parse.
+    Packet(wirekit_core::minecraft::Error),
+    /// Another packet ID than the state allows.
+    UnexpectedPacket(i32),
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl PreloginError {
+    /// The reason named in the close line and the metrics.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            PreloginError::Timeout => "handshake_timeout",
+            PreloginError::Closed => "closed_in_prelogin",
+            PreloginError::Frame(_) => "bad_frame",
+            PreloginError::Packet(_) => "bad_packet",
+            PreloginError::UnexpectedPacket(_) => "unexpected_packet",
+            PreloginError::Io(_) => "client_error",
+        }
+    }
+}
+
+impl std::fmt::Display for PreloginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PreloginError::Frame(e) => write!(f, "{}: {e}", self.as_str()),
+            PreloginError::Packet(e) => write!(f, "{}: {e}", self.as_str()),
+            PreloginError::UnexpectedPacket(id) => write!(f, "{}: 0x{id:02x}", self.as_str()),
+            PreloginError::Io(e) => write!(f, "{}: {e}", self.as_str()),
+            _ => f.write_str(self.as_str()),
+        }
+    }
+}
+
+impl From<wirekit_core::minecraft::Error> for PreloginError {
+    fn from(e: wirekit_core::minecraft::Error) -> Self {
+        PreloginError::Packet(e)
+    }
+}
+
+/// What the connection opened with.
+pub enum First {
+    /// A legacy server-list ping, and the bytes it took (to parse again with
+    /// [`legacy::detect_final`]).
+    Legacy(Range<usize>),
+    /// A framed handshake: the frame's bytes (length field included) and its body.
+    Handshake {
+        /// The whole frame.
+        frame: Range<usize>,
+        /// The packet body (ID and data).
+        body: Range<usize>,
+    },
+}
+
+/// The client's side of a connection while its first packets are read.
+pub struct Inbound {
+    /// The stream, after any PROXY header.
+    pub stream: TcpStream,
+    buf: Box<[u8]>,
+    filled: usize,
+    pos: usize,
+    deadline: tokio::time::Instant,
+}
+
+impl Inbound {
+    /// Starts with `prefix` (bytes read with the PROXY header; at most [`OPENING_LEN`] are
+    /// kept, the acceptor reads at most 256 past the header) and the deadline.
+    pub fn new(stream: TcpStream, prefix: &[u8], deadline: tokio::time::Instant) -> Self {
+        let mut buf = vec![0u8; OPENING_LEN].into_boxed_slice();
+        let filled = prefix.len().min(OPENING_LEN);
+        buf[..filled].copy_from_slice(&prefix[..filled]);
+        Inbound {
+            stream,
+            buf,
+            filled,
+            pos: 0,
+            deadline,
+        }
+    }
+
+    /// Sets a new deadline (for the Ping after a status answer).
+    pub fn set_deadline(&mut self, deadline: tokio::time::Instant) {
+        self.deadline = deadline;
+    }
+
+    /// The bytes in `range` of the buffer.
+    pub fn bytes(&self, range: Range<usize>) -> &[u8] {
+        &self.buf[range]
+    }
+
+    /// Bytes received and not yet consumed by a packet read.
+    pub fn rest(&self) -> &[u8] {
+        &self.buf[self.pos..self.filled]
+    }
+
+    /// Everything received so far.
+    pub fn received(&self) -> &[u8] {
+        &self.buf[..self.filled]
+    }
+
+    /// Reads more; `Ok(0)` at end of stream.
+    async fn fill(&mut self, until: tokio::time::Instant) -> Result<usize, PreloginError> {
+        if self.filled == self.buf.len() {
+            // Not reachable with the per-packet bounds, which sum to the buffer.
+            return Err(PreloginError::Frame(FrameError::FrameTooLarge {
+                len: self.filled,
+                max: self.buf.len(),
+            }));
+        }
+        let read = self.stream.read(&mut self.buf[self.filled..]);
+        match tokio::time::timeout_at(until, read).await {
+            Err(_) => Err(PreloginError::Timeout),
+            Ok(Err(e)) => Err(PreloginError::Io(e)),
+            Ok(Ok(n)) => {
+                self.filled += n;
+                Ok(n)
+            }
+        }
+    }
+
+    /// Reads the opening: a handshake frame (body at most [`MAX_HANDSHAKE_BODY`]) or a legacy
+    /// ping.
+    pub async fn first(&mut self) -> Result<First, PreloginError> {
+        let mut decoder = FrameDecoder::handshaking().with_max_frame_len(MAX_HANDSHAKE_BODY);
+        loop {
+            match decoder.decode(self.rest()).map_err(PreloginError::Frame)? {
+                Status::Complete(Decoded::LegacyPing) => return self.legacy().await,
+                Status::Complete(Decoded::Frame(f)) => {
+                    let start = self.pos;
+                    let end = start + f.consumed;
+                    let body = end - f.body.len()..end;
+                    self.pos = end;
+                    return Ok(First::Handshake {
+                        frame: start..end,
+                        body,
+                    });
+                }
+                Status::Partial(_) => {
+                    if self.fill(self.deadline).await? == 0 {
+                        return Err(PreloginError::Closed);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn legacy(&mut self) -> Result<First, PreloginError> {
+        loop {
+            match legacy::detect(self.rest())? {
+                Status::Complete((_, n)) => return Ok(self.take_legacy(n)),
+                Status::Partial(_) => {
+                    // 1.3 clients send `FE`, 1.4 `FE 01`, some tools `FE 01 FA`, and wait: a
+                    // short quiet spell decides with what came.
+                    let quiet = (tokio::time::Instant::now() + LEGACY_QUIET).min(self.deadline);
+                    match self.fill(quiet).await {
+                        Ok(0) | Err(PreloginError::Timeout) => {
+                            let n = match legacy::detect_final(self.rest()) {
+                                Ok((_, n)) => n,
+                                // A cut 1.6 ping is answered as the 1.4 ping it starts with
+                                // (the same reply format), as vanilla servers do.
+                                Err(_) => 2,
+                            };
+                            return Ok(self.take_legacy(n));
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+
+    fn take_legacy(&mut self, n: usize) -> First {
+        let r = self.pos..self.pos + n;
+        self.pos += n;
+        First::Legacy(r)
+    }
+
+    /// Reads the next frame (body at most `max_body`) and returns its body's range, the packet
+    /// ID checked to be `id`.
+    pub async fn packet(
+        &mut self,
+        id: i32,
+        max_body: usize,
+    ) -> Result<Range<usize>, PreloginError> {
+        let decoder = FrameDecoder::new().with_max_frame_len(max_body);
+        loop {
+            match decoder
+                .decode_frame(self.rest())
+                .map_err(PreloginError::Frame)?
+            {
+                Status::Complete(f) => {
+                    let end = self.pos + f.consumed;
+                    let body = end - f.body.len()..end;
+                    self.pos = end;
+                    let packet =
+                        split_packet(&self.buf[body.clone()]).map_err(PreloginError::Frame)?;
+                    if packet.id != id {
+                        return Err(PreloginError::UnexpectedPacket(packet.id));
+                    }
+                    return Ok(body);
+                }
+                Status::Partial(_) => {
+                    if self.fill(self.deadline).await? == 0 {
+                        return Err(PreloginError::Closed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the bytes consumed so far (moving the rest to the buffer's head), so a status
+    /// connection's Ping always has room. Ranges returned before are void after this.
+    pub fn discard_consumed(&mut self) {
+        self.buf.copy_within(self.pos..self.filled, 0);
+        self.filled -= self.pos;
+        self.pos = 0;
+    }
+
+    /// Parses the legacy ping in `range` again.
+    pub fn legacy_ping(&self, range: Range<usize>) -> Option<LegacyPing<'_>> {
+        legacy::detect_final(&self.buf[range]).ok().map(|(p, _)| p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use wirekit_core::minecraft::Encode;
+    use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+
+    fn soon() -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(2)
+    }
+
+    #[test]
+    fn bounds_cover_the_largest_packets() {
+        let host = "x".repeat(255);
+        let hs = Handshake {
+            protocol_version: i32::MIN,
+            address: ServerAddress::host(&host),
+            port: 1,
+            next_state: NextState::Login,
+        };
+        assert!(hs.frame_len() <= MAX_HANDSHAKE_BODY + MAX_LENGTH_FIELD_LEN);
+        const { assert!(OPENING_LEN < 8 * 1024) };
+    }
+
+    #[tokio::test]
+    async fn handshake_split_over_writes_then_login_start() {
+        let (mut c, s) = crate::tcp_pair().await;
+        let hs = Handshake {
+            protocol_version: 763,
+            address: ServerAddress::host("Play.Example.com."),
+            port: 25565,
+            next_state: NextState::Login,
+        };
+        let mut wire = vec![0u8; hs.frame_len()];
+        hs.encode_frame(&mut wire).unwrap();
+        wire.extend_from_slice(&[0x03, 0x00, 0x01, b'A']);
+        let (a, b) = wire.split_at(5);
+        let (a, b) = (a.to_vec(), b.to_vec());
+        tokio::spawn(async move {
+            c.write_all(&a).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            c.write_all(&b).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        });
+        let mut inbound = Inbound::new(s, &[], soon());
+        let First::Handshake { frame, body } = inbound.first().await.unwrap() else {
+            panic!("not a handshake")
+        };
+        assert_eq!(frame.len(), hs.frame_len());
+        let packet = split_packet(inbound.bytes(body)).unwrap();
+        assert_eq!(Handshake::parse(packet.data).unwrap(), hs);
+        let login = inbound.packet(0x00, MAX_LOGIN_START_BODY).await.unwrap();
+        assert_eq!(inbound.bytes(login), [0x00, 0x01, b'A']);
+    }
+
+    #[tokio::test]
+    async fn oversized_handshake_is_refused_before_its_body() {
+        let (mut c, s) = crate::tcp_pair().await;
+        // A declared length of 2,097,151 and nothing more.
+        c.write_all(&[0xff, 0xff, 0x7f]).await.unwrap();
+        let mut inbound = Inbound::new(s, &[], soon());
+        let err = inbound.first().await.err().unwrap();
+        assert!(
+            matches!(err, PreloginError::Frame(FrameError::FrameTooLarge { .. })),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn silent_client_times_out_and_legacy_pings_are_told_apart() {
+        let (_c, s) = crate::tcp_pair().await;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        let mut inbound = Inbound::new(s, &[], deadline);
+        assert!(matches!(inbound.first().await, Err(PreloginError::Timeout)));
+
+        for (bytes, want) in [
+            (&[0xfe][..], LegacyPing::V1_3),
+            (&[0xfe, 0x01][..], LegacyPing::V1_4),
+            (&[0xfe, 0x01, 0xfa][..], LegacyPing::V1_4),
+        ] {
+            let (mut c, s) = crate::tcp_pair().await;
+            c.write_all(bytes).await.unwrap();
+            let mut inbound = Inbound::new(s, &[], soon());
+            let First::Legacy(r) = inbound.first().await.unwrap() else {
+                panic!("not legacy")
+            };
+            assert_eq!(inbound.legacy_ping(r), Some(want));
+            drop(c);
+        }
+    }
+}

@@ -1,0 +1,439 @@
+//! The passthrough relay: bytes both ways, through splice(2) and a pipe per direction where
+//! the system has it (Linux), by copying otherwise, under each direction's byte budget.
+//!
+//! Splice is driven by tokio's readiness: wait until the source socket is readable, move what
+//! is there into the pipe (the pipe is empty then, so `EAGAIN` can only mean the socket), then
+//! wait until the destination is writable and move the pipe's content out. `rustix` makes the
+//! calls (no `unsafe` here). If the first splice of a direction answers `EINVAL` or `ENOSYS`
+//! (a socket type or kernel without splice), or no pipe can be made, that direction copies
+//! through a 64 KiB buffer instead. When one side ends its stream, the other side's write half
+//! is shut down and the opposite direction goes on until it ends too.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio_util::sync::CancellationToken;
+use wirekit_core::limit::{Rate, TokenBucket};
+use wirekit_std::clock;
+
+use crate::settings::ByteBudget;
+
+/// The most one read or splice moves (and the smallest burst a byte budget may have).
+pub const CHUNK: usize = 64 * 1024;
+
+/// Which way bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Client to upstream.
+    Serverbound,
+    /// Upstream to client.
+    Clientbound,
+}
+
+impl Direction {
+    /// A metric label.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Direction::Serverbound => "serverbound",
+            Direction::Clientbound => "clientbound",
+        }
+    }
+}
+
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayEnd {
+    /// Both sides ended their streams (the client's first).
+    ClientClosed,
+    /// Both sides ended their streams (the upstream's first).
+    UpstreamClosed,
+    /// A socket failed on the client's side.
+    ClientError,
+    /// A socket failed on the upstream's side.
+    UpstreamError,
+    /// A direction went over its byte budget.
+    Budget(Direction),
+    /// The proxy is shutting down.
+    Shutdown,
+}
+
+impl RelayEnd {
+    /// The reason named in the close line and the metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RelayEnd::ClientClosed => "client_closed",
+            RelayEnd::UpstreamClosed => "upstream_closed",
+            RelayEnd::ClientError => "client_error",
+            RelayEnd::UpstreamError => "upstream_error",
+            RelayEnd::Budget(Direction::Serverbound) => "serverbound_budget",
+            RelayEnd::Budget(Direction::Clientbound) => "clientbound_budget",
+            RelayEnd::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// What one relay moved, and how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayOutcome {
+    /// Bytes client to upstream.
+    pub serverbound: u64,
+    /// Bytes upstream to client.
+    pub clientbound: u64,
+    /// Why it ended.
+    pub end: RelayEnd,
+    /// Whether every byte went through splice (false if a direction fell back to copying).
+    pub spliced: bool,
+}
+
+/// Counters the relay adds to as bytes move (the process-wide metrics).
+pub struct ByteCounters<'a> {
+    /// Client to upstream.
+    pub serverbound: &'a AtomicU64,
+    /// Upstream to client.
+    pub clientbound: &'a AtomicU64,
+}
+
+/// How one direction ended.
+enum DirEnd {
+    /// The source ended its stream (and the destination's write half was shut down).
+    Eof,
+    /// The source failed.
+    ReadError,
+    /// The destination failed.
+    WriteError,
+    /// Over budget.
+    Budget,
+}
+
+struct Budget {
+    bucket: Option<TokenBucket>,
+}
+
+impl Budget {
+    fn new(b: ByteBudget) -> Self {
+        Budget {
+            bucket: (b.burst > 0)
+                .then(|| TokenBucket::new(b.burst, Rate::per_second(b.per_second))),
+        }
+    }
+
+    /// Spends `n` bytes; `false` when the budget has not got them.
+    fn spend(&mut self, n: usize) -> bool {
+        match &mut self.bucket {
+            None => true,
+            Some(b) => b.try_take(clock::now(), u32::try_from(n).unwrap_or(u32::MAX)),
+        }
+    }
+}
+
+/// Relays between `client` and `upstream` until both streams end, a socket fails, a budget
+/// trips, or `shutdown` is cancelled.
+pub async fn relay(
+    client: TcpStream,
+    upstream: TcpStream,
+    serverbound: ByteBudget,
+    clientbound: ByteBudget,
+    counters: ByteCounters<'_>,
+    shutdown: &CancellationToken,
+) -> RelayOutcome {
+    let (mut client_r, mut client_w) = client.into_split();
+    let (mut up_r, mut up_w) = upstream.into_split();
+    let up_total = AtomicU64::new(0);
+    let down_total = AtomicU64::new(0);
+    let up_spliced = std::sync::atomic::AtomicBool::new(true);
+    let down_spliced = std::sync::atomic::AtomicBool::new(true);
+    let up = direction(
+        &mut client_r,
+        &mut up_w,
+        Budget::new(serverbound),
+        [&up_total, counters.serverbound],
+        &up_spliced,
+    );
+    let down = direction(
+        &mut up_r,
+        &mut client_w,
+        Budget::new(clientbound),
+        [&down_total, counters.clientbound],
+        &down_spliced,
+    );
+    tokio::pin!(up, down);
+    let (mut up_end, mut down_end) = (None, None);
+    let mut first_eof = None;
+    let end = loop {
+        tokio::select! {
+            e = &mut up, if up_end.is_none() => {
+                if matches!(e, DirEnd::Eof) {
+                    first_eof.get_or_insert(RelayEnd::ClientClosed);
+                }
+                up_end = Some(e);
+            }
+            e = &mut down, if down_end.is_none() => {
+                if matches!(e, DirEnd::Eof) {
+                    first_eof.get_or_insert(RelayEnd::UpstreamClosed);
+                }
+                down_end = Some(e);
+            }
+            _ = shutdown.cancelled() => break RelayEnd::Shutdown,
+        }
+        match (&up_end, &down_end) {
+            (Some(DirEnd::Budget), _) => break RelayEnd::Budget(Direction::Serverbound),
+            (_, Some(DirEnd::Budget)) => break RelayEnd::Budget(Direction::Clientbound),
+            (Some(DirEnd::ReadError), _) | (_, Some(DirEnd::WriteError)) => {
+                break RelayEnd::ClientError;
+            }
+            (Some(DirEnd::WriteError), _) | (_, Some(DirEnd::ReadError)) => {
+                break RelayEnd::UpstreamError;
+            }
+            (Some(DirEnd::Eof), Some(DirEnd::Eof)) => {
+                break first_eof.unwrap_or(RelayEnd::ClientClosed);
+            }
+            _ => {}
+        }
+    };
+    RelayOutcome {
+        serverbound: up_total.load(Ordering::Relaxed),
+        clientbound: down_total.load(Ordering::Relaxed),
+        end,
+        spliced: up_spliced.load(Ordering::Relaxed) && down_spliced.load(Ordering::Relaxed),
+    }
+}
+
+/// One direction: splice where possible, else copy; at the source's end, shut the
+/// destination's write half down.
+async fn direction(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    mut budget: Budget,
+    counters: [&AtomicU64; 2],
+    spliced: &std::sync::atomic::AtomicBool,
+) -> DirEnd {
+    let add = |n: usize| {
+        for c in counters {
+            c.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    };
+    #[cfg(target_os = "linux")]
+    match splice::run(from.as_ref(), to.as_ref(), &mut budget, &add).await {
+        splice::Spliced::Done(end) => {
+            if matches!(end, DirEnd::Eof) {
+                let _ = to.shutdown().await;
+            }
+            return end;
+        }
+        splice::Spliced::Unsupported => {}
+    }
+    spliced.store(false, Ordering::Relaxed);
+    let end = copy(from, to, &mut budget, &add).await;
+    if matches!(end, DirEnd::Eof) {
+        let _ = to.shutdown().await;
+    }
+    end
+}
+
+async fn copy(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    budget: &mut Budget,
+    add: &impl Fn(usize),
+) -> DirEnd {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) => return DirEnd::Eof,
+            Ok(n) => n,
+            Err(_) => return DirEnd::ReadError,
+        };
+        if !budget.spend(n) {
+            return DirEnd::Budget;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return DirEnd::WriteError;
+        }
+        add(n);
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod splice {
+    use super::{Budget, CHUNK, DirEnd};
+    use rustix::io::Errno;
+    use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
+    use std::io;
+    use tokio::io::Interest;
+    use tokio::net::TcpStream;
+
+    pub(super) enum Spliced {
+        Done(DirEnd),
+        /// Splice is not available for these sockets; nothing was moved.
+        Unsupported,
+    }
+
+    fn unsupported(e: &io::Error) -> bool {
+        let code = e.raw_os_error();
+        code == Some(Errno::INVAL.raw_os_error()) || code == Some(Errno::NOSYS.raw_os_error())
+    }
+
+    pub(super) async fn run(
+        from: &TcpStream,
+        to: &TcpStream,
+        budget: &mut Budget,
+        add: &impl Fn(usize),
+    ) -> Spliced {
+        let Ok((pipe_r, pipe_w)) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC) else {
+            return Spliced::Unsupported;
+        };
+        let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
+        let mut first = true;
+        loop {
+            // The pipe is empty here: fill it from the socket.
+            let n = loop {
+                if from.readable().await.is_err() {
+                    return Spliced::Done(DirEnd::ReadError);
+                }
+                match from.try_io(Interest::READABLE, || {
+                    splice(from, None, &pipe_w, None, CHUNK, flags).map_err(io::Error::from)
+                }) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) if first && unsupported(&e) => return Spliced::Unsupported,
+                    Err(_) => return Spliced::Done(DirEnd::ReadError),
+                }
+            };
+            first = false;
+            if n == 0 {
+                return Spliced::Done(DirEnd::Eof);
+            }
+            if !budget.spend(n) {
+                return Spliced::Done(DirEnd::Budget);
+            }
+            let mut left = n;
+            while left > 0 {
+                if to.writable().await.is_err() {
+                    return Spliced::Done(DirEnd::WriteError);
+                }
+                match to.try_io(Interest::WRITABLE, || {
+                    splice(&pipe_r, None, to, None, left, flags).map_err(io::Error::from)
+                }) {
+                    Ok(m) => {
+                        left -= m;
+                        add(m);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(_) => return Spliced::Done(DirEnd::WriteError),
+                }
+            }
+        }
+    }
+}
+
+/// Whether this build relays through splice(2) (Linux) rather than by copying.
+pub const fn splice_available() -> bool {
+    cfg!(target_os = "linux")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    }
+
+    /// A client and an upstream each send `n` bytes and half-close; both get the other's.
+    async fn run(n: usize, serverbound: ByteBudget) -> (RelayOutcome, Vec<u8>, Vec<u8>) {
+        let (client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, upstream) = crate::tcp_pair().await;
+        let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+        let shutdown = CancellationToken::new();
+        let peer = |mut s: TcpStream, seed: u8| {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let send = async {
+                    let _ = w.write_all(&pattern(n, seed)).await;
+                    let _ = w.shutdown().await;
+                };
+                let mut got = Vec::new();
+                let recv = r.read_to_end(&mut got);
+                let (_, _) = tokio::join!(send, recv);
+                got
+            })
+        };
+        let c = peer(client, 1);
+        let u = peer(upstream, 2);
+        let outcome = relay(
+            proxy_client,
+            proxy_up,
+            serverbound,
+            ByteBudget::OFF,
+            ByteCounters {
+                serverbound: &counters[0],
+                clientbound: &counters[1],
+            },
+            &shutdown,
+        )
+        .await;
+        if outcome.end != RelayEnd::Budget(Direction::Serverbound) {
+            assert_eq!(counters[0].load(Ordering::Relaxed), outcome.serverbound);
+        }
+        (outcome, c.await.unwrap(), u.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn both_directions_arrive_whole_through_splice() {
+        let n = 3 << 20;
+        let (outcome, at_client, at_upstream) = run(n, ByteBudget::OFF).await;
+        assert_eq!(at_upstream, pattern(n, 1));
+        assert_eq!(at_client, pattern(n, 2));
+        assert_eq!(
+            (outcome.serverbound, outcome.clientbound),
+            (n as u64, n as u64)
+        );
+        assert!(matches!(
+            outcome.end,
+            RelayEnd::ClientClosed | RelayEnd::UpstreamClosed
+        ));
+        assert_eq!(outcome.spliced, splice_available());
+    }
+
+    #[tokio::test]
+    async fn the_copy_fallback_moves_everything_and_ends_at_eof() {
+        let (mut a, b) = crate::tcp_pair().await;
+        let (c, mut d) = crate::tcp_pair().await;
+        let (mut from, _bw) = b.into_split();
+        let (_cr, mut to) = c.into_split();
+        let n = 1 << 20;
+        let writer = tokio::spawn(async move {
+            a.write_all(&pattern(n, 3)).await.unwrap();
+            a.shutdown().await.unwrap();
+            a
+        });
+        let moved = AtomicU64::new(0);
+        let add = |k: usize| {
+            moved.fetch_add(k as u64, Ordering::Relaxed);
+        };
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            d.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let end = copy(&mut from, &mut to, &mut Budget::new(ByteBudget::OFF), &add).await;
+        assert!(matches!(end, DirEnd::Eof));
+        to.shutdown().await.unwrap();
+        assert_eq!(moved.load(Ordering::Relaxed), n as u64);
+        assert_eq!(reader.await.unwrap(), pattern(n, 3));
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_byte_budget_closes_the_connection() {
+        let budget = ByteBudget {
+            burst: CHUNK as u32,
+            per_second: 1,
+        };
+        let (outcome, _, at_upstream) = run(1 << 20, budget).await;
+        assert_eq!(outcome.end, RelayEnd::Budget(Direction::Serverbound));
+        assert!(at_upstream.len() <= CHUNK, "{}", at_upstream.len());
+    }
+}

@@ -1,0 +1,175 @@
+//! Routing by the handshake's normalised host, and upstream choice within a route.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::settings::{Balance, HostPattern, Route, SettingsError};
+
+/// Host to route: exact names first, then `*.` wildcards longest suffix first, then the
+/// default route.
+#[derive(Debug)]
+pub(crate) struct Router {
+    exact: HashMap<String, usize>,
+    /// `(".example.com", route)`, longest suffix first.
+    suffixes: Vec<(String, usize)>,
+    default: Option<usize>,
+}
+
+impl Router {
+    pub(crate) fn new(routes: &[Route]) -> Result<Self, SettingsError> {
+        let mut exact = HashMap::new();
+        let mut suffixes = Vec::new();
+        let mut default = None;
+        for (i, route) in routes.iter().enumerate() {
+            if route.default {
+                default = Some(i);
+            }
+            for h in &route.hosts {
+                match HostPattern::parse(h)? {
+                    HostPattern::Exact(name) => {
+                        exact.insert(name, i);
+                    }
+                    HostPattern::Suffix(s) => suffixes.push((s, i)),
+                }
+            }
+        }
+        suffixes.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+        Ok(Router {
+            exact,
+            suffixes,
+            default,
+        })
+    }
+
+    /// The route for a host already normalised (lowercase ASCII, no trailing dot).
+    pub(crate) fn route(&self, host: &str) -> Option<usize> {
+        if let Some(&i) = self.exact.get(host) {
+            return Some(i);
+        }
+        self.suffixes
+            .iter()
+            .find(|(s, _)| host.len() > s.len() && host.ends_with(s.as_str()))
+            .map(|&(_, i)| i)
+            .or(self.default)
+    }
+
+    /// The default route.
+    pub(crate) fn default_route(&self) -> Option<usize> {
+        self.default
+    }
+}
+
+/// A route's upstream bookkeeping: where round robin stands, and connections open to each.
+#[derive(Debug)]
+pub(crate) struct Upstreams {
+    next: AtomicUsize,
+    open: Box<[AtomicUsize]>,
+}
+
+impl Upstreams {
+    pub(crate) fn new(count: usize) -> Self {
+        Upstreams {
+            next: AtomicUsize::new(0),
+            open: (0..count).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// The order to try the upstreams in: the chosen one first, then the others down the
+    /// list (wrapping), the failover order.
+    pub(crate) fn order(&self, balance: Balance) -> Vec<usize> {
+        let n = self.open.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let first = match balance {
+            Balance::RoundRobin => start,
+            Balance::LeastConnections => (0..n)
+                .map(|k| (start + k) % n)
+                .min_by_key(|&i| self.open[i].load(Ordering::Relaxed))
+                .unwrap_or(start),
+        };
+        (0..n).map(|k| (first + k) % n).collect()
+    }
+
+    /// Counts a connection open to upstream `i` until the guard drops.
+    pub(crate) fn hold(self: &std::sync::Arc<Self>, i: usize) -> UpstreamHold {
+        self.open[i].fetch_add(1, Ordering::Relaxed);
+        UpstreamHold {
+            upstreams: self.clone(),
+            index: i,
+        }
+    }
+}
+
+/// One open connection to an upstream, counted for least-connections.
+#[derive(Debug)]
+pub(crate) struct UpstreamHold {
+    upstreams: std::sync::Arc<Upstreams>,
+    index: usize,
+}
+
+impl Drop for UpstreamHold {
+    fn drop(&mut self) {
+        self.upstreams.open[self.index].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn route(hosts: &[&str], default: bool) -> Route {
+        let mut r = Route::new(
+            hosts.iter().map(|h| h.to_string()).collect(),
+            vec!["127.0.0.1:1".parse().unwrap()],
+        );
+        r.default = default;
+        r
+    }
+
+    #[test]
+    fn exact_then_longest_wildcard_then_default() {
+        let routes = [
+            route(&["play.example.com"], false),
+            route(&["*.example.com"], false),
+            route(&["*.eu.example.com", "Lobby.Example.NET."], false),
+            route(&[], true),
+        ];
+        let r = Router::new(&routes).unwrap();
+        assert_eq!(r.route("play.example.com"), Some(0));
+        assert_eq!(r.route("a.example.com"), Some(1));
+        assert_eq!(r.route("a.b.example.com"), Some(1));
+        assert_eq!(r.route("x.eu.example.com"), Some(2));
+        assert_eq!(r.route("lobby.example.net"), Some(2));
+        // The wildcard needs a label before the suffix.
+        assert_eq!(r.route("example.com"), Some(3));
+        assert_eq!(r.route("badexample.com"), Some(3));
+        let no_default = Router::new(&routes[..3]).unwrap();
+        assert_eq!(no_default.route("other"), None);
+        assert_eq!(no_default.default_route(), None);
+    }
+
+    #[test]
+    fn round_robin_and_least_connections() {
+        let u = Arc::new(Upstreams::new(3));
+        assert_eq!(u.order(Balance::RoundRobin), [0, 1, 2]);
+        assert_eq!(u.order(Balance::RoundRobin), [1, 2, 0]);
+        assert_eq!(u.order(Balance::RoundRobin), [2, 0, 1]);
+        let _a = u.hold(0);
+        let _b = u.hold(1);
+        let held = u.hold(1);
+        assert_eq!(u.order(Balance::LeastConnections)[0], 2);
+        let _c = u.hold(2);
+        let _d = u.hold(2);
+        // 0: 1 open, 1: 2, 2: 2.
+        assert_eq!(u.order(Balance::LeastConnections), [0, 1, 2]);
+        drop(held);
+        drop(_a);
+        let _e = u.hold(0);
+        let _f = u.hold(0);
+        // 0: 2, 1: 1, 2: 2.
+        assert_eq!(u.order(Balance::LeastConnections), [1, 2, 0]);
+    }
+}

@@ -1,0 +1,362 @@
+//! The running proxy: listeners, the shared state connections consult, reload and shutdown.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+use wirekit_core::limit::source::{HostState, NetworkState, SourceLimits};
+use wirekit_core::limit::{AddrKey, HashSeed, KeyedLogLimiter, LogDecision, LogLimit, Slot};
+use wirekit_std::clock;
+
+use crate::metrics::{self, Metrics};
+use crate::router::{Router, Upstreams};
+use crate::settings::{Settings, SettingsError};
+use crate::status::StatusCache;
+
+/// One generation of settings, with what is derived from them. A connection keeps the
+/// generation it was accepted under to its end; a reload makes a new one.
+pub(crate) struct Runtime {
+    pub(crate) settings: Settings,
+    pub(crate) router: Router,
+    pub(crate) upstreams: Vec<Arc<Upstreams>>,
+    pub(crate) cache: StatusCache,
+}
+
+impl Runtime {
+    fn new(settings: Settings) -> Result<Self, SettingsError> {
+        settings.check()?;
+        let router = Router::new(&settings.routes)?;
+        let upstreams = settings
+            .routes
+            .iter()
+            .map(|r| Arc::new(Upstreams::new(r.upstreams.len())))
+            .collect();
+        Ok(Runtime {
+            settings,
+            router,
+            upstreams,
+            cache: StatusCache::default(),
+        })
+    }
+}
+
+pub(crate) type Limits =
+    SourceLimits<Box<[Slot<AddrKey, HostState>]>, Box<[Slot<AddrKey, NetworkState>]>>;
+
+/// Per-source log lines for refused connections: one per source per interval; sources the
+/// table has no room for share one global limit.
+pub(crate) struct RefusalLogs {
+    per_source: KeyedLogLimiter<AddrKey, Box<[Slot<AddrKey, LogLimit>]>>,
+    others: LogLimit,
+}
+
+/// Sources remembered by the log limiter.
+const LOG_SOURCES: usize = 4096;
+
+impl RefusalLogs {
+    /// `Some(suppressed)` if a line about `client` may be written now.
+    pub(crate) fn allow(&mut self, client: std::net::IpAddr) -> Option<u32> {
+        let now = clock::now();
+        let decision = self
+            .per_source
+            .check(AddrKey::host(client), now)
+            .unwrap_or_else(|_| self.others.check(now));
+        match decision {
+            LogDecision::Log { suppressed } => Some(suppressed),
+            LogDecision::Suppress => None,
+        }
+    }
+}
+
+/// What every connection shares.
+pub(crate) struct Shared {
+    runtime: RwLock<Arc<Runtime>>,
+    pub(crate) limits: Mutex<Limits>,
+    pub(crate) logs: Mutex<RefusalLogs>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Connections open, all listeners together.
+    pub(crate) open: AtomicUsize,
+    /// Cancelled when the shutdown grace has passed: open relays end.
+    pub(crate) connections: CancellationToken,
+    listen: Vec<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
+    table_size: usize,
+}
+
+impl Shared {
+    /// The settings generation new connections get.
+    pub(crate) fn runtime(&self) -> Arc<Runtime> {
+        self.runtime
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+fn random_seed() -> HashSeed {
+    let s = RandomState::new();
+    let a = s.hash_one(0x5eed_u64).to_le_bytes();
+    let b = s.hash_one(0xfeed_u64).to_le_bytes();
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&a);
+    bytes[8..].copy_from_slice(&b);
+    HashSeed::new(bytes)
+}
+
+fn slots<V>(n: usize) -> Box<[Slot<AddrKey, V>]> {
+    (0..n).map(|_| Slot::EMPTY).collect()
+}
+
+/// A bound proxy, ready to [`run`](Proxy::run).
+pub struct Proxy {
+    shared: Arc<Shared>,
+    listeners: Vec<TcpListener>,
+    metrics_listener: Option<TcpListener>,
+}
+
+/// Reloads a running proxy's settings from another task (a SIGHUP handler).
+#[derive(Clone)]
+pub struct ProxyHandle {
+    shared: Arc<Shared>,
+}
+
+/// What a reload did not apply: settings that need a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Names of settings that changed but keep their old value until a restart.
+    pub need_restart: Vec<&'static str>,
+}
+
+impl Proxy {
+    /// Checks `settings` and binds every listener (and the metrics listener).
+    pub async fn bind(settings: Settings) -> io::Result<Proxy> {
+        let runtime =
+            Runtime::new(settings).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let s = &runtime.settings;
+        let mut listeners = Vec::new();
+        for addr in &s.listen {
+            listeners.push(TcpListener::bind(addr).await?);
+        }
+        let metrics_listener = match s.metrics_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        };
+        let seed = random_seed();
+        let limits = SourceLimits::new(
+            slots(s.source_table_size),
+            slots(s.source_table_size),
+            seed,
+            s.limits,
+        );
+        let logs = RefusalLogs {
+            per_source: KeyedLogLimiter::new(
+                slots(LOG_SOURCES),
+                random_seed(),
+                1,
+                s.log_interval.into(),
+            ),
+            others: LogLimit::new(20, wirekit_core::time::Duration::from_secs(1)),
+        };
+        let shared = Arc::new(Shared {
+            listen: listeners
+                .iter()
+                .map(|l| l.local_addr())
+                .collect::<io::Result<_>>()?,
+            metrics_listen: s.metrics_listen,
+            table_size: s.source_table_size,
+            limits: Mutex::new(limits),
+            logs: Mutex::new(logs),
+            metrics: Arc::new(Metrics::default()),
+            open: AtomicUsize::new(0),
+            connections: CancellationToken::new(),
+            runtime: RwLock::new(Arc::new(runtime)),
+        });
+        Ok(Proxy {
+            shared,
+            listeners,
+            metrics_listener,
+        })
+    }
+
+    /// The addresses the listeners are bound to (useful with port 0).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.shared.listen.clone()
+    }
+
+    /// The metrics listener's address.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    /// A handle to reload the settings and read the metrics.
+    pub fn handle(&self) -> ProxyHandle {
+        ProxyHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops accepting, gives open connections
+    /// the shutdown grace to finish, and ends the rest.
+    pub async fn run(self, shutdown: CancellationToken) -> io::Result<()> {
+        let tracker = TaskTracker::new();
+        let stop_accepting = shutdown.child_token();
+        for listener in self.listeners {
+            let shared = self.shared.clone();
+            let stop = stop_accepting.clone();
+            let conns = tracker.clone();
+            info!(addr = %listener.local_addr()?, "proxy listening");
+            tracker.spawn(accept_loop(listener, shared, stop, conns));
+        }
+        if let Some(l) = self.metrics_listener {
+            info!(addr = %l.local_addr()?, "metrics at /metrics");
+            tracker.spawn(metrics::serve(
+                l,
+                self.shared.metrics.clone(),
+                stop_accepting.clone(),
+            ));
+        }
+        tracker.spawn(sweeper(self.shared.clone(), stop_accepting.clone()));
+        tracker.close();
+        shutdown.cancelled().await;
+        let grace = self.shared.runtime().settings.shutdown_grace;
+        info!(
+            open = self.shared.open.load(Ordering::Relaxed),
+            grace_s = grace.as_secs_f64(),
+            "shutting down"
+        );
+        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+            warn!(
+                open = self.shared.open.load(Ordering::Relaxed),
+                "shutdown grace passed; closing the connections still open"
+            );
+            self.shared.connections.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
+        }
+        info!("stopped");
+        Ok(())
+    }
+}
+
+impl ProxyHandle {
+    /// Replaces the settings for connections accepted from now on (open ones keep theirs).
+    /// Listen addresses, the metrics address and the source table size keep their old value
+    /// and are named in [`Reloaded::need_restart`]; the source limits apply to the existing
+    /// tables (concurrency at once, rates as entries renew).
+    pub fn reload(&self, settings: Settings) -> Result<Reloaded, SettingsError> {
+        let runtime = Runtime::new(settings)?;
+        let s = &runtime.settings;
+        let mut out = Reloaded::default();
+        let same_listen = s.listen.len() == self.shared.listen.len()
+            && s.listen
+                .iter()
+                .zip(&self.shared.listen)
+                .all(|(a, b)| a == b || (a.port() == 0 && a.ip() == b.ip()));
+        if !same_listen {
+            out.need_restart.push("listen");
+        }
+        if s.metrics_listen != self.shared.metrics_listen {
+            out.need_restart.push("metrics-listen");
+        }
+        if s.source_table_size != self.shared.table_size {
+            out.need_restart.push("source-table-size");
+        }
+        self.shared
+            .limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_config(s.limits);
+        *self
+            .shared
+            .runtime
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Arc::new(runtime);
+        Ok(out)
+    }
+
+    /// The process's metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    conns: TaskTracker,
+) {
+    let local = listener.local_addr().ok();
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of descriptors, mostly: back off a little instead of spinning.
+                    if let Some(suppressed) = shared
+                        .logs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .allow(std::net::Ipv4Addr::UNSPECIFIED.into())
+                    {
+                        warn!(error = %e, suppressed, "accept failed");
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => return,
+        };
+        let max = shared.runtime().settings.max_connections;
+        if shared.open.fetch_add(1, Ordering::Relaxed) >= max {
+            shared.open.fetch_sub(1, Ordering::Relaxed);
+            shared.metrics.rejection("max_connections");
+            let allowed = shared
+                .logs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .allow(peer.ip());
+            if let Some(suppressed) = allowed {
+                info!(%peer, suppressed, reason = "max_connections", "refused");
+            }
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().ok().or(local);
+        let shared = shared.clone();
+        conns.spawn(async move {
+            crate::conn::serve(&shared, stream, peer, local).await;
+            shared.open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+/// Now and then, drops per-source entries that are whole again and reports suppressed
+/// refusal lines of sources that went quiet.
+async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = stop.cancelled() => return,
+        }
+        let now = clock::now();
+        shared
+            .limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sweep(now, 8192);
+        let mut logs = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
+        logs.per_source.sweep(now, LOG_SOURCES, |key, suppressed| {
+            info!(source = %key, suppressed, "refusal lines suppressed");
+        });
+    }
+}

@@ -1,0 +1,374 @@
+//! What a running proxy is told: listeners, timeouts, the PROXY accept policy, limits, routes.
+//!
+//! [`Settings`] is plain data (the `wirekit proxy` command builds it from its flags and TOML
+//! file); [`Settings::check`] refuses what cannot run, before anything is bound.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use wirekit_core::limit::source::SourceConfig;
+use wirekit_core::minecraft::handshake::{MAX_HOST_LEN, normalize_host};
+use wirekit_core::proxy::policy::ProxyConfig;
+
+/// How a route carries a connection once it is routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Read the pre-login packets, then relay bytes (splice where the system has it). The only
+    /// choice for online-mode upstreams: their traffic is encrypted after Encryption Request.
+    Passthrough,
+    /// Parse every frame both ways through play, applying packet rules and budgets. Not wired
+    /// yet: [`Settings::check`] refuses a route in this mode.
+    Inspect,
+}
+
+impl Mode {
+    /// The mode's name in flags and the config file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Passthrough => "passthrough",
+            Mode::Inspect => "inspect",
+        }
+    }
+}
+
+/// How a route picks among its upstreams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Each new connection starts at the next upstream.
+    RoundRobin,
+    /// The upstream with the fewest connections open through this proxy (ties: round robin).
+    LeastConnections,
+}
+
+/// What a connection whose host matches no route (and no default route) gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownHost {
+    /// Closed without a word.
+    Drop,
+    /// The status gets [`Settings::unknown_host_motd`] as its description, a login gets it
+    /// as the Disconnect reason, a legacy ping as its motd.
+    Motd,
+}
+
+/// The status shown when the upstream cannot be asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusFallback {
+    /// The version name.
+    pub version_name: String,
+    /// The protocol number; `None` echoes the client's (so it does not show as outdated).
+    pub protocol: Option<i32>,
+    /// Players online.
+    pub online: i32,
+    /// Maximum players.
+    pub max_players: i32,
+    /// The description (message of the day).
+    pub motd: String,
+}
+
+impl Default for StatusFallback {
+    fn default() -> Self {
+        StatusFallback {
+            version_name: "wirekit".into(),
+            protocol: None,
+            online: 0,
+            max_players: 0,
+            motd: "Server unavailable".into(),
+        }
+    }
+}
+
+/// One route: the hosts it serves and where it sends them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// A name for logs and metrics (defaults to the first host).
+    pub name: String,
+    /// Exact host names and `*.example.com` wildcards (one label or more before the suffix).
+    pub hosts: Vec<String>,
+    /// The route for hosts no other route names.
+    pub default: bool,
+    /// Upstream servers, in order (failover goes down the list from the chosen one).
+    pub upstreams: Vec<SocketAddr>,
+    /// How the first upstream to try is picked.
+    pub balance: Balance,
+    /// How connections are carried.
+    pub mode: Mode,
+    /// Send a PROXY v2 header (CRC32C, AUTHORITY naming the host) to the upstream. A vanilla
+    /// server refuses it; Velocity, Paper with `proxy-protocol: true`, and `wirekit serve`
+    /// take it.
+    pub proxy_protocol: bool,
+    /// The host written into the handshake sent upstream; `None` forwards the client's
+    /// handshake bytes unchanged.
+    pub rewrite_host: Option<String>,
+    /// How long a status answer from the upstream is served from cache.
+    pub status_ttl: Duration,
+    /// The status shown while every upstream is down.
+    pub fallback: StatusFallback,
+}
+
+impl Route {
+    /// A passthrough route for `hosts` to `upstreams`, everything else at its default.
+    pub fn new(hosts: Vec<String>, upstreams: Vec<SocketAddr>) -> Self {
+        Route {
+            name: hosts.first().cloned().unwrap_or_else(|| "default".into()),
+            hosts,
+            default: false,
+            upstreams,
+            balance: Balance::RoundRobin,
+            mode: Mode::Passthrough,
+            proxy_protocol: false,
+            rewrite_host: None,
+            status_ttl: Duration::from_secs(5),
+            fallback: StatusFallback::default(),
+        }
+    }
+}
+
+/// A byte budget of one direction of a connection: a burst and a rate. A burst of 0 is no
+/// budget. Going over it closes the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteBudget {
+    /// Bytes allowed at once.
+    pub burst: u32,
+    /// Bytes refilled each second.
+    pub per_second: u32,
+}
+
+impl ByteBudget {
+    /// No budget.
+    pub const OFF: ByteBudget = ByteBudget {
+        burst: 0,
+        per_second: 0,
+    };
+}
+
+/// Everything a proxy runs with. `Default` gives a proxy on `0.0.0.0:25565` with no routes.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Addresses to listen on (a change needs a restart).
+    pub listen: Vec<SocketAddr>,
+    /// Where `/metrics` is served (a change needs a restart); `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Connections open at once, all listeners together; more are closed at accept.
+    pub max_connections: usize,
+    /// Time from accept to a complete PROXY header, handshake and Login Start or Status
+    /// Request (and, after a status answer, to the Ping).
+    pub handshake_timeout: Duration,
+    /// Time allowed for one upstream connect.
+    pub connect_timeout: Duration,
+    /// The PROXY accept policy (trusted networks, policies, header size).
+    pub proxy: ProxyConfig,
+    /// Per-source limits.
+    pub limits: SourceConfig,
+    /// Entries in each per-source table (addresses, networks).
+    pub source_table_size: usize,
+    /// Client-to-upstream byte budget per connection.
+    pub serverbound: ByteBudget,
+    /// Upstream-to-client byte budget per connection.
+    pub clientbound: ByteBudget,
+    /// The routes, in order.
+    pub routes: Vec<Route>,
+    /// What an unknown host gets.
+    pub unknown_host: UnknownHost,
+    /// The text an unknown host gets under [`UnknownHost::Motd`].
+    pub unknown_host_motd: String,
+    /// A refused source is logged at most once per this interval.
+    pub log_interval: Duration,
+    /// After a shutdown is asked for, open connections get this long to finish.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: vec![SocketAddr::from(([0, 0, 0, 0], 25565))],
+            metrics_listen: None,
+            max_connections: 10_000,
+            handshake_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+            proxy: ProxyConfig::new(wirekit_core::proxy::policy::Policy::Skip),
+            limits: SourceConfig::default(),
+            source_table_size: 65_536,
+            serverbound: ByteBudget {
+                burst: 8 << 20,
+                per_second: 2 << 20,
+            },
+            clientbound: ByteBudget::OFF,
+            routes: Vec::new(),
+            unknown_host: UnknownHost::Drop,
+            unknown_host_motd: "Unknown server".into(),
+            log_interval: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why settings cannot run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError(String);
+
+impl SettingsError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        SettingsError(message.into())
+    }
+}
+
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+/// A host pattern of a route, normalised: an exact name or a `*.` wildcard's suffix.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum HostPattern {
+    /// The whole name.
+    Exact(String),
+    /// `*.example.com` as `.example.com`.
+    Suffix(String),
+}
+
+impl HostPattern {
+    pub(crate) fn parse(pattern: &str) -> Result<Self, SettingsError> {
+        let (wild, name) = match pattern.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, pattern),
+        };
+        if name.is_empty() || name.contains(['*', '\0', '/', ' ']) {
+            return Err(SettingsError::new(format!(
+                "host pattern {pattern:?}: a name, or *. and a name"
+            )));
+        }
+        if name.encode_utf16().count() > MAX_HOST_LEN {
+            return Err(SettingsError::new(format!(
+                "host pattern {pattern:?}: over {MAX_HOST_LEN} characters"
+            )));
+        }
+        let mut out = vec![0u8; name.len()];
+        let name = normalize_host(name, &mut out)
+            .map_err(|_| SettingsError::new("host pattern too long"))?
+            .to_owned();
+        Ok(if wild {
+            HostPattern::Suffix(format!(".{name}"))
+        } else {
+            HostPattern::Exact(name)
+        })
+    }
+}
+
+impl Settings {
+    /// Refuses settings that cannot run: no listener, a route without upstreams or hosts (and
+    /// not the default), a host on two routes, two default routes, a zero table, a byte
+    /// budget smaller than one relay read, and a route in [`Mode::Inspect`] (not yet wired).
+    pub fn check(&self) -> Result<(), SettingsError> {
+        if self.listen.is_empty() {
+            return Err(SettingsError::new("no listen address"));
+        }
+        if self.max_connections == 0 {
+            return Err(SettingsError::new("max-connections must be at least 1"));
+        }
+        if self.source_table_size < 8 {
+            return Err(SettingsError::new("source-table-size must be at least 8"));
+        }
+        for (name, b) in [
+            ("serverbound", self.serverbound),
+            ("clientbound", self.clientbound),
+        ] {
+            if b.burst > 0 && (b.burst < crate::relay::CHUNK as u32 || b.per_second == 0) {
+                return Err(SettingsError::new(format!(
+                    "{name} byte budget: a burst of at least {} bytes and a non-zero rate, or 0 for none",
+                    crate::relay::CHUNK
+                )));
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut defaults = 0;
+        for route in &self.routes {
+            if route.mode == Mode::Inspect {
+                return Err(SettingsError::new(format!(
+                    "route {}: mode inspect is not yet available (passthrough only)",
+                    route.name
+                )));
+            }
+            if route.upstreams.is_empty() {
+                return Err(SettingsError::new(format!(
+                    "route {}: no upstream",
+                    route.name
+                )));
+            }
+            if route.hosts.is_empty() && !route.default {
+                return Err(SettingsError::new(format!(
+                    "route {}: no host and not the default route",
+                    route.name
+                )));
+            }
+            defaults += usize::from(route.default);
+            for h in &route.hosts {
+                let pattern = HostPattern::parse(h)?;
+                if !seen.insert(pattern) {
+                    return Err(SettingsError::new(format!("host {h:?} is on two routes")));
+                }
+            }
+            if let Some(h) = &route.rewrite_host {
+                let address = wirekit_core::minecraft::handshake::ServerAddress::host(h);
+                address.check().map_err(|e| {
+                    SettingsError::new(format!("route {}: rewrite-host: {e}", route.name))
+                })?;
+            }
+        }
+        if defaults > 1 {
+            return Err(SettingsError::new("more than one default route"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(hosts: &[&str]) -> Route {
+        Route::new(
+            hosts.iter().map(|h| h.to_string()).collect(),
+            vec!["127.0.0.1:25566".parse().unwrap()],
+        )
+    }
+
+    #[test]
+    fn inspect_is_not_yet() {
+        let mut s = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        assert_eq!(s.check(), Ok(()));
+        s.routes[0].mode = Mode::Inspect;
+        assert!(s.check().unwrap_err().to_string().contains("not yet"));
+    }
+
+    #[test]
+    fn refuses_duplicates_and_bad_patterns() {
+        let s = Settings {
+            routes: vec![route(&["A.example."]), route(&["a.example"])],
+            ..Settings::default()
+        };
+        assert!(s.check().unwrap_err().to_string().contains("two routes"));
+        for bad in ["", "*.", "a.*.b", "x/y"] {
+            assert!(HostPattern::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            HostPattern::parse("*.Example.COM").unwrap(),
+            HostPattern::Suffix(".example.com".into())
+        );
+        let mut two = Settings {
+            routes: vec![route(&[]), route(&[])],
+            ..Settings::default()
+        };
+        assert!(two.check().is_err());
+        two.routes.iter_mut().for_each(|r| r.default = true);
+        assert!(two.check().unwrap_err().to_string().contains("default"));
+    }
+}

@@ -1,0 +1,22 @@
+"""Interop peer for `wirekit proxy`: PyPI mcstatus asks a server for its status.
+
+    python mcstatus_peer.py status PORT   the modern status and ping (JavaServer.status())
+    python mcstatus_peer.py legacy PORT   the legacy 0xFE ping (LegacyServer.status())
+
+Prints one JSON object: motd (plain text), version, protocol, online, max.
+"""
+import json
+import sys
+
+from mcstatus import JavaServer, LegacyServer
+
+mode, port = sys.argv[1], int(sys.argv[2])
+server = (JavaServer if mode == "status" else LegacyServer)("127.0.0.1", port, timeout=5)
+status = server.status()
+print(json.dumps({
+    "motd": status.motd.to_plain(),
+    "version": status.version.name,
+    "protocol": status.version.protocol,
+    "online": status.players.online,
+    "max": status.players.max,
+}))

@@ -1,0 +1,573 @@
+//! `wirekit proxy`: the L7 Minecraft proxy (`wirekit-proxy`) from flags and a TOML file whose
+//! keys are the flags' names (`--max-connections 500` is `max-connections = 500`), routes as
+//! `[[route]]` tables. Flags win over the file. SIGHUP re-reads the file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use wirekit_core::limit::Prefix;
+use wirekit_core::limit::source::{ConnLimit, RateLimit, SourceConfig};
+use wirekit_core::proxy::Limits;
+use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig};
+use wirekit_proxy::{
+    Balance, ByteBudget, Mode, Proxy, Route, Settings, StatusFallback, UnknownHost,
+};
+
+/// `wirekit proxy` flags; each has a key of the same name in the `--config` file.
+#[derive(clap::Args, Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ProxyArgs {
+    /// TOML config file (keys as the flags; routes as [[route]] tables). Flags win.
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Check the configuration and exit (0: it runs; 2: why not).
+    #[arg(long)]
+    #[serde(skip)]
+    pub check_config: bool,
+    /// Addresses to listen on (repeatable or comma-separated; default 0.0.0.0:25565).
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub listen: Vec<SocketAddr>,
+    /// Where to serve Prometheus /metrics (off by default).
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Connections open at once (default 10000).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Seconds from accept to a complete PROXY header, handshake and Login Start or Status
+    /// Request (default 5).
+    #[arg(long)]
+    pub handshake_timeout: Option<f64>,
+    /// Seconds allowed for one upstream connect (default 3).
+    #[arg(long)]
+    pub connect_timeout: Option<f64>,
+    /// PROXY policy: USE, IGNORE, REQUIRE, REJECT or SKIP (default SKIP). With --trusted, for
+    /// the trusted networks only.
+    #[arg(long)]
+    pub proxy_protocol: Option<String>,
+    /// Trusted proxy networks (CIDR, repeatable or comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub trusted: Vec<String>,
+    /// PROXY policy for peers outside --trusted (default REJECT).
+    #[arg(long)]
+    pub untrusted_proxy_protocol: Option<String>,
+    /// Largest PROXY header accepted, in bytes (default 4096).
+    #[arg(long)]
+    pub max_proxy_header: Option<usize>,
+    /// New connections per client address at once (default 20; 0: no limit).
+    #[arg(long)]
+    pub conn_per_ip_burst: Option<u32>,
+    /// New connections per client address per second, refilled (default 5).
+    #[arg(long)]
+    pub conn_per_ip_rate: Option<u32>,
+    /// Connections open per client address (default 16; 0: no limit).
+    #[arg(long)]
+    pub conn_per_ip_max: Option<u32>,
+    /// New connections per network at once (default 100; 0: no limit).
+    #[arg(long)]
+    pub conn_per_prefix_burst: Option<u32>,
+    /// New connections per network per second (default 30).
+    #[arg(long)]
+    pub conn_per_prefix_rate: Option<u32>,
+    /// Connections open per network (default 256; 0: no limit).
+    #[arg(long)]
+    pub conn_per_prefix_max: Option<u32>,
+    /// IPv4 network prefix length for the per-network limits (default 24).
+    #[arg(long)]
+    pub prefix_v4: Option<u8>,
+    /// IPv6 network prefix length for the per-network limits (default 64).
+    #[arg(long)]
+    pub prefix_v6: Option<u8>,
+    /// Logins per client address at once (default 10; 0: no limit).
+    #[arg(long)]
+    pub login_per_ip_burst: Option<u32>,
+    /// Logins per client address per second (default 1).
+    #[arg(long)]
+    pub login_per_ip_rate: Option<u32>,
+    /// Status requests per client address at once (default 30; 0: no limit).
+    #[arg(long)]
+    pub status_per_ip_burst: Option<u32>,
+    /// Status requests per client address per second (default 10).
+    #[arg(long)]
+    pub status_per_ip_rate: Option<u32>,
+    /// Entries in each per-source table (default 65536).
+    #[arg(long)]
+    pub source_table_size: Option<usize>,
+    /// Client-to-upstream bytes per connection at once (default 8 MiB; 0: no budget).
+    #[arg(long)]
+    pub serverbound_burst: Option<u32>,
+    /// Client-to-upstream bytes per connection per second (default 2 MiB).
+    #[arg(long)]
+    pub serverbound_rate: Option<u32>,
+    /// Upstream-to-client bytes per connection at once (default 0: no budget).
+    #[arg(long)]
+    pub clientbound_burst: Option<u32>,
+    /// Upstream-to-client bytes per connection per second.
+    #[arg(long)]
+    pub clientbound_rate: Option<u32>,
+    /// What a host no route names gets: `drop` (default) or `motd`.
+    #[arg(long)]
+    pub unknown_host: Option<String>,
+    /// The text an unknown host gets under `--unknown-host motd`.
+    #[arg(long)]
+    pub unknown_host_motd: Option<String>,
+    /// Seconds between refusal lines about one source (default 60).
+    #[arg(long)]
+    pub log_interval: Option<f64>,
+    /// Seconds open connections get to finish after SIGINT/SIGTERM (default 10).
+    #[arg(long)]
+    pub shutdown_grace: Option<f64>,
+    /// Worker threads (default: one per core; 1: a single-threaded runtime).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// A route, `HOST[,HOST...]=UPSTREAM[,UPSTREAM...]` (repeatable; hosts may be
+    /// `*.example.com`); other settings at their defaults. Routes from the file come first.
+    #[arg(long = "route")]
+    #[serde(skip)]
+    pub route_flags: Vec<String>,
+    /// The default route's upstreams, `UPSTREAM[,UPSTREAM...]`.
+    #[arg(long)]
+    pub default_route: Option<String>,
+    /// Routes (the file's `[[route]]` tables).
+    #[arg(skip)]
+    #[serde(default)]
+    pub route: Vec<RouteConfig>,
+}
+
+/// A `[[route]]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Name in logs and metrics (default: the first host).
+    pub name: Option<String>,
+    /// Exact hosts and `*.` wildcards.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// The route for hosts no other route names.
+    #[serde(default)]
+    pub default: bool,
+    /// `host:port` upstreams, tried in failover order from the balanced pick.
+    pub upstreams: Vec<SocketAddr>,
+    /// `round-robin` (default) or `least-connections`.
+    pub balance: Option<String>,
+    /// `passthrough` (default) or `inspect` (not yet).
+    pub mode: Option<String>,
+    /// Send PROXY v2 (CRC32C, AUTHORITY) to the upstream.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// The host written into the handshake sent upstream.
+    pub rewrite_host: Option<String>,
+    /// Seconds a status answer is cached (default 5).
+    pub status_ttl: Option<f64>,
+    /// Fallback status: version name (default "wirekit").
+    pub fallback_version: Option<String>,
+    /// Fallback status: protocol number (default: the client's).
+    pub fallback_protocol: Option<i32>,
+    /// Fallback status: players online.
+    pub fallback_online: Option<i32>,
+    /// Fallback status: maximum players.
+    pub fallback_max_players: Option<i32>,
+    /// Fallback status: description.
+    pub fallback_motd: Option<String>,
+}
+
+fn secs(v: f64, name: &str) -> Result<Duration, String> {
+    if v.is_finite() && v > 0.0 && v < 1e9 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(format!("{name}: a positive number of seconds"))
+    }
+}
+
+fn policy(s: &str, name: &str) -> Result<Policy, String> {
+    s.parse().map_err(|e| format!("{name}: {e}"))
+}
+
+fn upstream_list(s: &str) -> Result<Vec<SocketAddr>, String> {
+    s.split(',')
+        .map(|u| u.trim().parse().map_err(|e| format!("upstream {u:?}: {e}")))
+        .collect()
+}
+
+impl RouteConfig {
+    fn route(&self) -> Result<Route, String> {
+        let mut r = Route::new(self.hosts.clone(), self.upstreams.clone());
+        if let Some(n) = &self.name {
+            r.name = n.clone();
+        } else if self.hosts.is_empty() {
+            r.name = "default".into();
+        }
+        r.default = self.default;
+        r.balance = match self.balance.as_deref() {
+            None | Some("round-robin") => Balance::RoundRobin,
+            Some("least-connections") => Balance::LeastConnections,
+            Some(b) => {
+                return Err(format!(
+                    "route {}: balance {b:?}: round-robin or least-connections",
+                    r.name
+                ));
+            }
+        };
+        r.mode = match self.mode.as_deref() {
+            None | Some("passthrough") => Mode::Passthrough,
+            Some("inspect") => Mode::Inspect,
+            Some(m) => {
+                return Err(format!(
+                    "route {}: mode {m:?}: passthrough or inspect",
+                    r.name
+                ));
+            }
+        };
+        r.proxy_protocol = self.proxy_protocol;
+        r.rewrite_host = self.rewrite_host.clone();
+        if let Some(t) = self.status_ttl {
+            r.status_ttl = if t == 0.0 {
+                Duration::ZERO
+            } else {
+                secs(t, "status-ttl")?
+            };
+        }
+        let d = StatusFallback::default();
+        r.fallback = StatusFallback {
+            version_name: self.fallback_version.clone().unwrap_or(d.version_name),
+            protocol: self.fallback_protocol,
+            online: self.fallback_online.unwrap_or(d.online),
+            max_players: self.fallback_max_players.unwrap_or(d.max_players),
+            motd: self.fallback_motd.clone().unwrap_or(d.motd),
+        };
+        Ok(r)
+    }
+}
+
+macro_rules! prefer_flags {
+    ($flags:ident, $file:ident; $($opt:ident),* ; $($vec:ident),*) => {{
+        $( let $opt = $flags.$opt.clone().or_else(|| $file.$opt.clone()); )*
+        $( let $vec = if $flags.$vec.is_empty() { $file.$vec.clone() } else { $flags.$vec.clone() }; )*
+        ProxyArgs {
+            config: $flags.config.clone(),
+            check_config: $flags.check_config,
+            route_flags: $flags.route_flags.clone(),
+            route: $file.route.clone(),
+            $( $opt, )*
+            $( $vec, )*
+        }
+    }};
+}
+
+impl ProxyArgs {
+    /// These flags over the config file's values (if `--config` names one).
+    pub fn merged(&self) -> Result<ProxyArgs, String> {
+        let file: ProxyArgs = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => ProxyArgs::default(),
+        };
+        let flags = self;
+        Ok(prefer_flags!(flags, file;
+            metrics_listen, max_connections, handshake_timeout, connect_timeout, proxy_protocol,
+            untrusted_proxy_protocol, max_proxy_header, conn_per_ip_burst, conn_per_ip_rate,
+            conn_per_ip_max, conn_per_prefix_burst, conn_per_prefix_rate, conn_per_prefix_max,
+            prefix_v4, prefix_v6, login_per_ip_burst, login_per_ip_rate, status_per_ip_burst,
+            status_per_ip_rate, source_table_size, serverbound_burst, serverbound_rate,
+            clientbound_burst, clientbound_rate, unknown_host, unknown_host_motd, log_interval,
+            shutdown_grace, threads, default_route;
+            listen, trusted))
+    }
+
+    /// The proxy settings these (merged) arguments describe.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let d = Settings::default();
+        let dl = d.limits;
+        let trusted: Vec<Cidr> = self
+            .trusted
+            .iter()
+            .map(|c| c.parse().map_err(|e| format!("trusted {c:?}: {e}")))
+            .collect::<Result<_, String>>()?;
+        let proxy = ProxyConfig::new(policy(
+            self.proxy_protocol.as_deref().unwrap_or("SKIP"),
+            "proxy-protocol",
+        )?)
+        .with_trusted(
+            &trusted,
+            policy(
+                self.untrusted_proxy_protocol.as_deref().unwrap_or("REJECT"),
+                "untrusted-proxy-protocol",
+            )?,
+        )
+        .map_err(|e| e.to_string())?
+        .with_limits(Limits {
+            max_header_len: self
+                .max_proxy_header
+                .unwrap_or(Limits::DEFAULT_MAX_HEADER_LEN),
+        });
+        let rate = |burst: Option<u32>, rate: Option<u32>, d: RateLimit| RateLimit {
+            burst: burst.unwrap_or(d.burst),
+            rate: rate.map_or(d.rate, wirekit_core::limit::Rate::per_second),
+        };
+        let limits = SourceConfig {
+            host: ConnLimit {
+                rate: rate(self.conn_per_ip_burst, self.conn_per_ip_rate, dl.host.rate),
+                max_open: self.conn_per_ip_max.unwrap_or(dl.host.max_open),
+            },
+            network: ConnLimit {
+                rate: rate(
+                    self.conn_per_prefix_burst,
+                    self.conn_per_prefix_rate,
+                    dl.network.rate,
+                ),
+                max_open: self.conn_per_prefix_max.unwrap_or(dl.network.max_open),
+            },
+            prefix: Prefix::new(
+                self.prefix_v4.unwrap_or(dl.prefix.v4()),
+                self.prefix_v6.unwrap_or(dl.prefix.v6()),
+            ),
+            login: rate(self.login_per_ip_burst, self.login_per_ip_rate, dl.login),
+            status: rate(self.status_per_ip_burst, self.status_per_ip_rate, dl.status),
+        };
+        let budget = |burst: Option<u32>, rate: Option<u32>, d: ByteBudget| ByteBudget {
+            burst: burst.unwrap_or(d.burst),
+            per_second: rate.unwrap_or(d.per_second),
+        };
+        let mut routes = self
+            .route
+            .iter()
+            .map(RouteConfig::route)
+            .collect::<Result<Vec<_>, _>>()?;
+        for flag in &self.route_flags {
+            let (hosts, ups) = flag
+                .split_once('=')
+                .ok_or_else(|| format!("route {flag:?}: HOST[,HOST]=UPSTREAM[,UPSTREAM]"))?;
+            let hosts = hosts.split(',').map(|h| h.trim().to_owned()).collect();
+            routes.push(Route::new(hosts, upstream_list(ups)?));
+        }
+        if let Some(ups) = &self.default_route {
+            let mut r = Route::new(Vec::new(), upstream_list(ups)?);
+            r.name = "default".into();
+            r.default = true;
+            routes.push(r);
+        }
+        let settings = Settings {
+            listen: if self.listen.is_empty() {
+                d.listen
+            } else {
+                self.listen.clone()
+            },
+            metrics_listen: self.metrics_listen,
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
+            handshake_timeout: match self.handshake_timeout {
+                Some(v) => secs(v, "handshake-timeout")?,
+                None => d.handshake_timeout,
+            },
+            connect_timeout: match self.connect_timeout {
+                Some(v) => secs(v, "connect-timeout")?,
+                None => d.connect_timeout,
+            },
+            proxy,
+            limits,
+            source_table_size: self.source_table_size.unwrap_or(d.source_table_size),
+            serverbound: budget(self.serverbound_burst, self.serverbound_rate, d.serverbound),
+            clientbound: budget(self.clientbound_burst, self.clientbound_rate, d.clientbound),
+            routes,
+            unknown_host: match self.unknown_host.as_deref() {
+                None | Some("drop") => UnknownHost::Drop,
+                Some("motd") => UnknownHost::Motd,
+                Some(u) => return Err(format!("unknown-host {u:?}: drop or motd")),
+            },
+            unknown_host_motd: self
+                .unknown_host_motd
+                .clone()
+                .unwrap_or(d.unknown_host_motd),
+            log_interval: match self.log_interval {
+                Some(v) => secs(v, "log-interval")?,
+                None => d.log_interval,
+            },
+            shutdown_grace: match self.shutdown_grace {
+                Some(v) => secs(v, "shutdown-grace")?,
+                None => d.shutdown_grace,
+            },
+        };
+        settings.check().map_err(|e| e.to_string())?;
+        Ok(settings)
+    }
+}
+
+/// Runs `wirekit proxy` until SIGINT or SIGTERM (or checks its configuration).
+pub fn run(args: ProxyArgs) -> ExitCode {
+    let merged = args.merged().and_then(|m| m.settings().map(|s| (m, s)));
+    let (merged, settings) = match merged {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("wirekit proxy: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        println!(
+            "config ok: {} route(s), relay by {}, listening on {}",
+            settings.routes.len(),
+            if wirekit_proxy::relay::splice_available() {
+                "splice"
+            } else {
+                "copy"
+            },
+            settings
+                .listen
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return ExitCode::SUCCESS;
+    }
+    let rt = match super::serve::runtime(merged.threads.unwrap_or(0)) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wirekit proxy: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        let proxy = Proxy::bind(settings).await?;
+        // Scripts read the bound addresses from these lines (useful with port 0).
+        for addr in proxy.local_addrs() {
+            println!("listening on {addr}");
+        }
+        if let Some(addr) = proxy.metrics_addr() {
+            println!("metrics on {addr}");
+        }
+        let shutdown = CancellationToken::new();
+        let trigger = shutdown.clone();
+        tokio::spawn(async move {
+            super::serve::signalled().await;
+            tracing::info!("signal received");
+            trigger.cancel();
+        });
+        #[cfg(unix)]
+        {
+            let handle = proxy.handle();
+            tokio::spawn(async move {
+                use tokio::signal::unix::{SignalKind, signal};
+                let Ok(mut hup) = signal(SignalKind::hangup()) else {
+                    return;
+                };
+                while hup.recv().await.is_some() {
+                    reload(&args, &handle);
+                }
+            });
+        }
+        proxy.run(shutdown).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wirekit proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGHUP: the file is read again (the flags still win); new connections get the new routes
+/// and limits, open ones keep theirs.
+fn reload(args: &ProxyArgs, handle: &wirekit_proxy::ProxyHandle) {
+    let settings = match args.merged().and_then(|m| m.settings()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "reload refused; the running configuration stays");
+            return;
+        }
+    };
+    let routes = settings.routes.len();
+    match handle.reload(settings) {
+        Ok(r) => {
+            tracing::info!(routes, "configuration reloaded");
+            for name in r.need_restart {
+                tracing::warn!(
+                    setting = name,
+                    "changed, but needs a restart to take effect"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "reload refused; the running configuration stays"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_config_is_valid() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n").expect("a toml block") + 8;
+        let end = start + readme[start..].find("```").unwrap();
+        let file: ProxyArgs = toml::from_str(&readme[start..end]).unwrap();
+        let s = file.settings().unwrap();
+        assert_eq!(s.routes.len(), 2);
+        assert_eq!(s.routes[0].rewrite_host.as_deref(), Some("lobby.internal"));
+        assert_eq!(s.unknown_host, UnknownHost::Motd);
+        assert_eq!(s.limits, SourceConfig::default());
+    }
+
+    #[test]
+    fn file_keys_mirror_flags_and_flags_win() {
+        let dir = std::env::temp_dir().join(format!("wirekit-mcproxy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("proxy.toml");
+        std::fs::write(
+            &path,
+            r#"
+listen = ["127.0.0.1:25565"]
+max-connections = 500
+conn-per-ip-max = 4
+trusted = ["10.0.0.0/8"]
+proxy-protocol = "USE"
+
+[[route]]
+hosts = ["play.example.com", "*.example.com"]
+upstreams = ["127.0.0.1:25566", "127.0.0.1:25567"]
+balance = "least-connections"
+proxy-protocol = true
+fallback-motd = "down"
+
+[[route]]
+default = true
+upstreams = ["127.0.0.1:25568"]
+"#,
+        )
+        .unwrap();
+        let flags = ProxyArgs {
+            config: Some(path.clone()),
+            max_connections: Some(9),
+            ..ProxyArgs::default()
+        };
+        let s = flags.merged().unwrap().settings().unwrap();
+        assert_eq!(s.max_connections, 9);
+        assert_eq!(s.limits.host.max_open, 4);
+        assert_eq!(s.routes.len(), 2);
+        assert_eq!(s.routes[0].balance, Balance::LeastConnections);
+        assert!(s.routes[0].proxy_protocol);
+        assert_eq!(s.routes[0].fallback.motd, "down");
+        assert_eq!(s.routes[1].name, "default");
+        assert_eq!(s.proxy.trusted().len(), 1);
+
+        std::fs::write(
+            &path,
+            "[[route]]\nhosts = [\"a\"]\nupstreams = [\"127.0.0.1:1\"]\nmode = \"inspect\"\n",
+        )
+        .unwrap();
+        let e = flags.merged().unwrap().settings().unwrap_err();
+        assert!(e.contains("not yet"), "{e}");
+        std::fs::write(&path, "no-such-key = 1\n").unwrap();
+        assert!(flags.merged().is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
