@@ -1221,10 +1221,10 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    report.push_str(&format!(
+    report.push_str(
         "### Status from cache\n\n| relay | status+ping exchanges/s | relay CPU per exchange |\n\
-         |---|---:|---:|\n"
-    ));
+         |---|---:|---:|\n",
+    );
     for (i, r) in status_relays.iter().enumerate() {
         match &status_err[i] {
             Some(e) => report.push_str(&format!("| {} | failed: {} | |\n", r.kind.name(), e)),

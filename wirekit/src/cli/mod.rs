@@ -3,7 +3,7 @@
 pub mod bench;
 pub mod frame;
 pub mod kerberos;
-pub mod nex;
 pub mod mcproxy;
+pub mod nex;
 pub mod proxy;
 pub mod serve;
