@@ -590,7 +590,7 @@ fn cases(write: usize, quick: bool) -> Vec<Case> {
     for way in [Way::Serverbound, Way::Clientbound] {
         for (label, size, conns, concurrency) in rows {
             // Small writes move a quarter of the bytes (the sender is the limit there).
-            let scale = if write < BUF { 4 } else { 1 } * if quick { 16 } else { 1 };
+            let scale = if write < BUF { 4 } else { 1 } * if quick { 4 } else { 1 };
             let (size, conns) = if conns == 1 {
                 (size / scale as u64, 1)
             } else {
@@ -1188,7 +1188,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     }
 
     // Status from cache: one exchange fills each cache, then the timed runs.
-    let exchanges = if opts.quick { 1000 } else { 10_000 };
+    let exchanges = if opts.quick { 4000 } else { 10_000 };
     let status_relays: Vec<&Relay> = relays
         .iter()
         .filter(|r| matches!(r.kind, Kind::Wirekit | Kind::Infrarust))
@@ -1249,7 +1249,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          with `--threads 1`, RUST_LOG=warn, its per-source limits and byte budgets off; the \
          status exchanges run 16 at a time{}.\n",
         opts.rounds,
-        if opts.quick { "; a --quick run (a sixteenth of the bytes)" } else { "" }
+        if opts.quick { "; a --quick run (a quarter of the bytes and connections)" } else { "" }
     ));
     notes.push(format!(
         "Load average (1 min) at the start {load_before}, at the end {}: other work on the \
