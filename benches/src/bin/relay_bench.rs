@@ -795,25 +795,20 @@ struct Sample {
     cpu_s_per_gib: f64,
 }
 
-/// Runs `case` once through `relay`.
-async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, String> {
-    plan.way
-        .store(usize::from(case.way == Way::Clientbound), Ordering::Relaxed);
-    plan.size.store(case.size, Ordering::Relaxed);
-    plan.write.store(case.write, Ordering::Relaxed);
-    plan.moved.store(0, Ordering::Relaxed);
-    plan.errors.store(0, Ordering::Relaxed);
-    let prefix = Arc::new(login_prefix());
+/// Runs `count` jobs from `job`, `concurrency` at a time, within [`RUN_TIMEOUT`]; the first
+/// job's error fails them all.
+async fn in_parallel<F, Fut>(count: usize, concurrency: usize, job: F) -> Result<(), String>
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
     let next = Arc::new(AtomicUsize::new(0));
-    let pid = relay.child.id();
-    let cpu0 = process_cpu_s(pid).ok_or("relay CPU time unreadable")?;
-    let start = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..case.concurrency {
-        let (case, prefix, next, addr) = (case.clone(), prefix.clone(), next.clone(), relay.addr);
+    for _ in 0..concurrency {
+        let (next, job) = (next.clone(), job.clone());
         workers.push(tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < case.conns {
-                client_conn(addr, &case, &prefix).await?;
+            while next.fetch_add(1, Ordering::Relaxed) < count {
+                job().await?;
             }
             Ok::<(), String>(())
         }));
@@ -826,7 +821,28 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
     };
     tokio::time::timeout(RUN_TIMEOUT, all)
         .await
-        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))??;
+        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+}
+
+/// Runs `case` once through `relay`.
+async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, String> {
+    plan.way
+        .store(usize::from(case.way == Way::Clientbound), Ordering::Relaxed);
+    plan.size.store(case.size, Ordering::Relaxed);
+    plan.write.store(case.write, Ordering::Relaxed);
+    plan.moved.store(0, Ordering::Relaxed);
+    plan.errors.store(0, Ordering::Relaxed);
+    let prefix = Arc::new(login_prefix());
+    let pid = relay.child.id();
+    let cpu0 = process_cpu_s(pid).ok_or("relay CPU time unreadable")?;
+    let start = Instant::now();
+    let addr = relay.addr;
+    let conn = Arc::new(case.clone());
+    in_parallel(case.conns, case.concurrency, move || {
+        let (case, prefix) = (conn.clone(), prefix.clone());
+        async move { client_conn(addr, &case, &prefix).await }
+    })
+    .await?;
     // The upstream counts a clientbound connection once its writes are done, which can be a
     // moment after the client saw the end.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -862,28 +878,10 @@ async fn measure_status(
     concurrency: usize,
 ) -> Result<(f64, f64), String> {
     let pid = relay.child.id();
-    let next = Arc::new(AtomicUsize::new(0));
     let cpu0 = process_cpu_s(pid).ok_or("relay CPU time unreadable")?;
     let start = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (next, addr) = (next.clone(), relay.addr);
-        workers.push(tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < exchanges {
-                status_exchange(addr).await?;
-            }
-            Ok::<(), String>(())
-        }));
-    }
-    let all = async {
-        for w in workers {
-            w.await.map_err(|e| e.to_string())??;
-        }
-        Ok::<(), String>(())
-    };
-    tokio::time::timeout(RUN_TIMEOUT, all)
-        .await
-        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))??;
+    let addr = relay.addr;
+    in_parallel(exchanges, concurrency, move || status_exchange(addr)).await?;
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = process_cpu_s(pid).ok_or("relay CPU time unreadable")? - cpu0;
     Ok((exchanges as f64 / elapsed, cpu * 1e6 / exchanges as f64))
