@@ -34,7 +34,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let started = SystemTime::now();
     let stamp = Stamp::now();
     let mut fresh = BTreeMap::new();
-    for bench in bench_targets()? {
+    // `cargo xtask bench relay` runs the relay harness alone, no criterion bench.
+    let relay_only = filtered
+        && args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .all(|a| a == "relay");
+    for bench in bench_targets()?.into_iter().filter(|_| !relay_only) {
         for (i, (caption, table)) in run_bench(&bench, args)?.into_iter().enumerate() {
             let key = format!("{bench}/table-{}", i + 1);
             let note = format!("Printed by `benches/benches/{bench}.rs`. {caption}");
@@ -89,6 +95,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         println!("\n{table}");
         let key = "pktconn/echo";
         fresh.insert(key.into(), section_body(key, &stamp, "", &table));
+    }
+    // The relay benchmark is its own harness with its own peers (HAProxy, Infrarust).
+    if !filtered
+        || args
+            .iter()
+            .any(|a| !a.starts_with('-') && "relay".contains(a.as_str()))
+    {
+        let quick = args.iter().any(|a| a == "--quick");
+        let report = relay_bench(quick)?;
+        println!("\n{report}");
+        let key = "relay/passthrough";
+        fresh.insert(key.into(), section_body(key, &stamp, "", &report));
     }
     if fresh.is_empty() {
         return Err(format!("no benchmark matched {args:?}"));
@@ -516,6 +534,94 @@ fn process_cpu_s(pid: u32) -> Option<f64> {
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     Some(ticks as f64 / 100.0)
+}
+
+/// Infrarust, the relay benchmark's peer: installed here only, never by the tests.
+const INFRARUST: &str = "1.6.1";
+
+/// Builds `wirekit` and the relay harness (benches/src/bin/relay_bench.rs), installs Infrarust
+/// under `target/bench-peers`, and runs the harness against them and HAProxy; returns its
+/// markdown report. A peer that is missing or does not build is left out and named in the
+/// report's notes.
+fn relay_bench(quick: bool) -> Result<String, String> {
+    cargo(
+        &["build", "--release", "-p", "wirekit", "--bin", "wirekit"],
+        &[],
+    )?;
+    cargo(
+        &[
+            "build",
+            "--release",
+            "-p",
+            "wirekit-benches",
+            "--bin",
+            "relay_bench",
+        ],
+        &[],
+    )?;
+    let target = target_dir();
+    let release = target.join("release");
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--wirekit".into(),
+        release.join("wirekit").display().to_string(),
+    ];
+    let haproxy = Path::new("/usr/sbin/haproxy");
+    if haproxy.exists() {
+        args.extend(["--haproxy".into(), haproxy.display().to_string()]);
+    } else {
+        args.extend([
+            "--note".into(),
+            "HAProxy is not installed (`cargo xtask setup` installs it).".into(),
+        ]);
+    }
+    match install_infrarust(&target.join("bench-peers")) {
+        Ok(bin) => args.extend(["--infrarust".into(), bin.display().to_string()]),
+        Err(e) => args.extend([
+            "--note".into(),
+            format!("Infrarust {INFRARUST} did not install: {e}"),
+        ]),
+    }
+    if quick {
+        args.push("--quick".into());
+    }
+    let exe = release.join("relay_bench");
+    println!("\n==> {} {}", exe.display(), args.join(" "));
+    let start = Instant::now();
+    let out = Command::new(&exe)
+        .args(&args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    println!("<== relay_bench: {:.1}s", start.elapsed().as_secs_f64());
+    if !out.status.success() {
+        return Err(format!("relay_bench failed with {}", out.status));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string() + "\n")
+}
+
+/// `cargo install --locked --root <root> infrarust --version 1.6.1` unless it is there; the
+/// binary, or why not (the build's last error line).
+fn install_infrarust(root_dir: &Path) -> Result<PathBuf, String> {
+    let bin = root_dir.join("bin").join("infrarust");
+    let root_arg = root_dir.display().to_string();
+    println!("\n==> cargo install --locked --root {root_arg} infrarust --version {INFRARUST}");
+    let out = Command::new("cargo")
+        .args(["install", "--locked", "--root", &root_arg, "infrarust"])
+        .args(["--version", INFRARUST])
+        .stdout(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run cargo install: {e}"))?;
+    if out.status.success() && bin.exists() {
+        return Ok(bin);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let why = stderr
+        .lines()
+        .rfind(|l| l.starts_with("error"))
+        .unwrap_or("no error line")
+        .to_string();
+    Err(format!("cargo install failed ({why})"))
 }
 
 /// One benchmark function's result.

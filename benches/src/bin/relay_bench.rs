@@ -1,0 +1,1265 @@
+//! The relay benchmark (`cargo xtask bench relay`): `wirekit proxy` passthrough side by side
+//! with a bare splice(2) relay (the floor), tokio's `copy_bidirectional`, HAProxy in tcp mode
+//! (`nbthread 1`) and Infrarust 1.6.1 (`zerocopy_passthrough`), each relay a child process
+//! pinned to CPU 0, the load (clients and the upstream, one current-thread tokio runtime) on
+//! CPU 1.
+//!
+//! Every connection starts with the same Minecraft Handshake + Login Start, so the proxies
+//! route it and go to passthrough, and the upstream's answer (Set Compression off), then carries its bulk bytes one way (serverbound: the client
+//! writes them, the upstream counts them and closes; clientbound: the upstream writes them
+//! after the prefix, the client counts them and closes). No side half-closes: Infrarust's
+//! zerocopy relay ends the session at the first end of stream and drops what is in flight. A short row opens many
+//! connections, a few at a time, and counts their setup; the long row is one connection. Relay
+//! CPU is the on-CPU time of every thread of the relay process (`/proc/PID/task/*/schedstat`)
+//! over the run. Each case runs every relay once per round, in an order that rotates from round
+//! to round; a figure is the median over the rounds.
+//!
+//! `relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] [--rounds N] [--quick]`
+//! prints the markdown report on stdout (progress on stderr); a missing peer is left out of the
+//! tables and named in the notes. `relay_bench splice-relay UPSTREAM` and `relay_bench
+//! copy-relay UPSTREAM` are the two relays written here, run as children of `run`.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use wirekit_core::Status;
+use wirekit_core::frame::mc::FrameDecoder;
+use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+use wirekit_core::minecraft::login::LoginStart;
+use wirekit_core::minecraft::status::{Ping, StatusResponse};
+
+/// The host every handshake names (Infrarust routes by it; the others take a default route).
+const HOST: &str = "relay-bench.wirekit.test";
+/// The protocol version the handshake and Login Start are written for (1.12.2).
+const PROTOCOL: i32 = 340;
+/// The status JSON the upstream answers with (and the proxies cache).
+const STATUS_JSON: &str = r#"{"version":{"name":"1.12.2","protocol":340},"players":{"max":100,"online":0},"description":{"text":"wirekit relay bench"}}"#;
+/// The upstream's answer to Login Start, before any bulk byte: Set Compression with threshold
+/// -1 (off). Like a real client, the load client waits for it before it sends more (Infrarust
+/// drops what arrives behind Login Start before its relay starts).
+const LOGIN_REPLY: [u8; 7] = [0x06, 0x03, 0xff, 0xff, 0xff, 0xff, 0x0f];
+/// The largest write, and every read.
+const BUF: usize = 64 * 1024;
+/// One run may take this long before it counts as failed.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// A relay may take this long to listen.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("splice-relay") => upstream_arg(&args).and_then(floor::serve),
+        Some("copy-relay") => upstream_arg(&args).and_then(copy_relay),
+        Some("run") => Options::parse(&args[1..]).and_then(run),
+        _ => Err(
+            "usage: relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] \
+             [--rounds N] [--quick] | splice-relay UPSTREAM | copy-relay UPSTREAM"
+                .into(),
+        ),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("relay_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn upstream_arg(args: &[String]) -> Result<SocketAddr, String> {
+    let a = args.get(1).ok_or("the upstream address is missing")?;
+    a.parse().map_err(|e| format!("upstream {a:?}: {e}"))
+}
+
+/// A fresh loopback listener's address (a relay that cannot print its own binds it).
+fn free_addr() -> Result<SocketAddr, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+/// Binds the relay's listener and tells the parent where (the first stdout line).
+fn announce() -> Result<std::net::TcpListener, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    println!(
+        "listening on {}",
+        l.local_addr().map_err(|e| e.to_string())?
+    );
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    Ok(l)
+}
+
+/// tokio's `copy_bidirectional` (its default 8 KiB buffers) per connection, on a
+/// current-thread runtime.
+fn copy_relay(upstream: SocketAddr) -> Result<(), String> {
+    let listener = announce()?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+        loop {
+            let (mut client, _) = listener.accept().await.map_err(|e| e.to_string())?;
+            tokio::spawn(async move {
+                if let Ok(mut up) = TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
+                }
+            });
+        }
+    })
+}
+
+/// The floor: a single-threaded mio loop that splices each direction through its own pipe and
+/// does nothing else (no parsing, no budget, no metrics).
+mod floor {
+    use std::io;
+    use std::net::{Shutdown, SocketAddr};
+    use std::os::fd::OwnedFd;
+
+    use mio::net::{TcpListener, TcpStream};
+    use mio::{Events, Interest, Poll, Token};
+    use rustix::io::Errno;
+    use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
+
+    use super::BUF;
+
+    const LISTENER: Token = Token(usize::MAX);
+
+    /// One direction: bytes from `from` wait in the pipe until `to` takes them.
+    struct Dir {
+        pipe_r: OwnedFd,
+        pipe_w: OwnedFd,
+        in_pipe: usize,
+        eof: bool,
+        shut: bool,
+    }
+
+    struct Pair {
+        sockets: [TcpStream; 2],
+        dirs: [Dir; 2],
+    }
+
+    fn dir() -> io::Result<Dir> {
+        let (pipe_r, pipe_w) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+        Ok(Dir {
+            pipe_r,
+            pipe_w,
+            in_pipe: 0,
+            eof: false,
+            shut: false,
+        })
+    }
+
+    /// Moves what can move from `sockets[d]` to `sockets[1 - d]`; `Err` when a socket failed.
+    fn pump(pair: &mut Pair, d: usize) -> Result<(), Errno> {
+        let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
+        let (from, to) = (&pair.sockets[d], &pair.sockets[1 - d]);
+        let dir = &mut pair.dirs[d];
+        loop {
+            if dir.in_pipe == 0 {
+                if dir.eof {
+                    if !dir.shut {
+                        dir.shut = true;
+                        let _ = to.shutdown(Shutdown::Write);
+                    }
+                    return Ok(());
+                }
+                match splice(from, None, &dir.pipe_w, None, BUF, flags) {
+                    Ok(0) => dir.eof = true,
+                    Ok(n) => dir.in_pipe = n,
+                    Err(Errno::AGAIN) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            match splice(&dir.pipe_r, None, to, None, dir.in_pipe, flags) {
+                Ok(n) => dir.in_pipe -= n,
+                Err(Errno::AGAIN) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub(super) fn serve(upstream: SocketAddr) -> Result<(), String> {
+        let std_listener = super::announce()?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|e| e.to_string())?;
+        let mut listener = TcpListener::from_std(std_listener);
+        let mut poll = Poll::new().map_err(|e| e.to_string())?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+        let mut pairs: Vec<Option<Pair>> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut events = Events::with_capacity(256);
+        loop {
+            poll.poll(&mut events, None).map_err(|e| e.to_string())?;
+            for event in &events {
+                if event.token() == LISTENER {
+                    while let Ok((client, _)) = listener.accept() {
+                        // A loopback connect completes at once; blocking keeps this loop
+                        // free of a connecting state.
+                        let Ok(up) = std::net::TcpStream::connect(upstream) else {
+                            continue;
+                        };
+                        if up.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        let (Ok(d0), Ok(d1)) = (dir(), dir()) else {
+                            continue;
+                        };
+                        let mut pair = Pair {
+                            sockets: [client, TcpStream::from_std(up)],
+                            dirs: [d0, d1],
+                        };
+                        let slot = free.pop().unwrap_or_else(|| {
+                            pairs.push(None);
+                            pairs.len() - 1
+                        });
+                        let both = Interest::READABLE | Interest::WRITABLE;
+                        let registered = (0..2).all(|side| {
+                            poll.registry()
+                                .register(&mut pair.sockets[side], Token(slot * 2 + side), both)
+                                .is_ok()
+                        });
+                        if registered {
+                            pairs[slot] = Some(pair);
+                        } else {
+                            free.push(slot);
+                        }
+                    }
+                    continue;
+                }
+                let slot = event.token().0 / 2;
+                let Some(pair) = pairs.get_mut(slot).and_then(Option::as_mut) else {
+                    continue;
+                };
+                let failed = pump(pair, 0).is_err() || pump(pair, 1).is_err();
+                if failed || (pair.dirs[0].shut && pair.dirs[1].shut) {
+                    if let Some(mut pair) = pairs[slot].take() {
+                        for s in &mut pair.sockets {
+                            let _ = poll.registry().deregister(s);
+                        }
+                    }
+                    free.push(slot);
+                }
+            }
+        }
+    }
+}
+
+/// `run`'s options.
+struct Options {
+    wirekit: Option<PathBuf>,
+    haproxy: Option<PathBuf>,
+    infrarust: Option<PathBuf>,
+    rounds: usize,
+    quick: bool,
+    notes: Vec<String>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut o = Options {
+            wirekit: None,
+            haproxy: None,
+            infrarust: None,
+            rounds: 3,
+            quick: false,
+            notes: Vec::new(),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
+            match a.as_str() {
+                "--wirekit" => o.wirekit = Some(value()?.into()),
+                "--haproxy" => o.haproxy = Some(value()?.into()),
+                "--infrarust" => o.infrarust = Some(value()?.into()),
+                "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
+                // A note for the report (why a peer is missing).
+                "--note" => o.notes.push(value()?),
+                "--quick" => o.quick = true,
+                _ => return Err(format!("unknown argument {a:?}")),
+            }
+        }
+        // Absolute paths: a relay may run in a directory of its own.
+        for bin in [&mut o.wirekit, &mut o.haproxy, &mut o.infrarust]
+            .into_iter()
+            .flatten()
+        {
+            *bin = std::fs::canonicalize(&*bin).map_err(|e| format!("{}: {e}", bin.display()))?;
+        }
+        if o.rounds == 0 {
+            return Err("--rounds: at least 1".into());
+        }
+        Ok(o)
+    }
+}
+
+/// The relays compared, in table order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Floor,
+    Copy,
+    Haproxy,
+    Infrarust,
+    Wirekit,
+}
+
+impl Kind {
+    const fn name(self) -> &'static str {
+        match self {
+            Kind::Floor => "floor: bare splice relay",
+            Kind::Copy => "tokio copy_bidirectional",
+            Kind::Haproxy => "HAProxy tcp, nbthread 1",
+            Kind::Infrarust => "Infrarust 1.6.1 zerocopy",
+            Kind::Wirekit => "wirekit proxy passthrough",
+        }
+    }
+}
+
+/// A relay running as a child process on CPU 0.
+struct Relay {
+    kind: Kind,
+    child: Child,
+    addr: SocketAddr,
+    _dir: Option<TempDir>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `taskset -c <cpu> program args...`, stdout piped, stderr to ours.
+fn pinned(cpu: usize, program: &std::path::Path, args: &[String]) -> Command {
+    let mut cmd = Command::new("taskset");
+    cmd.arg("-c")
+        .arg(cpu.to_string())
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    cmd
+}
+
+/// Waits for the child's `listening on ADDR` line.
+fn listening_line(child: &mut Child) -> Result<SocketAddr, String> {
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out).lines();
+        let mut sent = false;
+        // Keep reading so the child never blocks on a full pipe.
+        while let Some(Ok(line)) = lines.next() {
+            if !sent && let Some(a) = line.trim().strip_prefix("listening on ") {
+                let _ = tx.send(a.to_string());
+                sent = true;
+            }
+        }
+    });
+    let line = rx
+        .recv_timeout(START_TIMEOUT)
+        .map_err(|_| "no `listening on` line".to_string())?;
+    line.parse().map_err(|e| format!("{line:?}: {e}"))
+}
+
+/// Waits until `addr` accepts a connection.
+fn wait_listening(child: &mut Child, addr: SocketAddr) -> Result<(), String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited with {status}"));
+        }
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{addr} did not accept within {START_TIMEOUT:?}"))
+}
+
+fn start_relay(
+    kind: Kind,
+    opts: &Options,
+    relay_cpu: usize,
+    upstream: SocketAddr,
+) -> Result<Option<Relay>, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let up = upstream.to_string();
+    let (program, args, dir): (PathBuf, Vec<String>, Option<TempDir>) = match kind {
+        Kind::Floor => (me, vec!["splice-relay".into(), up], None),
+        Kind::Copy => (me, vec!["copy-relay".into(), up], None),
+        Kind::Wirekit => {
+            let Some(bin) = &opts.wirekit else {
+                return Ok(None);
+            };
+            let mut args: Vec<String> = [
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--threads",
+                "1",
+                "--default-route",
+                &up,
+            ]
+            .map(String::from)
+            .to_vec();
+            // The per-source limits and the serverbound byte budget off: one client address
+            // opens thousands of connections and sends gigabytes.
+            for flag in [
+                "--conn-per-ip-burst",
+                "--conn-per-ip-max",
+                "--conn-per-prefix-burst",
+                "--conn-per-prefix-max",
+                "--login-per-ip-burst",
+                "--status-per-ip-burst",
+                "--serverbound-burst",
+            ] {
+                args.push(flag.into());
+                args.push("0".into());
+            }
+            (bin.clone(), args, None)
+        }
+        Kind::Haproxy => {
+            let Some(bin) = &opts.haproxy else {
+                return Ok(None);
+            };
+            let dir = temp_dir("haproxy")?;
+            let listen = free_addr()?;
+            let cfg = dir.0.join("haproxy.cfg");
+            let text = format!(
+                "global\n    nbthread 1\n    maxconn 8000\n\
+                 defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    \
+                 timeout server 30s\n\
+                 frontend relay\n    bind {listen}\n    default_backend upstream\n\
+                 backend upstream\n    server up {upstream}\n"
+            );
+            std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
+            let args = vec!["-db".into(), "-f".into(), cfg.display().to_string()];
+            let mut child = pinned(relay_cpu, bin, &args)
+                .spawn()
+                .map_err(|e| format!("{}: {e}", bin.display()))?;
+            wait_listening(&mut child, listen).map_err(|e| format!("HAProxy: {e}"))?;
+            return Ok(Some(Relay {
+                kind,
+                child,
+                addr: listen,
+                _dir: Some(dir),
+            }));
+        }
+        Kind::Infrarust => {
+            let Some(bin) = &opts.infrarust else {
+                return Ok(None);
+            };
+            let dir = temp_dir("infrarust")?;
+            let listen = free_addr()?;
+            let proxies = dir.0.join("proxies");
+            std::fs::create_dir_all(&proxies).map_err(|e| e.to_string())?;
+            let main = format!(
+                "bind: \"{listen}\"\nfile_provider:\n  proxies_path: [\"{}\"]\n  watch: false\n\
+                 logging:\n  min_level: \"warn\"\n",
+                proxies.display()
+            );
+            let server = format!(
+                "domains: [\"{HOST}\"]\naddresses: [\"{upstream}\"]\n\
+                 proxyMode: \"zerocopy_passthrough\"\n"
+            );
+            std::fs::write(dir.0.join("config.yaml"), main).map_err(|e| e.to_string())?;
+            std::fs::write(proxies.join("bench.yaml"), server).map_err(|e| e.to_string())?;
+            let args = vec![
+                "--config-path".into(),
+                dir.0.join("config.yaml").display().to_string(),
+                "--no-interactive".into(),
+            ];
+            let mut child = pinned(relay_cpu, bin, &args)
+                .current_dir(&dir.0)
+                .spawn()
+                .map_err(|e| format!("{}: {e}", bin.display()))?;
+            wait_listening(&mut child, listen).map_err(|e| format!("Infrarust: {e}"))?;
+            return Ok(Some(Relay {
+                kind,
+                child,
+                addr: listen,
+                _dir: Some(dir),
+            }));
+        }
+    };
+    let mut child = pinned(relay_cpu, &program, &args)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    let addr = listening_line(&mut child).map_err(|e| format!("{}: {e}", kind.name()))?;
+    Ok(Some(Relay {
+        kind,
+        child,
+        addr,
+        _dir: dir,
+    }))
+}
+
+fn temp_dir(what: &str) -> Result<TempDir, String> {
+    let dir =
+        std::env::temp_dir().join(format!("wirekit-relay-bench-{}-{what}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(TempDir(dir))
+}
+
+/// The 1-minute load average, as `/proc/loadavg` gives it.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// On-CPU time of every thread of process `pid` so far, in seconds (the scheduler's
+/// nanosecond count, `/proc/PID/task/*/schedstat`).
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns: u64 = 0;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 / 1e9)
+}
+
+/// Which way the bulk bytes go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Client to upstream.
+    Serverbound,
+    /// Upstream to client.
+    Clientbound,
+}
+
+/// One row: `conns` connections of `size` bulk bytes each, `concurrency` at a time, written
+/// `write` bytes at a time.
+#[derive(Clone)]
+struct Case {
+    label: String,
+    size: u64,
+    conns: usize,
+    concurrency: usize,
+    write: usize,
+    way: Way,
+}
+
+impl Case {
+    fn total(&self) -> u64 {
+        self.size * self.conns as u64
+    }
+}
+
+fn cases(write: usize, quick: bool) -> Vec<Case> {
+    const KIB: u64 = 1024;
+    // (label, bytes per connection, connections at 64 KiB writes, at once)
+    let rows: [(&str, u64, usize, usize); 5] = [
+        ("16 KiB/conn", 16 * KIB, 1000, 8),
+        ("256 KiB/conn", 256 * KIB, 256, 8),
+        ("1 MiB/conn", 1024 * KIB, 64, 8),
+        ("2 MiB/conn", 2048 * KIB, 32, 8),
+        ("long stream", 1024 * 1024 * KIB, 1, 1),
+    ];
+    let mut out = Vec::new();
+    for way in [Way::Serverbound, Way::Clientbound] {
+        for (label, size, conns, concurrency) in rows {
+            // Small writes move a quarter of the bytes (the sender is the limit there).
+            let scale = if write < BUF { 4 } else { 1 } * if quick { 4 } else { 1 };
+            let (size, conns) = if conns == 1 {
+                (size / scale as u64, 1)
+            } else {
+                (size, (conns / scale).max(concurrency))
+            };
+            out.push(Case {
+                label: label.to_string(),
+                size,
+                conns,
+                concurrency,
+                write,
+                way,
+            });
+        }
+    }
+    out
+}
+
+/// What the upstream does with the connections of the current run.
+struct Plan {
+    /// 0: serverbound, 1: clientbound.
+    way: AtomicUsize,
+    size: AtomicU64,
+    write: AtomicUsize,
+    /// Bulk bytes the upstream received (serverbound) or sent (clientbound) in full.
+    moved: AtomicU64,
+    /// Connections the upstream got wrong (short, a bad prefix).
+    errors: AtomicUsize,
+}
+
+/// The prefix every connection sends: Handshake (login) and Login Start.
+fn login_prefix() -> Vec<u8> {
+    let hs = Handshake {
+        protocol_version: PROTOCOL,
+        address: ServerAddress::host(HOST),
+        port: 25565,
+        next_state: NextState::Login,
+    };
+    let ls = LoginStart {
+        protocol_version: PROTOCOL,
+        name: "relaybench",
+        signature: None,
+        uuid: None,
+    };
+    let mut out = vec![0u8; hs.frame_len() + ls.frame_len()];
+    let n = hs.encode_frame(&mut out).expect("sized");
+    ls.encode_frame(&mut out[n..]).expect("sized");
+    out
+}
+
+/// Reads frames off `s`; what was read past the last frame stays in `buf`.
+struct Framed {
+    buf: Vec<u8>,
+}
+
+impl Framed {
+    /// The next frame's body, or `None` at EOF before a whole frame.
+    async fn next(&mut self, s: &mut TcpStream) -> Option<Vec<u8>> {
+        loop {
+            if let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&self.buf) {
+                let body = f.body.to_vec();
+                self.buf.drain(..f.consumed);
+                return Some(body);
+            }
+            let mut chunk = [0u8; 4096];
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
+/// Writes `size` bytes `write` at a time.
+async fn send_bulk(s: &mut TcpStream, size: u64, write: usize) -> bool {
+    let data = [0x5au8; BUF];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(write as u64) as usize;
+        if s.write_all(&data[..n]).await.is_err() {
+            return false;
+        }
+        left -= n as u64;
+    }
+    true
+}
+
+/// Reads until the stream ends.
+async fn drain(s: &mut TcpStream) {
+    let mut buf = vec![0u8; BUF];
+    while let Ok(n) = s.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+/// Reads until `size` bytes came or the stream ended; the byte count.
+async fn read_exactly(s: &mut TcpStream, size: u64) -> u64 {
+    let mut buf = vec![0u8; BUF];
+    let mut got = 0;
+    while got < size {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n as u64,
+        }
+    }
+    got
+}
+
+/// The upstream's side of one connection.
+async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
+    let mut framed = Framed { buf: Vec::new() };
+    let Some(hs) = framed.next(&mut s).await else {
+        return;
+    };
+    // The handshake's last byte is its next state (a one-byte VarInt).
+    if hs.last() == Some(&1) {
+        return status_upstream(s, framed).await;
+    }
+    if framed.next(&mut s).await.is_none() {
+        plan.errors.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if s.write_all(&LOGIN_REPLY).await.is_err() {
+        plan.errors.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let size = plan.size.load(Ordering::Relaxed);
+    if plan.way.load(Ordering::Relaxed) == 0 {
+        let already = framed.buf.len() as u64;
+        let got = already + read_exactly(&mut s, size.saturating_sub(already)).await;
+        if got == size {
+            plan.moved.fetch_add(got, Ordering::Relaxed);
+        } else {
+            plan.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    } else if send_bulk(&mut s, size, plan.write.load(Ordering::Relaxed)).await {
+        plan.moved.fetch_add(size, Ordering::Relaxed);
+        drain(&mut s).await;
+    } else {
+        plan.errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Answers Status Requests and Pings until the connection ends.
+async fn status_upstream(mut s: TcpStream, mut framed: Framed) {
+    let mut response = vec![0u8; 256];
+    let n = StatusResponse { json: STATUS_JSON }
+        .encode_frame(&mut response)
+        .expect("sized");
+    response.truncate(n);
+    while let Some(body) = framed.next(&mut s).await {
+        let reply = match body.first() {
+            Some(0x00) => response.clone(),
+            // Pong echoes the Ping's frame.
+            Some(0x01) => [&[body.len() as u8][..], &body].concat(),
+            _ => return,
+        };
+        if s.write_all(&reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The client's side of one connection; `Err` when it did not see its bytes through.
+async fn client_conn(relay: SocketAddr, case: &Case, prefix: &[u8]) -> Result<(), String> {
+    let mut s = TcpStream::connect(relay)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    s.write_all(prefix)
+        .await
+        .map_err(|e| format!("prefix: {e}"))?;
+    let mut reply = [0u8; LOGIN_REPLY.len()];
+    s.read_exact(&mut reply)
+        .await
+        .map_err(|e| format!("login reply: {e}"))?;
+    if reply != LOGIN_REPLY {
+        return Err(format!("login reply {reply:02x?}"));
+    }
+    match case.way {
+        Way::Serverbound => {
+            if !send_bulk(&mut s, case.size, case.write).await {
+                return Err("write failed".into());
+            }
+            drain(&mut s).await;
+        }
+        Way::Clientbound => {
+            let got = read_exactly(&mut s, case.size).await;
+            if got != case.size {
+                return Err(format!("received {got} of {} bytes", case.size));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One measurement.
+#[derive(Clone, Copy)]
+struct Sample {
+    gib_per_s: f64,
+    cpu_s_per_gib: f64,
+}
+
+/// Runs `count` jobs from `job`, `concurrency` at a time, within [`RUN_TIMEOUT`]; the first
+/// job's error fails them all.
+async fn in_parallel<F, Fut>(count: usize, concurrency: usize, job: F) -> Result<(), String>
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (next, job) = (next.clone(), job.clone());
+        workers.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < count {
+                job().await?;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    let all = async {
+        for w in workers {
+            w.await.map_err(|e| e.to_string())??;
+        }
+        Ok::<(), String>(())
+    };
+    tokio::time::timeout(RUN_TIMEOUT, all)
+        .await
+        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+}
+
+/// Runs `case` once through `relay`.
+async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, String> {
+    plan.way
+        .store(usize::from(case.way == Way::Clientbound), Ordering::Relaxed);
+    plan.size.store(case.size, Ordering::Relaxed);
+    plan.write.store(case.write, Ordering::Relaxed);
+    plan.moved.store(0, Ordering::Relaxed);
+    plan.errors.store(0, Ordering::Relaxed);
+    let prefix = Arc::new(login_prefix());
+    let pid = relay.child.id();
+    let cpu0 = process_cpu_s(pid).ok_or("relay CPU time unreadable")?;
+    let start = Instant::now();
+    let addr = relay.addr;
+    let conn = Arc::new(case.clone());
+    in_parallel(case.conns, case.concurrency, move || {
+        let (case, prefix) = (conn.clone(), prefix.clone());
+        async move { client_conn(addr, &case, &prefix).await }
+    })
+    .await?;
+    // The upstream counts a clientbound connection once its writes are done, which can be a
+    // moment after the client saw the end.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while plan.moved.load(Ordering::Relaxed) + (plan.errors.load(Ordering::Relaxed) as u64)
+        < case.total()
+        && plan.errors.load(Ordering::Relaxed) == 0
+        && Instant::now() < deadline
+    {
+        tokio::task::yield_now().await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_s(pid).ok_or("relay CPU time unreadable")? - cpu0;
+    let moved = plan.moved.load(Ordering::Relaxed);
+    let errors = plan.errors.load(Ordering::Relaxed);
+    if errors > 0 || moved != case.total() {
+        return Err(format!(
+            "the upstream saw {moved} of {} bytes ({errors} bad connections)",
+            case.total()
+        ));
+    }
+    let gib = case.total() as f64 / GIB;
+    Ok(Sample {
+        gib_per_s: gib / elapsed,
+        cpu_s_per_gib: cpu / gib,
+    })
+}
+
+/// Status + Ping exchanges through `relay`, `concurrency` at a time; exchanges per second and
+/// relay CPU microseconds per exchange.
+async fn measure_status(
+    relay: &Relay,
+    exchanges: usize,
+    concurrency: usize,
+) -> Result<(f64, f64), String> {
+    let pid = relay.child.id();
+    let cpu0 = process_cpu_s(pid).ok_or("relay CPU time unreadable")?;
+    let start = Instant::now();
+    let addr = relay.addr;
+    in_parallel(exchanges, concurrency, move || status_exchange(addr)).await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_s(pid).ok_or("relay CPU time unreadable")? - cpu0;
+    Ok((exchanges as f64 / elapsed, cpu * 1e6 / exchanges as f64))
+}
+
+/// One status exchange: Handshake (status) + Status Request, the response, Ping, the Pong.
+async fn status_exchange(relay: SocketAddr) -> Result<(), String> {
+    let mut s = TcpStream::connect(relay)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let hs = Handshake {
+        protocol_version: PROTOCOL,
+        address: ServerAddress::host(HOST),
+        port: 25565,
+        next_state: NextState::Status,
+    };
+    let mut out = vec![0u8; hs.frame_len() + 2];
+    let n = hs.encode_frame(&mut out).expect("sized");
+    out[n..].copy_from_slice(&[0x01, 0x00]);
+    s.write_all(&out).await.map_err(|e| e.to_string())?;
+    let mut framed = Framed { buf: Vec::new() };
+    let body = framed.next(&mut s).await.ok_or("no status response")?;
+    if body.first() != Some(&0x00) {
+        return Err(format!("status response id {:?}", body.first()));
+    }
+    let ping = Ping {
+        payload: 0x0123_4567_89ab_cdef,
+    };
+    let mut frame = [0u8; 10];
+    let n = ping.encode_frame(&mut frame).expect("sized");
+    s.write_all(&frame[..n]).await.map_err(|e| e.to_string())?;
+    let pong = framed.next(&mut s).await.ok_or("no pong")?;
+    if pong != frame[1..n] {
+        return Err("the pong does not echo the ping".into());
+    }
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// A case's medians per relay (`None`: it failed, with the reason).
+struct CaseResult {
+    case: Case,
+    by_relay: Vec<(Kind, Result<Sample, String>)>,
+}
+
+impl CaseResult {
+    fn of(&self, kind: Kind) -> Option<Sample> {
+        self.by_relay
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .and_then(|(_, r)| r.as_ref().ok().copied())
+    }
+}
+
+fn ratio(a: f64, b: Option<f64>) -> String {
+    match b {
+        Some(b) if b > 0.0 && a.is_finite() => format!("{:.2}x", a / b),
+        _ => "n/a".into(),
+    }
+}
+
+fn way_name(w: Way) -> &'static str {
+    match w {
+        Way::Serverbound => "serverbound",
+        Way::Clientbound => "clientbound",
+    }
+}
+
+fn throughput_table(results: &[CaseResult]) -> String {
+    let mut t = String::from(
+        "| case | relay | GiB/s | relay CPU s/GiB | CPU vs floor | CPU vs copy_bidirectional | \
+         GiB/s vs HAProxy |\n|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    for r in results {
+        let c = &r.case;
+        let case = format!(
+            "{}, {}, {} conn x {}",
+            c.label,
+            way_name(c.way),
+            c.conns,
+            human_bytes(c.size)
+        );
+        for (kind, res) in &r.by_relay {
+            match res {
+                Ok(s) => t.push_str(&format!(
+                    "| {case} | {} | {:.2} | {:.3} | {} | {} | {} |\n",
+                    kind.name(),
+                    s.gib_per_s,
+                    s.cpu_s_per_gib,
+                    ratio(s.cpu_s_per_gib, r.of(Kind::Floor).map(|f| f.cpu_s_per_gib)),
+                    ratio(s.cpu_s_per_gib, r.of(Kind::Copy).map(|f| f.cpu_s_per_gib)),
+                    ratio(s.gib_per_s, r.of(Kind::Haproxy).map(|f| f.gib_per_s)),
+                )),
+                Err(e) => t.push_str(&format!(
+                    "| {case} | {} | failed: {} | | | | |\n",
+                    kind.name(),
+                    e.replace('|', "/")
+                )),
+            }
+        }
+    }
+    t
+}
+
+fn human_bytes(n: u64) -> String {
+    if n >= 1 << 30 {
+        format!("{} GiB", n >> 30)
+    } else if n >= 1 << 20 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{} KiB", n >> 10)
+    }
+}
+
+/// wirekit's goals at 64 KiB writes, case by case.
+fn goals(results: &[CaseResult]) -> String {
+    let mut out = String::from(
+        "| case | wirekit CPU / floor (goal <= 1.15) | wirekit CPU / copy_bidirectional \
+         (goal <= 0.33) | wirekit GiB/s / HAProxy (goal >= 1) |\n|---|---:|---:|---:|\n",
+    );
+    for r in results {
+        let Some(w) = r.of(Kind::Wirekit) else {
+            continue;
+        };
+        let mark = |v: Option<f64>, ok: &dyn Fn(f64) -> bool| match v {
+            Some(v) => format!("{v:.2} {}", if ok(v) { "met" } else { "missed" }),
+            None => "n/a".into(),
+        };
+        out.push_str(&format!(
+            "| {}, {} | {} | {} | {} |\n",
+            r.case.label,
+            way_name(r.case.way),
+            mark(
+                r.of(Kind::Floor).map(|f| w.cpu_s_per_gib / f.cpu_s_per_gib),
+                &|v| v <= 1.15
+            ),
+            mark(
+                r.of(Kind::Copy).map(|f| w.cpu_s_per_gib / f.cpu_s_per_gib),
+                &|v| v <= 1.0 / 3.0
+            ),
+            mark(
+                r.of(Kind::Haproxy).map(|f| w.gib_per_s / f.gib_per_s),
+                &|v| v >= 1.0
+            ),
+        ));
+    }
+    out
+}
+
+fn run(opts: Options) -> Result<(), String> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let (relay_cpu, load_cpu) = if cores.len() >= 2 {
+        (cores[0].id, cores[1].id)
+    } else {
+        (0, 0)
+    };
+    if let Some(core) = cores.iter().find(|c| c.id == load_cpu) {
+        core_affinity::set_for_current(*core);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(run_all(opts, relay_cpu, load_cpu))
+}
+
+async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(), String> {
+    let plan = Arc::new(Plan {
+        way: AtomicUsize::new(0),
+        size: AtomicU64::new(0),
+        write: AtomicUsize::new(BUF),
+        moved: AtomicU64::new(0),
+        errors: AtomicUsize::new(0),
+    });
+    let upstream = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let up_addr = upstream.local_addr().map_err(|e| e.to_string())?;
+    let accept_plan = plan.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = upstream.accept().await {
+            tokio::spawn(upstream_conn(s, accept_plan.clone()));
+        }
+    });
+
+    let mut notes = opts.notes.clone();
+    let load_before = load_average();
+    let mut relays = Vec::new();
+    for kind in [
+        Kind::Floor,
+        Kind::Copy,
+        Kind::Haproxy,
+        Kind::Infrarust,
+        Kind::Wirekit,
+    ] {
+        match start_relay(kind, &opts, relay_cpu, up_addr) {
+            Ok(Some(r)) => relays.push(r),
+            Ok(None) => notes.push(format!("{}: not given, left out.", kind.name())),
+            Err(e) => notes.push(format!("{}: did not start ({e}), left out.", kind.name())),
+        }
+    }
+    // A relay that cannot carry one small connection is dropped before the timed runs.
+    let probe = Case {
+        label: "probe".into(),
+        size: 4096,
+        conns: 2,
+        concurrency: 1,
+        write: BUF,
+        way: Way::Clientbound,
+    };
+    let mut working = Vec::new();
+    for r in relays {
+        match measure(&r, &probe, &plan).await {
+            Ok(_) => working.push(r),
+            Err(e) => notes.push(format!(
+                "{}: failed a probe run ({e}), left out.",
+                r.kind.name()
+            )),
+        }
+    }
+    let relays = working;
+
+    let mut report = String::new();
+    for write in [BUF, 512] {
+        let mut results = Vec::new();
+        for case in cases(write, opts.quick) {
+            let mut samples: Vec<Vec<Result<Sample, String>>> = vec![Vec::new(); relays.len()];
+            for round in 0..opts.rounds {
+                for i in 0..relays.len() {
+                    let k = (i + round) % relays.len();
+                    let s = measure(&relays[k], &case, &plan).await;
+                    eprintln!(
+                        "{} {} {}B writes, {}: {}",
+                        case.label,
+                        way_name(case.way),
+                        write,
+                        relays[k].kind.name(),
+                        match &s {
+                            Ok(s) =>
+                                format!("{:.2} GiB/s, {:.3} s/GiB", s.gib_per_s, s.cpu_s_per_gib),
+                            Err(e) => e.clone(),
+                        }
+                    );
+                    samples[k].push(s);
+                    // Let the relay's closed connections settle before the next run.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            let by_relay =
+                relays
+                    .iter()
+                    .zip(samples)
+                    .map(|(r, s)| {
+                        let ok: Vec<Sample> =
+                            s.iter().filter_map(|s| s.as_ref().ok().copied()).collect();
+                        let failed = s.len() - ok.len();
+                        if failed > 0 && ok.len() * 2 > s.len() {
+                            notes.push(format!(
+                            "{}, {}, {} B writes, {}: {} of {} runs failed ({}); the figures are \
+                             the others'.",
+                            case.label,
+                            way_name(case.way),
+                            case.write,
+                            r.kind.name(),
+                            failed,
+                            s.len(),
+                            s.iter().find_map(|x| x.as_ref().err()).map_or("", |e| e.as_str())
+                        ));
+                        }
+                        let res = if ok.len() * 2 > s.len() {
+                            Ok(Sample {
+                                gib_per_s: median(ok.iter().map(|s| s.gib_per_s).collect()),
+                                cpu_s_per_gib: median(ok.iter().map(|s| s.cpu_s_per_gib).collect()),
+                            })
+                        } else {
+                            Err(s
+                                .into_iter()
+                                .find_map(Result::err)
+                                .unwrap_or_else(|| "no run".into()))
+                        };
+                        (r.kind, res)
+                    })
+                    .collect();
+            results.push(CaseResult { case, by_relay });
+        }
+        report.push_str(&format!(
+            "### Relay, {} writes\n\n{}\n",
+            if write == BUF { "64 KiB" } else { "512 B" },
+            throughput_table(&results)
+        ));
+        if write == BUF {
+            report.push_str(&format!("Goals at 64 KiB writes:\n\n{}\n", goals(&results)));
+        }
+    }
+
+    // Status from cache: one exchange fills each cache, then the timed runs.
+    let exchanges = if opts.quick { 4000 } else { 10_000 };
+    let status_relays: Vec<&Relay> = relays
+        .iter()
+        .filter(|r| matches!(r.kind, Kind::Wirekit | Kind::Infrarust))
+        .collect();
+    let mut status: Vec<Vec<(f64, f64)>> = vec![Vec::new(); status_relays.len()];
+    let mut status_err: Vec<Option<String>> = vec![None; status_relays.len()];
+    for (i, r) in status_relays.iter().enumerate() {
+        if let Err(e) = status_exchange(r.addr).await {
+            status_err[i] = Some(e);
+        }
+    }
+    for round in 0..opts.rounds {
+        for i in 0..status_relays.len() {
+            let k = (i + round) % status_relays.len();
+            if status_err[k].is_some() {
+                continue;
+            }
+            match measure_status(status_relays[k], exchanges, 16).await {
+                Ok(v) => {
+                    eprintln!(
+                        "status, {}: {:.0}/s, {:.1} µs",
+                        status_relays[k].kind.name(),
+                        v.0,
+                        v.1
+                    );
+                    status[k].push(v);
+                }
+                Err(e) => status_err[k] = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    report.push_str(
+        "### Status from cache\n\n| relay | status+ping exchanges/s | relay CPU per exchange |\n\
+         |---|---:|---:|\n",
+    );
+    for (i, r) in status_relays.iter().enumerate() {
+        match &status_err[i] {
+            Some(e) => report.push_str(&format!("| {} | failed: {} | |\n", r.kind.name(), e)),
+            None => report.push_str(&format!(
+                "| {} | {:.0} | {:.1} µs |\n",
+                r.kind.name(),
+                median(status[i].iter().map(|v| v.0).collect()),
+                median(status[i].iter().map(|v| v.1).collect())
+            )),
+        }
+    }
+    report.push_str(&format!(
+        "\nEach relay is a child process pinned to CPU {relay_cpu}; the clients and the upstream \
+         (one current-thread tokio runtime) are pinned to CPU {load_cpu}. Every connection sends \
+         the same Handshake + Login Start (protocol {PROTOCOL}, host `{HOST}`) and waits for \
+         the upstream's Set Compression before its bulk bytes; short rows open their connections 8 at a time and count their setup, the long \
+         row is one connection. Relay CPU is the on-CPU time of all the relay's threads \
+         (/proc/PID/task/*/schedstat). Figures are medians of {} alternating rounds; 512 B rows \
+         move a quarter of the bytes. The floor and copy_bidirectional relays are written in \
+         benches/src/bin/relay_bench.rs (copy_bidirectional with tokio's default 8 KiB buffers); \
+         HAProxy runs without `option splice-auto` (Debian's defaults); `wirekit proxy` runs \
+         with `--threads 1`, RUST_LOG=warn, its per-source limits and byte budgets off; the \
+         status exchanges run 16 at a time{}.\n",
+        opts.rounds,
+        if opts.quick { "; a --quick run (a quarter of the bytes and connections)" } else { "" }
+    ));
+    notes.push(format!(
+        "Load average (1 min) at the start {load_before}, at the end {}: other work on the \
+         machine shares both cores, so compare the ratios within a row rather than absolute figures.",
+        load_average()
+    ));
+    if !notes.is_empty() {
+        report.push('\n');
+    }
+    for n in notes {
+        report.push_str(&format!("\n- {n}"));
+    }
+    println!("{report}");
+    Ok(())
+}
