@@ -1,4 +1,5 @@
 //! Deterministic corpora shared by wirekit's benchmarks.
 
 pub mod game_packets;
+pub mod prudp;
 pub mod traffic;
