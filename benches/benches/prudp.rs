@@ -19,7 +19,10 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+};
 use wirekit_benches::prudp::{ACCESS_KEY, CLIENT_PORT, Pair, SERVER_PORT, SESSION_KEY};
 use wirekit_core::Status;
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Settings, V0Format, Version};
@@ -58,14 +61,19 @@ fn keys(version: Version) -> Keys<'static> {
     }
 }
 
-fn packets(c: &mut Criterion) {
-    let payload: Vec<u8> = (0..256u32).map(|i| (i * 7) as u8).collect();
-    let mut parse = c.benchmark_group("prudp/parse-256B");
-    parse
-        .throughput(Throughput::Elements(1))
+/// Packets per second, in short samples: these rows are steady, and the whole bench should
+/// stay well under a minute.
+fn short(g: &mut BenchmarkGroup<'_, WallTime>) {
+    g.throughput(Throughput::Elements(1))
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
+}
+
+fn packets(c: &mut Criterion) {
+    let payload: Vec<u8> = (0..256u32).map(|i| (i * 7) as u8).collect();
+    let mut parse = c.benchmark_group("prudp/parse-256B");
+    short(&mut parse);
     for (name, version) in VERSIONS {
         let settings = Settings::new(ACCESS_KEY, version);
         let keys = keys(version);
@@ -87,11 +95,7 @@ fn packets(c: &mut Criterion) {
     parse.finish();
 
     let mut build = c.benchmark_group("prudp/build-256B");
-    build
-        .throughput(Throughput::Elements(1))
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
+    short(&mut build);
     for (name, version) in VERSIONS {
         let settings = Settings::new(ACCESS_KEY, version);
         let keys = keys(version);
@@ -108,10 +112,7 @@ fn packets(c: &mut Criterion) {
 
 fn connection(c: &mut Criterion) {
     let mut g = c.benchmark_group("prudp/connection");
-    g.throughput(Throughput::Elements(1))
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
+    short(&mut g);
     for (name, version) in [
         ("wirekit-v1", Version::V1),
         ("wirekit-v0-nex", Version::V0(V0Format::NEX)),

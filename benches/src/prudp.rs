@@ -99,24 +99,23 @@ pub fn connect_payload(cid: u32) -> Vec<u8> {
     out
 }
 
-/// A client connection from `local_port` to a secure server at `server`, SYN queued.
+/// A client connection under `config` to a secure server at `server`, SYN queued.
 pub fn client(
-    version: Version,
-    local_port: VirtualPort,
+    config: Config,
     server: SocketAddr,
     request: &[u8],
     session_id: u8,
     now: Instant,
 ) -> Conn {
-    let c = config(version, local_port);
-    let workspace = vec![0u8; Conn::workspace_len(&c)].into_boxed_slice();
+    let version = config.settings.version;
+    let workspace = vec![0u8; Conn::workspace_len(&config)].into_boxed_slice();
     let secure = ClientSecure {
         session_key: &SESSION_KEY,
         request,
         check: CHECK,
     };
     Conn::client(
-        c,
+        config,
         SERVER_PORT,
         client_connection_signature(version, server),
         workspace,
@@ -167,7 +166,13 @@ impl Pair {
         let server_addr: SocketAddr = "198.51.100.1:60000".parse().expect("address");
         let request = connect_payload(7);
         let now = Instant::ZERO;
-        let mut client = client(version, CLIENT_PORT, server_addr, &request, 0x11, now);
+        let mut client = client(
+            config(version, CLIENT_PORT),
+            server_addr,
+            &request,
+            0x11,
+            now,
+        );
         let mut listener = listener(version);
         let mut buf = vec![0u8; 2048];
         let mut reply = vec![0u8; 2048];

@@ -250,16 +250,17 @@ fn bound_socket() -> io::Result<UdpSocket> {
 /// window between the two signals.
 type ServerReport = (u64, u64, f64, f64);
 
-/// Starts the server of `mode` on a thread pinned to CPU 0; returns its address, the signals
-/// that open and close the measured window, and the thread.
-fn start_server(
-    mode: Mode,
-) -> io::Result<(
-    SocketAddr,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::sync::oneshot::Sender<()>,
-    std::thread::JoinHandle<io::Result<ServerReport>>,
-)> {
+/// A server thread: its address, the signals that open and close the measured window, and
+/// the thread, which returns what it measured.
+struct RunningServer {
+    addr: SocketAddr,
+    warm: tokio::sync::oneshot::Sender<()>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<io::Result<ServerReport>>,
+}
+
+/// Starts the server of `mode` on a thread pinned to CPU 0.
+fn start_server(mode: Mode) -> io::Result<RunningServer> {
     let socket = bound_socket()?;
     let addr = socket.local_addr()?;
     let (warm_tx, warm_rx) = tokio::sync::oneshot::channel::<()>();
@@ -318,7 +319,12 @@ fn start_server(
                 }
             }
         })?;
-    Ok((addr, warm_tx, stop_tx, thread))
+    Ok(RunningServer {
+        addr,
+        warm: warm_tx,
+        stop: stop_tx,
+        thread,
+    })
 }
 
 /// The load client's socket side: batched receive, GSO-batched send.
@@ -467,24 +473,7 @@ fn prudp_load(
             c.rto = Duration::from_millis(200);
             c.max_rto = Duration::from_millis(1000);
             c.retry_limit = 20;
-            let workspace = vec![0u8; Conn::workspace_len(&c)].into_boxed_slice();
-            Conn::client(
-                c,
-                SERVER_PORT,
-                wirekit_core::prudp::crypto::client_connection_signature(VERSION, server),
-                workspace,
-                now(),
-                wirekit_core::prudp::conn::ClientRandom {
-                    session_id: i as u8,
-                    initial_unreliable: 500,
-                },
-                Some(wirekit_core::prudp::conn::ClientSecure {
-                    session_key: &prudp::SESSION_KEY,
-                    request: &request,
-                    check: prudp::CHECK,
-                }),
-            )
-            .expect("valid client")
+            prudp::client(c, server, &request, i as u8, now())
         })
         .collect();
     let mut phase = 0; // 0: handshake and warm-up, 1: measuring
@@ -493,17 +482,14 @@ fn prudp_load(
     let mut started = None;
     let mut acked_at_start = 0;
     let mut acked = 0u64;
-    let mut messages_sent = vec![0u64; CONNECTIONS];
     loop {
         let t = now();
-        for (i, conn) in conns.iter_mut().enumerate() {
+        for conn in conns.iter_mut() {
             if conn.next_timeout().is_some_and(|d| d <= t) {
                 conn.handle_timeout(t);
             }
             if conn.state() == wirekit_core::prudp::conn::State::Connected {
-                while conn.in_flight() < DEPTH && conn.send(0, payload).is_ok() {
-                    messages_sent[i] += 1;
-                }
+                while conn.in_flight() < DEPTH && conn.send(0, payload).is_ok() {}
             }
             loop {
                 let slot = client.next_slot();
@@ -628,7 +614,12 @@ fn floor_load(
 }
 
 fn run(mode: Mode, payload: &[u8], seconds: f64) -> io::Result<Measured> {
-    let (addr, warm, stop, server) = start_server(mode)?;
+    let RunningServer {
+        addr,
+        warm,
+        stop,
+        thread: server,
+    } = start_server(mode)?;
     let payload = payload.to_vec();
     let (tx, rx) = mpsc::channel();
     let client = std::thread::Builder::new()
