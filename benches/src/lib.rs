@@ -1,5 +1,6 @@
 //! Deterministic corpora shared by wirekit's benchmarks.
 
+pub mod corpus;
 pub mod game_packets;
 pub mod prudp;
 pub mod traffic;

@@ -9,7 +9,12 @@
 //! - [`table`]: the [`ConnectionTable`], keyed by peer address, stream type and port, bounded
 //!   overall and per source address, with idle expiry;
 //! - [`counters`]: datagrams in and out and drops by reason, shared by the workers;
-//! - [`accounts`]: the authentication server's accounts file, keys derived in one batch.
+//! - [`accounts`]: the authentication server's accounts file, keys derived in one batch;
+//! - [`server`]: [`PrudpHandler`], the [`DatagramHandler`] whose per-connection state is the
+//!   core's sans-IO PRUDP connection, answering through an RMC [`Dispatcher`] ([`rmc`]);
+//! - [`auth`] and [`secure`]: the built-in protocols 10 (Login, LoginEx, RequestTicket) and 11
+//!   (Register, TestConnectivity); [`serve`]: both servers bound and run together
+//!   (`wirekit nex serve`).
 //!
 //! # Where the PRUDP connection plugs in
 //! The per-connection state is generic. A server handler wraps the core's sans-IO connection:
@@ -25,12 +30,20 @@
 #![deny(missing_docs)]
 
 pub mod accounts;
+pub mod auth;
 pub mod counters;
+pub mod rmc;
+pub mod secure;
+pub mod serve;
+pub mod server;
 pub mod table;
 pub mod udp;
 
 pub use accounts::{Account, Accounts, AccountsError, KeyScheme};
 pub use counters::{Counters, CountersSnapshot, DropReason};
+pub use rmc::{Call, Dispatcher, Reply, RmcProtocol};
+pub use serve::{NexServers, ServeOptions, ServeStats};
+pub use server::{PrudpConnection, PrudpHandler, Role, ServerStats};
 pub use table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
 pub use udp::{
     CloseReason, DatagramHandler, Open, Outbox, Verdict, Worker, WorkerConfig, bind_sockets,

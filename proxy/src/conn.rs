@@ -108,15 +108,13 @@ pub(crate) async fn serve(
     let player = line.player.as_deref().unwrap_or("-");
     let duration_ms = started.elapsed().as_millis() as u64;
     let (what, reason, suppressed) = match ended {
-        Ended::Done(reason) => ("closed", reason, 0),
+        Ended::Done(reason) => {
+            shared.metrics.closed(reason);
+            ("closed", reason, 0)
+        }
         Ended::Refused(reason) => {
             shared.metrics.rejection(reason);
-            let allowed = shared
-                .logs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .allow(line.client.ip());
-            match allowed {
+            match shared.allow_line(line.client.ip()) {
                 Some(suppressed) => ("refused", reason, suppressed),
                 None => return,
             }
@@ -237,7 +235,7 @@ async fn run(
             Ok(hs) => hs,
             Err(e) => {
                 debug!(%client, error = %e, "bad handshake");
-                return Ended::Refused("bad_handshake");
+                return Ended::Refused(handshake_reason(e));
             }
         };
         let mut out = [0u8; 3 * MAX_HOST_LEN];
@@ -399,6 +397,20 @@ async fn run(
                 e => Ended::Done(e.as_str()),
             }
         }
+    }
+}
+
+/// The reason a handshake that did not parse is refused for: the bounds a hostile client
+/// probes, each counted apart.
+const fn handshake_reason(e: wirekit_core::minecraft::Error) -> &'static str {
+    use wirekit_core::minecraft::Error;
+    match e {
+        Error::HostTooLong => "handshake_host_too_long",
+        Error::StringTooLong => "handshake_address_too_long",
+        Error::BadNextState => "handshake_bad_next_state",
+        Error::BadVarInt => "handshake_bad_varint",
+        Error::NegativeLength => "handshake_bad_length",
+        _ => "bad_handshake",
     }
 }
 

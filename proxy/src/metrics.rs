@@ -6,6 +6,9 @@
 //! - `wirekit_proxy_connections_open{route,state}`: open now, by route and state (`prelogin`,
 //!   `status`, `relay`);
 //! - `wirekit_proxy_rejections_total{reason}`: connections closed by the proxy, by reason;
+//! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
+//!   closed, a socket failed, status answered);
+//! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines the log limiter held back;
 //! - `wirekit_proxy_limiter_trips_total{limit}`: per-source limits tripped, by limit;
 //! - `wirekit_proxy_bytes_total{direction}`: relayed bytes;
 //! - `wirekit_proxy_upstream_connect_seconds`: upstream connect latency (a histogram, failed
@@ -56,6 +59,8 @@ pub struct Metrics {
     connections: Mutex<BTreeMap<String, u64>>,
     open: Mutex<BTreeMap<(String, ConnState), i64>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
+    closed: Mutex<BTreeMap<&'static str, u64>>,
+    lines_suppressed: AtomicU64,
     trips: [AtomicU64; Refusal::ALL.len()],
     /// Serverbound, clientbound.
     pub(crate) bytes: [AtomicU64; 2],
@@ -81,6 +86,16 @@ impl Metrics {
     /// Counts a connection closed by the proxy for `reason`.
     pub fn rejection(&self, reason: &'static str) {
         bump(&self.rejections, reason);
+    }
+
+    /// Counts a connection that ended for `reason` without the proxy refusing it.
+    pub fn closed(&self, reason: &'static str) {
+        bump(&self.closed, reason);
+    }
+
+    /// Counts a refusal line the log limiter held back.
+    pub fn line_suppressed(&self) {
+        self.lines_suppressed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a tripped per-source limit.
@@ -155,6 +170,22 @@ impl Metrics {
                 "wirekit_proxy_rejections_total{{reason=\"{reason}\"}} {n}"
             );
         }
+        out.push_str(
+            "# HELP wirekit_proxy_closed_total Connections that ended unrefused, by reason.\n",
+        );
+        out.push_str("# TYPE wirekit_proxy_closed_total counter\n");
+        for (reason, n) in lock(&self.closed) {
+            let _ = writeln!(out, "wirekit_proxy_closed_total{{reason=\"{reason}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP wirekit_proxy_log_lines_suppressed_total Refusal lines held back by the log limiter.\n",
+        );
+        out.push_str("# TYPE wirekit_proxy_log_lines_suppressed_total counter\n");
+        let _ = writeln!(
+            out,
+            "wirekit_proxy_log_lines_suppressed_total {}",
+            self.lines_suppressed.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP wirekit_proxy_limiter_trips_total Per-source limits tripped.\n");
         out.push_str("# TYPE wirekit_proxy_limiter_trips_total counter\n");
         for r in Refusal::ALL {
@@ -315,6 +346,8 @@ mod tests {
         let m = Metrics::default();
         m.connection("lobby");
         m.rejection("unknown_host");
+        m.closed("status");
+        m.line_suppressed();
         m.trip(Refusal::HostRate);
         m.status("hit");
         m.connect_latency(Duration::from_millis(3));
@@ -333,6 +366,8 @@ mod tests {
         let text = m.render();
         assert!(text.contains("wirekit_proxy_connections_total{route=\"lobby\"} 1"));
         assert!(text.contains("wirekit_proxy_rejections_total{reason=\"unknown_host\"} 1"));
+        assert!(text.contains("wirekit_proxy_closed_total{reason=\"status\"} 1"));
+        assert!(text.contains("wirekit_proxy_log_lines_suppressed_total 1"));
         assert!(text.contains("wirekit_proxy_limiter_trips_total{limit=\"host_rate\"} 1"));
         assert!(text.contains("wirekit_proxy_bytes_total{direction=\"serverbound\"} 10"));
         assert!(text.contains("wirekit_proxy_upstream_connect_seconds_bucket{le=\"0.0025\"} 0"));

@@ -59,6 +59,8 @@ impl PreloginError {
         match self {
             PreloginError::Timeout => "handshake_timeout",
             PreloginError::Closed => "closed_in_prelogin",
+            PreloginError::Frame(FrameError::FrameTooLarge { .. }) => "frame_too_large",
+            PreloginError::Frame(FrameError::LengthFieldTooLong) => "bad_frame_length",
             PreloginError::Frame(_) => "bad_frame",
             PreloginError::Packet(_) => "bad_packet",
             PreloginError::UnexpectedPacket(_) => "unexpected_packet",

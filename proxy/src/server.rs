@@ -92,6 +92,20 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// `Some(suppressed)` if a refusal line about `client` may be written now; a line it
+    /// may not is counted in the metrics.
+    pub(crate) fn allow_line(&self, client: std::net::IpAddr) -> Option<u32> {
+        let allowed = self
+            .logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow(client);
+        if allowed.is_none() {
+            self.metrics.line_suppressed();
+        }
+        allowed
+    }
+
     /// The settings generation new connections get.
     pub(crate) fn runtime(&self) -> Arc<Runtime> {
         self.runtime
@@ -99,6 +113,23 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// The accept queue asked for (the kernel caps it at `net.core.somaxconn`). A burst of
+/// connects past the queue is dropped at the SYN and retried by the client a second later, so
+/// a proxy in front of a flood wants more than the 128 a plain bind gets.
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 fn random_seed() -> HashSeed {
@@ -143,7 +174,7 @@ impl Proxy {
         let s = &runtime.settings;
         let mut listeners = Vec::new();
         for addr in &s.listen {
-            listeners.push(TcpListener::bind(addr).await?);
+            listeners.push(listen(*addr)?);
         }
         let metrics_listener = match s.metrics_listen {
             Some(addr) => Some(TcpListener::bind(addr).await?),
@@ -302,11 +333,8 @@ async fn accept_loop(
                 Ok(s) => s,
                 Err(e) => {
                     // Out of descriptors, mostly: back off a little instead of spinning.
-                    if let Some(suppressed) = shared
-                        .logs
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .allow(std::net::Ipv4Addr::UNSPECIFIED.into())
+                    if let Some(suppressed) =
+                        shared.allow_line(std::net::Ipv4Addr::UNSPECIFIED.into())
                     {
                         warn!(error = %e, suppressed, "accept failed");
                     }
@@ -320,12 +348,7 @@ async fn accept_loop(
         if shared.open.fetch_add(1, Ordering::Relaxed) >= max {
             shared.open.fetch_sub(1, Ordering::Relaxed);
             shared.metrics.rejection("max_connections");
-            let allowed = shared
-                .logs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .allow(peer.ip());
-            if let Some(suppressed) = allowed {
+            if let Some(suppressed) = shared.allow_line(peer.ip()) {
                 info!(%peer, suppressed, reason = "max_connections", "refused");
             }
             continue;

@@ -4,7 +4,9 @@
       Logs in as a 3DS / Wii U client does: PRUDP handshake with the authentication server,
       Login, the ticket decrypted with the password's key (RequestTicket if it names another
       server), the secure server's CONNECT with the ticket, then Register (an RMC call on the
-      secure server). Prints one JSON line: {"ok": true, "pid", "secure_address",
+      secure server), and TestConnectivity with --test-connectivity; LoginEx with an
+      AuthenticationInfo token with --token T. Prints one JSON line: {"ok": true, "pid",
+      "secure_address", "test_connectivity",
       "registered": {"result", "connection_id", "public_station"}} or
       {"ok": false, "stage", "error"} and exits 1.
 
@@ -51,14 +53,24 @@ async def login(args):
         with anyio.fail_after(args.timeout):
             async with backend.connect(s, args.host, args.port) as be:
                 stage = "login"
-                async with be.login(args.username, args.password) as client:
+                auth_info = None
+                if args.token is not None:
+                    auth_info = authentication.AuthenticationInfo()
+                    auth_info.token = args.token
+                async with be.login(args.username, args.password, auth_info) as client:
                     stage = "register"
                     proto = secure.SecureConnectionClient(client)
                     local = common.StationURL(
                         scheme="prudp", address="127.0.0.1", port=0, type=2, sid=15
                     )
                     reg = await proto.register([local])
+                    stage = "test_connectivity"
+                    tested = False
+                    if args.test_connectivity:
+                        await proto.test_connectivity()
+                        tested = True
                     return {
+                        "test_connectivity": tested,
                         "ok": True,
                         "pid": client.pid(),
                         "secure_address": "%s:%i" % client.remote_address(),
@@ -71,6 +83,9 @@ async def login(args):
     except BaseException as e:  # noqa: BLE001 - any failure is the report
         if isinstance(e, KeyboardInterrupt):
             raise
+        # anyio wraps a task's failure in groups: report the innermost cause.
+        while isinstance(e, BaseExceptionGroup) and e.exceptions:
+            e = e.exceptions[0]
         return {"ok": False, "stage": stage, "error": "%s: %s" % (type(e).__name__, e)}
 
 
@@ -157,6 +172,7 @@ async def selftest(args):
         a = argparse.Namespace(**vars(args))
         a.prudp_version, a.port, a.host = version, port, "127.0.0.1"
         a.username, a.password, a.pid = "alice", "wonderland", 1000
+        a.token, a.test_connectivity = None, False
         ready = anyio.Event()
         async with anyio.create_task_group() as group:
             group.start_soon(serve, a, ready)
@@ -182,6 +198,10 @@ def main():
             c.add_argument("--password", required=True)
         if name == "serve":
             c.add_argument("--pid", type=int, required=True)
+        if name == "login":
+            c.add_argument("--token", help="log in with LoginEx and this AuthenticationInfo token")
+            c.add_argument("--test-connectivity", action="store_true",
+                           help="call SecureConnection.TestConnectivity after Register")
         c.add_argument("--access-key", default="ridfebb9")
         c.add_argument("--nex-version", type=int, default=30500)
         c.add_argument("--prudp-version", type=int, choices=(0, 1), default=1)

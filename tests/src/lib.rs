@@ -7,6 +7,8 @@
 //! - [`serve_process`]: `wirekit serve` as a child process, with its descriptors, memory, CPU
 //!   time and log lines, for the load and fault tests.
 //! - [`service_client`]: a blocking client of the wirekit service.
+//! - [`mcproxy_process`]: `wirekit proxy` as a child process, and the Minecraft peers its
+//!   end-to-end and hostile tests use.
 //! - [`faults`]: faulty peers (half-close, reset mid-frame, never reading, slow-loris), run
 //!   against `wirekit serve` and the firmware.
 //! - [`qemu_firmware`]: the firmware built and booted in QEMU, for the tests that run against
@@ -20,6 +22,7 @@
 pub mod conformance;
 pub mod faults;
 pub mod haproxy;
+pub mod mcproxy_process;
 pub mod peers;
 pub mod qemu_firmware;
 pub mod serve;

@@ -173,31 +173,17 @@ impl ServeProcess {
 
     /// Its open descriptors now (`/proc/PID/fd`).
     pub fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
-            .map(|d| d.count())
-            .unwrap_or(0)
+        open_fds(self.pid)
     }
 
     /// Its resident memory now, in KiB (`VmRSS` in `/proc/PID/status`).
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .expect("read /proc/PID/status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .expect("VmRSS in /proc/PID/status")
+        rss_kib(self.pid)
     }
 
     /// CPU time used so far, user and system, all threads (`/proc/PID/stat`, 100 ticks/s).
     pub fn cpu_time(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .expect("read /proc/PID/stat");
-        let after = &stat[stat.rfind(')').expect("comm in stat") + 2..];
-        let f: Vec<&str> = after.split_whitespace().collect();
-        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-        Duration::from_millis(ticks * 10)
+        cpu_time(self.pid)
     }
 
     /// Sets its descriptor limit (soft and hard) with `prlimit --pid`.
@@ -261,6 +247,35 @@ impl Drop for ServeProcess {
     }
 }
 
+/// Process `pid`'s open descriptors now (`/proc/PID/fd`; 0 once it is gone).
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Process `pid`'s resident memory now, in KiB (`VmRSS` in `/proc/PID/status`).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+/// CPU time process `pid` used so far, user and system, all threads (`/proc/PID/stat`, 100
+/// ticks/s).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    let after = &stat[stat.rfind(')').expect("comm in stat") + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
 /// Sets process `pid`'s descriptor limit with `prlimit --pid` (0: this process).
 pub fn set_nofile(pid: u32, soft: u64, hard: u64) {
     let pid = if pid == 0 { std::process::id() } else { pid };
@@ -296,14 +311,25 @@ pub fn nofile(pid: u32) -> (u64, u64) {
 }
 
 /// Makes sure this process (and the servers it starts, which inherit its limits) may open
-/// `n` descriptors: the soft limit is raised to `n` within the hard limit, and the hard limit
-/// too with `prlimit` where it is lower (which needs root with `CAP_SYS_RESOURCE`).
+/// `n` descriptors: the soft limit is raised to `n`, and the hard limit too where it is lower
+/// (which needs root with `CAP_SYS_RESOURCE`). Through setrlimit(2) on this process itself:
+/// prlimit(2) on another process (the `prlimit` command acting on this one) is refused with
+/// EPERM in some containers, even as root.
 pub fn ensure_own_nofile(n: u64) {
-    let (soft, hard) = nofile(0);
-    if soft >= n {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    if now.current.is_none_or(|soft| soft >= n) {
         return;
     }
-    set_nofile(0, n, hard.max(n));
+    let hard = now.maximum.map(|h| h.max(n));
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(n),
+            maximum: hard,
+        },
+    )
+    .unwrap_or_else(|e| panic!("setrlimit(RLIMIT_NOFILE, {n}): {e}"));
 }
 
 /// The `closed` lines among `lines`.
@@ -368,7 +394,8 @@ pub fn close_counts(lines: &[String]) -> HashMap<String, u64> {
         .collect()
 }
 
-fn strip_ansi(line: &str) -> String {
+/// `line` without its ANSI escape sequences (colours).
+pub fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {

@@ -2,7 +2,8 @@
 //! connections (8 peer sockets, 2 virtual ports each) after warm-up, through the real receive
 //! loop (`Worker::run_until`: quinn-udp's batched receive, routing, the connection table
 //! lookup, an echo handler, the send), counted with the counting allocator on the worker's
-//! thread.
+//! thread. The same holds with the real PRUDP server handler: signed, encrypted reliable DATA
+//! with ACKs both ways through the core's connection, RMC dispatch and an echo protocol.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -77,6 +78,19 @@ fn client(server: SocketAddr, peers: Arc<Vec<UdpSocket>>, from: u32, rounds: u32
     }
 }
 
+/// A worker on a loopback port, registered with `rt`.
+fn loopback_worker<H: DatagramHandler>(
+    rt: &tokio::runtime::Runtime,
+    handler: H,
+    counters: &Arc<Counters>,
+) -> Worker<H> {
+    let _guard = rt.enter();
+    let socket = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
+        .unwrap()
+        .remove(0);
+    Worker::new(socket, &WorkerConfig::default(), handler, counters.clone()).unwrap()
+}
+
 #[test]
 fn worker_allocates_nothing_per_datagram() {
     assert_counting_installed();
@@ -85,13 +99,7 @@ fn worker_allocates_nothing_per_datagram() {
         .build()
         .unwrap();
     let counters = Arc::new(Counters::default());
-    let mut worker = {
-        let _guard = rt.enter();
-        let socket = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
-            .unwrap()
-            .remove(0);
-        Worker::new(socket, &WorkerConfig::default(), Echo, counters.clone()).unwrap()
-    };
+    let mut worker = loopback_worker(&rt, Echo, &counters);
     let server = worker.local_addr().unwrap();
     let peers: Arc<Vec<UdpSocket>> = Arc::new(
         (0..PEERS)
@@ -133,5 +141,194 @@ fn worker_allocates_nothing_per_datagram() {
         stats.count, 0,
         "{} allocations ({} bytes) over {datagrams} datagrams",
         stats.count, stats.bytes
+    );
+}
+
+/// Protocol 0x65: method 1 echoes its parameters.
+struct EchoProtocol;
+
+impl wirekit_nex::RmcProtocol for EchoProtocol {
+    fn protocol_id(&self) -> u16 {
+        0x65
+    }
+    fn call(&mut self, call: &wirekit_nex::Call<'_>, out: &mut [u8]) -> wirekit_nex::Reply {
+        match out.get_mut(..call.body.len()) {
+            Some(o) => {
+                o.copy_from_slice(call.body);
+                wirekit_nex::Reply::Success(call.body.len())
+            }
+            None => wirekit_nex::Reply::NotImplemented,
+        }
+    }
+}
+
+/// A PRUDP client over a blocking socket: the core's client connection.
+struct PrudpClient {
+    conn: wirekit_core::prudp::conn::Connection<Vec<u8>>,
+    socket: UdpSocket,
+    server: SocketAddr,
+    epoch: std::time::Instant,
+}
+
+impl PrudpClient {
+    /// Drives the connection until it reports something: `Some(message)` or `None` for
+    /// Connected.
+    fn next(&mut self) -> Option<Vec<u8>> {
+        use wirekit_core::prudp::conn::Event;
+        let mut out = [0u8; 1500];
+        let mut buf = [0u8; 1500];
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no event: {:?}",
+                self.conn
+            );
+            let now = Instant::from_micros(self.epoch.elapsed().as_micros() as u64);
+            if self.conn.next_timeout().is_some_and(|t| t <= now) {
+                self.conn.handle_timeout(now);
+            }
+            while let Some(t) = self.conn.poll_transmit(now, &mut out) {
+                self.socket.send_to(&out[..t.len], self.server).unwrap();
+            }
+            match self.conn.poll_event() {
+                Some(Event::Connected) => return None,
+                Some(Event::Message { data, .. }) => return Some(data.to_vec()),
+                Some(e) => panic!("unexpected {e:?}"),
+                None => {}
+            }
+            if let Ok((n, _)) = self.socket.recv_from(&mut buf) {
+                let now = Instant::from_micros(self.epoch.elapsed().as_micros() as u64);
+                self.conn.handle(&buf[..n], now);
+            }
+        }
+    }
+
+    /// `rounds` echo calls of `sizes` cycled, each checked.
+    fn calls(&mut self, from: u32, rounds: u32, sizes: &[usize]) {
+        use wirekit_core::nex::{Method, Protocol, RmcFormat, RmcKind, RmcMessage};
+        for i in from..from + rounds {
+            let body: Vec<u8> = (0..sizes[i as usize % sizes.len()])
+                .map(|k| (k as u32 ^ i) as u8)
+                .collect();
+            let m = RmcMessage::request(Protocol::Id(0x65), i, Method::Id(1), &body);
+            let mut bytes = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
+            m.encode(RmcFormat::Packed, &mut bytes).unwrap();
+            self.conn.send(0, &bytes).unwrap();
+            let reply = self.next().expect("a response");
+            let r = RmcMessage::parse(&reply, RmcFormat::Packed, 1 << 16)
+                .unwrap()
+                .complete()
+                .unwrap();
+            assert_eq!(r.message.call_id, i);
+            assert_eq!(
+                r.message.kind,
+                RmcKind::Response {
+                    method: Method::Id(1),
+                    body: &body
+                }
+            );
+        }
+    }
+}
+
+#[test]
+fn prudp_server_allocates_nothing_per_reliable_data() {
+    use wirekit_core::prudp::VirtualPort;
+    use wirekit_core::prudp::conn::{ClientRandom, Connection};
+    use wirekit_core::prudp::crypto::client_connection_signature;
+    use wirekit_nex::server::{HandlerConfig, PrudpHandler, Role, ServerStats};
+
+    assert_counting_installed();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = wirekit_nex::serve::connection_config(b"ridfebb9", Version::V1);
+    let stats = Arc::new(ServerStats::default());
+    let mut dispatcher = wirekit_nex::Dispatcher::new();
+    dispatcher.register(Box::new(EchoProtocol));
+    let handler = PrudpHandler::new(HandlerConfig {
+        role: Role::Authentication,
+        config,
+        secret: [0x5a; 32],
+        secure: None,
+        dispatcher,
+        stats: stats.clone(),
+    });
+    let counters = Arc::new(Counters::default());
+    let mut worker = loopback_worker(&rt, handler, &counters);
+    let server = worker.local_addr().unwrap();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(5)))
+        .unwrap();
+    let mut client_config = config;
+    client_config.local_port = VirtualPort::new(10, 15);
+    client_config.supported_functions = 4;
+    let client = PrudpClient {
+        conn: Connection::client(
+            client_config,
+            VirtualPort::new(10, 1),
+            client_connection_signature(Version::V1, server),
+            vec![0; Connection::<Vec<u8>>::workspace_len(&client_config)],
+            Instant::ZERO,
+            ClientRandom {
+                session_id: 0x11,
+                initial_unreliable: 1,
+            },
+            None,
+        )
+        .unwrap(),
+        socket,
+        server,
+        epoch: std::time::Instant::now(),
+    };
+    // 64 and 256 bytes in one fragment, 2000 in two.
+    let sizes = [64, 256, 2000];
+    let mut run = |mut client: PrudpClient, warm: bool, from: u32, rounds: u32| {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let t = std::thread::spawn(move || {
+            if warm {
+                assert_eq!(client.next(), None, "connected");
+            }
+            client.calls(from, rounds, &sizes);
+            let _ = tx.send(());
+            client
+        });
+        let stop = async {
+            let _ = rx.await;
+        };
+        let (result, alloc) = count_allocations(|| rt.block_on(worker.run_until(stop)));
+        result.unwrap();
+        (t.join().expect("client"), alloc)
+    };
+    let (client, warm) = run(client, true, 0, 30);
+    // Opening the connection allocated its workspace on this thread: the count sees it.
+    assert!(
+        warm.bytes as usize >= Connection::<Vec<u8>>::workspace_len(&config),
+        "{warm:?}"
+    );
+    let before = counters.snapshot();
+    let rounds = 300;
+    let (client, alloc) = run(client, false, 30, rounds);
+    let after = counters.snapshot();
+    let datagrams = after.datagrams_in - before.datagrams_in;
+    assert!(datagrams >= u64::from(rounds) * 2, "{datagrams} datagrams");
+    assert_eq!(after.dropped_total(), 0, "{after:?}");
+    assert_eq!(
+        stats.requests.load(std::sync::atomic::Ordering::Relaxed),
+        330
+    );
+    assert_eq!(
+        client.conn.counters().total(),
+        0,
+        "{:?}",
+        client.conn.counters()
+    );
+    assert_eq!(
+        alloc.count, 0,
+        "{} allocations ({} bytes) over {datagrams} datagrams",
+        alloc.count, alloc.bytes
     );
 }

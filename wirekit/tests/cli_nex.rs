@@ -106,10 +106,18 @@ fn v1_connection_every_field_and_the_keys_that_verified_it() {
         (&Value::from(1), &Value::from(2), &Value::from(3))
     );
     assert_eq!(d["options_hex"], "020103");
-    assert_eq!(d["payload"], "000102030405060708090a0b0c");
+    // Decrypted with substream 1's cipher under the session key (the core's key modification).
+    let key: Vec<u8> = (0..SESSION_KEY.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&SESSION_KEY[i..i + 2], 16).unwrap())
+        .collect();
+    let mut plain: Vec<u8> = (0..13).collect();
+    wirekit_core::prudp::crypto::substream_cipher(&key, 1).apply_keystream(&mut plain);
+    let plain: String = plain.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(d["payload"], plain);
     assert_eq!(d["payload_len"], 13);
-    assert_eq!(d["encrypted"], true);
-    assert_eq!(d["decrypted"], false);
+    assert_eq!(d["encrypted"], false);
+    assert_eq!(d["decrypted"], true);
     assert_eq!(d["signature"], "55f37159c8243537908985c856c83743");
     assert_eq!(d["verified_with"]["session_key"], true);
     // The server's ACK is signed with what the client's CONNECT gave it.

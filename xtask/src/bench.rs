@@ -35,11 +35,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let stamp = Stamp::now();
     let mut fresh = BTreeMap::new();
     for bench in bench_targets()? {
-        for (i, table) in run_bench(&bench, args)?.into_iter().enumerate() {
+        for (i, (caption, table)) in run_bench(&bench, args)?.into_iter().enumerate() {
             let key = format!("{bench}/table-{}", i + 1);
-            let note = format!("Printed by `benches/benches/{bench}.rs`.");
-            let body = section_body(&key, &stamp, &note, &table);
+            let note = format!("Printed by `benches/benches/{bench}.rs`. {caption}");
+            let body = section_body(&key, &stamp, note.trim_end(), &table);
             fresh.insert(key, body);
+        }
+        if bench == FRONTIER_BENCH
+            && let Some(section) = frontier_plot(&stamp, started)?
+        {
+            fresh.insert(FRONTIER_PLOT_KEY.into(), section);
         }
     }
     let report = std::fs::read_to_string(root().join(REPORT)).unwrap_or_default();
@@ -140,8 +145,8 @@ fn bench_targets() -> Result<Vec<String>, String> {
 }
 
 /// Runs one bench target with `args`, echoing its output; returns the markdown tables it
-/// printed itself (runs of lines starting with `|`).
-fn run_bench(bench: &str, args: &[String]) -> Result<Vec<String>, String> {
+/// printed itself (runs of lines starting with `|`), each with its caption ([`table_captions`]).
+fn run_bench(bench: &str, args: &[String]) -> Result<Vec<(String, String)>, String> {
     let mut cmd_args = vec!["bench", "-p", "wirekit-benches", "--bench", bench, "--"];
     cmd_args.extend(args.iter().map(String::as_str));
     let shown = format!("cargo {}", cmd_args.join(" "));
@@ -165,7 +170,34 @@ fn run_bench(bench: &str, args: &[String]) -> Result<Vec<String>, String> {
     if !status.success() {
         return Err(format!("`{shown}` failed with {status}"));
     }
-    Ok(printed_tables(&lines))
+    let tables = printed_tables(&lines);
+    let captions = table_captions(&lines);
+    Ok(captions.into_iter().zip(tables).collect())
+}
+
+/// A bench's caption for its next table: a line `caption: TEXT` printed before it.
+const CAPTION: &str = "caption: ";
+
+/// For each table among `lines` (as [`printed_tables`] finds them), the text of the last
+/// `caption:` line printed since the previous table, or an empty string.
+fn table_captions(lines: &[String]) -> Vec<String> {
+    let mut captions = Vec::new();
+    let mut caption = String::new();
+    let mut in_table = false;
+    for line in lines.iter().map(|l| l.trim()) {
+        if line.starts_with('|') {
+            if !in_table {
+                captions.push(std::mem::take(&mut caption));
+            }
+            in_table = true;
+        } else {
+            in_table = false;
+            if let Some(text) = line.strip_prefix(CAPTION) {
+                caption = text.to_string();
+            }
+        }
+    }
+    captions
 }
 
 /// The markdown tables among `lines`: each maximal run of lines starting with `|`.
@@ -502,8 +534,8 @@ fn process_cpu_s(pid: u32) -> Option<f64> {
 /// What the `prudp/udp` section measures (printed above its table).
 const PRUDP_UDP_NOTE: &str = "Printed by `benches/src/bin/prudp_udp.rs`: signed, RC4-encrypted \
 reliable v1 DATA from 16 secure client connections (8 messages in flight each) and the server's \
-ACKs, through one `wirekit-nex` worker whose handler runs the core's server connections, pinned \
-to CPU 0, with the load on CPU 1; the floor is the same worker and batching with an echo \
+ACKs, through one `wirekit-nex` worker running `wirekit nex serve`'s secure-server handler \
+(`PrudpHandler`, no RMC protocols registered), pinned to CPU 0, with the load on CPU 1; the floor is the same worker and batching with an echo \
 handler, fed same-sized datagrams. CPU is the server thread's CPU time per datagram received; \
 medians of 5 alternating runs of 1.5 s. No Rust PRUDP implementation on crates.io builds here \
 to compare with (there is none: `nex` there is an unrelated packet library).";
@@ -689,6 +721,243 @@ fn group_table(members: &[Row]) -> String {
     table
 }
 
+/// The zlib frontier harness (`benches/benches/zlib_frontier.rs`): its points are drawn.
+const FRONTIER_BENCH: &str = "zlib_frontier";
+/// The report section that links the plot.
+const FRONTIER_PLOT_KEY: &str = "zlib_frontier/plot";
+/// Where the plot is written, relative to the workspace root.
+const FRONTIER_SVG: &str = "benches/zlib-frontier.svg";
+
+/// One point of the frontier harness's `points.tsv`.
+#[derive(Debug, Clone, PartialEq)]
+struct FrontierPoint {
+    corpus: String,
+    class: String,
+    compressor: String,
+    peer: String,
+    level: u32,
+    bytes: f64,
+    ns: f64,
+}
+
+fn parse_points(text: &str) -> Vec<FrontierPoint> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Some(FrontierPoint {
+                corpus: f.first()?.to_string(),
+                class: f.get(1)?.to_string(),
+                compressor: f.get(2)?.to_string(),
+                peer: f.get(3)?.to_string(),
+                level: f.get(4)?.parse().ok()?,
+                bytes: f.get(5)?.parse().ok()?,
+                ns: f.get(6)?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Writes the frontier plot from the points the harness wrote in this run (`None` when it
+/// wrote none, e.g. a filter skipped it) and returns the report section linking it.
+fn frontier_plot(stamp: &Stamp, since: SystemTime) -> Result<Option<String>, String> {
+    let path = target_dir().join("zlib-frontier").join("points.tsv");
+    let fresh = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= since);
+    if !fresh {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let points = parse_points(&text);
+    if points.is_empty() {
+        return Err(format!("{}: no points", path.display()));
+    }
+    let svg = frontier_svg(&points);
+    let out = root().join(FRONTIER_SVG);
+    std::fs::write(&out, svg).map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("wrote {}", out.display());
+    let note = format!(
+        "Output size (summed over the class, relative to zlib-rs level 6) against time per \
+         packet (log scale), every level of every compressor, per corpus and size class: \
+         [{FRONTIER_SVG}]({FRONTIER_SVG}). Lower left is better; a wirekit level dominates a \
+         peer level it is below and left of."
+    );
+    let table = format!("![zlib frontier]({FRONTIER_SVG})\n");
+    Ok(Some(section_body(FRONTIER_PLOT_KEY, stamp, &note, &table)))
+}
+
+/// Each compressor's colour in the plot.
+fn peer_colour(peer: &str) -> &'static str {
+    match peer {
+        "wirekit" => "#d62728",
+        "zlib-rs" => "#1f77b4",
+        "libdeflate" => "#2ca02c",
+        "miniz_oxide" => "#9467bd",
+        _ => "#7f7f7f",
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The plot as SVG text: one panel per corpus (rows) and size class (columns); in each, x is
+/// the time per packet on a log scale, y the output bytes relative to zlib-rs level 6, one
+/// polyline per compressor through its levels, wirekit's points labelled.
+fn frontier_svg(points: &[FrontierPoint]) -> String {
+    use std::fmt::Write as _;
+    let mut corpora: Vec<&str> = Vec::new();
+    let mut classes: Vec<&str> = Vec::new();
+    let mut peers: Vec<&str> = Vec::new();
+    for p in points {
+        for (list, v) in [
+            (&mut corpora, &p.corpus),
+            (&mut classes, &p.class),
+            (&mut peers, &p.peer),
+        ] {
+            if !list.contains(&v.as_str()) {
+                list.push(v);
+            }
+        }
+    }
+    let (pw, ph) = (300.0, 230.0);
+    let (left, top, gap) = (110.0, 60.0, 24.0);
+    let width = left + classes.len() as f64 * (pw + gap);
+    let height = top + corpora.len() as f64 * (ph + gap + 20.0) + 10.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="18" font-size="14">zlib compressors on game traffic: output bytes (vs zlib-rs-6, summed per class) against time per packet (log)</text>"#
+    );
+    for (k, peer) in peers.iter().enumerate() {
+        let x = 10.0 + k as f64 * 130.0;
+        let _ = writeln!(
+            s,
+            r#"<circle cx="{:.0}" cy="36" r="4" fill="{c}"/><text x="{:.0}" y="40">{}</text>"#,
+            x + 4.0,
+            x + 12.0,
+            xml_escape(peer),
+            c = peer_colour(peer)
+        );
+    }
+    for (row, corpus) in corpora.iter().enumerate() {
+        for (col, class) in classes.iter().enumerate() {
+            let here: Vec<&FrontierPoint> = points
+                .iter()
+                .filter(|p| p.corpus == *corpus && p.class == *class)
+                .collect();
+            let Some(reference) = here
+                .iter()
+                .find(|p| p.compressor == "zlib-rs-6")
+                .or(here.first())
+            else {
+                continue;
+            };
+            let x0 = left + col as f64 * (pw + gap);
+            let y0 = top + row as f64 * (ph + gap + 20.0) + 16.0;
+            let rel = |p: &FrontierPoint| p.bytes / reference.bytes;
+            let (mut tmin, mut tmax, mut rmin, mut rmax) = (f64::MAX, 0.0f64, f64::MAX, 0.0f64);
+            for p in &here {
+                tmin = tmin.min(p.ns);
+                tmax = tmax.max(p.ns);
+                rmin = rmin.min(rel(p));
+                rmax = rmax.max(rel(p));
+            }
+            let (lt0, lt1) = ((tmin * 0.8).log10(), (tmax * 1.25).log10());
+            let (r0, r1) = (
+                rmin - (rmax - rmin) * 0.06,
+                rmax + (rmax - rmin) * 0.06 + 1e-9,
+            );
+            let px = |ns: f64| x0 + (ns.log10() - lt0) / (lt1 - lt0) * pw;
+            let py = |r: f64| y0 + ph - (r - r0) / (r1 - r0) * ph;
+            let _ = writeln!(
+                s,
+                r##"<rect x="{x0:.1}" y="{y0:.1}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>"##
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" font-size="12">{} · {}</text>"#,
+                x0,
+                y0 - 4.0,
+                xml_escape(corpus),
+                xml_escape(class)
+            );
+            // Time ticks at 1, 2 and 5 times the powers of ten in range.
+            let mut decade = 10f64.powf(lt0.floor());
+            while decade <= 10f64.powf(lt1) {
+                for m in [1.0, 2.0, 5.0] {
+                    let t = decade * m;
+                    if t.log10() < lt0 || t.log10() > lt1 {
+                        continue;
+                    }
+                    let x = px(t);
+                    let _ = writeln!(
+                        s,
+                        r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="9">{}</text>"##,
+                        y0,
+                        y0 + ph,
+                        y0 + ph + 11.0,
+                        human_time(t).replace(".00", "")
+                    );
+                }
+                decade *= 10.0;
+            }
+            // Size ticks: five evenly spaced relative sizes.
+            for k in 0..=4 {
+                let r = r0 + (r1 - r0) * k as f64 / 4.0;
+                let y = py(r);
+                let _ = writeln!(
+                    s,
+                    r##"<line x1="{x0:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end" font-size="9">{:.3}</text>"##,
+                    x0 + pw,
+                    x0 - 3.0,
+                    y + 3.0,
+                    r
+                );
+            }
+            for peer in &peers {
+                let mut line: Vec<&&FrontierPoint> =
+                    here.iter().filter(|p| p.peer == *peer).collect();
+                line.sort_by_key(|p| p.level);
+                let c = peer_colour(peer);
+                let path: Vec<String> = line
+                    .iter()
+                    .map(|p| format!("{:.1},{:.1}", px(p.ns), py(rel(p))))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="1" opacity="0.6"/>"#,
+                    path.join(" ")
+                );
+                for p in line {
+                    let (x, y) = (px(p.ns), py(rel(p)));
+                    let r = if p.peer == "wirekit" { 4.0 } else { 2.5 };
+                    let _ = writeln!(
+                        s,
+                        r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r}" fill="{c}"><title>{}: {:.0} bytes, {}</title></circle><text x="{:.1}" y="{:.1}" font-size="8" fill="{c}">{}</text>"#,
+                        xml_escape(&p.compressor),
+                        p.bytes,
+                        human_time(p.ns),
+                        x + 4.0,
+                        y - 3.0,
+                        p.level
+                    );
+                }
+            }
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -786,5 +1055,43 @@ mod tests {
         let targets = bench_targets().unwrap();
         assert!(targets.iter().any(|t| t == "framing"), "{targets:?}");
         assert!(targets.iter().all(|t| !t.contains('"')));
+    }
+
+    #[test]
+    fn captions_pair_with_their_tables() {
+        let lines: Vec<String> = [
+            "caption: first",
+            "",
+            "| a |",
+            "|---|",
+            "caption: second",
+            "| b |",
+            "x",
+            "| c |",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(table_captions(&lines), ["first", "second", ""]);
+        assert_eq!(printed_tables(&lines).len(), 3);
+    }
+
+    #[test]
+    fn frontier_points_parse_and_plot() {
+        let text = "corpus\tclass\tcompressor\tpeer\tlevel\tbytes\tns_per_packet\tpackets\n\
+                    ours\twhole\twirekit-quick\twirekit\t1\t1000\t500.0\t3\n\
+                    ours\twhole\tzlib-rs-6\tzlib-rs\t6\t900\t4000.0\t3\n\
+                    bad line\n";
+        let points = parse_points(text);
+        assert_eq!(points.len(), 2);
+        assert_eq!(points[1].compressor, "zlib-rs-6");
+        let svg = frontier_svg(&points);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(
+            svg.matches("<circle").count(),
+            2 + 2,
+            "two points, two legend dots"
+        );
+        assert!(svg.contains("ours · whole"));
     }
 }

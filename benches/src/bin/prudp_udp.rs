@@ -1,6 +1,8 @@
 //! The PRUDP UDP harness (`cargo xtask bench prudp` runs it): datagrams per second and server
 //! CPU per datagram for signed, RC4-encrypted reliable v1 DATA with ACKs, through a
-//! `wirekit-nex` [`Worker`] whose handler runs the core's secure-server [`Connection`]s, side
+//! `wirekit-nex` [`Worker`] running `wirekit nex serve`'s secure-server [`PrudpHandler`] (the
+//! core's connections; an RMC dispatcher with no protocols: the bench's messages are not RMC,
+//! so they are counted as malformed and get no response), side
 //! by side with the floor: the same worker, socket setup and batching with a handler that
 //! echoes each datagram.
 //!
@@ -26,12 +28,12 @@ use std::time::Duration as StdDuration;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use wirekit_benches::prudp::{self, Conn, SERVER_PORT};
-use wirekit_core::prudp::conn::{Event, Server, ServerOutput};
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Settings, Version, VirtualPort};
 use wirekit_core::time::{Duration, Instant};
+use wirekit_nex::server::HandlerConfig;
 use wirekit_nex::{
-    ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, Verdict, Worker,
-    WorkerConfig,
+    ConnectionKey, Counters, DatagramHandler, Dispatcher, Open, Outbox, PrudpHandler, Role,
+    ServerStats, Verdict, Worker, WorkerConfig,
 };
 
 /// Client connections (virtual ports 0 to 15 of stream type 10, all on one socket).
@@ -45,137 +47,6 @@ const WARM_UP: StdDuration = StdDuration::from_millis(300);
 const VERSION: Version = Version::V1;
 /// The most bytes one GSO send carries (a UDP datagram's length field is 16 bits).
 const GSO_BYTES: usize = 65_000;
-
-/// The secure server: the core's stateless [`Server`] for new peers, a [`Connection`] each.
-struct SecureHandler {
-    listener: Server,
-    next_session: u8,
-    messages: u64,
-}
-
-/// A server connection; `fresh` until the worker hands it the datagram that opened it (already
-/// handled in `open`).
-struct ServerConn {
-    conn: Conn,
-    fresh: bool,
-}
-
-/// Queues everything `conn` has to send for `to`; `false` if the outbox is full.
-fn drain(conn: &mut Conn, to: SocketAddr, now: Instant, out: &mut Outbox) -> bool {
-    loop {
-        let (mut called, mut wrote) = (false, false);
-        let pushed = out.push_with(to, |slot| {
-            called = true;
-            let t = conn.poll_transmit(now, slot)?;
-            wrote = true;
-            Some(t.len)
-        });
-        match (called, wrote) {
-            (false, _) => return false,
-            (true, false) => return true,
-            (true, true) if pushed.is_err() => return false,
-            (true, true) => {}
-        }
-    }
-}
-
-impl SecureHandler {
-    /// Takes `conn`'s events and queues its datagrams; the verdict on the datagram just
-    /// handled, given the drop counter before it.
-    fn after(
-        &mut self,
-        conn: &mut Conn,
-        to: SocketAddr,
-        drops_before: u64,
-        now: Instant,
-        out: &mut Outbox,
-    ) -> Verdict {
-        while let Some(event) = conn.poll_event() {
-            if let Event::Message { .. } = event {
-                self.messages += 1;
-            }
-        }
-        if !drain(conn, to, now, out) {
-            return Verdict::Drop(DropReason::OutboxFull);
-        }
-        if conn.is_closed() {
-            Verdict::Close
-        } else if conn.counters().total() > drops_before {
-            Verdict::Drop(DropReason::Protocol(0))
-        } else {
-            Verdict::Keep
-        }
-    }
-}
-
-impl DatagramHandler for SecureHandler {
-    type State = ServerConn;
-
-    fn version(&self) -> Version {
-        VERSION
-    }
-
-    fn open(
-        &mut self,
-        key: &ConnectionKey,
-        datagram: &[u8],
-        now: Instant,
-        out: &mut Outbox,
-    ) -> Open<ServerConn> {
-        self.next_session = self.next_session.wrapping_add(1);
-        let mut result = None;
-        let _ = out.push_with(key.peer, |slot| {
-            match self
-                .listener
-                .handle(datagram, key.peer, now, self.next_session, slot)
-            {
-                ServerOutput::Reply(n) => return Some(n),
-                other => result = Some(other),
-            }
-            None
-        });
-        match result {
-            None => Open::Stateless,
-            Some(ServerOutput::Accepted(a)) => {
-                let mut conn = prudp::accept(&self.listener, &a, now);
-                conn.handle(&datagram[a.consumed..], now);
-                let _ = self.after(&mut conn, key.peer, 0, now, out);
-                Open::Accept(ServerConn { conn, fresh: true })
-            }
-            Some(_) => Open::Refuse(DropReason::Protocol(1)),
-        }
-    }
-
-    fn datagram(
-        &mut self,
-        key: &ConnectionKey,
-        state: &mut ServerConn,
-        datagram: &[u8],
-        now: Instant,
-        out: &mut Outbox,
-    ) -> Verdict {
-        if std::mem::take(&mut state.fresh) {
-            return Verdict::Keep;
-        }
-        let before = state.conn.counters().total();
-        state.conn.handle(datagram, now);
-        self.after(&mut state.conn, key.peer, before, now, out)
-    }
-
-    fn tick(
-        &mut self,
-        key: &ConnectionKey,
-        state: &mut ServerConn,
-        now: Instant,
-        out: &mut Outbox,
-    ) -> Verdict {
-        if state.conn.next_timeout().is_some_and(|t| t <= now) {
-            state.conn.handle_timeout(now);
-        }
-        let before = state.conn.counters().total();
-        self.after(&mut state.conn, key.peer, before, now, out)
-    }
-}
 
 /// The floor: echoes every datagram to its sender.
 struct EchoHandler;
@@ -305,11 +176,14 @@ fn start_server(mode: Mode) -> io::Result<RunningServer> {
                     })
                 }
                 Mode::Prudp => {
-                    let handler = SecureHandler {
-                        listener: prudp::listener(VERSION),
-                        next_session: 0,
-                        messages: 0,
-                    };
+                    let handler = PrudpHandler::new(HandlerConfig {
+                        role: Role::Secure,
+                        config: prudp::config(VERSION, SERVER_PORT),
+                        secret: [9; 32],
+                        secure: Some(prudp::secure_server()),
+                        dispatcher: Dispatcher::new(),
+                        stats: Arc::new(ServerStats::default()),
+                    });
                     let mut w = Worker::new(socket, &config, handler, counters.clone())?;
                     measure(&mut |rx| {
                         rt.block_on(w.run_until(async {

@@ -27,6 +27,8 @@
 //! - [`Level::Fast`]: the same matching, symbols buffered per block, each block written with a
 //!   dynamic Huffman code (approximate on blocks under 2048 symbols) or stored, whichever is
 //!   smaller.
+//! - [`Level::Lazy`]: the default level's matching with a quarter of its chain (8 links,
+//!   nice length 32, lazy length 8), for most of its ratio in about 60% of its time.
 //! - [`Level::Default`]: lazy matching over hash chains (32 links, nice length 64, zlib's lazy
 //!   and good lengths 16 and 8), each block written in the smallest of dynamic Huffman (with
 //!   optimal length-limited codes), fixed Huffman or stored form.
@@ -39,7 +41,7 @@
 //! The workspace is any `u32` storage of at least [`WORKSPACE_MIN`] words (4 KiB);
 //! [`WORKSPACE_MCU`] (16 KiB) is the microcontroller profile and [`WORKSPACE_SERVER`] (320 KiB)
 //! the largest that changes anything. Its length sets the hash table sizes (up to 8 Ki
-//! entries for `Quick`/`Fast`, 32 Ki for `Default`), the block size in symbols, and the
+//! entries for `Quick`/`Fast`, 32 Ki for `Lazy`/`Default`), the block size in symbols, and the
 //! default level's hash chain, which bounds its match distance (1 Ki positions at 16 KiB,
 //! 32 Ki at 320 KiB).
 //!
@@ -59,12 +61,14 @@
 //!
 //! The figures (time per packet, throughput and compressed bytes per level and workspace,
 //! against miniz_oxide, zlib-rs and libdeflate on the game-packet corpus of `benches/`) are in
-//! the repository's `BENCHMARKS.md`, written by `cargo xtask bench zlib`.
+//! the repository's `BENCHMARKS.md`, written by `cargo xtask bench zlib`, with the size/speed
+//! frontier of every level of every peer on real traffic (captured `minecraft-protocol`
+//! sessions and terrain chunk data, `benches/corpus/`).
 //!
 //! Small workspaces cost ratio mainly on large inputs at the default level (its chain, and so
 //! its reach, shrinks with the workspace); on 1 KiB packets 16 KiB is as good as 320 KiB.
 //!
-//! Stack use: `Fast` and `Default` keep the block's symbol frequencies, Huffman codes and
+//! Stack use: `Fast`, `Lazy` and `Default` keep the block's symbol frequencies, Huffman codes and
 //! code-building arrays on the stack (about 7 KB, counted from the arrays, not measured);
 //! `Quick` and `Stored` need well under 1 KB.
 //!

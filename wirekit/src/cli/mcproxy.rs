@@ -21,7 +21,7 @@ use wirekit_proxy::{
 #[derive(clap::Args, Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ProxyArgs {
-    /// TOML config file (keys as the flags; routes as [[route]] tables). Flags win.
+    /// TOML config file (keys as the flags; routes as `[[route]]` tables). Flags win.
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,

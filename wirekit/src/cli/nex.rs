@@ -17,12 +17,14 @@
 //! learned per connection. Each packet is checked against the keys its direction uses, with
 //! and without the session key (a DISCONNECT may be sent before it exists).
 //!
-//! Each connection keeps an RC4 state per direction and substream ([`CipherSlots`]). With
-//! `--rc4-key` (`CD&ML` on an authentication server, the session key in hex with `hex:` on a
-//! secure server) substream 0's reliable DATA payloads are decrypted in sequence order; other
-//! substreams (their key modification) and unreliable DATA (per-packet keys) are printed as
-//! received, marked `"encrypted": true`, until the core's PRUDP connection crypto provides
-//! their ciphers.
+//! Each connection keeps an RC4 state per direction and substream ([`CipherSlots`]), made
+//! with the core's PRUDP crypto (`wirekit_core::prudp::crypto`). With `--session-key` (a
+//! secure server) every substream's reliable DATA payloads, each direction, are decrypted in
+//! sequence order under the substream's modified key, and unreliable DATA under its
+//! per-packet key. With `--rc4-key` instead (`CD&ML` on an authentication server, or any key
+//! as text or `hex:...`) the substreams' keys derive from that key the same way. A payload
+//! out of sequence order (a retransmission, or after a gap) cannot be decrypted and is
+//! printed as received, marked `"encrypted": true`.
 //!
 //! A packet that does not parse or verify prints `{"datagram":..,"offset":..,"error":..}` on
 //! stdout and on stderr with the reason; the rest of its datagram is skipped, the following
@@ -38,6 +40,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Map, Value, json};
 use wirekit_core::Status;
 use wirekit_core::kerberos::Rc4;
+use wirekit_core::prudp::crypto::{apply_unreliable, substream_cipher, unreliable_base_key};
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Parsed, Settings, V0Format, Version};
 
 use super::frame::{parse_hex, to_hex};
@@ -47,6 +50,8 @@ use super::frame::{parse_hex, to_hex};
 pub enum NexCommand {
     /// Decode PRUDP datagrams (hex lines on stdin, or a pcap/pcapng file) as JSON lines.
     Decode(DecodeArgs),
+    /// Serve an authentication server and a secure server that NEX clients log in through.
+    Serve(ServeArgs),
 }
 
 /// The PRUDP format spoken.
@@ -127,7 +132,192 @@ pub fn run(cmd: NexCommand) -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        NexCommand::Serve(args) => serve(args),
     }
+}
+
+/// `wirekit nex serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where the authentication (ticket-granting) server listens.
+    #[arg(long, default_value = "127.0.0.1:60000")]
+    pub auth_listen: SocketAddr,
+    /// Where the secure server listens.
+    #[arg(long, default_value = "127.0.0.1:60001")]
+    pub secure_listen: SocketAddr,
+    /// The secure server's address as clients reach it (in Login's StationURL); default:
+    /// the bound address.
+    #[arg(long)]
+    pub secure_public: Option<SocketAddr>,
+    /// The accounts file (TOML: key_scheme, then [[account]] username, pid, password).
+    #[arg(long)]
+    pub accounts: PathBuf,
+    /// The game's access key.
+    #[arg(long)]
+    pub access_key: String,
+    /// The PRUDP version and variant (v0, v0-friends, quazal or v1; Lite is not UDP).
+    #[arg(long, value_enum, default_value = "v1")]
+    pub version: VersionArg,
+    /// The build name Login reports.
+    #[arg(long, default_value = concat!("wirekit ", env!("CARGO_PKG_VERSION")))]
+    pub build_name: String,
+    /// A LoginEx token to accept (repeatable); without one, LoginEx is refused.
+    #[arg(long = "login-ex-token")]
+    pub login_ex_tokens: Vec<String>,
+    /// The secure server's PID (the tickets' target).
+    #[arg(long, default_value_t = 2)]
+    pub secure_pid: u64,
+    /// The secure server's password (its key is derived once at start); default: a random
+    /// key, enough when both servers run here.
+    #[arg(long)]
+    pub secure_password: Option<String>,
+    /// PID width in bits: 32 (3DS, Wii U) or 64 (Switch).
+    #[arg(long, default_value_t = 32)]
+    pub pid_bits: u8,
+    /// The NEX version clients speak (as NintendoClients writes it: 30500 for 3.5.0).
+    #[arg(long, default_value_t = 30500)]
+    pub nex_version: u32,
+    /// Workers (UDP sockets) per server.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// Login calls one source address may make in a burst.
+    #[arg(long, default_value_t = 10)]
+    pub login_burst: u32,
+    /// Login calls one source address may make per minute after the burst.
+    #[arg(long, default_value_t = 30)]
+    pub logins_per_minute: u32,
+    /// Connections per server (per worker) at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Connections one source address may hold (per worker).
+    #[arg(long, default_value_t = 16)]
+    pub max_per_source: u32,
+}
+
+/// Runs `wirekit nex serve` until SIGINT or SIGTERM, then prints a summary line (JSON) on
+/// stdout.
+fn serve(args: ServeArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .try_init();
+    let accounts = match wirekit_nex::Accounts::load(&args.accounts) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("wirekit nex serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !matches!(args.pid_bits, 32 | 64) {
+        eprintln!("wirekit nex serve: --pid-bits is 32 or 64");
+        return ExitCode::FAILURE;
+    }
+    if args.version == VersionArg::Lite {
+        eprintln!("wirekit nex serve: Lite rides WebSocket or TLS, not UDP: choose v0 or v1");
+        return ExitCode::FAILURE;
+    }
+    let mut worker = wirekit_nex::WorkerConfig::default();
+    worker.limits.max_connections = args.max_connections;
+    worker.limits.max_per_source = args.max_per_source;
+    let options = wirekit_nex::ServeOptions {
+        auth_listen: args.auth_listen,
+        secure_listen: args.secure_listen,
+        secure_public: args.secure_public,
+        accounts,
+        access_key: args.access_key.clone(),
+        version: args.version.version(),
+        build_name: args.build_name.clone(),
+        login_ex_tokens: args.login_ex_tokens.clone(),
+        secure_pid: args.secure_pid,
+        secure_password: args.secure_password.clone(),
+        pid_width: match args.pid_bits {
+            64 => wirekit_core::kerberos::PidWidth::U64,
+            _ => wirekit_core::kerberos::PidWidth::U32,
+        },
+        nex_version: args.nex_version,
+        workers: args.workers.max(1),
+        login_burst: args.login_burst,
+        logins_per_minute: args.logins_per_minute,
+        worker,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wirekit nex serve: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        let servers = wirekit_nex::NexServers::bind(options)?;
+        // Scripts read the bound addresses from these lines (useful with port 0).
+        println!("auth listening on {}", servers.auth_addr());
+        println!("secure listening on {}", servers.secure_addr());
+        tracing::info!(
+            auth = %servers.auth_addr(),
+            secure = %servers.secure_addr(),
+            version = args.version.name(),
+            "serving"
+        );
+        let stats = servers.stats().clone();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            super::serve::signalled().await;
+            tracing::info!("signal received");
+            let _ = stop.send(true);
+        });
+        servers.run(stopped).await?;
+        Ok::<_, io::Error>(stats)
+    });
+    match result {
+        Ok(stats) => {
+            let summary = summary(&stats);
+            tracing::info!(%summary, "stopped");
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wirekit nex serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The servers' counters as one JSON object.
+fn summary(stats: &wirekit_nex::ServeStats) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let server = |d: &wirekit_nex::Counters, s: &wirekit_nex::ServerStats| {
+        let d = d.snapshot();
+        let drops: Map<String, Value> = s
+            .drop_counts()
+            .map(|(r, n)| (format!("{r:?}"), json!(n)))
+            .collect();
+        json!({
+            "datagrams_in": d.datagrams_in,
+            "datagrams_out": d.datagrams_out,
+            "connections": s.connected.load(Relaxed),
+            "closed": d.closed,
+            "expired": d.expired,
+            "requests": s.requests.load(Relaxed),
+            "responses": s.responses.load(Relaxed),
+            "malformed_messages": s.malformed_messages.load(Relaxed),
+            "drops": drops,
+        })
+    };
+    let l = &stats.logins;
+    json!({
+        "auth": server(&stats.auth_datagrams, &stats.auth),
+        "secure": server(&stats.secure_datagrams, &stats.secure),
+        "logins": l.logins.load(Relaxed),
+        "tickets": l.tickets.load(Relaxed),
+        "login_refused": l.refused.load(Relaxed),
+        "login_rate_limited": l.rate_limited.load(Relaxed),
+    })
 }
 
 /// Which side sent a packet.
@@ -162,9 +352,12 @@ impl PayloadCipher for Rc4 {
 
 /// A connection's payload ciphers, one per direction and substream, each with the sequence id
 /// it expects next (RC4 runs in sequence order: a retransmission or a gap is not decrypted).
+/// With a base key, a substream's slot is made the first time it is seen, with the core's
+/// substream key modification.
 #[derive(Default)]
 pub struct CipherSlots {
     slots: HashMap<(Direction, u8), CipherSlot>,
+    base_key: Option<Vec<u8>>,
 }
 
 /// One stream's cipher and the sequence id it expects next (none before the first).
@@ -174,6 +367,15 @@ struct CipherSlot {
 }
 
 impl CipherSlots {
+    /// Slots that make each direction's and substream's cipher from `key` (a session key, or
+    /// `CD&ML`) when first needed.
+    pub fn with_base_key(key: &[u8]) -> Self {
+        CipherSlots {
+            slots: HashMap::new(),
+            base_key: Some(key.to_vec()),
+        }
+    }
+
     /// Installs the cipher of a direction and substream.
     pub fn install(&mut self, direction: Direction, substream: u8, cipher: Box<dyn PayloadCipher>) {
         self.slots
@@ -189,6 +391,13 @@ impl CipherSlots {
         sequence_id: u16,
         payload: &[u8],
     ) -> Option<Vec<u8>> {
+        if let (Some(key), false) = (
+            &self.base_key,
+            self.slots.contains_key(&(direction, substream)),
+        ) {
+            let cipher = Box::new(substream_cipher(key, substream));
+            self.install(direction, substream, cipher);
+        }
         let slot = self.slots.get_mut(&(direction, substream))?;
         if slot.next.is_some_and(|n| n != sequence_id) {
             return None;
@@ -223,14 +432,10 @@ struct Connection {
 
 impl Connection {
     fn new(config: &Config) -> Self {
-        let mut ciphers = CipherSlots::default();
-        if let Some(key) = &config.rc4_key {
-            for d in [Direction::FromClient, Direction::FromServer] {
-                if let Ok(rc4) = Rc4::new(key) {
-                    ciphers.install(d, 0, Box::new(rc4));
-                }
-            }
-        }
+        let ciphers = match (&config.session_key, &config.rc4_key) {
+            (Some(key), _) | (None, Some(key)) => CipherSlots::with_base_key(key),
+            (None, None) => CipherSlots::default(),
+        };
         Connection {
             client_addr: None,
             client_port: None,
@@ -507,6 +712,7 @@ fn describe(
     let p = &parsed.packet;
     let v0 = matches!(config.settings.version, Version::V0(_));
     let lite = config.settings.version == Version::Lite;
+    let unreliable_key = config.session_key.as_deref().map(unreliable_base_key);
     line.insert("len".into(), json!(parsed.len));
     line.insert("version".into(), json!(config.version.name()));
     line.insert("direction".into(), json!(dir.map(Direction::name)));
@@ -563,6 +769,12 @@ fn describe(
             conn.ciphers
                 .decrypt(d, p.substream_id, p.sequence_id, p.payload)
         }
+        // Unreliable DATA: a key of its own per packet, from the session key.
+        (true, Some(_)) => unreliable_key.map(|base| {
+            let mut plain = p.payload.to_vec();
+            apply_unreliable(&base, p.sequence_id, p.session_id, &mut plain);
+            plain
+        }),
         _ => None,
     };
     line.insert("encrypted".into(), json!(encrypted && plain.is_none()));
@@ -736,6 +948,43 @@ mod tests {
                 self.0 = self.0.wrapping_add(1);
             }
         }
+    }
+
+    #[test]
+    fn base_key_slots_use_the_cores_substream_ciphers_per_direction() {
+        let key = [0x31u8; 32];
+        let mut slots = CipherSlots::with_base_key(&key);
+        for substream in [0u8, 1, 3] {
+            // What a sender under the core's crypto writes, two packets per direction.
+            let mut send = substream_cipher(&key, substream);
+            let mut back = substream_cipher(&key, substream);
+            let mut a = *b"first message";
+            let mut b = *b"second one";
+            send.apply_keystream(&mut a);
+            send.apply_keystream(&mut b);
+            let mut c = *b"reply";
+            back.apply_keystream(&mut c);
+            let d = Direction::FromClient;
+            assert_eq!(
+                slots.decrypt(d, substream, 2, &a).as_deref(),
+                Some(&b"first message"[..])
+            );
+            // A retransmission of the first is not decrypted again; the next one is.
+            assert_eq!(slots.decrypt(d, substream, 2, &a), None);
+            assert_eq!(
+                slots.decrypt(d, substream, 3, &b).as_deref(),
+                Some(&b"second one"[..])
+            );
+            let r = slots.decrypt(Direction::FromServer, substream, 1, &c);
+            assert_eq!(r.as_deref(), Some(&b"reply"[..]));
+        }
+        // Substreams' keys differ (the modification), so streams do not mix.
+        let mut one = substream_cipher(&key, 1);
+        let mut zero = substream_cipher(&key, 0);
+        let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
+        one.apply_keystream(&mut x);
+        zero.apply_keystream(&mut y);
+        assert_ne!(x, y);
     }
 
     #[test]

@@ -1,0 +1,355 @@
+//! RMC dispatch: routes each request a connection delivers to the [`RmcProtocol`] registered
+//! for its protocol id and writes the response, without allocating.
+//!
+//! A library user serves a protocol by implementing [`RmcProtocol`] and registering it with
+//! [`Dispatcher::register`]; the authentication (10) and secure-connection (11) protocols are
+//! built in ([`crate::auth::AuthenticationProtocol`], [`crate::secure::SecureProtocol`]). A
+//! request for a protocol nobody registered, or a method a protocol does not have, gets the
+//! NEX error `Core::NotImplemented`.
+//!
+//! ```
+//! use wirekit_core::nex::ResultCode;
+//! use wirekit_nex::rmc::{Call, Dispatcher, Reply, RmcProtocol};
+//!
+//! /// Protocol 0x65, method 1: echoes its parameters back.
+//! struct Echo;
+//!
+//! impl RmcProtocol for Echo {
+//!     fn protocol_id(&self) -> u16 {
+//!         0x65
+//!     }
+//!     fn call(&mut self, call: &Call<'_>, out: &mut [u8]) -> Reply {
+//!         match call.method {
+//!             1 if out.len() >= call.body.len() => {
+//!                 out[..call.body.len()].copy_from_slice(call.body);
+//!                 Reply::Success(call.body.len())
+//!             }
+//!             1 => Reply::Error(ResultCode::CORE_UNKNOWN),
+//!             _ => Reply::NotImplemented,
+//!         }
+//!     }
+//! }
+//!
+//! let mut dispatcher = Dispatcher::new();
+//! dispatcher.register(Box::new(Echo));
+//! ```
+
+use std::net::SocketAddr;
+
+use wirekit_core::nex::{Context, Method, Protocol, ResultCode, RmcFormat, RmcKind, RmcMessage};
+use wirekit_core::time::Instant;
+
+/// `Core::NotImplemented`: no such protocol or method.
+pub const NOT_IMPLEMENTED: ResultCode = ResultCode::error(0x0001_0002);
+/// `Core::InvalidArgument`: the parameters did not decode.
+pub const INVALID_ARGUMENT: ResultCode = ResultCode::error(0x0001_000A);
+
+/// One request, as a protocol sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The client's PID, on a secure server (from its ticket); `None` on the authentication
+    /// server.
+    pub pid: Option<u64>,
+    /// The connection id the client asked for in its CONNECT (0 on the authentication server).
+    pub cid: u32,
+    /// The PRUDP minor version the connection negotiated (0 on v0): from 3 on, NEX
+    /// structures carry their header ([`Call::context`]).
+    pub minor_version: u8,
+    /// The protocol id.
+    pub protocol: u16,
+    /// The method id.
+    pub method: u32,
+    /// The call id.
+    pub call_id: u32,
+    /// The encoded parameters.
+    pub body: &'a [u8],
+    /// When the request arrived, on the worker's clock.
+    pub now: Instant,
+}
+
+impl Call<'_> {
+    /// `base` with structure headers as this connection speaks them (PRUDP minor version 3
+    /// and up, as NintendoClients decides it).
+    pub const fn context(&self, base: Context) -> Context {
+        Context {
+            struct_header: self.minor_version >= 3,
+            ..base
+        }
+    }
+}
+
+/// What a protocol answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Success; the return values are the first `n` bytes written to the output.
+    Success(usize),
+    /// An error response with this result code.
+    Error(ResultCode),
+    /// The protocol has no such method (answered `Core::NotImplemented`).
+    NotImplemented,
+    /// No response at all (the request is dropped, e.g. rate limited silently).
+    Silent,
+}
+
+/// A protocol a server answers: one implementation per protocol id.
+///
+/// `call` writes the response's return values into `out` (the room left after the RMC
+/// header, up to the connection's largest message) and must not allocate in steady state.
+pub trait RmcProtocol: Send {
+    /// The protocol id served.
+    fn protocol_id(&self) -> u16;
+
+    /// Handles one request.
+    fn call(&mut self, call: &Call<'_>, out: &mut [u8]) -> Reply;
+}
+
+/// What the dispatcher did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatched {
+    /// A response of this many bytes is at the start of the output buffer.
+    Respond(usize),
+    /// Nothing to send (a silent protocol, or a message that was not a request).
+    Nothing,
+    /// The message is not RMC: the connection should count it and carry on.
+    Malformed,
+}
+
+/// The protocols of one server, looked up by id.
+pub struct Dispatcher {
+    protocols: Vec<Box<dyn RmcProtocol>>,
+    format: RmcFormat,
+    max_message: u32,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<u16> = self.protocols.iter().map(|p| p.protocol_id()).collect();
+        f.debug_struct("Dispatcher")
+            .field("protocols", &ids)
+            .field("format", &self.format)
+            .finish()
+    }
+}
+
+impl Default for Dispatcher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Dispatcher {
+    /// No protocols, packed RMC, 64 KiB messages.
+    pub fn new() -> Self {
+        Dispatcher {
+            protocols: Vec::new(),
+            format: RmcFormat::Packed,
+            max_message: 64 * 1024,
+        }
+    }
+
+    /// Adds a protocol; one registered earlier with the same id is replaced.
+    pub fn register(&mut self, protocol: Box<dyn RmcProtocol>) {
+        let id = protocol.protocol_id();
+        self.protocols.retain(|p| p.protocol_id() != id);
+        self.protocols.push(protocol);
+    }
+
+    /// The protocol ids served.
+    pub fn protocol_ids(&self) -> impl Iterator<Item = u16> + '_ {
+        self.protocols.iter().map(|p| p.protocol_id())
+    }
+
+    /// Handles one reassembled message from a connection and writes the response into `out`.
+    /// `call` supplies everything but what the message itself says (its protocol, method,
+    /// call id and body are filled in here).
+    pub fn dispatch<'m>(
+        &mut self,
+        message: &'m [u8],
+        mut call: Call<'m>,
+        out: &mut [u8],
+    ) -> Dispatched {
+        let parsed = match RmcMessage::parse(message, self.format, self.max_message) {
+            Ok(wirekit_core::Status::Complete(p)) if p.len == message.len() => p.message,
+            _ => return Dispatched::Malformed,
+        };
+        let (Protocol::Id(protocol), RmcKind::Request { method, body, .. }) =
+            (parsed.protocol, parsed.kind)
+        else {
+            // A response or error from the client: nothing is waiting for one.
+            return Dispatched::Nothing;
+        };
+        let Method::Id(method) = method else {
+            return Dispatched::Malformed;
+        };
+        call.protocol = protocol;
+        call.method = method;
+        call.call_id = parsed.call_id;
+        call.body = body;
+        let head = RmcMessage::response(
+            Protocol::Id(protocol),
+            call.call_id,
+            Method::Id(method),
+            &[],
+        );
+        let Ok(header) = head.header_len(self.format) else {
+            return Dispatched::Malformed;
+        };
+        let reply = match self
+            .protocols
+            .iter_mut()
+            .find(|p| p.protocol_id() == protocol)
+        {
+            Some(p) if out.len() > header => p.call(&call, &mut out[header..]),
+            Some(_) => Reply::Error(ResultCode::CORE_UNKNOWN),
+            None => Reply::NotImplemented,
+        };
+        let written = match reply {
+            Reply::Success(n) => head.encode_in_place(self.format, out, n),
+            Reply::Error(code) => RmcMessage::error(Protocol::Id(protocol), call.call_id, code)
+                .encode(self.format, out),
+            Reply::NotImplemented => {
+                RmcMessage::error(Protocol::Id(protocol), call.call_id, NOT_IMPLEMENTED)
+                    .encode(self.format, out)
+            }
+            Reply::Silent => return Dispatched::Nothing,
+        };
+        match written {
+            Ok(n) => Dispatched::Respond(n),
+            // The return values did not fit: say so rather than send nothing.
+            Err(_) => RmcMessage::error(
+                Protocol::Id(protocol),
+                call.call_id,
+                ResultCode::CORE_UNKNOWN,
+            )
+            .encode(self.format, out)
+            .map_or(Dispatched::Nothing, Dispatched::Respond),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Upper;
+
+    impl RmcProtocol for Upper {
+        fn protocol_id(&self) -> u16 {
+            0x99
+        }
+        fn call(&mut self, call: &Call<'_>, out: &mut [u8]) -> Reply {
+            match call.method {
+                1 if call.body.len() > out.len() => Reply::Error(ResultCode::CORE_UNKNOWN),
+                1 => {
+                    let n = call.body.len();
+                    for (o, b) in out.iter_mut().zip(call.body) {
+                        *o = b.to_ascii_uppercase();
+                    }
+                    Reply::Success(n)
+                }
+                2 => Reply::Error(ResultCode::ACCESS_DENIED),
+                _ => Reply::NotImplemented,
+            }
+        }
+    }
+
+    fn call() -> Call<'static> {
+        Call {
+            peer: SocketAddr::from(([127, 0, 0, 1], 1)),
+            pid: None,
+            cid: 0,
+            minor_version: 0,
+            protocol: 0,
+            method: 0,
+            call_id: 0,
+            body: &[],
+            now: Instant::ZERO,
+        }
+    }
+
+    fn request(protocol: u16, method: u32, body: &[u8]) -> Vec<u8> {
+        let m = RmcMessage::request(Protocol::Id(protocol), 77, Method::Id(method), body);
+        let mut out = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
+        m.encode(RmcFormat::Packed, &mut out).unwrap();
+        out
+    }
+
+    fn response(out: &[u8]) -> RmcMessage<'_> {
+        RmcMessage::parse(out, RmcFormat::Packed, 1 << 16)
+            .unwrap()
+            .complete()
+            .unwrap()
+            .message
+    }
+
+    #[test]
+    fn routes_by_protocol_and_method() {
+        let mut d = Dispatcher::new();
+        d.register(Box::new(Upper));
+        // The extended protocol id form too.
+        assert_eq!(d.protocol_ids().collect::<Vec<_>>(), [0x99]);
+        let mut out = [0u8; 256];
+        let Dispatched::Respond(n) = d.dispatch(&request(0x99, 1, b"abc"), call(), &mut out) else {
+            panic!()
+        };
+        let r = response(&out[..n]);
+        assert_eq!(r.call_id, 77);
+        assert_eq!(
+            r.kind,
+            RmcKind::Response {
+                method: Method::Id(1),
+                body: b"ABC"
+            }
+        );
+        for (method, code) in [(2, ResultCode::ACCESS_DENIED), (9, NOT_IMPLEMENTED)] {
+            let Dispatched::Respond(n) = d.dispatch(&request(0x99, method, b""), call(), &mut out)
+            else {
+                panic!()
+            };
+            assert_eq!(response(&out[..n]).kind, RmcKind::Error { code });
+        }
+        let Dispatched::Respond(n) = d.dispatch(&request(0x10, 1, b""), call(), &mut out) else {
+            panic!()
+        };
+        assert_eq!(
+            response(&out[..n]).kind,
+            RmcKind::Error {
+                code: NOT_IMPLEMENTED
+            }
+        );
+    }
+
+    #[test]
+    fn bad_messages_are_malformed_not_panics() {
+        let mut d = Dispatcher::new();
+        d.register(Box::new(Upper));
+        let mut out = [0u8; 64];
+        let good = request(0x99, 1, b"abcdef");
+        for cut in 0..good.len() {
+            assert_eq!(
+                d.dispatch(&good[..cut], call(), &mut out),
+                Dispatched::Malformed
+            );
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert_eq!(d.dispatch(&long, call(), &mut out), Dispatched::Malformed);
+        // A response from the client asks for nothing.
+        let m = RmcMessage::response(Protocol::Id(0x99), 1, Method::Id(1), b"");
+        let mut resp = [0u8; 32];
+        let n = m.encode(RmcFormat::Packed, &mut resp).unwrap();
+        assert_eq!(
+            d.dispatch(&resp[..n], call(), &mut out),
+            Dispatched::Nothing
+        );
+        // An output too small for the return values becomes an error response.
+        let mut tiny = [0u8; 20];
+        let Dispatched::Respond(n) = d.dispatch(&request(0x99, 1, &[b'x'; 40]), call(), &mut tiny)
+        else {
+            panic!()
+        };
+        assert!(matches!(response(&tiny[..n]).kind, RmcKind::Error { .. }));
+    }
+}

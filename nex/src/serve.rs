@@ -1,0 +1,280 @@
+//! The two NEX servers a client logs in through, bound and run together: the authentication
+//! server (ticket granting) and the secure server (ticket checked at CONNECT, Register).
+//! `wirekit nex serve` is this plus flags.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+
+use tokio::sync::watch;
+use wirekit_core::kerberos::{
+    DerivedKey, PidWidth, TicketFormat, TicketVersion, derive_kerberos_key, derive_switch_key,
+};
+use wirekit_core::limit::Rate;
+use wirekit_core::nex::{Context, StationUrl, UrlValue};
+use wirekit_core::prudp::conn::{Config, SecureServer};
+use wirekit_core::prudp::{Settings, Version, VirtualPort};
+use wirekit_core::time::Duration;
+
+use crate::accounts::{Accounts, KeyScheme};
+use crate::auth::{AuthConfig, AuthStats, AuthenticationProtocol, ticket_fresh};
+use crate::counters::Counters;
+use crate::rmc::{Dispatcher, RmcProtocol};
+use crate::secure::SecureProtocol;
+use crate::server::{HandlerConfig, PrudpHandler, Role, ServerStats, random};
+use crate::udp::{Worker, WorkerConfig, bind_sockets};
+
+/// The session key length in tickets (NintendoClients' `kerberos.key_size` default).
+pub const SESSION_KEY_LEN: usize = 32;
+
+/// How the two servers are set up.
+pub struct ServeOptions {
+    /// Where the authentication server listens.
+    pub auth_listen: SocketAddr,
+    /// Where the secure server listens.
+    pub secure_listen: SocketAddr,
+    /// The secure server's address as clients reach it (Login's StationURL); default: the
+    /// bound address.
+    pub secure_public: Option<SocketAddr>,
+    /// The accounts.
+    pub accounts: Accounts,
+    /// The game's access key.
+    pub access_key: String,
+    /// The PRUDP version (v0 variants or v1).
+    pub version: Version,
+    /// The build name Login reports.
+    pub build_name: String,
+    /// LoginEx tokens accepted (none: LoginEx refused).
+    pub login_ex_tokens: Vec<String>,
+    /// The secure server's PID (the tickets' target).
+    pub secure_pid: u64,
+    /// The secure server's password, its key derived once at start under the accounts' key
+    /// scheme; `None`: a random key (both servers run in this process, so none needs it).
+    pub secure_password: Option<String>,
+    /// PID width of tickets and NEX values (32: 3DS and Wii U; 64: Switch).
+    pub pid_width: PidWidth,
+    /// The NEX version (NintendoClients' `nex.version`, e.g. 30500).
+    pub nex_version: u32,
+    /// Workers per server (UDP sockets with `SO_REUSEPORT`).
+    pub workers: usize,
+    /// Login calls a source address may make in a burst ...
+    pub login_burst: u32,
+    /// ... and per minute after it.
+    pub logins_per_minute: u32,
+    /// The workers' shape (datagram size, batch, table limits).
+    pub worker: WorkerConfig,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("auth_listen", &self.auth_listen)
+            .field("secure_listen", &self.secure_listen)
+            .field("version", &self.version)
+            .field("accounts", &self.accounts.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything the servers count, for a summary.
+#[derive(Debug, Clone)]
+pub struct ServeStats {
+    /// The authentication server's datagram counters.
+    pub auth_datagrams: Arc<Counters>,
+    /// The secure server's datagram counters.
+    pub secure_datagrams: Arc<Counters>,
+    /// The authentication server's connections and drops by reason.
+    pub auth: Arc<ServerStats>,
+    /// The secure server's connections and drops by reason.
+    pub secure: Arc<ServerStats>,
+    /// Logins, tickets, refusals, rate limiting.
+    pub logins: Arc<AuthStats>,
+}
+
+/// Both servers, bound.
+pub struct NexServers {
+    auth: Vec<Worker<PrudpHandler>>,
+    secure: Vec<Worker<PrudpHandler>>,
+    auth_addr: SocketAddr,
+    secure_addr: SocketAddr,
+    stats: ServeStats,
+}
+
+impl std::fmt::Debug for NexServers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NexServers")
+            .field("auth_addr", &self.auth_addr)
+            .field("secure_addr", &self.secure_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection configuration both servers use: stream 10 port 1, every PRUDP function
+/// offered (the client's choice is echoed), the core's defaults otherwise.
+pub fn connection_config(access_key: &[u8], version: Version) -> Config {
+    let mut c = Config::new(Settings::new(access_key, version), VirtualPort::new(10, 1));
+    c.supported_functions = u32::MAX;
+    c
+}
+
+fn derive(scheme: KeyScheme, pid: u64, password: &str) -> DerivedKey {
+    match scheme {
+        KeyScheme::Switch => derive_switch_key(pid, password.as_bytes()),
+        _ => derive_kerberos_key(pid, password.as_bytes()),
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+}
+
+impl NexServers {
+    /// Binds both servers (inside a tokio runtime). The secure server binds first, so Login
+    /// names its real port even when asked for port 0.
+    pub fn bind(o: ServeOptions) -> io::Result<Self> {
+        let config = connection_config(o.access_key.as_bytes(), o.version);
+        if matches!(o.version, Version::Lite) {
+            return Err(invalid("Lite is not served over UDP"));
+        }
+        let context = Context {
+            pid_width: o.pid_width,
+            nex_version: o.nex_version,
+            ..Context::DEFAULT
+        };
+        let ticket_format = TicketFormat {
+            version: TicketVersion::V1,
+            pid_width: o.pid_width,
+        };
+        let secure_key = match &o.secure_password {
+            Some(p) => derive(o.accounts.key_scheme(), o.secure_pid, p),
+            None => random(),
+        };
+        let secure_sockets = bind_sockets(o.secure_listen, o.workers)?;
+        let secure_addr = secure_sockets[0].local_addr()?;
+        let public = o.secure_public.unwrap_or(secure_addr);
+        let mut ip = String::new();
+        ip.push_str(&public.ip().to_canonical().to_string());
+        let params = [
+            ("address", UrlValue::Str(&ip)),
+            ("port", UrlValue::Int(u64::from(public.port()))),
+            ("CID", UrlValue::Int(1)),
+            ("PID", UrlValue::Int(o.secure_pid)),
+            ("sid", UrlValue::Int(1)),
+            ("stream", UrlValue::Int(10)),
+            ("type", UrlValue::Int(2)),
+        ];
+        let mut url = vec![0; StationUrl::format_len("prudp", &params)];
+        StationUrl::format("prudp", &params, &mut url).map_err(invalid)?;
+        let secure_station = String::from_utf8(url).map_err(invalid)?;
+        let auth_config = Arc::new(AuthConfig {
+            accounts: Arc::new(o.accounts),
+            secure_pid: o.secure_pid,
+            secure_key,
+            secure_station,
+            ticket_format,
+            session_key_len: SESSION_KEY_LEN,
+            server_name: o.build_name,
+            login_ex_tokens: o.login_ex_tokens,
+            context,
+            login_burst: o.login_burst.max(1),
+            login_rate: Rate::new(o.logins_per_minute.max(1), Duration::from_secs(60)),
+            tracked_sources: 4096,
+        });
+        let logins = Arc::new(AuthStats::default());
+        let auth_stats = Arc::new(ServerStats::default());
+        let secure_stats = Arc::new(ServerStats::default());
+        let next_cid = Arc::new(AtomicU32::new(1));
+        let secure = SecureServer {
+            key: secure_key,
+            ticket_format,
+            session_key_len: SESSION_KEY_LEN,
+            check: ticket_fresh,
+        };
+        let make =
+            |role: Role, stats: &Arc<ServerStats>, secret, protocol: Box<dyn RmcProtocol>| {
+                let mut dispatcher = Dispatcher::new();
+                dispatcher.register(protocol);
+                PrudpHandler::new(HandlerConfig {
+                    role,
+                    config,
+                    secret,
+                    secure: (role == Role::Secure).then_some(secure),
+                    dispatcher,
+                    stats: stats.clone(),
+                })
+            };
+        let secure_datagrams = Arc::new(Counters::default());
+        let secret = random();
+        let secure_workers = secure_sockets
+            .into_iter()
+            .map(|s| {
+                let p = Box::new(SecureProtocol::new(context, next_cid.clone()));
+                let h = make(Role::Secure, &secure_stats, secret, p);
+                Worker::new(s, &o.worker, h, secure_datagrams.clone())
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let auth_datagrams = Arc::new(Counters::default());
+        let secret = random();
+        let auth_sockets = bind_sockets(o.auth_listen, o.workers)?;
+        let auth_addr = auth_sockets[0].local_addr()?;
+        let auth_workers = auth_sockets
+            .into_iter()
+            .map(|s| {
+                let p = Box::new(AuthenticationProtocol::new(
+                    auth_config.clone(),
+                    logins.clone(),
+                ));
+                let h = make(Role::Authentication, &auth_stats, secret, p);
+                Worker::new(s, &o.worker, h, auth_datagrams.clone())
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(NexServers {
+            auth: auth_workers,
+            secure: secure_workers,
+            auth_addr,
+            secure_addr,
+            stats: ServeStats {
+                auth_datagrams,
+                secure_datagrams,
+                auth: auth_stats,
+                secure: secure_stats,
+                logins,
+            },
+        })
+    }
+
+    /// The authentication server's address.
+    pub const fn auth_addr(&self) -> SocketAddr {
+        self.auth_addr
+    }
+
+    /// The secure server's address.
+    pub const fn secure_addr(&self) -> SocketAddr {
+        self.secure_addr
+    }
+
+    /// The counters (they stay valid after [`NexServers::run`]).
+    pub fn stats(&self) -> &ServeStats {
+        &self.stats
+    }
+
+    /// Runs every worker on its own task until `shutdown` turns `true`.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> io::Result<()> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for mut worker in self.auth.into_iter().chain(self.secure) {
+            let mut stop = shutdown.clone();
+            tasks.spawn(async move {
+                worker
+                    .run_until(async move {
+                        let _ = stop.wait_for(|v| *v).await;
+                    })
+                    .await
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.map_err(io::Error::other)??;
+        }
+        Ok(())
+    }
+}
