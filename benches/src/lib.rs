@@ -2,4 +2,5 @@
 
 pub mod corpus;
 pub mod game_packets;
+pub mod prudp;
 pub mod traffic;

@@ -108,6 +108,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let key = "relay/passthrough";
         fresh.insert(key.into(), section_body(key, &stamp, "", &report));
     }
+    // The PRUDP UDP harness is also a run of its own (alternating floor and PRUDP servers on
+    // one core, the load on the other), not a criterion sample loop.
+    if !filtered
+        || args
+            .iter()
+            .any(|a| !a.starts_with('-') && "prudp/udp".contains(a.as_str()))
+    {
+        let table = prudp_udp()?;
+        println!("\n{table}");
+        let key = "prudp/udp";
+        let note = PRUDP_UDP_NOTE;
+        fresh.insert(key.into(), section_body(key, &stamp, note, &table));
+    }
     if fresh.is_empty() {
         return Err(format!("no benchmark matched {args:?}"));
     }
@@ -534,6 +547,47 @@ fn process_cpu_s(pid: u32) -> Option<f64> {
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     Some(ticks as f64 / 100.0)
+}
+
+/// What the `prudp/udp` section measures (printed above its table).
+const PRUDP_UDP_NOTE: &str = "Printed by `benches/src/bin/prudp_udp.rs`: signed, RC4-encrypted \
+reliable v1 DATA from 16 secure client connections (8 messages in flight each) and the server's \
+ACKs, through one `wirekit-nex` worker running `wirekit nex serve`'s secure-server handler \
+(`PrudpHandler`, no RMC protocols registered), pinned to CPU 0, with the load on CPU 1; the floor is the same worker and batching with an echo \
+handler, fed same-sized datagrams. CPU is the server thread's CPU time per datagram received; \
+medians of 5 alternating runs of 1.5 s. No Rust PRUDP implementation on crates.io builds here \
+to compare with (there is none: `nex` there is an unrelated packet library).";
+
+/// Builds and runs the PRUDP UDP harness; returns the table it printed.
+fn prudp_udp() -> Result<String, String> {
+    cargo(
+        &[
+            "build",
+            "--release",
+            "-p",
+            "wirekit-benches",
+            "--bin",
+            "prudp_udp",
+        ],
+        &[],
+    )?;
+    let exe = target_dir().join("release").join("prudp_udp");
+    println!("\n==> {}", exe.display());
+    let out = Command::new(&exe)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed with {}", exe.display(), out.status));
+    }
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    printed_tables(&lines)
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{} printed no table", exe.display()))
 }
 
 /// Infrarust, the relay benchmark's peer: installed here only, never by the tests.
