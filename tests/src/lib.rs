@@ -3,7 +3,6 @@
 //! - [`peers`]: where the interop peers (Node, Python, HAProxy, QEMU) installed by
 //!   `cargo xtask test` live.
 //! - [`haproxy`]: an `haproxy.cfg` builder and a running HAProxy with its log lines.
-//! - [`mcproxy`]: `wirekit proxy` as a child process and the npm minecraft-protocol peers.
 //! - [`serve`]: an in-process `wirekit serve` on a loopback port.
 //! - [`serve_process`]: `wirekit serve` as a child process, with its descriptors, memory, CPU
 //!   time and log lines, for the load and fault tests.

@@ -273,6 +273,21 @@ impl Md5 {
         }
     }
 
+    /// A context that has consumed whole blocks only (`len` bytes, a multiple of 64) and
+    /// reached `state`: what [`Md5::state`] saved.
+    pub(crate) const fn resume(state: [u32; 4], len: u64) -> Self {
+        Md5 {
+            state,
+            block: [0; 64],
+            len,
+        }
+    }
+
+    /// The chaining state, meaningful to [`Md5::resume`] only after whole blocks.
+    pub(crate) const fn state(&self) -> [u32; 4] {
+        self.state
+    }
+
     pub(crate) fn update(&mut self, mut data: &[u8]) {
         let mut fill = (self.len % 64) as usize;
         self.len = self.len.wrapping_add(data.len() as u64);

@@ -32,6 +32,7 @@ use core::fmt;
 use crate::BufferTooSmall;
 
 pub use batch::{DEFAULT_LANES, KeyRequest, derive_kerberos_keys, derive_kerberos_keys_in_lanes};
+pub(crate) use hmac::HmacMd5Key;
 pub use hmac::hmac_md5;
 // For PRUDP, which signs with the same MD5 and compares signatures the same way.
 pub(crate) use hmac::checksums_equal;

@@ -12,7 +12,6 @@ use super::{
     EncodeError, Error, Field, Flags, Keys, Packet, PacketType, Parsed, Settings, VirtualPort,
     le16, output, payload_len16, signatures_equal, split_type_flags_word, type_flags_word,
 };
-use crate::kerberos::hmac_md5;
 use crate::{Needed, Status};
 
 /// The magic byte.
@@ -41,10 +40,9 @@ fn signed(packet_type: PacketType, flags: Flags) -> bool {
 
 /// The Lite signature over the server's connection signature.
 fn lite_signature(settings: &Settings, keys: &Keys<'_>) -> [u8; SIGNATURE_LEN] {
-    hmac_md5(
-        &settings.key_md5,
-        &[&settings.key_md5, keys.connection_signature],
-    )
+    settings
+        .signing_key
+        .mac(&[&settings.key_md5, keys.connection_signature])
 }
 
 pub(super) fn parse<'a>(

@@ -74,7 +74,7 @@ mod vectors;
 use core::fmt;
 use core::ops::BitOr;
 
-use crate::kerberos::md5;
+use crate::kerberos::{HmacMd5Key, md5};
 use crate::{BufferTooSmall, Status};
 
 pub use v0::connection_signature as v0_connection_signature;
@@ -482,6 +482,8 @@ pub struct Settings {
     pub version: Version,
     /// MD5 of the access key: the HMAC key of every signature.
     key_md5: [u8; 16],
+    /// `key_md5` as an HMAC key with its pad blocks hashed once, not per packet.
+    signing_key: HmacMd5Key,
     /// The sum of the access key's bytes: the checksum seed and a v1 signature input.
     key_sum: u32,
 }
@@ -492,9 +494,11 @@ impl Settings {
         let key_sum = access_key
             .iter()
             .fold(0u32, |s, &b| s.wrapping_add(u32::from(b)));
+        let key_md5 = md5(&[access_key]);
         Settings {
             version,
-            key_md5: md5(&[access_key]),
+            key_md5,
+            signing_key: HmacMd5Key::new(&key_md5),
             key_sum,
         }
     }

@@ -14,7 +14,7 @@ use super::{
     Settings, TypeFlags, V0Format, VirtualPort, le16, output, payload_len16, port_bytes,
     signatures_equal, type_flags, type_flags_word,
 };
-use crate::kerberos::{hmac_md5, md5};
+use crate::kerberos::md5;
 
 /// The v0 connection signature length.
 const SIGNATURE_LEN: usize = 4;
@@ -93,19 +93,16 @@ fn packet_signature(
         packet_type == PacketType::Data || (packet_type == PacketType::Disconnect && with_header);
     if hashed {
         let d = if with_header {
-            hmac_md5(
-                &settings.key_md5,
-                &[
-                    keys.session_key,
-                    &sequence_id.to_le_bytes(),
-                    &[fragment_id],
-                    payload,
-                ],
-            )
+            settings.signing_key.mac(&[
+                keys.session_key,
+                &sequence_id.to_le_bytes(),
+                &[fragment_id],
+                payload,
+            ])
         } else if payload.is_empty() {
             return Ok(0x1234_5678u32.to_le_bytes());
         } else {
-            hmac_md5(&settings.key_md5, &[payload])
+            settings.signing_key.mac(&[payload])
         };
         return Ok([d[0], d[1], d[2], d[3]]);
     }

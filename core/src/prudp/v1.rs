@@ -10,7 +10,6 @@ use super::{
     EncodeError, Error, Field, Keys, Packet, PacketType, Parsed, Settings, le16, output,
     payload_len16, port_bytes, signatures_equal, split_type_flags_word, type_flags_word,
 };
-use crate::kerberos::hmac_md5;
 
 /// The magic bytes.
 pub(super) const MAGIC: [u8; 2] = [0xEA, 0xD0];
@@ -48,17 +47,14 @@ pub(super) fn signature(
         PacketType::Connect => (&[][..], keys.connection_signature),
         _ => (keys.session_key, keys.connection_signature),
     };
-    hmac_md5(
-        &settings.key_md5,
-        &[
-            signed_header,
-            session_key,
-            &settings.key_sum.to_le_bytes(),
-            connection_signature,
-            options,
-            payload,
-        ],
-    )
+    settings.signing_key.mac(&[
+        signed_header,
+        session_key,
+        &settings.key_sum.to_le_bytes(),
+        connection_signature,
+        options,
+        payload,
+    ])
 }
 
 pub(super) fn parse<'a>(
