@@ -149,7 +149,7 @@ pub struct ServeArgs {
     /// the bound address.
     #[arg(long)]
     pub secure_public: Option<SocketAddr>,
-    /// The accounts file (TOML: key_scheme, then [[account]] username, pid, password).
+    /// The accounts file (TOML: key_scheme, then `[[account]]` username, pid, password).
     #[arg(long)]
     pub accounts: PathBuf,
     /// The game's access key.
