@@ -194,7 +194,13 @@ pub(crate) struct Effort {
     lazy: usize,
     /// Past a match this long, the next position's search follows a quarter of the chain.
     good: usize,
+    /// The positions inside a match longer than this are not all inserted into the chains:
+    /// only its first and last [`INSERT_EDGE`] positions are.
+    insert: usize,
 }
+
+/// Positions inserted at each end of a match longer than [`Effort::insert`].
+const INSERT_EDGE: usize = 4;
 
 /// The default level's tuning.
 pub(crate) const DEFAULT_EFFORT: Effort = Effort {
@@ -202,7 +208,9 @@ pub(crate) const DEFAULT_EFFORT: Effort = Effort {
     nice: 64,
     lazy: 16,
     good: 8,
+    insert: INSERT_DEFAULT,
 };
+const INSERT_DEFAULT: usize = 258;
 
 /// The lazy level's tuning: a quarter of the default level's chain, half its nice and lazy
 /// lengths. Measured on the real-traffic corpus (`benches/corpus/`, 1.9 MB of chunk data):
@@ -214,7 +222,9 @@ pub(crate) const LAZY_EFFORT: Effort = Effort {
     nice: 32,
     lazy: 8,
     good: 4,
+    insert: INSERT_LAZY,
 };
+const INSERT_LAZY: usize = 16;
 
 /// The fast level builds its codes with [`Code::build_fast`] for blocks of fewer symbols: on
 /// a small block building the optimal code costs as much as the matching, and the approximate
@@ -585,8 +595,18 @@ pub(crate) fn compress_lazy(
             block.matched(prev_len, prev_dist);
             let end = i - 1 + prev_len;
             let last_insert = end.min(n.saturating_sub(MIN_MATCH - 1));
-            for p in i + 1..last_insert {
-                chains.insert(input, p);
+            if prev_len <= e.insert {
+                for p in i + 1..last_insert {
+                    chains.insert(input, p);
+                }
+            } else {
+                let head_end = (i + 1 + INSERT_EDGE).min(last_insert);
+                for p in i + 1..head_end {
+                    chains.insert(input, p);
+                }
+                for p in last_insert.saturating_sub(INSERT_EDGE).max(head_end)..last_insert {
+                    chains.insert(input, p);
+                }
             }
             i = end;
             pending = false;
