@@ -210,7 +210,9 @@ pub(crate) const DEFAULT_EFFORT: Effort = Effort {
     good: 8,
     insert: INSERT_DEFAULT,
 };
-const INSERT_DEFAULT: usize = 258;
+/// The default level inserts every position: a limit of 64 cost 0.4% on captured 1K-16K
+/// packets for no measurable speed (its time goes to following the chains).
+const INSERT_DEFAULT: usize = MAX_MATCH;
 
 /// The lazy level's tuning: a quarter of the default level's chain, half its nice and lazy
 /// lengths. Measured on the real-traffic corpus (`benches/corpus/`, 1.9 MB of chunk data):
@@ -224,6 +226,9 @@ pub(crate) const LAZY_EFFORT: Effort = Effort {
     good: 4,
     insert: INSERT_LAZY,
 };
+/// Measured on captured 1K-16K packets: the insertion loop inside matches was 35% of the
+/// lazy level's time; with this limit the level is twice as fast for 1.1% more output
+/// (0.3% on chunk data).
 const INSERT_LAZY: usize = 16;
 
 /// The fast level builds its codes with [`Code::build_fast`] for blocks of fewer symbols: on
