@@ -385,9 +385,10 @@ impl<'a> Block<'a> {
             let bits = header.bits + bits + extra;
             (Some(header), bits)
         } else {
-            lit.build(&self.lit_freq, 15);
-            dist.build(&self.dist_freq, 15);
-            let header = DynamicHeader::new(&lit, &dist, &mut runs);
+            lit.build_with(&self.lit_freq, 15, &mut |s, l| runs.coded(s, l));
+            runs.end_literals();
+            dist.build_with(&self.dist_freq, 15, &mut |s, l| runs.coded(s, l));
+            let header = DynamicHeader::from_runs(&mut runs, false);
             let bits = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
             (Some(header), bits)
         };
