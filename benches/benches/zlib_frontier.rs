@@ -21,7 +21,9 @@
 //! `ZLIB_FRONTIER_ONLY` (comma-separated contender names, e.g. `wirekit-lazy,libdeflate-1`)
 //! only those contenders (the tables then skip peers not measured).
 //! `ZLIB_FRONTIER_PROFILE=<contender>` runs that one contender over the selected classes for
-//! `ZLIB_FRONTIER_SECONDS` (default 10) and nothing else, for `perf record`.
+//! `ZLIB_FRONTIER_SECONDS` (default 10) and nothing else, for `perf record`;
+//! `ZLIB_FRONTIER_PROFILE=inflate` does the same with wirekit's inflate of the zlib-rs level 6
+//! streams.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -259,16 +261,7 @@ fn compress_class(
 
 /// wirekit's inflate against zlib-rs and libdeflate on zlib-rs level 6 streams of the class.
 fn inflate_class(rounds: usize, inputs: &[&[u8]]) -> Vec<(&'static str, f64, f64)> {
-    let mut z6 = zlib_rs(6);
-    let streams: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|p| {
-            let mut out = vec![0u8; compress_bound(p.len()) + 64];
-            let n = z6(p, &mut out);
-            out.truncate(n);
-            out
-        })
-        .collect();
+    let streams = zlib_rs_6_streams(inputs);
     let max = inputs.iter().map(|p| p.len()).max().unwrap_or(0);
     let mut out_w = vec![0u8; max];
     let mut out_z = vec![0u8; max];
@@ -342,6 +335,40 @@ fn profile(c: &mut Contender, inputs: &[&[u8]], seconds: f64) {
     eprintln!("{}: {passes} passes over {} inputs", c.name, inputs.len());
 }
 
+/// Runs wirekit's inflate over the zlib-rs level 6 streams of `inputs` for `seconds` of CPU
+/// time, for a profiler.
+fn profile_inflate(inputs: &[&[u8]], seconds: f64) {
+    let streams = zlib_rs_6_streams(inputs);
+    let max = inputs.iter().map(|p| p.len()).max().unwrap_or(0);
+    let mut out = vec![0u8; max];
+    let mut inflater = Inflater::new();
+    let t = cpu_now();
+    let mut passes = 0u64;
+    while (cpu_now() - t).as_secs_f64() < seconds {
+        for (s, p) in streams.iter().zip(inputs) {
+            inflater
+                .inflate_exact(black_box(s), &mut out[..p.len()])
+                .unwrap();
+        }
+        passes += 1;
+    }
+    eprintln!("inflate: {passes} passes over {} streams", inputs.len());
+}
+
+/// The zlib-rs level 6 stream of each input.
+fn zlib_rs_6_streams(inputs: &[&[u8]]) -> Vec<Vec<u8>> {
+    let mut z6 = zlib_rs(6);
+    inputs
+        .iter()
+        .map(|p| {
+            let mut out = vec![0u8; compress_bound(p.len()) + 64];
+            let n = z6(p, &mut out);
+            out.truncate(n);
+            out
+        })
+        .collect()
+}
+
 fn human(ns: f64) -> String {
     if ns >= 1e6 {
         format!("{:.2} ms", ns / 1e6)
@@ -396,6 +423,14 @@ fn main() {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(10.0);
+        if name == "inflate" {
+            for (_, packets) in &corpora {
+                for &class in &classes {
+                    profile_inflate(&class.inputs(packets), seconds);
+                }
+            }
+            return;
+        }
         let mut all = self::contenders();
         let c = all
             .iter_mut()
