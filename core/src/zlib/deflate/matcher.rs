@@ -217,8 +217,8 @@ const INSERT_DEFAULT: usize = MAX_MATCH;
 /// The lazy level's tuning: a quarter of the default level's chain, half its nice and lazy
 /// lengths. Measured on the real-traffic corpus (`benches/corpus/`, 1.9 MB of chunk data):
 /// 3.4% more output than the default level in 60% of its time; a chain of 4 (nice 16, lazy
-/// 4) was 3.2% larger again and no faster, the matcher's fixed costs (inserting every
-/// position, the optimal codes) dominating there.
+/// 4) was 3.2% larger again and no faster, the matcher's fixed costs (then inserting every
+/// position, the optimal codes) dominating there; [`INSERT_LAZY`] since cut the first.
 pub(crate) const LAZY_EFFORT: Effort = Effort {
     chain: 8,
     nice: 32,
