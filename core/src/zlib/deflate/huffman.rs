@@ -39,12 +39,14 @@ impl<const N: usize> Code<N> {
     /// [`Code::build`], also calling `coded(symbol, length)` for each symbol given a code, in
     /// ascending order, from the list of used symbols the build keeps: [`RunLengths`] codes
     /// the block header's lengths in the same pass, with no walk over all `N` lengths (whose
-    /// branch on each length a small block's scattered symbols mispredict).
+    /// branch on each length a small block's scattered symbols mispredict). `coded` is a
+    /// trait object so that the build is compiled once per alphabet, not once per caller (it
+    /// is called for a few dozen symbols a block; the firmware's flash counts every copy).
     pub(crate) fn build_with(
         &mut self,
         freq: &[u32; N],
         max_bits: u32,
-        coded: &mut impl FnMut(usize, u8),
+        coded: &mut dyn FnMut(usize, u8),
     ) {
         let mut sorted = [0u32; N];
         let mut by_symbol = [0u32; N];
@@ -209,7 +211,7 @@ impl<const N: usize> Code<N> {
         &mut self,
         freq: &[u32; N],
         max_bits: u32,
-        coded: &mut impl FnMut(usize, u8),
+        coded: &mut dyn FnMut(usize, u8),
     ) -> u64 {
         self.build_with(freq, max_bits, coded);
         self.cost(freq)
