@@ -209,18 +209,23 @@ fn inflate_check(stream: &[u8], original: &[u8], who: &str) {
     assert!(back == original, "{who}: stream does not round-trip");
 }
 
+/// An output buffer length that holds any peer's stream of any of `inputs`.
+fn out_bound(inputs: &[&[u8]]) -> usize {
+    inputs
+        .iter()
+        .map(|p| compress_bound(p.len()))
+        .max()
+        .unwrap_or(0)
+        + 64
+}
+
 /// Measures every contender on one class; returns points by contender name.
 fn compress_class(
     rounds: usize,
     inputs: &[&[u8]],
     contenders: &mut [Contender],
 ) -> BTreeMap<String, Point> {
-    let bound = inputs
-        .iter()
-        .map(|p| compress_bound(p.len()))
-        .max()
-        .unwrap_or(0)
-        + 64;
+    let bound = out_bound(inputs);
     let mut outs: Vec<Vec<u8>> = contenders.iter().map(|_| vec![0u8; bound]).collect();
     let mut sizes = Vec::new();
     for (c, out) in contenders.iter_mut().zip(&mut outs) {
@@ -317,12 +322,7 @@ fn selected(list: &Option<Vec<String>>, name: &str) -> bool {
 
 /// Runs one contender over `inputs` for `seconds` of CPU time, for a profiler.
 fn profile(c: &mut Contender, inputs: &[&[u8]], seconds: f64) {
-    let bound = inputs
-        .iter()
-        .map(|p| compress_bound(p.len()))
-        .max()
-        .unwrap_or(0)
-        + 64;
+    let bound = out_bound(inputs);
     let mut out = vec![0u8; bound];
     let t = cpu_now();
     let mut passes = 0u64;
