@@ -15,6 +15,15 @@
 //! draws the SVG. `ZLIB_FRONTIER_ROUNDS` sets the rounds (default 5). Times are the thread's CPU time
 //! (`CLOCK_THREAD_CPUTIME_ID`), so that other processes on a shared machine do not land in
 //! the samples.
+//!
+//! While iterating: `ZLIB_FRONTIER_CORPUS` and `ZLIB_FRONTIER_CLASS` (comma-separated names
+//! and labels, e.g. `captured` and `1K-16K`) keep only those corpora and classes, and
+//! `ZLIB_FRONTIER_ONLY` (comma-separated contender names, e.g. `wirekit-lazy,libdeflate-1`)
+//! only those contenders (the tables then skip peers not measured).
+//! `ZLIB_FRONTIER_PROFILE=<contender>` runs that one contender over the selected classes for
+//! `ZLIB_FRONTIER_SECONDS` (default 10) and nothing else, for `perf record`;
+//! `ZLIB_FRONTIER_PROFILE=inflate` does the same with wirekit's inflate of the zlib-rs level 6
+//! streams.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -200,18 +209,23 @@ fn inflate_check(stream: &[u8], original: &[u8], who: &str) {
     assert!(back == original, "{who}: stream does not round-trip");
 }
 
+/// An output buffer length that holds any peer's stream of any of `inputs`.
+fn out_bound(inputs: &[&[u8]]) -> usize {
+    inputs
+        .iter()
+        .map(|p| compress_bound(p.len()))
+        .max()
+        .unwrap_or(0)
+        + 64
+}
+
 /// Measures every contender on one class; returns points by contender name.
 fn compress_class(
     rounds: usize,
     inputs: &[&[u8]],
     contenders: &mut [Contender],
 ) -> BTreeMap<String, Point> {
-    let bound = inputs
-        .iter()
-        .map(|p| compress_bound(p.len()))
-        .max()
-        .unwrap_or(0)
-        + 64;
+    let bound = out_bound(inputs);
     let mut outs: Vec<Vec<u8>> = contenders.iter().map(|_| vec![0u8; bound]).collect();
     let mut sizes = Vec::new();
     for (c, out) in contenders.iter_mut().zip(&mut outs) {
@@ -252,16 +266,7 @@ fn compress_class(
 
 /// wirekit's inflate against zlib-rs and libdeflate on zlib-rs level 6 streams of the class.
 fn inflate_class(rounds: usize, inputs: &[&[u8]]) -> Vec<(&'static str, f64, f64)> {
-    let mut z6 = zlib_rs(6);
-    let streams: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|p| {
-            let mut out = vec![0u8; compress_bound(p.len()) + 64];
-            let n = z6(p, &mut out);
-            out.truncate(n);
-            out
-        })
-        .collect();
+    let streams = zlib_rs_6_streams(inputs);
     let max = inputs.iter().map(|p| p.len()).max().unwrap_or(0);
     let mut out_w = vec![0u8; max];
     let mut out_z = vec![0u8; max];
@@ -304,6 +309,66 @@ fn inflate_class(rounds: usize, inputs: &[&[u8]]) -> Vec<(&'static str, f64, f64
         .collect()
 }
 
+/// The comma-separated values of the environment variable `var`, or `None` when unset.
+fn env_list(var: &str) -> Option<Vec<String>> {
+    let v = std::env::var(var).ok()?;
+    Some(v.split(',').map(|s| s.trim().to_string()).collect())
+}
+
+/// Whether `name` passes the filter `list` (no filter passes everything).
+fn selected(list: &Option<Vec<String>>, name: &str) -> bool {
+    list.as_ref().is_none_or(|l| l.iter().any(|x| x == name))
+}
+
+/// Runs one contender over `inputs` for `seconds` of CPU time, for a profiler.
+fn profile(c: &mut Contender, inputs: &[&[u8]], seconds: f64) {
+    let bound = out_bound(inputs);
+    let mut out = vec![0u8; bound];
+    let t = cpu_now();
+    let mut passes = 0u64;
+    while (cpu_now() - t).as_secs_f64() < seconds {
+        for p in inputs {
+            black_box((c.f)(black_box(p), &mut out));
+        }
+        passes += 1;
+    }
+    eprintln!("{}: {passes} passes over {} inputs", c.name, inputs.len());
+}
+
+/// Runs wirekit's inflate over the zlib-rs level 6 streams of `inputs` for `seconds` of CPU
+/// time, for a profiler.
+fn profile_inflate(inputs: &[&[u8]], seconds: f64) {
+    let streams = zlib_rs_6_streams(inputs);
+    let max = inputs.iter().map(|p| p.len()).max().unwrap_or(0);
+    let mut out = vec![0u8; max];
+    let mut inflater = Inflater::new();
+    let t = cpu_now();
+    let mut passes = 0u64;
+    while (cpu_now() - t).as_secs_f64() < seconds {
+        for (s, p) in streams.iter().zip(inputs) {
+            inflater
+                .inflate_exact(black_box(s), &mut out[..p.len()])
+                .unwrap();
+        }
+        passes += 1;
+    }
+    eprintln!("inflate: {passes} passes over {} streams", inputs.len());
+}
+
+/// The zlib-rs level 6 stream of each input.
+fn zlib_rs_6_streams(inputs: &[&[u8]]) -> Vec<Vec<u8>> {
+    let mut z6 = zlib_rs(6);
+    inputs
+        .iter()
+        .map(|p| {
+            let mut out = vec![0u8; compress_bound(p.len()) + 64];
+            let n = z6(p, &mut out);
+            out.truncate(n);
+            out
+        })
+        .collect()
+}
+
 fn human(ns: f64) -> String {
     if ns >= 1e6 {
         format!("{:.2} ms", ns / 1e6)
@@ -332,7 +397,14 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(5);
-    let corpora: Vec<(&str, Vec<Packet>)> = vec![
+    let corpus_filter = env_list("ZLIB_FRONTIER_CORPUS");
+    let class_filter = env_list("ZLIB_FRONTIER_CLASS");
+    let only = env_list("ZLIB_FRONTIER_ONLY");
+    let classes: Vec<Class> = CLASSES
+        .into_iter()
+        .filter(|c| selected(&class_filter, c.label()))
+        .collect();
+    let mut corpora: Vec<(&str, Vec<Packet>)> = vec![
         (
             "captured",
             load("captured").expect("benches/corpus/captured.bin"),
@@ -343,11 +415,38 @@ fn main() {
         ),
         ("ours", ours()),
     ];
+    corpora.retain(|(name, _)| selected(&corpus_filter, name));
     let mut contenders = contenders();
+    contenders.retain(|c| selected(&only, &c.name));
+    if let Ok(name) = std::env::var("ZLIB_FRONTIER_PROFILE") {
+        let seconds = std::env::var("ZLIB_FRONTIER_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10.0);
+        if name == "inflate" {
+            for (_, packets) in &corpora {
+                for &class in &classes {
+                    profile_inflate(&class.inputs(packets), seconds);
+                }
+            }
+            return;
+        }
+        let mut all = self::contenders();
+        let c = all
+            .iter_mut()
+            .find(|c| c.name == name)
+            .expect("ZLIB_FRONTIER_PROFILE names a contender");
+        for (_, packets) in &corpora {
+            for &class in &classes {
+                profile(c, &class.inputs(packets), seconds);
+            }
+        }
+        return;
+    }
     let mut points: Vec<(String, Class, String, Point, usize)> = Vec::new();
     let mut inflates = Vec::new();
     for (corpus, packets) in &corpora {
-        for class in CLASSES {
+        for &class in &classes {
             let inputs = class.inputs(packets);
             if inputs.is_empty() {
                 continue;
@@ -387,8 +486,9 @@ fn main() {
 
     // Sizes and times, one table a corpus.
     for (corpus, packets) in &corpora {
-        let classes: Vec<Class> = CLASSES
-            .into_iter()
+        let classes: Vec<Class> = classes
+            .iter()
+            .copied()
             .filter(|c| !c.inputs(packets).is_empty())
             .collect();
         println!(
@@ -407,9 +507,13 @@ fn main() {
             print!("| {} |", c.name);
             for &class in &classes {
                 let p = point(corpus, class, &c.name).expect("measured");
-                let z6 = point(corpus, class, "zlib-rs-6").expect("measured");
-                let vs = (p.bytes as f64 / z6.bytes as f64 - 1.0) * 100.0;
-                print!(" {} ({vs:+.1}%), {} |", p.bytes, human(p.ns));
+                match point(corpus, class, "zlib-rs-6") {
+                    Some(z6) => {
+                        let vs = (p.bytes as f64 / z6.bytes as f64 - 1.0) * 100.0;
+                        print!(" {} ({vs:+.1}%), {} |", p.bytes, human(p.ns));
+                    }
+                    None => print!(" {}, {} |", p.bytes, human(p.ns)),
+                }
             }
             println!();
         }
@@ -422,13 +526,15 @@ fn main() {
     let mut met = 0;
     let mut checked = 0;
     for (corpus, packets) in &corpora {
-        for class in CLASSES {
+        for &class in &classes {
             if class.inputs(packets).is_empty() {
                 continue;
             }
             for (peer, level) in GOAL_PEERS {
                 let name = format!("{peer}-{level}");
-                let p = point(corpus, class, &name).expect("measured");
+                let Some(p) = point(corpus, class, &name) else {
+                    continue;
+                };
                 let best = contenders
                     .iter()
                     .filter(|c| c.peer == "wirekit")

@@ -175,7 +175,7 @@ fuzz_target!(|input: Input| {
     for e in &events[expected.len()..] {
         match e {
             Event::Body { body, .. } if !body.is_empty() => {
-                for level in [Level::Stored, Level::Quick, Level::Fast, Level::Default] {
+                for level in Level::ALL {
                     let e = CompressedEncoder::new(threshold, level);
                     let mut wire = vec![0u8; max_encoded_len(body.len())];
                     let n = e.encode(body, &mut wire, &mut tools.compressor).unwrap();

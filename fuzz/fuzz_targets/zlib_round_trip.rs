@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
     let mut inflater = Inflater::new();
     let mut z = vec![0u8; compress_bound(input.len())];
     let mut back = vec![0u8; input.len()];
-    for level in [Level::Stored, Level::Quick, Level::Fast, Level::Default] {
+    for level in Level::ALL {
         let n = c.compress(level, input, &mut z).unwrap();
         assert!(n <= compress_bound(input.len()));
         if level == Level::Stored {

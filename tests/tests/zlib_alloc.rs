@@ -31,13 +31,7 @@ fn compress_and_inflate_allocate_nothing() {
     let mut inflater = Inflater::new();
     let (checked, stats) = count_allocations(|| {
         let mut checked = 0;
-        for level in [
-            Level::Stored,
-            Level::Quick,
-            Level::Fast,
-            Level::Lazy,
-            Level::Default,
-        ] {
+        for level in Level::ALL {
             for len in [0, 1, 100, 1024, 20_000, data.len()] {
                 let n = server.compress(level, &data[..len], &mut z).unwrap();
                 inflater.inflate_exact(&z[..n], &mut back[..len]).unwrap();

@@ -25,13 +25,7 @@ fn sample() -> Vec<u8> {
 #[test]
 fn every_strict_prefix_is_an_error() {
     let input = sample();
-    for level in [
-        Level::Stored,
-        Level::Quick,
-        Level::Fast,
-        Level::Lazy,
-        Level::Default,
-    ] {
+    for level in Level::ALL {
         let z = zlib(level, &input);
         let mut out = vec![0u8; input.len()];
         let mut inf = Inflater::new();

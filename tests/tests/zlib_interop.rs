@@ -17,13 +17,7 @@ use wirekit_tests::peers::{
     wait_bounded, workspace_root,
 };
 
-const LEVELS: [Level; 5] = [
-    Level::Stored,
-    Level::Quick,
-    Level::Fast,
-    Level::Lazy,
-    Level::Default,
-];
+const LEVELS: [Level; 5] = Level::ALL;
 
 /// Packet bodies (ID + data) of every size class: tiny, around common thresholds, large, and
 /// both game-like (compressible) and random.

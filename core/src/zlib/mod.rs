@@ -28,7 +28,8 @@
 //!   dynamic Huffman code (approximate on blocks under 2048 symbols) or stored, whichever is
 //!   smaller.
 //! - [`Level::Lazy`]: the default level's matching with a quarter of its chain (8 links,
-//!   nice length 32, lazy length 8), for most of its ratio in about 60% of its time.
+//!   nice length 32, lazy length 8), inserting only the ends of matches longer than 16 into
+//!   the chains, for most of its ratio in about 40-60% of its time.
 //! - [`Level::Default`]: lazy matching over hash chains (32 links, nice length 64, zlib's lazy
 //!   and good lengths 16 and 8), each block written in the smallest of dynamic Huffman (with
 //!   optimal length-limited codes), fixed Huffman or stored form.

@@ -33,6 +33,21 @@ impl<const N: usize> Code<N> {
     /// few on a small packet's block); the loops over all `N` symbols have no data-dependent
     /// branch, which a small block's scattered frequencies would mispredict.
     pub(crate) fn build(&mut self, freq: &[u32; N], max_bits: u32) {
+        self.build_with(freq, max_bits, &mut |_, _| {});
+    }
+
+    /// [`Code::build`], also calling `coded(symbol, length)` for each symbol given a code, in
+    /// ascending order, from the list of used symbols the build keeps: [`RunLengths`] codes
+    /// the block header's lengths in the same pass, with no walk over all `N` lengths (whose
+    /// branch on each length a small block's scattered symbols mispredict). `coded` is a
+    /// trait object so that the build is compiled once per alphabet, not once per caller (it
+    /// is called for a few dozen symbols a block; the firmware's flash counts every copy).
+    pub(crate) fn build_with(
+        &mut self,
+        freq: &[u32; N],
+        max_bits: u32,
+        coded: &mut dyn FnMut(usize, u8),
+    ) {
         let mut sorted = [0u32; N];
         let mut by_symbol = [0u32; N];
         let mut n = sort_by_frequency(freq, &mut sorted, &mut by_symbol);
@@ -91,6 +106,10 @@ impl<const N: usize> Code<N> {
             }
         }
         self.assign_codes(&count, &by_symbol[..n]);
+        for &k in &by_symbol[..n] {
+            let s = (k & 511) as usize;
+            coded(s, self.lens[s]);
+        }
     }
 
     /// Builds a complete code of lengths 1 to `max_bits` in time linear in `N`, with no sort:
@@ -192,20 +211,10 @@ impl<const N: usize> Code<N> {
         &mut self,
         freq: &[u32; N],
         max_bits: u32,
-        coded: &mut impl FnMut(usize, u8),
+        coded: &mut dyn FnMut(usize, u8),
     ) -> u64 {
-        self.build(freq, max_bits);
-        self.report(coded);
+        self.build_with(freq, max_bits, coded);
         self.cost(freq)
-    }
-
-    /// Calls `coded(symbol, length)` for each symbol with a code, in ascending order.
-    pub(crate) fn report(&self, coded: &mut impl FnMut(usize, u8)) {
-        for (s, &l) in self.lens.iter().enumerate() {
-            if l != 0 {
-                coded(s, l);
-            }
-        }
     }
 
     /// Canonical codes from the lengths (RFC 1951 §3.2.2), stored bit-reversed; `count[l]` is
@@ -498,18 +507,6 @@ pub(crate) struct DynamicHeader<'a> {
 }
 
 impl<'a> DynamicHeader<'a> {
-    /// The header for `lit` and `dist`, built optimally; `runs` must be new.
-    pub(crate) fn new(
-        lit: &Code<LIT_SYMS>,
-        dist: &Code<DIST_SYMS>,
-        runs: &'a mut RunLengths,
-    ) -> Self {
-        lit.report(&mut |s, l| runs.coded(s, l));
-        runs.end_literals();
-        dist.report(&mut |s, l| runs.coded(s, l));
-        Self::from_runs(runs, false)
-    }
-
     /// The header for the lengths in `runs` (the literal/length code ended, the distance code
     /// complete); with `fast`, its own code is built by [`Code::build_fast`] rather than
     /// optimally.
