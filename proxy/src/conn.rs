@@ -355,9 +355,11 @@ async fn run(
                     dst,
                     host: &host,
                 };
-                return crate::inspect::login::serve(
+                // Boxed: the inspect relay's state is large, and inlined it would grow every
+                // connection's task (passthrough and still-reading ones too) by its size.
+                return Box::pin(crate::inspect::login::serve(
                     shared, rt, i, r, inbound, opening, line, gauge,
-                )
+                ))
                 .await;
             }
             let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
