@@ -4,155 +4,20 @@
 //! come from distinct loopback addresses (127.0.0.x).
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use wirekit_core::Status;
-use wirekit_core::frame::mc::{FrameDecoder, split_packet};
-use wirekit_core::minecraft::Encode;
-use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
-use wirekit_core::minecraft::login::{Disconnect, LoginStart};
-use wirekit_core::minecraft::status::{Ping, StatusResponse};
+use wirekit_core::minecraft::handshake::NextState;
 use wirekit_core::proxy::{self, Limits, Tlv, TlvKind};
 use wirekit_rig::net::free_port;
-use wirekit_tests::mcproxy_process::{McProxy, Proc, WAIT, node_client, node_server};
+use wirekit_tests::mcproxy_process::{
+    McProxy, Proc, Recorder, WAIT, connect_from, expect_disconnect, handshake, login_bytes,
+    login_start, node_client, node_server, read_packet, status,
+};
 use wirekit_tests::peers::{self, workspace_root};
-
-/// A TCP client from loopback address `127.0.0.<last>`.
-fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
-    // std cannot bind before connect; tokio's TcpSocket can, then hands the stream over.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let s = tokio::net::TcpSocket::new_v4().unwrap();
-        s.bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, last), 0)))
-            .unwrap();
-        let stream = s.connect(to).await.unwrap();
-        let std = stream.into_std().unwrap();
-        std.set_nonblocking(false).unwrap();
-        std
-    })
-}
-
-fn handshake(host: &str, protocol: i32, next: NextState) -> Vec<u8> {
-    let hs = Handshake {
-        protocol_version: protocol,
-        address: ServerAddress::host(host),
-        port: 25565,
-        next_state: next,
-    };
-    let mut out = vec![0u8; hs.frame_len()];
-    hs.encode_frame(&mut out).unwrap();
-    out
-}
-
-fn login_start(name: &str) -> Vec<u8> {
-    let ls = LoginStart {
-        protocol_version: 340,
-        name,
-        signature: None,
-        uuid: None,
-    };
-    let mut out = vec![0u8; ls.frame_len()];
-    ls.encode_frame(&mut out).unwrap();
-    out
-}
-
-/// A login's first packets: the handshake for `host` and Login Start for `name`.
-fn login_bytes(host: &str, name: &str) -> Vec<u8> {
-    [handshake(host, 340, NextState::Login), login_start(name)].concat()
-}
-
-/// Reads a login Disconnect whose reason holds `text`.
-fn expect_disconnect(s: &mut TcpStream, text: &str) {
-    let (id, data) = read_packet(s);
-    assert_eq!(id, Disconnect::ID);
-    let reason = Disconnect::parse(&data).unwrap().reason.to_owned();
-    assert!(reason.contains(text), "{reason}");
-}
-
-/// Reads one frame's packet (ID, data) within `WAIT`.
-fn read_packet(s: &mut TcpStream) -> (i32, Vec<u8>) {
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&buf) {
-            let p = split_packet(f.body).unwrap();
-            return (p.id, p.data.to_vec());
-        }
-        let n = s.read(&mut chunk).expect("reading a packet");
-        assert!(n > 0, "closed before a whole packet ({} bytes)", buf.len());
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// Status and ping through the proxy from `127.0.0.<from>`: the JSON, with the Pong checked.
-fn status(proxy: SocketAddr, from: u8, host: &str, protocol: i32) -> String {
-    let mut s = connect_from(from, proxy);
-    let mut out = handshake(host, protocol, NextState::Status);
-    out.extend_from_slice(&[0x01, 0x00]);
-    s.write_all(&out).unwrap();
-    let (id, data) = read_packet(&mut s);
-    assert_eq!(id, 0x00);
-    let json = StatusResponse::parse(&data).unwrap().json.to_owned();
-    let ping = Ping {
-        payload: 0x0123_4567_89ab_cdef,
-    };
-    let mut frame = [0u8; 10];
-    let n = ping.encode_frame(&mut frame).unwrap();
-    s.write_all(&frame[..n]).unwrap();
-    let (id, data) = read_packet(&mut s);
-    assert_eq!((id, Ping::parse(&data).unwrap()), (Ping::ID, ping));
-    json
-}
-
-/// An upstream that records the first bytes of each connection (until a read pauses for
-/// 300 ms) and then holds the connection open until the test ends.
-struct Recorder {
-    port: u16,
-    got: mpsc::Receiver<Vec<u8>>,
-}
-
-impl Recorder {
-    fn start() -> Recorder {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (tx, got) = mpsc::channel();
-        thread::spawn(move || {
-            for s in listener.incoming() {
-                let Ok(mut s) = s else { return };
-                let tx = tx.clone();
-                thread::spawn(move || {
-                    s.set_read_timeout(Some(Duration::from_millis(300)))
-                        .unwrap();
-                    let mut data = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    while let Ok(n) = s.read(&mut chunk) {
-                        if n == 0 {
-                            break;
-                        }
-                        data.extend_from_slice(&chunk[..n]);
-                    }
-                    let _ = tx.send(data);
-                    thread::sleep(Duration::from_secs(30));
-                });
-            }
-        });
-        Recorder { port, got }
-    }
-
-    fn next(&self) -> Vec<u8> {
-        self.got
-            .recv_timeout(WAIT)
-            .expect("the upstream got a connection")
-    }
-}
 
 #[test]
 fn minecraft_protocol_client_and_server_through_passthrough_1_8_8_and_1_12_2() {
