@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use wirekit_core::proxy::{self, Limits, Tlv, TlvKind};
 use wirekit_rig::net::free_port;
 use wirekit_tests::mcproxy_process::{
     McProxy, Proc, Recorder, WAIT, connect_from, expect_disconnect, handshake, login_bytes,
-    login_start, node_client, node_server, read_packet, status,
+    login_start, node_server, node_sessions, read_packet, status,
 };
 use wirekit_tests::peers::{self, workspace_root};
 
@@ -40,41 +40,13 @@ upstreams = ["127.0.0.1:{p12}"]
 "#
     ));
     // Both sessions at once: login with compression, play, chat both ways.
-    let clients: Vec<Child> = [
-        ("1.8.8", "v8.mc.test", "127.0.0.21"),
-        ("1.12.2", "Lobby.V12.test.", "127.0.0.22"),
-    ]
-    .iter()
-    .map(|(v, host, from)| {
-        node_client(proxy.addr, v, host, from, "chat")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    })
-    .collect();
-    for mut c in clients {
-        let drain = peers::drain(&mut c);
-        let status = peers::wait_bounded(&mut c, Duration::from_secs(30)).expect("client finished");
-        let (out, err) = drain.join();
-        assert!(
-            status.success() && out.contains("ok Tester"),
-            "{out} {err}\n{}",
-            proxy.proc.log()
-        );
-    }
-    let log = proxy.proc.wait_log("player=\"Tester\"", 2);
-    for (client, route) in [("127.0.0.21", "v8"), ("127.0.0.22", "v12")] {
-        let line = log
-            .lines()
-            .find(|l| l.contains(&format!("client={client}:")))
-            .unwrap_or_else(|| panic!("no close line for {client}: {log}"));
-        assert!(line.contains(&format!("route=\"{route}\"")), "{line}");
-        assert!(line.contains(" closed "), "{line}");
-        if cfg!(target_os = "linux") {
-            assert!(line.contains("relay=\"splice\""), "{line}");
-        }
-    }
+    node_sessions(
+        &proxy,
+        &[
+            ("1.8.8", "v8.mc.test", "127.0.0.21", "v8"),
+            ("1.12.2", "Lobby.V12.test.", "127.0.0.22", "v12"),
+        ],
+    );
     assert_eq!(
         proxy.metric("wirekit_proxy_connections_total{route=\"v8\"}"),
         1
