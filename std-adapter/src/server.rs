@@ -509,6 +509,23 @@ async fn serve_connection(
     }
 }
 
+/// Writes all of `bytes` unless the peer keeps its window shut for `timeout` (the session's
+/// send timeout, decided in the core's config): then the connection ends as a failed write.
+async fn send_within(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    timeout: wirekit_core::time::Duration,
+) -> Result<(), ConnError> {
+    let limit = std::time::Duration::from_micros(timeout.as_micros());
+    match tokio::time::timeout(limit, stream.write_all(bytes)).await {
+        Ok(sent) => sent.map_err(ConnError::Write),
+        Err(_) => Err(ConnError::Write(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the peer took no reply within the send timeout",
+        ))),
+    }
+}
+
 async fn drive(
     stream: &mut TcpStream,
     session: &mut Session,
@@ -536,10 +553,7 @@ async fn drive(
         let mut greeting = [0u8; 16];
         let p = handle(session, &[], &mut greeting, counters, scratch_len)?;
         if p.written > 0 {
-            stream
-                .write_all(&greeting[..p.written])
-                .await
-                .map_err(ConnError::Write)?;
+            send_within(stream, &greeting[..p.written], session.send_timeout()).await?;
         }
     }
     loop {
@@ -552,10 +566,7 @@ async fn drive(
                 let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
                 input.consume(p.consumed);
                 if p.written > 0 {
-                    stream
-                        .write_all(&out[..p.written])
-                        .await
-                        .map_err(ConnError::Write)?;
+                    send_within(stream, &out[..p.written], session.send_timeout()).await?;
                 }
                 match p.want {
                     Want::Call => continue,
@@ -605,7 +616,7 @@ async fn drive(
                     if !pending.is_empty() {
                         // The peer is not reading: wait here, reading nothing more from it
                         // (backpressure), with one read's replies held at most.
-                        stream.write_all(&pending).await.map_err(ConnError::Write)?;
+                        send_within(stream, &pending, session.send_timeout()).await?;
                         pending.clear();
                     }
                     known_want = want.filter(|_| input.is_empty());
