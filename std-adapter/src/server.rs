@@ -123,6 +123,7 @@ impl std::fmt::Display for ConnError {
             {
                 f.write_str("peer gone while the server was writing")
             }
+            ConnError::Write(e) if e.kind() == io::ErrorKind::TimedOut => f.write_str(SEND_STALLED),
             ConnError::Write(e) => write!(f, "i/o while writing: {e}"),
         }
     }
@@ -509,6 +510,9 @@ async fn serve_connection(
     }
 }
 
+/// Why a connection ended at the send timeout (as the core's driver and the firmware say it).
+const SEND_STALLED: &str = "the peer took no reply within the send timeout";
+
 /// Writes all of `bytes` unless the peer keeps its window shut for `timeout` (the session's
 /// send timeout, decided in the core's config): then the connection ends as a failed write.
 async fn send_within(
@@ -521,7 +525,7 @@ async fn send_within(
         Ok(sent) => sent.map_err(ConnError::Write),
         Err(_) => Err(ConnError::Write(io::Error::new(
             io::ErrorKind::TimedOut,
-            "the peer took no reply within the send timeout",
+            SEND_STALLED,
         ))),
     }
 }
