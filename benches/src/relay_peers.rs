@@ -51,10 +51,7 @@ impl Drop for TempDir {
 
 /// A fresh directory for one relay's files: `<tmp>/wirekit-<harness>-<pid>-<what>`.
 pub fn temp_dir(harness: &str, what: &str) -> Result<TempDir, String> {
-    let dir = std::env::temp_dir().join(format!(
-        "wirekit-{harness}-{}-{what}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("wirekit-{harness}-{}-{what}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(TempDir(dir))
 }
@@ -188,8 +185,9 @@ pub fn start_infrarust(
          logging:\n  min_level: \"warn\"\n",
         proxies.display()
     );
-    let server =
-        format!("domains: [\"{host}\"]\naddresses: [\"{upstream}\"]\nproxyMode: \"{proxy_mode}\"\n");
+    let server = format!(
+        "domains: [\"{host}\"]\naddresses: [\"{upstream}\"]\nproxyMode: \"{proxy_mode}\"\n"
+    );
     std::fs::write(dir.0.join("config.yaml"), main).map_err(|e| e.to_string())?;
     std::fs::write(proxies.join("bench.yaml"), server).map_err(|e| e.to_string())?;
     let args = vec![
@@ -285,4 +283,80 @@ impl Framed {
             }
         }
     }
+}
+
+/// A harness's `run` options: the peers' binaries (`--NAME BIN`), rounds, `--quick`, and
+/// notes for the report (`--note TEXT`, why a peer is missing).
+pub struct Options {
+    peers: Vec<(String, PathBuf)>,
+    /// Alternating rounds per case (default 3).
+    pub rounds: usize,
+    /// A shorter run.
+    pub quick: bool,
+    /// Lines for the report's notes.
+    pub notes: Vec<String>,
+}
+
+impl Options {
+    /// Parses `args`; `peers` are the accepted binary flags' names (`wirekit` for
+    /// `--wirekit BIN`).
+    pub fn parse(args: &[String], peers: &[&str]) -> Result<Options, String> {
+        let mut o = Options {
+            peers: Vec::new(),
+            rounds: 3,
+            quick: false,
+            notes: Vec::new(),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
+            let flag = a.strip_prefix("--").unwrap_or("");
+            match flag {
+                "rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
+                "note" => o.notes.push(value()?),
+                "quick" => o.quick = true,
+                _ if peers.contains(&flag) => {
+                    let bin = PathBuf::from(value()?);
+                    // Absolute paths: a relay may run in a directory of its own.
+                    let bin = std::fs::canonicalize(&bin)
+                        .map_err(|e| format!("{}: {e}", bin.display()))?;
+                    o.peers.push((flag.to_string(), bin));
+                }
+                _ => return Err(format!("unknown argument {a:?}")),
+            }
+        }
+        if o.rounds == 0 {
+            return Err("--rounds: at least 1".into());
+        }
+        Ok(o)
+    }
+
+    /// The binary given for peer `name`, if any.
+    pub fn peer(&self, name: &str) -> Option<&Path> {
+        self.peers
+            .iter()
+            .rfind(|(n, _)| n == name)
+            .map(|(_, p)| p.as_path())
+    }
+}
+
+/// Pins this thread to the load's CPU; returns (the relays' CPU, the load's CPU): the first
+/// two CPUs this process may use, or CPU 0 for both on a single-CPU machine.
+pub fn pin_load() -> (usize, usize) {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let (relay_cpu, load_cpu) = if cores.len() >= 2 {
+        (cores[0].id, cores[1].id)
+    } else {
+        (0, 0)
+    };
+    if let Some(core) = cores.iter().find(|c| c.id == load_cpu) {
+        core_affinity::set_for_current(*core);
+    }
+    (relay_cpu, load_cpu)
+}
+
+/// A relay child's one argument, the upstream's address.
+pub fn upstream_arg(args: &[String]) -> Result<SocketAddr, String> {
+    let a = args.get(1).ok_or("the upstream address is missing")?;
+    a.parse().map_err(|e| format!("upstream {a:?}: {e}"))
 }

@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wirekit_benches::relay_peers::{
-    Framed, RelayProcess, copy_relay, free_addr, load_average, median, pinned, ratio,
-    spawn_announced, spawn_listening, start_infrarust, temp_dir, wirekit_limits_off_args,
+    Framed, Options, RelayProcess, copy_relay, free_addr, load_average, median, pin_load, pinned,
+    ratio, spawn_announced, spawn_listening, start_infrarust, temp_dir, upstream_arg,
+    wirekit_limits_off_args,
 };
 use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
@@ -61,7 +62,9 @@ fn main() -> ExitCode {
         Some("splice-relay") => upstream_arg(&args).and_then(floor::serve),
         // tokio's default buffers (8 KiB), as plain `copy_bidirectional` uses.
         Some("copy-relay") => upstream_arg(&args).and_then(|up| copy_relay(up, 8 * 1024)),
-        Some("run") => Options::parse(&args[1..]).and_then(run),
+        Some("run") => {
+            Options::parse(&args[1..], &["wirekit", "haproxy", "infrarust"]).and_then(run)
+        }
         _ => Err(
             "usage: relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] \
              [--rounds N] [--quick] | splice-relay UPSTREAM | copy-relay UPSTREAM"
@@ -75,11 +78,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn upstream_arg(args: &[String]) -> Result<SocketAddr, String> {
-    let a = args.get(1).ok_or("the upstream address is missing")?;
-    a.parse().map_err(|e| format!("upstream {a:?}: {e}"))
 }
 
 /// The floor: a single-threaded mio loop that splices each direction through its own pipe and
@@ -222,54 +220,6 @@ mod floor {
     }
 }
 
-/// `run`'s options.
-struct Options {
-    wirekit: Option<PathBuf>,
-    haproxy: Option<PathBuf>,
-    infrarust: Option<PathBuf>,
-    rounds: usize,
-    quick: bool,
-    notes: Vec<String>,
-}
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Options, String> {
-        let mut o = Options {
-            wirekit: None,
-            haproxy: None,
-            infrarust: None,
-            rounds: 3,
-            quick: false,
-            notes: Vec::new(),
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
-            match a.as_str() {
-                "--wirekit" => o.wirekit = Some(value()?.into()),
-                "--haproxy" => o.haproxy = Some(value()?.into()),
-                "--infrarust" => o.infrarust = Some(value()?.into()),
-                "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
-                // A note for the report (why a peer is missing).
-                "--note" => o.notes.push(value()?),
-                "--quick" => o.quick = true,
-                _ => return Err(format!("unknown argument {a:?}")),
-            }
-        }
-        // Absolute paths: a relay may run in a directory of its own.
-        for bin in [&mut o.wirekit, &mut o.haproxy, &mut o.infrarust]
-            .into_iter()
-            .flatten()
-        {
-            *bin = std::fs::canonicalize(&*bin).map_err(|e| format!("{}: {e}", bin.display()))?;
-        }
-        if o.rounds == 0 {
-            return Err("--rounds: at least 1".into());
-        }
-        Ok(o)
-    }
-}
-
 /// The relays compared, in table order.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -310,7 +260,7 @@ fn start_relay(
         Kind::Floor => (me, vec!["splice-relay".into(), up]),
         Kind::Copy => (me, vec!["copy-relay".into(), up]),
         Kind::Wirekit => {
-            let Some(bin) = &opts.wirekit else {
+            let Some(bin) = opts.peer("wirekit") else {
                 return Ok(None);
             };
             let mut args: Vec<String> = [
@@ -325,10 +275,10 @@ fn start_relay(
             .map(String::from)
             .to_vec();
             args.extend(wirekit_limits_off_args());
-            (bin.clone(), args)
+            (bin.to_path_buf(), args)
         }
         Kind::Haproxy => {
-            let Some(bin) = &opts.haproxy else {
+            let Some(bin) = opts.peer("haproxy") else {
                 return Ok(None);
             };
             let dir = temp_dir(HARNESS, "haproxy")?;
@@ -348,7 +298,7 @@ fn start_relay(
             return Ok(Some(Relay { kind, process }));
         }
         Kind::Infrarust => {
-            let Some(bin) = &opts.infrarust else {
+            let Some(bin) = opts.peer("infrarust") else {
                 return Ok(None);
             };
             let process = start_infrarust(
@@ -819,15 +769,7 @@ fn goals(results: &[CaseResult]) -> String {
 }
 
 fn run(opts: Options) -> Result<(), String> {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let (relay_cpu, load_cpu) = if cores.len() >= 2 {
-        (cores[0].id, cores[1].id)
-    } else {
-        (0, 0)
-    };
-    if let Some(core) = cores.iter().find(|c| c.id == load_cpu) {
-        core_affinity::set_for_current(*core);
-    }
+    let (relay_cpu, load_cpu) = pin_load();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
