@@ -75,7 +75,8 @@ pub fn announce() -> Result<std::net::TcpListener, String> {
 }
 
 /// tokio's `copy_bidirectional_with_sizes` with `buf`-byte buffers each way, one per
-/// connection, on a current-thread runtime: a plain userspace copy relay (no parsing).
+/// connection, on a current-thread runtime: a plain userspace copy relay (no parsing). Both
+/// sockets are `TCP_NODELAY`, as a game proxy's are.
 pub fn copy_relay(upstream: SocketAddr, buf: usize) -> Result<(), String> {
     let listener = announce()?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -87,8 +88,10 @@ pub fn copy_relay(upstream: SocketAddr, buf: usize) -> Result<(), String> {
         let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
         loop {
             let (mut client, _) = listener.accept().await.map_err(|e| e.to_string())?;
+            let _ = client.set_nodelay(true);
             tokio::spawn(async move {
                 if let Ok(mut up) = TcpStream::connect(upstream).await {
+                    let _ = up.set_nodelay(true);
                     let _ =
                         tokio::io::copy_bidirectional_with_sizes(&mut client, &mut up, buf, buf)
                             .await;
@@ -111,28 +114,37 @@ pub fn pinned(cpu: usize, program: &Path, args: &[String]) -> Command {
     cmd
 }
 
-/// Starts `cmd` (from [`pinned`]) and waits for its `listening on ADDR` line.
-pub fn spawn_announced(mut cmd: Command, dir: Option<TempDir>) -> Result<RelayProcess, String> {
-    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+/// Reads the child's stdout to its end on a thread of its own, so the child never blocks on a
+/// full pipe: the address of its first `listening on ADDR` line goes to the channel, every
+/// other line to our stderr (a relay's log says why it failed).
+fn watch_stdout(child: &mut Child) -> Result<std::sync::mpsc::Receiver<String>, String> {
     let out = child.stdout.take().ok_or("no stdout")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut lines = BufReader::new(out).lines();
         let mut sent = false;
-        // Keep reading so the child never blocks on a full pipe.
-        while let Some(Ok(line)) = lines.next() {
-            if !sent && let Some(a) = line.trim().strip_prefix("listening on ") {
-                let _ = tx.send(a.to_string());
-                sent = true;
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            match line.trim().strip_prefix("listening on ") {
+                Some(a) if !sent => {
+                    let _ = tx.send(a.to_string());
+                    sent = true;
+                }
+                _ => eprintln!("relay: {line}"),
             }
         }
     });
+    Ok(rx)
+}
+
+/// Starts `cmd` (from [`pinned`]) and waits for its `listening on ADDR` line.
+pub fn spawn_announced(mut cmd: Command, dir: Option<TempDir>) -> Result<RelayProcess, String> {
+    let child = cmd.spawn().map_err(|e| e.to_string())?;
     // Built before the wait, so a child that never announces is killed on the way out.
     let mut relay = RelayProcess {
         child,
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         _dir: dir,
     };
+    let rx = watch_stdout(&mut relay.child)?;
     let line = rx
         .recv_timeout(START_TIMEOUT)
         .map_err(|_| "no `listening on` line".to_string())?;
@@ -153,6 +165,7 @@ pub fn spawn_listening(
         addr,
         _dir: dir,
     };
+    watch_stdout(&mut relay.child)?;
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
         if let Ok(Some(status)) = relay.child.try_wait() {
