@@ -13,6 +13,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpListener, TcpStream};
 use wirekit_core::Status;
 use wirekit_core::frame::mc::FrameDecoder;
+use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+use wirekit_core::minecraft::login::LoginStart;
 
 /// A relay may take this long to listen.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -272,6 +275,27 @@ pub fn ratio(a: f64, b: Option<f64>) -> String {
     }
 }
 
+/// What a client sends first to log in: Handshake (next state login, naming `host`) and Login
+/// Start for `name`, in `protocol`'s layouts.
+pub fn login_prefix(protocol: i32, host: &str, name: &str) -> Vec<u8> {
+    let hs = Handshake {
+        protocol_version: protocol,
+        address: ServerAddress::host(host),
+        port: 25565,
+        next_state: NextState::Login,
+    };
+    let ls = LoginStart {
+        protocol_version: protocol,
+        name,
+        signature: None,
+        uuid: None,
+    };
+    let mut out = vec![0u8; hs.frame_len() + ls.frame_len()];
+    let n = hs.encode_frame(&mut out).expect("sized");
+    ls.encode_frame(&mut out[n..]).expect("sized");
+    out
+}
+
 /// Reads length-prefixed frames off a stream; what was read past the last frame stays in
 /// `buf`.
 #[derive(Default)]
@@ -353,9 +377,14 @@ impl Options {
     }
 }
 
-/// Pins this thread to the load's CPU; returns (the relays' CPU, the load's CPU): the first
-/// two CPUs this process may use, or CPU 0 for both on a single-CPU machine.
-pub fn pin_load() -> (usize, usize) {
+/// Pins this thread to the load's CPU and runs `harness(relay CPU, load CPU)` on a
+/// current-thread tokio runtime: the relays go on the first CPU this process may use, the
+/// load on the second (both on CPU 0 on a single-CPU machine).
+pub fn run_pinned<F, Fut>(harness: F) -> Result<(), String>
+where
+    F: FnOnce(usize, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let (relay_cpu, load_cpu) = if cores.len() >= 2 {
         (cores[0].id, cores[1].id)
@@ -365,7 +394,11 @@ pub fn pin_load() -> (usize, usize) {
     if let Some(core) = cores.iter().find(|c| c.id == load_cpu) {
         core_affinity::set_for_current(*core);
     }
-    (relay_cpu, load_cpu)
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(harness(relay_cpu, load_cpu))
 }
 
 /// A relay child's one argument, the upstream's address.

@@ -41,16 +41,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use wirekit_benches::game_packets::{self, Kind as Payload};
 use wirekit_benches::relay_peers::{
-    Framed, Options, RelayProcess, copy_relay, load_average, median, pin_load, pinned, ratio,
-    spawn_announced, start_infrarust, temp_dir, upstream_arg, wirekit_limits_off_args,
+    Framed, Options, RelayProcess, copy_relay, load_average, login_prefix, median, pinned, ratio,
+    run_pinned, spawn_announced, start_infrarust, temp_dir, upstream_arg, wirekit_limits_off_args,
 };
 use wirekit_benches::traffic;
 use wirekit_core::Status;
 use wirekit_core::frame::compressed::{CompressedEncoder, max_encoded_len};
 use wirekit_core::frame::mc::FrameDecoder;
 use wirekit_core::minecraft::Encode;
-use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
-use wirekit_core::minecraft::login::{LoginStart, LoginSuccess, Properties, SetCompression};
+use wirekit_core::minecraft::login::{LoginSuccess, Properties, SetCompression};
 use wirekit_core::varint::{decode_varint, encode_varint};
 use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU};
 
@@ -90,10 +89,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("copy-relay") => upstream_arg(&args).and_then(|up| copy_relay(up, COPY_BUF)),
-        Some("run") => Options::parse(&args[1..], &["wirekit", "infrarust"]).and_then(run),
-        _ => Err("usage: inspect_bench run [--wirekit BIN] [--infrarust BIN] [--rounds N] \
+        Some("run") => Options::parse(&args[1..], &["wirekit", "infrarust"])
+            .and_then(|o| run_pinned(|relay_cpu, load_cpu| run_all(o, relay_cpu, load_cpu))),
+        _ => Err(
+            "usage: inspect_bench run [--wirekit BIN] [--infrarust BIN] [--rounds N] \
                   [--quick] [--note TEXT] | copy-relay UPSTREAM"
-            .into()),
+                .into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -334,7 +336,11 @@ async fn receive<R: AsyncRead + Unpin>(
         end -= start;
         start = 0;
         match r.read(&mut buf[end..]).await {
-            Ok(0) => return Err(format!("the stream ended after {packets} of {want} packets")),
+            Ok(0) => {
+                return Err(format!(
+                    "the stream ended after {packets} of {want} packets"
+                ));
+            }
             Ok(n) => end += n,
             Err(e) => return Err(format!("after {packets} of {want} packets: {e}")),
         }
@@ -343,7 +349,9 @@ async fn receive<R: AsyncRead + Unpin>(
 
 async fn send<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> Result<(), String> {
     for chunk in bytes.chunks(WRITE) {
-        w.write_all(chunk).await.map_err(|e| format!("write: {e}"))?;
+        w.write_all(chunk)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
     }
     Ok(())
 }
@@ -464,22 +472,9 @@ async fn login(addr: SocketAddr, threshold: i32) -> Result<(TcpStream, Vec<u8>),
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let _ = s.set_nodelay(true);
-    let hs = Handshake {
-        protocol_version: PROTOCOL,
-        address: ServerAddress::host(HOST),
-        port: 25565,
-        next_state: NextState::Login,
-    };
-    let ls = LoginStart {
-        protocol_version: PROTOCOL,
-        name: "inspectbench",
-        signature: None,
-        uuid: None,
-    };
-    let mut out = vec![0u8; hs.frame_len() + ls.frame_len()];
-    let n = hs.encode_frame(&mut out).expect("sized");
-    ls.encode_frame(&mut out[n..]).expect("sized");
-    s.write_all(&out).await.map_err(|e| format!("login: {e}"))?;
+    s.write_all(&login_prefix(PROTOCOL, HOST, "inspectbench"))
+        .await
+        .map_err(|e| format!("login: {e}"))?;
     let mut framed = Framed::default();
     if threshold >= 0 {
         let sc = framed.next(&mut s).await.ok_or("the login ended early")?;
@@ -507,7 +502,14 @@ async fn client_stream(
     let _ = go.wait_for(|g| *g).await;
     let (mut r, mut w) = s.split();
     let (sent, got) = tokio::join!(
-        send(&mut w, if case.two_way { &case.serverbound.bytes } else { &[] }),
+        send(
+            &mut w,
+            if case.two_way {
+                &case.serverbound.bytes
+            } else {
+                &[]
+            }
+        ),
         receive(
             &mut r,
             &pending,
@@ -628,7 +630,10 @@ fn majority<T: Copy>(
     runs: &[Result<T, String>],
     median_of: impl Fn(&[T]) -> T,
 ) -> (Result<T, String>, Option<String>) {
-    let ok: Vec<T> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+    let ok: Vec<T> = runs
+        .iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
     let first_err = runs.iter().find_map(|r| r.as_ref().err().cloned());
     if ok.len() * 2 > runs.len() {
         let note = first_err.map(|e| {
@@ -786,15 +791,6 @@ fn goals(results: &[CaseResult<Throughput>]) -> String {
     out
 }
 
-fn run(opts: Options) -> Result<(), String> {
-    let (relay_cpu, load_cpu) = pin_load();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(run_all(opts, relay_cpu, load_cpu))
-}
-
 /// The upstream: each accepted connection runs the [`Job`] current at its accept.
 async fn serve_upstream(listener: TcpListener, plan: Plan) {
     while let Ok((s, _)) = listener.accept().await {
@@ -894,7 +890,10 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                     ))),
                     l.as_ref().map_or(String::new(), |l| format!(
                         "; RTT {}",
-                        shown(l.as_ref().map(|l| format!("p50 {:.1} µs, p99 {:.1} µs", l.0, l.1)))
+                        shown(
+                            l.as_ref()
+                                .map(|l| format!("p50 {:.1} µs, p99 {:.1} µs", l.0, l.1))
+                        )
                     )),
                 );
                 t_runs[k].push(t);

@@ -29,13 +29,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wirekit_benches::relay_peers::{
-    Framed, Options, RelayProcess, copy_relay, free_addr, load_average, median, pin_load, pinned,
-    ratio, spawn_announced, spawn_listening, start_infrarust, temp_dir, upstream_arg,
-    wirekit_limits_off_args,
+    Framed, Options, RelayProcess, copy_relay, free_addr, load_average, login_prefix, median,
+    pinned, ratio, run_pinned, spawn_announced, spawn_listening, start_infrarust, temp_dir,
+    upstream_arg, wirekit_limits_off_args,
 };
 use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
-use wirekit_core::minecraft::login::LoginStart;
 use wirekit_core::minecraft::status::{Ping, StatusResponse};
 
 /// The host every handshake names (Infrarust routes by it; the others take a default route).
@@ -62,9 +61,8 @@ fn main() -> ExitCode {
         Some("splice-relay") => upstream_arg(&args).and_then(floor::serve),
         // tokio's default buffers (8 KiB), as plain `copy_bidirectional` uses.
         Some("copy-relay") => upstream_arg(&args).and_then(|up| copy_relay(up, 8 * 1024)),
-        Some("run") => {
-            Options::parse(&args[1..], &["wirekit", "haproxy", "infrarust"]).and_then(run)
-        }
+        Some("run") => Options::parse(&args[1..], &["wirekit", "haproxy", "infrarust"])
+            .and_then(|o| run_pinned(|relay_cpu, load_cpu| run_all(o, relay_cpu, load_cpu))),
         _ => Err(
             "usage: relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] \
              [--rounds N] [--quick] | splice-relay UPSTREAM | copy-relay UPSTREAM"
@@ -391,26 +389,6 @@ struct Plan {
     errors: AtomicUsize,
 }
 
-/// The prefix every connection sends: Handshake (login) and Login Start.
-fn login_prefix() -> Vec<u8> {
-    let hs = Handshake {
-        protocol_version: PROTOCOL,
-        address: ServerAddress::host(HOST),
-        port: 25565,
-        next_state: NextState::Login,
-    };
-    let ls = LoginStart {
-        protocol_version: PROTOCOL,
-        name: "relaybench",
-        signature: None,
-        uuid: None,
-    };
-    let mut out = vec![0u8; hs.frame_len() + ls.frame_len()];
-    let n = hs.encode_frame(&mut out).expect("sized");
-    ls.encode_frame(&mut out[n..]).expect("sized");
-    out
-}
-
 /// Writes `size` bytes `write` at a time.
 async fn send_bulk(s: &mut TcpStream, size: u64, write: usize) -> bool {
     let data = [0x5au8; BUF];
@@ -579,7 +557,7 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
     plan.write.store(case.write, Ordering::Relaxed);
     plan.moved.store(0, Ordering::Relaxed);
     plan.errors.store(0, Ordering::Relaxed);
-    let prefix = Arc::new(login_prefix());
+    let prefix = Arc::new(login_prefix(PROTOCOL, HOST, "relaybench"));
     let cpu0 = relay.process.cpu_s()?;
     let start = Instant::now();
     let addr = relay.process.addr;
@@ -766,15 +744,6 @@ fn goals(results: &[CaseResult]) -> String {
         ));
     }
     out
-}
-
-fn run(opts: Options) -> Result<(), String> {
-    let (relay_cpu, load_cpu) = pin_load();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(run_all(opts, relay_cpu, load_cpu))
 }
 
 async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(), String> {
