@@ -243,7 +243,7 @@ fn stream(n: usize, seed: u64, clientbound: bool, threshold: i32) -> Stream {
         let size = size.min(MAX_BODY);
         let kind = match size {
             ..=64 => Payload::EntityMovement,
-            ..=300 => [
+            65..=300 => [
                 Payload::EntityMovement,
                 Payload::ChatJson,
                 Payload::InventoryNbt,
@@ -550,22 +550,19 @@ async fn measure_throughput(
     });
     let addr = path.addr(upstream);
     let run = async {
-        let mut clients = Vec::new();
+        // A JoinSet: a run that fails or times out aborts its clients' tasks with it, so
+        // none is left streaming into the next run.
+        let mut clients = tokio::task::JoinSet::new();
         for _ in 0..CONNS {
             let (s, pending) = login(addr, case.threshold).await?;
-            clients.push(tokio::spawn(client_stream(
-                s,
-                pending,
-                case.clone(),
-                go.clone(),
-            )));
+            clients.spawn(client_stream(s, pending, case.clone(), go.clone()));
         }
         let cpu0 = path.cpu_s()?;
         let start = Instant::now();
         go_tx.send_replace(true);
         let mut open = Vec::new();
-        for c in clients {
-            open.push(c.await.map_err(|e| e.to_string())??);
+        while let Some(c) = clients.join_next().await {
+            open.push(c.map_err(|e| e.to_string())??);
         }
         for _ in 0..CONNS {
             results.recv().await.ok_or("the upstream went away")??;
@@ -797,10 +794,10 @@ async fn serve_upstream(listener: TcpListener, plan: Plan) {
         let job = plan.lock().expect("plan").clone();
         if let Some(job) = job {
             tokio::spawn(async move {
-                if let Err(e) = upstream_conn(s, job.clone()).await {
-                    if let Job::Stream { done, .. } = job {
-                        let _ = done.send(Err(format!("upstream: {e}")));
-                    }
+                if let Err(e) = upstream_conn(s, job.clone()).await
+                    && let Job::Stream { done, .. } = job
+                {
+                    let _ = done.send(Err(format!("upstream: {e}")));
                 }
             });
         }
