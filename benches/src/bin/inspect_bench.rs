@@ -9,13 +9,14 @@
 //! state): Handshake + Login Start, then the upstream's Set Compression (threshold 256, in
 //! the compressed case only: Infrarust's offline mode hard-codes 256 and turns compression
 //! on at any clientbound packet 0x03, so the uncompressed case sends no Set Compression at
-//! all and no play packet uses ID 0x03) and Login Success. Then a play-like stream goes both
-//! ways at once: packets of [`traffic::packet_sizes`] (92% 10-300 B, 7.9% up to 4 KiB, 0.1%
-//! larger, capped at [`MAX_BODY`]) with game-like bodies from [`game_packets`] and 1.12.2 play IDs for their
-//! kind, four clientbound packets for one serverbound, written 16 KiB at a time, compressed
-//! at 256 in the compressed case. Each receiver decodes every frame and checks the number
-//! of packets and the sum of their (inflated) body lengths; a run that loses, adds or
-//! truncates a packet fails.
+//! all and no play packet uses ID 0x03) and Login Success. Then a play-like stream: packets
+//! of [`traffic::packet_sizes`] (92% 10-300 B, 7.9% up to 4 KiB, 0.1% larger, capped at
+//! [`MAX_BODY`]) with game-like bodies from [`game_packets`] and 1.12.2 play IDs for their
+//! kind, written 16 KiB at a time, compressed at 256 in the compressed cases. Each case runs
+//! clientbound only, and both ways at once (one serverbound packet for four clientbound):
+//! Infrarust fails the latter ([`INFRARUST_TWO_WAY`]), so its ratios come from the former.
+//! Each receiver decodes every frame and checks the number of packets and the sum of their
+//! (inflated) body lengths; a run that loses, adds or truncates a packet fails.
 //!
 //! A throughput run logs [`CONNS`] connections in, then starts the streams on all of them
 //! at once; relay CPU is the on-CPU time of every thread of the relay process
