@@ -229,54 +229,47 @@ fn main() {
     }
     let plain = stream(-1);
     let compressed = stream(256);
+    // A markdown table, which `cargo xtask bench` keeps as the section `inspect/table-1`.
     println!(
-        "inspect relay, {PACKETS} clientbound play packets (10-300 B), one relay thread, best of 3"
+        "caption: The inspect relay in process: {PACKETS} clientbound play packets (10-300 B) \
+         over loopback TCP, one relay thread, its CPU time per packet, best of 3."
     );
-    println!(
-        "{:<44} {:>12} {:>12} {:>10}",
-        "row", "CPU ns/pkt", "pkts/s", "vs copy"
-    );
+    println!("| row | CPU ns/pkt | pkts/s | vs copy |\n|---|---:|---:|---:|");
+    let row = |name: &str, cpu: f64, rate: f64, copy: f64| {
+        println!("| {name} | {cpu:.1} | {rate:.0} | {:.2}x |", cpu / copy);
+    };
     let (copy_cpu, copy_rate, got) = measure(Relay::Copy, &plain);
     assert_eq!(got, plain.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>10}",
-        "copy relay, 64 KiB buffer (uncompressed)", copy_cpu, copy_rate, "1.00x"
+    row(
+        "copy relay, 64 KiB buffer (uncompressed)",
+        copy_cpu,
+        copy_rate,
+        copy_cpu,
     );
     let (cpu, rate, got) = measure(Relay::Inspect(None), &plain);
     assert_eq!(got, plain.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
-        "inspect, uncompressed (goal <= 1.5x)",
-        cpu,
-        rate,
-        cpu / copy_cpu
-    );
+    row("inspect, uncompressed (goal <= 1.5x)", cpu, rate, copy_cpu);
     let (ccopy, crate_, got) = measure(Relay::Copy, &compressed);
     assert_eq!(got, compressed.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>10}",
-        "copy relay, 64 KiB buffer (compressed 256)", ccopy, crate_, "1.00x"
+    row(
+        "copy relay, 64 KiB buffer (compressed 256)",
+        ccopy,
+        crate_,
+        ccopy,
     );
     let (cpu, rate, got) = measure(Relay::Inspect(None), &compressed);
     assert_eq!(got, compressed.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
-        "inspect, compressed 256, forwarded",
-        cpu,
-        rate,
-        cpu / ccopy
-    );
+    row("inspect, compressed 256, forwarded", cpu, rate, ccopy);
     let own = ClientCompression {
         threshold: 128,
         level: Level::Fast,
     };
     let (cpu, rate, got) = measure(Relay::Inspect(Some(own)), &compressed);
     assert!(got > 0);
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
+    row(
         "inspect, 256 in, 128 out (reframed, Fast)",
         cpu,
         rate,
-        cpu / ccopy
+        ccopy,
     );
 }
