@@ -250,12 +250,7 @@ impl PrudpHandler {
 
     /// Delivers the connection's events to the dispatcher, queueing its responses on the
     /// connection.
-    fn deliver(
-        &mut self,
-        peer: SocketAddr,
-        state: &mut PrudpConnection,
-        now: Instant,
-    ) {
+    fn deliver(&mut self, peer: SocketAddr, state: &mut PrudpConnection, now: Instant) {
         loop {
             let call = Call {
                 peer,
