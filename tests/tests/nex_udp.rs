@@ -10,8 +10,9 @@ use wirekit_core::prudp::Version;
 use wirekit_core::time::{self, Instant};
 use wirekit_nex::{
     CloseReason, ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, TableLimits,
-    Verdict, Worker, WorkerConfig, bind_sockets, bind_workers,
+    Verdict, WorkerConfig, bind_workers,
 };
+use wirekit_tests::nex_worker::loopback_worker;
 
 /// Echoes; a first datagram whose body starts with `!` is refused, one saying `bye` closes
 /// its connection, one saying `bad` is a protocol drop (code 7).
@@ -93,13 +94,7 @@ fn bounds_drops_and_idle_expiry() {
         ..WorkerConfig::default()
     };
     let counters = Arc::new(Counters::default());
-    let mut worker = {
-        let _g = rt.enter();
-        let s = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
-            .unwrap()
-            .remove(0);
-        Worker::new(s, &config, Echo::default(), counters.clone()).unwrap()
-    };
+    let mut worker = loopback_worker(&rt, &config, Echo::default(), &counters);
     let server = worker.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let client = std::thread::spawn(move || {
@@ -277,13 +272,7 @@ fn batch_end_runs_once_per_connection_a_batch_reached() {
         .build()
         .unwrap();
     let counters = Arc::new(Counters::default());
-    let mut worker = {
-        let _g = rt.enter();
-        let s = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
-            .unwrap()
-            .remove(0);
-        Worker::new(s, &WorkerConfig::default(), Tally, counters.clone()).unwrap()
-    };
+    let mut worker = loopback_worker(&rt, &WorkerConfig::default(), Tally, &counters);
     let server = worker.local_addr().unwrap();
     let client = peer("127.0.0.1");
     client
