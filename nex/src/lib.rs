@@ -14,7 +14,9 @@
 //!   core's sans-IO PRUDP connection, answering through an RMC [`Dispatcher`] ([`rmc`]);
 //! - [`auth`] and [`secure`]: the built-in protocols 10 (Login, LoginEx, RequestTicket) and 11
 //!   (Register, TestConnectivity); [`serve`]: both servers bound and run together
-//!   (`wirekit nex serve`).
+//!   (`wirekit nex serve`);
+//! - [`ws`]: PRUDP Lite over WebSocket (subprotocol `NEX`), the same handler, table and
+//!   protocols behind a [`WsListener`].
 //!
 //! # Where the PRUDP connection plugs in
 //! The per-connection state is generic. A server handler wraps the core's sans-IO connection:
@@ -38,6 +40,7 @@ pub mod serve;
 pub mod server;
 pub mod table;
 pub mod udp;
+pub mod ws;
 
 pub use accounts::{Account, Accounts, AccountsError, KeyScheme};
 pub use counters::{Counters, CountersSnapshot, DropReason};
@@ -49,3 +52,4 @@ pub use udp::{
     CloseReason, DatagramHandler, Open, Outbox, Verdict, Worker, WorkerConfig, bind_sockets,
     bind_workers, source_port,
 };
+pub use ws::{WsConfig, WsListener, WsReason, WsStats};
