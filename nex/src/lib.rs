@@ -45,7 +45,7 @@ pub mod ws;
 pub use accounts::{Account, Accounts, AccountsError, KeyScheme};
 pub use counters::{Counters, CountersSnapshot, DropReason};
 pub use rmc::{Call, Dispatcher, Reply, RmcProtocol};
-pub use serve::{NexServers, ServeOptions, ServeStats};
+pub use serve::{NexServers, ServeOptions, ServeStats, WsOptions, WsServeStats};
 pub use server::{PrudpConnection, PrudpHandler, Role, ServerStats};
 pub use table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
 pub use udp::{

@@ -10,7 +10,8 @@
 //!
 //! # Bounds
 //! - [`WsConfig::max_connections`] WebSockets at once; one more is closed before its handshake.
-//! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`] and offer `NEX`.
+//! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
+//!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
 //!   tungstenite refuses it before buffering past the cap.
 //! - A WebSocket with no PRUDP connection for [`WsConfig::idle_timeout`] is closed; an open
@@ -32,13 +33,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode, header};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, error::CapacityError};
 use tracing::debug;
 use wirekit_core::time::{Duration, Instant};
@@ -50,6 +51,12 @@ use crate::udp::{DatagramHandler, Outbox, dispatch, tick_all};
 
 /// The WebSocket subprotocol NEX clients ask for.
 pub const SUBPROTOCOL: &str = "NEX";
+
+/// The largest HTTP upgrade request read.
+pub const MAX_UPGRADE: usize = 4096;
+
+/// The most request headers an upgrade may have.
+const MAX_HEADERS: usize = 32;
 
 /// The shape of a WebSocket listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -430,21 +437,117 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|v| *v).await;
 }
 
-/// `true` if the request's `Sec-WebSocket-Protocol` lists `NEX`.
-fn offers_nex(request: &Request) -> bool {
-    request
-        .headers()
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+/// `true` if one of the `Sec-WebSocket-Protocol` values lists `NEX`.
+fn offers_nex<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> bool {
+    values
+        .into_iter()
+        .filter_map(|v| std::str::from_utf8(v).ok())
         .flat_map(|v| v.split(','))
         .any(|p| p.trim() == SUBPROTOCOL)
+}
+
+/// `true` if a comma-separated header value holds `token` (any case).
+fn has_token(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// What an upgrade request asked for.
+#[derive(Debug, PartialEq, Eq)]
+enum Upgrade {
+    /// A WebSocket upgrade offering `NEX`: the response to send, then the bytes after the
+    /// request (frames the client sent early).
+    Accept { response: String, rest: Vec<u8> },
+    /// Not a WebSocket upgrade.
+    NotWebSocket,
+    /// A WebSocket upgrade without `NEX`.
+    NoSubprotocol,
+}
+
+/// Checks a complete upgrade request (`buf[..len]` its head) as RFC 6455 servers do, except
+/// that the key is taken as sent: NintendoClients' anynet sends 32 URL-safe base64 bytes, not
+/// the 16 the RFC asks for (tungstenite's own server handshake refuses that), and the accept
+/// value needs only the key's bytes.
+fn check_upgrade(request: &httparse::Request<'_, '_>, rest: &[u8]) -> Upgrade {
+    let header = |name: &'static str| {
+        request
+            .headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    let one = |name: &'static str| header(name).next();
+    let websocket = request.method == Some("GET")
+        && one("Upgrade").is_some_and(|v| has_token(v, "websocket"))
+        && header("Connection").any(|v| has_token(v, "upgrade"))
+        && one("Sec-WebSocket-Version").is_some_and(|v| v.trim_ascii() == b"13");
+    let key = one("Sec-WebSocket-Key").map(<[u8]>::trim_ascii);
+    let Some(key) = key.filter(|k| websocket && !k.is_empty()) else {
+        return Upgrade::NotWebSocket;
+    };
+    if !offers_nex(header("Sec-WebSocket-Protocol")) {
+        return Upgrade::NoSubprotocol;
+    }
+    let response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {}\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n",
+        derive_accept_key(key)
+    );
+    Upgrade::Accept {
+        response,
+        rest: rest.to_vec(),
+    }
+}
+
+/// Reads and answers the HTTP upgrade; the bytes after it on success.
+async fn upgrade(tcp: &mut TcpStream) -> Result<Vec<u8>, WsReason> {
+    let mut buf = [0u8; MAX_UPGRADE];
+    let mut len = 0;
+    let decision = loop {
+        let n = tcp
+            .read(&mut buf[len..])
+            .await
+            .map_err(|_| WsReason::Handshake)?;
+        if n == 0 {
+            return Err(WsReason::Handshake);
+        }
+        len += n;
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(&buf[..len]) {
+            Ok(httparse::Status::Complete(head)) => break check_upgrade(&request, &buf[head..len]),
+            Ok(httparse::Status::Partial) if len < buf.len() => {}
+            // Too long, too many headers or not HTTP.
+            _ => break Upgrade::NotWebSocket,
+        }
+    };
+    let (refusal, reason) = match decision {
+        Upgrade::Accept { response, rest } => {
+            tcp.write_all(response.as_bytes())
+                .await
+                .map_err(|_| WsReason::Handshake)?;
+            return Ok(rest);
+        }
+        Upgrade::NotWebSocket => ("400 Bad Request", WsReason::Handshake),
+        Upgrade::NoSubprotocol => ("400 Bad Request", WsReason::Subprotocol),
+    };
+    let body = match reason {
+        WsReason::Subprotocol => "subprotocol NEX required",
+        _ => "a WebSocket upgrade required",
+    };
+    let response = format!(
+        "HTTP/1.1 {refusal}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tcp.write_all(response.as_bytes()).await;
+    Err(reason)
 }
 
 /// The handshake, then the WebSocket's messages until it ends; returns why.
 async fn serve_socket(
     shared: &Shared,
-    tcp: TcpStream,
+    mut tcp: TcpStream,
     peer: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
 ) -> WsReason {
@@ -454,30 +557,17 @@ async fn serve_socket(
         .max_message_size(Some(cap))
         .max_frame_size(Some(cap))
         .max_write_buffer_size(cap.saturating_mul(shared.config.send_queue.max(1)) * 2);
-    let mut wrong_subprotocol = false;
-    let callback = |request: &Request, mut response: Response| {
-        if !offers_nex(request) {
-            wrong_subprotocol = true;
-            let mut refusal = ErrorResponse::new(Some("subprotocol NEX required".into()));
-            *refusal.status_mut() = StatusCode::BAD_REQUEST;
-            return Err(refusal);
-        }
-        response.headers_mut().insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_static(SUBPROTOCOL),
-        );
-        Ok(response)
-    };
     let handshake = tokio::time::timeout(
         std::time::Duration::from_micros(shared.config.handshake_timeout.as_micros()),
-        tokio_tungstenite::accept_hdr_async_with_config(tcp, callback, Some(ws_config)),
+        upgrade(&mut tcp),
     )
     .await;
-    let ws = match handshake {
-        Ok(Ok(ws)) => ws,
-        Ok(Err(_)) if wrong_subprotocol => return WsReason::Subprotocol,
-        Ok(Err(_)) | Err(_) => return WsReason::Handshake,
+    let rest = match handshake {
+        Ok(Ok(rest)) => rest,
+        Ok(Err(reason)) => return reason,
+        Err(_) => return WsReason::Handshake,
     };
+    let ws = WebSocketStream::from_partially_read(tcp, rest, Role::Server, Some(ws_config)).await;
     shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
     shared.engine().peers.insert(peer, Peer { tx, key: None });
@@ -579,16 +669,59 @@ mod tests {
 
     #[test]
     fn subprotocol_list_is_searched() {
-        let with = |v: &str| {
-            let mut r = Request::new(());
-            r.headers_mut()
-                .insert(header::SEC_WEBSOCKET_PROTOCOL, v.parse().unwrap());
-            offers_nex(&r)
+        assert!(offers_nex([&b"NEX"[..]]));
+        assert!(offers_nex([&b"chat, NEX"[..]]));
+        assert!(offers_nex([&b"chat"[..], &b"NEX"[..]]));
+        assert!(!offers_nex([&b"nex"[..]]));
+        assert!(!offers_nex([&b"NEXT, chat"[..]]));
+        assert!(!offers_nex([]));
+    }
+
+    fn check(request: &str) -> Upgrade {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut r = httparse::Request::new(&mut headers);
+        let head = match r.parse(request.as_bytes()).unwrap() {
+            httparse::Status::Complete(n) => n,
+            httparse::Status::Partial => panic!("partial"),
         };
-        assert!(with("NEX"));
-        assert!(with("chat, NEX"));
-        assert!(!with("nex"));
-        assert!(!with("NEXT, chat"));
-        assert!(!offers_nex(&Request::new(())));
+        check_upgrade(&r, &request.as_bytes()[head..])
+    }
+
+    const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+        Connection: keep-alive, upgrade\r\nSec-WebSocket-Version: 13\r\n\
+        Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: NEX\r\n\r\n";
+
+    #[test]
+    fn upgrades_are_checked() {
+        // RFC 6455's example key and accept value.
+        let Upgrade::Accept { response, rest } = check(&format!("{UPGRADE}\x02\x00")) else {
+            panic!("refused");
+        };
+        assert!(response.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+        assert!(response.contains("Sec-WebSocket-Protocol: NEX\r\n"));
+        assert_eq!(rest, [2, 0]);
+        // anynet's 32-byte URL-safe key is taken as sent.
+        let anynet = UPGRADE.replace(
+            "dGhlIHNhbXBsZSBub25jZQ==",
+            "vD9Qd-FV-c56zh4mFMMnEqexdgd1gIvdUcbiNAacOr0",
+        );
+        assert!(matches!(check(&anynet), Upgrade::Accept { .. }));
+        let other = UPGRADE.replace("Protocol: NEX", "Protocol: chat");
+        assert_eq!(check(&other), Upgrade::NoSubprotocol);
+        let none = UPGRADE.replace("Sec-WebSocket-Protocol: NEX\r\n", "");
+        assert_eq!(check(&none), Upgrade::NoSubprotocol);
+        for (from, to) in [
+            ("GET", "POST"),
+            ("Upgrade: websocket", "Upgrade: h2c"),
+            ("keep-alive, upgrade", "keep-alive"),
+            ("Version: 13", "Version: 8"),
+            ("Key: dGhlIHNhbXBsZSBub25jZQ==", "Key: "),
+        ] {
+            assert_eq!(
+                check(&UPGRADE.replace(from, to)),
+                Upgrade::NotWebSocket,
+                "{to}"
+            );
+        }
     }
 }
