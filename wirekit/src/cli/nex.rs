@@ -51,7 +51,7 @@ pub enum NexCommand {
     /// Decode PRUDP datagrams (hex lines on stdin, or a pcap/pcapng file) as JSON lines.
     Decode(DecodeArgs),
     /// Serve an authentication server and a secure server that NEX clients log in through.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
 /// The PRUDP format spoken.
@@ -132,7 +132,7 @@ pub fn run(cmd: NexCommand) -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        NexCommand::Serve(args) => serve(args),
+        NexCommand::Serve(args) => serve(*args),
     }
 }
 
