@@ -70,7 +70,7 @@ async def login(args):
     from nintendo.nex import backend
 
     s = make_settings(args)
-    if args.lite:
+    if getattr(args, "lite", False):
         backend.tls = _PlainWebSocket
     stage = "auth-connect"
     try:
