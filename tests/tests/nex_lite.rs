@@ -165,3 +165,53 @@ fn hostile_websockets_are_refused_or_dropped_and_others_served() {
     assert_eq!(auth["connections"], 1, "{summary}");
     assert_eq!(summary["logins"], 1, "{summary}");
 }
+
+/// A WebSocket upgrade offering `NEX` on a plain TCP stream; `None` if the server closed or
+/// refused it.
+fn raw_upgrade(addr: SocketAddr) -> Option<std::net::TcpStream> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let request = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+        Sec-WebSocket-Protocol: NEX\r\n\r\n";
+    s.write_all(request.as_bytes()).ok()?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    head.starts_with(b"HTTP/1.1 101").then_some(s)
+}
+
+#[test]
+fn websocket_cap_and_idle_timeout_free_their_slots() {
+    let Some((python, script)) = driver() else {
+        return;
+    };
+    let flags = ["--ws-max-connections", "2", "--ws-idle-timeout", "1"];
+    let server = NexServe::start("v1", &[&WS_FLAGS[..], &flags].concat());
+    let ws = server.ws.expect("WebSocket listeners");
+    let held: Vec<_> = (0..2)
+        .map(|_| raw_upgrade(ws.0).expect("upgraded"))
+        .collect();
+    // The third is closed before its handshake.
+    assert!(raw_upgrade(ws.0).is_none());
+    // Both idle ones get a close frame (no PRUDP connection for a second).
+    for mut s in held {
+        use std::io::Read;
+        let mut first = [0u8; 1];
+        s.read_exact(&mut first).expect("a close frame");
+        assert_eq!(first[0], 0x88);
+    }
+    // Their slots are free again.
+    std::thread::sleep(Duration::from_millis(200));
+    alice_logs_in(&python, &script, ws);
+    let (summary, _log) = server.stop();
+    let ends = &summary["ws"]["auth"]["websocket_ends"];
+    assert_eq!(ends["connection_limit"], 1, "{summary}");
+    assert_eq!(ends["idle"], 2, "{summary}");
+}
