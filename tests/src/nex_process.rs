@@ -158,17 +158,37 @@ pub fn login(
     version: u8,
     args: &[&str],
 ) -> Value {
+    let port = auth.port().to_string();
+    let version = version.to_string();
+    let fixed = [
+        "login",
+        "127.0.0.1",
+        &port,
+        "--prudp-version",
+        &version,
+        "--timeout",
+        "15",
+    ];
+    run_driver(
+        python,
+        script,
+        &[&fixed[..], args].concat(),
+        Duration::from_secs(30),
+    )
+}
+
+/// Runs `nex_peer.py ARGS` for at most `limit`; its one JSON line.
+pub fn run_driver(python: &PathBuf, script: &PathBuf, args: &[&str], limit: Duration) -> Value {
     let child = Command::new(python)
         .arg(script)
-        .args(["login", "127.0.0.1", &auth.port().to_string()])
-        .args(["--prudp-version", &version.to_string(), "--timeout", "15"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("python runs");
-    let out = wait_output(child, Duration::from_secs(30), "nex_peer.py login");
+    let what = format!("nex_peer.py {}", args.first().copied().unwrap_or(""));
+    let out = wait_output(child, limit, &what);
     let stdout = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)))

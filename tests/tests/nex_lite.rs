@@ -10,11 +10,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wirekit_tests::nex_process::{NexServe, driver, login, wait_output};
+use wirekit_tests::nex_process::{NexServe, driver, login, run_driver};
 
 const WS_FLAGS: [&str; 4] = [
     "--ws-auth-listen",
@@ -25,19 +24,14 @@ const WS_FLAGS: [&str; 4] = [
 
 /// Runs `nex_peer.py ws-probe` against `addr` with `args`; its JSON report.
 fn probe(python: &PathBuf, script: &PathBuf, addr: SocketAddr, args: &[&str]) -> Value {
-    let child = Command::new(python)
-        .arg(script)
-        .args(["ws-probe", "127.0.0.1", &addr.port().to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python runs");
-    let out = wait_output(child, Duration::from_secs(20), "nex_peer.py ws-probe");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)))
+    let port = addr.port().to_string();
+    let fixed = ["ws-probe", "127.0.0.1", &port];
+    run_driver(
+        python,
+        script,
+        &[&fixed[..], args].concat(),
+        Duration::from_secs(20),
+    )
 }
 
 /// Logs alice in over Lite and checks what the client saw.
