@@ -699,8 +699,8 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     }
 
     /// The two aggregate-ACK forms: v0, and v1 on substream 0, acknowledge substream 0 up to
-    /// the packet's sequence id plus the u16 ids of the payload; v1 on substream 1 carries
-    /// `substream, count, u16 base, count u16 ids` (NintendoClients' "new" form).
+    /// the packet's sequence id plus the u16 ids of the payload; v1 on substream 1, and Lite,
+    /// carry `substream, count, u16 base, count u16 ids` (NintendoClients' "new" form).
     fn on_aggregate_ack(&mut self, p: &Packet<'_>) -> Result<(), DropReason> {
         let payload = p.payload;
         if p.packet_type != PacketType::Data
@@ -709,7 +709,8 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         {
             return Err(DropReason::BadAggregateAck);
         }
-        let new_form = self.config.is_v1() && p.substream_id == 1;
+        // Lite has no substream field: its aggregate ACKs are always the new form.
+        let new_form = self.config.is_lite() || (self.config.is_v1() && p.substream_id == 1);
         let (substream, base, ids) = if new_form {
             let [sub, count, b0, b1, ids @ ..] = payload else {
                 return Err(DropReason::BadAggregateAck);

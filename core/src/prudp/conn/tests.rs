@@ -582,6 +582,8 @@ fn aggregate_acks_both_forms() {
         (Version::V0(V0Format::NEX), 0u8),
         (Version::V1, 0),
         (Version::V1, 1),
+        // NintendoClients reads Lite's aggregate ACKs in the new form (no substream field).
+        (Version::Lite, 0),
     ] {
         let mut p = Pair::new(version, None, None);
         p.pump();
@@ -590,7 +592,7 @@ fn aggregate_acks_both_forms() {
         }
         let _ = drain_tx(&mut p.client, p.now);
         assert_eq!(p.client.in_flight(), 3);
-        let (seq, payload): (u16, Vec<u8>) = if substream == 1 {
+        let (seq, payload): (u16, Vec<u8>) = if substream == 1 || version == Version::Lite {
             // substream 0, one extra id (4), base 3.
             (0, vec![0, 1, 3, 0, 4, 0])
         } else {
@@ -599,7 +601,7 @@ fn aggregate_acks_both_forms() {
         let settings = Settings::new(b"ridfebb9", version);
         let packet = Packet {
             flags: Flags::MULTI_ACK | Flags::HAS_SIZE,
-            session_id: 0x22,
+            session_id: if version == Version::Lite { 0 } else { 0x22 },
             substream_id: substream,
             sequence_id: seq,
             payload: &payload,
