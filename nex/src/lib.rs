@@ -14,7 +14,9 @@
 //!   core's sans-IO PRUDP connection, answering through an RMC [`Dispatcher`] ([`rmc`]);
 //! - [`auth`] and [`secure`]: the built-in protocols 10 (Login, LoginEx, RequestTicket) and 11
 //!   (Register, TestConnectivity); [`serve`]: both servers bound and run together
-//!   (`wirekit nex serve`).
+//!   (`wirekit nex serve`);
+//! - [`ws`]: PRUDP Lite over WebSocket (subprotocol `NEX`), the same handler, table and
+//!   protocols behind a [`WsListener`].
 //!
 //! # Where the PRUDP connection plugs in
 //! The per-connection state is generic. A server handler wraps the core's sans-IO connection:
@@ -39,14 +41,16 @@ pub mod serve;
 pub mod server;
 pub mod table;
 pub mod udp;
+pub mod ws;
 
 pub use accounts::{Account, Accounts, AccountsError, KeyScheme};
 pub use counters::{Counters, CountersSnapshot, DropReason};
 pub use rmc::{Call, Dispatcher, Reply, RmcProtocol};
-pub use serve::{NexServers, ServeOptions, ServeStats};
+pub use serve::{NexServers, ServeOptions, ServeStats, WsOptions, WsServeStats};
 pub use server::{PrudpConnection, PrudpHandler, Role, ServerStats};
 pub use table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
 pub use udp::{
     CloseReason, DatagramHandler, Open, Outbox, Verdict, Worker, WorkerConfig, bind_sockets,
     bind_workers, source_port,
 };
+pub use ws::{WsConfig, WsListener, WsReason, WsStats};

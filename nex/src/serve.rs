@@ -24,6 +24,7 @@ use crate::rmc::{Dispatcher, RmcProtocol};
 use crate::secure::SecureProtocol;
 use crate::server::{HandlerConfig, PrudpHandler, Role, ServerStats, random};
 use crate::udp::{Worker, WorkerConfig, bind_sockets};
+use crate::ws::{WsConfig, WsListener, WsStats};
 
 /// The session key length in tickets (NintendoClients' `kerberos.key_size` default).
 pub const SESSION_KEY_LEN: usize = 32;
@@ -64,6 +65,39 @@ pub struct ServeOptions {
     pub logins_per_minute: u32,
     /// The workers' shape (datagram size, batch, table limits).
     pub worker: WorkerConfig,
+    /// Lite over WebSocket as well, beside UDP.
+    pub ws: Option<WsOptions>,
+}
+
+/// Where and how both servers also serve PRUDP Lite over WebSocket (subprotocol `NEX`).
+#[derive(Debug, Clone, Copy)]
+pub struct WsOptions {
+    /// Where the authentication server's WebSocket listener binds.
+    pub auth_listen: SocketAddr,
+    /// Where the secure server's WebSocket listener binds.
+    pub secure_listen: SocketAddr,
+    /// The secure WebSocket address as clients reach it (in the Login these clients get);
+    /// default: the bound address.
+    pub secure_public: Option<SocketAddr>,
+    /// The listeners' bounds.
+    pub config: WsConfig,
+}
+
+/// The WebSocket side's counters.
+#[derive(Debug, Clone)]
+pub struct WsServeStats {
+    /// The authentication server's messages (as datagrams) and drops.
+    pub auth_messages: Arc<Counters>,
+    /// The secure server's messages and drops.
+    pub secure_messages: Arc<Counters>,
+    /// The authentication server's connections and drops by reason.
+    pub auth: Arc<ServerStats>,
+    /// The secure server's connections and drops by reason.
+    pub secure: Arc<ServerStats>,
+    /// The authentication listener's WebSockets by how they ended.
+    pub auth_ws: Arc<WsStats>,
+    /// The secure listener's WebSockets by how they ended.
+    pub secure_ws: Arc<WsStats>,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -90,6 +124,8 @@ pub struct ServeStats {
     pub secure: Arc<ServerStats>,
     /// Logins, tickets, refusals, rate limiting.
     pub logins: Arc<AuthStats>,
+    /// The WebSocket side's, when it is served.
+    pub ws: Option<WsServeStats>,
 }
 
 /// Both servers, bound.
@@ -98,6 +134,8 @@ pub struct NexServers {
     secure: Vec<Worker<PrudpHandler>>,
     auth_addr: SocketAddr,
     secure_addr: SocketAddr,
+    ws: Vec<WsListener>,
+    ws_addrs: Option<(SocketAddr, SocketAddr)>,
     stats: ServeStats,
 }
 
@@ -116,6 +154,25 @@ pub fn connection_config(access_key: &[u8], version: Version) -> Config {
     let mut c = Config::new(Settings::new(access_key, version), VirtualPort::new(10, 1));
     c.supported_functions = u32::MAX;
     c
+}
+
+/// The secure server's StationURL as Login names it. NintendoClients reads its address,
+/// port, PID, CID and sid and connects over the transport it logged in with, so the same
+/// `prudp` URL serves UDP and WebSocket clients.
+fn station_url(public: SocketAddr, secure_pid: u64) -> io::Result<String> {
+    let ip = public.ip().to_canonical().to_string();
+    let params = [
+        ("address", UrlValue::Str(&ip)),
+        ("port", UrlValue::Int(u64::from(public.port()))),
+        ("CID", UrlValue::Int(1)),
+        ("PID", UrlValue::Int(secure_pid)),
+        ("sid", UrlValue::Int(1)),
+        ("stream", UrlValue::Int(10)),
+        ("type", UrlValue::Int(2)),
+    ];
+    let mut url = vec![0; StationUrl::format_len("prudp", &params)];
+    StationUrl::format("prudp", &params, &mut url).map_err(invalid)?;
+    String::from_utf8(url).map_err(invalid)
 }
 
 fn derive(scheme: KeyScheme, pid: u64, password: &str) -> DerivedKey {
@@ -152,21 +209,7 @@ impl NexServers {
         };
         let secure_sockets = bind_sockets(o.secure_listen, o.workers)?;
         let secure_addr = secure_sockets[0].local_addr()?;
-        let public = o.secure_public.unwrap_or(secure_addr);
-        let mut ip = String::new();
-        ip.push_str(&public.ip().to_canonical().to_string());
-        let params = [
-            ("address", UrlValue::Str(&ip)),
-            ("port", UrlValue::Int(u64::from(public.port()))),
-            ("CID", UrlValue::Int(1)),
-            ("PID", UrlValue::Int(o.secure_pid)),
-            ("sid", UrlValue::Int(1)),
-            ("stream", UrlValue::Int(10)),
-            ("type", UrlValue::Int(2)),
-        ];
-        let mut url = vec![0; StationUrl::format_len("prudp", &params)];
-        StationUrl::format("prudp", &params, &mut url).map_err(invalid)?;
-        let secure_station = String::from_utf8(url).map_err(invalid)?;
+        let secure_station = station_url(o.secure_public.unwrap_or(secure_addr), o.secure_pid)?;
         let auth_config = Arc::new(AuthConfig {
             accounts: Arc::new(o.accounts),
             secure_pid: o.secure_pid,
@@ -191,26 +234,29 @@ impl NexServers {
             session_key_len: SESSION_KEY_LEN,
             check: ticket_fresh,
         };
-        let make =
-            |role: Role, stats: &Arc<ServerStats>, secret, protocol: Box<dyn RmcProtocol>| {
-                let mut dispatcher = Dispatcher::new();
-                dispatcher.register(protocol);
-                PrudpHandler::new(HandlerConfig {
-                    role,
-                    config,
+        let make = |config: Config,
+                    role: Role,
+                    stats: &Arc<ServerStats>,
                     secret,
-                    secure: (role == Role::Secure).then_some(secure),
-                    dispatcher,
-                    stats: stats.clone(),
-                })
-            };
+                    protocol: Box<dyn RmcProtocol>| {
+            let mut dispatcher = Dispatcher::new();
+            dispatcher.register(protocol);
+            PrudpHandler::new(HandlerConfig {
+                role,
+                config,
+                secret,
+                secure: (role == Role::Secure).then_some(secure),
+                dispatcher,
+                stats: stats.clone(),
+            })
+        };
         let secure_datagrams = Arc::new(Counters::default());
         let secret = random();
         let secure_workers = secure_sockets
             .into_iter()
             .map(|s| {
                 let p = Box::new(SecureProtocol::new(context, next_cid.clone()));
-                let h = make(Role::Secure, &secure_stats, secret, p);
+                let h = make(config, Role::Secure, &secure_stats, secret, p);
                 Worker::new(s, &o.worker, h, secure_datagrams.clone())
             })
             .collect::<io::Result<Vec<_>>>()?;
@@ -225,23 +271,76 @@ impl NexServers {
                     auth_config.clone(),
                     logins.clone(),
                 ));
-                let h = make(Role::Authentication, &auth_stats, secret, p);
+                let h = make(config, Role::Authentication, &auth_stats, secret, p);
                 Worker::new(s, &o.worker, h, auth_datagrams.clone())
             })
             .collect::<io::Result<Vec<_>>>()?;
+        let mut ws = Vec::new();
+        let (mut ws_addrs, mut ws_stats) = (None, None);
+        if let Some(w) = o.ws {
+            // Lite clients log in over WebSocket: their Login names the secure WebSocket.
+            let lite = connection_config(o.access_key.as_bytes(), Version::Lite);
+            let secure_tcp = std::net::TcpListener::bind(w.secure_listen)?;
+            let secure_ws_addr = secure_tcp.local_addr()?;
+            let auth_tcp = std::net::TcpListener::bind(w.auth_listen)?;
+            let auth_ws_addr = auth_tcp.local_addr()?;
+            let lite_auth = Arc::new(AuthConfig {
+                secure_station: station_url(
+                    w.secure_public.unwrap_or(secure_ws_addr),
+                    o.secure_pid,
+                )?,
+                ..(*auth_config).clone()
+            });
+            let s = WsServeStats {
+                auth_messages: Arc::default(),
+                secure_messages: Arc::default(),
+                auth: Arc::default(),
+                secure: Arc::default(),
+                auth_ws: Arc::default(),
+                secure_ws: Arc::default(),
+            };
+            let p = Box::new(SecureProtocol::new(context, next_cid.clone()));
+            let h = make(lite, Role::Secure, &s.secure, random(), p);
+            ws.push(WsListener::new(
+                secure_tcp,
+                w.config,
+                h,
+                s.secure_messages.clone(),
+                s.secure_ws.clone(),
+            )?);
+            let p = Box::new(AuthenticationProtocol::new(lite_auth, logins.clone()));
+            let h = make(lite, Role::Authentication, &s.auth, random(), p);
+            ws.push(WsListener::new(
+                auth_tcp,
+                w.config,
+                h,
+                s.auth_messages.clone(),
+                s.auth_ws.clone(),
+            )?);
+            ws_addrs = Some((auth_ws_addr, secure_ws_addr));
+            ws_stats = Some(s);
+        }
         Ok(NexServers {
             auth: auth_workers,
             secure: secure_workers,
             auth_addr,
             secure_addr,
+            ws,
+            ws_addrs,
             stats: ServeStats {
                 auth_datagrams,
                 secure_datagrams,
                 auth: auth_stats,
                 secure: secure_stats,
                 logins,
+                ws: ws_stats,
             },
         })
+    }
+
+    /// The WebSocket listeners' addresses (authentication, secure), when served.
+    pub const fn ws_addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        self.ws_addrs
     }
 
     /// The authentication server's address.
@@ -271,6 +370,9 @@ impl NexServers {
                     })
                     .await
             });
+        }
+        for listener in self.ws {
+            tasks.spawn(listener.run(shutdown.clone()));
         }
         while let Some(done) = tasks.join_next().await {
             done.map_err(io::Error::other)??;

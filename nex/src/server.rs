@@ -235,6 +235,11 @@ impl PrudpHandler {
         &self.stats
     }
 
+    /// The connection configuration.
+    pub const fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// Delivers the connection's events to the dispatcher and queues its datagrams in the
     /// outbox.
     fn drive(

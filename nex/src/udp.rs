@@ -148,15 +148,19 @@ pub trait DatagramHandler {
     }
 }
 
-/// The source virtual port of a v0 or v1 datagram, read from its first packet's header without
-/// checking anything else (the connection checks the packet once it has the keys). `None` for a
-/// datagram too short to hold it, a v1 datagram without the magic, or Lite, which does not
-/// travel over UDP.
+/// The source virtual port of a datagram (or of a Lite WebSocket message), read from its first
+/// packet's header without checking anything else (the connection checks the packet once it
+/// has the keys). `None` for one too short to hold it or without its version's magic.
 pub fn source_port(version: Version, datagram: &[u8]) -> Option<VirtualPort> {
     // v0: the source port is the first byte; v1: the byte after magic, version and lengths.
     let at = match version {
         Version::V0(_) => 0,
         Version::V1 if datagram.starts_with(&[0xEA, 0xD0]) => 6,
+        // Lite: the stream types byte (source in the high nibble), then the source port.
+        Version::Lite if datagram.first() == Some(&0x80) => {
+            let (&types, &port) = (datagram.get(4)?, datagram.get(5)?);
+            return Some(VirtualPort::new(types >> 4, port));
+        }
         Version::V1 | Version::Lite => return None,
     };
     datagram.get(at).map(|&b| VirtualPort::from_byte(b))
@@ -228,9 +232,15 @@ impl Outbox {
         }
     }
 
-    fn get(&self, i: usize) -> (SocketAddr, &[u8]) {
+    /// The `i`-th queued reply (the WebSocket listener reads them too).
+    pub(crate) fn get(&self, i: usize) -> (SocketAddr, &[u8]) {
         let (to, n) = self.queued[i];
         (to, &self.buf[i * self.slot_len..i * self.slot_len + n])
+    }
+
+    /// Forgets every queued reply (they were sent).
+    pub(crate) fn clear(&mut self) {
+        self.queued.clear();
     }
 }
 
@@ -433,32 +443,13 @@ impl<H: DatagramHandler> Worker<H> {
     pub async fn run_tick(&mut self) -> io::Result<()> {
         let now = self.now();
         self.next_tick = now.saturating_add(self.tick);
-        let Worker {
-            handler,
-            table,
-            outbox,
-            counters,
-            ..
-        } = self;
-        table.retain(now, |key, sweep| match sweep {
-            Sweep::Live(state) => match handler.tick(key, state, now, outbox) {
-                Verdict::Keep => true,
-                Verdict::Drop(reason) => {
-                    counters.dropped(reason);
-                    true
-                }
-                Verdict::Close => false,
-            },
-            Sweep::Removed { state, idle } => {
-                counters.closed(idle);
-                let reason = match idle {
-                    true => CloseReason::Idle,
-                    false => CloseReason::Closed,
-                };
-                handler.closed(key, state, reason);
-                true
-            }
-        });
+        tick_all(
+            &mut self.handler,
+            &mut self.table,
+            &mut self.outbox,
+            &self.counters,
+            now,
+        );
         self.flush().await
     }
 
@@ -487,7 +478,7 @@ impl<H: DatagramHandler> Worker<H> {
             }
             i += 1;
         }
-        self.outbox.queued.clear();
+        self.outbox.clear();
         Ok(())
     }
 }
@@ -505,10 +496,40 @@ impl<H: DatagramHandler> std::fmt::Debug for Worker<H> {
 /// (a repeat costs one more lookup at the batch's end, nothing else).
 const TOUCHED_SCAN: usize = 32;
 
+/// Runs the handler's tick on every connection and expires idle ones (the UDP worker's tick,
+/// and the WebSocket listener's).
+pub(crate) fn tick_all<H: DatagramHandler>(
+    handler: &mut H,
+    table: &mut ConnectionTable<H::State>,
+    outbox: &mut Outbox,
+    counters: &Counters,
+    now: Instant,
+) {
+    table.retain(now, |key, sweep| match sweep {
+        Sweep::Live(state) => match handler.tick(key, state, now, outbox) {
+            Verdict::Keep => true,
+            Verdict::Drop(reason) => {
+                counters.dropped(reason);
+                true
+            }
+            Verdict::Close => false,
+        },
+        Sweep::Removed { state, idle } => {
+            counters.closed(idle);
+            let reason = match idle {
+                true => CloseReason::Idle,
+                false => CloseReason::Closed,
+            };
+            handler.closed(key, state, reason);
+            true
+        }
+    });
+}
+
 /// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer;
 /// notes the connection in `touched` for the batch's end.
 #[allow(clippy::too_many_arguments)]
-fn dispatch<H: DatagramHandler>(
+pub(crate) fn dispatch<H: DatagramHandler>(
     handler: &mut H,
     table: &mut ConnectionTable<H::State>,
     outbox: &mut Outbox,
@@ -632,7 +653,14 @@ mod tests {
             Some(VirtualPort::new(10, 15))
         );
         assert_eq!(source_port(Version::V0(V0Format::NEX), &[]), None);
-        assert_eq!(source_port(Version::Lite, &[0x80; 12]), None);
+        // Lite: types 0xA1 (source stream 10), source port 31.
+        let lite = [0x80, 0, 0, 0, 0xA1, 31, 1, 0];
+        assert_eq!(
+            source_port(Version::Lite, &lite),
+            Some(VirtualPort::new(10, 31))
+        );
+        assert_eq!(source_port(Version::Lite, &lite[..5]), None);
+        assert_eq!(source_port(Version::Lite, &v1), None);
     }
 
     #[test]

@@ -19,6 +19,17 @@
       Runs `serve` and `login` against each other over loopback (v0 and v1): checks this
       driver on this machine's Python before the wirekit server exists.
 
+  python nex_peer.py login HOST PORT --lite ...
+      The same login as a Switch client makes it: PRUDP Lite over WebSocket (subprotocol NEX),
+      the library's Lite transport. Plain WebSocket (ws://): the library would wrap it in TLS
+      (wss://) for a real server, which a front proxy terminates; the wirekit listener is plain.
+
+  python nex_peer.py ws-probe HOST PORT --subprotocol P [--send-hex H] [--send-size N]
+      A raw WebSocket client of the library (anynet): upgrades offering subprotocol P, sends
+      the binary messages given, and prints {"ok": true, "received": [hex...]} with what came
+      back until the server closed or --timeout passed; {"ok": false, "error"} if the upgrade
+      was refused.
+
 Options: --access-key (default ridfebb9), --nex-version (default 30500), --prudp-version (0
 or 1, default 1), --timeout seconds (default 10).
 """
@@ -37,7 +48,18 @@ def make_settings(args):
     s = nex_settings.default()
     s.configure(args.access_key, args.nex_version)
     s["prudp.version"] = args.prudp_version
+    if getattr(args, "lite", False):
+        s["prudp.transport"] = s.TRANSPORT_WEBSOCKET
     return s
+
+
+class _PlainWebSocket:
+    """Stands in for anynet's `tls` module in the backend: its TLSContext() becomes None, so
+    the Lite transport's WebSocket is plain ws:// instead of wss://."""
+
+    @staticmethod
+    def TLSContext():  # noqa: N802 - the name the backend calls
+        return None
 
 
 def derive(password, pid):
@@ -48,6 +70,8 @@ async def login(args):
     from nintendo.nex import backend
 
     s = make_settings(args)
+    if getattr(args, "lite", False):
+        backend.tls = _PlainWebSocket
     stage = "auth-connect"
     try:
         with anyio.fail_after(args.timeout):
@@ -160,6 +184,33 @@ async def serve(args, ready=None):
             await anyio.to_thread.run_sync(sys.stdin.read)
 
 
+async def ws_probe(args):
+    from anynet import websocket
+
+    received, upgraded = [], False
+    try:
+        with anyio.move_on_after(args.timeout):
+            async with websocket.connect(
+                "ws://%s:%i" % (args.host, args.port), protocols=[args.subprotocol],
+                disconnect_timeout=1,
+            ) as ws:
+                upgraded = True
+                for h in args.send_hex or []:
+                    await ws.send(bytes.fromhex(h))
+                if args.send_size:
+                    await ws.send(bytes(args.send_size))
+                while True:
+                    received.append((await ws.recv()).hex())
+    except BaseException as e:  # noqa: BLE001 - a refusal or the server's close ends the probe
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        while isinstance(e, BaseExceptionGroup) and e.exceptions:
+            e = e.exceptions[0]
+        if not upgraded:
+            return {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+    return {"ok": True, "received": received}
+
+
 async def selftest(args):
     import socket
 
@@ -188,10 +239,15 @@ async def selftest(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    for name in ("login", "serve", "selftest"):
+    for name in ("login", "serve", "selftest", "ws-probe"):
         c = sub.add_parser(name)
-        if name == "login":
+        if name in ("login", "ws-probe"):
             c.add_argument("host")
+        if name == "ws-probe":
+            c.add_argument("port", type=int)
+            c.add_argument("--subprotocol", default="NEX")
+            c.add_argument("--send-hex", action="append")
+            c.add_argument("--send-size", type=int, default=0)
         if name in ("login", "serve"):
             c.add_argument("port", type=int)
             c.add_argument("--username", required=True)
@@ -202,6 +258,8 @@ def main():
             c.add_argument("--token", help="log in with LoginEx and this AuthenticationInfo token")
             c.add_argument("--test-connectivity", action="store_true",
                            help="call SecureConnection.TestConnectivity after Register")
+            c.add_argument("--lite", action="store_true",
+                           help="PRUDP Lite over plain WebSocket (subprotocol NEX)")
         c.add_argument("--access-key", default="ridfebb9")
         c.add_argument("--nex-version", type=int, default=30500)
         c.add_argument("--prudp-version", type=int, choices=(0, 1), default=1)
@@ -210,7 +268,8 @@ def main():
     if args.command == "serve":
         anyio.run(serve, args)
         return
-    result = anyio.run(login if args.command == "login" else selftest, args)
+    command = {"login": login, "selftest": selftest, "ws-probe": ws_probe}[args.command]
+    result = anyio.run(command, args)
     print(json.dumps(result), flush=True)
     sys.exit(0 if result["ok"] else 1)
 

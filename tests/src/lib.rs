@@ -10,6 +10,8 @@
 //! - [`mcproxy_process`]: `wirekit proxy` as a child process, and the Minecraft peers its
 //!   end-to-end and hostile tests use.
 //! - [`nex_worker`]: a `wirekit-nex` UDP worker on a loopback port.
+//! - [`nex_process`]: `wirekit nex serve` as a child process and the NintendoClients driver,
+//!   for the NEX interop tests over UDP and WebSocket.
 //! - [`faults`]: faulty peers (half-close, reset mid-frame, never reading, slow-loris), run
 //!   against `wirekit serve` and the firmware.
 //! - [`qemu_firmware`]: the firmware built and booted in QEMU, for the tests that run against
@@ -24,6 +26,7 @@ pub mod conformance;
 pub mod faults;
 pub mod haproxy;
 pub mod mcproxy_process;
+pub mod nex_process;
 pub mod nex_worker;
 pub mod peers;
 pub mod qemu_firmware;

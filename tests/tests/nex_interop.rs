@@ -11,8 +11,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -30,31 +29,8 @@ use wirekit_core::prudp::conn::{
 };
 use wirekit_core::prudp::crypto::client_connection_signature;
 use wirekit_core::prudp::{Settings, V0Format, Version, VirtualPort};
-use wirekit_tests::peers;
+use wirekit_tests::nex_process::{NexServe, driver, login, wait_output};
 use wirekit_tests::serve_process::wirekit_binary;
-
-const ACCOUNTS: &str = "[[account]]\nusername = \"alice\"\npid = 1000\npassword = \"wonderland\"\n\n[[account]]\nusername = \"bob\"\npid = 1001\npassword = \"builder\"\n";
-
-fn driver() -> Option<(PathBuf, PathBuf)> {
-    let python = peers::python()?;
-    Some((
-        python,
-        peers::workspace_root().join("tests/interop/nex_peer.py"),
-    ))
-}
-
-/// Waits for `child` at most `limit`, killing it past that.
-fn wait_output(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} did not finish in {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
 
 #[test]
 fn nintendoclients_driver_logs_in_over_v1_and_v0() {
@@ -85,130 +61,6 @@ fn nintendoclients_driver_logs_in_over_v1_and_v0() {
         })
         .collect();
     assert_eq!(versions, [1, 0]);
-}
-
-/// `wirekit nex serve` as a child process on loopback ports picked by the kernel.
-struct NexServe {
-    child: Option<Child>,
-    /// The rest of its stdout (the summary comes last); kept open so the child can write it.
-    stdout: Option<std::io::Lines<BufReader<std::process::ChildStdout>>>,
-    auth: SocketAddr,
-    secure: SocketAddr,
-    _accounts: tempfile_path::TempPath,
-}
-
-mod tempfile_path {
-    /// A file removed when dropped.
-    pub struct TempPath(pub std::path::PathBuf);
-    impl Drop for TempPath {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
-impl NexServe {
-    fn start(version: &str, extra: &[&str]) -> NexServe {
-        let path = std::env::temp_dir().join(format!(
-            "wirekit-nex-accounts-{}-{version}-{}.toml",
-            std::process::id(),
-            extra.len()
-        ));
-        std::fs::write(&path, ACCOUNTS).unwrap();
-        let mut child = Command::new(wirekit_binary())
-            .args([
-                "nex",
-                "serve",
-                "--access-key",
-                "ridfebb9",
-                "--version",
-                version,
-            ])
-            .args([
-                "--auth-listen",
-                "127.0.0.1:0",
-                "--secure-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--accounts")
-            .arg(&path)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("wirekit runs");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut addr = |prefix: &str| -> SocketAddr {
-            let line = lines.next().expect("a listening line").unwrap();
-            line.strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("{line:?}"))
-                .parse()
-                .unwrap()
-        };
-        let auth = addr("auth listening on ");
-        let secure = addr("secure listening on ");
-        NexServe {
-            child: Some(child),
-            stdout: Some(lines),
-            auth,
-            secure,
-            _accounts: tempfile_path::TempPath(path),
-        }
-    }
-
-    /// SIGTERM, then the summary line (stdout) and the log (stderr).
-    fn stop(mut self) -> (Value, String) {
-        let child = self.child.take().expect("running");
-        let lines = self.stdout.take().expect("stdout");
-        let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let out = wait_output(child, Duration::from_secs(10), "wirekit nex serve");
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        let stdout = reader.join().expect("stdout reader").join("\n");
-        let summary = stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str::<Value>(l).ok())
-            .unwrap_or_else(|| panic!("no summary in {stdout:?}\n{log}"));
-        (summary, log)
-    }
-}
-
-impl Drop for NexServe {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Runs the NintendoClients client: `login HOST PORT` with `args`.
-fn login(
-    python: &PathBuf,
-    script: &PathBuf,
-    auth: SocketAddr,
-    version: u8,
-    args: &[&str],
-) -> Value {
-    let child = Command::new(python)
-        .arg(script)
-        .args(["login", "127.0.0.1", &auth.port().to_string()])
-        .args(["--prudp-version", &version.to_string(), "--timeout", "15"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python runs");
-    let out = wait_output(child, Duration::from_secs(30), "nex_peer.py login");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)))
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub enum NexCommand {
     /// Decode PRUDP datagrams (hex lines on stdin, or a pcap/pcapng file) as JSON lines.
     Decode(DecodeArgs),
     /// Serve an authentication server and a secure server that NEX clients log in through.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
 /// The PRUDP format spoken.
@@ -132,7 +132,7 @@ pub fn run(cmd: NexCommand) -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        NexCommand::Serve(args) => serve(args),
+        NexCommand::Serve(args) => serve(*args),
     }
 }
 
@@ -192,6 +192,25 @@ pub struct ServeArgs {
     /// Connections one source address may hold (per worker).
     #[arg(long, default_value_t = 16)]
     pub max_per_source: u32,
+    /// Also serve PRUDP Lite over plain WebSocket (subprotocol NEX, as the Switch and
+    /// NintendoClients' Lite transport connect): the authentication server here ...
+    #[arg(long, requires = "ws_secure_listen")]
+    pub ws_auth_listen: Option<SocketAddr>,
+    /// ... and the secure server here (its address goes in the Login of WebSocket clients).
+    #[arg(long, requires = "ws_auth_listen")]
+    pub ws_secure_listen: Option<SocketAddr>,
+    /// The secure WebSocket address as clients reach it; default: the bound address.
+    #[arg(long)]
+    pub ws_secure_public: Option<SocketAddr>,
+    /// WebSockets open at once, per server.
+    #[arg(long, default_value_t = 1024)]
+    pub ws_max_connections: usize,
+    /// The largest WebSocket message accepted; a larger one closes its WebSocket.
+    #[arg(long, default_value_t = 2048)]
+    pub ws_max_message: usize,
+    /// Seconds a WebSocket may stay open without a PRUDP connection.
+    #[arg(long, default_value_t = 10)]
+    pub ws_idle_timeout: u64,
 }
 
 /// Runs `wirekit nex serve` until SIGINT or SIGTERM, then prints a summary line (JSON) on
@@ -242,6 +261,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         login_burst: args.login_burst,
         logins_per_minute: args.logins_per_minute,
         worker,
+        ws: ws_options(&args),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -258,6 +278,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         // Scripts read the bound addresses from these lines (useful with port 0).
         println!("auth listening on {}", servers.auth_addr());
         println!("secure listening on {}", servers.secure_addr());
+        if let Some((auth, secure)) = servers.ws_addrs() {
+            println!("ws auth listening on {auth}");
+            println!("ws secure listening on {secure}");
+        }
         tracing::info!(
             auth = %servers.auth_addr(),
             secure = %servers.secure_addr(),
@@ -288,6 +312,25 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// The WebSocket listeners' options from the flags (both addresses, or none).
+fn ws_options(args: &ServeArgs) -> Option<wirekit_nex::WsOptions> {
+    let (auth_listen, secure_listen) = (args.ws_auth_listen?, args.ws_secure_listen?);
+    let mut config = wirekit_nex::WsConfig {
+        max_connections: args.ws_max_connections.max(1),
+        max_message: args.ws_max_message.max(64),
+        idle_timeout: wirekit_core::time::Duration::from_secs(args.ws_idle_timeout.max(1)),
+        ..wirekit_nex::WsConfig::default()
+    };
+    config.limits.max_connections = args.max_connections;
+    config.limits.max_per_source = args.max_per_source;
+    Some(wirekit_nex::WsOptions {
+        auth_listen,
+        secure_listen,
+        secure_public: args.ws_secure_public,
+        config,
+    })
+}
+
 /// The servers' counters as one JSON object.
 fn summary(stats: &wirekit_nex::ServeStats) -> Value {
     use std::sync::atomic::Ordering::Relaxed;
@@ -310,9 +353,33 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
         })
     };
     let l = &stats.logins;
+    let ws = |d: &wirekit_nex::Counters, s: &wirekit_nex::ServerStats, w: &wirekit_nex::WsStats| {
+        let mut v = server(d, s);
+        let reasons: Map<String, Value> = w
+            .counts()
+            .map(|(r, n)| (r.as_str().to_string(), json!(n)))
+            .collect();
+        let drops: Map<String, Value> = d
+            .snapshot()
+            .drops()
+            .filter(|&(_, n)| n > 0)
+            .map(|(r, n)| (r.as_str().to_string(), json!(n)))
+            .collect();
+        v["message_drops"] = Value::Object(drops);
+        v["websockets"] = json!(w.accepted.load(Relaxed));
+        v["websocket_ends"] = Value::Object(reasons);
+        v
+    };
+    let ws = stats.ws.as_ref().map(|w| {
+        json!({
+            "auth": ws(&w.auth_messages, &w.auth, &w.auth_ws),
+            "secure": ws(&w.secure_messages, &w.secure, &w.secure_ws),
+        })
+    });
     json!({
         "auth": server(&stats.auth_datagrams, &stats.auth),
         "secure": server(&stats.secure_datagrams, &stats.secure),
+        "ws": ws,
         "logins": l.logins.load(Relaxed),
         "tickets": l.tickets.load(Relaxed),
         "login_refused": l.refused.load(Relaxed),

@@ -10,7 +10,7 @@ use crate::kerberos::Rc4;
 use crate::prudp::crypto::{
     ConnectionSignature, SessionKey, apply_unreliable, substream_cipher, unreliable_base_key,
 };
-use crate::prudp::{Flags, Keys, Packet, PacketType, Version, VirtualPort};
+use crate::prudp::{Flags, Keys, Packet, PacketType, VirtualPort};
 use crate::time::{Duration, Instant};
 
 /// Bytes of a packet beyond its payload, at most (v1: 30-byte header and a fragment option;
@@ -277,9 +277,6 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     }
 
     fn check(config: &Config, workspace: &B) -> Result<(), ConfigError> {
-        if matches!(config.settings.version, Version::Lite) {
-            return Err(ConfigError::UnsupportedVersion);
-        }
         if S == 0 || W < 2 * S || W > 4096 || S > 256 || config.max_message == 0 {
             return Err(ConfigError::BadCapacity);
         }
@@ -378,9 +375,12 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             return Err(ConfigError::BadCapacity);
         }
         c.signature = signature;
-        c.session_id = random.session_id;
-        c.unreliable_seq = random.initial_unreliable;
-        // v0 has no substreams.
+        // Lite carries no session id, and its CONNECT no option 3: the server counts from 1.
+        if !config.is_lite() {
+            c.session_id = random.session_id;
+            c.unreliable_seq = random.initial_unreliable;
+        }
+        // v0 and Lite have no substreams.
         c.max_substream = match config.is_v1() {
             true => config.max_substream.min((S - 1) as u8),
             false => 0,
@@ -389,15 +389,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         c.connect_request_len = request.len();
         c.region(Region::UnreliableIn)[..request.len()].copy_from_slice(request);
         let zero = ConnectionSignature::zero(config.settings.version);
-        let mut syn = Packet {
-            flags: Flags::NEED_ACK,
-            connection_signature: Some(zero.as_bytes()),
-            ..Packet::new(PacketType::Syn, config.local_port, peer_port)
-        };
-        if config.is_v1() {
-            syn.supported_functions = Some(c.supported_functions);
-            syn.max_substream = Some(c.max_substream);
-        }
+        let syn = syn_packet(&config, config.local_port, peer_port, &zero, &c);
         c.queue_packet(&syn, 0, 0, None);
         Ok(c)
     }
@@ -609,6 +601,14 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             }
             self.max_substream = m;
             self.supported_functions = f;
+        } else if self.config.is_lite() {
+            let Some(f) = p.supported_functions else {
+                return Err(DropReason::Unexpected);
+            };
+            if !within(f, self.supported_functions) {
+                return Err(DropReason::Negotiation);
+            }
+            self.supported_functions = f;
         }
         self.ack_slot(PacketType::Syn, 0, 0);
         self.last_heard = now;
@@ -633,6 +633,10 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             connect.supported_functions = Some(self.supported_functions);
             connect.initial_unreliable_seq = Some(self.unreliable_seq);
             connect.max_substream = Some(self.max_substream);
+        } else if self.config.is_lite() {
+            // Signed with option 0x80 over the server's signature instead.
+            connect.connection_signature = None;
+            connect.supported_functions = Some(self.supported_functions);
         }
         // The request waits in the unreliable-in region until now (nothing unreliable
         // arrives before the handshake ends).
@@ -644,11 +648,16 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             return Err(DropReason::Unexpected);
         }
         if !self.is_client {
-            // A repeated CONNECT from this client: the CONNECT-ACK was lost.
-            let same = p
-                .connection_signature
-                .and_then(ConnectionSignature::from_slice)
-                == Some(self.peer_signature);
+            // A repeated CONNECT from this client: the CONNECT-ACK was lost. A Lite CONNECT
+            // names no signature of its own; its 0x80 option matched ours in parsing.
+            let same = match self.config.is_lite() {
+                true => p.connection_signature.is_none(),
+                false => {
+                    p.connection_signature
+                        .and_then(ConnectionSignature::from_slice)
+                        == Some(self.peer_signature)
+                }
+            };
             if p.flags.contains(Flags::ACK) || p.session_id != self.peer_session_id || !same {
                 return Err(DropReason::Unexpected);
             }
@@ -662,15 +671,17 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 DropReason::Unexpected
             });
         }
-        if p.connection_signature
-            .and_then(ConnectionSignature::from_slice)
-            .is_none_or(|s| !s.is_zero())
-        {
+        let signature_ok = match (self.config.is_lite(), p.connection_signature) {
+            (true, None) => true,
+            (false, Some(s)) => ConnectionSignature::from_slice(s).is_some_and(|s| s.is_zero()),
+            _ => false,
+        };
+        if !signature_ok {
             return Err(DropReason::Unexpected);
         }
-        if self.config.is_v1()
+        if (self.config.is_v1() || self.config.is_lite())
             && (p.supported_functions != Some(self.supported_functions)
-                || p.max_substream != Some(self.max_substream))
+                || (self.config.is_v1() && p.max_substream != Some(self.max_substream)))
         {
             return Err(DropReason::Negotiation);
         }
@@ -721,8 +732,8 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     }
 
     /// The two aggregate-ACK forms: v0, and v1 on substream 0, acknowledge substream 0 up to
-    /// the packet's sequence id plus the u16 ids of the payload; v1 on substream 1 carries
-    /// `substream, count, u16 base, count u16 ids` (NintendoClients' "new" form).
+    /// the packet's sequence id plus the u16 ids of the payload; v1 on substream 1, and Lite,
+    /// carry `substream, count, u16 base, count u16 ids` (NintendoClients' "new" form).
     fn on_aggregate_ack(&mut self, p: &Packet<'_>) -> Result<(), DropReason> {
         let payload = p.payload;
         if p.packet_type != PacketType::Data
@@ -731,7 +742,8 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         {
             return Err(DropReason::BadAggregateAck);
         }
-        let new_form = self.config.is_v1() && p.substream_id == 1;
+        // Lite has no substream field: its aggregate ACKs are always the new form.
+        let new_form = self.config.is_lite() || (self.config.is_v1() && p.substream_id == 1);
         let (substream, base, ids) = if new_form {
             let [sub, count, b0, b1, ids @ ..] = payload else {
                 return Err(DropReason::BadAggregateAck);
@@ -876,10 +888,11 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 self.last_heard = now;
                 let key = self.unreliable_key;
                 let (seq, sid) = (p.sequence_id, p.session_id);
+                let lite = self.config.is_lite();
                 let region = self.region(Region::UnreliableIn);
                 let data = &mut region[..p.payload.len()];
                 data.copy_from_slice(p.payload);
-                if !data.is_empty() {
+                if !data.is_empty() && !lite {
                     apply_unreliable(&key, seq, sid, data);
                 }
                 self.unreliable_in = Some(p.payload.len() as u16);
@@ -940,8 +953,10 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         let (reasm_at, _) = Region::Reassembly(s).range::<W>(&self.config);
         let ws = self.workspace.as_mut();
         let sub = &mut self.substreams[s];
-        sub.recv_rc4
-            .apply_keystream(&mut ws[recv_at..recv_at + len]);
+        if !self.config.is_lite() {
+            sub.recv_rc4
+                .apply_keystream(&mut ws[recv_at..recv_at + len]);
+        }
         let last = slot.fragment_id == 0;
         if sub.discarding {
             sub.discarding = !last;
@@ -1123,7 +1138,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             let (at, _) = Region::Scratch.range::<W>(&self.config);
             let scratch = &mut self.workspace.as_mut()[at..at + piece.len()];
             scratch.copy_from_slice(piece);
-            if !piece.is_empty() {
+            if !piece.is_empty() && !self.config.is_lite() {
                 // RC4 in sequence order: fragments are numbered and encrypted together.
                 self.substreams[sub].send_rc4.apply_keystream(scratch);
             }
@@ -1161,9 +1176,12 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         self.unreliable_seq = seq.wrapping_add(1);
         let key = self.unreliable_key;
         let session_id = self.session_id;
+        let lite = self.config.is_lite();
         let scratch = &mut self.region(Region::Scratch)[..data.len()];
         scratch.copy_from_slice(data);
-        apply_unreliable(&key, seq, session_id, scratch);
+        if !lite {
+            apply_unreliable(&key, seq, session_id, scratch);
+        }
         let packet = Packet {
             flags: Flags::NEED_ACK | Flags::HAS_SIZE,
             session_id,
@@ -1273,15 +1291,13 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         if self.syn_ack_due {
             self.syn_ack_due = false;
             let zero = ConnectionSignature::zero(self.config.settings.version);
-            let mut syn = Packet {
-                flags: Flags::NEED_ACK,
-                connection_signature: Some(zero.as_bytes()),
-                ..Packet::new(PacketType::Syn, self.peer_port, self.config.local_port)
-            };
-            if self.config.is_v1() {
-                syn.supported_functions = Some(self.supported_functions);
-                syn.max_substream = Some(self.max_substream);
-            }
+            let syn = syn_packet(
+                &self.config,
+                self.peer_port,
+                self.config.local_port,
+                &zero,
+                self,
+            );
             if let Ok(n) = syn_ack(&self.config, &syn, self.signature, buf) {
                 return Some(Transmit { len: n });
             }
@@ -1302,6 +1318,9 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 ack.supported_functions = Some(self.supported_functions);
                 ack.initial_unreliable_seq = Some(0);
                 ack.max_substream = Some(self.max_substream);
+            } else if self.config.is_lite() {
+                ack.connection_signature = None;
+                ack.supported_functions = Some(self.supported_functions);
             }
             let keys = Keys {
                 session_key: &[],
@@ -1474,6 +1493,29 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             }
         }
     }
+}
+
+/// A SYN from `from` to `to` offering what `c` offers: v1 a zero signature and options 0 and
+/// 4, v0 the zero signature, Lite option 0 only.
+fn syn_packet<'a, B, const W: usize, const S: usize>(
+    config: &Config,
+    from: VirtualPort,
+    to: VirtualPort,
+    zero: &'a ConnectionSignature,
+    c: &Connection<B, W, S>,
+) -> Packet<'a> {
+    let mut syn = Packet {
+        flags: Flags::NEED_ACK,
+        connection_signature: (!config.is_lite()).then(|| zero.as_bytes()),
+        ..Packet::new(PacketType::Syn, from, to)
+    };
+    if config.is_v1() || config.is_lite() {
+        syn.supported_functions = Some(c.supported_functions);
+    }
+    if config.is_v1() {
+        syn.max_substream = Some(c.max_substream);
+    }
+    syn
 }
 
 /// A part of the workspace.

@@ -1,4 +1,4 @@
-//! A sans-IO PRUDP connection (v0 and v1), for both roles, in the shape of quinn-proto.
+//! A sans-IO PRUDP connection (v0, v1 and Lite), for both roles, in the shape of quinn-proto.
 //!
 //! Nothing here does I/O, reads a clock or draws random numbers: the caller feeds datagrams
 //! with [`Connection::handle`], the current time with [`Connection::handle_timeout`] when
@@ -92,7 +92,10 @@ use crate::time::Duration;
 /// server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
-    /// The format and access key (v0 or v1; Lite is not spoken by this connection).
+    /// The format and access key. Lite (over a byte stream the caller frames, one or more
+    /// whole packets per [`Connection::handle`]) has no session or substream ids and no
+    /// encryption; its handshake carries option 0 only, plus option 1 in the SYN-ACK and the
+    /// `0x80` signature in the CONNECT, as NintendoClients' Lite transport sends them.
     pub settings: Settings,
     /// This side's virtual port (a server's, e.g. stream 10 port 1; a client's, e.g. port 15).
     pub local_port: VirtualPort,
@@ -165,6 +168,11 @@ impl Config {
                 Version::Lite => false,
             }
     }
+
+    /// `true` for Lite (option 0 carries the negotiation; no ids, no encryption).
+    const fn is_lite(&self) -> bool {
+        matches!(self.settings.version, Version::Lite)
+    }
 }
 
 /// Why a configuration or workspace cannot make a connection.
@@ -177,7 +185,7 @@ pub enum ConfigError {
         /// The bytes needed.
         required: usize,
     },
-    /// Lite is spoken over a byte stream and is not handled by this connection.
+    /// A version this connection does not speak (none today: v0, v1 and Lite all are).
     UnsupportedVersion,
     /// `S` is zero or above 256, `W` is below `2 * S` (each substream needs two receive
     /// slots) or above 4096, or a size is zero.
@@ -195,7 +203,7 @@ impl ConfigError {
     pub const fn as_str(&self) -> &'static str {
         match self {
             ConfigError::WorkspaceTooSmall { .. } => "PRUDP connection: workspace too small",
-            ConfigError::UnsupportedVersion => "PRUDP connection: Lite is not supported",
+            ConfigError::UnsupportedVersion => "PRUDP connection: unsupported version",
             ConfigError::BadCapacity => "PRUDP connection: zero or oversized capacity",
             ConfigError::FragmentTooLarge => {
                 "PRUDP connection: packet capacity below fragment size plus headers"

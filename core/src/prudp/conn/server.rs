@@ -175,8 +175,7 @@ pub struct Server {
 
 impl Server {
     /// A server under `config`, signing with `signatures`; `secure` for a secure server (a
-    /// CONNECT must carry a valid ticket), `None` for an authentication server. Under a Lite
-    /// config every datagram is dropped as [`DropReason::Unexpected`] (Lite is not spoken here).
+    /// CONNECT must carry a valid ticket), `None` for an authentication server.
     pub fn new(config: Config, signatures: ServerSignatures, secure: Option<SecureServer>) -> Self {
         Server {
             config,
@@ -233,10 +232,6 @@ impl Server {
         out: &mut [u8],
     ) -> Result<ServerOutput, DropReason> {
         let settings = &self.config.settings;
-        if matches!(settings.version, crate::prudp::Version::Lite) {
-            // Lite rides a byte stream; its connections are not made here.
-            return Err(DropReason::Unexpected);
-        }
         // The packet type decides the keys: peek with the server's signature for this address,
         // which a SYN's check ignores and a CONNECT's uses.
         let source = peek_source(datagram, &self.config).ok_or(DropReason::Malformed)?;
@@ -283,11 +278,22 @@ impl Server {
         {
             return Err(DropReason::Unexpected);
         }
-        let peer_signature = p
-            .connection_signature
-            .and_then(ConnectionSignature::from_slice)
-            .ok_or(DropReason::Unexpected)?;
-        let (supported_functions, max_substream, peer_initial_unreliable) = if c.is_v1() {
+        let peer_signature = match (c.is_lite(), p.connection_signature) {
+            // A Lite CONNECT proves the server's signature (option 0x80, checked in parsing)
+            // and hands none of its own: nothing the server sends carries one.
+            (true, None) => ConnectionSignature::zero(c.settings.version),
+            (false, Some(s)) => ConnectionSignature::from_slice(s).ok_or(DropReason::Unexpected)?,
+            _ => return Err(DropReason::Unexpected),
+        };
+        let (supported_functions, max_substream, peer_initial_unreliable) = if c.is_lite() {
+            let Some(f) = p.supported_functions else {
+                return Err(DropReason::Unexpected);
+            };
+            if !within(f, c.supported_functions) {
+                return Err(DropReason::Negotiation);
+            }
+            (f, 0, 1)
+        } else if c.is_v1() {
             let (Some(f), Some(m), Some(u)) = (
                 p.supported_functions,
                 p.max_substream,
@@ -305,7 +311,8 @@ impl Server {
         let mut accepted = Accepted {
             peer_port: p.source,
             peer_session_id: p.session_id,
-            session_id,
+            // Lite carries no session id.
+            session_id: if c.is_lite() { 0 } else { session_id },
             peer_signature,
             signature: own,
             session_key: SessionKey::NONE,
@@ -330,6 +337,11 @@ impl Server {
 /// The source port of the first packet, read before the packet is verified (it selects the
 /// server's signature; the signature check then covers it).
 fn peek_source(datagram: &[u8], config: &Config) -> Option<VirtualPort> {
+    if config.is_lite() {
+        // The stream types byte (source in the high nibble), then the source port.
+        let (&types, &port) = (datagram.get(4)?, datagram.get(5)?);
+        return Some(VirtualPort::new(types >> 4, port));
+    }
     let at = if config.is_v1() { 6 } else { 0 };
     datagram.get(at).map(|&b| VirtualPort::from_byte(b))
 }
@@ -415,9 +427,13 @@ pub(super) fn syn_ack(
     own: ConnectionSignature,
     out: &mut [u8],
 ) -> Result<usize, DropReason> {
-    let zero_signature = p
-        .connection_signature
-        .is_some_and(|s| s.iter().all(|&b| b == 0));
+    // A Lite SYN names no signature (NintendoClients sends option 0 only).
+    let zero_signature = match config.is_lite() {
+        true => p.connection_signature.is_none(),
+        false => p
+            .connection_signature
+            .is_some_and(|s| s.iter().all(|&b| b == 0)),
+    };
     if !p.flags.contains(Flags::NEED_ACK)
         || p.session_id != 0
         || p.sequence_id != 0
@@ -437,6 +453,11 @@ pub(super) fn syn_ack(
         };
         ack.supported_functions = Some(negotiate(config.supported_functions, f));
         ack.max_substream = Some(m.min(config.max_substream));
+    } else if config.is_lite() {
+        let Some(f) = p.supported_functions else {
+            return Err(DropReason::Unexpected);
+        };
+        ack.supported_functions = Some(negotiate(config.supported_functions, f));
     }
     // A server's own SYN-ACK always fits a slot-sized buffer; a smaller one is the caller's
     // mistake, reported as a drop rather than a panic.

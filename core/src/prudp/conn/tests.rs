@@ -259,10 +259,11 @@ fn drain_tx(c: &mut Conn, now: Instant) -> Vec<Vec<u8>> {
     v
 }
 
-const VERSIONS: [Version; 3] = [
+const VERSIONS: [Version; 4] = [
     Version::V0(V0Format::NEX),
     Version::V0(V0Format::NEX_FRIENDS),
     Version::V1,
+    Version::Lite,
 ];
 
 #[test]
@@ -396,7 +397,7 @@ fn keepalive_ping_and_idle() {
 
 #[test]
 fn secure_server_ticket() {
-    for version in [Version::V0(V0Format::NEX), Version::V1] {
+    for version in [Version::V0(V0Format::NEX), Version::V1, Version::Lite] {
         let req = request(1000);
         let mut p = Pair::new(version, Some(secure(accept_all)), Some(&req));
         p.pump();
@@ -433,7 +434,8 @@ fn secure_server_ticket() {
 
 #[test]
 fn hostile_packets_change_nothing() {
-    for version in VERSIONS {
+    // Lite has no session ids and signs only the CONNECT: its own test below.
+    for version in VERSIONS.into_iter().filter(|&v| v != Version::Lite) {
         let mut p = Pair::new(version, None, None);
         p.pump();
         let _ = p.ev(false);
@@ -580,6 +582,8 @@ fn aggregate_acks_both_forms() {
         (Version::V0(V0Format::NEX), 0u8),
         (Version::V1, 0),
         (Version::V1, 1),
+        // NintendoClients reads Lite's aggregate ACKs in the new form (no substream field).
+        (Version::Lite, 0),
     ] {
         let mut p = Pair::new(version, None, None);
         p.pump();
@@ -588,7 +592,7 @@ fn aggregate_acks_both_forms() {
         }
         let _ = drain_tx(&mut p.client, p.now);
         assert_eq!(p.client.in_flight(), 3);
-        let (seq, payload): (u16, Vec<u8>) = if substream == 1 {
+        let (seq, payload): (u16, Vec<u8>) = if substream == 1 || version == Version::Lite {
             // substream 0, one extra id (4), base 3.
             (0, vec![0, 1, 3, 0, 4, 0])
         } else {
@@ -597,7 +601,7 @@ fn aggregate_acks_both_forms() {
         let settings = Settings::new(b"ridfebb9", version);
         let packet = Packet {
             flags: Flags::MULTI_ACK | Flags::HAS_SIZE,
-            session_id: 0x22,
+            session_id: if version == Version::Lite { 0 } else { 0x22 },
             substream_id: substream,
             sequence_id: seq,
             payload: &payload,
@@ -640,22 +644,7 @@ fn config_errors() {
             required: Conn::workspace_len(&c)
         }
     );
-    let mut lite = c;
-    lite.settings = lite.settings.with_version(Version::Lite);
     let ws = vec![0; Conn::workspace_len(&c)];
-    assert_eq!(
-        Conn::client(
-            lite,
-            SERVER_PORT,
-            sig,
-            ws.clone(),
-            Instant::ZERO,
-            random,
-            None
-        )
-        .unwrap_err(),
-        ConfigError::UnsupportedVersion
-    );
     let mut big = c;
     big.fragment_size = 190;
     assert_eq!(
@@ -884,4 +873,105 @@ fn aggregate_acks_near_the_wrap() {
     assert!(datagrams_per_batch.iter().any(|e| e.1 == 4));
     assert!(datagrams_per_batch.iter().filter(|e| e.1 == 1).count() > 2);
     assert_eq!(p.server().counters().total(), 0);
+}
+
+/// The options of a Lite packet (the ids in order) and its session-free header.
+fn lite_option_ids(packet: &[u8]) -> Vec<u8> {
+    assert_eq!(packet[0], 0x80);
+    let mut ids = Vec::new();
+    let mut o = &packet[12..12 + usize::from(packet[1])];
+    while let [id, len, rest @ ..] = o {
+        ids.push(*id);
+        o = &rest[usize::from(*len)..];
+    }
+    ids
+}
+
+#[test]
+fn lite_handshake_as_nintendo_clients_sends_it() {
+    let mut p = Pair::new(Version::Lite, None, None);
+    // SYN: option 0 only; SYN-ACK: 0 and 1; CONNECT: 0 and the 0x80 signature; CONNECT-ACK: 0.
+    let syn = drain_tx(&mut p.client, p.now);
+    assert_eq!(lite_option_ids(&syn[0]), [0]);
+    let syn_ack = p.deliver_to_server(&syn[0]);
+    assert_eq!(lite_option_ids(&syn_ack[0]), [0, 1]);
+    p.client.handle(&syn_ack[0], p.now);
+    let connect = drain_tx(&mut p.client, p.now);
+    assert_eq!(lite_option_ids(&connect[0]), [0, 0x80]);
+    // A CONNECT whose signature is for another server is dropped before anything opens.
+    let mut forged = connect[0].clone();
+    let at = forged.len() - 1;
+    forged[at] ^= 1;
+    assert!(p.deliver_to_server(&forged).is_empty());
+    assert!(p.server.is_none());
+    assert_eq!(p.listener.counters().get(DropReason::BadSignature), 1);
+    let connect_ack = p.deliver_to_server(&connect[0]);
+    assert_eq!(lite_option_ids(&connect_ack[0]), [0]);
+    p.client.handle(&connect_ack[0], p.now);
+    assert_eq!(p.client.state(), State::Connected);
+    // Nothing is encrypted: the message is on the wire as sent.
+    p.client.send(0, b"plain text").unwrap();
+    let data = drain_tx(&mut p.client, p.now);
+    assert!(data[0].ends_with(b"plain text"));
+    assert!(lite_option_ids(&data[0]).is_empty());
+    p.deliver_to_server(&data[0]);
+    assert_eq!(p.msgs(false), [(0, b"plain text".to_vec())]);
+}
+
+#[test]
+fn lite_hostile_packets_change_nothing() {
+    let mut p = Pair::new(Version::Lite, None, None);
+    p.pump();
+    let _ = p.ev(false);
+    let settings = Settings::new(b"ridfebb9", Version::Lite);
+    let forge = |seq: u16, ty: PacketType, flags: Flags, from: VirtualPort| {
+        let p = Packet {
+            flags,
+            sequence_id: seq,
+            payload: b"x",
+            ..Packet::new(ty, from, SERVER_PORT)
+        };
+        let mut out = [0u8; 100];
+        let n = p.encode(&settings, &Keys::NONE, &mut out).unwrap();
+        out[..n].to_vec()
+    };
+    let rel = Flags::RELIABLE | Flags::NEED_ACK | Flags::HAS_SIZE;
+    let mut truncated = forge(2, PacketType::Data, rel, CLIENT_PORT);
+    truncated.pop();
+    let mut bad_magic = forge(2, PacketType::Data, rel, CLIENT_PORT);
+    bad_magic[0] = 0xEA;
+    let cases = [
+        (truncated, DropReason::Malformed),
+        (bad_magic, DropReason::Malformed),
+        (
+            forge(2, PacketType::Data, rel, VirtualPort::new(10, 3)),
+            DropReason::WrongPort,
+        ),
+        (
+            forge(1, PacketType::Data, rel, CLIENT_PORT),
+            DropReason::Duplicate,
+        ),
+        (
+            forge(0x9000, PacketType::Data, rel, CLIENT_PORT),
+            DropReason::Stale,
+        ),
+        (
+            forge(200, PacketType::Data, rel, CLIENT_PORT),
+            DropReason::OutOfWindow,
+        ),
+    ];
+    for (datagram, reason) in cases {
+        let before = *p.server().counters();
+        let now = p.now;
+        p.server().handle(&datagram, now);
+        let after = *p.server().counters();
+        assert_eq!(after.get(reason), before.get(reason) + 1, "{reason:?}");
+        assert_eq!(after.total(), before.total() + 1, "{reason:?}");
+        assert_eq!(p.server().state(), State::Connected);
+        assert!(p.server().poll_event().is_none());
+    }
+    // Still served.
+    p.client.send(0, b"after").unwrap();
+    p.pump();
+    assert_eq!(p.msgs(false), [(0, b"after".to_vec())]);
 }
