@@ -20,6 +20,7 @@ const DIST_PRIMARY: usize = 1 << DIST_BITS;
 const PRECODE_PRIMARY: usize = 1 << PRECODE_BITS;
 
 /// Input bits, least significant first.
+#[derive(Clone, Copy)]
 pub(super) struct Bits<'a> {
     input: &'a [u8],
     /// The next input byte not yet wholly in `buf`.
@@ -254,24 +255,63 @@ impl Tables {
 
     /// Decodes one Huffman block with the loaded codes.
     fn huffman(&self, bits: &mut Bits, out: &mut Output) -> Result<(), InflateError> {
+        // The bit reader in locals, so that it stays in registers.
+        let mut b = *bits;
+        let mut pos = out.pos;
+        let result = self.huffman_loop(&mut b, out.out, &mut pos);
+        *bits = b;
+        out.pos = pos;
+        result
+    }
+
+    #[inline(always)]
+    fn huffman_loop(
+        &self,
+        b: &mut Bits,
+        buf: &mut [u8],
+        pos_out: &mut usize,
+    ) -> Result<(), InflateError> {
         let (litlen, dist) = (&self.litlen[..], &self.dist[..]);
         let (lmask, dmask) = (self.litlen_mask, self.dist_mask);
-        let buf = &mut *out.out;
-        let mut pos = out.pos;
-        let result = loop {
-            bits.refill();
-            let e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, bits.buf);
-            bits.consume(e & 15);
-            if bits.overrun() {
-                break Err(InflateError::Truncated);
-            }
-            if e & LITERAL != 0 {
-                let Some(b) = buf.get_mut(pos) else {
-                    break Err(InflateError::TooLong);
+        let mut pos = *pos_out;
+        /// Writes a literal entry's byte, or stops: the input ran out, or the output is full.
+        macro_rules! literal {
+            ($e:expr) => {{
+                b.consume($e & 15);
+                if b.overrun() {
+                    *pos_out = pos;
+                    return Err(InflateError::Truncated);
+                }
+                let Some(slot) = buf.get_mut(pos) else {
+                    *pos_out = pos;
+                    return Err(InflateError::TooLong);
                 };
-                *b = (e >> 16) as u8;
+                *slot = ($e >> 16) as u8;
                 pos += 1;
-                continue;
+            }};
+        }
+        let result = loop {
+            b.refill();
+            let mut e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+            if e & LITERAL != 0 {
+                // Up to three literals per refill (15 bits each at most), each entry looked
+                // up while at least 15 bits are buffered.
+                literal!(e);
+                e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+                if e & LITERAL != 0 {
+                    literal!(e);
+                    e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+                    if e & LITERAL != 0 {
+                        literal!(e);
+                        continue;
+                    }
+                }
+                // A refill adds bits above the buffered ones: the entry stays right.
+                b.refill();
+            }
+            b.consume(e & 15);
+            if b.overrun() {
+                break Err(InflateError::Truncated);
             }
             if e & (END | INVALID) != 0 {
                 break if e & END != 0 {
@@ -281,17 +321,17 @@ impl Tables {
                 };
             }
             // A length, then a distance: at most 15 + 5 + 15 + 13 bits, all in the buffer.
-            let len = (e >> 16) as usize + bits.take((e >> 4) & 15) as usize;
-            let d = table::lookup::<DIST_PRIMARY>(dist, dmask, bits.buf);
-            bits.consume(d & 15);
-            if bits.overrun() {
+            let len = (e >> 16) as usize + b.take((e >> 4) & 15) as usize;
+            let d = table::lookup::<DIST_PRIMARY>(dist, dmask, b.buf);
+            b.consume(d & 15);
+            if b.overrun() {
                 break Err(InflateError::Truncated);
             }
             if d & INVALID != 0 {
                 break Err(InflateError::Corrupt);
             }
-            let distance = (d >> 16) as usize + bits.take((d >> 4) & 15) as usize;
-            if bits.overrun() {
+            let distance = (d >> 16) as usize + b.take((d >> 4) & 15) as usize;
+            if b.overrun() {
                 break Err(InflateError::Truncated);
             }
             if distance > pos {
@@ -303,7 +343,7 @@ impl Tables {
             copy_match(buf, pos, distance, len);
             pos += len;
         };
-        out.pos = pos;
+        *pos_out = pos;
         result
     }
 }
@@ -348,11 +388,24 @@ fn copy_match(out: &mut [u8], pos: usize, distance: usize, len: usize) {
             out.copy_within(from + at..from + at + 8, pos + at);
             at += 8;
         }
-    } else if distance >= len {
-        out.copy_within(from..from + len, pos);
     } else if distance == 1 {
         let b = out[from];
         out[pos..pos + len].fill(b);
+    } else if distance < 8 && pos + len + 8 <= out.len() {
+        // A short period: the first `step - distance` bytes one at a time, then eight at a
+        // time from `step` back (a multiple of the period, at least 8).
+        let step = distance * 8usize.div_ceil(distance);
+        let head = (step - distance).min(len);
+        for i in 0..head {
+            out[pos + i] = out[from + i];
+        }
+        let mut at = head;
+        while at < len {
+            out.copy_within(pos + at - step..pos + at - step + 8, pos + at);
+            at += 8;
+        }
+    } else if distance >= len {
+        out.copy_within(from..from + len, pos);
     } else {
         for i in 0..len {
             out[pos + i] = out[from + i];
