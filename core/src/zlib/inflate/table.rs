@@ -87,11 +87,22 @@ pub(super) fn build(
     code: Code,
     max_bits: u32,
 ) -> Result<u32, InflateError> {
-    let mut count = [0u16; 16];
-    for &len in lens {
-        count[usize::from(len & 15)] += 1;
+    // Four histograms side by side, so that runs of one length (zeros, mostly) do not make
+    // one long chain of increments through memory.
+    let mut counts = [[0u16; 16]; 4];
+    let quads = lens.chunks_exact(4);
+    for &len in quads.remainder() {
+        counts[0][usize::from(len & 15)] += 1;
     }
-    count[0] = 0;
+    for quad in quads {
+        for (c, &len) in counts.iter_mut().zip(quad) {
+            c[usize::from(len & 15)] += 1;
+        }
+    }
+    let mut count = [0u16; 16];
+    for (len, n) in count.iter_mut().enumerate().skip(1) {
+        *n = counts[0][len] + counts[1][len] + counts[2][len] + counts[3][len];
+    }
     let mut left: i32 = 1;
     let mut longest = 0;
     for (len, &n) in count.iter().enumerate().skip(1) {
@@ -115,6 +126,9 @@ pub(super) fn build(
         // No code, or one 1-bit code: the primary table is 2 entries.
         table[..primary].fill(INVALID | 1);
     }
+    // Entries are written once each, shortest codes first, in a table that doubles from 2
+    // entries to `primary`; subtables follow. Every primary entry ends up written: the code
+    // is complete (or the table prefilled above).
 
     // The symbols sorted by code length, then by symbol: canonical code order.
     let mut offset = [0u16; 16];
@@ -147,9 +161,8 @@ pub(super) fn build(
             next_code += 1;
             let entry = symbol_entry(code, sym) | len;
             if len <= bits {
-                for slot in table[..primary].iter_mut().skip(reversed).step_by(1 << len) {
-                    *slot = entry;
-                }
+                // One entry in the table of `len` index bits, which doubles below.
+                table[reversed] = entry;
                 continue;
             }
             let low = reversed & (primary - 1);
@@ -185,6 +198,12 @@ pub(super) fn build(
             remaining[len as usize] -= 1;
         }
         next_code <<= 1;
+        if len < bits {
+            // The table of `len` bits repeated is the table of `len + 1` bits before the
+            // codes of that length: each entry stands for every index with its low bits.
+            let size = 1usize << len;
+            table.copy_within(..size, size);
+        }
     }
     Ok(primary as u32 - 1)
 }
