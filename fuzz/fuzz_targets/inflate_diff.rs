@@ -1,6 +1,8 @@
 //! `Inflater::inflate_exact` against zlib-rs (through flate2) on the same stream and declared
 //! length: the same accept or reject, the same bytes, and the same reason where zlib-rs tells
-//! it apart (short, long, trailing bytes, checksum, truncated, bad header). Streams are raw bytes,
+//! it apart (short, long, trailing bytes, checksum, truncated, bad header); and against
+//! miniz_oxide's core (wirekit's inflater before its own), `inflate_exact` and `inflate_up_to`
+//! alike: the same verdict, error for error, and the same bytes. Streams are raw bytes,
 //! or made by zlib-rs or by wirekit's compressor at any level and then declared at a length off
 //! by some bytes, truncated, extended or with one bit flipped, so both inflaters get deep into
 //! valid and nearly valid streams.
@@ -9,6 +11,8 @@
 use arbitrary::Arbitrary;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
+use miniz_oxide::inflate::TINFLStatus;
+use miniz_oxide::inflate::core::{DecompressorOxide, decompress, inflate_flags};
 use wirekit_core::zlib::{
     Compressor, InflateError, Inflater, Level, WORKSPACE_MIN, compress_bound,
 };
@@ -65,9 +69,50 @@ fn zlib_rs(stream: &[u8], len: usize) -> (Result<Vec<u8>, InflateError>, usize) 
     (verdict, wrote)
 }
 
+/// miniz_oxide's verdict under the contract of `inflate_exact` (`exact`) or `inflate_up_to`:
+/// the bytes inflated, or the error.
+fn miniz(stream: &[u8], len: usize, exact: bool) -> Result<Vec<u8>, InflateError> {
+    match stream {
+        [] | [_] => return Err(InflateError::Truncated),
+        [cmf, flg, ..] => wirekit_core::zlib::inflate::check_header(*cmf, *flg)?,
+    }
+    let mut state = Box::new(DecompressorOxide::new());
+    let mut out = vec![0u8; len];
+    let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
+        | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
+    let (status, consumed, written) = decompress(&mut state, stream, &mut out, 0, flags);
+    match status {
+        TINFLStatus::Done if exact && written < len => Err(InflateError::TooShort),
+        TINFLStatus::Done if consumed < stream.len() => Err(InflateError::TrailingBytes),
+        TINFLStatus::Done => {
+            out.truncate(written);
+            Ok(out)
+        }
+        TINFLStatus::HasMoreOutput => Err(InflateError::TooLong),
+        TINFLStatus::NeedsMoreInput | TINFLStatus::FailedCannotMakeProgress => {
+            Err(InflateError::Truncated)
+        }
+        TINFLStatus::Adler32Mismatch => Err(InflateError::BadChecksum),
+        _ => Err(InflateError::Corrupt),
+    }
+}
+
 fn check(stream: &[u8], len: usize) {
+    let mut inflater = Inflater::new();
     let mut ours = vec![0u8; len];
-    let got = Inflater::new().inflate_exact(stream, &mut ours);
+    let got = inflater.inflate_exact(stream, &mut ours);
+    assert_eq!(
+        got.map(|()| ours.clone()),
+        miniz(stream, len, true),
+        "inflate_exact against miniz_oxide, len {len}, stream {stream:02x?}"
+    );
+    let mut up_to = vec![0u8; len];
+    let n = inflater.inflate_up_to(stream, &mut up_to);
+    assert_eq!(
+        n.map(|n| up_to[..n].to_vec()),
+        miniz(stream, len, false),
+        "inflate_up_to against miniz_oxide, len {len}, stream {stream:02x?}"
+    );
     let (want, wrote) = zlib_rs(stream, len);
     match (got, want) {
         (Ok(()), Ok(bytes)) => assert!(ours == bytes, "same bytes"),
