@@ -290,9 +290,11 @@ impl Tables {
                 pos += 1;
             }};
         }
+        // The next entry is looked up as soon as its bits are buffered, ahead of the write
+        // or copy before it, so that the table load overlaps them.
+        b.refill();
+        let mut e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
         let result = loop {
-            b.refill();
-            let mut e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
             if e & LITERAL != 0 {
                 // Up to three literals per refill (15 bits each at most), each entry looked
                 // up while at least 15 bits are buffered.
@@ -303,6 +305,8 @@ impl Tables {
                     e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
                     if e & LITERAL != 0 {
                         literal!(e);
+                        b.refill();
+                        e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
                         continue;
                     }
                 }
@@ -340,6 +344,8 @@ impl Tables {
             if len > buf.len() - pos {
                 break Err(InflateError::TooLong);
             }
+            b.refill();
+            e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
             copy_match(buf, pos, distance, len);
             pos += len;
         };
