@@ -1,9 +1,9 @@
 //! One-shot, exact-length zlib inflate (RFC 1950, RFC 1951) in safe Rust, over the caller's
 //! input and output slices.
 //!
-//! The decoder ([`decode`]) reads the whole stream into the whole output slice in one pass:
+//! The decoder (`decode`) reads the whole stream into the whole output slice in one pass:
 //! a 64-bit bit buffer refilled eight bytes at a time, decode tables sized for the code at
-//! hand ([`table`]: at most 10 primary bits for literals and lengths, 8 for distances, with
+//! hand (`table`: at most 10 primary bits for literals and lengths, 8 for distances, with
 //! subtables for longer codes), the fixed code built once and kept while blocks use it, and
 //! match copies eight bytes at a time where the output leaves room. miniz_oxide, whose core
 //! this replaced, is the reference its tests and the `inflate_diff` fuzz target compare it

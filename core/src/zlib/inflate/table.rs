@@ -249,7 +249,8 @@ mod tests {
         let mask = build(&mut t, &lens, Code::Precode, 7).unwrap();
         assert_eq!(mask, 15);
         // F (00), A (010), H (1111), sent first bit first.
-        let stream = 0b00 | 0b010 << 2 | 0b1111 << 5;
+        // F is 00: its bits are the two zeros at the bottom.
+        let stream = 0b010 << 2 | 0b1111 << 5;
         let got: std::vec::Vec<u32> = decode_all(&t, mask, stream, 9)
             .iter()
             .map(|e| e >> 16)

@@ -251,7 +251,7 @@ impl BitString {
     /// `n` bits of `v`, low bit first (header fields, extra bits).
     fn bits(mut self, v: u32, n: usize) -> Self {
         for i in 0..n {
-            if self.nbits % 8 == 0 {
+            if self.nbits.is_multiple_of(8) {
                 self.bytes.push(0);
             }
             let last = self.bytes.len() - 1;
