@@ -11,11 +11,15 @@
 use arbitrary::Arbitrary;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
-use miniz_oxide::inflate::TINFLStatus;
-use miniz_oxide::inflate::core::{DecompressorOxide, decompress, inflate_flags};
+use wirekit_core::zlib::inflate::check_header;
 use wirekit_core::zlib::{
     Compressor, InflateError, Inflater, Level, WORKSPACE_MIN, compress_bound,
 };
+
+/// miniz_oxide's verdict, as the core's tests take it.
+#[path = "../../core/src/zlib/inflate/reference.rs"]
+mod reference;
+use reference::reference as miniz;
 
 #[derive(Arbitrary, Debug)]
 enum Edit {
@@ -67,34 +71,6 @@ fn zlib_rs(stream: &[u8], len: usize) -> (Result<Vec<u8>, InflateError>, usize) 
         }),
     };
     (verdict, wrote)
-}
-
-/// miniz_oxide's verdict under the contract of `inflate_exact` (`exact`) or `inflate_up_to`:
-/// the bytes inflated, or the error.
-fn miniz(stream: &[u8], len: usize, exact: bool) -> Result<Vec<u8>, InflateError> {
-    match stream {
-        [] | [_] => return Err(InflateError::Truncated),
-        [cmf, flg, ..] => wirekit_core::zlib::inflate::check_header(*cmf, *flg)?,
-    }
-    let mut state = Box::new(DecompressorOxide::new());
-    let mut out = vec![0u8; len];
-    let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
-        | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
-    let (status, consumed, written) = decompress(&mut state, stream, &mut out, 0, flags);
-    match status {
-        TINFLStatus::Done if exact && written < len => Err(InflateError::TooShort),
-        TINFLStatus::Done if consumed < stream.len() => Err(InflateError::TrailingBytes),
-        TINFLStatus::Done => {
-            out.truncate(written);
-            Ok(out)
-        }
-        TINFLStatus::HasMoreOutput => Err(InflateError::TooLong),
-        TINFLStatus::NeedsMoreInput | TINFLStatus::FailedCannotMakeProgress => {
-            Err(InflateError::Truncated)
-        }
-        TINFLStatus::Adler32Mismatch => Err(InflateError::BadChecksum),
-        _ => Err(InflateError::Corrupt),
-    }
 }
 
 fn check(stream: &[u8], len: usize) {

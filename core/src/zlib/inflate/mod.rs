@@ -171,4 +171,6 @@ impl Inflater {
 }
 
 #[cfg(test)]
+mod reference;
+#[cfg(test)]
 mod tests;

@@ -6,40 +6,12 @@ extern crate std;
 use std::vec;
 use std::vec::Vec;
 
-use miniz_oxide::inflate::TINFLStatus;
-use miniz_oxide::inflate::core::{DecompressorOxide, decompress, inflate_flags};
+use miniz_oxide::inflate::core::DecompressorOxide;
 use proptest::prelude::*;
 
+use super::reference::reference;
 use super::*;
 use crate::zlib::{Compressor, Level, WORKSPACE_MIN, compress_bound};
-
-/// miniz_oxide's verdict under the contract of [`Inflater::inflate_exact`] (`exact`) or
-/// [`Inflater::inflate_up_to`]: the bytes inflated, or the error.
-fn reference(input: &[u8], out_len: usize, exact: bool) -> Result<Vec<u8>, InflateError> {
-    match input {
-        [] | [_] => return Err(InflateError::Truncated),
-        [cmf, flg, ..] => check_header(*cmf, *flg)?,
-    }
-    let mut state = DecompressorOxide::new();
-    let mut out = vec![0u8; out_len];
-    let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
-        | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
-    let (status, consumed, written) = decompress(&mut state, input, &mut out, 0, flags);
-    match status {
-        TINFLStatus::Done if exact && written < out_len => Err(InflateError::TooShort),
-        TINFLStatus::Done if consumed < input.len() => Err(InflateError::TrailingBytes),
-        TINFLStatus::Done => {
-            out.truncate(written);
-            Ok(out)
-        }
-        TINFLStatus::HasMoreOutput => Err(InflateError::TooLong),
-        TINFLStatus::NeedsMoreInput | TINFLStatus::FailedCannotMakeProgress => {
-            Err(InflateError::Truncated)
-        }
-        TINFLStatus::Adler32Mismatch => Err(InflateError::BadChecksum),
-        _ => Err(InflateError::Corrupt),
-    }
-}
 
 /// Ours against miniz_oxide on `input` declared at `out_len`, both contracts.
 fn same_as_reference(inflater: &mut Inflater, input: &[u8], out_len: usize) {
@@ -294,6 +266,18 @@ impl BitString {
 /// 11 4 12 3 13 2 14 1): for a literal/length code of 256 alone.
 const ONE_CODE_PRECODE: [u32; 18] = [0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 
+/// A dynamic block header whose literal/length code is 256 alone (1 bit: 256 zero lengths
+/// in two runs of 18, then a 1) and whose one distance length is 0.
+fn one_code_litlen() -> BitString {
+    BitString::dynamic(257, 1, &ONE_CODE_PRECODE)
+        .code(3, 2)
+        .bits(127, 7)
+        .code(3, 2)
+        .bits(118 - 11, 7)
+        .code(0, 1)
+        .code(2, 2)
+}
+
 /// The errors miniz_oxide reports as corrupt data, each from a small hand-made stream.
 #[test]
 fn corrupt_streams() {
@@ -363,14 +347,7 @@ fn corrupt_streams() {
         // is impossible: instead the unused 1-bit pattern.
         (
             "unused pattern of a one-code literal/length code",
-            BitString::dynamic(257, 1, &ONE_CODE_PRECODE)
-                .code(3, 2)
-                .bits(127, 7)
-                .code(3, 2)
-                .bits(118 - 11, 7)
-                .code(0, 1)
-                .code(2, 2)
-                .code(1, 1),
+            one_code_litlen().code(1, 1),
         ),
     ];
     let mut inflater = Inflater::new();
@@ -393,14 +370,7 @@ fn corrupt_streams() {
 /// A one-code literal/length code (256 alone, 1 bit) and an empty distance code are allowed.
 #[test]
 fn one_code_and_empty_codes_are_allowed() {
-    let s = BitString::dynamic(257, 1, &ONE_CODE_PRECODE)
-        .code(3, 2)
-        .bits(127, 7)
-        .code(3, 2)
-        .bits(118 - 11, 7)
-        .code(0, 1)
-        .code(2, 2)
-        .code(0, 1);
+    let s = one_code_litlen().code(0, 1);
     let z = zlib(&s.bytes, b"");
     assert_eq!(reference(&z, 0, true), Ok(vec![]));
     assert_eq!(Inflater::new().inflate_exact(&z, &mut []), Ok(()));
