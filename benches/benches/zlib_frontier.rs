@@ -35,6 +35,8 @@ use miniz_oxide::deflate::core::{
     CompressorOxide, TDEFLFlush, TDEFLStatus, compress as mz_compress,
     create_comp_flags_from_zip_params,
 };
+use miniz_oxide::inflate::TINFLStatus;
+use miniz_oxide::inflate::core::{DecompressorOxide, decompress as mz_decompress, inflate_flags};
 use wirekit::alloc_count::{CountingAlloc, count_allocations};
 use wirekit_benches::corpus::{CLASSES, Class, Packet, load, ours};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER, compress_bound};
@@ -264,13 +266,15 @@ fn compress_class(
         .collect()
 }
 
-/// wirekit's inflate against zlib-rs and libdeflate on zlib-rs level 6 streams of the class.
+/// wirekit's inflate against zlib-rs, libdeflate and miniz_oxide's core (wirekit's inflater
+/// before its own) on zlib-rs level 6 streams of the class.
 fn inflate_class(rounds: usize, inputs: &[&[u8]]) -> Vec<(&'static str, f64, f64)> {
     let streams = zlib_rs_6_streams(inputs);
     let max = inputs.iter().map(|p| p.len()).max().unwrap_or(0);
     let mut out_w = vec![0u8; max];
     let mut out_z = vec![0u8; max];
     let mut out_l = vec![0u8; max];
+    let mut out_m = vec![0u8; max];
     let mut inflater = Inflater::new();
     // Checked once, and wirekit's for allocations.
     for (s, p) in streams.iter().zip(inputs) {
@@ -301,8 +305,19 @@ fn inflate_class(rounds: usize, inputs: &[&[u8]]) -> Vec<(&'static str, f64, f64
                 .unwrap();
         }
     };
-    let times = alternate(rounds, inputs, &mut [&mut w, &mut z, &mut lib]);
-    ["wirekit", "zlib-rs", "libdeflate"]
+    let mut mz_state = Box::new(DecompressorOxide::new());
+    let mut mz = || {
+        for (s, p) in streams.iter().zip(inputs) {
+            mz_state.init();
+            let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
+                | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
+            let (status, _, n) =
+                mz_decompress(&mut mz_state, black_box(s), &mut out_m[..p.len()], 0, flags);
+            assert!(status == TINFLStatus::Done && n == p.len());
+        }
+    };
+    let times = alternate(rounds, inputs, &mut [&mut w, &mut z, &mut lib, &mut mz]);
+    ["wirekit", "zlib-rs", "libdeflate", "miniz_oxide"]
         .into_iter()
         .zip(times)
         .map(|(n, (ns, spread))| (n, ns, spread))
@@ -579,19 +594,21 @@ fn main() {
         "\ncaption: Inflate of the zlib-rs level 6 streams of each class into a buffer of the declared length: time per packet (median of {rounds} alternating rounds of thread CPU time), speed-up = peer time / wirekit time.\n"
     );
     println!(
-        "| corpus | class | packets | wirekit | zlib-rs | libdeflate | vs zlib-rs | vs libdeflate |"
+        "| corpus | class | packets | wirekit | zlib-rs | libdeflate | miniz_oxide | vs zlib-rs | vs libdeflate | vs miniz_oxide |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (corpus, class, n, row) in &inflates {
-        let (w, z, l) = (row[0].1, row[1].1, row[2].1);
+        let (w, z, l, m) = (row[0].1, row[1].1, row[2].1, row[3].1);
         println!(
-            "| {corpus} | {} | {n} | {} | {} | {} | {:.2}x | {:.2}x |",
+            "| {corpus} | {} | {n} | {} | {} | {} | {} | {:.2}x | {:.2}x | {:.2}x |",
             class.label(),
             human(w),
             human(z),
             human(l),
+            human(m),
             z / w,
-            l / w
+            l / w,
+            m / w
         );
     }
 

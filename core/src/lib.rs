@@ -11,7 +11,7 @@
 //! - [`varint`]: Minecraft VarInt / VarLong.
 //! - [`frame`]: VarInt packet framing (with the compressed format) and fixed-width
 //!   length-prefixed framing.
-//! - [`zlib`]: zlib inflate (miniz_oxide's allocation-free core) and wirekit's own compressor.
+//! - [`zlib`]: zlib inflate and compress, wirekit's own, over caller memory.
 //! - [`proxy`]: PROXY protocol v1 and v2 headers, TLVs, CRC32C and the accept policy.
 //! - [`kerberos`]: NEX Kerberos key derivation, RC4 + HMAC-MD5 encryption and tickets.
 //! - [`prudp`]: NEX PRUDP packets (v0 NEX and Quazal, v1, Lite), checksums and signatures.

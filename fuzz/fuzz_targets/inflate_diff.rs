@@ -1,6 +1,8 @@
 //! `Inflater::inflate_exact` against zlib-rs (through flate2) on the same stream and declared
 //! length: the same accept or reject, the same bytes, and the same reason where zlib-rs tells
-//! it apart (short, long, trailing bytes, checksum, truncated, bad header). Streams are raw bytes,
+//! it apart (short, long, trailing bytes, checksum, truncated, bad header); and against
+//! miniz_oxide's core (wirekit's inflater before its own), `inflate_exact` and `inflate_up_to`
+//! alike: the same verdict, error for error, and the same bytes. Streams are raw bytes,
 //! or made by zlib-rs or by wirekit's compressor at any level and then declared at a length off
 //! by some bytes, truncated, extended or with one bit flipped, so both inflaters get deep into
 //! valid and nearly valid streams.
@@ -9,9 +11,15 @@
 use arbitrary::Arbitrary;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
+use wirekit_core::zlib::inflate::check_header;
 use wirekit_core::zlib::{
     Compressor, InflateError, Inflater, Level, WORKSPACE_MIN, compress_bound,
 };
+
+/// miniz_oxide's verdict, as the core's tests take it.
+#[path = "../../core/src/zlib/inflate/reference.rs"]
+mod reference;
+use reference::reference as miniz;
 
 #[derive(Arbitrary, Debug)]
 enum Edit {
@@ -66,8 +74,21 @@ fn zlib_rs(stream: &[u8], len: usize) -> (Result<Vec<u8>, InflateError>, usize) 
 }
 
 fn check(stream: &[u8], len: usize) {
+    let mut inflater = Inflater::new();
     let mut ours = vec![0u8; len];
-    let got = Inflater::new().inflate_exact(stream, &mut ours);
+    let got = inflater.inflate_exact(stream, &mut ours);
+    assert_eq!(
+        got.map(|()| ours.clone()),
+        miniz(stream, len, true),
+        "inflate_exact against miniz_oxide, len {len}, stream {stream:02x?}"
+    );
+    let mut up_to = vec![0u8; len];
+    let n = inflater.inflate_up_to(stream, &mut up_to);
+    assert_eq!(
+        n.map(|n| up_to[..n].to_vec()),
+        miniz(stream, len, false),
+        "inflate_up_to against miniz_oxide, len {len}, stream {stream:02x?}"
+    );
     let (want, wrote) = zlib_rs(stream, len);
     match (got, want) {
         (Ok(()), Ok(bytes)) => assert!(ours == bytes, "same bytes"),

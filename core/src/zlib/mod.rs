@@ -1,15 +1,16 @@
-//! zlib (RFC 1950) over caller memory: inflate through miniz_oxide's allocation-free core, and
-//! wirekit's own deflate compressor. Nothing here allocates.
+//! zlib (RFC 1950) over caller memory: wirekit's own inflater and deflate compressor. Nothing
+//! here allocates.
 //!
 //! # Inflate
 //!
-//! [`Inflater`] wraps miniz_oxide's `DecompressorOxide` (about 11 KB, caller-owned, reset per
-//! stream). [`Inflater::inflate_exact`] inflates one whole zlib stream into a caller slice whose
-//! length is the declared output length: the header and Adler-32 are checked, and a stream that
-//! is shorter, longer, truncated, followed by trailing bytes, or corrupt is a typed
-//! [`InflateError`]. Nothing is ever written past the slice, so a bomb costs at most the
-//! declared length. No streaming (ring-window) path exists: Minecraft framing never needs one,
-//! since every packet declares its inflated length (at most 8 MiB) up front.
+//! [`Inflater`] holds the decode tables (about 7 KB, caller-owned; the fixed code is kept
+//! between streams that use it). [`Inflater::inflate_exact`] inflates one whole zlib stream
+//! into a caller slice whose length is the declared output length: the header and Adler-32
+//! are checked, and a stream that is shorter, longer, truncated, followed by trailing bytes,
+//! or corrupt is a typed [`InflateError`]. Nothing is ever written past the slice, so a bomb
+//! costs at most the declared length. No streaming (ring-window) path exists: Minecraft
+//! framing never needs one, since every packet declares its inflated length (at most 8 MiB)
+//! up front.
 //!
 //! # Deflate
 //!

@@ -1,11 +1,11 @@
 //! wirekit's deflate compressor: zlib streams from a caller's input into a caller's output over
 //! a caller-supplied workspace, with no allocation and no per-call table clearing.
 
-mod adler32;
+pub(crate) mod adler32;
 mod bits;
 mod huffman;
 mod matcher;
-mod tables;
+pub(crate) mod tables;
 
 use core::fmt;
 

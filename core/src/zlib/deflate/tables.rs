@@ -10,8 +10,7 @@ pub(crate) const LEN_EXTRA: [u8; 29] = [
     0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
 ];
 /// Base distance of each distance code 0..=29 (the compressor works them out by arithmetic,
-/// see [`dist_symbol`]; the tests check it against this table).
-#[cfg(test)]
+/// see [`dist_symbol`]; the tests check it against this table; the inflater decodes with it).
 pub(crate) const DIST_BASE: [u16; 30] = [
     1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
     2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
@@ -84,7 +83,6 @@ pub(crate) const fn reverse_bits(code: u32, len: u32) -> u32 {
 }
 
 /// Fixed literal/length code lengths.
-#[cfg(test)]
 pub(crate) const fn static_lit_len(sym: usize) -> u32 {
     match sym {
         0..=143 => 8,

@@ -1,9 +1,21 @@
-//! One-shot, exact-length zlib inflate through miniz_oxide's allocation-free core.
+//! One-shot, exact-length zlib inflate (RFC 1950, RFC 1951) in safe Rust, over the caller's
+//! input and output slices.
+//!
+//! The decoder (`decode`) reads the whole stream into the whole output slice in one pass:
+//! a 64-bit bit buffer refilled eight bytes at a time, decode tables sized for the code at
+//! hand (`table`: at most 10 primary bits for literals and lengths, 8 for distances, with
+//! subtables for longer codes), the fixed code built once and kept while blocks use it, and
+//! match copies eight bytes at a time where the output leaves room. miniz_oxide, whose core
+//! this replaced, is the reference its tests and the `inflate_diff` fuzz target compare it
+//! with: the same verdict, the same bytes, the same error.
+
+mod decode;
+mod table;
 
 use core::fmt;
 
-use miniz_oxide::inflate::TINFLStatus;
-use miniz_oxide::inflate::core::{DecompressorOxide, decompress, inflate_flags};
+use self::decode::{Bits, Output, Tables};
+use crate::zlib::deflate::adler32::adler32;
 
 /// Why a zlib stream could not be inflated to its declared length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +75,7 @@ pub fn check_header(cmf: u8, flg: u8) -> Result<(), InflateError> {
     }
 }
 
-/// A reusable zlib decompressor: miniz_oxide's `DecompressorOxide` (about 11 KB, no heap),
-/// owned by the caller and reset per stream.
+/// A reusable zlib decompressor: its decode tables (about 7 KB, no heap), owned by the caller.
 ///
 /// ```
 /// use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MIN};
@@ -78,7 +89,7 @@ pub fn check_header(cmf: u8, flg: u8) -> Result<(), InflateError> {
 /// # Ok::<(), Box<dyn core::error::Error>>(())
 /// ```
 pub struct Inflater {
-    state: DecompressorOxide,
+    tables: Tables,
 }
 
 impl Default for Inflater {
@@ -94,10 +105,10 @@ impl fmt::Debug for Inflater {
 }
 
 impl Inflater {
-    /// A new decompressor. It is large (about 11 KB): keep one and reuse it.
-    pub fn new() -> Self {
+    /// A new decompressor. It holds its decode tables (about 7 KB): keep one and reuse it.
+    pub const fn new() -> Self {
         Inflater {
-            state: DecompressorOxide::new(),
+            tables: Tables::new(),
         }
     }
 
@@ -108,53 +119,58 @@ impl Inflater {
     /// inflates to gigabytes costs at most `out.len()` bytes of work space. On error the
     /// contents of `out` are unspecified.
     pub fn inflate_exact(&mut self, input: &[u8], out: &mut [u8]) -> Result<(), InflateError> {
-        let (status, consumed, written) = self.run(input, out)?;
-        match status {
-            TINFLStatus::Done if written < out.len() => Err(InflateError::TooShort),
-            TINFLStatus::Done if consumed < input.len() => Err(InflateError::TrailingBytes),
-            TINFLStatus::Done => Ok(()),
-            other => Err(status_error(other)),
+        let (written, consumed) = self.run(input, out)?;
+        if written < out.len() {
+            Err(InflateError::TooShort)
+        } else if consumed < input.len() {
+            Err(InflateError::TrailingBytes)
+        } else {
+            Ok(())
         }
     }
 
     /// Inflates the whole zlib stream `input` into the front of `out` and returns the length
     /// it inflated to, at most `out.len()`: for formats that bound the inflated length without
     /// declaring it exactly (the PRUDP compression ratio). A stream that would inflate past
-    /// `out.len()` is [`InflateError::TooLong`], nothing written past the slice.
+    /// `out.len()` is [`InflateError::TooLong`], nothing written past the slice. The bytes of
+    /// `out` after the returned length are unspecified (match copies may run a few bytes
+    /// ahead).
     pub fn inflate_up_to(&mut self, input: &[u8], out: &mut [u8]) -> Result<usize, InflateError> {
-        let (status, consumed, written) = self.run(input, out)?;
-        match status {
-            TINFLStatus::Done if consumed < input.len() => Err(InflateError::TrailingBytes),
-            TINFLStatus::Done => Ok(written),
-            other => Err(status_error(other)),
+        let (written, consumed) = self.run(input, out)?;
+        if consumed < input.len() {
+            Err(InflateError::TrailingBytes)
+        } else {
+            Ok(written)
         }
     }
 
-    /// Checks the header and runs one whole stream into `out`.
-    fn run(
-        &mut self,
-        input: &[u8],
-        out: &mut [u8],
-    ) -> Result<(TINFLStatus, usize, usize), InflateError> {
-        match input {
+    /// Checks the header, inflates one whole stream into `out` and checks its Adler-32:
+    /// the bytes written and the input bytes the stream took.
+    fn run(&mut self, input: &[u8], out: &mut [u8]) -> Result<(usize, usize), InflateError> {
+        let body = match input {
             [] | [_] => return Err(InflateError::Truncated),
-            [cmf, flg, ..] => check_header(*cmf, *flg)?,
+            [cmf, flg, body @ ..] => {
+                check_header(*cmf, *flg)?;
+                body
+            }
+        };
+        let mut bits = Bits::new(body);
+        let mut output = Output { out, pos: 0 };
+        self.tables.blocks(&mut bits, &mut output)?;
+        bits.align()?;
+        let rest = bits.rest();
+        let Some(trailer) = rest.first_chunk::<4>() else {
+            return Err(InflateError::Truncated);
+        };
+        let written = output.pos;
+        if u32::from_be_bytes(*trailer) != adler32(&output.out[..written]) {
+            return Err(InflateError::BadChecksum);
         }
-        self.state.init();
-        let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
-            | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
-        Ok(decompress(&mut self.state, input, out, 0, flags))
+        Ok((written, input.len() - (rest.len() - 4)))
     }
 }
 
-/// The error for a status other than `Done`.
-fn status_error(status: TINFLStatus) -> InflateError {
-    match status {
-        TINFLStatus::HasMoreOutput => InflateError::TooLong,
-        TINFLStatus::NeedsMoreInput | TINFLStatus::FailedCannotMakeProgress => {
-            InflateError::Truncated
-        }
-        TINFLStatus::Adler32Mismatch => InflateError::BadChecksum,
-        _ => InflateError::Corrupt,
-    }
-}
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
