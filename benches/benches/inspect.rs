@@ -109,63 +109,67 @@ enum Relay {
 fn run(relay: Relay, bytes: &[u8]) -> (Duration, Duration, usize) {
     let (mut client, proxy_client) = pair();
     let (proxy_up, mut upstream) = pair();
-    let relay_thread = thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            proxy_client.set_nonblocking(true).unwrap();
-            proxy_up.set_nonblocking(true).unwrap();
-            let mut c = tokio::net::TcpStream::from_std(proxy_client).unwrap();
-            let mut u = tokio::net::TcpStream::from_std(proxy_up).unwrap();
-            let cpu = thread_cpu();
-            match relay {
-                Relay::Copy => {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = u.read(&mut buf).await.unwrap();
-                        if n == 0 {
-                            break;
+    // Named, so a profile can keep the relay's samples alone (`perf report --comms relay`).
+    let relay_thread = thread::Builder::new()
+        .name("relay".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                proxy_client.set_nonblocking(true).unwrap();
+                proxy_up.set_nonblocking(true).unwrap();
+                let mut c = tokio::net::TcpStream::from_std(proxy_client).unwrap();
+                let mut u = tokio::net::TcpStream::from_std(proxy_up).unwrap();
+                let cpu = thread_cpu();
+                match relay {
+                    Relay::Copy => {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = u.read(&mut buf).await.unwrap();
+                            if n == 0 {
+                                break;
+                            }
+                            c.write_all(&buf[..n]).await.unwrap();
                         }
-                        c.write_all(&buf[..n]).await.unwrap();
+                        c.shutdown().await.unwrap();
                     }
-                    c.shutdown().await.unwrap();
+                    Relay::Inspect(client_compression) => {
+                        let settings = InspectSettings {
+                            client_compression,
+                            max_serverbound_packet: 1 << 16,
+                            max_clientbound_packet: 1 << 20,
+                            ..InspectSettings::default()
+                        };
+                        let mut filter = PassAll;
+                        let mut insp = Inspector::new(&settings, &mut filter);
+                        let (hs, ls) = login();
+                        let now = wirekit_std::clock::now();
+                        assert_eq!(
+                            insp.judge_prelogin(&hs[1..], hs.len(), now),
+                            Verdict::Forward
+                        );
+                        assert_eq!(
+                            insp.judge_prelogin(&ls[1..], ls.len(), now),
+                            Verdict::Forward
+                        );
+                        let (mut cr, mut cw) = c.split();
+                        let (mut ur, mut uw) = u.split();
+                        let end = insp
+                            .run(
+                                (&mut cr, &mut cw),
+                                (&mut ur, &mut uw),
+                                &CancellationToken::new(),
+                            )
+                            .await;
+                        assert_eq!(end.as_str(), "upstream_closed");
+                    }
                 }
-                Relay::Inspect(client_compression) => {
-                    let settings = InspectSettings {
-                        client_compression,
-                        max_serverbound_packet: 1 << 16,
-                        max_clientbound_packet: 1 << 20,
-                        ..InspectSettings::default()
-                    };
-                    let mut filter = PassAll;
-                    let mut insp = Inspector::new(&settings, &mut filter);
-                    let (hs, ls) = login();
-                    let now = wirekit_std::clock::now();
-                    assert_eq!(
-                        insp.judge_prelogin(&hs[1..], hs.len(), now),
-                        Verdict::Forward
-                    );
-                    assert_eq!(
-                        insp.judge_prelogin(&ls[1..], ls.len(), now),
-                        Verdict::Forward
-                    );
-                    let (mut cr, mut cw) = c.split();
-                    let (mut ur, mut uw) = u.split();
-                    let end = insp
-                        .run(
-                            (&mut cr, &mut cw),
-                            (&mut ur, &mut uw),
-                            &CancellationToken::new(),
-                        )
-                        .await;
-                    assert_eq!(end.as_str(), "upstream_closed");
-                }
-            }
-            thread_cpu() - cpu
+                thread_cpu() - cpu
+            })
         })
-    });
+        .unwrap();
     let started = Instant::now();
     let reader = thread::spawn(move || {
         let mut buf = vec![0u8; 256 * 1024];
@@ -227,6 +231,10 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    // A word after the flags keeps only the rows naming it (`-- --bench uncompressed`), for
+    // profiling one row.
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let shown = |row: &str| only.as_deref().is_none_or(|w| row.contains(w));
     let plain = stream(-1);
     let compressed = stream(256);
     println!(
@@ -236,47 +244,53 @@ fn main() {
         "{:<44} {:>12} {:>12} {:>10}",
         "row", "CPU ns/pkt", "pkts/s", "vs copy"
     );
-    let (copy_cpu, copy_rate, got) = measure(Relay::Copy, &plain);
-    assert_eq!(got, plain.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>10}",
-        "copy relay, 64 KiB buffer (uncompressed)", copy_cpu, copy_rate, "1.00x"
-    );
-    let (cpu, rate, got) = measure(Relay::Inspect(None), &plain);
-    assert_eq!(got, plain.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
-        "inspect, uncompressed (goal <= 1.5x)",
-        cpu,
-        rate,
-        cpu / copy_cpu
-    );
-    let (ccopy, crate_, got) = measure(Relay::Copy, &compressed);
-    assert_eq!(got, compressed.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>10}",
-        "copy relay, 64 KiB buffer (compressed 256)", ccopy, crate_, "1.00x"
-    );
-    let (cpu, rate, got) = measure(Relay::Inspect(None), &compressed);
-    assert_eq!(got, compressed.len());
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
-        "inspect, compressed 256, forwarded",
-        cpu,
-        rate,
-        cpu / ccopy
-    );
     let own = ClientCompression {
         threshold: 128,
         level: Level::Fast,
     };
-    let (cpu, rate, got) = measure(Relay::Inspect(Some(own)), &compressed);
-    assert!(got > 0);
-    println!(
-        "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
-        "inspect, 256 in, 128 out (reframed, Fast)",
-        cpu,
-        rate,
-        cpu / ccopy
-    );
+    // Each stream's copy relay first (the ratio's base), then the inspect rows on it.
+    let rows: [(&[u8], &str, &[(&str, Relay)]); 2] = [
+        (
+            &plain,
+            "copy relay, 64 KiB buffer (uncompressed)",
+            &[("inspect, uncompressed (goal <= 1.5x)", Relay::Inspect(None))],
+        ),
+        (
+            &compressed,
+            "copy relay, 64 KiB buffer (compressed 256)",
+            &[
+                ("inspect, compressed 256, forwarded", Relay::Inspect(None)),
+                (
+                    "inspect, 256 in, 128 out (reframed, Fast)",
+                    Relay::Inspect(Some(own)),
+                ),
+            ],
+        ),
+    ];
+    for (bytes, copy_name, inspected) in rows {
+        if !inspected.iter().any(|(name, _)| shown(name)) {
+            continue;
+        }
+        let (copy_cpu, copy_rate, got) = measure(Relay::Copy, bytes);
+        assert_eq!(got, bytes.len());
+        println!(
+            "{:<44} {:>12.1} {:>12.0} {:>10}",
+            copy_name, copy_cpu, copy_rate, "1.00x"
+        );
+        for &(name, relay) in inspected.iter().filter(|(name, _)| shown(name)) {
+            let (cpu, rate, got) = measure(relay, bytes);
+            // Forwarded as received: the same bytes; framed again: some.
+            match relay {
+                Relay::Inspect(Some(_)) => assert!(got > 0),
+                _ => assert_eq!(got, bytes.len()),
+            }
+            println!(
+                "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
+                name,
+                cpu,
+                rate,
+                cpu / copy_cpu
+            );
+        }
+    }
 }
