@@ -83,7 +83,7 @@ use crate::frame::FrameError;
 use crate::frame::compressed::CompressedDecoder;
 use crate::frame::mc::{FrameDecoder, split_packet};
 use crate::time::Instant;
-use crate::varint::{decode_varint, varint_len};
+use crate::varint::varint_len;
 
 /// The longest cookie key (an identifier, vanilla's `String(32767)`).
 pub const MAX_COOKIE_KEY_LEN: usize = 32767;
@@ -574,30 +574,26 @@ impl ProxyConn {
         };
         let [max_packets, max_bytes, _] = self.meters.allowance(direction, now);
         let (max_packets, max_bytes) = (max_packets as usize, max_bytes as usize);
-        let frames = FrameDecoder::new().with_max_frame_len(decoder.limits().max_frame_len());
+        let max_frame = decoder.limits().max_frame_len();
         let compressed = decoder.threshold() >= 0;
         let mut run = Run::default();
         while run.packets < max_packets {
-            let Ok(Status::Complete(frame)) = frames.decode_frame(&input[run.len..]) else {
+            let Some((frame_len, body)) = run_frame(&input[run.len..], max_frame, compressed)
+            else {
                 break;
             };
-            let body = match (compressed, frame.body) {
-                (false, body) => body,
-                // A Data Length of 0 in one byte: sent uncompressed.
-                (true, [0, body @ ..]) => body,
-                _ => break,
-            };
-            let id = match decode_varint(body) {
-                Ok(Status::Complete((id, _))) => id,
+            let id = match body {
+                [id @ 0..0x80, ..] => *id as i32,
+                [lo @ 0x80..=0xff, hi @ 0..0x80, ..] => (*lo & 0x7f) as i32 | (*hi as i32) << 7,
                 _ => break,
             };
             if !(0..IdSet::LIMIT).contains(&id)
                 || slow.contains(id)
-                || max_bytes - run.len < frame.consumed
+                || max_bytes - run.len < frame_len
             {
                 break;
             }
-            run.len += frame.consumed;
+            run.len += frame_len;
             run.packets += 1;
         }
         if run.packets > 0
@@ -915,6 +911,36 @@ impl ProxyConn {
                 Verdict::Forward
             }
         }
+    }
+}
+
+/// The whole frame at the start of `input` if it is one [`ProxyConn::forward_run`] takes:
+/// its length (length field included) and its body (ID and data), sent uncompressed. `None`
+/// for anything else (partial, empty, over `max_frame`, compressed), left to the decoder,
+/// which reports it as it always does. One- and two-byte length fields (frames below 16 KiB,
+/// nearly all of play) are read here; longer ones by the frame decoder.
+#[inline]
+fn run_frame(input: &[u8], max_frame: usize, compressed: bool) -> Option<(usize, &[u8])> {
+    let (len, field) = match input {
+        [len @ 0..0x80, ..] => (*len as usize, 1),
+        [lo @ 0x80..=0xff, hi @ 0..0x80, ..] => ((*lo & 0x7f) as usize | (*hi as usize) << 7, 2),
+        _ => {
+            let frames = FrameDecoder::new().with_max_frame_len(max_frame);
+            let Ok(Status::Complete(f)) = frames.decode_frame(input) else {
+                return None;
+            };
+            (f.body.len(), f.consumed - f.body.len())
+        }
+    };
+    if len == 0 || len > max_frame {
+        return None;
+    }
+    let body = input.get(field..field + len)?;
+    match (compressed, body) {
+        (false, body) => Some((field + len, body)),
+        // A Data Length of 0 in one byte: sent uncompressed.
+        (true, [0, body @ ..]) => Some((field + len, body)),
+        _ => None,
     }
 }
 
@@ -1648,6 +1674,47 @@ mod tests {
             c.forward_run(&rules, &mut index, &PassAll, &d, SB, b"\x01\x10", T0),
             Run::default()
         );
+    }
+
+    #[test]
+    fn run_frames_are_what_the_decoder_reads_uncompressed() {
+        let mut long = std::vec![0xa0, 0x9c, 0x01, 0x00, 0x10];
+        long.resize(3 + 20000, 7);
+        let mut two = std::vec![0xc8, 0x01, 0x00, 0x11];
+        two.resize(2 + 200, 7);
+        let cases: [&[u8]; 12] = [
+            b"",
+            b"\x00",
+            b"\x03\x00\x10",
+            b"\x02\x00\x10",
+            b"\x02\x05\x10",
+            b"\x03\x80\x00\x10",
+            b"\x80",
+            b"\x80\x00",
+            b"\xff\xff\xff\x7f",
+            &two,
+            &two[..100],
+            &long,
+        ];
+        let mut inflater = std::boxed::Box::new(crate::zlib::Inflater::new());
+        let mut scratch = [0u8; 64];
+        for max in [100, 2 << 20] {
+            let decoder = CompressedDecoder::new(0).with_max_frame_len(max);
+            for input in cases {
+                let Some((len, body)) = run_frame(input, max, true) else {
+                    continue;
+                };
+                let Ok(Status::Complete(d)) = decoder.decode(input, &mut inflater, &mut scratch)
+                else {
+                    panic!("{input:02x?}")
+                };
+                assert_eq!((len, body, false), (d.consumed, d.body, d.compressed));
+            }
+            let takes = |input, compressed| run_frame(input, max, compressed).is_some();
+            assert!(takes(&two, true) == (max > 200) && takes(&long, true) == (max > 20000));
+            assert!(takes(b"\x02\x00\x10", true) && takes(b"\x02\x05\x10", false));
+            assert!(!takes(b"\x02\x05\x10", true) && !takes(b"\x03\x80\x00\x10", true));
+        }
     }
 
     #[test]
