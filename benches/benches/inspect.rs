@@ -211,6 +211,9 @@ fn login() -> (Vec<u8>, Vec<u8>) {
     (a, b)
 }
 
+/// A stream, the name of its copy relay row, and the inspect rows run on it.
+type Rows<'a> = (&'a [u8], &'static str, &'a [(&'static str, Relay)]);
+
 /// Best of three: (CPU ns per packet, packets per second of wall time, bytes out).
 fn measure(relay: Relay, bytes: &[u8]) -> (f64, f64, usize) {
     (0..3)
@@ -249,7 +252,7 @@ fn main() {
         level: Level::Fast,
     };
     // Each stream's copy relay first (the ratio's base), then the inspect rows on it.
-    let rows: [(&[u8], &str, &[(&str, Relay)]); 2] = [
+    let rows: [Rows<'_>; 2] = [
         (
             &plain,
             "copy relay, 64 KiB buffer (uncompressed)",
