@@ -244,8 +244,7 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::time::{Duration, Instant};
-    use wirekit_core::minecraft::encode_string;
-    use wirekit_tests::mcproxy_process::{connect_from, login_bytes};
+    use wirekit_tests::mcproxy_process::{connect_from, login_bytes, login_success};
 
     let _turn = turn();
     /// Serverbound bytes the client sends while it reads nothing.
@@ -265,13 +264,7 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // The handshake and Login Start, then 1.12.2's Login Success, then play.
     read_frames(&mut up, 2);
-    let mut success = vec![0x02];
-    let mut s = [0u8; 64];
-    let n = encode_string("00000000-0000-0000-0000-000000000001", 36, &mut s).unwrap();
-    success.extend_from_slice(&s[..n]);
-    let n = encode_string("Tester", 16, &mut s).unwrap();
-    success.extend_from_slice(&s[..n]);
-    up.write_all(&frame(&success)).unwrap();
+    up.write_all(&login_success("Tester")).unwrap();
 
     // The upstream floods clientbound chat (0x0F) until it has written all or is stopped.
     let written = Arc::new(AtomicU64::new(0));
