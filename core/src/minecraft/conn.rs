@@ -11,6 +11,12 @@
 //! allows one, the [`DisconnectTarget`] to build a Disconnect for
 //! ([`disconnect`](super::disconnect)).
 //!
+//! A relay that shows packets to no filter ([`Filter::sees_packets`]) may hand the machine a
+//! whole read instead: [`ProxyConn::forward_run`] judges the run of frames at its start that
+//! need nothing but forwarding (one [`RunIndex`] lookup per frame, the budgets charged once),
+//! and the frame after the run goes to `handle_filtered` as usual, so the verdicts are those
+//! of judging one packet at a time.
+//!
 //! ## States
 //! Each direction has its own state, because each side switches at its own packet:
 //! - Handshake: the client's first packet, checked against the [`HandshakeRule`]; next state 1

@@ -18,10 +18,17 @@
 //!   the connection back ([`InspectEnd::Opaque`]) for the byte relay; [`Verdict::Close`]
 //!   sends the client the Disconnect the verdict names, framed as its side is, and ends.
 //!
-//! Both directions run in one task: each read is handled (and its output written) before the
-//! next is awaited, so nothing is in flight when the connection changes mode, and a slow
-//! reader on one side holds the other side back (TCP backpressure) rather than filling memory.
-//! In steady state nothing is allocated per packet (the `mcproxy_alloc` test counts).
+//! - With a filter that does not look at packets ([`Filter::sees_packets`]), the frames the
+//!   machine and the rules leave alone are judged a run at a time
+//!   ([`ProxyConn::forward_run`]: one lookup per frame, the budgets charged once per run) and
+//!   go out in one write straight from the read buffer.
+//!
+//! Both directions run in one task, each on its own: it reads, has its whole frames judged,
+//! writes what it owes, and only then reads again. A destination that does not read holds
+//! back its own direction (TCP backpressure, nothing buffered beyond that direction's
+//! buffers) while the other keeps flowing (the `mcproxy_inspect` stall test). A mode change
+//! (opaque, a close) first writes what both directions owe. In steady state nothing is
+//! allocated per packet (the `mcproxy_alloc` test counts).
 
 pub mod login;
 
