@@ -234,19 +234,22 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    // A word after the flags keeps only the rows naming it (`-- --bench uncompressed`), for
-    // profiling one row.
-    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    // `INSPECT_ROWS=word` keeps only the rows naming it, for profiling one row (an
+    // environment variable: the words after `--` are `cargo xtask bench`'s filter for every
+    // bench target).
+    let only = std::env::var("INSPECT_ROWS").ok();
     let shown = |row: &str| only.as_deref().is_none_or(|w| row.contains(w));
     let plain = stream(-1);
     let compressed = stream(256);
+    // A markdown table, which `cargo xtask bench` keeps as the section `inspect/table-1`.
     println!(
-        "inspect relay, {PACKETS} clientbound play packets (10-300 B), one relay thread, best of 3"
+        "caption: The inspect relay in process: {PACKETS} clientbound play packets (10-300 B) \
+         over loopback TCP, one relay thread, its CPU time per packet, best of 3."
     );
-    println!(
-        "{:<44} {:>12} {:>12} {:>10}",
-        "row", "CPU ns/pkt", "pkts/s", "vs copy"
-    );
+    println!("| row | CPU ns/pkt | pkts/s | vs copy |\n|---|---:|---:|---:|");
+    let row = |name: &str, cpu: f64, rate: f64, copy: f64| {
+        println!("| {name} | {cpu:.1} | {rate:.0} | {:.2}x |", cpu / copy);
+    };
     let own = ClientCompression {
         threshold: 128,
         level: Level::Fast,
@@ -276,10 +279,7 @@ fn main() {
         }
         let (copy_cpu, copy_rate, got) = measure(Relay::Copy, bytes);
         assert_eq!(got, bytes.len());
-        println!(
-            "{:<44} {:>12.1} {:>12.0} {:>10}",
-            copy_name, copy_cpu, copy_rate, "1.00x"
-        );
+        row(copy_name, copy_cpu, copy_rate, copy_cpu);
         for &(name, relay) in inspected.iter().filter(|(name, _)| shown(name)) {
             let (cpu, rate, got) = measure(relay, bytes);
             // Forwarded as received: the same bytes; framed again: some.
@@ -287,13 +287,7 @@ fn main() {
                 Relay::Inspect(Some(_)) => assert!(got > 0),
                 _ => assert_eq!(got, bytes.len()),
             }
-            println!(
-                "{:<44} {:>12.1} {:>12.0} {:>9.2}x",
-                name,
-                cpu,
-                rate,
-                cpu / copy_cpu
-            );
+            row(name, cpu, rate, copy_cpu);
         }
     }
 }

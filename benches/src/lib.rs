@@ -3,4 +3,5 @@
 pub mod corpus;
 pub mod game_packets;
 pub mod prudp;
+pub mod relay_peers;
 pub mod traffic;

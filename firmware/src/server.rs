@@ -41,12 +41,18 @@ pub const MAX_CONNECTIONS: usize = 2;
 pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
 /// The service configuration: an optional PROXY header (v1 or v2, policy USE: a header's
 /// addresses name the client in the logs), then VarInt framing with packets up to 4 KiB; the
-/// PROXY header and the first frame within the core's default header timeout (5 s).
+/// PROXY header and the first frame within the core's default header timeout (5 s), each reply
+/// within [`SEND_TIMEOUT`].
 pub const SERVICE: Config = Config::new()
     .with_max_packet_len(MAX_PACKET_LEN)
+    .with_send_timeout(SEND_TIMEOUT)
     .with_proxy(ProxyConfig::new(Policy::Use).with_limits(Limits {
         max_header_len: MAX_PROXY_HEADER_LEN,
     }));
+/// A reply the peer's window does not take within this time ends its connection: with two
+/// sessions, two peers that never read (or vanished behind a NAT that swallowed their reset)
+/// would otherwise hold the board.
+pub const SEND_TIMEOUT: wirekit_core::time::Duration = wirekit_core::time::Duration::from_secs(10);
 /// The largest PROXY header accepted (v2 with TLVs; v1 is at most 107 bytes).
 pub const MAX_PROXY_HEADER_LEN: usize = 1024;
 /// The largest packet (`len(ID + Data)`) accepted and sent.
@@ -205,6 +211,7 @@ async fn serve_connection(
         Ended::PeerClosed => defmt::info!("socket {}: peer closed", id),
         Ended::Session(e) => defmt::warn!("socket {}: closing: {=str}", id, e.as_str()),
         Ended::Transport(e) => defmt::warn!("socket {}: connection lost: {}", id, e),
+        Ended::SendStalled => defmt::warn!("socket {}: closing: {=str}", id, ended.as_str()),
         // The session broke its own contract, or the buffers are too small: a bug.
         other => defmt::error!("socket {}: closing: {=str}", id, other.as_str()),
     }

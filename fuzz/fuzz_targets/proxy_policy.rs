@@ -231,7 +231,11 @@ fuzz_target!(|input: Input| {
                     assert!(strip <= received.len());
                 }
                 match whole {
-                    Status::Complete(w) => assert_eq!(d, w, "same decision from a prefix"),
+                    Status::Complete(w) => assert_eq!(
+                        d, w,
+                        "same decision from a prefix of {stream:02x?} ({:?})",
+                        input.max_header
+                    ),
                     Status::Partial(_) => panic!("pieces decided {d:?}, the whole input did not"),
                 }
                 decided = true;

@@ -21,8 +21,9 @@
 //! [`DatagramHandler::open`] answers a SYN statelessly ([`Open::Stateless`], a SYN-ACK whose
 //! connection signature is keyed by a server secret) and accepts the CONNECT that proves it
 //! ([`Open::Accept`]); [`DatagramHandler::datagram`] calls the connection's
-//! `handle(datagram, now)` and drains its `poll_transmit` into the [`Outbox`] with
-//! [`Outbox::push_with`] (encoding in place, no copy); [`DatagramHandler::tick`] drives its
+//! `handle(datagram, now)`, and [`DatagramHandler::batch_end`] drains its `poll_transmit` into
+//! the [`Outbox`] with [`Outbox::push_with`] (encoding in place, no copy) once per receive
+//! batch, so the batch's packets share aggregate ACKs; [`DatagramHandler::tick`] drives its
 //! `next_timeout` (retransmission, PING) at the worker's tick; a typed drop reason becomes
 //! [`Verdict::Drop`] with a [`DropReason::Protocol`] code, so a forged packet neither changes
 //! the state nor keeps the connection from expiring.

@@ -6,7 +6,9 @@
 //! that proves the signature (and, on a secure server, carries a valid ticket, checked through
 //! the core's hook under the server key derived once) opens a connection. Every later datagram
 //! goes to the connection's `handle`; its messages go through the dispatcher, the responses
-//! back through `send`, and `poll_transmit` writes straight into the worker's outbox slots.
+//! back through `send`, and at the end of the receive batch
+//! ([`DatagramHandler::batch_end`]) `poll_transmit` writes straight into the worker's outbox
+//! slots, so the reliable packets of one batch share an aggregate ACK.
 //!
 //! # Allocation
 //! A connection's workspace is allocated when it opens (one boxed slice of
@@ -242,6 +244,13 @@ impl PrudpHandler {
         now: Instant,
         out: &mut Outbox,
     ) {
+        self.deliver(peer, state, now);
+        flush(&mut state.conn, peer, now, out);
+    }
+
+    /// Delivers the connection's events to the dispatcher, queueing its responses on the
+    /// connection.
+    fn deliver(&mut self, peer: SocketAddr, state: &mut PrudpConnection, now: Instant) {
         loop {
             let call = Call {
                 peer,
@@ -286,7 +295,6 @@ impl PrudpHandler {
                 }
             }
         }
-        flush(&mut state.conn, peer, now, out);
     }
 }
 
@@ -403,10 +411,14 @@ impl DatagramHandler for PrudpHandler {
         if let Some(reason) = dropped {
             self.stats.count(reason);
         }
-        self.drive(key.peer, state, now, out);
+        // What the connection sends waits for the batch's end (`batch_end`), so the batch's
+        // reliable packets share aggregate ACKs; a closing connection leaves the table now, so
+        // its last ACKs go out now.
         if state.conn.is_closed() {
+            self.drive(key.peer, state, now, out);
             return Verdict::Close;
         }
+        self.deliver(key.peer, state, now);
         match dropped {
             Some(reason) => Verdict::Drop(code(reason)),
             None => Verdict::Keep,
@@ -429,6 +441,16 @@ impl DatagramHandler for PrudpHandler {
             true => Verdict::Close,
             false => Verdict::Keep,
         }
+    }
+
+    fn batch_end(
+        &mut self,
+        key: &ConnectionKey,
+        state: &mut PrudpConnection,
+        now: Instant,
+        out: &mut Outbox,
+    ) {
+        flush(&mut state.conn, key.peer, now, out);
     }
 
     fn closed(&mut self, key: &ConnectionKey, state: PrudpConnection, reason: CloseReason) {

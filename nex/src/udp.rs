@@ -127,6 +127,21 @@ pub trait DatagramHandler {
         Verdict::Keep
     }
 
+    /// The end of a receive batch, called once for each connection a datagram of the batch
+    /// reached and kept, before the outbox is sent: a handler that writes a connection's
+    /// replies here rather than per datagram acknowledges the whole batch at once (the core's
+    /// aggregate ACKs). A connection that closes ([`Verdict::Close`]) is not called: its
+    /// handler writes its last replies before returning that. The default does nothing.
+    fn batch_end(
+        &mut self,
+        key: &ConnectionKey,
+        state: &mut Self::State,
+        now: Instant,
+        out: &mut Outbox,
+    ) {
+        let _ = (key, state, now, out);
+    }
+
     /// A connection left the table. The default drops its state.
     fn closed(&mut self, key: &ConnectionKey, state: Self::State, reason: CloseReason) {
         let _ = (key, state, reason);
@@ -272,6 +287,9 @@ pub struct Worker<H: DatagramHandler> {
     table: ConnectionTable<H::State>,
     handler: H,
     outbox: Outbox,
+    /// The connections the current batch reached, for [`DatagramHandler::batch_end`]
+    /// (reserved for a full batch).
+    touched: Vec<ConnectionKey>,
     counters: Arc<Counters>,
     epoch: std::time::Instant,
     tick: Duration,
@@ -291,6 +309,7 @@ impl<H: DatagramHandler> Worker<H> {
         let slots = config.recv_slots.clamp(1, quinn_udp::BATCH_SIZE);
         // One spare byte: a lone datagram that fills the slot was larger than `max_datagram`.
         let slot_len = config.max_datagram * udp.gro_segments().max(1) + 1;
+        let batch = slots * udp.gro_segments().max(1);
         Ok(Worker {
             socket,
             udp,
@@ -301,6 +320,7 @@ impl<H: DatagramHandler> Worker<H> {
             table: ConnectionTable::new(config.limits),
             handler,
             outbox: Outbox::new(config.outbox_slots.max(1), config.max_datagram),
+            touched: Vec::with_capacity(batch),
             counters,
             epoch: std::time::Instant::now(),
             tick: config.tick,
@@ -347,8 +367,9 @@ impl<H: DatagramHandler> Worker<H> {
         }
     }
 
-    /// Receives what the socket holds (one `recvmmsg`), hands each datagram to its connection
-    /// and sends the replies. Returns the number of datagrams received.
+    /// Receives what the socket holds (one `recvmmsg`), hands each datagram to its connection,
+    /// ends the batch for each connection it reached ([`DatagramHandler::batch_end`]) and
+    /// sends the replies. Returns the number of datagrams received.
     pub async fn receive_batch(&mut self) -> io::Result<usize> {
         let slots = self.recv.len() / self.slot_len;
         let mut iovs = self.recv.chunks_mut(self.slot_len);
@@ -388,11 +409,17 @@ impl<H: DatagramHandler> Worker<H> {
                     &mut self.handler,
                     &mut self.table,
                     &mut self.outbox,
+                    &mut self.touched,
                     &self.counters,
                     meta.addr,
                     datagram,
                     now,
                 );
+            }
+        }
+        for key in self.touched.drain(..) {
+            if let Some(state) = self.table.get_mut(&key) {
+                self.handler.batch_end(&key, state, now, &mut self.outbox);
             }
         }
         self.flush().await?;
@@ -474,11 +501,18 @@ impl<H: DatagramHandler> std::fmt::Debug for Worker<H> {
     }
 }
 
-/// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer.
+/// How many of the latest connections a batch reached are checked before one is noted again
+/// (a repeat costs one more lookup at the batch's end, nothing else).
+const TOUCHED_SCAN: usize = 32;
+
+/// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer;
+/// notes the connection in `touched` for the batch's end.
+#[allow(clippy::too_many_arguments)]
 fn dispatch<H: DatagramHandler>(
     handler: &mut H,
     table: &mut ConnectionTable<H::State>,
     outbox: &mut Outbox,
+    touched: &mut Vec<ConnectionKey>,
     counters: &Counters,
     peer: SocketAddr,
     datagram: &[u8],
@@ -514,7 +548,17 @@ fn dispatch<H: DatagramHandler>(
             }
         },
     };
-    match handler.datagram(&key, state, datagram, now, outbox) {
+    let verdict = handler.datagram(&key, state, datagram, now, outbox);
+    if verdict != Verdict::Close && !touched.iter().rev().take(TOUCHED_SCAN).any(|k| *k == key) {
+        // Never past the reserved capacity: a batch that reaches more connections than it
+        // has datagrams ends theirs at once.
+        if touched.len() < touched.capacity() {
+            touched.push(key);
+        } else {
+            handler.batch_end(&key, state, now, outbox);
+        }
+    }
+    match verdict {
         Verdict::Keep => table.touch(&key, now),
         Verdict::Drop(reason) => counters.dropped(reason),
         Verdict::Close => {

@@ -123,6 +123,7 @@ impl std::fmt::Display for ConnError {
             {
                 f.write_str("peer gone while the server was writing")
             }
+            ConnError::Write(e) if e.kind() == io::ErrorKind::TimedOut => f.write_str(SEND_STALLED),
             ConnError::Write(e) => write!(f, "i/o while writing: {e}"),
         }
     }
@@ -509,6 +510,26 @@ async fn serve_connection(
     }
 }
 
+/// Why a connection ended at the send timeout (as the core's driver and the firmware say it).
+const SEND_STALLED: &str = "the peer took no reply within the send timeout";
+
+/// Writes all of `bytes` unless the peer keeps its window shut for `timeout` (the session's
+/// send timeout, decided in the core's config): then the connection ends as a failed write.
+async fn send_within(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    timeout: wirekit_core::time::Duration,
+) -> Result<(), ConnError> {
+    let limit = std::time::Duration::from_micros(timeout.as_micros());
+    match tokio::time::timeout(limit, stream.write_all(bytes)).await {
+        Ok(sent) => sent.map_err(ConnError::Write),
+        Err(_) => Err(ConnError::Write(io::Error::new(
+            io::ErrorKind::TimedOut,
+            SEND_STALLED,
+        ))),
+    }
+}
+
 async fn drive(
     stream: &mut TcpStream,
     session: &mut Session,
@@ -536,10 +557,7 @@ async fn drive(
         let mut greeting = [0u8; 16];
         let p = handle(session, &[], &mut greeting, counters, scratch_len)?;
         if p.written > 0 {
-            stream
-                .write_all(&greeting[..p.written])
-                .await
-                .map_err(ConnError::Write)?;
+            send_within(stream, &greeting[..p.written], session.send_timeout()).await?;
         }
     }
     loop {
@@ -552,10 +570,7 @@ async fn drive(
                 let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
                 input.consume(p.consumed);
                 if p.written > 0 {
-                    stream
-                        .write_all(&out[..p.written])
-                        .await
-                        .map_err(ConnError::Write)?;
+                    send_within(stream, &out[..p.written], session.send_timeout()).await?;
                 }
                 match p.want {
                     Want::Call => continue,
@@ -605,7 +620,7 @@ async fn drive(
                     if !pending.is_empty() {
                         // The peer is not reading: wait here, reading nothing more from it
                         // (backpressure), with one read's replies held at most.
-                        stream.write_all(&pending).await.map_err(ConnError::Write)?;
+                        send_within(stream, &pending, session.send_timeout()).await?;
                         pending.clear();
                     }
                     known_want = want.filter(|_| input.is_empty());

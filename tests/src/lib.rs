@@ -9,6 +9,7 @@
 //! - [`service_client`]: a blocking client of the wirekit service.
 //! - [`mcproxy_process`]: `wirekit proxy` as a child process, and the Minecraft peers its
 //!   end-to-end and hostile tests use.
+//! - [`nex_worker`]: a `wirekit-nex` UDP worker on a loopback port.
 //! - [`faults`]: faulty peers (half-close, reset mid-frame, never reading, slow-loris), run
 //!   against `wirekit serve` and the firmware.
 //! - [`qemu_firmware`]: the firmware built and booted in QEMU, for the tests that run against
@@ -23,6 +24,7 @@ pub mod conformance;
 pub mod faults;
 pub mod haproxy;
 pub mod mcproxy_process;
+pub mod nex_worker;
 pub mod peers;
 pub mod qemu_firmware;
 pub mod serve;

@@ -1,5 +1,5 @@
 //! Faults against `wirekit serve` as a child process: half-close, a reset mid-frame, a peer
-//! gone while the server writes, a client that never reads, slow-loris on the PROXY header and
+//! gone while the server writes, a client that never reads (and one closed at the send timeout), slow-loris on the PROXY header and
 //! on the first frame, and descriptor exhaustion. Each checks that other clients are still
 //! served, and that the server handled, counted (its close counts, logged at shutdown) and
 //! logged (its per-connection `closed` line) the fault once.
@@ -170,6 +170,37 @@ fn clients_that_never_read_are_not_read_from_and_cost_bounded_memory() {
         logged + counts["lines_suppressed"],
         CLIENTS as u64,
         "{counts:?}"
+    );
+}
+
+#[test]
+fn a_client_that_keeps_its_window_shut_is_closed_at_the_send_timeout() {
+    let _one = serve_process::exclusive();
+    let server = ServeProcess::start(["--max-frame", "4096", "--send-timeout", "1"]);
+    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
+    bystander.echo(b"warm-up").unwrap();
+    let fds_before = server.open_fds();
+    let (unread, sent) =
+        faults::send_without_reading(server.addr, 1000, Duration::from_millis(300), 256 << 20)
+            .expect("send until stalled");
+    // The client stays connected and never reads: only the send timeout can end it.
+    let stalled = Instant::now();
+    server.wait_for("the stalled client closed", Duration::from_secs(10), |s| {
+        s.open_fds() <= fds_before
+    });
+    let after = stalled.elapsed();
+    eprintln!("a client that never reads ({sent} bytes sent) closed {after:?} after it stalled");
+    assert!(after < Duration::from_secs(5), "{after:?}");
+    bystander.echo(b"still served").unwrap();
+    drop(unread);
+    drop(bystander);
+    let (_, lines) = server.stop();
+    let counts = close_counts(&lines);
+    assert_eq!(counts["write_failed"], 1, "{counts:?}");
+    assert_eq!(
+        closes_with_why(&lines, "the peer took no reply within the send timeout").len(),
+        1,
+        "{lines:?}"
     );
 }
 

@@ -13,9 +13,9 @@ use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_alloc
 use wirekit_core::prudp::Version;
 use wirekit_core::time::Instant;
 use wirekit_nex::{
-    ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, Verdict, Worker,
-    WorkerConfig, bind_sockets,
+    ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, Verdict, WorkerConfig,
 };
+use wirekit_tests::nex_worker::loopback_worker;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -78,19 +78,6 @@ fn client(server: SocketAddr, peers: Arc<Vec<UdpSocket>>, from: u32, rounds: u32
     }
 }
 
-/// A worker on a loopback port, registered with `rt`.
-fn loopback_worker<H: DatagramHandler>(
-    rt: &tokio::runtime::Runtime,
-    handler: H,
-    counters: &Arc<Counters>,
-) -> Worker<H> {
-    let _guard = rt.enter();
-    let socket = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
-        .unwrap()
-        .remove(0);
-    Worker::new(socket, &WorkerConfig::default(), handler, counters.clone()).unwrap()
-}
-
 #[test]
 fn worker_allocates_nothing_per_datagram() {
     assert_counting_installed();
@@ -99,7 +86,7 @@ fn worker_allocates_nothing_per_datagram() {
         .build()
         .unwrap();
     let counters = Arc::new(Counters::default());
-    let mut worker = loopback_worker(&rt, Echo, &counters);
+    let mut worker = loopback_worker(&rt, &WorkerConfig::default(), Echo, &counters);
     let server = worker.local_addr().unwrap();
     let peers: Arc<Vec<UdpSocket>> = Arc::new(
         (0..PEERS)
@@ -257,7 +244,7 @@ fn prudp_server_allocates_nothing_per_reliable_data() {
         stats: stats.clone(),
     });
     let counters = Arc::new(Counters::default());
-    let mut worker = loopback_worker(&rt, handler, &counters);
+    let mut worker = loopback_worker(&rt, &WorkerConfig::default(), handler, &counters);
     let server = worker.local_addr().unwrap();
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     socket

@@ -10,8 +10,9 @@ use wirekit_core::prudp::Version;
 use wirekit_core::time::{self, Instant};
 use wirekit_nex::{
     CloseReason, ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, TableLimits,
-    Verdict, Worker, WorkerConfig, bind_sockets, bind_workers,
+    Verdict, WorkerConfig, bind_workers,
 };
+use wirekit_tests::nex_worker::loopback_worker;
 
 /// Echoes; a first datagram whose body starts with `!` is refused, one saying `bye` closes
 /// its connection, one saying `bad` is a protocol drop (code 7).
@@ -93,13 +94,7 @@ fn bounds_drops_and_idle_expiry() {
         ..WorkerConfig::default()
     };
     let counters = Arc::new(Counters::default());
-    let mut worker = {
-        let _g = rt.enter();
-        let s = bind_sockets("127.0.0.1:0".parse().unwrap(), 1)
-            .unwrap()
-            .remove(0);
-        Worker::new(s, &config, Echo::default(), counters.clone()).unwrap()
-    };
+    let mut worker = loopback_worker(&rt, &config, Echo::default(), &counters);
     let server = worker.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let client = std::thread::spawn(move || {
@@ -220,4 +215,86 @@ fn reuseport_workers_share_one_port() {
     assert_eq!(held, peers.len());
     let s = counters.snapshot();
     assert_eq!((s.datagrams_in, s.datagrams_out), (24, 24));
+}
+
+/// Counts a connection's datagrams and answers once per receive batch, at its end, with
+/// `[port, count]`; a datagram saying `bye` closes its connection.
+struct Tally;
+
+impl DatagramHandler for Tally {
+    type State = (u8, u8);
+
+    fn version(&self) -> Version {
+        Version::V1
+    }
+
+    fn open(
+        &mut self,
+        key: &ConnectionKey,
+        _: &[u8],
+        _: Instant,
+        _: &mut Outbox,
+    ) -> Open<(u8, u8)> {
+        Open::Accept((key.port, 0))
+    }
+
+    fn datagram(
+        &mut self,
+        _: &ConnectionKey,
+        state: &mut (u8, u8),
+        d: &[u8],
+        _: Instant,
+        _: &mut Outbox,
+    ) -> Verdict {
+        state.1 += 1;
+        match &d[8..] {
+            b"bye" => Verdict::Close,
+            _ => Verdict::Keep,
+        }
+    }
+
+    fn batch_end(
+        &mut self,
+        key: &ConnectionKey,
+        state: &mut (u8, u8),
+        _: Instant,
+        out: &mut Outbox,
+    ) {
+        out.push(key.peer, &[state.0, state.1]).unwrap();
+        state.1 = 0;
+    }
+}
+
+#[test]
+fn batch_end_runs_once_per_connection_a_batch_reached() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let counters = Arc::new(Counters::default());
+    let mut worker = loopback_worker(&rt, &WorkerConfig::default(), Tally, &counters);
+    let server = worker.local_addr().unwrap();
+    let client = peer("127.0.0.1");
+    client
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    // Queued before the worker runs, so one receive batch (16 slots) takes all ten.
+    for port in [15, 14, 15, 13, 15, 14, 15, 13, 15, 14] {
+        client.send_to(&packet(port, b"hi"), server).unwrap();
+    }
+    client.send_to(&packet(12, b"bye"), server).unwrap();
+    rt.block_on(worker.run_until(async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }))
+    .unwrap();
+    let mut replies = Vec::new();
+    let mut buf = [0u8; 64];
+    while let Ok((n, _)) = client.recv_from(&mut buf) {
+        replies.push(buf[..n].to_vec());
+    }
+    replies.sort();
+    // Ports 13, 14 and 15 once each with their counts; port 12 closed, so no batch end.
+    assert_eq!(replies, [vec![13, 2], vec![14, 3], vec![15, 5]]);
+    let s = counters.snapshot();
+    assert_eq!((s.datagrams_in, s.datagrams_out), (11, 3));
 }

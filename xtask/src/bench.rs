@@ -34,13 +34,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let started = SystemTime::now();
     let stamp = Stamp::now();
     let mut fresh = BTreeMap::new();
-    // `cargo xtask bench relay` runs the relay harness alone, no criterion bench.
-    let relay_only = filtered
-        && args
-            .iter()
-            .filter(|a| !a.starts_with('-'))
-            .all(|a| a == "relay");
-    for bench in bench_targets()?.into_iter().filter(|_| !relay_only) {
+    // `cargo xtask bench relay` runs the relay harness alone, no criterion bench; `cargo
+    // xtask bench inspect` the inspect harness and the in-process inspect bench.
+    let words: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        .collect();
+    let harness_only = filtered && words.iter().all(|w| HARNESSES.contains(w));
+    let benches = bench_targets()?
+        .into_iter()
+        .filter(|b| !harness_only || words.contains(&b.as_str()));
+    for bench in benches {
         for (i, (caption, table)) in run_bench(&bench, args)?.into_iter().enumerate() {
             let key = format!("{bench}/table-{}", i + 1);
             let note = format!("Printed by `benches/benches/{bench}.rs`. {caption}");
@@ -103,10 +108,22 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .any(|a| !a.starts_with('-') && "relay".contains(a.as_str()))
     {
         let quick = args.iter().any(|a| a == "--quick");
-        let report = relay_bench(quick)?;
+        let report = peer_harness("relay_bench", true, quick)?;
         println!("\n{report}");
         let key = "relay/passthrough";
         fresh.insert(key.into(), section_body(key, &stamp, "", &report));
+    }
+    // The inspect benchmark: `wirekit proxy` inspect against Infrarust's offline mode, in its
+    // own harness too.
+    if !filtered || words.iter().any(|w| *w == "inspect" || *w == INSPECT_KEY) {
+        let quick = args.iter().any(|a| a == "--quick");
+        let report = peer_harness("inspect_bench", false, quick)?;
+        println!("\n{report}");
+        let note = "Printed by `benches/src/bin/inspect_bench.rs`.";
+        fresh.insert(
+            INSPECT_KEY.into(),
+            section_body(INSPECT_KEY, &stamp, note, &report),
+        );
     }
     // The PRUDP UDP harness is also a run of its own (alternating floor and PRUDP servers on
     // one core, the load on the other), not a criterion sample loop.
@@ -593,11 +610,16 @@ fn prudp_udp() -> Result<String, String> {
 /// Infrarust, the relay benchmark's peer: installed here only, never by the tests.
 const INFRARUST: &str = "1.6.1";
 
-/// Builds `wirekit` and the relay harness (benches/src/bin/relay_bench.rs), installs Infrarust
-/// under `target/bench-peers`, and runs the harness against them and HAProxy; returns its
-/// markdown report. A peer that is missing or does not build is left out and named in the
-/// report's notes.
-fn relay_bench(quick: bool) -> Result<String, String> {
+/// Filter words that name a process harness rather than criterion benches.
+const HARNESSES: [&str; 2] = ["relay", "inspect"];
+/// The inspect harness's report section.
+const INSPECT_KEY: &str = "relay/inspect";
+
+/// Builds `wirekit` and the harness `harness` (benches/src/bin/HARNESS.rs), installs Infrarust
+/// under `target/bench-peers`, and runs `HARNESS run` against them (and HAProxy, when
+/// `haproxy`); returns its markdown report. A peer that is missing or does not build is left
+/// out and named in the report's notes.
+fn peer_harness(harness: &str, haproxy: bool, quick: bool) -> Result<String, String> {
     cargo(
         &["build", "--release", "-p", "wirekit", "--bin", "wirekit"],
         &[],
@@ -609,7 +631,7 @@ fn relay_bench(quick: bool) -> Result<String, String> {
             "-p",
             "wirekit-benches",
             "--bin",
-            "relay_bench",
+            harness,
         ],
         &[],
     )?;
@@ -620,10 +642,10 @@ fn relay_bench(quick: bool) -> Result<String, String> {
         "--wirekit".into(),
         release.join("wirekit").display().to_string(),
     ];
-    let haproxy = Path::new("/usr/sbin/haproxy");
-    if haproxy.exists() {
-        args.extend(["--haproxy".into(), haproxy.display().to_string()]);
-    } else {
+    let haproxy_bin = Path::new("/usr/sbin/haproxy");
+    if haproxy && haproxy_bin.exists() {
+        args.extend(["--haproxy".into(), haproxy_bin.display().to_string()]);
+    } else if haproxy {
         args.extend([
             "--note".into(),
             "HAProxy is not installed (`cargo xtask setup` installs it).".into(),
@@ -639,7 +661,7 @@ fn relay_bench(quick: bool) -> Result<String, String> {
     if quick {
         args.push("--quick".into());
     }
-    let exe = release.join("relay_bench");
+    let exe = release.join(harness);
     println!("\n==> {} {}", exe.display(), args.join(" "));
     let start = Instant::now();
     let out = Command::new(&exe)
@@ -647,9 +669,9 @@ fn relay_bench(quick: bool) -> Result<String, String> {
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-    println!("<== relay_bench: {:.1}s", start.elapsed().as_secs_f64());
+    println!("<== {harness}: {:.1}s", start.elapsed().as_secs_f64());
     if !out.status.success() {
-        return Err(format!("relay_bench failed with {}", out.status));
+        return Err(format!("{harness} failed with {}", out.status));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string() + "\n")
 }

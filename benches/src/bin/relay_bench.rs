@@ -19,21 +19,22 @@
 //! tables and named in the notes. `relay_bench splice-relay UPSTREAM` and `relay_bench
 //! copy-relay UPSTREAM` are the two relays written here, run as children of `run`.
 
-use std::io::{BufRead, BufReader, Write as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use wirekit_core::Status;
-use wirekit_core::frame::mc::FrameDecoder;
+use wirekit_benches::relay_peers::{
+    Framed, Options, RelayProcess, copy_relay, free_addr, load_average, login_prefix, median,
+    pinned, ratio, run_pinned, spawn_announced, spawn_listening, start_infrarust, temp_dir,
+    upstream_arg, wirekit_limits_off_args,
+};
 use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
-use wirekit_core::minecraft::login::LoginStart;
 use wirekit_core::minecraft::status::{Ping, StatusResponse};
 
 /// The host every handshake names (Infrarust routes by it; the others take a default route).
@@ -50,16 +51,18 @@ const LOGIN_REPLY: [u8; 7] = [0x06, 0x03, 0xff, 0xff, 0xff, 0xff, 0x0f];
 const BUF: usize = 64 * 1024;
 /// One run may take this long before it counts as failed.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-/// A relay may take this long to listen.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// The harness's name in temporary directories.
+const HARNESS: &str = "relay-bench";
 const GIB: f64 = (1u64 << 30) as f64;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("splice-relay") => upstream_arg(&args).and_then(floor::serve),
-        Some("copy-relay") => upstream_arg(&args).and_then(copy_relay),
-        Some("run") => Options::parse(&args[1..]).and_then(run),
+        // tokio's default buffers (8 KiB), as plain `copy_bidirectional` uses.
+        Some("copy-relay") => upstream_arg(&args).and_then(|up| copy_relay(up, 8 * 1024)),
+        Some("run") => Options::parse(&args[1..], &["wirekit", "haproxy", "infrarust"])
+            .and_then(|o| run_pinned(|relay_cpu, load_cpu| run_all(o, relay_cpu, load_cpu))),
         _ => Err(
             "usage: relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] \
              [--rounds N] [--quick] | splice-relay UPSTREAM | copy-relay UPSTREAM"
@@ -73,51 +76,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn upstream_arg(args: &[String]) -> Result<SocketAddr, String> {
-    let a = args.get(1).ok_or("the upstream address is missing")?;
-    a.parse().map_err(|e| format!("upstream {a:?}: {e}"))
-}
-
-/// A fresh loopback listener's address (a relay that cannot print its own binds it).
-fn free_addr() -> Result<SocketAddr, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free port: {e}"))
-}
-
-/// Binds the relay's listener and tells the parent where (the first stdout line).
-fn announce() -> Result<std::net::TcpListener, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    println!(
-        "listening on {}",
-        l.local_addr().map_err(|e| e.to_string())?
-    );
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
-    Ok(l)
-}
-
-/// tokio's `copy_bidirectional` (its default 8 KiB buffers) per connection, on a
-/// current-thread runtime.
-fn copy_relay(upstream: SocketAddr) -> Result<(), String> {
-    let listener = announce()?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async move {
-        let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-        loop {
-            let (mut client, _) = listener.accept().await.map_err(|e| e.to_string())?;
-            tokio::spawn(async move {
-                if let Ok(mut up) = TcpStream::connect(upstream).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
-                }
-            });
-        }
-    })
 }
 
 /// The floor: a single-threaded mio loop that splices each direction through its own pipe and
@@ -192,7 +150,7 @@ mod floor {
     }
 
     pub(super) fn serve(upstream: SocketAddr) -> Result<(), String> {
-        let std_listener = super::announce()?;
+        let std_listener = wirekit_benches::relay_peers::announce()?;
         std_listener
             .set_nonblocking(true)
             .map_err(|e| e.to_string())?;
@@ -260,54 +218,6 @@ mod floor {
     }
 }
 
-/// `run`'s options.
-struct Options {
-    wirekit: Option<PathBuf>,
-    haproxy: Option<PathBuf>,
-    infrarust: Option<PathBuf>,
-    rounds: usize,
-    quick: bool,
-    notes: Vec<String>,
-}
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Options, String> {
-        let mut o = Options {
-            wirekit: None,
-            haproxy: None,
-            infrarust: None,
-            rounds: 3,
-            quick: false,
-            notes: Vec::new(),
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
-            match a.as_str() {
-                "--wirekit" => o.wirekit = Some(value()?.into()),
-                "--haproxy" => o.haproxy = Some(value()?.into()),
-                "--infrarust" => o.infrarust = Some(value()?.into()),
-                "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
-                // A note for the report (why a peer is missing).
-                "--note" => o.notes.push(value()?),
-                "--quick" => o.quick = true,
-                _ => return Err(format!("unknown argument {a:?}")),
-            }
-        }
-        // Absolute paths: a relay may run in a directory of its own.
-        for bin in [&mut o.wirekit, &mut o.haproxy, &mut o.infrarust]
-            .into_iter()
-            .flatten()
-        {
-            *bin = std::fs::canonicalize(&*bin).map_err(|e| format!("{}: {e}", bin.display()))?;
-        }
-        if o.rounds == 0 {
-            return Err("--rounds: at least 1".into());
-        }
-        Ok(o)
-    }
-}
-
 /// The relays compared, in table order.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -333,74 +243,7 @@ impl Kind {
 /// A relay running as a child process on CPU 0.
 struct Relay {
     kind: Kind,
-    child: Child,
-    addr: SocketAddr,
-    _dir: Option<TempDir>,
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `taskset -c <cpu> program args...`, stdout piped, stderr to ours.
-fn pinned(cpu: usize, program: &std::path::Path, args: &[String]) -> Command {
-    let mut cmd = Command::new("taskset");
-    cmd.arg("-c")
-        .arg(cpu.to_string())
-        .arg(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    cmd
-}
-
-/// Waits for the child's `listening on ADDR` line.
-fn listening_line(child: &mut Child) -> Result<SocketAddr, String> {
-    let out = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(out).lines();
-        let mut sent = false;
-        // Keep reading so the child never blocks on a full pipe.
-        while let Some(Ok(line)) = lines.next() {
-            if !sent && let Some(a) = line.trim().strip_prefix("listening on ") {
-                let _ = tx.send(a.to_string());
-                sent = true;
-            }
-        }
-    });
-    let line = rx
-        .recv_timeout(START_TIMEOUT)
-        .map_err(|_| "no `listening on` line".to_string())?;
-    line.parse().map_err(|e| format!("{line:?}: {e}"))
-}
-
-/// Waits until `addr` accepts a connection.
-fn wait_listening(child: &mut Child, addr: SocketAddr) -> Result<(), String> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("exited with {status}"));
-        }
-        if std::net::TcpStream::connect(addr).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(format!("{addr} did not accept within {START_TIMEOUT:?}"))
+    process: RelayProcess,
 }
 
 fn start_relay(
@@ -411,11 +254,11 @@ fn start_relay(
 ) -> Result<Option<Relay>, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let up = upstream.to_string();
-    let (program, args, dir): (PathBuf, Vec<String>, Option<TempDir>) = match kind {
-        Kind::Floor => (me, vec!["splice-relay".into(), up], None),
-        Kind::Copy => (me, vec!["copy-relay".into(), up], None),
+    let (program, args): (PathBuf, Vec<String>) = match kind {
+        Kind::Floor => (me, vec!["splice-relay".into(), up]),
+        Kind::Copy => (me, vec!["copy-relay".into(), up]),
         Kind::Wirekit => {
-            let Some(bin) = &opts.wirekit else {
+            let Some(bin) = opts.peer("wirekit") else {
                 return Ok(None);
             };
             let mut args: Vec<String> = [
@@ -429,27 +272,14 @@ fn start_relay(
             ]
             .map(String::from)
             .to_vec();
-            // The per-source limits and the serverbound byte budget off: one client address
-            // opens thousands of connections and sends gigabytes.
-            for flag in [
-                "--conn-per-ip-burst",
-                "--conn-per-ip-max",
-                "--conn-per-prefix-burst",
-                "--conn-per-prefix-max",
-                "--login-per-ip-burst",
-                "--status-per-ip-burst",
-                "--serverbound-burst",
-            ] {
-                args.push(flag.into());
-                args.push("0".into());
-            }
-            (bin.clone(), args, None)
+            args.extend(wirekit_limits_off_args());
+            (bin.to_path_buf(), args)
         }
         Kind::Haproxy => {
-            let Some(bin) = &opts.haproxy else {
+            let Some(bin) = opts.peer("haproxy") else {
                 return Ok(None);
             };
-            let dir = temp_dir("haproxy")?;
+            let dir = temp_dir(HARNESS, "haproxy")?;
             let listen = free_addr()?;
             let cfg = dir.0.join("haproxy.cfg");
             let text = format!(
@@ -461,92 +291,30 @@ fn start_relay(
             );
             std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
             let args = vec!["-db".into(), "-f".into(), cfg.display().to_string()];
-            let mut child = pinned(relay_cpu, bin, &args)
-                .spawn()
-                .map_err(|e| format!("{}: {e}", bin.display()))?;
-            wait_listening(&mut child, listen).map_err(|e| format!("HAProxy: {e}"))?;
-            return Ok(Some(Relay {
-                kind,
-                child,
-                addr: listen,
-                _dir: Some(dir),
-            }));
+            let process = spawn_listening(pinned(relay_cpu, bin, &args), listen, Some(dir))
+                .map_err(|e| format!("HAProxy ({}): {e}", bin.display()))?;
+            return Ok(Some(Relay { kind, process }));
         }
         Kind::Infrarust => {
-            let Some(bin) = &opts.infrarust else {
+            let Some(bin) = opts.peer("infrarust") else {
                 return Ok(None);
             };
-            let dir = temp_dir("infrarust")?;
-            let listen = free_addr()?;
-            let proxies = dir.0.join("proxies");
-            std::fs::create_dir_all(&proxies).map_err(|e| e.to_string())?;
-            let main = format!(
-                "bind: \"{listen}\"\nfile_provider:\n  proxies_path: [\"{}\"]\n  watch: false\n\
-                 logging:\n  min_level: \"warn\"\n",
-                proxies.display()
-            );
-            let server = format!(
-                "domains: [\"{HOST}\"]\naddresses: [\"{upstream}\"]\n\
-                 proxyMode: \"zerocopy_passthrough\"\n"
-            );
-            std::fs::write(dir.0.join("config.yaml"), main).map_err(|e| e.to_string())?;
-            std::fs::write(proxies.join("bench.yaml"), server).map_err(|e| e.to_string())?;
-            let args = vec![
-                "--config-path".into(),
-                dir.0.join("config.yaml").display().to_string(),
-                "--no-interactive".into(),
-            ];
-            let mut child = pinned(relay_cpu, bin, &args)
-                .current_dir(&dir.0)
-                .spawn()
-                .map_err(|e| format!("{}: {e}", bin.display()))?;
-            wait_listening(&mut child, listen).map_err(|e| format!("Infrarust: {e}"))?;
-            return Ok(Some(Relay {
-                kind,
-                child,
-                addr: listen,
-                _dir: Some(dir),
-            }));
+            let process = start_infrarust(
+                bin,
+                HARNESS,
+                relay_cpu,
+                HOST,
+                upstream,
+                "zerocopy_passthrough",
+            )?;
+            return Ok(Some(Relay { kind, process }));
         }
     };
-    let mut child = pinned(relay_cpu, &program, &args)
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .map_err(|e| format!("{}: {e}", program.display()))?;
-    let addr = listening_line(&mut child).map_err(|e| format!("{}: {e}", kind.name()))?;
-    Ok(Some(Relay {
-        kind,
-        child,
-        addr,
-        _dir: dir,
-    }))
-}
-
-fn temp_dir(what: &str) -> Result<TempDir, String> {
-    let dir =
-        std::env::temp_dir().join(format!("wirekit-relay-bench-{}-{what}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(TempDir(dir))
-}
-
-/// The 1-minute load average, as `/proc/loadavg` gives it.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(String::from))
-        .unwrap_or_else(|| "unknown".into())
-}
-
-/// On-CPU time of every thread of process `pid` so far, in seconds (the scheduler's
-/// nanosecond count, `/proc/PID/task/*/schedstat`).
-fn process_cpu_s(pid: u32) -> Option<f64> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut ns: u64 = 0;
-    for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
-        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(ns as f64 / 1e9)
+    let mut cmd = pinned(relay_cpu, &program, &args);
+    cmd.env("RUST_LOG", "warn");
+    let process = spawn_announced(cmd, None)
+        .map_err(|e| format!("{} ({}): {e}", kind.name(), program.display()))?;
+    Ok(Some(Relay { kind, process }))
 }
 
 /// Which way the bulk bytes go.
@@ -621,49 +389,6 @@ struct Plan {
     errors: AtomicUsize,
 }
 
-/// The prefix every connection sends: Handshake (login) and Login Start.
-fn login_prefix() -> Vec<u8> {
-    let hs = Handshake {
-        protocol_version: PROTOCOL,
-        address: ServerAddress::host(HOST),
-        port: 25565,
-        next_state: NextState::Login,
-    };
-    let ls = LoginStart {
-        protocol_version: PROTOCOL,
-        name: "relaybench",
-        signature: None,
-        uuid: None,
-    };
-    let mut out = vec![0u8; hs.frame_len() + ls.frame_len()];
-    let n = hs.encode_frame(&mut out).expect("sized");
-    ls.encode_frame(&mut out[n..]).expect("sized");
-    out
-}
-
-/// Reads frames off `s`; what was read past the last frame stays in `buf`.
-struct Framed {
-    buf: Vec<u8>,
-}
-
-impl Framed {
-    /// The next frame's body, or `None` at EOF before a whole frame.
-    async fn next(&mut self, s: &mut TcpStream) -> Option<Vec<u8>> {
-        loop {
-            if let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&self.buf) {
-                let body = f.body.to_vec();
-                self.buf.drain(..f.consumed);
-                return Some(body);
-            }
-            let mut chunk = [0u8; 4096];
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-}
-
 /// Writes `size` bytes `write` at a time.
 async fn send_bulk(s: &mut TcpStream, size: u64, write: usize) -> bool {
     let data = [0x5au8; BUF];
@@ -703,7 +428,7 @@ async fn read_exactly(s: &mut TcpStream, size: u64) -> u64 {
 
 /// The upstream's side of one connection.
 async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
-    let mut framed = Framed { buf: Vec::new() };
+    let mut framed = Framed::default();
     let Some(hs) = framed.next(&mut s).await else {
         return;
     };
@@ -832,11 +557,10 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
     plan.write.store(case.write, Ordering::Relaxed);
     plan.moved.store(0, Ordering::Relaxed);
     plan.errors.store(0, Ordering::Relaxed);
-    let prefix = Arc::new(login_prefix());
-    let pid = relay.child.id();
-    let cpu0 = process_cpu_s(pid).ok_or("relay CPU time unreadable")?;
+    let prefix = Arc::new(login_prefix(PROTOCOL, HOST, "relaybench"));
+    let cpu0 = relay.process.cpu_s()?;
     let start = Instant::now();
-    let addr = relay.addr;
+    let addr = relay.process.addr;
     let conn = Arc::new(case.clone());
     in_parallel(case.conns, case.concurrency, move || {
         let (case, prefix) = (conn.clone(), prefix.clone());
@@ -854,7 +578,7 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
         tokio::task::yield_now().await;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let cpu = process_cpu_s(pid).ok_or("relay CPU time unreadable")? - cpu0;
+    let cpu = relay.process.cpu_s()? - cpu0;
     let moved = plan.moved.load(Ordering::Relaxed);
     let errors = plan.errors.load(Ordering::Relaxed);
     if errors > 0 || moved != case.total() {
@@ -877,13 +601,12 @@ async fn measure_status(
     exchanges: usize,
     concurrency: usize,
 ) -> Result<(f64, f64), String> {
-    let pid = relay.child.id();
-    let cpu0 = process_cpu_s(pid).ok_or("relay CPU time unreadable")?;
+    let cpu0 = relay.process.cpu_s()?;
     let start = Instant::now();
-    let addr = relay.addr;
+    let addr = relay.process.addr;
     in_parallel(exchanges, concurrency, move || status_exchange(addr)).await?;
     let elapsed = start.elapsed().as_secs_f64();
-    let cpu = process_cpu_s(pid).ok_or("relay CPU time unreadable")? - cpu0;
+    let cpu = relay.process.cpu_s()? - cpu0;
     Ok((exchanges as f64 / elapsed, cpu * 1e6 / exchanges as f64))
 }
 
@@ -902,7 +625,7 @@ async fn status_exchange(relay: SocketAddr) -> Result<(), String> {
     let n = hs.encode_frame(&mut out).expect("sized");
     out[n..].copy_from_slice(&[0x01, 0x00]);
     s.write_all(&out).await.map_err(|e| e.to_string())?;
-    let mut framed = Framed { buf: Vec::new() };
+    let mut framed = Framed::default();
     let body = framed.next(&mut s).await.ok_or("no status response")?;
     if body.first() != Some(&0x00) {
         return Err(format!("status response id {:?}", body.first()));
@@ -920,15 +643,6 @@ async fn status_exchange(relay: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// A case's medians per relay (`None`: it failed, with the reason).
 struct CaseResult {
     case: Case,
@@ -941,13 +655,6 @@ impl CaseResult {
             .iter()
             .find(|(k, _)| *k == kind)
             .and_then(|(_, r)| r.as_ref().ok().copied())
-    }
-}
-
-fn ratio(a: f64, b: Option<f64>) -> String {
-    match b {
-        Some(b) if b > 0.0 && a.is_finite() => format!("{:.2}x", a / b),
-        _ => "n/a".into(),
     }
 }
 
@@ -1037,23 +744,6 @@ fn goals(results: &[CaseResult]) -> String {
         ));
     }
     out
-}
-
-fn run(opts: Options) -> Result<(), String> {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let (relay_cpu, load_cpu) = if cores.len() >= 2 {
-        (cores[0].id, cores[1].id)
-    } else {
-        (0, 0)
-    };
-    if let Some(core) = cores.iter().find(|c| c.id == load_cpu) {
-        core_affinity::set_for_current(*core);
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(run_all(opts, relay_cpu, load_cpu))
 }
 
 async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(), String> {
@@ -1194,7 +884,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     let mut status: Vec<Vec<(f64, f64)>> = vec![Vec::new(); status_relays.len()];
     let mut status_err: Vec<Option<String>> = vec![None; status_relays.len()];
     for (i, r) in status_relays.iter().enumerate() {
-        if let Err(e) = status_exchange(r.addr).await {
+        if let Err(e) = status_exchange(r.process.addr).await {
             status_err[i] = Some(e);
         }
     }

@@ -33,6 +33,10 @@ pub enum Ended<E> {
     Session(SessionError),
     /// The transport failed.
     Transport(E),
+    /// The transport did not take a whole reply within the session's send timeout
+    /// ([`Config::with_send_timeout`](crate::service::Config::with_send_timeout)): the peer
+    /// keeps its window shut. Not a protocol error (the session did nothing wrong).
+    SendStalled,
     /// The transport accepted no bytes of a non-empty write (`Ok(0)`, against embedded-io's
     /// contract).
     WriteZero,
@@ -64,6 +68,7 @@ impl<E> Ended<E> {
             Ended::PeerClosed => "peer closed",
             Ended::Session(e) => e.as_str(),
             Ended::Transport(_) => "transport error",
+            Ended::SendStalled => "the peer took no reply within the send timeout",
             Ended::WriteZero => "transport accepted no bytes",
             Ended::InputFull => "input buffer smaller than the largest frame",
             Ended::OutputTooSmall { .. } => "output buffer smaller than the largest reply",
@@ -129,7 +134,8 @@ async fn select<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output
 /// This is the loop the service's [module docs](crate::service) describe: call the session,
 /// send what it wrote, drop what it consumed, and on [`Want::Input`] read as much as `input`
 /// has room for, racing the read against [`Session::next_timeout`] on `clock` (and calling
-/// [`Session::handle_timeout`] when the deadline passes first). `input` and `output` must hold
+/// [`Session::handle_timeout`] when the deadline passes first). Each reply is raced against
+/// [`Session::send_timeout`] the same way ([`Ended::SendStalled`]). `input` and `output` must hold
 /// [`Config::max_input_len`](crate::service::Config::max_input_len) and
 /// [`Config::max_output_len`](crate::service::Config::max_output_len) bytes.
 ///
@@ -174,7 +180,15 @@ where
     let mut buffered = 0;
     loop {
         let p = handle(session, &input[..buffered], output)?;
-        super::write_all!(transport, &output[..p.written], ., await).map_err(write_failed)?;
+        if p.written > 0 {
+            let reply = &output[..p.written];
+            let send = async { super::write_all!(transport, reply, ., await) };
+            let deadline = clock.now() + session.send_timeout();
+            match select(send, clock.sleep_until(deadline)).await {
+                Either::First(sent) => sent.map_err(write_failed)?,
+                Either::Second(()) => return Err(Ended::SendStalled),
+            }
+        }
         input.copy_within(p.consumed..buffered, 0);
         buffered -= p.consumed;
         match p.want {

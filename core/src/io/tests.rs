@@ -410,6 +410,9 @@ struct Scripted<'c> {
     steps: VecDeque<Step>,
     clock: &'c FakeClock,
     sent: Vec<u8>,
+    /// Bytes the peer's window takes before it stays shut (`None`: it never shuts). While it
+    /// is shut, each write attempt is pending and a second passes.
+    window: Option<usize>,
 }
 
 impl<'c> Scripted<'c> {
@@ -418,6 +421,7 @@ impl<'c> Scripted<'c> {
             steps: steps.into_iter().collect(),
             clock,
             sent: Vec::new(),
+            window: None,
         }
     }
 }
@@ -454,10 +458,22 @@ impl embedded_io_async::Read for Scripted<'_> {
 
 impl embedded_io_async::Write for Scripted<'_> {
     async fn write(&mut self, buf: &[u8]) -> Result<usize, ErrorKind> {
-        // A short write, so the driver's loop is exercised.
-        let n = buf.len().min(5);
-        self.sent.extend_from_slice(&buf[..n]);
-        Ok(n)
+        poll_fn(|_| {
+            // A short write, so the driver's loop is exercised.
+            let n = buf.len().min(5).min(self.window.unwrap_or(usize::MAX));
+            if n == 0 {
+                self.clock
+                    .0
+                    .set(self.clock.0.get() + Duration::from_secs(1));
+                return Poll::Pending;
+            }
+            if let Some(w) = self.window.as_mut() {
+                *w -= n;
+            }
+            self.sent.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        })
+        .await
     }
 
     async fn flush(&mut self) -> Result<(), ErrorKind> {
@@ -467,9 +483,21 @@ impl embedded_io_async::Write for Scripted<'_> {
 
 /// Runs a session with `config` against `steps`: why it ended and what it sent.
 fn serve(config: Config, steps: impl IntoIterator<Item = Step>) -> (Ended<ErrorKind>, Vec<u8>) {
+    let (ended, sent, _) = serve_with_window(config, None, steps);
+    (ended, sent)
+}
+
+/// [`serve`] with the peer's window shut after `window` bytes; also the time that passed.
+fn serve_with_window(
+    config: Config,
+    window: Option<usize>,
+    steps: impl IntoIterator<Item = Step>,
+) -> (Ended<ErrorKind>, Vec<u8>, Duration) {
     static COUNTERS: AtomicCounters = AtomicCounters::new();
-    let clock = FakeClock(Cell::new(Instant::from_micros(1_000)));
+    let start = Instant::from_micros(1_000);
+    let clock = FakeClock(Cell::new(start));
     let mut transport = Scripted::new(&clock, steps);
+    transport.window = window;
     let mut session = Session::new(&config, clock.now());
     let mut input = std::vec![0u8; config.max_input_len()];
     let mut output = std::vec![0u8; config.max_output_len()];
@@ -483,7 +511,31 @@ fn serve(config: Config, steps: impl IntoIterator<Item = Step>) -> (Ended<ErrorK
         |s, i, o| s.handle(i, o, &mut Workspace::new(&mut scratch), &COUNTERS),
     ));
     session.finish(&COUNTERS, ended.session_error().as_ref());
-    (ended, transport.sent)
+    let elapsed = clock.now().saturating_duration_since(start);
+    (ended, transport.sent, elapsed)
+}
+
+#[test]
+fn driver_ends_a_peer_that_keeps_its_window_shut() {
+    let big = packet(wire::ECHO, &[7; 3000]);
+    let config = Config::new().with_send_timeout(Duration::from_secs(10));
+    // The window takes 1,000 bytes of the echo and stays shut: the reply cannot be written.
+    let (ended, sent, elapsed) =
+        serve_with_window(config, Some(1000), [Step::Data(big.clone()), Step::Eof]);
+    assert_eq!(ended, Ended::SendStalled);
+    assert_eq!(sent, big[..1000]);
+    assert!(
+        (Duration::from_secs(10)..=Duration::from_secs(11)).contains(&elapsed),
+        "{elapsed:?}"
+    );
+    // A window with room for the reply: served as ever, whatever the timeout.
+    let (ended, sent, _) = serve_with_window(
+        config.with_send_timeout(Duration::from_secs(1)),
+        Some(big.len()),
+        [Step::Data(big.clone()), Step::Eof],
+    );
+    assert_eq!(ended, Ended::PeerClosed);
+    assert_eq!(sent, big);
 }
 
 #[test]

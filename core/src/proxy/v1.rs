@@ -244,6 +244,11 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
     if input[..n] != V1_PREFIX[..n] {
         return Err(Error::NotProxy);
     }
+    if n < V1_PREFIX.len() {
+        // A strict prefix of `PROXY `: not yet known to be a header, so not "too long" under
+        // any limit (the next byte may show it is no header at all).
+        return Ok(Status::Partial(Needed::Unknown));
+    }
     let mut c = Cursor {
         buf: &input[..input.len().min(max)],
         pos: n,
@@ -268,13 +273,6 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
 }
 
 fn walk<'a>(c: &mut Cursor<'_>) -> Step<Addresses<'a>> {
-    if c.pos < V1_PREFIX.len() {
-        // `input` was a strict prefix of `PROXY `; it matched so far.
-        return Err(match c.cut {
-            true => Stop::Invalid(Error::TooLong),
-            false => Stop::Partial,
-        });
-    }
     match c.peek()? {
         b'T' => {
             c.literal(b"TCP", Error::V1Protocol)?;
@@ -740,6 +738,14 @@ mod tests {
         let tight = Limits { max_header_len: 20 };
         assert_eq!(parse(EXAMPLE, &tight), Err(Error::TooLong));
         assert!(parse(&EXAMPLE[..19], &tight).unwrap().is_partial());
+        // A limit shorter than the signature: a prefix of it is not yet a header, so it is
+        // partial, not too long, and a byte that breaks the signature makes it no header (as
+        // the whole input decides; found by the proxy_policy fuzz target).
+        let tiny = Limits { max_header_len: 2 };
+        assert!(parse(b"PR", &tiny).unwrap().is_partial());
+        assert_eq!(parse(b"PRX", &tiny), Err(Error::NotProxy));
+        assert_eq!(parse(b"PROXY ", &tiny), Err(Error::TooLong));
+        assert_eq!(parse(EXAMPLE, &tiny), Err(Error::TooLong));
     }
 
     #[test]

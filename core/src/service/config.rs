@@ -28,6 +28,7 @@ pub struct Config {
     level: Level,
     proxy: ProxyConfig,
     header_timeout: Duration,
+    send_timeout: Duration,
 }
 
 impl Default for Config {
@@ -50,6 +51,7 @@ impl Config {
             level: Level::Fast,
             proxy: ProxyConfig::new(Policy::Skip),
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
+            send_timeout: Self::DEFAULT_SEND_TIMEOUT,
         }
     }
 
@@ -69,6 +71,26 @@ impl Config {
     /// The header timeout (see [`with_header_timeout`](Self::with_header_timeout)).
     pub const fn header_timeout(&self) -> Duration {
         self.header_timeout
+    }
+
+    /// The default send timeout: 30 s.
+    pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// Sets the time the transport has to take one whole reply. A peer that keeps its receive
+    /// window shut (it sends and never reads, or it vanished without a reset reaching us)
+    /// would otherwise hold its connection, and its buffers, for ever; adapters end such a
+    /// connection when a reply is not written within this time
+    /// (`io::Ended::SendStalled` from `io::drive`, with the `embedded-io-async` feature).
+    /// A reply is at most [`max_output_len`](Self::max_output_len) bytes, so a peer that reads
+    /// at all takes it long before.
+    pub const fn with_send_timeout(mut self, timeout: Duration) -> Self {
+        self.send_timeout = timeout;
+        self
+    }
+
+    /// The send timeout (see [`with_send_timeout`](Self::with_send_timeout)).
+    pub const fn send_timeout(&self) -> Duration {
+        self.send_timeout
     }
 
     /// Sets the PROXY accept configuration (trusted networks, their policy and everyone

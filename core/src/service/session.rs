@@ -12,7 +12,7 @@ use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::FrameDecoder;
 use crate::proxy::Limits;
 use crate::proxy::policy::{self, Decision, Policy, Reason, Source};
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::zlib::{Compressor, Inflater};
 use crate::{Needed, Status};
 
@@ -212,6 +212,8 @@ pub struct Session {
     source: Option<core::net::SocketAddr>,
     /// Until the first frame after the PROXY header is served: when the header timeout ends.
     header_deadline: Option<Instant>,
+    /// The config's send timeout, for the adapter.
+    send_timeout: Duration,
 }
 
 /// The outcome of handling one frame.
@@ -259,7 +261,14 @@ impl Session {
             policy,
             source: None,
             header_deadline: Some(now + config.header_timeout()),
+            send_timeout: config.send_timeout(),
         }
+    }
+
+    /// How long the transport may take to accept one whole reply before the adapter ends the
+    /// connection ([`Config::with_send_timeout`]).
+    pub fn send_timeout(&self) -> Duration {
+        self.send_timeout
     }
 
     /// The client's address from an accepted PROXY header (`None`: no header, or the header

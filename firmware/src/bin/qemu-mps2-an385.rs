@@ -55,7 +55,10 @@ async fn main(spawner: Spawner) {
         defmt::error!("core peripherals already taken");
         qemu_exit::exit(1);
     };
-    systick_time::init(core.SYST, CORE_HZ);
+    // SAFETY: the MPS2 AN385 image maps CMSDK APB timer 0 at MPS2_TIMER0, clocked like the
+    // core, and nothing else here uses it.
+    let counter = unsafe { systick_time::CmsdkTimer::new(systick_time::MPS2_TIMER0) };
+    systick_time::init_with_counter(core.SYST, CORE_HZ, counter, CORE_HZ);
 
     // SAFETY: the MPS2 AN385 image maps a LAN9118 (32-bit mode) at MPS2_BASE, and this driver
     // is its only user.

@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Seconds allowed for the PROXY header or the first frame to start arriving.
     #[arg(long, default_value_t = 5.0)]
     pub header_timeout: f64,
+    /// Seconds a reply may wait for the client's window: a client that keeps it shut (it
+    /// sends and never reads) is closed after this.
+    #[arg(long, default_value_t = 30.0)]
+    pub send_timeout: f64,
     /// PROXY protocol policy: USE, IGNORE, REQUIRE, REJECT or SKIP (no header read). With
     /// --trusted, it applies to the trusted networks only.
     #[arg(long, default_value = "SKIP")]
@@ -76,6 +80,7 @@ impl ServeArgs {
         }
         .with_max_packet_len(self.max_frame)
         .with_header_timeout(Duration::from_secs_f64(self.header_timeout.max(0.001)).into())
+        .with_send_timeout(Duration::from_secs_f64(self.send_timeout.max(0.001)).into())
         .with_proxy(proxy);
         Ok(ServeOptions {
             listen: self.listen,

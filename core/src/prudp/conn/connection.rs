@@ -97,6 +97,16 @@ struct AckEntry {
     substream: u8,
     seq: u16,
     fragment_id: u8,
+    /// The packet was reliable (its sequence id is the substream's, not the unreliable one).
+    reliable: bool,
+}
+
+impl AckEntry {
+    /// `true` for what an aggregate ACK can carry: reliable DATA (aggregate ACKs acknowledge
+    /// DATA packets by their reliable sequence id, nothing else).
+    const fn aggregatable(&self) -> bool {
+        self.reliable && matches!(self.packet_type, PacketType::Data)
+    }
 }
 
 /// What the event queue holds.
@@ -141,6 +151,21 @@ impl<T: Copy, const N: usize> Ring<T, N> {
         self.len -= 1;
         t
     }
+    /// The items, oldest first.
+    fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        (0..self.len).filter_map(|i| self.items[(self.head + i) % N])
+    }
+    /// Removes the items `take` accepts, keeping the order of the rest.
+    fn extract(&mut self, mut take: impl FnMut(&T) -> bool) {
+        for _ in 0..self.len {
+            if let Some(t) = self.pop()
+                && !take(&t)
+            {
+                // Room: one was just popped.
+                let _ = self.push(t);
+            }
+        }
+    }
 }
 
 /// One substream's two RC4 streams and counters.
@@ -162,7 +187,15 @@ pub(super) struct Substream {
 /// again (a quarter of the sequence space); further back it is [`DropReason::Stale`].
 pub const DUPLICATE_SPAN: u16 = 0x4000;
 
-/// Capacity of the ACK queue.
+/// How close to the u16 wrap the last delivered sequence id of a substream may be for an
+/// aggregate ACK to name it as the base. NintendoClients acknowledges every outstanding id
+/// numerically at or below the base, without wrap: a base within this distance of 65535
+/// would acknowledge ids the peer sent after the wrap and this side never received, so
+/// there the ACKs go out one by one. It bounds how far ahead of the last delivered packet a
+/// peer may have packets in flight (a wirekit peer: its window, at most 4096).
+pub const AGGREGATE_WRAP_MARGIN: u16 = 4096;
+
+/// Capacity of the ACK queue (and the most ids one aggregate ACK carries).
 const ACKS: usize = 64;
 /// Capacity of the event queue.
 const EVENTS: usize = 16;
@@ -864,6 +897,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 substream: p.substream_id,
                 seq: p.sequence_id,
                 fragment_id: p.fragment_id,
+                reliable: p.flags.contains(Flags::RELIABLE),
             })
             .map_err(|_| DropReason::AckQueueFull)
     }
@@ -1185,14 +1219,17 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
 
     /// Writes the next datagram to send into `buf` (at least [`Config::packet_capacity`]
     /// bytes), or `None` when nothing is due at `now`. Call until `None` after every
-    /// `handle`, `handle_timeout`, `send` and `close`.
+    /// `handle`, `handle_timeout`, `send` and `close` — or, to acknowledge a receive batch
+    /// with as few datagrams as possible, once after the batch's last `handle`: the ACKs
+    /// queued since the last call go out together, several reliable DATA packets of a
+    /// substream in one aggregate ACK ([`Config::aggregate_acks`]).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.release_lent();
         if let Some(t) = self.poll_handshake(buf) {
             return Some(t);
         }
-        if let Some(ack) = self.acks.pop() {
-            return self.write_ack(ack, buf);
+        if let Some(t) = self.poll_ack(buf) {
+            return Some(t);
         }
         if self.is_closed() {
             return None;
@@ -1275,6 +1312,84 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             }
         }
         None
+    }
+
+    /// Writes the next queued ACK: one aggregate ACK for every reliable DATA packet of the
+    /// oldest entry's substream when there are several and [`Config::aggregate_acks`] is on,
+    /// else a plain ACK of the oldest.
+    fn poll_ack(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let first = self.acks.iter().next()?;
+        if first.aggregatable()
+            && self.config.sends_aggregate_acks()
+            && let Some(t) = self.write_aggregate_ack(first.substream, buf)
+        {
+            return Some(t);
+        }
+        let first = self.acks.pop()?;
+        self.write_ack(first, buf)
+    }
+
+    /// The aggregate ACK of the queued reliable DATA packets of `substream`, removed from the
+    /// queue once it is written. `None` (nothing removed) for fewer than two packets, a base
+    /// too close to the wrap ([`AGGREGATE_WRAP_MARGIN`]) or a buffer too small.
+    ///
+    /// The base is the last id delivered in order on the substream, so everything the base
+    /// covers was received; every queued id is also listed, so each is acknowledged however
+    /// the peer reads the base's range (NintendoClients: numerically at or below it; wirekit:
+    /// a short distance behind it, across the wrap).
+    fn write_aggregate_ack(&mut self, substream: u8, buf: &mut [u8]) -> Option<Transmit> {
+        let base = self.substreams[usize::from(substream)]
+            .recv_next
+            .wrapping_sub(1);
+        if base > u16::MAX - AGGREGATE_WRAP_MARGIN {
+            return None;
+        }
+        let new_form = substream != 0;
+        // The old form needs two ids (a 4-byte payload at least); the new form's count is a
+        // byte. Both stay within a slot.
+        let room = self.config.packet_capacity.saturating_sub(OVERHEAD + 4) / 2;
+        let max_ids = room.min(ACKS);
+        let mut payload = [0u8; 4 + 2 * ACKS];
+        let head = if new_form { 4 } else { 0 };
+        let mut ids = 0;
+        for e in self.acks.iter() {
+            if ids == max_ids {
+                break;
+            }
+            if e.aggregatable() && e.substream == substream {
+                let at = head + 2 * ids;
+                payload[at..at + 2].copy_from_slice(&e.seq.to_le_bytes());
+                ids += 1;
+            }
+        }
+        if ids < 2 {
+            return None;
+        }
+        if new_form {
+            payload[0] = substream;
+            payload[1] = ids as u8;
+            payload[2..4].copy_from_slice(&base.to_le_bytes());
+        }
+        let packet = Packet {
+            flags: Flags::MULTI_ACK | Flags::HAS_SIZE,
+            session_id: self.session_id,
+            substream_id: u8::from(new_form),
+            sequence_id: base,
+            payload: &payload[..head + 2 * ids],
+            ..Packet::new(PacketType::Data, self.config.local_port, self.peer_port)
+        };
+        let keys = Keys {
+            session_key: self.session_key.as_bytes(),
+            connection_signature: self.peer_signature.as_bytes(),
+        };
+        let n = packet.encode(&self.config.settings, &keys, buf).ok()?;
+        let mut left = ids;
+        self.acks.extract(|e| {
+            let take = left > 0 && e.aggregatable() && e.substream == substream;
+            left -= usize::from(take);
+            take
+        });
+        Some(Transmit { len: n })
     }
 
     fn write_ack(&self, ack: AckEntry, buf: &mut [u8]) -> Option<Transmit> {

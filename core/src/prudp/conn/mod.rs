@@ -77,13 +77,15 @@ mod tests;
 
 use core::fmt;
 
-pub use connection::{ClientRandom, Connection, DUPLICATE_SPAN, State, Transmit};
+pub use connection::{
+    AGGREGATE_WRAP_MARGIN, ClientRandom, Connection, DUPLICATE_SPAN, State, Transmit,
+};
 pub use server::{
     Accepted, ClientSecure, SecureServer, Server, ServerOutput, TicketInfo, connect_request,
     connect_request_len,
 };
 
-use super::{Settings, Version, VirtualPort};
+use super::{Settings, TypeFlags, Version, VirtualPort};
 use crate::time::Duration;
 
 /// What a connection or server is configured with; `Copy`, shared by all connections of a
@@ -116,11 +118,21 @@ pub struct Config {
     pub max_substream: u8,
     /// Option 0 as offered: the minor version in the low byte, supported functions above.
     pub supported_functions: u32,
+    /// Acknowledge several reliable DATA packets of a substream, queued by the time
+    /// [`Connection::poll_transmit`] runs, with one aggregate ACK (`MULTI_ACK`) instead of one
+    /// ACK each: v0 and v1 substream 0 in the old form (the header's sequence id is the base,
+    /// the payload the other ids), v1 substreams above 0 in the new form (substream, count,
+    /// base, ids), both as NintendoClients and nex-go parse them. A lone packet still gets a
+    /// plain ACK, and SYN, CONNECT, PING, DISCONNECT and unreliable DATA always do. On by
+    /// default where the format can carry the flag (not Quazal v0, whose 5-bit flags field
+    /// has no room for it, so there the switch does nothing).
+    pub aggregate_acks: bool,
 }
 
 impl Config {
     /// Defaults as NintendoClients uses them: 1300-byte fragments, 1 s RTO (max 8 s), 5
-    /// retries, a PING every 4 s, 30 s idle timeout, 16 KiB messages, substream 0 only.
+    /// retries, a PING every 4 s, 30 s idle timeout, 16 KiB messages, substream 0 only; and
+    /// aggregate ACKs on, which NintendoClients and nex-go accept.
     pub const fn new(settings: Settings, local_port: VirtualPort) -> Self {
         Config {
             settings,
@@ -135,12 +147,23 @@ impl Config {
             idle_timeout: Duration::from_secs(30),
             max_substream: 0,
             supported_functions: 0,
+            aggregate_acks: true,
         }
     }
 
     /// `true` for v1 (options carry the negotiation; substreams exist).
     const fn is_v1(&self) -> bool {
         matches!(self.settings.version, Version::V1)
+    }
+
+    /// `true` if aggregate ACKs are on and the format's flags field can carry `MULTI_ACK`.
+    const fn sends_aggregate_acks(&self) -> bool {
+        self.aggregate_acks
+            && match self.settings.version {
+                Version::V0(f) => matches!(f.type_flags, TypeFlags::Word),
+                Version::V1 => true,
+                Version::Lite => false,
+            }
     }
 }
 

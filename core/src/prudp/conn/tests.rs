@@ -679,3 +679,209 @@ fn sequence_wrap() {
     assert_eq!(got, [0, 1, 2, 3, 4, 5]);
     assert_eq!(p.server().substreams[0].recv_next, 3);
 }
+
+/// The ACKs the server writes for a batch: the client's `sent` datagrams handled one after
+/// the other (events taken after each, as `wirekit-nex` does) except the `lost` ones, then
+/// one `poll_transmit` round.
+fn server_acks_for_batch(p: &mut Pair, sent: &[Vec<u8>], lost: &[usize]) -> Vec<Vec<u8>> {
+    for (i, d) in sent.iter().enumerate() {
+        if !lost.contains(&i) {
+            let s = p.server.as_mut().unwrap();
+            s.handle(d, p.now);
+            collect(s, &mut p.server_log);
+        }
+    }
+    let now = p.now;
+    drain_tx(p.server(), now)
+}
+
+/// The fields of a server-to-client DATA packet, parsed and verified as the client would
+/// (`None` for another type).
+fn parse_any_from_server(p: &Pair, d: &[u8]) -> Option<(Flags, u8, u16, Vec<u8>)> {
+    let settings = Settings::new(b"ridfebb9", p.version);
+    let signature = p.client.signature();
+    let keys = Keys {
+        session_key: p.client.session_key(),
+        connection_signature: signature.as_bytes(),
+    };
+    let parsed = match Packet::parse(d, &settings, &keys).unwrap() {
+        crate::Status::Complete(parsed) => parsed,
+        crate::Status::Partial(_) => panic!("partial"),
+    };
+    assert_eq!(parsed.len, d.len());
+    let q = parsed.packet;
+    (q.packet_type == PacketType::Data)
+        .then(|| (q.flags, q.substream_id, q.sequence_id, q.payload.to_vec()))
+}
+
+/// [`parse_any_from_server`] of a packet that must be DATA.
+fn parse_from_server(p: &Pair, d: &[u8]) -> (Flags, u8, u16, Vec<u8>) {
+    parse_any_from_server(p, d).expect("a DATA packet")
+}
+
+fn u16s(b: &[u8]) -> Vec<u16> {
+    b.chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
+}
+
+#[test]
+fn one_aggregate_ack_per_batch_acknowledges_exactly_what_arrived() {
+    for (version, substream) in [
+        (Version::V0(V0Format::NEX), 0u8),
+        (Version::V0(V0Format::NEX_FRIENDS), 0),
+        (Version::V1, 0),
+        (Version::V1, 1),
+    ] {
+        let mut p = Pair::new(version, None, None);
+        p.pump();
+        let first = p.client.substreams[usize::from(substream)].send_seq;
+        for i in 0..6u8 {
+            p.client.send(substream, &[i; 3]).unwrap();
+        }
+        let sent = drain_tx(&mut p.client, p.now);
+        assert_eq!(sent.len(), 6);
+        // The third is lost: the first two are delivered, the last three held.
+        let acks = server_acks_for_batch(&mut p, &sent, &[2]);
+        assert_eq!(acks.len(), 1, "{version:?} {substream}: one ACK datagram");
+        let (flags, header_substream, seq, payload) = parse_from_server(&p, &acks[0]);
+        assert_eq!(flags, Flags::MULTI_ACK | Flags::HAS_SIZE);
+        let want: Vec<u16> = [0, 1, 3, 4, 5].iter().map(|k| first + k).collect();
+        let base = first + 1;
+        if substream == 0 {
+            // Old form: the base in the header, the ids in the payload.
+            assert_eq!((header_substream, seq), (0, base));
+            assert_eq!(u16s(&payload), want);
+        } else {
+            // New form: substream, count, base, ids.
+            assert_eq!(header_substream, 1);
+            assert_eq!(&payload[..2], &[substream, 5]);
+            assert_eq!(u16s(&payload[2..4]), [base]);
+            assert_eq!(u16s(&payload[4..]), want);
+        }
+        // The client frees exactly those: the lost one stays and is resent.
+        p.client.handle(&acks[0], p.now);
+        assert_eq!(p.client.in_flight(), 1, "{version:?} {substream}");
+        assert_eq!(p.client.counters().total(), 0);
+        p.now += Duration::from_millis(1500);
+        p.client.handle_timeout(p.now);
+        let resent = drain_tx(&mut p.client, p.now);
+        assert_eq!(resent, [sent[2].clone()]);
+        // A lone packet gets a plain ACK.
+        let acks = server_acks_for_batch(&mut p, &resent, &[]);
+        assert_eq!(acks.len(), 1);
+        let (flags, _, seq, payload) = parse_from_server(&p, &acks[0]);
+        assert_eq!((flags, seq, payload.len()), (Flags::ACK, first + 2, 0));
+        p.client.handle(&acks[0], p.now);
+        assert_eq!(p.client.in_flight(), 0);
+        let got: Vec<_> = p.msgs(false).into_iter().map(|(_, m)| m[0]).collect();
+        assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(p.server().counters().total(), 0);
+    }
+}
+
+#[test]
+fn aggregate_acks_leave_other_acks_alone_and_can_be_turned_off() {
+    let mut p = Pair::new(Version::V1, None, None);
+    p.pump();
+    // Reliable DATA on both substreams, an unreliable DATA and a PING in one batch.
+    p.client.send(0, b"a").unwrap();
+    p.client.send(1, b"b").unwrap();
+    p.client.send(0, b"c").unwrap();
+    p.client.send_unreliable(b"u").unwrap();
+    p.client.send(1, b"d").unwrap();
+    let mut sent = drain_tx(&mut p.client, p.now);
+    p.now += Duration::from_secs(5);
+    p.client.handle_timeout(p.now);
+    // The PING, then the DATA again (resent: due after 1 s); only the PING is new.
+    let ping = drain_tx(&mut p.client, p.now).remove(0);
+    sent.push(ping);
+    let acks = server_acks_for_batch(&mut p, &sent, &[]);
+    let pings = acks
+        .iter()
+        .filter(|d| parse_any_from_server(&p, d).is_none())
+        .count();
+    assert_eq!(pings, 1, "the PING's own ACK");
+    let kinds: Vec<_> = acks
+        .iter()
+        .filter_map(|d| parse_any_from_server(&p, d))
+        .map(|(flags, sub, seq, payload)| (flags.contains(Flags::MULTI_ACK), sub, seq, payload))
+        .collect();
+    // Substream 0 (ids 2, 3), the unreliable DATA's plain ACK, substream 1 (ids 1, 2).
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    // The base is the PING (seq 4), delivered in order too.
+    assert!(kinds.contains(&(true, 0, 4, vec![2, 0, 3, 0])), "{kinds:?}");
+    assert!(kinds.contains(&(true, 1, 2, vec![1, 2, 2, 0, 1, 0, 2, 0])));
+    assert!(
+        kinds.contains(&(false, 0, 500, vec![])),
+        "the unreliable DATA's own ACK"
+    );
+    for d in &acks {
+        p.client.handle(d, p.now);
+    }
+    assert_eq!(p.client.in_flight(), 0);
+
+    // Switched off: one ACK per packet.
+    let mut off = Pair::new(Version::V1, None, None);
+    off.pump();
+    off.server().config.aggregate_acks = false;
+    for m in [b"x", b"y", b"z"] {
+        off.client.send(0, m).unwrap();
+    }
+    let sent = drain_tx(&mut off.client, off.now);
+    let acks = server_acks_for_batch(&mut off, &sent, &[]);
+    assert_eq!(acks.len(), 3);
+    for d in &acks {
+        assert_eq!(parse_from_server(&off, d).0, Flags::ACK);
+    }
+}
+
+#[test]
+fn aggregate_acks_near_the_wrap() {
+    let mut quazal = config(Version::V0(V0Format::QUAZAL), SERVER_PORT);
+    assert!(
+        !quazal.sends_aggregate_acks(),
+        "Quazal's flags have no room"
+    );
+    quazal.settings = quazal.settings.with_version(Version::V1);
+    assert!(quazal.sends_aggregate_acks());
+    let mut p = Pair::new(Version::V1, None, None);
+    p.pump();
+    let start = u16::MAX - AGGREGATE_WRAP_MARGIN - 2;
+    p.client.substreams[0].send_seq = start;
+    p.server().substreams[0].recv_next = start;
+    let mut datagrams_per_batch = Vec::new();
+    // Batches of four: aggregated while the base is clear of the margin, one by one within
+    // it, aggregated again once the wrap is behind.
+    let mut delivered = 0u32;
+    while delivered < u32::from(AGGREGATE_WRAP_MARGIN) + 16 {
+        for i in 0..4u8 {
+            p.client.send(0, &[i]).unwrap();
+        }
+        let sent = drain_tx(&mut p.client, p.now);
+        let base = p.server().substreams[0].recv_next.wrapping_sub(1);
+        let acks = server_acks_for_batch(&mut p, &sent, &[]);
+        for d in &acks {
+            p.client.handle(d, p.now);
+        }
+        assert_eq!(p.client.in_flight(), 0);
+        assert_eq!(p.client.counters().total(), 0);
+        datagrams_per_batch.push((base, acks.len()));
+        let _ = p.msgs(false);
+        delivered += 4;
+    }
+    let base_after = |(b, _): &(u16, usize)| b.wrapping_add(4);
+    for entry in &datagrams_per_batch {
+        // The batch's base once its packets are delivered decides the form.
+        let b = base_after(entry);
+        let want = if b > u16::MAX - AGGREGATE_WRAP_MARGIN {
+            4
+        } else {
+            1
+        };
+        assert_eq!(entry.1, want, "batch ending at base {b}");
+    }
+    assert!(datagrams_per_batch.iter().any(|e| e.1 == 4));
+    assert!(datagrams_per_batch.iter().filter(|e| e.1 == 1).count() > 2);
+    assert_eq!(p.server().counters().total(), 0);
+}

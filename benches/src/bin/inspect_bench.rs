@@ -1,0 +1,1002 @@
+//! The inspect benchmark (`cargo xtask bench inspect`): `wirekit proxy` with an inspect route
+//! side by side with Infrarust 1.6.1 in its `offline` mode (the one of its modes that reads,
+//! decodes and re-encodes every play packet, compression included), a plain userspace copy
+//! relay (tokio's `copy_bidirectional_with_sizes`, 64 KiB buffers) and a direct connection,
+//! each relay a child process pinned to CPU 0, the load (clients and a fake offline-mode
+//! upstream, one current-thread tokio runtime) on CPU 1.
+//!
+//! Every connection logs in for real, protocol 340 (1.12.2, which has no configuration
+//! state): Handshake + Login Start, then the upstream's Set Compression (threshold 256, in
+//! the compressed case only: Infrarust's offline mode hard-codes 256 and turns compression
+//! on at any clientbound packet 0x03, so the uncompressed case sends no Set Compression at
+//! all and no play packet uses ID 0x03) and Login Success. Then a play-like stream: packets
+//! of [`traffic::packet_sizes`] (92% 10-300 B, 7.9% up to 4 KiB, 0.1% larger, capped at
+//! [`MAX_BODY`]) with game-like bodies from [`game_packets`] and 1.12.2 play IDs for their
+//! kind, written 16 KiB at a time, compressed at 256 in the compressed cases. Each case runs
+//! clientbound only, and both ways at once (one serverbound packet for four clientbound):
+//! Infrarust fails the latter ([`INFRARUST_TWO_WAY`]), so its ratios come from the former.
+//! Each receiver decodes every frame and checks the number of packets and the sum of their
+//! (inflated) body lengths; a run that loses, adds or truncates a packet fails.
+//!
+//! A throughput run logs [`CONNS`] connections in, then starts the streams on all of them
+//! at once; relay CPU is the on-CPU time of every thread of the relay process
+//! (`/proc/PID/task/*/schedstat`) from that start until both sides of every connection got
+//! their last packet, divided by the packets moved (both directions). A latency run is one
+//! logged-in connection with one packet in flight: the client sends a serverbound packet, the
+//! upstream echoes its frame, the client times the round trip; the added latency is the
+//! relay's percentile less the direct connection's. Each case runs every relay once per
+//! round, in an order that rotates from round to round; a figure is the median over rounds.
+//!
+//! `inspect_bench run [--wirekit BIN] [--infrarust BIN] [--rounds N] [--quick] [--note TEXT]`
+//! prints the markdown report on stdout (progress on stderr); `inspect_bench copy-relay
+//! UPSTREAM` is the copy relay, run as a child of `run`.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use wirekit_benches::game_packets::{self, Kind as Payload};
+use wirekit_benches::relay_peers::{
+    Framed, Options, RelayProcess, copy_relay, load_average, login_prefix, median, pinned, ratio,
+    run_pinned, spawn_announced, start_infrarust, temp_dir, upstream_arg, wirekit_limits_off_args,
+};
+use wirekit_benches::traffic;
+use wirekit_core::Status;
+use wirekit_core::frame::compressed::{CompressedEncoder, max_encoded_len};
+use wirekit_core::frame::mc::FrameDecoder;
+use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::login::{LoginSuccess, Properties, SetCompression};
+use wirekit_core::varint::{decode_varint, encode_varint};
+use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU};
+
+/// The host every handshake names (Infrarust routes by it; the others take a default route).
+const HOST: &str = "inspect-bench.wirekit.test";
+/// 1.12.2: both proxies know it, and it logs straight into play.
+const PROTOCOL: i32 = 340;
+/// The compressed case's threshold (Infrarust's offline mode knows no other).
+const THRESHOLD: i32 = 256;
+/// Connections streaming at once in a throughput run.
+const CONNS: usize = 4;
+/// Clientbound packets per serverbound packet.
+const CLIENTBOUND_SHARE: usize = 4;
+/// Each sender's write size: about what a busy server flushes to one player per tick.
+const WRITE: usize = 16 * 1024;
+/// The copy relay's buffer each way.
+const COPY_BUF: usize = 64 * 1024;
+/// One run may take this long before it counts as failed.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// The largest packet body sent. Infrarust 1.6.1 overflows a pooled buffer on a larger one
+/// (buffer_pool.rs `get_with_capacity` grows a reused 8 KiB buffer with `reserve(min -
+/// capacity)`, which does not grow an empty one, and reader.rs then `set_len`s it to the
+/// packet's length): the first runs died with `free(): invalid next size`.
+const MAX_BODY: usize = 8000;
+/// Why Infrarust's both-ways runs fail, from its source.
+const INFRARUST_TWO_WAY: &str = "Infrarust 1.6.1 offline loses the framing when both \
+directions carry packets at once: its server actor reads the upstream with `read_packet` \
+(several awaited reads per packet, network/packet/io/reader.rs) as one branch of a \
+`tokio::select!` loop whose other branch takes the client's packets (core/actors/server.rs), \
+so a serverbound packet arriving mid-read drops the bytes read so far (`VarInt too long`, \
+`Decompression failed: BadData` in its log, and the connection closed). Its figures come from \
+the clientbound-only cases.";
+/// The harness's name in temporary directories.
+const HARNESS: &str = "inspect-bench";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("copy-relay") => upstream_arg(&args).and_then(|up| copy_relay(up, COPY_BUF)),
+        Some("run") => Options::parse(&args[1..], &["wirekit", "infrarust"])
+            .and_then(|o| run_pinned(|relay_cpu, load_cpu| run_all(o, relay_cpu, load_cpu))),
+        _ => Err(
+            "usage: inspect_bench run [--wirekit BIN] [--infrarust BIN] [--rounds N] \
+                  [--quick] [--note TEXT] | copy-relay UPSTREAM"
+                .into(),
+        ),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("inspect_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The paths compared, in table order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Direct,
+    Copy,
+    Infrarust,
+    Wirekit,
+}
+
+impl Kind {
+    const fn name(self) -> &'static str {
+        match self {
+            Kind::Direct => "direct (no relay)",
+            Kind::Copy => "copy relay, 64 KiB buffers",
+            Kind::Infrarust => "Infrarust 1.6.1 offline",
+            Kind::Wirekit => "wirekit proxy inspect",
+        }
+    }
+}
+
+/// A path from the clients to the upstream: a relay process, or none.
+struct Link {
+    kind: Kind,
+    process: Option<RelayProcess>,
+}
+
+impl Link {
+    fn addr(&self, upstream: SocketAddr) -> SocketAddr {
+        self.process.as_ref().map_or(upstream, |p| p.addr)
+    }
+
+    fn cpu_s(&self) -> Result<Option<f64>, String> {
+        self.process.as_ref().map(RelayProcess::cpu_s).transpose()
+    }
+}
+
+/// `wirekit proxy`'s route file: the default route to `upstream` in inspect mode, with a
+/// rule and budgets on at rates no run reaches, so their accounting is paid per packet.
+fn wirekit_config(upstream: SocketAddr) -> String {
+    format!(
+        "[[route]]\ndefault = true\nupstreams = [\"{upstream}\"]\nmode = \"inspect\"\n\n\
+         [route.inspect]\n\
+         serverbound-packets = {{ rate = 4000000000 }}\n\
+         serverbound-inflated = {{ rate = 4000000000 }}\n\
+         clientbound-packets = {{ rate = 4000000000 }}\n\
+         clientbound-inflated = {{ rate = 4000000000 }}\n\n\
+         [[route.inspect.rule]]\nstate = \"play\"\ndirection = \"clientbound\"\n\
+         packet = \"transfer\"\naction = \"drop\"\n"
+    )
+}
+
+fn start_path(
+    kind: Kind,
+    opts: &Options,
+    relay_cpu: usize,
+    upstream: SocketAddr,
+) -> Result<Option<Link>, String> {
+    let process = match kind {
+        Kind::Direct => None,
+        Kind::Copy => {
+            let me = std::env::current_exe().map_err(|e| e.to_string())?;
+            let cmd = pinned(relay_cpu, &me, &["copy-relay".into(), upstream.to_string()]);
+            Some(spawn_announced(cmd, None).map_err(|e| format!("copy relay: {e}"))?)
+        }
+        Kind::Wirekit => {
+            let Some(bin) = opts.peer("wirekit") else {
+                return Ok(None);
+            };
+            let dir = temp_dir(HARNESS, "wirekit")?;
+            let config = dir.0.join("proxy.toml");
+            std::fs::write(&config, wirekit_config(upstream)).map_err(|e| e.to_string())?;
+            let mut args: Vec<String> = ["proxy", "--listen", "127.0.0.1:0", "--threads", "1"]
+                .map(String::from)
+                .to_vec();
+            args.extend(["--config".into(), config.display().to_string()]);
+            args.extend(wirekit_limits_off_args());
+            let mut cmd = pinned(relay_cpu, bin, &args);
+            cmd.env("RUST_LOG", "warn");
+            Some(
+                spawn_announced(cmd, Some(dir))
+                    .map_err(|e| format!("wirekit proxy ({}): {e}", bin.display()))?,
+            )
+        }
+        Kind::Infrarust => {
+            let Some(bin) = opts.peer("infrarust") else {
+                return Ok(None);
+            };
+            Some(start_infrarust(
+                bin, HARNESS, relay_cpu, HOST, upstream, "offline",
+            )?)
+        }
+    };
+    Ok(Some(Link { kind, process }))
+}
+
+/// One direction's play stream, framed for one case.
+struct Stream {
+    bytes: Vec<u8>,
+    /// Each frame's range of `bytes` and its packet body's length (ID and data, inflated).
+    frames: Vec<(Range<usize>, usize)>,
+    /// The sum of the bodies' lengths.
+    body_bytes: u64,
+}
+
+/// 1.12.2 play packet IDs for each payload kind, clientbound and serverbound (none is
+/// clientbound 0x03, which turns on Infrarust's offline compression).
+fn play_id(kind: Payload, clientbound: bool, i: usize) -> u8 {
+    match (kind, clientbound) {
+        // Entity Relative Move / Entity Look And Relative Move; Player Position (And Look).
+        (Payload::EntityMovement, true) => [0x26, 0x27][i % 2],
+        (Payload::EntityMovement, false) => [0x0D, 0x0E][i % 2],
+        // Chat Message.
+        (Payload::ChatJson, true) => 0x0F,
+        (Payload::ChatJson, false) => 0x02,
+        // Set Slot; Click Window.
+        (Payload::InventoryNbt, true) => 0x16,
+        (Payload::InventoryNbt, false) => 0x07,
+        // Chunk Data; Plugin Message.
+        (_, true) => 0x20,
+        (_, false) => 0x09,
+    }
+}
+
+/// `n` packets framed at `threshold` (negative: uncompressed), from `seed`.
+fn stream(n: usize, seed: u64, clientbound: bool, threshold: i32) -> Stream {
+    let encoder = CompressedEncoder::new(threshold, Level::Fast);
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_MCU]).expect("workspace size");
+    let mut frame = vec![0u8; max_encoded_len(1 << 16)];
+    let mut out = Stream {
+        bytes: Vec::new(),
+        frames: Vec::with_capacity(n),
+        body_bytes: 0,
+    };
+    for (i, size) in traffic::packet_sizes(n, seed).into_iter().enumerate() {
+        let size = size.min(MAX_BODY);
+        let kind = match size {
+            ..=64 => Payload::EntityMovement,
+            65..=300 => [
+                Payload::EntityMovement,
+                Payload::ChatJson,
+                Payload::InventoryNbt,
+            ][i % 3],
+            _ => Payload::ChunkArrays,
+        };
+        let mut body = game_packets::packet(kind, size);
+        body[0] = play_id(kind, clientbound, i);
+        let len = encoder
+            .encode(&body, &mut frame, &mut compressor)
+            .expect("frame sized for the largest packet");
+        let at = out.bytes.len();
+        out.bytes.extend_from_slice(&frame[..len]);
+        out.frames.push((at..at + len, size));
+        out.body_bytes += size as u64;
+    }
+    out
+}
+
+/// One case: its streams, whether they are compressed, whether the serverbound one flows
+/// in the throughput run (the latency run always sends it).
+struct Case {
+    label: String,
+    threshold: i32,
+    two_way: bool,
+    clientbound: Arc<Stream>,
+    serverbound: Arc<Stream>,
+}
+
+impl Case {
+    /// The serverbound packets and body bytes of a throughput run, per connection.
+    fn serverbound_flow(&self) -> (usize, u64) {
+        if self.two_way {
+            (self.serverbound.frames.len(), self.serverbound.body_bytes)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// A frame's packet body length: the frame body's, or in compressed framing the Data
+/// Length (the rest's length when it is 0, an uncompressed packet).
+fn body_len(frame_body: &[u8], compressed: bool) -> Result<usize, String> {
+    if !compressed {
+        return Ok(frame_body.len());
+    }
+    match decode_varint(frame_body) {
+        Ok(Status::Complete((0, n))) => Ok(frame_body.len() - n),
+        Ok(Status::Complete((len, _))) if len > 0 => Ok(len as usize),
+        _ => Err("a compressed frame with a bad Data Length".into()),
+    }
+}
+
+/// Reads frames off `r` (after the `pending` bytes already read) until `want` came; checks
+/// their body lengths add up to `want_bytes`.
+async fn receive<R: AsyncRead + Unpin>(
+    r: &mut R,
+    pending: &[u8],
+    compressed: bool,
+    want: usize,
+    want_bytes: u64,
+) -> Result<(), String> {
+    let mut buf = vec![0u8; 256 * 1024];
+    buf[..pending.len()].copy_from_slice(pending);
+    let (mut start, mut end) = (0, pending.len());
+    let (mut packets, mut bytes) = (0usize, 0u64);
+    let decoder = FrameDecoder::new();
+    loop {
+        while packets < want {
+            match decoder.decode_frame(&buf[start..end]) {
+                Ok(Status::Complete(f)) => {
+                    bytes += body_len(f.body, compressed)? as u64;
+                    packets += 1;
+                    start += f.consumed;
+                }
+                Ok(Status::Partial(_)) => break,
+                Err(e) => return Err(format!("after {packets} packets: {e}")),
+            }
+        }
+        if packets == want {
+            if start != end || bytes != want_bytes {
+                return Err(format!(
+                    "{want} packets of {bytes} body bytes (want {want_bytes}), {} bytes more",
+                    end - start
+                ));
+            }
+            return Ok(());
+        }
+        buf.copy_within(start..end, 0);
+        end -= start;
+        start = 0;
+        match r.read(&mut buf[end..]).await {
+            Ok(0) => {
+                return Err(format!(
+                    "the stream ended after {packets} of {want} packets"
+                ));
+            }
+            Ok(n) => end += n,
+            Err(e) => return Err(format!("after {packets} of {want} packets: {e}")),
+        }
+    }
+}
+
+async fn send<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> Result<(), String> {
+    for chunk in bytes.chunks(WRITE) {
+        w.write_all(chunk)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+    }
+    Ok(())
+}
+
+/// What the upstream does with the connections of the current run.
+#[derive(Clone)]
+enum Job {
+    /// Stream `clientbound` once `go` turns true, receive the serverbound stream's
+    /// `serverbound` packets and body bytes, report.
+    Stream {
+        threshold: i32,
+        clientbound: Arc<Stream>,
+        serverbound: (usize, u64),
+        go: watch::Receiver<bool>,
+        done: mpsc::UnboundedSender<Result<(), String>>,
+    },
+    /// Echo every frame as received.
+    Echo { threshold: i32 },
+}
+
+impl Job {
+    fn threshold(&self) -> i32 {
+        match self {
+            Job::Stream { threshold, .. } | Job::Echo { threshold } => *threshold,
+        }
+    }
+}
+
+/// `packet` (ID and data) as one frame at `threshold` (negative: uncompressed framing).
+fn framed_packet<P: Encode>(packet: &P, threshold: i32) -> Vec<u8> {
+    let mut body = vec![0u8; 5 + packet.encoded_len()];
+    let id = encode_varint(P::ID, &mut body).expect("5 bytes");
+    let n = packet.encode(&mut body[id..]).expect("sized");
+    body.truncate(id + n);
+    let mut frame = vec![0u8; max_encoded_len(body.len())];
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_MCU]).expect("workspace size");
+    let len = CompressedEncoder::new(threshold, Level::Fast)
+        .encode(&body, &mut frame, &mut compressor)
+        .expect("sized");
+    frame.truncate(len);
+    frame
+}
+
+/// The fake offline-mode server: Login Start is answered with Set Compression (when the case
+/// compresses) and Login Success, then the current [`Job`].
+async fn upstream_conn(mut s: TcpStream, job: Job) -> Result<(), String> {
+    let _ = s.set_nodelay(true);
+    let mut framed = Framed::default();
+    framed.next(&mut s).await.ok_or("no handshake")?;
+    let start = framed.next(&mut s).await.ok_or("no Login Start")?;
+    if start.first() != Some(&0x00) {
+        return Err(format!("Login Start id {:?}", start.first()));
+    }
+    let threshold = job.threshold();
+    let mut reply = Vec::new();
+    if threshold >= 0 {
+        // Set Compression itself goes out uncompressed.
+        reply.extend(framed_packet(&SetCompression { threshold }, -1));
+    }
+    let success = LoginSuccess {
+        protocol_version: PROTOCOL,
+        uuid: 1,
+        name: "inspectbench",
+        properties: Properties::EMPTY,
+        strict_error_handling: false,
+    };
+    reply.extend(framed_packet(&success, threshold));
+    s.write_all(&reply).await.map_err(|e| e.to_string())?;
+    match job {
+        Job::Stream {
+            threshold,
+            clientbound,
+            serverbound,
+            mut go,
+            done,
+        } => {
+            let _ = go.wait_for(|g| *g).await;
+            let (mut r, mut w) = s.split();
+            let (sent, got) = tokio::join!(
+                send(&mut w, &clientbound.bytes),
+                receive(
+                    &mut r,
+                    &framed.buf,
+                    threshold >= 0,
+                    serverbound.0,
+                    serverbound.1
+                )
+            );
+            let _ = done.send(sent.and(got).map_err(|e| format!("upstream: {e}")));
+            // Held open until the client closes: a relay may end a session at the first end
+            // of stream and drop what is still in flight.
+            let mut sink = [0u8; 4096];
+            while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {}
+        }
+        Job::Echo { .. } => {
+            let mut buf = std::mem::take(&mut framed.buf);
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                while let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&buf) {
+                    let n = f.consumed;
+                    s.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
+                    buf.drain(..n);
+                }
+                match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return Ok(()),
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The client's login: Handshake + Login Start in one write, then Set Compression (when
+/// the case compresses) and Login Success; what came after them is returned.
+async fn login(addr: SocketAddr, threshold: i32) -> Result<(TcpStream, Vec<u8>), String> {
+    let mut s = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = s.set_nodelay(true);
+    s.write_all(&login_prefix(PROTOCOL, HOST, "inspectbench"))
+        .await
+        .map_err(|e| format!("login: {e}"))?;
+    let mut framed = Framed::default();
+    if threshold >= 0 {
+        let sc = framed.next(&mut s).await.ok_or("the login ended early")?;
+        if sc.first() != Some(&0x03) {
+            return Err(format!("expected Set Compression, got id {:?}", sc.first()));
+        }
+    }
+    let success = framed.next(&mut s).await.ok_or("the login ended early")?;
+    // In compressed framing the body starts with Data Length 0.
+    let id = success.get(usize::from(threshold >= 0));
+    if id != Some(&0x02) {
+        return Err(format!("expected Login Success, got id {id:?}"));
+    }
+    Ok((s, framed.buf))
+}
+
+/// The client's side of a throughput run; the stream is returned open (closing it could end
+/// the session before the upstream got its last packet).
+async fn client_stream(
+    mut s: TcpStream,
+    pending: Vec<u8>,
+    case: Arc<Case>,
+    mut go: watch::Receiver<bool>,
+) -> Result<TcpStream, String> {
+    let _ = go.wait_for(|g| *g).await;
+    let (mut r, mut w) = s.split();
+    let (sent, got) = tokio::join!(
+        send(
+            &mut w,
+            if case.two_way {
+                &case.serverbound.bytes
+            } else {
+                &[]
+            }
+        ),
+        receive(
+            &mut r,
+            &pending,
+            case.threshold >= 0,
+            case.clientbound.frames.len(),
+            case.clientbound.body_bytes
+        )
+    );
+    sent.and(got).map_err(|e| format!("client: {e}"))?;
+    Ok(s)
+}
+
+/// The upstream's job for the connections that come next.
+type Plan = Arc<Mutex<Option<Job>>>;
+
+/// One throughput measurement.
+#[derive(Clone, Copy)]
+struct Throughput {
+    packets_per_s: f64,
+    /// `None` for the direct path.
+    cpu_ns_per_packet: Option<f64>,
+}
+
+async fn measure_throughput(
+    path: &Link,
+    upstream: SocketAddr,
+    case: &Arc<Case>,
+    plan: &Plan,
+) -> Result<Throughput, String> {
+    let (go_tx, go) = watch::channel(false);
+    let (done, mut results) = mpsc::unbounded_channel();
+    *plan.lock().expect("plan") = Some(Job::Stream {
+        threshold: case.threshold,
+        clientbound: case.clientbound.clone(),
+        serverbound: case.serverbound_flow(),
+        go: go.clone(),
+        done,
+    });
+    let addr = path.addr(upstream);
+    let run = async {
+        // A JoinSet: a run that fails or times out aborts its clients' tasks with it, so
+        // none is left streaming into the next run.
+        let mut clients = tokio::task::JoinSet::new();
+        for _ in 0..CONNS {
+            let (s, pending) = login(addr, case.threshold).await?;
+            clients.spawn(client_stream(s, pending, case.clone(), go.clone()));
+        }
+        let cpu0 = path.cpu_s()?;
+        let start = Instant::now();
+        go_tx.send_replace(true);
+        let mut open = Vec::new();
+        while let Some(c) = clients.join_next().await {
+            open.push(c.map_err(|e| e.to_string())??);
+        }
+        for _ in 0..CONNS {
+            results.recv().await.ok_or("the upstream went away")??;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let cpu = path.cpu_s()?.zip(cpu0).map(|(b, a)| b - a);
+        drop(open);
+        let packets = (CONNS * (case.clientbound.frames.len() + case.serverbound_flow().0)) as f64;
+        Ok(Throughput {
+            packets_per_s: packets / elapsed,
+            cpu_ns_per_packet: cpu.map(|c| c * 1e9 / packets),
+        })
+    };
+    tokio::time::timeout(RUN_TIMEOUT, run)
+        .await
+        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+}
+
+/// Round trips of one packet each, the serverbound stream's frames in turn: (p50, p99) in
+/// microseconds.
+async fn measure_latency(
+    path: &Link,
+    upstream: SocketAddr,
+    case: &Case,
+    plan: &Plan,
+    round_trips: usize,
+) -> Result<(f64, f64), String> {
+    *plan.lock().expect("plan") = Some(Job::Echo {
+        threshold: case.threshold,
+    });
+    let run = async {
+        let (mut s, pending) = login(path.addr(upstream), case.threshold).await?;
+        if !pending.is_empty() {
+            return Err("bytes after Login Success".to_string());
+        }
+        let mut framed = Framed::default();
+        let mut rtts = Vec::with_capacity(round_trips);
+        let stream = &case.serverbound;
+        for (range, len) in stream.frames.iter().cycle().take(round_trips) {
+            let start = Instant::now();
+            s.write_all(&stream.bytes[range.clone()])
+                .await
+                .map_err(|e| e.to_string())?;
+            let back = framed.next(&mut s).await.ok_or("the echo ended")?;
+            rtts.push(start.elapsed().as_secs_f64() * 1e6);
+            if body_len(&back, case.threshold >= 0)? != *len {
+                return Err("the echo is not the packet sent".into());
+            }
+        }
+        rtts.sort_by(f64::total_cmp);
+        let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q).round() as usize];
+        Ok((at(0.50), at(0.99)))
+    };
+    tokio::time::timeout(RUN_TIMEOUT, run)
+        .await
+        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+}
+
+/// The median of the runs that succeeded, when they are the majority; else the first error.
+/// A note names the failed runs when some failed and the others carry the figure.
+fn majority<T: Copy>(
+    runs: &[Result<T, String>],
+    median_of: impl Fn(&[T]) -> T,
+) -> (Result<T, String>, Option<String>) {
+    let ok: Vec<T> = runs
+        .iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
+    let first_err = runs.iter().find_map(|r| r.as_ref().err().cloned());
+    if ok.len() * 2 > runs.len() {
+        let note = first_err.map(|e| {
+            format!(
+                "{} of {} runs failed ({e}); the figures are the others'.",
+                runs.len() - ok.len(),
+                runs.len()
+            )
+        });
+        (Ok(median_of(&ok)), note)
+    } else {
+        (Err(first_err.unwrap_or_else(|| "no run".into())), None)
+    }
+}
+
+fn median_throughput(runs: &[Throughput]) -> Throughput {
+    let cpu: Vec<f64> = runs.iter().filter_map(|t| t.cpu_ns_per_packet).collect();
+    Throughput {
+        packets_per_s: median(runs.iter().map(|t| t.packets_per_s).collect()),
+        cpu_ns_per_packet: (!cpu.is_empty()).then(|| median(cpu)),
+    }
+}
+
+fn median_latency(runs: &[(f64, f64)]) -> (f64, f64) {
+    (
+        median(runs.iter().map(|l| l.0).collect()),
+        median(runs.iter().map(|l| l.1).collect()),
+    )
+}
+
+/// One case's medians per path.
+struct CaseResult<T> {
+    label: String,
+    by_path: Vec<(Kind, Result<T, String>)>,
+}
+
+impl<T: Copy> CaseResult<T> {
+    fn of(&self, kind: Kind) -> Option<T> {
+        self.by_path
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .and_then(|(_, r)| r.as_ref().ok().copied())
+    }
+}
+
+/// A failed row: the reason in its first figure's cell.
+fn failed_row(label: &str, kind: Kind, e: &str, cells: usize) -> String {
+    format!(
+        "| {label} | {} | failed: {} |{}\n",
+        kind.name(),
+        e.replace('|', "/"),
+        " |".repeat(cells - 1)
+    )
+}
+
+fn throughput_table(results: &[CaseResult<Throughput>]) -> String {
+    let mut t = String::from(
+        "| case | path | packets/s | relay CPU per packet | packets per relay core-second | \
+         packets/core vs Infrarust | CPU/packet vs copy relay |\n\
+         |---|---|---:|---:|---:|---:|---:|\n",
+    );
+    for r in results {
+        let infra = r.of(Kind::Infrarust).and_then(|i| i.cpu_ns_per_packet);
+        let copy = r.of(Kind::Copy).and_then(|c| c.cpu_ns_per_packet);
+        for (kind, res) in &r.by_path {
+            let f = match res {
+                Ok(f) => f,
+                Err(e) => {
+                    t.push_str(&failed_row(&r.label, *kind, e, 5));
+                    continue;
+                }
+            };
+            let cpu = f.cpu_ns_per_packet;
+            t.push_str(&format!(
+                "| {} | {} | {:.0} | {} | {} | {} | {} |\n",
+                r.label,
+                kind.name(),
+                f.packets_per_s,
+                cpu.map_or("—".into(), |c| format!("{c:.0} ns")),
+                cpu.map_or("—".into(), |c| format!("{:.0}", 1e9 / c)),
+                // Packets per core is the inverse of CPU per packet.
+                cpu.map_or("—".into(), |c| ratio(1.0 / c, infra.map(|i| 1.0 / i))),
+                cpu.map_or("—".into(), |c| ratio(c, copy)),
+            ));
+        }
+    }
+    t
+}
+
+fn latency_table(results: &[CaseResult<(f64, f64)>]) -> String {
+    let mut t = String::from(
+        "| case | path | RTT p50 | RTT p99 | added p50 | added p99 |\n\
+         |---|---|---:|---:|---:|---:|\n",
+    );
+    for r in results {
+        let direct = r.of(Kind::Direct);
+        for (kind, res) in &r.by_path {
+            let (p50, p99) = match res {
+                Ok(l) => *l,
+                Err(e) => {
+                    t.push_str(&failed_row(&r.label, *kind, e, 4));
+                    continue;
+                }
+            };
+            let added = |v: f64, d: Option<f64>| match (kind, d) {
+                (Kind::Direct, _) | (_, None) => "—".to_string(),
+                (_, Some(d)) => format!("{:.1} µs", v - d),
+            };
+            t.push_str(&format!(
+                "| {} | {} | {p50:.1} µs | {p99:.1} µs | {} | {} |\n",
+                r.label,
+                kind.name(),
+                added(p50, direct.map(|d| d.0)),
+                added(p99, direct.map(|d| d.1)),
+            ));
+        }
+    }
+    t
+}
+
+/// wirekit's goals, case by case.
+fn goals(results: &[CaseResult<Throughput>]) -> String {
+    let mut out = String::from(
+        "| case | wirekit packets per core / Infrarust's (goal >= 3) | wirekit CPU per packet / \
+         copy relay's (goal <= 1.5, uncompressed) |\n|---|---:|---:|\n",
+    );
+    for r in results {
+        let Some(w) = r.of(Kind::Wirekit).and_then(|w| w.cpu_ns_per_packet) else {
+            continue;
+        };
+        let mark = |v: Option<f64>, ok: bool| match v {
+            // Three places: a ratio just over the goal must not show as equal to it.
+            Some(v) => format!("{v:.3} {}", if ok { "met" } else { "missed" }),
+            None => "n/a".into(),
+        };
+        let vs_infra = r
+            .of(Kind::Infrarust)
+            .and_then(|i| i.cpu_ns_per_packet)
+            .map(|i| i / w);
+        let vs_copy = r
+            .of(Kind::Copy)
+            .and_then(|c| c.cpu_ns_per_packet)
+            .map(|c| w / c);
+        let copy_cell = if r.label.starts_with("uncompressed") {
+            mark(vs_copy, vs_copy.is_some_and(|v| v <= 1.5))
+        } else {
+            vs_copy.map_or("n/a".into(), |v| format!("{v:.3} (no goal)"))
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} |\n",
+            r.label,
+            mark(vs_infra, vs_infra.is_some_and(|v| v >= 3.0)),
+            copy_cell
+        ));
+    }
+    out
+}
+
+/// The upstream: each accepted connection runs the [`Job`] current at its accept.
+async fn serve_upstream(listener: TcpListener, plan: Plan) {
+    while let Ok((s, _)) = listener.accept().await {
+        let job = plan.lock().expect("plan").clone();
+        if let Some(job) = job {
+            tokio::spawn(async move {
+                if let Err(e) = upstream_conn(s, job.clone()).await
+                    && let Job::Stream { done, .. } = job
+                {
+                    let _ = done.send(Err(format!("upstream: {e}")));
+                }
+            });
+        }
+    }
+}
+
+/// The four cases: uncompressed and compressed, each clientbound only and both ways.
+fn cases(quick: bool) -> Vec<Arc<Case>> {
+    let per_conn = if quick { 25_000 } else { 100_000 };
+    let mut out = Vec::new();
+    for (name, threshold) in [("uncompressed", -1), ("compressed at 256", THRESHOLD)] {
+        let clientbound = Arc::new(stream(per_conn, 0xC11E_47B0, true, threshold));
+        let serverbound = Arc::new(stream(
+            per_conn / CLIENTBOUND_SHARE,
+            0x5E7E_7B0D,
+            false,
+            threshold,
+        ));
+        for (way, two_way) in [("clientbound only", false), ("both ways", true)] {
+            out.push(Arc::new(Case {
+                label: format!("{name}, {way}"),
+                threshold,
+                two_way,
+                clientbound: clientbound.clone(),
+                serverbound: serverbound.clone(),
+            }));
+        }
+    }
+    out
+}
+
+async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(), String> {
+    let plan: Plan = Arc::new(Mutex::new(None));
+    let upstream = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let up_addr = upstream.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(serve_upstream(upstream, plan.clone()));
+    let round_trips = if opts.quick { 1000 } else { 4000 };
+    let cases = cases(opts.quick);
+
+    let mut notes = opts.notes.clone();
+    let load_before = load_average();
+    let mut paths = Vec::new();
+    for kind in [Kind::Direct, Kind::Copy, Kind::Infrarust, Kind::Wirekit] {
+        match start_path(kind, &opts, relay_cpu, up_addr) {
+            Ok(Some(p)) => paths.push(p),
+            Ok(None) => notes.push(format!("{}: not given, left out.", kind.name())),
+            Err(e) => notes.push(format!("{}: did not start ({e}), left out.", kind.name())),
+        }
+    }
+
+    let mut throughput = Vec::new();
+    let mut latency = Vec::new();
+    for case in &cases {
+        let mut t_runs: Vec<Vec<Result<Throughput, String>>> = vec![Vec::new(); paths.len()];
+        let mut l_runs: Vec<Vec<Result<(f64, f64), String>>> = vec![Vec::new(); paths.len()];
+        for round in 0..opts.rounds {
+            for i in 0..paths.len() {
+                let k = (i + round) % paths.len();
+                let mut t = measure_throughput(&paths[k], up_addr, case, &plan).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                // The latency run does not depend on the direction of the bulk stream.
+                let mut l = None;
+                if !case.two_way {
+                    l = Some(measure_latency(&paths[k], up_addr, case, &plan, round_trips).await);
+                }
+                // A relay that died says so (its later runs fail to connect).
+                if let Some(status) = paths[k]
+                    .process
+                    .as_mut()
+                    .and_then(|p| p.child.try_wait().ok().flatten())
+                {
+                    let why = format!(" (the relay exited: {status})");
+                    t = t.map_err(|e| e + &why);
+                    l = l.map(|l| l.map_err(|e| e + &why));
+                }
+                let shown = |r: Result<String, &String>| r.unwrap_or_else(|e| e.clone());
+                eprintln!(
+                    "{}, {}: {}{}",
+                    case.label,
+                    paths[k].kind.name(),
+                    shown(t.as_ref().map(|t| format!(
+                        "{:.0} packets/s, {} ns/packet",
+                        t.packets_per_s,
+                        t.cpu_ns_per_packet.map_or("-".into(), |c| format!("{c:.0}"))
+                    ))),
+                    l.as_ref().map_or(String::new(), |l| format!(
+                        "; RTT {}",
+                        shown(
+                            l.as_ref()
+                                .map(|l| format!("p50 {:.1} µs, p99 {:.1} µs", l.0, l.1))
+                        )
+                    )),
+                );
+                t_runs[k].push(t);
+                if let Some(l) = l {
+                    l_runs[k].push(l);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let mut t_result = CaseResult {
+            label: case.label.clone(),
+            by_path: Vec::new(),
+        };
+        let mut l_result = CaseResult {
+            label: case.label.split(',').next().unwrap_or_default().to_string(),
+            by_path: Vec::new(),
+        };
+        for ((p, t), l) in paths.iter().zip(t_runs).zip(l_runs) {
+            let (t, note) = majority(&t, median_throughput);
+            notes.extend(note.map(|n| format!("{}, {}: {n}", case.label, p.kind.name())));
+            t_result.by_path.push((p.kind, t));
+            if !case.two_way {
+                let (l, note) = majority(&l, median_latency);
+                let what = format!("{}, {}, latency", l_result.label, p.kind.name());
+                notes.extend(note.map(|n| format!("{what}: {n}")));
+                l_result.by_path.push((p.kind, l));
+            }
+        }
+        throughput.push(t_result);
+        if !case.two_way {
+            latency.push(l_result);
+        }
+    }
+
+    let infrarust_two_way_failed = throughput.iter().zip(&cases).any(|(r, c)| {
+        c.two_way
+            && r.by_path
+                .iter()
+                .any(|(k, res)| *k == Kind::Infrarust && res.is_err())
+    });
+    if infrarust_two_way_failed {
+        notes.push(INFRARUST_TWO_WAY.into());
+    }
+    notes.push(format!(
+        "Packet bodies are capped at {MAX_BODY} B: Infrarust 1.6.1 overflows a pooled buffer on a \
+         larger packet (network/packet/io/buffer_pool.rs `get_with_capacity` grows a reused \
+         8 KiB buffer with `reserve(min_capacity - capacity)`, which does not grow an empty \
+         buffer, and reader.rs then `set_len`s it to the packet's length); uncapped, it died \
+         with `free(): invalid next size`."
+    ));
+    let c = &cases[0];
+    let mut report = format!(
+        "### Inspect, play-like stream: throughput\n\n{}\n\
+         ### Inspect, play-like stream: round trip, one packet in flight\n\n{}\n\
+         Goals:\n\n{}\n",
+        throughput_table(&throughput),
+        latency_table(&latency),
+        goals(&throughput)
+    );
+    report.push_str(&format!(
+        "Each relay is a child process pinned to CPU {relay_cpu}; the clients and the fake \
+         offline-mode upstream (one current-thread tokio runtime) are pinned to CPU {load_cpu}. \
+         Every connection logs in with protocol {PROTOCOL} (1.12.2: Handshake, Login Start, Set \
+         Compression {THRESHOLD} in the compressed cases only, Login Success). A throughput run \
+         streams on {CONNS} connections at once: {} clientbound packets each, and in the \
+         both-ways cases {} serverbound packets each at the same time ({:.0} and {:.0} bytes of \
+         packet body on average; 92% of 10-300 B, 7.9% up to 4 KiB, 0.1% of 4-8 KiB; game-like \
+         bodies), written {} KiB at a time; every receiver decodes every frame and checks the \
+         packet count and body lengths. Packets/s counts both directions over the wall time \
+         from the start of the streams to the last packet; relay CPU per packet is the relay \
+         process's on-CPU time (/proc/PID/task/*/schedstat) over that window divided by the \
+         packets, and packets per relay core-second its inverse. RTT is one packet in flight \
+         on one connection (the upstream echoes each frame), {round_trips} round trips of the \
+         serverbound packets in turn; added = the path's RTT less the direct connection's. \
+         Figures are medians of {} alternating rounds{}. `wirekit proxy` runs with `--threads \
+         1`, RUST_LOG=warn, its per-source limits off, an inspect route with one rule and \
+         packets/s and inflated-bytes budgets both ways at rates no run reaches, frames \
+         forwarded as received; Infrarust runs `proxyMode: offline`, the one of its modes \
+         that decodes every play packet (it inflates and deflates again every compressed \
+         packet, and writes each packet with a flush); the copy relay is tokio's \
+         `copy_bidirectional_with_sizes` with 64 KiB buffers on a current-thread runtime \
+         (benches/src/relay_peers.rs).\n",
+        c.clientbound.frames.len(),
+        c.serverbound.frames.len(),
+        c.clientbound.body_bytes as f64 / c.clientbound.frames.len() as f64,
+        c.serverbound.body_bytes as f64 / c.serverbound.frames.len() as f64,
+        WRITE / 1024,
+        opts.rounds,
+        if opts.quick {
+            "; a --quick run (a quarter of the packets)"
+        } else {
+            ""
+        }
+    ));
+    notes.push(format!(
+        "Load average (1 min) at the start {load_before}, at the end {}: other work on the \
+         machine shares both cores, so compare the ratios within a case rather than absolute \
+         figures.",
+        load_average()
+    ));
+    report.push('\n');
+    for n in notes {
+        report.push_str(&format!("\n- {n}"));
+    }
+    println!("{report}");
+    Ok(())
+}
