@@ -109,63 +109,67 @@ enum Relay {
 fn run(relay: Relay, bytes: &[u8]) -> (Duration, Duration, usize) {
     let (mut client, proxy_client) = pair();
     let (proxy_up, mut upstream) = pair();
-    let relay_thread = thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            proxy_client.set_nonblocking(true).unwrap();
-            proxy_up.set_nonblocking(true).unwrap();
-            let mut c = tokio::net::TcpStream::from_std(proxy_client).unwrap();
-            let mut u = tokio::net::TcpStream::from_std(proxy_up).unwrap();
-            let cpu = thread_cpu();
-            match relay {
-                Relay::Copy => {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = u.read(&mut buf).await.unwrap();
-                        if n == 0 {
-                            break;
+    // Named, so a profile can keep the relay's samples alone (`perf report --comms relay`).
+    let relay_thread = thread::Builder::new()
+        .name("relay".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                proxy_client.set_nonblocking(true).unwrap();
+                proxy_up.set_nonblocking(true).unwrap();
+                let mut c = tokio::net::TcpStream::from_std(proxy_client).unwrap();
+                let mut u = tokio::net::TcpStream::from_std(proxy_up).unwrap();
+                let cpu = thread_cpu();
+                match relay {
+                    Relay::Copy => {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = u.read(&mut buf).await.unwrap();
+                            if n == 0 {
+                                break;
+                            }
+                            c.write_all(&buf[..n]).await.unwrap();
                         }
-                        c.write_all(&buf[..n]).await.unwrap();
+                        c.shutdown().await.unwrap();
                     }
-                    c.shutdown().await.unwrap();
+                    Relay::Inspect(client_compression) => {
+                        let settings = InspectSettings {
+                            client_compression,
+                            max_serverbound_packet: 1 << 16,
+                            max_clientbound_packet: 1 << 20,
+                            ..InspectSettings::default()
+                        };
+                        let mut filter = PassAll;
+                        let mut insp = Inspector::new(&settings, &mut filter);
+                        let (hs, ls) = login();
+                        let now = wirekit_std::clock::now();
+                        assert_eq!(
+                            insp.judge_prelogin(&hs[1..], hs.len(), now),
+                            Verdict::Forward
+                        );
+                        assert_eq!(
+                            insp.judge_prelogin(&ls[1..], ls.len(), now),
+                            Verdict::Forward
+                        );
+                        let (mut cr, mut cw) = c.split();
+                        let (mut ur, mut uw) = u.split();
+                        let end = insp
+                            .run(
+                                (&mut cr, &mut cw),
+                                (&mut ur, &mut uw),
+                                &CancellationToken::new(),
+                            )
+                            .await;
+                        assert_eq!(end.as_str(), "upstream_closed");
+                    }
                 }
-                Relay::Inspect(client_compression) => {
-                    let settings = InspectSettings {
-                        client_compression,
-                        max_serverbound_packet: 1 << 16,
-                        max_clientbound_packet: 1 << 20,
-                        ..InspectSettings::default()
-                    };
-                    let mut filter = PassAll;
-                    let mut insp = Inspector::new(&settings, &mut filter);
-                    let (hs, ls) = login();
-                    let now = wirekit_std::clock::now();
-                    assert_eq!(
-                        insp.judge_prelogin(&hs[1..], hs.len(), now),
-                        Verdict::Forward
-                    );
-                    assert_eq!(
-                        insp.judge_prelogin(&ls[1..], ls.len(), now),
-                        Verdict::Forward
-                    );
-                    let (mut cr, mut cw) = c.split();
-                    let (mut ur, mut uw) = u.split();
-                    let end = insp
-                        .run(
-                            (&mut cr, &mut cw),
-                            (&mut ur, &mut uw),
-                            &CancellationToken::new(),
-                        )
-                        .await;
-                    assert_eq!(end.as_str(), "upstream_closed");
-                }
-            }
-            thread_cpu() - cpu
+                thread_cpu() - cpu
+            })
         })
-    });
+        .unwrap();
     let started = Instant::now();
     let reader = thread::spawn(move || {
         let mut buf = vec![0u8; 256 * 1024];
@@ -207,6 +211,9 @@ fn login() -> (Vec<u8>, Vec<u8>) {
     (a, b)
 }
 
+/// A stream, the name of its copy relay row, and the inspect rows run on it.
+type Rows<'a> = (&'a [u8], &'static str, &'a [(&'static str, Relay)]);
+
 /// Best of three: (CPU ns per packet, packets per second of wall time, bytes out).
 fn measure(relay: Relay, bytes: &[u8]) -> (f64, f64, usize) {
     (0..3)
@@ -227,6 +234,11 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    // `INSPECT_ROWS=word` keeps only the rows naming it, for profiling one row (an
+    // environment variable: the words after `--` are `cargo xtask bench`'s filter for every
+    // bench target).
+    let only = std::env::var("INSPECT_ROWS").ok();
+    let shown = |row: &str| only.as_deref().is_none_or(|w| row.contains(w));
     let plain = stream(-1);
     let compressed = stream(256);
     // A markdown table, which `cargo xtask bench` keeps as the section `inspect/table-1`.
@@ -238,38 +250,44 @@ fn main() {
     let row = |name: &str, cpu: f64, rate: f64, copy: f64| {
         println!("| {name} | {cpu:.1} | {rate:.0} | {:.2}x |", cpu / copy);
     };
-    let (copy_cpu, copy_rate, got) = measure(Relay::Copy, &plain);
-    assert_eq!(got, plain.len());
-    row(
-        "copy relay, 64 KiB buffer (uncompressed)",
-        copy_cpu,
-        copy_rate,
-        copy_cpu,
-    );
-    let (cpu, rate, got) = measure(Relay::Inspect(None), &plain);
-    assert_eq!(got, plain.len());
-    row("inspect, uncompressed (goal <= 1.5x)", cpu, rate, copy_cpu);
-    let (ccopy, crate_, got) = measure(Relay::Copy, &compressed);
-    assert_eq!(got, compressed.len());
-    row(
-        "copy relay, 64 KiB buffer (compressed 256)",
-        ccopy,
-        crate_,
-        ccopy,
-    );
-    let (cpu, rate, got) = measure(Relay::Inspect(None), &compressed);
-    assert_eq!(got, compressed.len());
-    row("inspect, compressed 256, forwarded", cpu, rate, ccopy);
     let own = ClientCompression {
         threshold: 128,
         level: Level::Fast,
     };
-    let (cpu, rate, got) = measure(Relay::Inspect(Some(own)), &compressed);
-    assert!(got > 0);
-    row(
-        "inspect, 256 in, 128 out (reframed, Fast)",
-        cpu,
-        rate,
-        ccopy,
-    );
+    // Each stream's copy relay first (the ratio's base), then the inspect rows on it.
+    let rows: [Rows<'_>; 2] = [
+        (
+            &plain,
+            "copy relay, 64 KiB buffer (uncompressed)",
+            &[("inspect, uncompressed (goal <= 1.5x)", Relay::Inspect(None))],
+        ),
+        (
+            &compressed,
+            "copy relay, 64 KiB buffer (compressed 256)",
+            &[
+                ("inspect, compressed 256, forwarded", Relay::Inspect(None)),
+                (
+                    "inspect, 256 in, 128 out (reframed, Fast)",
+                    Relay::Inspect(Some(own)),
+                ),
+            ],
+        ),
+    ];
+    for (bytes, copy_name, inspected) in rows {
+        if !inspected.iter().any(|(name, _)| shown(name)) {
+            continue;
+        }
+        let (copy_cpu, copy_rate, got) = measure(Relay::Copy, bytes);
+        assert_eq!(got, bytes.len());
+        row(copy_name, copy_cpu, copy_rate, copy_cpu);
+        for &(name, relay) in inspected.iter().filter(|(name, _)| shown(name)) {
+            let (cpu, rate, got) = measure(relay, bytes);
+            // Forwarded as received: the same bytes; framed again: some.
+            match relay {
+                Relay::Inspect(Some(_)) => assert!(got > 0),
+                _ => assert_eq!(got, bytes.len()),
+            }
+            row(name, cpu, rate, copy_cpu);
+        }
+    }
 }

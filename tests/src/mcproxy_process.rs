@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use wirekit_core::Status;
 use wirekit_core::frame::mc::{FrameDecoder, split_packet};
-use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
 use wirekit_core::minecraft::login::{Disconnect, LoginStart};
 use wirekit_core::minecraft::status::{Ping, StatusResponse};
+use wirekit_core::minecraft::{Encode, encode_string};
 use wirekit_rig::net::free_port;
 
 use crate::peers::{self, workspace_root};
@@ -248,6 +248,20 @@ pub fn login_start(name: &str) -> Vec<u8> {
     };
     let mut out = vec![0u8; ls.frame_len()];
     ls.encode_frame(&mut out).unwrap();
+    out
+}
+
+/// A 1.12.2 Login Success frame for `name` (uncompressed), as an upstream answers.
+pub fn login_success(name: &str) -> Vec<u8> {
+    let mut body = vec![0x02];
+    let mut s = [0u8; 64];
+    let n = encode_string("00000000-0000-0000-0000-000000000001", 36, &mut s).unwrap();
+    body.extend_from_slice(&s[..n]);
+    let n = encode_string(name, 16, &mut s).unwrap();
+    body.extend_from_slice(&s[..n]);
+    let mut out = vec![0u8; body.len() + 3];
+    let n = wirekit_core::frame::mc::encode_frame(&body, &mut out).unwrap();
+    out.truncate(n);
     out
 }
 

@@ -203,3 +203,169 @@ fn compression_bombs_and_a_flood_close_their_connections_only() {
         assert!(line.contains(&format!("reason=\"{reason}\"")), "{line}");
     }
 }
+
+/// Frames read off `s` until `count` whole ones have come (within the socket's timeout).
+fn read_frames(s: &mut std::net::TcpStream, count: usize) -> Vec<Vec<u8>> {
+    use std::io::Read;
+    use wirekit_core::Status;
+    use wirekit_core::frame::mc::FrameDecoder;
+    let (mut buf, mut frames) = (Vec::new(), Vec::new());
+    let mut chunk = [0u8; 4096];
+    while frames.len() < count {
+        if let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&buf) {
+            frames.push(f.body.to_vec());
+            let n = f.consumed;
+            buf.drain(..n);
+            continue;
+        }
+        let n = s.read(&mut chunk).expect("reading frames");
+        assert!(n > 0, "closed after {} frames", frames.len());
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    assert!(buf.is_empty(), "bytes after the login: {buf:02x?}");
+    frames
+}
+
+/// Frames `body` (ID and data) uncompressed.
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; body.len() + 3];
+    let n = wirekit_core::frame::mc::encode_frame(body, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// A client that stops reading holds back only what goes to it: the proxy keeps reading the
+/// client and forwarding to the upstream, and buffers no more of the stalled direction than
+/// its own buffers (the upstream's writes stall on TCP backpressure, the proxy's memory stays
+/// put); once the client reads again, the stalled direction flows.
+#[test]
+fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    use wirekit_tests::mcproxy_process::{connect_from, login_bytes, login_success};
+
+    let _turn = turn();
+    /// Serverbound bytes the client sends while it reads nothing.
+    const SERVERBOUND: usize = 8 << 20;
+    /// What the upstream tries to send (far more than the socket buffers on the way).
+    const CLIENTBOUND: u64 = 256 << 20;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("stall", port, ""));
+    let rss_before = proxy.rss_kib();
+
+    let mut client = connect_from(80, proxy.addr);
+    client
+        .write_all(&login_bytes("stall.inspect.test", "Tester"))
+        .unwrap();
+    let (mut up, _) = listener.accept().unwrap();
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The handshake and Login Start, then 1.12.2's Login Success, then play.
+    read_frames(&mut up, 2);
+    up.write_all(&login_success("Tester")).unwrap();
+
+    // The upstream floods clientbound chat (0x0F) until it has written all or is stopped.
+    let written = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut up_w = up.try_clone().unwrap();
+    up_w.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let flood = {
+        let (written, stop) = (written.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let packet = frame(&[[0x0Fu8].as_slice(), &[b'c'; 250]].concat());
+            let mut at = 0;
+            while written.load(Ordering::Relaxed) < CLIENTBOUND && !stop.load(Ordering::Relaxed) {
+                match up_w.write(&packet[at..]) {
+                    Ok(n) => {
+                        at = (at + n) % packet.len();
+                        written.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                    Err(_) => return,
+                }
+            }
+        })
+    };
+    // Wait for the clientbound direction to stall: nothing more written for half a second.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = u64::MAX;
+    while written.load(Ordering::Relaxed) != last {
+        assert!(
+            Instant::now() < deadline,
+            "the clientbound flood never stalled"
+        );
+        last = written.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let stalled_at = last;
+    assert!(
+        stalled_at < CLIENTBOUND / 4,
+        "{stalled_at} clientbound bytes went somewhere while the client read nothing"
+    );
+
+    // Now the client sends, still reading nothing: every byte reaches the upstream.
+    let sender = {
+        let mut client = client.try_clone().unwrap();
+        client
+            .set_write_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        std::thread::spawn(move || {
+            let packet = frame(&[[0x20u8].as_slice(), &[b's'; 1020]].concat());
+            let mut sent = 0;
+            while sent < SERVERBOUND {
+                client
+                    .write_all(&packet)
+                    .expect("the proxy stopped reading the client");
+                sent += packet.len();
+            }
+            sent
+        })
+    };
+    let started = Instant::now();
+    let mut got = 0;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while got < SERVERBOUND {
+        match up.read(&mut chunk) {
+            Ok(0) => panic!("the upstream connection closed after {got} bytes"),
+            Ok(n) => got += n,
+            Err(e) => panic!(
+                "the upstream got {got} of {SERVERBOUND} serverbound bytes in {:?}: {e}\n{}",
+                started.elapsed(),
+                proxy.proc.log()
+            ),
+        }
+    }
+    let sent = sender.join().unwrap();
+    assert!(got <= sent + 1024);
+    let grown = proxy.rss_kib().saturating_sub(rss_before);
+    assert!(
+        grown < 16 * 1024,
+        "the proxy grew by {grown} KiB while a direction was stalled"
+    );
+    assert!(
+        written.load(Ordering::Relaxed) < stalled_at + (1 << 20),
+        "the clientbound direction moved while the client read nothing"
+    );
+
+    // The client reads again: the clientbound direction flows.
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut read = 0;
+    while read < stalled_at as usize + (4 << 20) {
+        let n = client
+            .read(&mut chunk)
+            .expect("clientbound after the stall");
+        assert!(n > 0, "closed");
+        read += n;
+    }
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    drop(client);
+    drop(up);
+    proxy.proc.wait_log("route=\"stall\"", 1);
+}

@@ -5,11 +5,13 @@
 
 use proptest::prelude::*;
 use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
+use wirekit_core::Status;
+use wirekit_core::frame::compressed::CompressedDecoder;
 use wirekit_core::limit::Rate;
 use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::budget::{Budget, Budgets, DirectionBudgets};
 use wirekit_core::minecraft::conn::{
-    CloseReason, ConnConfig, ObservedPacket, Phase, ProxyConn, UnknownVersion, Verdict,
+    CloseReason, ConnConfig, ObservedPacket, Phase, ProxyConn, RunIndex, UnknownVersion, Verdict,
 };
 use wirekit_core::minecraft::disconnect::DisconnectMessage;
 use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView, PassAll};
@@ -495,6 +497,109 @@ proptest! {
                     prop_assert!(v >= ids::V1_20_2);
                 }
             }
+        }
+    }
+}
+
+/// Judges every frame of one read (`input`, framed as `decoder` frames) of `dir`: one packet
+/// at a time with `handle_filtered`, or with `forward_run` before each frame when `index` is
+/// given. The verdicts, a run's packets each a `Forward`; stops at a close.
+#[allow(clippy::too_many_arguments)]
+fn judge_read<F: Filter>(
+    c: &mut ProxyConn,
+    rules: &Rules<'_>,
+    filter: &mut F,
+    decoder: &CompressedDecoder,
+    mut index: Option<&mut RunIndex>,
+    dir: Direction,
+    input: &[u8],
+    now: Instant,
+) -> Vec<Verdict> {
+    let mut inflater = Box::new(wirekit_core::zlib::Inflater::new());
+    let (mut scratch, mut rewrite) = ([0u8; 16], [0u8; 8]);
+    let (mut verdicts, mut pos) = (Vec::new(), 0);
+    loop {
+        if let Some(index) = index.as_deref_mut() {
+            let run = c.forward_run(rules, index, &*filter, decoder, dir, &input[pos..], now);
+            pos += run.len;
+            verdicts.extend((0..run.packets).map(|_| Verdict::Forward));
+        }
+        let Ok(Status::Complete(b)) = decoder.decode(&input[pos..], &mut inflater, &mut scratch)
+        else {
+            return verdicts;
+        };
+        pos += b.consumed;
+        let p = ObservedPacket::from_body(dir, b.body, b.consumed, false).unwrap();
+        let v = c.handle_filtered(rules, &p, now, filter, &mut rewrite);
+        verdicts.push(v);
+        if matches!(v, Verdict::Close(_)) {
+            return verdicts;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Runs judged at once give the verdicts, the states and the budgets that judging the same
+    /// frames one by one gives, whatever the rules, budgets, reads and filter.
+    #[test]
+    fn runs_judge_as_packets_one_by_one_do(
+        config in gen_config(),
+        (hs, list) in gen_rules(),
+        version in (0..RELEASES.len()).prop_map(|i| RELEASES[i]),
+        seeds in prop::collection::vec(any::<u8>(), 0..12),
+        mutations in prop::collection::vec(gen_mutation(), 0..4),
+        splits in prop::collection::vec(any::<bool>(), 64),
+        gaps in prop::collection::vec(0u16..200, 64),
+        compressed in any::<bool>(),
+        filtered in any::<bool>(),
+    ) {
+        let packets = mutated(0, version, &seeds, &mutations);
+        let rules = Rules::new(hs, &list);
+        // Uncompressed frames; in compressed framing, each with a Data Length of 0.
+        let decoder = CompressedDecoder::new(if compressed { 64 } else { -1 });
+        let frame = |id: i32, data: &[u8]| {
+            let mut body = vec![0u8; 5];
+            let n = wirekit_core::varint::encode_varint(id, &mut body).unwrap();
+            body.truncate(n);
+            body.extend_from_slice(data);
+            if compressed {
+                body.insert(0, 0);
+            }
+            let mut f = vec![0u8; body.len() + 3];
+            let n = wirekit_core::frame::mc::encode_frame(&body, &mut f).unwrap();
+            f.truncate(n);
+            f
+        };
+        // Reads: consecutive packets of one direction, cut where `splits` says.
+        let mut reads: Vec<(Direction, Vec<u8>)> = Vec::new();
+        for (i, (dir, id, data)) in packets.iter().enumerate() {
+            match reads.last_mut() {
+                Some((d, bytes)) if d == dir && !splits[i % splits.len()] => {
+                    bytes.extend_from_slice(&frame(*id, data))
+                }
+                _ => reads.push((*dir, frame(*id, data))),
+            }
+        }
+        let (mut one, mut runs) = (ProxyConn::new(config), ProxyConn::new(config));
+        let mut index = RunIndex::new();
+        let mut now = Instant::ZERO;
+        for (i, (dir, bytes)) in reads.iter().enumerate() {
+            now += Duration::from_millis(u64::from(gaps[i % gaps.len()]));
+            let (a, b) = if filtered {
+                (
+                    judge_read(&mut one, &rules, &mut Chaos, &decoder, None, *dir, bytes, now),
+                    judge_read(&mut runs, &rules, &mut Chaos, &decoder, Some(&mut index), *dir, bytes, now),
+                )
+            } else {
+                (
+                    judge_read(&mut one, &rules, &mut PassAll, &decoder, None, *dir, bytes, now),
+                    judge_read(&mut runs, &rules, &mut PassAll, &decoder, Some(&mut index), *dir, bytes, now),
+                )
+            };
+            prop_assert_eq!(a, b, "read {}", i);
+            prop_assert_eq!(one, runs, "read {}", i);
         }
     }
 }

@@ -125,6 +125,12 @@ impl Meters {
         }
     }
 
+    /// What `direction`'s buckets hold at `now` (packets, bytes, inflated; `u32::MAX` for an
+    /// unlimited one): a [`charge`](Self::charge) of at most these at the same `now` succeeds.
+    pub(crate) fn allowance(&self, direction: Direction, now: Instant) -> [u32; 3] {
+        self.buckets[direction.index()].map(|b| b.map_or(u32::MAX, |b| b.available(now)))
+    }
+
     /// Takes `amounts` (packets, bytes, inflated; saturated to `u32`) from `direction`'s
     /// buckets at `now`; the first one short is the trip.
     pub(crate) fn charge(
@@ -168,9 +174,12 @@ mod tests {
                 kind: BudgetKind::Packets
             })
         );
-        // 100 ms later one packet has come back.
+        // 100 ms later one packet has come back; the allowance says so, and what it says can
+        // be taken.
         let t1 = t0 + Duration::from_millis(100);
+        assert_eq!(m.allowance(sb, t1), [1, u32::MAX, u32::MAX]);
         assert_eq!(m.charge(sb, t1, [1, 0, 0]), Ok(()));
+        assert_eq!(m.allowance(sb, t1), [0, u32::MAX, u32::MAX]);
         // The clientbound inflated budget: a declared size beyond u32 never fits.
         assert_eq!(m.charge(cb, t0, [1_000_000, 0, 1000]), Ok(()));
         assert_eq!(

@@ -11,6 +11,12 @@
 //! allows one, the [`DisconnectTarget`] to build a Disconnect for
 //! ([`disconnect`](super::disconnect)).
 //!
+//! A relay that shows packets to no filter ([`Filter::sees_packets`]) may hand the machine a
+//! whole read instead: [`ProxyConn::forward_run`] judges the run of frames at its start that
+//! need nothing but forwarding (one [`RunIndex`] lookup per frame, the budgets charged once),
+//! and the frame after the run goes to `handle_filtered` as usual, so the verdicts are those
+//! of judging one packet at a time.
+//!
 //! ## States
 //! Each direction has its own state, because each side switches at its own packet:
 //! - Handshake: the client's first packet, checked against the [`HandshakeRule`]; next state 1
@@ -75,11 +81,13 @@ use super::filter::{Filter, FilterAction, PacketView, PassAll};
 use super::handshake::{Handshake, NextState};
 use super::ids::{self, Direction, KnownPacket, PacketIds, State};
 use super::login::{LoginStart, SetCompression};
-use super::rules::{HandshakeRefusal, HandshakeRule, RuleVerdict, Rules};
+use super::rules::{HandshakeRefusal, HandshakeRule, IdSet, RuleVerdict, Rules};
 use super::status::{Ping, StatusRequest, StatusResponse};
 use super::{Error, Reader};
+use crate::Status;
 use crate::frame::FrameError;
-use crate::frame::mc::split_packet;
+use crate::frame::compressed::CompressedDecoder;
+use crate::frame::mc::{FrameDecoder, split_packet};
 use crate::time::Instant;
 use crate::varint::varint_len;
 
@@ -376,6 +384,37 @@ enum Effect {
     ClientSwitch(State),
 }
 
+/// A run of whole frames at the start of a read, judged together by
+/// [`ProxyConn::forward_run`]: forward `input[..len]` as received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Run {
+    /// Bytes of whole frames, length fields included.
+    pub len: usize,
+    /// Packets in them.
+    pub packets: usize,
+}
+
+/// The packet IDs that [`ProxyConn::forward_run`] leaves to
+/// [`handle_filtered`](ProxyConn::handle_filtered), per direction: those the machine acts
+/// on or parses in the direction's state, and those a rule applies to. Built from the rules
+/// when a direction's state or the protocol version changes, so a run costs one lookup per
+/// packet. An index belongs to one connection and one set of rules: a caller that changes
+/// the rules starts a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RunIndex {
+    /// `[serverbound, clientbound]`: the state and version a set was built for, and the set.
+    scopes: [Option<(State, i32, IdSet)>; 2],
+}
+
+impl RunIndex {
+    /// An index with nothing built yet.
+    pub const fn new() -> RunIndex {
+        RunIndex { scopes: [None; 2] }
+    }
+}
+
 /// The proxy's state for one client connection. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -493,6 +532,88 @@ impl ProxyConn {
         }
     }
 
+    /// Judges the run of whole frames at the start of `input` (one direction's read, framed as
+    /// `decoder` frames it) that need nothing but forwarding: uncompressed packets in
+    /// configuration or play that the machine does not act on and no rule applies to, while
+    /// `direction`'s budgets last, and only when `filter` does not look at packets
+    /// ([`Filter::sees_packets`]). The run's packets and bytes are charged to the budgets at
+    /// once; the verdict on each is [`Verdict::Forward`], as
+    /// [`handle_filtered`](Self::handle_filtered) would have given one by one. The caller
+    /// forwards `input[..run.len]` as received (when the direction's framing is the same both
+    /// sides) and hands the next frame, if any, to `handle_filtered`: the frame that ended the
+    /// run (partial, compressed, malformed, one the machine or a rule must see, or over a
+    /// budget) gets its verdict there, exactly as without runs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_run<F: Filter + ?Sized>(
+        &mut self,
+        rules: &Rules<'_>,
+        index: &mut RunIndex,
+        filter: &F,
+        decoder: &CompressedDecoder,
+        direction: Direction,
+        input: &[u8],
+        now: Instant,
+    ) -> Run {
+        let state = self.state(direction);
+        let in_run = matches!(state, State::Configuration | State::Play);
+        if self.phase != Phase::Parsing || !in_run || filter.sees_packets() {
+            return Run::default();
+        }
+        let version = self.protocol_version();
+        let scope = &mut index.scopes[direction.index()];
+        let slow = match *scope {
+            Some((s, v, set)) if s == state && v == version => set,
+            _ => {
+                let mut set = rules.matching_ids(state, direction, version);
+                for id in 0..IdSet::LIMIT {
+                    if self
+                        .ids
+                        .identify(state, direction, id)
+                        .is_some_and(|k| changes_state(k) || k == KnownPacket::CookieResponse)
+                    {
+                        set.insert(id);
+                    }
+                }
+                *scope = Some((state, version, set));
+                set
+            }
+        };
+        let [max_packets, max_bytes, _] = self.meters.allowance(direction, now);
+        let (max_packets, max_bytes) = (max_packets as usize, max_bytes as usize);
+        let max_frame = decoder.limits().max_frame_len();
+        let compressed = decoder.threshold() >= 0;
+        let mut run = Run::default();
+        while run.packets < max_packets {
+            let Some((frame_len, body)) = run_frame(&input[run.len..], max_frame, compressed)
+            else {
+                break;
+            };
+            let id = match body {
+                [id @ 0..0x80, ..] => *id as i32,
+                [lo @ 0x80..=0xff, hi @ 0..0x80, ..] => (*lo & 0x7f) as i32 | (*hi as i32) << 7,
+                _ => break,
+            };
+            if !(0..IdSet::LIMIT).contains(&id)
+                || slow.contains(id)
+                || max_bytes - run.len < frame_len
+            {
+                break;
+            }
+            run.len += frame_len;
+            run.packets += 1;
+        }
+        if run.packets > 0
+            && let Err(trip) = self
+                .meters
+                .charge(direction, now, [run.packets, run.len, 0])
+        {
+            // Not reached: the run stays within what the buckets hold at `now`.
+            self.close(CloseReason::Budget(trip));
+            return Run::default();
+        }
+        run
+    }
+
     /// The verdict on `packet` at `now` under `rules`, without a filter.
     pub fn handle(
         &mut self,
@@ -554,6 +675,9 @@ impl ProxyConn {
             }
         }
         let control = effect != Effect::None;
+        if !filter.sees_packets() {
+            return self.apply(effect);
+        }
         let view = PacketView {
             direction: dir,
             state,
@@ -793,6 +917,36 @@ impl ProxyConn {
                 Verdict::Forward
             }
         }
+    }
+}
+
+/// The whole frame at the start of `input` if it is one [`ProxyConn::forward_run`] takes:
+/// its length (length field included) and its body (ID and data), sent uncompressed. `None`
+/// for anything else (partial, empty, over `max_frame`, compressed), left to the decoder,
+/// which reports it as it always does. One- and two-byte length fields (frames below 16 KiB,
+/// nearly all of play) are read here; longer ones by the frame decoder.
+#[inline]
+fn run_frame(input: &[u8], max_frame: usize, compressed: bool) -> Option<(usize, &[u8])> {
+    let (len, field) = match input {
+        [len @ 0..0x80, ..] => (*len as usize, 1),
+        [lo @ 0x80..=0xff, hi @ 0..0x80, ..] => ((*lo & 0x7f) as usize | (*hi as usize) << 7, 2),
+        _ => {
+            let frames = FrameDecoder::new().with_max_frame_len(max_frame);
+            let Ok(Status::Complete(f)) = frames.decode_frame(input) else {
+                return None;
+            };
+            (f.body.len(), f.consumed - f.body.len())
+        }
+    };
+    if len == 0 || len > max_frame {
+        return None;
+    }
+    let body = input.get(field..field + len)?;
+    match (compressed, body) {
+        (false, body) => Some((field + len, body)),
+        // A Data Length of 0 in one byte: sent uncompressed.
+        (true, [0, body @ ..]) => Some((field + len, body)),
+        _ => None,
     }
 }
 
@@ -1350,6 +1504,223 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A 1.21.4 connection in play both ways.
+    fn playing_769() -> ProxyConn {
+        let t = ids(769);
+        let mut c = logged_in(769);
+        feed(&mut c, SB, 3, b"").assert_forward();
+        let finish = t
+            .id(State::Configuration, CB, KnownPacket::FinishConfiguration)
+            .unwrap();
+        feed(&mut c, CB, finish, b"").assert_forward();
+        let ack = t
+            .id(
+                State::Configuration,
+                SB,
+                KnownPacket::FinishConfigurationAck,
+            )
+            .unwrap();
+        feed(&mut c, SB, ack, b"").assert_forward();
+        assert_eq!((c.state(SB), c.state(CB)), (State::Play, State::Play));
+        c
+    }
+
+    /// Every frame of `input`, judged one packet at a time with `handle_filtered`, or with
+    /// [`ProxyConn::forward_run`] first at every frame when `runs`: the verdicts (a run's
+    /// packets each count as a `Forward`), the bytes judged, and how many packets runs took.
+    fn judge_all<F: Filter>(
+        c: &mut ProxyConn,
+        rules: &Rules<'_>,
+        filter: &mut F,
+        decoder: &mut CompressedDecoder,
+        input: &[u8],
+        runs: bool,
+    ) -> (Vec<Verdict>, usize, usize) {
+        let mut inflater = std::boxed::Box::new(crate::zlib::Inflater::new());
+        let (mut scratch, mut rewrite) = ([0u8; 1024], [0u8; 64]);
+        let mut index = RunIndex::new();
+        let (mut verdicts, mut pos, mut in_runs) = (Vec::new(), 0, 0);
+        loop {
+            if runs {
+                let run = c.forward_run(rules, &mut index, filter, decoder, CB, &input[pos..], T0);
+                pos += run.len;
+                in_runs += run.packets;
+                verdicts.extend((0..run.packets).map(|_| Verdict::Forward));
+            }
+            let body = match decoder.decode(&input[pos..], &mut inflater, &mut scratch) {
+                Ok(Status::Complete(b)) => b,
+                _ => return (verdicts, pos, in_runs),
+            };
+            let p =
+                ObservedPacket::from_body(CB, body.body, body.consumed, body.compressed).unwrap();
+            pos += body.consumed;
+            let v = c.handle_filtered(rules, &p, T0, filter, &mut rewrite);
+            verdicts.push(v);
+            if let Verdict::ForwardThenCompress { threshold } = v {
+                decoder.set_threshold(threshold);
+            }
+            if matches!(v, Verdict::Close(_)) {
+                return (verdicts, pos, in_runs);
+            }
+        }
+    }
+
+    #[test]
+    fn runs_judge_as_packets_do() {
+        use crate::frame::compressed::CompressedEncoder;
+        use crate::zlib::{Compressor, Level, WORKSPACE_MCU};
+        let start = ids(769)
+            .id(State::Play, CB, KnownPacket::StartConfiguration)
+            .unwrap() as u8;
+        // Clientbound, at threshold 256: plain play packets, a two-byte ID, one a rule
+        // drops, an ID past the index, a compressed one, Start Configuration (then the
+        // configuration state's index), and a partial frame.
+        let encoder = CompressedEncoder::new(256, Level::Fast);
+        let mut compressor = Compressor::new(std::vec![0u32; WORKSPACE_MCU]).unwrap();
+        let mut stream = Vec::new();
+        let mut push = |body: &[u8], stream: &mut Vec<u8>| {
+            let mut f = [0u8; 1100];
+            let n = encoder.encode(body, &mut f, &mut compressor).unwrap();
+            stream.extend_from_slice(&f[..n]);
+        };
+        let big = [0x22u8; 600];
+        for body in [
+            &b"\x10plain"[..],
+            b"\x11",
+            b"\x80\x01two-byte id",
+            b"\x12to drop",
+            b"\x13after",
+            b"\x80\x02id 256",
+            &big,
+            b"\x14after the compressed one",
+            &[start],
+            b"\x07registry data",
+            b"\x15more",
+        ] {
+            push(body, &mut stream);
+        }
+        stream.extend_from_slice(&[0x05, 0x00, 0x16]);
+        let list = [PacketRule {
+            state: State::Play,
+            direction: CB,
+            versions: VersionRange::new(769, 769),
+            ids: IdRange::one(0x12),
+            action: RuleAction::Drop,
+        }];
+        let rules = Rules::new(HandshakeRule::ANY, &list);
+        let one = {
+            let mut c = playing_769();
+            let mut d = CompressedDecoder::new(256);
+            let r = judge_all(&mut c, &rules, &mut PassAll, &mut d, &stream, false);
+            (c, r)
+        };
+        let mut c = playing_769();
+        let mut d = CompressedDecoder::new(256);
+        let runs = judge_all(&mut c, &rules, &mut PassAll, &mut d, &stream, true);
+        assert_eq!(one.1.0.len(), 11);
+        assert_eq!(one.1.0[3], Verdict::Drop);
+        assert_eq!((&one.1.0, one.1.1), (&runs.0, runs.1));
+        assert_eq!(one.0, c, "the same machine, budgets and all");
+        assert_eq!(c.state(CB), State::Configuration);
+        // In runs: 0x10, 0x11, 0x80 0x01; 0x13; 0x14; 0x07 (configuration), 0x15.
+        assert_eq!(runs.2, 7);
+        // A filter that looks at packets gets every one.
+        let mut c = playing_769();
+        let mut d = CompressedDecoder::new(256);
+        let seen = judge_all(&mut c, &rules, &mut Test, &mut d, &stream, true);
+        assert_eq!(seen.2, 0);
+
+        // Budgets: a run stops where the packet budget runs dry, and the packet after it
+        // trips exactly as one by one; likewise the byte budget.
+        for (packets, bytes) in [(Some(4), None), (None, Some(30)), (Some(7), Some(1000))] {
+            let mut config = ConnConfig::default();
+            config.budgets.clientbound.packets = packets.map(|n| Budget::per_second(1, n));
+            config.budgets.clientbound.bytes = bytes.map(|n| Budget::per_second(1, n));
+            let judge = |runs| {
+                let mut c = playing_769();
+                c.meters = Meters::new(&config.budgets);
+                let mut d = CompressedDecoder::new(256);
+                let (verdicts, judged, in_runs) =
+                    judge_all(&mut c, &rules, &mut PassAll, &mut d, &stream, runs);
+                assert_eq!(in_runs > 0, runs);
+                (c, (verdicts, judged))
+            };
+            let (a, b) = (judge(false), judge(true));
+            assert_eq!(a, b, "{packets:?} {bytes:?}");
+            assert!(
+                matches!(
+                    a.1.0.last(),
+                    Some(Verdict::Close(Close {
+                        reason: CloseReason::Budget(_),
+                        ..
+                    }))
+                ),
+                "{packets:?} {bytes:?}: {:?}",
+                a.1.0
+            );
+        }
+        // Outside configuration and play, and once closed, no run.
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        let d = CompressedDecoder::new(-1);
+        let mut index = RunIndex::new();
+        assert_eq!(
+            c.forward_run(&rules, &mut index, &PassAll, &d, SB, b"\x01\x10", T0),
+            Run::default()
+        );
+        let mut c = playing_769();
+        assert_eq!(
+            c.forward_run(&rules, &mut index, &PassAll, &d, SB, b"\x01\x10", T0),
+            Run { len: 2, packets: 1 }
+        );
+        c.close(CloseReason::Local);
+        assert_eq!(
+            c.forward_run(&rules, &mut index, &PassAll, &d, SB, b"\x01\x10", T0),
+            Run::default()
+        );
+    }
+
+    #[test]
+    fn run_frames_are_what_the_decoder_reads_uncompressed() {
+        let mut long = std::vec![0xa0, 0x9c, 0x01, 0x00, 0x10];
+        long.resize(3 + 20000, 7);
+        let mut two = std::vec![0xc8, 0x01, 0x00, 0x11];
+        two.resize(2 + 200, 7);
+        let cases: [&[u8]; 12] = [
+            b"",
+            b"\x00",
+            b"\x03\x00\x10",
+            b"\x02\x00\x10",
+            b"\x02\x05\x10",
+            b"\x03\x80\x00\x10",
+            b"\x80",
+            b"\x80\x00",
+            b"\xff\xff\xff\x7f",
+            &two,
+            &two[..100],
+            &long,
+        ];
+        let mut inflater = std::boxed::Box::new(crate::zlib::Inflater::new());
+        let mut scratch = [0u8; 64];
+        for max in [100, 2 << 20] {
+            let decoder = CompressedDecoder::new(0).with_max_frame_len(max);
+            for input in cases {
+                let Some((len, body)) = run_frame(input, max, true) else {
+                    continue;
+                };
+                let Ok(Status::Complete(d)) = decoder.decode(input, &mut inflater, &mut scratch)
+                else {
+                    panic!("{input:02x?}")
+                };
+                assert_eq!((len, body, false), (d.consumed, d.body, d.compressed));
+            }
+            let takes = |input, compressed| run_frame(input, max, compressed).is_some();
+            assert!(takes(&two, true) == (max > 200) && takes(&long, true) == (max > 20000));
+            assert!(takes(b"\x02\x00\x10", true) && takes(b"\x02\x05\x10", false));
+            assert!(!takes(b"\x02\x05\x10", true) && !takes(b"\x03\x80\x00\x10", true));
+        }
     }
 
     #[test]

@@ -71,11 +71,24 @@ pub trait Filter {
     /// Decides on `packet`. A rewrite writes the new body into `rewrite` and returns its
     /// length in [`FilterAction::Rewrite`].
     fn filter(&mut self, packet: &PacketView<'_>, rewrite: &mut [u8]) -> FilterAction;
+
+    /// Whether the filter looks at packets at all (`true` unless said otherwise). A filter
+    /// that passes every packet returns `false`: the machine then never calls
+    /// [`filter`](Self::filter), and forwards runs of packets the rules leave alone without
+    /// showing them one by one
+    /// ([`ProxyConn::forward_run`](super::conn::ProxyConn::forward_run)).
+    fn sees_packets(&self) -> bool {
+        true
+    }
 }
 
 impl<F: Filter + ?Sized> Filter for &mut F {
     fn filter(&mut self, packet: &PacketView<'_>, rewrite: &mut [u8]) -> FilterAction {
         (**self).filter(packet, rewrite)
+    }
+
+    fn sees_packets(&self) -> bool {
+        (**self).sees_packets()
     }
 }
 
@@ -87,5 +100,10 @@ impl Filter for PassAll {
     #[inline]
     fn filter(&mut self, _packet: &PacketView<'_>, _rewrite: &mut [u8]) -> FilterAction {
         FilterAction::Pass
+    }
+
+    #[inline]
+    fn sees_packets(&self) -> bool {
+        false
     }
 }

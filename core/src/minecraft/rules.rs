@@ -316,6 +316,43 @@ impl fmt::Display for RuleError {
 
 impl core::error::Error for RuleError {}
 
+/// A set of packet IDs below [`IdSet::LIMIT`], as bits: the IDs of one state and direction
+/// that some rule applies to ([`Rules::matching_ids`]), looked up in one step per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct IdSet([u64; 4]);
+
+impl IdSet {
+    /// IDs from 0 to `LIMIT - 1` fit; every play ID of the known releases does.
+    pub const LIMIT: i32 = 256;
+    /// The empty set.
+    pub const EMPTY: IdSet = IdSet([0; 4]);
+
+    /// Whether `id` is in the set (never for an ID outside `0..LIMIT`).
+    #[inline]
+    pub const fn contains(&self, id: i32) -> bool {
+        if id < 0 || id >= Self::LIMIT {
+            return false;
+        }
+        self.0[id as usize >> 6] & (1 << (id & 63)) != 0
+    }
+
+    /// Adds `id` (an ID outside `0..LIMIT` is ignored).
+    pub fn insert(&mut self, id: i32) {
+        if (0..Self::LIMIT).contains(&id) {
+            self.0[id as usize >> 6] |= 1 << (id & 63);
+        }
+    }
+
+    /// Adds the IDs of `ids` below [`LIMIT`](Self::LIMIT).
+    pub fn insert_range(&mut self, ids: IdRange) {
+        let last = ids.last.min(Self::LIMIT - 1);
+        for id in ids.first.max(0)..=last {
+            self.insert(id);
+        }
+    }
+}
+
 /// A route's rules: the handshake constraints and the packet rules, borrowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -358,6 +395,19 @@ impl<'a> Rules<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The IDs below [`IdSet::LIMIT`] that some rule applies to in `state` and `direction`
+    /// for `version`: a packet whose ID is not in the set passes [`evaluate`](Self::evaluate)
+    /// whatever its length (built once per state, so the rules are not walked per packet).
+    pub fn matching_ids(&self, state: State, direction: Direction, version: i32) -> IdSet {
+        let mut set = IdSet::EMPTY;
+        for r in self.packets {
+            if r.matches(state, direction, version, r.ids.first) {
+                set.insert_range(r.ids);
+            }
+        }
+        set
     }
 
     /// The verdict on a packet with `data_len` bytes of data after its ID: the most severe
@@ -504,6 +554,45 @@ mod tests {
         );
         assert_eq!(r.evaluate(State::Play, sb, 770, 6, 0), RuleVerdict::Pass);
         assert_eq!(r.check(), Ok(()));
+    }
+
+    #[test]
+    fn matching_ids_agree_with_evaluate() {
+        let list = [
+            rule(State::Play, IdRange::new(250, 300), RuleAction::Drop),
+            rule(State::Play, IdRange::one(7), RuleAction::MaxLen(10)),
+            rule(State::Play, IdRange::new(-5, 2), RuleAction::Deny),
+            rule(State::Configuration, IdRange::one(9), RuleAction::Deny),
+        ];
+        let r = Rules::new(HandshakeRule::ANY, &list);
+        for state in [State::Play, State::Configuration, State::Login] {
+            for direction in [Direction::Serverbound, Direction::Clientbound] {
+                for version in [763, 764, 769, 770] {
+                    let set = r.matching_ids(state, direction, version);
+                    for id in -1..IdSet::LIMIT + 2 {
+                        // Outside the set, every length passes; inside, some length does not.
+                        let passes = [0, 11, usize::MAX].iter().all(|&n| {
+                            r.evaluate(state, direction, version, id, n) == RuleVerdict::Pass
+                        });
+                        if (0..IdSet::LIMIT).contains(&id) {
+                            assert_eq!(
+                                set.contains(id),
+                                !passes,
+                                "{state:?} {direction:?} {version} {id}"
+                            );
+                        } else {
+                            assert!(!set.contains(id));
+                        }
+                    }
+                }
+            }
+        }
+        let set = r.matching_ids(State::Play, Direction::Serverbound, 765);
+        assert!(set.contains(255) && set.contains(0) && !set.contains(3) && !set.contains(256));
+        assert_eq!(
+            Rules::NONE.matching_ids(State::Play, Direction::Serverbound, 765),
+            IdSet::EMPTY
+        );
     }
 
     #[test]

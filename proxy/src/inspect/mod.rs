@@ -18,10 +18,17 @@
 //!   the connection back ([`InspectEnd::Opaque`]) for the byte relay; [`Verdict::Close`]
 //!   sends the client the Disconnect the verdict names, framed as its side is, and ends.
 //!
-//! Both directions run in one task: each read is handled (and its output written) before the
-//! next is awaited, so nothing is in flight when the connection changes mode, and a slow
-//! reader on one side holds the other side back (TCP backpressure) rather than filling memory.
-//! In steady state nothing is allocated per packet (the `mcproxy_alloc` test counts).
+//! - With a filter that does not look at packets ([`Filter::sees_packets`]), the frames the
+//!   machine and the rules leave alone are judged a run at a time
+//!   ([`ProxyConn::forward_run`]: one lookup per frame, the budgets charged once per run) and
+//!   go out in one write straight from the read buffer.
+//!
+//! Both directions run in one task, each on its own: it reads, has its whole frames judged,
+//! writes what it owes, and only then reads again. A destination that does not read holds
+//! back its own direction (TCP backpressure, nothing buffered beyond that direction's
+//! buffers) while the other keeps flowing (the `mcproxy_inspect` stall test). A mode change
+//! (opaque, a close) first writes what both directions owe. In steady state nothing is
+//! allocated per packet (the `mcproxy_alloc` test counts).
 
 pub mod login;
 
@@ -37,7 +44,8 @@ use wirekit_core::frame::compressed::{
 use wirekit_core::frame::mc::MAX_LENGTH_FIELD_LEN;
 use wirekit_core::minecraft::budget::Budgets;
 use wirekit_core::minecraft::conn::{
-    Close, ConnConfig, DisconnectTarget, ObservedPacket, ProxyConn, UnknownVersion, Verdict,
+    Close, ConnConfig, DisconnectTarget, ObservedPacket, ProxyConn, RunIndex, UnknownVersion,
+    Verdict,
 };
 use wirekit_core::minecraft::disconnect::DisconnectMessage;
 use wirekit_core::minecraft::filter::Filter;
@@ -53,6 +61,9 @@ pub type FilterFactory = Arc<dyn Fn(&str) -> Box<dyn Filter + Send> + Send + Syn
 
 /// The most one read takes, and the batch a re-framed direction gathers before a write.
 pub const READ_CHUNK: usize = 64 * 1024;
+
+/// A partial frame this short moves to the front of its buffer before the next read.
+const SHORT_PARTIAL: usize = 4096;
 
 /// The compression the client side of an inspect route uses instead of the upstream's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,9 +223,9 @@ pub struct Moved {
     pub packets: u64,
 }
 
-/// One direction's buffers and framers.
+/// One direction's buffers and framers, and the bytes it owes its destination.
 struct Side {
-    /// Bytes read and not yet handled are `buf[start..end]`.
+    /// Bytes read and not yet judged are `buf[start..end]`.
     buf: Box<[u8]>,
     start: usize,
     end: usize,
@@ -222,10 +233,28 @@ struct Side {
     decoder: CompressedDecoder,
     /// Frames as they go out; when its threshold is the decoder's, frames go out as received.
     encoder: CompressedEncoder,
-    /// Frames built here (a re-framed direction, a rewrite, a Disconnect), `out[..out_len]`.
+    /// Judged frames going out as received, not yet written: `buf[raw]`, before `out`'s.
+    raw: Range<usize>,
+    /// Frames built here (a re-framed direction, a rewrite, a Disconnect), not yet written:
+    /// `out[out_sent..out_len]`.
     out: Box<[u8]>,
+    out_sent: usize,
     out_len: usize,
     moved: Moved,
+}
+
+/// What one step of a direction's I/O did.
+enum Io {
+    /// Bytes were read.
+    Read,
+    /// The source ended its stream.
+    Eof,
+    /// Some owed bytes were written.
+    Wrote,
+    /// The source failed.
+    ReadFailed,
+    /// The destination failed.
+    WriteFailed,
 }
 
 impl Side {
@@ -239,7 +268,9 @@ impl Side {
             end: 0,
             decoder: CompressedDecoder::new(-1).with_limits(limits),
             encoder: CompressedEncoder::new(-1, level),
+            raw: 0..0,
             out: vec![0u8; READ_CHUNK + max_encoded_len(limits.max_frame_len())].into_boxed_slice(),
+            out_sent: 0,
             out_len: 0,
             moved: Moved::default(),
         }
@@ -249,18 +280,113 @@ impl Side {
         self.decoder.threshold() == self.encoder.threshold()
     }
 
-    /// Room to read into, moving a partial frame to the front when the tail is short.
+    /// Whether judged bytes wait to be written (then nothing more is read: the direction's
+    /// backpressure).
+    fn owes(&self) -> bool {
+        !self.raw.is_empty() || self.out_sent < self.out_len
+    }
+
+    /// Owes the judged frame `buf[frame]` as received: one run with the frames before it, or
+    /// (after built frames, which go out first) a copy behind them.
+    fn owe_as_received(&mut self, frame: Range<usize>) {
+        if self.out_len == 0 && (self.raw.is_empty() || self.raw.end == frame.start) {
+            self.raw = if self.raw.is_empty() {
+                frame
+            } else {
+                self.raw.start..frame.end
+            };
+        } else {
+            // Fits: built frames stop at READ_CHUNK, and `out` has a longest frame beyond.
+            let n = frame.len();
+            self.out[self.out_len..self.out_len + n].copy_from_slice(&self.buf[frame]);
+            self.out_len += n;
+        }
+    }
+
+    /// Room to read into, moving a partial frame to the front when it is short (reads then
+    /// land in the same warm 64 KiB, as a copy relay's do) or the tail is (only while nothing
+    /// is owed, so no owed range moves).
     fn read_room(&mut self) -> &mut [u8] {
-        if self.start == self.end {
+        let left = self.end - self.start;
+        if left == 0 {
             self.start = 0;
             self.end = 0;
-        } else if self.buf.len() - self.end < READ_CHUNK && self.start > 0 {
+        } else if self.start > 0
+            && (left <= SHORT_PARTIAL || self.buf.len() - self.end < READ_CHUNK)
+        {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
         let stop = (self.end + READ_CHUNK).min(self.buf.len());
         &mut self.buf[self.end..stop]
+    }
+
+    /// One step: a write of what is owed, or else a read. Cancel-safe: a step that does not
+    /// complete changes nothing.
+    async fn io<R, W>(&mut self, from: &mut R, to: &mut W) -> Io
+    where
+        R: AsyncRead + Unpin + ?Sized,
+        W: AsyncWrite + Unpin + ?Sized,
+    {
+        if !self.raw.is_empty() {
+            match to.write(&self.buf[self.raw.clone()]).await {
+                Ok(n) if n > 0 => {
+                    self.raw.start += n;
+                    self.moved.written += n as u64;
+                    Io::Wrote
+                }
+                _ => Io::WriteFailed,
+            }
+        } else if self.out_sent < self.out_len {
+            match to.write(&self.out[self.out_sent..self.out_len]).await {
+                Ok(n) if n > 0 => {
+                    self.out_sent += n;
+                    self.moved.written += n as u64;
+                    if self.out_sent == self.out_len {
+                        self.out_sent = 0;
+                        self.out_len = 0;
+                    }
+                    Io::Wrote
+                }
+                _ => Io::WriteFailed,
+            }
+        } else {
+            match from.read(self.read_room()).await {
+                Ok(0) => Io::Eof,
+                Ok(n) => {
+                    self.end += n;
+                    self.moved.read += n as u64;
+                    Io::Read
+                }
+                Err(_) => Io::ReadFailed,
+            }
+        }
+    }
+
+    /// Writes everything owed, then (`rest`) the bytes not judged, unread by the machine.
+    async fn flush<W: AsyncWrite + Unpin + ?Sized>(
+        &mut self,
+        to: &mut W,
+        rest: bool,
+    ) -> std::io::Result<()> {
+        if !self.raw.is_empty() {
+            to.write_all(&self.buf[self.raw.clone()]).await?;
+            self.moved.written += self.raw.len() as u64;
+            self.raw = 0..0;
+        }
+        if self.out_sent < self.out_len {
+            to.write_all(&self.out[self.out_sent..self.out_len]).await?;
+            self.moved.written += (self.out_len - self.out_sent) as u64;
+        }
+        self.out_sent = 0;
+        self.out_len = 0;
+        if rest && self.start < self.end {
+            to.write_all(&self.buf[self.start..self.end]).await?;
+            self.moved.written += (self.end - self.start) as u64;
+            self.start = self.end;
+        }
+        Ok(())
     }
 }
 
@@ -272,14 +398,6 @@ struct Work {
     compressor: Compressor<Box<[u32]>>,
 }
 
-/// What handling one read decided.
-enum Handled {
-    /// Go on reading.
-    More,
-    /// End the relay.
-    End(InspectEnd),
-}
-
 /// One inspected connection: the core's machine, the route's settings, its buffers (allocated
 /// here, once) and a filter.
 pub struct Inspector<'s, F: Filter + ?Sized> {
@@ -288,6 +406,8 @@ pub struct Inspector<'s, F: Filter + ?Sized> {
     sides: [Side; 2],
     work: Work,
     filter: &'s mut F,
+    /// The IDs runs leave to the machine packet by packet, per direction.
+    index: RunIndex,
 }
 
 impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
@@ -311,6 +431,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     .expect("WORKSPACE_MCU is above the minimum"),
             },
             filter,
+            index: RunIndex::new(),
         }
     }
 
@@ -387,6 +508,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     /// Relays between the client and the upstream until a peer ends, a socket fails, the
     /// machine closes, the connection goes opaque, or `shutdown` is cancelled. Bytes
     /// preloaded with [`preload_serverbound`](Self::preload_serverbound) are handled first.
+    ///
+    /// The two directions go on independently in this one task: each reads, has its frames
+    /// judged, and writes what it owes before it reads again, so a destination that does not
+    /// read holds back its own direction alone (TCP backpressure, nothing buffered beyond
+    /// the direction's buffers) while the other keeps flowing.
     pub async fn run<CR, CW, UR, UW>(
         &mut self,
         client: (&mut CR, &mut CW),
@@ -401,49 +527,47 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     {
         let (client_r, client_w) = client;
         let (up_r, up_w) = upstream;
-        let sb = Direction::Serverbound.index();
-        if self.sides[sb].end > self.sides[sb].start
-            && let Handled::End(e) = self.handle(Direction::Serverbound, client_w, up_w).await
-        {
-            return e;
+        if let Some(after) = self.judge(Direction::Serverbound) {
+            return self
+                .finish(Direction::Serverbound, after, client_w, up_w)
+                .await;
         }
         loop {
             let [s_side, c_side] = &mut self.sides;
-            let (dir, result) = tokio::select! {
-                r = client_r.read(s_side.read_room()) => (Direction::Serverbound, r),
-                r = up_r.read(c_side.read_room()) => (Direction::Clientbound, r),
+            let (dir, io) = tokio::select! {
+                io = s_side.io(&mut *client_r, &mut *up_w) => (Direction::Serverbound, io),
+                io = c_side.io(&mut *up_r, &mut *client_w) => (Direction::Clientbound, io),
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
             };
-            let n = match (dir, result) {
-                (Direction::Serverbound, Ok(0)) => {
+            match (dir, io) {
+                (_, Io::Read) => {}
+                // Judge what the written bytes held back.
+                (_, Io::Wrote) if !self.sides[dir.index()].owes() => {}
+                (_, Io::Wrote) => continue,
+                (Direction::Serverbound, Io::Eof) => {
                     let _ = up_w.shutdown().await;
                     return InspectEnd::ClientClosed;
                 }
-                (Direction::Clientbound, Ok(0)) => {
+                (Direction::Clientbound, Io::Eof) => {
                     let _ = client_w.shutdown().await;
                     return InspectEnd::UpstreamClosed;
                 }
-                (Direction::Serverbound, Err(_)) => return InspectEnd::ClientError,
-                (Direction::Clientbound, Err(_)) => return InspectEnd::UpstreamError,
-                (_, Ok(n)) => n,
-            };
-            let side = &mut self.sides[dir.index()];
-            side.end += n;
-            side.moved.read += n as u64;
-            if let Handled::End(e) = self.handle(dir, client_w, up_w).await {
-                return e;
+                (Direction::Serverbound, Io::ReadFailed)
+                | (Direction::Clientbound, Io::WriteFailed) => return InspectEnd::ClientError,
+                (Direction::Clientbound, Io::ReadFailed)
+                | (Direction::Serverbound, Io::WriteFailed) => return InspectEnd::UpstreamError,
+            }
+            if let Some(after) = self.judge(dir) {
+                return self.finish(dir, after, client_w, up_w).await;
             }
         }
     }
 
-    /// Handles the whole frames buffered in `dir`: each judged, forwarded (as received, or
-    /// framed again), rewritten, dropped, or the end of the relay.
-    async fn handle(
-        &mut self,
-        dir: Direction,
-        cw: &mut Writer<'_>,
-        uw: &mut Writer<'_>,
-    ) -> Handled {
+    /// Judges the whole frames buffered in `dir` until a partial frame, an end, or judged
+    /// bytes to write first (a full out buffer, or a drop after owed frames): each forwarded
+    /// (as received, in runs, or framed again), rewritten or dropped, and owed to the
+    /// destination. `Some` ends the relay ([`finish`](Self::finish)).
+    fn judge(&mut self, dir: Direction) -> Option<After> {
         let now = wirekit_std::clock::now();
         let Inspector {
             settings,
@@ -451,6 +575,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             sides,
             work,
             filter,
+            index,
         } = self;
         let rules = settings.core_rules();
         let [sbs, cbs] = &mut *sides;
@@ -458,50 +583,47 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             Direction::Serverbound => (sbs, cbs),
             Direction::Clientbound => (cbs, sbs),
         };
-        let write_error = match dir {
-            Direction::Serverbound => InspectEnd::UpstreamError,
-            Direction::Clientbound => InspectEnd::ClientError,
-        };
-        let to: &mut Writer<'_> = match dir {
-            Direction::Serverbound => &mut *uw,
-            Direction::Clientbound => &mut *cw,
-        };
-        let mut pos = side.start;
-        // The run of frames forwarded as received, not yet written.
-        let mut pending: Option<Range<usize>> = None;
-        let after = loop {
+        loop {
+            if side.out_len >= READ_CHUNK {
+                return None;
+            }
+            if side.out_len == 0 && side.same_framing() {
+                // Runs of frames nothing needs to see one by one: judged at once, owed as
+                // one range.
+                let input = &side.buf[side.start..side.end];
+                let run =
+                    conn.forward_run(&rules, index, &**filter, &side.decoder, dir, input, now);
+                if run.len > 0 {
+                    side.owe_as_received(side.start..side.start + run.len);
+                    side.start += run.len;
+                    side.moved.packets += run.packets as u64;
+                }
+            }
             let decoded = side.decoder.decode(
-                &side.buf[pos..side.end],
+                &side.buf[side.start..side.end],
                 &mut work.inflater,
                 &mut work.scratch,
             );
             let (body, consumed, compressed) = match decoded {
                 Ok(Status::Complete(b)) => (b.body, b.consumed, b.compressed),
-                Ok(Status::Partial(_)) => break After::Partial,
-                Err(e) => break After::BadFrame(e),
+                Ok(Status::Partial(_)) => return None,
+                Err(e) => return Some(After::BadFrame(e)),
             };
             side.moved.packets += 1;
-            let frame = pos..pos + consumed;
-            pos += consumed;
+            let frame = side.start..side.start + consumed;
+            side.start += consumed;
             let packet = match ObservedPacket::from_body(dir, body, consumed, compressed) {
                 Ok(p) => p,
-                Err(e) => break After::BadFrame(CompressedFrameError::Frame(e)),
+                Err(e) => return Some(After::BadFrame(CompressedFrameError::Frame(e))),
             };
             let verdict =
                 conn.handle_filtered(&rules, &packet, now, &mut **filter, &mut work.rewrite);
-            // Where the packet's bytes go: as received, or framed again from this body.
-            let reframe: Option<&[u8]> = match verdict {
-                Verdict::Close(c) => break After::Close(c),
-                Verdict::Drop => {
-                    if write_range(&side.buf, pending.take(), &mut side.moved, to)
-                        .await
-                        .is_err()
-                    {
-                        break After::WriteError;
-                    }
-                    continue;
-                }
-                Verdict::ForwardRewritten { len } => Some(&work.rewrite[..len]),
+            // What goes out for the packet: as received, or framed again from this body.
+            let built: &[u8] = match verdict {
+                Verdict::Close(c) => return Some(After::Close(c)),
+                Verdict::Drop if side.owes() => return None,
+                Verdict::Drop => continue,
+                Verdict::ForwardRewritten { len } => &work.rewrite[..len],
                 Verdict::ForwardThenCompress { threshold }
                     if dir == Direction::Clientbound && settings.client_compression.is_some() =>
                 {
@@ -512,14 +634,8 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     let mut sc = [0u8; 10];
                     let n = encode_varint(packet.id, &mut sc).unwrap_or(0);
                     let m = encode_varint(own, &mut sc[n..]).unwrap_or(0);
-                    if write_range(&side.buf, pending.take(), &mut side.moved, to)
-                        .await
-                        .is_err()
-                    {
-                        break After::WriteError;
-                    }
                     if push_frame(side, &sc[..n + m], &mut work.compressor).is_err() {
-                        break After::EncodeError;
+                        return Some(After::EncodeError);
                     }
                     side.decoder.set_threshold(threshold);
                     side.encoder.set_threshold(own);
@@ -527,49 +643,23 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     other.encoder.set_threshold(threshold);
                     continue;
                 }
-                _ if side.same_framing() => None,
-                _ => Some(body),
+                _ if side.same_framing() => {
+                    side.owe_as_received(frame);
+                    &[]
+                }
+                _ => body,
             };
-            match reframe {
-                None => {
-                    if side.out_len > 0 && write_out(side, to).await.is_err() {
-                        break After::WriteError;
-                    }
-                    pending = match pending.take() {
-                        Some(run) if run.end == frame.start => Some(run.start..frame.end),
-                        run => {
-                            if write_range(&side.buf, run, &mut side.moved, to)
-                                .await
-                                .is_err()
-                            {
-                                break After::WriteError;
-                            }
-                            Some(frame)
-                        }
-                    };
-                }
-                Some(body) => {
-                    if write_range(&side.buf, pending.take(), &mut side.moved, to)
-                        .await
-                        .is_err()
-                    {
-                        break After::WriteError;
-                    }
-                    if push_frame_split(
-                        &side.encoder,
-                        &mut side.out,
-                        &mut side.out_len,
-                        body,
-                        &mut work.compressor,
-                    )
-                    .is_err()
-                    {
-                        break After::EncodeError;
-                    }
-                    if side.out_len >= READ_CHUNK && write_out(side, to).await.is_err() {
-                        break After::WriteError;
-                    }
-                }
+            if !built.is_empty()
+                && push_frame_split(
+                    &side.encoder,
+                    &mut side.out,
+                    &mut side.out_len,
+                    built,
+                    &mut work.compressor,
+                )
+                .is_err()
+            {
+                return Some(After::EncodeError);
             }
             match verdict {
                 Verdict::ForwardThenCompress { threshold } => {
@@ -578,53 +668,45 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         s.encoder.set_threshold(threshold);
                     }
                 }
-                Verdict::ForwardThenOpaque => break After::Opaque,
+                Verdict::ForwardThenOpaque => return Some(After::Opaque),
                 _ => {}
             }
-        };
-        // What was forwarded before the end (or before a partial frame) goes out first.
-        if write_range(&side.buf, pending.take(), &mut side.moved, to)
-            .await
-            .is_err()
-            || write_out(side, to).await.is_err()
-        {
-            return Handled::End(write_error);
         }
-        side.start = pos;
-        match after {
-            After::Partial => Handled::More,
-            After::WriteError => Handled::End(write_error),
-            After::Opaque => {
-                // Bytes after the switch are relayed unread, this side's and the other's.
-                let rest = pos..side.end;
-                side.start = side.end;
-                if write_range(&side.buf, Some(rest), &mut side.moved, to)
-                    .await
-                    .is_err()
-                {
-                    return Handled::End(write_error);
-                }
-                let back: &mut Writer<'_> = match dir {
-                    Direction::Serverbound => &mut *cw,
-                    Direction::Clientbound => &mut *uw,
+    }
+
+    /// Ends the relay as `after` says, `dir` the direction that decided: what both
+    /// directions owe goes out first (and, going opaque, every byte not judged), then the
+    /// client gets its Disconnect where there is one.
+    async fn finish(
+        &mut self,
+        dir: Direction,
+        after: After,
+        cw: &mut Writer<'_>,
+        uw: &mut Writer<'_>,
+    ) -> InspectEnd {
+        let opaque = matches!(after, After::Opaque);
+        if !matches!(after, After::EncodeError) {
+            let [sbs, cbs] = &mut self.sides;
+            let other = match dir {
+                Direction::Serverbound => Direction::Clientbound,
+                Direction::Clientbound => Direction::Serverbound,
+            };
+            for d in [dir, other] {
+                let (side, to, error): (_, &mut Writer<'_>, _) = match d {
+                    Direction::Serverbound => (&mut *sbs, &mut *uw, InspectEnd::UpstreamError),
+                    Direction::Clientbound => (&mut *cbs, &mut *cw, InspectEnd::ClientError),
                 };
-                let rest = other.start..other.end;
-                other.start = other.end;
-                if write_range(&other.buf, Some(rest), &mut other.moved, back)
-                    .await
-                    .is_err()
-                {
-                    return Handled::End(match dir {
-                        Direction::Serverbound => InspectEnd::ClientError,
-                        Direction::Clientbound => InspectEnd::UpstreamError,
-                    });
+                if side.flush(to, opaque).await.is_err() {
+                    return error;
                 }
-                Handled::End(InspectEnd::Opaque)
             }
+        }
+        match after {
+            After::Opaque => InspectEnd::Opaque,
             After::Close(c) => {
                 self.disconnect(c.disconnect, c.reason.as_str(), cw, uw)
                     .await;
-                Handled::End(InspectEnd::Closed(c))
+                InspectEnd::Closed(c)
             }
             After::BadFrame(e) => {
                 let target = self.conn.disconnect_target();
@@ -633,7 +715,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     .close(wirekit_core::minecraft::conn::CloseReason::Local);
                 self.disconnect(target, "malformed or oversized packet", cw, uw)
                     .await;
-                Handled::End(InspectEnd::BadFrame(dir, e))
+                InspectEnd::BadFrame(dir, e)
             }
             After::EncodeError => {
                 let c = self
@@ -641,7 +723,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     .close(wirekit_core::minecraft::conn::CloseReason::Local);
                 let _ = cw.shutdown().await;
                 let _ = uw.shutdown().await;
-                Handled::End(InspectEnd::Closed(c))
+                InspectEnd::Closed(c)
             }
         }
     }
@@ -671,46 +753,16 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
 /// A writer either side of the relay, as the frame loop sees it.
 type Writer<'a> = dyn AsyncWrite + Unpin + Send + 'a;
 
-/// Why the frame loop stopped.
+/// Why the relay ends.
 enum After {
-    /// Only part of a frame is left: read more.
-    Partial,
     /// The machine closed.
     Close(Close),
     /// A frame did not decode.
     BadFrame(CompressedFrameError),
     /// The connection went opaque.
     Opaque,
-    /// The destination failed.
-    WriteError,
     /// A frame could not be built again (not reachable with the buffers sized as they are).
     EncodeError,
-}
-
-/// Writes `buf[range]` (nothing for `None`), counting it.
-async fn write_range(
-    buf: &[u8],
-    range: Option<Range<usize>>,
-    moved: &mut Moved,
-    to: &mut Writer<'_>,
-) -> std::io::Result<()> {
-    if let Some(r) = range
-        && !r.is_empty()
-    {
-        to.write_all(&buf[r.clone()]).await?;
-        moved.written += r.len() as u64;
-    }
-    Ok(())
-}
-
-/// Writes the frames built in `side.out`, counting them.
-async fn write_out(side: &mut Side, to: &mut Writer<'_>) -> std::io::Result<()> {
-    if side.out_len > 0 {
-        to.write_all(&side.out[..side.out_len]).await?;
-        side.moved.written += side.out_len as u64;
-        side.out_len = 0;
-    }
-    Ok(())
 }
 
 /// Frames `body` with `side`'s encoder at the end of its out buffer.
