@@ -2,21 +2,25 @@
 //! policy, budgets), rules, and a packet sequence mixing valid packets for the machine's
 //! current state and version with arbitrary ones, at arbitrary times, with or without a
 //! filter. Nothing panics; once closed every verdict is that close; a close's Disconnect
-//! target builds a packet that parses back; a drop or rewrite moves no state.
+//! target builds a packet that parses back; a drop or rewrite moves no state. Without a filter,
+//! each uncompressed packet is also judged as a one-frame run (`forward_run` on a copy of the
+//! machine): a run that takes it must be what `handle` does, a plain `Forward` leaving the
+//! same machine (states and budgets).
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use wirekit_core::frame::mc::split_packet;
+use wirekit_core::frame::compressed::CompressedDecoder;
+use wirekit_core::frame::mc::{encode_frame, split_packet};
 use wirekit_core::limit::Rate;
 use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::budget::{Budget, Budgets, DirectionBudgets};
 use wirekit_core::minecraft::conn::{
-    CloseReason, ConnConfig, DisconnectState, ObservedPacket, Phase, ProxyConn, UnknownVersion,
-    Verdict,
+    CloseReason, ConnConfig, DisconnectState, ObservedPacket, Phase, ProxyConn, RunIndex,
+    UnknownVersion, Verdict,
 };
 use wirekit_core::minecraft::disconnect::{DisconnectMessage, ReasonFormat};
-use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView};
+use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView, PassAll};
 use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
 use wirekit_core::minecraft::ids::{self, Direction, KnownPacket, PacketIds, RELEASES, State};
 use wirekit_core::minecraft::login::{self, LoginStart, SetCompression};
@@ -189,6 +193,8 @@ fuzz_target!(|input: Input| {
         &rules,
     );
     let mut c = ProxyConn::new(config);
+    let mut index = RunIndex::new();
+    let plain = CompressedDecoder::new(-1);
     let mut now = Instant::ZERO;
     let mut data = Vec::new();
     let mut rewrite = [0u8; 16];
@@ -288,18 +294,46 @@ fuzz_target!(|input: Input| {
                 )
             }
         };
+        // The frame as it comes off the wire in uncompressed framing.
+        let frame = {
+            let mut body = vec![0u8; 5];
+            let n = wirekit_core::varint::encode_varint(id, &mut body).expect("5 bytes hold it");
+            body.truncate(n);
+            body.extend_from_slice(&data);
+            let mut f = vec![0u8; body.len() + 3];
+            encode_frame(&body, &mut f).ok().map(|n| {
+                f.truncate(n);
+                f
+            })
+        };
         let p = ObservedPacket {
             direction,
             id,
             data: &data,
-            wire_len: data.len() + 3,
+            wire_len: frame.as_ref().map_or(data.len() + 3, Vec::len),
             compressed: input.compressed,
         };
         let before = c;
+        let run = match (&frame, input.filter, input.compressed) {
+            (Some(frame), None, false) => {
+                let mut r = before;
+                let run = r.forward_run(&rules, &mut index, &PassAll, &plain, direction, frame, now);
+                assert!(run.packets <= 1 && (run.packets == 0) == (run.len == 0));
+                (run.packets == 1).then(|| {
+                    assert_eq!(run.len, frame.len());
+                    r
+                })
+            }
+            _ => None,
+        };
         let verdict = match input.filter {
             Some(f) => c.handle_filtered(&rules, &p, now, &mut ByteFilter(f), &mut rewrite),
             None => c.handle(&rules, &p, now),
         };
+        if let Some(after_run) = run {
+            assert_eq!(verdict, Verdict::Forward, "a run took a packet handle did not forward");
+            assert_eq!(after_run, c, "a run left another machine than handle");
+        }
         match (before.phase(), verdict) {
             (Phase::Closed(first), v) => assert_eq!(v, Verdict::Close(first)),
             (Phase::Opaque, v) => assert_eq!(
