@@ -71,6 +71,9 @@ pub struct WsConfig {
     pub idle_timeout: Duration,
     /// Replies that may wait for one WebSocket.
     pub send_queue: usize,
+    /// How long one reply may wait for the client's window: a client that keeps it shut is
+    /// closed ([`WsReason::SendStalled`]), so it holds no task or slot for ever.
+    pub send_timeout: Duration,
     /// The PRUDP connection table's bounds.
     pub limits: TableLimits,
     /// How often the connections' timers run and idle ones expire.
@@ -79,8 +82,8 @@ pub struct WsConfig {
 
 impl Default for WsConfig {
     /// 2 KiB messages (NintendoClients fragments at 1300 bytes), 1024 WebSockets, a 5 s
-    /// handshake, 10 s without a PRUDP connection, 64 queued replies, the default table limits,
-    /// a 50 ms tick.
+    /// handshake, 10 s without a PRUDP connection, 64 queued replies taken within 10 s each,
+    /// the default table limits, a 50 ms tick.
     fn default() -> Self {
         WsConfig {
             max_message: 2048,
@@ -88,6 +91,7 @@ impl Default for WsConfig {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(10),
             send_queue: 64,
+            send_timeout: Duration::from_secs(10),
             limits: TableLimits::default(),
             tick: Duration::from_millis(50),
         }
@@ -139,6 +143,8 @@ ws_reasons! {
     PeerClosed = "peer_closed",
     /// A WebSocket protocol or I/O error.
     Transport = "transport",
+    /// A reply waited [`WsConfig::send_timeout`] for the client's window.
+    SendStalled = "send_stalled",
     /// The server is shutting down.
     Shutdown = "shutdown",
 }
@@ -287,7 +293,7 @@ impl Shared {
             now,
         );
         // The message's end is its batch's: the handler writes the connection's datagrams
-        // (its ACKs, aggregated) now.
+        // (its replies and ACKs) now.
         for key in e.touched.drain(..) {
             if let Some(state) = e.table.get_mut(&key) {
                 e.handler.batch_end(&key, state, now, &mut e.outbox);
@@ -427,12 +433,13 @@ impl WsListener {
                         continue;
                     }
                     shared.open.fetch_add(1, Ordering::Relaxed);
-                    let (s, stop) = (shared.clone(), shutdown.clone());
+                    let slot = OpenSlot(shared.clone());
+                    let stop = shutdown.clone();
                     tasks.spawn(async move {
-                        let reason = serve_socket(&s, tcp, peer, stop).await;
-                        s.stats.count(reason);
-                        s.open.fetch_sub(1, Ordering::Relaxed);
+                        let reason = serve_socket(&slot.0, tcp, peer, stop).await;
+                        slot.0.stats.count(reason);
                         debug!(%peer, reason = reason.as_str(), "WebSocket closed");
+                        drop(slot);
                     });
                 }
                 // Reap finished tasks as they end, so the set stays as large as what is open.
@@ -441,6 +448,33 @@ impl WsListener {
         }
         while tasks.join_next().await.is_some() {}
         Ok(())
+    }
+}
+
+/// tungstenite's limits for one WebSocket: messages and frames up to
+/// [`WsConfig::max_message`]; each reply written and flushed on its own (no write buffering),
+/// at most the send queue's worth waiting in the socket (tungstenite requires that cap above
+/// its write buffer, whatever the configured sizes).
+fn frame_config(config: &WsConfig) -> WebSocketConfig {
+    let cap = config.max_message;
+    WebSocketConfig::default()
+        .max_message_size(Some(cap))
+        .max_frame_size(Some(cap))
+        .write_buffer_size(0)
+        .max_write_buffer_size(
+            cap.saturating_mul(config.send_queue.max(1))
+                .saturating_mul(2)
+                .max(1),
+        )
+}
+
+/// One open WebSocket's place under [`WsConfig::max_connections`], given back when its task
+/// ends, however it ends.
+struct OpenSlot(Arc<Shared>);
+
+impl Drop for OpenSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -564,11 +598,7 @@ async fn serve_socket(
     mut shutdown: watch::Receiver<bool>,
 ) -> WsReason {
     let _ = tcp.set_nodelay(true);
-    let cap = shared.config.max_message;
-    let ws_config = WebSocketConfig::default()
-        .max_message_size(Some(cap))
-        .max_frame_size(Some(cap))
-        .max_write_buffer_size(cap.saturating_mul(shared.config.send_queue.max(1)) * 2);
+    let ws_config = frame_config(&shared.config);
     let handshake = tokio::time::timeout(
         std::time::Duration::from_micros(shared.config.handshake_timeout.as_micros()),
         upgrade(&mut tcp),
@@ -597,6 +627,7 @@ async fn pump(
     shutdown: &mut watch::Receiver<bool>,
 ) -> WsReason {
     let idle = std::time::Duration::from_micros(shared.config.idle_timeout.as_micros());
+    let send_timeout = std::time::Duration::from_micros(shared.config.send_timeout.as_micros());
     let mut unbound_since = tokio::time::Instant::now();
     let mut bound = false;
     let reason = loop {
@@ -606,8 +637,10 @@ async fn pump(
             () = tokio::time::sleep_until(idle_at), if !bound => break WsReason::Idle,
             out = rx.recv() => match out {
                 Some(Outgoing::Packet(bytes)) => {
-                    if ws.send(Message::Binary(bytes)).await.is_err() {
-                        return WsReason::Transport;
+                    match tokio::time::timeout(send_timeout, ws.send(Message::Binary(bytes))).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => return WsReason::Transport,
+                        Err(_) => return WsReason::SendStalled,
                     }
                 }
                 Some(Outgoing::Close(reason)) => break reason,
@@ -636,12 +669,6 @@ async fn pump(
             },
         }
     };
-    // Replies already queued (a DISCONNECT's ACKs) go out before the close frame.
-    while let Ok(Outgoing::Packet(bytes)) = rx.try_recv() {
-        if ws.feed(Message::Binary(bytes)).await.is_err() {
-            return reason;
-        }
-    }
     let code = match reason {
         WsReason::MessageTooLarge => CloseCode::Size,
         WsReason::Shutdown => CloseCode::Away,
@@ -652,6 +679,12 @@ async fn pump(
         reason: reason.as_str().into(),
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        // Replies already queued (a DISCONNECT's ACKs) go out before the close frame.
+        while let Ok(Outgoing::Packet(bytes)) = rx.try_recv() {
+            if ws.feed(Message::Binary(bytes)).await.is_err() {
+                return;
+            }
+        }
         let _ = ws.close(Some(frame)).await;
         // Until the client's close frame (or the end of the stream).
         while let Some(Ok(_)) = ws.next().await {}
@@ -663,6 +696,23 @@ async fn pump(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Any message cap and queue make a WebSocket: tungstenite asserts its write limits when a
+    /// stream is made, and a cap of 1 KiB or less with the default queue used to trip it.
+    #[tokio::test]
+    async fn every_message_cap_makes_a_websocket() {
+        for (max_message, send_queue) in [(64, 1), (1024, 64), (2048, 64), (usize::MAX, 64)] {
+            let config = WsConfig {
+                max_message,
+                send_queue,
+                ..WsConfig::default()
+            };
+            let (ours, _theirs) = tokio::io::duplex(64);
+            let _ =
+                WebSocketStream::from_raw_socket(ours, Role::Server, Some(frame_config(&config)))
+                    .await;
+        }
+    }
 
     #[test]
     fn reasons_name_themselves_and_count_apart() {

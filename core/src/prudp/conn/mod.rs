@@ -128,7 +128,9 @@ pub struct Config {
     /// base, ids), both as NintendoClients and nex-go parse them. A lone packet still gets a
     /// plain ACK, and SYN, CONNECT, PING, DISCONNECT and unreliable DATA always do. On by
     /// default where the format can carry the flag (not Quazal v0, whose 5-bit flags field
-    /// has no room for it, so there the switch does nothing).
+    /// has no room for it, so there the switch does nothing). Lite sends plain ACKs too: a
+    /// WebSocket message is its own batch, and a Lite peer's aggregate ACKs (the new form) are
+    /// still read.
     pub aggregate_acks: bool,
 }
 
