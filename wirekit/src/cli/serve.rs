@@ -36,11 +36,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1 << 20)]
     pub max_frame: usize,
     /// Seconds allowed for the PROXY header or the first frame to start arriving.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = seconds)]
     pub header_timeout: f64,
     /// Seconds a reply may wait for the client's window: a client that keeps it shut (it
     /// sends and never reads) is closed after this.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
     pub send_timeout: f64,
     /// PROXY protocol policy: USE, IGNORE, REQUIRE, REJECT or SKIP (no header read). With
     /// --trusted, it applies to the trusted networks only.
@@ -58,6 +58,16 @@ pub struct ServeArgs {
     /// Worker threads (1: a single-threaded runtime).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+}
+
+/// A timeout flag: seconds, finite, from 1 ms to a year (`inf`, `NaN` and negative values are
+/// refused at parse time, not a panic later).
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.001..=31_536_000.0).contains(&s) => Ok(s),
+        Ok(_) => Err("seconds from 0.001 to 31536000".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl ServeArgs {
@@ -79,8 +89,8 @@ impl ServeArgs {
             }
         }
         .with_max_packet_len(self.max_frame)
-        .with_header_timeout(Duration::from_secs_f64(self.header_timeout.max(0.001)).into())
-        .with_send_timeout(Duration::from_secs_f64(self.send_timeout.max(0.001)).into())
+        .with_header_timeout(Duration::from_secs_f64(self.header_timeout).into())
+        .with_send_timeout(Duration::from_secs_f64(self.send_timeout).into())
         .with_proxy(proxy);
         Ok(ServeOptions {
             listen: self.listen,
