@@ -23,6 +23,12 @@ use wirekit_rig::net::{free_port, wait_for_port};
 
 use crate::process::{cargo, output, root};
 
+/// `true` if a filter word among `args` names the harness `name` (a word that is part of it).
+fn names(args: &[String], name: &str) -> bool {
+    args.iter()
+        .any(|a| !a.starts_with('-') && name.contains(a.as_str()))
+}
+
 /// The generated report, at the workspace root.
 const REPORT: &str = "BENCHMARKS.md";
 
@@ -91,22 +97,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     // The pktconn echo pattern is one 1,000,000-round-trip run, not a criterion sample loop:
     // it runs as its own step (skipped when a filter names something else).
-    if !filtered
-        || args
-            .iter()
-            .any(|a| !a.starts_with('-') && "pktconn".contains(a.as_str()))
-    {
+    if !filtered || names(args, "pktconn") {
         let table = pktconn_echo()?;
         println!("\n{table}");
         let key = "pktconn/echo";
         fresh.insert(key.into(), section_body(key, &stamp, "", &table));
     }
     // The relay benchmark is its own harness with its own peers (HAProxy, Infrarust).
-    if !filtered
-        || args
-            .iter()
-            .any(|a| !a.starts_with('-') && "relay".contains(a.as_str()))
-    {
+    if !filtered || names(args, "relay") {
         let quick = args.iter().any(|a| a == "--quick");
         let report = peer_harness("relay_bench", true, quick)?;
         println!("\n{report}");
@@ -127,11 +125,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     // The PRUDP UDP harness is also a run of its own (alternating floor and PRUDP servers on
     // one core, the load on the other), not a criterion sample loop.
-    if !filtered
-        || args
-            .iter()
-            .any(|a| !a.starts_with('-') && "prudp/udp".contains(a.as_str()))
-    {
+    if !filtered || names(args, "prudp/udp") {
         let table = prudp_udp()?;
         println!("\n{table}");
         let key = "prudp/udp";
