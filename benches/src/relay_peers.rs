@@ -332,6 +332,9 @@ pub struct Options {
     pub quick: bool,
     /// Lines for the report's notes.
     pub notes: Vec<String>,
+    /// Only the cases whose name contains one of these (`--only TEXT`, repeatable); all when
+    /// empty.
+    pub only: Vec<String>,
 }
 
 impl Options {
@@ -343,6 +346,7 @@ impl Options {
             rounds: 3,
             quick: false,
             notes: Vec::new(),
+            only: Vec::new(),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -351,6 +355,7 @@ impl Options {
             match flag {
                 "rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
                 "note" => o.notes.push(value()?),
+                "only" => o.only.push(value()?),
                 "quick" => o.quick = true,
                 _ if peers.contains(&flag) => {
                     let bin = PathBuf::from(value()?);
@@ -366,6 +371,11 @@ impl Options {
             return Err("--rounds: at least 1".into());
         }
         Ok(o)
+    }
+
+    /// Whether the case named `name` is to run (see [`Options::only`]).
+    pub fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| name.contains(o.as_str()))
     }
 
     /// The binary given for peer `name`, if any.

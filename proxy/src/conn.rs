@@ -102,9 +102,7 @@ pub(crate) async fn serve(
     let mut gauge = OpenGauge::new(&shared.metrics, "none", ConnState::Prelogin);
     let ended = run(shared, &rt, stream, peer, local, &mut line, &mut gauge).await;
     let route = line.route.as_deref().unwrap_or("-");
-    let upstream = line
-        .upstream
-        .map_or_else(|| "-".to_owned(), |u| u.to_string());
+    let upstream = OrDash(line.upstream);
     let player = line.player.as_deref().unwrap_or("-");
     let duration_ms = started.elapsed().as_millis() as u64;
     let (what, reason, suppressed) = match ended {
@@ -134,6 +132,19 @@ pub(crate) async fn serve(
         suppressed,
         "{what}"
     );
+}
+
+/// An optional value in the close line: the value, or `-`; formatted only when the line is
+/// written.
+struct OrDash<T>(Option<T>);
+
+impl<T: core::fmt::Display> core::fmt::Display for OrDash<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
 }
 
 fn accept_reason(e: &AcceptError) -> &'static str {

@@ -337,6 +337,10 @@ async fn accept_loop(
     conns: TaskTracker,
 ) {
     let local = listener.local_addr().ok();
+    // A listener on a wildcard address learns each connection's own address (the one the
+    // PROXY v2 header toward the upstream names as the destination); one on a fixed address
+    // already knows it, and spares the getsockname(2) per accept.
+    let per_connection_local = local.is_none_or(|a| a.ip().is_unspecified());
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -364,7 +368,11 @@ async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let local = stream.local_addr().ok().or(local);
+        let local = if per_connection_local {
+            stream.local_addr().ok().or(local)
+        } else {
+            local
+        };
         let shared = shared.clone();
         conns.spawn(async move {
             crate::conn::serve(&shared, stream, peer, local).await;

@@ -14,9 +14,10 @@
 //! over the run. Each case runs every relay once per round, in an order that rotates from round
 //! to round; a figure is the median over the rounds.
 //!
-//! `relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] [--rounds N] [--quick]`
-//! prints the markdown report on stdout (progress on stderr); a missing peer is left out of the
-//! tables and named in the notes. `relay_bench splice-relay UPSTREAM` and `relay_bench
+//! `relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] [--rounds N] [--quick]
+//! [--only TEXT]...` prints the markdown report on stdout (progress on stderr); `--only` keeps
+//! the rows whose name (`16 KiB/conn, serverbound, 65536 B writes`, or `status`) contains TEXT. A missing peer
+//! is left out of the tables and named in the notes. `relay_bench splice-relay UPSTREAM` and `relay_bench
 //! copy-relay UPSTREAM` are the two relays written here, run as children of `run`.
 
 use std::net::SocketAddr;
@@ -65,7 +66,7 @@ fn main() -> ExitCode {
             .and_then(|o| run_pinned(|relay_cpu, load_cpu| run_all(o, relay_cpu, load_cpu))),
         _ => Err(
             "usage: relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] \
-             [--rounds N] [--quick] | splice-relay UPSTREAM | copy-relay UPSTREAM"
+             [--rounds N] [--quick] [--only TEXT].. | splice-relay UPSTREAM | copy-relay UPSTREAM"
                 .into(),
         ),
     };
@@ -806,6 +807,10 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     for write in [BUF, 512] {
         let mut results = Vec::new();
         for case in cases(write, opts.quick) {
+            let name = format!("{}, {}, {} B writes", case.label, way_name(case.way), write);
+            if !opts.wants(&name) {
+                continue;
+            }
             let mut samples: Vec<Vec<Result<Sample, String>>> = vec![Vec::new(); relays.len()];
             for round in 0..opts.rounds {
                 for i in 0..relays.len() {
@@ -879,7 +884,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     let exchanges = if opts.quick { 4000 } else { 10_000 };
     let status_relays: Vec<&Relay> = relays
         .iter()
-        .filter(|r| matches!(r.kind, Kind::Wirekit | Kind::Infrarust))
+        .filter(|r| matches!(r.kind, Kind::Wirekit | Kind::Infrarust) && opts.wants("status"))
         .collect();
     let mut status: Vec<Vec<(f64, f64)>> = vec![Vec::new(); status_relays.len()];
     let mut status_err: Vec<Option<String>> = vec![None; status_relays.len()];
