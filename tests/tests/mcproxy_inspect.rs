@@ -369,3 +369,59 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     drop(up);
     proxy.proc.wait_log("route=\"stall\"", 1);
 }
+
+/// A client that half-closes (shuts its write side down after its last packet) still gets
+/// everything the upstream sends after that: the proxy forwards the end of stream to the
+/// upstream and keeps the clientbound direction open until the upstream ends it.
+#[test]
+fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
+    use std::io::{Read, Write};
+    use std::net::Shutdown;
+    use std::time::Duration;
+    use wirekit_tests::mcproxy_process::{connect_from, login_bytes, login_success};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("halfclose", port, ""));
+
+    let mut client = connect_from(81, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client
+        .write_all(&login_bytes("halfclose.inspect.test", "Tester"))
+        .unwrap();
+    let (mut up, _) = listener.accept().unwrap();
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    up.write_all(&login_success("Tester")).unwrap();
+    assert_eq!(read_frames(&mut client, 1).len(), 1);
+
+    // The client's last packet, then the end of its stream.
+    let last = frame(&[[0x03u8].as_slice(), b"bye"].concat());
+    client.write_all(&last).unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_frames(&mut up, 1), vec![last[1..].to_vec()]);
+    let mut rest = [0u8; 16];
+    assert_eq!(up.read(&mut rest).unwrap(), 0, "the end reached the upstream");
+
+    // The upstream answers after the client's end, then ends too.
+    let replies: Vec<Vec<u8>> = (0..3u8)
+        .map(|i| [[0x0Fu8].as_slice(), &[b'a' + i; 300]].concat())
+        .collect();
+    for r in &replies {
+        up.write_all(&frame(r)).unwrap();
+    }
+    up.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_frames(&mut client, 3), replies);
+    assert_eq!(client.read(&mut rest).unwrap(), 0, "then the end of stream");
+    drop((client, up));
+    proxy.proc.wait_log("route=\"halfclose\"", 1);
+    let log = proxy.proc.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("route=\"halfclose\""))
+        .unwrap();
+    assert!(line.contains("reason=\"client_closed\""), "{line}");
+}

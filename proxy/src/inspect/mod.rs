@@ -513,6 +513,12 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     /// judged, and writes what it owes before it reads again, so a destination that does not
     /// read holds back its own direction alone (TCP backpressure, nothing buffered beyond
     /// the direction's buffers) while the other keeps flowing.
+    ///
+    /// A peer's end of stream ends its direction only: everything judged is written, the
+    /// other peer's write half is shut down, and the other direction goes on until its own
+    /// end, so what a peer sends after the other half-closed still arrives. The end reported
+    /// is the first one; a failure after it (writing to a peer that closed both halves) is
+    /// its consequence and reports that first end.
     pub async fn run<CR, CW, UR, UW>(
         &mut self,
         client: (&mut CR, &mut CW),
@@ -532,11 +538,18 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 .finish(Direction::Serverbound, after, client_w, up_w)
                 .await;
         }
+        // The first end of stream, once a direction has had one.
+        let mut first_end: Option<InspectEnd> = None;
+        let (mut serverbound_open, mut clientbound_open) = (true, true);
         loop {
             let [s_side, c_side] = &mut self.sides;
             let (dir, io) = tokio::select! {
-                io = s_side.io(&mut *client_r, &mut *up_w) => (Direction::Serverbound, io),
-                io = c_side.io(&mut *up_r, &mut *client_w) => (Direction::Clientbound, io),
+                io = s_side.io(&mut *client_r, &mut *up_w), if serverbound_open => {
+                    (Direction::Serverbound, io)
+                }
+                io = c_side.io(&mut *up_r, &mut *client_w), if clientbound_open => {
+                    (Direction::Clientbound, io)
+                }
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
             };
             match (dir, io) {
@@ -544,18 +557,33 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 // Judge what the written bytes held back.
                 (_, Io::Wrote) if !self.sides[dir.index()].owes() => {}
                 (_, Io::Wrote) => continue,
+                // An end comes only once the direction owes nothing.
                 (Direction::Serverbound, Io::Eof) => {
                     let _ = up_w.shutdown().await;
-                    return InspectEnd::ClientClosed;
+                    serverbound_open = false;
+                    let end = *first_end.get_or_insert(InspectEnd::ClientClosed);
+                    if !clientbound_open {
+                        return end;
+                    }
+                    continue;
                 }
                 (Direction::Clientbound, Io::Eof) => {
                     let _ = client_w.shutdown().await;
-                    return InspectEnd::UpstreamClosed;
+                    clientbound_open = false;
+                    let end = *first_end.get_or_insert(InspectEnd::UpstreamClosed);
+                    if !serverbound_open {
+                        return end;
+                    }
+                    continue;
                 }
                 (Direction::Serverbound, Io::ReadFailed)
-                | (Direction::Clientbound, Io::WriteFailed) => return InspectEnd::ClientError,
+                | (Direction::Clientbound, Io::WriteFailed) => {
+                    return first_end.unwrap_or(InspectEnd::ClientError);
+                }
                 (Direction::Clientbound, Io::ReadFailed)
-                | (Direction::Serverbound, Io::WriteFailed) => return InspectEnd::UpstreamError,
+                | (Direction::Serverbound, Io::WriteFailed) => {
+                    return first_end.unwrap_or(InspectEnd::UpstreamError);
+                }
             }
             if let Some(after) = self.judge(dir) {
                 return self.finish(dir, after, client_w, up_w).await;
