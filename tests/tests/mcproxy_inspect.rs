@@ -404,7 +404,11 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
     client.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_frames(&mut up, 1), vec![last[1..].to_vec()]);
     let mut rest = [0u8; 16];
-    assert_eq!(up.read(&mut rest).unwrap(), 0, "the end reached the upstream");
+    assert_eq!(
+        up.read(&mut rest).unwrap(),
+        0,
+        "the end reached the upstream"
+    );
 
     // The upstream answers after the client's end, then ends too.
     let replies: Vec<Vec<u8>> = (0..3u8)
