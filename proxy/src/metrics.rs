@@ -64,6 +64,8 @@ pub struct Metrics {
     trips: [AtomicU64; Refusal::ALL.len()],
     /// Serverbound, clientbound.
     pub(crate) bytes: [AtomicU64; 2],
+    /// Packets judged one by one or in runs on inspect routes: serverbound, clientbound.
+    pub(crate) packets: [AtomicU64; 2],
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -202,6 +204,18 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "wirekit_proxy_bytes_total{{direction=\"{dir}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str(
+            "# HELP wirekit_proxy_packets_total Packets relayed on inspect routes, by direction \
+             (passthrough moves bytes, not packets).\n",
+        );
+        out.push_str("# TYPE wirekit_proxy_packets_total counter\n");
+        for (dir, c) in ["serverbound", "clientbound"].iter().zip(&self.packets) {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_packets_total{{direction=\"{dir}\"}} {}",
                 c.load(Ordering::Relaxed)
             );
         }

@@ -372,7 +372,8 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
 
 /// A client that half-closes (shuts its write side down after its last packet) still gets
 /// everything the upstream sends after that: the proxy forwards the end of stream to the
-/// upstream and keeps the clientbound direction open until the upstream ends it.
+/// upstream and keeps the clientbound direction open until the upstream ends it. The bytes
+/// and packets relayed are in the metrics while the connection is open.
 #[test]
 fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
     use std::io::{Read, Write};
@@ -408,6 +409,18 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
         up.read(&mut rest).unwrap(),
         0,
         "the end reached the upstream"
+    );
+    // The connection is still open, and what it moved is in the metrics already.
+    let serverbound = |what: &str| {
+        proxy.metric_or_zero(&format!(
+            "wirekit_proxy_{what}_total{{direction=\"serverbound\"}}"
+        ))
+    };
+    assert!(serverbound("packets") >= 1, "{}", proxy.metrics());
+    assert!(
+        serverbound("bytes") >= last.len() as u64,
+        "{}",
+        proxy.metrics()
     );
 
     // The upstream answers after the client's end, then ends too.

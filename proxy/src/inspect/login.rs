@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
 
 use tokio::io::AsyncWriteExt;
 use wirekit_core::minecraft::budget::{Budget, Budgets};
@@ -131,6 +130,10 @@ pub(crate) async fn serve(
         line.relay = "inspect";
         let (mut cr, mut cw) = stream.split();
         let (mut ur, mut uw) = upstream.split();
+        insp.set_counters(crate::inspect::Counters {
+            bytes: &metrics.bytes,
+            packets: &metrics.packets,
+        });
         let end = insp
             .run((&mut cr, &mut cw), (&mut ur, &mut uw), &shared.connections)
             .await;
@@ -140,8 +143,6 @@ pub(crate) async fn serve(
         );
         line.serverbound += up.written;
         line.clientbound += down.written;
-        metrics.bytes[0].fetch_add(up.written, Ordering::Relaxed);
-        metrics.bytes[1].fetch_add(down.written, Ordering::Relaxed);
         end
     };
     drop(insp);

@@ -34,6 +34,7 @@ pub mod login;
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -408,6 +409,19 @@ pub struct Inspector<'s, F: Filter + ?Sized> {
     filter: &'s mut F,
     /// The IDs runs leave to the machine packet by packet, per direction.
     index: RunIndex,
+    /// Where the relay adds its bytes and packets as it goes (see
+    /// [`set_counters`](Self::set_counters)), and what it has added so far.
+    counters: Option<Counters<'s>>,
+    reported: [Moved; 2],
+}
+
+/// Counters a relay adds to while it runs, each indexed serverbound, clientbound.
+#[derive(Clone, Copy)]
+pub struct Counters<'s> {
+    /// Bytes written to the destination.
+    pub bytes: &'s [AtomicU64; 2],
+    /// Packets read.
+    pub packets: &'s [AtomicU64; 2],
 }
 
 impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
@@ -432,6 +446,29 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             },
             filter,
             index: RunIndex::new(),
+            counters: None,
+            reported: [Moved::default(); 2],
+        }
+    }
+
+    /// Adds what the relay moves to `counters` as it goes (after each write, and at its end),
+    /// so a long connection shows in them before it closes.
+    pub fn set_counters(&mut self, counters: Counters<'s>) {
+        self.counters = Some(counters);
+    }
+
+    /// Adds what moved since the last report to the counters.
+    fn report(&mut self) {
+        let Some(c) = self.counters else { return };
+        for d in 0..2 {
+            let (now, was) = (self.sides[d].moved, &mut self.reported[d]);
+            if now.written > was.written {
+                c.bytes[d].fetch_add(now.written - was.written, Ordering::Relaxed);
+            }
+            if now.packets > was.packets {
+                c.packets[d].fetch_add(now.packets - was.packets, Ordering::Relaxed);
+            }
+            *was = now;
         }
     }
 
@@ -531,6 +568,24 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         UR: AsyncRead + Unpin + Send,
         UW: AsyncWrite + Unpin + Send,
     {
+        let end = self.relay(client, upstream, shutdown).await;
+        self.report();
+        end
+    }
+
+    /// [`run`](Self::run) but for the last report.
+    async fn relay<CR, CW, UR, UW>(
+        &mut self,
+        client: (&mut CR, &mut CW),
+        upstream: (&mut UR, &mut UW),
+        shutdown: &CancellationToken,
+    ) -> InspectEnd
+    where
+        CR: AsyncRead + Unpin + Send,
+        CW: AsyncWrite + Unpin + Send,
+        UR: AsyncRead + Unpin + Send,
+        UW: AsyncWrite + Unpin + Send,
+    {
         let (client_r, client_w) = client;
         let (up_r, up_w) = upstream;
         if let Some(after) = self.judge(Direction::Serverbound) {
@@ -555,8 +610,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             match (dir, io) {
                 (_, Io::Read) => {}
                 // Judge what the written bytes held back.
-                (_, Io::Wrote) if !self.sides[dir.index()].owes() => {}
-                (_, Io::Wrote) => continue,
+                (_, Io::Wrote) if !self.sides[dir.index()].owes() => self.report(),
+                (_, Io::Wrote) => {
+                    self.report();
+                    continue;
+                }
                 // An end comes only once the direction owes nothing.
                 (Direction::Serverbound, Io::Eof) => {
                     let _ = up_w.shutdown().await;
@@ -604,6 +662,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             work,
             filter,
             index,
+            ..
         } = self;
         let rules = settings.core_rules();
         let [sbs, cbs] = &mut *sides;
