@@ -40,8 +40,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let started = SystemTime::now();
     let stamp = Stamp::now();
     let mut fresh = BTreeMap::new();
-    // `cargo xtask bench relay` runs the relay harness alone, no criterion bench; `cargo
-    // xtask bench inspect` the inspect harness and the in-process inspect bench.
+    // `cargo xtask bench relay` (or `prudp/udp`) runs that harness alone, no criterion bench;
+    // `cargo xtask bench inspect` the inspect harness and the in-process inspect bench.
     let words: Vec<&str> = args
         .iter()
         .filter(|a| !a.starts_with('-'))
@@ -609,7 +609,7 @@ fn prudp_udp() -> Result<String, String> {
 const INFRARUST: &str = "1.6.1";
 
 /// Filter words that name a process harness rather than criterion benches.
-const HARNESSES: [&str; 2] = ["relay", "inspect"];
+const HARNESSES: [&str; 3] = ["relay", "inspect", "prudp/udp"];
 /// The inspect harness's report section.
 const INSPECT_KEY: &str = "relay/inspect";
 
