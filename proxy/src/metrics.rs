@@ -72,6 +72,18 @@ pub struct Metrics {
     status: Mutex<BTreeMap<&'static str, u64>>,
 }
 
+/// A counter family with one series per direction.
+fn by_direction(out: &mut String, name: &str, help: &str, counters: &[AtomicU64; 2]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for (dir, c) in ["serverbound", "clientbound"].iter().zip(counters) {
+        let _ = writeln!(
+            out,
+            "{name}{{direction=\"{dir}\"}} {}",
+            c.load(Ordering::Relaxed)
+        );
+    }
+}
+
 fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
     *map.lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -198,27 +210,19 @@ impl Metrics {
                 r.name()
             );
         }
-        out.push_str("# HELP wirekit_proxy_bytes_total Bytes relayed, by direction.\n");
-        out.push_str("# TYPE wirekit_proxy_bytes_total counter\n");
-        for (dir, c) in ["serverbound", "clientbound"].iter().zip(&self.bytes) {
-            let _ = writeln!(
-                out,
-                "wirekit_proxy_bytes_total{{direction=\"{dir}\"}} {}",
-                c.load(Ordering::Relaxed)
-            );
-        }
-        out.push_str(
-            "# HELP wirekit_proxy_packets_total Packets relayed on inspect routes, by direction \
-             (passthrough moves bytes, not packets).\n",
+        by_direction(
+            &mut out,
+            "wirekit_proxy_bytes_total",
+            "Bytes relayed, by direction.",
+            &self.bytes,
         );
-        out.push_str("# TYPE wirekit_proxy_packets_total counter\n");
-        for (dir, c) in ["serverbound", "clientbound"].iter().zip(&self.packets) {
-            let _ = writeln!(
-                out,
-                "wirekit_proxy_packets_total{{direction=\"{dir}\"}} {}",
-                c.load(Ordering::Relaxed)
-            );
-        }
+        by_direction(
+            &mut out,
+            "wirekit_proxy_packets_total",
+            "Packets relayed on inspect routes, by direction (passthrough moves bytes, not \
+             packets).",
+            &self.packets,
+        );
         out.push_str("# HELP wirekit_proxy_status_cache_total Status answers, by source.\n");
         out.push_str("# TYPE wirekit_proxy_status_cache_total counter\n");
         for (result, n) in lock(&self.status) {
