@@ -125,6 +125,9 @@ const QUICK_MAX: usize = 256;
 /// How a workspace of a given length is divided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
+    /// Hash head entries of the quick level (a power of two): it buffers no symbols, so its
+    /// table may take the whole workspace, up to [`QUICK_HASH_MAX`].
+    pub(crate) quick_hash: usize,
     /// Hash head entries of the fast level (a power of two).
     pub(crate) fast_hash: usize,
     /// Hash head entries of the default level (a power of two).
@@ -141,6 +144,13 @@ pub(crate) struct Layout {
 /// game-like packets, 16 Ki entries found 0.5% more than 8 Ki but ran about 10% slower, from
 /// cache misses.
 const FAST_HASH_MAX: usize = 1 << 13;
+
+/// The quick level's table stops growing here (64 KiB). Quick writes each symbol as it finds
+/// it, so a lost match costs it more than it costs the fast level (whose dynamic code
+/// softens literals): measured on the captured 16-256 KiB packets, 16 Ki entries wrote 0.7%
+/// less than 8 Ki, to within 0.3% of zlib-rs level 1 (which uses 64 Ki), for about 10% more
+/// time; 32 Ki and 64 Ki entries gained 0.2% and 0.3% more for another 10% and 20%.
+const QUICK_HASH_MAX: usize = 1 << 14;
 
 const fn floor_pow2(n: usize) -> usize {
     if n == 0 {
@@ -168,7 +178,12 @@ impl Layout {
         if fast_symbols > 1 << 14 {
             fast_symbols = 1 << 14;
         }
+        let mut quick_hash = floor_pow2(words);
+        if quick_hash > QUICK_HASH_MAX {
+            quick_hash = QUICK_HASH_MAX;
+        }
         Layout {
+            quick_hash,
             fast_hash,
             hash: q,
             chain: q,
@@ -183,11 +198,11 @@ impl Layout {
 /// `S` is any `u32` storage: an array (`[u32; WORKSPACE_MCU]`, e.g. in a `static`), a
 /// `&mut [u32]`, or on a host a `Box<[u32]>`. The workspace carries no stream state between
 /// calls, only hash tables tagged with a generation number so that nothing has to be cleared
-/// per call: one compressor per thread serves every connection. The default level lays its
-/// tables out differently from the quick and fast levels, so the first call after switching
-/// between them clears the workspace once (a pass over all of it, which for
-/// [`WORKSPACE_SERVER`] costs more than compressing a small packet); keep one compressor per
-/// level if the level alternates.
+/// per call: one compressor per thread serves every connection. The quick level, the fast
+/// level and the chained levels (lazy and default) each lay their tables out differently, so
+/// the first call after switching between them clears the workspace once (a pass over all of
+/// it, which for [`WORKSPACE_SERVER`] costs more than compressing a small packet); keep one
+/// compressor per level if the level alternates.
 ///
 /// ```
 /// use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU, compress_bound};
@@ -251,9 +266,11 @@ impl<S: AsMut<[u32]>> Compressor<S> {
             let limit = bound - 5;
             let body = &mut out[..limit];
             let done = match level {
-                Level::Quick => matcher::compress_quick(input, body, ws, &self.layout, generation),
+                Level::Quick => {
+                    matcher::compress_quick(input, body, ws, self.layout.quick_hash, generation)
+                }
                 Level::Fast if input.len() < QUICK_MAX => {
-                    matcher::compress_quick(input, body, ws, &self.layout, generation)
+                    matcher::compress_quick(input, body, ws, self.layout.fast_hash, generation)
                 }
                 Level::Fast => matcher::compress_greedy(input, body, ws, &self.layout, generation),
                 Level::Lazy => matcher::compress_lazy(
@@ -285,11 +302,17 @@ impl<S: AsMut<[u32]>> Compressor<S> {
     /// The table generation for a call over `len` input bytes.
     fn advance(&mut self, level: Level, len: usize) -> u32 {
         let ws = self.workspace.as_mut();
-        let lazy = |l: Level| matches!(l, Level::Lazy | Level::Default);
-        if lazy(level) != lazy(self.last_level) {
-            // The default level lays its tables over the words the quick and fast levels use
-            // for theirs; the other's entries are harmless (every candidate is verified) but
-            // would make output depend on history.
+        // The levels that lay the workspace out alike: quick (one table over all of it), fast
+        // (a table, then its symbols) and the chained levels.
+        let family = |l: Level| match l {
+            Level::Quick => 0,
+            Level::Fast | Level::Stored => 1,
+            Level::Lazy | Level::Default => 2,
+        };
+        if family(level) != family(self.last_level) {
+            // Each family lays its tables over words another uses otherwise; the other's
+            // entries are harmless (every candidate is verified) but would make output depend
+            // on history.
             ws.fill(0);
             self.generation = 1;
             self.last_level = level;

@@ -180,6 +180,7 @@ fn layouts_fit_their_workspace() {
         let l = Layout::for_words(words);
         assert!(l.hash + l.chain + l.symbols <= words, "{words}: {l:?}");
         assert!(l.fast_hash + l.fast_symbols <= words && l.fast_hash.is_power_of_two());
+        assert!(l.quick_hash <= words && l.quick_hash.is_power_of_two());
         assert!(l.fast_symbols >= 256);
         assert!(l.hash.is_power_of_two() && l.chain.is_power_of_two());
         assert!(l.symbols >= 256);
