@@ -547,8 +547,7 @@ pub(crate) async fn connect(
     for k in upstreams.order(r.balance) {
         let addr = r.upstreams[k];
         let started = Instant::now();
-        let result =
-            tokio::time::timeout(rt.settings.connect_timeout, TcpStream::connect(addr)).await;
+        let result = tokio::time::timeout(rt.settings.connect_timeout, connect_now(addr)).await;
         shared.metrics.connect_latency(started.elapsed());
         match result {
             Ok(Ok(stream)) => {
@@ -608,6 +607,42 @@ pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u
         Err(_) => out.clear(),
     }
     out
+}
+
+/// Connects to `addr`, skipping the wait for writability when the connection is up by the
+/// time `connect(2)` returns: a non-blocking connect to a local upstream (loopback, the same
+/// host) completes its handshake within the call yet answers `EINPROGRESS`, and
+/// `TcpStream::connect` would then go round the event loop once before the first write. One
+/// `getpeername(2)` tells; a connection still on its way is waited for as tokio does (writable,
+/// then `SO_ERROR`).
+/// (Linux; elsewhere `TcpStream::connect`.)
+#[cfg(target_os = "linux")]
+async fn connect_now(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_nonblocking(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
+        Err(e) => return Err(e),
+    }
+    let stream = TcpStream::from_std(socket.into())?;
+    match stream.peer_addr() {
+        Ok(_) => Ok(stream),
+        Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
+            stream.writable().await?;
+            match stream.take_error()? {
+                Some(e) => Err(e),
+                None => Ok(stream),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+async fn connect_now(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    TcpStream::connect(addr).await
 }
 
 /// Sends a login-state Disconnect with `text` and closes the write side.
