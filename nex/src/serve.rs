@@ -67,6 +67,9 @@ pub struct ServeOptions {
     pub worker: WorkerConfig,
     /// Lite over WebSocket as well, beside UDP.
     pub ws: Option<WsOptions>,
+    /// Aggregate ACKs where the version carries them ([`Config::aggregate_acks`]); `false`
+    /// acknowledges every reliable DATA on its own, for clients that read no aggregate ACK.
+    pub aggregate_acks: bool,
 }
 
 /// Where and how both servers also serve PRUDP Lite over WebSocket (subprotocol `NEX`).
@@ -149,10 +152,12 @@ impl std::fmt::Debug for NexServers {
 }
 
 /// The connection configuration both servers use: stream 10 port 1, every PRUDP function
-/// offered (the client's choice is echoed), the core's defaults otherwise.
-pub fn connection_config(access_key: &[u8], version: Version) -> Config {
+/// offered (the client's choice is echoed), aggregate ACKs as asked, the core's defaults
+/// otherwise.
+pub fn connection_config(access_key: &[u8], version: Version, aggregate_acks: bool) -> Config {
     let mut c = Config::new(Settings::new(access_key, version), VirtualPort::new(10, 1));
     c.supported_functions = u32::MAX;
+    c.aggregate_acks = aggregate_acks;
     c
 }
 
@@ -190,7 +195,7 @@ impl NexServers {
     /// Binds both servers (inside a tokio runtime). The secure server binds first, so Login
     /// names its real port even when asked for port 0.
     pub fn bind(o: ServeOptions) -> io::Result<Self> {
-        let config = connection_config(o.access_key.as_bytes(), o.version);
+        let config = connection_config(o.access_key.as_bytes(), o.version, o.aggregate_acks);
         if matches!(o.version, Version::Lite) {
             return Err(invalid("Lite is not served over UDP"));
         }
@@ -279,7 +284,7 @@ impl NexServers {
         let (mut ws_addrs, mut ws_stats) = (None, None);
         if let Some(w) = o.ws {
             // Lite clients log in over WebSocket: their Login names the secure WebSocket.
-            let lite = connection_config(o.access_key.as_bytes(), Version::Lite);
+            let lite = connection_config(o.access_key.as_bytes(), Version::Lite, o.aggregate_acks);
             let secure_tcp = std::net::TcpListener::bind(w.secure_listen)?;
             let secure_ws_addr = secure_tcp.local_addr()?;
             let auth_tcp = std::net::TcpListener::bind(w.auth_listen)?;

@@ -231,7 +231,7 @@ fn prudp_server_allocates_nothing_per_reliable_data() {
         .enable_all()
         .build()
         .unwrap();
-    let config = wirekit_nex::serve::connection_config(b"ridfebb9", Version::V1);
+    let config = wirekit_nex::serve::connection_config(b"ridfebb9", Version::V1, true);
     let stats = Arc::new(ServerStats::default());
     let mut dispatcher = wirekit_nex::Dispatcher::new();
     dispatcher.register(Box::new(EchoProtocol));

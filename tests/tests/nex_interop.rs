@@ -63,6 +63,36 @@ fn nintendoclients_driver_logs_in_over_v1_and_v0() {
     assert_eq!(versions, [1, 0]);
 }
 
+/// `--plain-acks` (one ACK per reliable DATA, the form every client reads) serves the same
+/// login; the ACK forms themselves are checked in the core's connection tests.
+#[test]
+fn nintendoclients_logs_in_with_plain_acks() {
+    let Some((python, script)) = driver() else {
+        return;
+    };
+    let server = NexServe::start("v1", &["--plain-acks"]);
+    let r = login(
+        &python,
+        &script,
+        server.auth,
+        1,
+        &[
+            "--username",
+            "alice",
+            "--password",
+            "wonderland",
+            "--test-connectivity",
+        ],
+    );
+    assert_eq!(
+        (r["ok"].clone(), r["test_connectivity"].clone()),
+        (true.into(), true.into()),
+        "{r}"
+    );
+    let (summary, _) = server.stop();
+    assert_eq!(summary["secure"]["requests"], 2, "{summary}");
+}
+
 #[test]
 fn nintendoclients_logs_in_through_wirekit_nex_serve() {
     let Some((python, script)) = driver() else {

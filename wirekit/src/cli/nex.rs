@@ -211,6 +211,11 @@ pub struct ServeArgs {
     /// Seconds a WebSocket may stay open without a PRUDP connection.
     #[arg(long, default_value_t = 10)]
     pub ws_idle_timeout: u64,
+    /// Acknowledge every reliable DATA with its own ACK (default: one aggregate ACK per
+    /// substream and receive batch, where the version carries them), for clients that read
+    /// no aggregate ACK.
+    #[arg(long)]
+    pub plain_acks: bool,
 }
 
 /// Runs `wirekit nex serve` until SIGINT or SIGTERM, then prints a summary line (JSON) on
@@ -262,6 +267,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         logins_per_minute: args.logins_per_minute,
         worker,
         ws: ws_options(&args),
+        aggregate_acks: !args.plain_acks,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
