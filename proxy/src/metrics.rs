@@ -219,8 +219,8 @@ impl Metrics {
         by_direction(
             &mut out,
             "wirekit_proxy_packets_total",
-            "Packets relayed on inspect routes, by direction (passthrough moves bytes, not \
-             packets).",
+            "Packets judged on inspect routes after Login Start, by direction, forwarded or \
+             not (passthrough moves bytes, not packets).",
             &self.packets,
         );
         out.push_str("# HELP wirekit_proxy_status_cache_total Status answers, by source.\n");

@@ -442,3 +442,72 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
         .unwrap();
     assert!(line.contains("reason=\"client_closed\""), "{line}");
 }
+
+/// A client that half-closes with a frame cut short, then an Encryption Request from the
+/// upstream: the relay goes opaque and carries the upstream's bytes to the client, leaving the
+/// cut frame unsent (the client's direction has ended), rather than failing on the shut
+/// upstream write half.
+#[test]
+fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
+    use std::io::{Read, Write};
+    use std::net::Shutdown;
+    use std::time::Duration;
+    use wirekit_core::minecraft::Encode;
+    use wirekit_core::minecraft::login::EncryptionRequest;
+    use wirekit_tests::mcproxy_process::{connect_from, login_bytes};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("halfopaque", port, ""));
+
+    let mut client = connect_from(82, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // The login, then the first two bytes of a five-byte frame, then the end.
+    let login = login_bytes("halfopaque.inspect.test", "Tester");
+    client
+        .write_all(&[&login[..], &[0x05, 0x03]].concat())
+        .unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    let (mut up, _) = listener.accept().unwrap();
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    let mut rest = [0u8; 16];
+    assert_eq!(
+        up.read(&mut rest).unwrap(),
+        0,
+        "the client's end reached the upstream"
+    );
+
+    let public_key = [0x30u8; 162];
+    let request = EncryptionRequest {
+        protocol_version: 340,
+        server_id: "",
+        public_key: &public_key,
+        verify_token: &[1, 2, 3, 4],
+        should_authenticate: true,
+    };
+    let mut request_frame = vec![0u8; request.frame_len()];
+    request.encode_frame(&mut request_frame).unwrap();
+    // After the request the stream is encrypted: bytes no frame decoder follows.
+    let opaque: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 0x80) as u8).collect();
+    up.write_all(&request_frame).unwrap();
+    up.write_all(&opaque).unwrap();
+    up.shutdown(Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).unwrap();
+    assert!(
+        got == [&request_frame[..], &opaque[..]].concat(),
+        "{} bytes",
+        got.len()
+    );
+    drop((client, up));
+    let log = proxy.proc.wait_log("route=\"halfopaque\"", 1);
+    let line = log
+        .lines()
+        .find(|l| l.contains("route=\"halfopaque\""))
+        .unwrap();
+    assert!(!line.contains("error"), "{line}");
+}

@@ -242,6 +242,8 @@ struct Side {
     out_sent: usize,
     out_len: usize,
     moved: Moved,
+    /// The source ended its stream (and the destination's write half is shut down).
+    ended: bool,
 }
 
 /// What one step of a direction's I/O did.
@@ -274,6 +276,7 @@ impl Side {
             out_sent: 0,
             out_len: 0,
             moved: Moved::default(),
+            ended: false,
         }
     }
 
@@ -595,14 +598,14 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         }
         // The first end of stream, once a direction has had one.
         let mut first_end: Option<InspectEnd> = None;
-        let (mut serverbound_open, mut clientbound_open) = (true, true);
         loop {
             let [s_side, c_side] = &mut self.sides;
+            let (s_open, c_open) = (!s_side.ended, !c_side.ended);
             let (dir, io) = tokio::select! {
-                io = s_side.io(&mut *client_r, &mut *up_w), if serverbound_open => {
+                io = s_side.io(&mut *client_r, &mut *up_w), if s_open => {
                     (Direction::Serverbound, io)
                 }
-                io = c_side.io(&mut *up_r, &mut *client_w), if clientbound_open => {
+                io = c_side.io(&mut *up_r, &mut *client_w), if c_open => {
                     (Direction::Clientbound, io)
                 }
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
@@ -618,18 +621,18 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 // An end comes only once the direction owes nothing.
                 (Direction::Serverbound, Io::Eof) => {
                     let _ = up_w.shutdown().await;
-                    serverbound_open = false;
+                    self.sides[Direction::Serverbound.index()].ended = true;
                     let end = *first_end.get_or_insert(InspectEnd::ClientClosed);
-                    if !clientbound_open {
+                    if self.sides[Direction::Clientbound.index()].ended {
                         return end;
                     }
                     continue;
                 }
                 (Direction::Clientbound, Io::Eof) => {
                     let _ = client_w.shutdown().await;
-                    clientbound_open = false;
+                    self.sides[Direction::Clientbound.index()].ended = true;
                     let end = *first_end.get_or_insert(InspectEnd::UpstreamClosed);
-                    if !serverbound_open {
+                    if self.sides[Direction::Serverbound.index()].ended {
                         return end;
                     }
                     continue;
@@ -783,7 +786,9 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     Direction::Serverbound => (&mut *sbs, &mut *uw, InspectEnd::UpstreamError),
                     Direction::Clientbound => (&mut *cbs, &mut *cw, InspectEnd::ClientError),
                 };
-                if side.flush(to, opaque).await.is_err() {
+                // A direction that ended owes nothing, and its destination's write half is
+                // shut: its unjudged bytes (a frame cut short by the end) stay unsent.
+                if !side.ended && side.flush(to, opaque).await.is_err() {
                     return error;
                 }
             }

@@ -20,7 +20,7 @@ fn read_u32(s: &[u8], i: usize) -> u32 {
 }
 
 /// The shift that maps a 32-bit hash onto a table of `entries` (a power of two), using no more
-/// of the table than `spread` times the input length (rounded up to a power of two): a small
+/// of the table than the input length rounded up to a power of two, times `2^spread`: a small
 /// packet's probes then stay within a few cache lines' worth of the table. Entries outside the
 /// part in use stay stale.
 fn hash_shift(entries: usize, input_len: usize, spread: u32) -> u32 {
@@ -29,10 +29,11 @@ fn hash_shift(entries: usize, input_len: usize, spread: u32) -> u32 {
     32 - wanted.min(bits)
 }
 
-/// How much of its table the single-probe levels use per input byte (as a power of two):
-/// about 16 entries a byte. With fewer, collisions lose matches on small packets: at 2 a byte,
-/// the quick level wrote 1.5% more than zlib-rs level 1 on the captured 256 B-1 KiB packets;
-/// at 16, 0.2% (measured with `cargo xtask bench zlib_frontier`, no slower).
+/// How much of its table the single-probe levels use per input byte, as [`hash_shift`]'s
+/// `spread`: 8 to 16 entries a byte. With fewer, collisions lose matches on small packets: at
+/// 1 to 2 a byte (spread 0), the quick level wrote 1.5% more than zlib-rs level 1 on the
+/// captured 256 B-1 KiB packets; at 8 to 16, 0.2% (measured with `cargo xtask bench
+/// zlib_frontier`, no slower).
 const SPREAD_FAST: u32 = 3;
 
 #[inline(always)]

@@ -125,8 +125,9 @@ const QUICK_MAX: usize = 256;
 /// How a workspace of a given length is divided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
-    /// Hash head entries of the quick level (a power of two): it buffers no symbols, so its
-    /// table may take the whole workspace, up to [`QUICK_HASH_MAX`].
+    /// Hash head entries of the quick level (a power of two): it buffers no symbols, so in a
+    /// large workspace its table grows past the fast level's, to [`QUICK_HASH_MAX`]; otherwise
+    /// it is the fast level's table.
     pub(crate) quick_hash: usize,
     /// Hash head entries of the fast level (a power of two).
     pub(crate) fast_hash: usize,
@@ -140,13 +141,15 @@ pub(crate) struct Layout {
     pub(crate) fast_symbols: usize,
 }
 
-/// The quick and fast levels' hash table stops growing here (32 KiB): measured on 128 KiB
-/// game-like packets, 16 Ki entries found 0.5% more than 8 Ki but ran about 10% slower, from
-/// cache misses.
+/// The fast level's hash table stops growing here (32 KiB): measured on 128 KiB game-like
+/// packets, 16 Ki entries found 0.5% more than 8 Ki but ran about 10% slower, from cache
+/// misses.
 const FAST_HASH_MAX: usize = 1 << 13;
 
-/// The quick level's table stops growing here (64 KiB). Quick writes each symbol as it finds
-/// it, so a lost match costs it more than it costs the fast level (whose dynamic code
+/// The quick level's own table, in workspaces of at least four times its size (so from
+/// 256 KiB, [`WORKSPACE_SERVER`] among them); in smaller ones quick uses the fast level's
+/// table, and the two levels share the workspace's layout. Quick writes each symbol as it
+/// finds it, so a lost match costs it more than it costs the fast level (whose dynamic code
 /// softens literals): measured on the captured 16-256 KiB packets, 16 Ki entries wrote 0.7%
 /// less than 8 Ki, to within 0.3% of zlib-rs level 1 (which uses 64 Ki), for about 10% more
 /// time; 32 Ki and 64 Ki entries gained 0.2% and 0.3% more for another 10% and 20%.
@@ -178,10 +181,11 @@ impl Layout {
         if fast_symbols > 1 << 14 {
             fast_symbols = 1 << 14;
         }
-        let mut quick_hash = floor_pow2(words);
-        if quick_hash > QUICK_HASH_MAX {
-            quick_hash = QUICK_HASH_MAX;
-        }
+        let quick_hash = if words >= 4 * QUICK_HASH_MAX {
+            QUICK_HASH_MAX
+        } else {
+            fast_hash
+        };
         Layout {
             quick_hash,
             fast_hash,
@@ -198,11 +202,12 @@ impl Layout {
 /// `S` is any `u32` storage: an array (`[u32; WORKSPACE_MCU]`, e.g. in a `static`), a
 /// `&mut [u32]`, or on a host a `Box<[u32]>`. The workspace carries no stream state between
 /// calls, only hash tables tagged with a generation number so that nothing has to be cleared
-/// per call: one compressor per thread serves every connection. The quick level, the fast
-/// level and the chained levels (lazy and default) each lay their tables out differently, so
-/// the first call after switching between them clears the workspace once (a pass over all of
-/// it, which for [`WORKSPACE_SERVER`] costs more than compressing a small packet); keep one
-/// compressor per level if the level alternates.
+/// per call: one compressor per thread serves every connection. The chained levels (lazy and
+/// default) lay their tables out differently from the quick and fast levels, and in a
+/// workspace of 256 KiB or more the quick level differently from the fast one, so the first
+/// call after switching between them clears the workspace once (a pass over all of it, which
+/// for [`WORKSPACE_SERVER`] costs more than compressing a small packet); keep one compressor
+/// per level if the level alternates.
 ///
 /// ```
 /// use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MCU, compress_bound};
@@ -302,11 +307,13 @@ impl<S: AsMut<[u32]>> Compressor<S> {
     /// The table generation for a call over `len` input bytes.
     fn advance(&mut self, level: Level, len: usize) -> u32 {
         let ws = self.workspace.as_mut();
-        // The levels that lay the workspace out alike: quick (one table over all of it), fast
-        // (a table, then its symbols) and the chained levels.
+        // The levels that lay the workspace out alike: fast (a table, then its symbols),
+        // quick (the fast level's table, or in a large workspace one of its own over the
+        // fast level's symbols) and the chained levels.
+        let own_quick = self.layout.quick_hash != self.layout.fast_hash;
         let family = |l: Level| match l {
-            Level::Quick => 0,
-            Level::Fast | Level::Stored => 1,
+            Level::Quick if own_quick => 0,
+            Level::Quick | Level::Fast | Level::Stored => 1,
             Level::Lazy | Level::Default => 2,
         };
         if family(level) != family(self.last_level) {
