@@ -388,6 +388,17 @@ struct Plan {
     moved: AtomicU64,
     /// Connections the upstream got wrong (short, a bad prefix).
     errors: AtomicUsize,
+    /// The run under way: an upstream connection counts only into the run it was accepted in.
+    run: AtomicU64,
+}
+
+impl Plan {
+    /// Adds to `counter` if run `run` is still the current one.
+    fn count<T>(&self, run: u64, counter: &T, add: impl FnOnce(&T)) {
+        if self.run.load(Ordering::Relaxed) == run {
+            add(counter);
+        }
+    }
 }
 
 /// Writes `size` bytes `write` at a time.
@@ -429,6 +440,9 @@ async fn read_exactly(s: &mut TcpStream, size: u64) -> u64 {
 
 /// The upstream's side of one connection.
 async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
+    let run = plan.run.load(Ordering::Relaxed);
+    let error = || plan.count(run, &plan.errors, |e| _ = e.fetch_add(1, Ordering::Relaxed));
+    let moved = |n| plan.count(run, &plan.moved, |m| _ = m.fetch_add(n, Ordering::Relaxed));
     let mut framed = Framed::default();
     let Some(hs) = framed.next(&mut s).await else {
         return;
@@ -438,11 +452,11 @@ async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
         return status_upstream(s, framed).await;
     }
     if framed.next(&mut s).await.is_none() {
-        plan.errors.fetch_add(1, Ordering::Relaxed);
+        error();
         return;
     }
     if s.write_all(&LOGIN_REPLY).await.is_err() {
-        plan.errors.fetch_add(1, Ordering::Relaxed);
+        error();
         return;
     }
     let size = plan.size.load(Ordering::Relaxed);
@@ -450,15 +464,15 @@ async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
         let already = framed.buf.len() as u64;
         let got = already + read_exactly(&mut s, size.saturating_sub(already)).await;
         if got == size {
-            plan.moved.fetch_add(got, Ordering::Relaxed);
+            moved(got);
         } else {
-            plan.errors.fetch_add(1, Ordering::Relaxed);
+            error();
         }
     } else if send_bulk(&mut s, size, plan.write.load(Ordering::Relaxed)).await {
-        plan.moved.fetch_add(size, Ordering::Relaxed);
+        moved(size);
         drain(&mut s).await;
     } else {
-        plan.errors.fetch_add(1, Ordering::Relaxed);
+        error();
     }
 }
 
@@ -539,15 +553,22 @@ where
             Ok::<(), String>(())
         }));
     }
+    let aborts: Vec<_> = workers.iter().map(|w| w.abort_handle()).collect();
     let all = async {
         for w in workers {
             w.await.map_err(|e| e.to_string())??;
         }
         Ok::<(), String>(())
     };
-    tokio::time::timeout(RUN_TIMEOUT, all)
+    let result = tokio::time::timeout(RUN_TIMEOUT, all)
         .await
-        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))
+        .and_then(|r| r);
+    // A failed run stops its other clients here, so none of them overlaps the next run.
+    for a in aborts {
+        a.abort();
+    }
+    result
 }
 
 /// Runs `case` once through `relay`.
@@ -556,6 +577,7 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
         .store(usize::from(case.way == Way::Clientbound), Ordering::Relaxed);
     plan.size.store(case.size, Ordering::Relaxed);
     plan.write.store(case.write, Ordering::Relaxed);
+    plan.run.fetch_add(1, Ordering::Relaxed);
     plan.moved.store(0, Ordering::Relaxed);
     plan.errors.store(0, Ordering::Relaxed);
     let prefix = Arc::new(login_prefix(PROTOCOL, HOST, "relaybench"));
@@ -754,6 +776,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         write: AtomicUsize::new(BUF),
         moved: AtomicU64::new(0),
         errors: AtomicUsize::new(0),
+        run: AtomicU64::new(0),
     });
     let upstream = TcpListener::bind("127.0.0.1:0")
         .await
