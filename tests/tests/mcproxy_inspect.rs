@@ -370,6 +370,40 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     proxy.proc.wait_log("route=\"stall\"", 1);
 }
 
+/// A proxy with inspect route `name` to an upstream of the test's own, a client from
+/// 127.0.0.`from` that has sent `opening` (a login and maybe more), and the upstream's side of
+/// its connection after the handshake and Login Start; both sockets time out reads in 10 s.
+fn raw_login(
+    name: &str,
+    from: u8,
+    opening: &[u8],
+) -> (McProxy, std::net::TcpStream, std::net::TcpStream) {
+    use std::io::Write;
+    use std::time::Duration;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route(name, port, ""));
+    let mut client = wirekit_tests::mcproxy_process::connect_from(from, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client.write_all(opening).unwrap();
+    let (mut up, _) = listener.accept().unwrap();
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    (proxy, client, up)
+}
+
+/// The close line of the one connection on route `name`, once written.
+fn close_line(proxy: &McProxy, name: &str) -> String {
+    let needle = format!("route=\"{name}\"");
+    let log = proxy.proc.wait_log(&needle, 1);
+    log.lines()
+        .find(|l| l.contains(&needle))
+        .unwrap()
+        .to_owned()
+}
+
 /// A client that half-closes (shuts its write side down after its last packet) still gets
 /// everything the upstream sends after that: the proxy forwards the end of stream to the
 /// upstream and keeps the clientbound direction open until the upstream ends it. The bytes
@@ -378,24 +412,11 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
 fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
     use std::io::{Read, Write};
     use std::net::Shutdown;
-    use std::time::Duration;
-    use wirekit_tests::mcproxy_process::{connect_from, login_bytes, login_success};
+    use wirekit_tests::mcproxy_process::{login_bytes, login_success};
 
     let _turn = turn();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let proxy = McProxy::start(&route("halfclose", port, ""));
-
-    let mut client = connect_from(81, proxy.addr);
-    client
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    client
-        .write_all(&login_bytes("halfclose.inspect.test", "Tester"))
-        .unwrap();
-    let (mut up, _) = listener.accept().unwrap();
-    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    read_frames(&mut up, 2);
+    let opening = login_bytes("halfclose.inspect.test", "Tester");
+    let (proxy, mut client, mut up) = raw_login("halfclose", 81, &opening);
     up.write_all(&login_success("Tester")).unwrap();
     assert_eq!(read_frames(&mut client, 1).len(), 1);
 
@@ -434,12 +455,7 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
     assert_eq!(read_frames(&mut client, 3), replies);
     assert_eq!(client.read(&mut rest).unwrap(), 0, "then the end of stream");
     drop((client, up));
-    proxy.proc.wait_log("route=\"halfclose\"", 1);
-    let log = proxy.proc.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("route=\"halfclose\""))
-        .unwrap();
+    let line = close_line(&proxy, "halfclose");
     assert!(line.contains("reason=\"client_closed\""), "{line}");
 }
 
@@ -451,29 +467,16 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
 fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
     use std::io::{Read, Write};
     use std::net::Shutdown;
-    use std::time::Duration;
     use wirekit_core::minecraft::Encode;
     use wirekit_core::minecraft::login::EncryptionRequest;
-    use wirekit_tests::mcproxy_process::{connect_from, login_bytes};
+    use wirekit_tests::mcproxy_process::login_bytes;
 
     let _turn = turn();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let proxy = McProxy::start(&route("halfopaque", port, ""));
-
-    let mut client = connect_from(82, proxy.addr);
-    client
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
     // The login, then the first two bytes of a five-byte frame, then the end.
     let login = login_bytes("halfopaque.inspect.test", "Tester");
-    client
-        .write_all(&[&login[..], &[0x05, 0x03]].concat())
-        .unwrap();
+    let (proxy, mut client, mut up) =
+        raw_login("halfopaque", 82, &[&login[..], &[0x05, 0x03]].concat());
     client.shutdown(Shutdown::Write).unwrap();
-    let (mut up, _) = listener.accept().unwrap();
-    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    read_frames(&mut up, 2);
     let mut rest = [0u8; 16];
     assert_eq!(
         up.read(&mut rest).unwrap(),
@@ -504,10 +507,6 @@ fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
         got.len()
     );
     drop((client, up));
-    let log = proxy.proc.wait_log("route=\"halfopaque\"", 1);
-    let line = log
-        .lines()
-        .find(|l| l.contains("route=\"halfopaque\""))
-        .unwrap();
+    let line = close_line(&proxy, "halfopaque");
     assert!(!line.contains("error"), "{line}");
 }
