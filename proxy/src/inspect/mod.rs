@@ -613,26 +613,27 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             match (dir, io) {
                 (_, Io::Read) => {}
                 // Judge what the written bytes held back.
-                (_, Io::Wrote) if !self.sides[dir.index()].owes() => self.report(),
                 (_, Io::Wrote) => {
                     self.report();
-                    continue;
+                    if self.sides[dir.index()].owes() {
+                        continue;
+                    }
                 }
                 // An end comes only once the direction owes nothing.
-                (Direction::Serverbound, Io::Eof) => {
-                    let _ = up_w.shutdown().await;
-                    self.sides[Direction::Serverbound.index()].ended = true;
-                    let end = *first_end.get_or_insert(InspectEnd::ClientClosed);
-                    if self.sides[Direction::Clientbound.index()].ended {
-                        return end;
-                    }
-                    continue;
-                }
-                (Direction::Clientbound, Io::Eof) => {
-                    let _ = client_w.shutdown().await;
-                    self.sides[Direction::Clientbound.index()].ended = true;
-                    let end = *first_end.get_or_insert(InspectEnd::UpstreamClosed);
-                    if self.sides[Direction::Serverbound.index()].ended {
+                (_, Io::Eof) => {
+                    let end = match dir {
+                        Direction::Serverbound => {
+                            let _ = up_w.shutdown().await;
+                            InspectEnd::ClientClosed
+                        }
+                        Direction::Clientbound => {
+                            let _ = client_w.shutdown().await;
+                            InspectEnd::UpstreamClosed
+                        }
+                    };
+                    self.sides[dir.index()].ended = true;
+                    let end = *first_end.get_or_insert(end);
+                    if self.sides.iter().all(|side| side.ended) {
                         return end;
                     }
                     continue;
