@@ -619,8 +619,8 @@ pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u
 #[cfg(target_os = "linux")]
 async fn connect_now(addr: SocketAddr) -> std::io::Result<TcpStream> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_nonblocking(true)?;
+    let kind = Type::STREAM.nonblocking();
+    let socket = Socket::new(Domain::for_address(addr), kind, Some(Protocol::TCP))?;
     match socket.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}

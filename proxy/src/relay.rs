@@ -11,7 +11,7 @@
 //! empty go to a small process-wide pool for the next connections (as HAProxy pools its pipes),
 //! so a short connection does not pay for making and closing two pipes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -144,56 +144,66 @@ pub async fn relay(
     let (mut up_r, mut up_w) = upstream.into_split();
     let up_total = AtomicU64::new(0);
     let down_total = AtomicU64::new(0);
-    let up_spliced = std::sync::atomic::AtomicBool::new(true);
-    let down_spliced = std::sync::atomic::AtomicBool::new(true);
-    let up = direction(
-        &mut client_r,
-        &mut up_w,
-        Budget::new(serverbound),
-        [&up_total, counters.serverbound],
-        &up_spliced,
-    );
-    let down = direction(
-        &mut up_r,
-        &mut client_w,
-        Budget::new(clientbound),
-        [&down_total, counters.clientbound],
-        &down_spliced,
-    );
-    tokio::pin!(up, down);
-    let (mut up_end, mut down_end) = (None, None);
-    let mut first_eof = None;
-    let end = loop {
-        tokio::select! {
-            e = &mut up, if up_end.is_none() => {
-                if matches!(e, DirEnd::Eof) {
-                    first_eof.get_or_insert(RelayEnd::ClientClosed);
+    let up_spliced = AtomicBool::new(true);
+    let down_spliced = AtomicBool::new(true);
+    let ended = [AtomicBool::new(false), AtomicBool::new(false)];
+    let end = {
+        let up = direction(
+            &mut client_r,
+            &mut up_w,
+            Budget::new(serverbound),
+            [&up_total, counters.serverbound],
+            &up_spliced,
+            [&ended[0], &ended[1]],
+        );
+        let down = direction(
+            &mut up_r,
+            &mut client_w,
+            Budget::new(clientbound),
+            [&down_total, counters.clientbound],
+            &down_spliced,
+            [&ended[1], &ended[0]],
+        );
+        tokio::pin!(up, down);
+        let (mut up_end, mut down_end) = (None, None);
+        let mut first_eof = None;
+        loop {
+            tokio::select! {
+                e = &mut up, if up_end.is_none() => {
+                    if matches!(e, DirEnd::Eof) {
+                        first_eof.get_or_insert(RelayEnd::ClientClosed);
+                    }
+                    up_end = Some(e);
                 }
-                up_end = Some(e);
-            }
-            e = &mut down, if down_end.is_none() => {
-                if matches!(e, DirEnd::Eof) {
-                    first_eof.get_or_insert(RelayEnd::UpstreamClosed);
+                e = &mut down, if down_end.is_none() => {
+                    if matches!(e, DirEnd::Eof) {
+                        first_eof.get_or_insert(RelayEnd::UpstreamClosed);
+                    }
+                    down_end = Some(e);
                 }
-                down_end = Some(e);
+                _ = shutdown.cancelled() => break RelayEnd::Shutdown,
             }
-            _ = shutdown.cancelled() => break RelayEnd::Shutdown,
-        }
-        match (&up_end, &down_end) {
-            (Some(DirEnd::Budget), _) => break RelayEnd::Budget(Direction::Serverbound),
-            (_, Some(DirEnd::Budget)) => break RelayEnd::Budget(Direction::Clientbound),
-            (Some(DirEnd::ReadError), _) | (_, Some(DirEnd::WriteError)) => {
-                break RelayEnd::ClientError;
+            match (&up_end, &down_end) {
+                (Some(DirEnd::Budget), _) => break RelayEnd::Budget(Direction::Serverbound),
+                (_, Some(DirEnd::Budget)) => break RelayEnd::Budget(Direction::Clientbound),
+                (Some(DirEnd::ReadError), _) | (_, Some(DirEnd::WriteError)) => {
+                    break RelayEnd::ClientError;
+                }
+                (Some(DirEnd::WriteError), _) | (_, Some(DirEnd::ReadError)) => {
+                    break RelayEnd::UpstreamError;
+                }
+                (Some(DirEnd::Eof), Some(DirEnd::Eof)) => {
+                    break first_eof.unwrap_or(RelayEnd::ClientClosed);
+                }
+                _ => {}
             }
-            (Some(DirEnd::WriteError), _) | (_, Some(DirEnd::ReadError)) => {
-                break RelayEnd::UpstreamError;
-            }
-            (Some(DirEnd::Eof), Some(DirEnd::Eof)) => {
-                break first_eof.unwrap_or(RelayEnd::ClientClosed);
-            }
-            _ => {}
         }
     };
+    // Closing the sockets sends what a shutdown of their write halves would (a FIN, or a
+    // reset over unread bytes): a direction that ended shut its destination down already
+    // unless the other had ended first, and one that did not end is cut off here.
+    client_w.forget();
+    up_w.forget();
     RelayOutcome {
         serverbound: up_total.load(Ordering::Relaxed),
         clientbound: down_total.load(Ordering::Relaxed),
@@ -203,33 +213,36 @@ pub async fn relay(
 }
 
 /// One direction: splice where possible, else copy; at the source's end, shut the
-/// destination's write half down.
+/// destination's write half down, unless the other direction's source ended first (`ended`:
+/// this direction's flag, then the other's), when the relay is over and closing the
+/// sockets says the same with one system call less.
 async fn direction(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     mut budget: Budget,
     counters: [&AtomicU64; 2],
-    spliced: &std::sync::atomic::AtomicBool,
+    spliced: &AtomicBool,
+    ended: [&AtomicBool; 2],
 ) -> DirEnd {
     let add = |n: usize| {
         for c in counters {
             c.fetch_add(n as u64, Ordering::Relaxed);
         }
     };
-    #[cfg(target_os = "linux")]
-    match splice::run(from.as_ref(), to.as_ref(), &mut budget, &add).await {
-        splice::Spliced::Done(end) => {
-            if matches!(end, DirEnd::Eof) {
-                let _ = to.shutdown().await;
-            }
-            return end;
+    let end = 'moved: {
+        #[cfg(target_os = "linux")]
+        match splice::run(from.as_ref(), to.as_ref(), &mut budget, &add).await {
+            splice::Spliced::Done(end) => break 'moved end,
+            splice::Spliced::Unsupported => {}
         }
-        splice::Spliced::Unsupported => {}
-    }
-    spliced.store(false, Ordering::Relaxed);
-    let end = copy(from, to, &mut budget, &add).await;
+        spliced.store(false, Ordering::Relaxed);
+        copy(from, to, &mut budget, &add).await
+    };
     if matches!(end, DirEnd::Eof) {
-        let _ = to.shutdown().await;
+        ended[0].store(true, Ordering::Relaxed);
+        if !ended[1].load(Ordering::Relaxed) {
+            let _ = to.shutdown().await;
+        }
     }
     end
 }
@@ -503,6 +516,54 @@ mod tests {
         assert_eq!(moved.load(Ordering::Relaxed), n as u64);
         assert_eq!(reader.await.unwrap(), pattern(n, 3));
         drop(writer.await.unwrap());
+    }
+
+    /// A request and its end, then the answer after it: the client's end of stream reaches
+    /// the upstream (a shutdown) while the other way stays open, and the upstream's later
+    /// answer and end reach the client (the relay closes rather than shutting down twice).
+    #[tokio::test]
+    async fn a_half_close_keeps_the_other_way_open_until_its_own_end() {
+        let (mut client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, mut upstream) = crate::tcp_pair().await;
+        let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+        let shutdown = CancellationToken::new();
+        let n = 300_000;
+        let server = tokio::spawn(async move {
+            let mut request = Vec::new();
+            upstream.read_to_end(&mut request).await.unwrap();
+            assert_eq!(request, pattern(n, 4));
+            upstream.write_all(&pattern(2 * n, 5)).await.unwrap();
+            upstream.shutdown().await.unwrap();
+            // The relay's end of the upstream connection: nothing more, then the end.
+            let mut rest = [0u8; 1];
+            assert_eq!(upstream.read(&mut rest).await.unwrap(), 0);
+        });
+        let asker = tokio::spawn(async move {
+            client.write_all(&pattern(n, 4)).await.unwrap();
+            client.shutdown().await.unwrap();
+            let mut answer = Vec::new();
+            client.read_to_end(&mut answer).await.unwrap();
+            answer
+        });
+        let outcome = relay(
+            proxy_client,
+            proxy_up,
+            ByteBudget::OFF,
+            ByteBudget::OFF,
+            ByteCounters {
+                serverbound: &counters[0],
+                clientbound: &counters[1],
+            },
+            &shutdown,
+        )
+        .await;
+        assert_eq!(outcome.end, RelayEnd::ClientClosed);
+        assert_eq!(
+            (outcome.serverbound, outcome.clientbound),
+            (n as u64, 2 * n as u64)
+        );
+        assert_eq!(asker.await.unwrap(), pattern(2 * n, 5));
+        server.await.unwrap();
     }
 
     #[tokio::test]
