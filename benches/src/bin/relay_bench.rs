@@ -392,6 +392,8 @@ struct Plan {
     errors: AtomicUsize,
     /// The run under way: an upstream connection counts only into the run it was accepted in.
     run: AtomicU64,
+    /// The relay's core and the load's.
+    cores: [usize; 2],
 }
 
 impl Plan {
@@ -403,13 +405,15 @@ impl Plan {
     }
 }
 
+/// The bytes every bulk write sends.
+static BULK: [u8; BUF] = [0x5a; BUF];
+
 /// Writes `size` bytes `write` at a time.
 async fn send_bulk(s: &mut TcpStream, size: u64, write: usize) -> bool {
-    let data = [0x5au8; BUF];
     let mut left = size;
     while left > 0 {
         let n = left.min(write as u64) as usize;
-        if s.write_all(&data[..n]).await.is_err() {
+        if s.write_all(&BULK[..n]).await.is_err() {
             return false;
         }
         left -= n as u64;
@@ -417,10 +421,43 @@ async fn send_bulk(s: &mut TcpStream, size: u64, write: usize) -> bool {
     true
 }
 
+thread_local! {
+    /// Read buffers for the load's connections, kept between them. The load's core is the
+    /// busy one in the short rows (all of its time, against 75-95% of the relay's), and a
+    /// fresh 64 KiB buffer per connection (allocated, zeroed, faulted in again after the
+    /// allocator gave it back) took 6-8% of it. One current-thread runtime runs the load, so
+    /// one pool serves it.
+    static READ_BUFS: std::cell::RefCell<Vec<Box<[u8]>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A read buffer from [`READ_BUFS`], back to it when dropped.
+struct ReadBuf(Option<Box<[u8]>>);
+
+impl ReadBuf {
+    fn take() -> Self {
+        let pooled = READ_BUFS.with(|p| p.borrow_mut().pop());
+        ReadBuf(Some(
+            pooled.unwrap_or_else(|| vec![0u8; BUF].into_boxed_slice()),
+        ))
+    }
+
+    fn get(&mut self) -> &mut [u8] {
+        self.0.as_deref_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for ReadBuf {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            READ_BUFS.with(|p| p.borrow_mut().push(b));
+        }
+    }
+}
+
 /// Reads until the stream ends.
 async fn drain(s: &mut TcpStream) {
-    let mut buf = vec![0u8; BUF];
-    while let Ok(n) = s.read(&mut buf).await {
+    let mut buf = ReadBuf::take();
+    while let Ok(n) = s.read(buf.get()).await {
         if n == 0 {
             break;
         }
@@ -429,10 +466,10 @@ async fn drain(s: &mut TcpStream) {
 
 /// Reads until `size` bytes came or the stream ended; the byte count.
 async fn read_exactly(s: &mut TcpStream, size: u64) -> u64 {
-    let mut buf = vec![0u8; BUF];
+    let mut buf = ReadBuf::take();
     let mut got = 0;
     while got < size {
-        match s.read(&mut buf).await {
+        match s.read(buf.get()).await {
             Ok(0) | Err(_) => break,
             Ok(n) => got += n as u64,
         }
@@ -530,11 +567,42 @@ async fn client_conn(relay: SocketAddr, case: &Case, prefix: &[u8]) -> Result<()
     Ok(())
 }
 
+/// Each core's busy and total time so far, in clock ticks (`/proc/stat`: all but idle and
+/// iowait is busy, interrupt and softirq time included).
+fn core_ticks(cores: [usize; 2]) -> Result<[[u64; 2]; 2], String> {
+    let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    let mut out = [[0u64; 2]; 2];
+    for (i, core) in cores.iter().enumerate() {
+        let name = format!("cpu{core}");
+        let line = stat
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+            .ok_or_else(|| format!("/proc/stat has no {name}"))?;
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        let total: u64 = ticks.iter().take(8).sum();
+        let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+        out[i] = [total - idle, total];
+    }
+    Ok(out)
+}
+
 /// One measurement.
 #[derive(Clone, Copy)]
 struct Sample {
     gib_per_s: f64,
     cpu_s_per_gib: f64,
+    /// A connection's time from connect to its end, p50, p99 and the longest, in µs (the
+    /// progress lines print them).
+    conn_us: [u64; 3],
+    /// The share of the run its core was busy, the relay's (`/proc/stat`, anything on that
+    /// core counted, interrupts included).
+    relay_busy: f64,
+    /// The same for the load's core (near 1: the load, not the relay, set the pace).
+    load_busy: f64,
 }
 
 /// Runs `count` jobs from `job`, `concurrency` at a time, within [`RUN_TIMEOUT`]; the first
@@ -584,14 +652,32 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
     plan.errors.store(0, Ordering::Relaxed);
     let prefix = Arc::new(login_prefix(PROTOCOL, HOST, "relaybench"));
     let cpu0 = relay.process.cpu_s()?;
+    let ticks0 = core_ticks(plan.cores)?;
     let start = Instant::now();
     let addr = relay.process.addr;
     let conn = Arc::new(case.clone());
+    let times = Arc::new(std::sync::Mutex::new(Vec::with_capacity(case.conns)));
+    let each = times.clone();
     in_parallel(case.conns, case.concurrency, move || {
-        let (case, prefix) = (conn.clone(), prefix.clone());
-        async move { client_conn(addr, &case, &prefix).await }
+        let (case, prefix, each) = (conn.clone(), prefix.clone(), each.clone());
+        async move {
+            let t = Instant::now();
+            let r = client_conn(addr, &case, &prefix).await;
+            let us = t.elapsed().as_micros() as u64;
+            each.lock().unwrap_or_else(|p| p.into_inner()).push(us);
+            r
+        }
     })
     .await?;
+    let mut times = std::mem::take(&mut *times.lock().unwrap_or_else(|p| p.into_inner()));
+    times.sort_unstable();
+    let at = |q: f64| {
+        times
+            .get(((times.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    let conn_us = [at(0.5), at(0.99), at(1.0)];
     // The upstream counts a clientbound connection once its writes are done, which can be a
     // moment after the client saw the end.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -604,6 +690,11 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
     }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = relay.process.cpu_s()? - cpu0;
+    let ticks1 = core_ticks(plan.cores)?;
+    let busy = |i: usize| {
+        let total = ticks1[i][1].saturating_sub(ticks0[i][1]).max(1);
+        ticks1[i][0].saturating_sub(ticks0[i][0]) as f64 / total as f64
+    };
     let moved = plan.moved.load(Ordering::Relaxed);
     let errors = plan.errors.load(Ordering::Relaxed);
     if errors > 0 || moved != case.total() {
@@ -616,6 +707,9 @@ async fn measure(relay: &Relay, case: &Case, plan: &Plan) -> Result<Sample, Stri
     Ok(Sample {
         gib_per_s: gib / elapsed,
         cpu_s_per_gib: cpu / gib,
+        relay_busy: busy(0),
+        load_busy: busy(1),
+        conn_us,
     })
 }
 
@@ -693,7 +787,8 @@ fn way_name(w: Way) -> &'static str {
 fn throughput_table(results: &[CaseResult]) -> String {
     let mut t = String::from(
         "| case | relay | GiB/s | relay CPU s/GiB | CPU vs floor | CPU vs copy_bidirectional | \
-         GiB/s vs HAProxy |\n|---|---|---:|---:|---:|---:|---:|\n",
+         GiB/s vs HAProxy | relay core busy | load core busy |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in results {
         let c = &r.case;
@@ -707,16 +802,18 @@ fn throughput_table(results: &[CaseResult]) -> String {
         for (kind, res) in &r.by_relay {
             match res {
                 Ok(s) => t.push_str(&format!(
-                    "| {case} | {} | {:.2} | {:.3} | {} | {} | {} |\n",
+                    "| {case} | {} | {:.2} | {:.3} | {} | {} | {} | {:.0}% | {:.0}% |\n",
                     kind.name(),
                     s.gib_per_s,
                     s.cpu_s_per_gib,
                     ratio(s.cpu_s_per_gib, r.of(Kind::Floor).map(|f| f.cpu_s_per_gib)),
                     ratio(s.cpu_s_per_gib, r.of(Kind::Copy).map(|f| f.cpu_s_per_gib)),
                     ratio(s.gib_per_s, r.of(Kind::Haproxy).map(|f| f.gib_per_s)),
+                    100.0 * s.relay_busy,
+                    100.0 * s.load_busy,
                 )),
                 Err(e) => t.push_str(&format!(
-                    "| {case} | {} | failed: {} | | | | |\n",
+                    "| {case} | {} | failed: {} | | | | | | |\n",
                     kind.name(),
                     e.replace('|', "/")
                 )),
@@ -778,6 +875,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         write: AtomicUsize::new(BUF),
         moved: AtomicU64::new(0),
         errors: AtomicUsize::new(0),
+        cores: [relay_cpu, load_cpu],
         run: AtomicU64::new(0),
     });
     let upstream = TcpListener::bind("127.0.0.1:0")
@@ -829,6 +927,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     let relays = working;
 
     let mut report = String::new();
+    let mut infrarust_failed = false;
     for write in [BUF, 512] {
         let mut results = Vec::new();
         for case in cases(write, opts.quick) {
@@ -848,8 +947,10 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                         write,
                         relays[k].kind.name(),
                         match &s {
-                            Ok(s) =>
-                                format!("{:.2} GiB/s, {:.3} s/GiB", s.gib_per_s, s.cpu_s_per_gib),
+                            Ok(s) => format!(
+                                "{:.2} GiB/s, {:.3} s/GiB, per connection p50/p99/max {:?} µs",
+                                s.gib_per_s, s.cpu_s_per_gib, s.conn_us
+                            ),
                             Err(e) => e.clone(),
                         }
                     );
@@ -858,7 +959,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
-            let by_relay =
+            let by_relay: Vec<(Kind, Result<Sample, String>)> =
                 relays
                     .iter()
                     .zip(samples)
@@ -883,6 +984,9 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                             Ok(Sample {
                                 gib_per_s: median(ok.iter().map(|s| s.gib_per_s).collect()),
                                 cpu_s_per_gib: median(ok.iter().map(|s| s.cpu_s_per_gib).collect()),
+                                relay_busy: median(ok.iter().map(|s| s.relay_busy).collect()),
+                                load_busy: median(ok.iter().map(|s| s.load_busy).collect()),
+                                conn_us: ok[ok.len() / 2].conn_us,
                             })
                         } else {
                             Err(s
@@ -893,6 +997,9 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                         (r.kind, res)
                     })
                     .collect();
+            infrarust_failed |= by_relay
+                .iter()
+                .any(|(k, res)| *k == Kind::Infrarust && res.is_err());
             results.push(CaseResult { case, by_relay });
         }
         report.push_str(&format!(
@@ -960,7 +1067,12 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          the same Handshake + Login Start (protocol {PROTOCOL}, host `{HOST}`) and waits for \
          the upstream's Set Compression before its bulk bytes; short rows open their connections 8 at a time and count their setup, the long \
          row is one connection. Relay CPU is the on-CPU time of all the relay's threads \
-         (/proc/PID/task/*/schedstat). Figures are medians of {} alternating rounds; 512 B rows \
+         (/proc/PID/task/*/schedstat); the two busy columns are the relay's and the load's \
+         on-CPU time over the run's wall time, and where the load's core is at about 100% the \
+         load, not the relay, set the pace: throughput there is the load's ceiling, and the \
+         relays' throughputs differ by what each costs the load's core (its wake-ups, the \
+         loopback delivery of what the load sends runs on the load's core), not by their own \
+         speed. Figures are medians of {} alternating rounds; 512 B rows \
          move a quarter of the bytes. The floor and copy_bidirectional relays are written in \
          benches/src/bin/relay_bench.rs (copy_bidirectional with tokio's default 8 KiB buffers); \
          HAProxy runs without `option splice-auto` (Debian's defaults); `wirekit proxy` runs \
@@ -969,6 +1081,17 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         opts.rounds,
         if opts.quick { "; a --quick run (a quarter of the bytes and connections)" } else { "" }
     ));
+    if infrarust_failed {
+        notes.push(
+            "Infrarust fails a run when it drops a login: under connection churn its \
+             supervisor's health check aborts the newest upstream wake-up tasks whenever more \
+             task handles than live sessions are registered (infrarust 1.6.1, \
+             src/core/actors/supervisor/health.rs), so a connection accepted meanwhile never \
+             gets its upstream; its log says `Failed to receive server response for zerocopy: \
+             RecvError`, and the client sees the stream end before the login reply."
+                .to_string(),
+        );
+    }
     notes.push(format!(
         "Load average (1 min) at the start {load_before}, at the end {}: other work on the \
          machine shares both cores, so compare the ratios within a row rather than absolute figures.",
