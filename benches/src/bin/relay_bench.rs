@@ -422,11 +422,10 @@ async fn send_bulk(s: &mut TcpStream, size: u64, write: usize) -> bool {
 }
 
 thread_local! {
-    /// Read buffers for the load's connections, kept between them. The load's core is the
-    /// busy one in the short rows (all of its time, against 75-95% of the relay's), and a
-    /// fresh 64 KiB buffer per connection (allocated, zeroed, faulted in again after the
-    /// allocator gave it back) took 6-8% of it. One current-thread runtime runs the load, so
-    /// one pool serves it.
+    /// Read buffers for the load's connections, kept between them. Both cores are 90-100%
+    /// busy in the 16 KiB rows, and a fresh 64 KiB buffer per connection (allocated, zeroed,
+    /// faulted in again after the allocator gave it back) took 6-8% of the load's. One
+    /// current-thread runtime runs the load, so one pool serves it.
     static READ_BUFS: std::cell::RefCell<Vec<Box<[u8]>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
