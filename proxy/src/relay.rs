@@ -433,12 +433,35 @@ mod tests {
         (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
     }
 
+    /// The relay between the proxy's two sockets with `serverbound`'s budget (none the other
+    /// way), counting into `counters` (serverbound, clientbound), never cancelled.
+    async fn counted_relay(
+        client: TcpStream,
+        upstream: TcpStream,
+        serverbound: ByteBudget,
+        counters: &[AtomicU64; 2],
+    ) -> RelayOutcome {
+        let counters = ByteCounters {
+            serverbound: &counters[0],
+            clientbound: &counters[1],
+        };
+        let never = CancellationToken::new();
+        relay(
+            client,
+            upstream,
+            serverbound,
+            ByteBudget::OFF,
+            counters,
+            &never,
+        )
+        .await
+    }
+
     /// A client and an upstream each send `n` bytes and half-close; both get the other's.
     async fn run(n: usize, serverbound: ByteBudget) -> (RelayOutcome, Vec<u8>, Vec<u8>) {
         let (client, proxy_client) = crate::tcp_pair().await;
         let (proxy_up, upstream) = crate::tcp_pair().await;
         let counters = [AtomicU64::new(0), AtomicU64::new(0)];
-        let shutdown = CancellationToken::new();
         let peer = |mut s: TcpStream, seed: u8| {
             tokio::spawn(async move {
                 let (mut r, mut w) = s.split();
@@ -454,18 +477,7 @@ mod tests {
         };
         let c = peer(client, 1);
         let u = peer(upstream, 2);
-        let outcome = relay(
-            proxy_client,
-            proxy_up,
-            serverbound,
-            ByteBudget::OFF,
-            ByteCounters {
-                serverbound: &counters[0],
-                clientbound: &counters[1],
-            },
-            &shutdown,
-        )
-        .await;
+        let outcome = counted_relay(proxy_client, proxy_up, serverbound, &counters).await;
         if outcome.end != RelayEnd::Budget(Direction::Serverbound) {
             assert_eq!(counters[0].load(Ordering::Relaxed), outcome.serverbound);
         }
@@ -526,7 +538,6 @@ mod tests {
         let (mut client, proxy_client) = crate::tcp_pair().await;
         let (proxy_up, mut upstream) = crate::tcp_pair().await;
         let counters = [AtomicU64::new(0), AtomicU64::new(0)];
-        let shutdown = CancellationToken::new();
         let n = 300_000;
         let server = tokio::spawn(async move {
             let mut request = Vec::new();
@@ -545,18 +556,7 @@ mod tests {
             client.read_to_end(&mut answer).await.unwrap();
             answer
         });
-        let outcome = relay(
-            proxy_client,
-            proxy_up,
-            ByteBudget::OFF,
-            ByteBudget::OFF,
-            ByteCounters {
-                serverbound: &counters[0],
-                clientbound: &counters[1],
-            },
-            &shutdown,
-        )
-        .await;
+        let outcome = counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters).await;
         assert_eq!(outcome.end, RelayEnd::ClientClosed);
         assert_eq!(
             (outcome.serverbound, outcome.clientbound),
