@@ -99,7 +99,8 @@ pub struct ByteCounters<'a> {
 
 /// How one direction ended.
 enum DirEnd {
-    /// The source ended its stream (and the destination's write half was shut down).
+    /// The source ended its stream (and the destination's write half was shut down, or is
+    /// closed with the relay because the other direction had ended first).
     Eof,
     /// The source failed.
     ReadError,
@@ -199,9 +200,10 @@ pub async fn relay(
             }
         }
     };
-    // Closing the sockets sends what a shutdown of their write halves would (a FIN, or a
-    // reset over unread bytes): a direction that ended shut its destination down already
-    // unless the other had ended first, and one that did not end is cut off here.
+    // No shutdown(2) when the halves drop: close(2) sends the FIN (or a reset where unread
+    // bytes remain), as the close after a drop-time shutdown did. A direction that ended shut
+    // its destination down already unless the other had ended first; one that did not end is
+    // cut off here.
     client_w.forget();
     up_w.forget();
     RelayOutcome {
@@ -530,40 +532,61 @@ mod tests {
         drop(writer.await.unwrap());
     }
 
-    /// A request and its end, then the answer after it: the client's end of stream reaches
-    /// the upstream (a shutdown) while the other way stays open, and the upstream's later
-    /// answer and end reach the client (the relay closes rather than shutting down twice).
-    #[tokio::test]
-    async fn a_half_close_keeps_the_other_way_open_until_its_own_end() {
-        let (mut client, proxy_client) = crate::tcp_pair().await;
-        let (proxy_up, mut upstream) = crate::tcp_pair().await;
+    /// One peer sends a request and ends its stream; the other reads it to the end, then
+    /// answers and ends its own. The first end reaches the answerer as a shutdown while the
+    /// other way stays open; the answer and its end (the relay's close, no second shutdown)
+    /// reach the asker. A relay that lost either end would leave a peer waiting: the tests
+    /// run under a timeout.
+    async fn half_close(client_asks: bool) {
+        let (client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, upstream) = crate::tcp_pair().await;
+        let (mut asker, mut answerer) = if client_asks {
+            (client, upstream)
+        } else {
+            (upstream, client)
+        };
         let counters = [AtomicU64::new(0), AtomicU64::new(0)];
         let n = 300_000;
-        let server = tokio::spawn(async move {
-            let mut request = Vec::new();
-            upstream.read_to_end(&mut request).await.unwrap();
-            assert_eq!(request, pattern(n, 4));
-            upstream.write_all(&pattern(2 * n, 5)).await.unwrap();
-            upstream.shutdown().await.unwrap();
-            // The relay's end of the upstream connection: nothing more, then the end.
-            let mut rest = [0u8; 1];
-            assert_eq!(upstream.read(&mut rest).await.unwrap(), 0);
-        });
-        let asker = tokio::spawn(async move {
-            client.write_all(&pattern(n, 4)).await.unwrap();
-            client.shutdown().await.unwrap();
+        let ask = tokio::spawn(async move {
+            asker.write_all(&pattern(n, 4)).await.unwrap();
+            asker.shutdown().await.unwrap();
             let mut answer = Vec::new();
-            client.read_to_end(&mut answer).await.unwrap();
-            answer
+            asker.read_to_end(&mut answer).await.unwrap();
+            (answer, asker)
+        });
+        let answer = tokio::spawn(async move {
+            let mut request = Vec::new();
+            answerer.read_to_end(&mut request).await.unwrap();
+            assert_eq!(request, pattern(n, 4));
+            answerer.write_all(&pattern(2 * n, 5)).await.unwrap();
+            answerer.shutdown().await.unwrap();
+            answerer
         });
         let outcome = counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters).await;
-        assert_eq!(outcome.end, RelayEnd::ClientClosed);
-        assert_eq!(
-            (outcome.serverbound, outcome.clientbound),
-            (n as u64, 2 * n as u64)
-        );
-        assert_eq!(asker.await.unwrap(), pattern(2 * n, 5));
-        server.await.unwrap();
+        let (asked, answered) = if client_asks {
+            (RelayEnd::ClientClosed, (n as u64, 2 * n as u64))
+        } else {
+            (RelayEnd::UpstreamClosed, (2 * n as u64, n as u64))
+        };
+        assert_eq!(outcome.end, asked);
+        assert_eq!((outcome.serverbound, outcome.clientbound), answered);
+        let (got, _asker) = ask.await.unwrap();
+        assert_eq!(got, pattern(2 * n, 5));
+        drop(answer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_client_half_close_keeps_the_other_way_open_until_its_own_end() {
+        tokio::time::timeout(std::time::Duration::from_secs(30), half_close(true))
+            .await
+            .expect("both peers and the relay end");
+    }
+
+    #[tokio::test]
+    async fn an_upstream_half_close_keeps_the_other_way_open_until_its_own_end() {
+        tokio::time::timeout(std::time::Duration::from_secs(30), half_close(false))
+            .await
+            .expect("both peers and the relay end");
     }
 
     #[tokio::test]

@@ -347,9 +347,10 @@ impl Case {
 
 fn cases(write: usize, quick: bool) -> Vec<Case> {
     const KIB: u64 = 1024;
-    // (label, bytes per connection, connections at 64 KiB writes, at once): each row moves
-    // 64-256 MiB, a run of about a second (at 1000 connections a 16 KiB run took a quarter of
-    // a second, and its medians moved by 10-20% from one run of the harness to the next)
+    // (label, bytes per connection, connections at 64 KiB writes, at once): each short row
+    // moves 62.5-256 MiB, a run of about a second (at 1000 connections a 16 KiB run took a
+    // quarter of a second, and its medians moved by 10-20% from one run of the harness to the
+    // next); the long row moves 1 GiB on one connection
     let rows: [(&str, u64, usize, usize); 5] = [
         ("16 KiB/conn", 16 * KIB, 4000, 8),
         ("256 KiB/conn", 256 * KIB, 1024, 8),
@@ -567,7 +568,7 @@ async fn client_conn(relay: SocketAddr, case: &Case, prefix: &[u8]) -> Result<()
 }
 
 /// Each core's busy and total time so far, in clock ticks (`/proc/stat`: all but idle and
-/// iowait is busy, interrupt and softirq time included).
+/// iowait is busy, interrupt and softirq time included, steal left out of both).
 fn core_ticks(cores: [usize; 2]) -> Result<[[u64; 2]; 2], String> {
     let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
     let mut out = [[0u64; 2]; 2];
@@ -582,7 +583,9 @@ fn core_ticks(cores: [usize; 2]) -> Result<[[u64; 2]; 2], String> {
             .skip(1)
             .filter_map(|v| v.parse().ok())
             .collect();
-        let total: u64 = ticks.iter().take(8).sum();
+        // user nice system idle iowait irq softirq steal: the first seven are the guest's
+        // own time (steal, the hypervisor's, is left out of both).
+        let total: u64 = ticks.iter().take(7).sum();
         let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
         out[i] = [total - idle, total];
     }
@@ -594,8 +597,8 @@ fn core_ticks(cores: [usize; 2]) -> Result<[[u64; 2]; 2], String> {
 struct Sample {
     gib_per_s: f64,
     cpu_s_per_gib: f64,
-    /// A connection's time from connect to its end, p50, p99 and the longest, in µs (the
-    /// progress lines print them).
+    /// A connection's time from connect to its end (8 at a time in the short rows), p50, p99
+    /// and the longest, in µs.
     conn_us: [u64; 3],
     /// The share of the run its core was busy, the relay's (`/proc/stat`, anything on that
     /// core counted, interrupts included).
@@ -786,8 +789,8 @@ fn way_name(w: Way) -> &'static str {
 fn throughput_table(results: &[CaseResult]) -> String {
     let mut t = String::from(
         "| case | relay | GiB/s | relay CPU s/GiB | CPU vs floor | CPU vs copy_bidirectional | \
-         GiB/s vs HAProxy | relay core busy | load core busy |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+         GiB/s vs HAProxy | relay core busy | load core busy | connection p50 / p99 |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in results {
         let c = &r.case;
@@ -801,7 +804,7 @@ fn throughput_table(results: &[CaseResult]) -> String {
         for (kind, res) in &r.by_relay {
             match res {
                 Ok(s) => t.push_str(&format!(
-                    "| {case} | {} | {:.2} | {:.3} | {} | {} | {} | {:.0}% | {:.0}% |\n",
+                    "| {case} | {} | {:.2} | {:.3} | {} | {} | {} | {:.0}% | {:.0}% | {} / {} |\n",
                     kind.name(),
                     s.gib_per_s,
                     s.cpu_s_per_gib,
@@ -810,9 +813,11 @@ fn throughput_table(results: &[CaseResult]) -> String {
                     ratio(s.gib_per_s, r.of(Kind::Haproxy).map(|f| f.gib_per_s)),
                     100.0 * s.relay_busy,
                     100.0 * s.load_busy,
+                    human_us(s.conn_us[0]),
+                    human_us(s.conn_us[1]),
                 )),
                 Err(e) => t.push_str(&format!(
-                    "| {case} | {} | failed: {} | | | | | | |\n",
+                    "| {case} | {} | failed: {} | | | | | | | |\n",
                     kind.name(),
                     e.replace('|', "/")
                 )),
@@ -820,6 +825,15 @@ fn throughput_table(results: &[CaseResult]) -> String {
         }
     }
     t
+}
+
+/// `us` microseconds as µs, ms or s.
+fn human_us(us: u64) -> String {
+    match us {
+        0..1_000 => format!("{us} µs"),
+        1_000..1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        _ => format!("{:.2} s", us as f64 / 1e6),
+    }
 }
 
 fn human_bytes(n: u64) -> String {
@@ -953,6 +967,8 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                             Err(e) => e.clone(),
                         }
                     );
+                    infrarust_failed |= relays[k].kind == Kind::Infrarust
+                        && matches!(&s, Err(e) if e.starts_with("login reply"));
                     samples[k].push(s);
                     // Let the relay's closed connections settle before the next run.
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -985,7 +1001,9 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                                 cpu_s_per_gib: median(ok.iter().map(|s| s.cpu_s_per_gib).collect()),
                                 relay_busy: median(ok.iter().map(|s| s.relay_busy).collect()),
                                 load_busy: median(ok.iter().map(|s| s.load_busy).collect()),
-                                conn_us: ok[ok.len() / 2].conn_us,
+                                conn_us: [0, 1, 2].map(|q| {
+                                    median(ok.iter().map(|s| s.conn_us[q] as f64).collect()) as u64
+                                }),
                             })
                         } else {
                             Err(s
@@ -996,9 +1014,6 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                         (r.kind, res)
                     })
                     .collect();
-            infrarust_failed |= by_relay
-                .iter()
-                .any(|(k, res)| *k == Kind::Infrarust && res.is_err());
             results.push(CaseResult { case, by_relay });
         }
         report.push_str(&format!(
@@ -1066,12 +1081,14 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          the same Handshake + Login Start (protocol {PROTOCOL}, host `{HOST}`) and waits for \
          the upstream's Set Compression before its bulk bytes; short rows open their connections 8 at a time and count their setup, the long \
          row is one connection. Relay CPU is the on-CPU time of all the relay's threads \
-         (/proc/PID/task/*/schedstat); the two busy columns are the relay's and the load's \
-         on-CPU time over the run's wall time, and where the load's core is at about 100% the \
-         load, not the relay, set the pace: throughput there is the load's ceiling, and the \
-         relays' throughputs differ by what each costs the load's core (its wake-ups, the \
-         loopback delivery of what the load sends runs on the load's core), not by their own \
-         speed. Figures are medians of {} alternating rounds; 512 B rows \
+         (/proc/PID/task/*/schedstat). The two busy columns are the share of the run each \
+         core was busy (/proc/stat: everything on it, interrupts and softirqs included, steal \
+         left out; 10 ms ticks). Loopback delivers a segment on the sender's core, so each \
+         core also carries the receive work of the other side's sockets; where both cores are \
+         near 100% (the 16 KiB rows) the machine, not one relay, sets the pace, and the \
+         relays' throughputs there differ by a few percent of shared work. A connection's \
+         time runs from its connect to its end as its client sees them. Figures are \
+         medians of {} alternating rounds; 512 B rows \
          move a quarter of the bytes. The floor and copy_bidirectional relays are written in \
          benches/src/bin/relay_bench.rs (copy_bidirectional with tokio's default 8 KiB buffers); \
          HAProxy runs without `option splice-auto` (Debian's defaults); `wirekit proxy` runs \
@@ -1082,7 +1099,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     ));
     if infrarust_failed {
         notes.push(
-            "Infrarust fails a run when it drops a login: under connection churn its \
+            "Infrarust failed runs by dropping logins (`login reply: early eof`): under connection churn its \
              supervisor's health check aborts the newest upstream wake-up tasks whenever more \
              task handles than live sessions are registered (infrarust 1.6.1, \
              src/core/actors/supervisor/health.rs), so a connection accepted meanwhile never \
