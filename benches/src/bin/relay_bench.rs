@@ -12,7 +12,9 @@
 //! connections, a few at a time, and counts their setup; the long row is one connection. Relay
 //! CPU is the on-CPU time of every thread of the relay process (`/proc/PID/task/*/schedstat`)
 //! over the run. Each case runs every relay once per round, in an order that rotates from round
-//! to round; a figure is the median over the rounds.
+//! to round; a figure is the median over the rounds. Every timed run starts its relay process
+//! and the upstream's listener afresh, so that no run inherits the TIME_WAIT sockets of the
+//! address pairs an earlier one used.
 //!
 //! `relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] [--rounds N] [--quick]
 //! [--only TEXT]...` prints the markdown report on stdout (progress on stderr); `--only` keeps
@@ -881,6 +883,53 @@ fn goals(results: &[CaseResult]) -> String {
     out
 }
 
+/// The upstream server: a listener whose connections [`upstream_conn`] serves until dropped.
+struct Upstream {
+    addr: SocketAddr,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    async fn bind(plan: &Arc<Plan>) -> Result<Upstream, String> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let plan = plan.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                tokio::spawn(upstream_conn(s, plan.clone()));
+            }
+        });
+        Ok(Upstream { addr, accept })
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// One timed run on a relay process and an upstream listener of its own. A run's connections
+/// then share no address pair with an earlier run's: each short row opens thousands of
+/// connections a second, each of which leaves a TIME_WAIT socket for 60 s, and with one relay
+/// address and one upstream address for the whole harness the later runs' connect(2) calls
+/// searched an ephemeral port range crowded by the earlier runs' (62,000 TIME_WAIT sockets
+/// after six rounds of one row), so a run's cost depended on what had run before it.
+async fn fresh_run(
+    kind: Kind,
+    opts: &Options,
+    relay_cpu: usize,
+    case: &Case,
+    plan: &Arc<Plan>,
+) -> Result<Sample, String> {
+    let upstream = Upstream::bind(plan).await?;
+    let relay = start_relay(kind, opts, relay_cpu, upstream.addr)?
+        .ok_or_else(|| format!("{}: not given", kind.name()))?;
+    measure(&relay, case, plan).await
+}
+
 async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(), String> {
     let plan = Arc::new(Plan {
         way: AtomicUsize::new(0),
@@ -891,16 +940,8 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         cores: [relay_cpu, load_cpu],
         run: AtomicU64::new(0),
     });
-    let upstream = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let up_addr = upstream.local_addr().map_err(|e| e.to_string())?;
-    let accept_plan = plan.clone();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = upstream.accept().await {
-            tokio::spawn(upstream_conn(s, accept_plan.clone()));
-        }
-    });
+    let probe_upstream = Upstream::bind(&plan).await?;
+    let up_addr = probe_upstream.addr;
 
     let mut notes = opts.notes.clone();
     let load_before = load_average();
@@ -952,7 +993,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
             for round in 0..opts.rounds {
                 for i in 0..relays.len() {
                     let k = (i + round) % relays.len();
-                    let s = measure(&relays[k], &case, &plan).await;
+                    let s = fresh_run(relays[k].kind, &opts, relay_cpu, &case, &plan).await;
                     eprintln!(
                         "{} {} {}B writes, {}: {}",
                         case.label,
