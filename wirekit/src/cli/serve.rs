@@ -25,8 +25,8 @@ pub struct ServeArgs {
     /// Compression threshold announced to every connection (negative: off).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub compression_threshold: i32,
-    /// zlib compression level of what the server sends (0 stored, 1 quick, 2-3 fast, 4-9
-    /// default).
+    /// zlib compression level of what the server sends (0 stored, 1 quick, 2-3 fast, 4-5
+    /// lazy, 6-7 default, 8-9 best).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=9))]
     pub level: u8,
     /// Connections served at once.

@@ -63,13 +63,7 @@ fn every_level_round_trips_at_every_workspace_size() {
     for words in [WORKSPACE_MIN, WORKSPACE_MCU, 20_000, WORKSPACE_SERVER] {
         let mut c = Compressor::new(vec![0u32; words]).unwrap();
         for input in samples() {
-            for level in [
-                Level::Stored,
-                Level::Quick,
-                Level::Fast,
-                Level::Lazy,
-                Level::Default,
-            ] {
+            for level in Level::ALL {
                 // Twice: the second call runs over the first call's tables.
                 round_trip(&mut c, level, &input);
                 round_trip(&mut c, level, &input);
@@ -86,7 +80,7 @@ fn compressible_input_shrinks_and_incompressible_stays_within_the_bound() {
     assert!(round_trip(&mut c, Level::Default, &text) < text.len() / 10);
     let mut rng = Rng(1);
     let noise: Vec<u8> = (0..100_000).map(|_| rng.next() as u8).collect();
-    for level in [Level::Quick, Level::Fast, Level::Lazy, Level::Default] {
+    for level in Level::ALL {
         assert!(round_trip(&mut c, level, &noise) <= compress_bound(noise.len()));
     }
 }
@@ -99,9 +93,13 @@ fn higher_levels_compress_structured_data_better() {
     let fast = round_trip(&mut c, Level::Fast, input);
     let lazy = round_trip(&mut c, Level::Lazy, input);
     let default = round_trip(&mut c, Level::Default, input);
+    let best = round_trip(&mut c, Level::Best, input);
+    // The best level finds longer matches, sometimes farther away and dearer to code: on
+    // these records it writes 0.3% more than the default level (zlib's level 9 also loses to
+    // its 6 on some inputs), never much more.
     assert!(
-        default <= lazy && lazy < fast && fast < quick,
-        "default {default} lazy {lazy} fast {fast} quick {quick}"
+        best * 1000 <= default * 1005 && default <= lazy && lazy < fast && fast < quick,
+        "best {best} default {default} lazy {lazy} fast {fast} quick {quick}"
     );
 }
 
@@ -109,13 +107,7 @@ fn higher_levels_compress_structured_data_better() {
 fn the_header_is_standard_zlib() {
     let mut c = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();
     let mut z = [0u8; 64];
-    for level in [
-        Level::Stored,
-        Level::Quick,
-        Level::Fast,
-        Level::Lazy,
-        Level::Default,
-    ] {
+    for level in Level::ALL {
         c.compress(level, b"x", &mut z).unwrap();
         assert_eq!(z[0], 0x78);
         assert_eq!((u16::from(z[0]) << 8 | u16::from(z[1])) % 31, 0);
