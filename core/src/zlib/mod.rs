@@ -31,7 +31,7 @@
 //! - [`Level::Lazy`]: the default level's matching with a quarter of its chain (8 links,
 //!   nice length 32, lazy length 8), inserting only the ends of matches longer than 16 into
 //!   the chains, for most of its ratio in about 40-60% of its time.
-//! - [`Level::Default`]: lazy matching over hash chains (32 links, nice length 64, zlib's lazy
+//! - [`Level::Default`]: lazy matching over hash chains (32 links, nice length 128, zlib's lazy
 //!   and good lengths 16 and 8), each block written in the smallest of dynamic Huffman (with
 //!   optimal length-limited codes), fixed Huffman or stored form.
 //! - [`Level::Best`]: the default level's matching searching as zlib's level 8 does (1024

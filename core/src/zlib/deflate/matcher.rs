@@ -210,10 +210,12 @@ pub(crate) struct Effort {
 /// Positions inserted at each end of a match longer than [`Effort::insert`].
 const INSERT_EDGE: usize = 4;
 
-/// The default level's tuning.
+/// The default level's tuning: zlib level 6's lengths over a quarter of its chain. A nice
+/// length of 64 (before) wrote 0.8% more on captured 16-256 KiB packets (0.2-0.3% on the
+/// others) for no measurable speed.
 pub(crate) const DEFAULT_EFFORT: Effort = Effort {
     chain: 32,
-    nice: 64,
+    nice: 128,
     lazy: 16,
     good: 8,
     insert: INSERT_DEFAULT,
