@@ -129,8 +129,14 @@ fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
         None | Some("fast") => Level::Fast,
         Some("stored") => Level::Stored,
         Some("quick") => Level::Quick,
+        Some("lazy") => Level::Lazy,
         Some("default") => Level::Default,
-        Some(l) => return Err(format!("{name} {l:?}: stored, quick, fast or default")),
+        Some("best") => Level::Best,
+        Some(l) => {
+            return Err(format!(
+                "{name} {l:?}: stored, quick, fast, lazy, default or best"
+            ));
+        }
     })
 }
 
