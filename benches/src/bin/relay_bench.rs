@@ -1117,7 +1117,9 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         }
     }
     report.push_str(&format!(
-        "\nEach relay is a child process pinned to CPU {relay_cpu}; the clients and the upstream \
+        "\nEach relay is a child process pinned to CPU {relay_cpu}, started afresh for every \
+         timed run with an upstream listener of its own (so that no run meets the TIME_WAIT \
+         sockets of an earlier one's address pairs); the clients and the upstream \
          (one current-thread tokio runtime) are pinned to CPU {load_cpu}. Every connection sends \
          the same Handshake + Login Start (protocol {PROTOCOL}, host `{HOST}`) and waits for \
          the upstream's Set Compression before its bulk bytes; short rows open their connections 8 at a time and count their setup, the long \
