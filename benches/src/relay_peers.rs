@@ -52,9 +52,16 @@ impl Drop for TempDir {
     }
 }
 
-/// A fresh directory for one relay's files: `<tmp>/wirekit-<harness>-<pid>-<what>`.
+/// A fresh directory for one relay's files: `<tmp>/wirekit-<harness>-<pid>-<what>-<n>`, `n`
+/// counting the directories this process made (a harness runs several relays of one kind at
+/// once, and each removes its own directory when it stops).
 pub fn temp_dir(harness: &str, what: &str) -> Result<TempDir, String> {
-    let dir = std::env::temp_dir().join(format!("wirekit-{harness}-{}-{what}", std::process::id()));
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "wirekit-{harness}-{}-{what}-{n}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(TempDir(dir))
 }

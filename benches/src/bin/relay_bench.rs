@@ -930,7 +930,25 @@ async fn fresh_run(
     let upstream = Upstream::bind(plan).await?;
     let relay = start_relay(kind, opts, relay_cpu, upstream.addr)?
         .ok_or_else(|| format!("{}: not given", kind.name()))?;
+    // A relay counts as started once its port accepts, which may be before it has finished
+    // setting up (its routes, its first connection's costs): one untimed probe first.
+    measure(&relay, &probe_case(), plan)
+        .await
+        .map_err(|e| format!("warm-up probe: {e}"))?;
     measure(&relay, case, plan).await
+}
+
+/// Two small connections: a relay that cannot carry them is left out, and every timed run
+/// starts after one.
+fn probe_case() -> Case {
+    Case {
+        label: "probe".into(),
+        size: 4096,
+        conns: 2,
+        concurrency: 1,
+        write: BUF,
+        way: Way::Clientbound,
+    }
 }
 
 async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(), String> {
@@ -963,14 +981,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         }
     }
     // A relay that cannot carry one small connection is dropped before the timed runs.
-    let probe = Case {
-        label: "probe".into(),
-        size: 4096,
-        conns: 2,
-        concurrency: 1,
-        write: BUF,
-        way: Way::Clientbound,
-    };
+    let probe = probe_case();
     let mut working = Vec::new();
     for r in relays {
         match measure(&r, &probe, &plan).await {
@@ -1021,7 +1032,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                     infrarust_failed |= relays[k].kind == Kind::Infrarust
                         && matches!(&s, Err(e) if e.starts_with("login reply"));
                     samples[k].push(s);
-                    // Let the relay's closed connections settle before the next run.
+                    // Let the stopped relay's connections settle before the next run.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }

@@ -45,16 +45,17 @@
 //! The workspace is any `u32` storage of at least [`WORKSPACE_MIN`] words (4 KiB);
 //! [`WORKSPACE_MCU`] (16 KiB) is the microcontroller profile and [`WORKSPACE_SERVER`] (320 KiB)
 //! the largest that changes anything. Its length sets the hash table sizes (up to 8 Ki
-//! entries for `Fast`, 16 Ki for `Quick` from 256 KiB, 32 Ki for `Lazy`/`Default`), the block size in
-//! symbols, and the default level's hash chain, which bounds its match distance (1 Ki
-//! positions at 16 KiB, 32 Ki at 320 KiB).
+//! entries for `Fast`, 16 Ki for `Quick` from 256 KiB, 32 Ki for `Lazy`, `Default` and `Best`),
+//! the block size in symbols, and the chained levels' hash chain, which bounds their match
+//! distance (1 Ki positions at 16 KiB, 32 Ki at 320 KiB).
 //!
 //! ## Where the time goes
 //!
 //! `Quick` is the fastest level by far, and its output about the size of zlib-rs's level 1;
 //! `Fast` takes about twice its time for output a little smaller than miniz_oxide's level 1,
 //! still well ahead of zlib-rs's level 1 on game packets; `Default` trades several times
-//! `Fast`'s time for the best ratio. On a small packet `Fast`'s time goes mostly to the
+//! `Fast`'s time for a ratio about zlib-rs's level 6, and `Best` several times `Default`'s
+//! for a little more. On a small packet `Fast`'s time goes mostly to the
 //! matching that fills the symbol buffer, then to building the two approximate codes (with
 //! their canonical bit patterns and the header's run-length coding) and to the second pass
 //! that writes the buffered symbols; writing the header and the Adler-32 (vectorised with the
@@ -69,10 +70,10 @@
 //! frontier of every level of every peer on real traffic (captured `minecraft-protocol`
 //! sessions and terrain chunk data, `benches/corpus/`).
 //!
-//! Small workspaces cost ratio mainly on large inputs at the default level (its chain, and so
-//! its reach, shrinks with the workspace); on 1 KiB packets 16 KiB is as good as 320 KiB.
+//! Small workspaces cost ratio mainly on large inputs at the chained levels (their chain, and so
+//! their reach, shrinks with the workspace); on 1 KiB packets 16 KiB is as good as 320 KiB.
 //!
-//! Stack use: `Fast`, `Lazy` and `Default` keep the block's symbol frequencies, Huffman codes and
+//! Stack use: `Fast`, `Lazy`, `Default` and `Best` keep the block's symbol frequencies, Huffman codes and
 //! code-building arrays on the stack (about 7 KB, counted from the arrays, not measured);
 //! `Quick` and `Stored` need well under 1 KB.
 //!

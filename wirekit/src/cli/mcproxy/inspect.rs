@@ -20,9 +20,11 @@ pub struct InspectConfig {
     /// A threshold of the proxy's own toward the client (negative: uncompressed); packets
     /// are then compressed again at `client-level`.
     pub client_threshold: Option<i32>,
-    /// `stored`, `quick`, `fast` (default) or `default`.
+    /// `stored`, `quick`, `fast` (default), `lazy`, `default` or `best`.
     pub client_level: Option<String>,
-    /// The level packets toward the upstream are compressed at when framed again.
+    /// The level packets toward the upstream are compressed at when framed again (the same
+    /// names). These packets are the client's: `best` lets a client buy many times the
+    /// proxy's CPU per byte (the serverbound budgets still bound the bytes).
     pub upstream_level: Option<String>,
     /// Largest packet (ID and data, inflated) from the client (default 262144).
     pub max_serverbound_packet: Option<usize>,
