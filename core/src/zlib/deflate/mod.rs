@@ -289,30 +289,15 @@ impl<S: AsMut<[u32]>> Compressor<S> {
                     matcher::compress_quick(input, body, ws, self.layout.fast_hash, generation)
                 }
                 Level::Fast => matcher::compress_greedy(input, body, ws, &self.layout, generation),
-                Level::Lazy => matcher::compress_lazy(
-                    input,
-                    body,
-                    ws,
-                    &self.layout,
-                    generation,
-                    &matcher::LAZY_EFFORT,
-                ),
-                Level::Best => matcher::compress_lazy(
-                    input,
-                    body,
-                    ws,
-                    &self.layout,
-                    generation,
-                    &matcher::BEST_EFFORT,
-                ),
-                _ => matcher::compress_lazy(
-                    input,
-                    body,
-                    ws,
-                    &self.layout,
-                    generation,
-                    &matcher::DEFAULT_EFFORT,
-                ),
+                // The chained levels: one matcher, three efforts.
+                _ => {
+                    let effort = match level {
+                        Level::Lazy => &matcher::LAZY_EFFORT,
+                        Level::Best => &matcher::BEST_EFFORT,
+                        _ => &matcher::DEFAULT_EFFORT,
+                    };
+                    matcher::compress_lazy(input, body, ws, &self.layout, generation, effort)
+                }
             };
             if let Ok(body_end) = done {
                 return Ok(finish(level, input, out, body_end));
