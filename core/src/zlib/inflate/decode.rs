@@ -59,6 +59,20 @@ impl<'a> Bits<'a> {
         }
     }
 
+    /// [`Bits::refill`] where eight input bytes are known to be left (the fast loop's
+    /// margin): one load, no branch to the end-of-input path.
+    #[inline(always)]
+    fn refill_fast(&mut self) {
+        let word = self
+            .input
+            .get(self.pos..)
+            .and_then(|s| s.first_chunk::<8>())
+            .map_or(0, |w| u64::from_le_bytes(*w));
+        self.buf |= word << self.left;
+        self.pos += ((63 - self.left) >> 3) as usize;
+        self.left |= 56;
+    }
+
     /// The last bytes: one at a time, then zero padding.
     #[inline(never)]
     fn refill_slow(&mut self) {
@@ -229,8 +243,15 @@ impl Tables {
             bits.consume(e & 15);
             bits.check()?;
             let sym = (e >> 16) as u8;
+            if sym < 16 {
+                // `n < total <= lens.len()`.
+                if let Some(slot) = lens.get_mut(n) {
+                    *slot = sym;
+                }
+                n += 1;
+                continue;
+            }
             let (len, repeat) = match sym {
-                0..=15 => (sym, 1),
                 16 => {
                     let Some(&prev) = n.checked_sub(1).and_then(|i| lens.get(i)) else {
                         return Err(InflateError::Corrupt);
@@ -241,10 +262,17 @@ impl Tables {
                 _ => (0, 11 + bits.take(7) as usize),
             };
             bits.check()?;
-            let Some(run) = lens.get_mut(n..n + repeat).filter(|_| n + repeat <= total) else {
+            if n + repeat > total {
                 return Err(InflateError::Corrupt);
-            };
-            run.fill(len);
+            }
+            // `lens` starts zeroed and is written once, in order: a run of zeros is already
+            // there (a call to memset per run cost more than the rest of the header on small
+            // packets). A repeat is 3 to 6 copies.
+            if len != 0 {
+                for slot in lens.iter_mut().skip(n).take(repeat) {
+                    *slot = len;
+                }
+            }
             n += repeat;
         }
         self.litlen_mask =
@@ -258,10 +286,93 @@ impl Tables {
         // The bit reader in locals, so that it stays in registers.
         let mut b = *bits;
         let mut pos = out.pos;
-        let result = self.huffman_loop(&mut b, out.out, &mut pos);
+        let result = match self.fast_loop(&mut b, out.out, &mut pos) {
+            Some(verdict) => verdict,
+            None => self.huffman_loop(&mut b, out.out, &mut pos),
+        };
         *bits = b;
         out.pos = pos;
         result
+    }
+
+    /// The bulk of a block, while the input has [`FAST_IN`] bytes left and the output
+    /// [`FAST_OUT`] bytes of room: no symbol there can read past the input (every refill takes
+    /// whole bytes, so no padding is consumed) or write past the output, so none of the
+    /// careful loop's checks for either is made, and match copies run in whole words. Returns
+    /// the block's verdict, or `None` when it comes within those margins; the careful loop
+    /// ([`Tables::huffman_loop`]) then goes on from the same state. Its verdicts are the
+    /// careful loop's: the checks it leaves out cannot fail here.
+    #[inline(always)]
+    fn fast_loop(
+        &self,
+        b: &mut Bits,
+        buf: &mut [u8],
+        pos_out: &mut usize,
+    ) -> Option<Result<(), InflateError>> {
+        if b.padding != 0 {
+            return None;
+        }
+        let (litlen, dist) = (&self.litlen[..], &self.dist[..]);
+        let (lmask, dmask) = (self.litlen_mask, self.dist_mask);
+        let in_limit = b.input.len().checked_sub(FAST_IN)?;
+        let out_limit = buf.len().checked_sub(FAST_OUT)?;
+        let mut pos = *pos_out;
+        macro_rules! literal {
+            ($e:expr) => {{
+                b.consume($e & 15);
+                if let Some(slot) = buf.get_mut(pos) {
+                    *slot = ($e >> 16) as u8;
+                }
+                pos += 1;
+            }};
+        }
+        b.refill_fast();
+        let mut e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+        let verdict = loop {
+            if b.pos > in_limit || pos > out_limit {
+                *pos_out = pos;
+                return None;
+            }
+            if e & LITERAL != 0 {
+                literal!(e);
+                e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+                if e & LITERAL != 0 {
+                    literal!(e);
+                    e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+                    if e & LITERAL != 0 {
+                        literal!(e);
+                        b.refill_fast();
+                        e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+                        continue;
+                    }
+                }
+                b.refill_fast();
+            }
+            b.consume(e & 15);
+            if e & (END | INVALID) != 0 {
+                break if e & END != 0 {
+                    Ok(())
+                } else {
+                    Err(InflateError::Corrupt)
+                };
+            }
+            let len = (e >> 16) as usize + b.take((e >> 4) & 15) as usize;
+            let d = table::lookup::<DIST_PRIMARY>(dist, dmask, b.buf);
+            b.consume(d & 15);
+            if d & INVALID != 0 {
+                break Err(InflateError::Corrupt);
+            }
+            let distance = (d >> 16) as usize + b.take((d >> 4) & 15) as usize;
+            if distance > pos {
+                break Err(InflateError::Corrupt);
+            }
+            b.refill_fast();
+            e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
+            copy_match_fast(buf, pos, distance, len);
+            pos += len;
+        };
+        *pos_out = pos;
+        Some(verdict)
     }
 
     #[inline(always)]
@@ -377,6 +488,64 @@ fn stored(bits: &mut Bits, out: &mut Output) -> Result<(), InflateError> {
     out.pos += len;
     bits.skip(4 + len);
     Ok(())
+}
+
+/// Input bytes the fast loop keeps between its read position and the end of the input: an
+/// iteration refills at most three times, each refill reads eight bytes from the position and
+/// moves it at most seven.
+const FAST_IN: usize = 32;
+/// Output room the fast loop keeps: a longest match and the word copies past its end
+/// ([`copy_match_fast`]).
+const FAST_OUT: usize = 258 + FAST_COPY_HEAD + 8;
+/// Bytes [`copy_match_fast`] copies before it checks the match length: most matches are
+/// shorter, so most copies take no branch on their length.
+const FAST_COPY_HEAD: usize = 40;
+
+/// Copies 8 bytes within `out`, from `src` to `dst`.
+#[inline(always)]
+fn copy8(out: &mut [u8], src: usize, dst: usize) {
+    out.copy_within(src..src + 8, dst);
+}
+
+/// [`copy_match`] with [`FAST_OUT`] bytes of room from `pos`: whole words, which may write up
+/// to [`FAST_COPY_HEAD`] + 7 bytes past the match (later output replaces them).
+#[inline(always)]
+fn copy_match_fast(out: &mut [u8], pos: usize, distance: usize, len: usize) {
+    let from = pos - distance;
+    if distance >= 8 {
+        // Each word's source ends at or before its destination: it is final already.
+        let mut at = 0;
+        while at < FAST_COPY_HEAD {
+            copy8(out, from + at, pos + at);
+            at += 8;
+        }
+        while at < len {
+            copy8(out, from + at, pos + at);
+            at += 8;
+        }
+    } else if distance == 1 {
+        let word = [out[from]; 8];
+        let mut at = 0;
+        while at < len {
+            if let Some(dst) = out.get_mut(pos + at..pos + at + 8) {
+                dst.copy_from_slice(&word);
+            }
+            at += 8;
+        }
+    } else {
+        // A short period: the first `step - distance` bytes one at a time, then words from
+        // `step` back (a multiple of the period, at least 8).
+        let step = distance * 8usize.div_ceil(distance);
+        let head = (step - distance).min(len);
+        for i in 0..head {
+            out[pos + i] = out[from + i];
+        }
+        let mut at = head;
+        while at < len {
+            copy8(out, pos + at - step, pos + at);
+            at += 8;
+        }
+    }
 }
 
 /// Copies the `len` bytes that start `distance` back from `pos` to `pos`, byte after byte in
