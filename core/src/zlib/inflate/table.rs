@@ -87,20 +87,20 @@ pub(super) fn build(
     code: Code,
     max_bits: u32,
 ) -> Result<u32, InflateError> {
-    // Four histograms side by side, so that runs of one length (zeros, mostly) do not make
-    // one long chain of increments through memory.
+    // The symbols in four contiguous quarters, each with its own histogram (and, below, its
+    // own sort offsets): four independent chains of increments through memory instead of one,
+    // in which runs of one length (zeros, mostly) would wait on each other's stores.
+    let quarter = lens.len().div_ceil(4);
     let mut counts = [[0u16; 16]; 4];
-    let quads = lens.chunks_exact(4);
-    for &len in quads.remainder() {
-        counts[0][usize::from(len & 15)] += 1;
-    }
-    for quad in quads {
-        for (c, &len) in counts.iter_mut().zip(quad) {
-            c[usize::from(len & 15)] += 1;
+    for i in 0..quarter {
+        for (q, c) in counts.iter_mut().enumerate() {
+            if let Some(&len) = lens.get(q * quarter + i) {
+                c[usize::from(len & 15)] += 1;
+            }
         }
     }
     let mut count = [0u16; 16];
-    for (len, n) in count.iter_mut().enumerate().skip(1) {
+    for (len, n) in count.iter_mut().enumerate() {
         *n = counts[0][len] + counts[1][len] + counts[2][len] + counts[3][len];
     }
     let mut left: i32 = 1;
@@ -130,19 +130,32 @@ pub(super) fn build(
     // entries to `primary`; subtables follow. Every primary entry ends up written: the code
     // is complete (or the table prefilled above).
 
-    // The symbols sorted by code length, then by symbol: canonical code order.
-    let mut offset = [0u16; 16];
+    // The symbols sorted by code length, then by symbol: canonical code order. Unused symbols
+    // (length 0) go after the used ones, so that the loop takes no branch on the length.
+    let mut base = [0u16; 16];
     for len in 1..15 {
-        offset[len + 1] = offset[len] + count[len];
+        base[len + 1] = base[len] + count[len];
+    }
+    base[0] = base[15] + count[15];
+    let mut offset = [[0u16; 16]; 4];
+    for (len, &start) in base.iter().enumerate() {
+        let mut at = start;
+        for (o, c) in offset.iter_mut().zip(&counts) {
+            o[len] = at;
+            at += c[len];
+        }
     }
     let mut sorted = [0u16; 288];
-    for (sym, &len) in lens.iter().enumerate() {
-        let len = usize::from(len & 15);
-        if len != 0 {
-            if let Some(slot) = sorted.get_mut(usize::from(offset[len])) {
-                *slot = sym as u16;
+    for i in 0..quarter {
+        for (q, o) in offset.iter_mut().enumerate() {
+            let sym = q * quarter + i;
+            if let Some(&len) = lens.get(sym) {
+                let at = &mut o[usize::from(len & 15)];
+                if let Some(slot) = sorted.get_mut(usize::from(*at)) {
+                    *slot = sym as u16;
+                }
+                *at += 1;
             }
-            offset[len] += 1;
         }
     }
 
