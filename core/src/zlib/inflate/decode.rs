@@ -305,18 +305,26 @@ impl Tables {
     #[inline(always)]
     fn fast_loop(
         &self,
-        b: &mut Bits,
+        bits: &mut Bits,
         buf: &mut [u8],
         pos_out: &mut usize,
     ) -> Option<Result<(), InflateError>> {
-        if b.padding != 0 {
+        if bits.padding != 0 {
             return None;
         }
+        // A copy of the bit reader that nothing else refers to, so that it lives in registers
+        // (working through `bits` kept its fields in memory, one store per operation).
+        let mut b = *bits;
         let (litlen, dist) = (&self.litlen[..], &self.dist[..]);
         let (lmask, dmask) = (self.litlen_mask, self.dist_mask);
         let in_limit = b.input.len().checked_sub(FAST_IN)?;
         let out_limit = buf.len().checked_sub(FAST_OUT)?;
         let mut pos = *pos_out;
+        if b.pos > in_limit || pos > out_limit {
+            // Checked before the first refill too: a refill near the end of the input would
+            // take zero bits for real ones.
+            return None;
+        }
         macro_rules! literal {
             ($e:expr) => {{
                 b.consume($e & 15);
@@ -330,6 +338,7 @@ impl Tables {
         let mut e = table::lookup::<LITLEN_PRIMARY>(litlen, lmask, b.buf);
         let verdict = loop {
             if b.pos > in_limit || pos > out_limit {
+                *bits = b;
                 *pos_out = pos;
                 return None;
             }
@@ -371,6 +380,7 @@ impl Tables {
             copy_match_fast(buf, pos, distance, len);
             pos += len;
         };
+        *bits = b;
         *pos_out = pos;
         Some(verdict)
     }
