@@ -6,6 +6,13 @@
 //! them: a symbol is decoded only if all its bits are real (checked right after each code
 //! and each group of extra bits), which is where miniz_oxide asks for more input, so a
 //! truncated stream is [`InflateError::Truncated`] at the same point.
+//!
+//! A Huffman block runs in two loops. The fast loop (`Tables::fast_loop`) takes the block
+//! while at least 32 input bytes and 322 output bytes are left: there no refill can reach the
+//! end of the input and no symbol can reach the end of the output, so it makes none of those
+//! checks and copies matches in whole words. The careful loop (`Tables::huffman_loop`) takes
+//! the rest of the block, with every check. Both give the same verdicts; the tests compare
+//! every prefix of streams at every level with miniz_oxide.
 
 use super::InflateError;
 use super::table::{
@@ -506,10 +513,10 @@ fn stored(bits: &mut Bits, out: &mut Output) -> Result<(), InflateError> {
 const FAST_IN: usize = 32;
 /// Output room the fast loop keeps: a longest match and the word copies past its end
 /// ([`copy_match_fast`]).
-const FAST_OUT: usize = 258 + FAST_COPY_HEAD + 8;
+const FAST_OUT: usize = 258 + FAST_COPY_HEAD + 16;
 /// Bytes [`copy_match_fast`] copies before it checks the match length: most matches are
 /// shorter, so most copies take no branch on their length.
-const FAST_COPY_HEAD: usize = 40;
+const FAST_COPY_HEAD: usize = 48;
 
 /// Copies 8 bytes within `out`, from `src` to `dst`.
 #[inline(always)]
@@ -517,13 +524,29 @@ fn copy8(out: &mut [u8], src: usize, dst: usize) {
     out.copy_within(src..src + 8, dst);
 }
 
+/// Copies 16 bytes within `out`, from `src` to `dst`.
+#[inline(always)]
+fn copy16(out: &mut [u8], src: usize, dst: usize) {
+    out.copy_within(src..src + 16, dst);
+}
+
 /// [`copy_match`] with [`FAST_OUT`] bytes of room from `pos`: whole words, which may write up
-/// to [`FAST_COPY_HEAD`] + 7 bytes past the match (later output replaces them).
+/// to [`FAST_COPY_HEAD`] + 15 bytes past the match (later output replaces them).
 #[inline(always)]
 fn copy_match_fast(out: &mut [u8], pos: usize, distance: usize, len: usize) {
     let from = pos - distance;
-    if distance >= 8 {
-        // Each word's source ends at or before its destination: it is final already.
+    // Each chunk's source ends at or before its destination: it is final already.
+    if distance >= 16 {
+        let mut at = 0;
+        while at < FAST_COPY_HEAD {
+            copy16(out, from + at, pos + at);
+            at += 16;
+        }
+        while at < len {
+            copy16(out, from + at, pos + at);
+            at += 16;
+        }
+    } else if distance >= 8 {
         let mut at = 0;
         while at < FAST_COPY_HEAD {
             copy8(out, from + at, pos + at);
