@@ -19,7 +19,7 @@ use super::table::{
     self, Code, DIST_BITS, DIST_ENOUGH, END, INVALID, LITERAL, LITLEN_BITS, LITLEN_ENOUGH,
     PRECODE_BITS,
 };
-use crate::zlib::deflate::tables::{CLEN_ORDER, static_lit_len};
+use crate::zlib::deflate::tables::CLEN_ORDER;
 
 /// Primary table entries at most: the primary lookups mask with these constants.
 const LITLEN_PRIMARY: usize = 1 << LITLEN_BITS;
@@ -189,7 +189,7 @@ impl Tables {
             match header >> 1 {
                 0 => stored(bits, out)?,
                 1 => {
-                    self.load_fixed()?;
+                    self.load_fixed();
                     self.huffman(bits, out)?;
                 }
                 2 => {
@@ -204,19 +204,32 @@ impl Tables {
         }
     }
 
-    /// Builds the fixed code (RFC 1951 §3.2.6), unless the tables hold it already.
-    fn load_fixed(&mut self) -> Result<(), InflateError> {
+    /// Loads the fixed code (RFC 1951 §3.2.6), built at compile time, unless the tables hold
+    /// it already.
+    fn load_fixed(&mut self) {
         if self.fixed {
-            return Ok(());
+            return;
         }
-        let mut lens = [0u8; 288];
-        for (sym, len) in lens.iter_mut().enumerate() {
-            *len = static_lit_len(sym) as u8;
+        #[cfg(not(target_os = "none"))]
+        {
+            let (litlen, dist) = (&table::FIXED_LITLEN, &table::FIXED_DIST);
+            self.litlen[..litlen.len()].copy_from_slice(litlen);
+            self.dist[..dist.len()].copy_from_slice(dist);
+            self.litlen_mask = litlen.len() as u32 - 1;
+            self.dist_mask = dist.len() as u32 - 1;
         }
-        self.litlen_mask = table::build(&mut self.litlen, &lens, Code::Litlen, LITLEN_BITS)?;
-        self.dist_mask = table::build(&mut self.dist, &[5; 32], Code::Dist, DIST_BITS)?;
+        #[cfg(target_os = "none")]
+        {
+            // A complete code within the tables' bounds: the build cannot fail (the host
+            // tests check it gives the compile-time tables).
+            let lens = &table::FIXED_LITLEN_LENS;
+            let bits = (LITLEN_BITS, DIST_BITS);
+            self.litlen_mask =
+                table::build(&mut self.litlen, lens, Code::Litlen, bits.0).unwrap_or(0);
+            self.dist_mask =
+                table::build(&mut self.dist, &[5; 32], Code::Dist, bits.1).unwrap_or(0);
+        }
         self.fixed = true;
-        Ok(())
     }
 
     /// Reads a dynamic block's code lengths (RFC 1951 §3.2.7) and builds its codes.

@@ -4,8 +4,10 @@
 //! The decoder (`decode`) reads the whole stream into the whole output slice in one pass:
 //! a 64-bit bit buffer refilled eight bytes at a time, decode tables sized for the code at
 //! hand (`table`: at most 10 primary bits for literals and lengths, 8 for distances, with
-//! subtables for longer codes), the fixed code built once and kept while blocks use it, and
-//! match copies eight bytes at a time where the output leaves room. miniz_oxide, whose core
+//! subtables for longer codes), the fixed code's tables copied from a compile-time table (built
+//! at run time on targets without an OS, where flash counts) and kept while blocks use it, and
+//! match copies in 8- and 16-byte chunks where the output leaves room (see `decode` for the
+//! fast and careful loops). miniz_oxide, whose core
 //! this replaced, is the reference its tests and the `inflate_diff` fuzz target compare it
 //! with: the same verdict, the same bytes, the same error.
 

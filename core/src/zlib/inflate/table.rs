@@ -18,7 +18,7 @@
 //!   subtable's first index.
 
 use super::InflateError;
-use crate::zlib::deflate::tables::{DIST_BASE, DIST_EXTRA, LEN_BASE, LEN_EXTRA};
+use crate::zlib::deflate::tables::{DIST_BASE, DIST_EXTRA, LEN_BASE, LEN_EXTRA, static_lit_len};
 
 /// A literal byte.
 pub(super) const LITERAL: u32 = 1 << 8;
@@ -54,7 +54,7 @@ pub(super) enum Code {
 
 /// The entry of `sym` in a table of `code`, without its length.
 #[inline(always)]
-fn symbol_entry(code: Code, sym: usize) -> u32 {
+const fn symbol_entry(code: Code, sym: usize) -> u32 {
     match code {
         Code::Precode => (sym as u32) << 16,
         Code::Litlen => match sym {
@@ -62,16 +62,79 @@ fn symbol_entry(code: Code, sym: usize) -> u32 {
             256 => END,
             257..=285 => {
                 let i = sym - 257;
-                u32::from(LEN_BASE[i]) << 16 | u32::from(LEN_EXTRA[i]) << 4
+                (LEN_BASE[i] as u32) << 16 | (LEN_EXTRA[i] as u32) << 4
             }
             _ => INVALID,
         },
-        Code::Dist => match (DIST_BASE.get(sym), DIST_EXTRA.get(sym)) {
-            (Some(&base), Some(&extra)) => u32::from(base) << 16 | u32::from(extra) << 4,
-            _ => INVALID,
-        },
+        Code::Dist => {
+            if sym < DIST_BASE.len() {
+                (DIST_BASE[sym] as u32) << 16 | (DIST_EXTRA[sym] as u32) << 4
+            } else {
+                INVALID
+            }
+        }
     }
 }
+
+/// The table of a complete code whose codes all fit `T` entries (`T` a power of two, so no
+/// subtables), at compile time: the fixed code's tables.
+#[cfg(not(target_os = "none"))]
+const fn complete_table<const T: usize>(code: Code, lens: &[u8]) -> [u32; T] {
+    let mut count = [0u32; 16];
+    let mut s = 0;
+    while s < lens.len() {
+        count[lens[s] as usize] += 1;
+        s += 1;
+    }
+    count[0] = 0;
+    let mut next = [0u32; 16];
+    let mut c = 0;
+    let mut len = 1;
+    while len < 16 {
+        c = (c + count[len - 1]) << 1;
+        next[len] = c;
+        len += 1;
+    }
+    let mut table = [0u32; T];
+    let mut sym = 0;
+    while sym < lens.len() {
+        let len = lens[sym] as usize;
+        if len != 0 {
+            let reversed = (next[len].reverse_bits() >> (32 - len)) as usize;
+            next[len] += 1;
+            let entry = symbol_entry(code, sym) | len as u32;
+            let mut at = reversed;
+            while at < T {
+                table[at] = entry;
+                at += 1 << len;
+            }
+        }
+        sym += 1;
+    }
+    table
+}
+
+/// The fixed literal/length code lengths (RFC 1951 §3.2.6).
+pub(super) const FIXED_LITLEN_LENS: [u8; 288] = {
+    let mut lens = [0u8; 288];
+    let mut sym = 0;
+    while sym < 288 {
+        lens[sym] = static_lit_len(sym) as u8;
+        sym += 1;
+    }
+    lens
+};
+
+/// The fixed literal/length code's table: 9 primary bits (its longest codes), built at
+/// compile time, so a fixed block after a dynamic one copies 2 KB instead of building a code
+/// (measured on the captured packets, whole: 17% more packets/s). Not on targets without an
+/// operating system: on a microcontroller the 2.1 KiB of flash count more (the QEMU
+/// firmware's budget is 96 KiB), and the code is built at run time there.
+#[cfg(not(target_os = "none"))]
+pub(super) static FIXED_LITLEN: [u32; 512] = complete_table(Code::Litlen, &FIXED_LITLEN_LENS);
+/// The fixed distance code's table: 32 codes of 5 bits.
+#[cfg(not(target_os = "none"))]
+pub(super) static FIXED_DIST: [u32; 32] = complete_table(Code::Dist, &[5; 32]);
 
 /// Builds the table of `code` from the code lengths `lens` (each at most 15, one per symbol)
 /// into `table`, with at most `max_bits` primary index bits, and returns the primary index
@@ -324,6 +387,18 @@ mod tests {
         assert_eq!(t[1], INVALID | 1);
         let mask = build(&mut t, &[0; 30], Code::Dist, 8).unwrap();
         assert_eq!((mask, t[0], t[1]), (1, INVALID | 1, INVALID | 1));
+    }
+
+    #[test]
+    fn fixed_tables_are_the_built_fixed_code() {
+        let mut t = [0u32; LITLEN_ENOUGH];
+        let mask = build(&mut t, &FIXED_LITLEN_LENS, Code::Litlen, LITLEN_BITS).unwrap();
+        assert_eq!(mask as usize, FIXED_LITLEN.len() - 1);
+        assert_eq!(t[..FIXED_LITLEN.len()], FIXED_LITLEN[..]);
+        let mut t = [0u32; DIST_ENOUGH];
+        let mask = build(&mut t, &[5; 32], Code::Dist, DIST_BITS).unwrap();
+        assert_eq!(mask as usize, FIXED_DIST.len() - 1);
+        assert_eq!(t[..FIXED_DIST.len()], FIXED_DIST[..]);
     }
 
     #[test]
