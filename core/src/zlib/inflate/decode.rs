@@ -531,46 +531,56 @@ const FAST_OUT: usize = 258 + FAST_COPY_HEAD + 16;
 /// shorter, so most copies take no branch on their length.
 const FAST_COPY_HEAD: usize = 48;
 
-/// Copies 8 bytes within `out`, from `src` to `dst`.
+/// Copies a match in chunks of `N` bytes (`N <= distance`, so each chunk's source ends at or
+/// before its destination and is final already): at least `head` bytes, then as many more
+/// chunks as `len` needs. Writes up to `max(head, len + N - 1)` bytes from `pos`; later output
+/// replaces those past the match.
 #[inline(always)]
-fn copy8(out: &mut [u8], src: usize, dst: usize) {
-    out.copy_within(src..src + 8, dst);
+fn copy_chunks<const N: usize>(
+    out: &mut [u8],
+    pos: usize,
+    distance: usize,
+    len: usize,
+    head: usize,
+) {
+    let from = pos - distance;
+    let mut at = 0;
+    while at < head {
+        out.copy_within(from + at..from + at + N, pos + at);
+        at += N;
+    }
+    while at < len {
+        out.copy_within(from + at..from + at + N, pos + at);
+        at += N;
+    }
 }
 
-/// Copies 16 bytes within `out`, from `src` to `dst`.
+/// A match with a period under 8 (`2 <= distance < 8`) and 8 bytes of room past it: the first
+/// `step - distance` bytes one at a time, then eight at a time from `step` back (a multiple
+/// of the period, at least 8).
 #[inline(always)]
-fn copy16(out: &mut [u8], src: usize, dst: usize) {
-    out.copy_within(src..src + 16, dst);
+fn copy_short_period(out: &mut [u8], pos: usize, distance: usize, len: usize) {
+    let step = distance * 8usize.div_ceil(distance);
+    let head = (step - distance).min(len);
+    for i in 0..head {
+        out[pos + i] = out[pos - distance + i];
+    }
+    if head < len {
+        // Then `head` is `step - distance`, and the chunks start at `pos - distance`.
+        copy_chunks::<8>(out, pos + head, step, len - head, 0);
+    }
 }
 
 /// [`copy_match`] with [`FAST_OUT`] bytes of room from `pos`: whole words, which may write up
 /// to [`FAST_COPY_HEAD`] + 15 bytes past the match (later output replaces them).
 #[inline(always)]
 fn copy_match_fast(out: &mut [u8], pos: usize, distance: usize, len: usize) {
-    let from = pos - distance;
-    // Each chunk's source ends at or before its destination: it is final already.
     if distance >= 16 {
-        let mut at = 0;
-        while at < FAST_COPY_HEAD {
-            copy16(out, from + at, pos + at);
-            at += 16;
-        }
-        while at < len {
-            copy16(out, from + at, pos + at);
-            at += 16;
-        }
+        copy_chunks::<16>(out, pos, distance, len, FAST_COPY_HEAD);
     } else if distance >= 8 {
-        let mut at = 0;
-        while at < FAST_COPY_HEAD {
-            copy8(out, from + at, pos + at);
-            at += 8;
-        }
-        while at < len {
-            copy8(out, from + at, pos + at);
-            at += 8;
-        }
+        copy_chunks::<8>(out, pos, distance, len, FAST_COPY_HEAD);
     } else if distance == 1 {
-        let word = [out[from]; 8];
+        let word = [out[pos - 1]; 8];
         let mut at = 0;
         while at < len {
             if let Some(dst) = out.get_mut(pos + at..pos + at + 8) {
@@ -579,18 +589,7 @@ fn copy_match_fast(out: &mut [u8], pos: usize, distance: usize, len: usize) {
             at += 8;
         }
     } else {
-        // A short period: the first `step - distance` bytes one at a time, then words from
-        // `step` back (a multiple of the period, at least 8).
-        let step = distance * 8usize.div_ceil(distance);
-        let head = (step - distance).min(len);
-        for i in 0..head {
-            out[pos + i] = out[from + i];
-        }
-        let mut at = head;
-        while at < len {
-            copy8(out, pos + at - step, pos + at);
-            at += 8;
-        }
+        copy_short_period(out, pos, distance, len);
     }
 }
 
@@ -601,30 +600,13 @@ fn copy_match_fast(out: &mut [u8], pos: usize, distance: usize, len: usize) {
 fn copy_match(out: &mut [u8], pos: usize, distance: usize, len: usize) {
     let from = pos - distance;
     if distance >= 8 && pos + len + 8 <= out.len() {
-        // Eight bytes at a time: each chunk's source ends at or before its destination, so it
-        // is final already. The last chunk may write up to 7 bytes past the match, inside the
-        // slice, where later output replaces them.
-        let mut at = 0;
-        while at < len {
-            out.copy_within(from + at..from + at + 8, pos + at);
-            at += 8;
-        }
+        // The last chunk may write up to 7 bytes past the match, inside the slice.
+        copy_chunks::<8>(out, pos, distance, len, 0);
     } else if distance == 1 {
         let b = out[from];
         out[pos..pos + len].fill(b);
     } else if distance < 8 && pos + len + 8 <= out.len() {
-        // A short period: the first `step - distance` bytes one at a time, then eight at a
-        // time from `step` back (a multiple of the period, at least 8).
-        let step = distance * 8usize.div_ceil(distance);
-        let head = (step - distance).min(len);
-        for i in 0..head {
-            out[pos + i] = out[from + i];
-        }
-        let mut at = head;
-        while at < len {
-            out.copy_within(pos + at - step..pos + at - step + 8, pos + at);
-            at += 8;
-        }
+        copy_short_period(out, pos, distance, len);
     } else if distance >= len {
         out.copy_within(from..from + len, pos);
     } else {
