@@ -526,6 +526,14 @@ impl Chains<'_> {
         old
     }
 
+    /// Whether the raw entry `entry` names an earlier position of this call within reach of
+    /// `i`.
+    #[inline(always)]
+    fn reaches(&self, entry: u32, i: usize) -> bool {
+        let c = entry.wrapping_sub(self.generation) as usize;
+        c < i && i - c <= MAX_DIST.min(self.mask)
+    }
+
     /// The longest match for position `i` longer than `better_than`, following the chain from
     /// the raw entry `entry`: `(len, dist)`, or `(0, 0)`. Kept out of line: inlined into
     /// `compress_lazy`, its loop reloaded spilled registers from the stack on every link
@@ -630,7 +638,9 @@ pub(crate) fn compress_lazy(
         let (mut len, mut dist) = (0, 0);
         if i + MIN_MATCH <= n {
             let entry = chains.insert(input, i);
-            if prev_len < e.lazy {
+            // Most positions of a small packet have no earlier one in their chain (the head is
+            // from an earlier call or out of reach): no call for those.
+            if prev_len < e.lazy && chains.reaches(entry, i) {
                 let chain = if prev_len >= e.good {
                     e.chain >> 2
                 } else {
