@@ -505,6 +505,12 @@ impl<'a> Block<'a> {
     }
 }
 
+/// Whether candidate position `c` is before `i` and at most `max_dist` back.
+#[inline(always)]
+fn in_reach(c: usize, i: usize, max_dist: usize) -> bool {
+    c < i && i - c <= max_dist
+}
+
 /// Hash heads and chains of the default level.
 struct Chains<'a> {
     head: &'a mut [u32],
@@ -530,8 +536,13 @@ impl Chains<'_> {
     /// `i`.
     #[inline(always)]
     fn reaches(&self, entry: u32, i: usize) -> bool {
-        let c = entry.wrapping_sub(self.generation) as usize;
-        c < i && i - c <= MAX_DIST.min(self.mask)
+        in_reach(entry.wrapping_sub(self.generation) as usize, i, self.max_dist())
+    }
+
+    /// The farthest a match may reach back: the window, or the chain table if smaller.
+    #[inline(always)]
+    fn max_dist(&self) -> usize {
+        MAX_DIST.min(self.mask)
     }
 
     /// The longest match for position `i` longer than `better_than`, following the chain from
@@ -554,7 +565,7 @@ impl Chains<'_> {
         if best >= max {
             return (0, 0);
         }
-        let max_dist = MAX_DIST.min(self.mask);
+        let max_dist = self.max_dist();
         let mut best_dist = 0;
         let cur = read_u32(input, i);
         // A candidate must beat `best`, so its bytes up to `best` must equal ours: the eight
@@ -568,7 +579,7 @@ impl Chains<'_> {
         };
         let mut c = entry.wrapping_sub(self.generation) as usize;
         loop {
-            if c >= i || i - c > max_dist {
+            if !in_reach(c, i, max_dist) {
                 break;
             }
             let end_equal = if best >= 7 {
