@@ -536,7 +536,11 @@ impl Chains<'_> {
     /// `i`.
     #[inline(always)]
     fn reaches(&self, entry: u32, i: usize) -> bool {
-        in_reach(entry.wrapping_sub(self.generation) as usize, i, self.max_dist())
+        in_reach(
+            entry.wrapping_sub(self.generation) as usize,
+            i,
+            self.max_dist(),
+        )
     }
 
     /// The farthest a match may reach back: the window, or the chain table if smaller.
