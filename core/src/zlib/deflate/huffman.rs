@@ -148,23 +148,14 @@ impl<const N: usize> Code<N> {
         let mut n = 0;
         let mut count = [0u32; 33];
         let mut kraft = 0u32;
-        let groups = freq.chunks_exact(32);
-        let mut last = [0u32; 32];
-        last[..groups.remainder().len()].copy_from_slice(groups.remainder());
-        for (k, group) in groups.chain([&last[..]]).enumerate() {
-            let mut mask = nonzero_mask(group.try_into().unwrap_or(&[0; 32]));
-            while mask != 0 {
-                let s = k * 32 + mask.trailing_zeros() as usize;
-                let f = freq[s];
-                let l0 = f.leading_zeros() - top;
-                let l = (l0 + ((f << l0) < total) as u32).max(1);
-                used[n] = s as u32 | l << 16;
-                n += 1;
-                kraft += one >> l;
-                count[l as usize] += 1;
-                mask &= mask - 1;
-            }
-        }
+        for_each_used(freq, |s, f| {
+            let l0 = f.leading_zeros() - top;
+            let l = (l0 + ((f << l0) < total) as u32).max(1);
+            used[n] = s as u32 | l << 16;
+            n += 1;
+            kraft += one >> l;
+            count[l as usize] += 1;
+        });
         if n < 2 {
             return self.build_reporting(freq, max_bits, coded);
         }
@@ -237,6 +228,25 @@ impl<const N: usize> Code<N> {
     }
 }
 
+/// Calls `f(symbol, frequency)` for each symbol of nonzero frequency, in ascending order,
+/// finding them 32 at a time: a mask of the nonzero frequencies, then its set bits. A small
+/// block uses few of the 286 literal/length symbols, so this costs about a step per used
+/// symbol rather than one per symbol.
+#[inline(always)]
+fn for_each_used<const N: usize>(freq: &[u32; N], mut f: impl FnMut(usize, u32)) {
+    let groups = freq.chunks_exact(32);
+    let mut last = [0u32; 32];
+    last[..groups.remainder().len()].copy_from_slice(groups.remainder());
+    for (k, group) in groups.chain([&last[..]]).enumerate() {
+        let mut mask = nonzero_mask(group.try_into().unwrap_or(&[0; 32]));
+        while mask != 0 {
+            let s = k * 32 + mask.trailing_zeros() as usize;
+            f(s, freq[s]);
+            mask &= mask - 1;
+        }
+    }
+}
+
 /// Bit `j` set where `group[j]` is not zero. Over a whole array of 32 this compiles to vector
 /// compares and a few ors (over a slice of any length, to a much longer emulation of per-lane
 /// shifts).
@@ -293,9 +303,9 @@ fn reverse16(code: u16, len: u32) -> u16 {
 /// Writes the used symbols of `freq`, as `freq << 9 | symbol`, into `by_symbol` in symbol order
 /// and into `sorted` in ascending order, and returns how many there are.
 ///
-/// The used symbols are picked out without a branch, then counting-sorted by frequency; the
-/// frequencies from `BUCKETS - 1` up share the last counter, and that run (none or a few
-/// symbols on a small packet's block) is sorted afterwards.
+/// The used symbols are picked out 32 at a time ([`for_each_used`]), then counting-sorted by
+/// frequency; the frequencies from `BUCKETS - 1` up share the last counter, and that run (none
+/// or a few symbols on a small packet's block) is sorted afterwards.
 fn sort_by_frequency<const N: usize>(
     freq: &[u32; N],
     sorted: &mut [u32; N],
@@ -304,10 +314,10 @@ fn sort_by_frequency<const N: usize>(
     const BUCKETS: usize = 64;
     let bucket = |key: u32| ((key >> 9) as usize).min(BUCKETS - 1);
     let mut used = 0;
-    for (s, &f) in freq.iter().enumerate() {
+    for_each_used(freq, |s, f| {
         by_symbol[used] = (f.min(1 << 22) << 9) | s as u32;
-        used += (f != 0) as usize;
-    }
+        used += 1;
+    });
     let keys = &by_symbol[..used];
     let mut start = [0u16; BUCKETS];
     for &k in keys {
