@@ -316,19 +316,35 @@ impl<'a> Block<'a> {
         }
     }
 
+    /// Literal `b` as symbol `k` of the block. The chained levels' loop counts the symbols in a
+    /// local, which stays in a register (as fields, the symbol count and the bytes covered
+    /// were incremented in memory for each symbol), and hands the count and the input
+    /// position reached over with [`Block::write_counted`].
     #[inline(always)]
-    fn literal(&mut self, b: u8) {
-        self.syms[self.count] = b as u32;
-        self.count += 1;
+    fn put_literal(&mut self, k: usize, b: u8) {
+        self.syms[k] = b as u32;
         self.lit_freq[b as usize] += 1;
-        self.covered += 1;
     }
 
+    /// A match as symbol `k` of the block: see [`Block::put_literal`].
     #[inline(always)]
-    fn matched(&mut self, len: usize, dist: usize) {
-        self.syms[self.count] = match_symbol(len, dist, &mut self.lit_freq, &mut self.dist_freq);
-        self.count += 1;
-        self.covered += len;
+    fn put_match(&mut self, k: usize, len: usize, dist: usize) {
+        self.syms[k] = match_symbol(len, dist, &mut self.lit_freq, &mut self.dist_freq);
+    }
+
+    /// [`Block::write`] of the first `count` symbols, put with [`Block::put_literal`] and
+    /// [`Block::put_match`], which cover the input up to `end`.
+    fn write_counted(
+        &mut self,
+        w: &mut BitWriter<'_>,
+        input: &[u8],
+        count: usize,
+        end: usize,
+        last: bool,
+    ) -> Result<(), Overflow> {
+        self.count = count;
+        self.covered = end - self.start;
+        self.write(w, input, last)
     }
 
     /// The fast level's matching: greedy, one hash probe, from the end of the block's input
@@ -368,10 +384,6 @@ impl<'a> Block<'a> {
         self.count = count;
         self.covered = i - self.start;
         i
-    }
-
-    fn full(&self) -> bool {
-        self.count == self.syms.len()
     }
 
     /// Writes the block in its smallest form and starts the next one.
@@ -649,6 +661,10 @@ pub(crate) fn compress_lazy(
     // A match found at i - 1, and whether the literal at i - 1 is still unwritten.
     let (mut prev_len, mut prev_dist) = (0usize, 0usize);
     let mut pending = false;
+    // The block's symbols so far: they cover the input up to `i`, or `i - 1` while a literal
+    // is pending.
+    let mut count = 0;
+    let cap = block.syms.len();
     while i < n {
         let (mut len, mut dist) = (0, 0);
         if i + MIN_MATCH <= n {
@@ -665,7 +681,8 @@ pub(crate) fn compress_lazy(
             }
         }
         if prev_len >= MIN_MATCH && len <= prev_len {
-            block.matched(prev_len, prev_dist);
+            block.put_match(count, prev_len, prev_dist);
+            count += 1;
             let end = i - 1 + prev_len;
             let last_insert = end.min(n.saturating_sub(MIN_MATCH - 1));
             if prev_len <= e.insert {
@@ -686,20 +703,23 @@ pub(crate) fn compress_lazy(
             prev_len = 0;
         } else {
             if pending {
-                block.literal(input[i - 1]);
+                block.put_literal(count, input[i - 1]);
+                count += 1;
             }
             pending = true;
             (prev_len, prev_dist) = (len, dist);
             i += 1;
         }
-        if block.full() {
-            block.write(&mut w, input, false)?;
+        if count == cap {
+            block.write_counted(&mut w, input, count, i - pending as usize, false)?;
+            count = 0;
         }
     }
     if pending {
-        block.literal(input[n - 1]);
+        block.put_literal(count, input[n - 1]);
+        count += 1;
     }
-    block.write(&mut w, input, true)?;
+    block.write_counted(&mut w, input, count, n, true)?;
     w.align()?;
     Ok(w.position())
 }
