@@ -39,9 +39,10 @@ pub(crate) enum Ended {
 }
 
 /// What the close line says.
-pub(crate) struct Line {
+pub(crate) struct Line<'a> {
     pub(crate) client: SocketAddr,
-    route: Option<String>,
+    /// The route's name (borrowed from the connection's settings generation), or `unknown`.
+    route: Option<&'a str>,
     pub(crate) upstream: Option<SocketAddr>,
     player: Option<String>,
     pub(crate) serverbound: u64,
@@ -101,7 +102,7 @@ pub(crate) async fn serve(
     };
     let mut gauge = OpenGauge::new(&shared.metrics, "none", ConnState::Prelogin);
     let ended = run(shared, &rt, stream, peer, local, &mut line, &mut gauge).await;
-    let route = line.route.as_deref().unwrap_or("-");
+    let route = line.route.unwrap_or("-");
     let upstream = OrDash(line.upstream);
     let player = line.player.as_deref().unwrap_or("-");
     let duration_ms = started.elapsed().as_millis() as u64;
@@ -163,14 +164,14 @@ fn refused(shared: &Shared, r: Refusal) -> Ended {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn run(
+async fn run<'a>(
     shared: &Shared,
-    rt: &Runtime,
+    rt: &'a Runtime,
     stream: TcpStream,
     peer: SocketAddr,
     local: Option<SocketAddr>,
-    line: &mut Line,
-    gauge: &mut OpenGauge<'_>,
+    line: &mut Line<'a>,
+    gauge: &mut OpenGauge<'a>,
 ) -> Ended {
     let s = &rt.settings;
     let deadline = tokio::time::Instant::now() + s.handshake_timeout;
@@ -257,7 +258,7 @@ async fn run(
     };
     let route_index = rt.router.route(&host);
     let route = route_index.map(|i| &s.routes[i]);
-    line.route = Some(route.map_or_else(|| "unknown".to_owned(), |r| r.name.clone()));
+    line.route = Some(route.map_or("unknown", |r| r.name.as_str()));
     if let Some(r) = route {
         shared.metrics.connection(&r.name);
     }
@@ -270,10 +271,7 @@ async fn run(
             if route.is_none() && s.unknown_host == UnknownHost::Drop {
                 return Ended::Refused("unknown_host");
             }
-            gauge.set(
-                line.route.as_deref().unwrap_or("unknown"),
-                ConnState::Status,
-            );
+            gauge.set(line.route.unwrap_or("unknown"), ConnState::Status);
             if let Err(e) = inbound.packet(0x00, MAX_STATUS_REQUEST_BODY).await {
                 return prelogin_end(e);
             }
@@ -373,15 +371,6 @@ async fn run(
                 ))
                 .await;
             }
-            let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
-                disconnect(
-                    &mut inbound.stream,
-                    "The server is unavailable; try again later.",
-                )
-                .await;
-                return Ended::Refused("no_upstream");
-            };
-            line.upstream = Some(addr);
             // PROXY v2, the handshake (as received, or with the host rewritten), then the
             // Login Start and anything after it, as received.
             let mut out = Vec::with_capacity(inbound.received().len() + 64);
@@ -394,14 +383,11 @@ async fn run(
                 inbound.bytes(body.clone()),
             ));
             out.extend_from_slice(&inbound.received()[frame.end..]);
-            if upstream.write_all(&out).await.is_err() {
-                disconnect(
-                    &mut inbound.stream,
-                    "The server is unavailable; try again later.",
-                )
-                .await;
-                return Ended::Refused("upstream_error");
-            }
+            let (upstream, _hold) =
+                match open_upstream(shared, rt, i, r, &out, &mut inbound.stream, line).await {
+                    Ok(up) => up,
+                    Err(ended) => return ended,
+                };
             line.serverbound = (inbound.received().len() - frame.end) as u64;
             gauge.set(&r.name, ConnState::Relay);
             let outcome = byte_relay(shared, s, inbound.stream, upstream).await;
@@ -464,7 +450,7 @@ fn prelogin_end(e: PreloginError) -> Ended {
 /// The kick for a legacy ping: routed by the 1.6 ping's host (older pings carry none and get
 /// the default route), from the route's cached status or its fallback. `None`: unknown host,
 /// dropped.
-fn legacy_kick(rt: &Runtime, ping: &LegacyPing<'_>, line: &mut Line) -> Option<Vec<u8>> {
+fn legacy_kick<'a>(rt: &'a Runtime, ping: &LegacyPing<'_>, line: &mut Line<'a>) -> Option<Vec<u8>> {
     let route = match ping {
         LegacyPing::V1_6 { host, .. } => {
             let host: String = host.chars().collect();
@@ -478,7 +464,7 @@ fn legacy_kick(rt: &Runtime, ping: &LegacyPing<'_>, line: &mut Line) -> Option<V
     let view = match route {
         Some(i) => {
             let r = &s.routes[i];
-            line.route = Some(r.name.clone());
+            line.route = Some(r.name.as_str());
             rt.cache
                 .any(i, r.status_ttl)
                 .and_then(|json| LegacyView::from_json(&json))
@@ -508,13 +494,13 @@ async fn route_status(
     dst: SocketAddr,
     host: &str,
     handshake: &[u8],
-    line: &mut Line,
+    line: &mut Line<'_>,
 ) -> Arc<str> {
     if let Some(json) = rt.cache.get(i, protocol, r.status_ttl) {
         shared.metrics.status("hit");
         return json;
     }
-    if let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await {
+    if let Some((mut upstream, _, addr, _hold)) = connect(shared, rt, i, r, &[]).await {
         line.upstream = Some(addr);
         let mut preamble = Vec::new();
         if r.proxy_protocol {
@@ -535,24 +521,52 @@ async fn route_status(
     status::fallback_json(&r.fallback, protocol).into()
 }
 
+/// Connects to route `i`'s upstream and sends it `first` (the client's opening, with any
+/// PROXY header); on failure the client gets a Disconnect and the refusal is returned.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn open_upstream(
+    shared: &Shared,
+    rt: &Runtime,
+    i: usize,
+    r: &Route,
+    first: &[u8],
+    client: &mut TcpStream,
+    line: &mut Line<'_>,
+) -> Result<(TcpStream, UpstreamHold), Ended> {
+    const UNAVAILABLE: &str = "The server is unavailable; try again later.";
+    let Some((mut upstream, sent, addr, hold)) = connect(shared, rt, i, r, first).await else {
+        disconnect(client, UNAVAILABLE).await;
+        return Err(Ended::Refused("no_upstream"));
+    };
+    line.upstream = Some(addr);
+    if upstream.write_all(&first[sent..]).await.is_err() {
+        disconnect(client, UNAVAILABLE).await;
+        return Err(Ended::Refused("upstream_error"));
+    }
+    Ok((upstream, hold))
+}
+
 /// Connects to route `i`'s upstreams in its balance order, failing over to the next one when
-/// a connect fails or times out.
+/// a connect fails or times out. `first` is what the upstream is sent first: the returned
+/// count of its bytes went out with the connect (see [`connect_now`]); the caller writes the
+/// rest.
 pub(crate) async fn connect(
     shared: &Shared,
     rt: &Runtime,
     i: usize,
     r: &Route,
-) -> Option<(TcpStream, SocketAddr, UpstreamHold)> {
+    first: &[u8],
+) -> Option<(TcpStream, usize, SocketAddr, UpstreamHold)> {
     let upstreams = &rt.upstreams[i];
     for k in upstreams.order(r.balance) {
         let addr = r.upstreams[k];
         let started = Instant::now();
-        let result = tokio::time::timeout(rt.settings.connect_timeout, connect_now(addr)).await;
+        let result =
+            tokio::time::timeout(rt.settings.connect_timeout, connect_now(addr, first)).await;
         shared.metrics.connect_latency(started.elapsed());
         match result {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                return Some((stream, addr, upstreams.hold(k)));
+            Ok(Ok((stream, sent))) => {
+                return Some((stream, sent, addr, upstreams.hold(k)));
             }
             Ok(Err(e)) => {
                 debug!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
@@ -565,9 +579,13 @@ pub(crate) async fn connect(
 
 /// The handshake frame the upstream gets: `frame` as received, or rebuilt with the route's
 /// rewrite host (marker and TCPShield suffix kept).
-pub(crate) fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8> {
+pub(crate) fn upstream_handshake<'f>(
+    r: &Route,
+    frame: &'f [u8],
+    body: &[u8],
+) -> std::borrow::Cow<'f, [u8]> {
     let Some(new_host) = &r.rewrite_host else {
-        return frame.to_vec();
+        return frame.into();
     };
     let rebuilt = split_packet(body)
         .ok()
@@ -580,7 +598,7 @@ pub(crate) fn upstream_handshake(r: &Route, frame: &[u8], body: &[u8]) -> Vec<u8
                 out
             })
         });
-    rebuilt.unwrap_or_else(|| frame.to_vec())
+    rebuilt.map_or_else(|| frame.into(), Into::into)
 }
 
 /// A PROXY v2 header naming `client` (to `dst`), with CRC32C and an AUTHORITY TLV naming the
@@ -609,40 +627,63 @@ pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u
     out
 }
 
-/// Connects to `addr`, skipping the wait for writability when the connection is up by the
-/// time `connect(2)` returns: a non-blocking connect to a local upstream (loopback, the same
-/// host) completes its handshake within the call yet answers `EINPROGRESS`, and
-/// `TcpStream::connect` would then go round the event loop once before the first write. One
-/// `getpeername(2)` tells; a connection still on its way is waited for as tokio does (writable,
-/// then `SO_ERROR`).
-/// (Linux; elsewhere `TcpStream::connect`.)
+/// Connects to `addr` (with `TCP_NODELAY`) and sends what of `first` the socket takes at
+/// once; the stream and the count sent.
+///
+/// A non-blocking connect to a local upstream (loopback, the same host) completes its
+/// handshake within `connect(2)` yet answers `EINPROGRESS`. Such a connection gets `first` by
+/// `send(2)` before tokio registers the socket: a fresh registration knows no readiness until
+/// the event loop has gone round once, so a write through tokio would wait for that (a round
+/// of the loop per connection, with every other ready connection served first). `send` on a
+/// connection still on its way answers `EAGAIN` (with nothing to send, one `getpeername(2)`
+/// tells instead); such a connection is waited for as tokio does (writable, then `SO_ERROR`)
+/// and sends nothing here. A `send` that fails ends the attempt before any byte reached the
+/// upstream, so the caller may fail over. (Linux; elsewhere `TcpStream::connect`, nothing
+/// sent.)
 #[cfg(target_os = "linux")]
-async fn connect_now(addr: SocketAddr) -> std::io::Result<TcpStream> {
+async fn connect_now(addr: SocketAddr, first: &[u8]) -> std::io::Result<(TcpStream, usize)> {
+    use rustix::io::Errno;
+    use rustix::net::SendFlags;
     use socket2::{Domain, Protocol, Socket, Type};
     let kind = Type::STREAM.nonblocking();
     let socket = Socket::new(Domain::for_address(addr), kind, Some(Protocol::TCP))?;
     match socket.connect(&addr.into()) {
         Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
+        Err(e) if e.raw_os_error() == Some(Errno::INPROGRESS.raw_os_error()) => {}
         Err(e) => return Err(e),
     }
+    let _ = socket.set_tcp_nodelay(true);
+    let sent = if first.is_empty() {
+        match socket.peer_addr() {
+            Ok(_) => Some(0),
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => None,
+            Err(e) => return Err(e),
+        }
+    } else {
+        match rustix::net::send(&socket, first, SendFlags::NOSIGNAL) {
+            Ok(n) => Some(n),
+            Err(Errno::AGAIN) => None,
+            Err(e) => return Err(e.into()),
+        }
+    };
     let stream = TcpStream::from_std(socket.into())?;
-    match stream.peer_addr() {
-        Ok(_) => Ok(stream),
-        Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
+    match sent {
+        Some(n) => Ok((stream, n)),
+        None => {
             stream.writable().await?;
             match stream.take_error()? {
                 Some(e) => Err(e),
-                None => Ok(stream),
+                None => Ok((stream, 0)),
             }
         }
-        Err(e) => Err(e),
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-async fn connect_now(addr: SocketAddr) -> std::io::Result<TcpStream> {
-    TcpStream::connect(addr).await
+async fn connect_now(addr: SocketAddr, _first: &[u8]) -> std::io::Result<(TcpStream, usize)> {
+    let stream = TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    Ok((stream, 0))
 }
 
 /// Sends a login-state Disconnect with `text` and closes the write side.
@@ -661,6 +702,38 @@ mod tests {
     use super::*;
     use wirekit_core::Status;
     use wirekit_core::proxy::{self, Limits};
+
+    /// A loopback upstream gets the first bytes with the connect and the rest through the
+    /// stream, in order; a port nobody listens on fails the attempt.
+    #[tokio::test]
+    async fn connect_now_sends_the_first_bytes_and_fails_on_a_closed_port() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let first: Vec<u8> = (0..200u8).collect();
+        let (mut up, sent) = connect_now(addr, &first).await.unwrap();
+        assert!(sent <= first.len());
+        if cfg!(target_os = "linux") {
+            assert_eq!(
+                sent,
+                first.len(),
+                "a loopback connect is up within the call"
+            );
+        }
+        up.write_all(&first[sent..]).await.unwrap();
+        up.write_all(b"tail").await.unwrap();
+        up.shutdown().await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert_eq!(&got[..first.len()], &first[..]);
+        assert_eq!(&got[first.len()..], b"tail");
+        // Nothing sent: a status connect.
+        let (_, sent) = connect_now(addr, &[]).await.unwrap();
+        assert_eq!(sent, 0);
+        drop(l);
+        assert!(connect_now(addr, b"x").await.is_err());
+    }
 
     #[test]
     fn proxy_v2_names_client_and_host_with_crc() {

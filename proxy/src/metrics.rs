@@ -44,6 +44,9 @@ pub enum ConnState {
 }
 
 impl ConnState {
+    /// Every state, in the order of the gauge's rows.
+    const ALL: [ConnState; 3] = [ConnState::Prelogin, ConnState::Status, ConnState::Relay];
+
     const fn as_str(self) -> &'static str {
         match self {
             ConnState::Prelogin => "prelogin",
@@ -57,7 +60,9 @@ impl ConnState {
 #[derive(Default)]
 pub struct Metrics {
     connections: Mutex<BTreeMap<String, u64>>,
-    open: Mutex<BTreeMap<(String, ConnState), i64>>,
+    /// Per route, the connections open in each state ([`ConnState::ALL`]'s order); `None` for
+    /// a state no connection of the route has been in.
+    open: Mutex<BTreeMap<String, [Option<i64>; 3]>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
     closed: Mutex<BTreeMap<&'static str, u64>>,
     lines_suppressed: AtomicU64,
@@ -94,7 +99,13 @@ fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
 impl Metrics {
     /// Counts a connection routed to `route`.
     pub fn connection(&self, route: &str) {
-        bump(&self.connections, route.to_owned());
+        let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(route) {
+            Some(n) => *n += 1,
+            None => {
+                map.insert(route.to_owned(), 1);
+            }
+        }
     }
 
     /// Counts a connection closed by the proxy for `reason`.
@@ -137,9 +148,15 @@ impl Metrics {
         );
     }
 
+    /// Adds `delta` to the open connections of `route` in `state`; allocates only for a
+    /// route seen for the first time.
     fn open_add(&self, route: &str, state: ConnState, delta: i64) {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        *open.entry((route.to_owned(), state)).or_default() += delta;
+        let row = match open.get_mut(route) {
+            Some(row) => row,
+            None => open.entry(route.to_owned()).or_default(),
+        };
+        *row[state as usize].get_or_insert(0) += delta;
     }
 
     /// The text exposition of every metric.
@@ -166,13 +183,16 @@ impl Metrics {
             "# HELP wirekit_proxy_connections_open Connections open, by route and state.\n",
         );
         out.push_str("# TYPE wirekit_proxy_connections_open gauge\n");
-        for ((route, state), n) in self.open.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let _ = writeln!(
-                out,
-                "wirekit_proxy_connections_open{{route=\"{}\",state=\"{}\"}} {n}",
-                escape(route),
-                state.as_str()
-            );
+        for (route, row) in self.open.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            for (state, n) in ConnState::ALL.iter().zip(row) {
+                let Some(n) = n else { continue };
+                let _ = writeln!(
+                    out,
+                    "wirekit_proxy_connections_open{{route=\"{}\",state=\"{}\"}} {n}",
+                    escape(route),
+                    state.as_str()
+                );
+            }
         }
         out.push_str(
             "# HELP wirekit_proxy_rejections_total Connections the proxy closed, by reason.\n",
@@ -265,36 +285,36 @@ fn escape(s: &str) -> String {
 /// A connection counted open in a state (and route) until dropped or moved on.
 pub struct OpenGauge<'a> {
     metrics: &'a Metrics,
-    route: String,
+    route: &'a str,
     state: ConnState,
 }
 
 impl<'a> OpenGauge<'a> {
     /// Counts one connection open in `state` under `route`.
-    pub fn new(metrics: &'a Metrics, route: &str, state: ConnState) -> Self {
+    pub fn new(metrics: &'a Metrics, route: &'a str, state: ConnState) -> Self {
         metrics.open_add(route, state, 1);
         OpenGauge {
             metrics,
-            route: route.to_owned(),
+            route,
             state,
         }
     }
 
     /// Moves the connection to `state` under `route`.
-    pub fn set(&mut self, route: &str, state: ConnState) {
+    pub fn set(&mut self, route: &'a str, state: ConnState) {
         if route == self.route && state == self.state {
             return;
         }
-        self.metrics.open_add(&self.route, self.state, -1);
+        self.metrics.open_add(self.route, self.state, -1);
         self.metrics.open_add(route, state, 1);
-        self.route = route.to_owned();
+        self.route = route;
         self.state = state;
     }
 }
 
 impl Drop for OpenGauge<'_> {
     fn drop(&mut self) {
-        self.metrics.open_add(&self.route, self.state, -1);
+        self.metrics.open_add(self.route, self.state, -1);
     }
 }
 

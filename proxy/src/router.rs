@@ -76,12 +76,12 @@ impl Upstreams {
 
     /// The order to try the upstreams in: the chosen one first, then the others down the
     /// list (wrapping), the failover order.
-    pub(crate) fn order(&self, balance: Balance) -> Vec<usize> {
+    pub(crate) fn order(&self, balance: Balance) -> impl Iterator<Item = usize> {
         let n = self.open.len();
-        if n == 0 {
-            return Vec::new();
-        }
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let start = match n {
+            0 => 0,
+            n => self.next.fetch_add(1, Ordering::Relaxed) % n,
+        };
         let first = match balance {
             Balance::RoundRobin => start,
             Balance::LeastConnections => (0..n)
@@ -89,7 +89,7 @@ impl Upstreams {
                 .min_by_key(|&i| self.open[i].load(Ordering::Relaxed))
                 .unwrap_or(start),
         };
-        (0..n).map(|k| (first + k) % n).collect()
+        (0..n).map(move |k| (first + k) % n)
     }
 
     /// Counts a connection open to upstream `i` until the guard drops.
@@ -154,22 +154,28 @@ mod tests {
     #[test]
     fn round_robin_and_least_connections() {
         let u = Arc::new(Upstreams::new(3));
-        assert_eq!(u.order(Balance::RoundRobin), [0, 1, 2]);
-        assert_eq!(u.order(Balance::RoundRobin), [1, 2, 0]);
-        assert_eq!(u.order(Balance::RoundRobin), [2, 0, 1]);
+        assert_eq!(u.order(Balance::RoundRobin).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(u.order(Balance::RoundRobin).collect::<Vec<_>>(), [1, 2, 0]);
+        assert_eq!(u.order(Balance::RoundRobin).collect::<Vec<_>>(), [2, 0, 1]);
         let _a = u.hold(0);
         let _b = u.hold(1);
         let held = u.hold(1);
-        assert_eq!(u.order(Balance::LeastConnections)[0], 2);
+        assert_eq!(u.order(Balance::LeastConnections).next().unwrap(), 2);
         let _c = u.hold(2);
         let _d = u.hold(2);
         // 0: 1 open, 1: 2, 2: 2.
-        assert_eq!(u.order(Balance::LeastConnections), [0, 1, 2]);
+        assert_eq!(
+            u.order(Balance::LeastConnections).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
         drop(held);
         drop(_a);
         let _e = u.hold(0);
         let _f = u.hold(0);
         // 0: 2, 1: 1, 2: 2.
-        assert_eq!(u.order(Balance::LeastConnections), [1, 2, 0]);
+        assert_eq!(
+            u.order(Balance::LeastConnections).collect::<Vec<_>>(),
+            [1, 2, 0]
+        );
     }
 }

@@ -13,7 +13,7 @@ use wirekit_core::minecraft::ids::Direction;
 use wirekit_std::clock;
 
 use super::{InspectEnd, Inspector};
-use crate::conn::{Ended, Line, byte_relay, connect, disconnect, proxy_v2, upstream_handshake};
+use crate::conn::{Ended, Line, byte_relay, open_upstream, proxy_v2, upstream_handshake};
 use crate::metrics::{ConnState, OpenGauge};
 use crate::prelogin::Inbound;
 use crate::relay::RelayEnd;
@@ -52,15 +52,15 @@ fn budgets(r: &Route, serverbound: ByteBudget, clientbound: ByteBudget) -> Budge
 
 /// Serves a login routed to inspect route `i` (`r`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn serve(
+pub(crate) async fn serve<'a>(
     shared: &Shared,
     rt: &Runtime,
     i: usize,
-    r: &Route,
+    r: &'a Route,
     mut inbound: Inbound,
     opening: Opening<'_>,
-    line: &mut Line,
-    gauge: &mut OpenGauge<'_>,
+    line: &mut Line<'a>,
+    gauge: &mut OpenGauge<'a>,
 ) -> Ended {
     let s = &rt.settings;
     let mut filter: Box<dyn Filter + Send> = match shared.filters.get() {
@@ -87,15 +87,6 @@ pub(crate) async fn serve(
         }
     }
 
-    let Some((mut upstream, addr, _hold)) = connect(shared, rt, i, r).await else {
-        disconnect(
-            &mut inbound.stream,
-            "The server is unavailable; try again later.",
-        )
-        .await;
-        return Ended::Refused("no_upstream");
-    };
-    line.upstream = Some(addr);
     let mut out = Vec::with_capacity(login_frame.len() + 64);
     if r.proxy_protocol {
         out.extend_from_slice(&proxy_v2(opening.client, opening.dst, opening.host));
@@ -111,14 +102,11 @@ pub(crate) async fn serve(
     } else if !insp.preload_serverbound(inbound.rest()) {
         return Ended::Refused("frame_too_large");
     }
-    if upstream.write_all(&out).await.is_err() {
-        disconnect(
-            &mut inbound.stream,
-            "The server is unavailable; try again later.",
-        )
-        .await;
-        return Ended::Refused("upstream_error");
-    }
+    let (mut upstream, _hold) =
+        match open_upstream(shared, rt, i, r, &out, &mut inbound.stream, line).await {
+            Ok(up) => up,
+            Err(ended) => return ended,
+        };
     line.serverbound = login_frame.len() as u64;
     gauge.set(&r.name, ConnState::Relay);
     let metrics = &shared.metrics;
