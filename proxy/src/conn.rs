@@ -632,14 +632,14 @@ pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u
 ///
 /// A non-blocking connect to a local upstream (loopback, the same host) completes its
 /// handshake within `connect(2)` yet answers `EINPROGRESS`. Such a connection gets `first` by
-/// `send(2)` before tokio registers the socket: a fresh registration knows no readiness until
-/// the event loop has gone round once, so a write through tokio would wait for that (a round
-/// of the loop per connection, with every other ready connection served first). `send` on a
-/// connection still on its way answers `EAGAIN` (with nothing to send, one `getpeername(2)`
-/// tells instead); such a connection is waited for as tokio does (writable, then `SO_ERROR`)
-/// and sends nothing here. A `send` that fails ends the attempt before any byte reached the
-/// upstream, so the caller may fail over. (Linux; elsewhere `TcpStream::connect`, nothing
-/// sent.)
+/// `send(2)` at once: a fresh tokio registration knows no readiness until the event loop has
+/// gone round once, so a write through tokio would wait for that (a round of the loop per
+/// connection, with every other ready connection served first). `send` on a connection still
+/// on its way answers `EAGAIN` (with nothing to send, one `getpeername(2)` tells instead);
+/// such a connection is waited for as tokio does (writable, then `SO_ERROR`) and sends nothing
+/// here. The socket is registered with tokio before the `send`, so once a byte has gone out
+/// nothing here can fail and make the caller fail over to another upstream. (Linux; elsewhere
+/// `TcpStream::connect`, nothing sent.)
 #[cfg(target_os = "linux")]
 async fn connect_now(addr: SocketAddr, first: &[u8]) -> std::io::Result<(TcpStream, usize)> {
     use rustix::io::Errno;
@@ -653,20 +653,20 @@ async fn connect_now(addr: SocketAddr, first: &[u8]) -> std::io::Result<(TcpStre
         Err(e) => return Err(e),
     }
     let _ = socket.set_tcp_nodelay(true);
+    let stream = TcpStream::from_std(socket.into())?;
     let sent = if first.is_empty() {
-        match socket.peer_addr() {
+        match stream.peer_addr() {
             Ok(_) => Some(0),
             Err(e) if e.kind() == std::io::ErrorKind::NotConnected => None,
             Err(e) => return Err(e),
         }
     } else {
-        match rustix::net::send(&socket, first, SendFlags::NOSIGNAL) {
+        match rustix::net::send(&stream, first, SendFlags::NOSIGNAL) {
             Ok(n) => Some(n),
             Err(Errno::AGAIN) => None,
             Err(e) => return Err(e.into()),
         }
     };
-    let stream = TcpStream::from_std(socket.into())?;
     match sent {
         Some(n) => Ok((stream, n)),
         None => {

@@ -9,7 +9,7 @@
 use std::io;
 use std::ops::Range;
 
-use tokio::io::{AsyncReadExt, Interest};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use wirekit_core::Status;
 use wirekit_core::frame::FrameError;
@@ -156,23 +156,12 @@ impl Inbound {
                 max: self.buf.len(),
             }));
         }
-        let room = self.buf.len() - self.filled;
         let read = self.stream.read(&mut self.buf[self.filled..]);
         match tokio::time::timeout_at(until, read).await {
             Err(_) => Err(PreloginError::Timeout),
             Ok(Err(e)) => Err(PreloginError::Io(e)),
             Ok(Ok(n)) => {
                 self.filled += n;
-                if n > 0 && n < room {
-                    // A TCP read that comes back short has emptied the receive queue, so
-                    // the stream is not readable now: say so to tokio rather than learn it
-                    // from an `EAGAIN` (the relay's first read would make that call). Bytes
-                    // arriving after the read raise a new edge-triggered event, so no
-                    // readiness is lost.
-                    let _ = self.stream.try_io(Interest::READABLE, || {
-                        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-                    });
-                }
                 Ok(n)
             }
         }
