@@ -29,6 +29,7 @@ pub struct Config {
     proxy: ProxyConfig,
     header_timeout: Duration,
     send_timeout: Duration,
+    key_derivation: bool,
 }
 
 impl Default for Config {
@@ -52,7 +53,25 @@ impl Config {
             proxy: ProxyConfig::new(Policy::Skip),
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
             send_timeout: Self::DEFAULT_SEND_TIMEOUT,
+            key_derivation: true,
         }
+    }
+
+    /// Serves Kerberos key derivation requests (the default) or not. One derivation is
+    /// 65,000 to 66,023 chained MD5 rounds, milliseconds of a host core and far longer on a
+    /// microcontroller, spent on a peer's demand; a server that has no use for it turns it off
+    /// and answers each such request with an
+    /// [`ErrorCode::Unsupported`](super::wire::ErrorCode::Unsupported) reply, the
+    /// connection going on.
+    pub const fn with_key_derivation(mut self, enabled: bool) -> Self {
+        self.key_derivation = enabled;
+        self
+    }
+
+    /// Whether key derivation requests are served (see
+    /// [`with_key_derivation`](Self::with_key_derivation)).
+    pub const fn key_derivation(&self) -> bool {
+        self.key_derivation
     }
 
     /// The default header timeout: 5 s (the PROXY spec asks for at least 3).

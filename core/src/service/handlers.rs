@@ -136,6 +136,7 @@ impl Session {
     ) -> Result<usize, SessionError> {
         let mut body = [0u8; 1 + Stats::MAX_LEN];
         let code = match id {
+            wire::DERIVE if !self.key_derivation => ErrorCode::Unsupported,
             wire::DERIVE => match DeriveRequest::parse(data) {
                 Ok(req) => {
                     body[0] = wire::DERIVE as u8;
@@ -284,6 +285,29 @@ mod tests {
             ErrorReply::parse(data).unwrap().code,
             ErrorCode::MalformedRequest
         );
+    }
+
+    /// With key derivation off, a derive request costs no MD5 and gets `Unsupported`; the
+    /// connection goes on.
+    #[test]
+    fn derive_off_is_unsupported_and_the_connection_goes_on() {
+        let mut h = Harness::new(Config::new().with_key_derivation(false));
+        let mut data = [0u8; 32];
+        let req = DeriveRequest {
+            pid: 100,
+            password: b"MMQea3n!fsik",
+        };
+        let n = req.encode(&mut data).unwrap();
+        let (buf, len) = frame(wire::DERIVE, &data[..n]);
+        let (_, out) = h.handle(&buf[..len]).unwrap();
+        let (id, data) = packets(out).next().unwrap();
+        assert_eq!(id, wire::ERROR);
+        assert_eq!(
+            ErrorReply::parse(data).unwrap().code,
+            ErrorCode::Unsupported
+        );
+        let (buf, n) = frame(wire::ECHO, b"still here");
+        assert_eq!(h.handle(&buf[..n]).unwrap().1, &buf[..n]);
     }
 
     #[test]

@@ -214,6 +214,8 @@ pub struct Session {
     header_deadline: Option<Instant>,
     /// The config's send timeout, for the adapter.
     send_timeout: Duration,
+    /// Whether derive requests are served.
+    pub(super) key_derivation: bool,
 }
 
 /// The outcome of handling one frame.
@@ -262,6 +264,7 @@ impl Session {
             source: None,
             header_deadline: Some(now + config.header_timeout()),
             send_timeout: config.send_timeout(),
+            key_derivation: config.key_derivation(),
         }
     }
 

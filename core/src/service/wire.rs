@@ -262,7 +262,8 @@ enum_with_unknown! {
         UnknownPacket = 1,
         /// The request's data does not parse.
         MalformedRequest = 2,
-        /// The server cannot do this here (set compression on a server built without zlib).
+        /// The server cannot do this here (set compression on a server built without zlib, a
+        /// derive request with key derivation turned off).
         Unsupported = 3,
     }
 }
