@@ -544,14 +544,13 @@ and PROXY, the same verdict as an independent implementation (zlib-rs through fl
 crates `ppp` and `proxy-protocol-codec`). Targets whose deep states plain bytes cannot reach
 take a structured input (`arbitrary`). A campaign runs each target for N minutes on its
 committed corpus (`fuzz/corpus/<target>/`), then minimizes the corpus (`-merge=1` into a fresh
-directory) and commits it back. From the commit that wrote this paragraph on (rows of 2026-12-03
-after zlib_round_trip's), a campaign lets inputs reach the 64 KiB maximum from its first minute
-(`-len_control=0`):
-with libFuzzer's default, the length limit starts at the corpus's longest input and grows
-through the run, and in the runs of 2026-12-03 that growth was behind most late features
-(zlib_round_trip 44 of its 73 new-feature lines, inflate_diff 28 of 39, compressed_frame_decode
-15 of 21 came from inputs within 10% of the limit of the moment), so a run kept finding
-features as long as its limit grew, whatever the target had left. Coverage is libFuzzer's: `cov` counts the edges reached, `ft`
+directory) and commits it back. Rows at `ec68cd10` or later come from campaigns that let
+inputs reach the 64 KiB maximum from the first minute (`-len_control=0`). With libFuzzer's
+default the length limit starts at the corpus's longest input and grows through the run, and
+in the runs of 2026-12-03 that growth was behind most late features (zlib_round_trip 44 of its
+73 new-feature lines, inflate_diff 28 of 39, compressed_frame_decode 15 of 21 came from inputs
+within 10% of the limit of the moment): a run kept finding features while its limit grew,
+whatever the target had left. Coverage is libFuzzer's: `cov` counts the edges reached, `ft`
 the features (edges with hit counts and value profiles). A run *plateaued* when no new feature
 appeared in the last quarter of its time. CI runs every target for a fixed number of runs from
 a fixed seed (`cargo xtask fuzz --smoke`).
