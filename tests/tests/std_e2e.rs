@@ -179,3 +179,27 @@ fn bench_against_a_greeting_target() {
     assert_eq!(report.frames, 1600);
     assert!(report.compression_ratio() <= 1.0);
 }
+
+/// `wirekit serve --no-key-derivation` answers a derive request with an Unsupported error
+/// reply (no MD5 rounds spent on it) and keeps the connection; other requests are served.
+#[test]
+fn serve_without_key_derivation_refuses_derive_and_keeps_the_connection() {
+    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode, ErrorReply};
+    let server = wirekit_tests::serve_process::ServeProcess::start(["--no-key-derivation"]);
+    let mut c = ServiceClient::connect(server.addr, None, None).unwrap();
+    let req = DeriveRequest {
+        pid: 100,
+        password: b"MMQea3n!fsik",
+    };
+    let mut data = vec![0u8; req.encoded_len()];
+    req.encode(&mut data).unwrap();
+    let reply = c.call(wire::DERIVE, &data).unwrap();
+    assert_eq!(reply.id, wire::ERROR);
+    let e = ErrorReply::parse(&reply.data).unwrap();
+    assert_eq!(
+        (e.request_id, e.code),
+        (wire::DERIVE, ErrorCode::Unsupported)
+    );
+    c.echo(b"still served").unwrap();
+    assert!(c.derive(100, b"MMQea3n!fsik").is_err());
+}

@@ -58,6 +58,10 @@ pub struct ServeArgs {
     /// Worker threads (1: a single-threaded runtime).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Answer key derivation requests with an Unsupported error reply instead of deriving
+    /// (each derivation is 65,000+ MD5 rounds of this server's CPU, on the client's demand).
+    #[arg(long)]
+    pub no_key_derivation: bool,
 }
 
 /// A timeout flag: seconds, finite, from 1 ms to a year (`inf`, `NaN` and negative values are
@@ -91,6 +95,7 @@ impl ServeArgs {
         .with_max_packet_len(self.max_frame)
         .with_header_timeout(Duration::from_secs_f64(self.header_timeout).into())
         .with_send_timeout(Duration::from_secs_f64(self.send_timeout).into())
+        .with_key_derivation(!self.no_key_derivation)
         .with_proxy(proxy);
         Ok(ServeOptions {
             listen: self.listen,
