@@ -65,7 +65,7 @@ fuzz_target!(|input: Input| {
         .with_header_timeout(Duration::from_secs(5))
         // A derive request is 65,000+ MD5 rounds, a millisecond here: with it on for every
         // input, random frames that happen to parse as one took 94% of the target's time.
-        // On for one policy byte in sixteen (the `% 5` below still sees every policy).
+        // On for one policy byte in sixteen (the `% 5` above still sees every policy).
         .with_key_derivation(input.policy >= 0xF0);
     if let Some((w, big)) = input.fixed {
         let width = [Width::U8, Width::U16, Width::U32][usize::from(w % 3)];
