@@ -258,9 +258,8 @@ mod tests {
         assert_eq!(h.handle(&buf[..n]).unwrap().1, &buf[..n]);
     }
 
-    #[test]
-    fn derive_matches_kerberos_and_malformed_is_error_reply() {
-        let mut h = Harness::new(Config::new());
+    /// Sends the derive request for pid 100 (NEX's example account); the reply's ID and data.
+    fn derive_example(h: &mut Harness) -> (i32, std::vec::Vec<u8>) {
         let mut data = [0u8; 32];
         let req = DeriveRequest {
             pid: 100,
@@ -269,7 +268,14 @@ mod tests {
         let n = req.encode(&mut data).unwrap();
         let (buf, len) = frame(wire::DERIVE, &data[..n]);
         let (_, out) = h.handle(&buf[..len]).unwrap();
-        let (id, key) = packets(out).next().unwrap();
+        let (id, reply) = packets(out).next().unwrap();
+        (id, reply.to_vec())
+    }
+
+    #[test]
+    fn derive_matches_kerberos_and_malformed_is_error_reply() {
+        let mut h = Harness::new(Config::new());
+        let (id, key) = derive_example(&mut h);
         assert_eq!(id, wire::DERIVE);
         assert_eq!(
             key,
@@ -292,18 +298,10 @@ mod tests {
     #[test]
     fn derive_off_is_unsupported_and_the_connection_goes_on() {
         let mut h = Harness::new(Config::new().with_key_derivation(false));
-        let mut data = [0u8; 32];
-        let req = DeriveRequest {
-            pid: 100,
-            password: b"MMQea3n!fsik",
-        };
-        let n = req.encode(&mut data).unwrap();
-        let (buf, len) = frame(wire::DERIVE, &data[..n]);
-        let (_, out) = h.handle(&buf[..len]).unwrap();
-        let (id, data) = packets(out).next().unwrap();
+        let (id, data) = derive_example(&mut h);
         assert_eq!(id, wire::ERROR);
         assert_eq!(
-            ErrorReply::parse(data).unwrap().code,
+            ErrorReply::parse(&data).unwrap().code,
             ErrorCode::Unsupported
         );
         let (buf, n) = frame(wire::ECHO, b"still here");
