@@ -274,3 +274,31 @@ fn inspect_relay_allocates_nothing_per_packet_reframing_toward_the_client() {
         level: Level::Fast,
     }));
 }
+
+/// A connection's metrics (routed count, the open gauge through prelogin, status and relay,
+/// and back at its end) allocate nothing once its route has been seen: the route's row is made
+/// by its first connection, every later one only finds it.
+#[test]
+fn per_connection_metrics_allocate_nothing_for_a_known_route() {
+    use wirekit_proxy::metrics::{ConnState, Metrics};
+    assert_counting_installed();
+    let m = Metrics::default();
+    let route = String::from("survival");
+    let connection = |m: &Metrics| {
+        let mut gauge = wirekit_proxy::metrics::OpenGauge::new(m, "none", ConnState::Prelogin);
+        m.connection(&route);
+        gauge.set(&route, ConnState::Status);
+        gauge.set(&route, ConnState::Relay);
+    };
+    connection(&m);
+    let ((), stats) = count_allocations(|| {
+        for _ in 0..1000 {
+            connection(&m);
+        }
+    });
+    assert_eq!(stats.count, 0, "{stats:?}");
+    assert!(
+        m.render()
+            .contains("wirekit_proxy_connections_total{route=\"survival\"} 1001")
+    );
+}
