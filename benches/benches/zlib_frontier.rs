@@ -89,12 +89,13 @@ fn libdeflate(level: i32) -> CompressFn {
 }
 
 /// wirekit's levels by their zlib number (`Level::from_zlib`): 1 quick, 2 fast, 4 lazy, 6
-/// default, 9 best.
-const WIREKIT_LEVELS: [(u32, Level); 5] = [
+/// default, 7 thorough, 9 best.
+const WIREKIT_LEVELS: [(u32, Level); 6] = [
     (1, Level::Quick),
     (2, Level::Fast),
     (4, Level::Lazy),
     (6, Level::Default),
+    (7, Level::Thorough),
     (9, Level::Best),
 ];
 

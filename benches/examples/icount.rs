@@ -11,7 +11,7 @@
 //! core), the count tells a small change's effect apart from the noise; time is still checked
 //! in `zlib_frontier`, since fewer instructions need not mean less time.
 //!
-//! Arguments: level (`quick`, `fast`, `lazy`, `default`, `best`), corpus (`captured`,
+//! Arguments: level (`quick`, `fast`, `lazy`, `default`, `thorough`, `best`), corpus (`captured`,
 //! `peer-generated`, `ours`), class (a table's column label) and passes.
 
 use wirekit_benches::corpus::{self, CLASSES, Class};
@@ -24,6 +24,7 @@ fn main() -> Result<(), String> {
         Some("fast") => Level::Fast,
         Some("lazy") => Level::Lazy,
         Some("default") | None => Level::Default,
+        Some("thorough") => Level::Thorough,
         Some("best") => Level::Best,
         Some(other) => return Err(format!("unknown level {other}")),
     };

@@ -34,6 +34,8 @@
 //! - [`Level::Default`]: lazy matching over hash chains (32 links, nice length 128, zlib's lazy
 //!   and good lengths 16 and 8), each block written in the smallest of dynamic Huffman (with
 //!   optimal length-limited codes), fixed Huffman or stored form.
+//! - [`Level::Thorough`]: the best level's search with an eighth of its chain (128 links),
+//!   between the default and best levels on the size/speed frontier.
 //! - [`Level::Best`]: the default level's matching searching as zlib's level 8 does (1024
 //!   links, nice and lazy lengths 258, good length 32).
 //!

@@ -20,7 +20,7 @@ pub struct InspectConfig {
     /// A threshold of the proxy's own toward the client (negative: uncompressed); packets
     /// are then compressed again at `client-level`.
     pub client_threshold: Option<i32>,
-    /// `stored`, `quick`, `fast` (default), `lazy`, `default` or `best`.
+    /// `stored`, `quick`, `fast` (default), `lazy`, `default`, `thorough` or `best`.
     pub client_level: Option<String>,
     /// The level packets toward the upstream are compressed at when framed again (the same
     /// names). These packets are the client's: `best` lets a client buy many times the
@@ -133,10 +133,11 @@ fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
         Some("quick") => Level::Quick,
         Some("lazy") => Level::Lazy,
         Some("default") => Level::Default,
+        Some("thorough") => Level::Thorough,
         Some("best") => Level::Best,
         Some(l) => {
             return Err(format!(
-                "{name} {l:?}: stored, quick, fast, lazy, default or best"
+                "{name} {l:?}: stored, quick, fast, lazy, default, thorough or best"
             ));
         }
     })
