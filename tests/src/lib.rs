@@ -18,6 +18,7 @@
 //!   it.
 //! - [`conformance`]: the service conformance suite, run against any address (the host
 //!   server here, the firmware in QEMU).
+//! - [`report`]: the load and fault tests' figures, recorded for `cargo xtask load`.
 //!
 //! What xtask needs too (free ports, tools on PATH, the QEMU board and its command line) is in
 //! the dependency-free `wirekit-rig` crate.
@@ -30,6 +31,7 @@ pub mod nex_process;
 pub mod nex_worker;
 pub mod peers;
 pub mod qemu_firmware;
+pub mod report;
 pub mod serve;
 pub mod serve_process;
 pub mod service_client;

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use wirekit_rig::net::free_port;
+use wirekit_tests::report::record;
 use wirekit_tests::serve_process::wirekit_binary;
 
 /// Runs `wirekit bench --target addr` with 1 s timeouts; its output and how long it took.
@@ -43,6 +44,16 @@ fn check_failed(what: &str, out: &Output, took: Duration, expect: &str) {
     assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
     assert!(stderr.contains(expect), "{what}: {stderr}");
     assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+    record(
+        "load_bench",
+        &format!("`wirekit bench` against {what}"),
+        &format!(
+            "exits {:?} after {took:.2?}: `{}`",
+            out.status.code().unwrap_or(-1),
+            stderr.trim().lines().last().unwrap_or_default()
+        ),
+        "exit 1 naming the failure, within 5 s (1 s timeouts)",
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use wirekit::loadgen::{self, LoadOptions, PayloadSizes};
+use wirekit_tests::report::record;
 use wirekit_tests::serve_process::{self, ServeProcess};
 use wirekit_tests::service_client::ServiceClient;
 
@@ -80,6 +81,7 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
         Duration::from_secs(10),
         |s| s.open_fds() <= baseline_fds,
     );
+    let fds_after = server.open_fds();
     let rss_end = server.rss_kib();
     let cpu = server.cpu_time() - cpu_start;
     eprintln!(
@@ -90,7 +92,7 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
         report.elapsed,
         report.p50,
         report.p99,
-        server.open_fds(),
+        fds_after,
         cpu / report.frames.max(1) as u32,
     );
     assert!(report.frames > 0);
@@ -106,4 +108,31 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
     drop(c);
     let (status, _) = server.stop();
     assert!(status.success());
+    let test = "load_churn";
+    record(
+        test,
+        &format!(
+            "connect, one 64-byte echo, close, for {CHURN:?} from 16 tasks (`wirekit bench --churn`)"
+        ),
+        &format!(
+            "{} connections, {rate:.0}/s, p50 {:.1?}, p99 {:.1?}; server CPU {:.0?} a connection",
+            report.frames,
+            report.p50,
+            report.p99,
+            cpu / report.frames.max(1) as u32
+        ),
+        "no error; the server counted every connection",
+    );
+    record(
+        test,
+        "server descriptors",
+        &format!("{baseline_fds} before, {peak_fds} at the peak, {fds_after} after"),
+        "back to the baseline",
+    );
+    record(
+        test,
+        "server RSS",
+        &format!("{rss_start} KiB at the start, {peak} KiB at the peak, {rss_end} KiB after"),
+        &format!("peak under {} MiB", RSS_BOUND_KIB / 1024),
+    );
 }

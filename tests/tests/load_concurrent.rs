@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Barrier, Semaphore};
 use wirekit_tests::faults::numbered_payload;
+use wirekit_tests::report::record;
 use wirekit_tests::serve_process::{self, ServeProcess, close_counts, fields};
 
 const CONNECTIONS: usize = 10_000;
@@ -173,5 +174,34 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
     assert_eq!(
         logged, bytes as u64,
         "the close lines add up to the bytes sent"
+    );
+    let test = "load_concurrent";
+    record(
+        test,
+        &format!(
+            "{CONNECTIONS} connections open at once, {FRAMES} echoes each, every byte compared"
+        ),
+        &format!(
+            "{:.1} MB each way in {elapsed:.1?}, nothing lost, reordered or duplicated; one \
+             close line a connection, adding up to the bytes sent",
+            bytes as f64 / 1e6
+        ),
+        "every byte back, in order",
+    );
+    record(
+        test,
+        "server descriptors with every connection open",
+        &format!("{baseline_fds} before, {peak_fds} with all open, back to {baseline_fds}"),
+        &format!("at least {} with all open", baseline_fds + CONNECTIONS),
+    );
+    record(
+        test,
+        "server RSS with every connection open",
+        &format!(
+            "{:.1} MiB ({:.1} KiB a connection)",
+            rss_open as f64 / 1024.0,
+            rss_open as f64 / CONNECTIONS as f64
+        ),
+        "under 64 MiB",
     );
 }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use wirekit_tests::faults;
+use wirekit_tests::report::record;
 use wirekit_tests::serve_process::{self, ServeProcess, close_counts, fields};
 use wirekit_tests::service_client::ServiceClient;
 
@@ -95,6 +96,33 @@ fn half_close_reset_mid_frame_and_peer_gone_while_writing_are_each_counted_and_l
         4,
         "one line per connection"
     );
+    let once = "handled, counted and logged once; a bystander served";
+    record(
+        "load_faults",
+        "half-close: 50 echoes behind a PROXY header, then shutdown(Write)",
+        &format!(
+            "every reply, then the close: `why=peer closed`, {bytes_out} B echoed, `client=` the \
+             header's {}",
+            h["client"]
+        ),
+        once,
+    );
+    record(
+        "load_faults",
+        "RST in the middle of a frame (SO_LINGER 0)",
+        "`why=reset by peer`, counted `reset`",
+        once,
+    );
+    record(
+        "load_faults",
+        "the peer resets while the server is blocked writing to it",
+        &format!(
+            "`why=peer gone while the server was writing` after {:.1} MB in, counted \
+             `write_failed`",
+            gone[0]["bytes_in"].parse::<f64>().unwrap_or(0.0) / 1e6
+        ),
+        once,
+    );
 }
 
 #[test]
@@ -171,6 +199,17 @@ fn clients_that_never_read_are_not_read_from_and_cost_bounded_memory() {
         CLIENTS as u64,
         "{counts:?}"
     );
+    record(
+        "load_faults",
+        &format!("{CLIENTS} clients that send and never read"),
+        &format!(
+            "the server stopped reading from them; each got at most {:.1} MB out before \
+             stalling; server RSS +{per_client} KiB a client; bystander round trip \
+             {bystander_rtt:.1?}",
+            most as f64 / 1e6
+        ),
+        "at most 256 KiB a client; nothing more read from them; bystander under 1 s",
+    );
 }
 
 #[test]
@@ -201,6 +240,15 @@ fn a_client_that_keeps_its_window_shut_is_closed_at_the_send_timeout() {
         closes_with_why(&lines, "the peer took no reply within the send timeout").len(),
         1,
         "{lines:?}"
+    );
+    record(
+        "load_faults",
+        "a client that keeps its window shut, `--send-timeout 1`",
+        &format!(
+            "closed {after:.1?} after it stalled ({:.1} MB sent), counted `write_failed`",
+            sent as f64 / 1e6
+        ),
+        "closed within 5 s; logged once",
     );
 }
 
@@ -287,6 +335,24 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
         2 * EACH as u64,
         "{counts:?}"
     );
+    record(
+        "load_faults",
+        &format!(
+            "slow-loris: {EACH} connections on the PROXY header and {EACH} on the first frame, a \
+             byte every {interval:?}, header timeout {timeout:?}"
+        ),
+        &format!(
+            "closed at {:.2?}..{:.2?} (header) and {:.2?}..{:.2?} (frame), counted \
+             `header_timeout`; {per_conn} B a connection; {logged} lines logged, {} counted as \
+             dropped; bystander round trip {rtt:.1?}",
+            header_closes.0,
+            header_closes.1,
+            frame_closes.0,
+            frame_closes.1,
+            counts["lines_suppressed"]
+        ),
+        "under 12 KiB a connection; closed at the timeout; every line logged or counted",
+    );
 }
 
 #[test]
@@ -343,11 +409,32 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
         .filter(|l| l.contains("accepting again"))
         .count();
     assert_eq!((failed_lines, again_lines), (1, 1), "{lines:#?}");
+    // The failure is the descriptor limit's (EMFILE), named as such.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("accept failed") && l.contains("Too many open files")),
+        "{lines:#?}"
+    );
     let counts = close_counts(&lines);
     let failed = counts["accept_failed"];
     // 3 s and more at a 10 ms back-off doubling to 320 ms: a dozen or so tries, not thousands.
     assert!((1..=40).contains(&failed), "{failed} failed accepts");
     assert_eq!(counts["peer_closed"], (WAITING + 5) as u64, "{counts:?}");
+    record(
+        "load_faults",
+        &format!(
+            "EMFILE: the descriptor limit lowered (prlimit) to what is open, {WAITING} clients \
+             waiting"
+        ),
+        &format!(
+            "{} ms of CPU over {period:?} (10 ms ticks), {failed} accept tries; 5 connections \
+             served meanwhile; one `accept failed` (EMFILE) and one `accepting again` line; the \
+             waiting clients served once the limit is raised",
+            cpu.as_millis()
+        ),
+        "under 300 ms of CPU (no spin); at most 40 tries",
+    );
 }
 
 #[test]
@@ -384,5 +471,14 @@ fn a_flood_past_the_connection_limit_is_refused_counted_and_its_lines_limited() 
         logged + counts["lines_suppressed"],
         FLOOD as u64,
         "{counts:?}"
+    );
+    record(
+        "load_faults",
+        &format!("a flood of {FLOOD} connections past `--max-connections 2`"),
+        &format!(
+            "each refused at once, counted `refused`; {logged} lines logged, {} counted as dropped",
+            counts["lines_suppressed"]
+        ),
+        "fewer lines than half the flood; every one logged or counted; the 2 served",
     );
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use wirekit::loadgen::{self, LoadOptions, PayloadSizes};
 use wirekit_tests::faults;
 use wirekit_tests::qemu_firmware::{Qemu, assert_clean_log};
+use wirekit_tests::report::record;
 use wirekit_tests::service_client::ServiceClient;
 
 /// The firmware's header timeout (the core's default).
@@ -70,18 +71,33 @@ fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
     // Two clients that send and never read hold both sessions: the firmware stops reading
     // from each (backpressure), and ends each once a reply has waited SEND_TIMEOUT for its
     // window, so a third client is served although neither of them left.
+    const OFFERED: usize = 16 << 20;
     let mut unread = Vec::new();
+    let mut sent_each = Vec::new();
     for _ in 0..2 {
         let (s, sent) =
-            faults::send_without_reading(addr, 1000, Duration::from_millis(500), 16 << 20).unwrap();
+            faults::send_without_reading(addr, 1000, Duration::from_millis(500), OFFERED).unwrap();
         eprintln!("a client that never reads got {sent} bytes out before the firmware stopped");
+        // Backpressure: the firmware stopped reading, so the client stalled before it had
+        // written all it offered (what it got out sits in QEMU's and the host's buffers).
+        assert!(sent < OFFERED, "{sent} bytes: the firmware kept reading");
         unread.push(s);
+        sent_each.push(sent);
     }
     let waiting = Instant::now();
     connect_retrying(addr).echo(b"third").unwrap();
-    eprintln!(
-        "a third client served {:?} after two never-reading clients took both sessions",
-        waiting.elapsed()
+    let third = waiting.elapsed();
+    eprintln!("a third client served {third:?} after two never-reading clients took both sessions");
+    record(
+        "load_firmware",
+        "two clients that send and never read (the firmware's two sessions)",
+        &format!(
+            "each stalled after {:.1} and {:.1} MB (QEMU's and the host's buffers); a third \
+             client served {third:.1?} after both had stalled (send timeout 10 s)",
+            sent_each[0] as f64 / 1e6,
+            sent_each[1] as f64 / 1e6
+        ),
+        &format!("stalled before {} MB; a third client served", OFFERED >> 20),
     );
     unread.into_iter().for_each(faults::close_unread);
     // QEMU's user network does not always pass the resets of those closes on to the guest, so
@@ -123,6 +139,12 @@ fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
         )
         .unwrap_or_else(|e| panic!("slow-loris on the {what}: {e}"));
         eprintln!("slow-loris on the {what}: closed at {first:?}..{last:?}");
+        record(
+            "load_firmware",
+            &format!("slow-loris on the {what}, beside a bystander"),
+            &format!("closed at {last:.2?} (header timeout {HEADER_TIMEOUT:?}); bystander served"),
+            "closed before the idle timeout; logged once",
+        );
         // The bystander sat idle meanwhile, well within the firmware's idle timeout: it is
         // still served.
         assert!(last < FIRMWARE_IDLE_TIMEOUT, "slow-loris lasted {last:?}");
@@ -146,6 +168,16 @@ fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
         report.frames_per_sec()
     );
     assert!(report.frames > 0);
+    record(
+        "load_firmware",
+        "churn: connect, one 64-byte echo, close, for 3 s from one task",
+        &format!(
+            "{} connections, {:.0}/s",
+            report.frames,
+            report.frames_per_sec()
+        ),
+        "no error",
+    );
     let mut c = connect_retrying(addr);
     c.echo(b"still serving").unwrap();
     c.stats().unwrap()

@@ -245,14 +245,20 @@ fn printed_tables(lines: &[String]) -> Vec<String> {
 }
 
 /// When, at which commit and on which machine a run measured.
-struct Stamp {
-    date: String,
-    commit: String,
-    machine: String,
+pub(crate) struct Stamp {
+    pub(crate) date: String,
+    pub(crate) commit: String,
+    pub(crate) machine: String,
 }
 
 impl Stamp {
     fn now() -> Stamp {
+        Stamp::now_for(REPORT)
+    }
+
+    /// The date, commit and machine of a measurement written into `report`: uncommitted
+    /// changes to other files mark the commit.
+    pub(crate) fn now_for(report: &str) -> Stamp {
         let date = output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
             .map(|d| d.trim().to_string())
             .unwrap_or_else(|| "unknown date".into());
@@ -266,7 +272,7 @@ impl Stamp {
             "git",
             &["-C", &root, "status", "--porcelain", "--untracked-files=no"],
         )
-        .is_some_and(|s| s.lines().any(|l| !l.ends_with(REPORT)));
+        .is_some_and(|s| s.lines().any(|l| !l.ends_with(report)));
         if changed {
             commit.push_str(" + uncommitted changes");
         }

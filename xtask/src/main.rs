@@ -13,10 +13,12 @@
 //! - `qemu [--port N]`: builds the firmware for QEMU's mps2-an385 and boots it with the service
 //!   forwarded to `127.0.0.1:N` (default 7000), printing its decoded defmt log.
 //! - `size`: builds every firmware board and prints its flash and static RAM.
+//! - `load`: runs the load and fault tests and writes their measured figures into `LOAD.md`.
 
 mod bench;
 mod firmware;
 mod fuzz;
+mod load;
 mod process;
 mod setup;
 mod steps;
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         "qemu" => firmware::qemu(rest),
         "size" => firmware::size(),
         "fuzz" => fuzz::run(rest),
+        "load" => load::run(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
                  setup             only install the test peers\n  \
                  qemu [--port N]   boot the firmware in QEMU, service on 127.0.0.1:N, decoded logs\n  \
                  size              flash and static RAM of every firmware board build\n  \
+                 load              run the load and fault tests, write their figures into LOAD.md\n  \
                  fuzz [SECS] [T..] run the cargo-fuzz targets (stable, RUSTC_BOOTSTRAP=1); --minutes N: a recorded campaign; --smoke: CI's seeded run"
             );
             return if cmd == "help" {

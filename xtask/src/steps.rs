@@ -44,6 +44,9 @@ pub fn test(args: &[String]) -> Result<(), String> {
 
     let interop = root().join("target").join("interop");
     let interop = interop.to_string_lossy().into_owned();
+    // The load and fault tests record what they measured; the table is printed at the end.
+    let load_records = crate::load::fresh_records()?;
+    let load_records_path = load_records.to_string_lossy().into_owned();
     // Benches are not run in test mode here: `cargo bench --no-run` below builds them in the
     // profile they are measured in.
     cargo(
@@ -58,6 +61,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
         &[
             ("WIREKIT_REQUIRE_PEERS", "1"),
             ("WIREKIT_INTEROP_DIR", &interop),
+            (crate::load::ENV, &load_records_path),
         ],
     )?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
@@ -76,6 +80,12 @@ pub fn test(args: &[String]) -> Result<(), String> {
         crate::fuzz::smoke()?;
     }
     let total = start.elapsed().as_secs_f64();
+    match crate::load::table(&load_records) {
+        Ok(t) => println!(
+            "\nThe load and fault tests measured (`cargo xtask load` writes LOAD.md):\n\n{t}"
+        ),
+        Err(e) => println!("\nload figures: {e}"),
+    }
     print_timings(total);
     println!("\nxtask test: every step passed in {total:.0}s");
     Ok(())
