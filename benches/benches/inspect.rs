@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use wirekit_core::frame::compressed::{CompressedEncoder, max_encoded_len};
 use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::budget::Budgets;
 use wirekit_core::minecraft::conn::Verdict;
 use wirekit_core::minecraft::encode_string;
 use wirekit_core::minecraft::filter::PassAll;
@@ -140,6 +141,8 @@ fn run(relay: Relay, bytes: &[u8]) -> (Duration, Duration, usize) {
                             client_compression,
                             max_serverbound_packet: 1 << 16,
                             max_clientbound_packet: 1 << 20,
+                            // A stream as fast as the duplex goes: a flood to any budget.
+                            budgets: Budgets::UNLIMITED,
                             ..InspectSettings::default()
                         };
                         let mut filter = PassAll;

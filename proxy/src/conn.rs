@@ -11,7 +11,10 @@ use tracing::{debug, info};
 use wirekit_core::frame::mc::split_packet;
 use wirekit_core::limit::source::{Admitted, Refusal};
 use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::conn::{ObservedPacket, ProxyConn, Verdict};
 use wirekit_core::minecraft::handshake::{Handshake, MAX_HOST_LEN, NextState, normalize_host};
+use wirekit_core::minecraft::ids::{self, Direction};
+
 use wirekit_core::minecraft::legacy::LegacyPing;
 use wirekit_core::minecraft::login::{Disconnect, LoginStart};
 use wirekit_core::minecraft::status::Ping;
@@ -271,6 +274,14 @@ async fn run<'a>(
             if route.is_none() && s.unknown_host == UnknownHost::Drop {
                 return Ended::Refused("unknown_host");
             }
+            // An inspect route's handshake bounds and handshake rules hold for status too: the
+            // route's connection machine judges the handshake, as it does a login's.
+            if let Some(r) = route.filter(|r| r.mode == Mode::Inspect)
+                && let Some(reason) =
+                    inspect_refuses_handshake(r, inbound.bytes(body.clone()), frame.len())
+            {
+                return Ended::Refused(reason);
+            }
             gauge.set(line.route.unwrap_or("unknown"), ConnState::Status);
             if let Err(e) = inbound.packet(0x00, MAX_STATUS_REQUEST_BODY).await {
                 return prelogin_end(e);
@@ -328,6 +339,11 @@ async fn run<'a>(
         NextState::Login | NextState::Transfer => {
             let login = match inbound.packet(LoginStart::ID, MAX_LOGIN_START_BODY).await {
                 Ok(b) => b,
+                Err(PreloginError::Timeout) => {
+                    // The client is in login: it is told why before the close.
+                    disconnect(&mut inbound.stream, "Timed out waiting for Login Start.").await;
+                    return Ended::Refused(PreloginError::Timeout.as_str());
+                }
                 Err(e) => return prelogin_end(e),
             };
             let name = split_packet(inbound.bytes(login.clone()))
@@ -337,10 +353,14 @@ async fn run<'a>(
                         .ok()
                         .map(|l| l.name.to_owned())
                 });
-            let Some(name) = name else {
-                return Ended::Refused("bad_login_start");
-            };
-            line.player = Some(name);
+            match name {
+                Some(name) => line.player = Some(name),
+                // A version the tables do not know may have changed Login Start's layout: its
+                // bytes are relayed as they are (passthrough), or judged by the route's
+                // unknown-version policy (inspect); the close line names no player.
+                None if !ids::is_release(protocol) => {}
+                None => return Ended::Refused("bad_login_start"),
+            }
             if let Err(r) = admission.check(|l, a| l.check_login(a, clock::now())) {
                 disconnect(
                     &mut inbound.stream,
@@ -400,6 +420,18 @@ async fn run<'a>(
                 e => Ended::Done(e.as_str()),
             }
         }
+    }
+}
+
+/// Whether inspect route `r`'s connection machine refuses the handshake `body` (its frame
+/// `wire` bytes long): the refusal's name if so. Status connections ask it before they are
+/// answered, so the route's handshake bounds and handshake-state rules hold for them too.
+fn inspect_refuses_handshake(r: &Route, body: &[u8], wire: usize) -> Option<&'static str> {
+    let packet = ObservedPacket::from_body(Direction::Serverbound, body, wire, false).ok()?;
+    let mut machine = ProxyConn::new(r.inspect.conn_config());
+    match machine.handle(&r.inspect.core_rules(), &packet, clock::now()) {
+        Verdict::Close(c) => Some(c.reason.label()),
+        _ => None,
     }
 }
 

@@ -13,6 +13,7 @@ use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_alloc
 use wirekit_core::Status;
 use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
 use wirekit_core::frame::mc::encode_packet;
+use wirekit_core::minecraft::budget::Budgets;
 use wirekit_core::minecraft::conn::Verdict;
 use wirekit_core::minecraft::filter::PassAll;
 use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
@@ -164,6 +165,8 @@ fn relay_allocates_nothing(client_compression: Option<ClientCompression>) {
         client_compression,
         max_serverbound_packet: 1 << 16,
         max_clientbound_packet: 1 << 16,
+        // The stream below is a flood by any budget's measure (as fast as the duplex goes).
+        budgets: Budgets::UNLIMITED,
         ..InspectSettings::default()
     }));
     let shutdown = CancellationToken::new();

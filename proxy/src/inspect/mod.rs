@@ -43,7 +43,7 @@ use wirekit_core::frame::compressed::{
     CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, max_encoded_len,
 };
 use wirekit_core::frame::mc::MAX_LENGTH_FIELD_LEN;
-use wirekit_core::minecraft::budget::Budgets;
+use wirekit_core::minecraft::budget::{Budget, Budgets};
 use wirekit_core::minecraft::conn::{
     Close, ConnConfig, DisconnectTarget, ObservedPacket, ProxyConn, RunIndex, UnknownVersion,
     Verdict,
@@ -98,12 +98,26 @@ pub struct InspectSettings {
     pub upstream_level: Level,
 }
 
+/// An inspect route's per-connection budgets unless configured: the client's packets and the
+/// bytes they inflate to. 500 packets a second over a 7-second burst is Paper's default packet
+/// limit, which vanilla clients live with; 2 MiB a second of inflated bytes (8 MiB at once) is
+/// the proxy-wide default for serverbound wire bytes, and a vanilla client's packets, a few
+/// hundred bytes at most but for rare plugin messages and book edits, come nowhere near it.
+/// The upstream's packets have none: it is the operator's own server. The wire bytes have the
+/// proxy-wide budgets (`Settings::serverbound`, `Settings::clientbound`).
+pub const DEFAULT_BUDGETS: Budgets = {
+    let mut b = Budgets::UNLIMITED;
+    b.serverbound.packets = Some(Budget::per_second(500, 3500));
+    b.serverbound.inflated = Some(Budget::per_second(2 << 20, 8 << 20));
+    b
+};
+
 impl Default for InspectSettings {
     fn default() -> Self {
         InspectSettings {
             rules: Vec::new(),
             handshake: HandshakeRule::ANY,
-            budgets: Budgets::UNLIMITED,
+            budgets: DEFAULT_BUDGETS,
             unknown_version: UnknownVersion::Opaque,
             client_compression: None,
             // Vanilla clients send nothing near this (their largest, a plugin message, is

@@ -30,11 +30,13 @@ pub struct InspectConfig {
     pub max_serverbound_packet: Option<usize>,
     /// Largest packet from the upstream (default 8388608).
     pub max_clientbound_packet: Option<usize>,
-    /// Budgets: `{ rate = N, burst = M }` (burst defaults to the rate).
+    /// Budgets: `{ rate = N, burst = M }` (burst defaults to the rate; a rate of 0: no
+    /// budget). Client-to-upstream packets per second (default 500, burst 3500: Paper's
+    /// packet limit).
     pub serverbound_packets: Option<BudgetConfig>,
     /// Client-to-upstream wire bytes per second.
     pub serverbound_bytes: Option<BudgetConfig>,
-    /// Client-to-upstream inflated bytes per second.
+    /// Client-to-upstream inflated bytes per second (default 2 MiB, burst 8 MiB).
     pub serverbound_inflated: Option<BudgetConfig>,
     /// Upstream-to-client packets per second.
     pub clientbound_packets: Option<BudgetConfig>,
@@ -143,8 +145,13 @@ fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
     })
 }
 
-fn budget(b: Option<BudgetConfig>) -> Option<Budget> {
-    b.map(|b| Budget::per_second(b.rate, b.burst.unwrap_or(b.rate)))
+/// A configured budget: absent, the default; a rate of 0, none.
+fn budget(b: Option<BudgetConfig>, default: Option<Budget>) -> Option<Budget> {
+    match b {
+        None => default,
+        Some(b) if b.rate == 0 => None,
+        Some(b) => Some(Budget::per_second(b.rate, b.burst.unwrap_or(b.rate))),
+    }
 }
 
 impl RuleConfig {
@@ -158,6 +165,15 @@ impl RuleConfig {
                     self.state
                 )
             })?;
+        if state == State::Status {
+            // No status packet is relayed: the proxy answers status itself.
+            return Err(
+                "rule state \"status\": the proxy answers status itself (from its cache, \
+                        the upstream or the fallback), so no status packet passes a rule; \
+                        [route.inspect.handshake] bounds status connections too"
+                    .into(),
+            );
+        }
         let direction = Direction::BOTH
             .into_iter()
             .find(|d| d.as_str() == self.direction)
@@ -249,14 +265,14 @@ impl InspectConfig {
             handshake,
             budgets: Budgets {
                 serverbound: DirectionBudgets {
-                    packets: budget(self.serverbound_packets),
-                    bytes: budget(self.serverbound_bytes),
-                    inflated: budget(self.serverbound_inflated),
+                    packets: budget(self.serverbound_packets, d.budgets.serverbound.packets),
+                    bytes: budget(self.serverbound_bytes, d.budgets.serverbound.bytes),
+                    inflated: budget(self.serverbound_inflated, d.budgets.serverbound.inflated),
                 },
                 clientbound: DirectionBudgets {
-                    packets: budget(self.clientbound_packets),
-                    bytes: budget(self.clientbound_bytes),
-                    inflated: budget(self.clientbound_inflated),
+                    packets: budget(self.clientbound_packets, d.budgets.clientbound.packets),
+                    bytes: budget(self.clientbound_bytes, d.budgets.clientbound.bytes),
+                    inflated: budget(self.clientbound_inflated, d.budgets.clientbound.inflated),
                 },
             },
             unknown_version: match self.unknown_version.as_deref() {
@@ -348,6 +364,13 @@ min-version = 764
             s.budgets.serverbound.packets,
             Some(Budget::per_second(100, 200))
         );
+        // Budgets not named keep their defaults.
+        assert_eq!(
+            s.budgets.serverbound.inflated,
+            InspectSettings::default().budgets.serverbound.inflated
+        );
+        assert!(s.budgets.serverbound.inflated.is_some());
+        assert_eq!(s.budgets.clientbound.packets, None);
         assert_eq!(s.handshake.next_states, NextStates::LOGIN);
         assert_eq!(s.rules[0].action, RuleAction::Deny);
         assert!(s.rules.len() >= 3);
@@ -360,9 +383,25 @@ min-version = 764
             "[[rule]]\nstate = \"play\"\ndirection = \"serverbound\"\npacket = \"chat\"\naction = \"deny\"\n",
             "[[rule]]\nstate = \"play\"\ndirection = \"serverbound\"\nid = 1\n",
             "unknown-version = \"maybe\"\n",
+            "[[rule]]\nstate = \"status\"\ndirection = \"serverbound\"\nid = 1\naction = \"deny\"\n",
         ] {
             let c: InspectConfig = toml::from_str(bad).unwrap();
             assert!(c.settings().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_rate_of_zero_turns_a_default_budget_off() {
+        let c: InspectConfig = toml::from_str(
+            "serverbound-packets = { rate = 0 }\nserverbound-inflated = { rate = 0 }\n",
+        )
+        .unwrap();
+        let s = c.settings().unwrap();
+        assert_eq!(s.budgets.serverbound.packets, None);
+        assert_eq!(s.budgets.serverbound.inflated, None);
+        let defaults: InspectConfig = toml::from_str("").unwrap();
+        let d = defaults.settings().unwrap();
+        assert_eq!(d.budgets, InspectSettings::default().budgets);
+        assert!(d.budgets.serverbound.packets.is_some());
     }
 }

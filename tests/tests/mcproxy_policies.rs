@@ -1,0 +1,135 @@
+//! Route policies that act before a relay starts, against `wirekit proxy` as a child process:
+//! an inspect route's handshake bounds on status connections, the unknown-version policy on a
+//! Login Start whose layout the proxy cannot know, and the Disconnect a client waiting in
+//! login gets at the handshake timeout.
+
+use std::io::Write;
+use std::time::Duration;
+
+use wirekit_core::minecraft::handshake::NextState;
+use wirekit_core::varint::encode_varint;
+use wirekit_tests::mcproxy_process::{
+    McProxy, Recorder, connect_from, expect_disconnect, handshake, login_start, wait_closed,
+};
+
+/// A protocol version no release has (yet): the proxy's tables do not know its layouts.
+const FUTURE: i32 = 9999;
+
+/// A Login Start frame that no known layout parses: a name, then 3 bytes where every layout
+/// from 1.19 on expects more (a UUID, or a flag and signature data).
+fn future_login_start() -> Vec<u8> {
+    let body = [&[0x00, 3][..], b"Ada", &[0xAB, 0xCD, 0xEF]].concat();
+    let mut out = [0u8; 5];
+    let n = encode_varint(body.len() as i32, &mut out).unwrap();
+    [&out[..n], &body[..]].concat()
+}
+
+/// Waits until the proxy's `reason` rejections reach `want` (the count follows the close by
+/// a moment).
+fn rejections(proxy: &McProxy, reason: &str, want: u64) {
+    let series = format!("wirekit_proxy_rejections_total{{reason=\"{reason}\"}}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = proxy.metric_or_zero(&series);
+        if got == want || std::time::Instant::now() > deadline {
+            assert_eq!(got, want, "{series}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn config(up: u16) -> String {
+    format!(
+        "handshake-timeout = 1\n\
+         [[route]]\nhosts = [\"pass.test\"]\nupstreams = [\"127.0.0.1:{up}\"]\n\
+         [[route]]\nhosts = [\"opaque.test\"]\nupstreams = [\"127.0.0.1:{up}\"]\nmode = \"inspect\"\n\
+         [[route]]\nhosts = [\"refuse.test\"]\nupstreams = [\"127.0.0.1:{up}\"]\nmode = \"inspect\"\n\
+         [route.inspect]\nunknown-version = \"refuse\"\n\
+         [[route]]\nhosts = [\"login-only.test\"]\nupstreams = [\"127.0.0.1:{up}\"]\nmode = \"inspect\"\n\
+         [route.inspect.handshake]\nnext-states = [\"login\"]\n\
+         [[route]]\nhosts = [\"modern.test\"]\nupstreams = [\"127.0.0.1:{up}\"]\nmode = \"inspect\"\n\
+         [route.inspect.handshake]\nmin-version = 764\n"
+    )
+}
+
+#[test]
+fn status_honours_inspect_handshake_bounds_unknown_versions_follow_their_policy_and_login_times_out_with_a_disconnect()
+ {
+    let up = Recorder::start();
+    let proxy = McProxy::start(&config(up.port));
+
+    // Status on an inspect route that accepts logins only, or newer versions only: refused
+    // before any answer, by the route's own handshake bounds.
+    for (from, host, protocol, reason) in [
+        (10, "login-only.test", 765, "handshake_next_state"),
+        (11, "modern.test", 340, "handshake_version"),
+    ] {
+        let mut s = connect_from(from, proxy.addr);
+        s.write_all(&[handshake(host, protocol, NextState::Status), vec![1, 0]].concat())
+            .unwrap();
+        wait_closed(&mut s, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{host}: not closed: {e}"));
+        rejections(&proxy, reason, 1);
+    }
+    // Within the bounds, status is answered.
+    let json = wirekit_tests::mcproxy_process::status(proxy.addr, 12, "modern.test", 765);
+    assert!(json.contains("\"version\""), "{json}");
+    // (The proxy asked the upstream, which records and never answers: the fallback answered.)
+    let fetch = up.next();
+    assert_eq!(fetch[1], 0x00, "a handshake first");
+
+    // A login from a version the proxy does not know, whose Login Start it cannot parse:
+    // passthrough relays it, an opaque inspect route too; a refusing one closes it.
+    let opening = |host: &str| {
+        [
+            handshake(host, FUTURE, NextState::Login),
+            future_login_start(),
+        ]
+        .concat()
+    };
+    for (from, host) in [(20, "pass.test"), (21, "opaque.test")] {
+        let mut s = connect_from(from, proxy.addr);
+        let sent = opening(host);
+        s.write_all(&sent).unwrap();
+        assert_eq!(
+            up.next(),
+            sent,
+            "{host}: the upstream got the opening as sent"
+        );
+    }
+    let mut s = connect_from(22, proxy.addr);
+    s.write_all(&opening("refuse.test")).unwrap();
+    expect_disconnect(&mut s, "protocol version not supported");
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    rejections(&proxy, "unknown_version", 1);
+    // A known version's Login Start that does not parse is still refused.
+    let mut s = connect_from(23, proxy.addr);
+    s.write_all(
+        &[
+            handshake("pass.test", 765, NextState::Login),
+            future_login_start(),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    rejections(&proxy, "bad_login_start", 1);
+
+    // A client in login that sends no Login Start is told why at the handshake timeout.
+    let mut s = connect_from(24, proxy.addr);
+    s.write_all(&handshake("pass.test", 340, NextState::Login))
+        .unwrap();
+    expect_disconnect(&mut s, "Timed out");
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    rejections(&proxy, "handshake_timeout", 1);
+    // And a vanilla login still goes through.
+    let mut s = connect_from(25, proxy.addr);
+    let sent = [
+        handshake("pass.test", 340, NextState::Login),
+        login_start("Bea"),
+    ]
+    .concat();
+    s.write_all(&sent).unwrap();
+    assert_eq!(up.next(), sent);
+}
