@@ -1,6 +1,7 @@
-//! A `wirekit proxy` in inspect mode, built through the library, with a [`Filter`] that drops
-//! the chat messages players send when they contain a word (the player sees nothing sent; the
-//! connection goes on).
+//! A `wirekit proxy` in inspect mode, built through the library, with a [`Filter`] that guards
+//! the chat players send against a word: a message that contains it goes on with the word
+//! masked (a rewrite, into the buffer the proxy lends: no allocation), a message that is
+//! nothing but the word is dropped (the player sees nothing sent; the connection goes on).
 //!
 //! ```text
 //! cargo run -p wirekit-proxy --example chat_filter -- 127.0.0.1:25565 127.0.0.1:25566 creeper
@@ -14,9 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio_util::sync::CancellationToken;
-use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView};
 use wirekit_core::minecraft::ids::{Direction, State};
 use wirekit_core::minecraft::read_string;
+use wirekit_core::varint::encode_varint;
+use wirekit_proxy::filter::{Filter, FilterAction, PacketView};
 use wirekit_proxy::inspect::FilterFactory;
 use wirekit_proxy::{Mode, Proxy, Route, Settings};
 
@@ -33,28 +35,52 @@ fn chat_id(protocol: i32) -> Option<i32> {
     }
 }
 
-/// Drops chat containing `word` (ASCII case-insensitively), counting what it dropped.
-struct DropWord {
+/// Masks `word` (ASCII, matched case-insensitively) in chat, or drops a message that is only
+/// the word; counts what it touched.
+struct GuardWord {
     word: String,
+    masked: Arc<AtomicU64>,
     dropped: Arc<AtomicU64>,
 }
 
-impl Filter for DropWord {
-    fn filter(&mut self, p: &PacketView<'_>, _rewrite: &mut [u8]) -> FilterAction {
+impl Filter for GuardWord {
+    fn filter(&mut self, p: &PacketView<'_>, rewrite: &mut [u8]) -> FilterAction {
         let chat = p.state == State::Play
             && p.direction == Direction::Serverbound
             && chat_id(p.protocol_version) == Some(p.id);
         if !chat {
             return FilterAction::Pass;
         }
-        // Chat text is a String(256); anything that does not parse is the upstream's to refuse.
-        match read_string(p.data, 256) {
-            Ok((text, _)) if text.to_ascii_lowercase().contains(&self.word) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                FilterAction::Drop
-            }
-            _ => FilterAction::Pass,
+        // Chat text is a String(256) at the start of the data; anything that does not parse is
+        // the upstream's to refuse.
+        let Ok((text, consumed)) = read_string(p.data, 256) else {
+            return FilterAction::Pass;
+        };
+        let lower = text.to_ascii_lowercase();
+        if lower.trim() == self.word {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return FilterAction::Drop;
         }
+        if !lower.contains(&self.word) {
+            return FilterAction::Pass;
+        }
+        // The new body: the ID, then the data with the word's bytes turned to asterisks. The
+        // word is ASCII, so every match is at a character boundary and the string keeps its
+        // length: the fields after it (a signed message's timestamp and salt) stay in place.
+        let Ok(n) = encode_varint(p.id, rewrite) else {
+            return FilterAction::Pass;
+        };
+        let Some(body) = rewrite.get_mut(n..n + p.data.len()) else {
+            return FilterAction::Pass;
+        };
+        body.copy_from_slice(p.data);
+        // The text's bytes follow its length prefix.
+        let start = consumed - text.len();
+        for (at, _) in lower.match_indices(self.word.as_str()) {
+            body[start + at..start + at + self.word.len()].fill(b'*');
+        }
+        self.masked.fetch_add(1, Ordering::Relaxed);
+        FilterAction::Rewrite(n + p.data.len())
     }
 }
 
@@ -75,13 +101,14 @@ async fn main() -> std::io::Result<()> {
         ..Settings::default()
     };
     let proxy = Proxy::bind(settings).await?;
-    let dropped = Arc::new(AtomicU64::new(0));
+    let (masked, dropped) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let word = word.to_ascii_lowercase();
-    let counter = dropped.clone();
+    let counters = (masked.clone(), dropped.clone());
     let factory: FilterFactory = Arc::new(move |_route: &str| {
-        Box::new(DropWord {
+        Box::new(GuardWord {
             word: word.clone(),
-            dropped: counter.clone(),
+            masked: counters.0.clone(),
+            dropped: counters.1.clone(),
         })
     });
     proxy.set_filter(factory);
@@ -94,7 +121,8 @@ async fn main() -> std::io::Result<()> {
     });
     proxy.run(shutdown).await?;
     println!(
-        "dropped {} chat message(s)",
+        "masked {} chat message(s), dropped {}",
+        masked.load(Ordering::Relaxed),
         dropped.load(Ordering::Relaxed)
     );
     Ok(())

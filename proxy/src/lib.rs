@@ -36,6 +36,11 @@
 
 mod conn;
 pub mod inspect;
+/// The filter API of inspect routes (the core's, re-exported): implement [`Filter`](filter::Filter)
+/// to see, drop or rewrite packets, and give the proxy a factory with [`Proxy::set_filter`].
+pub mod filter {
+    pub use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView, PassAll};
+}
 pub mod metrics;
 pub mod prelogin;
 pub mod relay;
