@@ -229,7 +229,7 @@ async fn run<'a>(
             {
                 return refused(shared, Refusal::StatusRate);
             }
-            let kick = legacy_kick(rt, &ping, line);
+            let kick = legacy_kick(shared, rt, &ping, client, dst, line).await;
             let Some(kick) = kick else {
                 return Ended::Refused("unknown_host");
             };
@@ -482,25 +482,62 @@ fn prelogin_end(e: PreloginError) -> Ended {
 /// The kick for a legacy ping: routed by the 1.6 ping's host (older pings carry none and get
 /// the default route), from the route's cached status or its fallback. `None`: unknown host,
 /// dropped.
-fn legacy_kick<'a>(rt: &'a Runtime, ping: &LegacyPing<'_>, line: &mut Line<'a>) -> Option<Vec<u8>> {
-    let route = match ping {
-        LegacyPing::V1_6 { host, .. } => {
+async fn legacy_kick<'a>(
+    shared: &Shared,
+    rt: &'a Runtime,
+    ping: &LegacyPing<'_>,
+    client: SocketAddr,
+    dst: SocketAddr,
+    line: &mut Line<'a>,
+) -> Option<Vec<u8>> {
+    let (host, port) = match ping {
+        LegacyPing::V1_6 { host, port, .. } => {
             let host: String = host.chars().collect();
             let mut out = [0u8; 3 * MAX_HOST_LEN];
-            let host = normalize_host(&host, &mut out).unwrap_or("");
-            rt.router.route(host)
+            (
+                normalize_host(&host, &mut out).unwrap_or("").to_owned(),
+                *port,
+            )
         }
-        _ => rt.router.default_route(),
+        _ => (String::new(), 25565),
+    };
+    let route = if host.is_empty() {
+        rt.router.default_route()
+    } else {
+        rt.router.route(&host)
     };
     let s = &rt.settings;
     let view = match route {
         Some(i) => {
             let r = &s.routes[i];
             line.route = Some(r.name.as_str());
-            rt.cache
-                .any(i, r.status_ttl)
-                .and_then(|json| LegacyView::from_json(&json))
-                .unwrap_or_else(|| LegacyView::from_fallback(&r.fallback))
+            let json = match rt.cache.any(i, r.status_ttl) {
+                Some(json) => {
+                    shared.metrics.status("hit");
+                    json
+                }
+                // Nothing cached: the upstream is asked in a modern status exchange (protocol
+                // -1, as a client that only probes sends), whose answer is cached as any other.
+                None => {
+                    let hs = Handshake {
+                        protocol_version: -1,
+                        address: wirekit_core::minecraft::handshake::ServerAddress::host(
+                            if host.is_empty() {
+                                r.hosts.first().map_or("localhost", String::as_str)
+                            } else {
+                                &host
+                            },
+                        ),
+                        port,
+                        next_state: NextState::Status,
+                    };
+                    let mut frame = vec![0u8; hs.frame_len()];
+                    let n = hs.encode_frame(&mut frame).ok()?;
+                    frame.truncate(n);
+                    route_status(shared, rt, i, r, -1, client, dst, &host, &frame, line).await
+                }
+            };
+            LegacyView::from_json(&json).unwrap_or_else(|| LegacyView::from_fallback(&r.fallback))
         }
         None if s.unknown_host == UnknownHost::Motd => {
             LegacyView::from_fallback(&crate::settings::StatusFallback {

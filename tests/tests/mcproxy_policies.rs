@@ -133,3 +133,88 @@ fn status_honours_inspect_handshake_bounds_unknown_versions_follow_their_policy_
     s.write_all(&sent).unwrap();
     assert_eq!(up.next(), sent);
 }
+
+/// A loopback listener for [`serve_status`], and its port.
+fn status_upstream() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// A modern status server on `listener`: it answers `exchanges` status exchanges with `json`.
+fn serve_status(listener: std::net::TcpListener, json: &'static str, exchanges: usize) {
+    use std::io::Read;
+    use wirekit_core::minecraft::Encode;
+    use wirekit_core::minecraft::status::StatusResponse;
+    std::thread::spawn(move || {
+        for _ in 0..exchanges {
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            // The handshake and the Status Request come first (a few dozen bytes).
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut got = [0u8; 512];
+            let _ = s.read(&mut got);
+            let packet = StatusResponse { json };
+            let mut out = vec![0u8; packet.frame_len()];
+            let n = packet.encode_frame(&mut out).unwrap();
+            s.write_all(&out[..n]).unwrap();
+        }
+    });
+}
+
+/// A legacy ping (`bytes`) through the proxy from `127.0.0.<from>`: the kick's text.
+fn legacy(proxy: &McProxy, bytes: &[u8], from: u8) -> String {
+    use std::io::Read;
+    let mut s = connect_from(from, proxy.addr);
+    s.write_all(bytes).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    assert_eq!(out[0], 0xff, "a kick");
+    char::decode_utf16(out[3..].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]])))
+        .map(|c| c.unwrap())
+        .collect()
+}
+
+#[test]
+fn a_legacy_ping_with_nothing_cached_asks_the_upstream_and_falls_back_when_it_is_down() {
+    const JSON: &str = r#"{"version":{"name":"1.8.9","protocol":47},"players":{"max":9,"online":2},"description":{"text":"live motd"}}"#;
+    let (listener, port) = status_upstream();
+    let proxy = McProxy::start(&format!(
+        "[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\nfallback-motd = \"upstream down\"\n"
+    ));
+    serve_status(listener, JSON, 1);
+    // Cold cache: the 1.4-1.6 kick carries the upstream's live answer.
+    let v14 = legacy(&proxy, &[0xfe, 0x01], 30);
+    assert!(
+        v14.starts_with("\u{a7}1\0") && v14.contains("\0live motd\0") && v14.ends_with("\u{0}2\u{0}9"),
+        "{v14:?}"
+    );
+    assert_eq!(
+        proxy.metric("wirekit_proxy_status_cache_total{result=\"upstream\"}"),
+        1
+    );
+    // Then from the cache (the upstream answers no more).
+    let v13 = legacy(&proxy, &[0xfe], 31);
+    assert!(v13.starts_with("live motd\u{a7}"), "{v13:?}");
+    assert_eq!(
+        proxy.metric("wirekit_proxy_status_cache_total{result=\"hit\"}"),
+        1
+    );
+
+    // Another proxy whose upstream is down, nothing cached: the fallback.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let down = McProxy::start(&format!(
+        "[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{dead_port}\"]\nfallback-motd = \"upstream down\"\n"
+    ));
+    let v14 = legacy(&down, &[0xfe, 0x01], 32);
+    assert!(v14.contains("\0upstream down\0"), "{v14:?}");
+    assert_eq!(
+        down.metric("wirekit_proxy_status_cache_total{result=\"fallback\"}"),
+        1
+    );
+}
