@@ -189,7 +189,9 @@ fn a_legacy_ping_with_nothing_cached_asks_the_upstream_and_falls_back_when_it_is
     // Cold cache: the 1.4-1.6 kick carries the upstream's live answer.
     let v14 = legacy(&proxy, &[0xfe, 0x01], 30);
     assert!(
-        v14.starts_with("\u{a7}1\0") && v14.contains("\0live motd\0") && v14.ends_with("\u{0}2\u{0}9"),
+        v14.starts_with("\u{a7}1\0")
+            && v14.contains("\0live motd\0")
+            && v14.ends_with("\u{0}2\u{0}9"),
         "{v14:?}"
     );
     assert_eq!(
