@@ -1,6 +1,8 @@
 //! Routing by the handshake's normalised host, and upstream choice within a route.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::settings::{Balance, HostPattern, Route, SettingsError};
@@ -59,18 +61,43 @@ impl Router {
     }
 }
 
+/// Connections open to each upstream address, shared by every route (and every settings
+/// generation) that names the address: least-connections weighs the upstream's whole load.
+pub(crate) type OpenCounts = HashMap<SocketAddr, Arc<AtomicUsize>>;
+
 /// A route's upstream bookkeeping: where round robin stands, and connections open to each.
 #[derive(Debug)]
 pub(crate) struct Upstreams {
     next: AtomicUsize,
-    open: Box<[AtomicUsize]>,
+    open: Box<[Arc<AtomicUsize>]>,
 }
 
 impl Upstreams {
+    /// Fresh counts for `count` upstreams.
+    #[cfg(test)]
     pub(crate) fn new(count: usize) -> Self {
         Upstreams {
             next: AtomicUsize::new(0),
-            open: (0..count).map(|_| AtomicUsize::new(0)).collect(),
+            open: (0..count).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
+        }
+    }
+
+    /// The bookkeeping for upstreams `addrs`, each address's open count taken from `counts`
+    /// (added there if new).
+    pub(crate) fn sharing(addrs: &[SocketAddr], counts: &mut OpenCounts) -> Self {
+        Upstreams {
+            next: AtomicUsize::new(0),
+            open: addrs
+                .iter()
+                .map(|a| counts.entry(*a).or_default().clone())
+                .collect(),
+        }
+    }
+
+    /// Adds this route's open counts, by address, to `counts`.
+    pub(crate) fn counts_into(&self, addrs: &[SocketAddr], counts: &mut OpenCounts) {
+        for (a, c) in addrs.iter().zip(self.open.iter()) {
+            counts.entry(*a).or_insert_with(|| c.clone());
         }
     }
 
@@ -93,11 +120,10 @@ impl Upstreams {
     }
 
     /// Counts a connection open to upstream `i` until the guard drops.
-    pub(crate) fn hold(self: &std::sync::Arc<Self>, i: usize) -> UpstreamHold {
+    pub(crate) fn hold(&self, i: usize) -> UpstreamHold {
         self.open[i].fetch_add(1, Ordering::Relaxed);
         UpstreamHold {
-            upstreams: self.clone(),
-            index: i,
+            open: self.open[i].clone(),
         }
     }
 }
@@ -105,20 +131,18 @@ impl Upstreams {
 /// One open connection to an upstream, counted for least-connections.
 #[derive(Debug)]
 pub(crate) struct UpstreamHold {
-    upstreams: std::sync::Arc<Upstreams>,
-    index: usize,
+    open: Arc<AtomicUsize>,
 }
 
 impl Drop for UpstreamHold {
     fn drop(&mut self) {
-        self.upstreams.open[self.index].fetch_sub(1, Ordering::Relaxed);
+        self.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn route(hosts: &[&str], default: bool) -> Route {
         let mut r = Route::new(

@@ -17,7 +17,7 @@ use wirekit_core::limit::{AddrKey, HashSeed, KeyedLogLimiter, LogDecision, LogLi
 use wirekit_std::clock;
 
 use crate::metrics::{self, Metrics};
-use crate::router::{Router, Upstreams};
+use crate::router::{OpenCounts, Router, Upstreams};
 use crate::settings::{Settings, SettingsError};
 use crate::status::StatusCache;
 
@@ -31,13 +31,22 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    fn new(settings: Settings) -> Result<Self, SettingsError> {
+    /// The runtime of `settings`; the connections open to each upstream address are counted
+    /// on from `previous` (the generation a reload replaces), so least-connections still
+    /// weighs the connections made before the reload.
+    fn new(settings: Settings, previous: Option<&Runtime>) -> Result<Self, SettingsError> {
         settings.check()?;
         let router = Router::new(&settings.routes)?;
+        let mut counts = OpenCounts::new();
+        if let Some(p) = previous {
+            for (r, u) in p.settings.routes.iter().zip(&p.upstreams) {
+                u.counts_into(&r.upstreams, &mut counts);
+            }
+        }
         let upstreams = settings
             .routes
             .iter()
-            .map(|r| Arc::new(Upstreams::new(r.upstreams.len())))
+            .map(|r| Arc::new(Upstreams::sharing(&r.upstreams, &mut counts)))
             .collect();
         Ok(Runtime {
             settings,
@@ -56,12 +65,22 @@ pub(crate) type Limits =
 pub(crate) struct RefusalLogs {
     per_source: KeyedLogLimiter<AddrKey, Box<[Slot<AddrKey, LogLimit>]>>,
     others: LogLimit,
+    /// The interval of one line per source (`log-interval`).
+    interval: std::time::Duration,
 }
 
 /// Sources remembered by the log limiter.
 const LOG_SOURCES: usize = 4096;
 
 impl RefusalLogs {
+    fn new(interval: std::time::Duration) -> Self {
+        RefusalLogs {
+            per_source: KeyedLogLimiter::new(slots(LOG_SOURCES), random_seed(), 1, interval.into()),
+            others: LogLimit::new(20, wirekit_core::time::Duration::from_secs(1)),
+            interval,
+        }
+    }
+
     /// `Some(suppressed)` if a line about `client` may be written now.
     pub(crate) fn allow(&mut self, client: std::net::IpAddr) -> Option<u32> {
         let now = clock::now();
@@ -171,8 +190,8 @@ pub struct Reloaded {
 impl Proxy {
     /// Checks `settings` and binds every listener (and the metrics listener).
     pub async fn bind(settings: Settings) -> io::Result<Proxy> {
-        let runtime =
-            Runtime::new(settings).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let runtime = Runtime::new(settings, None)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let s = &runtime.settings;
         let mut listeners = Vec::new();
         for addr in &s.listen {
@@ -189,15 +208,7 @@ impl Proxy {
             seed,
             s.limits,
         );
-        let logs = RefusalLogs {
-            per_source: KeyedLogLimiter::new(
-                slots(LOG_SOURCES),
-                random_seed(),
-                1,
-                s.log_interval.into(),
-            ),
-            others: LogLimit::new(20, wirekit_core::time::Duration::from_secs(1)),
-        };
+        let logs = RefusalLogs::new(s.log_interval);
         let shared = Arc::new(Shared {
             listen: listeners
                 .iter()
@@ -294,7 +305,7 @@ impl ProxyHandle {
     /// and are named in [`Reloaded::need_restart`]; the source limits apply to the existing
     /// tables (concurrency at once, rates as entries renew).
     pub fn reload(&self, settings: Settings) -> Result<Reloaded, SettingsError> {
-        let runtime = Runtime::new(settings)?;
+        let runtime = Runtime::new(settings, Some(&self.shared.runtime()))?;
         let s = &runtime.settings;
         let mut out = Reloaded::default();
         let same_listen = s.listen.len() == self.shared.listen.len()
@@ -316,6 +327,13 @@ impl ProxyHandle {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .set_config(s.limits);
+        {
+            // A new log interval starts the per-source log limits afresh.
+            let mut logs = self.shared.logs.lock().unwrap_or_else(|p| p.into_inner());
+            if logs.interval != s.log_interval {
+                *logs = RefusalLogs::new(s.log_interval);
+            }
+        }
         *self
             .shared
             .runtime
@@ -399,5 +417,60 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
         logs.per_source.sweep(now, LOG_SOURCES, |key, suppressed| {
             info!(source = %key, suppressed, "refusal lines suppressed");
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{Balance, Route};
+
+    fn settings(upstreams: &[&str], log_interval: u64) -> Settings {
+        let mut r = Route::new(
+            Vec::new(),
+            upstreams.iter().map(|u| u.parse().unwrap()).collect(),
+        );
+        r.default = true;
+        Settings {
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
+            routes: vec![r],
+            log_interval: std::time::Duration::from_secs(log_interval),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn a_reload_counts_on_the_connections_open_to_each_upstream() {
+        let old = Runtime::new(settings(&["127.0.0.1:1", "127.0.0.1:2"], 60), None).unwrap();
+        let held = old.upstreams[0].hold(0);
+        // The same upstreams listed the other way round, and a new one: 127.0.0.1:1 (index 2
+        // now) has the connection made before the reload, and least-connections never puts it
+        // first while the others have none.
+        let new = Runtime::new(
+            settings(&["127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:1"], 60),
+            Some(&old),
+        )
+        .unwrap();
+        for _ in 0..6 {
+            let first = new.upstreams[0].order(Balance::LeastConnections).next();
+            assert_ne!(first, Some(2));
+        }
+        // The count goes down when that connection ends, in whichever generation.
+        drop(held);
+        let firsts: Vec<_> = (0..3)
+            .map(|_| new.upstreams[0].order(Balance::LeastConnections).next())
+            .collect();
+        assert!(firsts.contains(&Some(2)), "{firsts:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reload_applies_a_new_log_interval() {
+        let proxy = Proxy::bind(settings(&["127.0.0.1:1"], 60)).await.unwrap();
+        let handle = proxy.handle();
+        let interval = |h: &ProxyHandle| h.shared.logs.lock().unwrap().interval;
+        assert_eq!(interval(&handle), std::time::Duration::from_secs(60));
+        let reloaded = handle.reload(settings(&["127.0.0.1:1"], 5)).unwrap();
+        assert!(reloaded.need_restart.is_empty(), "{reloaded:?}");
+        assert_eq!(interval(&handle), std::time::Duration::from_secs(5));
     }
 }

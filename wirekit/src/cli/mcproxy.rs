@@ -497,13 +497,15 @@ fn reload(args: &ProxyArgs, handle: &wirekit_proxy::ProxyHandle) {
     let routes = settings.routes.len();
     match handle.reload(settings) {
         Ok(r) => {
-            tracing::info!(routes, "configuration reloaded");
+            // The settings a reload cannot apply first, the summary last (a reader waiting
+            // for the summary has seen them all).
             for name in r.need_restart {
                 tracing::warn!(
                     setting = name,
                     "changed, but needs a restart to take effect"
                 );
             }
+            tracing::info!(routes, "configuration reloaded");
         }
         Err(e) => tracing::warn!(error = %e, "reload refused; the running configuration stays"),
     }
