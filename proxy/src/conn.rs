@@ -11,7 +11,7 @@ use tracing::{debug, info};
 use wirekit_core::frame::mc::split_packet;
 use wirekit_core::limit::source::{Admitted, Refusal};
 use wirekit_core::minecraft::Encode;
-use wirekit_core::minecraft::conn::{ObservedPacket, ProxyConn, Verdict};
+use wirekit_core::minecraft::conn::{CloseReason, ObservedPacket, ProxyConn, Verdict};
 use wirekit_core::minecraft::handshake::{Handshake, MAX_HOST_LEN, NextState, normalize_host};
 use wirekit_core::minecraft::ids::{self, Direction};
 
@@ -264,6 +264,20 @@ async fn run<'a>(
     line.route = Some(route.map_or("unknown", |r| r.name.as_str()));
     if let Some(r) = route {
         shared.metrics.connection(&r.name);
+        // The route's handshake bounds, in either mode.
+        let refused = split_packet(inbound.bytes(body.clone()))
+            .ok()
+            .and_then(|p| Handshake::parse(p.data).ok())
+            .and_then(|hs| r.handshake.check(&hs).err());
+        if let Some(refusal) = refused {
+            let reason = CloseReason::HandshakeRefused(refusal);
+            if next_state != NextState::Status {
+                // A login may be told why; a status client just sees the close.
+                let text = format!("Disconnected by the proxy: {}", reason.as_str());
+                disconnect(&mut inbound.stream, &text).await;
+            }
+            return Ended::Refused(reason.label());
+        }
     }
 
     match next_state {

@@ -106,6 +106,10 @@ pub struct Route {
     pub status_ttl: Duration,
     /// The status shown while every upstream is down.
     pub fallback: StatusFallback,
+    /// Bounds on the handshake, in either mode: protocol versions, next states, host length.
+    /// A handshake outside them is closed (a login with a Disconnect naming why). An inspect
+    /// route's connection machine also holds its own ([`InspectSettings::handshake`](crate::inspect::InspectSettings::handshake)).
+    pub handshake: wirekit_core::minecraft::rules::HandshakeRule,
     /// Rules, budgets and framing of [`Mode::Inspect`].
     pub inspect: crate::inspect::InspectSettings,
 }
@@ -124,6 +128,7 @@ impl Route {
             rewrite_host: None,
             status_ttl: Duration::from_secs(5),
             fallback: StatusFallback::default(),
+            handshake: wirekit_core::minecraft::rules::HandshakeRule::ANY,
             inspect: crate::inspect::InspectSettings::default(),
         }
     }

@@ -220,3 +220,56 @@ fn a_legacy_ping_with_nothing_cached_asks_the_upstream_and_falls_back_when_it_is
         1
     );
 }
+
+#[test]
+fn a_passthrough_route_holds_its_handshake_bounds() {
+    let up = Recorder::start();
+    let proxy = McProxy::start(&format!(
+        "[[route]]\nhosts = [\"bounded.test\"]\nupstreams = [\"127.0.0.1:{}\"]\n\
+         [route.handshake]\nmin-version = 764\nnext-states = [\"login\"]\nmax-host-len = 16\n",
+        up.port
+    ));
+    // An older client's login: told why, closed, counted.
+    let mut s = connect_from(40, proxy.addr);
+    s.write_all(
+        &[
+            handshake("bounded.test", 340, NextState::Login),
+            login_start("Old"),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    expect_disconnect(&mut s, "protocol version");
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    rejections(&proxy, "handshake_version", 1);
+    // Status is not among the next states: closed unanswered.
+    let mut s = connect_from(41, proxy.addr);
+    s.write_all(
+        &[
+            handshake("bounded.test", 765, NextState::Status),
+            vec![1, 0],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    rejections(&proxy, "handshake_next_state", 1);
+    // Within the bounds: relayed as sent.
+    let mut s = connect_from(42, proxy.addr);
+    let login = {
+        use wirekit_core::minecraft::Encode;
+        let ls = wirekit_core::minecraft::login::LoginStart {
+            protocol_version: 765,
+            name: "New",
+            signature: None,
+            uuid: Some(7),
+        };
+        let mut out = vec![0u8; ls.frame_len()];
+        let n = ls.encode_frame(&mut out).unwrap();
+        out.truncate(n);
+        out
+    };
+    let sent = [handshake("bounded.test", 765, NextState::Login), login].concat();
+    s.write_all(&sent).unwrap();
+    assert_eq!(up.next(), sent);
+}

@@ -162,6 +162,9 @@ pub struct RouteConfig {
     pub mode: Option<String>,
     /// Rules, budgets and framing for `mode = "inspect"` (`[route.inspect]`).
     pub inspect: Option<inspect::InspectConfig>,
+    /// Bounds on the handshake in either mode (`[route.handshake]`: min-version, max-version,
+    /// next-states, max-host-len).
+    pub handshake: Option<inspect::HandshakeConfig>,
     /// Send PROXY v2 (CRC32C, AUTHORITY) to the upstream.
     #[serde(default)]
     pub proxy_protocol: bool,
@@ -232,6 +235,11 @@ impl RouteConfig {
             r.inspect = i
                 .settings()
                 .map_err(|e| format!("route {}: inspect: {e}", r.name))?;
+        }
+        if let Some(h) = &self.handshake {
+            r.handshake = h
+                .rule()
+                .map_err(|e| format!("route {}: handshake: {e}", r.name))?;
         }
         r.proxy_protocol = self.proxy_protocol;
         r.rewrite_host = self.rewrite_host.clone();

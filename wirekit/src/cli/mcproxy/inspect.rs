@@ -75,6 +75,36 @@ pub struct HandshakeConfig {
     pub max_host_len: Option<u16>,
 }
 
+impl HandshakeConfig {
+    /// The bounds this table describes.
+    pub fn rule(&self) -> Result<HandshakeRule, String> {
+        let mut next = NextStates::ALL;
+        if let Some(states) = &self.next_states {
+            next = NextStates::NONE;
+            for s in states {
+                next = next.with(match s.as_str() {
+                    "status" => NextStates::STATUS,
+                    "login" => NextStates::LOGIN,
+                    "transfer" => NextStates::TRANSFER,
+                    s => {
+                        return Err(format!(
+                            "handshake next-states {s:?}: status, login or transfer"
+                        ));
+                    }
+                });
+            }
+        }
+        Ok(HandshakeRule {
+            versions: VersionRange::new(
+                self.min_version.unwrap_or(VersionRange::ALL.min),
+                self.max_version.unwrap_or(VersionRange::ALL.max),
+            ),
+            next_states: next,
+            max_host_len: self.max_host_len.unwrap_or(HandshakeRule::ANY.max_host_len),
+        })
+    }
+}
+
 /// `[[route.inspect.rule]]`: a state, a direction, a packet (`id`, `ids = [first, last]` or a
 /// named `packet`), an optional version range, and `action = "deny" | "drop"` or `max-len`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -233,32 +263,7 @@ impl InspectConfig {
         }
         let handshake = match &self.handshake {
             None => HandshakeRule::ANY,
-            Some(h) => {
-                let mut next = NextStates::ALL;
-                if let Some(states) = &h.next_states {
-                    next = NextStates::NONE;
-                    for s in states {
-                        next = next.with(match s.as_str() {
-                            "status" => NextStates::STATUS,
-                            "login" => NextStates::LOGIN,
-                            "transfer" => NextStates::TRANSFER,
-                            s => {
-                                return Err(format!(
-                                    "handshake next-states {s:?}: status, login or transfer"
-                                ));
-                            }
-                        });
-                    }
-                }
-                HandshakeRule {
-                    versions: VersionRange::new(
-                        h.min_version.unwrap_or(VersionRange::ALL.min),
-                        h.max_version.unwrap_or(VersionRange::ALL.max),
-                    ),
-                    next_states: next,
-                    max_host_len: h.max_host_len.unwrap_or(HandshakeRule::ANY.max_host_len),
-                }
-            }
+            Some(h) => h.rule()?,
         };
         Ok(InspectSettings {
             rules,
