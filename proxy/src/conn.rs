@@ -351,6 +351,10 @@ async fn run<'a>(
             Ended::Done("status")
         }
         NextState::Login | NextState::Transfer => {
+            // An unknown host that is dropped needs nothing more from the client.
+            if route.is_none() && s.unknown_host == UnknownHost::Drop {
+                return Ended::Refused("unknown_host");
+            }
             let login = match inbound.packet(LoginStart::ID, MAX_LOGIN_START_BODY).await {
                 Ok(b) => b,
                 Err(PreloginError::Timeout) => {

@@ -1,0 +1,178 @@
+//! Operations of `wirekit proxy` as a child process: `--check-config`, the per-network limits
+//! on the real client addresses a trusted PROXY sender names (IPv4 /24 and IPv6 /64
+//! neighbours), the global connection limit, and `unknown-host = "drop"`.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use wirekit_core::minecraft::handshake::NextState;
+use wirekit_tests::mcproxy_process::{
+    McProxy, Recorder, connect_from, handshake, login_bytes, reset, wait_closed,
+};
+use wirekit_tests::serve_process;
+
+/// Waits until the proxy's `series` reaches `want` (counts follow a close by a moment).
+fn metric_reaches(proxy: &McProxy, series: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = proxy.metric_or_zero(series);
+        if got == want || Instant::now() > deadline {
+            assert_eq!(got, want, "{series}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn check_config_exits_0_on_a_good_file_and_2_naming_the_fault_on_a_bad_one() {
+    let dir = std::env::temp_dir().join(format!("wirekit-check-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let check = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        Command::new(serve_process::wirekit_binary())
+            .args(["proxy", "--check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let good = check(
+        "good.toml",
+        "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:25565\"]\n",
+    );
+    assert_eq!(good.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&good.stdout).contains("config ok: 1 route(s)"));
+    for (name, text, says) in [
+        (
+            "mode.toml",
+            "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\nmode = \"fast\"\n",
+            "passthrough or inspect",
+        ),
+        ("key.toml", "no-such-key = 1\n", "no-such-key"),
+        (
+            "rule.toml",
+            "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\nmode = \"inspect\"\n\
+             [[route.inspect.rule]]\nstate = \"status\"\ndirection = \"serverbound\"\nid = 0\naction = \"deny\"\n",
+            "answers status itself",
+        ),
+    ] {
+        let out = check(name, text);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A connection from a trusted loopback peer whose PROXY v1 header names `client` (an
+/// `IP:port`), carrying a login: held open by the recording upstream, or refused.
+fn login_as(proxy: &McProxy, client: &str) -> TcpStream {
+    let mut s = connect_from(9, proxy.addr);
+    let (ip, port) = client.rsplit_once(':').unwrap();
+    let ip = ip.trim_start_matches('[').trim_end_matches(']');
+    let family = if ip.contains(':') { "TCP6" } else { "TCP4" };
+    let dst = if ip.contains(':') { "::1" } else { "127.0.0.1" };
+    let header = format!("PROXY {family} {ip} {dst} {port} 25565\r\n");
+    s.write_all(&[header.as_bytes(), &login_bytes("ops.test", "Net")].concat())
+        .unwrap();
+    s
+}
+
+#[test]
+fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_64() {
+    let up = Recorder::start();
+    let proxy = McProxy::start(&format!(
+        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.0/8\"]\n\
+         conn-per-ip-burst = 0\nconn-per-ip-max = 0\nlogin-per-ip-burst = 0\n\
+         conn-per-prefix-burst = 0\nconn-per-prefix-max = 2\n\
+         [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{}\"]\n",
+        up.port
+    ));
+    let mut open = Vec::new();
+    for (neighbours, refused, elsewhere) in [
+        (
+            ["192.0.2.1:1000", "192.0.2.200:1000"],
+            "192.0.2.7:1000",
+            "198.51.100.1:1000",
+        ),
+        (
+            ["[2001:db8::1]:1000", "[2001:db8::ffff:1]:1000"],
+            "[2001:db8::3]:1000",
+            "[2001:db8:0:1::1]:1000",
+        ),
+    ] {
+        for n in neighbours {
+            open.push(login_as(&proxy, n));
+            assert!(!up.next().is_empty(), "{n} reached the upstream");
+        }
+        // A third from the same network: refused at the network's limit.
+        let mut s = login_as(&proxy, refused);
+        wait_closed(&mut s, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{refused}: {e}"));
+        // Another network: served.
+        open.push(login_as(&proxy, elsewhere));
+        assert!(!up.next().is_empty(), "{elsewhere} reached the upstream");
+    }
+    metric_reaches(
+        &proxy,
+        "wirekit_proxy_rejections_total{reason=\"network_concurrent\"}",
+        2,
+    );
+    let log = proxy.proc.wait_log("reason=\"network_concurrent\"", 2);
+    assert!(
+        log.contains("client=192.0.2.7:1000") && log.contains("client=[2001:db8::3]:1000"),
+        "the refusals name the real clients: {log}"
+    );
+}
+
+#[test]
+fn the_global_limit_and_unknown_host_drop_close_at_once_and_count() {
+    let up = Recorder::start();
+    let proxy = McProxy::start(&format!(
+        "max-connections = 2\nunknown-host = \"drop\"\nconn-per-ip-burst = 0\nconn-per-ip-max = 0\n\
+         [[route]]\nhosts = [\"known.test\"]\nupstreams = [\"127.0.0.1:{}\"]\n",
+        up.port
+    ));
+    // An unknown host: dropped, status or login alike.
+    for (from, next) in [(10, NextState::Status), (11, NextState::Login)] {
+        let mut s = connect_from(from, proxy.addr);
+        s.write_all(&handshake("nowhere.test", 765, next)).unwrap();
+        wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    }
+    metric_reaches(
+        &proxy,
+        "wirekit_proxy_rejections_total{reason=\"unknown_host\"}",
+        2,
+    );
+    // Two logins fill the proxy; a third connection is closed at accept.
+    let mut held = Vec::new();
+    for from in [12, 13] {
+        let mut s = connect_from(from, proxy.addr);
+        s.write_all(&login_bytes("known.test", "Max")).unwrap();
+        assert!(!up.next().is_empty());
+        held.push(s);
+    }
+    let mut s = connect_from(14, proxy.addr);
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    metric_reaches(
+        &proxy,
+        "wirekit_proxy_rejections_total{reason=\"max_connections\"}",
+        1,
+    );
+    // One leaves (a reset: a close would half-close, and the upstream here never ends its
+    // side): the next is served.
+    reset(held.pop().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = connect_from(15, proxy.addr);
+        s.write_all(&login_bytes("known.test", "Max")).unwrap();
+        if wait_closed(&mut s, Duration::from_millis(500)).is_err() {
+            // Not closed: it was let in.
+            assert!(!up.next().is_empty());
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room after a connection left");
+    }
+}
