@@ -127,8 +127,9 @@ proxy-protocol = true
     assert!(proxy.metric("wirekit_proxy_upstream_connect_seconds_count") >= 4);
 }
 
-#[test]
-fn proxy_v2_toward_wirekit_serve_names_the_real_client() {
+/// `wirekit serve` requiring a PROXY header from 127.0.0.1 (the proxy), logging each
+/// connection's client; and its address.
+fn serve_trusting_loopback() -> (Proc, SocketAddr) {
     let mut serve = Proc::spawn({
         let mut c = Command::new(wirekit_tests::serve_process::wirekit_binary());
         c.args([
@@ -143,7 +144,13 @@ fn proxy_v2_toward_wirekit_serve_names_the_real_client() {
         .env("RUST_LOG", "debug");
         c
     });
-    let serve_addr: SocketAddr = serve.stdout_line("listening on ").parse().unwrap();
+    let addr = serve.stdout_line("listening on ").parse().unwrap();
+    (serve, addr)
+}
+
+#[test]
+fn proxy_v2_toward_wirekit_serve_names_the_real_client() {
+    let (serve, serve_addr) = serve_trusting_loopback();
     let proxy = McProxy::start(&format!(
         r#"
 [[route]]
@@ -439,9 +446,12 @@ fn sigterm_stops_accepting_and_ends_relays_after_the_grace() {
 #[test]
 fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     use wirekit_tests::haproxy::{Haproxy, HaproxyConfig};
-    let proxy = McProxy::start(
-        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.1/32\"]\nconn-per-ip-max = 1\nunknown-host = \"motd\"\n",
-    );
+    // The whole chain: HAProxy (send-proxy-v2) -> wirekit proxy -> PROXY v2 -> wirekit serve.
+    let (serve, serve_addr) = serve_trusting_loopback();
+    let proxy = McProxy::start(&format!(
+        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.1/32\"]\nconn-per-ip-max = 1\nunknown-host = \"motd\"\n\
+         [[route]]\nhosts = [\"serve.test\"]\nupstreams = [\"{serve_addr}\"]\nproxy-protocol = true\n"
+    ));
     let port = free_port().unwrap();
     let config = HaproxyConfig::new()
         .frontend("mc", port, &[], &[], "wirekit")
@@ -470,4 +480,13 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     // ... while .102, through the same HAProxy, is served.
     let json = status(front, 102, "x.test", 340);
     assert!(json.contains("Unknown server"), "{json}");
+    // A login through both proxies: wirekit serve, behind them, names the client that
+    // connected to HAProxy (the proxy's v2 header carries what HAProxy's said).
+    let mut s = connect_from(103, front);
+    s.write_all(&login_bytes("serve.test", "Zed")).unwrap();
+    let port = s.local_addr().unwrap().port();
+    thread::sleep(Duration::from_millis(300));
+    drop(s);
+    let log = serve.wait_log(&format!("client=127.0.0.103:{port}"), 1);
+    assert!(log.contains("peer=127.0.0.1:"), "{log}");
 }

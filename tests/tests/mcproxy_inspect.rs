@@ -97,6 +97,17 @@ fn every_version_logs_in_and_chats_through_inspect_mode_some_reframed() {
         }
     }
     assert!(proxy.metric_or_zero("wirekit_proxy_bytes_total{direction=\"clientbound\"}") > 1000);
+    // Every session's packets were judged one by one, both ways: each client sent chat and
+    // keep-alives at least, each server a login's worth of packets and more.
+    let sessions = 2 * VERSIONS.len() as u64;
+    assert!(
+        proxy.metric_or_zero("wirekit_proxy_packets_total{direction=\"serverbound\"}")
+            >= 2 * sessions
+    );
+    assert!(
+        proxy.metric_or_zero("wirekit_proxy_packets_total{direction=\"clientbound\"}")
+            >= 10 * sessions
+    );
 }
 
 #[test]

@@ -273,3 +273,46 @@ fn a_passthrough_route_holds_its_handshake_bounds() {
     s.write_all(&sent).unwrap();
     assert_eq!(up.next(), sent);
 }
+
+/// A full 1.6 ping: `FE 01 FA`, `MC|PingHost`, then the protocol byte, host and port.
+fn ping_1_6(host: &str, port: i32) -> Vec<u8> {
+    let utf16 = |s: &str| -> Vec<u8> {
+        let units: Vec<u16> = s.encode_utf16().collect();
+        let mut out = (units.len() as u16).to_be_bytes().to_vec();
+        for u in units {
+            out.extend_from_slice(&u.to_be_bytes());
+        }
+        out
+    };
+    let mut rest = vec![78u8];
+    rest.extend(utf16(host));
+    rest.extend_from_slice(&port.to_be_bytes());
+    let mut out = vec![0xfe, 0x01, 0xfa];
+    out.extend(utf16("MC|PingHost"));
+    out.extend_from_slice(&(rest.len() as u16).to_be_bytes());
+    out.extend(rest);
+    out
+}
+
+#[test]
+fn a_1_6_ping_is_routed_by_its_host() {
+    // Upstreams down: each route answers with its own fallback.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let proxy = McProxy::start(&format!(
+        "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\nfallback-motd = \"route a\"\n\
+         [[route]]\nhosts = [\"b.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\nfallback-motd = \"route b\"\n\
+         [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\nfallback-motd = \"default route\"\n"
+    ));
+    for (from, host, motd) in [
+        (50, "b.test", "route b"),
+        (51, "A.Test.", "route a"),
+        (52, "elsewhere.test", "default route"),
+    ] {
+        let kick = legacy(&proxy, &ping_1_6(host, 25565), from);
+        assert!(kick.contains(&format!("\0{motd}\0")), "{host}: {kick:?}");
+    }
+    // The older forms carry no host: the default route.
+    assert!(legacy(&proxy, &[0xfe, 0x01], 53).contains("\0default route\0"));
+}
