@@ -115,3 +115,39 @@ fn a_server_that_never_answers_fails_at_the_reply_timeout() {
     );
     assert!(took >= Duration::from_secs(1), "{took:?}");
 }
+
+#[test]
+fn a_server_that_stops_answering_mid_run_fails_at_the_reply_timeout() {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Echoes every connection's bytes (the frames come back as sent) for its first 700 ms,
+    // then keeps reading and answers nothing more.
+    const ANSWERING: Duration = Duration::from_millis(700);
+    std::thread::spawn(move || {
+        for s in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let start = Instant::now();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    if start.elapsed() < ANSWERING && s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (out, took) = bench(addr);
+    check_failed(
+        "server that stops answering",
+        &out,
+        took,
+        "wirekit bench: the server did not reply within 1s",
+    );
+    // It answered first: the failure came after the answering time and the reply timeout.
+    assert!(took >= ANSWERING + Duration::from_secs(1), "{took:?}");
+}
