@@ -48,11 +48,32 @@ impl Runtime {
             .iter()
             .map(|r| Arc::new(Upstreams::sharing(&r.upstreams, &mut counts)))
             .collect();
+        // Cached status answers of routes still answered the same way (same name, upstreams,
+        // PROXY header and host rewrite) carry over.
+        let cache = match previous {
+            Some(p) => {
+                let moved: Vec<Option<usize>> = p
+                    .settings
+                    .routes
+                    .iter()
+                    .map(|old| {
+                        settings.routes.iter().position(|r| {
+                            r.name == old.name
+                                && r.upstreams == old.upstreams
+                                && r.proxy_protocol == old.proxy_protocol
+                                && r.rewrite_host == old.rewrite_host
+                        })
+                    })
+                    .collect();
+                StatusCache::carried(&p.cache, &moved)
+            }
+            None => StatusCache::default(),
+        };
         Ok(Runtime {
             settings,
             router,
             upstreams,
-            cache: StatusCache::default(),
+            cache,
         })
     }
 }
@@ -461,6 +482,26 @@ mod tests {
             .map(|_| new.upstreams[0].order(Balance::LeastConnections).next())
             .collect();
         assert!(firsts.contains(&Some(2)), "{firsts:?}");
+    }
+
+    #[test]
+    fn a_reload_keeps_the_status_cache_of_routes_answered_the_same_way() {
+        let ttl = std::time::Duration::from_secs(60);
+        let mut two = settings(&["127.0.0.1:1"], 60);
+        let mut other = Route::new(vec!["b.test".into()], vec!["127.0.0.1:2".parse().unwrap()]);
+        other.name = "b".into();
+        two.routes.push(other);
+        let old = Runtime::new(two, None).unwrap();
+        old.cache.put(0, 765, "{\"default\":1}".into());
+        old.cache.put(1, 765, "{\"b\":1}".into());
+        // Route b moves to the front, the default route gets another upstream.
+        let mut next = settings(&["127.0.0.1:9"], 60);
+        let mut b = Route::new(vec!["b.test".into()], vec!["127.0.0.1:2".parse().unwrap()]);
+        b.name = "b".into();
+        next.routes.insert(0, b);
+        let new = Runtime::new(next, Some(&old)).unwrap();
+        assert_eq!(new.cache.get(0, 765, ttl).as_deref(), Some("{\"b\":1}"));
+        assert_eq!(new.cache.get(1, 765, ttl), None, "its upstreams changed");
     }
 
     #[tokio::test]

@@ -51,6 +51,23 @@ impl StatusCache {
             .map(|(_, (_, json))| json.clone())
     }
 
+    /// The entries of `old` (a reload's previous generation) whose route is still answered
+    /// by the same upstreams: `moved[i]` is old route `i`'s index now, if it is kept. Their
+    /// age carries over, so each still expires at its time.
+    pub(crate) fn carried(old: &StatusCache, moved: &[Option<usize>]) -> StatusCache {
+        let old = old.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = old
+            .iter()
+            .filter_map(|(&(route, protocol), entry)| {
+                let now = (*moved.get(route)?)?;
+                Some(((now, protocol), entry.clone()))
+            })
+            .collect();
+        StatusCache {
+            entries: Mutex::new(entries),
+        }
+    }
+
     pub(crate) fn put(&self, route: usize, protocol: i32, json: Arc<str>) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let full = entries.len() >= MAX_ENTRIES && !entries.contains_key(&(route, protocol));
