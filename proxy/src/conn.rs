@@ -16,7 +16,7 @@ use wirekit_core::minecraft::handshake::{Handshake, MAX_HOST_LEN, NextState, nor
 use wirekit_core::minecraft::ids::{self, Direction};
 
 use wirekit_core::minecraft::legacy::LegacyPing;
-use wirekit_core::minecraft::login::{Disconnect, LoginStart};
+use wirekit_core::minecraft::login::{Disconnect, LoginStart, MAX_NAME_LEN};
 use wirekit_core::minecraft::status::Ping;
 use wirekit_core::proxy::policy::Reason;
 use wirekit_core::proxy::tlv::Tlv;
@@ -229,9 +229,9 @@ async fn run<'a>(
             {
                 return refused(shared, Refusal::StatusRate);
             }
-            let kick = legacy_kick(shared, rt, &ping, client, dst, line).await;
-            let Some(kick) = kick else {
-                return Ended::Refused("unknown_host");
+            let kick = match legacy_kick(shared, rt, &ping, client, dst, line).await {
+                Ok(kick) => kick,
+                Err(reason) => return Ended::Refused(reason),
             };
             let _ = inbound.stream.write_all(&kick).await;
             let _ = inbound.stream.shutdown().await;
@@ -272,9 +272,12 @@ async fn run<'a>(
         if let Some(refusal) = refused {
             let reason = CloseReason::HandshakeRefused(refusal);
             if next_state != NextState::Status {
-                // A login may be told why; a status client just sees the close.
+                // A login may be told why (a status client just sees the close); what it
+                // sent after the handshake is read and dropped for a moment, so that the close
+                // is not a reset that overtakes the Disconnect.
                 let text = format!("Disconnected by the proxy: {}", reason.as_str());
                 disconnect(&mut inbound.stream, &text).await;
+                crate::inspect::login::linger(&mut inbound.stream).await;
             }
             return Ended::Refused(reason.label());
         }
@@ -366,19 +369,23 @@ async fn run<'a>(
             };
             let name = split_packet(inbound.bytes(login.clone()))
                 .ok()
-                .and_then(|p| {
-                    LoginStart::parse(p.data, protocol)
-                        .ok()
-                        .map(|l| l.name.to_owned())
+                .and_then(|p| match LoginStart::parse(p.data, protocol) {
+                    Ok(l) => Some(l.name.to_owned()),
+                    // A version the tables do not know may have changed what follows the
+                    // name (every layout since 1.7 starts with it): the name must parse, the
+                    // rest is relayed as it is (passthrough), or left to the route's
+                    // unknown-version policy (inspect).
+                    Err(_) if !ids::is_release(protocol) => {
+                        wirekit_core::minecraft::read_string(p.data, MAX_NAME_LEN)
+                            .ok()
+                            .map(|(name, _)| name.to_owned())
+                    }
+                    Err(_) => None,
                 });
-            match name {
-                Some(name) => line.player = Some(name),
-                // A version the tables do not know may have changed Login Start's layout: its
-                // bytes are relayed as they are (passthrough), or judged by the route's
-                // unknown-version policy (inspect); the close line names no player.
-                None if !ids::is_release(protocol) => {}
-                None => return Ended::Refused("bad_login_start"),
-            }
+            let Some(name) = name else {
+                return Ended::Refused("bad_login_start");
+            };
+            line.player = Some(name);
             if let Err(r) = admission.check(|l, a| l.check_login(a, clock::now())) {
                 disconnect(
                     &mut inbound.stream,
@@ -498,8 +505,9 @@ fn prelogin_end(e: PreloginError) -> Ended {
 }
 
 /// The kick for a legacy ping: routed by the 1.6 ping's host (older pings carry none and get
-/// the default route), from the route's cached status or its fallback. `None`: unknown host,
-/// dropped.
+/// the default route), from the route's cached status, else the upstream's (asked in a modern
+/// status exchange), else its fallback. A legacy ping is held to the route's handshake bounds
+/// as a status request from before 1.7 (protocol 0). `Err`: the refusal's reason.
 async fn legacy_kick<'a>(
     shared: &Shared,
     rt: &'a Runtime,
@@ -507,7 +515,7 @@ async fn legacy_kick<'a>(
     client: SocketAddr,
     dst: SocketAddr,
     line: &mut Line<'a>,
-) -> Option<Vec<u8>> {
+) -> Result<Vec<u8>, &'static str> {
     let (host, port) = match ping {
         LegacyPing::V1_6 { host, port, .. } => {
             let host: String = host.chars().collect();
@@ -525,47 +533,70 @@ async fn legacy_kick<'a>(
         rt.router.route(&host)
     };
     let s = &rt.settings;
-    let view = match route {
-        Some(i) => {
-            let r = &s.routes[i];
-            line.route = Some(r.name.as_str());
-            let json = match rt.cache.any(i, r.status_ttl) {
-                Some(json) => {
-                    shared.metrics.status("hit");
-                    json
-                }
-                // Nothing cached: the upstream is asked in a modern status exchange (protocol
-                // -1, as a client that only probes sends), whose answer is cached as any other.
-                None => {
-                    let hs = Handshake {
-                        protocol_version: -1,
-                        address: wirekit_core::minecraft::handshake::ServerAddress::host(
-                            if host.is_empty() {
-                                r.hosts.first().map_or("localhost", String::as_str)
-                            } else {
-                                &host
-                            },
-                        ),
-                        port,
-                        next_state: NextState::Status,
-                    };
-                    let mut frame = vec![0u8; hs.frame_len()];
-                    let n = hs.encode_frame(&mut frame).ok()?;
-                    frame.truncate(n);
-                    route_status(shared, rt, i, r, -1, client, dst, &host, &frame, line).await
-                }
-            };
-            LegacyView::from_json(&json).unwrap_or_else(|| LegacyView::from_fallback(&r.fallback))
+    let Some(i) = route else {
+        if s.unknown_host == UnknownHost::Drop {
+            return Err("unknown_host");
         }
-        None if s.unknown_host == UnknownHost::Motd => {
-            LegacyView::from_fallback(&crate::settings::StatusFallback {
-                motd: s.unknown_host_motd.clone(),
-                ..Default::default()
-            })
-        }
-        None => return None,
+        let view = LegacyView::from_fallback(&crate::settings::StatusFallback {
+            motd: s.unknown_host_motd.clone(),
+            ..Default::default()
+        });
+        return Ok(view.kick(ping));
     };
-    Some(view.kick(ping))
+    let r = &s.routes[i];
+    line.route = Some(r.name.as_str());
+    // The handshake this ping stands for: the ping's host, else one the route serves (not a
+    // wildcard), else the address the client reached.
+    let named = if host.is_empty() {
+        r.hosts
+            .iter()
+            .find(|h| !h.starts_with('*'))
+            .cloned()
+            .unwrap_or_else(|| dst.ip().to_string())
+    } else {
+        host.clone()
+    };
+    let as_handshake = |protocol_version| Handshake {
+        protocol_version,
+        address: wirekit_core::minecraft::handshake::ServerAddress::host(&named),
+        port,
+        next_state: NextState::Status,
+    };
+    let before_1_7 = as_handshake(0);
+    for rule in [&r.handshake, &r.inspect.handshake] {
+        if let Err(refusal) = rule.check(&before_1_7) {
+            return Err(CloseReason::HandshakeRefused(refusal).label());
+        }
+    }
+    let json = match rt.cache.any(i, r.status_ttl) {
+        Some(json) => {
+            shared.metrics.status("hit");
+            Some(json)
+        }
+        // Nothing cached: the upstream is asked in a modern status exchange (protocol -1, as a
+        // client that only probes sends, the host rewritten as the route says), whose answer is
+        // cached as any other.
+        None => {
+            let hs = as_handshake(-1);
+            let mut frame = vec![0u8; hs.frame_len()];
+            match hs.encode_frame(&mut frame) {
+                Ok(n) => {
+                    frame.truncate(n);
+                    let body_at = n - hs.encoded_len();
+                    let handshake = upstream_handshake(r, &frame, &frame[body_at..]);
+                    Some(
+                        route_status(shared, rt, i, r, -1, client, dst, &named, &handshake, line)
+                            .await,
+                    )
+                }
+                Err(_) => None,
+            }
+        }
+    };
+    let view = json
+        .and_then(|json| LegacyView::from_json(&json))
+        .unwrap_or_else(|| LegacyView::from_fallback(&r.fallback));
+    Ok(view.kick(ping))
 }
 
 /// The status of route `i` for `protocol`: from cache, else from an upstream (then cached),

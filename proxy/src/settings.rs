@@ -297,6 +297,9 @@ impl Settings {
         let mut seen = HashSet::new();
         let mut defaults = 0;
         for route in &self.routes {
+            wirekit_core::minecraft::rules::Rules::new(route.handshake, &[])
+                .check()
+                .map_err(|e| SettingsError::new(format!("route {}: handshake: {e}", route.name)))?;
             if route.mode == Mode::Inspect {
                 route.inspect.check().map_err(|e| {
                     SettingsError::new(format!("route {}: inspect: {e}", route.name))

@@ -53,6 +53,12 @@ fn check_config_exits_0_on_a_good_file_and_2_naming_the_fault_on_a_bad_one() {
         ),
         ("key.toml", "no-such-key = 1\n", "no-such-key"),
         (
+            "handshake.toml",
+            "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\n\
+             [route.handshake]\nmin-version = 800\nmax-version = 700\n",
+            "handshake",
+        ),
+        (
             "rule.toml",
             "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\nmode = \"inspect\"\n\
              [[route.inspect.rule]]\nstate = \"status\"\ndirection = \"serverbound\"\nid = 0\naction = \"deny\"\n",

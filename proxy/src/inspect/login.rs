@@ -182,7 +182,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
 /// Reads and drops what a refused client still sends, until it closes or [`LINGER`] passes:
 /// closing with unread bytes would reset the connection, and a reset can discard the
 /// Disconnect before the client reads it (a flooding client is still writing).
-async fn linger(stream: &mut tokio::net::TcpStream) {
+pub(crate) async fn linger(stream: &mut tokio::net::TcpStream) {
     use tokio::io::AsyncReadExt;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(LINGER, async {

@@ -34,7 +34,8 @@ pub struct InspectConfig {
     /// budget). Client-to-upstream packets per second (default 500, burst 3500: Paper's
     /// packet limit).
     pub serverbound_packets: Option<BudgetConfig>,
-    /// Client-to-upstream wire bytes per second.
+    /// Client-to-upstream wire bytes per second (absent: the proxy-wide `serverbound-burst`
+    /// and `serverbound-rate`).
     pub serverbound_bytes: Option<BudgetConfig>,
     /// Client-to-upstream inflated bytes per second (default 2 MiB, burst 8 MiB).
     pub serverbound_inflated: Option<BudgetConfig>,
@@ -176,11 +177,26 @@ fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
 }
 
 /// A configured budget: absent, the default; a rate of 0, none.
-fn budget(b: Option<BudgetConfig>, default: Option<Budget>) -> Option<Budget> {
+/// A configured budget (`key`): absent, the default; `{ rate = 0 }`, none. A byte budget
+/// (`bytes`) left unset falls back to the proxy-wide one, so it cannot be turned off here
+/// (`serverbound-burst = 0` and `clientbound-burst = 0` do that, for every route).
+fn budget(
+    key: &str,
+    b: Option<BudgetConfig>,
+    default: Option<Budget>,
+    bytes: bool,
+) -> Result<Option<Budget>, String> {
     match b {
-        None => default,
-        Some(b) if b.rate == 0 => None,
-        Some(b) => Some(Budget::per_second(b.rate, b.burst.unwrap_or(b.rate))),
+        None => Ok(default),
+        Some(b) if b.rate == 0 && b.burst.is_some() => Err(format!(
+            "{key}: a rate of 0 turns the budget off; a burst with it means nothing"
+        )),
+        Some(b) if bytes && b.rate == 0 => Err(format!(
+            "{key}: {{ rate = 0 }} would leave the proxy-wide byte budget in force; set its \
+             burst to 0 (serverbound-burst, clientbound-burst) to turn that off"
+        )),
+        Some(b) if b.rate == 0 => Ok(None),
+        Some(b) => Ok(Some(Budget::per_second(b.rate, b.burst.unwrap_or(b.rate)))),
     }
 }
 
@@ -270,14 +286,44 @@ impl InspectConfig {
             handshake,
             budgets: Budgets {
                 serverbound: DirectionBudgets {
-                    packets: budget(self.serverbound_packets, d.budgets.serverbound.packets),
-                    bytes: budget(self.serverbound_bytes, d.budgets.serverbound.bytes),
-                    inflated: budget(self.serverbound_inflated, d.budgets.serverbound.inflated),
+                    packets: budget(
+                        "serverbound-packets",
+                        self.serverbound_packets,
+                        d.budgets.serverbound.packets,
+                        false,
+                    )?,
+                    bytes: budget(
+                        "serverbound-bytes",
+                        self.serverbound_bytes,
+                        d.budgets.serverbound.bytes,
+                        true,
+                    )?,
+                    inflated: budget(
+                        "serverbound-inflated",
+                        self.serverbound_inflated,
+                        d.budgets.serverbound.inflated,
+                        false,
+                    )?,
                 },
                 clientbound: DirectionBudgets {
-                    packets: budget(self.clientbound_packets, d.budgets.clientbound.packets),
-                    bytes: budget(self.clientbound_bytes, d.budgets.clientbound.bytes),
-                    inflated: budget(self.clientbound_inflated, d.budgets.clientbound.inflated),
+                    packets: budget(
+                        "clientbound-packets",
+                        self.clientbound_packets,
+                        d.budgets.clientbound.packets,
+                        false,
+                    )?,
+                    bytes: budget(
+                        "clientbound-bytes",
+                        self.clientbound_bytes,
+                        d.budgets.clientbound.bytes,
+                        true,
+                    )?,
+                    inflated: budget(
+                        "clientbound-inflated",
+                        self.clientbound_inflated,
+                        d.budgets.clientbound.inflated,
+                        false,
+                    )?,
                 },
             },
             unknown_version: match self.unknown_version.as_deref() {
@@ -408,5 +454,20 @@ min-version = 764
         let d = defaults.settings().unwrap();
         assert_eq!(d.budgets, InspectSettings::default().budgets);
         assert!(d.budgets.serverbound.packets.is_some());
+        // A burst with a rate of 0, or a byte budget "off" (the proxy-wide one would apply):
+        // refused, naming the key.
+        for (bad, key) in [
+            (
+                "serverbound-packets = { rate = 0, burst = 5 }\n",
+                "serverbound-packets",
+            ),
+            ("clientbound-bytes = { rate = 0 }\n", "clientbound-bytes"),
+        ] {
+            let c: InspectConfig = toml::from_str(bad).unwrap();
+            let err = c.settings().unwrap_err();
+            assert!(err.contains(key), "{err}");
+        }
+        let c: InspectConfig = toml::from_str("serverbound-bytes = { rate = 4096 }\n").unwrap();
+        assert!(c.settings().unwrap().budgets.serverbound.bytes.is_some());
     }
 }
