@@ -50,7 +50,7 @@ use wirekit_core::minecraft::conn::{
 };
 use wirekit_core::minecraft::disconnect::DisconnectMessage;
 use wirekit_core::minecraft::filter::Filter;
-use wirekit_core::minecraft::ids::Direction;
+use wirekit_core::minecraft::ids::{Direction, State};
 use wirekit_core::minecraft::rules::{HandshakeRule, PacketRule, Rules};
 use wirekit_core::time::Instant;
 use wirekit_core::varint::encode_varint;
@@ -149,6 +149,15 @@ impl InspectSettings {
         self.core_rules()
             .check()
             .map_err(|e| e.as_str().to_owned())?;
+        if self.rules.iter().any(|r| r.state == State::Status) {
+            // No status packet is relayed: the proxy answers status itself.
+            return Err(
+                "a rule for the status state never applies: the proxy answers status \
+                        itself (from its cache, the upstream or the fallback); the handshake \
+                        bounds hold for status connections too"
+                    .into(),
+            );
+        }
         for (name, max) in [
             ("serverbound", self.max_serverbound_packet),
             ("clientbound", self.max_clientbound_packet),

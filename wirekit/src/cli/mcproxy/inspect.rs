@@ -211,15 +211,6 @@ impl RuleConfig {
                     self.state
                 )
             })?;
-        if state == State::Status {
-            // No status packet is relayed: the proxy answers status itself.
-            return Err(
-                "rule state \"status\": the proxy answers status itself (from its cache, \
-                        the upstream or the fallback), so no status packet passes a rule; \
-                        [route.inspect.handshake] bounds status connections too"
-                    .into(),
-            );
-        }
         let direction = Direction::BOTH
             .into_iter()
             .find(|d| d.as_str() == self.direction)
@@ -281,7 +272,7 @@ impl InspectConfig {
             None => HandshakeRule::ANY,
             Some(h) => h.rule()?,
         };
-        Ok(InspectSettings {
+        let settings = InspectSettings {
             rules,
             handshake,
             budgets: Budgets {
@@ -345,7 +336,10 @@ impl InspectConfig {
                 .max_clientbound_packet
                 .unwrap_or(d.max_clientbound_packet),
             upstream_level: level(self.upstream_level.as_deref(), "upstream-level")?,
-        })
+        };
+        // The library's checks (a status rule, for one), at load as for a library user.
+        settings.check()?;
+        Ok(settings)
     }
 }
 
