@@ -182,3 +182,74 @@ fn the_global_limit_and_unknown_host_drop_close_at_once_and_count() {
         assert!(Instant::now() < deadline, "no room after a connection left");
     }
 }
+
+/// An upstream that echoes every connection's bytes back; its port.
+fn echo_upstream() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut r = s;
+                let mut w = r.try_clone().unwrap();
+                let _ = std::io::copy(&mut r, &mut w);
+            });
+        }
+    });
+    port
+}
+
+/// Sends `n` bytes on `s` and reads them back (the echo); `false` if the connection ended
+/// first.
+fn echoes(s: &mut TcpStream, n: usize) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let chunk = vec![0x5au8; 16 * 1024];
+    let mut back = vec![0u8; 16 * 1024];
+    let mut sent = 0;
+    while sent < n {
+        if s.write_all(&chunk).is_err() || s.read_exact(&mut back).is_err() {
+            return false;
+        }
+        sent += chunk.len();
+    }
+    true
+}
+
+#[test]
+fn open_connections_keep_their_settings_across_a_reload() {
+    let port = echo_upstream();
+    let config = |burst: u32| {
+        format!(
+            "serverbound-burst = {burst}\nserverbound-rate = 65536\n\
+             [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\n"
+        )
+    };
+    let proxy = McProxy::start(&config(8 << 20));
+    let mut old = connect_from(30, proxy.addr);
+    old.write_all(&login_bytes("keep.test", "Old")).unwrap();
+    // The login bytes come back first (the upstream echoes everything).
+    assert!(echoes(&mut old, 16 * 1024));
+    // The reload makes the serverbound budget small: 64 KiB at once.
+    std::fs::write(&proxy.config, config(64 * 1024)).unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &proxy.proc.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    proxy.proc.wait_log("configuration reloaded", 1);
+    // A new connection is held to it: 1 MiB at once is over the budget, and it is closed.
+    let mut new = connect_from(31, proxy.addr);
+    new.write_all(&login_bytes("keep.test", "New")).unwrap();
+    assert!(!echoes(&mut new, 1 << 20), "the new budget did not apply");
+    metric_reaches(
+        &proxy,
+        "wirekit_proxy_rejections_total{reason=\"serverbound_budget\"}",
+        1,
+    );
+    // The connection opened before the reload keeps its 8 MiB.
+    assert!(
+        echoes(&mut old, 1 << 20),
+        "the old connection lost its settings"
+    );
+}
