@@ -490,3 +490,41 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     let log = serve.wait_log(&format!("client=127.0.0.103:{port}"), 1);
     assert!(log.contains("peer=127.0.0.1:"), "{log}");
 }
+
+#[test]
+fn mcstatus_gets_the_live_status_then_the_cached_one() {
+    let Some((_upstream, port)) = node_server("1.20.4", "live for mcstatus") else {
+        return;
+    };
+    let Some(python) = peers::python() else {
+        return;
+    };
+    let proxy = McProxy::start(&format!(
+        "[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\nstatus-ttl = 60\n"
+    ));
+    let mcstatus = || -> serde_json::Value {
+        let out = Command::new(&python)
+            .arg(workspace_root().join("tests/interop/mcstatus_peer.py"))
+            .args(["status", &proxy.addr.port().to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mcstatus: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("mcstatus prints JSON")
+    };
+    // Live: the proxy asks the upstream; then the same request is served from the cache.
+    for (round, source) in [(1, "upstream"), (2, "hit")] {
+        let v = mcstatus();
+        assert_eq!(v["motd"], "live for mcstatus", "round {round}: {v}");
+        assert_eq!(
+            proxy.metric(&format!(
+                "wirekit_proxy_status_cache_total{{result=\"{source}\"}}"
+            )),
+            1,
+            "round {round}"
+        );
+    }
+}
