@@ -14,7 +14,6 @@ use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::conn::{CloseReason, ObservedPacket, ProxyConn, Verdict};
 use wirekit_core::minecraft::handshake::{Handshake, MAX_HOST_LEN, NextState, normalize_host};
 use wirekit_core::minecraft::ids::{self, Direction};
-
 use wirekit_core::minecraft::legacy::LegacyPing;
 use wirekit_core::minecraft::login::{Disconnect, LoginStart, MAX_NAME_LEN};
 use wirekit_core::minecraft::status::Ping;
@@ -283,13 +282,15 @@ async fn run<'a>(
         }
     }
 
+    // An unknown host that is dropped needs nothing more from the client.
+    if route.is_none() && s.unknown_host == UnknownHost::Drop {
+        return Ended::Refused("unknown_host");
+    }
+
     match next_state {
         NextState::Status => {
             if let Err(r) = admission.check(|l, a| l.check_status(a, clock::now())) {
                 return refused(shared, r);
-            }
-            if route.is_none() && s.unknown_host == UnknownHost::Drop {
-                return Ended::Refused("unknown_host");
             }
             // An inspect route's handshake bounds and handshake rules hold for status too: the
             // route's connection machine judges the handshake, as it does a login's.
@@ -354,10 +355,6 @@ async fn run<'a>(
             Ended::Done("status")
         }
         NextState::Login | NextState::Transfer => {
-            // An unknown host that is dropped needs nothing more from the client.
-            if route.is_none() && s.unknown_host == UnknownHost::Drop {
-                return Ended::Refused("unknown_host");
-            }
             let login = match inbound.packet(LoginStart::ID, MAX_LOGIN_START_BODY).await {
                 Ok(b) => b,
                 Err(PreloginError::Timeout) => {
