@@ -199,20 +199,7 @@ fallback-max-players = 99
         1
     );
     let python = peers::python();
-    let mcstatus = |mode: &str| -> Option<serde_json::Value> {
-        let py = python.as_ref()?;
-        let out = Command::new(py)
-            .arg(workspace_root().join("tests/interop/mcstatus_peer.py"))
-            .args([mode, &proxy.addr.port().to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mcstatus {mode}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(serde_json::from_slice(&out.stdout).expect("mcstatus prints JSON"))
-    };
+    let mcstatus = |mode: &str| Some(mcstatus_peer(python.as_ref()?, mode, proxy.addr));
     // The upstream goes down: the same protocol is served from cache, another one falls back.
     let _ = upstream.child.kill();
     let _ = upstream.child.wait();
@@ -491,6 +478,22 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     assert!(log.contains("peer=127.0.0.1:"), "{log}");
 }
 
+/// PyPI mcstatus (`tests/interop/mcstatus_peer.py`) against `proxy`: `status` or `legacy`;
+/// its JSON.
+fn mcstatus_peer(python: &std::path::Path, mode: &str, proxy: SocketAddr) -> serde_json::Value {
+    let out = Command::new(python)
+        .arg(workspace_root().join("tests/interop/mcstatus_peer.py"))
+        .args([mode, &proxy.port().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mcstatus {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("mcstatus prints JSON")
+}
+
 #[test]
 fn mcstatus_gets_the_live_status_then_the_cached_one() {
     let Some((_upstream, port)) = node_server("1.20.4", "live for mcstatus") else {
@@ -502,19 +505,7 @@ fn mcstatus_gets_the_live_status_then_the_cached_one() {
     let proxy = McProxy::start(&format!(
         "[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\nstatus-ttl = 60\n"
     ));
-    let mcstatus = || -> serde_json::Value {
-        let out = Command::new(&python)
-            .arg(workspace_root().join("tests/interop/mcstatus_peer.py"))
-            .args(["status", &proxy.addr.port().to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mcstatus: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("mcstatus prints JSON")
-    };
+    let mcstatus = || mcstatus_peer(&python, "status", proxy.addr);
     // Live: the proxy asks the upstream; then the same request is served from the cache.
     for (round, source) in [(1, "upstream"), (2, "hit")] {
         let v = mcstatus();
