@@ -5,7 +5,9 @@
 //! arbitrary contents and opened back to the same contents, user side and target side; and
 //! arbitrary plaintexts sealed under the right keys are opened as tickets, so the field
 //! parsing behind the checksum sees every shape: each either opens to views within the buffer
-//! that fill it exactly, or is `MalformedTicket`.
+//! that fill it exactly, or is `MalformedTicket`. Arbitrary bytes given as a ticket or an
+//! internal ticket (version 1's length fields are read before any checksum) are refused with
+//! a typed error, the buffer untouched.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -262,5 +264,31 @@ fuzz_target!(|input: Input| {
             }
             Err(e) => assert_eq!(e, KerberosError::MalformedTicket),
         }
+    }
+
+    // Arbitrary bytes as a ticket and as an internal ticket, as a client could send them: the
+    // length fields of version 1's framing are read before any checksum. Each is refused with
+    // a typed error and the buffer untouched (nothing forges the HMAC).
+    let k = usize::from(input.key_len) % 40;
+    for (key, internal) in [(&input.user_key, false), (&input.target_key, true)] {
+        let mut bytes = input.plain.clone();
+        let result = if internal {
+            open_internal_ticket(format, key, &mut bytes, k).map(|_| ())
+        } else {
+            open_ticket(format, key, &mut bytes, k).map(|_| ())
+        };
+        let e = result.expect_err("arbitrary bytes carry no valid checksum");
+        assert!(
+            matches!(
+                e,
+                KerberosError::MalformedTicket
+                    | KerberosError::Truncated
+                    | KerberosError::ChecksumMismatch
+                    | KerberosError::InvalidKeyLength
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e == KerberosError::InvalidKeyLength, !usable(key));
+        assert_eq!(bytes, input.plain, "untouched on error");
     }
 });

@@ -2,7 +2,9 @@
 //! `proxy-protocol-codec`: on every input one of them accepts, wirekit accepts the same header
 //! (version, command, transport, addresses, length, TLVs), except for the documented
 //! differences encoded below (and listed in FUZZING.md), where wirekit is stricter or reads
-//! the spec differently. The first byte may put a v1 or v2 prefix in front of the rest, so
+//! the spec differently; and on every input wirekit accepts, at least one peer accepts it too,
+//! but for the one documented leniency. proxy-protocol-codec's length is the one its decoder
+//! took: it is given exactly the declared length and refuses a shorter or longer buffer. The first byte may put a v1 or v2 prefix in front of the rest, so
 //! both formats are reached quickly.
 #![no_main]
 
@@ -176,10 +178,13 @@ fn codec(input: &[u8]) -> Option<Norm> {
         .collect::<Result<Vec<_>, _>>()
         .ok()?;
     let h = d.header;
+    let local = matches!(h.command(), v2::Command::Local);
     Some(Norm {
         v1: false,
-        local: matches!(h.command(), v2::Command::Local),
-        transport: 0,
+        local,
+        // It keeps a PROXY header's transport; a LOCAL one's it drops with its addresses
+        // (difference 9).
+        transport: if local { 0 } else { *h.protocol() as u8 },
         addrs: match *h.address_pair() {
             v2::AddressPair::Unspecified => Addrs::Unspec,
             v2::AddressPair::Inet {
@@ -218,7 +223,7 @@ fn our_error(input: &[u8]) -> Option<proxy::Error> {
 }
 
 /// The documented differences (FUZZING.md lists them): `true` if this disagreement is one.
-fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> bool {
+fn accepted(peer: &str, input: &[u8], theirs: &Norm) -> bool {
     let err = our_error(input);
     let v2_family = input.get(13).copied();
     // 1. wirekit accepts only the seven family/transport bytes the spec lists; the peers
@@ -228,16 +233,15 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
     }
     // 2. Under the UNSPEC family, ppp skips whatever follows the 16 bytes as an (unparsed)
     //    address block; wirekit reads it as TLVs, which must tile and pass their checks
-    //    (SSL shape, CRC32C length and value, UNIQUE_ID length).
+    //    (SSL shape, CRC32C length and value, UNIQUE_ID length). When wirekit accepts them,
+    //    [`compare`] still compares everything but the TLVs.
     use proxy::Error::{Crc32cLength, Crc32cMismatch, SslTlv, TlvTiling, UniqueIdTooLong};
     let tlv_error = matches!(
         err,
         Some(TlvTiling | SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong)
     );
-    if !theirs.v1 && theirs.addrs == Addrs::Unspec && theirs.tlvs.is_empty() {
-        if tlv_error || ours.is_some_and(|o| o.addrs == Addrs::Unspec) {
-            return true;
-        }
+    if ppp_unspec(peer, input, theirs) && tlv_error {
+        return true;
     }
     // 3. wirekit checks the values whose shape the spec fixes: an SSL TLV's 5 fixed bytes and
     //    tiling sub-TLVs, a CRC32C TLV of 4 bytes (once, and matching), UNIQUE_ID at most 128
@@ -250,14 +254,18 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
     {
         return true;
     }
-    // 4. proxy-protocol-codec's v1 splits the line on any run of ASCII whitespace (several
-    //    spaces, tabs, form feeds, a space before the protocol) and takes a lone CR inside it;
+    // 4. proxy-protocol-codec's v1 splits the line on any run of whitespace (several spaces,
+    //    tabs, form feeds, Unicode spaces such as U+0085, a space before the protocol) and
+    //    takes a lone CR inside it;
     //    wirekit follows the spec's grammar: exactly one space between fields, CRLF only at the
     //    end.
     if peer == "proxy-protocol-codec" && theirs.v1 {
         use proxy::Error::{V1Address, V1LineEnd, V1Port, V1Protocol, V1Separator};
         let line = &input[V1_PREFIX_LEN.min(theirs.len)..theirs.len.saturating_sub(2)];
-        let loose = line.iter().any(|&b| b != b' ' && b.is_ascii_whitespace())
+        // Its split is `str::split_whitespace`: Unicode whitespace (U+0085, U+00A0, ...).
+        let loose = String::from_utf8_lossy(line)
+            .chars()
+            .any(|c| c != ' ' && c.is_whitespace())
             || line.windows(2).any(|w| w == b"  ")
             || line.first() == Some(&b' ')
             || line.last() == Some(&b' ');
@@ -278,8 +286,10 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
             return true;
         }
     }
-    // 6. ppp ends a v1 line at a bare LF; wirekit requires CRLF.
-    if peer == "ppp" && theirs.v1 && err == Some(proxy::Error::V1LineEnd) {
+    // 6. ppp ends a v1 line at a bare LF; wirekit requires CRLF (and so stops at whatever
+    //    comes before the LF where the CR should be: a port, a separator, the line end).
+    let v1_error = matches!(err, Some(e) if e.as_str().starts_with("PROXY v1"));
+    if peer == "ppp" && theirs.v1 && v1_error {
         if input
             .get(..theirs.len)
             .is_some_and(|l| !l.ends_with(b"\r\n"))
@@ -298,36 +308,63 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm, ours: Option<&Norm>) -> boo
     }
     // 8. Both peers read v1 ports with a `+` sign or leading zeros (Rust's integer parsing),
     //    and proxy-protocol-codec reads a port's leading digits, ignoring what follows; wirekit
-    //    takes decimal without leading zeros only. More generally, wirekit refuses a v1 line
-    //    that the peers read leniently only when it differs from the canonical line for the
-    //    addresses they read: a canonical line wirekit refused would be a bug.
-    if theirs.v1 && matches!(err, Some(e) if e.as_str().starts_with("PROXY v1")) {
-        use std::net::{SocketAddrV4, SocketAddrV6};
-        let b = match theirs.addrs {
-            Addrs::V4(s, sp, d, dp) => {
-                proxy::v1::Builder::tcp4(SocketAddrV4::new(s, sp), SocketAddrV4::new(d, dp))
-            }
-            Addrs::V6(s, sp, d, dp) => proxy::v1::Builder::tcp6(
-                SocketAddrV6::new(s, sp, 0, 0),
-                SocketAddrV6::new(d, dp, 0, 0),
-            ),
-            _ => proxy::v1::Builder::unknown(),
+    //    takes decimal without leading zeros only. Accepted only when wirekit names the port,
+    //    the line has its six fields, and a port field is not the decimal form of the port
+    //    the peer read: a canonically written port that wirekit refused fails the target.
+    if theirs.v1 && err == Some(proxy::Error::V1Port) {
+        let ports = match theirs.addrs {
+            Addrs::V4(_, sp, _, dp) | Addrs::V6(_, sp, _, dp) => Some((sp, dp)),
+            _ => None,
         };
-        let mut canonical = [0u8; proxy::v1::MAX_LEN];
-        let n = b.encode(&mut canonical).unwrap();
-        if input.get(..theirs.len) != Some(&canonical[..n]) {
-            return true;
+        if let Some((sp, dp)) = ports {
+            let line = input[..theirs.len]
+                .strip_suffix(b"\r\n")
+                .unwrap_or(&input[..theirs.len]);
+            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            if let [_, _, _, _, src, dst] = fields[..] {
+                if src != sp.to_string().as_bytes() || dst != dp.to_string().as_bytes() {
+                    return true;
+                }
+            }
         }
     }
     false
+}
+
+/// ppp's reading of a v2 header of the UNSPEC family (family byte `0x0_`): the bytes after
+/// the 16 are an address block it does not read, so it reports no TLVs (difference 2).
+fn ppp_unspec(peer: &str, input: &[u8], theirs: &Norm) -> bool {
+    peer == "ppp" && !theirs.v1 && input.get(13).is_some_and(|f| f >> 4 == 0)
+}
+
+/// Headers wirekit accepts and both peers refuse (differences 10 and 11):
+/// - a LOCAL header whose length does not hold its family's address block, which the spec's
+///   receiver discards anyway: wirekit reads it as LOCAL without addresses, the peers refuse
+///   the short block;
+/// - a v1 `UNKNOWN` line whose ignored tail is not UTF-8: the spec's receiver ignores what
+///   follows `UNKNOWN` up to the CRLF, the peers decode the line as UTF-8 first.
+fn wirekit_leniency(input: &[u8], ours: &Norm) -> bool {
+    if ours.v1 {
+        let tail = &input[V1_PREFIX_LEN..ours.len - 2];
+        return ours.addrs == Addrs::Unspec
+            && tail.starts_with(b"UNKNOWN")
+            && std::str::from_utf8(tail).is_err();
+    }
+    let block = match input.get(13).map(|f| f >> 4) {
+        Some(1) => 12,
+        Some(2) => 36,
+        Some(3) => 216,
+        _ => return false,
+    };
+    ours.local && ours.addrs == Addrs::Unspec && ours.len < 16 + block
 }
 
 /// `PROXY ` up to the protocol.
 const V1_PREFIX_LEN: usize = 6;
 
 /// Compares a peer's reading with wirekit's.
-fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>, transport_known: bool) {
-    if accepted(peer, input, &theirs, ours) {
+fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>) {
+    if accepted(peer, input, &theirs) {
         return;
     }
     let Some(ours) = ours else {
@@ -337,19 +374,22 @@ fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>, transpor
         );
     };
     let (mut ours, mut theirs) = (ours.clone(), theirs);
-    if !transport_known {
-        ours.transport = 0;
-        theirs.transport = 0;
+    // 2. ppp does not read the TLVs after an UNSPEC header (see `accepted`).
+    if ppp_unspec(peer, input, &theirs) {
+        ours.tlvs.clear();
     }
     // 9. A LOCAL header's address block is discarded by the spec's receiver; wirekit parses it
-    //    when it fits the family (its policy ignores it under LOCAL), proxy-protocol-codec
-    //    reports none for some families (INET6 over DGRAM). Both readings are the spec's.
-    if ours.local
-        && theirs.local
-        && (ours.addrs == Addrs::Unspec) != (theirs.addrs == Addrs::Unspec)
-    {
-        ours.addrs = Addrs::Unspec;
-        theirs.addrs = Addrs::Unspec;
+    //    when it fits the family (its policy ignores it under LOCAL), and reads the transport
+    //    from the family byte; proxy-protocol-codec reports neither under LOCAL, and ppp no
+    //    addresses for some families (INET6 over DGRAM). Both readings are the spec's.
+    if ours.local && theirs.local {
+        if (ours.addrs == Addrs::Unspec) != (theirs.addrs == Addrs::Unspec) {
+            ours.addrs = Addrs::Unspec;
+            theirs.addrs = Addrs::Unspec;
+        }
+        if peer == "proxy-protocol-codec" {
+            ours.transport = 0;
+        }
     }
     assert_eq!(
         ours, theirs,
@@ -372,10 +412,17 @@ fuzz_target!(|data: &[u8]| {
     }
     input.extend_from_slice(rest);
     let ours = wirekit(&input);
-    if let Some(theirs) = ppp(&input) {
-        compare("ppp", &input, theirs, ours.as_ref(), true);
+    let (by_ppp, by_codec) = (ppp(&input), codec(&input));
+    if let Some(o) = &ours {
+        assert!(
+            by_ppp.is_some() || by_codec.is_some() || wirekit_leniency(&input, o),
+            "wirekit accepts what both peers refuse: {o:?} from {input:02x?}"
+        );
     }
-    if let Some(theirs) = codec(&input) {
-        compare("proxy-protocol-codec", &input, theirs, ours.as_ref(), false);
+    if let Some(theirs) = by_ppp {
+        compare("ppp", &input, theirs, ours.as_ref());
+    }
+    if let Some(theirs) = by_codec {
+        compare("proxy-protocol-codec", &input, theirs, ours.as_ref());
     }
 });

@@ -1,29 +1,58 @@
-//! Parses arbitrary bytes as a PROXY header, with the whole input and with every limit; when
-//! a header parses, re-emits it, parses the result again and checks it is the same header;
-//! checks that every strict prefix of a parsed header is `Partial`, and runs the policy on it.
+//! Parses arbitrary bytes as a PROXY header. When a header parses: under limits around its
+//! length (one less, equal, one more) and at the sizes that matter (0, 2, 6, v2's 16, v1's
+//! 107, the default 4096) it parses the same if the limit holds it and is `TooLong` otherwise;
+//! every strict prefix of it is `Partial` (all of them for headers up to 256 bytes, a sample
+//! beyond); each TLV's typed view is asked for (a typed result, never a panic); and
+//! re-emitted, it parses again to the same header, byte for byte for v2. (The accept policy's
+//! decisions on parse outcomes are checked by `proxy_policy`.)
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::Status;
-use wirekit_core::proxy::policy::{Outcome, Policy, decide};
 use wirekit_core::proxy::{self, Addresses, Command, Limits, Version};
 
+/// Every strict prefix is tried up to this header length; longer ones are sampled.
+const ALL_PREFIXES: usize = 256;
+
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { max_header_len: proxy::v2::MAX_LEN };
+    let limits = Limits {
+        max_header_len: proxy::v2::MAX_LEN,
+    };
     let result = proxy::parse(data, &limits);
-    if let Some(outcome) = Outcome::from_parse(result) {
-        for p in [Policy::Use, Policy::Ignore, Policy::Require, Policy::Reject, Policy::Skip] {
-            let _ = decide(p, outcome);
-        }
-    }
     let Ok(Status::Complete(h)) = result else {
         return;
     };
     assert!(h.len <= data.len());
     // Only the header's bytes decide: a shorter input is Partial, never an error.
-    for k in [0, h.len / 2, h.len.saturating_sub(1)] {
-        if k < h.len {
-            assert!(proxy::parse(&data[..k], &limits).unwrap().is_partial());
+    let sampled = [0, 15, 16, h.len / 2, h.len.saturating_sub(1)];
+    let prefixes: Vec<usize> = if h.len <= ALL_PREFIXES {
+        (0..h.len).collect()
+    } else {
+        sampled.to_vec()
+    };
+    for k in prefixes.into_iter().filter(|&k| k < h.len) {
+        assert!(
+            proxy::parse(&data[..k], &limits).unwrap().is_partial(),
+            "prefix of {k} bytes"
+        );
+    }
+    // A limit that holds the header reads it the same; a smaller one is TooLong.
+    let around = [h.len.saturating_sub(1), h.len, h.len + 1];
+    for max in [0, 2, 6, 16, 107, 4096].into_iter().chain(around) {
+        match proxy::parse(
+            data,
+            &Limits {
+                max_header_len: max,
+            },
+        ) {
+            Ok(Status::Complete(a)) => {
+                assert!(max >= h.len, "{} bytes read under a limit of {max}", h.len);
+                assert_eq!(a, h);
+            }
+            other => {
+                assert!(max < h.len, "limit {max} holds {} bytes: {other:?}", h.len);
+                assert_eq!(other, Err(proxy::Error::TooLong), "under a limit of {max}");
+            }
         }
     }
     for t in h.tlvs() {
@@ -38,8 +67,22 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(again.len, n);
     assert_eq!(
-        (again.version, again.command, again.transport, again.addresses, again.tlvs, again.crc32c),
-        (h.version, h.command, h.transport, h.addresses, h.tlvs, h.crc32c)
+        (
+            again.version,
+            again.command,
+            again.transport,
+            again.addresses,
+            again.tlvs,
+            again.crc32c
+        ),
+        (
+            h.version,
+            h.command,
+            h.transport,
+            h.addresses,
+            h.tlvs,
+            h.crc32c
+        )
     );
     // v2 re-emits byte for byte, except a LOCAL header whose address block did not fit its
     // family and was discarded (it comes back as a bare UNSPEC LOCAL).
