@@ -721,6 +721,15 @@ mod tests {
         let mut local4 = IPV4;
         local4[12] = 0x20;
         assert_eq!(ok(&local4).addresses, ok(&IPV4).addresses);
+        // LOCAL with an INET6 DGRAM block (fuzz/crashes.tsv, proxy_diff): the block is parsed
+        // as under PROXY and its transport read; the policy ignores both under LOCAL.
+        let mut local6 = IPV6;
+        local6[12] = 0x20;
+        let h = ok(&local6);
+        assert_eq!(
+            (h.command, h.transport, h.addresses, h.len),
+            (Command::Local, Transport::Dgram, ok(&IPV6).addresses, IPV6.len())
+        );
         // LOCAL whose length does not hold the block: block discarded.
         let mut short = [0u8; 20];
         short[..16].copy_from_slice(&IPV4[..16]);
