@@ -728,7 +728,12 @@ mod tests {
         let h = ok(&local6);
         assert_eq!(
             (h.command, h.transport, h.addresses, h.len),
-            (Command::Local, Transport::Dgram, ok(&IPV6).addresses, IPV6.len())
+            (
+                Command::Local,
+                Transport::Dgram,
+                ok(&IPV6).addresses,
+                IPV6.len()
+            )
         );
         // LOCAL whose length does not hold the block: block discarded.
         let mut short = [0u8; 20];
