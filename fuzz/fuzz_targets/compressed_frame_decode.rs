@@ -4,7 +4,8 @@
 //! the same bodies come back, compressed exactly when the encoder compressed them, with the
 //! same events whatever the split. Raw bytes after the script must give the same frame or typed
 //! error however they are split; a body decoded from them re-encodes at every level and decodes
-//! back to itself. A Data Length is checked against the limits before anything is inflated.
+//! back to itself. (The decoder checks a Data Length against the limits before it inflates
+//! anything; the target sees that as the typed error, the same whatever the split.)
 #![no_main]
 
 #[path = "../shared/pieces.rs"]

@@ -2,28 +2,35 @@
 //! arbitrary pieces: arbitrary config (VarInt or fixed framing of any width and order, packet
 //! limit, announced compression threshold and level, PROXY policy), an optional PROXY header,
 //! well-formed requests from the `Client` (echo, stats, set-compression, in and out of
-//! compression) and raw bytes. Asserted: consumed and written stay within the input and the
+//! compression), raw bytes, and the time each piece arrives at. The PROXY header is v1, or v2
+//! INET, INET6 or LOCAL. Asserted: consumed and written stay within the input and the
 //! output room; `Want::Output(n)` asks for more room than there was; an error comes only from a
 //! call that made no progress and recurs on the same input (it is at the start of the
 //! unconsumed input); the stream ends cleanly exactly when nothing is left; the counters match
 //! what was consumed and written and the connection's end; and a stream of well-formed requests
-//! gets every reply, in order, as the client decodes them. Key derivation is served for one
-//! input in sixteen (it costs milliseconds and no coverage past its first call).
+//! gets every reply, in order, as the client decodes them. The header deadline is the start
+//! plus the header timeout until the first frame is served and gone after it, and
+//! `handle_timeout` reports `HeaderTimeout` exactly when a piece arrives past it; an accepted
+//! header gives the client address the policy says (`proxied_source`). Key derivation is
+//! served for one input in sixteen (it costs milliseconds and no coverage past its first
+//! call).
 #![no_main]
 
 #[path = "../shared/pieces.rs"]
 mod pieces;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::Status;
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
 use wirekit_core::proxy::policy::{Policy, ProxyConfig};
-use wirekit_core::proxy::v1;
+use wirekit_core::proxy::{Addresses, v1, v2};
 use wirekit_core::service::client::{Client, Response};
-use wirekit_core::service::{AtomicCounters, Config, Counters, Framing, Session, Want, Workspace};
+use wirekit_core::service::{
+    AtomicCounters, Config, Counters, Framing, Session, SessionError, Want, Workspace,
+};
 use wirekit_core::time::{Duration, Instant};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MIN};
 
@@ -47,6 +54,12 @@ struct Input {
     tail: Vec<u8>,
     room: u16,
     cuts: Vec<u16>,
+    /// The PROXY header's form: v1, v2 INET, v2 INET6 (the IPv4 address mapped), v2 LOCAL.
+    header_form: u8,
+    /// When the session starts, in milliseconds.
+    start: u32,
+    /// Milliseconds that pass before each piece arrives (cycled; none: all at the start).
+    clock: Vec<u16>,
 }
 
 const POLICIES: [Policy; 5] = [
@@ -88,10 +101,27 @@ fuzz_target!(|input: Input| {
 
     // The stream: PROXY header, requests, raw tail.
     let mut stream = Vec::new();
+    let mut source = None;
     if let Some((ip, port)) = input.header {
         let a = SocketAddrV4::new(Ipv4Addr::from(ip), port);
-        let mut h = [0u8; v1::MAX_LEN];
-        let n = v1::Builder::tcp4(a, a).encode(&mut h).unwrap();
+        let a6 = SocketAddrV6::new(a.ip().to_ipv6_mapped(), port, 0, 0);
+        let mut h = [0u8; 64];
+        let n = match input.header_form % 4 {
+            0 => {
+                source = Some(SocketAddr::V4(a));
+                v1::Builder::tcp4(a, a).encode(&mut h)
+            }
+            1 => {
+                source = Some(SocketAddr::V4(a));
+                v2::Builder::proxy(Addresses::Inet { src: a, dst: a }).encode(&mut h)
+            }
+            2 => {
+                source = Some(SocketAddr::V6(a6));
+                v2::Builder::proxy(Addresses::Inet6 { src: a6, dst: a6 }).encode(&mut h)
+            }
+            _ => v2::Builder::local().encode(&mut h),
+        }
+        .unwrap();
         stream.extend_from_slice(&h[..n]);
     }
     let announced =
@@ -160,23 +190,39 @@ fuzz_target!(|input: Input| {
 
     let counters = AtomicCounters::new();
     let room = usize::from(input.room) % config.max_output_len() + 1;
-    let (sent, consumed_total, closing) = if input.zlib {
+    let start = Instant::from_millis(u64::from(input.start));
+    let feed = Feed {
+        stream: &stream,
+        cuts: &input.cuts,
+        start,
+        clock: &input.clock,
+    };
+    let (sent, consumed_total, closing, proxied) = if input.zlib {
         let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor);
-        drive(&config, &mut ws, &counters, &stream, &input.cuts, room)
+        drive(&config, &mut ws, &counters, &feed, room)
     } else {
         drive(
             &config,
             &mut Workspace::new(&mut scratch),
             &counters,
-            &stream,
-            &input.cuts,
+            &feed,
             room,
         )
     };
+    // The client address the policy says, once a header was accepted (`None`: no header
+    // read, a LOCAL one, or the policy ignores it).
+    if let Some(proxied) = proxied {
+        let policy = config.proxy().unknown_peer_policy();
+        let expected = match policy {
+            Policy::Use | Policy::Require if input.header.is_some() => source,
+            _ => None,
+        };
+        assert_eq!(proxied, expected, "proxied_source under {policy:?}");
+    }
     let s = counters.snapshot();
     // Counted from the first call on, unless that call failed before the connection started
     // (an adapter bug: a threshold without zlib); closed as often as opened.
-    let unstarted = closing == Some(wirekit_core::service::SessionError::CompressionUnavailable);
+    let unstarted = closing == Some(SessionError::CompressionUnavailable);
     assert_eq!(
         (s.connections, s.open_connections),
         (u64::from(!unstarted || s.connections == 1), 0)
@@ -234,26 +280,40 @@ fuzz_target!(|input: Input| {
     }
 });
 
-/// Drives a session over `stream` cut into pieces: `(bytes sent, bytes consumed, the error
-/// that closed the connection)`.
+/// What the peer sends: the stream, where it is cut into pieces, and when they arrive.
+struct Feed<'a> {
+    stream: &'a [u8],
+    cuts: &'a [u16],
+    start: Instant,
+    clock: &'a [u16],
+}
+
+/// Drives a session over the feed: `(bytes sent, bytes consumed, the error that closed the
+/// connection, the session's proxied source once past the header phase without an error)`.
 fn drive<S: AsMut<[u32]>>(
     config: &Config,
     ws: &mut Workspace<'_, S>,
     counters: &AtomicCounters,
-    stream: &[u8],
-    cuts: &[u16],
+    feed: &Feed<'_>,
     mut room: usize,
-) -> (Vec<u8>, usize, Option<wirekit_core::service::SessionError>) {
-    let mut session = Session::new(config, Instant::ZERO);
-    assert_eq!(
-        session.next_timeout(),
-        Some(Instant::ZERO + Duration::from_secs(5))
-    );
+) -> (
+    Vec<u8>,
+    usize,
+    Option<SessionError>,
+    Option<Option<SocketAddr>>,
+) {
+    let mut now = feed.start;
+    let mut session = Session::new(config, now);
+    let deadline = feed.start + Duration::from_secs(5);
+    assert_eq!(session.next_timeout(), Some(deadline));
+    // The greeting, when one is announced, is the first frame out and serves no request.
+    let greets = config.framing() == Framing::VarInt && config.compression_threshold() >= 0;
+    let mut ticks = feed.clock.iter().cycle();
     let mut out = vec![0u8; config.max_output_len().max(room)];
     let mut sent = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
     let (mut consumed_total, mut error) = (0usize, None);
-    let mut pieces = pieces::pieces(stream, cuts).into_iter();
+    let mut pieces = pieces::pieces(feed.stream, feed.cuts).into_iter();
     let mut first = true;
     'conn: loop {
         let mut idle = 0;
@@ -262,6 +322,11 @@ fn drive<S: AsMut<[u32]>>(
             match session.handle(call, &mut out[..room], ws, counters) {
                 Ok(p) => {
                     assert!(p.consumed <= call.len() && p.written <= room);
+                    // The deadline holds until the first frame is served.
+                    let out_frames = counters.snapshot().frames_out;
+                    let served = out_frames > u64::from(greets && out_frames > 0);
+                    let expected = (!served).then_some(deadline);
+                    assert_eq!(session.next_timeout(), expected, "header deadline");
                     sent.extend_from_slice(&out[..p.written]);
                     consumed_total += p.consumed;
                     let progressed = p.consumed > 0 || p.written > 0;
@@ -296,7 +361,21 @@ fn drive<S: AsMut<[u32]>>(
             }
         }
         match pieces.next() {
-            Some(piece) => pending.extend_from_slice(piece),
+            Some(piece) => {
+                if let Some(&ms) = ticks.next() {
+                    now += Duration::from_millis(u64::from(ms));
+                }
+                match session.next_timeout() {
+                    Some(d) if now >= d => {
+                        let timeout = session.handle_timeout(now);
+                        assert_eq!(timeout, Err(SessionError::HeaderTimeout));
+                        error = Some(SessionError::HeaderTimeout);
+                        break 'conn;
+                    }
+                    _ => assert_eq!(session.handle_timeout(now), Ok(())),
+                }
+                pending.extend_from_slice(piece);
+            }
             None => break,
         }
     }
@@ -305,8 +384,9 @@ fn drive<S: AsMut<[u32]>>(
         assert_eq!(end.is_ok(), pending.is_empty());
     }
     let closing = error.or(end.err());
+    let proxied = (closing.is_none() && !session.in_header()).then(|| session.proxied_source());
     session.finish(counters, closing.as_ref());
-    (sent, consumed_total, closing)
+    (sent, consumed_total, closing, proxied)
 }
 
 /// A 5-byte buffer for a threshold's VarInt, kept in `g`.
