@@ -558,8 +558,8 @@ and PROXY, the same verdict as an independent implementation (zlib-rs through fl
 crates `ppp` and `proxy-protocol-codec`). Targets whose deep states plain bytes cannot reach
 take a structured input (`arbitrary`). A campaign runs each target for N minutes on its
 committed corpus (`fuzz/corpus/<target>/`), then minimizes the corpus (`-merge=1` into a fresh
-directory) and commits it back. Rows at `ec68cd10` or later come from campaigns that let
-inputs reach the 64 KiB maximum from the first minute (`-len_control=0`). With libFuzzer's
+directory) and commits it back. Runs from `ec68cd10` on (the `setup` column of the runs
+table) let inputs reach the 64 KiB maximum from the first minute (`-len_control=0`). With libFuzzer's
 default the length limit starts at the corpus's longest input and grows through the run, and
 in the runs of 2026-12-03 that growth was behind most late features (zlib_round_trip 44 of its
 73 new-feature lines, inflate_diff 28 of 39, compressed_frame_decode 15 of 21 came from inputs
@@ -571,6 +571,29 @@ count of executions is the same measure when the run has its core to itself, and
 when it shares it). CI runs every target for a fixed number of runs from
 a fixed seed (`cargo xtask fuzz --smoke`).
 ";
+
+const RUNS_HEAD: &str = "\n## Runs\n\n`setup`: how the run's binaries were built and run, from \
+the commit's history: `asan` (AddressSanitizer, before `4e521d31`), `plain` (no sanitizer), \
+`plain, 64K` (no sanitizer, inputs up to 64 KiB from the start: `ec68cd10` on); coverage \
+figures compare only within one setup.\n\n\
+| date | commit | target | setup | s | executions | cov | ft | corpus | plateau | crashes |\n\
+|---|---|---|---|---:|---:|---:|---:|---:|---|---:|\n";
+
+/// The build and run setup of a campaign at `commit` (see [`RUNS_HEAD`]), from git's history;
+/// `?` if git cannot tell (an unknown commit).
+fn setup_at(commit: &str) -> &'static str {
+    let after =
+        |base: &str| output("git", &["merge-base", "--is-ancestor", base, commit]).is_some();
+    if output("git", &["cat-file", "-e", &format!("{commit}^{{commit}}")]).is_none() {
+        "?"
+    } else if after("ec68cd10") {
+        "plain, 64K"
+    } else if after("4e521d31") {
+        "plain"
+    } else {
+        "asan"
+    }
+}
 
 /// Regenerates `FUZZING.md` at the repository root.
 fn write_report() -> Result<(), String> {
@@ -584,8 +607,8 @@ fn write_report() -> Result<(), String> {
     md.push_str(
         "\n## Targets\n\n\
          | target | runs | total time | executions | cov (latest) | ft (latest) | corpus | \
-         plateau (latest) | runs stopped by a crash |\n\
-         |---|---:|---:|---:|---:|---:|---:|---|---:|\n",
+         plateau (latest) | setup (latest) | runs stopped by a crash |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|---|---:|\n",
     );
     let listed = order
         .iter()
@@ -599,7 +622,7 @@ fn write_report() -> Result<(), String> {
         .collect::<Vec<_>>();
     for t in listed {
         let Some(runs) = by_target.get(t) else {
-            let _ = writeln!(md, "| {t} | 0 | - | - | - | - | - | - | - |");
+            let _ = writeln!(md, "| {t} | 0 | - | - | - | - | - | - | - | - |");
             continue;
         };
         let last = runs[runs.len() - 1];
@@ -608,7 +631,7 @@ fn write_report() -> Result<(), String> {
         let crashes: u64 = runs.iter().map(|r| r.crashes).sum();
         let _ = writeln!(
             md,
-            "| {t} | {} | {} min | {} | {} | {} | {} files, {} KiB | {} | {crashes} |",
+            "| {t} | {} | {} min | {} | {} | {} | {} files, {} KiB | {} | {} | {crashes} |",
             runs.len(),
             (secs + 30) / 60,
             thousands(execs),
@@ -617,6 +640,7 @@ fn write_report() -> Result<(), String> {
             last.corpus_files,
             last.corpus_bytes.div_ceil(1024),
             if last.plateau { "yes" } else { "no" },
+            setup_at(&last.commit),
         );
     }
     md.push_str("\n## Crashes found and fixed\n\n");
@@ -634,11 +658,15 @@ fn write_report() -> Result<(), String> {
         md.push('\n');
         md.push_str(&text);
     }
-    md.push_str("\n## Runs\n\n| date | commit | target | s | executions | cov | ft | corpus | plateau | crashes |\n|---|---|---|---:|---:|---:|---:|---:|---|---:|\n");
+    md.push_str(RUNS_HEAD);
+    let mut setups: BTreeMap<&str, &str> = BTreeMap::new();
     for r in &rows {
+        let setup = *setups
+            .entry(&r.commit)
+            .or_insert_with(|| setup_at(&r.commit));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {setup} | {} | {} | {} | {} | {} | {} | {} |",
             r.date,
             r.commit,
             r.target,
