@@ -1,7 +1,8 @@
 //! Connection churn against `wirekit serve` (a child process): the load generator's churn mode
 //! (connect, one echo, close, on every task as fast as it goes) for 30 s, as the reliability
 //! issue asks; the server's open descriptors must come back to their baseline and its resident
-//! memory stay under a stated bound throughout.
+//! memory stay under a stated bound throughout, growing by no more than a few bytes a
+//! connection (a leak per connection shows as growth over hundreds of thousands of them).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,8 +15,24 @@ use wirekit_tests::service_client::ServiceClient;
 
 /// How long the churn runs.
 const CHURN: Duration = Duration::from_secs(30);
+/// How long the churn before the baseline runs.
+const WARM_UP: Duration = Duration::from_secs(1);
 /// The resident-memory bound for the server during the churn.
 const RSS_BOUND_KIB: u64 = 64 * 1024;
+/// Load-generator tasks, each connecting, echoing and closing in turn.
+const TASKS: usize = 16;
+/// What the server's RSS may grow by over the churn, at its peak and after, beyond
+/// [`GROWTH_PER_CONNECTION`] a connection: the allocator's working set for the connections
+/// open at once (a few per task) and its arenas' slack: tens of KiB after the warm-up, flat
+/// however many connections follow.
+const GROWTH_ALLOWANCE_KIB: u64 = 256;
+/// What the server's RSS may grow by per connection made. A leak of 16 bytes a connection
+/// exceeds it, with the allowance, from [`LEAK_VISIBLE_FROM`] connections on.
+const GROWTH_PER_CONNECTION: u64 = 4;
+/// The fewest connections the churn must make for the growth bound to catch a 16-byte leak a
+/// connection: `16 c > 256 KiB + 4 c` from about 22,000 on (below what the churn makes even
+/// with other processes starving the server of its 2 cores).
+const LEAK_VISIBLE_FROM: u64 = 25_000;
 
 #[test]
 fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_memory() {
@@ -25,11 +42,24 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
         .args(["--max-frame", "4096"])
         .log("warn")
         .start();
-    // A connection and back, so the runtime's threads and buffers exist before the baseline.
-    ServiceClient::connect(server.addr, None, None)
-        .unwrap()
-        .echo(b"warm-up")
-        .unwrap();
+    let churn = |duration| {
+        loadgen::run(LoadOptions {
+            target: Some(server.addr),
+            // More tasks than cores, so that while some wait on their round trips the others
+            // keep the server busy; the rate they reach is measured and recorded, not assumed
+            // here.
+            connections: TASKS,
+            duration,
+            payload: PayloadSizes::Fixed(64),
+            churn: true,
+            ..LoadOptions::default()
+        })
+    };
+    // A short churn first, so that every worker thread's buffers and the allocator's arenas
+    // for as many connections at once exist before the baseline (after one connection the
+    // baseline was up to 600 KiB lower than after a second of churn, and then flat): what
+    // grows after it is the churn's own.
+    let warm_up = churn(WARM_UP).expect("the warm-up churn ran without an error");
     std::thread::sleep(Duration::from_millis(200));
     let baseline_fds = server.open_fds();
     let rss_start = server.rss_kib();
@@ -60,17 +90,7 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
             }
         })
     };
-    let report = loadgen::run(LoadOptions {
-        target: Some(server.addr),
-        // The generator's best churn rate on 2 cores (4 tasks: 1,800/s, 16: 2,300/s, 64:
-        // 2,000/s, dev profile).
-        connections: 16,
-        duration: CHURN,
-        payload: PayloadSizes::Fixed(64),
-        churn: true,
-        ..LoadOptions::default()
-    })
-    .expect("the churn ran without an error");
+    let report = churn(CHURN).expect("the churn ran without an error");
     done.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
     let rate = report.frames_per_sec();
@@ -100,11 +120,34 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
         peak < RSS_BOUND_KIB,
         "server RSS peaked at {peak} KiB (bound {RSS_BOUND_KIB} KiB)"
     );
+    assert!(
+        report.frames >= LEAK_VISIBLE_FROM,
+        "{} connections: too few for the growth bound to show a 16-byte leak a connection \
+         (at least {LEAK_VISIBLE_FROM})",
+        report.frames
+    );
+    let growth_bound = GROWTH_ALLOWANCE_KIB * 1024 + GROWTH_PER_CONNECTION * report.frames;
+    let (peak_growth, end_growth) = (
+        peak.saturating_sub(rss_start) * 1024,
+        rss_end.saturating_sub(rss_start) * 1024,
+    );
+    for (when, growth) in [("at the peak", peak_growth), ("after", end_growth)] {
+        assert!(
+            growth <= growth_bound,
+            "server RSS grew by {growth} B {when} over {} connections (bound {growth_bound} B: \
+             {GROWTH_ALLOWANCE_KIB} KiB + {GROWTH_PER_CONNECTION} B a connection)",
+            report.frames
+        );
+    }
     let mut c = ServiceClient::connect(server.addr, None, None).unwrap();
     let stats = c.stats().unwrap();
     assert_eq!(stats.errors, 0, "{stats:?}");
-    // The churn's connections, the warm-up and this one.
-    assert_eq!(stats.connections, report.frames + 2, "{stats:?}");
+    // The churn's connections, the warm-up's and this one.
+    assert_eq!(
+        stats.connections,
+        report.frames + warm_up.frames + 1,
+        "{stats:?}"
+    );
     drop(c);
     let (status, _) = server.stop();
     assert!(status.success());
@@ -112,7 +155,8 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
     record(
         test,
         &format!(
-            "connect, one 64-byte echo, close, for {CHURN:?} from 16 tasks (`wirekit bench --churn`)"
+            "connect, one 64-byte echo, close, for {CHURN:?} from {TASKS} tasks (`wirekit bench \
+             --churn`)"
         ),
         &format!(
             "{} connections, {rate:.0}/s, p50 {:.1?}, p99 {:.1?}; server CPU {:.0?} a connection",
@@ -132,7 +176,17 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
     record(
         test,
         "server RSS",
-        &format!("{rss_start} KiB at the start, {peak} KiB at the peak, {rss_end} KiB after"),
-        &format!("peak under {} MiB", RSS_BOUND_KIB / 1024),
+        &format!(
+            "{rss_start} KiB at the start, {peak} KiB at the peak, {rss_end} KiB after: grown \
+             {:.2} B a connection at the peak, {:.2} B after",
+            peak_growth as f64 / report.frames as f64,
+            end_growth as f64 / report.frames as f64
+        ),
+        &format!(
+            "peak under {} MiB; grown at most {GROWTH_ALLOWANCE_KIB} KiB + \
+             {GROWTH_PER_CONNECTION} B a connection at the peak and after, over at least \
+             {LEAK_VISIBLE_FROM} connections (a 16 B leak a connection exceeds it)",
+            RSS_BOUND_KIB / 1024
+        ),
     );
 }

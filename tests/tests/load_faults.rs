@@ -5,12 +5,22 @@
 //! logged (its per-connection `closed` line) the fault once.
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use wirekit_tests::faults;
 use wirekit_tests::report::record;
 use wirekit_tests::serve_process::{self, ServeProcess, close_counts, fields};
 use wirekit_tests::service_client::ServiceClient;
+
+/// How late after the header timeout a slow-loris connection may be seen closed: the trickle
+/// looks at each connection once per interval (100 ms), and a loaded 2-core machine runs the
+/// server's timers and the test's loop late.
+const SLOW_LORIS_MARGIN: Duration = Duration::from_secs(1);
+/// What a connection trickling a short prefix may cost the server, in KiB: its input (a 4 KiB
+/// buffer at first), its task and its session.
+const SLOW_LORIS_KIB: u64 = 12;
 
 /// The `closed` lines whose `why` is `why`.
 fn closes_with_why(lines: &[String], why: &str) -> Vec<HashMap<String, String>> {
@@ -252,29 +262,36 @@ fn a_client_that_keeps_its_window_shut_is_closed_at_the_send_timeout() {
     );
 }
 
+/// `wirekit serve` for the slow-loris cases: PROXY headers optional, `header_timeout`,
+/// packets up to 4096 bytes. With a bystander served once, and the server's RSS then (KiB).
+fn slow_loris_server(header_timeout: Duration) -> (ServeProcess, ServiceClient, u64) {
+    let server = ServeProcess::start([
+        "--proxy-protocol".to_string(),
+        "USE".into(),
+        "--header-timeout".into(),
+        header_timeout.as_secs_f64().to_string(),
+        "--max-frame".into(),
+        "4096".into(),
+    ]);
+    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
+    bystander.echo(b"warm-up").unwrap();
+    let rss_before = server.rss_kib();
+    (server, bystander, rss_before)
+}
+
 #[test]
 fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_timeout() {
     const EACH: usize = 500;
     let timeout = Duration::from_millis(1500);
     let _one = serve_process::exclusive();
-    let server = ServeProcess::start([
-        "--proxy-protocol",
-        "USE",
-        "--header-timeout",
-        "1.5",
-        "--max-frame",
-        "4096",
-    ]);
-    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
-    bystander.echo(b"warm-up").unwrap();
-    let rss_before = server.rss_kib();
+    let (server, mut bystander, rss_before) = slow_loris_server(timeout);
     let addr = server.addr;
     let header = b"PROXY TCP4 192.0.2.1 127.0.0.1 5000 7000\r\n".to_vec();
     // A 64-byte echo frame without a header (its first byte is no PROXY signature).
     let mut frame = vec![64u8, 0x00];
     frame.extend(faults::numbered_payload(3, 0, 63));
     let interval = Duration::from_millis(100);
-    let within = timeout + Duration::from_secs(3);
+    let within = timeout + SLOW_LORIS_MARGIN;
     let slow: Vec<_> = [header, frame]
         .into_iter()
         .map(|prefix| {
@@ -311,11 +328,11 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
         fds_open > 2 * EACH,
         "the slow connections were open at once"
     );
-    // Its input so far (a 4 KiB buffer at first) and its task and session: about 6.5 KiB
-    // measured; 12 KiB leaves room for the allocator's arenas.
+    // Its input so far (a 4 KiB buffer at first) and its task and session; the bound leaves
+    // room for the allocator's arenas.
     assert!(
-        per_conn < 12 * 1024,
-        "{per_conn} bytes held per slow connection (bound 12 KiB)"
+        per_conn < SLOW_LORIS_KIB * 1024,
+        "{per_conn} bytes held per slow connection (bound {SLOW_LORIS_KIB} KiB)"
     );
     assert!(rtt < Duration::from_secs(1));
     bystander.echo(b"after").unwrap();
@@ -351,19 +368,207 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
             frame_closes.1,
             counts["lines_suppressed"]
         ),
-        "under 12 KiB a connection; closed at the timeout; every line logged or counted",
+        &format!(
+            "under {SLOW_LORIS_KIB} KiB a connection; closed between the timeout and \
+             {SLOW_LORIS_MARGIN:?} after it; every line logged or counted"
+        ),
+    );
+}
+
+/// A PROXY v2 header (INET, STREAM) whose address block and TLVs declare `len` bytes.
+fn proxy_v2_declaring(len: u16) -> Vec<u8> {
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11".to_vec();
+    h.extend_from_slice(&len.to_be_bytes());
+    h
+}
+
+/// `count` connections that each send all of `prefix` but its last byte, in `chunks` writes
+/// `interval` apart: slow-loris clients that carry nearly a whole header or frame, so the
+/// server holds (and has touched) as much as a connection can make it hold.
+fn trickle_all_but_the_last_byte(
+    addr: std::net::SocketAddr,
+    count: usize,
+    prefix: &[u8],
+    chunks: usize,
+    interval: Duration,
+) -> std::io::Result<Vec<TcpStream>> {
+    let conns = (0..count)
+        .map(|_| TcpStream::connect(addr))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let body = &prefix[..prefix.len() - 1];
+    for chunk in body.chunks(body.len().div_ceil(chunks)) {
+        for mut c in &conns {
+            c.write_all(chunk)?;
+        }
+        std::thread::sleep(interval);
+    }
+    Ok(conns)
+}
+
+/// Waits for the server to close each of `conns` (a read sees the end or a reset); the first
+/// and last close seen, from `start`. An error if one is still open at `start + within`.
+fn closes_seen(
+    conns: &mut [TcpStream],
+    start: Instant,
+    within: Duration,
+) -> std::io::Result<(Duration, Duration)> {
+    let (mut first, mut last) = (None, Duration::ZERO);
+    for c in conns {
+        let left = within.saturating_sub(start.elapsed());
+        c.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+        match c.read(&mut [0u8; 64]) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Ok(n) => return Err(std::io::Error::other(format!("{n} bytes from the server"))),
+            Err(e) => return Err(std::io::Error::new(e.kind(), format!("still open: {e}"))),
+        }
+        let t = start.elapsed();
+        first.get_or_insert(t);
+        last = t;
+    }
+    Ok((first.unwrap_or_default(), last))
+}
+
+#[test]
+fn slow_loris_carrying_a_whole_header_costs_bounded_memory_past_the_caps_refused_at_once() {
+    const EACH: usize = 500;
+    const PAST_CAP: usize = 50;
+    // Within the caps: --max-proxy-header (4096 by default) and --max-frame 4096.
+    const DECLARED: usize = 4000;
+    let timeout = Duration::from_secs(3);
+    let _one = serve_process::exclusive();
+    let (server, mut bystander, rss_before) = slow_loris_server(timeout);
+    let addr = server.addr;
+    let mut header = proxy_v2_declaring((DECLARED - 16) as u16);
+    header.extend(faults::numbered_payload(5, 0, DECLARED - 16));
+    // An echo frame of DECLARED bytes (VarInt 4000 is a0 1f).
+    let mut frame = vec![0xa0, 0x1f, 0x00];
+    frame.extend(faults::numbered_payload(6, 0, DECLARED - 1));
+    let start = Instant::now();
+    let interval = Duration::from_millis(100);
+    let trickles: Vec<_> = [header, frame]
+        .into_iter()
+        .map(|prefix| {
+            std::thread::spawn(move || {
+                trickle_all_but_the_last_byte(addr, EACH, &prefix, 8, interval)
+            })
+        })
+        .collect();
+    let mut held: Vec<Vec<TcpStream>> = trickles
+        .into_iter()
+        .map(|t| t.join().unwrap().expect("trickle"))
+        .collect();
+    // Let the server read the last chunks, then sample it with every connection still open.
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_open = server.rss_kib();
+    let fds_open = server.open_fds();
+    let sampled = start.elapsed();
+    let t = Instant::now();
+    bystander.echo(b"served during the slow-loris").unwrap();
+    let rtt = t.elapsed();
+    assert!(
+        sampled < timeout,
+        "sampled at {sampled:?}, past the header timeout"
+    );
+    assert!(
+        fds_open > 2 * EACH,
+        "the slow connections were open at once"
+    );
+    let within = timeout + SLOW_LORIS_MARGIN;
+    let (header_closes, frame_closes) = (
+        closes_seen(&mut held[0], start, within).expect("PROXY-header slow-loris closed"),
+        closes_seen(&mut held[1], start, within).expect("first-frame slow-loris closed"),
+    );
+    let per_conn = rss_open.saturating_sub(rss_before) * 1024 / (2 * EACH) as u64;
+    eprintln!(
+        "slow-loris carrying {DECLARED} bytes: RSS {rss_before} -> {rss_open} KiB ({per_conn} B \
+         a connection) at {sampled:?}; closed at {header_closes:?} (header), {frame_closes:?} \
+         (frame); bystander round trip {rtt:?}"
+    );
+    // The same bound as for a connection that trickled ten bytes: what it carries fits the
+    // input buffer it has from its first byte (grown only to what the session says the header
+    // or frame needs, never to a declared length past the caps).
+    assert!(
+        per_conn < SLOW_LORIS_KIB * 1024,
+        "{per_conn} bytes held per slow connection carrying {DECLARED} (bound {SLOW_LORIS_KIB} \
+         KiB)"
+    );
+    for (first, last) in [header_closes, frame_closes] {
+        assert!(first >= timeout, "closed at {first:?}, before the timeout");
+        assert!(last <= within, "closed at {last:?}");
+    }
+    assert!(rtt < Duration::from_secs(1));
+    // Past the caps: a PROXY v2 header declaring 65,535 bytes (the cap is 4096) and a first
+    // frame declaring 1 MiB (VarInt 80 80 40; the cap is 4096) are refused as soon as their
+    // length is read, not buffered until the timeout.
+    let mut refused_after = Duration::ZERO;
+    for prefix in [proxy_v2_declaring(u16::MAX), vec![0x80, 0x80, 0x40, 0x00]] {
+        for _ in 0..PAST_CAP {
+            let mut c = TcpStream::connect(addr).unwrap();
+            let sent = Instant::now();
+            c.write_all(&prefix).unwrap();
+            closes_seen(std::slice::from_mut(&mut c), sent, timeout / 2)
+                .expect("refused before half the header timeout");
+            refused_after = refused_after.max(sent.elapsed());
+        }
+    }
+    eprintln!("past the caps: refused within {refused_after:?} of the length");
+    bystander.echo(b"after").unwrap();
+    drop(bystander);
+    let (_, lines) = server.stop();
+    let counts = close_counts(&lines);
+    assert_eq!(counts["header_timeout"], 2 * EACH as u64, "{counts:?}");
+    assert_eq!(
+        counts["protocol"],
+        (2 * EACH + 2 * PAST_CAP) as u64,
+        "{counts:?}"
+    );
+    // Every close went through the log limit: logged, by its reason, or counted as dropped.
+    let by_why = |why: &str| closes_with_why(&lines, why).len() as u64;
+    let logged = by_why("no header or first frame within the header timeout")
+        + by_why("invalid PROXY header: PROXY header longer than the limit")
+        + by_why("bad framing: frame length 1048576 exceeds the maximum 4096");
+    assert_eq!(
+        logged + counts["lines_suppressed"],
+        (2 * EACH + 2 * PAST_CAP) as u64,
+        "{counts:?}"
+    );
+    record(
+        "load_faults",
+        &format!(
+            "slow-loris carrying a whole header: {EACH} connections each on a {DECLARED}-byte \
+             PROXY v2 header and on a {DECLARED}-byte first frame, all but the last byte in 8 \
+             writes, header timeout {timeout:?}; {PAST_CAP} each declaring past the caps \
+             (65,535-byte header, 1 MiB frame; caps 4096)"
+        ),
+        &format!(
+            "{per_conn} B a connection; closed at {:.2?}..{:.2?} (header) and {:.2?}..{:.2?} \
+             (frame); past the caps refused within {refused_after:.1?} of the length, counted \
+             `protocol`",
+            header_closes.0, header_closes.1, frame_closes.0, frame_closes.1
+        ),
+        &format!(
+            "under {SLOW_LORIS_KIB} KiB a connection (as for ten bytes); closed between the timeout \
+             and {SLOW_LORIS_MARGIN:?} after it; past the caps closed before half the timeout; \
+             every line logged or counted"
+        ),
     );
 }
 
 #[test]
 fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
     const WAITING: usize = 20;
+    const KEPT: usize = 5;
     let _one = serve_process::exclusive();
     let server = ServeProcess::start(["--max-frame", "4096"]);
-    let mut bystanders = bystanders(&server, 5);
+    // The clients the server serves: WAITING of them leave later, which frees the descriptors
+    // the waiting clients need; KEPT stay throughout.
+    let leaving = bystanders(&server, WAITING);
+    let mut kept = bystanders(&server, KEPT);
+    let idle_fds = server.open_fds() - WAITING - KEPT;
     // No descriptor left for one more connection.
     let open = server.open_fds() as u64;
-    let (soft, hard) = serve_process::nofile(server.pid);
+    let (_, hard) = serve_process::nofile(server.pid);
     server.set_nofile(open, hard);
     let mut waiting: Vec<ServiceClient> = (0..WAITING)
         .map(|_| ServiceClient::connect(server.addr, None, None).expect("the backlog takes it"))
@@ -382,45 +587,83 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
     let period = Duration::from_secs(3);
     let start = Instant::now();
     while start.elapsed() < period {
-        for b in &mut bystanders {
+        for b in &mut kept {
             b.echo(b"served while accept fails").unwrap();
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let cpu = server.cpu_time() - cpu0;
-    eprintln!("CPU time over {period:?} of EMFILE, 5 connections served meanwhile: {cpu:?}");
+    eprintln!("CPU time over {period:?} of EMFILE, {KEPT} connections served meanwhile: {cpu:?}");
     // Spinning on the readable listener would take a core; the back-off takes next to nothing
-    // (the 5 connections' echoes included).
+    // (the kept connections' echoes included).
     assert!(
         cpu < Duration::from_millis(300),
         "{cpu:?} of CPU in {period:?}"
     );
-    server.set_nofile(soft, hard);
+    // Descriptors free up the way they do in service: clients the server serves leave. The
+    // limit stays where it was.
+    drop(leaving);
     for (i, w) in waiting.iter_mut().enumerate() {
-        let r = w.recv().expect("accepted once descriptors are free");
+        let r = w
+            .recv()
+            .expect("accepted and served once served clients left");
         assert_eq!(r.data, faults::numbered_payload(i as u32, 0, 64));
     }
-    drop(waiting);
-    drop(bystanders);
-    let (_, lines) = server.stop();
-    let failed_lines = lines.iter().filter(|l| l.contains("accept failed")).count();
-    let again_lines = lines
-        .iter()
-        .filter(|l| l.contains("accepting again"))
-        .count();
-    assert_eq!((failed_lines, again_lines), (1, 1), "{lines:#?}");
-    // The failure is the descriptor limit's (EMFILE), named as such.
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("accept failed") && l.contains("Too many open files")),
-        "{lines:#?}"
+    for b in &mut kept {
+        b.echo(b"served after the recovery").unwrap();
+    }
+    assert_eq!(
+        serve_process::nofile(server.pid),
+        (open, hard),
+        "the descriptor limit changed"
     );
+    // Every descriptor the leaving clients freed went to a waiting client.
+    assert_eq!(
+        server.open_fds() as u64,
+        open,
+        "descriptors with the waiting served"
+    );
+    drop(waiting);
+    drop(kept);
+    server.wait_for("every client closed", Duration::from_secs(10), |s| {
+        s.open_fds() <= idle_fds
+    });
+    let (_, lines) = server.stop();
     let counts = close_counts(&lines);
     let failed = counts["accept_failed"];
+    let failed_at: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains("accept failed"))
+        .collect();
+    let again_at: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains("accepting again"))
+        .collect();
+    // The failure is the descriptor limit's (EMFILE), named as such.
+    assert!(
+        lines[failed_at[0]].contains("Too many open files"),
+        "{lines:#?}"
+    );
+    // One line when accepts start failing and one when they succeed again, however many
+    // tries between: the recovery line counts them, and the counts add up to every try. (A
+    // retry can land while the leaving clients' descriptors are being closed, accept one
+    // waiting client and fail again: a second, short streak, logged the same way.)
+    assert_eq!(failed_at.len(), again_at.len(), "{lines:#?}");
+    let tries: Vec<u64> = again_at
+        .iter()
+        .map(|&i| fields(&lines[i])["failed"].parse().unwrap())
+        .collect();
+    assert_eq!(tries.iter().sum::<u64>(), failed, "{lines:#?}");
+    // The first streak, the 3 s above and more: one line each end.
+    assert!(
+        failed_at[0] < again_at[0] && failed_at.get(1).is_none_or(|&i| i > again_at[0]),
+        "{lines:#?}"
+    );
     // 3 s and more at a 10 ms back-off doubling to 320 ms: a dozen or so tries, not thousands.
-    assert!((1..=40).contains(&failed), "{failed} failed accepts");
-    assert_eq!(counts["peer_closed"], (WAITING + 5) as u64, "{counts:?}");
+    assert!((1..=40).contains(&tries[0]), "{} failed accepts", tries[0]);
+    assert_eq!(
+        counts["peer_closed"],
+        (2 * WAITING + KEPT) as u64,
+        "{counts:?}"
+    );
     record(
         "load_faults",
         &format!(
@@ -428,12 +671,16 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
              waiting"
         ),
         &format!(
-            "{} ms of CPU over {period:?} (10 ms ticks), {failed} accept tries; 5 connections \
-             served meanwhile; one `accept failed` (EMFILE) and one `accepting again` line; the \
-             waiting clients served once the limit is raised",
-            cpu.as_millis()
+            "{} ms of CPU over {period:?} (10 ms ticks), {} accept tries; {KEPT} connections \
+             served meanwhile; one `accept failed` (EMFILE) and one `accepting again` line for \
+             them (failure streaks in all: {}); once {WAITING} served clients left, the {WAITING} \
+             waiting were accepted and served, the limit unchanged",
+            cpu.as_millis(),
+            tries[0],
+            again_at.len()
         ),
-        "under 300 ms of CPU (no spin); at most 40 tries",
+        "under 300 ms of CPU (no spin); at most 40 tries; one line each end of a failure streak; \
+         every waiting client served without raising the limit, all descriptors in use again",
     );
 }
 

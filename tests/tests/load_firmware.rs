@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use wirekit::loadgen::{self, LoadOptions, PayloadSizes};
+use wirekit_core::service::wire::Stats;
 use wirekit_tests::faults;
 use wirekit_tests::qemu_firmware::{Qemu, assert_clean_log};
 use wirekit_tests::report::record;
@@ -23,16 +24,22 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The firmware ends a connection whose window takes no reply this long (firmware/src/server.rs
 /// `SEND_TIMEOUT`).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-/// The firmware closes a connection idle this long (firmware/src/server.rs `IDLE_TIMEOUT`).
-const FIRMWARE_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How late after the header timeout a slow-loris may be seen closed. Measured: 5.00-5.03 s
+/// at load average 11 on 2 cores. The margin is for the trickle's own check interval (200 ms),
+/// a loaded host scheduling the guest late, and the guest accepting late while its sockets
+/// finish closing the faults before; it is not for a slow clock: the slow-clock bug LOAD.md
+/// tells of closed at 15-21 s, far past it. It keeps the slow-loris well within the firmware's
+/// idle timeout (30 s, firmware/src/server.rs `IDLE_TIMEOUT`), so the bystander outlives it.
+const SLOW_LORIS_MARGIN: Duration = Duration::from_secs(2);
+/// The half-close's echoes.
+const HALF_CLOSE_ECHOES: u32 = 20;
 
 #[test]
 fn firmware_survives_the_faults_its_two_sessions_allow() {
     let Some(mut qemu) = Qemu::boot("load_firmware") else {
         return;
     };
-    let addr = qemu.service;
-    let outcome = std::panic::catch_unwind(|| exercise(addr));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exercise(&qemu)));
     let stats = match outcome {
         Ok(stats) => stats,
         Err(_) => {
@@ -46,15 +53,14 @@ fn firmware_survives_the_faults_its_two_sessions_allow() {
     let (status, log) = qemu.shutdown();
     assert!(status.success(), "QEMU exited with {status}; log:\n{log}");
     assert_clean_log(&log);
-    let count = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
-    // Each fault logged once: the two slow-loris connections by their error, the half-closed
-    // client (and the others that closed cleanly) as peer closed.
+    let count = |needle: &str| count_lines(&log, needle);
+    // The two slow-loris connections logged once each, by their error (the half-close and the
+    // reset were checked as they happened, in `exercise`).
     assert_eq!(
         count("closing: no header or first frame within the header timeout"),
         2,
         "{log}"
     );
-    assert!(count("peer closed") >= 1, "{log}");
     // The first never-reading client at least (the second may have been reset instead).
     assert!(
         count("closing: the peer took no reply within the send timeout") >= 1,
@@ -65,9 +71,49 @@ fn firmware_survives_the_faults_its_two_sessions_allow() {
 }
 
 /// Runs the faults; the firmware's counters at the end.
-fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
-    faults::half_close(addr, None, 20).expect("every reply after the half-close");
-    faults::reset_mid_frame(addr, None).unwrap();
+fn exercise(qemu: &Qemu) -> Stats {
+    let addr = qemu.service;
+    // The half-close and the reset each on a connection of its own, watched from a second one:
+    // what each added to the firmware's counters and its log is that fault's alone.
+    let mut watcher = connect_retrying(addr);
+    let half = watch_one_fault(qemu, &mut watcher, || {
+        faults::half_close(addr, None, HALF_CLOSE_ECHOES)
+            .expect("every reply after the half-close, in order")
+    });
+    // Every echo came back (the client compared each reply) and the firmware counted them.
+    let echoes = u64::from(HALF_CLOSE_ECHOES);
+    assert_eq!(
+        half.counts(),
+        (1, echoes, echoes, 0),
+        "the half-close's counts"
+    );
+    assert_eq!(half.ends(), 1, "one end for the half-close:\n{}", half.log);
+    assert_eq!(half.logged("peer closed"), 1, "{}", half.log);
+    let reset = watch_one_fault(qemu, &mut watcher, || {
+        faults::reset_mid_frame(addr, None).expect("the reset mid-frame")
+    });
+    // A reset is the socket's news, not a protocol error; the partial frame is no frame.
+    assert_eq!(reset.counts(), (1, 0, 0, 0), "the reset's counts");
+    assert_eq!(reset.ends(), 1, "one end for the reset:\n{}", reset.log);
+    let lost = reset.logged("connection lost: ConnectionReset");
+    assert_eq!(lost, 1, "{}", reset.log);
+    drop(watcher);
+    let once = "counted as one connection, no error; its end logged once";
+    record(
+        "load_firmware",
+        &format!("half-close: {HALF_CLOSE_ECHOES} echoes, then shutdown(Write)"),
+        &format!(
+            "every reply, then the close: one `peer closed` line; counted 1 connection, \
+             {HALF_CLOSE_ECHOES} frames each way"
+        ),
+        &format!("{once}; every echo counted both ways"),
+    );
+    record(
+        "load_firmware",
+        "RST in the middle of a frame (SO_LINGER 0)",
+        "one `connection lost: ConnectionReset` line; counted 1 connection, no frame",
+        once,
+    );
     // Two clients that send and never read hold both sessions: the firmware stops reading
     // from each (backpressure), and ends each once a reply has waited SEND_TIMEOUT for its
     // window, so a third client is served although neither of them left.
@@ -107,10 +153,8 @@ fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
     std::thread::sleep(SEND_TIMEOUT + Duration::from_secs(2));
     // Prefixes that never complete however long they trickle. The firmware reads its time
     // from a free-running timer that keeps pace with the host's clock even when QEMU's vCPU is
-    // starved (firmware/src/systick_time.rs), so its 5 s header timeout is 5 s here too; the
-    // margin is for a loaded host's late scheduling of the guest and for the guest accepting
-    // the connection late (its few sockets are still closing the faults above), not for a
-    // slow clock; it stays below the idle timeout, so the bystander must outlive it.
+    // starved (firmware/src/systick_time.rs), so its 5 s header timeout is 5 s here too:
+    // closed not before it, and within SLOW_LORIS_MARGIN after it.
     for (what, prefix) in [
         ("PROXY header", {
             // A v2 header declaring 900 bytes of addresses and TLVs (within the firmware's
@@ -135,7 +179,7 @@ fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
             &prefix,
             Duration::from_millis(200),
             HEADER_TIMEOUT,
-            HEADER_TIMEOUT * 5,
+            HEADER_TIMEOUT + SLOW_LORIS_MARGIN,
         )
         .unwrap_or_else(|e| panic!("slow-loris on the {what}: {e}"));
         eprintln!("slow-loris on the {what}: closed at {first:?}..{last:?}");
@@ -143,11 +187,14 @@ fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
             "load_firmware",
             &format!("slow-loris on the {what}, beside a bystander"),
             &format!("closed at {last:.2?} (header timeout {HEADER_TIMEOUT:?}); bystander served"),
-            "closed before the idle timeout; logged once",
+            &format!(
+                "closed between {HEADER_TIMEOUT:?} and {:?} (the timeout + {SLOW_LORIS_MARGIN:?}); \
+                 logged once",
+                HEADER_TIMEOUT + SLOW_LORIS_MARGIN
+            ),
         );
         // The bystander sat idle meanwhile, well within the firmware's idle timeout: it is
         // still served.
-        assert!(last < FIRMWARE_IDLE_TIMEOUT, "slow-loris lasted {last:?}");
         bystander
             .echo(b"after")
             .unwrap_or_else(|e| panic!("the bystander after the slow-loris on the {what}: {e}"));
@@ -181,6 +228,90 @@ fn exercise(addr: std::net::SocketAddr) -> wirekit_core::service::wire::Stats {
     let mut c = connect_retrying(addr);
     c.echo(b"still serving").unwrap();
     c.stats().unwrap()
+}
+
+/// What one fault, on a connection of its own, changed on the firmware: its counters' growth
+/// (less the watcher's own stats requests) and the log lines it added.
+struct FaultEffect {
+    connections: u64,
+    frames_in: u64,
+    frames_out: u64,
+    errors: u64,
+    /// The whole log after the fault, for messages.
+    log: String,
+    /// The log before the fault.
+    before: String,
+}
+
+impl FaultEffect {
+    /// Connections, frames in, frames out, protocol errors.
+    fn counts(&self) -> (u64, u64, u64, u64) {
+        (
+            self.connections,
+            self.frames_in,
+            self.frames_out,
+            self.errors,
+        )
+    }
+
+    /// Lines containing `needle` the fault added.
+    fn logged(&self, needle: &str) -> usize {
+        count_lines(&self.log, needle) - count_lines(&self.before, needle)
+    }
+
+    /// Connection ends the fault added to the log (firmware/src/server.rs logs one per
+    /// connection: `peer closed`, `closing: ...` or `connection lost: ...`).
+    fn ends(&self) -> usize {
+        ["peer closed", "closing: ", "connection lost: "]
+            .iter()
+            .map(|n| self.logged(n))
+            .sum()
+    }
+}
+
+/// Runs `fault` (one connection to the firmware, ended by the fault) with `watcher` (a second
+/// connection) reading the firmware's counters before it and until the fault's connection is
+/// closed: the firmware counts a close only once its socket is released, after logging it.
+fn watch_one_fault(qemu: &Qemu, watcher: &mut ServiceClient, fault: impl FnOnce()) -> FaultEffect {
+    let (start, _) = counters_once(watcher, |s| s.open_connections == 1);
+    let before = qemu.decoded_log();
+    fault();
+    let (end, polls) = counters_once(watcher, |s| {
+        s.open_connections == 1 && s.connections > start.connections
+    });
+    FaultEffect {
+        connections: end.connections - start.connections,
+        // Each stats request is a frame in and a reply out.
+        frames_in: end.frames_in - start.frames_in - polls,
+        frames_out: end.frames_out - start.frames_out - polls,
+        errors: end.errors - start.errors,
+        log: qemu.decoded_log(),
+        before,
+    }
+}
+
+/// Asks `watcher` for the firmware's counters until `settled` holds (at most 10 s); those
+/// counters and the number of requests it took.
+fn counters_once(watcher: &mut ServiceClient, settled: impl Fn(&Stats) -> bool) -> (Stats, u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut polls = 0;
+    loop {
+        let s = watcher.stats().expect("the watcher's stats request");
+        polls += 1;
+        if settled(&s) {
+            return (s, polls);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the firmware's counters did not settle: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Lines of `log` containing `needle`.
+fn count_lines(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
 }
 
 /// A connection that echoes: the firmware's sockets listen again a moment after a close.
