@@ -2,9 +2,10 @@
 //! `proxy-protocol-codec`: on every input one of them accepts, wirekit accepts the same header
 //! (version, command, transport, addresses, length, TLVs), except for the documented
 //! differences encoded below (and listed in FUZZING.md), where wirekit is stricter or reads
-//! the spec differently; and on every input wirekit accepts, at least one peer accepts it too,
-//! but for the one documented leniency. proxy-protocol-codec's length is the one its decoder
-//! took: it is given exactly the declared length and refuses a shorter or longer buffer. The first byte may put a v1 or v2 prefix in front of the rest, so
+//! the spec differently; and on every input wirekit accepts, at least one peer accepts it
+//! too, but for the two documented leniencies. proxy-protocol-codec's length is the one its
+//! decoder took: it is given exactly the declared length and refuses a shorter or longer
+//! buffer. The first byte may put a v1 or v2 prefix in front of the rest, so
 //! both formats are reached quickly.
 #![no_main]
 
@@ -306,9 +307,9 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm) -> bool {
             return true;
         }
     }
-    // 8. Both peers read v1 ports with a `+` sign or leading zeros (Rust's integer parsing),
-    //    and proxy-protocol-codec reads a port's leading digits, ignoring what follows; wirekit
-    //    takes decimal without leading zeros only. Accepted only when wirekit names the port,
+    // 8. Both peers read v1 ports with Rust's integer parsing, which takes a `+` sign (ppp
+    //    refuses leading zeros itself; proxy-protocol-codec takes them too); wirekit takes
+    //    decimal without a sign or leading zeros only. Accepted only when wirekit names the port,
     //    the line has its six fields, and a port field is not the decimal form of the port
     //    the peer read: a canonically written port that wirekit refused fails the target.
     if theirs.v1 && err == Some(proxy::Error::V1Port) {
@@ -379,17 +380,17 @@ fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>) {
         ours.tlvs.clear();
     }
     // 9. A LOCAL header's address block is discarded by the spec's receiver; wirekit parses it
-    //    when it fits the family (its policy ignores it under LOCAL), and reads the transport
-    //    from the family byte; proxy-protocol-codec reports neither under LOCAL, and ppp no
-    //    addresses for some families (INET6 over DGRAM). Both readings are the spec's.
-    if ours.local && theirs.local {
-        if (ours.addrs == Addrs::Unspec) != (theirs.addrs == Addrs::Unspec) {
-            ours.addrs = Addrs::Unspec;
-            theirs.addrs = Addrs::Unspec;
-        }
-        if peer == "proxy-protocol-codec" {
-            ours.transport = 0;
-        }
+    //    when it fits the family (its policy ignores it under LOCAL) and reads the transport
+    //    from the family byte, as ppp does; proxy-protocol-codec reports neither under LOCAL.
+    //    Both readings are the spec's; ppp is compared in full.
+    if peer == "proxy-protocol-codec" && ours.local && theirs.local {
+        assert_eq!(
+            (theirs.addrs.clone(), theirs.transport),
+            (Addrs::Unspec, 0),
+            "proxy-protocol-codec reads a LOCAL header's block from {input:02x?}"
+        );
+        ours.addrs = Addrs::Unspec;
+        ours.transport = 0;
     }
     assert_eq!(
         ours, theirs,

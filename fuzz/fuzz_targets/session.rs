@@ -289,7 +289,7 @@ struct Feed<'a> {
 }
 
 /// Drives a session over the feed: `(bytes sent, bytes consumed, the error that closed the
-/// connection, the session's proxied source once past the header phase without an error)`.
+/// connection, the session's proxied source if it got past the header phase)`.
 fn drive<S: AsMut<[u32]>>(
     config: &Config,
     ws: &mut Workspace<'_, S>,
@@ -384,7 +384,9 @@ fn drive<S: AsMut<[u32]>>(
         assert_eq!(end.is_ok(), pending.is_empty());
     }
     let closing = error.or(end.err());
-    let proxied = (closing.is_none() && !session.in_header()).then(|| session.proxied_source());
+    // Once the header phase is over the header was accepted (or skipped), whatever ended the
+    // connection later.
+    let proxied = (!session.in_header()).then(|| session.proxied_source());
     session.finish(counters, closing.as_ref());
     (sent, consumed_total, closing, proxied)
 }
