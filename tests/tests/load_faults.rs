@@ -405,28 +405,59 @@ fn trickle_all_but_the_last_byte(
     Ok(conns)
 }
 
-/// Waits for the server to close each of `conns` (a read sees the end or a reset); the first
-/// and last close seen, from `start`. An error if one is still open at `start + within`.
+/// Polls every connection of every group without blocking, every [`POLL`], until the server
+/// has closed them all (a read sees the end or a reset): for each group, the first and last
+/// close seen, from `start`, each within one poll of when it happened. An error if one is
+/// still open at `start + within`, or if the server sent bytes.
 fn closes_seen(
-    conns: &mut [TcpStream],
+    groups: &mut [Vec<TcpStream>],
     start: Instant,
     within: Duration,
-) -> std::io::Result<(Duration, Duration)> {
-    let (mut first, mut last) = (None, Duration::ZERO);
-    for c in conns {
-        let left = within.saturating_sub(start.elapsed());
-        c.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
-        match c.read(&mut [0u8; 64]) {
-            Ok(0) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-            Ok(n) => return Err(std::io::Error::other(format!("{n} bytes from the server"))),
-            Err(e) => return Err(std::io::Error::new(e.kind(), format!("still open: {e}"))),
-        }
-        let t = start.elapsed();
-        first.get_or_insert(t);
-        last = t;
+) -> std::io::Result<Vec<(Duration, Duration)>> {
+    const POLL: Duration = Duration::from_millis(20);
+    let mut seen: Vec<Vec<Option<Duration>>> = groups.iter().map(|g| vec![None; g.len()]).collect();
+    for c in groups.iter().flatten() {
+        c.set_nonblocking(true)?;
     }
-    Ok((first.unwrap_or_default(), last))
+    loop {
+        let mut open = 0;
+        for (group, times) in groups.iter_mut().zip(&mut seen) {
+            for (c, at) in group.iter_mut().zip(times.iter_mut()) {
+                if at.is_some() {
+                    continue;
+                }
+                match c.read(&mut [0u8; 64]) {
+                    Ok(0) => *at = Some(start.elapsed()),
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        *at = Some(start.elapsed())
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => open += 1,
+                    Ok(n) => {
+                        return Err(std::io::Error::other(format!("{n} bytes from the server")));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if open == 0 {
+            break;
+        }
+        if start.elapsed() > within {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{open} connections still open after {within:?}"),
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+    Ok(seen
+        .iter()
+        .map(|times| {
+            let times = times.iter().flatten();
+            let first = times.clone().min().copied().unwrap_or_default();
+            (first, times.max().copied().unwrap_or_default())
+        })
+        .collect())
 }
 
 #[test]
@@ -475,10 +506,8 @@ fn slow_loris_carrying_a_whole_header_costs_bounded_memory_past_the_caps_refused
         "the slow connections were open at once"
     );
     let within = timeout + SLOW_LORIS_MARGIN;
-    let (header_closes, frame_closes) = (
-        closes_seen(&mut held[0], start, within).expect("PROXY-header slow-loris closed"),
-        closes_seen(&mut held[1], start, within).expect("first-frame slow-loris closed"),
-    );
+    let closes = closes_seen(&mut held, start, within).expect("every slow-loris closed");
+    let (header_closes, frame_closes) = (closes[0], closes[1]);
     let per_conn = rss_open.saturating_sub(rss_before) * 1024 / (2 * EACH) as u64;
     eprintln!(
         "slow-loris carrying {DECLARED} bytes: RSS {rss_before} -> {rss_open} KiB ({per_conn} B \
@@ -507,7 +536,7 @@ fn slow_loris_carrying_a_whole_header_costs_bounded_memory_past_the_caps_refused
             let mut c = TcpStream::connect(addr).unwrap();
             let sent = Instant::now();
             c.write_all(&prefix).unwrap();
-            closes_seen(std::slice::from_mut(&mut c), sent, timeout / 2)
+            closes_seen(&mut [vec![c]], sent, timeout / 2)
                 .expect("refused before half the header timeout");
             refused_after = refused_after.max(sent.elapsed());
         }
