@@ -256,24 +256,26 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm) -> bool {
         return true;
     }
     // 4. proxy-protocol-codec's v1 splits the line on any run of whitespace (several spaces,
-    //    tabs, form feeds, Unicode spaces such as U+0085, a space before the protocol) and
-    //    takes a lone CR inside it;
-    //    wirekit follows the spec's grammar: exactly one space between fields, CRLF only at the
-    //    end.
+    //    tabs, form feeds, Unicode spaces such as U+0085, a space before the protocol, a tab
+    //    instead of the space after `PROXY`) and takes a lone CR inside it; wirekit follows
+    //    the spec's grammar: `PROXY` and exactly one space between fields, CRLF only at the
+    //    end (a tab after `PROXY` is no v1 signature: NotProxy).
     if peer == "proxy-protocol-codec" && theirs.v1 {
-        use proxy::Error::{V1Address, V1LineEnd, V1Port, V1Protocol, V1Separator};
-        let line = &input[V1_PREFIX_LEN.min(theirs.len)..theirs.len.saturating_sub(2)];
+        use proxy::Error::{NotProxy, V1Address, V1LineEnd, V1Port, V1Protocol, V1Separator};
+        // From the separator after `PROXY` to the line end.
+        let line = input
+            .get(V1_PREFIX_LEN - 1..theirs.len.saturating_sub(2))
+            .unwrap_or_default();
         // Its split is `str::split_whitespace`: Unicode whitespace (U+0085, U+00A0, ...).
         let loose = String::from_utf8_lossy(line)
             .chars()
             .any(|c| c != ' ' && c.is_whitespace())
             || line.windows(2).any(|w| w == b"  ")
-            || line.first() == Some(&b' ')
             || line.last() == Some(&b' ');
         if loose
             && matches!(
                 err,
-                Some(V1Separator | V1LineEnd | V1Protocol | V1Address | V1Port)
+                Some(NotProxy | V1Separator | V1LineEnd | V1Protocol | V1Address | V1Port)
             )
         {
             return true;
@@ -374,7 +376,7 @@ fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>) {
             our_error(input)
         );
     };
-    let (mut ours, mut theirs) = (ours.clone(), theirs);
+    let (mut ours, theirs) = (ours.clone(), theirs);
     // 2. ppp does not read the TLVs after an UNSPEC header (see `accepted`).
     if ppp_unspec(peer, input, &theirs) {
         ours.tlvs.clear();

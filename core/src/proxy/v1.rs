@@ -571,6 +571,10 @@ mod tests {
     fn malformed() {
         let cases: &[(&[u8], Error)] = &[
             (b"PROXYTCP4", Error::NotProxy),
+            // A tab is no separator, even the signature's (proxy_diff: proxy-protocol-codec
+            // splits on any whitespace).
+            (b"PROXY\tTCP6 :: :: 1 2\r\n", Error::NotProxy),
+            (b"PROXY TCP6\t:: :: 1 2\r\n", Error::V1Protocol),
             (b"PROXY  TCP4", Error::V1Separator),
             (b"PROXY TCP5 ", Error::V1Protocol),
             (b"PROXY tcp4 ", Error::V1Protocol),
