@@ -182,7 +182,15 @@ pub fn smoke() -> Result<(), String> {
             ],
             &[],
         )?;
-        rows.push((t.clone(), one.elapsed().as_secs_f64()));
+        let took = one.elapsed().as_secs_f64();
+        // libFuzzer ends a run cut short by -max_total_time as a success: a target that ran
+        // to what was left of the budget is over it.
+        if took >= left {
+            return Err(format!(
+                "the smoke run reached its {SMOKE_BUDGET_SECONDS:.0}s budget during {t} ({took:.0}s)"
+            ));
+        }
+        rows.push((t.clone(), took));
     }
     let ran = run_start.elapsed().as_secs_f64();
     println!("\n| fuzz target ({SMOKE_RUNS} runs, seed 1) | seconds |\n|---|---:|");
@@ -593,26 +601,36 @@ after the first campaigns run without it, which recorded `4e521d31`.\n\n\
 | date | commit | target | setup | s | executions | cov | ft | corpus | plateau | crashes |\n\
 |---|---|---|---|---:|---:|---:|---:|---:|---|---:|\n";
 
-/// The build and run setup of a campaign at `commit` (see [`RUNS_HEAD`]), from git's history;
-/// `?` if git cannot tell (the commit or a boundary is not in this clone, a shallow one).
-fn setup_at(commit: &str) -> &'static str {
+/// The build and run setup of the campaigns at each commit of `rows` (see [`RUNS_HEAD`]), from
+/// git's history, asked once a commit; `?` where git cannot tell (the commit or a boundary is
+/// not in this clone, a shallow one).
+fn setups(rows: &[Row]) -> BTreeMap<&str, &'static str> {
     let known = |c: &str| output("git", &["cat-file", "-e", &format!("{c}^{{commit}}")]).is_some();
-    let after =
-        |base: &str| output("git", &["merge-base", "--is-ancestor", base, commit]).is_some();
-    if !(known(commit) && known("ec68cd10") && known("4e521d31")) {
-        "?"
-    } else if after("ec68cd10") {
-        "plain, 64K"
-    } else if after("4e521d31") {
-        "plain"
-    } else {
-        "asan"
+    let boundaries = known("ec68cd10") && known("4e521d31");
+    let mut setups = BTreeMap::new();
+    for r in rows {
+        setups.entry(r.commit.as_str()).or_insert_with(|| {
+            let after = |base: &str| {
+                output("git", &["merge-base", "--is-ancestor", base, &r.commit]).is_some()
+            };
+            if !(boundaries && known(&r.commit)) {
+                "?"
+            } else if after("ec68cd10") {
+                "plain, 64K"
+            } else if after("4e521d31") {
+                "plain"
+            } else {
+                "asan"
+            }
+        });
     }
+    setups
 }
 
 /// Regenerates `FUZZING.md` at the repository root.
 fn write_report() -> Result<(), String> {
     let rows = read_rows()?;
+    let setups = setups(&rows);
     let mut md = String::from(METHOD);
     let order = targets()?;
     let mut by_target: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
@@ -655,7 +673,7 @@ fn write_report() -> Result<(), String> {
             last.corpus_files,
             last.corpus_bytes.div_ceil(1024),
             if last.plateau { "yes" } else { "no" },
-            setup_at(&last.commit),
+            setups[last.commit.as_str()],
         );
     }
     md.push_str("\n## Crashes found and fixed\n\n");
@@ -674,11 +692,8 @@ fn write_report() -> Result<(), String> {
         md.push_str(&text);
     }
     md.push_str(RUNS_HEAD);
-    let mut setups: BTreeMap<&str, &str> = BTreeMap::new();
     for r in &rows {
-        let setup = *setups
-            .entry(&r.commit)
-            .or_insert_with(|| setup_at(&r.commit));
+        let setup = setups[r.commit.as_str()];
         let _ = writeln!(
             md,
             "| {} | {} | {} | {setup} | {} | {} | {} | {} | {} | {} | {} |",
