@@ -44,6 +44,8 @@ use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, error::Ca
 use tracing::debug;
 use wirekit_core::time::{Duration, Instant};
 
+use wirekit_std::accept::AcceptBackoff;
+
 use crate::counters::{Counters, DropReason};
 use crate::server::{PrudpConnection, PrudpHandler};
 use crate::table::{ConnectionKey, ConnectionTable, TableLimits};
@@ -413,20 +415,16 @@ impl WsListener {
         let tick = std::time::Duration::from_micros(shared.config.tick.as_micros().max(1000));
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut accepts = AcceptBackoff::new();
         loop {
             tokio::select! {
                 biased;
                 () = stopped(&mut shutdown) => break,
                 _ = ticker.tick() => shared.tick(),
-                accepted = self.listener.accept() => {
-                    let (tcp, peer) = match accepted {
-                        Ok(a) => a,
-                        // Out of descriptors and the like: not the listener's end.
-                        Err(e) => {
-                            debug!(error = %e, "accept failed");
-                            continue;
-                        }
-                    };
+                // Out of descriptors and the like: not the listener's end. Logged once per
+                // streak and retried after a back-off, the ticker and the reaping meanwhile.
+                accepted = accepts.accept(&self.listener) => {
+                    let Ok((tcp, peer)) = accepted else { continue };
                     if shared.open.load(Ordering::Relaxed) >= shared.config.max_connections {
                         shared.stats.count(WsReason::ConnectionLimit);
                         drop(tcp);

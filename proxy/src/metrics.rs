@@ -26,6 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use wirekit_core::limit::source::Refusal;
+use wirekit_std::accept::AcceptBackoff;
 
 /// Upper bounds of the connect latency buckets, in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [
@@ -325,14 +326,12 @@ pub async fn serve(
     metrics: std::sync::Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    let mut accepts = AcceptBackoff::new();
     loop {
         let (mut stream, _) = tokio::select! {
-            r = listener.accept() => match r {
+            r = accepts.accept(&listener) => match r {
                 Ok(s) => s,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
+                Err(_) => continue,
             },
             _ = shutdown.cancelled() => return,
         };

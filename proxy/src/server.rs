@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 use wirekit_core::limit::source::{HostState, NetworkState, SourceLimits};
 use wirekit_core::limit::{AddrKey, HashSeed, KeyedLogLimiter, LogDecision, LogLimit, Slot};
+use wirekit_std::accept::AcceptBackoff;
 use wirekit_std::clock;
 
 use crate::metrics::{self, Metrics};
@@ -380,20 +381,13 @@ async fn accept_loop(
     // PROXY v2 header toward the upstream names as the destination); one on a fixed address
     // already knows it, and spares the getsockname(2) per accept.
     let per_connection_local = local.is_none_or(|a| a.ip().is_unspecified());
+    let mut accepts = AcceptBackoff::new();
     loop {
         let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
+            // Out of descriptors, mostly: logged once per streak, retried after a back-off.
+            r = accepts.accept(&listener) => match r {
                 Ok(s) => s,
-                Err(e) => {
-                    // Out of descriptors, mostly: back off a little instead of spinning.
-                    if let Some(suppressed) =
-                        shared.allow_line(std::net::Ipv4Addr::UNSPECIFIED.into())
-                    {
-                        warn!(error = %e, suppressed, "accept failed");
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
+                Err(_) => continue,
             },
             _ = stop.cancelled() => return,
         };

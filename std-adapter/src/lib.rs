@@ -4,6 +4,7 @@
 
 pub use wirekit_core as core;
 
+pub mod accept;
 pub mod acceptor;
 pub mod blocking;
 mod buffer;

@@ -50,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::accept::AcceptBackoff;
 use crate::buffer::{INITIAL_BUFFER, InputBuffer};
 use crate::clock;
 use wirekit_core::Needed;
@@ -349,39 +350,21 @@ impl Server {
         let limit = Arc::new(Semaphore::new(shared.options.max_connections));
         let tracker = TaskTracker::new();
         info!(addr = %listener.local_addr()?, "serving");
-        // Consecutive failed accepts, and the back-off before the next try.
-        let mut failing: u64 = 0;
-        let mut backoff = ACCEPT_BACKOFF_MIN;
+        let mut accepts = AcceptBackoff::new();
         loop {
             let (stream, peer) = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
-                accepted = listener.accept() => match accepted {
+                accepted = accepts.accept(&listener) => match accepted {
                     Ok(a) => a,
-                    Err(e) => {
-                        // EMFILE and friends: the connection stays in the backlog, so the
-                        // listener stays readable; back off rather than spin on it, and keep
-                        // serving the connections we have.
+                    // EMFILE and friends: logged once per streak, retried after a back-off;
+                    // the connections we have keep being served.
+                    Err(_) => {
                         CloseCounts::bump(&shared.closes.accept_failed);
-                        if failing == 0 {
-                            warn!(error = %e, "accept failed; backing off until it succeeds");
-                        }
-                        failing += 1;
-                        tokio::select! {
-                            biased;
-                            () = shutdown.cancelled() => break,
-                            () = tokio::time::sleep(backoff) => {}
-                        }
-                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                         continue;
                     }
                 },
             };
-            if failing > 0 {
-                info!(failed = failing, "accepting again");
-                failing = 0;
-                backoff = ACCEPT_BACKOFF_MIN;
-            }
             let Ok(permit) = limit.clone().try_acquire_owned() else {
                 CloseCounts::bump(&shared.closes.refused);
                 if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals, &shared.closes) {
@@ -442,11 +425,6 @@ impl ThreadWorkspace {
         }
     }
 }
-
-/// The first pause after a failed accept.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-/// The longest pause between accepts while they keep failing.
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(320);
 
 /// Size of the per-thread read buffer.
 const SHARED_READ: usize = 64 * 1024;

@@ -657,6 +657,15 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
     server.wait_for("every client closed", Duration::from_secs(10), |s| {
         s.open_fds() <= idle_fds
     });
+    // With the last waiting client accepted every descriptor is in use again, and Linux fails
+    // an accept at the limit before it looks at the backlog: a second streak may start with
+    // nothing queued. It ends at the first retry after descriptors free up, which finds the
+    // backlog empty (a back-off, 320 ms at most, after the clients above closed).
+    server.wait_for("every failing streak ended", Duration::from_secs(5), |s| {
+        let lines = s.log_lines();
+        let count = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+        count("accept failed") == count("accepting again")
+    });
     let (_, lines) = server.stop();
     let counts = close_counts(&lines);
     let failed = counts["accept_failed"];
@@ -671,10 +680,10 @@ fn descriptor_exhaustion_keeps_serving_does_not_spin_and_accepts_again() {
         lines[failed_at[0]].contains("Too many open files"),
         "{lines:#?}"
     );
-    // One line when accepts start failing and one when they succeed again, however many
-    // tries between: the recovery line counts them, and the counts add up to every try. (A
-    // retry can land while the leaving clients' descriptors are being closed, accept one
-    // waiting client and fail again: a second, short streak, logged the same way.)
+    // One line when accepts start failing and one when they stop failing, however many tries
+    // between: the recovery line counts them, and the counts add up to every try. (A retry
+    // can also land while the leaving clients' descriptors are being closed, accept one
+    // waiting client and fail again: another short streak, logged the same way.)
     assert_eq!(failed_at.len(), again_at.len(), "{lines:#?}");
     let tries: Vec<u64> = again_at
         .iter()
