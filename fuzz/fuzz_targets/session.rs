@@ -11,9 +11,11 @@
 //! gets every reply, in order, as the client decodes them. The header deadline is the start
 //! plus the header timeout until the first frame is served and gone after it, and
 //! `handle_timeout` reports `HeaderTimeout` exactly when a piece arrives past it; an accepted
-//! header gives the client address the policy says (`proxied_source`). Key derivation is
-//! served for one input in sixteen (it costs milliseconds and no coverage past its first
-//! call).
+//! header gives the client address the policy says (`proxied_source`). Derive requests
+//! get the key or, past the connection's derive budget, a `Busy` error reply, and no more keys
+//! than the budget allows over the time that passed; the budget is one derivation for one input
+//! in sixteen and none for the rest, refilled by one an hour (a derivation costs milliseconds
+//! and no coverage past its first).
 #![no_main]
 
 #[path = "../shared/pieces.rs"]
@@ -25,9 +27,13 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::Status;
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
+use wirekit_core::kerberos::derive_kerberos_key;
+use wirekit_core::limit::Rate;
 use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::proxy::{Addresses, v1, v2};
 use wirekit_core::service::client::{Client, Response};
+use wirekit_core::service::wire::DeriveRequest;
+use wirekit_core::service::wire::ErrorCode;
 use wirekit_core::service::{
     AtomicCounters, Config, Counters, Framing, Session, SessionError, Want, Workspace,
 };
@@ -39,7 +45,18 @@ enum Req {
     Echo(Vec<u8>),
     Stats,
     SetCompression(i16),
+    Derive(u64, Vec<u8>),
 }
+
+/// What the reply to a well-formed request must be.
+enum Expect {
+    Echo(Vec<u8>),
+    Key(u64, Vec<u8>),
+    Any,
+}
+
+/// The derive budget's refill: one derivation an hour of the feed's clock.
+const DERIVE_REFILL: Duration = Duration::from_secs(3600);
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -76,10 +93,13 @@ fuzz_target!(|input: Input| {
         .with_compression_level(Level::from_zlib(input.level))
         .with_proxy(ProxyConfig::new(POLICIES[usize::from(input.policy) % 5]))
         .with_header_timeout(Duration::from_secs(5))
-        // A derive request is 65,000+ MD5 rounds, a millisecond here: with it on for every
-        // input, random frames that happen to parse as one took 94% of the target's time.
-        // On for one policy byte in sixteen (the `% 5` above still sees every policy).
-        .with_key_derivation(input.policy >= 0xF0);
+        // A derive request is 65,000+ MD5 rounds, milliseconds here: with derivation served
+        // for every input, random frames that happen to parse as one took 94% of the target's
+        // time (and 98% with one input in sixteen, once the corpus had filled with inputs that
+        // chain derive requests for their hit counts). So the budget is one derivation for one
+        // policy byte in sixteen (the `% 5` above still sees every policy), none otherwise.
+        .with_derive_budget(u32::from(input.policy >= 0xF0), Rate::new(1, DERIVE_REFILL));
+    let derive_burst = config.derive_budget().0;
     if let Some((w, big)) = input.fixed {
         let width = [Width::U8, Width::U16, Width::U32][usize::from(w % 3)];
         let endian = if big { Endian::Big } else { Endian::Little };
@@ -162,7 +182,7 @@ fuzz_target!(|input: Input| {
             let n = wire.encode(data, &mut frame).unwrap();
             stream.extend_from_slice(&frame[..n]);
             if data.len() <= max {
-                expected.push(Some(data.clone()));
+                expected.push(Expect::Echo(data.clone()));
             }
             if data.len() > max {
                 break;
@@ -178,12 +198,22 @@ fuzz_target!(|input: Input| {
             Req::SetCompression(t) => {
                 client.encode_set_compression(i32::from(*t), &mut buf, &mut cws)
             }
+            Req::Derive(pid, password) if password.len() + 11 <= max => client.encode_derive(
+                &DeriveRequest {
+                    pid: *pid,
+                    password,
+                },
+                &mut buf,
+                &mut cws,
+            ),
+            Req::Derive(..) => continue,
         };
         let Ok(n) = r else { continue };
         stream.extend_from_slice(&buf[..n]);
         expected.push(match req {
-            Req::Echo(d) => Some(d.clone()),
-            _ => None,
+            Req::Echo(d) => Expect::Echo(d.clone()),
+            Req::Derive(pid, password) => Expect::Key(*pid, password.clone()),
+            _ => Expect::Any,
         });
     }
     stream.extend_from_slice(&input.tail);
@@ -197,7 +227,7 @@ fuzz_target!(|input: Input| {
         start,
         clock: &input.clock,
     };
-    let (sent, consumed_total, closing, proxied) = if input.zlib {
+    let (sent, consumed_total, closing, proxied, end) = if input.zlib {
         let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor);
         drive(&config, &mut ws, &counters, &feed, room)
     } else {
@@ -248,7 +278,10 @@ fuzz_target!(|input: Input| {
                     .unwrap()
                     .complete()
                     .expect("a whole echo");
-                assert_eq!(Some(fr.body.to_vec()), *want);
+                let Expect::Echo(want) = want else {
+                    unreachable!("fixed framing only echoes")
+                };
+                assert_eq!(fr.body, &want[..]);
                 at += fr.consumed;
             }
             assert_eq!(at, sent.len());
@@ -264,6 +297,10 @@ fuzz_target!(|input: Input| {
                 .unwrap();
             at = f.consumed;
         }
+        // The keys the budget allows: its burst, and one more for each refill period passed.
+        let allowed =
+            u64::from(derive_burst) + (end - start).as_micros() / DERIVE_REFILL.as_micros();
+        let mut keys = 0;
         for want in &expected {
             let r = match client.decode(&sent[at..], cws.reborrow()) {
                 Ok(Status::Complete(r)) => r,
@@ -271,9 +308,21 @@ fuzz_target!(|input: Input| {
             };
             at += r.consumed;
             match (r.response(), want) {
-                (Ok(Response::Echo(d)), Some(w)) => assert_eq!(d, &w[..]),
-                (Ok(_), None) => {}
-                (got, want) => panic!("reply {got:?} for {want:?}"),
+                (Ok(Response::Echo(d)), Expect::Echo(w)) => assert_eq!(d, &w[..]),
+                (Ok(Response::Key(k)), Expect::Key(pid, password)) => {
+                    keys += 1;
+                    assert!(keys <= allowed, "{keys} keys, {allowed} allowed");
+                    assert_eq!(k, derive_kerberos_key(*pid, password));
+                }
+                (Ok(Response::Error(e)), Expect::Key(..)) => {
+                    assert_eq!(e.code, ErrorCode::Busy);
+                    // The first derive request of a budget with a burst is served.
+                    assert!(derive_burst == 0 || keys > 0, "busy with the burst unused");
+                }
+                (Ok(_), Expect::Any) => {}
+                (got, Expect::Echo(_)) => panic!("reply {got:?} for an echo"),
+                (got, Expect::Key(..)) => panic!("reply {got:?} for a derive"),
+                (got, Expect::Any) => panic!("reply {got:?} for stats or set compression"),
             }
         }
         assert_eq!(at, sent.len(), "no reply left over");
@@ -301,6 +350,7 @@ fn drive<S: AsMut<[u32]>>(
     usize,
     Option<SessionError>,
     Option<Option<SocketAddr>>,
+    Instant,
 ) {
     let mut now = feed.start;
     let mut session = Session::new(config, now);
@@ -319,6 +369,7 @@ fn drive<S: AsMut<[u32]>>(
         let mut idle = 0;
         loop {
             let call = if first { &[][..] } else { &pending[..] };
+            session.set_time(now);
             match session.handle(call, &mut out[..room], ws, counters) {
                 Ok(p) => {
                     assert!(p.consumed <= call.len() && p.written <= room);
@@ -388,7 +439,7 @@ fn drive<S: AsMut<[u32]>>(
     // connection later.
     let proxied = (!session.in_header()).then(|| session.proxied_source());
     session.finish(counters, closing.as_ref());
-    (sent, consumed_total, closing, proxied)
+    (sent, consumed_total, closing, proxied, now)
 }
 
 /// A 5-byte buffer for a threshold's VarInt, kept in `g`.

@@ -665,6 +665,7 @@ fn serve_read(
             Err(e) => return Err(e.into()),
         };
         let mut ws = Workspace::with_zlib(scratch, inflater, compressor);
+        session.set_time(clock::now());
         let (mut at, mut written) = (0, 0);
         let want = loop {
             let p = session.handle(
@@ -765,6 +766,7 @@ fn handle(
 ) -> Result<service::Progress, SessionError> {
     with_thread_workspace(scratch_len, |tw| {
         let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor);
+        session.set_time(clock::now());
         session.handle(input, out, &mut ws, counters as &dyn Counters)
     })
 }

@@ -41,7 +41,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn response(&self) -> io::Result<Response<'_>> {
+    /// The data parsed by the packet ID.
+    pub fn response(&self) -> io::Result<Response<'_>> {
         wirekit_core::service::client::Reply {
             id: self.id,
             data: &self.data,

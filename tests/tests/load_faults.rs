@@ -767,3 +767,88 @@ fn a_flood_past_the_connection_limit_is_refused_counted_and_its_lines_limited() 
         "fewer lines than half the flood; every one logged or counted; the 2 served",
     );
 }
+
+/// A client that pipelines derive requests (each 65,000+ MD5 rounds of the server's CPU for a
+/// few bytes) gets its budget's keys and `Busy` for the rest, every request answered in order;
+/// the server spends the budget's CPU, not the flood's, and a client beside it is served
+/// meanwhile. One worker thread: before the budget, the flood's first read of requests held
+/// that thread for seconds.
+#[test]
+fn a_derive_flood_is_budgeted_and_does_not_starve_the_other_clients() {
+    use wirekit_core::service::client::Response;
+    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode};
+    const FLOOD: usize = 2000;
+    const BURST: u64 = wirekit_core::service::Config::DEFAULT_DERIVE_BURST as u64;
+    let _one = serve_process::exclusive();
+    let server = ServeProcess::start(["--max-frame", "4096", "--threads", "1"]);
+    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
+    bystander.echo(b"before").unwrap();
+    let mut flood = ServiceClient::connect(server.addr, None, None).unwrap();
+    let (pid, password) = (100, b"MMQea3n!fsik");
+    let key = wirekit_core::kerberos::derive_kerberos_key(pid, password);
+    let req = DeriveRequest { pid, password };
+    let mut data = vec![0u8; req.encoded_len()];
+    req.encode(&mut data).unwrap();
+    let requests: Vec<u8> = (0..FLOOD)
+        .flat_map(|_| flood.encode(wire::DERIVE, &data).unwrap())
+        .collect();
+    let cpu0 = server.cpu_time();
+    let start = Instant::now();
+    // The replies (19 bytes each) fit the socket buffers while the bystander runs.
+    flood.stream().write_all(&requests).unwrap();
+    let mut slowest = Duration::ZERO;
+    for i in 0..20u32 {
+        let t = Instant::now();
+        bystander.echo(&i.to_le_bytes()).unwrap();
+        slowest = slowest.max(t.elapsed());
+    }
+    let (mut keys, mut busy) = (0u64, 0u64);
+    for _ in 0..FLOOD {
+        match flood.recv().unwrap().response().unwrap() {
+            Response::Key(k) => {
+                assert_eq!(k, key);
+                keys += 1;
+            }
+            Response::Error(e) => {
+                assert_eq!(e.code, ErrorCode::Busy);
+                busy += 1;
+            }
+            other => panic!("derive reply {other:?}"),
+        }
+    }
+    let elapsed = start.elapsed();
+    let cpu = server.cpu_time() - cpu0;
+    eprintln!(
+        "{FLOOD} derive requests: {keys} keys, {busy} busy in {elapsed:?}, server CPU {cpu:?}, \
+         slowest bystander echo {slowest:?}"
+    );
+    assert_eq!(keys + busy, FLOOD as u64);
+    assert!(
+        (BURST..=BURST + elapsed.as_secs() + 1).contains(&keys),
+        "{keys} keys in {elapsed:?}"
+    );
+    // FLOOD derivations would be about 10 s of CPU; the budget's few, tens of milliseconds.
+    assert!(cpu < Duration::from_secs(2), "{cpu:?} of CPU");
+    assert!(
+        slowest < Duration::from_secs(2),
+        "a bystander echo took {slowest:?}"
+    );
+    bystander.echo(b"after").unwrap();
+    flood.echo(b"the flooding connection goes on").unwrap();
+    drop((flood, bystander));
+    let (_, lines) = server.stop();
+    assert_eq!(close_counts(&lines)["protocol"], 0, "{lines:#?}");
+    record(
+        "load_faults",
+        &format!(
+            "derive flood: {FLOOD} derive requests pipelined on one connection, one worker \
+             thread, a bystander echoing 20 times meanwhile"
+        ),
+        &format!(
+            "{keys} keys and {busy} `Busy` replies in {elapsed:.2?}; server CPU {cpu:.2?}; \
+             slowest bystander echo {slowest:.1?}"
+        ),
+        "the burst's keys (4, then 1 a second), the rest `Busy`, in order; under 2 s of CPU \
+         (the whole flood would be about 10 s); bystander echoes under 2 s",
+    );
+}

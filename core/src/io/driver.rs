@@ -179,6 +179,7 @@ where
 {
     let mut buffered = 0;
     loop {
+        session.set_time(clock.now());
         let p = handle(session, &input[..buffered], output)?;
         if p.written > 0 {
             let reply = &output[..p.written];

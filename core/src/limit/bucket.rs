@@ -171,11 +171,28 @@ fn earned(elapsed: u64, rate: Rate, credit: u64) -> (u128, u64) {
         Some(total) => (u128::from(total / rate.period), total % rate.period),
         None => {
             let total = u128::from(elapsed) * u128::from(rate.tokens) + u128::from(credit);
-            let period = u128::from(rate.period);
-            // The remainder is below the period, a u64.
-            (total / period, (total % period) as u64)
+            div_rem(total, rate.period)
         }
     }
+}
+
+/// `n / d` and `n % d` by restoring division, a bit a step: on targets without a 128-bit
+/// divide (the Cortex-M3 and M4) compiler-builtins' general routine took a kilobyte of the
+/// firmware's flash for a path taken only past 2^64 token-microseconds. `d` is at least 1.
+#[cold]
+fn div_rem(n: u128, d: u64) -> (u128, u64) {
+    let d = u128::from(d);
+    let (mut q, mut r) = (0u128, 0u128);
+    for bit in (0..128).rev() {
+        // r < d <= 2^64 before the shift, so it stays within 65 bits.
+        r = (r << 1) | ((n >> bit) & 1);
+        if r >= d {
+            r -= d;
+            q |= 1 << bit;
+        }
+    }
+    // The remainder is below `d`, a u64.
+    (q, r as u64)
 }
 
 impl Evict for TokenBucket {
@@ -191,6 +208,25 @@ mod tests {
 
     fn at(micros: u64) -> Instant {
         Instant::from_micros(micros)
+    }
+
+    #[test]
+    fn the_bitwise_division_is_division() {
+        let cases = [
+            (0u128, 1u64),
+            (1, 1),
+            (u128::MAX, 1),
+            (u128::MAX, u64::MAX),
+            (u128::from(u64::MAX) * 3 + 7, 3),
+            ((1u128 << 96) - 1, 1_000_000),
+            (12_345_678_901_234_567_890_123, 999_999_937),
+        ];
+        for (n, d) in cases {
+            assert_eq!(
+                div_rem(n, d),
+                (n / u128::from(d), (n % u128::from(d)) as u64)
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@ use super::wire::Stats;
 use crate::frame::compressed::{CompressedLimits, max_encoded_len};
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::{self, frame_len};
+use crate::limit::Rate;
 use crate::proxy::policy::{self, Policy, ProxyConfig};
 use crate::time::Duration;
 use crate::zlib::Level;
@@ -30,6 +31,8 @@ pub struct Config {
     header_timeout: Duration,
     send_timeout: Duration,
     key_derivation: bool,
+    derive_burst: u32,
+    derive_rate: Rate,
 }
 
 impl Default for Config {
@@ -54,6 +57,8 @@ impl Config {
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
             send_timeout: Self::DEFAULT_SEND_TIMEOUT,
             key_derivation: true,
+            derive_burst: Self::DEFAULT_DERIVE_BURST,
+            derive_rate: Self::DEFAULT_DERIVE_RATE,
         }
     }
 
@@ -72,6 +77,31 @@ impl Config {
     /// [`with_key_derivation`](Self::with_key_derivation)).
     pub const fn key_derivation(&self) -> bool {
         self.key_derivation
+    }
+
+    /// The default derive budget's burst: 4 requests (a client derives its key once a login).
+    pub const DEFAULT_DERIVE_BURST: u32 = 4;
+    /// The default derive budget's refill: one request a second.
+    pub const DEFAULT_DERIVE_RATE: Rate = Rate::per_second(1);
+
+    /// Bounds the key derivations one connection gets: `burst` at once, refilled at `rate`
+    /// (default [`DEFAULT_DERIVE_BURST`](Self::DEFAULT_DERIVE_BURST) and
+    /// [`DEFAULT_DERIVE_RATE`](Self::DEFAULT_DERIVE_RATE)). A derive request past the budget
+    /// gets an [`ErrorCode::Busy`](super::wire::ErrorCode::Busy) reply, costs no MD5, and the
+    /// connection goes on. Without it, a few bytes of request buy milliseconds of the
+    /// server's CPU each: one read of pipelined derive requests held a host worker thread for
+    /// seconds, and the firmware's executor for far longer. The budget refills from the time
+    /// the adapter gives [`Session::set_time`](super::Session::set_time); a burst of 0 with a
+    /// rate of 0 tokens refuses every derivation.
+    pub const fn with_derive_budget(mut self, burst: u32, rate: Rate) -> Self {
+        self.derive_burst = burst;
+        self.derive_rate = rate;
+        self
+    }
+
+    /// The derive budget: `(burst, rate)` (see [`with_derive_budget`](Self::with_derive_budget)).
+    pub const fn derive_budget(&self) -> (u32, Rate) {
+        (self.derive_burst, self.derive_rate)
     }
 
     /// The default header timeout: 5 s (the PROXY spec asks for at least 3).

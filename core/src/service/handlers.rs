@@ -138,6 +138,7 @@ impl Session {
         let code = match id {
             wire::DERIVE if !self.key_derivation => ErrorCode::Unsupported,
             wire::DERIVE => match DeriveRequest::parse(data) {
+                Ok(_) if !self.derive_budget.try_take(self.now, 1) => ErrorCode::Busy,
                 Ok(req) => {
                     body[0] = wire::DERIVE as u8;
                     let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
@@ -306,6 +307,53 @@ mod tests {
         );
         let (buf, n) = frame(wire::ECHO, b"still here");
         assert_eq!(h.handle(&buf[..n]).unwrap().1, &buf[..n]);
+    }
+
+    /// Past the derive budget a request gets `Busy` at once (no MD5) and the connection goes
+    /// on; the budget refills only from the time the adapter gives.
+    #[test]
+    fn derive_past_the_budget_is_busy_until_it_refills() {
+        use crate::limit::Rate;
+        use crate::time::Duration;
+        let busy = |h: &mut Harness| {
+            let (id, data) = derive_example(h);
+            assert_eq!(id, wire::ERROR);
+            assert_eq!(ErrorReply::parse(&data).unwrap().code, ErrorCode::Busy);
+        };
+        let config = Config::new().with_derive_budget(2, Rate::per_second(1));
+        let mut h = Harness::new(config);
+        let key = crate::kerberos::derive_kerberos_key(100, b"MMQea3n!fsik");
+        for _ in 0..2 {
+            assert_eq!(derive_example(&mut h), (wire::DERIVE, key.to_vec()));
+        }
+        busy(&mut h);
+        let (buf, n) = frame(wire::ECHO, b"still here");
+        assert_eq!(h.handle(&buf[..n]).unwrap().1, &buf[..n]);
+        // Time the session is not told of refills nothing; a second it is told of, one.
+        busy(&mut h);
+        h.session
+            .set_time(Instant::ZERO + Duration::from_millis(999));
+        busy(&mut h);
+        h.session.set_time(Instant::ZERO + Duration::from_secs(1));
+        assert_eq!(derive_example(&mut h), (wire::DERIVE, key.to_vec()));
+        busy(&mut h);
+        // An earlier time is ignored; handle_timeout tells the time too.
+        h.session.set_time(Instant::ZERO);
+        busy(&mut h);
+        h.session
+            .handle_timeout(Instant::ZERO + Duration::from_secs(3))
+            .ok();
+        assert_eq!(derive_example(&mut h), (wire::DERIVE, key.to_vec()));
+        // The busy replies are error replies like any other.
+        let s = h.counters.snapshot();
+        assert_eq!(s.error_replies, 5);
+
+        // A zero budget refuses every derivation.
+        let mut h = Harness::new(Config::new().with_derive_budget(0, Rate::new(0, Duration::ZERO)));
+        busy(&mut h);
+        h.session
+            .set_time(Instant::ZERO + Duration::from_secs(3600));
+        busy(&mut h);
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //! Malformed framing, a frame above the maximum, a bad PROXY header or a bad compressed packet
 //! end the connection: [`Session::handle`] returns a [`SessionError`] (with a static reason to
 //! log) and the adapter closes that connection only. Unknown packet IDs and malformed request
-//! data get a `0x7F` reply and the connection stays open.
+//! data get a `0x7F` reply and the connection stays open. So does a derive request past the
+//! connection's derive budget ([`Config::with_derive_budget`]): `0x7F` with
+//! [`ErrorCode::Busy`](wire::ErrorCode::Busy), no MD5 spent on it.
 //!
 //! # Driving a session (what an adapter does)
 //!
@@ -36,7 +38,8 @@
 //! 1. On accept: `let mut s = Session::new(&config, now);` then call [`Session::handle`] once with
 //!    empty input. It counts the connection and writes the greeting (`0x03`, if the config has a
 //!    threshold): send the bytes written.
-//! 2. Loop: `let p = s.handle(&input[..len], &mut out, &mut ws, &counters)?;` then
+//! 2. Loop: `s.set_time(now);` (what the session budgets over time refills from it), then
+//!    `let p = s.handle(&input[..len], &mut out, &mut ws, &counters)?;` then
 //!    - send `out[..p.written]` (it may be empty), drop the first `p.consumed` bytes of input;
 //!    - on [`Want::Input`], read more bytes from the socket and append them (the [`Needed`](crate::Needed)
 //!      hint tells how many complete the next frame, when known). End of stream here is a

@@ -10,6 +10,7 @@ use crate::frame::compressed::{
 };
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::FrameDecoder;
+use crate::limit::TokenBucket;
 use crate::proxy::Limits;
 use crate::proxy::policy::{self, Decision, Policy, Reason, Source};
 use crate::time::{Duration, Instant};
@@ -216,6 +217,10 @@ pub struct Session {
     send_timeout: Duration,
     /// Whether derive requests are served.
     pub(super) key_derivation: bool,
+    /// The derive requests this connection may still have served.
+    pub(super) derive_budget: TokenBucket,
+    /// The time the adapter last gave ([`Session::set_time`]), or the start.
+    pub(super) now: Instant,
 }
 
 /// The outcome of handling one frame.
@@ -265,6 +270,11 @@ impl Session {
             header_deadline: Some(now + config.header_timeout()),
             send_timeout: config.send_timeout(),
             key_derivation: config.key_derivation(),
+            derive_budget: {
+                let (burst, rate) = config.derive_budget();
+                TokenBucket::new(burst, rate)
+            },
+            now,
         }
     }
 
@@ -294,10 +304,21 @@ impl Session {
         self.header_deadline
     }
 
+    /// Tells the session the time is `now`, for what it budgets over time (key derivations,
+    /// [`Config::with_derive_budget`]): call it before [`handle`](Self::handle) with the
+    /// adapter's clock. A session never told keeps the time it started at, so its budget
+    /// never refills (it fails closed). A `now` earlier than one given before is ignored.
+    pub fn set_time(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
     /// Tells the session the time is `now` (call it when [`next_timeout`](Self::next_timeout)
     /// passes). [`SessionError::HeaderTimeout`] if the header deadline has passed; the adapter
     /// then closes the connection as for any other error.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        self.set_time(now);
         match self.header_deadline {
             Some(deadline) if now >= deadline => Err(SessionError::HeaderTimeout),
             _ => Ok(()),

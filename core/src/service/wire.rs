@@ -265,6 +265,9 @@ enum_with_unknown! {
         /// The server cannot do this here (set compression on a server built without zlib, a
         /// derive request with key derivation turned off).
         Unsupported = 3,
+        /// The request is over the connection's budget for its kind (key derivation, see
+        /// `Config::with_derive_budget`): nothing was done; it may succeed later.
+        Busy = 4,
     }
 }
 

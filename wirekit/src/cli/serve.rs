@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::loadgen::BenchFraming;
 use tokio_util::sync::CancellationToken;
 use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::limit::Rate;
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig, TooManyTrusted};
 use wirekit_core::service::{self, Framing};
@@ -62,6 +63,13 @@ pub struct ServeArgs {
     /// (each derivation is 65,000+ MD5 rounds of this server's CPU, on the client's demand).
     #[arg(long)]
     pub no_key_derivation: bool,
+    /// Key derivations one connection may have at once; past them a derive request gets a
+    /// Busy error reply until the budget refills.
+    #[arg(long, default_value_t = service::Config::DEFAULT_DERIVE_BURST)]
+    pub derive_burst: u32,
+    /// Key derivations a second one connection's budget refills by.
+    #[arg(long, default_value_t = service::Config::DEFAULT_DERIVE_RATE.tokens())]
+    pub derive_per_second: u32,
 }
 
 /// A timeout flag: seconds, finite, from 1 ms to a year (`inf`, `NaN` and negative values are
@@ -96,6 +104,7 @@ impl ServeArgs {
         .with_header_timeout(Duration::from_secs_f64(self.header_timeout).into())
         .with_send_timeout(Duration::from_secs_f64(self.send_timeout).into())
         .with_key_derivation(!self.no_key_derivation)
+        .with_derive_budget(self.derive_burst, Rate::per_second(self.derive_per_second))
         .with_proxy(proxy);
         Ok(ServeOptions {
             listen: self.listen,
