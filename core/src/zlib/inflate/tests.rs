@@ -376,6 +376,32 @@ fn one_code_and_empty_codes_are_allowed() {
     assert_eq!(Inflater::new().inflate_exact(&z, &mut []), Ok(()));
 }
 
+/// A dynamic block whose literal/length code has no end-of-block symbol can never end, so the
+/// stream is refused whatever its declared length; as miniz_oxide does, the symbols are decoded
+/// until the stream fails (here past a declared length of 3, and corrupt further on), where
+/// zlib refuses the code as it reads it ("invalid code -- missing end-of-block"). Found by the
+/// `inflate_diff` campaign of 2026-12-03 (zlib-rs Corrupt, wirekit TooLong at length 3).
+#[test]
+fn a_code_without_end_of_block_is_refused_at_any_length() {
+    let z = [
+        0x78, 0x9c, 0x25, 0xc7, 0xb1, 0x09, 0x80, 0x40, 0x0c, 0x40, 0x51, 0x52, 0xc6, 0x45, 0x9c,
+        0x42, 0x82, 0x85, 0x23, 0xb9, 0x97, 0x8d, 0x45, 0x08, 0xe2, 0x00, 0x47, 0xc6, 0xb8, 0xd2,
+        0x32, 0x95, 0xe1, 0x17, 0xf4, 0x75, 0x6f, 0xc8, 0xec, 0x85, 0x64, 0x56, 0x09, 0x14, 0xd4,
+        0x65, 0x76, 0xee, 0x55, 0x56, 0xa0, 0xaa, 0xc4, 0x0f, 0xbf, 0x89, 0x68, 0xe2, 0xdf, 0xce,
+        0x98, 0xdb, 0x13, 0xaa, 0xf4, 0xd1, 0x9d, 0x64, 0x4a, 0x64, 0x01, 0xf2, 0x58, 0x6d, 0x7b,
+        0x01, 0x98, 0xa5, 0x39, 0x43,
+    ];
+    let mut inflater = Inflater::new();
+    assert_eq!(
+        inflater.inflate_exact(&z, &mut [0; 3]),
+        Err(InflateError::TooLong)
+    );
+    for len in [0, 1, 3, 4, 64, 4096] {
+        assert!(inflater.inflate_exact(&z, &mut vec![0; len]).is_err(), "{len}");
+        same_as_reference(&mut inflater, &z, len);
+    }
+}
+
 #[test]
 fn single_distance_code_and_incomplete_codes() {
     // Streams the compressor writes for one repeated byte use one distance code; mutate the
