@@ -131,13 +131,7 @@ pub fn slow_loris(
     let mut at = 0;
     let (mut first, mut last) = (None, Duration::ZERO);
     let mut open = count;
-    while open > 0 {
-        if start.elapsed() > within {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{open} of {count} slow connections still open after {within:?}"),
-            ));
-        }
+    loop {
         let byte = prefix.get(at).copied();
         for slot in conns.iter_mut() {
             let Some(s) = slot else { continue };
@@ -164,6 +158,16 @@ pub fn slow_loris(
                 *slot = None;
                 open -= 1;
             }
+        }
+        if open == 0 {
+            break;
+        }
+        // Checked after a pass, so a connection already closed is seen as such first.
+        if start.elapsed() > within {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{open} of {count} slow connections still open after {within:?}"),
+            ));
         }
         at += 1;
         std::thread::sleep(interval);

@@ -191,6 +191,21 @@ impl McProxy {
     pub fn metric_or_zero(&self, series: &str) -> u64 {
         metric_in(&self.metrics(), series).unwrap_or(0)
     }
+
+    /// Waits up to 5 s for `series` to read `want` (0 while it has not appeared), then
+    /// asserts it. A count read right after a client saw its connection end must wait: the
+    /// proxy counts a connection's end after it has dropped the socket.
+    pub fn wait_metric(&self, series: &str, want: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let got = self.metric_or_zero(series);
+            if got == want || std::time::Instant::now() > deadline {
+                assert_eq!(got, want, "{series}");
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 fn metric_in(text: &str, series: &str) -> Option<u64> {
