@@ -397,7 +397,10 @@ fn a_code_without_end_of_block_is_refused_at_any_length() {
         Err(InflateError::TooLong)
     );
     for len in [0, 1, 3, 4, 64, 4096] {
-        assert!(inflater.inflate_exact(&z, &mut vec![0; len]).is_err(), "{len}");
+        assert!(
+            inflater.inflate_exact(&z, &mut vec![0; len]).is_err(),
+            "{len}"
+        );
         same_as_reference(&mut inflater, &z, len);
     }
 }
