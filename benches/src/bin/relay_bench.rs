@@ -61,7 +61,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("splice-relay") => upstream_arg(&args).and_then(floor::serve),
+        Some("splice-relay") => upstream_arg(&args).and_then(|up| floor::serve(up, false)),
+        Some("splice-relay-l7") => upstream_arg(&args).and_then(|up| floor::serve(up, true)),
         // tokio's default buffers (8 KiB), as plain `copy_bidirectional` uses.
         Some("copy-relay") => upstream_arg(&args).and_then(|up| copy_relay(up, 8 * 1024)),
         Some("run") => Options::parse(&args[1..], &["wirekit", "haproxy", "infrarust"])
@@ -82,7 +83,10 @@ fn main() -> ExitCode {
 }
 
 /// The floor: a single-threaded mio loop that splices each direction through its own pipe and
-/// does nothing else (no parsing, no budget, no metrics).
+/// does nothing else (no parsing, no budget, no metrics). It connects to the upstream as it
+/// accepts, as an L4 relay (HAProxy in tcp mode) does; its L7 form first waits for the
+/// client's first bytes and connects only then, as a relay that routes by what the client
+/// sends must (that wait is in every connection's time, and nothing else is added).
 mod floor {
     use std::io;
     use std::net::{Shutdown, SocketAddr};
@@ -109,6 +113,43 @@ mod floor {
     struct Pair {
         sockets: [TcpStream; 2],
         dirs: [Dir; 2],
+    }
+
+    /// A slot: an L7 client whose first bytes have not come, or a pair being relayed.
+    enum Conn {
+        Waiting(TcpStream),
+        Relaying(Pair),
+    }
+
+    /// The upstream connection for `client`, sent `first` (blocking: a loopback connect
+    /// completes at once), registered with both sockets in `slot`.
+    fn pair_up(
+        client: TcpStream,
+        upstream: SocketAddr,
+        first: &[u8],
+        poll: &Poll,
+        slot: usize,
+    ) -> Option<Pair> {
+        use std::io::Write;
+        let mut up = std::net::TcpStream::connect(upstream).ok()?;
+        up.write_all(first).ok()?;
+        up.set_nonblocking(true).ok()?;
+        let (Ok(d0), Ok(d1)) = (dir(), dir()) else {
+            return None;
+        };
+        let mut pair = Pair {
+            sockets: [client, TcpStream::from_std(up)],
+            dirs: [d0, d1],
+        };
+        let both = Interest::READABLE | Interest::WRITABLE;
+        let registered = (0..2).all(|side| {
+            let r = poll.registry();
+            let token = Token(slot * 2 + side);
+            r.reregister(&mut pair.sockets[side], token, both)
+                .or_else(|_| r.register(&mut pair.sockets[side], token, both))
+                .is_ok()
+        });
+        registered.then_some(pair)
     }
 
     fn dir() -> io::Result<Dir> {
@@ -152,7 +193,7 @@ mod floor {
         }
     }
 
-    pub(super) fn serve(upstream: SocketAddr) -> Result<(), String> {
+    pub(super) fn serve(upstream: SocketAddr, l7: bool) -> Result<(), String> {
         let std_listener = wirekit_benches::relay_peers::announce()?;
         std_listener
             .set_nonblocking(true)
@@ -162,54 +203,62 @@ mod floor {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|e| e.to_string())?;
-        let mut pairs: Vec<Option<Pair>> = Vec::new();
+        let mut conns: Vec<Option<Conn>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();
         let mut events = Events::with_capacity(256);
         loop {
             poll.poll(&mut events, None).map_err(|e| e.to_string())?;
             for event in &events {
                 if event.token() == LISTENER {
-                    while let Ok((client, _)) = listener.accept() {
-                        // A loopback connect completes at once; blocking keeps this loop
-                        // free of a connecting state.
-                        let Ok(up) = std::net::TcpStream::connect(upstream) else {
-                            continue;
-                        };
-                        if up.set_nonblocking(true).is_err() {
-                            continue;
-                        }
-                        let (Ok(d0), Ok(d1)) = (dir(), dir()) else {
-                            continue;
-                        };
-                        let mut pair = Pair {
-                            sockets: [client, TcpStream::from_std(up)],
-                            dirs: [d0, d1],
-                        };
+                    while let Ok((mut client, _)) = listener.accept() {
                         let slot = free.pop().unwrap_or_else(|| {
-                            pairs.push(None);
-                            pairs.len() - 1
+                            conns.push(None);
+                            conns.len() - 1
                         });
-                        let both = Interest::READABLE | Interest::WRITABLE;
-                        let registered = (0..2).all(|side| {
+                        let conn = if l7 {
                             poll.registry()
-                                .register(&mut pair.sockets[side], Token(slot * 2 + side), both)
-                                .is_ok()
-                        });
-                        if registered {
-                            pairs[slot] = Some(pair);
+                                .register(&mut client, Token(slot * 2), Interest::READABLE)
+                                .ok()
+                                .map(|()| Conn::Waiting(client))
                         } else {
-                            free.push(slot);
+                            pair_up(client, upstream, &[], &poll, slot).map(Conn::Relaying)
+                        };
+                        match conn {
+                            Some(c) => conns[slot] = Some(c),
+                            None => free.push(slot),
                         }
                     }
                     continue;
                 }
                 let slot = event.token().0 / 2;
-                let Some(pair) = pairs.get_mut(slot).and_then(Option::as_mut) else {
+                let Some(conn) = conns.get_mut(slot) else {
+                    continue;
+                };
+                if let Some(Conn::Waiting(client)) = conn {
+                    use std::io::Read;
+                    let mut first = [0u8; 1024];
+                    match client.read(&mut first) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Ok(n) if n > 0 => {
+                            let Some(Conn::Waiting(client)) = conn.take() else {
+                                unreachable!()
+                            };
+                            *conn = pair_up(client, upstream, &first[..n], &poll, slot)
+                                .map(Conn::Relaying);
+                        }
+                        _ => *conn = None,
+                    }
+                    if conn.is_none() {
+                        free.push(slot);
+                    }
+                    continue;
+                }
+                let Some(Conn::Relaying(pair)) = conn.as_mut() else {
                     continue;
                 };
                 let failed = pump(pair, 0).is_err() || pump(pair, 1).is_err();
                 if failed || (pair.dirs[0].shut && pair.dirs[1].shut) {
-                    if let Some(mut pair) = pairs[slot].take() {
+                    if let Some(Conn::Relaying(mut pair)) = conns[slot].take() {
                         for s in &mut pair.sockets {
                             let _ = poll.registry().deregister(s);
                         }
@@ -225,6 +274,7 @@ mod floor {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Floor,
+    FloorL7,
     Copy,
     Haproxy,
     Infrarust,
@@ -235,6 +285,7 @@ impl Kind {
     const fn name(self) -> &'static str {
         match self {
             Kind::Floor => "floor: bare splice relay",
+            Kind::FloorL7 => "floor, connecting after the first bytes (L7)",
             Kind::Copy => "tokio copy_bidirectional",
             Kind::Haproxy => "HAProxy tcp, nbthread 1",
             Kind::Infrarust => "Infrarust 1.6.1 zerocopy",
@@ -259,6 +310,7 @@ fn start_relay(
     let up = upstream.to_string();
     let (program, args): (PathBuf, Vec<String>) = match kind {
         Kind::Floor => (me, vec!["splice-relay".into(), up]),
+        Kind::FloorL7 => (me, vec!["splice-relay-l7".into(), up]),
         Kind::Copy => (me, vec!["copy-relay".into(), up]),
         Kind::Wirekit => {
             let Some(bin) = opts.peer("wirekit") else {
@@ -970,6 +1022,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     let mut relays = Vec::new();
     for kind in [
         Kind::Floor,
+        Kind::FloorL7,
         Kind::Copy,
         Kind::Haproxy,
         Kind::Infrarust,
@@ -1158,6 +1211,11 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          writes); 512 B rows \
          move a quarter of the bytes. The floor and copy_bidirectional relays are written in \
          benches/src/bin/relay_bench.rs (copy_bidirectional with tokio's default 8 KiB buffers); \
+         the floor connects to the upstream as it accepts, as an L4 relay does, and its L7 form \
+         waits for the client's first bytes before it connects, as a relay that routes by them \
+         must (`wirekit proxy` routes by the handshake and connects no upstream for a client \
+         that never sends a valid one), so the L7 floor against HAProxy is what that wait costs \
+         in the same run; \
          HAProxy runs without `option splice-auto` (Debian's defaults); `wirekit proxy` runs \
          with `--threads 1`, RUST_LOG=warn, its per-source limits and byte budgets off; the \
          status exchanges run 16 at a time{}.\n",
