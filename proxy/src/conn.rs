@@ -239,8 +239,8 @@ async fn run<'a>(
         First::Handshake { frame, body } => (frame, body),
     };
 
-    // The handshake: parse, normalise the host, route.
-    let (protocol, next_state, host) = {
+    // The handshake: parse, normalise the host, route, and hold it to the route's bounds.
+    let (protocol, next_state, host, route_index, bounds) = {
         let packet = match split_packet(inbound.bytes(body.clone())) {
             Ok(p) if p.id == Handshake::ID => p,
             _ => return Ended::Refused("bad_handshake"),
@@ -256,19 +256,22 @@ async fn run<'a>(
         let host = normalize_host(hs.address.host, &mut out)
             .map(str::to_owned)
             .unwrap_or_default();
-        (hs.protocol_version, hs.next_state, host)
+        let route_index = rt.router.route(&host);
+        let bounds = route_index.and_then(|i| s.routes[i].handshake.check(&hs).err());
+        (
+            hs.protocol_version,
+            hs.next_state,
+            host,
+            route_index,
+            bounds,
+        )
     };
-    let route_index = rt.router.route(&host);
     let route = route_index.map(|i| &s.routes[i]);
     line.route = Some(route.map_or("unknown", |r| r.name.as_str()));
     if let Some(r) = route {
         shared.metrics.connection(&r.name);
         // The route's handshake bounds, in either mode.
-        let refused = split_packet(inbound.bytes(body.clone()))
-            .ok()
-            .and_then(|p| Handshake::parse(p.data).ok())
-            .and_then(|hs| r.handshake.check(&hs).err());
-        if let Some(refusal) = refused {
+        if let Some(refusal) = bounds {
             let reason = CloseReason::HandshakeRefused(refusal);
             if next_state != NextState::Status {
                 // A login may be told why (a status client just sees the close); what it

@@ -407,10 +407,13 @@ async fn accept_loop(
             local
         };
         let shared = shared.clone();
-        conns.spawn(async move {
+        // Boxed: the connection's future is about 6 KiB, and tokio moves a task's future
+        // three times as it spawns it (and allocates its cell aligned), where a box is moved
+        // once and the task holds a pointer.
+        conns.spawn(Box::pin(async move {
             crate::conn::serve(&shared, stream, peer, local).await;
             shared.open.fetch_sub(1, Ordering::Relaxed);
-        });
+        }));
     }
 }
 
