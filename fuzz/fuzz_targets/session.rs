@@ -13,9 +13,9 @@
 //! `handle_timeout` reports `HeaderTimeout` exactly when a piece arrives past it; an accepted
 //! header gives the client address the policy says (`proxied_source`). Derive requests
 //! get the key or, past the connection's derive budget, a `Busy` error reply, and no more keys
-//! than the budget allows over the time that passed; the budget is one derivation for one input
-//! in sixteen and none for the rest, refilled by one an hour (a derivation costs milliseconds
-//! and no coverage past its first).
+//! than the budget allows over the time that passed; the budget is a burst of one derivation,
+//! refilled by one an hour, for one input in sixteen, and none at all for the rest (a burst of
+//! 0 never refills; a derivation costs milliseconds and no coverage past its first).
 #![no_main]
 
 #[path = "../shared/pieces.rs"]
@@ -298,8 +298,11 @@ fuzz_target!(|input: Input| {
             at = f.consumed;
         }
         // The keys the budget allows: its burst, and one more for each refill period passed.
-        let allowed =
-            u64::from(derive_burst) + (end - start).as_micros() / DERIVE_REFILL.as_micros();
+        // (A burst of 0 never holds a token, whatever the refill.)
+        let allowed = match derive_burst {
+            0 => 0,
+            b => u64::from(b) + (end - start).as_micros() / DERIVE_REFILL.as_micros(),
+        };
         let mut keys = 0;
         for want in &expected {
             let r = match client.decode(&sent[at..], cws.reborrow()) {

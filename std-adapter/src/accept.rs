@@ -3,7 +3,11 @@
 //! A failed `accept(2)` (EMFILE, ENFILE, ENOBUFS) leaves the connection in the backlog, so the
 //! listener stays readable: a loop that retries at once spins a core while serving nobody.
 //! [`AcceptBackoff`] waits between tries instead, 10 ms doubling to 320 ms, and logs one line
-//! when a streak of failures starts and one, with its count, when it ends.
+//! when a streak of failures starts and one, with its count, when it ends. A listener that
+//! churns at its descriptor limit (a descriptor freed, one accept, the limit again) starts a
+//! streak for every freed descriptor, so the streaks' lines go through a log limit: at most
+//! [`STREAK_LINES`] streaks logged per [`STREAK_LOG_PERIOD`], the others counted and reported
+//! with the next one logged.
 //!
 //! A streak ends at the first try that does not fail: a connection accepted, or none waiting
 //! with a descriptor free (Linux takes the descriptor before it looks at the backlog, so an
@@ -34,11 +38,20 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tracing::{info, warn};
+use wirekit_core::limit::{LogDecision, LogLimit};
+
+use crate::clock;
 
 /// The first pause after a failed accept.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest pause between accepts while they keep failing.
 pub const BACKOFF_MAX: Duration = Duration::from_millis(320);
+
+/// Failing streaks logged (a line when each starts, one when it ends) per
+/// [`STREAK_LOG_PERIOD`].
+pub const STREAK_LINES: u32 = 4;
+/// See [`STREAK_LINES`].
+pub const STREAK_LOG_PERIOD: Duration = Duration::from_secs(60);
 
 /// One listener's accept state: the failing streak and when to try next.
 #[derive(Debug)]
@@ -46,6 +59,11 @@ pub struct AcceptBackoff {
     failing: u64,
     backoff: Duration,
     retry_at: Option<Instant>,
+    /// Whether this streak's start was logged (its end is logged alike).
+    logged: bool,
+    /// Failed tries of streaks not logged, reported with the next logged end.
+    unlogged: u64,
+    log: LogLimit,
 }
 
 impl Default for AcceptBackoff {
@@ -61,6 +79,9 @@ impl AcceptBackoff {
             failing: 0,
             backoff: BACKOFF_MIN,
             retry_at: None,
+            logged: false,
+            unlogged: 0,
+            log: LogLimit::new(STREAK_LINES, STREAK_LOG_PERIOD.into()),
         }
     }
 
@@ -99,7 +120,17 @@ impl AcceptBackoff {
 
     fn failed(&mut self, e: io::Error) -> io::Error {
         if self.failing == 0 {
-            warn!(error = %e, "accept failed; backing off until it succeeds");
+            self.logged = match self.log.check(clock::now()) {
+                LogDecision::Log { suppressed } => {
+                    warn!(
+                        error = %e,
+                        streaks_suppressed = suppressed,
+                        "accept failed; backing off until it succeeds"
+                    );
+                    true
+                }
+                LogDecision::Suppress => false,
+            };
         } else {
             self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
         }
@@ -109,8 +140,18 @@ impl AcceptBackoff {
     }
 
     fn recovered(&mut self) {
-        info!(failed = self.failing, "accepting again");
-        *self = Self::new();
+        if self.logged {
+            // With the tries of the streaks not logged since the last line, so the lines'
+            // counts add up to every failed try.
+            info!(failed = self.failing + self.unlogged, "accepting again");
+            self.unlogged = 0;
+        } else {
+            self.unlogged += self.failing;
+        }
+        self.failing = 0;
+        self.backoff = BACKOFF_MIN;
+        self.retry_at = None;
+        self.logged = false;
     }
 }
 
@@ -157,19 +198,45 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn cancelling_during_the_pause_does_not_shorten_it() {
+    async fn cancelling_during_the_pause_neither_shortens_nor_restarts_it() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
         let mut a = AcceptBackoff::new();
         for _ in 0..6 {
             a.failed(io::Error::from_raw_os_error(24));
         }
         let until = a.retry_at.unwrap();
-        // Cancelled every 5 ms, as a loop beside a ticker cancels it.
-        for _ in 0..10 {
-            let r = tokio::time::timeout(Duration::from_millis(5), a.accept(&listener)).await;
-            assert!(r.is_err(), "still pausing");
+        // A client is waiting all along; the accept is cancelled every 5 ms, as a loop beside
+        // a ticker cancels it, and the connection is taken when the one pause ends.
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let accepted = loop {
+            match tokio::time::timeout(Duration::from_millis(5), a.accept(&listener)).await {
+                Ok(r) => break r.unwrap(),
+                Err(_) => assert!(Instant::now() <= until, "the pause outlived itself"),
+            }
+        };
+        assert!(Instant::now() >= until, "accepted before the pause ended");
+        assert!(Instant::now() < until + Duration::from_millis(5));
+        assert_eq!(accepted.1.ip(), addr.ip());
+        assert_eq!(a.failing(), 0);
+    }
+
+    /// Streaks past the log limit are not logged, and their tries are counted into the next
+    /// end line that is; the back-off itself is the same for every streak.
+    #[tokio::test(start_paused = true)]
+    async fn streaks_past_the_log_limit_carry_their_tries() {
+        let mut a = AcceptBackoff::new();
+        let mut logged = 0;
+        for streak in 0..(STREAK_LINES + 3) {
+            a.failed(io::Error::from_raw_os_error(24));
+            a.failed(io::Error::from_raw_os_error(24));
+            assert_eq!(a.retry_at.unwrap() - Instant::now(), 2 * BACKOFF_MIN);
+            logged += u32::from(a.logged);
+            assert_eq!(a.logged, streak < STREAK_LINES, "streak {streak}");
+            a.recovered();
         }
-        assert_eq!(a.retry_at, Some(until));
-        assert_eq!(a.failing(), 6);
+        assert_eq!(logged, STREAK_LINES);
+        // The 3 streaks past the limit: 6 tries waiting for the next logged line.
+        assert_eq!(a.unlogged, 6);
     }
 }

@@ -201,6 +201,9 @@ impl McProxy {
             let got = self.metric_or_zero(series);
             if got == want || std::time::Instant::now() > deadline {
                 assert_eq!(got, want, "{series}");
+                // And it stays there: a count that goes on past `want` is counted twice.
+                thread::sleep(Duration::from_millis(100));
+                assert_eq!(self.metric_or_zero(series), want, "{series}, 100 ms later");
                 return;
             }
             thread::sleep(Duration::from_millis(20));

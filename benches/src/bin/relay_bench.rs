@@ -1214,8 +1214,8 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          the floor connects to the upstream as it accepts, as an L4 relay does, and its L7 form \
          waits for the client's first bytes before it connects, as a relay that routes by them \
          must (`wirekit proxy` routes by the handshake and connects no upstream for a client \
-         that never sends a valid one), so the L7 floor against HAProxy is what that wait costs \
-         in the same run; \
+         that never sends a valid one), so the L7 floor against the floor is what that wait \
+         costs in the same run; \
          HAProxy runs without `option splice-auto` (Debian's defaults); `wirekit proxy` runs \
          with `--threads 1`, RUST_LOG=warn, its per-source limits and byte budgets off; the \
          status exchanges run 16 at a time{}.\n",

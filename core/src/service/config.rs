@@ -91,8 +91,9 @@ impl Config {
     /// connection goes on. Without it, a few bytes of request buy milliseconds of the
     /// server's CPU each: one read of pipelined derive requests held a host worker thread for
     /// seconds, and the firmware's executor for far longer. The budget refills from the time
-    /// the adapter gives [`Session::set_time`](super::Session::set_time); a burst of 0 with a
-    /// rate of 0 tokens refuses every derivation.
+    /// the adapter gives [`Session::set_time`](super::Session::set_time), never past `burst`:
+    /// a burst of 0 refuses every derivation whatever the rate, and a rate of 0 tokens leaves
+    /// `burst` derivations for the connection's life.
     pub const fn with_derive_budget(mut self, burst: u32, rate: Rate) -> Self {
         self.derive_burst = burst;
         self.derive_rate = rate;

@@ -266,7 +266,8 @@ enum_with_unknown! {
         /// derive request with key derivation turned off).
         Unsupported = 3,
         /// The request is over the connection's budget for its kind (key derivation, see
-        /// `Config::with_derive_budget`): nothing was done; it may succeed later.
+        /// `Config::with_derive_budget`): nothing was done; it succeeds again once the budget
+        /// has refilled (never, with a burst of 0 or a rate of 0).
         Busy = 4,
     }
 }

@@ -64,7 +64,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_key_derivation: bool,
     /// Key derivations one connection may have at once; past them a derive request gets a
-    /// Busy error reply until the budget refills.
+    /// Busy error reply until the budget refills (0: every derive request gets Busy).
     #[arg(long, default_value_t = service::Config::DEFAULT_DERIVE_BURST)]
     pub derive_burst: u32,
     /// Key derivations a second one connection's budget refills by.
