@@ -13,19 +13,6 @@ use wirekit_tests::mcproxy_process::{
 };
 use wirekit_tests::serve_process;
 
-/// Waits until the proxy's `series` reaches `want` (counts follow a close by a moment).
-fn metric_reaches(proxy: &McProxy, series: &str, want: u64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let got = proxy.metric_or_zero(series);
-        if got == want || Instant::now() > deadline {
-            assert_eq!(got, want, "{series}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn check_config_exits_0_on_a_good_file_and_2_naming_the_fault_on_a_bad_one() {
     let dir = std::env::temp_dir().join(format!("wirekit-check-config-{}", std::process::id()));
@@ -121,8 +108,7 @@ fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_64() 
         open.push(login_as(&proxy, elsewhere));
         assert!(!up.next().is_empty(), "{elsewhere} reached the upstream");
     }
-    metric_reaches(
-        &proxy,
+    proxy.wait_metric(
         "wirekit_proxy_rejections_total{reason=\"network_concurrent\"}",
         2,
     );
@@ -147,11 +133,7 @@ fn the_global_limit_and_unknown_host_drop_close_at_once_and_count() {
         s.write_all(&handshake("nowhere.test", 765, next)).unwrap();
         wait_closed(&mut s, Duration::from_secs(5)).unwrap();
     }
-    metric_reaches(
-        &proxy,
-        "wirekit_proxy_rejections_total{reason=\"unknown_host\"}",
-        2,
-    );
+    proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"unknown_host\"}", 2);
     // Two logins fill the proxy; a third connection is closed at accept.
     let mut held = Vec::new();
     for from in [12, 13] {
@@ -162,8 +144,7 @@ fn the_global_limit_and_unknown_host_drop_close_at_once_and_count() {
     }
     let mut s = connect_from(14, proxy.addr);
     wait_closed(&mut s, Duration::from_secs(5)).unwrap();
-    metric_reaches(
-        &proxy,
+    proxy.wait_metric(
         "wirekit_proxy_rejections_total{reason=\"max_connections\"}",
         1,
     );
@@ -242,8 +223,7 @@ fn open_connections_keep_their_settings_across_a_reload() {
     let mut new = connect_from(31, proxy.addr);
     new.write_all(&login_bytes("keep.test", "New")).unwrap();
     assert!(!echoes(&mut new, 1 << 20), "the new budget did not apply");
-    metric_reaches(
-        &proxy,
+    proxy.wait_metric(
         "wirekit_proxy_rejections_total{reason=\"serverbound_budget\"}",
         1,
     );

@@ -122,7 +122,8 @@ mod floor {
     }
 
     /// The upstream connection for `client`, sent `first` (blocking: a loopback connect
-    /// completes at once), registered with both sockets in `slot`.
+    /// completes at once), registered with both sockets in `slot` (`client` is registered
+    /// already when it waited for its first bytes).
     fn pair_up(
         client: TcpStream,
         upstream: SocketAddr,
@@ -130,6 +131,7 @@ mod floor {
         poll: &Poll,
         slot: usize,
     ) -> Option<Pair> {
+        let waited = !first.is_empty();
         use std::io::Write;
         let mut up = std::net::TcpStream::connect(upstream).ok()?;
         up.write_all(first).ok()?;
@@ -145,9 +147,12 @@ mod floor {
         let registered = (0..2).all(|side| {
             let r = poll.registry();
             let token = Token(slot * 2 + side);
-            r.reregister(&mut pair.sockets[side], token, both)
-                .or_else(|_| r.register(&mut pair.sockets[side], token, both))
-                .is_ok()
+            // One epoll_ctl a socket, as the L4 floor always made: the relays' CPU is compared.
+            if side == 0 && waited {
+                r.reregister(&mut pair.sockets[side], token, both).is_ok()
+            } else {
+                r.register(&mut pair.sockets[side], token, both).is_ok()
+            }
         });
         registered.then_some(pair)
     }
