@@ -1,6 +1,7 @@
 //! One client connection, from accept to close: PROXY header, limits, the pre-login packets,
 //! routing, the status answer or the upstream connect, the relay, and the close line.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -417,22 +418,26 @@ async fn run<'a>(
                 .await;
             }
             // PROXY v2, the handshake (as received, or with the host rewritten), then the
-            // Login Start and anything after it, as received.
-            let mut out = Vec::with_capacity(inbound.received().len() + 64);
-            if r.proxy_protocol {
-                out.extend_from_slice(&proxy_v2(client, dst, &host));
-            }
-            out.extend_from_slice(&upstream_handshake(
-                r,
-                inbound.bytes(frame.clone()),
-                inbound.bytes(body.clone()),
-            ));
-            out.extend_from_slice(&inbound.received()[frame.end..]);
-            let (upstream, _hold) =
-                match open_upstream(shared, rt, i, r, &out, &mut inbound.stream, line).await {
-                    Ok(up) => up,
-                    Err(ended) => return ended,
-                };
+            // Login Start and anything after it, as received: the received bytes themselves
+            // when nothing is added or rewritten.
+            let handshake =
+                upstream_handshake(r, inbound.bytes(frame.clone()), inbound.bytes(body.clone()));
+            let built = (r.proxy_protocol || matches!(handshake, Cow::Owned(_))).then(|| {
+                let mut out = Vec::with_capacity(inbound.received().len() + 64);
+                if r.proxy_protocol {
+                    out.extend_from_slice(&proxy_v2(client, dst, &host));
+                }
+                out.extend_from_slice(&handshake);
+                out.extend_from_slice(&inbound.received()[frame.end..]);
+                out
+            });
+            drop(handshake);
+            let (stream, received) = inbound.stream_and_received();
+            let out = built.as_deref().unwrap_or(&received[frame.start..]);
+            let (upstream, _hold) = match open_upstream(shared, rt, i, r, out, stream, line).await {
+                Ok(up) => up,
+                Err(ended) => return ended,
+            };
             line.serverbound = (inbound.received().len() - frame.end) as u64;
             gauge.set(&r.name, ConnState::Relay);
             let outcome = byte_relay(shared, s, inbound.stream, upstream).await;

@@ -1,22 +1,29 @@
 //! Reading a connection's first packets under one deadline, with exact bounds: the handshake
 //! (or a legacy 0xFE ping), then Login Start or Status Request, then a status Ping.
 //!
-//! The bytes go into one fixed buffer of [`OPENING_LEN`] bytes, the most a valid handshake and
+//! The bytes go into one buffer of at most [`OPENING_LEN`] bytes, the most a valid handshake and
 //! Login Start take together with their length fields, so a peer declaring a large frame gets
 //! no more room than that: each frame's declared length is checked against its own packet's
 //! bound (the core's [`FrameDecoder`] maximum) before its body is waited for.
+//!
+//! A read takes at most [`READ_CHUNK`] bytes, or the rest of a frame whose length is known when
+//! that is more: the opening of a vanilla client fits one read, and whatever the client sent
+//! after it stays in the socket, where the passthrough relay splices it, rather than being
+//! copied in here and out again to the upstream. The buffer is allocated at its bound and not
+//! zeroed.
 
 use std::io;
 use std::ops::Range;
 
+use bytes::BufMut;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use wirekit_core::Status;
 use wirekit_core::frame::FrameError;
 use wirekit_core::frame::mc::{Decoded, FrameDecoder, MAX_LENGTH_FIELD_LEN, split_packet};
 use wirekit_core::minecraft::handshake::MAX_ADDRESS_LEN;
 use wirekit_core::minecraft::legacy::{self, LegacyPing};
 use wirekit_core::minecraft::login::{MAX_KEY_SIGNATURE_LEN, MAX_NAME_LEN, MAX_PUBLIC_KEY_LEN};
+use wirekit_core::{Needed, Status};
 
 /// The longest handshake frame body: ID, protocol VarInt, the address `String(1024)` (a
 /// 2-byte length and 3 bytes a unit), port and next state.
@@ -31,6 +38,10 @@ pub const MAX_STATUS_REQUEST_BODY: usize = 1;
 pub const MAX_PING_BODY: usize = 9;
 /// The opening buffer: a handshake and a Login Start with their length fields.
 pub const OPENING_LEN: usize = 2 * MAX_LENGTH_FIELD_LEN + MAX_HANDSHAKE_BODY + MAX_LOGIN_START_BODY;
+
+/// The most one read of the opening asks for, unless a frame of known length needs more: a
+/// vanilla handshake and Login Start take well under it.
+pub const READ_CHUNK: usize = 512;
 
 /// How long a connection that opened with `FE` or `FE 01` may stay quiet before the legacy
 /// ping is judged from what came (1.3 and 1.4 clients send no more).
@@ -105,8 +116,8 @@ pub enum First {
 pub struct Inbound {
     /// The stream, after any PROXY header.
     pub stream: TcpStream,
-    buf: Box<[u8]>,
-    filled: usize,
+    /// What was received, never longer than [`OPENING_LEN`] (its capacity).
+    buf: Vec<u8>,
     pos: usize,
     deadline: tokio::time::Instant,
 }
@@ -115,13 +126,11 @@ impl Inbound {
     /// Starts with `prefix` (bytes read with the PROXY header; at most [`OPENING_LEN`] are
     /// kept, the acceptor reads at most 256 past the header) and the deadline.
     pub fn new(stream: TcpStream, prefix: &[u8], deadline: tokio::time::Instant) -> Self {
-        let mut buf = vec![0u8; OPENING_LEN].into_boxed_slice();
-        let filled = prefix.len().min(OPENING_LEN);
-        buf[..filled].copy_from_slice(&prefix[..filled]);
+        let mut buf = Vec::with_capacity(OPENING_LEN);
+        buf.extend_from_slice(&prefix[..prefix.len().min(OPENING_LEN)]);
         Inbound {
             stream,
             buf,
-            filled,
             pos: 0,
             deadline,
         }
@@ -139,31 +148,44 @@ impl Inbound {
 
     /// Bytes received and not yet consumed by a packet read.
     pub fn rest(&self) -> &[u8] {
-        &self.buf[self.pos..self.filled]
+        &self.buf[self.pos..]
     }
 
     /// Everything received so far.
     pub fn received(&self) -> &[u8] {
-        &self.buf[..self.filled]
+        &self.buf
     }
 
-    /// Reads more; `Ok(0)` at end of stream.
-    async fn fill(&mut self, until: tokio::time::Instant) -> Result<usize, PreloginError> {
-        if self.filled == self.buf.len() {
+    /// The stream, and everything received so far (to send on while the stream is written).
+    pub fn stream_and_received(&mut self) -> (&mut TcpStream, &[u8]) {
+        (&mut self.stream, &self.buf)
+    }
+
+    /// Reads more: at most [`READ_CHUNK`] bytes, or `want` when that is more, within the
+    /// buffer's bound; `Ok(0)` at end of stream.
+    async fn fill(
+        &mut self,
+        until: tokio::time::Instant,
+        want: Needed,
+    ) -> Result<usize, PreloginError> {
+        let filled = self.buf.len();
+        let room = OPENING_LEN - filled;
+        if room == 0 {
             // Not reachable with the per-packet bounds, which sum to the buffer.
             return Err(PreloginError::Frame(FrameError::FrameTooLarge {
-                len: self.filled,
-                max: self.buf.len(),
+                len: filled,
+                max: OPENING_LEN,
             }));
         }
-        let read = self.stream.read(&mut self.buf[self.filled..]);
+        // Into the spare capacity (allocated at the bound, never zeroed), bounded; the Vec's
+        // length grows only by what was read, so a read cut short by a drop leaves it whole.
+        let ask = want.at_least().max(READ_CHUNK).min(room);
+        let mut into = (&mut self.buf).limit(ask);
+        let read = self.stream.read_buf(&mut into);
         match tokio::time::timeout_at(until, read).await {
             Err(_) => Err(PreloginError::Timeout),
             Ok(Err(e)) => Err(PreloginError::Io(e)),
-            Ok(Ok(n)) => {
-                self.filled += n;
-                Ok(n)
-            }
+            Ok(Ok(n)) => Ok(n),
         }
     }
 
@@ -184,8 +206,8 @@ impl Inbound {
                         body,
                     });
                 }
-                Status::Partial(_) => {
-                    if self.fill(self.deadline).await? == 0 {
+                Status::Partial(want) => {
+                    if self.fill(self.deadline, want).await? == 0 {
                         return Err(PreloginError::Closed);
                     }
                 }
@@ -201,7 +223,7 @@ impl Inbound {
                     // 1.3 clients send `FE`, 1.4 `FE 01`, some tools `FE 01 FA`, and wait: a
                     // short quiet spell decides with what came.
                     let quiet = (tokio::time::Instant::now() + LEGACY_QUIET).min(self.deadline);
-                    match self.fill(quiet).await {
+                    match self.fill(quiet, Needed::Unknown).await {
                         Ok(0) | Err(PreloginError::Timeout) => {
                             let n = match legacy::detect_final(self.rest()) {
                                 Ok((_, n)) => n,
@@ -249,8 +271,8 @@ impl Inbound {
                     }
                     return Ok(body);
                 }
-                Status::Partial(_) => {
-                    if self.fill(self.deadline).await? == 0 {
+                Status::Partial(want) => {
+                    if self.fill(self.deadline, want).await? == 0 {
                         return Err(PreloginError::Closed);
                     }
                 }
@@ -261,8 +283,7 @@ impl Inbound {
     /// Drops the bytes consumed so far (moving the rest to the buffer's head), so a status
     /// connection's Ping always has room. Ranges returned before are void after this.
     pub fn discard_consumed(&mut self) {
-        self.buf.copy_within(self.pos..self.filled, 0);
-        self.filled -= self.pos;
+        self.buf.drain(..self.pos);
         self.pos = 0;
     }
 
@@ -325,6 +346,45 @@ mod tests {
         assert_eq!(Handshake::parse(packet.data).unwrap(), hs);
         let login = inbound.packet(0x00, MAX_LOGIN_START_BODY).await.unwrap();
         assert_eq!(inbound.bytes(login), [0x00, 0x01, b'A']);
+    }
+
+    /// The opening is read in reads of [`READ_CHUNK`], or of a frame's known rest: a
+    /// handshake longer than one chunk still comes whole, and what the client sent after Login
+    /// Start stays in the socket (for the relay), in order.
+    #[tokio::test]
+    async fn bytes_after_the_opening_stay_in_the_socket() {
+        let (mut c, s) = crate::tcp_pair().await;
+        // 255 three-byte characters: a handshake frame longer than one read.
+        let host = "\u{20ac}".repeat(255);
+        let hs = Handshake {
+            protocol_version: 763,
+            address: ServerAddress::host(&host),
+            port: 25565,
+            next_state: NextState::Login,
+        };
+        let mut wire = vec![0u8; hs.frame_len()];
+        hs.encode_frame(&mut wire).unwrap();
+        assert!(wire.len() > READ_CHUNK);
+        wire.extend_from_slice(&[0x03, 0x00, 0x01, b'A']);
+        let opening = wire.len();
+        let bulk: Vec<u8> = (0..16 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+        wire.extend_from_slice(&bulk);
+        c.write_all(&wire).await.unwrap();
+        c.shutdown().await.unwrap();
+        let mut inbound = Inbound::new(s, &[], soon());
+        let First::Handshake { body, .. } = inbound.first().await.unwrap() else {
+            panic!("not a handshake")
+        };
+        let packet = split_packet(inbound.bytes(body)).unwrap();
+        assert_eq!(Handshake::parse(packet.data).unwrap(), hs);
+        let login = inbound.packet(0x00, MAX_LOGIN_START_BODY).await.unwrap();
+        assert_eq!(inbound.bytes(login), [0x00, 0x01, b'A']);
+        // At most one chunk past the handshake was read.
+        let received = inbound.received().len();
+        assert!(received >= opening && received <= hs.frame_len() + READ_CHUNK);
+        let mut rest = inbound.rest().to_vec();
+        inbound.stream.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, bulk);
     }
 
     #[tokio::test]
