@@ -818,6 +818,26 @@ pub(crate) async fn disconnect(stream: &mut TcpStream, text: &str) {
         let _ = stream.write_all(&out[..n]).await;
     }
     let _ = stream.shutdown().await;
+    drop_queued(stream);
+}
+
+/// Reads and drops what the client has sent already, without waiting (at most 64 KiB): the
+/// opening is read in short reads, and a close with unread bytes would be a reset, which can
+/// discard the Disconnect before the client reads it. (A client still sending is lingered on
+/// where the caller chooses to.)
+fn drop_queued(stream: &TcpStream) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        #[cfg(target_os = "linux")]
+        let got = rustix::net::recv(stream, &mut sink[..], rustix::net::RecvFlags::DONTWAIT)
+            .map(|(n, _)| n)
+            .unwrap_or(0);
+        #[cfg(not(target_os = "linux"))]
+        let got = stream.try_read(&mut sink).unwrap_or(0);
+        if got < sink.len() {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -825,6 +845,34 @@ mod tests {
     use super::*;
     use wirekit_core::Status;
     use wirekit_core::proxy::{self, Limits};
+
+    /// Bytes the client sent past what the opening's short reads took are dropped with the
+    /// Disconnect, so the close is a FIN: the client reads the Disconnect, then a clean end
+    /// (unread bytes at close(2) would make it a reset).
+    #[tokio::test]
+    async fn a_disconnect_drops_what_the_client_sent_and_ends_cleanly() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut c, mut s) = crate::tcp_pair().await;
+        c.write_all(&[7u8; 3000]).await.unwrap();
+        // Until the proxy's side has the bytes queued.
+        s.readable().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        disconnect(&mut s, "bye").await;
+        drop(s);
+        let mut got = Vec::new();
+        c.read_to_end(&mut got)
+            .await
+            .expect("a clean end, not a reset");
+        let d = wirekit_core::frame::mc::FrameDecoder::new();
+        let Ok(Status::Complete(f)) = d.decode_frame(&got) else {
+            panic!("no Disconnect frame in {got:?}")
+        };
+        assert_eq!(f.consumed, got.len());
+        // A reset would have reached the client by now: its next write would fail. After a
+        // clean close the write is taken (and the proxy's side answers it with the reset).
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(c.write(b"x").await.is_ok(), "the close was a reset");
+    }
 
     /// A loopback upstream gets the first bytes with the connect and the rest through the
     /// stream, in order; a port nobody listens on fails the attempt.
