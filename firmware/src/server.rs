@@ -244,17 +244,15 @@ fn handle(
         ZLIB.lock(|zlib| {
             let mut scratch = scratch.borrow_mut();
             let mut zlib = zlib.borrow_mut();
-            match zlib.as_mut() {
-                Some(z) => {
-                    let mut ws =
-                        Workspace::with_zlib(&mut scratch[..], &mut z.inflater, &mut z.compressor);
-                    session.handle(input, output, &mut ws, &COUNTERS)
-                }
-                None => {
-                    let mut ws = Workspace::new(&mut scratch[..]);
-                    session.handle(input, output, &mut ws, &COUNTERS)
-                }
-            }
+            // `init` sets the state before any socket task runs; before it, the connection is
+            // refused as an adapter bug rather than served by a zlib-less `Workspace`, whose
+            // other storage type would be a second instance of all the session code (4.2 KiB
+            // of flash).
+            let Some(z) = zlib.as_mut() else {
+                return Err(SessionError::CompressionUnavailable);
+            };
+            let mut ws = Workspace::with_zlib(&mut scratch[..], &mut z.inflater, &mut z.compressor);
+            session.handle(input, output, &mut ws, &COUNTERS)
         })
     })
 }
