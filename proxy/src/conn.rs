@@ -233,7 +233,7 @@ async fn run<'a>(
                 Ok(kick) => kick,
                 Err(reason) => return Ended::Refused(reason),
             };
-            let _ = inbound.stream.write_all(&kick).await;
+            write_within(&mut inbound.stream, &kick, s.handshake_timeout).await;
             let _ = inbound.stream.shutdown().await;
             return Ended::Done("legacy_ping");
         }
@@ -329,12 +329,10 @@ async fn run<'a>(
                 )
                 .into(),
             };
-            if inbound
-                .stream
-                .write_all(&status::response_frame(&json))
-                .await
-                .is_err()
-            {
+            // Up to about 98 KB (a favicon): a client that does not read it is dropped at the
+            // handshake timeout rather than held open, with its admission.
+            let response = status::response_frame(&json);
+            if !write_within(&mut inbound.stream, &response, s.handshake_timeout).await {
                 return Ended::Done("client_error");
             }
             // The Ping is always the proxy's to answer.
@@ -353,7 +351,7 @@ async fn run<'a>(
             };
             let mut out = [0u8; 10];
             if let Ok(n) = pong.encode_frame(&mut out) {
-                let _ = inbound.stream.write_all(&out[..n]).await;
+                write_within(&mut inbound.stream, &out[..n], s.handshake_timeout).await;
             }
             let _ = inbound.stream.shutdown().await;
             Ended::Done("status")
@@ -815,10 +813,28 @@ pub(crate) async fn disconnect(stream: &mut TcpStream, text: &str) {
     let packet = Disconnect { reason: &reason };
     let mut out = vec![0u8; packet.frame_len()];
     if let Ok(n) = packet.encode_frame(&mut out) {
-        let _ = stream.write_all(&out[..n]).await;
+        write_within(stream, &out[..n], DISCONNECT_WRITE_LIMIT).await;
     }
     let _ = stream.shutdown().await;
     drop_queued(stream);
+}
+
+/// How long a Disconnect may take to write: only a client that stops reading meets this bound
+/// (before login nothing else was sent to it; in play, relayed traffic may fill its window).
+pub(crate) const DISCONNECT_WRITE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Writes `bytes` to a client within `limit`; false when the write failed or timed out. A
+/// client that stops reading must not hold its connection (task, descriptor and admission)
+/// open: the proxy's own replies are written under a bound, as its reads are.
+pub(crate) async fn write_within(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    limit: std::time::Duration,
+) -> bool {
+    matches!(
+        tokio::time::timeout(limit, stream.write_all(bytes)).await,
+        Ok(Ok(()))
+    )
 }
 
 /// Reads and drops what the client has sent already, without waiting (at most 64 KiB): the
@@ -872,6 +888,23 @@ mod tests {
         // clean close the write is taken (and the proxy's side answers it with the reset).
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(c.write(b"x").await.is_ok(), "the close was a reset");
+    }
+
+    /// A reply to a client that does not read ends at its bound, not when the client chooses:
+    /// more than the socket buffers hold, to a peer that reads nothing.
+    #[tokio::test]
+    async fn a_reply_to_a_client_that_does_not_read_gives_up_at_its_bound() {
+        let (c, mut s) = crate::tcp_pair().await;
+        let big = vec![0u8; 16 << 20];
+        let started = std::time::Instant::now();
+        let limit = std::time::Duration::from_millis(200);
+        assert!(!write_within(&mut s, &big, limit).await);
+        let took = started.elapsed();
+        assert!(took >= limit && took < limit * 10, "{took:?}");
+        // A reply the buffers take is written.
+        let (_c2, mut s2) = crate::tcp_pair().await;
+        assert!(write_within(&mut s2, &big[..1000], limit).await);
+        drop(c);
     }
 
     /// A loopback upstream gets the first bytes with the connect and the rest through the

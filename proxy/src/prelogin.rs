@@ -20,6 +20,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use wirekit_core::frame::FrameError;
 use wirekit_core::frame::mc::{Decoded, FrameDecoder, MAX_LENGTH_FIELD_LEN, split_packet};
+use wirekit_core::minecraft::Error as McError;
 use wirekit_core::minecraft::handshake::MAX_ADDRESS_LEN;
 use wirekit_core::minecraft::legacy::{self, LegacyPing};
 use wirekit_core::minecraft::login::{MAX_KEY_SIGNATURE_LEN, MAX_NAME_LEN, MAX_PUBLIC_KEY_LEN};
@@ -193,9 +194,22 @@ impl Inbound {
     /// ping.
     pub async fn first(&mut self) -> Result<First, PreloginError> {
         let mut decoder = FrameDecoder::handshaking().with_max_frame_len(MAX_HANDSHAKE_BODY);
+        // Until the legacy ping's first bytes are ruled out.
+        let mut maybe_legacy = true;
         loop {
-            match decoder.decode(self.rest()).map_err(PreloginError::Frame)? {
-                Status::Complete(Decoded::LegacyPing) => return self.legacy().await,
+            let decoded = if maybe_legacy {
+                decoder.decode(self.rest())
+            } else {
+                decoder
+                    .decode_frame(self.rest())
+                    .map(|s| s.map(Decoded::Frame))
+            };
+            match decoded.map_err(PreloginError::Frame)? {
+                Status::Complete(Decoded::LegacyPing) => match self.legacy().await? {
+                    Some(first) => return Ok(first),
+                    // A frame whose length field starts with the ping's byte.
+                    None => maybe_legacy = false,
+                },
                 Status::Complete(Decoded::Frame(f)) => {
                     let start = self.pos;
                     let end = start + f.consumed;
@@ -215,11 +229,15 @@ impl Inbound {
         }
     }
 
-    async fn legacy(&mut self) -> Result<First, PreloginError> {
+    /// The legacy ping the opening starts with, or `None` when its bytes turn out to be a
+    /// modern frame's (a long handshake, whose length field starts with the same `FE`).
+    async fn legacy(&mut self) -> Result<Option<First>, PreloginError> {
         loop {
-            match legacy::detect(self.rest())? {
-                Status::Complete((_, n)) => return Ok(self.take_legacy(n)),
-                Status::Partial(_) => {
+            match legacy::detect(self.rest()) {
+                Err(McError::NotLegacyPing) => return Ok(None),
+                Err(e) => return Err(e.into()),
+                Ok(Status::Complete((_, n))) => return Ok(Some(self.take_legacy(n))),
+                Ok(Status::Partial(_)) => {
                     // 1.3 clients send `FE`, 1.4 `FE 01`, some tools `FE 01 FA`, and wait: a
                     // short quiet spell decides with what came.
                     let quiet = (tokio::time::Instant::now() + LEGACY_QUIET).min(self.deadline);
@@ -231,7 +249,7 @@ impl Inbound {
                                 // (the same reply format), as vanilla servers do.
                                 Err(_) => 2,
                             };
-                            return Ok(self.take_legacy(n));
+                            return Ok(Some(self.take_legacy(n)));
                         }
                         Ok(_) => {}
                         Err(e) => return Err(e),
@@ -398,6 +416,43 @@ mod tests {
             matches!(err, PreloginError::Frame(FrameError::FrameTooLarge { .. })),
             "{err}"
         );
+    }
+
+    /// A handshake whose frame length field starts with the legacy ping's `FE` (a body of
+    /// 254 bytes: `FE 01 00 ..`; of 382: `FE 02 ..`; a long address does it) is a frame, whole
+    /// or with its first bytes arriving alone, as vanilla servers read it.
+    #[tokio::test]
+    async fn long_handshakes_starting_with_the_legacy_byte_are_frames() {
+        for (len, first) in [(254usize, 1usize), (254, 2), (382, 1), (510, 3000)] {
+            // A Handshake of exactly `len` bytes of body: ID, protocol 763, an address of
+            // `len - 8` bytes (two-byte length), port, next state.
+            let n = len - 8;
+            let mut body = vec![0x00, 0xfb, 0x05, (n as u8) | 0x80, (n >> 7) as u8];
+            body.extend(std::iter::repeat_n(b'a', n));
+            body.extend_from_slice(&[0x63, 0xdd, 0x02]);
+            assert_eq!(body.len(), len);
+            let mut wire = vec![(len as u8) | 0x80, (len >> 7) as u8];
+            assert_eq!(wire[0], 0xfe);
+            wire.extend_from_slice(&body);
+            wire.extend_from_slice(&[0x03, 0x00, 0x01, b'A']);
+            let (mut c, s) = crate::tcp_pair().await;
+            let (a, b) = wire.split_at(first.min(wire.len()));
+            let (a, b) = (a.to_vec(), b.to_vec());
+            tokio::spawn(async move {
+                c.write_all(&a).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                c.write_all(&b).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            });
+            let mut inbound = Inbound::new(s, &[], soon());
+            let First::Handshake { frame, body: at } = inbound.first().await.unwrap() else {
+                panic!("{len}: taken for a legacy ping")
+            };
+            assert_eq!(frame.len(), 2 + len);
+            assert_eq!(inbound.bytes(at), &body[..], "{len}");
+            let login = inbound.packet(0x00, MAX_LOGIN_START_BODY).await.unwrap();
+            assert_eq!(inbound.bytes(login), [0x00, 0x01, b'A']);
+        }
     }
 
     #[tokio::test]

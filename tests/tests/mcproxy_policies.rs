@@ -284,6 +284,52 @@ fn a_passthrough_route_holds_its_handshake_bounds() {
     assert_eq!(up.next(), sent);
 }
 
+/// Logins whose handshake frames have length fields starting with the legacy ping's `FE` (a
+/// body of 254 or 382 bytes, here from a TCPShield suffix with a long signature) are relayed
+/// as sent, in passthrough and inspect, as vanilla servers read them; they were once taken for
+/// malformed legacy pings and refused.
+#[test]
+fn long_handshakes_whose_length_starts_with_the_legacy_byte_are_logins() {
+    let up = Recorder::start();
+    let proxy = McProxy::start(&format!(
+        "[[route]]\nhosts = [\"long.test\"]\nupstreams = [\"127.0.0.1:{0}\"]\n\
+         [[route]]\nhosts = [\"long-inspect.test\"]\nupstreams = [\"127.0.0.1:{0}\"]\n\
+         mode = \"inspect\"\n",
+        up.port
+    ));
+    for (i, (host, body_len)) in [
+        ("long.test", 254usize),
+        ("long.test", 382),
+        ("long-inspect.test", 254),
+        ("long-inspect.test", 382),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // ID, protocol (two bytes), address length (two bytes), address, port, next state.
+        let prefix = format!("{host}///127.0.0.1:40000///1700000000///");
+        let address = prefix.clone() + &"Q".repeat(body_len - 8 - prefix.len());
+        let mut body = vec![0x00];
+        for v in [340, address.len() as i32] {
+            let mut out = [0u8; 5];
+            let n = encode_varint(v, &mut out).unwrap();
+            body.extend_from_slice(&out[..n]);
+        }
+        body.extend_from_slice(address.as_bytes());
+        body.extend_from_slice(&[0x63, 0xdd, 2]);
+        let mut hs = [0u8; 5];
+        let n = encode_varint(body.len() as i32, &mut hs).unwrap();
+        let hs = [&hs[..n], &body[..]].concat();
+        assert_eq!(hs[0], 0xfe, "{body_len}");
+        assert_eq!(hs.len(), 2 + body_len);
+        let sent = [hs, login_start("Long")].concat();
+        let mut s = connect_from(50 + i as u8, proxy.addr);
+        s.write_all(&sent).unwrap();
+        assert_eq!(up.next(), sent, "{host} {body_len}");
+    }
+    rejections(&proxy, "bad_packet", 0);
+}
+
 /// A full 1.6 ping: `FE 01 FA`, `MC|PingHost`, then the protocol byte, host and port.
 fn ping_1_6(host: &str, port: i32) -> Vec<u8> {
     let utf16 = |s: &str| -> Vec<u8> {

@@ -61,9 +61,13 @@ pub enum Phase {
 pub enum Decoded<'a> {
     /// A complete frame.
     Frame(Frame<'a>),
-    /// The connection opened with a legacy server-list ping (first byte 0xFE), which is not
-    /// length-prefixed. Nothing was consumed; the bytes are the caller's to answer in the legacy
-    /// format (and then close). The decoder stays in [`Phase::Handshaking`].
+    /// The connection opened with the first byte of a legacy server-list ping (0xFE), which is
+    /// not length-prefixed. Nothing was consumed and the decoder stays in
+    /// [`Phase::Handshaking`]. The byte also starts a modern frame whose length field begins
+    /// with 0xFE (a handshake of 254 bytes, or 382, 510 ...: a long address), so the caller asks
+    /// [`legacy::detect`](crate::minecraft::legacy::detect): a ping is answered in the legacy
+    /// format (and the connection closed); [`NotLegacyPing`](crate::minecraft::Error::NotLegacyPing)
+    /// means a frame, read with [`FrameDecoder::decode_frame`].
     LegacyPing,
 }
 

@@ -127,8 +127,15 @@ pub enum LegacyPing<'a> {
 }
 
 /// Detects a legacy ping at the start of a stream: `Complete((ping, consumed))`, `Partial`
-/// while the bytes so far could still be one, or an error ([`Error::NotLegacyPing`] when the
-/// first byte is not `FE`, so the caller goes on with framing).
+/// while the bytes so far could still be one, or an error.
+///
+/// [`Error::NotLegacyPing`] means the caller goes on with framing: the first byte is not `FE`,
+/// or it is but the next is not `01`, or those two are not followed by `FA`. As vanilla servers
+/// read the stream, those are a modern frame whose length field starts with `FE` (a length of
+/// 254, or 126 more than a multiple of 128 from 382 on: a long handshake address), not a
+/// malformed ping. A stream that goes on as a 1.6 ping (`FE 01 FA`) and then breaks its format
+/// is [`Error::BadLegacyPing`] (vanilla would read it as a frame whose packet ID, `FA`, no
+/// handshake has).
 pub fn detect(input: &[u8]) -> Result<Status<(LegacyPing<'_>, usize)>, Error> {
     detect_inner(input, false)
 }
@@ -156,10 +163,10 @@ fn detect_inner(input: &[u8], last: bool) -> Result<Status<(LegacyPing<'_>, usiz
         [b, ..] if *b != PING => Err(Error::NotLegacyPing),
         [_] if last => Ok(Status::Complete((LegacyPing::V1_3, 1))),
         [_] => Ok(Status::Partial(Needed::Unknown)),
-        [_, b, ..] if *b != PING_PAYLOAD => Err(Error::BadLegacyPing),
+        [_, b, ..] if *b != PING_PAYLOAD => Err(Error::NotLegacyPing),
         [_, _] if last => Ok(Status::Complete((LegacyPing::V1_4, 2))),
         [_, _] => Ok(Status::Partial(Needed::Unknown)),
-        [_, _, b, ..] if *b != PLUGIN_MESSAGE => Err(Error::BadLegacyPing),
+        [_, _, b, ..] if *b != PLUGIN_MESSAGE => Err(Error::NotLegacyPing),
         _ => match v1_6(input) {
             Ok(v) => Ok(Status::Complete(v)),
             Err(Error::Truncated) => partial(v1_6_needed(input)),
@@ -504,10 +511,12 @@ mod tests {
         assert_eq!(LegacyPing::V1_4.encode(&mut out), Ok(2));
         assert_eq!(out, [0xfe, 0x01]);
         assert_eq!(LegacyPing::V1_3.encode(&mut out), Ok(1));
-        // A modern handshake's first byte, and bad second or third bytes.
+        // A modern handshake's first byte; and frames whose length field starts with `FE`:
+        // 382 (`FE 02`) and 254 (`FE 01`, then the handshake's packet ID 0).
         assert_eq!(detect(&[0x10, 0x00]), Err(Error::NotLegacyPing));
-        assert_eq!(detect(&[0xfe, 0x02]), Err(Error::BadLegacyPing));
-        assert_eq!(detect(&[0xfe, 0x01, 0xfb]), Err(Error::BadLegacyPing));
+        assert_eq!(detect(&[0xfe, 0x02]), Err(Error::NotLegacyPing));
+        assert_eq!(detect(&[0xfe, 0x01, 0x00]), Err(Error::NotLegacyPing));
+        assert_eq!(detect_final(&[0xfe, 0x01, 0xfb]), Err(Error::NotLegacyPing));
     }
 
     #[test]

@@ -134,7 +134,8 @@ pub enum Error {
     /// A field present or absent against what the protocol version carries, or a version
     /// older than the layout handled.
     VersionMismatch,
-    /// The input does not start with a legacy server-list ping.
+    /// The input does not start with a legacy server-list ping (a modern frame, even one whose
+    /// length field starts with the ping's `FE`).
     NotLegacyPing,
     /// A legacy ping that starts right but is malformed.
     BadLegacyPing,

@@ -168,7 +168,8 @@ async fn refuse<F: Filter + ?Sized>(
         let text = format!("Disconnected by the proxy: {}", close.reason.as_str());
         if let Some(frame) = insp.disconnect_frame(target, &text) {
             let bytes = &insp.sides[Direction::Clientbound.index()].out[frame];
-            let _ = inbound.stream.write_all(bytes).await;
+            let limit = crate::conn::DISCONNECT_WRITE_LIMIT;
+            crate::conn::write_within(&mut inbound.stream, bytes, limit).await;
         }
     }
     let _ = inbound.stream.shutdown().await;

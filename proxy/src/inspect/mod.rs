@@ -856,7 +856,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             let text = format!("Disconnected by the proxy: {why}");
             if let Some(frame) = self.disconnect_frame(target, &text) {
                 let side = &mut self.sides[Direction::Clientbound.index()];
-                if cw.write_all(&side.out[frame.clone()]).await.is_ok() {
+                // Bounded: a client that stopped reading (its window full of relayed play
+                // traffic) would otherwise hold the connection it is being dropped from.
+                let write = cw.write_all(&side.out[frame.clone()]);
+                let limit = crate::conn::DISCONNECT_WRITE_LIMIT;
+                if let Ok(Ok(())) = tokio::time::timeout(limit, write).await {
                     side.moved.written += frame.len() as u64;
                 }
             }
