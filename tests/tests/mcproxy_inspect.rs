@@ -383,6 +383,98 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     proxy.proc.wait_log("route=\"stall\"", 1);
 }
 
+/// A client that stops reading while play traffic fills its window, then sends a packet a
+/// rule denies, is still closed: what the proxy owes it is written within a bound before the
+/// close, not waited on for as long as the client chooses (the upstream sees its connection
+/// end, and the close line is written).
+#[test]
+fn a_client_that_does_not_read_is_still_closed_when_it_breaks_a_rule() {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    use wirekit_tests::mcproxy_process::{connect_from, login_bytes, login_success};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // 1.12.2's serverbound chat is 0x02: denied in play.
+    let proxy = McProxy::start(&route(
+        "stuck",
+        port,
+        "[[route.inspect.rule]]\nstate = \"play\"\ndirection = \"serverbound\"\nid = 2\n\
+         action = \"deny\"",
+    ));
+    let mut client = connect_from(81, proxy.addr);
+    client
+        .write_all(&login_bytes("stuck.inspect.test", "Tester"))
+        .unwrap();
+    let (mut up, _) = listener.accept().unwrap();
+    up.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    read_frames(&mut up, 2);
+    up.write_all(&login_success("Tester")).unwrap();
+
+    // The upstream floods clientbound chat until its writes stall (the client reads nothing).
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut up_w = up.try_clone().unwrap();
+    up_w.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let packet = frame(&[[0x0Fu8].as_slice(), &[b'c'; 250]].concat());
+            let mut at = 0;
+            let mut idle = 0;
+            while !stop.load(Ordering::Relaxed) && idle < 10 {
+                match up_w.write(&packet[at..]) {
+                    Ok(n) => {
+                        at = (at + n) % packet.len();
+                        idle = 0;
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        idle += 1;
+                    }
+                    Err(_) => return,
+                }
+            }
+        })
+    };
+    flood.join().unwrap();
+    // A denied packet: the proxy closes the connection; the clientbound bytes it owes cannot
+    // reach a client that does not read, and must not hold the close.
+    let started = Instant::now();
+    client.write_all(&frame(&[0x02, 2, b'h', b'i'])).unwrap();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match up.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the upstream connection stayed open"
+        );
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "the close took {took:?}:\n{}",
+        proxy.proc.log()
+    );
+    let line = close_line(&proxy, "stuck");
+    assert!(
+        line.contains("rule_denied") || line.contains("client_error"),
+        "{line}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    drop(client);
+}
+
 /// A proxy with inspect route `name` to an upstream of the test's own, a client from
 /// 127.0.0.`from` that has sent `opening` (a login and maybe more), and the upstream's side of
 /// its connection after the handshake and Login Start; both sockets time out reads in 10 s.

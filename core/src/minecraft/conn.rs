@@ -663,6 +663,14 @@ impl ProxyConn {
         };
         match rules.evaluate(state, dir, version, packet.id, packet.data.len()) {
             RuleVerdict::Pass => {}
+            // A control packet (one that changes the framing or the state: Set Compression,
+            // Encryption Request, the switches to configuration and play) cannot be dropped
+            // without putting the proxy out of step with both peers: a drop rule that matches
+            // one closes as a deny rule would, as a filter's drop of one does.
+            RuleVerdict::Drop { rule } if effect != Effect::None => {
+                let d = self.handshake_disconnect(effect);
+                return self.close_with(CloseReason::RuleDenied(rule), d);
+            }
             RuleVerdict::Drop { .. } => return Verdict::Drop,
             RuleVerdict::Deny { rule } => {
                 let d = self.handshake_disconnect(effect);
@@ -1340,8 +1348,36 @@ mod tests {
         ];
         let rules = Rules::new(HandshakeRule::ANY, &list);
         let mut c = logged_in(v);
-        // A dropped Login Acknowledged moves nothing.
-        assert_eq!(c.handle(&rules, &pkt(SB, 3, b""), T0), Verdict::Drop);
+        // Login Acknowledged switches the state: a drop rule on it closes (dropped, the client
+        // would be in configuration and the proxy and the upstream still in login).
+        let Verdict::Close(close) = c.handle(&rules, &pkt(SB, 3, b""), T0) else {
+            panic!()
+        };
+        assert_eq!(close.reason, CloseReason::RuleDenied(0));
+        // So does one on Set Compression (the upstream's framing changes after it).
+        let compress = [rule(State::Login, CB, IdRange::one(3), RuleAction::Drop)];
+        let compress_rules = Rules::new(HandshakeRule::ANY, &compress);
+        let mut c = ProxyConn::new(ConnConfig::default());
+        c.handle(
+            &Rules::NONE,
+            &pkt(SB, 0, &handshake(v, NextState::Login)),
+            T0,
+        )
+        .assert_forward();
+        c.handle(&Rules::NONE, &pkt(SB, 0, &login_start(v)), T0)
+            .assert_forward();
+        let Verdict::Close(close) = c.handle(&compress_rules, &pkt(CB, 3, b"\x80\x02"), T0) else {
+            panic!()
+        };
+        assert_eq!(close.reason, CloseReason::RuleDenied(0));
+        // A drop rule on a packet that changes nothing drops it.
+        let plugin = [rule(State::Login, SB, IdRange::one(2), RuleAction::Drop)];
+        let mut c = logged_in(v);
+        let plugin_rules = Rules::new(HandshakeRule::ANY, &plugin);
+        assert_eq!(
+            c.handle(&plugin_rules, &pkt(SB, 2, b"\x01\x00"), T0),
+            Verdict::Drop
+        );
         assert_eq!(c.state(SB), State::Login);
         let mut c = logged_in(v);
         c.handle(&Rules::NONE, &pkt(SB, 3, b""), T0)

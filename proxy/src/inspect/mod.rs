@@ -730,8 +730,16 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 Ok(p) => p,
                 Err(e) => return Some(After::BadFrame(CompressedFrameError::Frame(e))),
             };
-            let verdict =
-                conn.handle_filtered(&rules, &packet, now, &mut **filter, &mut work.rewrite);
+            // The filter gets room for the direction's largest packet, no more: a rewrite
+            // always fits the frame that carries it on.
+            let room = settings.max_packet(dir).min(work.rewrite.len());
+            let verdict = conn.handle_filtered(
+                &rules,
+                &packet,
+                now,
+                &mut **filter,
+                &mut work.rewrite[..room],
+            );
             // What goes out for the packet: as received, or framed again from this body.
             let built: &[u8] = match verdict {
                 Verdict::Close(c) => return Some(After::Close(c)),
@@ -799,7 +807,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         uw: &mut Writer<'_>,
     ) -> InspectEnd {
         let opaque = matches!(after, After::Opaque);
-        if !matches!(after, After::EncodeError) {
+        {
             let [sbs, cbs] = &mut self.sides;
             let other = match dir {
                 Direction::Serverbound => Direction::Clientbound,
@@ -812,7 +820,21 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 };
                 // A direction that ended owes nothing, and its destination's write half is
                 // shut: its unjudged bytes (a frame cut short by the end) stay unsent.
-                if !side.ended && side.flush(to, opaque).await.is_err() {
+                if side.ended {
+                    continue;
+                }
+                // Going opaque, the relay goes on and a peer's back-pressure is the relay's;
+                // closing, a peer that stopped reading (a client whose window is full of play
+                // traffic) must not hold the connection it is being dropped from.
+                let flushed = if opaque {
+                    side.flush(to, true).await
+                } else {
+                    let limit = crate::conn::DISCONNECT_WRITE_LIMIT;
+                    tokio::time::timeout(limit, side.flush(to, false))
+                        .await
+                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+                };
+                if flushed.is_err() {
                     return error;
                 }
             }
@@ -834,11 +856,18 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 InspectEnd::BadFrame(dir, e)
             }
             After::EncodeError => {
+                // What was judged before it went out above; the client is told why.
+                let target = self.conn.disconnect_target();
                 let c = self
                     .conn
                     .close(wirekit_core::minecraft::conn::CloseReason::Local);
-                let _ = cw.shutdown().await;
-                let _ = uw.shutdown().await;
+                self.disconnect(
+                    target,
+                    "a packet too large to frame again for the client",
+                    cw,
+                    uw,
+                )
+                .await;
                 InspectEnd::Closed(c)
             }
         }
@@ -881,7 +910,9 @@ enum After {
     BadFrame(CompressedFrameError),
     /// The connection went opaque.
     Opaque,
-    /// A frame could not be built again (not reachable with the buffers sized as they are).
+    /// A frame could not be built again: a packet larger than the client's framing carries (a
+    /// body over the frame limit toward a client without compression, or whose compressed form
+    /// would be), or a filter's rewrite past what the direction's out buffer holds.
     EncodeError,
 }
 
