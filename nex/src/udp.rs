@@ -72,7 +72,9 @@ pub enum CloseReason {
     /// Nothing was accepted from it for [`TableLimits::idle_timeout`].
     Idle,
     /// [`DatagramHandler::open`] accepted it but the table had no room (counted as
-    /// [`DropReason::TableFull`] or [`DropReason::SourceLimit`]); it never held a slot.
+    /// [`DropReason::TableFull`] or [`DropReason::SourceLimit`]); it never held a slot. The
+    /// worker checks the table's room before it asks `open`, so the worker itself does not
+    /// reach this.
     NotAdmitted,
 }
 
@@ -96,6 +98,8 @@ pub trait DatagramHandler {
     fn version(&self) -> Version;
 
     /// A datagram from a peer with no connection: open one, answer statelessly or refuse.
+    /// Asked only when the table has room for a connection from this peer (a full table, or
+    /// a source at its limit, drops the datagram first, so nothing here runs for it).
     fn open(
         &mut self,
         key: &ConnectionKey,
@@ -544,30 +548,60 @@ pub(crate) fn dispatch<H: DatagramHandler>(
         return;
     };
     let key = ConnectionKey::new(peer, source);
-    let state = match table.get_mut(&key) {
-        Some(state) => state,
-        None => match handler.open(&key, datagram, now, outbox) {
-            Open::Accept(state) => match table.insert(key, state, now) {
-                Ok(state) => {
-                    counters.opened();
-                    state
-                }
-                Err((e, state)) => {
-                    counters.dropped(match e {
-                        InsertError::Full => DropReason::TableFull,
-                        InsertError::SourceLimit => DropReason::SourceLimit,
-                        InsertError::Exists => DropReason::Refused,
-                    });
-                    handler.closed(&key, state, CloseReason::NotAdmitted);
-                    return;
-                }
-            },
-            Open::Stateless => return,
-            Open::Refuse(reason) => {
-                counters.dropped(reason);
-                return;
+    if deliver(
+        handler, table, outbox, touched, counters, key, datagram, now,
+    ) {
+        return;
+    }
+    // A new connection needs room before anything is done for it: a handler's open may
+    // allocate and verify (a PRUDP CONNECT's workspace, its ticket), which a flood from a
+    // source at its limit, or into a full table, must not get to repeat per datagram.
+    if let Err(e) = table.check_insert(&key) {
+        counters.dropped(insert_drop(e));
+        return;
+    }
+    match handler.open(&key, datagram, now, outbox) {
+        Open::Accept(state) => match table.insert(key, state, now) {
+            Ok(_) => {
+                counters.opened();
+                deliver(
+                    handler, table, outbox, touched, counters, key, datagram, now,
+                );
+            }
+            Err((e, state)) => {
+                counters.dropped(insert_drop(e));
+                handler.closed(&key, state, CloseReason::NotAdmitted);
             }
         },
+        Open::Stateless => {}
+        Open::Refuse(reason) => counters.dropped(reason),
+    }
+}
+
+/// The drop counted for a connection the table does not take.
+fn insert_drop(e: InsertError) -> DropReason {
+    match e {
+        InsertError::Full => DropReason::TableFull,
+        InsertError::SourceLimit => DropReason::SourceLimit,
+        InsertError::Exists => DropReason::Refused,
+    }
+}
+
+/// Hands the datagram to the connection of `key`, if the table has it (false if not), and
+/// acts on its verdict.
+#[allow(clippy::too_many_arguments)]
+fn deliver<H: DatagramHandler>(
+    handler: &mut H,
+    table: &mut ConnectionTable<H::State>,
+    outbox: &mut Outbox,
+    touched: &mut Vec<ConnectionKey>,
+    counters: &Counters,
+    key: ConnectionKey,
+    datagram: &[u8],
+    now: Instant,
+) -> bool {
+    let Some(state) = table.get_mut(&key) else {
+        return false;
     };
     let verdict = handler.datagram(&key, state, datagram, now, outbox);
     if verdict != Verdict::Close && !touched.iter().rev().take(TOUCHED_SCAN).any(|k| *k == key) {
@@ -589,6 +623,7 @@ pub(crate) fn dispatch<H: DatagramHandler>(
             }
         }
     }
+    true
 }
 
 /// Binds `workers` UDP sockets to `addr` (with `SO_REUSEPORT` when there is more than one;
