@@ -199,6 +199,8 @@ pub const AGGREGATE_WRAP_MARGIN: u16 = 4096;
 const ACKS: usize = 64;
 /// Capacity of the event queue.
 const EVENTS: usize = 16;
+/// The most substreams a connection keeps: what one datagram's events can take.
+pub const MAX_SUBSTREAMS: usize = EVENTS - 3;
 
 /// A PRUDP connection (v0 or v1), client or server, over a caller-supplied workspace.
 ///
@@ -277,7 +279,10 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     }
 
     fn check(config: &Config, workspace: &B) -> Result<(), ConfigError> {
-        if S == 0 || W < 2 * S || W > 4096 || S > 256 || config.max_message == 0 {
+        // One datagram can complete a message on every substream, beside an unreliable DATA
+        // and a state change: the event queue must hold them all, or a dropped Message event
+        // would leave its substream waiting for a read that is never offered.
+        if S == 0 || W < 2 * S || W > 4096 || S > MAX_SUBSTREAMS || config.max_message == 0 {
             return Err(ConfigError::BadCapacity);
         }
         if config.fragment_size == 0

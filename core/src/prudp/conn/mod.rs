@@ -78,7 +78,8 @@ mod tests;
 use core::fmt;
 
 pub use connection::{
-    AGGREGATE_WRAP_MARGIN, ClientRandom, Connection, DUPLICATE_SPAN, State, Transmit,
+    AGGREGATE_WRAP_MARGIN, ClientRandom, Connection, DUPLICATE_SPAN, MAX_SUBSTREAMS, State,
+    Transmit,
 };
 pub use server::{
     Accepted, ClientSecure, SecureServer, Server, ServerOutput, TicketInfo, connect_request,
@@ -189,8 +190,9 @@ pub enum ConfigError {
     },
     /// A version this connection does not speak (none today: v0, v1 and Lite all are).
     UnsupportedVersion,
-    /// `S` is zero or above 256, `W` is below `2 * S` (each substream needs two receive
-    /// slots) or above 4096, or a size is zero.
+    /// `S` is zero or above [`MAX_SUBSTREAMS`] (13: the events
+    /// one datagram can raise must fit the connection's queue), `W` is below `2 * S` (each
+    /// substream needs two receive slots) or above 4096, or a size is zero.
     BadCapacity,
     /// [`Config::packet_capacity`] cannot hold a full fragment plus headers.
     FragmentTooLarge,

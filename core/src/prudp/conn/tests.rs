@@ -651,6 +651,13 @@ fn config_errors() {
         Conn::client(big, SERVER_PORT, sig, ws, Instant::ZERO, random, None).unwrap_err(),
         ConfigError::FragmentTooLarge
     );
+    // More substreams than one datagram's events fit.
+    type Wide = Connection<Vec<u8>, 32, 14>;
+    let ws = vec![0; Wide::workspace_len(&c)];
+    assert_eq!(
+        Wide::client(c, SERVER_PORT, sig, ws, Instant::ZERO, random, None).unwrap_err(),
+        ConfigError::BadCapacity
+    );
 }
 
 #[test]
