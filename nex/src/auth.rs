@@ -33,6 +33,7 @@ use wirekit_core::time::Instant;
 use crate::accounts::{Account, Accounts};
 use crate::rmc::{Call, INVALID_ARGUMENT, Reply, RmcProtocol};
 use crate::server::{fill_random, random};
+use crate::table::SOURCE_PREFIX;
 
 /// The largest ticket built (a 32-byte session key and 64-bit PIDs need 128).
 const MAX_TICKET: usize = 256;
@@ -128,9 +129,11 @@ impl AuthenticationProtocol {
         let (burst, rate) = (self.config.login_burst, self.config.login_rate);
         let ok = self
             .budgets
-            .get_or_insert(AddrKey::host(call.peer.ip()), call.now, || {
-                TokenBucket::new(burst, rate)
-            })
+            .get_or_insert(
+                AddrKey::new(call.peer.ip(), SOURCE_PREFIX),
+                call.now,
+                || TokenBucket::new(burst, rate),
+            )
             .is_ok_and(|b| b.try_take(call.now, 1));
         if !ok {
             self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);

@@ -15,7 +15,8 @@ pub enum DropReason {
     Refused,
     /// A new connection did not fit: the table was full.
     TableFull,
-    /// A new connection did not fit: its source address held its limit already.
+    /// A new connection did not fit: its source (an IPv4 address or an IPv6 /64) held its
+    /// limit already.
     SourceLimit,
     /// A reply did not fit the worker's outbox.
     OutboxFull,

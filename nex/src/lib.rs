@@ -7,7 +7,7 @@
 //!   worker, route each datagram to its connection's state through a [`DatagramHandler`], and
 //!   send the replies it queued, allocating nothing per datagram;
 //! - [`table`]: the [`ConnectionTable`], keyed by peer address, stream type and port, bounded
-//!   overall and per source address, with idle expiry;
+//!   overall and per source (an IPv4 address or an IPv6 /64), with idle expiry;
 //! - [`counters`]: datagrams in and out and drops by reason, shared by the workers;
 //! - [`accounts`]: the authentication server's accounts file, keys derived in one batch;
 //! - [`server`]: [`PrudpHandler`], the [`DatagramHandler`] whose per-connection state is the

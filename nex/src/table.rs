@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
+use wirekit_core::limit::{AddrKey, Prefix};
 use wirekit_core::prudp::VirtualPort;
 use wirekit_core::time::{Duration, Instant};
 
@@ -36,12 +37,23 @@ impl ConnectionKey {
     }
 }
 
+/// What one source is, for [`TableLimits::max_per_source`] and the login budgets: an IPv4
+/// address (IPv4-mapped IPv6 ones included), or an IPv6 /64.
+pub const SOURCE_PREFIX: Prefix = Prefix::new(32, 64);
+
+/// The source `ip` counts under (its network under [`SOURCE_PREFIX`]).
+pub fn source(ip: IpAddr) -> IpAddr {
+    AddrKey::new(ip, SOURCE_PREFIX).network()
+}
+
 /// The bounds of a [`ConnectionTable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableLimits {
     /// The most connections at once.
     pub max_connections: usize,
-    /// The most connections from one source IP address (all its ports and virtual ports).
+    /// The most connections from one source (all its ports and virtual ports): an IPv4
+    /// address, or an IPv6 /64 ([`SOURCE_PREFIX`]), what one subscriber is given, so that a
+    /// host cannot fill the table from the many addresses of its own prefix.
     pub max_per_source: u32,
     /// A connection that has sent nothing accepted for this long is removed.
     pub idle_timeout: Duration,
@@ -137,9 +149,9 @@ impl<S> ConnectionTable<S> {
         self.index.is_empty()
     }
 
-    /// The connections from one source IP address.
+    /// The connections from the source of `ip` (its IPv6 /64: see [`SOURCE_PREFIX`]).
     pub fn source_count(&self, ip: IpAddr) -> u32 {
-        self.per_source.get(&ip).copied().unwrap_or(0)
+        self.per_source.get(&source(ip)).copied().unwrap_or(0)
     }
 
     /// The state of a connection.
@@ -184,7 +196,7 @@ impl<S> ConnectionTable<S> {
         let Some(slot) = self.free.pop() else {
             return Err((InsertError::Full, state));
         };
-        *self.per_source.entry(key.peer.ip()).or_insert(0) += 1;
+        *self.per_source.entry(source(key.peer.ip())).or_insert(0) += 1;
         self.index.insert(key, slot);
         let entry = self.slots[slot as usize].insert(Entry {
             key,
@@ -204,7 +216,7 @@ impl<S> ConnectionTable<S> {
 
     fn release(&mut self, slot: u32, key: &ConnectionKey) {
         self.free.push(slot);
-        let ip = key.peer.ip();
+        let ip = source(key.peer.ip());
         if let Some(n) = self.per_source.get_mut(&ip) {
             *n -= 1;
             if *n == 0 {
@@ -312,6 +324,34 @@ mod tests {
         assert_eq!(t.source_count([127, 0, 0, 1].into()), 1);
         assert!(t.insert(key([127, 0, 0, 1], 2, 15), 8, t0).is_ok());
         assert_eq!(t.get_mut(&key([127, 0, 0, 1], 2, 15)), Some(&mut 8));
+    }
+
+    /// One IPv6 /64 is one source, whatever addresses its host picks (and an IPv4-mapped
+    /// address is its IPv4 one): the per-source limit holds across them.
+    #[test]
+    fn an_ipv6_prefix_is_one_source() {
+        let mut t = ConnectionTable::new(limits());
+        let t0 = Instant::ZERO;
+        let v6 = |last: u16, port: u16| {
+            let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 7, 0, 0, 0, last);
+            ConnectionKey::new(SocketAddr::from((ip, port)), VirtualPort::from_byte(0xAF))
+        };
+        assert!(t.insert(v6(1, 1), 1, t0).is_ok());
+        assert!(t.insert(v6(2, 1), 2, t0).is_ok());
+        assert_eq!(
+            t.insert(v6(3, 1), 3, t0).err(),
+            Some((InsertError::SourceLimit, 3))
+        );
+        // The next /64 is another source.
+        let other = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 8, 0, 0, 0, 1);
+        let k = ConnectionKey::new(SocketAddr::from((other, 1)), VirtualPort::from_byte(0xAF));
+        assert!(t.insert(k, 4, t0).is_ok());
+        assert_eq!(t.remove(&v6(1, 1)), Some(1));
+        assert_eq!(t.source_count(v6(9, 9).peer.ip()), 1);
+        // IPv4-mapped: the IPv4 address's own count.
+        assert!(t.insert(key([10, 0, 0, 1], 1, 15), 5, t0).is_ok());
+        let mapped: IpAddr = std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into();
+        assert_eq!(t.source_count(mapped), 1);
     }
 
     #[test]

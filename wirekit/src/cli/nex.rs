@@ -180,7 +180,7 @@ pub struct ServeArgs {
     /// Workers (UDP sockets) per server.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Login calls one source address may make in a burst.
+    /// Login calls one source (an IPv4 address or an IPv6 /64) may make in a burst.
     #[arg(long, default_value_t = 10)]
     pub login_burst: u32,
     /// Login calls one source address may make per minute after the burst.
@@ -189,7 +189,7 @@ pub struct ServeArgs {
     /// Connections per server (per worker) at once.
     #[arg(long, default_value_t = 4096)]
     pub max_connections: usize,
-    /// Connections one source address may hold (per worker).
+    /// Connections one source may hold (per worker): an IPv4 address or an IPv6 /64.
     #[arg(long, default_value_t = 16)]
     pub max_per_source: u32,
     /// Also serve PRUDP Lite over plain WebSocket (subprotocol NEX, as the Switch and
