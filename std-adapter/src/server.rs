@@ -594,6 +594,12 @@ async fn drive(
                     session.end_of_input(0)?;
                     return Ok(Ended::PeerClosed);
                 }
+                ServedRead::Failed(e) => {
+                    if !pending.is_empty() {
+                        let _ = send_within(stream, &pending, session.send_timeout()).await;
+                    }
+                    return Err(e);
+                }
                 ServedRead::Served { want } => {
                     if !pending.is_empty() {
                         // The peer is not reading: wait here, reading nothing more from it
@@ -636,6 +642,9 @@ enum ServedRead {
     /// Bytes were read and every complete frame in them served; `want` is what the session
     /// asks for next, when it stopped for input.
     Served { want: Option<Needed> },
+    /// A frame in the read ended the connection; the replies to those before it are in
+    /// `pending`, to be sent before the close.
+    Failed(ConnError),
 }
 
 /// One read into the thread's shared buffer, every complete frame in it handed to the session,
@@ -667,20 +676,31 @@ fn serve_read(
         let mut ws = Workspace::with_zlib(scratch, inflater, compressor);
         session.set_time(clock::now());
         let (mut at, mut written) = (0, 0);
+        // An error ends the connection, but the replies to the frames served before it in
+        // this read are the client's: they go to `pending`, which the caller sends first.
+        let fail = |e: ConnError, replies: &[u8], pending: &mut Vec<u8>| {
+            pending.extend_from_slice(replies);
+            Ok(ServedRead::Failed(e))
+        };
         let want = loop {
-            let p = session.handle(
+            let p = match session.handle(
                 &read_buf[at..n],
                 &mut write_buf[written..],
                 &mut ws,
                 counters as &dyn Counters,
-            )?;
+            ) {
+                Ok(p) => p,
+                Err(e) => return fail(e.into(), &write_buf[..written], pending),
+            };
             at += p.consumed;
             written += p.written;
             match p.want {
                 Want::Call => {}
                 Want::Input(needed) => break Some(needed),
                 Want::Output(required) => {
-                    check_reply_room(required, options)?;
+                    if let Err(e) = check_reply_room(required, options) {
+                        return fail(e, &write_buf[..written], pending);
+                    }
                     if written > 0 {
                         let sent = write_now(stream, &write_buf[..written], pending)
                             .map_err(ConnError::Write)?;

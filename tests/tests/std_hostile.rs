@@ -57,6 +57,24 @@ fn declared_length_above_the_maximum_closes_before_the_body() {
     assert_eq!(&reply, b"\x02\0\0\0hi");
 }
 
+/// Frames served before a bad one in the same read keep their replies: the echo goes out
+/// before the connection closes for the malformed length field that followed it.
+#[test]
+fn replies_before_a_bad_frame_in_the_same_read_are_sent() {
+    let server = TestServer::start(options());
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // An echo of "A", then a length field of five bytes: one segment.
+    s.write_all(&[0x02, 0x00, b'A', 0x80, 0x80, 0x80, 0x80, 0x80])
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert_eq!(got, [0x02, 0x00, b'A'], "the echo before the bad frame");
+    wait_for("the error to be counted", Duration::from_secs(2), || {
+        server.stats().errors == 1
+    });
+}
+
 #[test]
 fn client_vanishing_mid_frame() {
     let server = TestServer::start(options());
