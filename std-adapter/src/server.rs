@@ -612,10 +612,12 @@ async fn drive(
             }
             continue;
         }
-        // Inside a frame split across reads: read into the connection's own buffer, grown only
-        // as far as the session says the frame needs.
+        // Inside a frame split across reads: read into the connection's own buffer, grown as
+        // far as the session says the frame needs, but at most to twice what the peer has
+        // sent: a declared length alone commits no memory (a few bytes declaring a 1 MiB
+        // frame hold INITIAL_BUFFER, not 1 MiB).
         let more = match needed {
-            Needed::Exactly(n) => n,
+            Needed::Exactly(n) => n.min(input.len().max(INITIAL_BUFFER)),
             Needed::Unknown => 1,
         };
         let spare = input.spare(more);

@@ -853,3 +853,39 @@ fn a_derive_flood_is_budgeted_and_does_not_starve_the_other_clients() {
          (the whole flood would be about 10 s); bystander echoes under 2 s",
     );
 }
+
+/// Clients that, after a frame served, declare the largest frame (1 MiB here) and send
+/// nothing more: the server holds what they sent, not what they declared (before, each such
+/// connection committed a zero-filled buffer of the declared size).
+#[test]
+fn a_declared_frame_length_alone_commits_no_memory() {
+    const CLIENTS: usize = 200;
+    let _one = serve_process::exclusive();
+    let server = ServeProcess::start(["--max-frame".to_string(), "1048576".into()]);
+    let mut bystander = ServiceClient::connect(server.addr, None, None).unwrap();
+    bystander.echo(b"warm-up").unwrap();
+    let rss_before = server.rss_kib();
+    let held: Vec<TcpStream> = (0..CLIENTS)
+        .map(|_| {
+            let mut c = ServiceClient::connect(server.addr, None, None).unwrap();
+            c.echo(b"first").unwrap();
+            let mut s = c.stream().try_clone().unwrap();
+            // A length field declaring 1,048,576 bytes, and nothing after it.
+            s.write_all(&[0x80, 0x80, 0x40]).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_held = server.rss_kib();
+    let per_client = rss_held.saturating_sub(rss_before) / CLIENTS as u64;
+    eprintln!(
+        "declared-length clients: {CLIENTS}, server RSS {rss_before} -> {rss_held} KiB \
+         ({per_client} KiB a client)"
+    );
+    assert!(
+        per_client < 64,
+        "{per_client} KiB a client that declared 1 MiB and sent 3 bytes"
+    );
+    bystander.echo(b"still serving").unwrap();
+    drop(held);
+}
