@@ -622,10 +622,12 @@ async fn drive(
         };
         let spare = input.spare(more);
         let read = with_deadline(deadline, stream.read(spare));
+        // A shutdown during the wait starts the grace deadline for the frame (the loop sets
+        // it): a peer silent mid-frame must not outlast it.
         let n = tokio::select! {
             biased;
             r = read => r.map_err(|e| e.into_conn(session))?,
-            () = &mut cancelled, if watch_shutdown => continue,
+            () = &mut cancelled, if grace_deadline.is_none() => continue,
         };
         if n == 0 {
             session.end_of_input(input.len())?;

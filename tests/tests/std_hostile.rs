@@ -75,6 +75,36 @@ fn replies_before_a_bad_frame_in_the_same_read_are_sent() {
     });
 }
 
+/// A shutdown reaches a connection waiting in the middle of a frame: it ends at the grace
+/// period and is counted closed (before, only connections between frames saw the shutdown,
+/// and this one was dropped with the runtime, its close never counted).
+#[test]
+fn a_shutdown_ends_a_connection_silent_mid_frame_at_the_grace_period() {
+    use wirekit_std::server::ServerThread;
+    let server = ServerThread::builder(ServeOptions {
+        shutdown_grace: Duration::from_millis(300),
+        ..options()
+    })
+    .workers(1)
+    .spawn()
+    .unwrap();
+    let counters = server.counters().clone();
+    let mut c = ServiceClient::connect(server.addr(), None, None).unwrap();
+    c.echo(b"first").unwrap();
+    // A 16-byte echo frame, one byte of its body, then silence.
+    c.stream().write_all(&[0x10, 0x00, b'x']).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    server.stop().unwrap();
+    let took = started.elapsed();
+    let open = wirekit_core::service::Counters::snapshot(&*counters).open_connections;
+    assert_eq!(
+        open, 0,
+        "the mid-frame connection was not closed by the session"
+    );
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+}
+
 #[test]
 fn client_vanishing_mid_frame() {
     let server = TestServer::start(options());
