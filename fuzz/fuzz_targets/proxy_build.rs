@@ -226,11 +226,16 @@ fuzz_target!(|d: Desc| {
     let n = match b.encode(&mut wire) {
         Ok(n) => n,
         Err(e) => {
-            // Only a header over 16 + 65535 bytes, or a UNIX path over 108, is refused.
+            // Only a header over 16 + 65535 bytes, a UNIX path over 108, or an AUTHORITY over
+            // 255 bytes (HAProxy's limit) is refused.
             let long_path = matches!(addresses, Addresses::Unix { src, dst } if src.len() > v2::UNIX_PATH_LEN || dst.len() > v2::UNIX_PATH_LEN);
+            let long_authority = list
+                .iter()
+                .any(|t| matches!(t, Tlv::Authority(v) if v.len() > proxy::tlv::MAX_AUTHORITY_LEN));
             assert!(
                 (e == EncodeError::TooLong && len > v2::MAX_LEN)
-                    || (e == EncodeError::Addresses && long_path),
+                    || (e == EncodeError::Addresses && long_path)
+                    || (e == EncodeError::Tlv && long_authority),
                 "{e:?}"
             );
             return;

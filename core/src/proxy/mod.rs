@@ -440,6 +440,8 @@ pub enum EncodeError {
     /// A [`Command`] or [`Transport`] this version does not name (`Unknown`) cannot be
     /// written.
     UnknownCode,
+    /// A TLV a receiver would refuse (see [`v2::Builder::encode`]).
+    Tlv,
 }
 
 impl EncodeError {
@@ -450,6 +452,9 @@ impl EncodeError {
             EncodeError::TooLong => "PROXY header would exceed the format's length limit",
             EncodeError::Addresses => "addresses not representable in this PROXY version",
             EncodeError::UnknownCode => "PROXY command or transport not defined by the spec",
+            EncodeError::Tlv => {
+                "a TLV a PROXY receiver refuses (a CRC32C among the TLVs, a long UNIQUE_ID or AUTHORITY, a raw TLV under a checked code)"
+            }
         }
     }
 }

@@ -9,6 +9,8 @@ use crate::BufferTooSmall;
 
 /// The largest UNIQUE_ID value the spec allows.
 pub const MAX_UNIQUE_ID_LEN: usize = 128;
+/// The longest AUTHORITY value HAProxy accepts (the spec sets none; a DNS name is at most 255).
+pub const MAX_AUTHORITY_LEN: usize = 255;
 
 /// `PP2_CLIENT_SSL`: the client connected over SSL/TLS.
 pub const CLIENT_SSL: u8 = 0x01;

@@ -495,8 +495,14 @@ impl<'a> Builder<'a> {
     }
 
     /// Writes the header; the buffer is untouched on error.
+    ///
+    /// [`EncodeError::Tlv`] for TLVs a receiver refuses: a CRC32C TLV among them (ask for the
+    /// checksum with [`crc32c`](Self::crc32c)), a UNIQUE_ID over 128 bytes, an AUTHORITY over
+    /// 255 (HAProxy's limit), or an [`Tlv::Unknown`] under a code whose value the spec
+    /// constrains (CRC32C, UNIQUE_ID, SSL: use their own variants).
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
         check_addresses(self.command, self.addresses, self.transport)?;
+        check_tlvs(self.tlvs)?;
         let total = self.encoded_len();
         if total > MAX_LEN {
             return Err(EncodeError::TooLong);
@@ -532,6 +538,25 @@ impl<'a> Builder<'a> {
         out[n..n + payload.len()].copy_from_slice(payload);
         Ok(n + payload.len())
     }
+}
+
+/// See [`Builder::encode`]: the TLVs HAProxy and this crate's parser refuse, refused before
+/// anything is written.
+fn check_tlvs(tlvs: &[Tlv<'_>]) -> Result<(), EncodeError> {
+    let refused = |t: &Tlv<'_>| match t {
+        Tlv::Crc32c(_) => true,
+        Tlv::UniqueId(v) => v.len() > tlv::MAX_UNIQUE_ID_LEN,
+        Tlv::Authority(v) => v.len() > tlv::MAX_AUTHORITY_LEN,
+        Tlv::Unknown(code, _) => matches!(
+            TlvKind::from_code(*code),
+            TlvKind::Crc32c | TlvKind::UniqueId | TlvKind::Ssl
+        ),
+        _ => false,
+    };
+    if tlvs.iter().any(refused) {
+        return Err(EncodeError::Tlv);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -610,6 +635,43 @@ mod tests {
             Err(e) => e,
             other => panic!("{input:02x?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn builder_refuses_tlvs_a_receiver_refuses() {
+        let a = Addresses::Inet {
+            src: "192.0.2.1:1".parse().unwrap(),
+            dst: "192.0.2.2:2".parse().unwrap(),
+        };
+        let mut out = [0u8; 1024];
+        let long = [b'a'; 256];
+        for tlvs in [
+            &[Tlv::UniqueId(&long[..129])][..],
+            &[Tlv::Authority(&long[..256])],
+            &[Tlv::Crc32c(0)],
+            &[Tlv::Unknown(0x03, b"xxxx")],
+            &[Tlv::Unknown(0x05, b"id")],
+            &[Tlv::Unknown(0x20, b"\x01")],
+        ] {
+            let b = Builder::proxy(a).tlvs(tlvs);
+            assert_eq!(b.encode(&mut out), Err(EncodeError::Tlv), "{tlvs:?}");
+            assert_eq!(out, [0u8; 1024], "untouched");
+        }
+        // At the limits, and the checksum asked for: written, and parsed back.
+        let ok = [
+            Tlv::UniqueId(&long[..128]),
+            Tlv::Authority(&long[..255]),
+            Tlv::Unknown(0xF1, b"exp"),
+        ];
+        let n = Builder::proxy(a)
+            .tlvs(&ok)
+            .crc32c(true)
+            .encode(&mut out)
+            .unwrap();
+        let Ok(Status::Complete(h)) = parse(&out[..n], &Limits::default()) else {
+            panic!("the built header parses")
+        };
+        assert!(h.crc32c.is_some());
     }
 
     #[test]
