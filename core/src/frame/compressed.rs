@@ -53,7 +53,8 @@ pub const MAX_DATA_LEN: usize = 8 << 20;
 /// session and the adapters (the tokio codec):
 /// - a compressed packet's Data Length is at least the threshold (checked by servers, as
 ///   vanilla's "Badly compressed packet"), at most [`max_data_len`](Self::max_data_len)
-///   (vanilla: [`MAX_DATA_LEN`], 8 MiB), and the zlib stream must inflate to exactly it;
+///   (vanilla: [`MAX_DATA_LEN`], 8 MiB), and the zlib stream must inflate to exactly it; an
+///   uncompressed body (Data Length 0) is at most that maximum too;
 /// - the Packet Length is at most [`max_frame_len`](Self::max_frame_len) (vanilla: the 3-byte
 ///   field's [`MAX_FRAME_LEN`], 2097151);
 /// - a decoder's scratch holds [`scratch_len`](Self::scratch_len) bytes, enough for any
@@ -374,6 +375,14 @@ impl CompressedDecoder {
         };
         let rest = &frame.body[n..];
         if data_len == 0 {
+            // An uncompressed body is held to the same maximum as an inflated one: the frame
+            // limit alone lets it run a Data Length field's few bytes over.
+            if rest.len() > self.limits.max_data_len() {
+                return Err(CompressedFrameError::DataTooLarge {
+                    len: rest.len(),
+                    max: self.limits.max_data_len(),
+                });
+            }
             return Ok(Status::Complete(DecodedBody {
                 body: rest,
                 consumed: frame.consumed,
@@ -639,6 +648,25 @@ mod tests {
                 required: 100
             }))
         );
+    }
+
+    #[test]
+    fn an_uncompressed_body_is_held_to_the_data_length_maximum() {
+        // Data Length 0, then a 100-byte body: inside the frame limit of a 99-byte maximum
+        // (which leaves room for the compressed form's overhead) but over the maximum itself.
+        let limits = CompressedLimits::for_max_body_len(99);
+        assert!(limits.max_frame_len() > 101);
+        let mut frame = [0u8; 102];
+        frame[0] = 101;
+        frame[1] = 0;
+        let d = CompressedDecoder::new(50).with_limits(limits);
+        assert_eq!(
+            decode(&d, &frame, &mut []),
+            Err(CompressedFrameError::DataTooLarge { len: 100, max: 99 })
+        );
+        frame[0] = 100;
+        let ok = decode(&d, &frame[..101], &mut []).unwrap();
+        assert!(matches!(ok, Status::Complete(b) if b.body.len() == 99 && !b.compressed));
     }
 
     #[test]
