@@ -276,12 +276,24 @@ mod splice {
     use super::{Budget, CHUNK, DirEnd};
     use rustix::fd::OwnedFd;
     use rustix::io::Errno;
+    use rustix::net::{RecvFlags, recv};
     use rustix::pipe::{PipeFlags, SpliceFlags, pipe_with, splice};
     use std::cell::Cell;
     use std::io;
     use std::sync::Mutex;
     use tokio::io::Interest;
     use tokio::net::TcpStream;
+
+    /// What one fill of the pipe did.
+    enum Filled {
+        /// Bytes spliced into the pipe.
+        Piped(usize),
+        /// Bytes read into the side buffer (0: the stream's end).
+        Read(usize),
+    }
+
+    /// The side buffer's size.
+    const SIDE: usize = 512;
 
     pub(super) enum Spliced {
         Done(DirEnd),
@@ -378,26 +390,64 @@ mod splice {
         };
         let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
         let mut first = true;
+        // Bytes read past an urgent mark; one byte past it is enough for splice to go on.
+        let mut side = [0u8; SIDE];
         loop {
             let (pipe_r, pipe_w) = pipe.ends();
             // The pipe is empty here: fill it from the socket.
-            let n = loop {
+            let filled = loop {
                 if from.readable().await.is_err() {
                     return Spliced::Done(DirEnd::ReadError);
                 }
                 match from.try_io(Interest::READABLE, || {
-                    splice(from, None, pipe_w, None, CHUNK, flags).map_err(io::Error::from)
+                    match splice(from, None, pipe_w, None, CHUNK, flags) {
+                        // Nothing moved: no bytes, the stream's end, or a TCP urgent mark,
+                        // where splice stops (answering EAGAIN, or 0 once the peer has ended
+                        // its stream) with ordinary bytes behind it. A read tells them apart
+                        // and steps over the mark as a plain reader does (the urgent byte is
+                        // not part of the stream); it costs a system call at the stream's
+                        // end and on a spurious wake-up only.
+                        Ok(0) | Err(Errno::AGAIN) => {
+                            match recv(from, &mut side[..], RecvFlags::DONTWAIT) {
+                                Ok((m, _)) => Ok(Filled::Read(m)),
+                                Err(e) => Err(io::Error::from(e)),
+                            }
+                        }
+                        Ok(n) => Ok(Filled::Piped(n)),
+                        Err(e) => Err(io::Error::from(e)),
+                    }
                 }) {
-                    Ok(n) => break n,
+                    Ok(f) => break f,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(e) if first && unsupported(&e) => return Spliced::Unsupported,
                     Err(_) => return Spliced::Done(DirEnd::ReadError),
                 }
             };
             first = false;
-            if n == 0 {
-                return Spliced::Done(DirEnd::Eof);
-            }
+            let n = match filled {
+                Filled::Piped(n) => n,
+                Filled::Read(0) => return Spliced::Done(DirEnd::Eof),
+                Filled::Read(m) => {
+                    if !budget.spend(m) {
+                        return Spliced::Done(DirEnd::Budget);
+                    }
+                    let mut sent = 0;
+                    while sent < m {
+                        if to.writable().await.is_err() {
+                            return Spliced::Done(DirEnd::WriteError);
+                        }
+                        match to.try_write(&side[sent..m]) {
+                            Ok(k) => {
+                                sent += k;
+                                add(k);
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                            Err(_) => return Spliced::Done(DirEnd::WriteError),
+                        }
+                    }
+                    continue;
+                }
+            };
             pipe.held.set(n);
             if !budget.spend(n) {
                 return Spliced::Done(DirEnd::Budget);
@@ -529,6 +579,53 @@ mod tests {
         assert_eq!(moved.load(Ordering::Relaxed), n as u64);
         assert_eq!(reader.await.unwrap(), pattern(n, 3));
         drop(writer.await.unwrap());
+    }
+
+    /// TCP urgent data: splice(2) stops at the urgent mark (it moves nothing there, answering
+    /// `EAGAIN`, or 0 once the peer has ended its stream) while ordinary bytes wait behind
+    /// it. The relay steps over the mark with a read, as a plain reader (vanilla's, or the
+    /// copy fallback's) does: the urgent byte is not part of the stream, every other byte
+    /// arrives in order. `end` also ends the client's stream right after its bytes.
+    async fn urgent_data(end: bool) {
+        use rustix::net::{SendFlags, send};
+        let (client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, mut upstream) = crate::tcp_pair().await;
+        let relay = tokio::spawn(async move {
+            let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+            counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters).await
+        });
+        send(&client, b"before", SendFlags::empty()).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        send(&client, b"!", SendFlags::OOB).unwrap();
+        send(&client, b"after", SendFlags::empty()).unwrap();
+        let mut client = client;
+        if end {
+            client.shutdown().await.unwrap();
+        }
+        let mut got = vec![0u8; 11];
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            upstream.read_exact(&mut got),
+        )
+        .await;
+        assert!(read.is_ok(), "the bytes behind the urgent mark never came");
+        assert_eq!(&got, b"beforeafter");
+        drop((client, upstream));
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), relay)
+            .await
+            .expect("the relay ends")
+            .unwrap();
+        assert_eq!(outcome.serverbound, 11);
+    }
+
+    #[tokio::test]
+    async fn bytes_behind_tcp_urgent_data_are_relayed() {
+        urgent_data(false).await;
+    }
+
+    #[tokio::test]
+    async fn bytes_behind_tcp_urgent_data_are_relayed_when_the_stream_ends_behind_them() {
+        urgent_data(true).await;
     }
 
     /// One peer sends a request and ends its stream; the other reads it to the end, then
