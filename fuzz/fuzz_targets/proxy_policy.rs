@@ -77,7 +77,8 @@ const POLICIES: [Policy; 5] = [
 ];
 
 /// The reference prefix match: the same family (an IPv4-mapped IPv6 peer counts as IPv4) and
-/// the first `prefix` bits equal.
+/// the first `prefix` bits equal; an IPv6 network of at least 96 bits holds an IPv4 peer by
+/// the peer's mapped form.
 fn contains(net: IpAddr, prefix: u8, peer: IpAddr) -> bool {
     let peer = match peer {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
@@ -89,6 +90,11 @@ fn contains(net: IpAddr, prefix: u8, peer: IpAddr) -> bool {
     match (net, peer) {
         (IpAddr::V4(n), IpAddr::V4(p)) => bits(&n.octets(), &p.octets(), usize::from(prefix)),
         (IpAddr::V6(n), IpAddr::V6(p)) => bits(&n.octets(), &p.octets(), usize::from(prefix)),
+        (IpAddr::V6(n), IpAddr::V4(p)) if prefix >= 96 => bits(
+            &n.octets(),
+            &p.to_ipv6_mapped().octets(),
+            usize::from(prefix),
+        ),
         _ => false,
     }
 }

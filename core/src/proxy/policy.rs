@@ -194,7 +194,10 @@ impl Cidr {
     }
 
     /// Whether `ip` is in the network. An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, as a
-    /// dual-stack socket reports IPv4 peers) matches as the IPv4 address it maps.
+    /// dual-stack socket reports IPv4 peers) matches as the IPv4 address it maps; a network
+    /// written in that mapped form (`::ffff:10.0.0.0/104`, a prefix of at least 96) holds the
+    /// IPv4 addresses it maps, however the peer's address is written. Other IPv6 networks
+    /// (`::/0` too) hold no IPv4 peer.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip.to_canonical()) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
@@ -202,6 +205,9 @@ impl Cidr {
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
                 ip.to_bits() & mask128(self.prefix) == net.to_bits()
+            }
+            (IpAddr::V6(net), IpAddr::V4(ip)) if self.prefix >= 96 => {
+                ip.to_ipv6_mapped().to_bits() & mask128(self.prefix) == net.to_bits()
             }
             _ => false,
         }
@@ -638,6 +644,20 @@ mod tests {
         let v6: Cidr = "2001:db8::/32".parse().unwrap();
         assert!(v6.contains(ip("2001:db8:ffff::1")));
         assert!(!v6.contains(ip("2001:db9::1")));
+        // A network written as mapped IPv4 holds those IPv4 peers however they are written;
+        // other IPv6 networks hold none.
+        let mapped: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert!(mapped.contains(ip("10.9.8.7")));
+        assert!(mapped.contains(ip("::ffff:10.9.8.7")));
+        assert!(!mapped.contains(ip("11.0.0.1")));
+        assert!(!mapped.contains(ip("::ffff:11.0.0.1")));
+        assert!(!"::/0".parse::<Cidr>().unwrap().contains(ip("10.0.0.1")));
+        assert!(
+            !"2001:db8::/96"
+                .parse::<Cidr>()
+                .unwrap()
+                .contains(ip("0.0.0.1"))
+        );
         assert_eq!("::1".parse::<Cidr>().unwrap().prefix(), 128);
         assert_eq!("1.2.3.4".parse::<Cidr>().unwrap().prefix(), 32);
         assert_eq!("1.2.3.4/33".parse::<Cidr>(), Err(CidrError::PrefixTooLong));
