@@ -35,7 +35,7 @@ use crate::rmc::{Call, INVALID_ARGUMENT, Reply, RmcProtocol};
 use crate::server::{fill_random, random};
 use crate::table::SOURCE_PREFIX;
 
-/// The largest ticket built (a 32-byte session key and 64-bit PIDs need 128).
+/// The largest ticket built (a 32-byte session key and 64-bit PIDs need 148 in version 1).
 const MAX_TICKET: usize = 256;
 
 /// What the authentication server knows, shared by its workers.
@@ -51,7 +51,7 @@ pub struct AuthConfig {
     pub secure_station: String,
     /// The ticket format (NintendoClients' default: version 1, 32-bit PIDs).
     pub ticket_format: TicketFormat,
-    /// The session key length in tickets (NintendoClients' default: 32).
+    /// The session key length in tickets: 16 or 32 (NintendoClients' default: 32).
     pub session_key_len: usize,
     /// The build name Login reports.
     pub server_name: String,
@@ -111,7 +111,17 @@ impl std::fmt::Debug for AuthenticationProtocol {
 
 impl AuthenticationProtocol {
     /// The protocol for one worker (its own per-source budgets).
+    ///
+    /// # Panics
+    /// If `config.session_key_len` is neither 16 nor 32: the secure server would refuse every
+    /// ticket built with another length, so the mistake is caught here rather than at the
+    /// first CONNECT.
     pub fn new(config: Arc<AuthConfig>, stats: Arc<AuthStats>) -> Self {
+        assert!(
+            matches!(config.session_key_len, 16 | 32),
+            "AuthConfig::session_key_len must be 16 or 32, not {}",
+            config.session_key_len
+        );
         let slots: Box<[Slot<AddrKey, TokenBucket>]> = std::iter::repeat_with(|| Slot::EMPTY)
             .take(config.tracked_sources.max(1))
             .collect();
@@ -152,7 +162,7 @@ impl AuthenticationProtocol {
     ) -> Result<usize, KerberosError> {
         let c = &self.config;
         let mut session_key = [0u8; 32];
-        let session_key = &mut session_key[..c.session_key_len.min(32)];
+        let session_key = &mut session_key[..c.session_key_len];
         fill_random(session_key);
         let contents = TicketContents {
             session_key,

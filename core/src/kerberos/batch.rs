@@ -68,6 +68,7 @@ pub fn derive_kerberos_keys_in_lanes<const L: usize>(
     out: &mut [DerivedKey],
     scalar_tail: usize,
 ) -> Result<(), BufferTooSmall> {
+    const { assert!(L > 0, "at least one lane") };
     if out.len() < requests.len() {
         return Err(BufferTooSmall {
             required: requests.len() * size_of::<DerivedKey>(),

@@ -83,8 +83,9 @@ pub enum KerberosError {
     /// The HMAC-MD5 checksum does not match: a wrong key or altered data. Nothing was
     /// decrypted.
     ChecksumMismatch,
-    /// A decrypted ticket's fields do not fill it exactly (bad length field, wrong session key
-    /// length, or trailing bytes).
+    /// A ticket's fields do not fill it exactly (bad length field, wrong session key length,
+    /// or trailing bytes): a decrypted ticket's, or a version 1 internal ticket's framing,
+    /// which is checked before anything is decrypted.
     MalformedTicket,
     /// A PID does not fit the ticket's 32-bit PID field.
     PidOutOfRange,
@@ -155,9 +156,10 @@ impl<'k> KerberosEncryption<'k> {
         Ok(KerberosEncryption { key })
     }
 
-    /// The encrypted size of `plain_len` bytes.
+    /// The encrypted size of `plain_len` bytes (saturating at `usize::MAX`, which no buffer
+    /// holds).
     pub const fn encrypted_len(plain_len: usize) -> usize {
-        plain_len + Self::CHECKSUM_LEN
+        plain_len.saturating_add(Self::CHECKSUM_LEN)
     }
 
     /// Encrypts `buf[..plain_len]` in place and writes the checksum after it; returns the
@@ -168,7 +170,7 @@ impl<'k> KerberosEncryption<'k> {
         plain_len: usize,
     ) -> Result<usize, KerberosError> {
         let total = Self::encrypted_len(plain_len);
-        if buf.len() < total {
+        if buf.len() < total || plain_len > usize::MAX - Self::CHECKSUM_LEN {
             return Err(BufferTooSmall { required: total }.into());
         }
         let (data, rest) = buf.split_at_mut(plain_len);
@@ -272,6 +274,15 @@ mod tests {
             enc.decrypt_in_place(&mut buf[..15]),
             Err(KerberosError::Truncated)
         );
+        // A plaintext length no buffer holds is refused, not wrapped around.
+        for huge in [usize::MAX, usize::MAX - 15] {
+            assert_eq!(
+                enc.encrypt_in_place(&mut buf, huge),
+                Err(KerberosError::BufferTooSmall(BufferTooSmall {
+                    required: usize::MAX
+                }))
+            );
+        }
         // Empty plaintext: just a checksum.
         let n = enc.encrypt_in_place(&mut buf, 0).unwrap();
         assert_eq!(enc.decrypt_in_place(&mut buf[..n]).unwrap(), &[] as &[u8]);

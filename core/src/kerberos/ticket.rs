@@ -235,7 +235,9 @@ pub fn open_ticket<'b>(
 ) -> Result<OpenedTicket<'b>, KerberosError> {
     let plain = KerberosEncryption::new(user_key)?.decrypt_in_place(ticket)?;
     let pid_len = format.pid_width.len();
-    let header = session_key_len + pid_len;
+    let Some(header) = session_key_len.checked_add(pid_len) else {
+        return Err(KerberosError::MalformedTicket);
+    };
     if plain.len() < header {
         return Err(KerberosError::MalformedTicket);
     }
@@ -275,7 +277,7 @@ pub fn open_internal_ticket<'b>(
         }
     };
     let pid_len = format.pid_width.len();
-    if plain.len() != 8 + pid_len + session_key_len {
+    if plain.len().checked_sub(8 + pid_len) != Some(session_key_len) {
         return Err(KerberosError::MalformedTicket);
     }
     let mut issued = [0u8; 8];
@@ -409,5 +411,12 @@ mod tests {
             open_ticket(format, &[1; 16], &mut { out }[..n], 12).err(),
             Some(KerberosError::MalformedTicket)
         );
+        // A session key length no ticket holds is malformed, not an overflow.
+        for huge in [usize::MAX, usize::MAX - 3] {
+            assert_eq!(
+                open_ticket(format, &[1; 16], &mut { out }[..n], huge).err(),
+                Some(KerberosError::MalformedTicket)
+            );
+        }
     }
 }

@@ -4,8 +4,9 @@
 //! (`-` for stdin) reads lines `pid,password` (the password is the rest of the line, commas
 //! included, raw bytes; a trailing `\r` is dropped) and prints one key per line in input order,
 //! deriving them on the batch path (the CPU's widest SIMD lanes, on every core). A bad line
-//! stops the run with its line number on stderr and exit status 2; keys of the lines before it
-//! have been printed. On a terminal, large inputs get a progress bar on stderr.
+//! stops the run with its line number on stderr and exit status 2; the keys of the chunks of
+//! 2048 lines before its own have been printed, none of its chunk. On a terminal, large inputs
+//! get a progress bar on stderr.
 
 use std::ffi::OsString;
 use std::fs::File;

@@ -87,6 +87,9 @@ pub fn connect_request(
     out: &mut [u8],
 ) -> Result<usize, crate::kerberos::KerberosError> {
     let enc = KerberosEncryption::new(session_key)?;
+    if pid_width == PidWidth::U32 && pid > u64::from(u32::MAX) {
+        return Err(crate::kerberos::KerberosError::PidOutOfRange);
+    }
     let total = connect_request_len(internal_ticket.len(), pid_width);
     if out.len() < total {
         return Err(BufferTooSmall { required: total }.into());

@@ -93,6 +93,17 @@ fn request(pid_in_request: u64) -> Vec<u8> {
     out
 }
 
+#[test]
+fn a_connect_request_refuses_a_pid_its_field_cannot_hold() {
+    let mut out = [0xaau8; 128];
+    assert_eq!(
+        connect_request(&[1; 20], &SESSION, 1 << 32, PidWidth::U32, 7, 1, &mut out),
+        Err(crate::kerberos::KerberosError::PidOutOfRange)
+    );
+    assert!(out.iter().all(|&b| b == 0xaa));
+    assert!(connect_request(&[1; 20], &SESSION, 1 << 32, PidWidth::U64, 7, 1, &mut out).is_ok());
+}
+
 /// What a side reported, as the loop collected it after every datagram.
 enum Logged {
     Event(std::string::String),
