@@ -9,8 +9,10 @@
 //! unconsumed input); the stream ends cleanly exactly when nothing is left; the counters match
 //! what was consumed and written and the connection's end; and a stream of well-formed requests
 //! gets every reply, in order, as the client decodes them. The header deadline is the start
-//! plus the header timeout until the first frame is served and gone after it, and
-//! `handle_timeout` reports `HeaderTimeout` exactly when a piece arrives past it; an accepted
+//! plus the header timeout until the first frame is served; after it, the idle deadline is the
+//! time of the last call that served a frame plus the idle timeout (60 s for an odd start
+//! time, off for an even one), and `handle_timeout` reports `HeaderTimeout` or `IdleTimeout`
+//! exactly when a piece arrives past the deadline in force; an accepted
 //! header gives the client address the policy says (`proxied_source`). Derive requests
 //! get the key or, past the connection's derive budget, a `Busy` error reply, and no more keys
 //! than the budget allows over the time that passed; the budget is a burst of one derivation,
@@ -55,6 +57,9 @@ enum Expect {
     Any,
 }
 
+/// The idle timeout, when on.
+const IDLE: Duration = Duration::from_secs(60);
+
 /// The derive budget's refill: one derivation an hour of the feed's clock.
 const DERIVE_REFILL: Duration = Duration::from_secs(3600);
 
@@ -93,6 +98,11 @@ fuzz_target!(|input: Input| {
         .with_compression_level(Level::from_zlib(input.level))
         .with_proxy(ProxyConfig::new(POLICIES[usize::from(input.policy) % 5]))
         .with_header_timeout(Duration::from_secs(5))
+        .with_idle_timeout(if input.start & 1 == 1 {
+            IDLE
+        } else {
+            Duration::MAX
+        })
         // A derive request is 65,000+ MD5 rounds, milliseconds here: with derivation served
         // for every input, random frames that happen to parse as one took 94% of the target's
         // time (and 98% with one input in sixteen, once the corpus had filled with inputs that
@@ -368,6 +378,9 @@ fn drive<S: AsMut<[u32]>>(
     let (mut consumed_total, mut error) = (0usize, None);
     let mut pieces = pieces::pieces(feed.stream, feed.cuts).into_iter();
     let mut first = true;
+    let idle_timeout = (config.idle_timeout() != Duration::MAX).then_some(config.idle_timeout());
+    // Frames out so far, and the time of the last call that served a request.
+    let (mut frames_out, mut last_served) = (0u64, None);
     'conn: loop {
         let mut idle = 0;
         loop {
@@ -376,11 +389,19 @@ fn drive<S: AsMut<[u32]>>(
             match session.handle(call, &mut out[..room], ws, counters) {
                 Ok(p) => {
                     assert!(p.consumed <= call.len() && p.written <= room);
-                    // The deadline holds until the first frame is served.
+                    // The header deadline holds until the first frame is served, then the idle
+                    // deadline from the last call that served one.
                     let out_frames = counters.snapshot().frames_out;
                     let served = out_frames > u64::from(greets && out_frames > 0);
-                    let expected = (!served).then_some(deadline);
-                    assert_eq!(session.next_timeout(), expected, "header deadline");
+                    if served && out_frames > frames_out {
+                        last_served = Some(now);
+                    }
+                    frames_out = out_frames;
+                    let expected = match last_served {
+                        None => Some(deadline),
+                        Some(t) => idle_timeout.map(|d| t + d),
+                    };
+                    assert_eq!(session.next_timeout(), expected, "deadline");
                     sent.extend_from_slice(&out[..p.written]);
                     consumed_total += p.consumed;
                     let progressed = p.consumed > 0 || p.written > 0;
@@ -422,8 +443,13 @@ fn drive<S: AsMut<[u32]>>(
                 match session.next_timeout() {
                     Some(d) if now >= d => {
                         let timeout = session.handle_timeout(now);
-                        assert_eq!(timeout, Err(SessionError::HeaderTimeout));
-                        error = Some(SessionError::HeaderTimeout);
+                        let expected = if last_served.is_some() {
+                            SessionError::IdleTimeout
+                        } else {
+                            SessionError::HeaderTimeout
+                        };
+                        assert_eq!(timeout, Err(expected));
+                        error = Some(expected);
                         break 'conn;
                     }
                     _ => assert_eq!(session.handle_timeout(now), Ok(())),

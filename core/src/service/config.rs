@@ -29,6 +29,7 @@ pub struct Config {
     level: Level,
     proxy: ProxyConfig,
     header_timeout: Duration,
+    idle_timeout: Duration,
     send_timeout: Duration,
     key_derivation: bool,
     derive_burst: u32,
@@ -55,6 +56,7 @@ impl Config {
             level: Level::Fast,
             proxy: ProxyConfig::new(Policy::Skip),
             header_timeout: Self::DEFAULT_HEADER_TIMEOUT,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             send_timeout: Self::DEFAULT_SEND_TIMEOUT,
             key_derivation: true,
             derive_burst: Self::DEFAULT_DERIVE_BURST,
@@ -121,6 +123,26 @@ impl Config {
     /// The header timeout (see [`with_header_timeout`](Self::with_header_timeout)).
     pub const fn header_timeout(&self) -> Duration {
         self.header_timeout
+    }
+
+    /// The default idle timeout: 60 s (twice vanilla Minecraft's 30 s read timeout).
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// Sets the time a connection has, once its first frame is served, to complete each next
+    /// frame, counted from the call that served the one before (the time the adapter gave
+    /// [`Session::set_time`](super::Session::set_time)). [`Session::next_timeout`](super::Session::next_timeout)
+    /// reports the deadline; a peer that stays silent, or trickles a frame in, past it is
+    /// closed with [`SessionError::IdleTimeout`](super::SessionError::IdleTimeout), so neither
+    /// holds a connection, or the bytes of a frame it never finishes, for ever.
+    /// [`Duration::MAX`] turns it off.
+    pub const fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The idle timeout (see [`with_idle_timeout`](Self::with_idle_timeout)).
+    pub const fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
     }
 
     /// The default send timeout: 30 s.

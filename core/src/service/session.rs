@@ -127,6 +127,9 @@ pub enum SessionError {
     /// The PROXY header or the first frame did not arrive within the configured header timeout
     /// ([`Config::with_header_timeout`]; reported by [`Session::handle_timeout`]).
     HeaderTimeout,
+    /// After the first frame, no next frame was complete within the configured idle timeout
+    /// ([`Config::with_idle_timeout`]; reported by [`Session::handle_timeout`]).
+    IdleTimeout,
 }
 
 impl SessionError {
@@ -146,6 +149,7 @@ impl SessionError {
             SessionError::ReplyTooLarge => "reply too large for the frame format",
             SessionError::Truncated => "peer closed the connection mid-frame",
             SessionError::HeaderTimeout => "no header or first frame within the header timeout",
+            SessionError::IdleTimeout => "no complete frame within the idle timeout",
         }
     }
 }
@@ -213,6 +217,10 @@ pub struct Session {
     source: Option<core::net::SocketAddr>,
     /// Until the first frame after the PROXY header is served: when the header timeout ends.
     header_deadline: Option<Instant>,
+    /// After it: when the next frame must be complete (`None`: the idle timeout is off).
+    idle_deadline: Option<Instant>,
+    /// The config's idle timeout.
+    idle_timeout: Duration,
     /// The config's send timeout, for the adapter.
     send_timeout: Duration,
     /// Whether derive requests are served.
@@ -268,6 +276,8 @@ impl Session {
             policy,
             source: None,
             header_deadline: Some(now + config.header_timeout()),
+            idle_deadline: None,
+            idle_timeout: config.idle_timeout(),
             send_timeout: config.send_timeout(),
             key_derivation: config.key_derivation(),
             derive_budget: {
@@ -298,10 +308,11 @@ impl Session {
 
     /// When the adapter must next call [`handle_timeout`](Self::handle_timeout), if at all:
     /// the header deadline, until the PROXY header (if any) and the first frame have been
-    /// served; `None` afterwards. The adapter only waits for it (with its read, in a select);
-    /// what it covers is decided here.
+    /// served; then the idle deadline, the last call that served a frame plus the idle
+    /// timeout (`None` if that is off). The adapter only waits for it (with its read, in a
+    /// select); what it covers is decided here.
     pub fn next_timeout(&self) -> Option<Instant> {
-        self.header_deadline
+        self.header_deadline.or(self.idle_deadline)
     }
 
     /// Tells the session the time is `now`, for what it budgets over time (key derivations,
@@ -315,12 +326,14 @@ impl Session {
     }
 
     /// Tells the session the time is `now` (call it when [`next_timeout`](Self::next_timeout)
-    /// passes). [`SessionError::HeaderTimeout`] if the header deadline has passed; the adapter
-    /// then closes the connection as for any other error.
+    /// passes). [`SessionError::HeaderTimeout`] if the header deadline has passed,
+    /// [`SessionError::IdleTimeout`] if the idle deadline has; the adapter then closes the
+    /// connection as for any other error.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
         self.set_time(now);
-        match self.header_deadline {
-            Some(deadline) if now >= deadline => Err(SessionError::HeaderTimeout),
+        match (self.header_deadline, self.idle_deadline) {
+            (Some(deadline), _) if now >= deadline => Err(SessionError::HeaderTimeout),
+            (None, Some(deadline)) if now >= deadline => Err(SessionError::IdleTimeout),
             _ => Ok(()),
         }
     }
@@ -459,8 +472,11 @@ impl Session {
             };
             match step {
                 Step::Done(c, w) => {
-                    // The first frame is in: the header timeout no longer applies.
+                    // A frame is in: the header timeout no longer applies, and the next frame
+                    // has the idle timeout from now.
                     self.header_deadline = None;
+                    self.idle_deadline =
+                        (self.idle_timeout != Duration::MAX).then(|| self.now + self.idle_timeout);
                     *consumed += c;
                     *written += w;
                     self.tally.frames_out += 1;
@@ -632,9 +648,51 @@ pub(super) mod tests {
             h.session.handle_timeout(deadline),
             Err(SessionError::HeaderTimeout)
         );
-        // Once a frame is served, no timeout is left to wait for.
+        // Once a frame is served, the header deadline is gone; the idle deadline follows,
+        // from the time last given (`handle_timeout`'s).
         let (p, _) = h.handle(&f[..n]).unwrap();
         assert_eq!(p.consumed, n);
+        assert_eq!(
+            h.session.next_timeout(),
+            Some(deadline + Config::DEFAULT_IDLE_TIMEOUT)
+        );
+    }
+
+    #[test]
+    fn idle_timeout_runs_from_each_served_frame_and_covers_a_trickled_frame() {
+        let config = Config::new().with_idle_timeout(Duration::from_secs(10));
+        let start = Instant::from_micros(1_000);
+        let mut h = Harness::new(config);
+        h.session = Session::new(&config, start);
+        let (f, n) = frame(wire::ECHO, b"hi");
+        let _ = h.handle(&[]).unwrap();
+        let at = |s: u64| start + Duration::from_secs(s);
+        h.session.set_time(at(3));
+        assert_eq!(h.handle(&f[..n]).unwrap().0.consumed, n);
+        assert_eq!(h.session.next_timeout(), Some(at(13)));
+        // A frame served later moves the deadline on.
+        h.session.set_time(at(12));
+        assert_eq!(h.handle(&f[..n]).unwrap().0.consumed, n);
+        assert_eq!(h.session.next_timeout(), Some(at(22)));
+        // A frame trickled in a byte at a time does not: its bytes serve nothing.
+        for (i, t) in (13..22).enumerate().take(n - 1) {
+            h.session.set_time(at(t));
+            assert_eq!(h.handle(&f[..=i]).unwrap().0.consumed, 0);
+            assert_eq!(h.session.handle_timeout(at(t)), Ok(()));
+        }
+        assert_eq!(
+            h.session.handle_timeout(at(22) - Duration::from_micros(1)),
+            Ok(())
+        );
+        assert_eq!(
+            h.session.handle_timeout(at(22)),
+            Err(SessionError::IdleTimeout)
+        );
+        // Turned off, nothing is left to wait for once a frame is served.
+        let config = config.with_idle_timeout(Duration::MAX);
+        h.session = Session::new(&config, start);
+        let _ = h.handle(&[]).unwrap();
+        assert_eq!(h.handle(&f[..n]).unwrap().0.consumed, n);
         assert_eq!(h.session.next_timeout(), None);
         assert_eq!(h.session.handle_timeout(Instant::MAX), Ok(()));
     }

@@ -36,9 +36,14 @@ pub struct ServeArgs {
     /// Largest packet accepted (bytes of ID + data, or payload for u32le).
     #[arg(long, default_value_t = 1 << 20)]
     pub max_frame: usize,
-    /// Seconds allowed for the PROXY header or the first frame to start arriving.
+    /// Seconds a connection has, from its start, to complete the PROXY header (if read) and
+    /// its first frame.
     #[arg(long, default_value_t = 5.0, value_parser = seconds)]
     pub header_timeout: f64,
+    /// Seconds a connection has, after its first frame, to complete each next frame: a client
+    /// silent (or trickling a frame in) for longer is closed. 0: no limit.
+    #[arg(long, default_value_t = 60.0, value_parser = seconds_or_off)]
+    pub idle_timeout: f64,
     /// Seconds a reply may wait for the client's window: a client that keeps it shut (it
     /// sends and never reads) is closed after this.
     #[arg(long, default_value_t = 30.0, value_parser = seconds)]
@@ -72,6 +77,14 @@ pub struct ServeArgs {
     pub derive_per_second: u32,
 }
 
+/// [`seconds`], or 0 (off).
+fn seconds_or_off(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s == 0.0 => Ok(0.0),
+        _ => seconds(text),
+    }
+}
+
 /// A timeout flag: seconds, finite, from 1 ms to a year (`inf`, `NaN` and negative values are
 /// refused at parse time, not a panic later).
 fn seconds(text: &str) -> Result<f64, String> {
@@ -102,6 +115,11 @@ impl ServeArgs {
         }
         .with_max_packet_len(self.max_frame)
         .with_header_timeout(Duration::from_secs_f64(self.header_timeout).into())
+        .with_idle_timeout(if self.idle_timeout == 0.0 {
+            wirekit_core::time::Duration::MAX
+        } else {
+            Duration::from_secs_f64(self.idle_timeout).into()
+        })
         .with_send_timeout(Duration::from_secs_f64(self.send_timeout).into())
         .with_key_derivation(!self.no_key_derivation)
         .with_derive_budget(self.derive_burst, Rate::per_second(self.derive_per_second))
