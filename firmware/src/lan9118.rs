@@ -12,6 +12,7 @@ use core::task::Context;
 use embassy_net_driver::{Capabilities, HardwareAddress, LinkState};
 use embassy_sync::waitqueue::AtomicWaker;
 use embassy_time::{Duration, Ticker};
+use wirekit_core::limit::{LogDecision, LogLimit};
 
 /// Where the MPS2 FPGA images map the controller.
 pub const MPS2_BASE: usize = 0x4020_0000;
@@ -81,6 +82,10 @@ const PHY_BSR_LINK: u32 = 1 << 2;
 const RX_STATUS_ERROR: u32 = (1 << 15) | (1 << 12);
 /// Bound on busy-wait loops against the controller (each iteration is one register read).
 const SPIN_LIMIT: u32 = 100_000;
+/// The limit on "dropped a frame" lines: bursts of 5, then one every 2 s (a stream of bad
+/// frames must not keep the network task writing logs). Every drop is counted in
+/// [`Lan9118::dropped`], and each line says how many were not logged.
+const DROP_LOGS: LogLimit = LogLimit::new(5, wirekit_core::time::Duration::from_secs(10));
 
 /// Why the controller could not be brought up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, defmt::Format)]
@@ -152,6 +157,8 @@ pub struct Lan9118 {
     tx: [u8; MTU],
     /// Frames dropped because they were longer than [`MTU`] or flagged bad by the controller.
     dropped: u32,
+    /// The limit on logging those drops.
+    drop_logs: LogLimit,
 }
 
 impl Lan9118 {
@@ -195,6 +202,7 @@ impl Lan9118 {
             rx: [0; MTU],
             tx: [0; MTU],
             dropped: 0,
+            drop_logs: DROP_LOGS,
         })
     }
 
@@ -228,7 +236,13 @@ impl Lan9118 {
                     self.regs.read(reg::RX_DATA_FIFO);
                 }
                 self.dropped = self.dropped.wrapping_add(1);
-                defmt::warn!("lan9118: dropped a frame (status {=u32:#x})", status);
+                if let LogDecision::Log { suppressed } = self.drop_logs.check(crate::now()) {
+                    defmt::warn!(
+                        "lan9118: dropped a frame (status {=u32:#x}; {=u32} drops not logged since the last line)",
+                        status,
+                        suppressed
+                    );
+                }
                 continue;
             };
             for i in 0..words {

@@ -8,6 +8,12 @@
 
 pub mod server;
 
+/// embassy-time's clock as the core's [`Instant`](wirekit_core::time::Instant) (both count
+/// from boot): for the session's deadlines and the log limits.
+pub fn now() -> wirekit_core::time::Instant {
+    wirekit_core::time::Instant::from_micros(embassy_time::Instant::now().as_micros())
+}
+
 /// The task of a spawn token, or a defmt panic naming `what` if its pool is exhausted (a
 /// firmware bug: pools are sized for the tasks `main` spawns). Unlike `expect`, this does not
 /// link `core::fmt`.

@@ -15,19 +15,33 @@
 //! The [`Workspace`] (scratch for an inflated packet, the inflater and the compressor) is
 //! shared by all sessions: session calls are synchronous, so it is
 //! only ever borrowed between two awaits, never across one.
+//!
+//! A listening socket that receives a SYN is tied to that peer until the handshake completes;
+//! it gets [`HANDSHAKE_TIMEOUT`] for that (then [`IDLE_TIMEOUT`] once connected), and a
+//! handshake that times out is reset and the socket listens again, with no session, log line
+//! or count. That bounds, but does not remove, the damage of a SYN flood: smoltcp has no SYN
+//! backlog and no SYN cookies, so [`SOCKETS`] spoofed SYNs every [`HANDSHAKE_TIMEOUT`] still
+//! keep every socket busy and real clients out. Only a filter in front of the board (or a
+//! stack with SYN cookies) defends against that.
+//!
+//! A connection's own log lines (opened, PROXY client, why it ended) go through one
+//! [`LogLimit`] ([`CONNECTION_LOGS`]): a flood of connections cannot turn the log, and the
+//! time spent writing it, into the attack. Lines dropped are counted and reported (`... log
+//! lines suppressed`) before the next line let through.
 
 use core::cell::RefCell;
 use core::future::Future;
 use core::net::SocketAddr;
 
-use embassy_net::Stack;
 use embassy_net::tcp::TcpSocket;
+use embassy_net::{IpEndpoint, Stack};
 use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::blocking_mutex::raw::ThreadModeRawMutex;
 use embassy_sync::channel::Channel;
 use embassy_time::{Duration, Instant, Timer, with_deadline};
 use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_core::io::{Clock, Ended, drive};
+use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Workspace};
@@ -69,6 +83,23 @@ pub const TCP_RX_BUFFER: usize = 1024;
 pub const TCP_TX_BUFFER: usize = 1024;
 /// A connection idle this long (no segment either way) is closed by the TCP stack.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A listening socket that got a SYN waits this long for the handshake's final ACK, then
+/// listens again (see the module docs): long enough for the SYN-ACK's retransmissions at 1 s
+/// and 2 s (smoltcp's minimum RTO is 1 s), far shorter than [`IDLE_TIMEOUT`].
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// On close, the replies still queued and the FIN get this long to be acknowledged before the
+/// connection is reset: the send timeout, as for any reply, so one lost final segment (resent
+/// after smoltcp's 1 s minimum RTO, then 2 s, 4 s) does not cut off the last reply of a session
+/// that ended normally.
+pub const CLOSE_FLUSH: Duration = Duration::from_micros(SEND_TIMEOUT.as_micros());
+/// After an abort, the reset gets this long to go out before the socket listens again (listening
+/// forgets the peer, and with it a reset not yet sent).
+pub const RESET_FLUSH: Duration = Duration::from_millis(500);
+/// The limit on the connections' log lines (see the module docs): bursts of 40 lines, then 8 a
+/// second. Each connection logs two or three lines: enough for the QEMU conformance suite's
+/// ~30 connections in ~5 s, or a steady 3-4 connections a second; a flood gets 8 lines a second
+/// (and as many "suppressed" counts at most).
+pub const CONNECTION_LOGS: LogLimit = LogLimit::new(40, wirekit_core::time::Duration::from_secs(5));
 
 /// The server's counters (the stats reply's data).
 pub static COUNTERS: AtomicCounters = AtomicCounters::new();
@@ -137,6 +168,23 @@ static SESSION_BUFFERS: ConstStaticCell<[SessionBuffers; MAX_CONNECTIONS]> = Con
 static FREE_SESSIONS: Channel<ThreadModeRawMutex, &'static mut SessionBuffers, MAX_CONNECTIONS> =
     Channel::new();
 
+/// The connections' log limit, shared by all sockets.
+static LOGS: Mutex<ThreadModeRawMutex, RefCell<LogLimit>> =
+    Mutex::new(RefCell::new(CONNECTION_LOGS));
+
+/// Whether a connection's log line may be written now ([`CONNECTION_LOGS`]); when lines were
+/// dropped since the last one let through, says how many first.
+fn log_allowed() -> bool {
+    match LOGS.lock(|logs| logs.borrow_mut().check(crate::now())) {
+        LogDecision::Log { suppressed: 0 } => true,
+        LogDecision::Log { suppressed } => {
+            defmt::warn!("{=u32} connection log lines suppressed", suppressed);
+            true
+        }
+        LogDecision::Suppress => false,
+    }
+}
+
 /// Sets up the shared zlib state and puts the session buffers in the pool; call once, before
 /// the socket tasks run.
 pub fn init() {
@@ -162,75 +210,116 @@ pub fn init() {
 /// return the buffers, close, accept again. Other connections are never affected.
 pub async fn serve_socket(stack: Stack<'_>, id: usize, tcp: &mut TcpBuffers) -> ! {
     let mut socket = TcpSocket::new(stack, &mut tcp.rx, &mut tcp.tx);
-    socket.set_timeout(Some(IDLE_TIMEOUT));
     loop {
-        if let Err(e) = socket.accept(SERVICE_PORT).await {
-            defmt::warn!("socket {}: accept failed: {}", id, e);
-            socket.abort();
-            continue;
-        }
+        // The timeout counts from the SYN while the handshake runs (see the module docs).
+        socket.set_timeout(Some(HANDSHAKE_TIMEOUT));
+        let accepted = socket.accept(SERVICE_PORT).await;
+        // accept() also returns when the handshake timed out (the socket closed): only a
+        // connection synchronized both ways is served (ESTABLISHED, or CLOSE-WAIT when the
+        // peer's request and FIN arrived before this task ran again).
+        let peer = match (accepted, socket.remote_endpoint()) {
+            (Ok(()), Some(peer)) if socket.may_send() => peer,
+            (Ok(()), _) => {
+                reset(&mut socket).await;
+                continue;
+            }
+            (Err(e), _) => {
+                if log_allowed() {
+                    defmt::warn!("socket {}: accept failed: {}", id, e);
+                }
+                reset(&mut socket).await;
+                continue;
+            }
+        };
+        socket.set_timeout(Some(IDLE_TIMEOUT));
         let buffers = FREE_SESSIONS.receive().await;
-        let (session, error) =
-            serve_connection(&mut socket, id, &mut buffers.input, &mut buffers.output).await;
+        let (session, ended) = serve_connection(
+            &mut socket,
+            id,
+            peer,
+            &mut buffers.input,
+            &mut buffers.output,
+        )
+        .await;
         FREE_SESSIONS.send(buffers).await;
-        close_connection(&mut socket, session, error).await;
+        close_connection(&mut socket, session, ended).await;
     }
 }
 
-/// Serves the client connected on `socket` until it leaves or misbehaves, and logs why.
+/// Serves `peer`, the client connected on `socket`, until it leaves or misbehaves, and logs
+/// why.
 async fn serve_connection(
     socket: &mut TcpSocket<'_>,
     id: usize,
+    peer: IpEndpoint,
     input: &mut [u8],
     output: &mut [u8],
-) -> (Session, Option<SessionError>) {
-    defmt::info!(
-        "socket {}: connection from {}",
-        id,
-        socket.remote_endpoint()
-    );
-    let mut session = Session::new(&SERVICE, EmbassyClock.now());
+) -> (Session, Ended<embassy_net::tcp::Error>) {
+    if log_allowed() {
+        defmt::info!("socket {}: connection from {}", id, peer);
+    }
+    // The PROXY policy for this peer (a trusted network's, or the unknown peers').
+    let mut session = Session::for_peer(&SERVICE, peer.addr.into(), EmbassyClock.now());
     let ended = drive(socket, &EmbassyClock, &mut session, input, output, handle).await;
     // Logged by hand: defmt's core::net impls format through core::fmt (kilobytes of flash).
-    match session.proxied_source() {
-        Some(SocketAddr::V4(a)) => defmt::info!(
-            "socket {}: client per PROXY header: {=[u8]}:{=u16}",
-            id,
-            a.ip().octets(),
-            a.port()
-        ),
-        Some(SocketAddr::V6(a)) => defmt::info!(
-            "socket {}: client per PROXY header: [{=[u8]:02x}]:{=u16}",
-            id,
-            a.ip().octets(),
-            a.port()
-        ),
-        None => {}
+    if let Some(source) = session.proxied_source()
+        && log_allowed()
+    {
+        match source {
+            SocketAddr::V4(a) => defmt::info!(
+                "socket {}: client per PROXY header: {=[u8]}:{=u16}",
+                id,
+                a.ip().octets(),
+                a.port()
+            ),
+            SocketAddr::V6(a) => defmt::info!(
+                "socket {}: client per PROXY header: [{=[u8]:02x}]:{=u16}",
+                id,
+                a.ip().octets(),
+                a.port()
+            ),
+        }
     }
-    match ended {
-        Ended::PeerClosed => defmt::info!("socket {}: peer closed", id),
-        Ended::Session(e) => defmt::warn!("socket {}: closing: {=str}", id, e.as_str()),
-        Ended::Transport(e) => defmt::warn!("socket {}: connection lost: {}", id, e),
-        Ended::SendStalled => defmt::warn!("socket {}: closing: {=str}", id, ended.as_str()),
-        // The session broke its own contract, or the buffers are too small: a bug.
-        other => defmt::error!("socket {}: closing: {=str}", id, other.as_str()),
+    if log_allowed() {
+        match &ended {
+            Ended::PeerClosed => defmt::info!("socket {}: peer closed", id),
+            Ended::Session(e) => defmt::warn!("socket {}: closing: {=str}", id, e.as_str()),
+            Ended::Transport(e) => defmt::warn!("socket {}: connection lost: {}", id, e),
+            Ended::SendStalled => defmt::warn!("socket {}: closing: {=str}", id, ended.as_str()),
+            // The session broke its own contract, or the buffers are too small: a bug.
+            other => defmt::error!("socket {}: closing: {=str}", id, other.as_str()),
+        }
     }
-    (session, ended.session_error())
+    (session, ended)
 }
 
-/// Closes the connection (sending what is queued, within a second) and records its end.
+/// Closes the connection (sending what is queued, within [`CLOSE_FLUSH`]), resets it, and
+/// records its end.
 async fn close_connection(
     socket: &mut TcpSocket<'_>,
     mut session: Session,
-    error: Option<SessionError>,
+    ended: Ended<embassy_net::tcp::Error>,
 ) {
     socket.close();
-    // Best effort: the peer may already be gone.
-    let _ = with_deadline(Instant::now() + Duration::from_secs(1), socket.flush()).await;
-    socket.abort();
+    // Best effort: the peer may already be gone. A peer that kept its window shut for the
+    // whole send timeout gets no second one.
+    if !matches!(ended, Ended::SendStalled) {
+        let _ = with_deadline(Instant::now() + CLOSE_FLUSH, socket.flush()).await;
+    }
+    // Frees the socket whatever the peer does (a peer that never closes its side, or never
+    // acknowledges, would hold it): nothing is lost to the reset once the flush is done, and
+    // after a normal close (the peer's FIN, then ours acknowledged) there is no one to reset.
+    reset(socket).await;
     // Counted closed only once the socket is released, so a stats reply never shows fewer open
     // connections than the sockets hold.
-    session.finish(&COUNTERS, error.as_ref());
+    session.finish(&COUNTERS, ended.session_error().as_ref());
+}
+
+/// Aborts the socket's connection, if any, and waits (at most [`RESET_FLUSH`]) until the reset
+/// is sent: the next `accept` forgets the peer, and a reset still queued with it.
+async fn reset(socket: &mut TcpSocket<'_>) {
+    socket.abort();
+    let _ = with_deadline(Instant::now() + RESET_FLUSH, socket.flush()).await;
 }
 
 /// One session call with the shared scratch and zlib state, borrowed for this synchronous call
@@ -262,7 +351,7 @@ struct EmbassyClock;
 
 impl Clock for EmbassyClock {
     fn now(&self) -> wirekit_core::time::Instant {
-        wirekit_core::time::Instant::from_micros(Instant::now().as_micros())
+        crate::now()
     }
 
     fn sleep_until(&self, deadline: wirekit_core::time::Instant) -> impl Future<Output = ()> {

@@ -1,8 +1,9 @@
 //! The load and fault cases against the firmware in QEMU, as far as its two sessions allow:
 //! half-close, a reset mid-frame, a peer gone while the firmware writes, slow-loris on the
 //! PROXY header and on the first frame (one at a time, beside a bystander), and a few seconds
-//! of connection churn. Each checks the firmware goes on serving, what it counted (its stats
-//! reply) and what it logged (its defmt log, decoded at shutdown).
+//! of connection churn (whose log lines stay within the firmware's log limit). Each checks the
+//! firmware goes on serving, what it counted (its stats reply) and what it logged (its defmt
+//! log, decoded at shutdown).
 //!
 //! Not applicable to the firmware: 10,000 connections (it serves 2), descriptor exhaustion (it
 //! has no descriptors), and memory bounds (its RAM is fixed at link time; the board's size
@@ -33,6 +34,11 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 const SLOW_LORIS_MARGIN: Duration = Duration::from_secs(2);
 /// The half-close's echoes.
 const HALF_CLOSE_ECHOES: u32 = 20;
+/// The firmware's limit on its connections' log lines (firmware/src/server.rs
+/// `CONNECTION_LOGS`): bursts of this many lines...
+const LOG_BURST: u64 = 40;
+/// ...then this many a second.
+const LOG_LINES_PER_SEC: u64 = 8;
 
 #[test]
 fn firmware_survives_the_faults_its_two_sessions_allow() {
@@ -147,9 +153,9 @@ fn exercise(qemu: &Qemu) -> Stats {
     );
     unread.into_iter().for_each(faults::close_unread);
     // QEMU's user network does not always pass the resets of those closes on to the guest, so
-    // the second may hold its session until its own send timeout, and then its socket for the
-    // second of its closing flush: wait that out, or the slow-loris below could find every
-    // socket busy (and be refused at once).
+    // the second may hold its session and its socket until its own send timeout (a connection
+    // ended by the send timeout is reset at once, without a closing flush): wait that out, or
+    // the slow-loris below could find every socket busy (and be refused at once).
     std::thread::sleep(SEND_TIMEOUT + Duration::from_secs(2));
     // Prefixes that never complete however long they trickle. The firmware reads its time
     // from a free-running timer that keeps pace with the host's clock even when QEMU's vCPU is
@@ -199,6 +205,8 @@ fn exercise(qemu: &Qemu) -> Stats {
             .echo(b"after")
             .unwrap_or_else(|e| panic!("the bystander after the slow-loris on the {what}: {e}"));
     }
+    let before_churn = qemu.decoded_log();
+    let churn_started = Instant::now();
     let report = loadgen::run(LoadOptions {
         target: Some(addr),
         connections: 1,
@@ -215,15 +223,36 @@ fn exercise(qemu: &Qemu) -> Stats {
         report.frames_per_sec()
     );
     assert!(report.frames > 0);
+    // The churn's connections went through the firmware's log limit: their lines (two a
+    // connection) stayed within the burst and the rate, and what was dropped was reported.
+    let churn_secs = churn_started.elapsed().as_secs() + 1;
+    let churn_log = qemu.decoded_log();
+    let added = |needle: &str| count_lines(&churn_log, needle) - count_lines(&before_churn, needle);
+    let lines = added("socket ") as u64;
+    let allowed = LOG_BURST + LOG_LINES_PER_SEC * churn_secs;
+    assert!(
+        lines <= allowed,
+        "{lines} connection log lines in {churn_secs} s of churn (at most {allowed}):\n{churn_log}"
+    );
+    if 2 * report.frames > allowed {
+        assert!(
+            added("connection log lines suppressed") >= 1,
+            "no suppressed lines reported after {} connections:\n{churn_log}",
+            report.frames
+        );
+    }
     record(
         "load_firmware",
         "churn: connect, one 64-byte echo, close, for 3 s from one task",
         &format!(
-            "{} connections, {:.0}/s",
+            "{} connections, {:.0}/s; {lines} connection log lines in {churn_secs} s",
             report.frames,
             report.frames_per_sec()
         ),
-        "no error",
+        &format!(
+            "no error; log lines at most {LOG_BURST} + {LOG_LINES_PER_SEC}/s, the rest \
+             reported as suppressed"
+        ),
     );
     let mut c = connect_retrying(addr);
     c.echo(b"still serving").unwrap();
