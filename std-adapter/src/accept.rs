@@ -7,7 +7,8 @@
 //! churns at its descriptor limit (a descriptor freed, one accept, the limit again) starts a
 //! streak for every freed descriptor, so the streaks' lines go through a log limit: at most
 //! [`STREAK_LINES`] streaks logged per [`STREAK_LOG_PERIOD`], the others counted and reported
-//! with the next one logged.
+//! with the next one logged. The lines dropped are counted too, for the caller's totals
+//! ([`AcceptBackoff::take_lines_suppressed`]).
 //!
 //! A streak ends at the first try that does not fail: a connection accepted, or none waiting
 //! with a descriptor free (Linux takes the descriptor before it looks at the backlog, so an
@@ -63,6 +64,8 @@ pub struct AcceptBackoff {
     logged: bool,
     /// Failed tries of streaks not logged, reported with the next logged end.
     unlogged: u64,
+    /// Lines dropped (each streak not logged drops two) since the caller last took them.
+    lines_suppressed: u64,
     log: LogLimit,
 }
 
@@ -81,6 +84,7 @@ impl AcceptBackoff {
             retry_at: None,
             logged: false,
             unlogged: 0,
+            lines_suppressed: 0,
             log: LogLimit::new(STREAK_LINES, STREAK_LOG_PERIOD.into()),
         }
     }
@@ -88,6 +92,12 @@ impl AcceptBackoff {
     /// Consecutive failed accepts so far (0 when the last try did not fail).
     pub fn failing(&self) -> u64 {
         self.failing
+    }
+
+    /// The lines the log limit dropped (a streak's start and end lines) since the last call,
+    /// for a caller that counts every line its limits drop; the count starts again at 0.
+    pub fn take_lines_suppressed(&mut self) -> u64 {
+        std::mem::take(&mut self.lines_suppressed)
     }
 
     /// The next connection, or the error of a failed try. After a failure the next call first
@@ -129,7 +139,10 @@ impl AcceptBackoff {
                     );
                     true
                 }
-                LogDecision::Suppress => false,
+                LogDecision::Suppress => {
+                    self.lines_suppressed += 1;
+                    false
+                }
             };
         } else {
             self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
@@ -147,6 +160,7 @@ impl AcceptBackoff {
             self.unlogged = 0;
         } else {
             self.unlogged += self.failing;
+            self.lines_suppressed += 1;
         }
         self.failing = 0;
         self.backoff = BACKOFF_MIN;
@@ -236,7 +250,10 @@ mod tests {
             a.recovered();
         }
         assert_eq!(logged, STREAK_LINES);
-        // The 3 streaks past the limit: 6 tries waiting for the next logged line.
+        // The 3 streaks past the limit: 6 tries waiting for the next logged line, and their
+        // 6 lines (a start and an end each) dropped and counted.
         assert_eq!(a.unlogged, 6);
+        assert_eq!(a.take_lines_suppressed(), 6);
+        assert_eq!(a.take_lines_suppressed(), 0);
     }
 }

@@ -7,9 +7,10 @@
 //! decision are the core's ([`ProxyConfig::start`], [`HeaderRead`]), the same the service
 //! session and the firmware make.
 //!
-//! A slow or silent client costs a bounded amount of memory: nothing is allocated until its first
-//! bytes arrive, the buffer then grows only to what the parser says the header still needs (never
-//! past the header limit), and the connection is refused when the timeout strikes.
+//! A slow or silent client costs a bounded amount of memory: a silent one holds one small read
+//! buffer (64 bytes, made ready before the first read), which then grows only to what the parser
+//! says the header still needs (never past the header limit, in reads of at most 256 bytes), and
+//! the connection is refused when the timeout strikes.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {

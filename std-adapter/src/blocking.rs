@@ -2,8 +2,9 @@
 //! runtime.
 //!
 //! [`FrameReader`] keeps one input buffer, grown only to what the core says the next frame
-//! needs, and hands out frames borrowed from it; [`FrameWriter`] encodes into one reused buffer.
-//! After warm-up neither allocates per frame.
+//! needs and at most to twice the bytes that have arrived (a length the peer merely declared
+//! commits no memory), and hands out frames borrowed from it; [`FrameWriter`] encodes into one
+//! reused buffer. After warm-up neither allocates per frame.
 //!
 //! ```
 //! use std::io::Cursor;
@@ -26,7 +27,7 @@ use wirekit_core::frame::mc::{self, FrameDecoder, split_packet};
 use wirekit_core::frame::{EncodeError, Frame, FrameError};
 use wirekit_core::varint::{encode_varint, varint_len};
 
-use crate::buffer::InputBuffer;
+use crate::buffer::{InputBuffer, more_for};
 use crate::codec::CodecError;
 
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +97,9 @@ impl<R: Read> FrameReader<R> {
                 }
                 Status::Partial(needed) => needed,
             };
-            let spare = self.buf.spare(needed.at_least());
+            // What the frame still needs, but at most what has arrived: a few bytes declaring
+            // 32 MiB must not make the reader allocate (and zero) 32 MiB.
+            let spare = self.buf.spare(more_for(needed.at_least(), self.buf.len()));
             let n = loop {
                 match self.inner.read(spare) {
                     Ok(n) => break n,
@@ -277,5 +280,30 @@ mod tests {
             Err(CodecError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A pktconn header declaring 32 MiB (the format's maximum) and nothing after it: the
+    /// reader's buffer grows with what arrives, not to the declared length.
+    #[test]
+    fn a_declared_length_alone_commits_no_memory() {
+        use crate::buffer::INITIAL_BUFFER;
+        let mut r = FrameReader::fixed(Cursor::new([0, 0, 0, 2]), LengthPrefixed::PKTCONN);
+        match r.read_frame() {
+            Err(CodecError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            r.buf.capacity() <= 2 * INITIAL_BUFFER,
+            "{}",
+            r.buf.capacity()
+        );
+        // A frame that does arrive is read whole, the buffer doubling as its bytes come.
+        let body = vec![7u8; 300_000];
+        let mut w = FrameWriter::fixed(Vec::new(), LengthPrefixed::PKTCONN);
+        w.write_frame(&body).unwrap();
+        let mut r = FrameReader::fixed(Cursor::new(w.into_inner()), LengthPrefixed::PKTCONN);
+        assert_eq!(r.read_frame().unwrap(), Some(&body[..]));
+        assert!(r.buf.capacity() < 2 * body.len(), "{}", r.buf.capacity());
+        assert_eq!(r.read_frame().unwrap(), None);
     }
 }

@@ -4,24 +4,32 @@
 //! enforces the header timeout and the connection limit, logs each connection's end, and shuts
 //! down gracefully.
 //!
-//! Every connection gets one INFO line when it closes, `closed`, naming the real client (from
-//! the PROXY header when one was accepted) and the peer, the bytes and frames each way, how long
-//! it lasted and why it ended (`why`: `peer closed`, `shutdown`, `reset by peer`, `peer gone
-//! while the server was writing`, or the protocol error). Lines for connections that ended in an
-//! error, and for connections refused at the limit, go through the core's [`LogLimit`]: under a
-//! flood what is dropped is counted ([`CloseCounts::lines_suppressed`]) and reported with the
-//! next line let through. [`CloseCounts`] counts every end by kind and is logged at shutdown.
+//! A connection's end is logged with one INFO line, `closed`, naming the real client (from the
+//! PROXY header when one was accepted) and the peer, the bytes and frames each way, how long it
+//! lasted and why it ended (`why`: `peer closed`, `shutdown`, `shutdown grace expired
+//! mid-frame`, `reset by peer`, `peer gone while the server was writing`, or the protocol
+//! error). A connection served at least one frame that ended cleanly always gets its line; the
+//! lines of clean ends with nothing served, of ends in an error and of connections refused at
+//! the limit go through the core's [`LogLimit`]s, one for each of those kinds (so a
+//! connect-and-close flood neither floods the log nor hides the errors): under a flood what is
+//! dropped is counted ([`CloseCounts::lines_suppressed`]) and reported with the next line of
+//! its kind let through. [`CloseCounts`] counts every end by kind and is logged at shutdown.
 //!
 //! When accept fails (EMFILE, ENFILE, ENOBUFS), the loop backs off (10 ms, doubling to 320 ms)
 //! and keeps serving the connections it has; it logs the first failure and the recovery, not one
-//! line per retry.
+//! line per retry (and streaks past [`AcceptBackoff`]'s own log limit are not logged, their lines
+//! counted in [`CloseCounts::lines_suppressed`]).
 //!
-//! Between frames a connection owns no buffer: each read lands in one buffer per thread, every
-//! complete frame in it is served from there and the replies go out in one `write` (so a round
-//! trip's bytes stay in cache however many connections are open). Only a frame split across
-//! reads is carried in a buffer of the connection's own, grown to what the session says the
-//! frame needs (never to a length the peer merely declared), and only replies the socket will
-//! not take yet are kept for it.
+//! Between frames a connection holds little of its own: each read lands in one buffer per
+//! thread, every complete frame in it is served from there and the replies go out in one `write`
+//! (so a round trip's bytes stay in cache however many connections are open). Only a frame split
+//! across reads is carried in a buffer of the connection's own, grown to what the session says
+//! the frame needs but at most to twice what the peer has sent (never to a length the peer
+//! merely declared), with its replies in another, and only replies the socket will not take yet
+//! are kept for it. Once the frame is served and the replies sent, a buffer grown past 4 KiB
+//! (for a large frame) is given back; smaller ones are kept, so small frames routinely split
+//! across reads allocate nothing each. A connection that has sent nothing holds no buffer, and
+//! one that went quiet after a large frame holds no more than one that sent small ones.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -51,7 +59,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::accept::AcceptBackoff;
-use crate::buffer::{INITIAL_BUFFER, InputBuffer};
+use crate::buffer::{INITIAL_BUFFER, InputBuffer, more_for, release_if_large};
 use crate::clock;
 use wirekit_core::Needed;
 use wirekit_core::limit::{LogDecision, LogLimit};
@@ -74,7 +82,9 @@ pub struct ServeOptions {
     pub service: service::Config,
     /// Connections served at once; more are accepted and closed at once.
     pub max_connections: usize,
-    /// On shutdown, how long a connection may take to finish a frame in flight.
+    /// On shutdown, how long a connection may take to finish a frame in flight (no new frame
+    /// is served once it has); one still inside a frame then is closed (`shutdown grace
+    /// expired mid-frame`, counted as a shutdown).
     pub shutdown_grace: Duration,
 }
 
@@ -163,12 +173,15 @@ struct Shared {
 pub struct CloseCounts {
     /// The peer closed its side between frames (after its requests, half-closed or not).
     pub peer_closed: AtomicU64,
-    /// Closed by the server's shutdown.
+    /// Closed by the server's shutdown: between frames, or mid-frame when the shutdown grace
+    /// expired.
     pub shutdown: AtomicU64,
     /// A protocol error ([`SessionError`]), the header timeout and truncation included.
     pub protocol: AtomicU64,
     /// Of [`protocol`](Self::protocol): the header timeout.
     pub header_timeout: AtomicU64,
+    /// Of [`protocol`](Self::protocol): the idle timeout (no next frame in time).
+    pub idle_timeout: AtomicU64,
     /// The peer reset the connection while the server was reading.
     pub reset: AtomicU64,
     /// Writing replies failed (the peer reset or closed while the server was writing).
@@ -179,7 +192,7 @@ pub struct CloseCounts {
     pub refused: AtomicU64,
     /// Failed `accept` calls (EMFILE, ENFILE, ...).
     pub accept_failed: AtomicU64,
-    /// Close, refusal and accept-failure lines the log limits dropped.
+    /// Close (clean or not), refusal and accept-failure lines the log limits dropped.
     pub lines_suppressed: AtomicU64,
 }
 
@@ -191,10 +204,12 @@ impl CloseCounts {
     fn count(&self, end: &Result<Ended, ConnError>) {
         Self::bump(match end {
             Ok(Ended::PeerClosed) => &self.peer_closed,
-            Ok(Ended::Shutdown) => &self.shutdown,
+            Ok(Ended::Shutdown | Ended::GraceExpired) => &self.shutdown,
             Err(ConnError::Session(e)) => {
-                if *e == SessionError::HeaderTimeout {
-                    Self::bump(&self.header_timeout);
+                match e {
+                    SessionError::HeaderTimeout => Self::bump(&self.header_timeout),
+                    SessionError::IdleTimeout => Self::bump(&self.idle_timeout),
+                    _ => {}
                 }
                 &self.protocol
             }
@@ -215,12 +230,13 @@ impl std::fmt::Display for CloseCounts {
         let g = Self::get;
         write!(
             f,
-            "peer_closed={} shutdown={} protocol={} header_timeout={} reset={} write_failed={} \
-             io={} refused={} accept_failed={} lines_suppressed={}",
+            "peer_closed={} shutdown={} protocol={} header_timeout={} idle_timeout={} reset={} \
+             write_failed={} io={} refused={} accept_failed={} lines_suppressed={}",
             g(&self.peer_closed),
             g(&self.shutdown),
             g(&self.protocol),
             g(&self.header_timeout),
+            g(&self.idle_timeout),
             g(&self.reset),
             g(&self.write_failed),
             g(&self.io),
@@ -236,8 +252,11 @@ impl std::fmt::Display for CloseCounts {
 enum Ended {
     /// The peer closed its side between frames.
     PeerClosed,
-    /// The server is shutting down.
+    /// The server is shutting down (and the connection was between frames).
     Shutdown,
+    /// The server is shutting down and the connection was still inside a frame when the
+    /// shutdown grace expired.
+    GraceExpired,
 }
 
 impl Ended {
@@ -245,6 +264,7 @@ impl Ended {
         match self {
             Ended::PeerClosed => "peer closed",
             Ended::Shutdown => "shutdown",
+            Ended::GraceExpired => "shutdown grace expired mid-frame",
         }
     }
 }
@@ -267,11 +287,13 @@ impl Counters for ConnCounters<'_> {
     }
 }
 
-/// The lines a flood would multiply go through the core's log limits: a flood of bad
-/// connections (or of connections past the limit) must not turn the log into the attack. What
-/// is dropped is counted, reported with the next line let through and in
-/// [`CloseCounts::lines_suppressed`]; the close counts count every event.
+/// The lines a flood would multiply go through the core's log limits: a flood of connections
+/// (good, bad, or past the limit) must not turn the log into the attack. What is dropped is
+/// counted, reported with the next line let through and in [`CloseCounts::lines_suppressed`];
+/// the close counts count every event.
 struct LogLimits {
+    /// The `closed` lines of connections that ended without an error (peer closed, shutdown).
+    clean: Mutex<LogLimit>,
     /// The `closed` lines of connections that ended in an error (a peer's bad framing, PROXY
     /// header, timeout, reset).
     closes: Mutex<LogLimit>,
@@ -285,6 +307,7 @@ impl LogLimits {
 
     fn new() -> Self {
         LogLimits {
+            clean: Mutex::new(Self::LIMIT),
             closes: Mutex::new(Self::LIMIT),
             refusals: Mutex::new(Self::LIMIT),
         }
@@ -355,15 +378,21 @@ impl Server {
             let (stream, peer) = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
-                accepted = accepts.accept(&listener) => match accepted {
-                    Ok(a) => a,
-                    // EMFILE and friends: logged once per streak, retried after a back-off;
-                    // the connections we have keep being served.
-                    Err(_) => {
-                        CloseCounts::bump(&shared.closes.accept_failed);
-                        continue;
+                accepted = accepts.accept(&listener) => {
+                    shared.closes.lines_suppressed.fetch_add(
+                        accepts.take_lines_suppressed(),
+                        Ordering::Relaxed,
+                    );
+                    match accepted {
+                        Ok(a) => a,
+                        // EMFILE and friends: logged once per streak, retried after a
+                        // back-off; the connections we have keep being served.
+                        Err(_) => {
+                            CloseCounts::bump(&shared.closes.accept_failed);
+                            continue;
+                        }
                     }
-                },
+                }
             };
             let Ok(permit) = limit.clone().try_acquire_owned() else {
                 CloseCounts::bump(&shared.closes.refused);
@@ -381,6 +410,10 @@ impl Server {
             });
         }
         drop(listener);
+        shared
+            .closes
+            .lines_suppressed
+            .fetch_add(accepts.take_lines_suppressed(), Ordering::Relaxed);
         tracker.close();
         info!(
             connections = tracker.len(),
@@ -477,9 +510,17 @@ async fn serve_connection(
             )
         };
     }
+    // A flood of connections, bad or not, must not turn the log into the attack. A connection
+    // that ended cleanly after being served gets its line whatever the rate (each line stands
+    // for frames served, work the server did anyway); one that sent nothing goes through a
+    // limit, as an error does.
     match &result {
-        Ok(ended) => closed!(ended.as_str(), 0u32),
-        // A flood of bad connections must not turn the log into the attack.
+        Ok(ended) if own.frames_in > 0 => closed!(ended.as_str(), 0u32),
+        Ok(ended) => {
+            if let Some(suppressed) = LogLimits::allow(&shared.logs.clean, &shared.closes) {
+                closed!(ended.as_str(), suppressed);
+            }
+        }
         Err(e) => {
             if let Some(suppressed) = LogLimits::allow(&shared.logs.closes, &shared.closes) {
                 closed!(e, suppressed);
@@ -565,11 +606,13 @@ async fn drive(
         };
         // Read more input, until the session's own deadline (the header timeout, while the
         // header and first frame are still to come) and the shutdown grace once shutting down.
-        if shutdown.is_cancelled() && grace_deadline.is_none() {
+        if shutdown.is_cancelled() {
+            // Between frames, a shutdown ends the connection: also once a frame in flight at
+            // the shutdown has been served, so no new frame is started in the grace.
             if input.is_empty() {
                 return Ok(Ended::Shutdown);
             }
-            grace_deadline = Some(Instant::now() + options.shutdown_grace);
+            grace_deadline.get_or_insert_with(|| Instant::now() + options.shutdown_grace);
         }
         let deadline = match (session.next_timeout().map(clock::to_tokio), grace_deadline) {
             (Some(h), Some(g)) => Some(h.min(g)),
@@ -580,12 +623,18 @@ async fn drive(
         if input.is_empty() {
             // Between frames: wait for the socket, then read, serve and reply in one synchronous
             // step through the thread's buffers. Nothing of the connection's own is allocated,
-            // so silent and idle connections stay cheap.
+            // and what a large frame split across reads grew is given back now, so silent and
+            // idle connections stay cheap.
+            input.release_if_large();
+            release_if_large(&mut out);
             let ready = with_deadline(deadline, stream.readable());
-            tokio::select! {
+            let ready = tokio::select! {
                 biased;
-                r = ready => r.map_err(|e| e.into_conn(session))?,
+                r = ready => r,
                 () = &mut cancelled, if watch_shutdown => continue,
+            };
+            if let Err(e) = ready {
+                return wait_failed(e, session, grace_deadline);
             }
             match serve_read(stream, session, counters, options, &mut input, &mut pending)? {
                 // Readiness can be stale; tokio clears it on `WouldBlock`, so this waits again.
@@ -606,6 +655,7 @@ async fn drive(
                         // (backpressure), with one read's replies held at most.
                         send_within(stream, &pending, session.send_timeout()).await?;
                         pending.clear();
+                        release_if_large(&mut pending);
                     }
                     known_want = want.filter(|_| input.is_empty());
                 }
@@ -617,7 +667,7 @@ async fn drive(
         // sent: a declared length alone commits no memory (a few bytes declaring a 1 MiB
         // frame hold INITIAL_BUFFER, not 1 MiB).
         let more = match needed {
-            Needed::Exactly(n) => n.min(input.len().max(INITIAL_BUFFER)),
+            Needed::Exactly(n) => more_for(n, input.len()),
             Needed::Unknown => 1,
         };
         let spare = input.spare(more);
@@ -626,8 +676,12 @@ async fn drive(
         // it): a peer silent mid-frame must not outlast it.
         let n = tokio::select! {
             biased;
-            r = read => r.map_err(|e| e.into_conn(session))?,
+            r = read => r,
             () = &mut cancelled, if grace_deadline.is_none() => continue,
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => return wait_failed(e, session, grace_deadline),
         };
         if n == 0 {
             session.end_of_input(input.len())?;
@@ -754,16 +808,24 @@ enum WaitError {
     Io(io::Error),
 }
 
-impl WaitError {
-    fn into_conn(self, session: &mut Session) -> ConnError {
-        match self {
-            // The session decides whether its deadline passed (the shutdown grace may have).
-            WaitError::Timeout => match session.handle_timeout(clock::now()) {
-                Err(e) => e.into(),
-                Ok(()) => io::Error::from(io::ErrorKind::TimedOut).into(),
-            },
-            WaitError::Io(e) => e.into(),
-        }
+/// How a connection ends when a wait for its socket failed: at the session's deadline with the
+/// session's error, at the shutdown grace as a shutdown ([`Ended::GraceExpired`]), else with the
+/// socket's error.
+fn wait_failed(
+    e: WaitError,
+    session: &mut Session,
+    grace_deadline: Option<Instant>,
+) -> Result<Ended, ConnError> {
+    match e {
+        // The session decides whether its deadline passed (the shutdown grace may have).
+        WaitError::Timeout => match session.handle_timeout(clock::now()) {
+            Err(e) => Err(e.into()),
+            Ok(()) if grace_deadline.is_some_and(|g| Instant::now() >= g) => {
+                Ok(Ended::GraceExpired)
+            }
+            Ok(()) => Err(io::Error::from(io::ErrorKind::TimedOut).into()),
+        },
+        WaitError::Io(e) => Err(e.into()),
     }
 }
 
@@ -969,9 +1031,10 @@ mod tests {
     #[test]
     fn each_end_is_counted_once_by_kind_and_named_in_the_close_line() {
         let closes = CloseCounts::default();
-        let ends: [(Result<Ended, ConnError>, &str); 7] = [
+        let ends: [(Result<Ended, ConnError>, &str); 9] = [
             (Ok(Ended::PeerClosed), "peer closed"),
             (Ok(Ended::Shutdown), "shutdown"),
+            (Ok(Ended::GraceExpired), "shutdown grace expired mid-frame"),
             (
                 Err(SessionError::HeaderTimeout.into()),
                 "no header or first frame within the header timeout",
@@ -979,6 +1042,10 @@ mod tests {
             (
                 Err(SessionError::Truncated.into()),
                 "peer closed the connection mid-frame",
+            ),
+            (
+                Err(SessionError::IdleTimeout.into()),
+                "no complete frame within the idle timeout",
             ),
             (
                 Err(ConnError::Io(io::ErrorKind::ConnectionReset.into())),
@@ -1003,16 +1070,17 @@ mod tests {
         }
         let g = CloseCounts::get;
         assert_eq!(g(&closes.peer_closed), 1);
-        assert_eq!(g(&closes.shutdown), 1);
-        assert_eq!(g(&closes.protocol), 2);
+        assert_eq!(g(&closes.shutdown), 2);
+        assert_eq!(g(&closes.protocol), 3);
         assert_eq!(g(&closes.header_timeout), 1);
+        assert_eq!(g(&closes.idle_timeout), 1);
         assert_eq!(g(&closes.reset), 1);
         assert_eq!(g(&closes.write_failed), 2);
         assert_eq!(g(&closes.io), 0);
         assert_eq!(
             closes.to_string(),
-            "peer_closed=1 shutdown=1 protocol=2 header_timeout=1 reset=1 write_failed=2 io=0 \
-             refused=0 accept_failed=0 lines_suppressed=0"
+            "peer_closed=1 shutdown=2 protocol=3 header_timeout=1 idle_timeout=1 reset=1 \
+             write_failed=2 io=0 refused=0 accept_failed=0 lines_suppressed=0"
         );
     }
 
@@ -1034,5 +1102,141 @@ mod tests {
         // A stats request through the connection reads the server's totals.
         assert_eq!(conn.snapshot().bytes_in, 20);
         assert_eq!(conn.snapshot().frames_in, 4);
+    }
+
+    use tokio::net::TcpStream;
+
+    /// A server on this (test) runtime: its address, close counts, shutdown token and task.
+    async fn start(
+        options: ServeOptions,
+    ) -> (
+        SocketAddr,
+        Arc<CloseCounts>,
+        CancellationToken,
+        tokio::task::JoinHandle<io::Result<()>>,
+    ) {
+        let server = Server::bind(options).await.unwrap();
+        let (addr, closes) = (server.local_addr(), server.close_counts());
+        let shutdown = CancellationToken::new();
+        let serving = tokio::spawn(server.run(shutdown.clone()));
+        (addr, closes, shutdown, serving)
+    }
+
+    async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// An echo frame of 15 bytes of data (VarInt length 16, ID 0).
+    fn echo_frame() -> [u8; 17] {
+        let mut f = [b'x'; 17];
+        f[..2].copy_from_slice(&[16, 0]);
+        f
+    }
+
+    /// A connect-and-close flood sends no byte and ends every connection cleanly: its close
+    /// lines go through a log limit like error closes, the dropped ones counted.
+    #[tokio::test]
+    async fn clean_close_lines_go_through_a_log_limit() {
+        const FLOOD: u64 = 200;
+        let (addr, closes, shutdown, serving) = start(ServeOptions::default()).await;
+        let started = Instant::now();
+        for _ in 0..FLOOD {
+            drop(TcpStream::connect(addr).await.unwrap());
+        }
+        wait_for("every close", || {
+            CloseCounts::get(&closes.peer_closed) == FLOOD
+        })
+        .await;
+        let elapsed = started.elapsed().as_secs();
+        let suppressed = CloseCounts::get(&closes.lines_suppressed);
+        // Bursts of 20, then 20 a second: the rest of the flood's lines are dropped.
+        assert!(suppressed > 0, "no close line of the flood was dropped");
+        assert!(
+            suppressed >= FLOOD.saturating_sub(20 + 20 * (elapsed + 1)),
+            "{suppressed} dropped in {elapsed} s"
+        );
+        shutdown.cancel();
+        serving.await.unwrap().unwrap();
+    }
+
+    /// A frame in flight at the shutdown is finished and answered within the grace; then the
+    /// connection ends as a shutdown at once: no new frame is served, the grace not waited out.
+    #[tokio::test]
+    async fn a_frame_in_flight_at_shutdown_is_answered_and_then_the_connection_ends() {
+        let (addr, closes, shutdown, serving) = start(ServeOptions {
+            shutdown_grace: Duration::from_secs(30),
+            ..ServeOptions::default()
+        })
+        .await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let frame = echo_frame();
+        c.write_all(&frame[..3]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shutdown.cancel();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.write_all(&frame[3..]).await.unwrap();
+        let mut reply = [0u8; 17];
+        tokio::time::timeout(Duration::from_secs(5), c.read_exact(&mut reply))
+            .await
+            .expect("the frame in flight answered")
+            .unwrap();
+        assert_eq!(reply, frame);
+        // Not served: the connection is closing (or closed) by now.
+        let _ = c.write_all(&[2, 0, b'B']).await;
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
+            .await
+            .expect("closed after the frame in flight, not at the end of the grace");
+        assert!(
+            rest.is_empty(),
+            "a frame sent after the shutdown was served"
+        );
+        if let Err(e) = read {
+            // The unread frame makes the close a reset.
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+        }
+        tokio::time::timeout(Duration::from_secs(5), serving)
+            .await
+            .expect("the server stopped before the grace")
+            .unwrap()
+            .unwrap();
+        assert_eq!(CloseCounts::get(&closes.shutdown), 1, "{closes}");
+        assert_eq!(CloseCounts::get(&closes.io), 0, "{closes}");
+    }
+
+    /// A connection still inside a frame when the shutdown grace expires is closed then and
+    /// counted (and logged) as a shutdown, not as a socket error.
+    #[tokio::test]
+    async fn a_frame_unfinished_at_the_end_of_the_grace_ends_as_a_shutdown() {
+        let grace = Duration::from_millis(200);
+        let (addr, closes, shutdown, serving) = start(ServeOptions {
+            shutdown_grace: grace,
+            ..ServeOptions::default()
+        })
+        .await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let frame = echo_frame();
+        c.write_all(&frame).await.unwrap();
+        let mut reply = [0u8; 17];
+        c.read_exact(&mut reply).await.unwrap();
+        c.write_all(&frame[..3]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let cancelled = Instant::now();
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), serving)
+            .await
+            .expect("stopped at the grace")
+            .unwrap()
+            .unwrap();
+        assert!(cancelled.elapsed() >= grace);
+        assert_eq!(CloseCounts::get(&closes.shutdown), 1, "{closes}");
+        assert_eq!(CloseCounts::get(&closes.io), 0, "{closes}");
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest).await;
+        assert!(rest.is_empty());
     }
 }

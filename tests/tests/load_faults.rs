@@ -1,6 +1,7 @@
 //! Faults against `wirekit serve` as a child process: half-close, a reset mid-frame, a peer
 //! gone while the server writes, a client that never reads (and one closed at the send timeout), slow-loris on the PROXY header and
-//! on the first frame, and descriptor exhaustion. Each checks that other clients are still
+//! on the first frame, a client silent or trickling a frame past the idle timeout, and
+//! descriptor exhaustion. Each checks that other clients are still
 //! served, and that the server handled, counted (its close counts, logged at shutdown) and
 //! logged (its per-connection `closed` line) the fault once.
 
@@ -373,6 +374,77 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
             "under {SLOW_LORIS_KIB} KiB a connection; closed between the timeout and \
              {SLOW_LORIS_MARGIN:?} after it; every line logged or counted"
         ),
+    );
+}
+
+#[test]
+fn a_client_silent_or_trickling_a_frame_after_its_first_is_closed_at_the_idle_timeout() {
+    let idle = Duration::from_millis(1500);
+    let _one = serve_process::exclusive();
+    let server =
+        ServeProcess::start(["--idle-timeout".to_string(), idle.as_secs_f64().to_string()]);
+    let mut silent = ServiceClient::connect(server.addr, None, None).unwrap();
+    let mut trickling = ServiceClient::connect(server.addr, None, None).unwrap();
+    let mut active = ServiceClient::connect(server.addr, None, None).unwrap();
+    for c in [&mut silent, &mut trickling, &mut active] {
+        c.echo(b"first").unwrap();
+    }
+    let served = Instant::now();
+    // A 64-byte echo frame, of which the trickler sends a byte every 100 ms: never whole
+    // within the timeout. The active client echoes every 250 ms, each echo a new deadline.
+    let mut frame = vec![64u8, 0x00];
+    frame.extend(faults::numbered_payload(3, 0, 63));
+    let trickler = std::thread::spawn(move || {
+        for &b in frame.iter().take(30) {
+            if trickling.stream().write_all(&[b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        trickling
+            .expect_closed(Duration::from_secs(5))
+            .map(|()| served.elapsed())
+    });
+    let mut echoes = 0;
+    while served.elapsed() < idle * 2 {
+        std::thread::sleep(Duration::from_millis(250));
+        active.echo(b"still here").unwrap();
+        echoes += 1;
+    }
+    silent.expect_closed(Duration::from_secs(5)).unwrap();
+    let silent_closed = served.elapsed();
+    let trickle_closed = trickler.join().unwrap().expect("the trickler is closed");
+    // The silent one may only be seen closed once the active loop is done with it.
+    assert!(
+        silent_closed >= idle,
+        "silent client closed at {silent_closed:?}, before the idle timeout"
+    );
+    assert!(
+        trickle_closed >= idle && trickle_closed < idle + SLOW_LORIS_MARGIN,
+        "trickling client closed at {trickle_closed:?} (idle timeout {idle:?})"
+    );
+    active.echo(b"after").unwrap();
+    drop(active);
+    let (_, lines) = server.stop();
+    let counts = close_counts(&lines);
+    assert_eq!(counts["idle_timeout"], 2, "{counts:?}");
+    assert_eq!(
+        closes_with_why(&lines, "no complete frame within the idle timeout").len(),
+        2,
+        "both logged"
+    );
+    record(
+        "load_faults",
+        &format!(
+            "idle timeout {idle:?} after a first echo: one client silent, one trickling a 64-byte \
+             frame a byte every 100 ms, one echoing every 250 ms"
+        ),
+        &format!(
+            "the trickling client closed {trickle_closed:.2?} after its echo, the silent one seen \
+             closed by {silent_closed:.2?}; the active one served {echoes} echoes past the timeout \
+             and after; both counted `idle_timeout` and logged"
+        ),
+        &format!("closed between the timeout and {SLOW_LORIS_MARGIN:?} after it; others served"),
     );
 }
 
