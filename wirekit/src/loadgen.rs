@@ -11,11 +11,20 @@
 //!
 //! With [`LoadOptions::churn`] every round trip is a connection of its own: connect, one
 //! request, its reply, close, as fast as each of the N tasks can go (the rate is the report's
-//! frames per second).
+//! round trips per second).
 //!
 //! Nothing waits forever: a connect is given [`LoadOptions::connect_timeout`], and every wait
 //! for the server (a reply, or room to send) [`LoadOptions::reply_timeout`]; past either the run
 //! ends with an error naming the target and what it was waiting for.
+//!
+//! A pipelined connection keeps at most [`LoadOptions::pipeline`] requests and about
+//! [`LoadOptions::MAX_BYTES_IN_FLIGHT`] bytes of them unanswered, and reads replies whenever the
+//! socket will not take more requests: a server that stops reading while its replies cannot be
+//! sent (backpressure) is never deadlocked against.
+//!
+//! [`run`] refuses options it cannot run ([`LoadOptions::validate`]): a payload larger than the
+//! framing carries, absurd connection or pipeline counts, buffers past
+//! [`LoadOptions::MAX_CLIENT_BUFFERS`].
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,10 +34,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use wirekit_core::Status;
 use wirekit_core::frame::fixed::LengthPrefixed;
+use wirekit_core::frame::mc::MAX_FRAME_LEN;
 use wirekit_core::service::client::Client;
 use wirekit_core::service::{self, Framing, Workspace, wire};
 use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MCU};
@@ -42,6 +52,25 @@ pub enum BenchFraming {
     VarInt,
     /// pktconn's `u32` little-endian length-prefixed frames; the server echoes payloads.
     U32Le,
+}
+
+impl BenchFraming {
+    /// The largest payload the framing carries in one frame: the VarInt frame limit
+    /// ([`MAX_FRAME_LEN`]) less the echo packet's ID byte, or pktconn's length limit.
+    pub const fn max_payload(self) -> usize {
+        match self {
+            BenchFraming::VarInt => MAX_FRAME_LEN - 1,
+            BenchFraming::U32Le => LengthPrefixed::PKTCONN.max_len() as usize,
+        }
+    }
+
+    /// The flag value naming it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BenchFraming::VarInt => "varint",
+            BenchFraming::U32Le => "u32le",
+        }
+    }
 }
 
 impl FromStr for BenchFraming {
@@ -67,23 +96,34 @@ pub enum PayloadSizes {
 }
 
 impl PayloadSizes {
-    /// The largest payload drawn.
+    /// The largest payload drawn (`usize::MAX` if 8 times an exponential mean does not fit).
     pub fn max(&self) -> usize {
         match *self {
             PayloadSizes::Fixed(n) => n,
             PayloadSizes::Uniform(_, hi) => hi,
-            PayloadSizes::Exponential(mean) => mean * 8,
+            PayloadSizes::Exponential(mean) => mean.saturating_mul(8),
         }
     }
 
+    /// One size, at most [`max`](Self::max) (an empty uniform range, which
+    /// [`LoadOptions::validate`] refuses, draws its lower bound).
     fn draw(&self, rng: &mut Rng) -> usize {
         match *self {
             PayloadSizes::Fixed(n) => n,
-            PayloadSizes::Uniform(lo, hi) => lo + (rng.next() % (hi - lo + 1) as u64) as usize,
+            PayloadSizes::Uniform(lo, hi) => {
+                let r = rng.next();
+                // The span is at most `u64::MAX`; all of it is `r` itself.
+                let offset = match (hi.saturating_sub(lo) as u64).checked_add(1) {
+                    Some(span) => r % span,
+                    None => r,
+                };
+                lo.saturating_add(offset as usize).min(hi.max(lo))
+            }
             PayloadSizes::Exponential(mean) => {
                 let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
                 let x = -(1.0 - u).ln() * mean as f64;
-                (x as usize).min(mean * 8)
+                // `as` saturates (and maps NaN to 0).
+                (x as usize).min(self.max())
             }
         }
     }
@@ -101,7 +141,15 @@ impl FromStr for PayloadSizes {
         let (kind, rest) = s.split_once(':').unwrap_or(("", s));
         match kind {
             "fixed" => Ok(PayloadSizes::Fixed(num(rest)?)),
-            "exp" => Ok(PayloadSizes::Exponential(num(rest)?.max(1))),
+            "exp" => {
+                let mean = num(rest)?.max(1);
+                if mean.checked_mul(8).is_none() {
+                    return Err(format!(
+                        "mean too large in {s:?} (sizes are capped at 8 times the mean)"
+                    ));
+                }
+                Ok(PayloadSizes::Exponential(mean))
+            }
             "uniform" | "" => match rest.split_once('-') {
                 Some((lo, hi)) => {
                     let (lo, hi) = (num(lo)?, num(hi)?);
@@ -125,15 +173,18 @@ impl FromStr for PayloadSizes {
 pub struct LoadOptions {
     /// The server to drive; `None` starts one in-process on a loopback port.
     pub target: Option<SocketAddr>,
-    /// Concurrent connections.
+    /// Concurrent connections, 1 to [`MAX_CONNECTIONS`](Self::MAX_CONNECTIONS).
     pub connections: usize,
-    /// Round trips per connection; `None` runs for [`duration`](Self::duration).
+    /// Round trips per connection (at least 1); `None` runs for [`duration`](Self::duration).
     pub round_trips: Option<u64>,
     /// How long to run when no round-trip count is given.
     pub duration: Duration,
-    /// Requests in flight per connection (1 = ping-pong).
+    /// Requests in flight per connection (1 = ping-pong), at most
+    /// [`MAX_PIPELINE`](Self::MAX_PIPELINE); fewer when they would be more than
+    /// [`MAX_BYTES_IN_FLIGHT`](Self::MAX_BYTES_IN_FLIGHT) bytes.
     pub pipeline: usize,
-    /// Payload sizes.
+    /// Payload sizes, none larger than the framing carries
+    /// ([`BenchFraming::max_payload`]).
     pub payload: PayloadSizes,
     /// The framing.
     pub framing: BenchFraming,
@@ -165,6 +216,152 @@ impl LoadOptions {
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     /// The default [`reply_timeout`](Self::reply_timeout).
     pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The most connections: one client address has no more ports to connect from.
+    pub const MAX_CONNECTIONS: usize = 65_535;
+    /// The most requests in flight per connection.
+    pub const MAX_PIPELINE: usize = 65_536;
+    /// A pipelined connection sends another request only while the requests it has sent and
+    /// not had answered take fewer bytes on the wire than this (so one request always, however
+    /// large). Past it a server's backpressure would only fill buffers.
+    pub const MAX_BYTES_IN_FLIGHT: usize = 256 * 1024;
+    /// The most memory the run's client-side buffers may take (an estimate from the
+    /// connections, the pipeline and the largest payload).
+    pub const MAX_CLIENT_BUFFERS: u64 = 2 << 30;
+
+    /// Whether the run can go as asked: connections from 1 to
+    /// [`MAX_CONNECTIONS`](Self::MAX_CONNECTIONS), a pipeline from 1 to
+    /// [`MAX_PIPELINE`](Self::MAX_PIPELINE), at least one round trip when counted, a
+    /// non-empty payload range whose largest size the framing carries, and client buffers of
+    /// at most [`MAX_CLIENT_BUFFERS`](Self::MAX_CLIENT_BUFFERS). [`run`] checks it first.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if !(1..=Self::MAX_CONNECTIONS).contains(&self.connections) {
+            return Err(OptionsError::Connections(self.connections));
+        }
+        if !(1..=Self::MAX_PIPELINE).contains(&self.pipeline) {
+            return Err(OptionsError::Pipeline(self.pipeline));
+        }
+        if self.round_trips == Some(0) {
+            return Err(OptionsError::NoRoundTrips);
+        }
+        if let PayloadSizes::Uniform(lo, hi) = self.payload
+            && lo > hi
+        {
+            return Err(OptionsError::EmptyRange(lo, hi));
+        }
+        let max = self.payload.max();
+        let limit = self.framing.max_payload();
+        if max > limit {
+            return Err(OptionsError::PayloadTooLarge {
+                max,
+                limit,
+                framing: self.framing,
+            });
+        }
+        let per_connection = buffers_per_connection(self.pipeline, max);
+        if per_connection.saturating_mul(self.connections as u64) > Self::MAX_CLIENT_BUFFERS {
+            return Err(OptionsError::Buffers {
+                connections: self.connections,
+                per_connection,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Why [`LoadOptions`] cannot be run (see [`LoadOptions::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionsError {
+    /// Connections outside 1 to [`LoadOptions::MAX_CONNECTIONS`].
+    Connections(usize),
+    /// A pipeline outside 1 to [`LoadOptions::MAX_PIPELINE`].
+    Pipeline(usize),
+    /// A round-trip count of 0: nothing would be measured.
+    NoRoundTrips,
+    /// A uniform range whose lower bound is above its upper bound.
+    EmptyRange(usize, usize),
+    /// A payload size larger than the framing carries.
+    PayloadTooLarge {
+        /// The largest payload asked for.
+        max: usize,
+        /// The framing's largest payload.
+        limit: usize,
+        /// The framing.
+        framing: BenchFraming,
+    },
+    /// The client's buffers would take more than [`LoadOptions::MAX_CLIENT_BUFFERS`].
+    Buffers {
+        /// Connections asked for.
+        connections: usize,
+        /// Estimated buffer bytes per connection.
+        per_connection: u64,
+    },
+}
+
+impl std::fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            OptionsError::Connections(n) => write!(
+                f,
+                "--connections {n}: expected 1 to {}",
+                LoadOptions::MAX_CONNECTIONS
+            ),
+            OptionsError::Pipeline(n) => write!(
+                f,
+                "--pipeline {n}: expected 1 to {}",
+                LoadOptions::MAX_PIPELINE
+            ),
+            OptionsError::NoRoundTrips => {
+                write!(f, "--round-trips 0: nothing would be measured (at least 1)")
+            }
+            OptionsError::EmptyRange(lo, hi) => write!(f, "--payload: empty range {lo}-{hi}"),
+            OptionsError::PayloadTooLarge {
+                max,
+                limit,
+                framing,
+            } => write!(
+                f,
+                "--payload: payloads up to {max} bytes, but {} framing carries at most {limit}",
+                framing.name()
+            ),
+            OptionsError::Buffers {
+                connections,
+                per_connection,
+            } => write!(
+                f,
+                "{connections} connections of about {} KiB of buffers each is more than {} MiB: \
+                 fewer --connections, a smaller --pipeline or smaller --payload sizes",
+                per_connection.div_ceil(1024),
+                LoadOptions::MAX_CLIENT_BUFFERS >> 20
+            ),
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {}
+
+/// Room for one frame's header (and the compressed format's) around a payload, for sizing
+/// buffers.
+const FRAME_OVERHEAD: usize = 32;
+
+/// The bytes of requests a connection holds unanswered at most, give or take: `depth` frames,
+/// or [`LoadOptions::MAX_BYTES_IN_FLIGHT`] plus the one that crosses it.
+fn window_len(depth: usize, max: usize) -> usize {
+    let frame = max.saturating_add(FRAME_OVERHEAD);
+    depth
+        .saturating_mul(frame)
+        .min(LoadOptions::MAX_BYTES_IN_FLIGHT.saturating_add(frame))
+}
+
+/// An estimate of one connection's buffers: requests queued and replies read (a window each),
+/// a reply split across reads and the framing's scratch (a frame each), the in-flight records.
+fn buffers_per_connection(depth: usize, max: usize) -> u64 {
+    let frame = max.saturating_add(FRAME_OVERHEAD) as u64;
+    let window = window_len(depth, max) as u64;
+    let records = (depth as u64).saturating_mul(std::mem::size_of::<InFlight>() as u64);
+    window
+        .saturating_mul(2)
+        .saturating_add(frame.saturating_mul(2))
+        .saturating_add(records)
 }
 
 impl Default for LoadOptions {
@@ -203,9 +400,10 @@ pub struct Report {
     pub wire_bytes_sent: u64,
     /// Wall time of the measured phase.
     pub elapsed: Duration,
-    /// Median round-trip latency.
+    /// Median round-trip latency (zero, and shown as n/a, when [`frames`](Self::frames) is 0).
     pub p50: Duration,
-    /// 99th percentile round-trip latency.
+    /// 99th percentile round-trip latency (zero, and shown as n/a, when
+    /// [`frames`](Self::frames) is 0).
     pub p99: Duration,
     /// Allocations in the whole process during the measured phase, when counted.
     pub allocations: Option<u64>,
@@ -224,57 +422,74 @@ impl Report {
         2.0 * self.payload_bytes as f64 / self.elapsed.as_secs_f64() / 1e6
     }
 
-    /// Payload bytes over wire bytes sent (1.0 uncompressed, framing overhead included).
+    /// Payload bytes over wire bytes sent (1.0 uncompressed, framing overhead included); 0
+    /// when nothing was sent (shown as n/a).
     pub fn compression_ratio(&self) -> f64 {
         self.payload_bytes as f64 / self.wire_bytes_sent.max(1) as f64
     }
 
-    /// Allocations per round trip, when counted.
+    /// The latency quantiles `(p50, p99)`, when at least one round trip was measured.
+    pub fn latencies(&self) -> Option<(Duration, Duration)> {
+        (self.frames > 0).then_some((self.p50, self.p99))
+    }
+
+    /// Allocations per round trip, when counted and at least one round trip completed.
     pub fn allocations_per_frame(&self) -> Option<f64> {
         self.allocations
-            .map(|a| a as f64 / self.frames.max(1) as f64)
+            .filter(|_| self.frames > 0)
+            .map(|a| a as f64 / self.frames as f64)
     }
 
-    /// Server CPU time per packet, when measured.
+    /// Server CPU time per round trip (one request packet handled, its reply sent), when
+    /// measured and at least one round trip completed.
     pub fn server_cpu_per_frame(&self) -> Option<Duration> {
         self.server_cpu
-            .map(|c| c.div_f64(self.frames.max(1) as f64))
+            .filter(|_| self.frames > 0)
+            .map(|c| c.div_f64(self.frames as f64))
     }
 
-    /// The summary table.
+    /// The summary table; a figure with nothing to divide by (no round trip, no byte sent) is
+    /// `n/a`.
     pub fn table(&self) -> String {
+        let na = || "n/a".to_string();
+        let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
+        let latencies = self.latencies();
         let mut rows: Vec<(&str, String)> = vec![
             ("connections", self.connections.to_string()),
             ("round trips", self.frames.to_string()),
             ("elapsed", format!("{:.2} s", self.elapsed.as_secs_f64())),
-            ("frames/s", format!("{:.0}", self.frames_per_sec())),
+            ("round trips/s", format!("{:.0}", self.frames_per_sec())),
             (
                 "MB/s (payload, both ways)",
                 format!("{:.1}", self.mb_per_sec()),
             ),
-            (
-                "p50 latency",
-                format!("{:.1} µs", self.p50.as_secs_f64() * 1e6),
-            ),
-            (
-                "p99 latency",
-                format!("{:.1} µs", self.p99.as_secs_f64() * 1e6),
-            ),
+            ("p50 latency", latencies.map(|l| us(l.0)).unwrap_or_else(na)),
+            ("p99 latency", latencies.map(|l| us(l.1)).unwrap_or_else(na)),
             (
                 "compression ratio",
-                format!("{:.2} (payload / wire bytes)", self.compression_ratio()),
+                if self.wire_bytes_sent > 0 {
+                    format!("{:.2} (payload / wire bytes)", self.compression_ratio())
+                } else {
+                    na()
+                },
             ),
         ];
         rows.push((
-            "allocations/frame",
-            self.allocations_per_frame()
-                .map(|a| format!("{a:.4}"))
-                .unwrap_or_else(|| "not counted".into()),
+            "allocations/round trip",
+            match self.allocations {
+                None => "not counted".into(),
+                Some(_) => self
+                    .allocations_per_frame()
+                    .map(|a| format!("{a:.4}"))
+                    .unwrap_or_else(na),
+            },
         ));
-        if let Some(c) = self.server_cpu_per_frame() {
+        if self.server_cpu.is_some() {
             rows.push((
                 "server CPU/packet",
-                format!("{:.2} µs", c.as_secs_f64() * 1e6),
+                self.server_cpu_per_frame()
+                    .map(|c| format!("{:.2} µs", c.as_secs_f64() * 1e6))
+                    .unwrap_or_else(na),
             ));
         }
         let w = rows
@@ -300,17 +515,19 @@ impl Report {
         s
     }
 
-    /// The report as JSON.
+    /// The report as JSON; a figure with nothing to divide by (see [`table`](Self::table)) is
+    /// `null`.
     pub fn json(&self) -> serde_json::Value {
+        let latencies = self.latencies();
         serde_json::json!({
             "connections": self.connections,
             "round_trips": self.frames,
             "elapsed_s": self.elapsed.as_secs_f64(),
-            "frames_per_s": self.frames_per_sec(),
+            "round_trips_per_s": self.frames_per_sec(),
             "mb_per_s": self.mb_per_sec(),
-            "p50_us": self.p50.as_secs_f64() * 1e6,
-            "p99_us": self.p99.as_secs_f64() * 1e6,
-            "compression_ratio": self.compression_ratio(),
+            "p50_us": latencies.map(|l| l.0.as_secs_f64() * 1e6),
+            "p99_us": latencies.map(|l| l.1.as_secs_f64() * 1e6),
+            "compression_ratio": (self.wire_bytes_sent > 0).then(|| self.compression_ratio()),
             "allocations_per_frame": self.allocations_per_frame(),
             "server_cpu_per_packet_us": self.server_cpu_per_frame().map(|c| c.as_secs_f64() * 1e6),
         })
@@ -564,6 +781,17 @@ struct ConnState {
     result: ConnResult,
     sent: u64,
     total: u64,
+    /// Wire bytes of the requests sent (or queued) and not yet answered.
+    in_flight_bytes: usize,
+}
+
+/// A request awaiting its reply: where its payload is in the corpus, its length on the wire,
+/// and when it was queued.
+struct InFlight {
+    off: usize,
+    len: usize,
+    wire_len: usize,
+    sent_at: Instant,
 }
 
 /// The buffers the connections driven by one thread share: borrowed only between awaits, so
@@ -747,6 +975,9 @@ async fn churn_connections(
     Ok(result)
 }
 
+/// One pipelined (or ping-pong) connection: up to [`LoadOptions::pipeline`] requests and about
+/// [`LoadOptions::MAX_BYTES_IN_FLIGHT`] bytes of them unanswered; replies are read whenever the
+/// socket will not take more requests, so a server pushing back is waited out, not deadlocked.
 async fn drive_connection(
     run: Arc<Run>,
     index: usize,
@@ -764,14 +995,15 @@ async fn drive_connection(
     // Every connection reaches the start line, set up or not, so a failed one cannot keep the
     // others (and the run) waiting there.
     run.ready.wait().await;
-    let (mut stream, mut framing) = (stream?, framing?);
+    let (stream, mut framing) = (stream?, framing?);
     let mut rng = Rng(0x5eed ^ index as u64);
     let depth = opts.pipeline.max(1);
+    let window = window_len(depth, max);
     // The connection's own buffers hold only what the shared ones could not finish: a reply
     // split across reads (`carry`) and requests the socket would not take at once (`unsent`).
     let mut carry = Vec::new();
-    let mut unsent = Vec::new();
-    let mut inflight: VecDeque<(usize, usize, Instant)> = VecDeque::with_capacity(depth);
+    let mut unsent = Vec::with_capacity(window);
+    let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
     let mut conn = ConnState {
         result: ConnResult {
             frames: 0,
@@ -780,25 +1012,38 @@ async fn drive_connection(
         },
         sent: 0,
         total: opts.round_trips.unwrap_or(u64::MAX),
+        in_flight_bytes: 0,
     };
 
     let corpus = &run.corpus;
+    // Queues requests while there is room: fewer than `depth` unanswered, and fewer than
+    // MAX_BYTES_IN_FLIGHT bytes of them (one request always fits).
     let mut fill = |framing: &mut ClientFraming,
                     wbuf: &mut Vec<u8>,
-                    inflight: &mut VecDeque<(usize, usize, Instant)>,
+                    inflight: &mut VecDeque<InFlight>,
                     conn: &mut ConnState|
      -> io::Result<()> {
-        while inflight.len() < depth && conn.sent < conn.total && !run.stop.load(Ordering::Relaxed)
+        while inflight.len() < depth
+            && conn.in_flight_bytes < LoadOptions::MAX_BYTES_IN_FLIGHT
+            && conn.sent < conn.total
+            && !run.stop.load(Ordering::Relaxed)
         {
             let len = opts.payload.draw(&mut rng);
             let off = (rng.next() % (corpus.len() - max + 1) as u64) as usize;
+            let at = wbuf.len();
             framing.encode(wire::ECHO, &corpus[off..off + len], wbuf)?;
-            inflight.push_back((off, len, Instant::now()));
+            let wire_len = wbuf.len() - at;
+            inflight.push_back(InFlight {
+                off,
+                len,
+                wire_len,
+                sent_at: Instant::now(),
+            });
+            conn.in_flight_bytes += wire_len;
             conn.sent += 1;
         }
         Ok(())
     };
-    unsent.reserve(depth * (max + 32));
     fill(&mut framing, &mut unsent, &mut inflight, &mut conn)?;
     // Checks every whole reply at the start of `input` and queues the next requests; returns
     // the bytes consumed.
@@ -806,7 +1051,7 @@ async fn drive_connection(
                             input: &[u8],
                             wbuf: &mut Vec<u8>,
                             latencies: &mut Histogram,
-                            inflight: &mut VecDeque<(usize, usize, Instant)>,
+                            inflight: &mut VecDeque<InFlight>,
                             conn: &mut ConnState|
      -> io::Result<usize> {
         let mut at = 0;
@@ -814,15 +1059,16 @@ async fn drive_connection(
             if id != wire::ECHO {
                 return Err(invalid(format!("unexpected reply id {id:#x}")));
             }
-            let Some((off, len, sent_at)) = inflight.pop_front() else {
+            let Some(sent) = inflight.pop_front() else {
                 return Err(invalid("unsolicited reply"));
             };
-            if payload != &corpus[off..off + len] {
+            if payload != &corpus[sent.off..sent.off + sent.len] {
                 return Err(invalid("echo mismatch"));
             }
-            latencies.record(sent_at.elapsed());
+            latencies.record(sent.sent_at.elapsed());
+            conn.in_flight_bytes -= sent.wire_len;
             conn.result.frames += 1;
-            conn.result.payload_bytes += len as u64;
+            conn.result.payload_bytes += sent.len as u64;
             at += consumed;
             run.done.fetch_add(1, Ordering::Relaxed);
             fill(framing, wbuf, inflight, conn)?;
@@ -830,15 +1076,24 @@ async fn drive_connection(
         Ok(at)
     };
     while !inflight.is_empty() {
-        if !unsent.is_empty() {
-            within(limit, "take a request", stream.write_all(&unsent)).await?;
-            conn.result.wire_bytes += unsent.len() as u64;
-            unsent.clear();
+        // Hand the socket what it takes now, and wait for a reply or for room to send, never
+        // for room alone: a server that stops reading until its replies are read must get
+        // them read.
+        let done = write_now(&stream, &unsent)?;
+        conn.result.wire_bytes += done as u64;
+        unsent.drain(..done);
+        let (interest, what) = if unsent.is_empty() {
+            (Interest::READABLE, "reply")
+        } else {
+            (Interest::READABLE | Interest::WRITABLE, "take a request")
+        };
+        let ready = within(limit, what, stream.ready(interest)).await?;
+        if !ready.is_readable() && !ready.is_read_closed() {
+            continue;
         }
         if carry.is_empty() {
             // Between replies: read into the thread's buffer, check the replies there and send
             // the next requests from the thread's other buffer, all without waiting.
-            within(limit, "reply", stream.readable()).await?;
             let eof = LOAD_BUFFERS.with(|cell| -> io::Result<bool> {
                 let mut bufs = cell.borrow_mut();
                 let LoadBuffers {
@@ -846,8 +1101,9 @@ async fn drive_connection(
                     write,
                     latencies,
                 } = &mut *bufs;
-                if read.len() < depth * (max + 32) {
-                    read.resize((depth * (max + 32)).max(64 * 1024), 0);
+                let want = window.max(64 * 1024);
+                if read.len() < want {
+                    read.resize(want, 0);
                 }
                 let n = match stream.try_read(read) {
                     Ok(0) => return Ok(true),
@@ -855,6 +1111,19 @@ async fn drive_connection(
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                     Err(e) => return Err(e),
                 };
+                if !unsent.is_empty() {
+                    // Requests are still waiting: the next ones go behind them.
+                    let used = take_replies(
+                        &mut framing,
+                        &read[..n],
+                        &mut unsent,
+                        latencies,
+                        &mut inflight,
+                        &mut conn,
+                    )?;
+                    carry.extend_from_slice(&read[used..n]);
+                    return Ok(false);
+                }
                 write.clear();
                 let used = take_replies(
                     &mut framing,
@@ -865,15 +1134,7 @@ async fn drive_connection(
                     &mut conn,
                 )?;
                 carry.extend_from_slice(&read[used..n]);
-                let mut done = 0;
-                while done < write.len() {
-                    match stream.try_write(&write[done..]) {
-                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                        Ok(k) => done += k,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) => return Err(e),
-                    }
-                }
+                let done = write_now(&stream, write)?;
                 conn.result.wire_bytes += done as u64;
                 unsent.extend_from_slice(&write[done..]);
                 Ok(false)
@@ -888,8 +1149,15 @@ async fn drive_connection(
         }
         // Inside a reply split across reads: append to the connection's own buffer.
         let at = carry.len();
-        carry.resize(at + (depth * (max + 32)).max(8192), 0);
-        let n = within(limit, "reply", stream.read(&mut carry[at..])).await?;
+        carry.resize(at + window.max(8192), 0);
+        let n = match stream.try_read(&mut carry[at..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                carry.truncate(at);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         carry.truncate(at + n);
         if n == 0 {
             return Err(io::Error::new(
@@ -911,6 +1179,20 @@ async fn drive_connection(
         carry.drain(..used);
     }
     Ok(conn.result)
+}
+
+/// Writes as much of `buf` as the socket takes without waiting; returns how much.
+fn write_now(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match stream.try_write(&buf[done..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(k) => done += k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
 }
 
 /// This thread's CPU time (user + system) from `/proc`, in clock ticks of 10 ms.
@@ -950,7 +1232,7 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
             service::Config::new().with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
         }
     }
-    .with_max_packet_len(opts.payload.max() + 16);
+    .with_max_packet_len(opts.payload.max().saturating_add(16));
     let proxy = if opts.proxy_v2 {
         wirekit_core::proxy::policy::Policy::Use
     } else {
@@ -980,7 +1262,12 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
 }
 
 /// Runs the load and returns the report. Blocking: it builds its own runtimes.
+///
+/// Options [`LoadOptions::validate`] refuses are an [`io::ErrorKind::InvalidInput`] error
+/// carrying the [`OptionsError`], before anything starts.
 pub fn run(opts: LoadOptions) -> io::Result<Report> {
+    opts.validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let local = match opts.target {
         Some(_) => None,
         None => Some(start_local_server(&opts)?),
@@ -1009,7 +1296,14 @@ async fn drive(
 ) -> io::Result<Report> {
     let max = opts.payload.max();
     let run = Arc::new(Run {
-        corpus: corpus((max * 4).max(1 << 16), 0xc0ffee),
+        // Room for every payload at many offsets: 4 times the largest, at least 64 KiB, at most
+        // 8 MiB more than the largest.
+        corpus: corpus(
+            max.saturating_mul(4)
+                .max(1 << 16)
+                .min(max.saturating_add(8 << 20)),
+            0xc0ffee,
+        ),
         ready: tokio::sync::Barrier::new(opts.connections + 1),
         stop: AtomicBool::new(false),
         done: AtomicU64::new(0),
@@ -1134,6 +1428,180 @@ mod tests {
         assert_eq!("exp:100".parse(), Ok(PayloadSizes::Exponential(100)));
         assert!("uniform:5-1".parse::<PayloadSizes>().is_err());
         assert!("zipf:3".parse::<PayloadSizes>().is_err());
+        // 8 times the mean must fit.
+        let err = "exp:18446744073709551615"
+            .parse::<PayloadSizes>()
+            .unwrap_err();
+        assert!(err.contains("mean too large"), "{err}");
+        assert_eq!(
+            format!("exp:{}", usize::MAX / 8).parse(),
+            Ok(PayloadSizes::Exponential(usize::MAX / 8))
+        );
+    }
+
+    #[test]
+    fn extreme_payload_sizes_draw_without_overflow() {
+        let mut rng = Rng(1);
+        for sizes in [
+            PayloadSizes::Uniform(0, usize::MAX),
+            PayloadSizes::Uniform(usize::MAX - 3, usize::MAX),
+            PayloadSizes::Uniform(7, 7),
+            PayloadSizes::Exponential(usize::MAX / 8),
+            PayloadSizes::Exponential(usize::MAX),
+        ] {
+            for _ in 0..1000 {
+                assert!(sizes.draw(&mut rng) <= sizes.max(), "{sizes:?}");
+            }
+        }
+        assert_eq!(PayloadSizes::Exponential(usize::MAX).max(), usize::MAX);
+        assert_eq!(PayloadSizes::Uniform(7, 7).draw(&mut rng), 7);
+    }
+
+    #[test]
+    fn options_past_the_limits_are_refused_before_anything_runs() {
+        let refused = |opts: LoadOptions| {
+            let err = run(opts).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+            err.to_string()
+        };
+        let ok = LoadOptions {
+            connections: 1,
+            round_trips: Some(1),
+            ..LoadOptions::default()
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let e = refused(LoadOptions {
+            payload: "uniform:0-18446744073709551615".parse().unwrap(),
+            ..ok.clone()
+        });
+        assert_eq!(
+            e,
+            "--payload: payloads up to 18446744073709551615 bytes, but varint framing carries \
+             at most 2097150"
+        );
+        let e = refused(LoadOptions {
+            payload: PayloadSizes::Exponential(usize::MAX),
+            ..ok.clone()
+        });
+        assert!(e.contains("varint framing carries at most"), "{e}");
+        let e = refused(LoadOptions {
+            framing: BenchFraming::U32Le,
+            payload: PayloadSizes::Fixed((32 << 20) + 1),
+            ..ok.clone()
+        });
+        assert!(e.contains("u32le framing carries at most 33554432"), "{e}");
+        let e = refused(LoadOptions {
+            pipeline: 1 << 40,
+            ..ok.clone()
+        });
+        assert_eq!(e, "--pipeline 1099511627776: expected 1 to 65536");
+        let e = refused(LoadOptions {
+            connections: usize::MAX,
+            ..ok.clone()
+        });
+        assert_eq!(
+            e,
+            format!("--connections {}: expected 1 to 65535", usize::MAX)
+        );
+        let e = refused(LoadOptions {
+            connections: 0,
+            ..ok.clone()
+        });
+        assert_eq!(e, "--connections 0: expected 1 to 65535");
+        let e = refused(LoadOptions {
+            round_trips: Some(0),
+            ..ok.clone()
+        });
+        assert!(e.starts_with("--round-trips 0"), "{e}");
+        let e = refused(LoadOptions {
+            payload: PayloadSizes::Uniform(5, 1),
+            ..ok.clone()
+        });
+        assert_eq!(e, "--payload: empty range 5-1");
+        // Each within its limit, together too much memory.
+        let e = refused(LoadOptions {
+            connections: 65_535,
+            pipeline: 65_536,
+            payload: PayloadSizes::Fixed(2_097_150),
+            ..ok.clone()
+        });
+        assert!(e.contains("65535 connections of about"), "{e}");
+    }
+
+    #[test]
+    fn a_pipeline_deeper_than_the_socket_buffers_completes() {
+        // 256 requests of 64 KiB: 16 MiB a window, far past what loopback buffers hold. The
+        // server stops reading while its replies cannot be sent; a client that writes the
+        // whole window before reading a reply deadlocks against it.
+        let report = run(LoadOptions {
+            connections: 2,
+            round_trips: Some(300),
+            pipeline: 256,
+            payload: PayloadSizes::Fixed(64 * 1024),
+            reply_timeout: Duration::from_secs(5),
+            ..LoadOptions::default()
+        })
+        .unwrap();
+        assert_eq!(report.frames, 600);
+        assert_eq!(report.payload_bytes, 600 * 64 * 1024);
+    }
+
+    #[test]
+    fn nothing_measured_is_shown_as_not_applicable() {
+        let report = Report {
+            connections: 2,
+            frames: 0,
+            payload_bytes: 0,
+            wire_bytes_sent: 0,
+            elapsed: Duration::from_millis(5),
+            p50: Duration::ZERO,
+            p99: Duration::ZERO,
+            allocations: Some(208),
+            server_cpu: Some(Duration::from_millis(10)),
+        };
+        let table = report.table();
+        for row in [
+            "p50 latency",
+            "p99 latency",
+            "compression ratio",
+            "allocations/round trip",
+            "server CPU/packet",
+        ] {
+            let line = table.lines().find(|l| l.contains(row)).unwrap();
+            assert!(line.trim_end().ends_with("n/a |"), "{line}");
+        }
+        let json = report.json();
+        for key in [
+            "p50_us",
+            "p99_us",
+            "compression_ratio",
+            "allocations_per_frame",
+            "server_cpu_per_packet_us",
+        ] {
+            assert!(json[key].is_null(), "{key}: {json}");
+        }
+        assert_eq!(json["round_trips_per_s"], 0.0);
+        // The rate is of round trips, and says so.
+        let measured = Report {
+            frames: 100,
+            payload_bytes: 100,
+            wire_bytes_sent: 300,
+            elapsed: Duration::from_secs(2),
+            p50: Duration::from_micros(40),
+            p99: Duration::from_micros(90),
+            ..report
+        };
+        let table = measured.table();
+        assert!(table.contains("| round trips/s "), "{table}");
+        assert!(!table.contains("frames/s"), "{table}");
+        assert!(
+            table.contains("40.0 µs") && table.contains("90.0 µs"),
+            "{table}"
+        );
+        let json = measured.json();
+        assert_eq!(json["round_trips_per_s"], 50.0);
+        assert_eq!(json["p99_us"], 90.0);
+        assert_eq!(json["allocations_per_frame"], 2.08);
     }
 
     #[test]

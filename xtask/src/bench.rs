@@ -544,7 +544,7 @@ fn echo_load(exe: &Path, extra: &[&str], label: &str) -> Result<serde_json::Valu
 
 /// One row of the pktconn table.
 fn echo_row(label: &str, report: &serde_json::Value, server_cpu_us: Option<f64>) -> String {
-    let rate = report["frames_per_s"].as_f64().unwrap_or(f64::NAN);
+    let rate = report["round_trips_per_s"].as_f64().unwrap_or(f64::NAN);
     format!(
         "| pktconn echo, 1000 conn x 1000 rt, 0-2048 B, u32le, {label} | {:.0} | {} | {:.0} µs | {:.0} µs | {:.2}x |\n",
         rate,

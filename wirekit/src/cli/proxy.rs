@@ -8,9 +8,10 @@
 //! stderr and exits 2.
 //!
 //! `encode --version 1|2 --src IP:PORT --dst IP:PORT [--local] [--authority S]
-//! [--unique-id HEX] [--alpn S] [--tlv TYPE=HEX]... [--crc32c]` writes the header to stdout
-//! (`--hex` writes hex text instead). `--local` writes a v2 LOCAL header, or v1's
-//! `PROXY UNKNOWN\r\n`; then `--src`/`--dst` may be left out. Bad arguments exit 2.
+//! [--unique-id HEX] [--alpn S] [--tlv TYPE=HEX]... [--crc32c] [--pad-to N]` writes the header
+//! to stdout (`--hex` writes hex text instead). `--local` writes a v2 LOCAL header, or v1's
+//! `PROXY UNKNOWN\r\n`; then `--src`/`--dst` may be left out. Bad arguments (a `--pad-to` or
+//! TLVs past the 65,551-byte v2 maximum among them) exit 2.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -78,7 +79,8 @@ pub struct EncodeArgs {
     /// Add a CRC32C TLV with the header's checksum (v2).
     #[arg(long)]
     pub crc32c: bool,
-    /// Pad with a NOOP TLV to at least this many bytes (v2).
+    /// Pad with a NOOP TLV to at least this many bytes (v2; at most 65551, the largest v2
+    /// header).
     #[arg(long)]
     pub pad_to: Option<usize>,
     /// Write hex text instead of raw bytes.
@@ -288,6 +290,20 @@ fn encode(args: &EncodeArgs) -> Result<(), String> {
         .tlvs(&tlvs)
         .crc32c(args.crc32c)
         .pad_to(args.pad_to.unwrap_or(0));
+        // Refused before the buffer is sized by it.
+        if let Some(pad) = args.pad_to.filter(|&p| p > v2::MAX_LEN) {
+            return Err(format!(
+                "--pad-to {pad}: a v2 header is at most {} bytes",
+                v2::MAX_LEN
+            ));
+        }
+        if b.encoded_len() > v2::MAX_LEN {
+            return Err(format!(
+                "the header would be {} bytes; a v2 header is at most {}",
+                b.encoded_len(),
+                v2::MAX_LEN
+            ));
+        }
         let mut out = vec![0u8; b.encoded_len()];
         let n = b.encode(&mut out).map_err(|e| e.to_string())?;
         out.truncate(n);
@@ -310,4 +326,45 @@ fn encode(args: &EncodeArgs) -> Result<(), String> {
     written
         .and_then(|()| stdout.flush())
         .map_err(|e| format!("writing stdout: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(pad_to: Option<usize>) -> EncodeArgs {
+        EncodeArgs {
+            version: 2,
+            src: Some("192.0.2.1:5000".parse().unwrap()),
+            dst: Some("192.0.2.2:25565".parse().unwrap()),
+            local: false,
+            dgram: false,
+            authority: None,
+            unique_id: None,
+            alpn: None,
+            tlvs: Vec::new(),
+            crc32c: false,
+            pad_to,
+            hex: true,
+        }
+    }
+
+    #[test]
+    fn pad_to_past_the_v2_maximum_is_refused_before_the_buffer_is_sized() {
+        for pad in [usize::MAX, v2::MAX_LEN + 1] {
+            let err = encode(&args(Some(pad))).unwrap_err();
+            assert_eq!(
+                err,
+                format!("--pad-to {pad}: a v2 header is at most 65551 bytes")
+            );
+        }
+    }
+
+    #[test]
+    fn tlvs_past_the_v2_maximum_are_refused() {
+        let mut a = args(None);
+        a.tlvs = vec![format!("0xe0={}", "00".repeat(40_000)); 2];
+        let err = encode(&a).unwrap_err();
+        assert!(err.contains("a v2 header is at most 65551"), "{err}");
+    }
 }
