@@ -107,10 +107,16 @@ impl From<EncodeError> for CodecError {
     }
 }
 
-/// Reserves what a partial frame still needs (bounded: the core has checked the length).
+/// Reserves what a partial frame still needs, but at most what has arrived (or
+/// [`RESERVE_MIN`]): the buffer at most doubles per read, so it grows with the bytes received
+/// and a few bytes declaring a 32 MiB frame do not reserve 32 MiB (the core has checked the
+/// length against the maximum; this keeps the peer from having it reserved for nothing).
 fn reserve_needed(src: &mut BytesMut, needed: Needed) {
-    src.reserve(needed.at_least());
+    src.reserve(needed.at_least().min(src.len().max(RESERVE_MIN)));
 }
+
+/// The least [`reserve_needed`] asks for.
+const RESERVE_MIN: usize = 4096;
 
 /// Fixed-width length-prefixed frames; items are the payloads.
 #[derive(Debug, Clone, Copy, Default)]
@@ -423,6 +429,30 @@ impl Encoder<&Packet> for VarIntCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_declared_length_alone_reserves_no_more_than_the_bytes_received() {
+        // pktconn's u32 LE header declaring 32 MiB, and nothing else.
+        let mut codec = LengthPrefixedCodec::new(LengthPrefixed::PKTCONN);
+        let mut src = BytesMut::from(&[0u8, 0, 0, 2][..]);
+        assert!(codec.decode(&mut src).unwrap().is_none());
+        assert!(src.capacity() <= 2 * RESERVE_MIN, "{}", src.capacity());
+        // As bytes arrive the buffer grows with them, and the frame comes out whole.
+        let mut codec = LengthPrefixedCodec::new(LengthPrefixed::PKTCONN);
+        let body = vec![7u8; 1 << 20];
+        let mut wire = BytesMut::new();
+        codec.encode(&body[..], &mut wire).unwrap();
+        let mut src = BytesMut::new();
+        let mut frame = None;
+        for chunk in wire.chunks(64 << 10) {
+            src.extend_from_slice(chunk);
+            match codec.decode(&mut src).unwrap() {
+                Some(f) => frame = Some(f),
+                None => assert!(src.capacity() <= 4 * (src.len() + RESERVE_MIN)),
+            }
+        }
+        assert_eq!(frame.as_deref(), Some(&body[..]));
+    }
 
     #[test]
     fn varint_round_trip_and_partials() {
