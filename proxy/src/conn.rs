@@ -229,7 +229,7 @@ async fn run<'a>(
             {
                 return refused(shared, Refusal::StatusRate);
             }
-            let kick = match legacy_kick(shared, rt, &ping, client, dst, line).await {
+            let kick = match legacy_kick(shared, rt, &ping, client, dst, line, gauge).await {
                 Ok(kick) => kick,
                 Err(reason) => return Ended::Refused(reason),
             };
@@ -510,7 +510,9 @@ fn prelogin_end(e: PreloginError) -> Ended {
 /// The kick for a legacy ping: routed by the 1.6 ping's host (older pings carry none and get
 /// the default route), from the route's cached status, else the upstream's (asked in a modern
 /// status exchange), else its fallback. A legacy ping is held to the route's handshake bounds
-/// as a status request from before 1.7 (protocol 0). `Err`: the refusal's reason.
+/// as a status request from before 1.7 (protocol 0). Counted in the metrics as a modern status
+/// is: a connection of its route, open in the status state while it is answered. `Err`: the
+/// refusal's reason.
 async fn legacy_kick<'a>(
     shared: &Shared,
     rt: &'a Runtime,
@@ -518,6 +520,7 @@ async fn legacy_kick<'a>(
     client: SocketAddr,
     dst: SocketAddr,
     line: &mut Line<'a>,
+    gauge: &mut OpenGauge<'a>,
 ) -> Result<Vec<u8>, &'static str> {
     let (host, port) = match ping {
         LegacyPing::V1_6 { host, port, .. } => {
@@ -537,9 +540,11 @@ async fn legacy_kick<'a>(
     };
     let s = &rt.settings;
     let Some(i) = route else {
+        line.route = Some("unknown");
         if s.unknown_host == UnknownHost::Drop {
             return Err("unknown_host");
         }
+        gauge.set("unknown", ConnState::Status);
         let view = LegacyView::from_fallback(&crate::settings::StatusFallback {
             motd: s.unknown_host_motd.clone(),
             ..Default::default()
@@ -548,6 +553,7 @@ async fn legacy_kick<'a>(
     };
     let r = &s.routes[i];
     line.route = Some(r.name.as_str());
+    shared.metrics.connection(&r.name);
     // The handshake this ping stands for: the ping's host, else one the route serves (not a
     // wildcard), else the address the client reached.
     let named = if host.is_empty() {
@@ -571,6 +577,7 @@ async fn legacy_kick<'a>(
             return Err(CloseReason::HandshakeRefused(refusal).label());
         }
     }
+    gauge.set(&r.name, ConnState::Status);
     let json = match rt.cache.any(i, r.status_ttl) {
         Some(json) => {
             shared.metrics.status("hit");
@@ -603,7 +610,9 @@ async fn legacy_kick<'a>(
 }
 
 /// The status of route `i` for `protocol`: from cache, else from an upstream (then cached),
-/// else the route's fallback.
+/// else the route's fallback. One fetch per route and protocol key runs at a time: requests
+/// that arrive meanwhile wait for its answer. After every upstream failed, the fallback is
+/// answered without asking them again for [`status::FALLBACK_HOLD`] (at most the TTL).
 #[allow(clippy::too_many_arguments)]
 async fn route_status(
     shared: &Shared,
@@ -617,10 +626,55 @@ async fn route_status(
     handshake: &[u8],
     line: &mut Line<'_>,
 ) -> Arc<str> {
+    let fallback = |shared: &Shared| {
+        shared.metrics.status("fallback");
+        Arc::<str>::from(status::fallback_json(&r.fallback, protocol))
+    };
     if let Some(json) = rt.cache.get(i, protocol, r.status_ttl) {
         shared.metrics.status("hit");
         return json;
     }
+    if rt.cache.failing(i, r.status_ttl.min(status::FALLBACK_HOLD)) {
+        return fallback(shared);
+    }
+    let flight = rt.cache.flight(i, protocol);
+    let mut fetched = false;
+    let got = flight
+        .get_or_init(|| {
+            fetched = true;
+            fetch_status(
+                shared, rt, i, r, protocol, client, dst, host, handshake, line,
+            )
+        })
+        .await
+        .clone();
+    rt.cache.landed(i, protocol, &flight);
+    match got {
+        Some(json) => {
+            shared
+                .metrics
+                .status(if fetched { "upstream" } else { "hit" });
+            json
+        }
+        None => fallback(shared),
+    }
+}
+
+/// Asks route `i`'s upstreams (in balance order, the first that connects) for the status and
+/// caches the answer; `None` (noted in the cache) if none gave one.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_status(
+    shared: &Shared,
+    rt: &Runtime,
+    i: usize,
+    r: &Route,
+    protocol: i32,
+    client: SocketAddr,
+    dst: SocketAddr,
+    host: &str,
+    handshake: &[u8],
+    line: &mut Line<'_>,
+) -> Option<Arc<str>> {
     if let Some((mut upstream, _, addr, _hold)) = connect(shared, rt, i, r, &[]).await {
         line.upstream = Some(addr);
         let mut preamble = Vec::new();
@@ -632,14 +686,13 @@ async fn route_status(
             Ok(json) => {
                 let json: Arc<str> = json.into();
                 rt.cache.put(i, protocol, json.clone());
-                shared.metrics.status("upstream");
-                return json;
+                return Some(json);
             }
             Err(e) => debug!(upstream = %addr, error = %e, "status from upstream failed"),
         }
     }
-    shared.metrics.status("fallback");
-    status::fallback_json(&r.fallback, protocol).into()
+    rt.cache.failed(i);
+    None
 }
 
 /// Connects to route `i`'s upstream and sends it `first` (the client's opening, with any

@@ -14,9 +14,10 @@
 //! - upstreams per route (round robin or least connections) with failover on a failed
 //!   connect; the upstream gets the handshake as received (or with the host rewritten) after an
 //!   optional PROXY v2 header (CRC32C, AUTHORITY naming the host);
-//! - the status answered from a per-route cache keyed by protocol version, filled from the
-//!   upstream, a fallback MOTD while it is down, the Ping always answered by the proxy, legacy
-//!   pings answered in their own format;
+//! - the status answered from a per-route cache keyed by protocol version (each known release
+//!   apart, other numbers together), filled from the upstream one fetch at a time, a fallback
+//!   MOTD while it is down (held a second before the upstreams are asked again), the Ping
+//!   always answered by the proxy, legacy pings answered in their own format;
 //! - the inspect relay ([`inspect`]), frames parsed both ways, zero-copy forwarding;
 //! - the passthrough relay ([`relay`]): splice(2) through a pipe per direction on Linux, a
 //!   copy elsewhere, under per-direction byte budgets;

@@ -25,8 +25,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
 use wirekit_core::limit::source::Refusal;
+use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_std::accept::AcceptBackoff;
+use wirekit_std::clock;
 
 /// Upper bounds of the connect latency buckets, in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [
@@ -72,8 +75,11 @@ pub struct Metrics {
     pub(crate) bytes: [AtomicU64; 2],
     /// Packets judged one by one or in runs on inspect routes: serverbound, clientbound.
     pub(crate) packets: [AtomicU64; 2],
-    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
-    latency_count: AtomicU64,
+    /// Connect attempts by latency bucket, each counted in one: `i` in the first bucket whose
+    /// bound it is within, the last past every bound. A scrape adds them up (cumulative
+    /// buckets, `+Inf` and the count) from one reading of each, so `+Inf` is the count and no
+    /// bucket reads above a wider one, whatever an attempt being recorded meanwhile does.
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     latency_sum_micros: AtomicU64,
     status: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -137,12 +143,11 @@ impl Metrics {
     /// Records one upstream connect attempt's latency.
     pub fn connect_latency(&self, d: Duration) {
         let secs = d.as_secs_f64();
-        for (bucket, &le) in self.latency_buckets.iter().zip(&LATENCY_BUCKETS) {
-            if secs <= le {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|&le| secs <= le)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
         self.latency_sum_micros.fetch_add(
             u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
@@ -254,14 +259,15 @@ impl Metrics {
         }
         out.push_str("# HELP wirekit_proxy_upstream_connect_seconds Upstream connect latency.\n");
         out.push_str("# TYPE wirekit_proxy_upstream_connect_seconds histogram\n");
+        let mut count = 0u64;
         for (bucket, le) in self.latency_buckets.iter().zip(&LATENCY_BUCKETS) {
+            count += bucket.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
-                "wirekit_proxy_upstream_connect_seconds_bucket{{le=\"{le}\"}} {}",
-                bucket.load(Ordering::Relaxed)
+                "wirekit_proxy_upstream_connect_seconds_bucket{{le=\"{le}\"}} {count}"
             );
         }
-        let count = self.latency_count.load(Ordering::Relaxed);
+        count += self.latency_buckets[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
         let _ = writeln!(
             out,
             "wirekit_proxy_upstream_connect_seconds_bucket{{le=\"+Inf\"}} {count}"
@@ -319,59 +325,88 @@ impl Drop for OpenGauge<'_> {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown`; anything else gets 404. Requests are
-/// read up to 4 KiB within 5 s; one response per connection.
+/// Scrape connections served at once; more are closed at accept (a scraper that finds them
+/// all taken retries at its next interval).
+const MAX_SCRAPES: usize = 16;
+
+/// The time a scrape connection gets, from accept to its close: to send its request, to
+/// read the response.
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Serves `GET /metrics` on `listener` until `shutdown`; anything else gets 404. At most 16
+/// connections are served at once (more are closed at once); each gets 5 s for everything:
+/// its request (read up to 4 KiB), the response and the close. One response per connection.
 pub async fn serve(
     listener: TcpListener,
     metrics: std::sync::Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    serve_within(listener, metrics, shutdown, MAX_SCRAPES, SCRAPE_DEADLINE).await;
+}
+
+/// [`serve`] with at most `max` connections at once, each closed `deadline` after accept.
+async fn serve_within(
+    listener: TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    shutdown: CancellationToken,
+    max: usize,
+    deadline: Duration,
+) {
     let mut accepts = AcceptBackoff::new();
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max));
+    // One line a minute about scrapes closed for want of a slot, with the count since.
+    let mut refusals = LogLimit::new(1, wirekit_core::time::Duration::from_secs(60));
     loop {
-        let (mut stream, _) = tokio::select! {
+        let (mut stream, peer) = tokio::select! {
             r = accepts.accept(&listener) => match r {
                 Ok(s) => s,
                 Err(_) => continue,
             },
             _ = shutdown.cancelled() => return,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let LogDecision::Log { suppressed } = refusals.check(clock::now()) {
+                warn!(%peer, suppressed, max, "metrics connection closed: all slots taken");
+            }
+            drop(stream);
+            continue;
+        };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut req = [0u8; 4096];
-            let mut n = 0;
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while n < req.len() {
-                    let m = stream.read(&mut req[n..]).await?;
-                    if m == 0 {
-                        break;
-                    }
-                    n += m;
-                    if req[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
-            }
-            let line = req[..n].split(|&b| b == b'\r').next().unwrap_or(&[]);
-            let ok = line.starts_with(b"GET /metrics ") || line == b"GET /metrics";
-            let (status, body) = if ok {
-                ("200 OK", metrics.render())
-            } else {
-                ("404 Not Found", "not found\n".to_owned())
-            };
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(head.as_bytes()).await;
-            let _ = stream.write_all(body.as_bytes()).await;
-            let _ = stream.shutdown().await;
+            let _ = tokio::time::timeout(deadline, answer(&mut stream, &metrics)).await;
+            drop(slot);
         });
     }
+}
+
+/// Reads one request (up to 4 KiB, to its blank line) and writes its response.
+async fn answer(stream: &mut tokio::net::TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    let mut req = [0u8; 4096];
+    let mut n = 0;
+    while n < req.len() {
+        let m = stream.read(&mut req[n..]).await?;
+        if m == 0 {
+            break;
+        }
+        n += m;
+        if req[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let line = req[..n].split(|&b| b == b'\r').next().unwrap_or(&[]);
+    let ok = line.starts_with(b"GET /metrics ") || line == b"GET /metrics";
+    let (status, body) = if ok {
+        ("200 OK", metrics.render())
+    } else {
+        ("404 Not Found", "not found\n".to_owned())
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
 }
 
 #[cfg(test)]
@@ -411,5 +446,115 @@ mod tests {
         assert!(text.contains("wirekit_proxy_upstream_connect_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("wirekit_proxy_upstream_connect_seconds_count 1"));
         assert!(text.contains("state=\"relay\"} 0"));
+    }
+
+    /// The connect histogram read while connects are recorded: every scrape's buckets are
+    /// cumulative (none above a wider one) and `+Inf` is the count, at or above each.
+    #[test]
+    fn the_histogram_is_consistent_while_connects_are_recorded() {
+        let m = std::sync::Arc::new(Metrics::default());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let recorders: Vec<_> = (0..2)
+            .map(|_| {
+                let (m, stop) = (m.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        m.connect_latency(Duration::ZERO);
+                    }
+                })
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let mut bad = None;
+        while started.elapsed() < Duration::from_millis(500) && bad.is_none() {
+            let text = m.render();
+            let values: Vec<u64> = text
+                .lines()
+                .filter(|l| l.starts_with("wirekit_proxy_upstream_connect_seconds_bucket"))
+                .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+                .collect();
+            let count: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("wirekit_proxy_upstream_connect_seconds_count "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(values.len(), LATENCY_BUCKETS.len() + 1);
+            if values.windows(2).any(|w| w[0] > w[1]) || values.last() != Some(&count) {
+                bad = Some((values, count));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        recorders.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(bad, None, "a scrape read inconsistent buckets");
+    }
+
+    /// A `GET /metrics` on `addr`: the response, or what came before the close.
+    async fn get(addr: std::net::SocketAddr) -> Vec<u8> {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await;
+        let mut out = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut out)).await;
+        assert!(read.is_ok(), "no answer or close");
+        out
+    }
+
+    /// Scrape connections past the cap are closed at once, unanswered; those within it are
+    /// served.
+    #[tokio::test]
+    async fn scrape_connections_past_the_cap_are_closed() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let m = std::sync::Arc::new(Metrics::default());
+        let deadline = Duration::from_secs(10);
+        tokio::spawn(serve_within(l, m, stop.clone(), 2, deadline));
+        // Two connections that send nothing take both slots.
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let refused = get(addr).await;
+        assert!(!refused.starts_with(b"HTTP/1.1"), "served past the cap");
+        assert!(started.elapsed() < deadline / 2, "not closed at once");
+        // A slot given back is taken again.
+        drop(idle.pop());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(get(addr).await.starts_with(b"HTTP/1.1 200 OK"));
+        stop.cancel();
+    }
+
+    /// A scraper that sends its request and reads nothing is closed at the deadline, not held
+    /// by a response write that never completes: its slot is free again.
+    #[tokio::test]
+    async fn a_scraper_that_does_not_read_is_closed_at_the_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        // Some 20 MB of exposition: more than the socket buffers hold.
+        let m = Metrics::default();
+        for i in 0..100_000 {
+            m.connection(&format!("{i:0>150}"));
+        }
+        let m = std::sync::Arc::new(m);
+        let deadline = Duration::from_millis(500);
+        tokio::spawn(serve_within(l, m, stop.clone(), 1, deadline));
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut silent = socket.connect(addr).await.unwrap();
+        silent
+            .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(deadline * 3).await;
+        let answer = get(addr).await;
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200 OK"),
+            "the slot is still held by the scraper that does not read"
+        );
+        drop(silent);
+        stop.cancel();
     }
 }

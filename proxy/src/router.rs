@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::settings::{Balance, HostPattern, Route, SettingsError};
 
@@ -61,9 +61,43 @@ impl Router {
     }
 }
 
-/// Connections open to each upstream address, shared by every route (and every settings
-/// generation) that names the address: least-connections weighs the upstream's whole load.
-pub(crate) type OpenCounts = HashMap<SocketAddr, Arc<AtomicUsize>>;
+/// Connections open to each upstream address, one counter per address for the whole process:
+/// every route and every settings generation that names the address shares it, so
+/// least-connections weighs the upstream's whole load, including connections made under a
+/// generation that no longer lists it. An entry lives as long as something holds its counter
+/// (a generation's [`Upstreams`], an [`UpstreamHold`]); a counter nothing holds counts no
+/// connection, and its entry is dropped when the next generation is made.
+#[derive(Debug, Default)]
+pub(crate) struct OpenCounts {
+    by_addr: Mutex<HashMap<SocketAddr, Weak<AtomicUsize>>>,
+}
+
+impl OpenCounts {
+    /// The counters of `addrs`, in order: the live one of each address, else a new one.
+    /// Entries nothing holds any more are dropped first (the map stays as large as the
+    /// addresses in use).
+    fn counters(&self, addrs: &[SocketAddr]) -> Box<[Arc<AtomicUsize>]> {
+        let mut map = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, c| c.strong_count() > 0);
+        addrs
+            .iter()
+            .map(|a| {
+                if let Some(c) = map.get(a).and_then(Weak::upgrade) {
+                    return c;
+                }
+                let c = Arc::new(AtomicUsize::new(0));
+                map.insert(*a, Arc::downgrade(&c));
+                c
+            })
+            .collect()
+    }
+
+    /// Addresses with an entry (for the tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.by_addr.lock().unwrap().len()
+    }
+}
 
 /// A route's upstream bookkeeping: where round robin stands, and connections open to each.
 #[derive(Debug)]
@@ -82,22 +116,12 @@ impl Upstreams {
         }
     }
 
-    /// The bookkeeping for upstreams `addrs`, each address's open count taken from `counts`
-    /// (added there if new).
-    pub(crate) fn sharing(addrs: &[SocketAddr], counts: &mut OpenCounts) -> Self {
+    /// The bookkeeping for upstreams `addrs`, each address's open count the process-wide one
+    /// of `counts`.
+    pub(crate) fn sharing(addrs: &[SocketAddr], counts: &OpenCounts) -> Self {
         Upstreams {
             next: AtomicUsize::new(0),
-            open: addrs
-                .iter()
-                .map(|a| counts.entry(*a).or_default().clone())
-                .collect(),
-        }
-    }
-
-    /// Adds this route's open counts, by address, to `counts`.
-    pub(crate) fn counts_into(&self, addrs: &[SocketAddr], counts: &mut OpenCounts) {
-        for (a, c) in addrs.iter().zip(self.open.iter()) {
-            counts.entry(*a).or_insert_with(|| c.clone());
+            open: counts.counters(addrs),
         }
     }
 

@@ -33,21 +33,20 @@ pub(crate) struct Runtime {
 
 impl Runtime {
     /// The runtime of `settings`; the connections open to each upstream address are counted
-    /// on from `previous` (the generation a reload replaces), so least-connections still
-    /// weighs the connections made before the reload.
-    fn new(settings: Settings, previous: Option<&Runtime>) -> Result<Self, SettingsError> {
+    /// in the process-wide `counts`, so least-connections weighs the connections made under
+    /// every earlier generation (`previous`, the one a reload replaces, only lends its status
+    /// cache).
+    fn new(
+        settings: Settings,
+        previous: Option<&Runtime>,
+        counts: &OpenCounts,
+    ) -> Result<Self, SettingsError> {
         settings.check()?;
         let router = Router::new(&settings.routes)?;
-        let mut counts = OpenCounts::new();
-        if let Some(p) = previous {
-            for (r, u) in p.settings.routes.iter().zip(&p.upstreams) {
-                u.counts_into(&r.upstreams, &mut counts);
-            }
-        }
         let upstreams = settings
             .routes
             .iter()
-            .map(|r| Arc::new(Upstreams::sharing(&r.upstreams, &mut counts)))
+            .map(|r| Arc::new(Upstreams::sharing(&r.upstreams, counts)))
             .collect();
         // Cached status answers of routes still answered the same way (same name, upstreams,
         // PROXY header and host rewrite) carry over.
@@ -129,6 +128,11 @@ pub(crate) struct Shared {
     pub(crate) connections: CancellationToken,
     /// The inspect routes' filter maker, if a library user set one.
     pub(crate) filters: std::sync::OnceLock<crate::inspect::FilterFactory>,
+    /// Connections open to each upstream address, for least-connections, across every
+    /// settings generation.
+    counts: OpenCounts,
+    /// Held through a whole reload: two reloads at once would mix their settings.
+    reloading: Mutex<()>,
     listen: Vec<SocketAddr>,
     metrics_listen: Option<SocketAddr>,
     table_size: usize,
@@ -212,7 +216,8 @@ pub struct Reloaded {
 impl Proxy {
     /// Checks `settings` and binds every listener (and the metrics listener).
     pub async fn bind(settings: Settings) -> io::Result<Proxy> {
-        let runtime = Runtime::new(settings, None)
+        let counts = OpenCounts::default();
+        let runtime = Runtime::new(settings, None, &counts)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let s = &runtime.settings;
         let mut listeners = Vec::new();
@@ -244,6 +249,8 @@ impl Proxy {
             open: AtomicUsize::new(0),
             connections: CancellationToken::new(),
             filters: std::sync::OnceLock::new(),
+            counts,
+            reloading: Mutex::new(()),
             runtime: RwLock::new(Arc::new(runtime)),
         });
         Ok(Proxy {
@@ -325,9 +332,17 @@ impl ProxyHandle {
     /// Replaces the settings for connections accepted from now on (open ones keep theirs).
     /// Listen addresses, the metrics address and the source table size keep their old value
     /// and are named in [`Reloaded::need_restart`]; the source limits apply to the existing
-    /// tables (concurrency at once, rates as entries renew).
+    /// tables (concurrency at once, rates as entries renew). Reloads from several tasks at
+    /// once are applied one after the other, each whole.
     pub fn reload(&self, settings: Settings) -> Result<Reloaded, SettingsError> {
-        let runtime = Runtime::new(settings, Some(&self.shared.runtime()))?;
+        // Held to the end: the generation built from the current one, the limits, the log
+        // interval and the new generation all come from these settings.
+        let _one_at_a_time = self
+            .shared
+            .reloading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let runtime = Runtime::new(settings, Some(&self.shared.runtime()), &self.shared.counts)?;
         let s = &runtime.settings;
         let mut out = Reloaded::default();
         let same_listen = s.listen.len() == self.shared.listen.len()
@@ -392,28 +407,48 @@ async fn accept_loop(
             _ = stop.cancelled() => return,
         };
         let max = shared.runtime().settings.max_connections;
-        if shared.open.fetch_add(1, Ordering::Relaxed) >= max {
-            shared.open.fetch_sub(1, Ordering::Relaxed);
+        let Some(slot) = OpenSlot::take(&shared, max) else {
             shared.metrics.rejection("max_connections");
             if let Some(suppressed) = shared.allow_line(peer.ip()) {
                 info!(%peer, suppressed, reason = "max_connections", "refused");
             }
             continue;
-        }
+        };
         let _ = stream.set_nodelay(true);
         let local = if per_connection_local {
             stream.local_addr().ok().or(local)
         } else {
             local
         };
-        let shared = shared.clone();
         // Boxed: the connection's future is about 6 KiB, and tokio moves a task's future
         // three times as it spawns it (and allocates its cell aligned), where a box is moved
-        // once and the task holds a pointer.
+        // once and the task holds a pointer. The slot is the task's: it is given back however
+        // the task ends (a panic in a library user's filter included).
         conns.spawn(Box::pin(async move {
-            crate::conn::serve(&shared, stream, peer, local).await;
-            shared.open.fetch_sub(1, Ordering::Relaxed);
+            crate::conn::serve(&slot.0, stream, peer, local).await;
+            drop(slot);
         }));
+    }
+}
+
+/// One of the `max-connections` slots, taken at accept and given back when dropped: at the
+/// end of the connection's task, or as the task unwinds from a panic, or is dropped unrun.
+struct OpenSlot(Arc<Shared>);
+
+impl OpenSlot {
+    /// A slot, unless `max` connections are open already.
+    fn take(shared: &Arc<Shared>, max: usize) -> Option<OpenSlot> {
+        if shared.open.fetch_add(1, Ordering::Relaxed) >= max {
+            shared.open.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(OpenSlot(shared.clone()))
+    }
+}
+
+impl Drop for OpenSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -459,7 +494,9 @@ mod tests {
 
     #[test]
     fn a_reload_counts_on_the_connections_open_to_each_upstream() {
-        let old = Runtime::new(settings(&["127.0.0.1:1", "127.0.0.1:2"], 60), None).unwrap();
+        let counts = OpenCounts::default();
+        let old =
+            Runtime::new(settings(&["127.0.0.1:1", "127.0.0.1:2"], 60), None, &counts).unwrap();
         let held = old.upstreams[0].hold(0);
         // The same upstreams listed the other way round, and a new one: 127.0.0.1:1 (index 2
         // now) has the connection made before the reload, and least-connections never puts it
@@ -467,6 +504,7 @@ mod tests {
         let new = Runtime::new(
             settings(&["127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:1"], 60),
             Some(&old),
+            &counts,
         )
         .unwrap();
         for _ in 0..6 {
@@ -481,6 +519,37 @@ mod tests {
         assert!(firsts.contains(&Some(2)), "{firsts:?}");
     }
 
+    /// An upstream one reload removes and a later one lists again still counts the
+    /// connections made to it before: they are open until they end, whatever the settings.
+    #[test]
+    fn an_upstream_removed_and_listed_again_keeps_its_open_count() {
+        let counts = OpenCounts::default();
+        let first = Runtime::new(settings(&["127.0.0.1:1"], 60), None, &counts).unwrap();
+        let held = first.upstreams[0].hold(0);
+        // The connection keeps its generation (and its hold); the settings move on.
+        let second = Runtime::new(settings(&["127.0.0.1:2"], 60), Some(&first), &counts).unwrap();
+        drop(first);
+        let third = Runtime::new(
+            settings(&["127.0.0.1:1", "127.0.0.1:3"], 60),
+            Some(&second),
+            &counts,
+        )
+        .unwrap();
+        for _ in 0..6 {
+            let first = third.upstreams[0].order(Balance::LeastConnections).next();
+            assert_eq!(first, Some(1), "127.0.0.1:1 has a connection open");
+        }
+        drop(held);
+        let firsts: Vec<_> = (0..4)
+            .map(|_| third.upstreams[0].order(Balance::LeastConnections).next())
+            .collect();
+        assert!(firsts.contains(&Some(0)), "{firsts:?}");
+        // Addresses nothing holds any more leave the map with the next generation.
+        drop((second, third));
+        let _fourth = Runtime::new(settings(&["127.0.0.1:4"], 60), None, &counts).unwrap();
+        assert_eq!(counts.len(), 1);
+    }
+
     #[test]
     fn a_reload_keeps_the_status_cache_of_routes_answered_the_same_way() {
         let ttl = std::time::Duration::from_secs(60);
@@ -488,7 +557,8 @@ mod tests {
         let mut other = Route::new(vec!["b.test".into()], vec!["127.0.0.1:2".parse().unwrap()]);
         other.name = "b".into();
         two.routes.push(other);
-        let old = Runtime::new(two, None).unwrap();
+        let counts = OpenCounts::default();
+        let old = Runtime::new(two, None, &counts).unwrap();
         old.cache.put(0, 765, "{\"default\":1}".into());
         old.cache.put(1, 765, "{\"b\":1}".into());
         // Route b moves to the front, the default route gets another upstream.
@@ -496,7 +566,7 @@ mod tests {
         let mut b = Route::new(vec!["b.test".into()], vec!["127.0.0.1:2".parse().unwrap()]);
         b.name = "b".into();
         next.routes.insert(0, b);
-        let new = Runtime::new(next, Some(&old)).unwrap();
+        let new = Runtime::new(next, Some(&old), &counts).unwrap();
         assert_eq!(new.cache.get(0, 765, ttl).as_deref(), Some("{\"b\":1}"));
         assert_eq!(new.cache.get(1, 765, ttl), None, "its upstreams changed");
     }
@@ -510,5 +580,281 @@ mod tests {
         let reloaded = handle.reload(settings(&["127.0.0.1:1"], 5)).unwrap();
         assert!(reloaded.need_restart.is_empty(), "{reloaded:?}");
         assert_eq!(interval(&handle), std::time::Duration::from_secs(5));
+    }
+
+    /// Reloads from several threads at once are applied one after the other: the settings in
+    /// force (generation, limits, log interval) are all of one reload, never a mix.
+    #[tokio::test]
+    async fn concurrent_reloads_do_not_mix_their_settings() {
+        let proxy = Proxy::bind(settings(&["127.0.0.1:1"], 60)).await.unwrap();
+        let handle = proxy.handle();
+        let variant = |k: u64| {
+            let mut s = settings(&["127.0.0.1:1"], 10 + k);
+            s.limits.host.max_open = 10 + k as u32;
+            s
+        };
+        const ROUNDS: usize = 3000;
+        let barrier = Arc::new(std::sync::Barrier::new(3));
+        let threads: Vec<_> = (0..2u64)
+            .map(|k| {
+                let (handle, barrier, s) = (handle.clone(), barrier.clone(), variant(k));
+                std::thread::spawn(move || {
+                    for _ in 0..ROUNDS {
+                        barrier.wait();
+                        handle.reload(s.clone()).unwrap();
+                        barrier.wait();
+                    }
+                })
+            })
+            .collect();
+        let mut mixed = 0;
+        for _ in 0..ROUNDS {
+            barrier.wait();
+            barrier.wait();
+            let shared = &handle.shared;
+            let rt = shared.runtime();
+            let interval = shared.logs.lock().unwrap().interval;
+            let max_open = shared.limits.lock().unwrap().config().host.max_open;
+            let k = rt.settings.log_interval.as_secs() - 10;
+            if interval != rt.settings.log_interval || u64::from(max_open) != 10 + k {
+                mixed += 1;
+            }
+        }
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(mixed, 0, "rounds that left a mix of two reloads in force");
+    }
+
+    /// End to end through a running proxy: loopback only, every wait bounded.
+    mod running {
+        use super::*;
+        use crate::settings::Mode;
+        use std::sync::atomic::AtomicUsize;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::net::TcpStream;
+        use wirekit_core::Status;
+        use wirekit_core::frame::mc::{FrameDecoder, split_packet};
+        use wirekit_core::minecraft::Encode;
+        use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+        use wirekit_core::minecraft::login::LoginStart;
+        use wirekit_core::minecraft::status::StatusResponse;
+
+        const WAIT: Duration = Duration::from_secs(10);
+
+        /// A proxy serving `s` (with `filter`, if any), running until the token is cancelled.
+        async fn start(
+            s: Settings,
+            filter: Option<crate::inspect::FilterFactory>,
+        ) -> (SocketAddr, ProxyHandle, CancellationToken) {
+            let proxy = Proxy::bind(s).await.unwrap();
+            if let Some(f) = filter {
+                assert!(proxy.set_filter(f));
+            }
+            let (addr, handle) = (proxy.local_addrs()[0], proxy.handle());
+            let stop = CancellationToken::new();
+            tokio::spawn(proxy.run(stop.clone()));
+            (addr, handle, stop)
+        }
+
+        fn handshake(protocol: i32, next: NextState) -> Vec<u8> {
+            let hs = Handshake {
+                protocol_version: protocol,
+                address: ServerAddress::host("play.test"),
+                port: 25565,
+                next_state: next,
+            };
+            let mut out = vec![0u8; hs.frame_len()];
+            let n = hs.encode_frame(&mut out).unwrap();
+            out.truncate(n);
+            out
+        }
+
+        fn login(name: &str) -> Vec<u8> {
+            let ls = LoginStart {
+                protocol_version: 340,
+                name,
+                signature: None,
+                uuid: None,
+            };
+            let mut out = vec![0u8; ls.frame_len()];
+            let n = ls.encode_frame(&mut out).unwrap();
+            out.truncate(n);
+            [handshake(340, NextState::Login), out].concat()
+        }
+
+        /// A status request for `protocol` through the proxy at `addr`: the JSON answered.
+        async fn status(addr: SocketAddr, protocol: i32) -> String {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            let request = [handshake(protocol, NextState::Status), vec![0x01, 0x00]].concat();
+            c.write_all(&request).await.unwrap();
+            let mut buf = Vec::new();
+            let read = async {
+                loop {
+                    if let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&buf) {
+                        let p = split_packet(f.body).unwrap();
+                        return StatusResponse::parse(p.data).unwrap().json.to_owned();
+                    }
+                    let mut chunk = [0u8; 4096];
+                    let n = c.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "closed before the status response");
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+            };
+            tokio::time::timeout(WAIT, read)
+                .await
+                .expect("a status answer")
+        }
+
+        /// An upstream that counts its connections and gives each to `answer`.
+        async fn upstream<F, Fut>(answer: F) -> (SocketAddr, Arc<AtomicUsize>)
+        where
+            F: Fn(TcpStream) -> Fut + Send + 'static,
+            Fut: std::future::Future<Output = ()> + Send + 'static,
+        {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let accepted = Arc::new(AtomicUsize::new(0));
+            let n = accepted.clone();
+            tokio::spawn(async move {
+                while let Ok((s, _)) = l.accept().await {
+                    n.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(answer(s));
+                }
+            });
+            (addr, accepted)
+        }
+
+        fn one_route(upstream: SocketAddr) -> Settings {
+            let mut s = settings(&[], 60);
+            s.routes[0].upstreams = vec![upstream];
+            s.routes[0].name = "lobby".into();
+            s.routes[0].status_ttl = Duration::from_secs(60);
+            s
+        }
+
+        /// Panics on the Login Start of a player called `Panic`.
+        struct Panicky;
+
+        impl crate::filter::Filter for Panicky {
+            fn filter(
+                &mut self,
+                p: &crate::filter::PacketView<'_>,
+                _rewrite: &mut [u8],
+            ) -> crate::filter::FilterAction {
+                if p.data.windows(5).any(|w| w == b"Panic") {
+                    panic!("the filter panics, as a library user's may");
+                }
+                crate::filter::FilterAction::Pass
+            }
+        }
+
+        /// A connection whose task panics (in a library user's filter) gives its
+        /// max-connections slot back: with room for one connection, the next is still let in.
+        #[tokio::test]
+        async fn a_connection_that_panics_gives_back_its_slot() {
+            let (up, accepted) = upstream(|s| async move {
+                tokio::time::sleep(WAIT).await;
+                drop(s);
+            })
+            .await;
+            let mut s = one_route(up);
+            s.max_connections = 1;
+            s.routes[0].mode = Mode::Inspect;
+            let factory: crate::inspect::FilterFactory =
+                Arc::new(|_: &str| Box::new(Panicky) as Box<dyn crate::filter::Filter + Send>);
+            let (addr, handle, stop) = start(s, Some(factory)).await;
+
+            let mut first = TcpStream::connect(addr).await.unwrap();
+            first.write_all(&login("Panic")).await.unwrap();
+            let mut b = [0u8; 64];
+            let closed = tokio::time::timeout(WAIT, first.read(&mut b)).await;
+            assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
+            let open = || handle.shared.open.load(Ordering::Relaxed);
+            let gone = tokio::time::timeout(WAIT, async {
+                while open() != 0 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            assert!(gone.is_ok(), "the panicked connection still holds its slot");
+
+            let mut second = TcpStream::connect(addr).await.unwrap();
+            second.write_all(&login("Fine")).await.unwrap();
+            let reached = tokio::time::timeout(WAIT, async {
+                while accepted.load(Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            assert!(reached.is_ok(), "the next connection was refused");
+            assert!(!handle.metrics().render().contains("max_connections"));
+            stop.cancel();
+        }
+
+        /// Status requests that arrive while one fetch of the same answer is under way wait
+        /// for it: the upstream is asked once.
+        #[tokio::test]
+        async fn status_requests_share_one_upstream_fetch() {
+            const JSON: &str = "{\"description\":{\"text\":\"live\"}}";
+            let (up, accepted) = upstream(|mut s| async move {
+                let mut b = [0u8; 512];
+                let _ = s.read(&mut b).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = s.write_all(&crate::status::response_frame(JSON)).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
+            let (addr, _handle, stop) = start(one_route(up), None).await;
+            let answers: Vec<_> = (0..6).map(|_| tokio::spawn(status(addr, 340))).collect();
+            for a in answers {
+                assert_eq!(a.await.unwrap(), JSON);
+            }
+            assert_eq!(accepted.load(Ordering::SeqCst), 1);
+            stop.cancel();
+        }
+
+        /// Once every upstream failed, status requests get the fallback without asking them
+        /// again for a moment (at most the TTL), each with its own protocol number.
+        #[tokio::test]
+        async fn the_fallback_is_held_briefly_after_the_upstreams_fail() {
+            let (up, accepted) = upstream(|s| async move { drop(s) }).await;
+            let (addr, _handle, stop) = start(one_route(up), None).await;
+            for protocol in [340, 47, 340, 9999] {
+                let json = status(addr, protocol).await;
+                assert!(json.contains("Server unavailable"), "{json}");
+                assert!(json.contains(&format!("\"protocol\":{protocol}")), "{json}");
+            }
+            assert_eq!(accepted.load(Ordering::SeqCst), 1);
+            // Past the hold, the upstream is asked again.
+            tokio::time::sleep(crate::status::FALLBACK_HOLD + Duration::from_millis(100)).await;
+            status(addr, 340).await;
+            assert_eq!(accepted.load(Ordering::SeqCst), 2);
+            stop.cancel();
+        }
+
+        /// A routed legacy ping counts as its route's connection, and in the status state,
+        /// as a modern status request does.
+        #[tokio::test]
+        async fn a_legacy_ping_is_counted_under_its_route() {
+            let (up, _) = upstream(|s| async move { drop(s) }).await;
+            let (addr, handle, stop) = start(one_route(up), None).await;
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(&[0xfe, 0x01]).await.unwrap();
+            let mut kick = Vec::new();
+            tokio::time::timeout(WAIT, c.read_to_end(&mut kick))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(kick.first(), Some(&0xff), "a kick");
+            let text = handle.metrics().render();
+            assert!(
+                text.contains("wirekit_proxy_connections_total{route=\"lobby\"} 1"),
+                "{text}"
+            );
+            assert!(
+                text.contains("wirekit_proxy_connections_open{route=\"lobby\",state=\"status\"}"),
+                "{text}"
+            );
+            stop.cancel();
+        }
     }
 }

@@ -170,7 +170,8 @@ pub struct Settings {
     pub proxy: ProxyConfig,
     /// Per-source limits.
     pub limits: SourceConfig,
-    /// Entries in each per-source table (addresses, networks).
+    /// Entries in each per-source table (addresses, networks), from [`MIN_SOURCE_TABLE_SIZE`]
+    /// to [`MAX_SOURCE_TABLE_SIZE`]; a change needs a restart.
     pub source_table_size: usize,
     /// Client-to-upstream byte budget per connection.
     pub serverbound: ByteBudget,
@@ -212,6 +213,13 @@ impl Default for Settings {
         }
     }
 }
+
+/// The fewest entries a per-source table may have.
+pub const MIN_SOURCE_TABLE_SIZE: usize = 8;
+
+/// The most entries a per-source table may have (2^24, some 16 million addresses: the two
+/// tables are allocated whole when the proxy binds).
+pub const MAX_SOURCE_TABLE_SIZE: usize = 1 << 24;
 
 /// Why settings cannot run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,7 +279,8 @@ impl HostPattern {
 
 impl Settings {
     /// Refuses settings that cannot run: no listener, a route without upstreams or hosts (and
-    /// not the default), a host on two routes, two default routes, a zero table, a byte
+    /// not the default), a host on two routes, two default routes, a per-source table outside
+    /// [`MIN_SOURCE_TABLE_SIZE`]..=[`MAX_SOURCE_TABLE_SIZE`], a byte
     /// budget smaller than one relay read, and inspect settings the core refuses.
     pub fn check(&self) -> Result<(), SettingsError> {
         if self.listen.is_empty() {
@@ -280,8 +289,11 @@ impl Settings {
         if self.max_connections == 0 {
             return Err(SettingsError::new("max-connections must be at least 1"));
         }
-        if self.source_table_size < 8 {
-            return Err(SettingsError::new("source-table-size must be at least 8"));
+        if !(MIN_SOURCE_TABLE_SIZE..=MAX_SOURCE_TABLE_SIZE).contains(&self.source_table_size) {
+            return Err(SettingsError::new(format!(
+                "source-table-size must be from {MIN_SOURCE_TABLE_SIZE} to {MAX_SOURCE_TABLE_SIZE} \
+                 (each entry is allocated at start, in two tables)"
+            )));
         }
         for (name, b) in [
             ("serverbound", self.serverbound),
@@ -347,6 +359,33 @@ mod tests {
             hosts.iter().map(|h| h.to_string()).collect(),
             vec!["127.0.0.1:25566".parse().unwrap()],
         )
+    }
+
+    /// A table size past the bound is refused with a reason, not left to abort the bind's
+    /// allocation.
+    #[test]
+    fn the_source_table_size_is_bounded_both_ways() {
+        let mut s = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        for (size, ok) in [
+            (7, false),
+            (8, true),
+            (MAX_SOURCE_TABLE_SIZE, true),
+            (MAX_SOURCE_TABLE_SIZE + 1, false),
+            (10_000_000_000_000, false),
+            (usize::MAX, false),
+        ] {
+            s.source_table_size = size;
+            match s.check() {
+                Ok(()) => assert!(ok, "{size} taken"),
+                Err(e) => {
+                    assert!(!ok, "{size} refused: {e}");
+                    assert!(e.to_string().contains("source-table-size"), "{e}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Status answers: a per-route cache keyed by protocol version and filled from the upstream,
-//! the fallback MOTD while the upstream is down, and the legacy ping's kick.
+//! Status answers: a per-route cache keyed by protocol version (each known release and `-1`
+//! apart, every other number together) and filled from the upstream one fetch at a time, the
+//! fallback MOTD while the upstream is down, and the legacy ping's kick.
 
 use std::collections::HashMap;
 use std::io;
@@ -19,16 +20,45 @@ use crate::settings::StatusFallback;
 /// The longest Status Response body: ID, a 3-byte length and 3 bytes per UTF-16 unit.
 pub const MAX_STATUS_RESPONSE_BODY: usize = 1 + 3 + 3 * MAX_STATUS_JSON_LEN;
 
-/// Entries kept per cache (routes times protocol versions seen); past it the oldest goes.
+/// Entries kept per cache (routes times protocol keys seen); past it the oldest goes.
 const MAX_ENTRIES: usize = 512;
+
+/// The key of every protocol number that is neither a known release nor `-1`.
+const OTHER_PROTOCOL: i32 = i32::MIN;
+
+/// How long a route whose upstreams all failed is answered with its fallback without asking
+/// them again (at most the route's TTL): an unreachable upstream costs one connect timeout per
+/// this interval, not one per status request.
+pub(crate) const FALLBACK_HOLD: Duration = Duration::from_secs(1);
+
+/// The cache key of a client's protocol number: a release the tables know, or `-1` (what a
+/// client that only probes sends), is its own key; every other number (snapshots, numbers a
+/// client made up) shares one, so a flood of made-up numbers neither misses the cache each
+/// time nor pushes the real versions' answers out.
+pub(crate) fn protocol_key(protocol: i32) -> i32 {
+    if protocol == -1 || wirekit_core::minecraft::ids::is_release(protocol) {
+        protocol
+    } else {
+        OTHER_PROTOCOL
+    }
+}
 
 /// A cached answer and when it was fetched.
 type Entry = (Instant, Arc<str>);
 
-/// Status JSON by `(route, protocol version)`, each kept for its route's TTL.
+/// The outcome of one upstream fetch, shared by every request that waited for it: the JSON,
+/// or `None` when the upstreams failed (each then gets the fallback for its own protocol).
+pub(crate) type Flight = Arc<tokio::sync::OnceCell<Option<Arc<str>>>>;
+
+/// Status JSON by `(route, protocol key)` ([`protocol_key`]), each kept for its route's TTL;
+/// the fetches under way; and the routes whose upstreams all failed just now.
 #[derive(Default)]
 pub(crate) struct StatusCache {
     entries: Mutex<HashMap<(usize, i32), Entry>>,
+    /// One fetch per key at a time; removed when it lands. At most one per key.
+    flights: Mutex<HashMap<(usize, i32), Flight>>,
+    /// Per route, when all its upstreams last failed a status fetch.
+    failed: Mutex<HashMap<usize, Instant>>,
 }
 
 impl StatusCache {
@@ -36,9 +66,42 @@ impl StatusCache {
     pub(crate) fn get(&self, route: usize, protocol: i32, ttl: Duration) -> Option<Arc<str>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
-            .get(&(route, protocol))
+            .get(&(route, protocol_key(protocol)))
             .filter(|(at, _)| at.elapsed() < ttl)
             .map(|(_, json)| json.clone())
+    }
+
+    /// The fetch for `route` and `protocol` to wait for (or to run, for the first to get it
+    /// empty). [`landed`](Self::landed) removes it.
+    pub(crate) fn flight(&self, route: usize, protocol: i32) -> Flight {
+        let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        let f = flights.entry((route, protocol_key(protocol))).or_default();
+        // One that landed and was not removed is not waited for again.
+        if f.initialized() {
+            *f = Flight::default();
+        }
+        f.clone()
+    }
+
+    /// Removes `flight` (done) from the fetches under way, if it is still there.
+    pub(crate) fn landed(&self, route: usize, protocol: i32, flight: &Flight) {
+        let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (route, protocol_key(protocol));
+        if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
+            flights.remove(&key);
+        }
+    }
+
+    /// Notes that every upstream of `route` failed a status fetch just now.
+    pub(crate) fn failed(&self, route: usize) {
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.insert(route, Instant::now());
+    }
+
+    /// Whether `route`'s upstreams all failed less than `hold` ago.
+    pub(crate) fn failing(&self, route: usize, hold: Duration) -> bool {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.get(&route).is_some_and(|at| at.elapsed() < hold)
     }
 
     /// The youngest answer for `route` under any protocol, younger than `ttl`.
@@ -65,10 +128,18 @@ impl StatusCache {
             .collect();
         StatusCache {
             entries: Mutex::new(entries),
+            ..StatusCache::default()
         }
     }
 
+    /// Caches `json` as the answer for `route` and `protocol`'s key; the route's upstreams
+    /// count as answering again.
     pub(crate) fn put(&self, route: usize, protocol: i32, json: Arc<str>) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&route);
+        let protocol = protocol_key(protocol);
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let full = entries.len() >= MAX_ENTRIES && !entries.contains_key(&(route, protocol));
         let oldest = entries
@@ -272,6 +343,28 @@ mod tests {
         assert_eq!(c.get(0, 763, Duration::ZERO), None);
         assert!(c.any(0, ttl).is_some());
         assert_eq!(c.any(2, ttl), None);
+    }
+
+    /// Known releases and -1 each have their entry; every other number shares one, so
+    /// made-up numbers hit the cache and never push the releases' answers out.
+    #[test]
+    fn only_known_releases_and_minus_one_are_keyed_apart() {
+        let c = StatusCache::default();
+        let ttl = Duration::from_secs(60);
+        c.put(0, 763, "release".into());
+        c.put(0, -1, "probe".into());
+        c.put(0, 123_456, "other".into());
+        assert_eq!(c.get(0, 654_321, ttl).as_deref(), Some("other"));
+        assert_eq!(c.get(0, i32::MAX, ttl).as_deref(), Some("other"));
+        // A snapshot's number between releases is one of the others.
+        assert_eq!(c.get(0, 0x4000_0100, ttl).as_deref(), Some("other"));
+        for protocol in 1_000..1_000 + 2 * MAX_ENTRIES as i32 {
+            c.put(0, protocol, "flood".into());
+        }
+        assert_eq!(c.get(0, 763, ttl).as_deref(), Some("release"));
+        assert_eq!(c.get(0, -1, ttl).as_deref(), Some("probe"));
+        assert_eq!(c.entries.lock().unwrap().len(), 3);
+        assert_eq!(c.get(0, 47, ttl), None, "each release apart");
     }
 
     #[test]

@@ -98,7 +98,8 @@ pub struct ProxyArgs {
     /// Status requests per client address per second (default 10).
     #[arg(long)]
     pub status_per_ip_rate: Option<u32>,
-    /// Entries in each per-source table (default 65536).
+    /// Entries in each per-source table, 8 to 16777216 (default 65536; a change needs a
+    /// restart).
     #[arg(long)]
     pub source_table_size: Option<usize>,
     /// Client-to-upstream bytes per connection at once (default 8 MiB; 0: no budget).
@@ -125,7 +126,8 @@ pub struct ProxyArgs {
     /// Seconds open connections get to finish after SIGINT/SIGTERM (default 10).
     #[arg(long)]
     pub shutdown_grace: Option<f64>,
-    /// Worker threads (default: one per core; 1: a single-threaded runtime).
+    /// Worker threads (default: one per core; 1: a single-threaded runtime; a change needs a
+    /// restart).
     #[arg(long)]
     pub threads: Option<usize>,
     /// A route, `HOST[,HOST...]=UPSTREAM[,UPSTREAM...]` (repeatable; hosts may be
@@ -445,7 +447,8 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let rt = match super::serve::runtime(merged.threads.unwrap_or(0)) {
+    let threads = merged.threads;
+    let rt = match super::serve::runtime(threads.unwrap_or(0)) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wirekit proxy: cannot start the runtime: {e}");
@@ -477,7 +480,7 @@ pub fn run(args: ProxyArgs) -> ExitCode {
                     return;
                 };
                 while hup.recv().await.is_some() {
-                    reload(&args, &handle);
+                    let _ = reload(&args, &handle, threads);
                 }
             });
         }
@@ -493,29 +496,44 @@ pub fn run(args: ProxyArgs) -> ExitCode {
 }
 
 /// SIGHUP: the file is read again (the flags still win); new connections get the new routes
-/// and limits, open ones keep theirs.
-fn reload(args: &ProxyArgs, handle: &wirekit_proxy::ProxyHandle) {
-    let settings = match args.merged().and_then(|m| m.settings()) {
-        Ok(s) => s,
+/// and limits, open ones keep theirs. Settings that need a restart (the proxy's, and
+/// `threads`, the runtime's, running with `threads`) are logged as such and returned; `Err`
+/// (logged too) if the new configuration is refused.
+fn reload(
+    args: &ProxyArgs,
+    handle: &wirekit_proxy::ProxyHandle,
+    threads: Option<usize>,
+) -> Result<Vec<&'static str>, String> {
+    let merged = args.merged().and_then(|m| m.settings().map(|s| (m, s)));
+    let (merged, settings) = match merged {
+        Ok(v) => v,
         Err(e) => {
             tracing::warn!(error = %e, "reload refused; the running configuration stays");
-            return;
+            return Err(e);
         }
     };
     let routes = settings.routes.len();
     match handle.reload(settings) {
         Ok(r) => {
+            let mut need_restart = r.need_restart;
+            if merged.threads != threads {
+                need_restart.push("threads");
+            }
             // The settings a reload cannot apply first, the summary last (a reader waiting
             // for the summary has seen them all).
-            for name in r.need_restart {
+            for &name in &need_restart {
                 tracing::warn!(
                     setting = name,
                     "changed, but needs a restart to take effect"
                 );
             }
             tracing::info!(routes, "configuration reloaded");
+            Ok(need_restart)
         }
-        Err(e) => tracing::warn!(error = %e, "reload refused; the running configuration stays"),
+        Err(e) => {
+            tracing::warn!(error = %e, "reload refused; the running configuration stays");
+            Err(e.to_string())
+        }
     }
 }
 
@@ -587,6 +605,41 @@ upstreams = ["127.0.0.1:25568"]
         assert_eq!(s.routes[0].mode, Mode::Inspect);
         std::fs::write(&path, "no-such-key = 1\n").unwrap();
         assert!(flags.merged().is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A reload names `threads` (the runtime's, fixed at start) among the settings that need
+    /// a restart, as it does `listen`, rather than passing over its change.
+    #[test]
+    fn a_reload_names_a_changed_thread_count_as_needing_a_restart() {
+        let dir =
+            std::env::temp_dir().join(format!("wirekit-mcproxy-threads-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("proxy.toml");
+        let file = |threads: usize| {
+            let text = format!(
+                "listen = [\"127.0.0.1:0\"]\nthreads = {threads}\n\
+                 [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:1\"]\n"
+            );
+            std::fs::write(&path, text).unwrap();
+        };
+        file(2);
+        let args = ProxyArgs {
+            config: Some(path.clone()),
+            ..ProxyArgs::default()
+        };
+        let merged = args.merged().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let proxy = rt
+            .block_on(Proxy::bind(merged.settings().unwrap()))
+            .unwrap();
+        let handle = proxy.handle();
+        assert_eq!(reload(&args, &handle, merged.threads), Ok(vec![]));
+        file(3);
+        assert_eq!(reload(&args, &handle, merged.threads), Ok(vec!["threads"]));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

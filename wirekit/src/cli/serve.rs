@@ -80,7 +80,7 @@ pub struct ServeArgs {
 /// [`seconds`], or 0 (off).
 fn seconds_or_off(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(s) if s == 0.0 => Ok(0.0),
+        Ok(0.0) => Ok(0.0),
         _ => seconds(text),
     }
 }
