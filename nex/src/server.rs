@@ -10,6 +10,18 @@
 //! ([`DatagramHandler::batch_end`]) `poll_transmit` writes straight into the worker's outbox
 //! slots, so the reliable packets of one batch share an aggregate ACK.
 //!
+//! # Restarted clients
+//! A client that restarts on the same address and port (a fixed port, or the same NAT
+//! mapping) reaches its old connection's key with a new session. Its handshake is decided
+//! here, in [`DatagramHandler::reopen`], before the old connection sees it: a SYN is answered
+//! by the listener, statelessly, as any new peer's (the old connection is not touched); a
+//! CONNECT the listener accepts (the signature it proves came back from this address, and on
+//! a secure server a valid ticket) replaces the old connection unless it is that connection's
+//! own CONNECT again (its CONNECT-ACK was lost): the one whose acceptance is the same as the
+//! old connection's (client session id, connection signature, options, ticket and request).
+//! Anything else, a CONNECT the listener refuses included, goes to the old connection as
+//! before, so a spoofer that cannot read the SYN-ACK cannot end a connection.
+//!
 //! # Allocation
 //! A connection's workspace is allocated when it opens (one boxed slice of
 //! [`Connection::workspace_len`] bytes); receiving, dispatching and sending on an open
@@ -26,12 +38,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::{info, warn};
 use wirekit_core::limit::{LogDecision, LogLimit};
-use wirekit_core::prudp::Version;
 use wirekit_core::prudp::conn::{
-    Config, Connection, Counters as ConnCounters, DisconnectReason, DropReason as ConnDrop, Event,
-    SecureServer, Server, ServerOutput, State,
+    Accepted, Config, Connection, Counters as ConnCounters, DisconnectReason,
+    DropReason as ConnDrop, Event, SecureServer, Server, ServerOutput, State,
 };
 use wirekit_core::prudp::crypto::ServerSignatures;
+use wirekit_core::prudp::{PacketType, TypeFlags, Version};
 use wirekit_core::time::{Duration, Instant};
 
 use crate::counters::DropReason;
@@ -95,6 +107,9 @@ pub struct ServerStats {
     pub malformed_messages: AtomicU64,
     /// Responses the connection could not queue (send window full).
     pub send_refused: AtomicU64,
+    /// Connections a new connection from the same address and port replaced (a restarted
+    /// client; each is also in `connected`).
+    pub replaced: AtomicU64,
     /// Packets dropped, by the core's reason, at the listener and in connections.
     pub drops: [AtomicU64; ConnDrop::COUNT],
 }
@@ -149,6 +164,9 @@ impl std::fmt::Debug for HandlerConfig {
 /// One PRUDP connection in a worker's table.
 pub struct PrudpConnection {
     conn: Connection<Box<[u8]>>,
+    /// What the listener accepted from the CONNECT that opened it: a CONNECT accepted the same
+    /// way is that one again (retransmitted), not a new connection's.
+    accepted: Accepted,
     pid: Option<u64>,
     cid: u32,
     /// The negotiated PRUDP minor version.
@@ -240,6 +258,34 @@ impl PrudpHandler {
         &self.config
     }
 
+    /// The connection of a CONNECT the listener accepted (its workspace allocated here).
+    fn connection(&mut self, accepted: &Accepted, now: Instant) -> Open<PrudpConnection> {
+        let workspace =
+            vec![0u8; Connection::<Box<[u8]>>::workspace_len(&self.config)].into_boxed_slice();
+        let initial = u16::from_le_bytes(random::<2>());
+        match Connection::server(self.config, accepted, workspace, now, initial) {
+            Ok(conn) => {
+                self.stats.connected.fetch_add(1, Ordering::Relaxed);
+                Open::Accept(PrudpConnection {
+                    conn,
+                    accepted: *accepted,
+                    pid: accepted.pid,
+                    cid: accepted.cid,
+                    minor_version: (accepted.supported_functions & 0xFF) as u8,
+                    skip: accepted.consumed,
+                    opened: now,
+                    messages_in: 0,
+                    messages_out: 0,
+                })
+            }
+            // The CONNECT asked for more substreams than the connection keeps.
+            Err(_) => {
+                self.stats.count(ConnDrop::Negotiation);
+                Open::Refuse(code(ConnDrop::Negotiation))
+            }
+        }
+    }
+
     /// Delivers the connection's events to the dispatcher and queues its datagrams in the
     /// outbox.
     fn drive(
@@ -319,6 +365,27 @@ fn flush(conn: &mut Connection<Box<[u8]>>, peer: SocketAddr, now: Instant, out: 
     }
 }
 
+/// The type of the datagram's first packet, read from its header without checking anything
+/// (the listener or the connection checks the packet); `None` for one too short to hold it or
+/// without its version's magic.
+fn first_packet_type(version: Version, datagram: &[u8]) -> Option<PacketType> {
+    // v0: the type/flags field after the two ports (its low byte first); v1 and Lite: the
+    // type/flags u16 at byte 8. The type is in the low bits.
+    let raw = match version {
+        Version::V0(f) => {
+            let b = *datagram.get(2)?;
+            match f.type_flags {
+                TypeFlags::Byte => b & 0x07,
+                TypeFlags::Word => b & 0x0F,
+            }
+        }
+        Version::V1 if datagram.starts_with(&[0xEA, 0xD0]) => *datagram.get(8)? & 0x0F,
+        Version::Lite if datagram.first() == Some(&0x80) => *datagram.get(8)? & 0x0F,
+        Version::V1 | Version::Lite => return None,
+    };
+    Some(PacketType::from_raw(raw))
+}
+
 /// The reason a packet just counted in `after` was dropped (the first counter that grew).
 fn grown(before: &ConnCounters, after: &ConnCounters) -> Option<ConnDrop> {
     ConnDrop::ALL
@@ -351,31 +418,7 @@ impl DatagramHandler for PrudpHandler {
                 Ok(()) => Open::Stateless,
                 Err(reason) => Open::Refuse(reason),
             },
-            ServerOutput::Accepted(accepted) => {
-                let workspace = vec![0u8; Connection::<Box<[u8]>>::workspace_len(&self.config)]
-                    .into_boxed_slice();
-                let initial = u16::from_le_bytes(random::<2>());
-                match Connection::server(self.config, &accepted, workspace, now, initial) {
-                    Ok(conn) => {
-                        self.stats.connected.fetch_add(1, Ordering::Relaxed);
-                        Open::Accept(PrudpConnection {
-                            conn,
-                            pid: accepted.pid,
-                            cid: accepted.cid,
-                            minor_version: (accepted.supported_functions & 0xFF) as u8,
-                            skip: accepted.consumed,
-                            opened: now,
-                            messages_in: 0,
-                            messages_out: 0,
-                        })
-                    }
-                    // The CONNECT asked for more substreams than the connection keeps.
-                    Err(_) => {
-                        self.stats.count(ConnDrop::Negotiation);
-                        Open::Refuse(code(ConnDrop::Negotiation))
-                    }
-                }
-            }
+            ServerOutput::Accepted(accepted) => self.connection(&accepted, now),
             ServerOutput::Dropped(reason) => {
                 self.stats.count(reason);
                 if matches!(
@@ -394,6 +437,63 @@ impl DatagramHandler for PrudpHandler {
                 Open::Refuse(code(reason))
             }
             ServerOutput::Nothing => Open::Refuse(DropReason::Unroutable),
+        }
+    }
+
+    fn reopen(
+        &mut self,
+        key: &ConnectionKey,
+        state: &PrudpConnection,
+        datagram: &[u8],
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Option<Open<PrudpConnection>> {
+        // Everything but a handshake goes to the connection, decided by one header byte.
+        let handshake = first_packet_type(self.config.settings.version, datagram)?;
+        if !matches!(handshake, PacketType::Syn | PacketType::Connect) {
+            return None;
+        }
+        self.last_now = now;
+        // Accepted with the old connection's session id, a retransmission of its CONNECT
+        // compares equal to what opened it.
+        let session_id = state.accepted.session_id;
+        match self
+            .server
+            .handle(datagram, key.peer, now, session_id, &mut self.reply)
+        {
+            // A SYN: a new peer's answer (a restarted client's offer may differ from what
+            // the old connection negotiated), nothing asked of the old connection.
+            ServerOutput::Reply(n) => Some(match out.push(key.peer, &self.reply[..n]) {
+                Ok(()) => Open::Stateless,
+                Err(reason) => Open::Refuse(reason),
+            }),
+            ServerOutput::Accepted(mut accepted) => {
+                let mut again = accepted;
+                again.consumed = state.accepted.consumed;
+                if again == state.accepted {
+                    // The same CONNECT (its CONNECT-ACK was lost): the connection answers.
+                    return None;
+                }
+                // On a secure server only the same user replaces its connection: another
+                // user's valid ticket, sent from this address by someone who saw the
+                // handshake, cannot end it.
+                if accepted.pid != state.accepted.pid {
+                    return None;
+                }
+                // Lite has no session ids.
+                if !matches!(self.config.settings.version, Version::Lite) {
+                    let [session_id] = random::<1>();
+                    accepted.session_id = session_id;
+                }
+                let open = self.connection(&accepted, now);
+                if let Open::Accept(_) = open {
+                    self.stats.replaced.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(open)
+            }
+            // Not a handshake the listener takes (a forged or malformed one, a bad ticket):
+            // the old connection drops or answers it as it always did, and counts it.
+            ServerOutput::Dropped(_) | ServerOutput::Nothing => None,
         }
     }
 
@@ -461,6 +561,7 @@ impl DatagramHandler for PrudpHandler {
     fn closed(&mut self, key: &ConnectionKey, state: PrudpConnection, reason: CloseReason) {
         let why = match (state.conn.state(), reason) {
             (_, CloseReason::NotAdmitted) => "not admitted (table full)",
+            (_, CloseReason::Replaced) => "replaced (the client connected again)",
             (State::Closed(r), _) => match r {
                 DisconnectReason::Local => "closed by the server",
                 DisconnectReason::Peer => "disconnected by the client",

@@ -20,6 +20,14 @@
 //! per worker: a source address that spreads its ports over all workers can hold
 //! `workers * max_per_source` connections.
 //!
+//! # Restarted peers
+//! A peer that restarts and opens a new connection from the same address and virtual port
+//! reaches the old connection's key. Before a datagram goes to a connection, the handler's
+//! [`DatagramHandler::reopen`] may decide it as if the peer were new: answered statelessly (the
+//! connection untouched), dropped, or a new connection that replaces the old one (closed as
+//! [`CloseReason::Replaced`], then the new one added as for a new peer). Only the handler can
+//! tell a new connection from the old one's retransmitted handshake; the table does the rest.
+//!
 //! # Allocation
 //! Everything is reserved when a worker is made; receiving, routing, looking a connection up,
 //! handling and sending allocate nothing (`tests/tests/nex_alloc.rs` counts it).
@@ -76,6 +84,9 @@ pub enum CloseReason {
     /// worker checks the table's room before it asks `open`, so the worker itself does not
     /// reach this.
     NotAdmitted,
+    /// [`DatagramHandler::reopen`] accepted a new connection from the same peer and virtual
+    /// port (a client that restarted): this one made way for it. Counted as closed.
+    Replaced,
 }
 
 /// The protocol side of a worker: routes datagrams to connections and drives each
@@ -107,6 +118,33 @@ pub trait DatagramHandler {
         now: Instant,
         out: &mut Outbox,
     ) -> Open<Self::State>;
+
+    /// A datagram for a key that has a connection, asked before
+    /// [`datagram`](DatagramHandler::datagram): `None` hands it to the connection (the
+    /// default); `Some` decides it as for a peer with no connection, which a peer that
+    /// restarted on the same address and port is:
+    ///
+    /// - [`Open::Accept`]: a new connection replaces this one. The old one is removed, counted
+    ///   as closed and handed to [`closed`](DatagramHandler::closed) with
+    ///   [`CloseReason::Replaced`]; the new one is added as [`open`](DatagramHandler::open)'s
+    ///   would be (the table's checks, counted as opened) and handed the datagram.
+    /// - [`Open::Stateless`]: answered without state; the connection is not touched (its idle
+    ///   timer does not restart).
+    /// - [`Open::Refuse`]: dropped and counted; the connection is not touched.
+    ///
+    /// It runs for every datagram of every connection: it should look at no more than it
+    /// needs to pass an ordinary datagram on, and allocate nothing for it.
+    fn reopen(
+        &mut self,
+        key: &ConnectionKey,
+        state: &Self::State,
+        datagram: &[u8],
+        now: Instant,
+        out: &mut Outbox,
+    ) -> Option<Open<Self::State>> {
+        let _ = (key, state, datagram, now, out);
+        None
+    }
 
     /// A datagram for a connection.
     fn datagram(
@@ -530,8 +568,9 @@ pub(crate) fn tick_all<H: DatagramHandler>(
     });
 }
 
-/// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer;
-/// notes the connection in `touched` for the batch's end.
+/// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer
+/// (or one [`DatagramHandler::reopen`] takes for new); notes the connection in `touched` for
+/// the batch's end.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch<H: DatagramHandler>(
     handler: &mut H,
@@ -548,10 +587,23 @@ pub(crate) fn dispatch<H: DatagramHandler>(
         return;
     };
     let key = ConnectionKey::new(peer, source);
-    if deliver(
-        handler, table, outbox, touched, counters, key, datagram, now,
+    match deliver(
+        handler, table, outbox, touched, counters, key, datagram, now, true,
     ) {
-        return;
+        Delivered::Done => return,
+        Delivered::Absent => {}
+        Delivered::Replace(state) => {
+            // The old connection leaves as any other does; the new one then takes the key
+            // as a new peer's would (after the removal the table has room for it).
+            if let Some(old) = table.remove(&key) {
+                counters.closed(false);
+                handler.closed(&key, old, CloseReason::Replaced);
+            }
+            admit(
+                handler, table, outbox, touched, counters, key, state, datagram, now,
+            );
+            return;
+        }
     }
     // A new connection needs room before anything is done for it: a handler's open may
     // allocate and verify (a PRUDP CONNECT's workspace, its ticket), which a flood from a
@@ -561,20 +613,39 @@ pub(crate) fn dispatch<H: DatagramHandler>(
         return;
     }
     match handler.open(&key, datagram, now, outbox) {
-        Open::Accept(state) => match table.insert(key, state, now) {
-            Ok(_) => {
-                counters.opened();
-                deliver(
-                    handler, table, outbox, touched, counters, key, datagram, now,
-                );
-            }
-            Err((e, state)) => {
-                counters.dropped(insert_drop(e));
-                handler.closed(&key, state, CloseReason::NotAdmitted);
-            }
-        },
+        Open::Accept(state) => admit(
+            handler, table, outbox, touched, counters, key, state, datagram, now,
+        ),
         Open::Stateless => {}
         Open::Refuse(reason) => counters.dropped(reason),
+    }
+}
+
+/// Adds a connection the handler accepted and hands it the datagram that opened it; one the
+/// table does not take goes back to the handler as [`CloseReason::NotAdmitted`].
+#[allow(clippy::too_many_arguments)]
+fn admit<H: DatagramHandler>(
+    handler: &mut H,
+    table: &mut ConnectionTable<H::State>,
+    outbox: &mut Outbox,
+    touched: &mut Vec<ConnectionKey>,
+    counters: &Counters,
+    key: ConnectionKey,
+    state: H::State,
+    datagram: &[u8],
+    now: Instant,
+) {
+    match table.insert(key, state, now) {
+        Ok(_) => {
+            counters.opened();
+            deliver(
+                handler, table, outbox, touched, counters, key, datagram, now, false,
+            );
+        }
+        Err((e, state)) => {
+            counters.dropped(insert_drop(e));
+            handler.closed(&key, state, CloseReason::NotAdmitted);
+        }
     }
 }
 
@@ -587,8 +658,19 @@ fn insert_drop(e: InsertError) -> DropReason {
     }
 }
 
-/// Hands the datagram to the connection of `key`, if the table has it (false if not), and
-/// acts on its verdict.
+/// What [`deliver`] did with a datagram.
+enum Delivered<S> {
+    /// The table has no connection for the key.
+    Absent,
+    /// The connection (or [`DatagramHandler::reopen`]) took it.
+    Done,
+    /// [`DatagramHandler::reopen`] accepted a new connection in place of the old one.
+    Replace(S),
+}
+
+/// Hands the datagram to the connection of `key`, if the table has it, and acts on its
+/// verdict; first, if `reopen`, asks [`DatagramHandler::reopen`] whether it is a new
+/// connection's (not for the datagram that just opened one).
 #[allow(clippy::too_many_arguments)]
 fn deliver<H: DatagramHandler>(
     handler: &mut H,
@@ -599,10 +681,22 @@ fn deliver<H: DatagramHandler>(
     key: ConnectionKey,
     datagram: &[u8],
     now: Instant,
-) -> bool {
+    reopen: bool,
+) -> Delivered<H::State> {
     let Some(state) = table.get_mut(&key) else {
-        return false;
+        return Delivered::Absent;
     };
+    if reopen {
+        match handler.reopen(&key, state, datagram, now, outbox) {
+            None => {}
+            Some(Open::Accept(new)) => return Delivered::Replace(new),
+            Some(Open::Stateless) => return Delivered::Done,
+            Some(Open::Refuse(reason)) => {
+                counters.dropped(reason);
+                return Delivered::Done;
+            }
+        }
+    }
     let verdict = handler.datagram(&key, state, datagram, now, outbox);
     if verdict != Verdict::Close && !touched.iter().rev().take(TOUCHED_SCAN).any(|k| *k == key) {
         // Never past the reserved capacity: a batch that reaches more connections than it
@@ -623,7 +717,7 @@ fn deliver<H: DatagramHandler>(
             }
         }
     }
-    true
+    Delivered::Done
 }
 
 /// Binds `workers` UDP sockets to `addr` (with `SO_REUSEPORT` when there is more than one;
@@ -696,6 +790,111 @@ mod tests {
         );
         assert_eq!(source_port(Version::Lite, &lite[..5]), None);
         assert_eq!(source_port(Version::Lite, &v1), None);
+    }
+
+    /// Opens a connection whose state is the generation byte at 8; `reopen` takes a datagram
+    /// saying `N<generation>` for a new connection, `S` for a stateless answer, `R` for a drop.
+    #[derive(Default)]
+    struct Generations {
+        seen: Vec<(u8, u8)>,
+        closed: Vec<(u8, CloseReason)>,
+    }
+
+    impl DatagramHandler for Generations {
+        type State = u8;
+
+        fn version(&self) -> Version {
+            Version::V1
+        }
+
+        fn open(&mut self, _: &ConnectionKey, d: &[u8], _: Instant, _: &mut Outbox) -> Open<u8> {
+            Open::Accept(d[9])
+        }
+
+        fn reopen(
+            &mut self,
+            key: &ConnectionKey,
+            _: &u8,
+            d: &[u8],
+            _: Instant,
+            out: &mut Outbox,
+        ) -> Option<Open<u8>> {
+            match d[8] {
+                b'N' => Some(Open::Accept(d[9])),
+                b'S' => Some(match out.push(key.peer, b"stateless") {
+                    Ok(()) => Open::Stateless,
+                    Err(r) => Open::Refuse(r),
+                }),
+                b'R' => Some(Open::Refuse(DropReason::Refused)),
+                _ => None,
+            }
+        }
+
+        fn datagram(
+            &mut self,
+            _: &ConnectionKey,
+            state: &mut u8,
+            d: &[u8],
+            _: Instant,
+            _: &mut Outbox,
+        ) -> Verdict {
+            self.seen.push((*state, d[8]));
+            Verdict::Keep
+        }
+
+        fn closed(&mut self, _: &ConnectionKey, state: u8, reason: CloseReason) {
+            self.closed.push((state, reason));
+        }
+    }
+
+    #[test]
+    fn reopen_replaces_answers_or_drops_without_the_connection() {
+        let limits = TableLimits {
+            max_connections: 1,
+            max_per_source: 1,
+            idle_timeout: Duration::from_secs(10),
+        };
+        let mut h = Generations::default();
+        let mut table = ConnectionTable::new(limits);
+        let mut outbox = Outbox::new(4, 64);
+        let mut touched = Vec::with_capacity(4);
+        let counters = Counters::default();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+        let key = ConnectionKey::new(peer, VirtualPort::new(10, 15));
+        let d = |kind: u8, generation: u8| [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1, kind, generation];
+        let mut send = |h: &mut Generations, datagram: [u8; 10], at: u64| {
+            dispatch(
+                h,
+                &mut table,
+                &mut outbox,
+                &mut touched,
+                &counters,
+                peer,
+                &datagram,
+                Instant::from_millis(at),
+            );
+        };
+        send(&mut h, d(b'N', 1), 0);
+        send(&mut h, d(b'x', 0), 1);
+        // Answered and dropped without the connection, which neither sees them nor is closed.
+        send(&mut h, d(b'S', 0), 2);
+        send(&mut h, d(b'R', 0), 3);
+        assert_eq!(h.seen, [(1, b'N'), (1, b'x')]);
+        assert!(h.closed.is_empty());
+        // A new connection in place of the old one, in a full table: the old one is closed
+        // and counted, the new one opened and handed the datagram.
+        send(&mut h, d(b'N', 2), 4);
+        send(&mut h, d(b'y', 0), 5);
+        assert_eq!(h.closed, [(1, CloseReason::Replaced)]);
+        assert_eq!(h.seen[2..], [(2, b'N'), (2, b'y')]);
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.get_mut(&key), Some(&mut 2));
+        let s = counters.snapshot();
+        assert_eq!((s.opened, s.closed, s.expired), (2, 1, 0));
+        assert_eq!(s.dropped(DropReason::Refused), 1);
+        assert_eq!(s.dropped_total(), 1);
+        assert_eq!(outbox.len(), 1);
+        assert_eq!(outbox.get(0), (peer, &b"stateless"[..]));
     }
 
     #[test]
