@@ -549,14 +549,28 @@ fn driver_echoes_and_sees_the_peer_close() {
             Step::Data(ping[..2].to_vec()),
             Step::Wait(Duration::from_secs(1)),
             Step::Data(ping[2..].to_vec()),
-            // After the first frame there is no deadline: a long wait is fine.
-            Step::Wait(Duration::from_secs(60)),
+            // After the first frame the idle timeout (60 s) applies: a wait within it is fine.
+            Step::Wait(Duration::from_secs(59)),
             Step::Data([&big[..], &ping[..]].concat()),
             Step::Eof,
         ],
     );
     assert_eq!(ended, Ended::PeerClosed);
     assert_eq!(sent, [&ping[..], &big[..], &ping[..]].concat());
+    // Past it, the driver ends the connection, whatever was half sent.
+    let (ended, sent) = serve(
+        Config::new().with_idle_timeout(Duration::from_secs(5)),
+        [
+            Step::Data(ping.clone()),
+            Step::Wait(Duration::from_secs(3)),
+            Step::Data(ping[..2].to_vec()),
+            Step::Wait(Duration::from_secs(3)),
+            Step::Data(ping[2..].to_vec()),
+            Step::Eof,
+        ],
+    );
+    assert_eq!(ended, Ended::Session(SessionError::IdleTimeout));
+    assert_eq!(sent, ping);
 }
 
 #[test]
