@@ -352,6 +352,7 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             "connections": s.connected.load(Relaxed),
             "closed": d.closed,
             "expired": d.expired,
+            "replaced": s.replaced.load(Relaxed),
             "requests": s.requests.load(Relaxed),
             "responses": s.responses.load(Relaxed),
             "malformed_messages": s.malformed_messages.load(Relaxed),
