@@ -661,7 +661,9 @@ async fn route_status(
 }
 
 /// Asks route `i`'s upstreams (in balance order, the first that connects) for the status and
-/// caches the answer; `None` (noted in the cache) if none gave one.
+/// caches the answer; `None` if none gave one. Only no upstream connecting is noted as the
+/// route failing (its fallback held): an upstream that connects and refuses this request (it
+/// may throttle this client, or dislike its handshake) says nothing of the others' requests.
 #[allow(clippy::too_many_arguments)]
 async fn fetch_status(
     shared: &Shared,
@@ -690,6 +692,7 @@ async fn fetch_status(
             }
             Err(e) => debug!(upstream = %addr, error = %e, "status from upstream failed"),
         }
+        return None;
     }
     rt.cache.failed(i);
     None

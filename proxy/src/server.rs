@@ -816,17 +816,42 @@ mod tests {
         /// again for a moment (at most the TTL), each with its own protocol number.
         #[tokio::test]
         async fn the_fallback_is_held_briefly_after_the_upstreams_fail() {
-            let (up, accepted) = upstream(|s| async move { drop(s) }).await;
-            let (addr, _handle, stop) = start(one_route(up), None).await;
+            // No upstream listening: every connect is refused.
+            let down = {
+                let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                l.local_addr().unwrap()
+            };
+            let (addr, handle, stop) = start(one_route(down), None).await;
+            let connects = || {
+                let text = handle.metrics().render();
+                text.lines()
+                    .find_map(|l| l.strip_prefix("wirekit_proxy_upstream_connect_seconds_count "))
+                    .map(|n| n.parse::<u64>().unwrap())
+                    .unwrap()
+            };
             for protocol in [340, 47, 340, 9999] {
                 let json = status(addr, protocol).await;
                 assert!(json.contains("Server unavailable"), "{json}");
                 assert!(json.contains(&format!("\"protocol\":{protocol}")), "{json}");
             }
-            assert_eq!(accepted.load(Ordering::SeqCst), 1);
-            // Past the hold, the upstream is asked again.
+            assert_eq!(connects(), 1);
+            // Past the hold, the upstream is tried again.
             tokio::time::sleep(crate::status::FALLBACK_HOLD + Duration::from_millis(100)).await;
             status(addr, 340).await;
+            assert_eq!(connects(), 2);
+            stop.cancel();
+        }
+
+        /// An upstream that connects and refuses one request (it may throttle that client)
+        /// is asked again by the next: only no upstream connecting holds the fallback.
+        #[tokio::test]
+        async fn an_upstream_that_refuses_one_request_is_asked_by_the_next() {
+            let (up, accepted) = upstream(|s| async move { drop(s) }).await;
+            let (addr, _handle, stop) = start(one_route(up), None).await;
+            for protocol in [340, 340] {
+                let json = status(addr, protocol).await;
+                assert!(json.contains("Server unavailable"), "{json}");
+            }
             assert_eq!(accepted.load(Ordering::SeqCst), 2);
             stop.cancel();
         }
