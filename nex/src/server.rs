@@ -227,6 +227,10 @@ impl std::fmt::Debug for PrudpHandler {
 }
 
 /// The worker's drop code for a core reason.
+/// How old a connection must be before a new CONNECT from its address replaces it
+/// ([`DatagramHandler::reopen`]).
+pub const REPLACE_AFTER: Duration = Duration::from_secs(1);
+
 const fn code(reason: ConnDrop) -> DropReason {
     DropReason::Protocol(reason as u8)
 }
@@ -454,6 +458,15 @@ impl DatagramHandler for PrudpHandler {
             return None;
         }
         self.last_now = now;
+        // A connection younger than REPLACE_AFTER is not replaced (its CONNECT goes to it, as
+        // a retransmission would): a peer cannot make the listener check a ticket and set up
+        // a connection per datagram by replacing its own over and over. A restarted client's
+        // CONNECT retransmission comes after it.
+        if handshake == PacketType::Connect
+            && now.saturating_duration_since(state.opened) < REPLACE_AFTER
+        {
+            return None;
+        }
         // Accepted with the old connection's session id, a retransmission of its CONNECT
         // compares equal to what opened it.
         let session_id = state.accepted.session_id;

@@ -25,7 +25,7 @@ use wirekit_core::prudp::conn::{
 use wirekit_core::prudp::crypto::{ServerSignatures, client_connection_signature};
 use wirekit_core::prudp::{Version, VirtualPort};
 use wirekit_core::time::Instant;
-use wirekit_nex::server::{HandlerConfig, PrudpHandler, Role, ServerStats};
+use wirekit_nex::server::{HandlerConfig, PrudpHandler, REPLACE_AFTER, Role, ServerStats};
 use wirekit_nex::{Counters, Worker, WorkerConfig};
 use wirekit_tests::nex_worker::loopback_worker;
 
@@ -364,7 +364,10 @@ fn a_restarted_client_on_the_same_port_replaces_its_old_connection() {
         a.connect();
         a.call(1);
         drop(a);
-        // The restart: same address and port, a new session id (same client signature).
+        // The restart (a process restarting takes longer than REPLACE_AFTER; a CONNECT
+        // sooner goes to the live connection, and its retransmission replaces it): same
+        // address and port, a new session id (same client signature).
+        std::thread::sleep(REPLACE_AFTER.into());
         let socket = UdpSocket::bind(addr).unwrap();
         let mut b = Client::new(socket, server, client_conn(server, 0x22, 4, None));
         b.connect();
@@ -378,6 +381,42 @@ fn a_restarted_client_on_the_same_port_replaces_its_old_connection() {
     assert_eq!(s.stats.connected.load(Relaxed), 2);
     assert_eq!(s.stats.replaced.load(Relaxed), 1);
     assert_eq!(s.stats.requests.load(Relaxed), 3);
+    assert_eq!(s.worker.table().len(), 1);
+}
+
+/// A connection younger than `REPLACE_AFTER` is not replaced: a new session's CONNECT goes to
+/// it (and is dropped there) until then, so a peer cannot have the listener set up a
+/// connection per datagram; the new session's retransmission past it replaces the old one.
+#[test]
+fn a_connection_younger_than_replace_after_is_not_replaced() {
+    let mut s = setup(None);
+    let stats = s.stats.clone();
+    s.serve(move |server| {
+        let socket = loopback();
+        let mut a = Client::new(
+            socket.try_clone().unwrap(),
+            server,
+            client_conn(server, 0x11, 4, None),
+        );
+        a.connect();
+        let opened = std::time::Instant::now();
+        let mut b = Client::new(socket, server, client_conn(server, 0x22, 4, None));
+        let young: Duration = REPLACE_AFTER.into();
+        let early = b.wait(young.saturating_sub(opened.elapsed()) / 2);
+        assert!(
+            early.is_err(),
+            "connected while the old connection was young"
+        );
+        assert_eq!(stats.replaced.load(Relaxed), 0);
+        b.connect();
+        assert!(
+            opened.elapsed() >= young,
+            "replaced at {:?}",
+            opened.elapsed()
+        );
+        b.call(1);
+    });
+    assert_eq!(s.stats.replaced.load(Relaxed), 1);
     assert_eq!(s.worker.table().len(), 1);
 }
 
