@@ -33,6 +33,21 @@ struct Input {
     plain: Vec<u8>,
     flip: (u16, u8),
     key_len: u8,
+    /// A session key length no buffer holds, when `key_len`'s top bits ask for one.
+    wide_len: u64,
+}
+
+impl Input {
+    /// The session key length the opening calls are given: a plausible one (under 40) for
+    /// most inputs, else any `usize`, or one within 64 of `usize::MAX` (where `len + pid + 4`
+    /// overflows).
+    fn session_key_len(&self) -> usize {
+        match self.key_len >> 6 {
+            3 => usize::MAX - (self.wide_len % 64) as usize,
+            2 => self.wide_len as usize,
+            _ => usize::from(self.key_len) % 40,
+        }
+    }
 }
 
 fn rc4(key: &[u8], data: &mut [u8]) {
@@ -182,16 +197,15 @@ fuzz_target!(|input: Input| {
                 (input.issued, input.source_pid, &input.session_key[..])
             );
             // Any other session key length: the reference reading of the plaintext decides.
-            let other_len = usize::from(input.key_len);
+            let other_len = input.session_key_len();
             let mut plain = out[..n - 16].to_vec();
             rc4(&input.user_key, &mut plain);
             let pid = if input.pid64 { 8 } else { 4 };
-            let fits = plain
-                .get(other_len + pid..other_len + pid + 4)
-                .is_some_and(|l| {
-                    let l = u32::from_le_bytes(l.try_into().unwrap()) as usize;
-                    other_len + pid + 4 + l == plain.len()
-                });
+            let field = other_len.checked_add(pid).filter(|&at| at <= plain.len());
+            let fits = field.and_then(|at| plain.get(at..at + 4)).is_some_and(|l| {
+                let l = u32::from_le_bytes(l.try_into().unwrap()) as usize;
+                other_len + pid + 4 + l == plain.len()
+            });
             let mut t = out.clone();
             match open_ticket(format, &input.user_key, &mut t, other_len) {
                 Ok(o) => assert!(fits && o.session_key == &plain[..other_len]),
@@ -220,7 +234,7 @@ fuzz_target!(|input: Input| {
 
     // Arbitrary plaintexts sealed under the right keys: the parsing behind the checksum.
     if usable(&input.user_key) {
-        let k = usize::from(input.key_len) % 40;
+        let k = input.session_key_len();
         let mut sealed = seal(&input.user_key, &input.plain);
         let total = sealed.len();
         match open_ticket(format, &input.user_key, &mut sealed, k) {
@@ -237,7 +251,7 @@ fuzz_target!(|input: Input| {
         }
     }
     if usable(&input.target_key) {
-        let k = usize::from(input.key_len) % 40;
+        let k = input.session_key_len();
         let mut internal = if input.v1 {
             // u32 16 | random | u32 length | sealed under MD5(target key || random).
             let mut key = input.target_key.clone();
@@ -269,7 +283,7 @@ fuzz_target!(|input: Input| {
     // Arbitrary bytes as a ticket and as an internal ticket, as a client could send them: the
     // length fields of version 1's framing are read before any checksum. Each is refused with
     // a typed error and the buffer untouched (nothing forges the HMAC).
-    let k = usize::from(input.key_len) % 40;
+    let k = input.session_key_len();
     for (key, internal) in [(&input.user_key, false), (&input.target_key, true)] {
         let mut bytes = input.plain.clone();
         let result = if internal {

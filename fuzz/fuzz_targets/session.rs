@@ -232,23 +232,54 @@ fuzz_target!(|input: Input| {
     let room = usize::from(input.room) % config.max_output_len() + 1;
     let start = Instant::from_millis(u64::from(input.start));
     let feed = Feed {
-        stream: &stream,
-        cuts: &input.cuts,
+        pieces: pieces::pieces(&stream, &input.cuts),
         start,
         clock: &input.clock,
     };
-    let (sent, consumed_total, closing, proxied, end) = if input.zlib {
-        let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor);
-        drive(&config, &mut ws, &counters, &feed, room)
-    } else {
-        drive(
-            &config,
-            &mut Workspace::new(&mut scratch),
-            &counters,
-            &feed,
-            room,
-        )
+    let mut run = |feed: &Feed<'_>, counters: &AtomicCounters| {
+        if input.zlib {
+            let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor);
+            drive(&config, &mut ws, counters, feed, room)
+        } else {
+            drive(
+                &config,
+                &mut Workspace::new(&mut scratch),
+                counters,
+                feed,
+                room,
+            )
+        }
     };
+    let Run {
+        sent,
+        consumed: consumed_total,
+        closing,
+        at_end: _,
+        proxied,
+        end,
+    } = run(&feed, &counters);
+    // Bytes arriving later never change what was already done: the same feed cut off before
+    // the raw tail (the same pieces at the same times) sent a prefix of what the whole feed
+    // sent. Its connection ended without an error, or at its end in the middle of a frame, or
+    // with an error the whole feed gives at the same place. An error that the tail brought comes
+    // only after every request before it was consumed and answered.
+    if !input.tail.is_empty() {
+        let before_tail = stream.len() - input.tail.len();
+        let cut = run(&feed.prefix(before_tail), &AtomicCounters::new());
+        assert!(
+            sent.starts_with(&cut.sent),
+            "the tail changed what was sent before it"
+        );
+        match cut.closing {
+            None => assert!(cut.consumed == before_tail && consumed_total >= before_tail),
+            Some(_) if cut.at_end => assert!(consumed_total >= cut.consumed),
+            Some(e) => assert_eq!(
+                (&sent, consumed_total, closing),
+                (&cut.sent, cut.consumed, Some(e)),
+                "an error before the tail"
+            ),
+        }
+    }
     // The client address the policy says, once a header was accepted (`None`: no header
     // read, a LOCAL one, or the policy ignores it).
     if let Some(proxied) = proxied {
@@ -295,6 +326,12 @@ fuzz_target!(|input: Input| {
                 at += fr.consumed;
             }
             assert_eq!(at, sent.len());
+            let n = expected.len() as u64;
+            assert_eq!(
+                (s.frames_in, s.frames_out),
+                (n, n),
+                "a frame counted per echo"
+            );
             return;
         }
         let mut at = 0;
@@ -339,32 +376,64 @@ fuzz_target!(|input: Input| {
             }
         }
         assert_eq!(at, sent.len(), "no reply left over");
+        let n = expected.len() as u64;
+        assert_eq!(
+            (s.frames_in, s.frames_out),
+            (n, n + u64::from(announced.is_some())),
+            "a frame counted per request and per reply, the greeting included"
+        );
     }
 });
 
 /// What the peer sends: the stream, where it is cut into pieces, and when they arrive.
 struct Feed<'a> {
-    stream: &'a [u8],
-    cuts: &'a [u16],
+    pieces: Vec<&'a [u8]>,
     start: Instant,
     clock: &'a [u16],
 }
 
-/// Drives a session over the feed: `(bytes sent, bytes consumed, the error that closed the
-/// connection, the session's proxied source if it got past the header phase)`.
+impl<'a> Feed<'a> {
+    /// The same feed cut off after its first `len` bytes: the same pieces at the same times,
+    /// the one holding byte `len` shortened.
+    fn prefix(&self, len: usize) -> Feed<'a> {
+        let mut left = len;
+        let mut pieces = Vec::new();
+        for p in &self.pieces {
+            if left == 0 && !pieces.is_empty() {
+                break;
+            }
+            let n = p.len().min(left);
+            pieces.push(&p[..n]);
+            left -= n;
+        }
+        Feed {
+            pieces,
+            start: self.start,
+            clock: self.clock,
+        }
+    }
+}
+
+/// What [`drive`] saw: the bytes sent, the bytes consumed, the error that closed the connection
+/// (and whether it was `end_of_input`'s), the proxied source once past the header phase, and
+/// the time of the last piece.
+struct Run {
+    sent: Vec<u8>,
+    consumed: usize,
+    closing: Option<SessionError>,
+    at_end: bool,
+    proxied: Option<Option<SocketAddr>>,
+    end: Instant,
+}
+
+/// Drives a session over the feed.
 fn drive<S: AsMut<[u32]>>(
     config: &Config,
     ws: &mut Workspace<'_, S>,
     counters: &AtomicCounters,
     feed: &Feed<'_>,
     mut room: usize,
-) -> (
-    Vec<u8>,
-    usize,
-    Option<SessionError>,
-    Option<Option<SocketAddr>>,
-    Instant,
-) {
+) -> Run {
     let mut now = feed.start;
     let mut session = Session::new(config, now);
     let deadline = feed.start + Duration::from_secs(5);
@@ -376,7 +445,7 @@ fn drive<S: AsMut<[u32]>>(
     let mut sent = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
     let (mut consumed_total, mut error) = (0usize, None);
-    let mut pieces = pieces::pieces(feed.stream, feed.cuts).into_iter();
+    let mut pieces = feed.pieces.iter().copied();
     let mut first = true;
     let idle_timeout = (config.idle_timeout() != Duration::MAX).then_some(config.idle_timeout());
     // Frames out so far, and the time of the last call that served a request.
@@ -463,12 +532,20 @@ fn drive<S: AsMut<[u32]>>(
     if error.is_none() {
         assert_eq!(end.is_ok(), pending.is_empty());
     }
+    let at_end = error.is_none() && end.is_err();
     let closing = error.or(end.err());
     // Once the header phase is over the header was accepted (or skipped), whatever ended the
     // connection later.
     let proxied = (!session.in_header()).then(|| session.proxied_source());
     session.finish(counters, closing.as_ref());
-    (sent, consumed_total, closing, proxied, now)
+    Run {
+        sent,
+        consumed: consumed_total,
+        closing,
+        at_end,
+        proxied,
+        end: now,
+    }
 }
 
 /// A 5-byte buffer for a threshold's VarInt, kept in `g`.
