@@ -84,7 +84,17 @@ pub fn run() -> Result<(), String> {
     let new = format!("{}{section}{}", &old[..b], &old[e + END.len()..]);
     std::fs::write(&path, new).map_err(|e| format!("{}: {e}", path.display()))?;
     println!("\n{table}\nwrote {}", path.display());
-    Ok(())
+    // FUZZING.md carries the same table in its reliability report.
+    crate::fuzz::write_report()
+}
+
+/// `LOAD.md`'s generated section (its stamp and table), without the markers; `None` when the
+/// file or the section is missing.
+pub fn generated_section() -> Option<String> {
+    let text = std::fs::read_to_string(root().join(REPORT)).ok()?;
+    let b = text.find(BEGIN)? + BEGIN.len();
+    let e = text.find(END)?;
+    (b <= e).then(|| text[b..e].trim().to_owned())
 }
 
 /// The recorded figures as a markdown table, the tests in [`TESTS`]' order and each test's
