@@ -960,4 +960,41 @@ fn a_declared_frame_length_alone_commits_no_memory() {
     );
     bystander.echo(b"still serving").unwrap();
     drop(held);
+    // The server's own counters (its stats reply) see every held connection end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while bystander.stats().unwrap().errors < CLIENTS as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "the held connections were not all closed within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(bystander);
+    let (status, lines) = server.stop();
+    assert!(status.success(), "wirekit serve exited with {status}");
+    // Each held client closed mid-frame: counted as a protocol end (`Truncated`), logged or
+    // its line counted as dropped; the bystander's clean close too.
+    let counts = close_counts(&lines);
+    assert_eq!(counts["protocol"], CLIENTS as u64, "{counts:?}");
+    assert_eq!(counts["peer_closed"], 1, "{counts:?}");
+    let mid_frame = closes_with_why(&lines, "peer closed the connection mid-frame").len() as u64;
+    assert_eq!(
+        mid_frame + counts["lines_suppressed"],
+        CLIENTS as u64,
+        "every mid-frame close logged or counted: {counts:?}"
+    );
+    record(
+        "load_faults",
+        &format!(
+            "{CLIENTS} clients that, after one echo, declare a 1 MiB frame (`--max-frame \
+             1048576`) and send nothing more"
+        ),
+        &format!(
+            "server RSS +{per_client} KiB a client while held; each closed mid-frame, counted \
+             `protocol`; {mid_frame} lines logged, {} counted as dropped; bystander served",
+            counts["lines_suppressed"]
+        ),
+        "under 64 KiB a client (the declared 1 MiB is not committed); every close counted, \
+         logged or counted as dropped",
+    );
 }
