@@ -34,10 +34,13 @@ use crate::server::{Runtime, Shared};
 use crate::settings::{Mode, Route, UnknownHost};
 use crate::status::{self, LegacyView};
 
-/// How a connection ended: normally (`Done`), or closed by the proxy (`Refused`, counted as
-/// a rejection and logged through the per-source log limiter).
+/// How a connection ended: normally (`Done`), by the client before login (`Left`, counted as
+/// closed, and logged through the per-source log limiter: a client that connects and closes
+/// in a loop would otherwise write a line per connection), or closed by the proxy (`Refused`,
+/// counted as a rejection and logged through the same limiter).
 pub(crate) enum Ended {
     Done(&'static str),
+    Left(&'static str),
     Refused(&'static str),
 }
 
@@ -113,6 +116,13 @@ pub(crate) async fn serve(
         Ended::Done(reason) => {
             shared.metrics.closed(reason);
             ("closed", reason, 0)
+        }
+        Ended::Left(reason) => {
+            shared.metrics.closed(reason);
+            match shared.allow_line(line.client.ip()) {
+                Some(suppressed) => ("closed", reason, suppressed),
+                None => return,
+            }
         }
         Ended::Refused(reason) => {
             shared.metrics.rejection(reason);
@@ -212,7 +222,7 @@ async fn run<'a>(
     let mut inbound = Inbound::new(stream, &prefix, deadline);
     let first = match inbound.first().await {
         Ok(f) => f,
-        Err(PreloginError::Closed) => return Ended::Done("closed_in_prelogin"),
+        Err(PreloginError::Closed) => return Ended::Left("closed_in_prelogin"),
         Err(e) => {
             debug!(%client, error = %e, "bad opening");
             return Ended::Refused(e.as_str());
@@ -229,7 +239,7 @@ async fn run<'a>(
             {
                 return refused(shared, Refusal::StatusRate);
             }
-            let kick = match legacy_kick(shared, rt, &ping, client, dst, line, gauge).await {
+            let kick = match legacy_kick(shared, rt, &ping, dst, line, gauge).await {
                 Ok(kick) => kick,
                 Err(reason) => return Ended::Refused(reason),
             };
@@ -310,15 +320,13 @@ async fn run<'a>(
             }
             let json = match (route_index, route) {
                 (Some(i), Some(r)) => {
-                    let handshake = upstream_handshake(
-                        r,
-                        inbound.bytes(frame.clone()),
-                        inbound.bytes(body.clone()),
-                    );
-                    route_status(
-                        shared, rt, i, r, protocol, client, dst, &host, &handshake, line,
-                    )
-                    .await
+                    // The fetch is made in a neutral identity (see `route_status`): of the
+                    // client's handshake it keeps the protocol, the port and the normalised host.
+                    let port = split_packet(inbound.bytes(body.clone()))
+                        .ok()
+                        .and_then(|p| Handshake::parse(p.data).ok())
+                        .map_or(25565, |hs| hs.port);
+                    route_status(shared, rt, i, r, protocol, port, &host, line).await
                 }
                 _ => status::fallback_json(
                     &crate::settings::StatusFallback {
@@ -333,7 +341,7 @@ async fn run<'a>(
             // handshake timeout rather than held open, with its admission.
             let response = status::response_frame(&json);
             if !write_within(&mut inbound.stream, &response, s.handshake_timeout).await {
-                return Ended::Done("client_error");
+                return Ended::Left("client_error");
             }
             // The Ping is always the proxy's to answer.
             inbound.discard_consumed();
@@ -502,22 +510,21 @@ pub(crate) async fn byte_relay(
 
 fn prelogin_end(e: PreloginError) -> Ended {
     match e {
-        PreloginError::Closed => Ended::Done("closed_in_prelogin"),
+        PreloginError::Closed => Ended::Left("closed_in_prelogin"),
         e => Ended::Refused(e.as_str()),
     }
 }
 
 /// The kick for a legacy ping: routed by the 1.6 ping's host (older pings carry none and get
-/// the default route), from the route's cached status, else the upstream's (asked in a modern
-/// status exchange), else its fallback. A legacy ping is held to the route's handshake bounds
-/// as a status request from before 1.7 (protocol 0). Counted in the metrics as a modern status
-/// is: a connection of its route, open in the status state while it is answered. `Err`: the
-/// refusal's reason.
+/// the default route), from the route's cached status for that host, else the upstream's
+/// (asked in a modern status exchange), else its fallback. A legacy ping is held to the route's
+/// handshake bounds as a status request from before 1.7 (protocol 0). Counted in the metrics as
+/// a modern status is: a connection of its route, open in the status state while it is
+/// answered. `Err`: the refusal's reason.
 async fn legacy_kick<'a>(
     shared: &Shared,
     rt: &'a Runtime,
     ping: &LegacyPing<'_>,
-    client: SocketAddr,
     dst: SocketAddr,
     line: &mut Line<'a>,
     gauge: &mut OpenGauge<'a>,
@@ -560,59 +567,62 @@ async fn legacy_kick<'a>(
         r.hosts
             .iter()
             .find(|h| !h.starts_with('*'))
-            .cloned()
+            .map(|h| {
+                let mut out = [0u8; 3 * MAX_HOST_LEN];
+                normalize_host(h, &mut out).unwrap_or("").to_owned()
+            })
             .unwrap_or_else(|| dst.ip().to_string())
     } else {
         host.clone()
     };
-    let as_handshake = |protocol_version| Handshake {
-        protocol_version,
+    let before_1_7 = Handshake {
+        protocol_version: 0,
         address: wirekit_core::minecraft::handshake::ServerAddress::host(&named),
         port,
         next_state: NextState::Status,
     };
-    let before_1_7 = as_handshake(0);
     for rule in [&r.handshake, &r.inspect.handshake] {
         if let Err(refusal) = rule.check(&before_1_7) {
             return Err(CloseReason::HandshakeRefused(refusal).label());
         }
     }
     gauge.set(&r.name, ConnState::Status);
-    let json = match rt.cache.any(i, r.status_ttl) {
+    let key = status::status_host(r, &named).key;
+    let json = match rt.cache.any(i, &key, r.status_ttl) {
         Some(json) => {
             shared.metrics.status("hit");
-            Some(json)
+            json
         }
         // Nothing cached: the upstream is asked in a modern status exchange (protocol -1, as a
-        // client that only probes sends, the host rewritten as the route says), whose answer is
-        // cached as any other.
-        None => {
-            let hs = as_handshake(-1);
-            let mut frame = vec![0u8; hs.frame_len()];
-            match hs.encode_frame(&mut frame) {
-                Ok(n) => {
-                    frame.truncate(n);
-                    let body_at = n - hs.encoded_len();
-                    let handshake = upstream_handshake(r, &frame, &frame[body_at..]);
-                    Some(
-                        route_status(shared, rt, i, r, -1, client, dst, &named, &handshake, line)
-                            .await,
-                    )
-                }
-                Err(_) => None,
-            }
-        }
+        // client that only probes sends), whose answer is cached as any other.
+        None => route_status(shared, rt, i, r, -1, port, &named, line).await,
     };
-    let view = json
-        .and_then(|json| LegacyView::from_json(&json))
-        .unwrap_or_else(|| LegacyView::from_fallback(&r.fallback));
+    let view =
+        LegacyView::from_json(&json).unwrap_or_else(|| LegacyView::from_fallback(&r.fallback));
     Ok(view.kick(ping))
 }
 
-/// The status of route `i` for `protocol`: from cache, else from an upstream (then cached),
-/// else the route's fallback. One fetch per route and protocol key runs at a time: requests
-/// that arrive meanwhile wait for its answer. After every upstream failed, the fallback is
-/// answered without asking them again for [`status::FALLBACK_HOLD`] (at most the TTL).
+/// How many fetches led by other requests a status request waits for when each ends in
+/// [`Fetched::Refused`](status::Fetched::Refused) before it asks on its own.
+const MAX_STATUS_JOINS: usize = 2;
+
+/// The status of route `i` for a client of `protocol` that asked for `host` (normalised, no
+/// Forge marker or TCPShield suffix) at `port`: from cache, else from an upstream (then
+/// cached), else the route's fallback.
+///
+/// The upstream is asked in a neutral identity ([`status::status_host`]): the handshake names
+/// the route's rewrite host, else `host`, with nothing the client appended; a PROXY v2 header
+/// (when the route sends one) names the proxy's own connection to the upstream, not the
+/// client. The answer is cached under the route, the protocol's key and the host's key, and
+/// is what every client with those keys is shown.
+///
+/// One fetch per key runs at a time: requests that arrive meanwhile wait for it. An answer, or
+/// the route failing (no upstream connected or answered in time), is every waiter's; the route
+/// failing also holds its fallback for [`status::fallback_hold`], during which requests get it
+/// at once and one request at a time re-checks. An upstream that refused the fetch refused
+/// only its leader: each waiter then leads or joins a fresh fetch, and after
+/// [`MAX_STATUS_JOINS`] such fetches asks on its own. A request thus waits for at most
+/// `MAX_STATUS_JOINS + 1` fetches, each bounded by [`status::fetch_deadline`].
 #[allow(clippy::too_many_arguments)]
 async fn route_status(
     shared: &Shared,
@@ -620,50 +630,62 @@ async fn route_status(
     i: usize,
     r: &Route,
     protocol: i32,
-    client: SocketAddr,
-    dst: SocketAddr,
+    port: u16,
     host: &str,
-    handshake: &[u8],
     line: &mut Line<'_>,
 ) -> Arc<str> {
+    use status::Fetched;
     let fallback = |shared: &Shared| {
         shared.metrics.status("fallback");
         Arc::<str>::from(status::fallback_json(&r.fallback, protocol))
     };
-    if let Some(json) = rt.cache.get(i, protocol, r.status_ttl) {
-        shared.metrics.status("hit");
-        return json;
-    }
-    if rt.cache.failing(i, r.status_ttl.min(status::FALLBACK_HOLD)) {
-        return fallback(shared);
-    }
-    let flight = rt.cache.flight(i, protocol);
-    let mut fetched = false;
-    let got = flight
-        .get_or_init(|| {
-            fetched = true;
-            fetch_status(
-                shared, rt, i, r, protocol, client, dst, host, handshake, line,
-            )
-        })
-        .await
-        .clone();
-    rt.cache.landed(i, protocol, &flight);
-    match got {
-        Some(json) => {
-            shared
-                .metrics
-                .status(if fetched { "upstream" } else { "hit" });
-            json
+    let who = status::status_host(r, host);
+    let hold = status::fallback_hold(&rt.settings, r);
+    let mut joined = 0;
+    loop {
+        if let Some(json) = rt.cache.get(i, protocol, &who.key, r.status_ttl) {
+            shared.metrics.status("hit");
+            return json;
         }
-        None => fallback(shared),
+        if rt.cache.held(i, hold) {
+            return fallback(shared);
+        }
+        let mut led = false;
+        let got = if joined < MAX_STATUS_JOINS {
+            let flight = rt.cache.flight(i, protocol, &who.key);
+            let got = flight
+                .get_or_init(|| {
+                    led = true;
+                    fetch_status(shared, rt, i, r, protocol, port, &who, line)
+                })
+                .await
+                .clone();
+            rt.cache.landed(i, protocol, &who.key, &flight);
+            got
+        } else {
+            // Others' fetches were refused each time: this request's own, outside the
+            // flights, so that no other request's can stand for it again.
+            led = true;
+            fetch_status(shared, rt, i, r, protocol, port, &who, line).await
+        };
+        match got {
+            Fetched::Answer(json) => {
+                shared.metrics.status(if led { "upstream" } else { "hit" });
+                return json;
+            }
+            Fetched::Down => return fallback(shared),
+            Fetched::Refused if led => return fallback(shared),
+            Fetched::Refused => joined += 1,
+        }
     }
 }
 
-/// Asks route `i`'s upstreams (in balance order, the first that connects) for the status and
-/// caches the answer; `None` if none gave one. Only no upstream connecting is noted as the
-/// route failing (its fallback held): an upstream that connects and refuses this request (it
-/// may throttle this client, or dislike its handshake) says nothing of the others' requests.
+/// Asks route `i`'s upstreams (in balance order, the first that connects) for the status in
+/// the identity `who` (see [`route_status`]) and caches an answer. No upstream connecting, or
+/// the one that did giving no answer within the handshake timeout, is the route failing: noted
+/// (its fallback held) and [`Down`](status::Fetched::Down). An upstream that connects and
+/// refuses (closes, resets, sends something else) may throttle or dislike this request, which
+/// says nothing of the others': [`Refused`](status::Fetched::Refused).
 #[allow(clippy::too_many_arguments)]
 async fn fetch_status(
     shared: &Shared,
@@ -671,31 +693,49 @@ async fn fetch_status(
     i: usize,
     r: &Route,
     protocol: i32,
-    client: SocketAddr,
-    dst: SocketAddr,
-    host: &str,
-    handshake: &[u8],
+    port: u16,
+    who: &status::StatusHost<'_>,
     line: &mut Line<'_>,
-) -> Option<Arc<str>> {
-    if let Some((mut upstream, _, addr, _hold)) = connect(shared, rt, i, r, &[]).await {
-        line.upstream = Some(addr);
-        let mut preamble = Vec::new();
-        if r.proxy_protocol {
-            preamble.extend_from_slice(&proxy_v2(client, dst, host));
-        }
-        preamble.extend_from_slice(handshake);
-        match status::fetch(&mut upstream, &preamble, rt.settings.handshake_timeout).await {
-            Ok(json) => {
-                let json: Arc<str> = json.into();
-                rt.cache.put(i, protocol, json.clone());
-                return Some(json);
+) -> status::Fetched {
+    use status::Fetched;
+    let Some((mut upstream, _, addr, _hold)) = connect(shared, rt, i, r, &[]).await else {
+        rt.cache.failed(i);
+        return Fetched::Down;
+    };
+    line.upstream = Some(addr);
+    let Some(handshake) = status::status_handshake(protocol, who.sent, port) else {
+        debug!(upstream = %addr, "status handshake over its bound; not asked");
+        return Fetched::Refused;
+    };
+    let mut preamble = Vec::with_capacity(handshake.len() + 64);
+    if r.proxy_protocol {
+        // The proxy's own connection, not the client's: the answer is every client's.
+        match upstream.local_addr() {
+            Ok(local) => preamble.extend_from_slice(&proxy_v2(local, addr, who.sent)),
+            Err(e) => {
+                debug!(upstream = %addr, error = %e, "status connection has no local address");
+                return Fetched::Refused;
             }
-            Err(e) => debug!(upstream = %addr, error = %e, "status from upstream failed"),
         }
-        return None;
     }
-    rt.cache.failed(i);
-    None
+    preamble.extend_from_slice(&handshake);
+    match status::fetch(&mut upstream, &preamble, rt.settings.handshake_timeout).await {
+        Ok(json) => {
+            let json: Arc<str> = json.into();
+            rt.cache.put(i, protocol, &who.key, json.clone());
+            Fetched::Answer(json)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            debug!(upstream = %addr, "no status from upstream in time");
+            rt.cache.failed(i);
+            Fetched::Down
+        }
+        Err(e) => {
+            debug!(upstream = %addr, error = %e, "status from upstream failed");
+            rt.cache.reachable(i);
+            Fetched::Refused
+        }
+    }
 }
 
 /// Connects to route `i`'s upstream and sends it `first` (the client's opening, with any

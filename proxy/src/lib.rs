@@ -15,9 +15,14 @@
 //!   connect; the upstream gets the handshake as received (or with the host rewritten) after an
 //!   optional PROXY v2 header (CRC32C, AUTHORITY naming the host);
 //! - the status answered from a per-route cache keyed by protocol version (each known release
-//!   apart, other numbers together), filled from the upstream one fetch at a time, a fallback
-//!   MOTD while it is down (held a second before the upstreams are asked again), the Ping
-//!   always answered by the proxy, legacy pings answered in their own format;
+//!   apart, other numbers together) and host (each host the route names apart, others
+//!   together), filled from the upstream one fetch at a time under a neutral identity (the
+//!   normalised or rewritten host, no Forge or TCPShield suffix, a PROXY header naming the
+//!   proxy), so one client's answer is never another's; a fallback MOTD while no upstream
+//!   connects or answers (held for as long as a fetch may take, then re-checked by one fetch
+//!   while the others keep the fallback); a refusal of one client's request is not shared with
+//!   the requests that joined it; the Ping always answered by the proxy, legacy pings answered
+//!   in their own format;
 //! - the inspect relay ([`inspect`]), frames parsed both ways, zero-copy forwarding;
 //! - the passthrough relay ([`relay`]): splice(2) through a pipe per direction on Linux, a
 //!   copy elsewhere, under per-direction byte budgets;

@@ -8,7 +8,8 @@
 //! - `wirekit_proxy_rejections_total{reason}`: connections closed by the proxy, by reason;
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered);
-//! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines the log limiter held back;
+//! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines, and close lines of connections
+//!   that ended before login, that the log limiter held back;
 //! - `wirekit_proxy_limiter_trips_total{limit}`: per-source limits tripped, by limit;
 //! - `wirekit_proxy_bytes_total{direction}`: relayed bytes;
 //! - `wirekit_proxy_upstream_connect_seconds`: upstream connect latency (a histogram, failed
@@ -218,7 +219,7 @@ impl Metrics {
             let _ = writeln!(out, "wirekit_proxy_closed_total{{reason=\"{reason}\"}} {n}");
         }
         out.push_str(
-            "# HELP wirekit_proxy_log_lines_suppressed_total Refusal lines held back by the log limiter.\n",
+            "# HELP wirekit_proxy_log_lines_suppressed_total Refusal lines and pre-login close lines held back by the log limiter.\n",
         );
         out.push_str("# TYPE wirekit_proxy_log_lines_suppressed_total counter\n");
         let _ = writeln!(

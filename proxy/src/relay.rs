@@ -374,6 +374,43 @@ mod splice {
             .count()
     }
 
+    /// Makes the first splice of each direction relayed on this thread answer an error, as
+    /// a kernel or socket type without splice does, until dropped: the tests' way into the
+    /// copy fallback, which no loopback TCP socket takes on its own.
+    #[cfg(test)]
+    pub(super) struct FailFirstSplice(());
+
+    #[cfg(test)]
+    thread_local! {
+        static FIRST_SPLICE_FAILS: Cell<Option<Errno>> = const { Cell::new(None) };
+    }
+
+    #[cfg(test)]
+    impl FailFirstSplice {
+        pub(super) fn with(e: Errno) -> FailFirstSplice {
+            FIRST_SPLICE_FAILS.set(Some(e));
+            FailFirstSplice(())
+        }
+    }
+
+    #[cfg(test)]
+    impl Drop for FailFirstSplice {
+        fn drop(&mut self) {
+            FIRST_SPLICE_FAILS.set(None);
+        }
+    }
+
+    /// The error a test has the first splice of a direction answer (see [`FailFirstSplice`]).
+    #[cfg(test)]
+    fn injected_failure(first: bool) -> Option<Errno> {
+        first.then(|| FIRST_SPLICE_FAILS.get()).flatten()
+    }
+
+    #[cfg(not(test))]
+    const fn injected_failure(_first: bool) -> Option<Errno> {
+        None
+    }
+
     fn unsupported(e: &io::Error) -> bool {
         let code = e.raw_os_error();
         code == Some(Errno::INVAL.raw_os_error()) || code == Some(Errno::NOSYS.raw_os_error())
@@ -400,7 +437,11 @@ mod splice {
                     return Spliced::Done(DirEnd::ReadError);
                 }
                 match from.try_io(Interest::READABLE, || {
-                    match splice(from, None, pipe_w, None, CHUNK, flags) {
+                    let into_pipe = match injected_failure(first) {
+                        Some(e) => Err(e),
+                        None => splice(from, None, pipe_w, None, CHUNK, flags),
+                    };
+                    match into_pipe {
                         // Nothing moved: no bytes, the stream's end, or a TCP urgent mark,
                         // where splice stops (answering EAGAIN, or 0 once the peer has ended
                         // its stream) with ordinary bytes behind it. A read tells them apart
@@ -694,6 +735,48 @@ mod tests {
         let (outcome, _, at_upstream) = run(1 << 20, budget).await;
         assert_eq!(outcome.end, RelayEnd::Budget(Direction::Serverbound));
         assert!(at_upstream.len() <= CHUNK, "{}", at_upstream.len());
+    }
+
+    /// A direction whose first splice answers `EINVAL` or `ENOSYS` (a socket type or kernel
+    /// without splice) copies instead: every byte arrives, both ways, in order, counted, and
+    /// the outcome says the relay copied. Any other error there is the socket's failure, not
+    /// a reason to copy.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn without_splice_both_directions_fall_back_to_copying() {
+        use rustix::io::Errno;
+        let limit = std::time::Duration::from_secs(30);
+        for errno in [Errno::INVAL, Errno::NOSYS] {
+            let _unsupported = splice::FailFirstSplice::with(errno);
+            let n = (1 << 20) + 7;
+            let (outcome, at_client, at_upstream) =
+                tokio::time::timeout(limit, run(n, ByteBudget::OFF))
+                    .await
+                    .expect("the relay ends");
+            assert_eq!(at_upstream, pattern(n, 1), "{errno:?}");
+            assert_eq!(at_client, pattern(n, 2), "{errno:?}");
+            assert_eq!(
+                (outcome.serverbound, outcome.clientbound),
+                (n as u64, n as u64)
+            );
+            assert!(matches!(
+                outcome.end,
+                RelayEnd::ClientClosed | RelayEnd::UpstreamClosed
+            ));
+            assert!(!outcome.spliced, "{errno:?}: the relay did not copy");
+        }
+        let _failing = splice::FailFirstSplice::with(Errno::CONNRESET);
+        let (outcome, _, _) = tokio::time::timeout(limit, run(1000, ByteBudget::OFF))
+            .await
+            .expect("the relay ends");
+        assert!(
+            matches!(outcome.end, RelayEnd::ClientError | RelayEnd::UpstreamError),
+            "{outcome:?}"
+        );
+        assert!(
+            outcome.spliced,
+            "an error that is not EINVAL or ENOSYS fell back"
+        );
     }
 
     /// Relays that end cleanly give their pipes back; one that stopped with bytes in its pipe

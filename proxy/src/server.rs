@@ -48,8 +48,10 @@ impl Runtime {
             .iter()
             .map(|r| Arc::new(Upstreams::sharing(&r.upstreams, counts)))
             .collect();
-        // Cached status answers of routes still answered the same way (same name, upstreams,
-        // PROXY header and host rewrite) carry over.
+        // Cached status answers of routes still answered the same way (same name, hosts,
+        // default, upstreams, PROXY header and host rewrite) carry over. Hosts count: the
+        // hosts a route does not name exactly share one cached answer, which a route serving
+        // other hosts must not show them.
         let cache = match previous {
             Some(p) => {
                 let moved: Vec<Option<usize>> = p
@@ -59,6 +61,8 @@ impl Runtime {
                     .map(|old| {
                         settings.routes.iter().position(|r| {
                             r.name == old.name
+                                && r.hosts == old.hosts
+                                && r.default == old.default
                                 && r.upstreams == old.upstreams
                                 && r.proxy_protocol == old.proxy_protocol
                                 && r.rewrite_host == old.rewrite_host
@@ -81,8 +85,8 @@ impl Runtime {
 pub(crate) type Limits =
     SourceLimits<Box<[Slot<AddrKey, HostState>]>, Box<[Slot<AddrKey, NetworkState>]>>;
 
-/// Per-source log lines for refused connections: one per source per interval; sources the
-/// table has no room for share one global limit.
+/// Per-source log lines for refused connections and for clients that closed before login:
+/// one per source per interval; sources the table has no room for share one global limit.
 pub(crate) struct RefusalLogs {
     per_source: KeyedLogLimiter<AddrKey, Box<[Slot<AddrKey, LogLimit>]>>,
     others: LogLimit,
@@ -139,8 +143,8 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// `Some(suppressed)` if a refusal line about `client` may be written now; a line it
-    /// may not is counted in the metrics.
+    /// `Some(suppressed)` if a refusal line (or the close line of a client that left before
+    /// login) about `client` may be written now; a line it may not is counted in the metrics.
     pub(crate) fn allow_line(&self, client: std::net::IpAddr) -> Option<u32> {
         let allowed = self
             .logs
@@ -452,8 +456,8 @@ impl Drop for OpenSlot {
     }
 }
 
-/// Now and then, drops per-source entries that are whole again and reports suppressed
-/// refusal lines of sources that went quiet.
+/// Now and then, drops per-source entries that are whole again and reports the suppressed
+/// lines (refusals, closes before login) of sources that went quiet.
 async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
         tokio::select! {
@@ -468,7 +472,7 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
             .sweep(now, 8192);
         let mut logs = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
         logs.per_source.sweep(now, LOG_SOURCES, |key, suppressed| {
-            info!(source = %key, suppressed, "refusal lines suppressed");
+            info!(source = %key, suppressed, "log lines suppressed");
         });
     }
 }
@@ -477,6 +481,7 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
 mod tests {
     use super::*;
     use crate::settings::{Balance, Route};
+    use crate::status::HostKey;
 
     fn settings(upstreams: &[&str], log_interval: u64) -> Settings {
         let mut r = Route::new(
@@ -559,16 +564,46 @@ mod tests {
         two.routes.push(other);
         let counts = OpenCounts::default();
         let old = Runtime::new(two, None, &counts).unwrap();
-        old.cache.put(0, 765, "{\"default\":1}".into());
-        old.cache.put(1, 765, "{\"b\":1}".into());
+        let (other, b_test) = (HostKey::Other, HostKey::Named("b.test".into()));
+        old.cache.put(0, 765, &other, "{\"default\":1}".into());
+        old.cache.put(1, 765, &b_test, "{\"b\":1}".into());
         // Route b moves to the front, the default route gets another upstream.
         let mut next = settings(&["127.0.0.1:9"], 60);
         let mut b = Route::new(vec!["b.test".into()], vec!["127.0.0.1:2".parse().unwrap()]);
         b.name = "b".into();
         next.routes.insert(0, b);
         let new = Runtime::new(next, Some(&old), &counts).unwrap();
-        assert_eq!(new.cache.get(0, 765, ttl).as_deref(), Some("{\"b\":1}"));
-        assert_eq!(new.cache.get(1, 765, ttl), None, "its upstreams changed");
+        assert_eq!(
+            new.cache.get(0, 765, &b_test, ttl).as_deref(),
+            Some("{\"b\":1}")
+        );
+        assert_eq!(
+            new.cache.get(1, 765, &other, ttl),
+            None,
+            "its upstreams changed"
+        );
+    }
+
+    /// A route that serves other hosts after a reload (same name and upstreams) starts with
+    /// an empty cache: the answer its wildcard's hosts shared is not shown to the new ones.
+    #[test]
+    fn a_reload_drops_the_status_cache_of_a_route_whose_hosts_changed() {
+        let ttl = std::time::Duration::from_secs(60);
+        let route = |hosts: &[&str]| {
+            let mut s = settings(&["127.0.0.1:1"], 60);
+            s.routes[0].default = false;
+            s.routes[0].name = "w".into();
+            s.routes[0].hosts = hosts.iter().map(|h| h.to_string()).collect();
+            s
+        };
+        let counts = OpenCounts::default();
+        let old = Runtime::new(route(&["*.old.test"]), None, &counts).unwrap();
+        old.cache.put(0, 765, &HostKey::Other, "{\"old\":1}".into());
+        let same = Runtime::new(route(&["*.old.test"]), Some(&old), &counts).unwrap();
+        assert!(same.cache.get(0, 765, &HostKey::Other, ttl).is_some());
+        let moved = Runtime::new(route(&["*.new.test"]), Some(&old), &counts).unwrap();
+        assert_eq!(moved.cache.get(0, 765, &HostKey::Other, ttl), None);
+        assert_eq!(moved.cache.any(0, &HostKey::Other, ttl), None);
     }
 
     #[tokio::test]
@@ -656,9 +691,15 @@ mod tests {
         }
 
         fn handshake(protocol: i32, next: NextState) -> Vec<u8> {
+            handshake_to("play.test", protocol, next)
+        }
+
+        /// A handshake whose server address field is `address` (a host, with any Forge
+        /// marker and TCPShield suffix).
+        fn handshake_to(address: &str, protocol: i32, next: NextState) -> Vec<u8> {
             let hs = Handshake {
                 protocol_version: protocol,
-                address: ServerAddress::host("play.test"),
+                address: ServerAddress::parse(address).unwrap(),
                 port: 25565,
                 next_state: next,
             };
@@ -683,8 +724,18 @@ mod tests {
 
         /// A status request for `protocol` through the proxy at `addr`: the JSON answered.
         async fn status(addr: SocketAddr, protocol: i32) -> String {
+            status_to(addr, "play.test", protocol).await
+        }
+
+        /// A status request for `protocol` and server address `address` through the proxy at
+        /// `addr`: the JSON answered.
+        async fn status_to(addr: SocketAddr, address: &str, protocol: i32) -> String {
             let mut c = TcpStream::connect(addr).await.unwrap();
-            let request = [handshake(protocol, NextState::Status), vec![0x01, 0x00]].concat();
+            let request = [
+                handshake_to(address, protocol, NextState::Status),
+                vec![0x01, 0x00],
+            ]
+            .concat();
             c.write_all(&request).await.unwrap();
             let mut buf = Vec::new();
             let read = async {
@@ -821,7 +872,13 @@ mod tests {
                 let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
                 l.local_addr().unwrap()
             };
-            let (addr, handle, stop) = start(one_route(down), None).await;
+            let mut s = one_route(down);
+            // A short fetch, so that the hold is its shortest.
+            s.connect_timeout = Duration::from_millis(200);
+            s.handshake_timeout = Duration::from_millis(500);
+            let hold = crate::status::fallback_hold(&s, &s.routes[0]);
+            assert_eq!(hold, crate::status::FALLBACK_HOLD);
+            let (addr, handle, stop) = start(s, None).await;
             let connects = || {
                 let text = handle.metrics().render();
                 text.lines()
@@ -836,7 +893,7 @@ mod tests {
             }
             assert_eq!(connects(), 1);
             // Past the hold, the upstream is tried again.
-            tokio::time::sleep(crate::status::FALLBACK_HOLD + Duration::from_millis(100)).await;
+            tokio::time::sleep(hold + Duration::from_millis(100)).await;
             status(addr, 340).await;
             assert_eq!(connects(), 2);
             stop.cancel();
@@ -852,6 +909,217 @@ mod tests {
                 let json = status(addr, protocol).await;
                 assert!(json.contains("Server unavailable"), "{json}");
             }
+            assert_eq!(accepted.load(Ordering::SeqCst), 2);
+            stop.cancel();
+        }
+
+        /// Waits (bounded) until `done` holds.
+        async fn until(done: impl Fn() -> bool) {
+            let waited = tokio::time::timeout(WAIT, async {
+                while !done() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+            assert!(waited.is_ok(), "not within {WAIT:?}");
+        }
+
+        /// What an upstream got for one status fetch, read up to the Status Request after it:
+        /// the PROXY header (empty unless `proxied`) and the handshake frame.
+        async fn status_fetch_of(s: &mut TcpStream, proxied: bool) -> (Vec<u8>, Vec<u8>) {
+            let mut buf = Vec::new();
+            let read = async {
+                loop {
+                    let header = if proxied {
+                        let limits = wirekit_core::proxy::Limits::default();
+                        match wirekit_core::proxy::parse(&buf, &limits) {
+                            Ok(Status::Complete(h)) => Some(h.len),
+                            _ => None,
+                        }
+                    } else {
+                        Some(0)
+                    };
+                    if let Some(at) = header {
+                        let d = FrameDecoder::new();
+                        if let Ok(Status::Complete(hs)) = d.decode_frame(&buf[at..]) {
+                            let end = at + hs.consumed;
+                            if let Ok(Status::Complete(_)) = d.decode_frame(&buf[end..]) {
+                                return (buf[..at].to_vec(), buf[at..end].to_vec());
+                            }
+                        }
+                    }
+                    let mut chunk = [0u8; 1024];
+                    let n = s.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "closed before the status request");
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+            };
+            tokio::time::timeout(WAIT, read)
+                .await
+                .expect("a status fetch")
+        }
+
+        /// The server address field of a handshake frame.
+        fn handshake_host(frame: &[u8]) -> String {
+            let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(frame) else {
+                panic!("a handshake frame: {frame:02x?}")
+            };
+            let p = split_packet(f.body).unwrap();
+            let hs = Handshake::parse(p.data).unwrap();
+            assert_eq!(hs.next_state, NextState::Status);
+            assert_eq!(
+                (hs.address.forge, hs.address.tcpshield),
+                (None, None),
+                "nothing after the host"
+            );
+            hs.address.host.to_owned()
+        }
+
+        /// A fetch the upstream refuses (here: it dislikes its leader's host) is its leader's
+        /// alone: the requests that joined it while it was under way get the answer of a fresh
+        /// fetch, not the leader's refusal.
+        #[tokio::test]
+        async fn a_refused_leader_does_not_refuse_the_requests_that_joined_it() {
+            const JSON: &str = "{\"description\":{\"text\":\"live\"}}";
+            let (up, accepted) = upstream(|mut s| async move {
+                let (_, frame) = status_fetch_of(&mut s, false).await;
+                if handshake_host(&frame).starts_with("evil") {
+                    // Long enough for the others to join this fetch; then refused.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    return;
+                }
+                let _ = s.write_all(&crate::status::response_frame(JSON)).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
+            // The default route: every host shares one key, and one fetch at a time.
+            let (addr, _handle, stop) = start(one_route(up), None).await;
+            let hostile = tokio::spawn(status_to(addr, "evil.play.test", 765));
+            until(|| accepted.load(Ordering::SeqCst) == 1).await;
+            let real: Vec<_> = ["a.play.test", "b.play.test", "a.play.test", "c.play.test"]
+                .into_iter()
+                .map(|host| tokio::spawn(status_to(addr, host, 765)))
+                .collect();
+            for r in real {
+                assert_eq!(r.await.unwrap(), JSON);
+            }
+            let json = hostile.await.unwrap();
+            assert!(json.contains("Server unavailable"), "{json}");
+            assert!(accepted.load(Ordering::SeqCst) >= 2);
+            stop.cancel();
+        }
+
+        /// The status fetch speaks for no client: its handshake names the normalised host
+        /// alone (the first client's Forge marker and TCPShield suffix dropped), and the PROXY
+        /// v2 header names the proxy's own connection to the upstream, not the client.
+        #[tokio::test]
+        async fn the_status_fetch_speaks_for_no_client() {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let (up, _) = upstream(move |mut s| {
+                let tx = tx.clone();
+                async move {
+                    let peer = s.peer_addr().unwrap();
+                    let got = status_fetch_of(&mut s, true).await;
+                    let _ = s.write_all(&crate::status::response_frame("{}")).await;
+                    let _ = tx.send((peer, got));
+                }
+            })
+            .await;
+            let mut s = one_route(up);
+            s.routes[0].proxy_protocol = true;
+            let (addr, _handle, stop) = start(s, None).await;
+            let address = "Play.Test.\0FML3\0///198.51.100.7:5555///1700000000///c2ln";
+            assert_eq!(status_to(addr, address, 765).await, "{}");
+            let (peer, (header, frame)) = tokio::time::timeout(WAIT, rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(handshake_host(&frame), "play.test");
+            let limits = wirekit_core::proxy::Limits::default();
+            let Ok(Status::Complete(h)) = wirekit_core::proxy::parse(&header, &limits) else {
+                panic!("a PROXY header: {header:02x?}")
+            };
+            assert_eq!(
+                h.addresses.source(),
+                Some(peer),
+                "the proxy's own connection"
+            );
+            assert_eq!(h.addresses.destination(), Some(up));
+            let authority = h.find_tlv(wirekit_core::proxy::TlvKind::Authority).unwrap();
+            assert_eq!(
+                authority.decode().unwrap(),
+                wirekit_core::proxy::tlv::Tlv::Authority(b"play.test")
+            );
+            stop.cancel();
+        }
+
+        /// Answers are cached per host the route names: each host's clients see what the
+        /// upstream answers for that host, not what it answered the first host asked.
+        #[tokio::test]
+        async fn status_answers_are_cached_per_named_host() {
+            let (up, accepted) = upstream(|mut s| async move {
+                let (_, frame) = status_fetch_of(&mut s, false).await;
+                let host = handshake_host(&frame);
+                let json = format!("{{\"description\":{{\"text\":\"{host}\"}}}}");
+                let _ = s.write_all(&crate::status::response_frame(&json)).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
+            let mut s = one_route(up);
+            s.routes[0].hosts = vec!["a.test".into(), "b.test".into()];
+            let (addr, _handle, stop) = start(s, None).await;
+            for _ in 0..2 {
+                for host in ["a.test", "B.Test"] {
+                    let json = status_to(addr, host, 765).await;
+                    let want = format!("\"{}\"", host.to_ascii_lowercase());
+                    assert!(json.contains(&want), "{host}: {json}");
+                }
+            }
+            assert_eq!(accepted.load(Ordering::SeqCst), 2, "each host asked once");
+            stop.cancel();
+        }
+
+        /// An upstream that takes connections and never answers is the route failing: once the
+        /// first fetch has timed out, requests get the fallback at once; past the hold, one
+        /// request re-checks while the others still get the fallback at once.
+        #[tokio::test]
+        async fn a_frozen_upstream_holds_the_fallback_while_one_fetch_re_checks() {
+            let (up, accepted) = upstream(|s| async move {
+                tokio::time::sleep(WAIT).await;
+                drop(s);
+            })
+            .await;
+            let mut s = one_route(up);
+            s.handshake_timeout = Duration::from_millis(800);
+            s.connect_timeout = Duration::from_millis(200);
+            let hold = crate::status::fallback_hold(&s, &s.routes[0]);
+            // Well under a fetch (which takes the handshake timeout here).
+            let quick = s.handshake_timeout / 2;
+            let (addr, _handle, stop) = start(s, None).await;
+            let timed = move || async move {
+                let started = std::time::Instant::now();
+                let json = status(addr, 765).await;
+                assert!(json.contains("Server unavailable"), "{json}");
+                started.elapsed()
+            };
+            let wave = || async {
+                let pings: Vec<_> = (0..4).map(|_| tokio::spawn(timed())).collect();
+                for p in pings {
+                    let took = p.await.unwrap();
+                    assert!(took < quick, "a ping waited {took:?}");
+                }
+            };
+            timed().await;
+            let failed = std::time::Instant::now();
+            wave().await;
+            assert_eq!(accepted.load(Ordering::SeqCst), 1);
+            // Past the hold: one request asks again, the others are not held up by it.
+            tokio::time::sleep(hold.saturating_sub(failed.elapsed()) + Duration::from_millis(100))
+                .await;
+            let recheck = tokio::spawn(timed());
+            until(|| accepted.load(Ordering::SeqCst) == 2).await;
+            wave().await;
+            recheck.await.unwrap();
             assert_eq!(accepted.load(Ordering::SeqCst), 2);
             stop.cancel();
         }

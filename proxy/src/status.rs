@@ -1,6 +1,8 @@
 //! Status answers: a per-route cache keyed by protocol version (each known release and `-1`
-//! apart, every other number together) and filled from the upstream one fetch at a time, the
-//! fallback MOTD while the upstream is down, and the legacy ping's kick.
+//! apart, every other number together) and host (each host the route names exactly apart,
+//! every other host together), filled from the upstream one fetch at a time in a neutral
+//! identity (never one client's raw handshake or address), the fallback MOTD while the upstream
+//! is down, and the legacy ping's kick.
 
 use std::collections::HashMap;
 use std::io;
@@ -12,24 +14,44 @@ use tokio::net::TcpStream;
 use wirekit_core::Status;
 use wirekit_core::frame::mc::{FrameDecoder, MAX_LENGTH_FIELD_LEN, split_packet};
 use wirekit_core::minecraft::Encode;
+use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress, host_eq};
 use wirekit_core::minecraft::legacy::{KickFormat, LegacyKick, LegacyPing};
 use wirekit_core::minecraft::status::{MAX_STATUS_JSON_LEN, StatusRequest, StatusResponse};
 
-use crate::settings::StatusFallback;
+use crate::settings::{Route, Settings, StatusFallback};
 
 /// The longest Status Response body: ID, a 3-byte length and 3 bytes per UTF-16 unit.
 pub const MAX_STATUS_RESPONSE_BODY: usize = 1 + 3 + 3 * MAX_STATUS_JSON_LEN;
 
-/// Entries kept per cache (routes times protocol keys seen); past it the oldest goes.
+/// Entries kept per cache (routes times protocol keys times host keys seen); past it the
+/// oldest goes.
 const MAX_ENTRIES: usize = 512;
 
 /// The key of every protocol number that is neither a known release nor `-1`.
 const OTHER_PROTOCOL: i32 = i32::MIN;
 
-/// How long a route whose upstreams all failed is answered with its fallback without asking
-/// them again (at most the route's TTL): an unreachable upstream costs one connect timeout per
-/// this interval, not one per status request.
+/// The shortest time a route whose upstreams all failed is answered with its fallback without
+/// asking them again; [`fallback_hold`] makes it at least as long as a fetch can take.
 pub(crate) const FALLBACK_HOLD: Duration = Duration::from_secs(1);
+
+/// The longest a status fetch of route `r` can take: a connect timeout for each of its
+/// upstreams (failover goes down the list), then the exchange, bounded by the handshake
+/// timeout.
+pub(crate) fn fetch_deadline(s: &Settings, r: &Route) -> Duration {
+    let upstreams = u32::try_from(r.upstreams.len()).unwrap_or(u32::MAX);
+    s.connect_timeout
+        .saturating_mul(upstreams)
+        .saturating_add(s.handshake_timeout)
+}
+
+/// How long route `r`'s fallback is held after its upstreams failed: [`FALLBACK_HOLD`], or
+/// the longest fetch ([`fetch_deadline`]) if that is longer. Held that long, a route that is
+/// failing costs one fetch per hold however many status requests come, and the one request
+/// that re-checks it (see [`StatusCache::held`]) is still under way when the hold it renewed
+/// ends: every other request meanwhile gets the fallback at once instead of waiting for it.
+pub(crate) fn fallback_hold(s: &Settings, r: &Route) -> Duration {
+    FALLBACK_HOLD.max(fetch_deadline(s, r))
+}
 
 /// The cache key of a client's protocol number: a release the tables know, or `-1` (what a
 /// client that only probes sends), is its own key; every other number (snapshots, numbers a
@@ -43,39 +65,130 @@ pub(crate) fn protocol_key(protocol: i32) -> i32 {
     }
 }
 
+/// The host part of a cache key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum HostKey {
+    /// A host the route names exactly (normalised), or its rewrite host: each its own key.
+    Named(Box<str>),
+    /// Every other host (under one of the route's wildcards, or on the default route): one
+    /// key per route, as made-up protocol numbers share one, so random hosts neither miss the
+    /// cache each time nor push the named hosts' answers out.
+    Other,
+}
+
+/// Whom a status fetch speaks for: the host its handshake names upstream, and the key its
+/// answer is cached under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatusHost<'a> {
+    /// The handshake's host: the route's rewrite host if it has one, else the client's
+    /// normalised host (lowercase, no trailing dot, no Forge marker or TCPShield suffix).
+    pub(crate) sent: &'a str,
+    /// The cache key's host part.
+    pub(crate) key: HostKey,
+}
+
+/// The identity route `r`'s status fetch for a client that asked for `host` (normalised,
+/// without suffixes) uses. With a rewrite host every client's fetch is the same one; else
+/// hosts `r` names exactly are keyed apart and every other host shares [`HostKey::Other`]
+/// (whose answer is the upstream's for the first such host asked, as the answer for made-up
+/// protocol numbers is the one for the first such number).
+pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
+    if let Some(rewrite) = &r.rewrite_host {
+        return StatusHost {
+            sent: rewrite,
+            key: HostKey::Named(rewrite.to_ascii_lowercase().into()),
+        };
+    }
+    let named = r
+        .hosts
+        .iter()
+        .any(|h| !h.starts_with("*.") && host_eq(h, host));
+    StatusHost {
+        sent: host,
+        key: if named {
+            HostKey::Named(host.into())
+        } else {
+            HostKey::Other
+        },
+    }
+}
+
+/// The handshake frame of a status fetch: `protocol` and `port` as the client sent them, the
+/// host `sent` alone (no marker or suffix), next state 1. `None` if it cannot be encoded (a
+/// host over the handshake's bound).
+pub(crate) fn status_handshake(protocol: i32, sent: &str, port: u16) -> Option<Vec<u8>> {
+    let hs = Handshake {
+        protocol_version: protocol,
+        address: ServerAddress::host(sent),
+        port,
+        next_state: NextState::Status,
+    };
+    let mut out = vec![0u8; hs.frame_len()];
+    let n = hs.encode_frame(&mut out).ok()?;
+    out.truncate(n);
+    Some(out)
+}
+
+/// A cache key: route, [`protocol_key`], host.
+type Key = (usize, i32, HostKey);
+
 /// A cached answer and when it was fetched.
 type Entry = (Instant, Arc<str>);
 
-/// The outcome of one upstream fetch, shared by every request that waited for it: the JSON,
-/// or `None` when the upstreams failed (each then gets the fallback for its own protocol).
-pub(crate) type Flight = Arc<tokio::sync::OnceCell<Option<Arc<str>>>>;
+/// What one status fetch came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fetched {
+    /// The upstream's status JSON (cached).
+    Answer(Arc<str>),
+    /// No upstream connected, or the one that did gave no answer within the fetch's deadline:
+    /// the route is failing. Every request that waited for the fetch shares this (each gets
+    /// the fallback for its own protocol), and the fallback is held.
+    Down,
+    /// An upstream connected and refused this request (closed, reset, or sent something other
+    /// than a status): it may throttle or dislike one client's request, so this says nothing
+    /// of the others'. Not shared: each request that waited asks again.
+    Refused,
+}
 
-/// Status JSON by `(route, protocol key)` ([`protocol_key`]), each kept for its route's TTL;
-/// the fetches under way; and the routes whose upstreams all failed just now.
+/// The outcome of one upstream fetch, for every request that waited for it.
+pub(crate) type Flight = Arc<tokio::sync::OnceCell<Fetched>>;
+
+/// Status JSON by `(route, protocol key, host key)` ([`protocol_key`], [`status_host`]), each
+/// kept for its route's TTL; the fetches under way; and the routes whose upstreams all failed
+/// just now.
 #[derive(Default)]
 pub(crate) struct StatusCache {
-    entries: Mutex<HashMap<(usize, i32), Entry>>,
+    entries: Mutex<HashMap<Key, Entry>>,
     /// One fetch per key at a time; removed when it lands. At most one per key.
-    flights: Mutex<HashMap<(usize, i32), Flight>>,
-    /// Per route, when all its upstreams last failed a status fetch.
+    flights: Mutex<HashMap<Key, Flight>>,
+    /// Per route, when all its upstreams last failed a status fetch (or when a request set out
+    /// to ask them again).
     failed: Mutex<HashMap<usize, Instant>>,
 }
 
 impl StatusCache {
-    /// The cached answer for `route` and `protocol` younger than `ttl`.
-    pub(crate) fn get(&self, route: usize, protocol: i32, ttl: Duration) -> Option<Arc<str>> {
+    /// The cached answer for `route`, `protocol` and `host` younger than `ttl`.
+    pub(crate) fn get(
+        &self,
+        route: usize,
+        protocol: i32,
+        host: &HostKey,
+        ttl: Duration,
+    ) -> Option<Arc<str>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
-            .get(&(route, protocol_key(protocol)))
+            .get(&(route, protocol_key(protocol), host.clone()))
             .filter(|(at, _)| at.elapsed() < ttl)
             .map(|(_, json)| json.clone())
     }
 
-    /// The fetch for `route` and `protocol` to wait for (or to run, for the first to get it
-    /// empty). [`landed`](Self::landed) removes it.
-    pub(crate) fn flight(&self, route: usize, protocol: i32) -> Flight {
+    /// The fetch for `route`, `protocol` and `host` to wait for (or to run, for the first to
+    /// get it empty). [`landed`](Self::landed) removes it.
+    pub(crate) fn flight(&self, route: usize, protocol: i32, host: &HostKey) -> Flight {
         let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        let f = flights.entry((route, protocol_key(protocol))).or_default();
+        let f = flights
+            .entry((route, protocol_key(protocol), host.clone()))
+            .or_default();
         // One that landed and was not removed is not waited for again.
         if f.initialized() {
             *f = Flight::default();
@@ -84,9 +197,9 @@ impl StatusCache {
     }
 
     /// Removes `flight` (done) from the fetches under way, if it is still there.
-    pub(crate) fn landed(&self, route: usize, protocol: i32, flight: &Flight) {
+    pub(crate) fn landed(&self, route: usize, protocol: i32, host: &HostKey, flight: &Flight) {
         let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (route, protocol_key(protocol));
+        let key = (route, protocol_key(protocol), host.clone());
         if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
             flights.remove(&key);
         }
@@ -98,32 +211,51 @@ impl StatusCache {
         failed.insert(route, Instant::now());
     }
 
-    /// Whether `route`'s upstreams all failed less than `hold` ago.
-    pub(crate) fn failing(&self, route: usize, hold: Duration) -> bool {
-        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        failed.get(&route).is_some_and(|at| at.elapsed() < hold)
+    /// Notes that an upstream of `route` connected and answered (if only to refuse one
+    /// request): its fallback is no longer held.
+    pub(crate) fn reachable(&self, route: usize) {
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.remove(&route);
     }
 
-    /// The youngest answer for `route` under any protocol, younger than `ttl`.
-    pub(crate) fn any(&self, route: usize, ttl: Duration) -> Option<Arc<str>> {
+    /// Whether `route` is answered with its fallback now: its upstreams failed less than
+    /// `hold` ago ([`fallback_hold`]). When they failed longer ago, the caller is the one
+    /// request that asks them again, and the route counts as failing from now for another
+    /// `hold`, so that every other request meanwhile gets the fallback at once rather than
+    /// waiting for that fetch. (A fetch's end notes its outcome: [`put`](Self::put) or
+    /// [`reachable`](Self::reachable) lift the hold, [`failed`](Self::failed) renews it.)
+    pub(crate) fn held(&self, route: usize, hold: Duration) -> bool {
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        match failed.get_mut(&route) {
+            Some(at) if at.elapsed() < hold => true,
+            Some(at) => {
+                *at = Instant::now();
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The youngest answer for `route` and `host` under any protocol, younger than `ttl`.
+    pub(crate) fn any(&self, route: usize, host: &HostKey, ttl: Duration) -> Option<Arc<str>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
             .iter()
-            .filter(|((r, _), (at, _))| *r == route && at.elapsed() < ttl)
+            .filter(|((r, _, h), (at, _))| *r == route && h == host && at.elapsed() < ttl)
             .max_by_key(|(_, (at, _))| *at)
             .map(|(_, (_, json))| json.clone())
     }
 
     /// The entries of `old` (a reload's previous generation) whose route is still answered
-    /// by the same upstreams: `moved[i]` is old route `i`'s index now, if it is kept. Their
-    /// age carries over, so each still expires at its time.
+    /// by the same upstreams for the same hosts: `moved[i]` is old route `i`'s index now, if
+    /// it is kept. Their age carries over, so each still expires at its time.
     pub(crate) fn carried(old: &StatusCache, moved: &[Option<usize>]) -> StatusCache {
         let old = old.entries.lock().unwrap_or_else(|p| p.into_inner());
         let entries = old
             .iter()
-            .filter_map(|(&(route, protocol), entry)| {
-                let now = (*moved.get(route)?)?;
-                Some(((now, protocol), entry.clone()))
+            .filter_map(|((route, protocol, host), entry)| {
+                let now = (*moved.get(*route)?)?;
+                Some(((now, *protocol, host.clone()), entry.clone()))
             })
             .collect();
         StatusCache {
@@ -132,24 +264,22 @@ impl StatusCache {
         }
     }
 
-    /// Caches `json` as the answer for `route` and `protocol`'s key; the route's upstreams
-    /// count as answering again.
-    pub(crate) fn put(&self, route: usize, protocol: i32, json: Arc<str>) {
-        self.failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&route);
-        let protocol = protocol_key(protocol);
+    /// Caches `json` as the answer for `route`, `protocol`'s key and `host`; the route's
+    /// upstreams count as answering again.
+    pub(crate) fn put(&self, route: usize, protocol: i32, host: &HostKey, json: Arc<str>) {
+        self.reachable(route);
+        let key = (route, protocol_key(protocol), host.clone());
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let full = entries.len() >= MAX_ENTRIES && !entries.contains_key(&(route, protocol));
-        let oldest = entries
-            .iter()
-            .min_by_key(|(_, (at, _))| *at)
-            .map(|(k, _)| *k);
-        if let (true, Some(oldest)) = (full, oldest) {
-            entries.remove(&oldest);
+        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
+            let oldest = entries
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                entries.remove(&oldest);
+            }
         }
-        entries.insert((route, protocol), (Instant::now(), json));
+        entries.insert(key, (Instant::now(), json));
     }
 }
 
@@ -165,7 +295,9 @@ pub(crate) fn fallback_json(f: &StatusFallback, protocol: i32) -> String {
 
 /// Asks an upstream for its status: `preamble` (PROXY header, if any, and the handshake with
 /// next state 1) and a Status Request go out, the Status Response's JSON comes back. The
-/// response frame is bounded by [`MAX_STATUS_RESPONSE_BODY`].
+/// response frame is bounded by [`MAX_STATUS_RESPONSE_BODY`], the exchange by `within`: past
+/// it the error is [`io::ErrorKind::TimedOut`] (an upstream that gave no answer, which the
+/// caller counts as the route failing; any other error is the upstream refusing this request).
 pub(crate) async fn fetch(
     upstream: &mut TcpStream,
     preamble: &[u8],
@@ -330,19 +462,30 @@ mod tests {
     use super::*;
     use wirekit_core::minecraft::legacy;
 
+    fn named(host: &str) -> HostKey {
+        HostKey::Named(host.into())
+    }
+
     #[test]
-    fn cache_keys_by_route_and_protocol_and_expires() {
+    fn cache_keys_by_route_protocol_and_host_and_expires() {
         let c = StatusCache::default();
-        c.put(0, 763, "a".into());
-        c.put(0, 47, "b".into());
-        c.put(1, 763, "c".into());
+        let (a, b) = (named("a.test"), named("b.test"));
+        c.put(0, 763, &a, "a".into());
+        c.put(0, 47, &a, "b".into());
+        c.put(1, 763, &a, "c".into());
+        c.put(0, 763, &b, "d".into());
         let ttl = Duration::from_secs(60);
-        assert_eq!(c.get(0, 763, ttl).as_deref(), Some("a"));
-        assert_eq!(c.get(0, 47, ttl).as_deref(), Some("b"));
-        assert_eq!(c.get(1, 47, ttl), None);
-        assert_eq!(c.get(0, 763, Duration::ZERO), None);
-        assert!(c.any(0, ttl).is_some());
-        assert_eq!(c.any(2, ttl), None);
+        assert_eq!(c.get(0, 763, &a, ttl).as_deref(), Some("a"));
+        assert_eq!(c.get(0, 47, &a, ttl).as_deref(), Some("b"));
+        assert_eq!(c.get(0, 763, &b, ttl).as_deref(), Some("d"));
+        assert_eq!(c.get(0, 47, &b, ttl), None, "each host apart");
+        assert_eq!(c.get(0, 763, &HostKey::Other, ttl), None);
+        assert_eq!(c.get(1, 47, &a, ttl), None);
+        assert_eq!(c.get(0, 763, &a, Duration::ZERO), None);
+        assert!(c.any(0, &a, ttl).is_some());
+        assert_eq!(c.any(0, &b, ttl).as_deref(), Some("d"));
+        assert_eq!(c.any(0, &HostKey::Other, ttl), None);
+        assert_eq!(c.any(2, &a, ttl), None);
     }
 
     /// Known releases and -1 each have their entry; every other number shares one, so
@@ -351,20 +494,110 @@ mod tests {
     fn only_known_releases_and_minus_one_are_keyed_apart() {
         let c = StatusCache::default();
         let ttl = Duration::from_secs(60);
-        c.put(0, 763, "release".into());
-        c.put(0, -1, "probe".into());
-        c.put(0, 123_456, "other".into());
-        assert_eq!(c.get(0, 654_321, ttl).as_deref(), Some("other"));
-        assert_eq!(c.get(0, i32::MAX, ttl).as_deref(), Some("other"));
+        let h = named("play.test");
+        c.put(0, 763, &h, "release".into());
+        c.put(0, -1, &h, "probe".into());
+        c.put(0, 123_456, &h, "other".into());
+        assert_eq!(c.get(0, 654_321, &h, ttl).as_deref(), Some("other"));
+        assert_eq!(c.get(0, i32::MAX, &h, ttl).as_deref(), Some("other"));
         // A snapshot's number between releases is one of the others.
-        assert_eq!(c.get(0, 0x4000_0100, ttl).as_deref(), Some("other"));
+        assert_eq!(c.get(0, 0x4000_0100, &h, ttl).as_deref(), Some("other"));
         for protocol in 1_000..1_000 + 2 * MAX_ENTRIES as i32 {
-            c.put(0, protocol, "flood".into());
+            c.put(0, protocol, &h, "flood".into());
         }
-        assert_eq!(c.get(0, 763, ttl).as_deref(), Some("release"));
-        assert_eq!(c.get(0, -1, ttl).as_deref(), Some("probe"));
+        assert_eq!(c.get(0, 763, &h, ttl).as_deref(), Some("release"));
+        assert_eq!(c.get(0, -1, &h, ttl).as_deref(), Some("probe"));
         assert_eq!(c.entries.lock().unwrap().len(), 3);
-        assert_eq!(c.get(0, 47, ttl), None, "each release apart");
+        assert_eq!(c.get(0, 47, &h, ttl), None, "each release apart");
+    }
+
+    /// The hosts a route names exactly are keyed apart; every host under its wildcards (or on
+    /// the default route) shares one key, so random hosts hit the cache and never push the
+    /// named hosts' answers out. A rewrite host is the one key (and handshake host) of all.
+    #[test]
+    fn only_the_hosts_a_route_names_are_keyed_apart() {
+        let mut r = Route::new(
+            vec!["Play.Test".into(), "*.play.test".into()],
+            vec!["127.0.0.1:1".parse().unwrap()],
+        );
+        let who = status_host(&r, "play.test");
+        assert_eq!((who.sent, &who.key), ("play.test", &named("play.test")));
+        let who = status_host(&r, "x7.play.test");
+        assert_eq!((who.sent, &who.key), ("x7.play.test", &HostKey::Other));
+        let c = StatusCache::default();
+        let ttl = Duration::from_secs(60);
+        c.put(0, 763, &named("play.test"), "named".into());
+        for n in 0..2 * MAX_ENTRIES {
+            let host = format!("r{n}.play.test");
+            c.put(0, 763, &status_host(&r, &host).key, "random".into());
+        }
+        assert_eq!(c.entries.lock().unwrap().len(), 2);
+        assert_eq!(
+            c.get(0, 763, &named("play.test"), ttl).as_deref(),
+            Some("named")
+        );
+        r.rewrite_host = Some("Backend.Internal".into());
+        for host in ["play.test", "x7.play.test"] {
+            let who = status_host(&r, host);
+            assert_eq!(who.sent, "Backend.Internal");
+            assert_eq!(who.key, named("backend.internal"));
+        }
+    }
+
+    /// The fetch's handshake carries the host alone, next state 1, the client's protocol and
+    /// port; a host over the bound is `None`, not a panic.
+    #[test]
+    fn the_status_handshake_names_the_host_alone() {
+        let frame = status_handshake(765, "play.test", 25570).unwrap();
+        let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&frame) else {
+            panic!("one frame")
+        };
+        let p = split_packet(f.body).unwrap();
+        let hs = Handshake::parse(p.data).unwrap();
+        assert_eq!(hs.address, ServerAddress::host("play.test"));
+        assert_eq!(
+            (hs.protocol_version, hs.port, hs.next_state),
+            (765, 25570, NextState::Status)
+        );
+        let long = "x".repeat(4 * wirekit_core::minecraft::handshake::MAX_HOST_LEN);
+        assert_eq!(status_handshake(765, &long, 25565), None);
+    }
+
+    /// After a failure the fallback is held; past the hold one caller re-checks and every
+    /// other is held again meanwhile; an answer or a refusal lifts the hold.
+    #[test]
+    fn the_hold_lets_one_request_re_check() {
+        let c = StatusCache::default();
+        let hold = Duration::from_millis(50);
+        assert!(!c.held(0, hold), "nothing failed");
+        c.failed(0);
+        assert!(c.held(0, hold));
+        assert!(!c.held(1, hold), "per route");
+        std::thread::sleep(hold + Duration::from_millis(10));
+        assert!(!c.held(0, hold), "the first past the hold re-checks");
+        assert!(c.held(0, hold), "the others are held meanwhile");
+        c.reachable(0);
+        assert!(!c.held(0, hold));
+        c.failed(0);
+        c.put(0, 763, &HostKey::Other, "{}".into());
+        assert!(!c.held(0, hold));
+    }
+
+    /// The hold covers the longest fetch: a connect timeout per upstream and the exchange.
+    #[test]
+    fn the_hold_is_at_least_the_longest_fetch() {
+        let mut s = Settings::default();
+        let mut r = Route::new(vec!["a.test".into()], vec!["127.0.0.1:1".parse().unwrap()]);
+        s.connect_timeout = Duration::from_millis(100);
+        s.handshake_timeout = Duration::from_millis(200);
+        assert_eq!(fallback_hold(&s, &r), FALLBACK_HOLD);
+        s.connect_timeout = Duration::from_secs(3);
+        s.handshake_timeout = Duration::from_secs(5);
+        r.upstreams.push("127.0.0.1:2".parse().unwrap());
+        assert_eq!(fetch_deadline(&s, &r), Duration::from_secs(11));
+        assert_eq!(fallback_hold(&s, &r), Duration::from_secs(11));
+        s.connect_timeout = Duration::MAX;
+        assert_eq!(fallback_hold(&s, &r), Duration::MAX, "saturates");
     }
 
     #[test]

@@ -998,3 +998,62 @@ fn a_declared_frame_length_alone_commits_no_memory() {
          logged or counted as dropped",
     );
 }
+
+/// SIGTERM sent the moment the listening line appears (as a supervisor or script may) ends
+/// `wirekit serve` and `wirekit proxy` through their graceful shutdown, exit status 0, not
+/// through the signal's default action: the handlers are installed before the line is printed.
+#[test]
+fn a_sigterm_right_after_the_listening_line_is_a_graceful_shutdown() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let bin = serve_process::wirekit_binary();
+    for round in 0..8 {
+        let threads = if round % 2 == 0 { "1" } else { "2" };
+        let args: &[&str] = if round < 4 {
+            &["serve", "--listen", "127.0.0.1:0", "--threads", threads]
+        } else {
+            &["proxy", "--listen", "127.0.0.1:0", "--threads", threads]
+        };
+        let mut child = Command::new(&bin)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = rustix::process::Pid::from_child(&child);
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+            let sent = lines
+                .by_ref()
+                .find(|l| l.starts_with("listening on "))
+                .map(|_| rustix::process::kill_process(pid, rustix::process::Signal::TERM).is_ok());
+            lines.for_each(drop);
+            sent
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("round {round} ({args:?}): still running 20 s after SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            reader.join().unwrap(),
+            Some(true),
+            "round {round}: SIGTERM sent"
+        );
+        assert!(
+            status.success() && status.signal().is_none(),
+            "round {round} ({args:?}): ended by {status} on an early SIGTERM"
+        );
+    }
+}

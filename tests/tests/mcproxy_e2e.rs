@@ -15,7 +15,7 @@ use wirekit_core::proxy::{self, Limits, Tlv, TlvKind};
 use wirekit_rig::net::free_port;
 use wirekit_tests::mcproxy_process::{
     McProxy, Proc, Recorder, WAIT, connect_from, expect_disconnect, handshake, login_bytes,
-    login_start, node_server, node_sessions, read_packet, status,
+    login_start, node_server, node_sessions, read_packet, status, wait_closed,
 };
 use wirekit_tests::peers::{self, workspace_root};
 
@@ -119,6 +119,70 @@ proxy-protocol = true
     drop((s1, s2, s3));
     proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"unknown_host\"}", 1);
     assert!(proxy.metric("wirekit_proxy_upstream_connect_seconds_count") >= 4);
+}
+
+/// An upstream whose connect neither completes nor fails is given up at `connect-timeout`
+/// and the next upstream gets the login. The hanging upstream is a loopback listener whose
+/// accept queue is full (never accepted from): Linux drops the SYNs that reach it, so a
+/// connect to it waits on retransmissions.
+#[test]
+fn a_hanging_upstream_connect_times_out_and_the_next_upstream_gets_the_login() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _rt = rt.enter();
+    let full = {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
+        s.listen(1).unwrap()
+    };
+    let full_addr = full.local_addr().unwrap();
+    // Connects until one hangs: the queue holds a backlog's worth and one more.
+    let mut queued = Vec::new();
+    let hangs = loop {
+        match TcpStream::connect_timeout(&full_addr, Duration::from_millis(300)) {
+            Ok(s) => queued.push(s),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break true,
+            Err(e) => panic!("connecting to the full listener: {e}"),
+        }
+        if queued.len() > 16 {
+            break false;
+        }
+    };
+    assert!(
+        hangs,
+        "{} connects went through a backlog of 1",
+        queued.len()
+    );
+
+    let rec = Recorder::start();
+    let proxy = McProxy::start(&format!(
+        "connect-timeout = 0.3\n[[route]]\ndefault = true\n\
+         upstreams = [\"{full_addr}\", \"127.0.0.1:{}\"]\n",
+        rec.port
+    ));
+    let sent = login_bytes("slow.test", "Ivy");
+    let mut s = connect_from(111, proxy.addr);
+    let started = Instant::now();
+    s.write_all(&sent).unwrap();
+    // The route's first login tries the first upstream first (round robin starts there).
+    assert_eq!(rec.next(), sent);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}: the connect timeout is 0.3 s (3 s by default)"
+    );
+    // Two attempts: the one that timed out (past 0.25 s) and the one that connected.
+    assert_eq!(
+        proxy.metric("wirekit_proxy_upstream_connect_seconds_count"),
+        2
+    );
+    assert_eq!(
+        proxy.metric("wirekit_proxy_upstream_connect_seconds_bucket{le=\"0.25\"}"),
+        1
+    );
+    drop((s, queued, full));
 }
 
 /// `wirekit serve` requiring a PROXY header from 127.0.0.1 (the proxy), logging each
@@ -318,35 +382,215 @@ upstreams = ["127.0.0.1:{}"]
     drop((fay, gil));
 }
 
+/// A reload re-reads the file: new connections get the new routes; settings a reload cannot
+/// apply (the listen address, the source table's size) are named as needing a restart, and
+/// the listener bound at start goes on serving (nothing is bound at the new address).
 #[test]
 fn sighup_reload_sends_new_connections_to_the_new_routes() {
     let (a, b) = (Recorder::start(), Recorder::start());
-    let config = |port: u16, table: usize| {
+    let config = |listen: &str, port: u16, table: usize| {
         format!(
-            "source-table-size = {table}\n[[route]]\nhosts = [\"r.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\n"
+            "listen = [\"{listen}\"]\nsource-table-size = {table}\n\
+             [[route]]\nhosts = [\"r.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\n"
         )
     };
-    let proxy = McProxy::start(&config(a.port, 4096));
+    // The listen address comes from the file (a --listen flag would win over it).
+    let path = std::env::temp_dir().join(format!(
+        "wirekit-mcproxy-reload-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&path, config("127.0.0.1:0", a.port, 4096)).unwrap();
+    let mut proxy = Proc::spawn({
+        let mut c = Command::new(wirekit_tests::serve_process::wirekit_binary());
+        c.args(["proxy", "--config"])
+            .arg(&path)
+            .args(["--threads", "2"])
+            .env("RUST_LOG", "info");
+        c
+    });
+    let addr: SocketAddr = proxy.stdout_line("listening on ").parse().unwrap();
     let sent = login_bytes("r.test", "Gus");
-    let mut s1 = connect_from(71, proxy.addr);
+    let mut s1 = connect_from(71, addr);
     s1.write_all(&sent).unwrap();
     assert_eq!(a.next(), sent);
-    // Routes now point at b, and the table size changed (which needs a restart).
-    std::fs::write(&proxy.config, config(b.port, 8192)).unwrap();
+    // Routes now point at b; the listen address and the table size changed (both need a
+    // restart).
+    let moved = free_port().unwrap();
+    std::fs::write(&path, config(&format!("127.0.0.1:{moved}"), b.port, 8192)).unwrap();
     let ok = Command::new("kill")
-        .args(["-HUP", &proxy.proc.child.id().to_string()])
+        .args(["-HUP", &proxy.child.id().to_string()])
         .status()
         .unwrap();
     assert!(ok.success());
-    let log = proxy.proc.wait_log("configuration reloaded", 1);
-    assert!(
-        log.contains("setting=\"source-table-size\"") && log.contains("needs a restart"),
-        "{log}"
-    );
-    let mut s2 = connect_from(72, proxy.addr);
+    let log = proxy.wait_log("configuration reloaded", 1);
+    let needs_restart = |setting: &str| {
+        log.lines()
+            .any(|l| l.contains(&format!("setting=\"{setting}\"")) && l.contains("needs a restart"))
+    };
+    assert!(needs_restart("listen"), "{log}");
+    assert!(needs_restart("source-table-size"), "{log}");
+    // The old listener serves, with the new routes; the new address has no listener.
+    let mut s2 = connect_from(72, addr);
     s2.write_all(&sent).unwrap();
     assert_eq!(b.next(), sent);
+    assert!(TcpStream::connect(("127.0.0.1", moved)).is_err());
+    assert!(proxy.child.try_wait().unwrap().is_none());
     drop((s1, s2));
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Clients that connect and close before login (nothing sent, a status handshake, a login
+/// handshake) write their close lines through the per-source log limiter, as refusals do:
+/// one line per source per `log-interval`, the rest counted. Connections that got past login
+/// keep a line each.
+#[test]
+fn pre_login_close_lines_are_limited_per_source_and_counted() {
+    // An upstream that reads a login's bytes and closes: the relay, and its close line, end.
+    let upstream = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let up_port = upstream.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for s in upstream.incoming() {
+            let Ok(mut s) = s else { return };
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut b = [0u8; 4096];
+            while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+        }
+    });
+    let proxy = McProxy::start(&format!(
+        "log-interval = 600\nconn-per-ip-burst = 0\nconn-per-ip-max = 0\n\
+         conn-per-prefix-burst = 0\nconn-per-prefix-max = 0\nstatus-per-ip-burst = 0\n\
+         login-per-ip-burst = 0\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{up_port}\"]\n"
+    ));
+    const N: u64 = 30;
+    for k in 0..N {
+        let mut s = connect_from(131, proxy.addr);
+        match k % 3 {
+            0 => {}
+            1 => s
+                .write_all(&handshake("pre.test", 340, NextState::Status))
+                .unwrap(),
+            _ => s
+                .write_all(&handshake("pre.test", 340, NextState::Login))
+                .unwrap(),
+        }
+        drop(s);
+    }
+    proxy.wait_metric(
+        "wirekit_proxy_closed_total{reason=\"closed_in_prelogin\"}",
+        N,
+    );
+    proxy.wait_metric("wirekit_proxy_log_lines_suppressed_total", N - 1);
+    let log = proxy.proc.log();
+    let about = |client: &str| {
+        log.lines()
+            .filter(|l| l.contains(&format!("client={client}:")))
+            .count()
+    };
+    assert_eq!(about("127.0.0.131"), 1, "{log}");
+
+    // Two logins from the same source, past its line allowance: a line each.
+    for name in ["Kit", "Lou"] {
+        let mut s = connect_from(131, proxy.addr);
+        s.write_all(&login_bytes("pre.test", name)).unwrap();
+        // The upstream closes after its read pause; the proxy closes this side then.
+        assert_eq!(wait_closed(&mut s, WAIT).map(|_| ()), Ok(()));
+    }
+    let log = proxy.proc.wait_log("player=\"Lou\"", 1);
+    assert!(log.contains("player=\"Kit\""), "{log}");
+    assert_eq!(
+        proxy.metric("wirekit_proxy_log_lines_suppressed_total"),
+        N - 1
+    );
+}
+
+/// A SIGHUP sent the moment the proxy says where it listens reloads it: the SIGHUP stream is
+/// registered before the listeners are bound, so the signal cannot meet SIGHUP's default
+/// action (the process's end). The thread that reads the line sends the signal itself, one
+/// system call after the read, to land in the moment after the line; several rounds, each
+/// a new process.
+#[test]
+fn sighup_right_after_the_listening_line_reloads_instead_of_killing() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::{Arc, Mutex, mpsc};
+    for round in 0..8 {
+        let path = std::env::temp_dir().join(format!(
+            "wirekit-mcproxy-early-hup-{}-{round}.toml",
+            std::process::id()
+        ));
+        std::fs::write(&path, "unknown-host = \"motd\"\n").unwrap();
+        // One worker thread in every other round: its tasks start only once the main task
+        // waits, the other layout starts them on other threads at once.
+        let threads = if round % 2 == 0 { "1" } else { "2" };
+        let mut child = Command::new(wirekit_tests::serve_process::wirekit_binary())
+            .args(["proxy", "--config"])
+            .arg(&path)
+            .args(["--listen", "127.0.0.1:0", "--threads", threads])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        struct Kill(std::process::Child);
+        impl Drop for Kill {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let pid = rustix::process::Pid::from_child(&child);
+        let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let mut child = Kill(child);
+        let (tx, listening) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+            for line in lines.by_ref() {
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    let sent = rustix::process::kill_process(pid, rustix::process::Signal::HUP);
+                    let _ = tx.send((addr.trim().to_owned(), sent));
+                    break;
+                }
+            }
+            lines.for_each(drop);
+        });
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = log.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&wirekit_tests::serve_process::strip_ansi(&line));
+                log.push('\n');
+            }
+        });
+        let (addr, sent) = listening
+            .recv_timeout(WAIT)
+            .expect("a listening line within the wait");
+        sent.expect("SIGHUP sent");
+        let addr: SocketAddr = addr.parse().unwrap();
+        let deadline = Instant::now() + WAIT;
+        while !log.lock().unwrap().contains("configuration reloaded") {
+            if let Some(status) = child.0.try_wait().unwrap() {
+                panic!(
+                    "round {round}: the proxy ended ({status}) on an early SIGHUP: {}",
+                    log.lock().unwrap()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no reload: {}",
+                log.lock().unwrap()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        // Alive and serving.
+        let json = status(addr, 121, "early.test", 340);
+        assert!(json.contains("Unknown server"), "{json}");
+        assert!(child.0.try_wait().unwrap().is_none());
+        drop(child);
+        let _ = std::fs::remove_file(&path);
+    }
 }
 
 #[test]

@@ -710,7 +710,9 @@ pub fn write_report() -> Result<(), String> {
             r.crashes
         );
     }
-    md.push_str("\n## Load and faults\n\nFrom [LOAD.md](LOAD.md), written by `cargo xtask load`.\n\n");
+    md.push_str(
+        "\n## Load and faults\n\nFrom [LOAD.md](LOAD.md), written by `cargo xtask load`.\n\n",
+    );
     match crate::load::generated_section() {
         Some(section) => {
             md.push_str(&section);

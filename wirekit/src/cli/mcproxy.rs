@@ -456,6 +456,22 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         }
     };
     let result = rt.block_on(async move {
+        // The SIGHUP stream first: from here on a SIGHUP is queued for the reload task, where
+        // before it would end the process (SIGHUP's default action). A script that reloads
+        // as soon as it has read the listening lines must not kill the proxy instead.
+        #[cfg(unix)]
+        let hup = {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::hangup()) {
+                Ok(hup) => Some(hup),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no SIGHUP handler; SIGHUP will end the proxy");
+                    None
+                }
+            }
+        };
+        // SIGINT and SIGTERM likewise: caught (and the grace period given) from here on.
+        let signals = super::serve::Signals::register();
         let proxy = Proxy::bind(settings).await?;
         // Scripts read the bound addresses from these lines (useful with port 0).
         for addr in proxy.local_addrs() {
@@ -467,18 +483,14 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
         tokio::spawn(async move {
-            super::serve::signalled().await;
+            signals.recv().await;
             tracing::info!("signal received");
             trigger.cancel();
         });
         #[cfg(unix)]
-        {
+        if let Some(mut hup) = hup {
             let handle = proxy.handle();
             tokio::spawn(async move {
-                use tokio::signal::unix::{SignalKind, signal};
-                let Ok(mut hup) = signal(SignalKind::hangup()) else {
-                    return;
-                };
                 while hup.recv().await.is_some() {
                     let _ = reload(&args, &handle, threads);
                 }

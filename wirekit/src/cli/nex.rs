@@ -280,6 +280,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let result = rt.block_on(async {
+        let signals = super::serve::Signals::register();
         let servers = wirekit_nex::NexServers::bind(options)?;
         // Scripts read the bound addresses from these lines (useful with port 0).
         println!("auth listening on {}", servers.auth_addr());
@@ -297,7 +298,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         let stats = servers.stats().clone();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            super::serve::signalled().await;
+            signals.recv().await;
             tracing::info!("signal received");
             let _ = stop.send(true);
         });

@@ -133,27 +133,60 @@ impl ServeArgs {
     }
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-pub(crate) async fn signalled() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT and SIGTERM, caught from the moment [`Signals::register`] returns: a signal that
+/// arrives before [`Signals::recv`] is polled (say, right after the listening line a script
+/// waits for) is queued for it, where a lazily installed handler would have left the default
+/// action to end the process without the grace period.
+pub(crate) struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Installs the handlers now. Must be called within the runtime.
+    pub(crate) fn register() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let install = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no {name} handler; {name} will end the process");
+                    None
                 }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
+            };
+            Signals {
+                int: install(SignalKind::interrupt(), "SIGINT"),
+                term: install(SignalKind::terminate(), "SIGTERM"),
             }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    /// Resolves when SIGINT or SIGTERM arrives (never, if neither handler could be installed).
+    pub(crate) async fn recv(mut self) {
+        #[cfg(unix)]
+        {
+            async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = one(&mut self.int) => {}
+                _ = one(&mut self.term) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -184,13 +217,14 @@ pub fn run(args: ServeArgs) -> ExitCode {
         let options = args
             .options()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let signals = Signals::register();
         let server = Server::bind(options).await?;
         // Scripts read the bound address from this line (useful with port 0).
         println!("listening on {}", server.local_addr());
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
         tokio::spawn(async move {
-            signalled().await;
+            signals.recv().await;
             tracing::info!("signal received");
             trigger.cancel();
         });
