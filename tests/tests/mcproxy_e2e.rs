@@ -4,7 +4,7 @@
 //! come from distinct loopback addresses (127.0.0.x).
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -755,4 +755,46 @@ fn mcstatus_gets_the_live_status_then_the_cached_one() {
             1,
         );
     }
+}
+
+/// PyPI mcstatus's legacy ping (`LegacyServer.status()`, the 1.6 form) live, with nothing
+/// cached (the proxy asks the upstream and answers in the legacy format), and with the route's
+/// upstream down (the fallback MOTD). The cached case is `status_from_cache_fallback_and_legacy_pings`.
+#[test]
+fn mcstatus_legacy_ping_live_and_with_the_upstream_down() {
+    let Some((_upstream, port)) = node_server("1.12.2", "live legacy motd") else {
+        return;
+    };
+    let Some(python) = peers::python() else {
+        return;
+    };
+    let live = McProxy::start(&format!(
+        "[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\nstatus-ttl = 60\n"
+    ));
+    let v = mcstatus_peer(&python, "legacy", live.addr);
+    assert_eq!(v["motd"], "live legacy motd", "{v}");
+    live.wait_metric("wirekit_proxy_status_cache_total{result=\"upstream\"}", 1);
+    // A port nothing listens on: bound, then released.
+    let down_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = McProxy::start(&format!(
+        r#"
+[[route]]
+default = true
+upstreams = ["127.0.0.1:{down_port}"]
+fallback-version = "Fallback 1.0"
+fallback-motd = "upstream down"
+fallback-max-players = 99
+"#
+    ));
+    let v = mcstatus_peer(&python, "legacy", down.addr);
+    assert_eq!(
+        (&v["motd"], &v["max"]),
+        (&"upstream down".into(), &99.into()),
+        "{v}"
+    );
+    down.wait_metric("wirekit_proxy_status_cache_total{result=\"fallback\"}", 1);
 }
