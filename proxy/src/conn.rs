@@ -250,7 +250,8 @@ async fn run<'a>(
         First::Handshake { frame, body } => (frame, body),
     };
 
-    // The handshake: parse, normalise the host, route, and hold it to the route's bounds.
+    // The handshake: parse, normalise the host, route, and hold it to the route's bounds and
+    // unknown-version policy.
     let (protocol, next_state, host, route_index, bounds) = {
         let packet = match split_packet(inbound.bytes(body.clone())) {
             Ok(p) if p.id == Handshake::ID => p,
@@ -268,7 +269,14 @@ async fn run<'a>(
             .map(str::to_owned)
             .unwrap_or_default();
         let route_index = rt.router.route(&host);
-        let bounds = route_index.and_then(|i| s.routes[i].handshake.check(&hs).err());
+        let bounds = route_index.and_then(|i| {
+            let r = &s.routes[i];
+            r.handshake
+                .check(&hs)
+                .map_err(CloseReason::HandshakeRefused)
+                .and_then(|()| r.unknown_version.check(hs.protocol_version, hs.next_state))
+                .err()
+        });
         (
             hs.protocol_version,
             hs.next_state,
@@ -281,9 +289,8 @@ async fn run<'a>(
     line.route = Some(route.map_or("unknown", |r| r.name.as_str()));
     if let Some(r) = route {
         shared.metrics.connection(&r.name);
-        // The route's handshake bounds, in either mode.
-        if let Some(refusal) = bounds {
-            let reason = CloseReason::HandshakeRefused(refusal);
+        // The route's handshake bounds and unknown-version policy, in either mode.
+        if let Some(reason) = bounds {
             if next_state != NextState::Status {
                 // A login may be told why (a status client just sees the close); what it
                 // sent after the handshake is read and dropped for a moment, so that the close
@@ -380,8 +387,8 @@ async fn run<'a>(
                     Ok(l) => Some(l.name.to_owned()),
                     // A version the tables do not know may have changed what follows the
                     // name (every layout since 1.7 starts with it): the name must parse, the
-                    // rest is relayed as it is (passthrough), or left to the route's
-                    // unknown-version policy (inspect).
+                    // rest is relayed as it is (passthrough, and opaque on an inspect route).
+                    // A route whose unknown-version policy refuses has closed already.
                     Err(_) if !ids::is_release(protocol) => {
                         wirekit_core::minecraft::read_string(p.data, MAX_NAME_LEN)
                             .ok()
@@ -464,7 +471,7 @@ async fn run<'a>(
 /// answered, so the route's handshake bounds and handshake-state rules hold for them too.
 fn inspect_refuses_handshake(r: &Route, body: &[u8], wire: usize) -> Option<&'static str> {
     let packet = ObservedPacket::from_body(Direction::Serverbound, body, wire, false).ok()?;
-    let mut machine = ProxyConn::new(r.inspect.conn_config());
+    let mut machine = ProxyConn::new(r.conn_config());
     match machine.handle(&r.inspect.core_rules(), &packet, clock::now()) {
         Verdict::Close(c) => Some(c.reason.label()),
         _ => None,
@@ -518,9 +525,10 @@ fn prelogin_end(e: PreloginError) -> Ended {
 /// The kick for a legacy ping: routed by the 1.6 ping's host (older pings carry none and get
 /// the default route), from the route's cached status for that host, else the upstream's
 /// (asked in a modern status exchange), else its fallback. A legacy ping is held to the route's
-/// handshake bounds as a status request from before 1.7 (protocol 0). Counted in the metrics as
-/// a modern status is: a connection of its route, open in the status state while it is
-/// answered. `Err`: the refusal's reason.
+/// handshake bounds as a status request from before 1.7 (protocol 0), not to its
+/// unknown-version policy: its format is one the proxy reads whole and answers itself.
+/// Counted in the metrics as a modern status is: a connection of its route, open in the
+/// status state while it is answered. `Err`: the refusal's reason.
 async fn legacy_kick<'a>(
     shared: &Shared,
     rt: &'a Runtime,

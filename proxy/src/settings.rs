@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use wirekit_core::limit::source::SourceConfig;
+use wirekit_core::minecraft::conn::{ConnConfig, UnknownVersion};
 use wirekit_core::minecraft::handshake::{MAX_HOST_LEN, normalize_host};
 use wirekit_core::proxy::policy::ProxyConfig;
 
@@ -110,6 +111,12 @@ pub struct Route {
     /// A handshake outside them is closed (a login with a Disconnect naming why). An inspect
     /// route's connection machine also holds its own ([`InspectSettings::handshake`](crate::inspect::InspectSettings::handshake)).
     pub handshake: wirekit_core::minecraft::rules::HandshakeRule,
+    /// What a handshake from a protocol version that is not a known release gets, in either
+    /// mode, judged with the handshake bounds ([`UnknownVersion::check`]): passed (the
+    /// default; a passthrough route relays it, an inspect route relays a login's bytes opaque
+    /// after the handshake), or refused (a login with a Disconnect, a status closed unanswered,
+    /// but for a probing status's -1).
+    pub unknown_version: UnknownVersion,
     /// Rules, budgets and framing of [`Mode::Inspect`].
     pub inspect: crate::inspect::InspectSettings,
 }
@@ -129,7 +136,17 @@ impl Route {
             status_ttl: Duration::from_secs(5),
             fallback: StatusFallback::default(),
             handshake: wirekit_core::minecraft::rules::HandshakeRule::ANY,
+            unknown_version: UnknownVersion::Opaque,
             inspect: crate::inspect::InspectSettings::default(),
+        }
+    }
+
+    /// The connection machine's configuration on this route (an inspect route's): its
+    /// unknown-version policy and inspect budgets.
+    pub fn conn_config(&self) -> ConnConfig {
+        ConnConfig {
+            unknown_version: self.unknown_version,
+            budgets: self.inspect.budgets,
         }
     }
 }

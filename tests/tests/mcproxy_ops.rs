@@ -32,6 +32,18 @@ fn check_config_exits_0_on_a_good_file_and_2_naming_the_fault_on_a_bad_one() {
     );
     assert_eq!(good.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&good.stdout).contains("config ok: 1 route(s)"));
+    // `unknown-version` where older files set it: accepted, with a note naming the route key.
+    let older = check(
+        "older.toml",
+        "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\nmode = \"inspect\"\n\
+         [route.inspect]\nunknown-version = \"refuse\"\n",
+    );
+    assert_eq!(older.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&older.stderr);
+    assert!(
+        err.contains("note: route a.test: [route.inspect] unknown-version"),
+        "{err}"
+    );
     for (name, text, says) in [
         (
             "mode.toml",
@@ -50,6 +62,11 @@ fn check_config_exits_0_on_a_good_file_and_2_naming_the_fault_on_a_bad_one() {
             "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\nmode = \"inspect\"\n\
              [[route.inspect.rule]]\nstate = \"status\"\ndirection = \"serverbound\"\nid = 0\naction = \"deny\"\n",
             "answers status itself",
+        ),
+        (
+            "unknown-version.toml",
+            "[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\nunknown-version = \"drop\"\n",
+            "pass or refuse",
         ),
     ] {
         let out = check(name, text);

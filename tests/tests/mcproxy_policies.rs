@@ -1,7 +1,8 @@
 //! Route policies that act before a relay starts, against `wirekit proxy` as a child process:
 //! an inspect route's handshake bounds on status connections, the unknown-version policy on a
-//! Login Start whose layout the proxy cannot know, and the Disconnect a client waiting in
-//! login gets at the handshake timeout.
+//! Login Start whose layout the proxy cannot know and on either mode's logins and status
+//! (the route key, and the older `[route.inspect]` one), and the Disconnect a client waiting
+//! in login gets at the handshake timeout.
 
 use std::io::Write;
 use std::time::Duration;
@@ -144,6 +145,73 @@ fn status_honours_inspect_handshake_bounds_unknown_versions_follow_their_policy_
     .concat();
     s.write_all(&sent).unwrap();
     assert_eq!(up.next(), sent);
+}
+
+/// A route's `unknown-version = "refuse"`, in passthrough and inspect: a protocol number no
+/// release has is refused at the handshake, inside the route's version range too (a login
+/// told why, a status closed unanswered, each counted), while a release's login is relayed
+/// as sent and its status answered.
+#[test]
+fn routes_refusing_unknown_versions_close_them_in_either_mode_and_pass_releases() {
+    // An upstream each: the status fetches one records stay out of the other's logins.
+    let ups = [Recorder::start(), Recorder::start()];
+    let proxy = McProxy::start(&format!(
+        "handshake-timeout = 1\n\
+         [[route]]\nhosts = [\"strict.test\"]\nupstreams = [\"127.0.0.1:{}\"]\n\
+         unknown-version = \"refuse\"\n\
+         [route.handshake]\nmax-version = 1000000\n\
+         [[route]]\nhosts = [\"strict-inspect.test\"]\nupstreams = [\"127.0.0.1:{}\"]\n\
+         mode = \"inspect\"\nunknown-version = \"refuse\"\n",
+        ups[0].port, ups[1].port
+    ));
+    const UNKNOWN: i32 = 999_999;
+    let mut refused = 0;
+    for (i, (host, up)) in ["strict.test", "strict-inspect.test"]
+        .into_iter()
+        .zip(&ups)
+        .enumerate()
+    {
+        let from = 60 + 10 * i as u8;
+        // A login: told why, closed, counted. (Login Start a moment later, as a client's
+        // second write: see `a_passthrough_route_holds_its_handshake_bounds`.)
+        let mut s = connect_from(from, proxy.addr);
+        s.write_all(&handshake(host, UNKNOWN, NextState::Login))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = s.write_all(&login_start("Snap"));
+        expect_disconnect(&mut s, "protocol version not supported");
+        wait_closed(&mut s, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{host}: {e}"));
+        refused += 1;
+        rejections(&proxy, "unknown_version", refused);
+        // A status: closed unanswered (no Disconnect exists in status), counted.
+        let mut s = connect_from(from + 1, proxy.addr);
+        s.write_all(&[handshake(host, UNKNOWN, NextState::Status), vec![1, 0]].concat())
+            .unwrap();
+        wait_closed(&mut s, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{host}: {e}"));
+        refused += 1;
+        rejections(&proxy, "unknown_version", refused);
+        // 1.12.2's login: relayed as sent.
+        let mut s = connect_from(from + 2, proxy.addr);
+        let sent = [handshake(host, 340, NextState::Login), login_start("Rel")].concat();
+        s.write_all(&sent).unwrap();
+        assert_eq!(
+            up.next(),
+            sent,
+            "{host}: the upstream got the opening as sent"
+        );
+        // 1.12.2's status, and a probe's (-1): answered (by the fallback: the upstream, a
+        // recorder, never answers the proxy's fetch).
+        for (k, protocol) in [340, -1].into_iter().enumerate() {
+            let json = wirekit_tests::mcproxy_process::status(
+                proxy.addr,
+                from + 3 + k as u8,
+                host,
+                protocol,
+            );
+            assert!(json.contains("\"version\""), "{host} {protocol}: {json}");
+        }
+    }
+    rejections(&proxy, "unknown_version", 4);
 }
 
 /// A loopback listener for [`serve_status`], and its port.

@@ -20,11 +20,13 @@
 //! ## States
 //! Each direction has its own state, because each side switches at its own packet:
 //! - Handshake: the client's first packet, checked against the [`HandshakeRule`]; next state 1
-//!   goes to status, 2 to login, 3 (Transfer, 1.20.5+) to login. A login (or transfer) from a
-//!   version that is not a known release (see [`ids::RELEASES`]) gets the
-//!   configured [`UnknownVersion`] policy: opaque after the handshake, or refused. Status is
-//!   parsed whatever the version (its packets never changed, and clients that only probe send
-//!   -1).
+//!   goes to status, 2 to login, 3 (Transfer, 1.20.5+) to login. A handshake from a version
+//!   that is not a known release (see [`ids::RELEASES`]) gets the configured
+//!   [`UnknownVersion`] policy ([`UnknownVersion::check`], which adapters that judge the
+//!   handshake without a machine call too): under [`UnknownVersion::Opaque`] a login (or
+//!   transfer) goes opaque after the handshake and a status is parsed (its packets never
+//!   changed); under [`UnknownVersion::Refuse`] both are closed, but for a status of
+//!   [`ids::STATUS_PROBE`] (-1, what clients that only probe send).
 //! - Login: Login Start first; the server's Set Compression yields
 //!   [`Verdict::ForwardThenCompress`] (both directions frame the packets after it with the new
 //!   threshold: the client switches when it reads it and sends nothing in between);
@@ -96,16 +98,52 @@ pub const MAX_COOKIE_KEY_LEN: usize = 32767;
 /// The longest cookie payload (vanilla's 5 KiB).
 pub const MAX_COOKIE_LEN: usize = 5120;
 
-/// What to do with a login handshake whose protocol version is not a known release (status
-/// is parsed for any version).
+/// What to do with a handshake whose protocol version is not a known release
+/// ([`ids::is_release`]): a snapshot, a version older or newer than the table, a made-up
+/// number. A route's `unknown-version` setting (`"pass"` is [`Opaque`](Self::Opaque)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum UnknownVersion {
-    /// Forward the handshake, then relay both directions as opaque bytes.
+    /// Pass it: forward the handshake, then relay a login's both directions as opaque bytes
+    /// (a status is parsed: its packets never changed).
     #[default]
     Opaque,
-    /// Close the connection.
+    /// Close the connection (a login with a Disconnect), status too, but for a status of
+    /// [`ids::STATUS_PROBE`].
     Refuse,
+}
+
+impl UnknownVersion {
+    /// The policy's decision on a handshake of `version` asking for `next_state`: `Err` with
+    /// [`CloseReason::UnknownVersion`] when the version is not a known release and the policy
+    /// refuses those. A status handshake of [`ids::STATUS_PROBE`] always passes (it names no
+    /// version: the client only probes).
+    ///
+    /// The connection machine calls it at the handshake; an adapter that judges the handshake
+    /// before any machine runs (a passthrough route) calls it there, after the route's
+    /// [`HandshakeRule`].
+    ///
+    /// ```
+    /// use wirekit_core::minecraft::conn::{CloseReason, UnknownVersion};
+    /// use wirekit_core::minecraft::handshake::NextState;
+    ///
+    /// // 1.12.2 is a release; 999999 is not.
+    /// assert_eq!(UnknownVersion::Refuse.check(340, NextState::Login), Ok(()));
+    /// assert_eq!(
+    ///     UnknownVersion::Refuse.check(999_999, NextState::Login),
+    ///     Err(CloseReason::UnknownVersion(999_999))
+    /// );
+    /// assert_eq!(UnknownVersion::Opaque.check(999_999, NextState::Login), Ok(()));
+    /// ```
+    pub fn check(self, version: i32, next_state: NextState) -> Result<(), CloseReason> {
+        let probe = next_state == NextState::Status && version == ids::STATUS_PROBE;
+        match self {
+            UnknownVersion::Refuse if !probe && !ids::is_release(version) => {
+                Err(CloseReason::UnknownVersion(version))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A connection's configuration: everything but the rules, which are borrowed per call.
@@ -192,7 +230,8 @@ pub enum CloseReason {
     HandshakeRefused(HandshakeRefusal),
     /// Next state 3 (Transfer) from a version before 1.20.5.
     TransferBeforeV1_20_5,
-    /// The protocol version is not a known release and the policy refuses those.
+    /// The protocol version is not a known release and the policy refuses those
+    /// ([`UnknownVersion::check`]).
     UnknownVersion(i32),
     /// A packet the protocol does not allow here.
     UnexpectedPacket {
@@ -782,13 +821,10 @@ impl ProxyConn {
                 if hs.next_state == NextState::Transfer && v < ids::V1_20_5 && ids::is_release(v) {
                     return Err((CloseReason::TransferBeforeV1_20_5, d));
                 }
-                let login = hs.next_state != NextState::Status;
-                if login
-                    && !ids::is_release(v)
-                    && self.config.unknown_version == UnknownVersion::Refuse
-                {
-                    return Err((CloseReason::UnknownVersion(v), d));
-                }
+                self.config
+                    .unknown_version
+                    .check(v, hs.next_state)
+                    .map_err(|r| (r, d))?;
                 effect
             }
             (State::Handshake, _) => return Err(unexpected()),
@@ -1250,6 +1286,52 @@ mod tests {
         );
     }
 
+    /// The unknown-version decision alone: every known release passes, anything else is
+    /// refused under `Refuse` and passed under `Opaque`, status and login alike, but for a
+    /// probing status.
+    #[test]
+    fn unknown_version_policy_decides_on_the_release_table() {
+        let states = [NextState::Status, NextState::Login, NextState::Transfer];
+        for v in ids::RELEASES {
+            for next in states {
+                assert_eq!(UnknownVersion::Refuse.check(v, next), Ok(()), "{v}");
+                assert_eq!(UnknownVersion::Opaque.check(v, next), Ok(()), "{v}");
+            }
+        }
+        for v in [
+            i32::MIN,
+            -2,
+            0,
+            5,
+            ids::OLDEST - 1,
+            750,
+            ids::NEWEST + 1,
+            999_999,
+            0x4000_0100,
+            i32::MAX,
+        ] {
+            for next in states {
+                assert_eq!(
+                    UnknownVersion::Refuse.check(v, next),
+                    Err(CloseReason::UnknownVersion(v)),
+                    "{v} {next:?}"
+                );
+                assert_eq!(UnknownVersion::Opaque.check(v, next), Ok(()), "{v}");
+            }
+        }
+        assert_eq!(
+            UnknownVersion::Refuse.check(ids::STATUS_PROBE, NextState::Status),
+            Ok(())
+        );
+        for next in [NextState::Login, NextState::Transfer] {
+            assert_eq!(
+                UnknownVersion::Refuse.check(ids::STATUS_PROBE, next),
+                Err(CloseReason::UnknownVersion(-1))
+            );
+        }
+        assert_eq!(UnknownVersion::default(), UnknownVersion::Opaque);
+    }
+
     #[test]
     fn handshake_policies() {
         // Unknown versions: opaque by default, refused on request with a login Disconnect.
@@ -1270,12 +1352,31 @@ mod tests {
             assert_eq!(close.reason, CloseReason::UnknownVersion(v));
             let d = close.disconnect.unwrap();
             assert_eq!((d.state, d.protocol_version), (DisconnectState::Login, v));
-            // Status is parsed for any version.
-            let mut c = ProxyConn::new(refuse);
+            // Status: parsed for any version when passed, refused (no Disconnect: the client
+            // is in status) under refuse.
+            let mut c = ProxyConn::new(ConnConfig::default());
             feed(&mut c, SB, 0, &handshake(v, NextState::Status)).assert_forward();
             assert_eq!(c.state(CB), State::Status);
             feed(&mut c, SB, 0, b"").assert_forward();
+            let mut c = ProxyConn::new(refuse);
+            let Verdict::Close(close) = feed(&mut c, SB, 0, &handshake(v, NextState::Status))
+            else {
+                panic!()
+            };
+            assert_eq!(close.reason, CloseReason::UnknownVersion(v));
+            assert_eq!(close.disconnect, None);
         }
+        // A probing status (-1) is no version to refuse; a known release passes either way.
+        let refuse = ConnConfig {
+            unknown_version: UnknownVersion::Refuse,
+            ..ConnConfig::default()
+        };
+        let mut c = ProxyConn::new(refuse);
+        feed(&mut c, SB, 0, &handshake(-1, NextState::Status)).assert_forward();
+        feed(&mut c, SB, 0, b"").assert_forward();
+        let mut c = ProxyConn::new(refuse);
+        feed(&mut c, SB, 0, &handshake(340, NextState::Login)).assert_forward();
+        assert_eq!(c.state(SB), State::Login);
         // Transfer: 1.20.5 on, to login.
         let mut c = ProxyConn::new(ConnConfig::default());
         let Verdict::Close(close) = feed(&mut c, SB, 0, &handshake(765, NextState::Transfer))

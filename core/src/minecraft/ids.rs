@@ -91,6 +91,10 @@ pub const RELEASES: [i32; 48] = [
     766, 767, 768, 769, 770, 771, 772, 773, 774, 775,
 ];
 
+/// The protocol number a status handshake carries when the client only probes (to learn the
+/// server's version): no release's, and never refused as an unknown version.
+pub const STATUS_PROBE: i32 = -1;
+
 /// The oldest release handled (1.8).
 pub const OLDEST: i32 = 47;
 /// The newest release handled (26.1).

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use tokio::io::AsyncWriteExt;
-use wirekit_core::minecraft::budget::{Budget, Budgets};
-use wirekit_core::minecraft::conn::{Close, Verdict};
+use wirekit_core::minecraft::budget::Budget;
+use wirekit_core::minecraft::conn::{Close, ConnConfig, Verdict};
 use wirekit_core::minecraft::filter::{Filter, PassAll};
 use wirekit_core::minecraft::ids::Direction;
 use wirekit_std::clock;
@@ -36,18 +36,19 @@ pub(crate) struct Opening<'a> {
     pub(crate) host: &'a str,
 }
 
-/// The route's budgets, with the proxy-wide byte budgets where the route sets none.
-fn budgets(r: &Route, serverbound: ByteBudget, clientbound: ByteBudget) -> Budgets {
-    let mut b = r.inspect.budgets;
+/// The route's machine configuration: its unknown-version policy, and its budgets with the
+/// proxy-wide byte budgets where the route sets none.
+fn conn_config(r: &Route, serverbound: ByteBudget, clientbound: ByteBudget) -> ConnConfig {
+    let mut c = r.conn_config();
     for (dir, bytes) in [
-        (&mut b.serverbound, serverbound),
-        (&mut b.clientbound, clientbound),
+        (&mut c.budgets.serverbound, serverbound),
+        (&mut c.budgets.clientbound, clientbound),
     ] {
         if dir.bytes.is_none() && bytes.burst > 0 {
             dir.bytes = Some(Budget::per_second(bytes.per_second, bytes.burst));
         }
     }
-    b
+    c
 }
 
 /// Serves a login routed to inspect route `i` (`r`).
@@ -68,7 +69,7 @@ pub(crate) async fn serve<'a>(
         None => Box::new(PassAll),
     };
     let mut insp = Inspector::new(&r.inspect, &mut *filter);
-    insp.set_budgets(budgets(r, s.serverbound, s.clientbound));
+    insp.set_conn_config(conn_config(r, s.serverbound, s.clientbound));
     let now = clock::now();
     let login_frame = opening.frame.end..opening.login.end;
     let mut opaque = false;

@@ -84,8 +84,6 @@ pub struct InspectSettings {
     pub handshake: HandshakeRule,
     /// Per-connection budgets, each direction.
     pub budgets: Budgets,
-    /// What a login from a protocol version the core does not know gets.
-    pub unknown_version: UnknownVersion,
     /// A threshold and level of the proxy's own toward the client; `None` keeps the
     /// upstream's and forwards frames as received.
     pub client_compression: Option<ClientCompression>,
@@ -118,7 +116,6 @@ impl Default for InspectSettings {
             rules: Vec::new(),
             handshake: HandshakeRule::ANY,
             budgets: DEFAULT_BUDGETS,
-            unknown_version: UnknownVersion::Opaque,
             client_compression: None,
             // Vanilla clients send nothing near this (their largest, a plugin message, is
             // 32 KiB); the upstream gets vanilla's own maximum.
@@ -133,14 +130,6 @@ impl InspectSettings {
     /// The rules as the core evaluates them.
     pub fn core_rules(&self) -> Rules<'_> {
         Rules::new(self.handshake, &self.rules)
-    }
-
-    /// The connection machine's configuration.
-    pub fn conn_config(&self) -> ConnConfig {
-        ConnConfig {
-            unknown_version: self.unknown_version,
-            budgets: self.budgets,
-        }
     }
 
     /// Refuses what cannot run: rules the core refuses, a maximum packet of 0 or over
@@ -451,14 +440,19 @@ pub struct Counters<'s> {
 }
 
 impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
-    /// A connection under `settings`, with every buffer it will use allocated now.
+    /// A connection under `settings`, with every buffer it will use allocated now. Its
+    /// machine passes unknown versions (opaque after the handshake) until
+    /// [`set_conn_config`](Self::set_conn_config) gives it the route's policy.
     pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Self {
         let sb = settings.max_packet(Direction::Serverbound);
         let cb = settings.max_packet(Direction::Clientbound);
         let client_level = settings.client_compression.map_or(Level::Fast, |c| c.level);
         Inspector {
             settings,
-            conn: ProxyConn::new(settings.conn_config()),
+            conn: ProxyConn::new(ConnConfig {
+                unknown_version: UnknownVersion::Opaque,
+                budgets: settings.budgets,
+            }),
             sides: [
                 Side::new(sb, settings.upstream_level),
                 Side::new(cb, client_level),
@@ -498,13 +492,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         }
     }
 
-    /// Replaces the budgets (before the first packet): the caller's defaults for those the
-    /// route leaves unset.
-    pub fn set_budgets(&mut self, budgets: Budgets) {
-        self.conn = ProxyConn::new(ConnConfig {
-            unknown_version: self.settings.unknown_version,
-            budgets,
-        });
+    /// Replaces the machine's configuration (before the first packet): the route's
+    /// unknown-version policy ([`Route::conn_config`](crate::Route::conn_config)), and its
+    /// budgets with the caller's defaults for those the route leaves unset.
+    pub fn set_conn_config(&mut self, config: ConnConfig) {
+        self.conn = ProxyConn::new(config);
     }
 
     /// The connection machine (its state, protocol version and close).

@@ -13,6 +13,7 @@ mod inspect;
 use tokio_util::sync::CancellationToken;
 use wirekit_core::limit::Prefix;
 use wirekit_core::limit::source::{ConnLimit, RateLimit, SourceConfig};
+use wirekit_core::minecraft::conn::UnknownVersion;
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig};
 use wirekit_proxy::{
@@ -167,6 +168,10 @@ pub struct RouteConfig {
     /// Bounds on the handshake in either mode (`[route.handshake]`: min-version, max-version,
     /// next-states, max-host-len).
     pub handshake: Option<inspect::HandshakeConfig>,
+    /// A handshake from a protocol version that is not a known release, in either mode:
+    /// `pass` (default; relayed, opaque after the handshake on an inspect route) or `refuse`
+    /// (a login told why, a status closed; a probing status's -1 passes).
+    pub unknown_version: Option<String>,
     /// Send PROXY v2 (CRC32C, AUTHORITY) to the upstream.
     #[serde(default)]
     pub proxy_protocol: bool,
@@ -205,13 +210,59 @@ fn upstream_list(s: &str) -> Result<Vec<SocketAddr>, String> {
 }
 
 impl RouteConfig {
+    /// The route's name in logs, metrics and messages: `name`, else the first host, else
+    /// `default`.
+    fn name(&self) -> String {
+        match (&self.name, self.hosts.first()) {
+            (Some(n), _) => n.clone(),
+            (None, Some(h)) => h.clone(),
+            (None, None) => "default".into(),
+        }
+    }
+
+    /// The key under `[route.inspect]` where older files set `unknown-version`.
+    fn inspect_unknown_version(&self) -> Option<&str> {
+        self.inspect.as_ref()?.unknown_version.as_deref()
+    }
+
+    /// The route's unknown-version policy: its own key, else the older `[route.inspect]` one
+    /// (both set: they must agree), else pass.
+    fn unknown_version(&self) -> Result<UnknownVersion, String> {
+        let route = self
+            .unknown_version
+            .as_deref()
+            .map(inspect::unknown_version)
+            .transpose()?;
+        let older = self
+            .inspect_unknown_version()
+            .map(inspect::unknown_version)
+            .transpose()?;
+        match (route, older) {
+            (Some(a), Some(b)) if a != b => Err(format!(
+                "unknown-version {:?} and [route.inspect] unknown-version {:?} disagree \
+                 (the route's key replaces the inspect one)",
+                self.unknown_version.as_deref().unwrap_or_default(),
+                self.inspect_unknown_version().unwrap_or_default(),
+            )),
+            (a, b) => Ok(a.or(b).unwrap_or_default()),
+        }
+    }
+
+    /// What a check of this table should tell its author without refusing it.
+    fn notes(&self) -> Vec<String> {
+        match self.inspect_unknown_version() {
+            Some(v) => vec![format!(
+                "route {}: [route.inspect] unknown-version is now the route's own key \
+                 (unknown-version = {v:?} beside mode), for either mode; read from here for now",
+                self.name()
+            )],
+            None => Vec::new(),
+        }
+    }
+
     fn route(&self) -> Result<Route, String> {
         let mut r = Route::new(self.hosts.clone(), self.upstreams.clone());
-        if let Some(n) = &self.name {
-            r.name = n.clone();
-        } else if self.hosts.is_empty() {
-            r.name = "default".into();
-        }
+        r.name = self.name();
         r.default = self.default;
         r.balance = match self.balance.as_deref() {
             None | Some("round-robin") => Balance::RoundRobin,
@@ -243,6 +294,9 @@ impl RouteConfig {
                 .rule()
                 .map_err(|e| format!("route {}: handshake: {e}", r.name))?;
         }
+        r.unknown_version = self
+            .unknown_version()
+            .map_err(|e| format!("route {}: {e}", r.name))?;
         r.proxy_protocol = self.proxy_protocol;
         r.rewrite_host = self.rewrite_host.clone();
         if let Some(t) = self.status_ttl {
@@ -280,6 +334,12 @@ macro_rules! prefer_flags {
 }
 
 impl ProxyArgs {
+    /// Notes on these (merged) arguments that do not stop them running: keys read from an
+    /// older place.
+    pub fn notes(&self) -> Vec<String> {
+        self.route.iter().flat_map(RouteConfig::notes).collect()
+    }
+
     /// These flags over the config file's values (if `--config` names one).
     pub fn merged(&self) -> Result<ProxyArgs, String> {
         let file: ProxyArgs = match &self.config {
@@ -429,6 +489,10 @@ pub fn run(args: ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // On stderr, so that the check's one stdout line stays as scripts read it.
+    for note in merged.notes() {
+        eprintln!("wirekit proxy: note: {note}");
+    }
     if args.check_config {
         println!(
             "config ok: {} route(s), relay by {}, listening on {}",
@@ -562,6 +626,7 @@ mod tests {
         let s = file.settings().unwrap();
         assert_eq!(s.routes.len(), 2);
         assert_eq!(s.routes[0].rewrite_host.as_deref(), Some("lobby.internal"));
+        assert_eq!(s.routes[0].unknown_version, UnknownVersion::Opaque);
         assert_eq!(s.unknown_host, UnknownHost::Motd);
         assert_eq!(s.limits, SourceConfig::default());
     }
@@ -618,6 +683,72 @@ upstreams = ["127.0.0.1:25568"]
         std::fs::write(&path, "no-such-key = 1\n").unwrap();
         assert!(flags.merged().is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `unknown-version` is a route key in either mode; the older `[route.inspect]` place is
+    /// still read (with a note), and the two may not disagree.
+    #[test]
+    fn unknown_version_is_a_route_key_and_the_inspect_one_still_reads() {
+        let route = |extra: &str| -> Result<(Route, Vec<String>), String> {
+            let text =
+                format!("[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\n{extra}");
+            let file: ProxyArgs = toml::from_str(&text).map_err(|e| e.to_string())?;
+            let s = file.settings()?;
+            Ok((s.routes[0].clone(), file.notes()))
+        };
+        let (r, notes) = route("").unwrap();
+        assert_eq!(r.unknown_version, UnknownVersion::Opaque);
+        assert!(notes.is_empty());
+        for (extra, want) in [
+            ("unknown-version = \"pass\"\n", UnknownVersion::Opaque),
+            ("unknown-version = \"refuse\"\n", UnknownVersion::Refuse),
+            (
+                "mode = \"inspect\"\nunknown-version = \"refuse\"\n",
+                UnknownVersion::Refuse,
+            ),
+        ] {
+            let (r, notes) = route(extra).unwrap();
+            assert_eq!(r.unknown_version, want, "{extra}");
+            assert_eq!(r.conn_config().unknown_version, want, "{extra}");
+            assert!(notes.is_empty(), "{extra}");
+        }
+        // The older place, and its older value name.
+        for (extra, want) in [
+            (
+                "mode = \"inspect\"\n[route.inspect]\nunknown-version = \"refuse\"\n",
+                UnknownVersion::Refuse,
+            ),
+            (
+                "mode = \"inspect\"\n[route.inspect]\nunknown-version = \"opaque\"\n",
+                UnknownVersion::Opaque,
+            ),
+            (
+                "unknown-version = \"refuse\"\n[route.inspect]\nunknown-version = \"refuse\"\n",
+                UnknownVersion::Refuse,
+            ),
+        ] {
+            let (r, notes) = route(extra).unwrap();
+            assert_eq!(r.unknown_version, want, "{extra}");
+            assert_eq!(notes.len(), 1, "{extra}");
+            assert!(notes[0].contains("route a.test"), "{}", notes[0]);
+        }
+        for (extra, says) in [
+            ("unknown-version = \"maybe\"\n", "pass or refuse"),
+            (
+                "[route.inspect]\nunknown-version = \"maybe\"\n",
+                "pass or refuse",
+            ),
+            (
+                "unknown-version = \"pass\"\n[route.inspect]\nunknown-version = \"refuse\"\n",
+                "disagree",
+            ),
+        ] {
+            let err = route(extra).unwrap_err();
+            assert!(
+                err.contains(says) && err.contains("route a.test"),
+                "{extra}: {err}"
+            );
+        }
     }
 
     /// A reload names `threads` (the runtime's, fixed at start) among the settings that need

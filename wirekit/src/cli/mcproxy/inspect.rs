@@ -1,5 +1,6 @@
-//! A route's `[route.inspect]` table: packet rules, handshake bounds, budgets, the policy for
-//! unknown versions and the framing toward the client, for `mode = "inspect"`.
+//! A route's `[route.inspect]` table: packet rules, handshake bounds, budgets and the framing
+//! toward the client, for `mode = "inspect"` (the policy for unknown versions is the route's
+//! `unknown-version`, still read here for older files).
 
 use serde::Deserialize;
 use wirekit_core::minecraft::budget::{Budget, Budgets, DirectionBudgets};
@@ -15,7 +16,8 @@ use wirekit_proxy::inspect::{ClientCompression, InspectSettings, named_rules};
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct InspectConfig {
-    /// `opaque` (default: relay bytes after the handshake) or `refuse`.
+    /// Where older files set the route's `unknown-version` (the route key is read in its
+    /// place; the two may not disagree).
     pub unknown_version: Option<String>,
     /// A threshold of the proxy's own toward the client (negative: uncompressed); packets
     /// are then compressed again at `client-level`.
@@ -176,7 +178,15 @@ fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
     })
 }
 
-/// A configured budget: absent, the default; a rate of 0, none.
+/// A route's `unknown-version`: `pass` (`opaque`, its older name, too) or `refuse`.
+pub fn unknown_version(s: &str) -> Result<UnknownVersion, String> {
+    match s {
+        "pass" | "opaque" => Ok(UnknownVersion::Opaque),
+        "refuse" => Ok(UnknownVersion::Refuse),
+        u => Err(format!("unknown-version {u:?}: pass or refuse")),
+    }
+}
+
 /// A configured budget (`key`): absent, the default; `{ rate = 0 }`, none. A byte budget
 /// (`bytes`) left unset falls back to the proxy-wide one, so it cannot be turned off here
 /// (`serverbound-burst = 0` and `clientbound-burst = 0` do that, for every route).
@@ -317,11 +327,6 @@ impl InspectConfig {
                     )?,
                 },
             },
-            unknown_version: match self.unknown_version.as_deref() {
-                None | Some("opaque") => UnknownVersion::Opaque,
-                Some("refuse") => UnknownVersion::Refuse,
-                Some(u) => return Err(format!("unknown-version {u:?}: opaque or refuse")),
-            },
             client_compression: match self.client_threshold {
                 None => None,
                 Some(threshold) => Some(ClientCompression {
@@ -359,7 +364,7 @@ mod tests {
         let s = file.settings().unwrap();
         let i = &s.routes[0].inspect;
         assert_eq!(s.routes[0].mode, wirekit_proxy::Mode::Inspect);
-        assert_eq!(i.unknown_version, UnknownVersion::Refuse);
+        assert_eq!(s.routes[0].unknown_version, UnknownVersion::Refuse);
         assert_eq!(i.client_compression.map(|c| c.threshold), Some(512));
         assert_eq!(i.handshake.max_host_len, 64);
         assert!(i.rules.len() >= 2);
@@ -370,7 +375,6 @@ mod tests {
     fn rules_budgets_and_handshake_from_toml() {
         let c: InspectConfig = toml::from_str(
             r#"
-unknown-version = "refuse"
 client-threshold = 64
 client-level = "quick"
 serverbound-packets = { rate = 100, burst = 200 }
@@ -397,7 +401,6 @@ min-version = 764
         )
         .unwrap();
         let s = c.settings().unwrap();
-        assert_eq!(s.unknown_version, UnknownVersion::Refuse);
         assert_eq!(
             s.client_compression,
             Some(ClientCompression {
@@ -427,7 +430,6 @@ min-version = 764
             "[[rule]]\nstate = \"play\"\ndirection = \"serverbound\"\naction = \"deny\"\n",
             "[[rule]]\nstate = \"play\"\ndirection = \"serverbound\"\npacket = \"chat\"\naction = \"deny\"\n",
             "[[rule]]\nstate = \"play\"\ndirection = \"serverbound\"\nid = 1\n",
-            "unknown-version = \"maybe\"\n",
             "[[rule]]\nstate = \"status\"\ndirection = \"serverbound\"\nid = 1\naction = \"deny\"\n",
         ] {
             let c: InspectConfig = toml::from_str(bad).unwrap();
