@@ -21,8 +21,9 @@
 //! # Where the PRUDP connection plugs in
 //! The per-connection state is generic. A server handler wraps the core's sans-IO connection:
 //! [`DatagramHandler::open`] answers a SYN statelessly ([`Open::Stateless`], a SYN-ACK whose
-//! connection signature is keyed by a server secret) and accepts the CONNECT that proves it
-//! ([`Open::Accept`]); [`DatagramHandler::datagram`] calls the connection's
+//! connection signature is keyed by a server secret and a 30 s epoch of the worker's clock)
+//! and accepts the CONNECT that proves it within 30 to 60 s ([`Open::Accept`]);
+//! [`DatagramHandler::datagram`] calls the connection's
 //! `handle(datagram, now)`, and [`DatagramHandler::batch_end`] drains its `poll_transmit` into
 //! the [`Outbox`] with [`Outbox::push_with`] (encoding in place, no copy) once per receive
 //! batch, so the batch's packets share aggregate ACKs; [`DatagramHandler::tick`] drives its

@@ -2,8 +2,9 @@
 //! sans-IO [`Connection`], with an RMC [`Dispatcher`] answering what each connection delivers.
 //!
 //! A datagram from an unknown peer goes to the core's [`Server`]: a SYN is answered
-//! statelessly (the SYN-ACK's connection signature is keyed by the server's secret), a CONNECT
-//! that proves the signature (and, on a secure server, carries a valid ticket, checked through
+//! statelessly (the SYN-ACK's connection signature is keyed by the server's secret and the
+//! worker clock's 30 s epoch), a CONNECT that proves the signature within its epoch or the
+//! next (and, on a secure server, carries a valid ticket, checked through
 //! the core's hook under the server key derived once) opens a connection. Every later datagram
 //! goes to the connection's `handle`; its messages go through the dispatcher, the responses
 //! back through `send`, and at the end of the receive batch
@@ -140,7 +141,11 @@ pub struct HandlerConfig {
     /// The connection configuration (settings, virtual port, sizes, timers).
     pub config: Config,
     /// The signature secret (all workers of one server share it, so a SYN-ACK from one
-    /// worker is honoured by another).
+    /// worker is honoured by another). Random per process: a restart invalidates every
+    /// outstanding SYN-ACK. The signature also carries the epoch of the worker's clock
+    /// ([`ServerSignatures`]); workers' clocks start a moment apart, so a CONNECT that crosses
+    /// to another worker within that moment of an epoch boundary is refused once and accepted
+    /// when the client resends it.
     pub secret: [u8; 32],
     /// The secure server's ticket check; `None` on an authentication server.
     pub secure: Option<SecureServer>,

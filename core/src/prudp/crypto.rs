@@ -11,8 +11,9 @@
 //! - Connection signatures: each side hands the other one in the handshake and the other
 //!   echoes it in its signatures. A client's is NintendoClients' function of the server's
 //!   address ([`client_connection_signature`]); a server's comes from a
-//!   [`ServerSignatures`] keyed by a secret, so it works like a SYN cookie: stateless, the
-//!   same for every SYN from one address and port, and not computable by anyone without the
+//!   [`ServerSignatures`] keyed by a secret and the caller's clock, so it works like a SYN
+//!   cookie: stateless, the same for every SYN from one address and port within a
+//!   [`SIGNATURE_EPOCH`], accepted for 30 to 60 s, and not computable by anyone without the
 //!   secret.
 //! - Lite travels over TLS or WebSocket and is not encrypted at this layer.
 
@@ -21,6 +22,7 @@ use core::net::{IpAddr, SocketAddr};
 
 use super::{Version, VirtualPort, v0_connection_signature};
 use crate::kerberos::{Rc4, hmac_md5, md5};
+use crate::time::{Duration, Instant};
 
 /// The RC4 key before a session key exists.
 pub const DEFAULT_KEY: &[u8] = b"CD&ML";
@@ -250,13 +252,30 @@ pub fn client_connection_signature(version: Version, server: SocketAddr) -> Conn
     ConnectionSignature::truncated(hmac_md5(&CLIENT_SIGNATURE_KEY, &[&bytes[..n]]), version)
 }
 
+/// How long one epoch of [`ServerSignatures`] lasts: a signature is accepted in the epoch it
+/// was given in and the next, so for 30 to 60 s.
+///
+/// The lower bound is above the time a client spends resending its CONNECT: about 3 s for
+/// NintendoClients (a 1 s timeout, 2 resends), 23 s with [`Config`](super::conn::Config)'s
+/// defaults (1, 2, 4, 8 and 8 s), so an honest client that got the SYN-ACK is not refused for
+/// being slow.
+pub const SIGNATURE_EPOCH: Duration = Duration::from_secs(30);
+
 /// A server's connection signatures, keyed by a secret: HMAC-MD5(secret, ip || port ||
-/// the client's virtual port byte), cut to the version's length.
+/// the client's virtual port byte || epoch), cut to the version's length, where the epoch is
+/// the caller's `now` in whole [`SIGNATURE_EPOCH`]s (a `u64`, little-endian).
 ///
 /// The server recomputes a client's signature from its address whenever it needs it (a SYN, a
 /// CONNECT), so answering a SYN keeps no state, and a spoofer that cannot read the SYN-ACK
-/// cannot produce a CONNECT the server accepts. Pick the secret at random when the server
-/// starts (16 or more bytes from the OS).
+/// cannot produce a CONNECT the server accepts. The epoch makes it a time-bound cookie: a SYN
+/// is answered with the current epoch's signature and a CONNECT is accepted under the current
+/// or the previous epoch's ([`ServerSignatures::previous_signature`]), so a captured CONNECT stops
+/// being accepted after at most 60 s rather than living as long as the secret.
+///
+/// A client only echoes the signature (NintendoClients stores the SYN-ACK's bytes as they
+/// are and signs with them), so its value is the server's to choose. Pick the secret at random when the server starts
+/// (16 or more bytes from the OS); everything that shares the secret must share the clock's
+/// origin too, or the epochs disagree near their boundaries.
 #[derive(Clone)]
 pub struct ServerSignatures {
     secret: [u8; 32],
@@ -274,16 +293,51 @@ impl ServerSignatures {
         ServerSignatures { secret }
     }
 
-    /// The signature the server gives the client at `client` speaking from `port`.
+    /// The epoch `now` falls in: whole [`SIGNATURE_EPOCH`]s since the clock's origin.
+    pub const fn epoch(now: Instant) -> u64 {
+        now.as_micros() / SIGNATURE_EPOCH.as_micros()
+    }
+
+    /// The signature the server gives the client at `client` speaking from `port` in `epoch`.
+    pub fn signature_in(
+        &self,
+        version: Version,
+        client: SocketAddr,
+        port: VirtualPort,
+        epoch: u64,
+    ) -> ConnectionSignature {
+        let (bytes, n) = address_bytes(client);
+        let port = [port.stream_type, port.port];
+        ConnectionSignature::truncated(
+            hmac_md5(&self.secret, &[&bytes[..n], &port, &epoch.to_le_bytes()]),
+            version,
+        )
+    }
+
+    /// The signature a SYN from the client at `client` speaking from `port` is answered with
+    /// at `now` (the current epoch's).
     pub fn signature(
         &self,
         version: Version,
         client: SocketAddr,
         port: VirtualPort,
+        now: Instant,
     ) -> ConnectionSignature {
-        let (bytes, n) = address_bytes(client);
-        let port = [port.stream_type, port.port];
-        ConnectionSignature::truncated(hmac_md5(&self.secret, &[&bytes[..n], &port]), version)
+        self.signature_in(version, client, port, Self::epoch(now))
+    }
+
+    /// The previous epoch's signature at `now` (none in the first epoch): a CONNECT may prove
+    /// this one or [`signature`](Self::signature)'s. Anything else, an expired signature
+    /// included, is refused like a forged one.
+    pub fn previous_signature(
+        &self,
+        version: Version,
+        client: SocketAddr,
+        port: VirtualPort,
+        now: Instant,
+    ) -> Option<ConnectionSignature> {
+        let epoch = Self::epoch(now).checked_sub(1)?;
+        Some(self.signature_in(version, client, port, epoch))
     }
 }
 
@@ -360,19 +414,93 @@ mod tests {
         let addr: SocketAddr = "192.0.2.1:5000".parse().unwrap();
         let other: SocketAddr = "192.0.2.1:5001".parse().unwrap();
         let p = VirtualPort::new(10, 15);
-        let s = a.signature(Version::V1, addr, p);
+        let now = Instant::from_millis(1_234);
+        let s = a.signature(Version::V1, addr, p, now);
         assert_eq!(
             s,
-            a.signature(Version::V1, addr, p),
+            a.signature(Version::V1, addr, p, now),
             "stateless: same input, same cookie"
         );
-        assert_ne!(s, b.signature(Version::V1, addr, p));
-        assert_ne!(s, a.signature(Version::V1, other, p));
-        assert_ne!(s, a.signature(Version::V1, addr, VirtualPort::new(10, 14)));
-        let v0 = a.signature(Version::V0(V0Format::NEX), addr, p);
+        assert_ne!(s, b.signature(Version::V1, addr, p, now));
+        assert_ne!(s, a.signature(Version::V1, other, p, now));
+        assert_ne!(
+            s,
+            a.signature(Version::V1, addr, VirtualPort::new(10, 14), now)
+        );
+        let v0 = a.signature(Version::V0(V0Format::NEX), addr, p, now);
         assert_eq!(v0.as_bytes(), &s.as_bytes()[..4]);
         let v6: SocketAddr = "[2001:db8::1]:5000".parse().unwrap();
-        assert_ne!(a.signature(Version::V1, v6, p), s);
+        assert_ne!(a.signature(Version::V1, v6, p, now), s);
+        // The HMAC's input, spelled out: ip || port BE || vport || epoch LE.
+        assert_eq!(
+            s.as_bytes(),
+            hmac_md5(&[1; 32], &[&[192, 0, 2, 1, 0x13, 0x88, 10, 15], &[0; 8]])
+        );
+    }
+
+    /// A SYN-ACK's signature at `at` seconds, and whether a CONNECT proving it is accepted at
+    /// `later` seconds, from `client`.
+    fn cookie_accepted(at: u64, later: u64, client: SocketAddr, version: Version) -> bool {
+        let signatures = ServerSignatures::new([5; 32]);
+        let port = VirtualPort::new(10, 15);
+        let issued: SocketAddr = "203.0.113.9:41000".parse().unwrap();
+        let cookie = signatures.signature(version, issued, port, Instant::from_millis(at * 1000));
+        let later = Instant::from_millis(later * 1000);
+        signatures.signature(version, client, port, later) == cookie
+            || signatures.previous_signature(version, client, port, later) == Some(cookie)
+    }
+
+    #[test]
+    fn server_signatures_expire_after_the_next_epoch() {
+        let epoch = SIGNATURE_EPOCH.as_secs();
+        assert_eq!(epoch, 30);
+        let client: SocketAddr = "203.0.113.9:41000".parse().unwrap();
+        for version in [Version::V0(V0Format::NEX), Version::V1] {
+            // Given early in epoch 10: valid through the end of epoch 11 (59 s later)...
+            let at = 10 * epoch + 1;
+            for later in [at, at + 28, 11 * epoch, 12 * epoch - 1] {
+                assert!(cookie_accepted(at, later, client, version), "{later}");
+            }
+            // ...and not from epoch 12 on, nor (a clock that went back) before it was given.
+            for later in [12 * epoch, 12 * epoch + 15, 13 * epoch, 1 << 40, 9 * epoch] {
+                assert!(!cookie_accepted(at, later, client, version), "{later}");
+            }
+            // Given on the last second of epoch 10: still 30 s left.
+            assert!(cookie_accepted(
+                11 * epoch - 1,
+                12 * epoch - 1,
+                client,
+                version
+            ));
+            assert!(!cookie_accepted(
+                11 * epoch - 1,
+                12 * epoch,
+                client,
+                version
+            ));
+            // Never for another address or port.
+            for other in ["203.0.113.9:41001", "203.0.113.10:41000", "[::1]:41000"] {
+                let other: SocketAddr = other.parse().unwrap();
+                assert!(!cookie_accepted(at, at, other, version), "{other}");
+                assert!(!cookie_accepted(at, at + epoch, other, version), "{other}");
+            }
+        }
+        // Epoch 0 has no previous epoch; within an epoch the answer is the same.
+        let s = ServerSignatures::new([5; 32]);
+        let p = VirtualPort::new(10, 15);
+        let first = Instant::from_millis(29_999);
+        assert_eq!(s.previous_signature(Version::V1, client, p, first), None);
+        assert_eq!(
+            s.signature(Version::V1, client, p, first),
+            s.signature_in(Version::V1, client, p, 0)
+        );
+        assert_eq!(ServerSignatures::epoch(Instant::from_millis(29_999)), 0);
+        assert_eq!(ServerSignatures::epoch(Instant::from_millis(30_000)), 1);
+        assert_eq!(ServerSignatures::epoch(Instant::MAX), u64::MAX / 30_000_000);
+        assert_ne!(
+            s.signature_in(Version::V1, client, p, 1),
+            s.signature_in(Version::V1, client, p, 2)
+        );
     }
 
     #[test]

@@ -13,9 +13,11 @@
 //!   answered, and reports [`Event::Connected`].
 //! - A **server** is a [`Server`] (one per listening socket and virtual port) plus one
 //!   [`Connection`] per client. [`Server::handle`] answers SYN statelessly: the SYN-ACK's
-//!   connection signature is an HMAC of the client's address under the server's secret
+//!   connection signature is an HMAC of the client's address and the current 30 s epoch of
+//!   the `now` it is given, under the server's secret
 //!   ([`ServerSignatures`](super::crypto::ServerSignatures)), so a SYN costs no state and a
-//!   repeated SYN gets the same answer. A CONNECT whose signature matches (and, on a secure
+//!   repeated SYN gets the same answer within the epoch. A CONNECT whose signature matches,
+//!   this epoch's or the previous one's, so for 30 to 60 s after the SYN-ACK (and, on a secure
 //!   server, whose Kerberos ticket opens under the server's key and passes the caller's check)
 //!   gives an [`Accepted`]; [`Connection::server`] turns it into a connected connection that
 //!   sends the CONNECT-ACK and resends it whenever the CONNECT arrives again.
@@ -330,7 +332,8 @@ drop_reasons! {
     Malformed = "malformed packet",
     /// The v0 checksum does not match.
     BadChecksum = "checksum mismatch",
-    /// The packet signature does not match: forged, altered or for another connection.
+    /// The packet signature does not match: forged, altered or for another connection, or
+    /// (at a [`Server`]) a CONNECT proving a connection signature whose epoch has passed.
     BadSignature = "signature mismatch",
     /// The virtual ports are not this connection's.
     WrongPort = "wrong virtual port",

@@ -9,7 +9,7 @@ use crate::kerberos::{
     DerivedKey, KerberosEncryption, PidWidth, TicketFormat, open_internal_ticket,
 };
 use crate::prudp::crypto::{ConnectionSignature, ServerSignatures, SessionKey};
-use crate::prudp::{Flags, Keys, Packet, PacketType, Status, VirtualPort};
+use crate::prudp::{Error, Flags, Keys, Packet, PacketType, Parsed, Settings, Status, VirtualPort};
 use crate::time::Instant;
 
 /// The largest internal ticket a CONNECT may carry (v1 tickets with 32-byte keys are 88).
@@ -204,8 +204,11 @@ impl Server {
     }
 
     /// Handles a datagram from `from` that has no connection. A SYN is answered into `out`
-    /// (the same answer every time); a CONNECT is checked and accepted; anything else is
-    /// dropped. `session_id` is a random byte: the session id the new connection will use.
+    /// (the same answer throughout a
+    /// [`SIGNATURE_EPOCH`](crate::prudp::crypto::SIGNATURE_EPOCH)); a CONNECT is checked (it
+    /// must prove this or the previous epoch's signature at `now`, else
+    /// [`DropReason::BadSignature`]) and accepted; anything else is dropped. `session_id` is a
+    /// random byte: the session id the new connection will use.
     pub fn handle(
         &mut self,
         datagram: &[u8],
@@ -236,25 +239,30 @@ impl Server {
     ) -> Result<ServerOutput, DropReason> {
         let settings = &self.config.settings;
         // The packet type decides the keys: peek with the server's signature for this address,
-        // which a SYN's check ignores and a CONNECT's uses.
+        // which a SYN's check ignores and a CONNECT's uses. The current epoch's signature is
+        // tried first (every SYN, most CONNECTs); only a signature mismatch costs a second
+        // HMAC, under the previous epoch's, and anything older is refused as forged.
         let source = peek_source(datagram, &self.config).ok_or(DropReason::Malformed)?;
-        let own = self.signatures.signature(settings.version, from, source);
-        let keys = Keys {
-            session_key: &[],
-            connection_signature: own.as_bytes(),
-        };
-        let parsed = match Packet::parse(datagram, settings, &keys) {
-            Ok(Status::Complete(p)) => p,
-            Ok(Status::Partial(_)) => return Err(DropReason::Malformed),
-            Err(e) => return Err(e.into()),
+        let signatures = &self.signatures;
+        let current = signatures.signature(settings.version, from, source, now);
+        let (parsed, own) = match parse_first(datagram, settings, current) {
+            Err(Error::SignatureMismatch) => {
+                let previous = signatures
+                    .previous_signature(settings.version, from, source, now)
+                    .ok_or(DropReason::BadSignature)?;
+                (parse_first(datagram, settings, previous)?, previous)
+            }
+            parsed => (parsed?, current),
         };
         let p = parsed.packet;
         if p.destination != self.config.local_port || p.source != source {
             return Err(DropReason::WrongPort);
         }
         match p.packet_type {
+            // A SYN is answered with the current epoch's signature (a SYN's check never
+            // involves it, so `own` is `current` here anyway).
             PacketType::Syn if !p.flags.contains(Flags::ACK) => {
-                let n = syn_ack(&self.config, &p, own, out)?;
+                let n = syn_ack(&self.config, &p, current, out)?;
                 Ok(ServerOutput::Reply(n))
             }
             PacketType::Connect if !p.flags.contains(Flags::ACK) => {
@@ -334,6 +342,23 @@ impl Server {
             return Err(DropReason::Unexpected);
         }
         Ok(accepted)
+    }
+}
+
+/// Parses the first packet of a datagram as signed for `signature` (a Lite stream's partial
+/// packet is malformed here: the caller hands whole packets).
+fn parse_first<'a>(
+    datagram: &'a [u8],
+    settings: &Settings,
+    signature: ConnectionSignature,
+) -> Result<Parsed<'a>, Error> {
+    let keys = Keys {
+        session_key: &[],
+        connection_signature: signature.as_bytes(),
+    };
+    match Packet::parse(datagram, settings, &keys)? {
+        Status::Complete(p) => Ok(p),
+        Status::Partial(_) => Err(Error::Truncated),
     }
 }
 

@@ -361,6 +361,73 @@ fn lost_syn_ack_and_connect_ack_are_answered_again() {
 }
 
 #[test]
+fn a_connect_proves_a_signature_of_this_or_the_previous_epoch_only() {
+    let epoch = crate::prudp::crypto::SIGNATURE_EPOCH;
+    let epochs = |k: u64| Duration::from_micros(epoch.as_micros() * k);
+    let (client_addr, _) = addrs();
+    for version in VERSIONS {
+        let mut p = Pair::new(version, None, None);
+        // The SYN late in epoch 4: its cookie is good for the 35 s to the end of epoch 5.
+        let t0 = Instant::ZERO + epochs(4) + Duration::from_secs(25);
+        let syn = drain_tx(&mut p.client, Instant::ZERO);
+        let mut out = [0u8; 300];
+        let ServerOutput::Reply(n) = p.listener.handle(&syn[0], client_addr, t0, 0x22, &mut out)
+        else {
+            panic!("{version:?}: no SYN-ACK");
+        };
+        let syn_ack = out[..n].to_vec();
+        // Within the epoch the answer is the same; in the next one it is not.
+        let mut again = [0u8; 300];
+        let later = t0 + Duration::from_secs(4);
+        assert_eq!(
+            p.listener
+                .handle(&syn[0], client_addr, later, 0x22, &mut again),
+            ServerOutput::Reply(n)
+        );
+        assert_eq!(again[..n], syn_ack[..]);
+        let next = t0 + Duration::from_secs(5);
+        p.listener
+            .handle(&syn[0], client_addr, next, 0x22, &mut again);
+        assert_ne!(again[..n], syn_ack[..], "{version:?}");
+        p.client.handle(&syn_ack, Instant::ZERO);
+        let connect = drain_tx(&mut p.client, Instant::ZERO);
+        assert_eq!(connect.len(), 1);
+        let connect = &connect[0];
+        let mut handle =
+            |at: Instant, from: SocketAddr| p.listener.handle(connect, from, at, 0x22, &mut out);
+        // Accepted in its epoch and the next, up to the last microsecond.
+        let end = Instant::ZERO + epochs(6) - Duration::from_micros(1);
+        for at in [t0, t0 + Duration::from_secs(5), t0 + epoch, end] {
+            let ServerOutput::Accepted(a) = handle(at, client_addr) else {
+                panic!("{version:?} at {at:?}: refused");
+            };
+            assert_eq!(a.signature, p.client.peer_signature(), "{version:?}");
+        }
+        // Refused (counted as a bad signature) from the epoch after, and from elsewhere.
+        let mut other_port = client_addr;
+        other_port.set_port(client_addr.port() + 1);
+        let other_ip: SocketAddr = "192.0.2.11:40000".parse().unwrap();
+        let refused = [
+            (end + Duration::from_micros(1), client_addr),
+            (t0 + epochs(2), client_addr),
+            (t0 + epochs(100), client_addr),
+            (t0, other_port),
+            (t0, other_ip),
+        ];
+        for (at, from) in refused {
+            assert_eq!(
+                handle(at, from),
+                ServerOutput::Dropped(DropReason::BadSignature),
+                "{version:?} at {at:?} from {from}"
+            );
+        }
+        let counters = p.listener.counters();
+        assert_eq!(counters.get(DropReason::BadSignature), refused.len() as u64);
+        assert_eq!(counters.total(), refused.len() as u64);
+    }
+}
+
+#[test]
 fn retransmission_backoff_then_failure() {
     let mut p = Pair::new(Version::V1, None, None);
     p.pump();
