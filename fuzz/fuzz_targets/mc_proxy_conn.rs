@@ -5,7 +5,8 @@
 //! target builds a packet that parses back; a drop or rewrite moves no state. Without a filter,
 //! each uncompressed packet is also judged as a one-frame run (`forward_run` on a copy of the
 //! machine): a run that takes it must be what `handle` does, a plain `Forward` leaving the
-//! same machine (states and budgets).
+//! same machine (states and budgets). Under the "refuse" unknown-version policy a forwarded
+//! handshake names a release or is a status probe.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -317,7 +318,8 @@ fuzz_target!(|input: Input| {
         let run = match (&frame, input.filter, input.compressed) {
             (Some(frame), None, false) => {
                 let mut r = before;
-                let run = r.forward_run(&rules, &mut index, &PassAll, &plain, direction, frame, now);
+                let run =
+                    r.forward_run(&rules, &mut index, &PassAll, &plain, direction, frame, now);
                 assert!(run.packets <= 1 && (run.packets == 0) == (run.len == 0));
                 (run.packets == 1).then(|| {
                     assert_eq!(run.len, frame.len());
@@ -330,8 +332,33 @@ fuzz_target!(|input: Input| {
             Some(f) => c.handle_filtered(&rules, &p, now, &mut ByteFilter(f), &mut rewrite),
             None => c.handle(&rules, &p, now),
         };
+        // Under "refuse", a handshake the machine forwarded names a release, or is a status
+        // probe (protocol -1).
+        if input.refuse_unknown
+            && before.phase() == Phase::Parsing
+            && before.state(Direction::Serverbound) == State::Handshake
+            && direction == Direction::Serverbound
+            && id == 0
+            && matches!(
+                verdict,
+                Verdict::Forward | Verdict::ForwardThenOpaque | Verdict::ForwardThenCompress { .. }
+            )
+            && let Ok(h) = Handshake::parse(&data)
+        {
+            let probe =
+                h.next_state == NextState::Status && h.protocol_version == ids::STATUS_PROBE;
+            assert!(
+                probe || ids::is_release(h.protocol_version),
+                "refuse forwarded protocol {}",
+                h.protocol_version
+            );
+        }
         if let Some(after_run) = run {
-            assert_eq!(verdict, Verdict::Forward, "a run took a packet handle did not forward");
+            assert_eq!(
+                verdict,
+                Verdict::Forward,
+                "a run took a packet handle did not forward"
+            );
             assert_eq!(after_run, c, "a run left another machine than handle");
         }
         match (before.phase(), verdict) {
