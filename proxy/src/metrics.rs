@@ -12,6 +12,8 @@
 //!   that ended before login, that the log limiter held back;
 //! - `wirekit_proxy_limiter_trips_total{limit}`: per-source limits tripped, by limit;
 //! - `wirekit_proxy_bytes_total{direction}`: relayed bytes;
+//! - `wirekit_process_allocations_total`: the process's heap allocations, when the binary
+//!   counts them ([`Metrics::count_allocations_with`]);
 //! - `wirekit_proxy_upstream_connect_seconds`: upstream connect latency (a histogram, failed
 //!   connects included);
 //! - `wirekit_proxy_status_cache_total{result}`: status answers by source (`hit`, `upstream`,
@@ -61,6 +63,9 @@ impl ConnState {
     }
 }
 
+/// The bytes reserved for a rendering: more than the text of a few routes (a test checks).
+const RENDER_CAPACITY: usize = 16 << 10;
+
 /// The proxy's counters; one per process, kept across reloads.
 #[derive(Default)]
 pub struct Metrics {
@@ -83,6 +88,9 @@ pub struct Metrics {
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     latency_sum_micros: AtomicU64,
     status: Mutex<BTreeMap<&'static str, u64>>,
+    /// The process's heap allocations so far, when the binary counts them
+    /// ([`Metrics::count_allocations_with`]).
+    allocations: std::sync::OnceLock<fn() -> u64>,
 }
 
 /// A counter family with one series per direction.
@@ -105,6 +113,14 @@ fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
 }
 
 impl Metrics {
+    /// Exports `wirekit_process_allocations_total` from `counter`: the heap allocations the
+    /// process has made, as a counting global allocator reports them (the `wirekit` binary
+    /// installs one). A benchmark reads it before and after a stream for allocations per
+    /// packet. Set once; later calls are ignored.
+    pub fn count_allocations_with(&self, counter: fn() -> u64) {
+        let _ = self.allocations.set(counter);
+    }
+
     /// Counts a connection routed to `route`.
     pub fn connection(&self, route: &str) {
         let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
@@ -168,7 +184,10 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut out = String::new();
+        // Room for the whole text at once: a scrape's own allocations do not depend on how long
+        // the counters' digits have grown, so readings of `wirekit_process_allocations_total`
+        // taken by scrapes compare.
+        let mut out = String::with_capacity(RENDER_CAPACITY);
         let lock = |m: &Mutex<BTreeMap<&'static str, u64>>| {
             m.lock().unwrap_or_else(|p| p.into_inner()).clone()
         };
@@ -279,6 +298,13 @@ impl Metrics {
             self.latency_sum_micros.load(Ordering::Relaxed) as f64 / 1e6
         );
         let _ = writeln!(out, "wirekit_proxy_upstream_connect_seconds_count {count}");
+        if let Some(allocations) = self.allocations.get() {
+            out.push_str(
+                "# HELP wirekit_process_allocations_total Heap allocations made by the process.\n\
+                 # TYPE wirekit_process_allocations_total counter\n",
+            );
+            let _ = writeln!(out, "wirekit_process_allocations_total {}", allocations());
+        }
         out
     }
 }
@@ -446,6 +472,14 @@ mod tests {
         assert!(text.contains("wirekit_proxy_upstream_connect_seconds_bucket{le=\"0.0025\"} 0"));
         assert!(text.contains("wirekit_proxy_upstream_connect_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("wirekit_proxy_upstream_connect_seconds_count 1"));
+        assert!(
+            !text.contains("wirekit_process_allocations_total"),
+            "not counted: absent"
+        );
+        m.count_allocations_with(|| 42);
+        let text = m.render();
+        assert!(text.contains("wirekit_process_allocations_total 42\n"));
+        assert!(text.len() < RENDER_CAPACITY / 2, "{} bytes", text.len());
         assert!(text.contains("state=\"relay\"} 0"));
     }
 

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         Some(Command::Nex(cmd)) => cli::nex::run(cmd),
         Some(Command::Proxy(args)) => {
             init_tracing("info");
-            cli::mcproxy::run(*args)
+            cli::mcproxy::run(*args, Some(alloc_count::allocations))
         }
         None => {
             init_tracing("warn");

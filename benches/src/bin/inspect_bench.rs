@@ -131,6 +131,9 @@ impl Kind {
 struct Link {
     kind: Kind,
     process: Option<RelayProcess>,
+    /// `wirekit proxy`'s metrics listener, whose `wirekit_process_allocations_total` counts the
+    /// process's heap allocations.
+    metrics: Option<SocketAddr>,
 }
 
 impl Link {
@@ -141,6 +144,24 @@ impl Link {
     fn cpu_s(&self) -> Result<Option<f64>, String> {
         self.process.as_ref().map(RelayProcess::cpu_s).transpose()
     }
+}
+
+/// The relay's `wirekit_process_allocations_total`, read from its `/metrics`.
+async fn allocations(metrics: SocketAddr) -> Result<u64, String> {
+    let mut s = TcpStream::connect(metrics)
+        .await
+        .map_err(|e| format!("metrics: {e}"))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .await
+        .map_err(|e| format!("metrics: {e}"))?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .await
+        .map_err(|e| format!("metrics: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("wirekit_process_allocations_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| "no wirekit_process_allocations_total in /metrics".into())
 }
 
 /// `wirekit proxy`'s route file: the default route to `upstream` in inspect mode, with a
@@ -164,6 +185,7 @@ fn start_path(
     relay_cpu: usize,
     upstream: SocketAddr,
 ) -> Result<Option<Link>, String> {
+    let mut metrics = None;
     let process = match kind {
         Kind::Direct => None,
         Kind::Copy => {
@@ -183,6 +205,14 @@ fn start_path(
                 .to_vec();
             args.extend(["--config".into(), config.display().to_string()]);
             args.extend(wirekit_limits_off_args());
+            // The metrics listener, for the process's allocation count: a free port, taken
+            // and released.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| e.to_string())?
+                .port();
+            metrics = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+            args.extend(["--metrics-listen".into(), format!("127.0.0.1:{port}")]);
             let mut cmd = pinned(relay_cpu, bin, &args);
             cmd.env("RUST_LOG", "warn");
             Some(
@@ -199,7 +229,11 @@ fn start_path(
             )?)
         }
     };
-    Ok(Some(Link { kind, process }))
+    Ok(Some(Link {
+        kind,
+        process,
+        metrics,
+    }))
 }
 
 /// One direction's play stream, framed for one case.
@@ -532,6 +566,11 @@ struct Throughput {
     packets_per_s: f64,
     /// `None` for the direct path.
     cpu_ns_per_packet: Option<f64>,
+    /// Heap allocations the relay made while the streams ran, and the packets: `wirekit
+    /// proxy` only (its `/metrics` counts them). For a median: the median run's, and the
+    /// worst run's in `worst_allocations`.
+    allocations: Option<(u64, u64)>,
+    worst_allocations: Option<u64>,
 }
 
 async fn measure_throughput(
@@ -558,6 +597,12 @@ async fn measure_throughput(
             let (s, pending) = login(addr, case.threshold).await?;
             clients.spawn(client_stream(s, pending, case.clone(), go.clone()));
         }
+        // Two readings before: what one reading costs the relay (its connection and the
+        // rendering), taken off the reading after.
+        let allocs0 = match path.metrics {
+            Some(m) => Some((allocations(m).await?, allocations(m).await?)),
+            None => None,
+        };
         let cpu0 = path.cpu_s()?;
         let start = Instant::now();
         go_tx.send_replace(true);
@@ -570,11 +615,20 @@ async fn measure_throughput(
         }
         let elapsed = start.elapsed().as_secs_f64();
         let cpu = path.cpu_s()?.zip(cpu0).map(|(b, a)| b - a);
+        let allocs = match (path.metrics, allocs0) {
+            (Some(m), Some((a1, a2))) => {
+                let a3 = allocations(m).await?;
+                Some((a3 - a2).saturating_sub(a2 - a1))
+            }
+            _ => None,
+        };
         drop(open);
-        let packets = (CONNS * (case.clientbound.frames.len() + case.serverbound_flow().0)) as f64;
+        let packets = CONNS * (case.clientbound.frames.len() + case.serverbound_flow().0);
         Ok(Throughput {
-            packets_per_s: packets / elapsed,
-            cpu_ns_per_packet: cpu.map(|c| c * 1e9 / packets),
+            packets_per_s: packets as f64 / elapsed,
+            cpu_ns_per_packet: cpu.map(|c| c * 1e9 / packets as f64),
+            allocations: allocs.map(|a| (a, packets as u64)),
+            worst_allocations: allocs,
         })
     };
     tokio::time::timeout(RUN_TIMEOUT, run)
@@ -652,6 +706,13 @@ fn median_throughput(runs: &[Throughput]) -> Throughput {
     Throughput {
         packets_per_s: median(runs.iter().map(|t| t.packets_per_s).collect()),
         cpu_ns_per_packet: (!cpu.is_empty()).then(|| median(cpu)),
+        // The median run's (steady state), and the worst run's apart.
+        allocations: {
+            let mut a: Vec<(u64, u64)> = runs.iter().filter_map(|t| t.allocations).collect();
+            a.sort_unstable();
+            a.get(a.len() / 2).copied()
+        },
+        worst_allocations: runs.iter().filter_map(|t| t.worst_allocations).max(),
     }
 }
 
@@ -756,7 +817,8 @@ fn latency_table(results: &[CaseResult<(f64, f64)>]) -> String {
 fn goals(results: &[CaseResult<Throughput>]) -> String {
     let mut out = String::from(
         "| case | wirekit packets per core / Infrarust's (goal >= 3) | wirekit CPU per packet / \
-         copy relay's (goal <= 1.5, uncompressed) |\n|---|---:|---:|\n",
+         copy relay's (goal <= 1.5, uncompressed) | wirekit heap allocations in a stream, median round \
+         (goal 0 per packet) |\n|---|---:|---:|---:|\n",
     );
     for r in results {
         let Some(w) = r.of(Kind::Wirekit).and_then(|w| w.cpu_ns_per_packet) else {
@@ -780,8 +842,17 @@ fn goals(results: &[CaseResult<Throughput>]) -> String {
         } else {
             vs_copy.map_or("n/a".into(), |v| format!("{v:.3} (no goal)"))
         };
+        let w = r.of(Kind::Wirekit);
+        let allocs = match w.and_then(|w| w.allocations) {
+            Some((a, packets)) => format!(
+                "{a} in {packets} packets {} (worst round {})",
+                if a == 0 { "met" } else { "missed" },
+                w.and_then(|w| w.worst_allocations).unwrap_or(a)
+            ),
+            None => "n/a".into(),
+        };
         out.push_str(&format!(
-            "| {} | {} | {} |\n",
+            "| {} | {} | {} | {allocs} |\n",
             r.label,
             mark(vs_infra, vs_infra.is_some_and(|v| v >= 3.0)),
             copy_cell
@@ -883,9 +954,11 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                     case.label,
                     paths[k].kind.name(),
                     shown(t.as_ref().map(|t| format!(
-                        "{:.0} packets/s, {} ns/packet",
+                        "{:.0} packets/s, {} ns/packet{}",
                         t.packets_per_s,
-                        t.cpu_ns_per_packet.map_or("-".into(), |c| format!("{c:.0}"))
+                        t.cpu_ns_per_packet.map_or("-".into(), |c| format!("{c:.0}")),
+                        t.allocations
+                            .map_or(String::new(), |(a, _)| format!(", {a} allocations"))
                     ))),
                     l.as_ref().map_or(String::new(), |l| format!(
                         "; RTT {}",
@@ -964,7 +1037,10 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          packet count and body lengths. Packets/s counts both directions over the wall time \
          from the start of the streams to the last packet; relay CPU per packet is the relay \
          process's on-CPU time (/proc/PID/task/*/schedstat) over that window divided by the \
-         packets, and packets per relay core-second its inverse. RTT is one packet in flight \
+         packets, and packets per relay core-second its inverse; `wirekit proxy`'s heap \
+         allocations are its counting allocator's count (`wirekit_process_allocations_total` on \
+         its `/metrics`) read before and after the streams, less what a reading costs (two \
+         readings before), the median round's with the worst round's beside it. RTT is one packet in flight \
          on one connection (the upstream echoes each frame), {round_trips} round trips of the \
          serverbound packets in turn; added = the path's RTT less the direct connection's. \
          Figures are medians of {} alternating rounds{}. `wirekit proxy` runs with `--threads \

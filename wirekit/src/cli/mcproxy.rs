@@ -480,7 +480,10 @@ impl ProxyArgs {
 }
 
 /// Runs `wirekit proxy` until SIGINT or SIGTERM (or checks its configuration).
-pub fn run(args: ProxyArgs) -> ExitCode {
+///
+/// `allocations`: the process's heap allocation count, when the binary counts them (exported
+/// on `/metrics` as `wirekit_process_allocations_total`).
+pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
     let merged = args.merged().and_then(|m| m.settings().map(|s| (m, s)));
     let (merged, settings) = match merged {
         Ok(v) => v,
@@ -537,6 +540,9 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         // SIGINT and SIGTERM likewise: caught (and the grace period given) from here on.
         let signals = super::serve::Signals::register();
         let proxy = Proxy::bind(settings).await?;
+        if let Some(counter) = allocations {
+            proxy.handle().metrics().count_allocations_with(counter);
+        }
         // Scripts read the bound addresses from these lines (useful with port 0).
         for addr in proxy.local_addrs() {
             println!("listening on {addr}");
