@@ -70,3 +70,44 @@ fn hex_input_and_legacy_ping() {
     let out = wirekit(&["frame", "encode"], b"x");
     assert_eq!(out.status.code(), Some(2), "--id is required for varint");
 }
+
+#[test]
+fn handshake_frame_whose_length_starts_with_fe_is_a_frame() {
+    // Lengths 254 (FE 01) and 382 (FE 02): handshakes with long addresses, then a second frame.
+    for len in [254usize, 382] {
+        let mut stream = vec![0xfe, (len >> 7) as u8, 0x00];
+        stream.resize(2 + len, b'a');
+        stream.extend_from_slice(b"\x01\x00");
+        let out = wirekit(&["frame", "decode", "--handshake"], &stream);
+        assert!(out.status.success(), "{len}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{len}: {text}");
+        assert!(
+            lines[0].starts_with(&format!("{{\"offset\":0,\"len\":{len},\"id\":0,")),
+            "{len}: {}",
+            lines[0]
+        );
+        assert!(!text.contains("legacy_ping"), "{text}");
+        assert!(
+            lines[1].contains(&format!("\"offset\":{}", 2 + len)),
+            "{text}"
+        );
+    }
+    // A 1.6 ping that breaks its format is refused with the core's reason.
+    let out = wirekit(
+        &["frame", "decode", "--handshake"],
+        b"\xfe\x01\xfa\x00\x01\x00",
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("malformed legacy server-list ping"));
+}
+
+#[test]
+fn hex_input_refuses_signs() {
+    for text in [&b"+3 00 68 69"[..], b"03 00 +6 69"] {
+        let out = wirekit(&["frame", "decode", "--hex"], text);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not hex"));
+    }
+}

@@ -21,8 +21,9 @@ use wirekit_core::frame::compressed::{
     CompressedDecoder, CompressedEncoder, CompressedLimits, max_encoded_len,
 };
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
-use wirekit_core::frame::mc::{self, Decoded, FrameDecoder};
-use wirekit_core::frame::{Frame, FrameError};
+use wirekit_core::frame::mc::{self, Decoded, FrameDecoder, Phase};
+use wirekit_core::frame::{EncodeError, Frame, FrameError};
+use wirekit_core::minecraft::{Error as McError, legacy};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
 
 /// `wirekit frame` subcommands.
@@ -78,7 +79,8 @@ pub struct DecodeArgs {
     /// Input is hex text (whitespace ignored) rather than raw bytes.
     #[arg(long)]
     pub hex: bool,
-    /// The stream is the start of a server-side connection: report a legacy ping (0xFE).
+    /// The stream is the start of a server-side connection: report a legacy ping (0xFE ...),
+    /// told from a frame whose length field starts with 0xFE as a server tells them.
     #[arg(long)]
     pub handshake: bool,
     /// Compressed format with this threshold (negative: the format of compression off).
@@ -127,25 +129,33 @@ pub fn read_input(hex: bool) -> Result<Vec<u8>, String> {
     if hex { parse_hex(&raw) } else { Ok(raw) }
 }
 
-/// Parses hex text, ignoring ASCII whitespace.
+/// Parses hex text, ignoring ASCII whitespace: every other character must be an ASCII hex
+/// digit (no sign, no `0x`), two per byte.
 pub fn parse_hex(text: &[u8]) -> Result<Vec<u8>, String> {
-    let digits: Vec<u8> = text
-        .iter()
-        .copied()
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
-    if !digits.len().is_multiple_of(2) {
+    let mut bytes = Vec::with_capacity(text.len() / 2);
+    let mut high: Option<u8> = None;
+    for (at, &c) in text.iter().enumerate() {
+        if c.is_ascii_whitespace() {
+            continue;
+        }
+        let nibble = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ if c.is_ascii_graphic() => {
+                return Err(format!("not hex: {:?} at byte {at}", char::from(c)));
+            }
+            _ => return Err(format!("not hex: byte 0x{c:02x} at byte {at}")),
+        };
+        match high.take() {
+            Some(h) => bytes.push(h << 4 | nibble),
+            None => high = Some(nibble),
+        }
+    }
+    if high.is_some() {
         return Err("hex input has an odd number of digits".into());
     }
-    digits
-        .chunks(2)
-        .map(|p| {
-            std::str::from_utf8(p)
-                .ok()
-                .and_then(|s| u8::from_str_radix(s, 16).ok())
-                .ok_or_else(|| format!("not hex: {:?}", String::from_utf8_lossy(p)))
-        })
-        .collect()
+    Ok(bytes)
 }
 
 /// Lower-case hex of `bytes`.
@@ -156,6 +166,18 @@ pub fn to_hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
     }
     s
+}
+
+/// Whether a connection opening with `0xFE` (all of it in `input`) is a legacy server-list
+/// ping or a frame whose length field starts with that byte, as the core's detector decides
+/// once no more input is coming. A 1.6 ping cut short counts as the 1.4 ping it starts with,
+/// as vanilla servers (and the proxy) answer it.
+fn is_legacy_ping(input: &[u8]) -> Result<bool, McError> {
+    match legacy::detect_final(input) {
+        Ok(_) | Err(McError::Truncated) => Ok(true),
+        Err(McError::NotLegacyPing) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The stream ended inside a frame.
@@ -207,15 +229,26 @@ fn decode(args: &DecodeArgs) -> ExitCode {
         let decoded: Result<Status<Frame<'_>>, FrameError> = match fixed {
             Some(codec) => codec.decode(rest),
             None => match mc.decode(rest) {
-                Ok(Status::Complete(Decoded::LegacyPing)) => {
-                    let line = serde_json::json!({
-                        "offset": offset,
-                        "legacy_ping": true,
-                        "data_hex": to_hex(rest),
-                    });
-                    let _ = writeln!(out, "{line}");
-                    return ExitCode::SUCCESS;
-                }
+                Ok(Status::Complete(Decoded::LegacyPing)) => match is_legacy_ping(rest) {
+                    Ok(true) => {
+                        let line = serde_json::json!({
+                            "offset": offset,
+                            "legacy_ping": true,
+                            "data_hex": to_hex(rest),
+                        });
+                        let _ = writeln!(out, "{line}");
+                        return ExitCode::SUCCESS;
+                    }
+                    // A frame whose length field starts with the ping's byte (254, 382, ...).
+                    Ok(false) => {
+                        mc.set_phase(Phase::Framed);
+                        mc.decode_frame(rest)
+                    }
+                    Err(e) => {
+                        let _ = out.flush();
+                        return fail(offset, e.as_str());
+                    }
+                },
                 Ok(Status::Complete(Decoded::Frame(f))) => Ok(Status::Complete(f)),
                 Ok(Status::Partial(n)) => Ok(Status::Partial(n)),
                 Err(e) => Err(e),
@@ -323,14 +356,27 @@ fn decode_compressed(args: &DecodeArgs, threshold: i32, input: &[u8]) -> ExitCod
     ExitCode::SUCCESS
 }
 
-/// `encode --threshold N`: one packet in the compressed format.
+/// `encode --threshold N`: one packet in the compressed format. The body is checked against
+/// the format's limits before any buffer is sized from it.
 fn encode_compressed(id: i32, data: &[u8], threshold: i32, level: u8) -> Result<Vec<u8>, String> {
-    let mut body = vec![0u8; wirekit_core::varint::varint_len(id) + data.len()];
+    let body_len = wirekit_core::varint::varint_len(id).saturating_add(data.len());
+    let encoder = CompressedEncoder::new(threshold, Level::from_zlib(level));
+    CompressedLimits::VANILLA
+        .check_body_len(body_len)
+        .map_err(|e| e.to_string())?;
+    // Sent as it is (with the format's Data Length byte 0 when compression is on): the frame
+    // limit is known now; a compressed body's is checked once compressed.
+    if !encoder.compresses(body_len) {
+        let packet_len = body_len + usize::from(threshold >= 0);
+        CompressedLimits::VANILLA
+            .check_packet_len(packet_len)
+            .map_err(|e| e.to_string())?;
+    }
+    let mut body = vec![0u8; body_len];
     let n = wirekit_core::varint::encode_varint(id, &mut body).map_err(|e| e.to_string())?;
     body[n..].copy_from_slice(data);
     let mut compressor = Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
         .map_err(|e| e.to_string())?;
-    let encoder = CompressedEncoder::new(threshold, Level::from_zlib(level));
     let mut out = vec![0u8; max_encoded_len(body.len())];
     let n = encoder
         .encode(&body, &mut out, &mut compressor)
@@ -339,50 +385,61 @@ fn encode_compressed(id: i32, data: &[u8], threshold: i32, level: u8) -> Result<
     Ok(out)
 }
 
-fn encode(args: &EncodeArgs) -> ExitCode {
-    let data = match read_input(args.hex) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("wirekit frame encode: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let fixed = args.framing.fixed(u32::MAX);
-    if let Some(threshold) = args.threshold {
-        let result = match (fixed, args.id) {
-            (None, Some(id)) => encode_compressed(id, &data, threshold, args.level),
+/// What `wirekit frame encode` writes: `data` framed as `framing` (VarInt framing needs `id`,
+/// the others refuse it), in the compressed format with `threshold`. A packet longer than the
+/// framing's maximum is refused before a buffer is sized from it.
+pub fn encode_packet(
+    framing: Framing,
+    id: Option<i32>,
+    threshold: Option<i32>,
+    level: u8,
+    data: &[u8],
+) -> Result<Vec<u8>, String> {
+    let fixed = framing.fixed(u32::MAX);
+    if let Some(threshold) = threshold {
+        return match (fixed, id) {
+            (None, Some(id)) => encode_compressed(id, data, threshold, level),
             _ => Err("--threshold needs --framing varint and --id".into()),
         };
-        return match result {
-            Ok(bytes) => write_out(&bytes),
-            Err(e) => {
-                eprintln!("wirekit frame encode: {e}");
-                ExitCode::from(2)
-            }
-        };
     }
-    let result = match (fixed, args.id) {
+    let result = match (fixed, id) {
         (None, Some(id)) => {
-            let p = mc::Packet { id, data: &data };
+            let p = mc::Packet { id, data };
+            let body_len = wirekit_core::varint::varint_len(id).saturating_add(data.len());
+            if body_len > mc::MAX_FRAME_LEN {
+                return Err(EncodeError::FrameTooLarge {
+                    len: body_len,
+                    max: mc::MAX_FRAME_LEN,
+                }
+                .to_string());
+            }
             let mut out = vec![0u8; p.encoded_len()];
             p.encode(&mut out).map(|n| {
                 out.truncate(n);
                 out
             })
         }
-        (None, None) => {
-            eprintln!("wirekit frame encode: --id is required with --framing varint");
-            return ExitCode::from(2);
-        }
+        (None, None) => return Err("--id is required with --framing varint".into()),
         (Some(codec), None) => {
+            let max = codec.max_len() as usize;
+            if data.len() > max {
+                return Err(EncodeError::FrameTooLarge {
+                    len: data.len(),
+                    max,
+                }
+                .to_string());
+            }
             let mut out = vec![0u8; codec.encoded_len(data.len())];
-            codec.encode(&data, &mut out).map(|_| out)
+            codec.encode(data, &mut out).map(|_| out)
         }
-        (Some(_), Some(_)) => {
-            eprintln!("wirekit frame encode: --id applies to --framing varint only");
-            return ExitCode::from(2);
-        }
+        (Some(_), Some(_)) => return Err("--id applies to --framing varint only".into()),
     };
+    result.map_err(|e| e.to_string())
+}
+
+fn encode(args: &EncodeArgs) -> ExitCode {
+    let result = read_input(args.hex)
+        .and_then(|data| encode_packet(args.framing, args.id, args.threshold, args.level, &data));
     match result {
         Ok(bytes) => write_out(&bytes),
         Err(e) => {
@@ -402,4 +459,68 @@ fn write_out(bytes: &[u8]) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_hex_takes_hex_digits_and_whitespace_only() {
+        assert_eq!(
+            parse_hex(b"00 7f\nFe\t1a").unwrap(),
+            [0x00, 0x7f, 0xfe, 0x1a]
+        );
+        assert!(parse_hex(b" \n").unwrap().is_empty());
+        // `u8::from_str_radix` takes a sign; a hex dump has none.
+        for bad in [&b"+f"[..], b"+0ff", b"-1", b"0x1f", b"g0", b"\xc3\xa9"] {
+            assert!(parse_hex(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_hex(b"abc").unwrap_err().contains("odd number"));
+        assert!(parse_hex(b"00+f").unwrap_err().contains("'+' at byte 2"));
+    }
+
+    #[test]
+    fn legacy_ping_is_told_from_a_frame_starting_with_fe() {
+        // Pings of each generation, and a 1.6 ping cut short (answered as the 1.4 one).
+        for ping in [
+            &b"\xfe"[..],
+            b"\xfe\x01",
+            b"\xfe\x01\xfa",
+            b"\xfe\x01\xfa\x00",
+        ] {
+            assert_eq!(is_legacy_ping(ping), Ok(true), "{ping:?}");
+        }
+        // Length 254 (FE 01) and 382 (FE 02), each a handshake (packet ID 0).
+        assert_eq!(is_legacy_ping(b"\xfe\x01\x00\x2f"), Ok(false));
+        assert_eq!(is_legacy_ping(b"\xfe\x02\x00"), Ok(false));
+        // A 1.6 ping that breaks its format is an error, not a frame.
+        assert_eq!(
+            is_legacy_ping(b"\xfe\x01\xfa\x00\x01\x00"),
+            Err(McError::BadLegacyPing)
+        );
+    }
+
+    #[test]
+    fn encode_refuses_packets_over_the_framings_maximum() {
+        let data = vec![7u8; 256];
+        let e = encode_packet(Framing::U8, None, None, 6, &data).unwrap_err();
+        assert!(
+            e.contains("frame length 256 exceeds the maximum 255"),
+            "{e}"
+        );
+        assert_eq!(
+            encode_packet(Framing::U8, None, None, 6, &data[..255])
+                .unwrap()
+                .len(),
+            256
+        );
+        let big = vec![0u8; mc::MAX_FRAME_LEN];
+        let e = encode_packet(Framing::Varint, Some(0), None, 6, &big).unwrap_err();
+        assert!(e.contains("exceeds the maximum 2097151"), "{e}");
+        let e = encode_packet(Framing::Varint, Some(0), Some(-1), 6, &big).unwrap_err();
+        assert!(e.contains("exceeds the maximum"), "{e}");
+        assert!(encode_packet(Framing::U16le, Some(1), None, 6, b"x").is_err());
+        assert!(encode_packet(Framing::Varint, None, None, 6, b"x").is_err());
+    }
 }

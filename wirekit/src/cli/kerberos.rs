@@ -2,11 +2,11 @@
 //!
 //! `derive --pid N --password P` prints the key as 32 hex characters. `derive --batch FILE`
 //! (`-` for stdin) reads lines `pid,password` (the password is the rest of the line, commas
-//! included, raw bytes; a trailing `\r` is dropped) and prints one key per line in input order,
-//! deriving them on the batch path (the CPU's widest SIMD lanes, on every core). A bad line
-//! stops the run with its line number on stderr and exit status 2; the keys of the chunks of
-//! 2048 lines before its own have been printed, none of its chunk. On a terminal, large inputs
-//! get a progress bar on stderr.
+//! included, raw bytes; a trailing `\r` is dropped; blank lines are skipped) and prints one key
+//! per line in input order, deriving them on the batch path (the CPU's widest SIMD lanes, on
+//! every core). A bad line stops the run with its line number on stderr and exit status 2; the
+//! keys of the chunks of 2048 lines before its own have been printed, none of its chunk. On a
+//! terminal, large inputs get a progress bar on stderr.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -168,6 +168,11 @@ fn derive_batch(
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
+            // A blank line (a trailing one, a separator) holds no key to derive.
+            if line.iter().all(u8::is_ascii_whitespace) {
+                spare.push(line);
+                continue;
+            }
             let comma = line
                 .iter()
                 .position(|&b| b == b',')
@@ -252,6 +257,26 @@ mod tests {
         assert_eq!(lines[1], hex(&derive_kerberos_key(5, b"a,b")));
         assert_eq!(lines[2], hex(&derive_kerberos_key(1 << 40, b"")));
         assert_eq!(lines[3], hex(&derive_kerberos_key(7, b"x")));
+    }
+
+    #[test]
+    fn blank_lines_are_skipped_and_still_counted() {
+        let (r, out) = run(b"\n100,MMQea3n!fsik\n\r\n  \t\n7,x\n\n");
+        assert_eq!(r.unwrap(), 2);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "9ef318f0a170fb46aab595bf9644f9e1",
+                &hex(&derive_kerberos_key(7, b"x"))
+            ]
+        );
+        // Line numbers count the blank lines.
+        let (r, _) = run(b"1,a\n\nbad\n");
+        assert!(matches!(r, Err(BatchFailure::Input { line: 3, .. })));
+        let (r, out) = run(b"\n\n");
+        assert_eq!(r.unwrap(), 0);
+        assert!(out.is_empty());
     }
 
     #[test]
