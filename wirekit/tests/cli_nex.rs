@@ -297,6 +297,55 @@ fn rc4_slot_decrypts_substream_0_in_sequence_order() {
     assert_eq!(j[0]["payload"], hex(b"first call"));
 }
 
+#[test]
+fn rc4_keys_longer_than_a_session_key_are_refused() {
+    // What a client keyed with 33 bytes sends: the core would cut the key to 32 bytes and the
+    // payload would come out "decrypted" to garbage.
+    let sig = [0x42; 16];
+    let key = "k".repeat(33);
+    let mut rc4 = Rc4::new(key.as_bytes()).unwrap();
+    let a = rc4_data(2, b"first call", &mut rc4, &sig);
+    let sig_hex = hex(&sig);
+    let (code, j, err) = decode(
+        &["--rc4-key", &key, "--client-signature", &sig_hex],
+        &hex(&a),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(j.is_empty(), "{j:?}");
+    assert!(
+        err.contains("--rc4-key: 33 bytes; a PRUDP session key is at most 32"),
+        "{err}"
+    );
+    let long_hex = format!("hex:{}", "ab".repeat(33));
+    let (code, _, err) = decode(&["--rc4-key", &long_hex], "");
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--rc4-key: 33 bytes"), "{err}");
+    let (code, _, err) = decode(&["--session-key", &"ab".repeat(33)], "");
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--session-key: 33 bytes"), "{err}");
+    // 32 bytes is the most, and works.
+    let key = "k".repeat(32);
+    let mut rc4 = Rc4::new(key.as_bytes()).unwrap();
+    let a = rc4_data(2, b"first call", &mut rc4, &sig);
+    let (code, j, err) = decode(
+        &["--rc4-key", &key, "--client-signature", &sig_hex],
+        &hex(&a),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(j[0]["payload"], hex(b"first call"));
+}
+
+#[test]
+fn session_key_and_rc4_key_conflict() {
+    let (code, j, err) = decode(
+        &["--session-key", SESSION_KEY, "--rc4-key", "CD&ML"],
+        V1_SYN,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(j.is_empty());
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
 /// An Ethernet / IPv4 / UDP frame.
 fn frame(src: ([u8; 4], u16), dst: ([u8; 4], u16), payload: &[u8]) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
@@ -391,29 +440,46 @@ fn temp(name: &str) -> std::path::PathBuf {
     dir.join(format!("{name}-{}", std::process::id()))
 }
 
-#[test]
-fn pcap_split_per_connection() {
+/// A classic pcap file (little-endian, microseconds, Ethernet) of `(captured bytes, original
+/// length)` records, at 1_700_000_000 s plus a millisecond per record.
+fn pcap(snaplen: u32, records: &[(Vec<u8>, usize)]) -> Vec<u8> {
     let mut file = Vec::new();
-    // Classic pcap, little-endian, microseconds, Ethernet.
     file.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     file.extend_from_slice(&[2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    file.extend_from_slice(&65535u32.to_le_bytes());
+    file.extend_from_slice(&snaplen.to_le_bytes());
     file.extend_from_slice(&1u32.to_le_bytes());
-    for (i, f) in capture_frames().iter().enumerate() {
+    for (i, (f, orig)) in records.iter().enumerate() {
         file.extend_from_slice(&1_700_000_000u32.to_le_bytes());
         file.extend_from_slice(&(i as u32 * 1000).to_le_bytes());
         file.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        file.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        file.extend_from_slice(&(*orig as u32).to_le_bytes());
         file.extend_from_slice(f);
     }
+    file
+}
+
+/// Records captured whole.
+fn whole(frames: Vec<Vec<u8>>) -> Vec<(Vec<u8>, usize)> {
+    frames
+        .into_iter()
+        .map(|f| {
+            let n = f.len();
+            (f, n)
+        })
+        .collect()
+}
+
+#[test]
+fn pcap_split_per_connection() {
     let path = temp("nex.pcap");
-    std::fs::write(&path, &file).unwrap();
+    std::fs::write(&path, pcap(65535, &whole(capture_frames()))).unwrap();
     check_capture(&path);
     let _ = std::fs::remove_file(&path);
 }
 
-#[test]
-fn pcapng_split_per_connection() {
+/// A pcapng file (little-endian, one Ethernet interface with microsecond timestamps) of
+/// `(captured bytes, original length)` Enhanced Packet Blocks.
+fn pcapng(snaplen: u32, records: &[(Vec<u8>, usize)]) -> Vec<u8> {
     fn block(kind: u32, body: &[u8]) -> Vec<u8> {
         let mut body = body.to_vec();
         while !body.len().is_multiple_of(4) {
@@ -432,20 +498,108 @@ fn pcapng_split_per_connection() {
             0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
         ],
     );
-    // Interface 0: Ethernet, snaplen 65535, default microsecond timestamps.
-    file.extend(block(1, &[1, 0, 0, 0, 0xff, 0xff, 0, 0]));
-    for (i, f) in capture_frames().iter().enumerate() {
+    let mut idb = vec![1, 0, 0, 0];
+    idb.extend_from_slice(&snaplen.to_le_bytes());
+    file.extend(block(1, &idb));
+    for (i, (f, orig)) in records.iter().enumerate() {
         let ts: u64 = 1_700_000_000_000_000 + i as u64 * 1000;
         let mut epb = 0u32.to_le_bytes().to_vec();
         epb.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
         epb.extend_from_slice(&(ts as u32).to_le_bytes());
         epb.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        epb.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(*orig as u32).to_le_bytes());
         epb.extend_from_slice(f);
         file.extend(block(6, &epb));
     }
+    file
+}
+
+#[test]
+fn pcapng_split_per_connection() {
     let path = temp("nex.pcapng");
-    std::fs::write(&path, &file).unwrap();
+    std::fs::write(&path, pcapng(65535, &whole(capture_frames()))).unwrap();
     check_capture(&path);
     let _ = std::fs::remove_file(&path);
+}
+
+/// The capture's frames, with a large datagram that a snap length of 128 cut short before the
+/// last, and records of other traffic cut short too (a TCP segment, a DNS reply).
+fn snapped_records() -> Vec<(Vec<u8>, usize)> {
+    let mut records = whole(capture_frames());
+    for f in &records {
+        assert!(f.0.len() <= 128, "the handshake fits a snap length of 128");
+    }
+    let server = ([127, 0, 0, 1], 60001);
+    let big = frame(([127, 0, 0, 2], 50000), server, &[0xEA; 1400]);
+    let mut tcp = frame(([127, 0, 0, 2], 50000), ([127, 0, 0, 9], 443), &[0; 600]);
+    tcp[23] = 6;
+    let dns = frame(([127, 0, 0, 53], 53), ([127, 0, 0, 2], 50000), &[0; 600]);
+    let last = records.pop().unwrap();
+    for f in [big, tcp, dns] {
+        let n = f.len();
+        records.push((f[..128].to_vec(), n));
+    }
+    records.push(last);
+    records
+}
+
+fn check_snapped(path: &std::path::Path) {
+    let p = path.to_str().unwrap();
+    let (code, j, err) = decode(&["--pcap", p, "--port", "60001"], "");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        j.len(),
+        6,
+        "every datagram captured whole is decoded: {err}"
+    );
+    assert_eq!(j[5]["type"], "CONNECT");
+    assert_eq!(j[5]["verified_with"]["connection_signature"], "client");
+    // The cut datagram is noted; traffic on other ports, cut or not, is not.
+    assert!(
+        err.contains("packet 7: UDP 127.0.0.2:50000 > 127.0.0.1:60001: 94 of its 1408 bytes")
+            && err.contains("skipped"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn pcap_with_a_small_snap_length_decodes_what_it_holds() {
+    let path = temp("nex-snap.pcap");
+    std::fs::write(&path, pcap(128, &snapped_records())).unwrap();
+    check_snapped(&path);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn pcapng_with_a_small_snap_length_decodes_what_it_holds() {
+    let path = temp("nex-snap.pcapng");
+    std::fs::write(&path, pcapng(128, &snapped_records())).unwrap();
+    check_snapped(&path);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn a_capture_cut_inside_its_last_record_keeps_what_came_before() {
+    let records = whole(capture_frames());
+    for (name, file) in [
+        ("nex-cut.pcap", pcap(65535, &records)),
+        ("nex-cut.pcapng", pcapng(65535, &records)),
+    ] {
+        // Cut inside the last record's data, and inside its header.
+        for cut in [20, 70] {
+            let path = temp(name);
+            std::fs::write(&path, &file[..file.len() - cut]).unwrap();
+            let p = path.to_str().unwrap();
+            let (code, j, err) = decode(&["--pcap", p, "--port", "60001"], "");
+            let _ = std::fs::remove_file(&path);
+            assert_eq!(code, Some(0), "{name} {cut}: {err}");
+            assert_eq!(j.len(), 5, "{name} {cut}: {err}");
+            assert_eq!(j[4]["type"], "CONNECT", "{name} {cut}");
+            assert!(
+                err.contains("warning") && err.contains("ends inside a record, after 6 packet(s)"),
+                "{name} {cut}: {err}"
+            );
+        }
+    }
 }

@@ -29,18 +29,28 @@
 //! A packet that does not parse or verify prints `{"datagram":..,"offset":..,"error":..}` on
 //! stdout and on stderr with the reason; the rest of its datagram is skipped, the following
 //! datagrams are decoded, and the exit status is 2.
+//!
+//! A capture is read and decoded record by record. A record counts by the bytes it holds: a
+//! datagram that a snap length cut short is skipped with a note on stderr naming its packet
+//! (counted from 1, as Wireshark numbers frames), and a file that ends inside a record (a
+//! capture cut off) keeps what came before with a warning on stderr; neither changes the exit
+//! status.
 
 use std::collections::HashMap;
-use std::io::{self, BufRead, Write};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
+use pcap_file::DataLink;
 use serde_json::{Map, Value, json};
 use wirekit_core::Status;
 use wirekit_core::kerberos::Rc4;
-use wirekit_core::prudp::crypto::{apply_unreliable, substream_cipher, unreliable_base_key};
+use wirekit_core::prudp::crypto::{
+    MAX_SESSION_KEY, SessionKey, apply_unreliable, substream_cipher, unreliable_base_key,
+};
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Parsed, Settings, V0Format, Version};
 
 use super::frame::{parse_hex, to_hex};
@@ -101,8 +111,8 @@ pub struct DecodeArgs {
     /// The game's access key (e.g. ridfebb9).
     #[arg(long)]
     pub access_key: String,
-    /// The session key from the Kerberos ticket, hex (secure server).
-    #[arg(long)]
+    /// The session key from the Kerberos ticket, hex (secure server), at most 32 bytes.
+    #[arg(long, conflicts_with = "rc4_key")]
     pub session_key: Option<String>,
     /// The connection signature the server gave the client (signs the client's packets), hex.
     #[arg(long)]
@@ -110,7 +120,8 @@ pub struct DecodeArgs {
     /// The connection signature the client gave the server (signs the server's packets), hex.
     #[arg(long)]
     pub server_signature: Option<String>,
-    /// RC4 key of substream 0: text, or `hex:...` (CD&ML on an authentication server).
+    /// RC4 key of substream 0: text, or `hex:...` (CD&ML on an authentication server); 1 to
+    /// 32 bytes.
     #[arg(long)]
     pub rc4_key: Option<String>,
     /// Read a pcap or pcapng capture instead of hex lines on stdin.
@@ -189,7 +200,8 @@ pub struct ServeArgs {
     /// Connections per server (per worker) at once.
     #[arg(long, default_value_t = 4096)]
     pub max_connections: usize,
-    /// Connections one source may hold (per worker): an IPv4 address or an IPv6 /64.
+    /// Connections one source may hold (per worker), and WebSockets (per WebSocket listener):
+    /// a source is an IPv4 address or an IPv6 /64.
     #[arg(long, default_value_t = 16)]
     pub max_per_source: u32,
     /// Also serve PRUDP Lite over plain WebSocket (subprotocol NEX, as the Switch and
@@ -354,6 +366,7 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             "closed": d.closed,
             "expired": d.expired,
             "replaced": s.replaced.load(Relaxed),
+            "ticket_replays": s.ticket_replays.load(Relaxed),
             "requests": s.requests.load(Relaxed),
             "responses": s.responses.load(Relaxed),
             "malformed_messages": s.malformed_messages.load(Relaxed),
@@ -575,24 +588,66 @@ fn decode(args: &DecodeArgs) -> Result<bool, String> {
     if let Some(k) = &rc4_key {
         Rc4::new(k).map_err(|e| format!("--rc4-key: {e}"))?;
     }
+    let session_key = hex_arg("session-key", &args.session_key)?;
+    // Both key the substreams' RC4 streams, and a connection keeps no more of a key than the
+    // core's maximum: a longer one would be cut, and its payloads "decrypted" to garbage.
+    for (name, key) in [("session-key", &session_key), ("rc4-key", &rc4_key)] {
+        if let Some(k) = key
+            && SessionKey::new(k).is_none()
+        {
+            return Err(format!(
+                "--{name}: {} bytes; a PRUDP session key is at most {MAX_SESSION_KEY}",
+                k.len()
+            ));
+        }
+    }
     let config = Config {
         version: args.version,
         settings: Settings::new(args.access_key.as_bytes(), args.version.version()),
-        session_key: hex_arg("session-key", &args.session_key)?,
+        session_key,
         client_signature: hex_arg("client-signature", &args.client_signature)?,
         server_signature: hex_arg("server-signature", &args.server_signature)?,
         rc4_key,
     };
-    let datagrams = match &args.pcap {
-        Some(path) => read_capture(path, args.port)?,
-        None => read_hex_lines()?,
+    let mut run = Run {
+        config: &config,
+        connections: Vec::new(),
+        by_tuple: HashMap::new(),
+        out: io::stdout().lock(),
+        datagrams: 0,
+        clean: true,
     };
-    let mut connections: Vec<Connection> = Vec::new();
-    let mut by_tuple: HashMap<(SocketAddr, SocketAddr), usize> = HashMap::new();
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
-    let mut clean = true;
-    for (index, d) in datagrams.iter().enumerate() {
+    match &args.pcap {
+        // Each datagram is decoded as it is read: a capture of any size streams through.
+        Some(path) => read_capture(path, args.port, &mut |d| run.datagram(&d))?,
+        None => {
+            for d in read_hex_lines()? {
+                run.datagram(&d)?;
+            }
+        }
+    }
+    Ok(run.clean)
+}
+
+/// One decoding: the connections seen so far and where their lines go.
+struct Run<'c, W: Write> {
+    config: &'c Config,
+    connections: Vec<Connection>,
+    /// A capture's connections by UDP 4-tuple (lower address first).
+    by_tuple: HashMap<(SocketAddr, SocketAddr), usize>,
+    out: W,
+    /// Datagrams decoded so far (the next one's index).
+    datagrams: usize,
+    /// No packet so far failed to parse or verify.
+    clean: bool,
+}
+
+impl<W: Write> Run<'_, W> {
+    /// Decodes the next datagram of the input and prints its lines.
+    fn datagram(&mut self, d: &Datagram) -> Result<(), String> {
+        let index = self.datagrams;
+        self.datagrams += 1;
+        let (config, connections) = (self.config, &mut self.connections);
         let conn = match &d.capture {
             Some(c) => {
                 let tuple = if c.source <= c.destination {
@@ -600,31 +655,31 @@ fn decode(args: &DecodeArgs) -> Result<bool, String> {
                 } else {
                     (c.destination, c.source)
                 };
-                *by_tuple.entry(tuple).or_insert_with(|| {
-                    connections.push(Connection::new(&config));
+                *self.by_tuple.entry(tuple).or_insert_with(|| {
+                    connections.push(Connection::new(config));
                     connections.len() - 1
                 })
             }
             None => {
                 if connections.is_empty() {
-                    connections.push(Connection::new(&config));
+                    connections.push(Connection::new(config));
                 }
                 0
             }
         };
-        for line in decode_datagram(&config, &mut connections[conn], index, conn, d) {
+        for line in decode_datagram(config, &mut connections[conn], index, conn, d) {
             if line.get("error").is_some() {
-                clean = false;
+                self.clean = false;
                 eprintln!(
                     "wirekit nex decode: datagram {index} offset {}: {}",
                     line["offset"],
                     line["error"].as_str().unwrap_or_default()
                 );
             }
-            writeln!(out, "{line}").map_err(|e| format!("writing stdout: {e}"))?;
+            writeln!(self.out, "{line}").map_err(|e| format!("writing stdout: {e}"))?;
         }
+        Ok(())
     }
-    Ok(clean)
 }
 
 /// Every packet of one datagram as a JSON line; an error line ends it.
@@ -878,64 +933,183 @@ fn read_hex_lines() -> Result<Vec<Datagram>, String> {
     Ok(datagrams)
 }
 
-/// The UDP datagrams of a pcap or pcapng file, in capture order.
-fn read_capture(path: &PathBuf, port: Option<u16>) -> Result<Vec<Datagram>, String> {
-    use pcap_file::DataLink;
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let bad = |e: pcap_file::PcapError| format!("{}: {e}", path.display());
-    let mut frames: Vec<(f64, DataLink, Vec<u8>)> = Vec::new();
-    if data.starts_with(&[0x0A, 0x0D, 0x0D, 0x0A]) {
-        let mut r = pcap_file::pcapng::PcapNgReader::new(&data[..]).map_err(bad)?;
-        // The interfaces of the current section, by id (a new section starts afresh), with
-        // the seconds per timestamp unit.
+/// Reads a pcap or pcapng capture record by record and hands each UDP datagram (with `port`
+/// on either side, when given) to `each` as it is read, in capture order.
+///
+/// A record is judged by the bytes it holds (its captured length) alone: its original length
+/// and the file's snap length do not matter, so a capture taken with a small snap length
+/// decodes every datagram it holds whole, and skips each one it cut short with a note on
+/// stderr. A capture that ends inside a record (cut off, or still being written) keeps what was
+/// decoded, with a warning on stderr; any other fault in the file ends the reading with an
+/// error, after the datagrams before it.
+fn read_capture(
+    path: &Path,
+    port: Option<u16>,
+    each: &mut dyn FnMut(Datagram) -> Result<(), String>,
+) -> Result<(), String> {
+    let name = path.display();
+    let mut file = File::open(path).map_err(|e| format!("{name}: {e}"))?;
+    let mut magic = Vec::with_capacity(4);
+    (&mut file)
+        .take(4)
+        .read_to_end(&mut magic)
+        .map_err(|e| format!("{name}: {e}"))?;
+    let pcapng = magic == [0x0A, 0x0D, 0x0D, 0x0A];
+    let input = BufReader::new(io::Cursor::new(magic).chain(file));
+    let bad = |e: pcap_file::PcapError| format!("{name}: {e}");
+    // Packet records read so far: the number of the next one, counted from 1 as Wireshark
+    // numbers frames.
+    let mut record = 0u64;
+    let cut_short = |record: u64, e: pcap_file::PcapError| match e {
+        pcap_file::PcapError::IoError(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+            eprintln!(
+                "wirekit nex decode: warning: {name}: the capture ends inside a record, after \
+                 {record} packet(s) (cut short?); kept what was decoded"
+            );
+            Ok(())
+        }
+        e => Err(format!("{name}: after {record} packet(s): {e}")),
+    };
+    if pcapng {
+        let mut r = pcap_file::pcapng::PcapNgReader::new(input).map_err(bad)?;
+        // The interfaces of the current section, by id, with the seconds per timestamp unit;
+        // the reader keeps their descriptions, this the part the decoder needs.
         let mut links: Vec<(DataLink, f64)> = Vec::new();
-        let undeclared = || format!("{}: packet on an undeclared interface", path.display());
-        while let Some(block) = r.next_block() {
-            match block.map_err(bad)? {
-                pcap_file::pcapng::Block::SectionHeader(_) => links.clear(),
-                pcap_file::pcapng::Block::InterfaceDescription(i) => {
-                    links.push((i.linktype, timestamp_unit(&i.options)));
+        loop {
+            let big = r.section().endianness == pcap_file::Endianness::Big;
+            let raw = match r.next_raw_block() {
+                None => return Ok(()),
+                Some(Ok(raw)) => raw,
+                Some(Err(e)) => return cut_short(record, e),
+            };
+            let kind = raw.type_;
+            let packet = match kind {
+                ENHANCED_PACKET_BLOCK => Some(enhanced_packet(&raw.body, big)),
+                SIMPLE_PACKET_BLOCK => Some(simple_packet(&raw.body, big).map(|d| (0, 0, d))),
+                _ => None,
+            };
+            if let Some(packet) = packet {
+                record += 1;
+                let Some((interface, ts, frame)) = packet else {
+                    eprintln!(
+                        "wirekit nex decode: {name}: packet {record}: block shorter than its \
+                         captured length, skipped"
+                    );
+                    continue;
+                };
+                let Some(&(link, unit)) = links.get(interface as usize) else {
+                    eprintln!(
+                        "wirekit nex decode: {name}: packet {record}: on an undeclared \
+                         interface, skipped"
+                    );
+                    continue;
+                };
+                // A Simple Packet Block has no timestamp: 0.
+                let time = ts as f64 * unit;
+                if let Some(d) = record_datagram(&name, record, time, link, frame, port) {
+                    each(d)?;
                 }
-                pcap_file::pcapng::Block::EnhancedPacket(p) => {
-                    let (link, unit) =
-                        *links.get(p.interface_id as usize).ok_or_else(undeclared)?;
-                    // pcap-file 2.0 hands the raw timestamp units over as nanoseconds.
-                    let time = p.timestamp.as_nanos() as f64 * unit;
-                    frames.push((time, link, p.data.into_owned()));
-                }
-                pcap_file::pcapng::Block::SimplePacket(p) => {
-                    let (link, _) = *links.first().ok_or_else(undeclared)?;
-                    frames.push((0.0, link, p.data.into_owned()));
-                }
-                _ => {}
+            } else if matches!(kind, SECTION_HEADER_BLOCK | INTERFACE_DESCRIPTION_BLOCK) {
+                // A new section starts afresh; the reader has parsed both kinds.
+                drop(raw);
+                links = r
+                    .interfaces()
+                    .iter()
+                    .map(|i| (i.linktype, timestamp_unit(&i.options)))
+                    .collect();
             }
         }
-    } else {
-        let mut r = pcap_file::pcap::PcapReader::new(&data[..]).map_err(bad)?;
-        let link = r.header().datalink;
-        while let Some(p) = r.next_packet() {
-            let p = p.map_err(bad)?;
-            frames.push((p.timestamp.as_secs_f64(), link, p.data.into_owned()));
-        }
     }
-    let mut datagrams = Vec::new();
-    for (time, link, frame) in frames {
-        let Some((source, destination, payload)) = udp_of(link, &frame) else {
-            continue;
+    let mut r = pcap_file::pcap::PcapReader::new(input).map_err(bad)?;
+    let header = r.header();
+    let unit = match header.ts_resolution {
+        pcap_file::TsResolution::MicroSecond => 1e-6,
+        pcap_file::TsResolution::NanoSecond => 1e-9,
+    };
+    loop {
+        // Raw records: `next_packet` also refuses one whose original length exceeds the snap
+        // length, which is every record a small snap length cut.
+        let p = match r.next_raw_packet() {
+            None => return Ok(()),
+            Some(Ok(p)) => p,
+            Some(Err(e)) => return cut_short(record, e),
         };
-        if port.is_some_and(|p| source.port() != p && destination.port() != p) {
-            continue;
+        record += 1;
+        let time = f64::from(p.ts_sec) + f64::from(p.ts_frac) * unit;
+        if let Some(d) = record_datagram(&name, record, time, header.datalink, &p.data, port) {
+            each(d)?;
         }
-        datagrams.push(Datagram {
-            bytes: payload.to_vec(),
-            capture: Some(Captured {
-                time,
-                source,
-                destination,
-            }),
-        });
     }
-    Ok(datagrams)
+}
+
+/// pcapng block types the decoder reads.
+const SECTION_HEADER_BLOCK: u32 = 0x0A0D_0D0A;
+const INTERFACE_DESCRIPTION_BLOCK: u32 = 1;
+const SIMPLE_PACKET_BLOCK: u32 = 3;
+const ENHANCED_PACKET_BLOCK: u32 = 6;
+
+/// A pcapng block body's `u32` at `at`, in the section's byte order.
+fn block_u32(body: &[u8], at: usize, big: bool) -> Option<u32> {
+    let b: [u8; 4] = body.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(if big {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    })
+}
+
+/// The interface id, timestamp (in the interface's units) and captured bytes of an Enhanced
+/// Packet Block's body, or `None` if the body is shorter than its captured length says. The
+/// options after the data are not read.
+fn enhanced_packet(body: &[u8], big: bool) -> Option<(u32, u64, &[u8])> {
+    let interface = block_u32(body, 0, big)?;
+    let ts = u64::from(block_u32(body, 4, big)?) << 32 | u64::from(block_u32(body, 8, big)?);
+    let captured = usize::try_from(block_u32(body, 12, big)?).ok()?;
+    let data = body.get(20..20usize.checked_add(captured)?)?;
+    Some((interface, ts, data))
+}
+
+/// The bytes of a Simple Packet Block's body: the packet as long as its original length, or as
+/// the block holds (the interface's snap length), without the block's padding.
+fn simple_packet(body: &[u8], big: bool) -> Option<&[u8]> {
+    let original = usize::try_from(block_u32(body, 0, big)?).ok()?;
+    let data = body.get(4..)?;
+    Some(&data[..original.min(data.len())])
+}
+
+/// The datagram of one capture record, if it holds a UDP datagram with `port` (when given) on
+/// either side; one the capture cut short is skipped with a note on stderr.
+fn record_datagram(
+    name: &impl std::fmt::Display,
+    record: u64,
+    time: f64,
+    link: DataLink,
+    frame: &[u8],
+    port: Option<u16>,
+) -> Option<Datagram> {
+    let udp = udp_in(link, frame)?;
+    if port.is_some_and(|p| udp.source.port() != p && udp.destination.port() != p) {
+        return None;
+    }
+    let Some(payload) = udp.payload() else {
+        eprintln!(
+            "wirekit nex decode: {name}: packet {record}: UDP {} > {}: {} of its {} bytes \
+             captured, skipped",
+            udp.source,
+            udp.destination,
+            udp.bytes.len(),
+            udp.len
+        );
+        return None;
+    };
+    Some(Datagram {
+        bytes: payload.to_vec(),
+        capture: Some(Captured {
+            time,
+            source: udp.source,
+            destination: udp.destination,
+        }),
+    })
 }
 
 /// The seconds per timestamp unit of a pcapng interface: `if_tsresol`, microseconds by default.
@@ -953,10 +1127,27 @@ fn timestamp_unit(
     }
 }
 
-/// The UDP addresses and payload of a captured frame, or `None` if it is not an unfragmented
-/// UDP datagram over IPv4 or IPv6.
-fn udp_of(link: pcap_file::DataLink, frame: &[u8]) -> Option<(SocketAddr, SocketAddr, &[u8])> {
-    use pcap_file::DataLink;
+/// A UDP datagram in a captured frame.
+struct Udp<'a> {
+    source: SocketAddr,
+    destination: SocketAddr,
+    /// The UDP length field: header and payload.
+    len: usize,
+    /// What the frame holds of the datagram from its header on: less than `len` when the
+    /// capture cut it short.
+    bytes: &'a [u8],
+}
+
+impl<'a> Udp<'a> {
+    /// The payload, or `None` when the frame does not hold all of it.
+    fn payload(&self) -> Option<&'a [u8]> {
+        self.bytes.get(8..self.len.max(8))
+    }
+}
+
+/// The UDP datagram of a captured frame, whole or not, or `None` if the frame is not an
+/// unfragmented UDP datagram over IPv4 or IPv6 (or is cut before the UDP length field).
+fn udp_in(link: DataLink, frame: &[u8]) -> Option<Udp<'_>> {
     let ip = match link {
         DataLink::ETHERNET => {
             let mut at = 12;
@@ -1003,12 +1194,12 @@ fn udp_of(link: pcap_file::DataLink, frame: &[u8]) -> Option<(SocketAddr, Socket
     let sport = u16::from_be_bytes(udp.get(0..2)?.try_into().ok()?);
     let dport = u16::from_be_bytes(udp.get(2..4)?.try_into().ok()?);
     let len = usize::from(u16::from_be_bytes(udp.get(4..6)?.try_into().ok()?));
-    let payload = udp.get(8..len.max(8))?;
-    Some((
-        SocketAddr::new(src, sport),
-        SocketAddr::new(dst, dport),
-        payload,
-    ))
+    Some(Udp {
+        source: SocketAddr::new(src, sport),
+        destination: SocketAddr::new(dst, dport),
+        len,
+        bytes: udp,
+    })
 }
 
 #[cfg(test)]
@@ -1117,7 +1308,7 @@ mod tests {
             if let Some(b) = f.get_mut(6) {
                 *b = 17;
             }
-            let _ = udp_of(links[i % links.len()], &f);
+            let _ = udp_in(links[i % links.len()], &f).map(|u| u.payload());
         }
         for version in [
             VersionArg::V0,
@@ -1151,25 +1342,60 @@ mod tests {
     }
 
     #[test]
-    fn udp_of_skips_what_is_not_udp() {
+    fn udp_in_skips_what_is_not_udp() {
         let mut ip = vec![
             0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0, 127, 0, 0, 1, 127, 0, 0, 2,
         ];
         ip.extend_from_slice(&[0x30, 0x39, 0x00, 0x35, 0, 12, 0, 0, b'a', b'b', b'c', b'd']);
-        let (s, d, p) = udp_of(pcap_file::DataLink::RAW, &ip).unwrap();
+        let u = udp_in(DataLink::RAW, &ip).unwrap();
         assert_eq!(
-            (s.to_string().as_str(), d.to_string().as_str(), p),
-            ("127.0.0.1:12345", "127.0.0.2:53", &b"abcd"[..])
+            (
+                u.source.to_string().as_str(),
+                u.destination.to_string().as_str(),
+                u.payload()
+            ),
+            ("127.0.0.1:12345", "127.0.0.2:53", Some(&b"abcd"[..]))
         );
         let mut tcp = ip.clone();
         tcp[9] = 6;
-        assert!(udp_of(pcap_file::DataLink::RAW, &tcp).is_none());
+        assert!(udp_in(DataLink::RAW, &tcp).is_none());
         let mut frag = ip.clone();
         frag[6] = 0x20;
-        assert!(udp_of(pcap_file::DataLink::RAW, &frag).is_none());
-        for cut in 0..ip.len() - 4 {
-            // Every truncation is skipped or short, never a panic.
-            let _ = udp_of(pcap_file::DataLink::RAW, &ip[..cut]);
+        assert!(udp_in(DataLink::RAW, &frag).is_none());
+        for cut in 0..ip.len() {
+            // Every truncation is skipped, or found and known to be short; never a panic.
+            if let Some(u) = udp_in(DataLink::RAW, &ip[..cut]) {
+                assert_eq!((u.len, u.payload()), (12, None), "{cut}");
+            }
         }
+        // Ethernet padding after the IP datagram is not payload.
+        let mut padded = ip.clone();
+        padded.extend_from_slice(&[0; 6]);
+        assert_eq!(
+            udp_in(DataLink::RAW, &padded).unwrap().payload(),
+            Some(&b"abcd"[..])
+        );
+    }
+
+    #[test]
+    fn pcapng_packet_bodies_are_read_by_their_captured_length() {
+        let mut epb = Vec::new();
+        for v in [2u32, 1, 0x0203_0405, 5, 1500] {
+            epb.extend_from_slice(&v.to_le_bytes());
+        }
+        epb.extend_from_slice(b"hello\0\0\0");
+        assert_eq!(
+            enhanced_packet(&epb, false),
+            Some((2, 1 << 32 | 0x0203_0405, &b"hello"[..]))
+        );
+        // A captured length past the block's end.
+        assert_eq!(enhanced_packet(&epb[..24], false), None);
+        assert_eq!(enhanced_packet(&[], false), None);
+        let mut spb = 3u32.to_le_bytes().to_vec();
+        spb.extend_from_slice(b"abc\0");
+        assert_eq!(simple_packet(&spb, false), Some(&b"abc"[..]));
+        spb[..4].copy_from_slice(&100u32.to_le_bytes());
+        assert_eq!(simple_packet(&spb, false), Some(&b"abc\0"[..]));
+        assert_eq!(simple_packet(&spb[..2], false), None);
     }
 }
