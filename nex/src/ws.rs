@@ -9,11 +9,18 @@
 //! expiry. One WebSocket carries one PRUDP connection (the virtual port of its first packet).
 //!
 //! # Bounds
-//! - [`WsConfig::max_connections`] WebSockets at once; one more is closed before its handshake.
+//! - [`WsConfig::max_connections`] WebSockets at once, and at most the table's
+//!   [`TableLimits::max_per_source`] from one source ([`source`]: an IPv4 address or an IPv6
+//!   /64, as on UDP), so one host cannot hold every slot; one more is closed before its
+//!   handshake. A WebSocket carries one PRUDP connection, so the table would refuse more from
+//!   that source anyway.
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
-//!   tungstenite refuses it before buffering past the cap.
+//!   tungstenite refuses it before buffering past the cap, and its read buffer is sized for
+//!   one such message, not its 128 KiB default.
+//! - A WebSocket ends with the close handshake (RFC 6455 §5.5.1): the client's Close is
+//!   answered, a protocol error is answered with 1002, each within a second.
 //! - A WebSocket with no PRUDP connection for [`WsConfig::idle_timeout`] is closed; an open
 //!   PRUDP connection expires by the table's idle timeout (the core decides what is heard).
 //! - At most [`WsConfig::send_queue`] replies wait for one slow WebSocket; more are dropped
@@ -28,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -41,14 +48,15 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, error::CapacityError};
-use tracing::debug;
+use tracing::{debug, warn};
+use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_core::time::{Duration, Instant};
 
 use wirekit_std::accept::AcceptBackoff;
 
 use crate::counters::{Counters, DropReason};
 use crate::server::{PrudpConnection, PrudpHandler};
-use crate::table::{ConnectionKey, ConnectionTable, TableLimits};
+use crate::table::{ConnectionKey, ConnectionTable, TableLimits, source};
 use crate::udp::{DatagramHandler, Outbox, dispatch, tick_all};
 
 /// The WebSocket subprotocol NEX clients ask for.
@@ -76,7 +84,8 @@ pub struct WsConfig {
     /// How long one reply may wait for the client's window: a client that keeps it shut is
     /// closed ([`WsReason::SendStalled`]), so it holds no task or slot for ever.
     pub send_timeout: Duration,
-    /// The PRUDP connection table's bounds.
+    /// The PRUDP connection table's bounds; its [`TableLimits::max_per_source`] also bounds
+    /// the WebSockets one source may hold open.
     pub limits: TableLimits,
     /// How often the connections' timers run and idle ones expire.
     pub tick: Duration,
@@ -125,6 +134,8 @@ macro_rules! ws_reasons {
 ws_reasons! {
     /// Closed before its handshake: [`WsConfig::max_connections`] were open.
     ConnectionLimit = "connection_limit",
+    /// Closed before its handshake: its source held [`TableLimits::max_per_source`] already.
+    SourceLimit = "source_limit",
     /// Not a WebSocket upgrade, or not finished within [`WsConfig::handshake_timeout`].
     Handshake = "handshake",
     /// The upgrade offered no `NEX` subprotocol (refused with 400).
@@ -143,7 +154,10 @@ ws_reasons! {
     PrudpClosed = "prudp_closed",
     /// The client closed the WebSocket or its TCP connection.
     PeerClosed = "peer_closed",
-    /// A WebSocket protocol or I/O error.
+    /// A WebSocket protocol violation (closed with 1002; 1007 for a text message that is not
+    /// UTF-8).
+    Protocol = "protocol",
+    /// An I/O error.
     Transport = "transport",
     /// A reply waited [`WsConfig::send_timeout`] for the client's window.
     SendStalled = "send_stalled",
@@ -233,7 +247,10 @@ impl Engine {
         self.outbox.clear();
     }
 
-    /// Tells a WebSocket whose PRUDP connection left the table to close.
+    /// Tells a WebSocket whose PRUDP connection left the table to close. The key is kept
+    /// until the Close is queued: a full queue is tried again at the next tick (the task
+    /// takes a reply at least every [`WsConfig::send_timeout`], or ends), so the WebSocket
+    /// never outlives its connection unbounded.
     fn check_peer(&mut self, addr: SocketAddr) {
         let Some(peer) = self.peers.get_mut(&addr) else {
             return;
@@ -241,9 +258,11 @@ impl Engine {
         if let Some(key) = peer.key
             && self.table.get_mut(&key).is_none()
         {
-            peer.key = None;
-            // A full queue: the task still closes when its channel's sender goes, or idles.
-            let _ = peer.tx.try_send(Outgoing::Close(WsReason::PrudpClosed));
+            match peer.tx.try_send(Outgoing::Close(WsReason::PrudpClosed)) {
+                Err(mpsc::error::TrySendError::Full(_)) => {}
+                // Queued, or the task is ending already (it removes the peer).
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => peer.key = None,
+            }
         }
     }
 }
@@ -256,6 +275,8 @@ struct Shared {
     config: WsConfig,
     epoch: std::time::Instant,
     open: AtomicUsize,
+    /// WebSockets open per [`source`]; only sources with one open are present.
+    sources: Mutex<HashMap<IpAddr, u32>>,
 }
 
 impl Shared {
@@ -266,6 +287,35 @@ impl Shared {
     fn engine(&self) -> MutexGuard<'_, Engine> {
         // A panic under the lock left nothing half-written that the next call cannot handle.
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sources(&self) -> MutexGuard<'_, HashMap<IpAddr, u32>> {
+        self.sources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a slot for a WebSocket from `ip`, under [`WsConfig::max_connections`] and the
+    /// per-source cap; the slot is given back when the [`OpenSlot`] drops.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<OpenSlot, WsReason> {
+        if self.open.load(Ordering::Relaxed) >= self.config.max_connections {
+            return Err(WsReason::ConnectionLimit);
+        }
+        let source = source(ip);
+        {
+            let mut sources = self.sources();
+            let n = sources.entry(source).or_insert(0);
+            if *n >= self.config.limits.max_per_source {
+                if *n == 0 {
+                    sources.remove(&source);
+                }
+                return Err(WsReason::SourceLimit);
+            }
+            *n += 1;
+        }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Ok(OpenSlot {
+            shared: self.clone(),
+            source,
+        })
     }
 
     /// One binary message from `peer`: routed as a datagram. Returns `true` once the
@@ -394,6 +444,7 @@ impl WsListener {
                 config,
                 epoch: std::time::Instant::now(),
                 open: AtomicUsize::new(0),
+                sources: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -416,6 +467,8 @@ impl WsListener {
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut accepts = AcceptBackoff::new();
+        // Refusals are counted each; a flood of them logs a few lines.
+        let mut refusals = LogLimit::new(5, Duration::from_secs(10));
         loop {
             tokio::select! {
                 biased;
@@ -424,18 +477,25 @@ impl WsListener {
                 // Out of descriptors and the like: not the listener's end. Logged once per
                 // streak and retried after a back-off, the ticker and the reaping meanwhile.
                 accepted = accepts.accept(&self.listener) => {
+                    // A connect flood keeps this branch ready: the ended tasks are reaped
+                    // here too, or the set would grow with them.
+                    while tasks.try_join_next().is_some() {}
                     let Ok((tcp, peer)) = accepted else { continue };
-                    if shared.open.load(Ordering::Relaxed) >= shared.config.max_connections {
-                        shared.stats.count(WsReason::ConnectionLimit);
-                        drop(tcp);
-                        continue;
-                    }
-                    shared.open.fetch_add(1, Ordering::Relaxed);
-                    let slot = OpenSlot(shared.clone());
+                    let slot = match shared.admit(peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(reason) => {
+                            shared.stats.count(reason);
+                            if let LogDecision::Log { suppressed } = refusals.check(shared.now()) {
+                                warn!(%peer, suppressed, reason = reason.as_str(), "WebSocket refused");
+                            }
+                            drop(tcp);
+                            continue;
+                        }
+                    };
                     let stop = shutdown.clone();
                     tasks.spawn(async move {
-                        let reason = serve_socket(&slot.0, tcp, peer, stop).await;
-                        slot.0.stats.count(reason);
+                        let reason = serve_socket(&slot.shared, tcp, peer, stop).await;
+                        slot.shared.stats.count(reason);
                         debug!(%peer, reason = reason.as_str(), "WebSocket closed");
                         drop(slot);
                     });
@@ -449,13 +509,23 @@ impl WsListener {
     }
 }
 
+/// The largest WebSocket frame header (tungstenite's `FrameHeader::MAX_SIZE`, not public).
+const MAX_FRAME_HEADER: usize = 14;
+
 /// tungstenite's limits for one WebSocket: messages and frames up to
-/// [`WsConfig::max_message`]; each reply written and flushed on its own (no write buffering),
-/// at most the send queue's worth waiting in the socket (tungstenite requires that cap above
-/// its write buffer, whatever the configured sizes).
+/// [`WsConfig::max_message`]; a read buffer that holds one such frame (tungstenite reserves
+/// it for each WebSocket and zero-fills it on every read; its 128 KiB default stays the most);
+/// each reply written and flushed on its own (no write buffering), at most the send queue's
+/// worth waiting in the socket (tungstenite requires that cap above its write buffer, whatever
+/// the configured sizes).
 fn frame_config(config: &WsConfig) -> WebSocketConfig {
     let cap = config.max_message;
-    WebSocketConfig::default()
+    let default = WebSocketConfig::default();
+    default
+        .read_buffer_size(
+            cap.saturating_add(MAX_FRAME_HEADER)
+                .min(default.read_buffer_size),
+        )
         .max_message_size(Some(cap))
         .max_frame_size(Some(cap))
         .write_buffer_size(0)
@@ -466,13 +536,24 @@ fn frame_config(config: &WsConfig) -> WebSocketConfig {
         )
 }
 
-/// One open WebSocket's place under [`WsConfig::max_connections`], given back when its task
-/// ends, however it ends.
-struct OpenSlot(Arc<Shared>);
+/// One open WebSocket's place under [`WsConfig::max_connections`] and its source's cap, given
+/// back when its task ends, however it ends.
+struct OpenSlot {
+    shared: Arc<Shared>,
+    source: IpAddr,
+}
 
 impl Drop for OpenSlot {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        let mut sources = self.shared.sources();
+        if let Some(n) = sources.get_mut(&self.source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                sources.remove(&self.source);
+            }
+        }
+        drop(sources);
+        self.shared.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -628,6 +709,8 @@ async fn pump(
     let send_timeout = std::time::Duration::from_micros(shared.config.send_timeout.as_micros());
     let mut unbound_since = tokio::time::Instant::now();
     let mut bound = false;
+    // The close code, when the reason alone does not say it.
+    let mut code = None;
     let reason = loop {
         let idle_at = unbound_since + idle;
         tokio::select! {
@@ -655,34 +738,46 @@ async fn pump(
                 Some(Ok(Message::Text(_))) => shared.stats.count(WsReason::TextMessage),
                 // tungstenite answers pings itself; pongs and frames need nothing.
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
-                Some(Ok(Message::Close(_))) | None => return WsReason::PeerClosed,
+                // tungstenite has queued the reply; the close path below sends it.
+                Some(Ok(Message::Close(_))) => break WsReason::PeerClosed,
+                None | Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => {
+                    return WsReason::PeerClosed;
+                }
                 Some(Err(WsError::Capacity(CapacityError::MessageTooLong { .. }))) => {
                     shared.counters.dropped(DropReason::Oversized);
                     break WsReason::MessageTooLarge;
                 }
-                Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => {
-                    return WsReason::PeerClosed;
+                Some(Err(WsError::Protocol(_))) => break WsReason::Protocol,
+                // A text message that is not UTF-8.
+                Some(Err(WsError::Utf8(_))) => {
+                    code = Some(CloseCode::Invalid);
+                    break WsReason::Protocol;
                 }
                 Some(Err(_)) => return WsReason::Transport,
             },
         }
     };
-    let code = match reason {
+    let code = code.unwrap_or(match reason {
         WsReason::MessageTooLarge => CloseCode::Size,
+        WsReason::Protocol => CloseCode::Protocol,
         WsReason::Shutdown => CloseCode::Away,
         _ => CloseCode::Normal,
-    };
+    });
     let frame = CloseFrame {
         code,
         reason: reason.as_str().into(),
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        // Replies already queued (a DISCONNECT's ACKs) go out before the close frame.
-        while let Ok(Outgoing::Packet(bytes)) = rx.try_recv() {
+        // Replies already queued (a DISCONNECT's ACKs) go out before the close frame, unless
+        // the client closed first (tungstenite refuses them then).
+        while reason != WsReason::PeerClosed
+            && let Ok(Outgoing::Packet(bytes)) = rx.try_recv()
+        {
             if ws.feed(Message::Binary(bytes)).await.is_err() {
-                return;
+                break;
             }
         }
+        // Sends our Close, or flushes tungstenite's reply to the client's (RFC 6455 §5.5.1).
         let _ = ws.close(Some(frame)).await;
         // Until the client's close frame (or the end of the stream).
         while let Some(Ok(_)) = ws.next().await {}
@@ -694,6 +789,260 @@ async fn pump(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use tokio::net::TcpSocket;
+    use wirekit_core::prudp::{Version, VirtualPort};
+
+    use crate::rmc::Dispatcher;
+    use crate::serve::connection_config;
+    use crate::server::{HandlerConfig, Role as ServerRole};
+
+    /// Bounds every wait on a loopback socket.
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+    /// A listener on a loopback port with an authentication handler and no protocols.
+    fn listener(config: WsConfig) -> WsListener {
+        let handler = PrudpHandler::new(HandlerConfig {
+            role: ServerRole::Authentication,
+            config: connection_config(b"6f599f81", Version::Lite, true),
+            secret: [7; 32],
+            secure: None,
+            dispatcher: Dispatcher::new(),
+            stats: Arc::default(),
+        });
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        WsListener::new(tcp, config, handler, Arc::default(), Arc::default()).unwrap()
+    }
+
+    /// A running listener: its address, what its tasks share, its stop switch and task.
+    struct Running {
+        addr: SocketAddr,
+        shared: Arc<Shared>,
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<io::Result<()>>,
+    }
+
+    impl Running {
+        fn start(config: WsConfig) -> Running {
+            let l = listener(config);
+            let (stop, shutdown) = watch::channel(false);
+            Running {
+                addr: l.local_addr().unwrap(),
+                shared: l.shared.clone(),
+                stop,
+                task: tokio::spawn(l.run(shutdown)),
+            }
+        }
+
+        async fn stop(self) {
+            self.stop.send(true).unwrap();
+            tokio::time::timeout(WAIT, self.task)
+                .await
+                .expect("the listener stops")
+                .unwrap()
+                .unwrap();
+        }
+
+        /// Waits until `ip`'s source holds `n` WebSockets.
+        async fn wait_open_from(&self, ip: IpAddr, n: u32) {
+            let shared = &self.shared;
+            tokio::time::timeout(WAIT, async {
+                while shared.sources().get(&source(ip)).copied().unwrap_or(0) != n {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("open count reached");
+        }
+    }
+
+    /// A `NEX` upgrade from `from` (any local port); the stream once upgraded, `None` if the
+    /// server closed or refused it.
+    async fn upgrade_from(addr: SocketAddr, from: IpAddr) -> Option<TcpStream> {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(from, 0)).ok()?;
+        let mut s = socket.connect(addr).await.unwrap();
+        let request = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+            Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+            Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: NEX\r\n\r\n";
+        s.write_all(request.as_bytes()).await.ok()?;
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            match tokio::time::timeout(WAIT, s.read(&mut byte)).await {
+                Ok(Ok(1)) => head.push(byte[0]),
+                Ok(_) => return None,
+                Err(_) => panic!("no answer to the upgrade"),
+            }
+        }
+        head.starts_with(b"HTTP/1.1 101").then_some(s)
+    }
+
+    const LOCALHOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    /// The next frame the server sends: its first byte and payload; `None` at the stream's
+    /// end.
+    async fn server_frame(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+        tokio::time::timeout(WAIT, async {
+            let mut head = [0u8; 2];
+            s.read_exact(&mut head).await.ok()?;
+            // Server frames are unmasked; these tests see only short ones.
+            assert!(head[1] < 126, "{head:?}");
+            let mut payload = vec![0; usize::from(head[1])];
+            s.read_exact(&mut payload).await.ok()?;
+            Some((head[0], payload))
+        })
+        .await
+        .expect("a frame or the end within the wait")
+    }
+
+    #[tokio::test]
+    async fn one_source_cannot_hold_every_websocket() {
+        let mut config = WsConfig::default();
+        config.limits.max_per_source = 2;
+        let server = Running::start(config);
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(
+                upgrade_from(server.addr, LOCALHOST)
+                    .await
+                    .expect("upgraded"),
+            );
+        }
+        // The third from the same source is closed before its handshake...
+        assert!(upgrade_from(server.addr, LOCALHOST).await.is_none());
+        assert_eq!(server.shared.stats.get(WsReason::SourceLimit), 1);
+        // ... while another source is served (Linux routes all of 127/8 to loopback).
+        let other: IpAddr = "127.0.0.2".parse().unwrap();
+        let other_ws = upgrade_from(server.addr, other).await;
+        if cfg!(target_os = "linux") {
+            assert!(other_ws.is_some());
+        }
+        // A slot given back is the source's again.
+        drop(held.pop());
+        server.wait_open_from(LOCALHOST, 1).await;
+        held.push(
+            upgrade_from(server.addr, LOCALHOST)
+                .await
+                .expect("upgraded"),
+        );
+        assert_eq!(server.shared.stats.get(WsReason::SourceLimit), 1);
+        server.stop().await;
+        drop((held, other_ws));
+    }
+
+    #[tokio::test]
+    async fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+        let mut config = WsConfig::default();
+        config.limits.max_per_source = 1;
+        let l = listener(config);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let a = l.shared.admit(ip("2001:db8:1:2::1")).unwrap();
+        assert_eq!(
+            l.shared.admit(ip("2001:db8:1:2:ffff::9")).err(),
+            Some(WsReason::SourceLimit)
+        );
+        let b = l.shared.admit(ip("2001:db8:1:3::1")).unwrap();
+        let c = l.shared.admit(ip("192.0.2.1")).unwrap();
+        let d = l.shared.admit(ip("192.0.2.2")).unwrap();
+        assert_eq!(
+            l.shared.admit(ip("::ffff:192.0.2.1")).err(),
+            Some(WsReason::SourceLimit)
+        );
+        assert_eq!(l.open_connections(), 4);
+        drop((a, b, c, d));
+        assert_eq!(l.open_connections(), 0);
+        assert!(l.shared.sources().is_empty());
+        let _a = l.shared.admit(ip("2001:db8:1:2:ffff::9")).unwrap();
+    }
+
+    #[test]
+    fn the_read_buffer_fits_one_message() {
+        let config = WsConfig::default();
+        let c = frame_config(&config);
+        assert_eq!(c.read_buffer_size, config.max_message + MAX_FRAME_HEADER);
+        let huge = frame_config(&WsConfig {
+            max_message: usize::MAX,
+            ..config
+        });
+        assert_eq!(
+            huge.read_buffer_size,
+            WebSocketConfig::default().read_buffer_size
+        );
+    }
+
+    /// A PRUDP connection that left the table while its WebSocket's queue was full: the Close
+    /// waits for room instead of being lost.
+    #[tokio::test]
+    async fn a_close_that_finds_the_queue_full_is_sent_later() {
+        let l = listener(WsConfig::default());
+        let shared = &l.shared;
+        let addr: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        let key = ConnectionKey::new(addr, VirtualPort::new(10, 15));
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.try_send(Outgoing::Packet(Bytes::from_static(b"ack")))
+            .unwrap();
+        shared
+            .engine()
+            .peers
+            .insert(addr, Peer { tx, key: Some(key) });
+        shared.tick();
+        assert!(matches!(rx.try_recv(), Ok(Outgoing::Packet(_))));
+        assert!(rx.try_recv().is_err());
+        // Room again: the next tick queues the Close.
+        shared.tick();
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Outgoing::Close(WsReason::PrudpClosed))
+        ));
+        assert_eq!(shared.engine().peers[&addr].key, None);
+        shared.tick();
+        assert!(rx.try_recv().is_err());
+    }
+
+    /// A client frame: FIN, `opcode`, masked with a zero mask (or not masked).
+    fn client_frame(opcode: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+        assert!(payload.len() < 126);
+        let mut f = vec![0x80 | opcode, payload.len() as u8];
+        if masked {
+            f[1] |= 0x80;
+            f.extend([0; 4]);
+        }
+        f.extend(payload);
+        f
+    }
+
+    #[tokio::test]
+    async fn the_close_handshake_is_completed() {
+        let server = Running::start(WsConfig::default());
+        // The client closes: its Close is answered with its code.
+        let mut s = upgrade_from(server.addr, LOCALHOST).await.unwrap();
+        s.write_all(&client_frame(0x8, &1000u16.to_be_bytes(), true))
+            .await
+            .unwrap();
+        let (first, payload) = server_frame(&mut s).await.expect("a close frame");
+        assert_eq!((first, &payload[..2]), (0x88, &1000u16.to_be_bytes()[..]));
+        assert_eq!(server_frame(&mut s).await, None);
+        // An unmasked client frame is a protocol error: closed with 1002.
+        let mut s = upgrade_from(server.addr, LOCALHOST).await.unwrap();
+        s.write_all(&client_frame(0x2, &[0x80], false))
+            .await
+            .unwrap();
+        let (first, payload) = server_frame(&mut s).await.expect("a close frame");
+        assert_eq!((first, &payload[..2]), (0x88, &1002u16.to_be_bytes()[..]));
+        // A text message that is not UTF-8: 1007.
+        let mut s = upgrade_from(server.addr, LOCALHOST).await.unwrap();
+        s.write_all(&client_frame(0x1, &[0xff], true))
+            .await
+            .unwrap();
+        let (first, payload) = server_frame(&mut s).await.expect("a close frame");
+        assert_eq!((first, &payload[..2]), (0x88, &1007u16.to_be_bytes()[..]));
+        server.wait_open_from(LOCALHOST, 0).await;
+        let stats = server.shared.stats.clone();
+        server.stop().await;
+        assert_eq!(stats.get(WsReason::PeerClosed), 1);
+        assert_eq!(stats.get(WsReason::Protocol), 2);
+    }
 
     /// Any message cap and queue make a WebSocket: tungstenite asserts its write limits when a
     /// stream is made, and a cap of 1 KiB or less with the default queue used to trip it.
