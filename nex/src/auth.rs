@@ -1,5 +1,8 @@
 //! The ticket-granting (authentication, protocol 10) side: Login, LoginEx and RequestTicket
-//! against the accounts file, with a login budget per source address.
+//! against the accounts file, with a login budget per source address ([`LoginBudgets`], one
+//! table for the whole server); and the secure server's side of the tickets it mints: their
+//! freshness ([`ticket_fresh`]) and the replay cache of those a secure CONNECT used
+//! ([`TicketReplays`]).
 //!
 //! Login's reply is what NEX clients parse: the result, the user's PID, a Kerberos ticket
 //! (encrypted under the user's key; its internal ticket under the secure server's key, built
@@ -9,8 +12,11 @@
 //! refused). RequestTicket hands out a ticket for the secure server to a known PID; the ticket
 //! is useless to anyone without that account's key.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tracing::warn;
 use wirekit_core::kerberos::{
@@ -26,9 +32,7 @@ use wirekit_core::nex::protocols::{
 use wirekit_core::nex::{
     Context, DateTime, List, Reader, ResultCode, RvConnectionData, StationUrl, decode, encode,
 };
-use wirekit_core::time::Duration;
-#[cfg(test)]
-use wirekit_core::time::Instant;
+use wirekit_core::time::{Duration, Instant};
 
 use crate::accounts::{Account, Accounts};
 use crate::rmc::{Call, INVALID_ARGUMENT, Reply, RmcProtocol};
@@ -63,7 +67,8 @@ pub struct AuthConfig {
     pub login_burst: u32,
     /// ... and how fast its budget refills.
     pub login_rate: Rate,
-    /// Source addresses tracked per worker (a power of two is best).
+    /// Source addresses tracked ([`LoginBudgets`]: one table for the whole server, every
+    /// worker and the WebSocket listener; a multiple of 8 is best).
     pub tracked_sources: usize,
 }
 
@@ -93,11 +98,69 @@ pub struct AuthStats {
     pub rate_limited: AtomicU64,
 }
 
+/// The login budget of each source address (an IPv4 address or an IPv6 /64), one table for a
+/// whole authentication server: its UDP workers and its WebSocket listener all take from it,
+/// so a source gets the configured burst once, however its datagrams are spread over workers
+/// and transports.
+///
+/// The table is bounded ([`AuthConfig::tracked_sources`] slots): a new source takes a free slot
+/// or that of a source whose budget is whole again; with neither, its calls are refused (a
+/// flood of addresses cannot erase a budget still being spent).
+///
+/// The callers pass their own clocks (each worker's and the listener's start in
+/// [`NexServers::bind`](crate::NexServers::bind), moments apart). A bucket takes a time earlier
+/// than one it saw as no time passing, so the moment between two clocks can shift a refill by
+/// that much and never adds a burst.
+pub struct LoginBudgets {
+    burst: u32,
+    rate: Rate,
+    table: Mutex<Budgets>,
+}
+
+/// The budgets by source, in a bounded table.
+type Budgets = Table<AddrKey, TokenBucket, Box<[Slot<AddrKey, TokenBucket>]>>;
+
+impl std::fmt::Debug for LoginBudgets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginBudgets")
+            .field("burst", &self.burst)
+            .field("rate", &self.rate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoginBudgets {
+    /// The budgets of `config` (its burst, rate and tracked sources).
+    pub fn new(config: &AuthConfig) -> Self {
+        let slots: Box<[Slot<AddrKey, TokenBucket>]> = std::iter::repeat_with(|| Slot::EMPTY)
+            .take(config.tracked_sources.max(1))
+            .collect();
+        LoginBudgets {
+            burst: config.login_burst,
+            rate: config.login_rate,
+            table: Mutex::new(Table::new(slots, HashSeed::new(random()))),
+        }
+    }
+
+    /// Takes one call from `source`'s budget at `now`; `false` when it is spent, or when no
+    /// slot is free for a new source.
+    pub fn try_take(&self, source: IpAddr, now: Instant) -> bool {
+        let (burst, rate) = (self.burst, self.rate);
+        // A panic under the lock left no half-written entry (a bucket is updated in one step).
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .get_or_insert(AddrKey::new(source, SOURCE_PREFIX), now, || {
+                TokenBucket::new(burst, rate)
+            })
+            .is_ok_and(|b| b.try_take(now, 1))
+    }
+}
+
 /// Protocol 10 for one worker.
 pub struct AuthenticationProtocol {
     config: Arc<AuthConfig>,
     stats: Arc<AuthStats>,
-    budgets: Table<AddrKey, TokenBucket, Box<[Slot<AddrKey, TokenBucket>]>>,
+    budgets: Arc<LoginBudgets>,
     warnings: LogLimit,
 }
 
@@ -110,23 +173,21 @@ impl std::fmt::Debug for AuthenticationProtocol {
 }
 
 impl AuthenticationProtocol {
-    /// The protocol for one worker (its own per-source budgets).
+    /// The protocol for one worker, taking from `budgets` (the server's, shared by all its
+    /// workers and its WebSocket listener; [`LoginBudgets::new`] of `config`).
     ///
     /// # Panics
     /// If `config.session_key_len` is neither 16 nor 32: the secure server would refuse every
     /// ticket built with another length, so the mistake is caught here rather than at the
     /// first CONNECT.
-    pub fn new(config: Arc<AuthConfig>, stats: Arc<AuthStats>) -> Self {
+    pub fn new(config: Arc<AuthConfig>, stats: Arc<AuthStats>, budgets: Arc<LoginBudgets>) -> Self {
         assert!(
             matches!(config.session_key_len, 16 | 32),
             "AuthConfig::session_key_len must be 16 or 32, not {}",
             config.session_key_len
         );
-        let slots: Box<[Slot<AddrKey, TokenBucket>]> = std::iter::repeat_with(|| Slot::EMPTY)
-            .take(config.tracked_sources.max(1))
-            .collect();
         AuthenticationProtocol {
-            budgets: Table::new(slots, HashSeed::new(random())),
+            budgets,
             config,
             stats,
             warnings: LogLimit::new(5, Duration::from_secs(10)),
@@ -136,15 +197,7 @@ impl AuthenticationProtocol {
     /// Takes one call from the source's budget; `false` when it is spent (or no slot is
     /// free for a new source: a flood of addresses cannot erase a budget still in use).
     fn within_budget(&mut self, call: &Call<'_>) -> bool {
-        let (burst, rate) = (self.config.login_burst, self.config.login_rate);
-        let ok = self
-            .budgets
-            .get_or_insert(
-                AddrKey::new(call.peer.ip(), SOURCE_PREFIX),
-                call.now,
-                || TokenBucket::new(burst, rate),
-            )
-            .is_ok_and(|b| b.try_take(call.now, 1));
+        let ok = self.budgets.try_take(call.peer.ip(), call.now);
         if !ok {
             self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
             if let LogDecision::Log { suppressed } = self.warnings.check(call.now) {
@@ -232,12 +285,16 @@ impl AuthenticationProtocol {
     }
 }
 
+/// The wall clock in seconds since the Unix epoch (0 before it).
+pub fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Now as a NEX DateTime (UTC).
 fn now_datetime() -> DateTime {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    DateTime::from_unix(secs)
+    DateTime::from_unix(unix_secs())
 }
 
 /// An encoded reply's length, or an error response when it did not fit.
@@ -317,16 +374,194 @@ pub fn configured_ticket_len(config: &AuthConfig) -> usize {
     ticket_len(config.ticket_format, config.session_key_len)
 }
 
-/// The ticket check a secure server applies to an authentic ticket: issued at most 120 s
-/// before now (and not more than 60 s ahead, for clock skew), by the wall clock.
+/// How long a ticket is fresh after it was issued ([`ticket_fresh`]), in seconds.
+pub const TICKET_LIFETIME_SECS: u64 = 120;
+
+/// How far ahead of the secure server's wall clock a ticket's issue time may be (the two
+/// servers' clocks' skew, [`ticket_fresh`]), in seconds.
+pub const TICKET_SKEW_SECS: u64 = 60;
+
+/// How long [`TicketReplays`] keeps a ticket after a CONNECT used it, in seconds: a ticket
+/// [`ticket_fresh`] accepts at `t` was issued no later than `t + TICKET_SKEW_SECS`, so it is
+/// fresh until `t + TICKET_SKEW_SECS + TICKET_LIFETIME_SECS` at the latest.
+pub const TICKET_REPLAY_WINDOW_SECS: u64 = TICKET_LIFETIME_SECS + TICKET_SKEW_SECS;
+
+/// The ticket check a secure server applies to an authentic ticket: issued at most
+/// [`TICKET_LIFETIME_SECS`] before now (and not more than [`TICKET_SKEW_SECS`] ahead, for
+/// clock skew), by the wall clock.
 pub fn ticket_fresh(info: &wirekit_core::prudp::conn::TicketInfo) -> bool {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = unix_secs();
     // DateTime packs fields from seconds up to the year, so its order is time order.
-    let oldest = DateTime::from_unix(now.saturating_sub(120)).0;
-    let newest = DateTime::from_unix(now + 60).0;
+    let oldest = DateTime::from_unix(now.saturating_sub(TICKET_LIFETIME_SECS)).0;
+    let newest = DateTime::from_unix(now + TICKET_SKEW_SECS).0;
     (oldest..=newest).contains(&info.issued)
+}
+
+/// What [`TicketReplays::admit`] says about the ticket of a secure CONNECT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TicketUse {
+    /// Not used within its freshness window: now recorded for this connection.
+    First,
+    /// Used by this same connection (its CONNECT again: PRUDP retransmits a CONNECT until it
+    /// is acknowledged): accepted again.
+    Again,
+    /// Used by another connection within its freshness window: a replay, to refuse.
+    Replayed,
+}
+
+/// A 128-bit keyed digest (two SipHash-1-3 under secret seeds).
+type Digest = [u64; 2];
+
+/// The tickets secure CONNECTs used within their freshness window, each with the connection
+/// that used it first: one cache for the whole secure server, every UDP worker and the
+/// WebSocket listener (they share the server's key, so a ticket seen on one transport opens
+/// on the other).
+///
+/// A ticket is a bearer token until it expires: Lite has neither RC4 nor packet signatures
+/// after the CONNECT, so whoever sees a CONNECT (on `ws://`, or on the UDP path) could send its
+/// ticket and request again from another connection and be served as the ticket's user. The
+/// secure server admits a ticket for one connection: [`admit`](Self::admit) answers
+/// [`TicketUse::Replayed`] for a ticket another connection used.
+///
+/// A connection is what the caller hashes as the owner; the handler uses the peer address and
+/// port, the client's virtual port, session id and connection signature, and the server's
+/// connection signature, so a retransmitted CONNECT is the same connection and a restarted
+/// client (a new session id) is another.
+///
+/// # Bounds
+/// A ticket is kept (as a digest of its bytes) for `window` seconds of the wall clock after
+/// its first use ([`TICKET_REPLAY_WINDOW_SECS`] for [`ticket_fresh`]), and at most `capacity`
+/// tickets are kept. When the cache is full a new ticket still gets in: the oldest entry
+/// makes way (counted in [`evicted`](Self::evicted), warned about at a limited rate), never
+/// the new ticket. Refusing new tickets when full would let whoever fills the cache lock every
+/// user out; evicting only takes replay protection from the ticket nearest its expiry, and
+/// only from one the attacker also saw in flight. Filling the cache takes real tickets: only
+/// the authentication server can mint one that opens (it is sealed under the secure server's
+/// key), one per Login, LoginEx or RequestTicket of a real account, each taken from that
+/// source's budget ([`LoginBudgets`]). So a flood needs `capacity` logins within `window`
+/// (65,536 in 180 s at [`NexServers`](crate::NexServers)' size: 364 a second, sustained).
+pub struct TicketReplays {
+    seeds: [HashSeed; 2],
+    capacity: usize,
+    window: u64,
+    inner: Mutex<ReplaySet>,
+    evicted: AtomicU64,
+}
+
+/// The cache's entries: by ticket digest, the owner's digest and the expiry; and the same
+/// tickets in the order they came (so by expiry, as the wall clock goes forward).
+struct ReplaySet {
+    owners: HashMap<Digest, (Digest, u64)>,
+    order: VecDeque<(u64, Digest)>,
+    warnings: LogLimit,
+}
+
+impl std::fmt::Debug for TicketReplays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TicketReplays")
+            .field("capacity", &self.capacity)
+            .field("window", &self.window)
+            .field("len", &self.len())
+            .field("evicted", &self.evicted())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TicketReplays {
+    /// A cache of at most `capacity` tickets (at least one), each kept `window` seconds after
+    /// its first use. Its entries are allocated as they come, up to `capacity`.
+    pub fn new(capacity: usize, window: u64) -> Self {
+        TicketReplays {
+            seeds: [HashSeed::new(random()), HashSeed::new(random())],
+            capacity: capacity.max(1),
+            window,
+            inner: Mutex::new(ReplaySet {
+                owners: HashMap::new(),
+                order: VecDeque::new(),
+                warnings: LogLimit::new(1, Duration::from_secs(10)),
+            }),
+            evicted: AtomicU64::new(0),
+        }
+    }
+
+    fn digest<T: Hash + ?Sized>(&self, value: &T) -> Digest {
+        [self.seeds[0].hash(value), self.seeds[1].hash(value)]
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ReplaySet> {
+        // A panic under the lock leaves the map and the queue at worst with an entry the
+        // other lacks, which expiry tolerates.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Decides the `ticket` (its bytes as the CONNECT carries them) of a CONNECT that `owner`
+    /// (the connection) sent, at `now` seconds of the wall clock, and records it on its first
+    /// use. Checking and recording are one step, so two CONNECTs with one ticket on two
+    /// workers at once cannot both be [`TicketUse::First`].
+    pub fn admit<O: Hash + ?Sized>(&self, ticket: &[u8], owner: &O, now: u64) -> TicketUse {
+        let (ticket, owner) = (self.digest(ticket), self.digest(owner));
+        let mut set = self.lock();
+        let set = &mut *set;
+        // Expired entries leave from the front; behind one the clock stepped back for, the
+        // rest wait (kept longer, never shorter).
+        while let Some(&(expires, t)) = set.order.front()
+            && expires < now
+        {
+            set.order.pop_front();
+            if set.owners.get(&t).is_some_and(|&(_, e)| e == expires) {
+                set.owners.remove(&t);
+            }
+        }
+        if let Some(&(first, expires)) = set.owners.get(&ticket)
+            && now <= expires
+        {
+            return match first == owner {
+                true => TicketUse::Again,
+                false => TicketUse::Replayed,
+            };
+        }
+        // Full: the oldest entries make way. The queue holds every kept ticket (and stale
+        // places of tickets recorded again after they expired), so bounding it bounds both.
+        while set.order.len() >= self.capacity
+            && let Some((expires, t)) = set.order.pop_front()
+        {
+            if set.owners.get(&t).is_some_and(|&(_, e)| e == expires) {
+                set.owners.remove(&t);
+                if expires < now {
+                    continue;
+                }
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+                let at = Instant::from_micros(now.saturating_mul(1_000_000));
+                if let LogDecision::Log { suppressed } = set.warnings.check(at) {
+                    warn!(
+                        capacity = self.capacity,
+                        suppressed,
+                        "ticket replay cache full: the oldest ticket made way for a new one"
+                    );
+                }
+            }
+        }
+        let expires = now.saturating_add(self.window);
+        set.owners.insert(ticket, (owner, expires));
+        set.order.push_back((expires, ticket));
+        TicketUse::First
+    }
+
+    /// The tickets kept (expired ones included until a later [`admit`](Self::admit) drops
+    /// them).
+    pub fn len(&self) -> usize {
+        self.lock().owners.len()
+    }
+
+    /// `true` if no ticket is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Unexpired tickets that made way for a new one in a full cache.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]
@@ -365,6 +600,11 @@ mod tests {
         })
     }
 
+    /// A worker's protocol with budgets of its own.
+    fn protocol(c: &Arc<AuthConfig>, stats: Arc<AuthStats>) -> AuthenticationProtocol {
+        AuthenticationProtocol::new(c.clone(), stats, Arc::new(LoginBudgets::new(c)))
+    }
+
     fn call(method: u32, body: &[u8]) -> Call<'_> {
         Call {
             peer: SocketAddr::from(([127, 0, 0, 1], 5000)),
@@ -389,7 +629,7 @@ mod tests {
     #[test]
     fn login_returns_a_ticket_the_user_and_the_secure_server_open() {
         let c = config(&[]);
-        let mut p = AuthenticationProtocol::new(c.clone(), Arc::default());
+        let mut p = protocol(&c, Arc::default());
         let mut out = [0u8; 1024];
         let req = body(&LoginRequest { username: "alice" }, c.context);
         let Reply::Success(n) = p.call(&call(METHOD_LOGIN, &req), &mut out) else {
@@ -448,7 +688,7 @@ mod tests {
             (&["t0k"][..], "bad", false),
         ] {
             let c = config(tokens);
-            let mut p = AuthenticationProtocol::new(c.clone(), Arc::default());
+            let mut p = protocol(&c, Arc::default());
             let data = info(token);
             let req = body(
                 &LoginExRequest {
@@ -474,7 +714,7 @@ mod tests {
     fn request_ticket_and_the_source_budget() {
         let c = config(&[]);
         let stats = Arc::new(AuthStats::default());
-        let mut p = AuthenticationProtocol::new(c.clone(), stats.clone());
+        let mut p = protocol(&c, stats.clone());
         let mut out = [0u8; 1024];
         let good = body(
             &RequestTicketRequest {
@@ -516,5 +756,101 @@ mod tests {
         later.body = &[1, 2, 3];
         later.now = Instant::from_micros(9_000_000);
         assert_eq!(p.call(&later, &mut out), Reply::Error(INVALID_ARGUMENT));
+    }
+
+    /// Two workers (or a worker and the WebSocket listener) sharing the server's budgets: the
+    /// source's burst is spent across both, not once in each.
+    #[test]
+    fn workers_sharing_the_budgets_spend_one_burst() {
+        let c = config(&[]);
+        let stats = Arc::new(AuthStats::default());
+        let budgets = Arc::new(LoginBudgets::new(&c));
+        let mut workers = [
+            AuthenticationProtocol::new(c.clone(), stats.clone(), budgets.clone()),
+            AuthenticationProtocol::new(c.clone(), stats.clone(), budgets),
+        ];
+        let req = body(&LoginRequest { username: "alice" }, c.context);
+        let mut out = [0u8; 1024];
+        let ok: Vec<bool> = (0..6)
+            .map(|i| {
+                let r = workers[i % 2].call(&call(METHOD_LOGIN, &req), &mut out);
+                matches!(r, Reply::Success(_))
+            })
+            .collect();
+        // Burst 3 for the source, wherever its calls land.
+        assert_eq!(ok, [true, true, true, false, false, false]);
+        assert_eq!(stats.rate_limited.load(Ordering::Relaxed), 3);
+        // Another source has its own.
+        let mut other = call(METHOD_LOGIN, &req);
+        other.peer = SocketAddr::from(([192, 0, 2, 1], 5000));
+        assert!(matches!(
+            workers[1].call(&other, &mut out),
+            Reply::Success(_)
+        ));
+    }
+
+    #[test]
+    fn a_ticket_is_admitted_for_one_connection_until_its_window_ends() {
+        let r = TicketReplays::new(16, 180);
+        let (a, b) = (("192.0.2.1:5000", 0x11u8), ("192.0.2.2:5000", 0x11u8));
+        assert_eq!(r.admit(b"ticket", &a, 1000), TicketUse::First);
+        // The same connection's CONNECT again, at any time in the window.
+        assert_eq!(r.admit(b"ticket", &a, 1000), TicketUse::Again);
+        assert_eq!(r.admit(b"ticket", &a, 1180), TicketUse::Again);
+        // Another connection (another address, or the same with another session id).
+        assert_eq!(r.admit(b"ticket", &b, 1001), TicketUse::Replayed);
+        assert_eq!(
+            r.admit(b"ticket", &("192.0.2.1:5000", 0x12u8), 1001),
+            TicketUse::Replayed
+        );
+        assert_eq!(r.admit(b"ticket", &b, 1180), TicketUse::Replayed);
+        // Another ticket is another entry.
+        assert_eq!(r.admit(b"ticket2", &b, 1001), TicketUse::First);
+        assert_eq!(r.len(), 2);
+        // Past the window the ticket is no longer kept (the freshness check refuses it by
+        // then): its entry goes, and whoever sends it is first again.
+        assert_eq!(r.admit(b"ticket", &b, 1181), TicketUse::First);
+        assert_eq!(r.len(), 2, "the expired entries left");
+        assert_eq!(r.evicted(), 0);
+    }
+
+    /// A full cache takes a new ticket and lets the oldest go (counted): a flood of tickets
+    /// cannot lock anyone out, and the cache stays within its capacity.
+    #[test]
+    fn a_full_replay_cache_lets_the_oldest_ticket_go() {
+        let r = TicketReplays::new(4, 180);
+        let owner = |i: u32| ("192.0.2.1:5000", i);
+        for i in 0..4u32 {
+            assert_eq!(
+                r.admit(&i.to_le_bytes(), &owner(i), 1000 + u64::from(i)),
+                TicketUse::First
+            );
+        }
+        assert_eq!(r.admit(b"new", &owner(9), 1010), TicketUse::First);
+        assert_eq!((r.len(), r.evicted()), (4, 1));
+        // Ticket 0 made way; 1..4 and the new one are still refused to anyone else.
+        assert_eq!(
+            r.admit(&1u32.to_le_bytes(), &owner(8), 1011),
+            TicketUse::Replayed
+        );
+        assert_eq!(r.admit(b"new", &owner(8), 1011), TicketUse::Replayed);
+        assert_eq!(
+            r.admit(&0u32.to_le_bytes(), &owner(8), 1012),
+            TicketUse::First
+        );
+        assert_eq!((r.len(), r.evicted()), (4, 2));
+        // Expired entries make room without counting as evicted.
+        for i in 0..100u32 {
+            assert_eq!(
+                r.admit(
+                    &(i + 100).to_le_bytes(),
+                    &owner(i),
+                    2000 + u64::from(i) * 200
+                ),
+                TicketUse::First
+            );
+            assert!(r.len() <= 4);
+        }
+        assert_eq!(r.evicted(), 2);
     }
 }

@@ -13,8 +13,9 @@
 //! - [`server`]: [`PrudpHandler`], the [`DatagramHandler`] whose per-connection state is the
 //!   core's sans-IO PRUDP connection, answering through an RMC [`Dispatcher`] ([`rmc`]);
 //! - [`auth`] and [`secure`]: the built-in protocols 10 (Login, LoginEx, RequestTicket) and 11
-//!   (Register, TestConnectivity); [`serve`]: both servers bound and run together
-//!   (`wirekit nex serve`);
+//!   (Register, TestConnectivity), with the login budgets ([`LoginBudgets`]) and the secure
+//!   server's ticket replay cache ([`TicketReplays`]); [`serve`]: both servers bound and run
+//!   together (`wirekit nex serve`);
 //! - [`ws`]: PRUDP Lite over WebSocket (subprotocol `NEX`), the same handler, table and
 //!   protocols behind a [`WsListener`].
 //!
@@ -45,6 +46,7 @@ pub mod udp;
 pub mod ws;
 
 pub use accounts::{Account, Accounts, AccountsError, KeyScheme};
+pub use auth::{LoginBudgets, TicketReplays, TicketUse};
 pub use counters::{Counters, CountersSnapshot, DropReason};
 pub use rmc::{Call, Dispatcher, Reply, RmcProtocol};
 pub use serve::{NexServers, ServeOptions, ServeStats, WsOptions, WsServeStats};

@@ -18,11 +18,16 @@ use wirekit_core::prudp::{Settings, Version, VirtualPort};
 use wirekit_core::time::Duration;
 
 use crate::accounts::{Accounts, KeyScheme};
-use crate::auth::{AuthConfig, AuthStats, AuthenticationProtocol, ticket_fresh};
+use crate::auth::{
+    AuthConfig, AuthStats, AuthenticationProtocol, LoginBudgets, TICKET_REPLAY_WINDOW_SECS,
+    TicketReplays, ticket_fresh,
+};
 use crate::counters::Counters;
 use crate::rmc::{Dispatcher, RmcProtocol};
 use crate::secure::SecureProtocol;
-use crate::server::{HandlerConfig, PrudpHandler, Role, ServerStats, random};
+use crate::server::{
+    HandlerConfig, PrudpHandler, Role, ServerStats, TICKET_REPLAY_CAPACITY, random,
+};
 use crate::udp::{Worker, WorkerConfig, bind_sockets};
 use crate::ws::{WsConfig, WsListener, WsStats};
 
@@ -127,6 +132,9 @@ pub struct ServeStats {
     pub secure: Arc<ServerStats>,
     /// Logins, tickets, refusals, rate limiting.
     pub logins: Arc<AuthStats>,
+    /// The tickets secure CONNECTs used, over UDP and WebSocket (the replays refused are in
+    /// each secure server's [`ServerStats::ticket_replays`]).
+    pub ticket_replays: Arc<TicketReplays>,
     /// The WebSocket side's, when it is served.
     pub ws: Option<WsServeStats>,
 }
@@ -230,6 +238,15 @@ impl NexServers {
             tracked_sources: 4096,
         });
         let logins = Arc::new(AuthStats::default());
+        // One login budget per source for the whole authentication server (its workers and
+        // its WebSocket listener), and one replay cache for the whole secure server: the UDP
+        // and WebSocket servers open the same tickets (one key), so a ticket used on one is
+        // used on both.
+        let budgets = Arc::new(LoginBudgets::new(&auth_config));
+        let replays = Arc::new(TicketReplays::new(
+            TICKET_REPLAY_CAPACITY,
+            TICKET_REPLAY_WINDOW_SECS,
+        ));
         let auth_stats = Arc::new(ServerStats::default());
         let secure_stats = Arc::new(ServerStats::default());
         let next_cid = Arc::new(AtomicU32::new(1));
@@ -254,6 +271,7 @@ impl NexServers {
                 dispatcher,
                 stats: stats.clone(),
             })
+            .with_ticket_replays(replays.clone())
         };
         let secure_datagrams = Arc::new(Counters::default());
         let secret = random();
@@ -275,6 +293,7 @@ impl NexServers {
                 let p = Box::new(AuthenticationProtocol::new(
                     auth_config.clone(),
                     logins.clone(),
+                    budgets.clone(),
                 ));
                 let h = make(config, Role::Authentication, &auth_stats, secret, p);
                 Worker::new(s, &o.worker, h, auth_datagrams.clone())
@@ -313,7 +332,11 @@ impl NexServers {
                 s.secure_messages.clone(),
                 s.secure_ws.clone(),
             )?);
-            let p = Box::new(AuthenticationProtocol::new(lite_auth, logins.clone()));
+            let p = Box::new(AuthenticationProtocol::new(
+                lite_auth,
+                logins.clone(),
+                budgets.clone(),
+            ));
             let h = make(lite, Role::Authentication, &s.auth, random(), p);
             ws.push(WsListener::new(
                 auth_tcp,
@@ -338,6 +361,7 @@ impl NexServers {
                 auth: auth_stats,
                 secure: secure_stats,
                 logins,
+                ticket_replays: replays,
                 ws: ws_stats,
             },
         })
@@ -383,5 +407,126 @@ impl NexServers {
             done.map_err(io::Error::other)??;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::sync::atomic::Ordering;
+
+    use wirekit_core::nex::protocols::LoginRequest;
+    use wirekit_core::nex::{Method, Protocol, RmcFormat, RmcKind, RmcMessage, encode};
+    use wirekit_core::time::Instant;
+
+    use super::*;
+    use crate::rmc::{Call, Dispatched};
+
+    fn loopback() -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
+    }
+
+    fn options(workers: usize) -> ServeOptions {
+        let accounts =
+            Accounts::parse("[[account]]\nusername = \"alice\"\npid = 1000\npassword = \"pw\"\n")
+                .unwrap();
+        ServeOptions {
+            auth_listen: loopback(),
+            secure_listen: loopback(),
+            secure_public: None,
+            accounts,
+            access_key: "ridfebb9".into(),
+            version: Version::V1,
+            build_name: "test".into(),
+            login_ex_tokens: Vec::new(),
+            secure_pid: 2,
+            secure_password: None,
+            pid_width: PidWidth::U32,
+            nex_version: 30500,
+            workers,
+            login_burst: 3,
+            logins_per_minute: 1,
+            worker: WorkerConfig::default(),
+            ws: Some(WsOptions {
+                auth_listen: loopback(),
+                secure_listen: loopback(),
+                secure_public: None,
+                config: WsConfig::default(),
+            }),
+            aggregate_acks: true,
+        }
+    }
+
+    /// Alice's Login, as the message a connection delivers; `true` if it got a ticket.
+    fn log_in(handler: &mut PrudpHandler, port: u16) -> bool {
+        let mut body = [0u8; 64];
+        let n = encode(
+            &LoginRequest { username: "alice" },
+            Context::DEFAULT,
+            &mut body,
+        )
+        .unwrap();
+        let m = RmcMessage::request(Protocol::Id(10), 1, Method::Id(1), &body[..n]);
+        let mut message = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
+        m.encode(RmcFormat::Packed, &mut message).unwrap();
+        let call = Call {
+            peer: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            pid: None,
+            cid: 0,
+            minor_version: 0,
+            protocol: 0,
+            method: 0,
+            call_id: 0,
+            body: &[],
+            now: Instant::from_millis(5),
+        };
+        let mut out = vec![0u8; 4096];
+        let Dispatched::Respond(n) = handler.dispatcher_mut().dispatch(&message, call, &mut out)
+        else {
+            panic!("no response");
+        };
+        let reply = RmcMessage::parse(&out[..n], RmcFormat::Packed, 1 << 16)
+            .unwrap()
+            .complete()
+            .unwrap();
+        matches!(reply.message.kind, RmcKind::Response { .. })
+    }
+
+    /// One source spreading its logins over the authentication server's workers gets the
+    /// configured burst once, not once per worker.
+    #[test]
+    fn a_sources_logins_over_every_worker_spend_one_budget() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let mut servers = NexServers::bind(options(2)).unwrap();
+        let ok: Vec<bool> = (0..6)
+            .map(|i| log_in(servers.auth[i % 2].handler_mut(), 5000 + i as u16))
+            .collect();
+        assert_eq!(ok, [true, true, true, false, false, false]);
+        assert_eq!(servers.stats.logins.rate_limited.load(Ordering::Relaxed), 3);
+    }
+
+    /// Every secure handler, the UDP workers' and the WebSocket listener's, checks tickets
+    /// against the one replay cache in the stats.
+    #[test]
+    fn every_secure_handler_shares_one_replay_cache() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let servers = NexServers::bind(options(3)).unwrap();
+        let replays = &servers.stats.ticket_replays;
+        for w in &servers.secure {
+            assert!(Arc::ptr_eq(w.handler().ticket_replays().unwrap(), replays));
+        }
+        for w in &servers.auth {
+            assert!(w.handler().ticket_replays().is_none());
+        }
+        // The stats, three UDP workers and the WebSocket listener's handler hold it.
+        assert_eq!(Arc::strong_count(replays), 1 + 3 + 1);
     }
 }

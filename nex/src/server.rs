@@ -23,6 +23,25 @@
 //! Anything else, a CONNECT the listener refuses included, goes to the old connection as
 //! before, so a spoofer that cannot read the SYN-ACK cannot end a connection.
 //!
+//! # Tickets are used once
+//! On a secure server a ticket opens one connection: the handler keeps the tickets CONNECTs
+//! used in a [`TicketReplays`] cache (one per secure server, shared by its UDP workers and its
+//! WebSocket listener) until they are no longer fresh, and a CONNECT whose ticket another
+//! connection used is refused ([`TicketUse::Replayed`], counted in
+//! [`ServerStats::ticket_replays`] and as [`ConnDrop::TicketRefused`], warned about at a
+//! limited rate). Lite has no RC4 and no packet signatures after the CONNECT, so without this
+//! anyone who saw a CONNECT (on `ws://`, or on the path) could send it again from another
+//! connection and be served as its user. The same connection's CONNECT again (same address,
+//! port, session id and connection signatures: PRUDP retransmits a CONNECT) is accepted.
+//!
+//! A client that restarts on the same address and port and connects with a *new* ticket
+//! replaces its old connection as above. With the *same* ticket it is another connection (a
+//! new session id) using a ticket already used: refused as a replay, and the CONNECT goes to
+//! the old connection (which does not answer it), exactly as it would from an attacker who
+//! sent a copy of it from that address. A NEX client gets a new ticket for each connection it
+//! makes (Login or RequestTicket), so it is not held back; the ticket check cannot tell a
+//! client that kept its ticket from someone replaying it.
+//!
 //! # Allocation
 //! A connection's workspace is allocated when it opens (one boxed slice of
 //! [`Connection::workspace_len`] bytes); receiving, dispatching and sending on an open
@@ -30,23 +49,28 @@
 //!
 //! # Logs
 //! One `closed` line per connection (peer, PID, duration, messages each way, packets dropped,
-//! why), refused CONNECTs as rate-limited warnings (a flood of bad tickets does not become a
-//! flood of lines), in the manner of `wirekit serve`.
+//! why), refused CONNECTs as warnings, in the manner of `wirekit serve`. Every kind is rate
+//! limited, the lines a limit held back counted and reported (`suppressed`) with its next
+//! line: a flood of bad tickets, or of SYN, CONNECT, DISCONNECT rounds (which need no
+//! credentials on the authentication server), does not become a flood of lines. Clean
+//! disconnects have their own limit, so a flood of them does not hide the other closes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::{info, warn};
+use wirekit_core::Status;
 use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_core::prudp::conn::{
     Accepted, Config, Connection, Counters as ConnCounters, DisconnectReason,
     DropReason as ConnDrop, Event, SecureServer, Server, ServerOutput, State,
 };
 use wirekit_core::prudp::crypto::ServerSignatures;
-use wirekit_core::prudp::{PacketType, TypeFlags, Version};
+use wirekit_core::prudp::{Keys, Packet, PacketType, TypeFlags, Version};
 use wirekit_core::time::{Duration, Instant};
 
+use crate::auth::{TICKET_REPLAY_WINDOW_SECS, TicketReplays, TicketUse, unix_secs};
 use crate::counters::DropReason;
 use crate::rmc::{Call, Dispatched, Dispatcher};
 use crate::table::ConnectionKey;
@@ -98,7 +122,7 @@ impl Role {
 /// Counters of one server over all its workers, beside the worker's datagram counters.
 #[derive(Debug, Default)]
 pub struct ServerStats {
-    /// Connections accepted (CONNECT valid).
+    /// Connections opened: a valid CONNECT whose connection the table took.
     pub connected: AtomicU64,
     /// RMC requests dispatched.
     pub requests: AtomicU64,
@@ -111,6 +135,10 @@ pub struct ServerStats {
     /// Connections a new connection from the same address and port replaced (a restarted
     /// client; each is also in `connected`).
     pub replaced: AtomicU64,
+    /// Secure CONNECTs refused because another connection used their ticket
+    /// ([`TicketUse::Replayed`]); those from a peer with no connection are also in `drops` as
+    /// [`ConnDrop::TicketRefused`].
+    pub ticket_replays: AtomicU64,
     /// Packets dropped, by the core's reason, at the listener and in connections.
     pub drops: [AtomicU64; ConnDrop::COUNT],
 }
@@ -172,6 +200,8 @@ pub struct PrudpConnection {
     /// What the listener accepted from the CONNECT that opened it: a CONNECT accepted the same
     /// way is that one again (retransmitted), not a new connection's.
     accepted: Accepted,
+    /// It replaces the connection that had its key (counted once the table takes it).
+    replacing: bool,
     pid: Option<u64>,
     cid: u32,
     /// The negotiated PRUDP minor version.
@@ -216,7 +246,12 @@ pub struct PrudpHandler {
     /// An RMC response being written.
     message: Box<[u8]>,
     stats: Arc<ServerStats>,
+    /// The tickets secure CONNECTs used (a secure server's; shared by its workers).
+    replays: Option<Arc<TicketReplays>>,
     refusals: LogLimit,
+    /// Close lines of connections the client disconnected cleanly ...
+    disconnects: LogLimit,
+    /// ... and of the others (idle, timed out, replaced, closed by the server).
     closes: LogLimit,
     /// The latest time seen (for the close line, which the table reports without one).
     last_now: Instant,
@@ -231,18 +266,31 @@ impl std::fmt::Debug for PrudpHandler {
     }
 }
 
-/// The worker's drop code for a core reason.
 /// How old a connection must be before a new CONNECT from its address replaces it
 /// ([`DatagramHandler::reopen`]).
 pub const REPLACE_AFTER: Duration = Duration::from_secs(1);
 
+/// The tickets a secure server's [`TicketReplays`] keeps at most: its secure CONNECTs in
+/// [`TICKET_REPLAY_WINDOW_SECS`] (180 s), 364 a second sustained; a few megabytes when full.
+pub const TICKET_REPLAY_CAPACITY: usize = 1 << 16;
+
+/// The worker's drop code for a core reason.
 const fn code(reason: ConnDrop) -> DropReason {
     DropReason::Protocol(reason as u8)
 }
 
 impl PrudpHandler {
-    /// A handler for one worker.
+    /// A handler for one worker. A secure server's gets a [`TicketReplays`] cache of its own
+    /// ([`TICKET_REPLAY_CAPACITY`] tickets for [`TICKET_REPLAY_WINDOW_SECS`]); a server with
+    /// more than one worker, or a WebSocket listener beside them, shares one through
+    /// [`with_ticket_replays`](Self::with_ticket_replays).
     pub fn new(c: HandlerConfig) -> Self {
+        let replays = c.secure.is_some().then(|| {
+            Arc::new(TicketReplays::new(
+                TICKET_REPLAY_CAPACITY,
+                TICKET_REPLAY_WINDOW_SECS,
+            ))
+        });
         PrudpHandler {
             role: c.role,
             config: c.config,
@@ -251,10 +299,28 @@ impl PrudpHandler {
             reply: vec![0; c.config.packet_capacity].into_boxed_slice(),
             message: vec![0; c.config.max_message].into_boxed_slice(),
             stats: c.stats,
+            replays,
             refusals: LogLimit::new(5, Duration::from_secs(10)),
+            disconnects: LogLimit::new(20, Duration::from_secs(10)),
             closes: LogLimit::new(20, Duration::from_secs(10)),
             last_now: Instant::ZERO,
         }
+    }
+
+    /// Checks the tickets of secure CONNECTs against `replays` (shared with the server's
+    /// other workers and transports) instead of a cache of its own. Nothing changes on an
+    /// authentication server, whose CONNECTs carry no ticket.
+    #[must_use]
+    pub fn with_ticket_replays(mut self, replays: Arc<TicketReplays>) -> Self {
+        if self.replays.is_some() {
+            self.replays = Some(replays);
+        }
+        self
+    }
+
+    /// The secure server's ticket replay cache.
+    pub fn ticket_replays(&self) -> Option<&Arc<TicketReplays>> {
+        self.replays.as_ref()
     }
 
     /// The shared counters.
@@ -267,31 +333,78 @@ impl PrudpHandler {
         &self.config
     }
 
+    /// The protocols served.
+    pub fn dispatcher_mut(&mut self) -> &mut Dispatcher {
+        &mut self.dispatcher
+    }
+
     /// The connection of a CONNECT the listener accepted (its workspace allocated here).
     fn connection(&mut self, accepted: &Accepted, now: Instant) -> Open<PrudpConnection> {
         let workspace =
             vec![0u8; Connection::<Box<[u8]>>::workspace_len(&self.config)].into_boxed_slice();
         let initial = u16::from_le_bytes(random::<2>());
         match Connection::server(self.config, accepted, workspace, now, initial) {
-            Ok(conn) => {
-                self.stats.connected.fetch_add(1, Ordering::Relaxed);
-                Open::Accept(PrudpConnection {
-                    conn,
-                    accepted: *accepted,
-                    pid: accepted.pid,
-                    cid: accepted.cid,
-                    minor_version: (accepted.supported_functions & 0xFF) as u8,
-                    skip: accepted.consumed,
-                    opened: now,
-                    messages_in: 0,
-                    messages_out: 0,
-                })
-            }
+            // Counted as connected once the table takes it (`admitted`).
+            Ok(conn) => Open::Accept(PrudpConnection {
+                conn,
+                accepted: *accepted,
+                replacing: false,
+                pid: accepted.pid,
+                cid: accepted.cid,
+                minor_version: (accepted.supported_functions & 0xFF) as u8,
+                skip: accepted.consumed,
+                opened: now,
+                messages_in: 0,
+                messages_out: 0,
+            }),
             // The CONNECT asked for more substreams than the connection keeps.
             Err(_) => {
                 self.stats.count(ConnDrop::Negotiation);
                 Open::Refuse(code(ConnDrop::Negotiation))
             }
+        }
+    }
+
+    /// What the replay cache says about the ticket of a CONNECT the listener accepted from
+    /// `key` (the first packet of `datagram`): [`TicketUse::First`] on a server without
+    /// tickets.
+    fn ticket_use(&self, key: &ConnectionKey, datagram: &[u8], accepted: &Accepted) -> TicketUse {
+        let Some(replays) = &self.replays else {
+            return TicketUse::First;
+        };
+        if accepted.pid.is_none() {
+            return TicketUse::First;
+        }
+        // The listener just read this packet under this signature, so it reads again; should
+        // it not, nothing vouches for the ticket, and the CONNECT is refused.
+        let Some(ticket) = connect_ticket(&self.config, datagram, accepted) else {
+            return TicketUse::Replayed;
+        };
+        // One connection: the peer's address and port, its virtual port, session id and
+        // signature, and the server's signature for it (which also tells the UDP server from
+        // the WebSocket one: their secrets differ).
+        let owner = (
+            key.peer,
+            accepted.peer_port,
+            accepted.peer_session_id,
+            accepted.peer_signature,
+            accepted.signature,
+        );
+        replays.admit(ticket, &owner, unix_secs())
+    }
+
+    /// Counts a replayed ticket and warns about it (rate limited).
+    fn replayed(&mut self, peer: SocketAddr, pid: Option<u64>, now: Instant) {
+        self.stats.ticket_replays.fetch_add(1, Ordering::Relaxed);
+        if let LogDecision::Log { suppressed } = self.refusals.check(now) {
+            warn!(
+                server = self.role.as_str(),
+                peer = %peer,
+                pid,
+                reason = "ticket replayed: another connection used it",
+                suppressed,
+                "secure CONNECT refused"
+            );
         }
     }
 
@@ -374,6 +487,25 @@ fn flush(conn: &mut Connection<Box<[u8]>>, peer: SocketAddr, now: Instant, out: 
     }
 }
 
+/// The ticket a secure CONNECT carries (its payload's first buffer, as sent), read again from
+/// the datagram's first packet under the signature the listener accepted it with.
+fn connect_ticket<'a>(
+    config: &Config,
+    datagram: &'a [u8],
+    accepted: &Accepted,
+) -> Option<&'a [u8]> {
+    let keys = Keys {
+        session_key: &[],
+        connection_signature: accepted.signature.as_bytes(),
+    };
+    let first = datagram.get(..accepted.consumed)?;
+    let Ok(Status::Complete(parsed)) = Packet::parse(first, &config.settings, &keys) else {
+        return None;
+    };
+    let (len, rest) = parsed.packet.payload.split_first_chunk::<4>()?;
+    rest.get(..usize::try_from(u32::from_le_bytes(*len)).ok()?)
+}
+
 /// The type of the datagram's first packet, read from its header without checking anything
 /// (the listener or the connection checks the packet); `None` for one too short to hold it or
 /// without its version's magic.
@@ -427,7 +559,14 @@ impl DatagramHandler for PrudpHandler {
                 Ok(()) => Open::Stateless,
                 Err(reason) => Open::Refuse(reason),
             },
-            ServerOutput::Accepted(accepted) => self.connection(&accepted, now),
+            ServerOutput::Accepted(accepted) => match self.ticket_use(key, datagram, &accepted) {
+                TicketUse::First | TicketUse::Again => self.connection(&accepted, now),
+                TicketUse::Replayed => {
+                    self.stats.count(ConnDrop::TicketRefused);
+                    self.replayed(key.peer, accepted.pid, now);
+                    Open::Refuse(code(ConnDrop::TicketRefused))
+                }
+            },
             ServerOutput::Dropped(reason) => {
                 self.stats.count(reason);
                 if matches!(
@@ -498,20 +637,34 @@ impl DatagramHandler for PrudpHandler {
                 if accepted.pid != state.accepted.pid {
                     return None;
                 }
+                // A ticket another connection used (this one's, sent again from a restarted
+                // client, or a copy of anyone's) opens nothing here either: the old
+                // connection gets the CONNECT, as it gets any the listener refuses.
+                if self.ticket_use(key, datagram, &accepted) == TicketUse::Replayed {
+                    self.replayed(key.peer, accepted.pid, now);
+                    return None;
+                }
                 // Lite has no session ids.
                 if !matches!(self.config.settings.version, Version::Lite) {
                     let [session_id] = random::<1>();
                     accepted.session_id = session_id;
                 }
-                let open = self.connection(&accepted, now);
-                if let Open::Accept(_) = open {
-                    self.stats.replaced.fetch_add(1, Ordering::Relaxed);
+                let mut open = self.connection(&accepted, now);
+                if let Open::Accept(new) = &mut open {
+                    new.replacing = true;
                 }
                 Some(open)
             }
             // Not a handshake the listener takes (a forged or malformed one, a bad ticket):
             // the old connection drops or answers it as it always did, and counts it.
             ServerOutput::Dropped(_) | ServerOutput::Nothing => None,
+        }
+    }
+
+    fn admitted(&mut self, _: &ConnectionKey, state: &mut PrudpConnection, _: Instant) {
+        self.stats.connected.fetch_add(1, Ordering::Relaxed);
+        if std::mem::take(&mut state.replacing) {
+            self.stats.replaced.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -592,8 +745,11 @@ impl DatagramHandler for PrudpHandler {
             (_, CloseReason::Closed) => "closed",
         };
         let now = self.last_now;
-        let graceful = matches!(state.conn.state(), State::Closed(DisconnectReason::Peer));
-        if graceful || matches!(self.closes.check(now), LogDecision::Log { .. }) {
+        let limit = match state.conn.state() {
+            State::Closed(DisconnectReason::Peer) => &mut self.disconnects,
+            _ => &mut self.closes,
+        };
+        if let LogDecision::Log { suppressed } = limit.check(now) {
             let dropped = state.conn.counters().total();
             let duration_ms = now.saturating_duration_since(state.opened).as_millis();
             info!(
@@ -605,8 +761,375 @@ impl DatagramHandler for PrudpHandler {
                 dropped,
                 duration_ms,
                 why,
+                suppressed,
                 "closed"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use wirekit_core::kerberos::{
+        PidWidth, TicketContents, TicketFormat, TicketVersion, build_ticket, open_ticket,
+    };
+    use wirekit_core::prudp::VirtualPort;
+    use wirekit_core::prudp::conn::{
+        ClientRandom, ClientSecure, TicketInfo, connect_request, connect_request_len,
+    };
+    use wirekit_core::prudp::crypto::client_connection_signature;
+
+    use super::*;
+
+    const SERVER_KEY: [u8; 16] = [0x42; 16];
+    const USER_KEY: [u8; 16] = [0x33; 16];
+    const SESSION_KEY: [u8; 32] = [0x77; 32];
+
+    fn accept_all(_: &TicketInfo) -> bool {
+        true
+    }
+
+    fn secure() -> SecureServer {
+        SecureServer {
+            key: SERVER_KEY,
+            ticket_format: TicketFormat {
+                version: TicketVersion::V1,
+                pid_width: PidWidth::U32,
+            },
+            session_key_len: SESSION_KEY.len(),
+            check: accept_all,
+        }
+    }
+
+    /// A secure CONNECT request for PID 1000; `nonce` makes the ticket (a new login's).
+    fn request(nonce: u8) -> Vec<u8> {
+        let format = secure().ticket_format;
+        let mut ticket = vec![0u8; 256];
+        let contents = TicketContents {
+            session_key: &SESSION_KEY,
+            target_pid: 2,
+            issued: 99,
+            source_pid: 1000,
+        };
+        let n = build_ticket(
+            format,
+            &USER_KEY,
+            &SERVER_KEY,
+            &contents,
+            &[nonce; 16],
+            &mut ticket,
+        )
+        .unwrap();
+        let opened = open_ticket(format, &USER_KEY, &mut ticket[..n], SESSION_KEY.len()).unwrap();
+        let internal = opened.internal.to_vec();
+        let mut out = vec![0u8; connect_request_len(internal.len(), PidWidth::U32)];
+        connect_request(
+            &internal,
+            &SESSION_KEY,
+            1000,
+            PidWidth::U32,
+            7,
+            0x5151,
+            &mut out,
+        )
+        .unwrap();
+        out
+    }
+
+    fn config(version: Version) -> Config {
+        crate::serve::connection_config(b"ridfebb9", version, true)
+    }
+
+    fn handler(version: Version, secure: Option<SecureServer>) -> PrudpHandler {
+        PrudpHandler::new(HandlerConfig {
+            role: match secure {
+                Some(_) => Role::Secure,
+                None => Role::Authentication,
+            },
+            config: config(version),
+            secret: random(),
+            secure,
+            dispatcher: Dispatcher::new(),
+            stats: Arc::default(),
+        })
+    }
+
+    fn server_addr() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 6000))
+    }
+
+    fn peer(port: u16) -> SocketAddr {
+        SocketAddr::from(([192, 0, 2, 10], port))
+    }
+
+    /// A client of `version` with session id `session_id`, sending `request` if secure.
+    fn client(version: Version, session_id: u8, request: Option<&[u8]>) -> Connection<Vec<u8>> {
+        let mut c = config(version);
+        c.local_port = VirtualPort::new(10, 15);
+        Connection::client(
+            c,
+            VirtualPort::new(10, 1),
+            client_connection_signature(version, server_addr()),
+            vec![0; Connection::<Vec<u8>>::workspace_len(&c)],
+            Instant::ZERO,
+            ClientRandom {
+                session_id,
+                initial_unreliable: 1,
+            },
+            request.map(|request| ClientSecure {
+                session_key: &SESSION_KEY,
+                request,
+                check: 0x5151,
+            }),
+        )
+        .unwrap()
+    }
+
+    /// One client at `from` against the handler, without a socket or a table: what the
+    /// client sends goes to `open` until it accepts (then to the connection), what the
+    /// handler queues goes back to the client.
+    struct Peer {
+        from: SocketAddr,
+        client: Connection<Vec<u8>>,
+        key: Option<ConnectionKey>,
+        state: Option<PrudpConnection>,
+        /// What `open` refused.
+        refused: Vec<DropReason>,
+        /// The CONNECT the client sent.
+        connect: Option<Vec<u8>>,
+    }
+
+    impl Peer {
+        fn new(from: SocketAddr, client: Connection<Vec<u8>>) -> Self {
+            Peer {
+                from,
+                client,
+                key: None,
+                state: None,
+                refused: Vec::new(),
+                connect: None,
+            }
+        }
+
+        /// Exchanges datagrams at `now` until nothing moves; `true` once connected.
+        fn run(&mut self, h: &mut PrudpHandler, now: Instant) -> bool {
+            let mut out = Outbox::new(16, 1500);
+            let mut buf = [0u8; 1500];
+            for _ in 0..8 {
+                let mut sent = false;
+                while let Some(t) = self.client.poll_transmit(now, &mut buf) {
+                    sent = true;
+                    let d = &buf[..t.len];
+                    if first_packet_type(h.version(), d) == Some(PacketType::Connect) {
+                        self.connect = Some(d.to_vec());
+                    }
+                    self.deliver(h, d, now, &mut out);
+                }
+                let replies: Vec<Vec<u8>> = (0..out.len()).map(|i| out.get(i).1.to_vec()).collect();
+                out.clear();
+                for r in &replies {
+                    self.client.handle(r, now);
+                }
+                if !sent && replies.is_empty() {
+                    break;
+                }
+            }
+            while self.client.poll_event().is_some() {}
+            self.client.state() == State::Connected
+        }
+
+        /// One datagram from this peer: to its connection, or to `open`.
+        fn deliver(&mut self, h: &mut PrudpHandler, d: &[u8], now: Instant, out: &mut Outbox) {
+            let key = ConnectionKey::new(self.from, h.route(d).unwrap());
+            if let Some(state) = &mut self.state {
+                if h.datagram(&key, state, d, now, out) == Verdict::Close {
+                    let state = self.state.take().unwrap();
+                    h.closed(&key, state, CloseReason::Closed);
+                    return;
+                }
+                h.batch_end(&key, state, now, out);
+                return;
+            }
+            match h.open(&key, d, now, out) {
+                Open::Accept(mut state) => {
+                    h.admitted(&key, &mut state, now);
+                    h.datagram(&key, &mut state, d, now, out);
+                    h.batch_end(&key, &mut state, now, out);
+                    self.key = Some(key);
+                    self.state = Some(state);
+                }
+                Open::Stateless => {}
+                Open::Refuse(reason) => self.refused.push(reason),
+            }
+        }
+    }
+
+    const T: Instant = Instant::from_millis(10);
+
+    /// The headline: whoever saw a Lite client's CONNECT sends its ticket and request from
+    /// another connection (its own handshake, the victim's payload). Lite has no RC4 and no
+    /// packet signature after the CONNECT, so that connection would be served as the victim.
+    /// It is refused and counted; the victim's own CONNECT again is still accepted, and a new
+    /// ticket from anyone is too.
+    #[test]
+    fn a_lite_ticket_opens_one_connection() {
+        let mut h = handler(Version::Lite, Some(secure()));
+        let stats = h.stats().clone();
+        let ticket = request(1);
+        let mut victim = Peer::new(peer(40000), client(Version::Lite, 0, Some(&ticket)));
+        assert!(victim.run(&mut h, T));
+        let mut thief = Peer::new(peer(40001), client(Version::Lite, 0, Some(&ticket)));
+        assert!(!thief.run(&mut h, T), "a replayed ticket was served");
+        assert!(thief.state.is_none());
+        assert_eq!(
+            thief.refused.first(),
+            Some(&code(ConnDrop::TicketRefused)),
+            "{:?}",
+            thief.refused
+        );
+        assert!(stats.ticket_replays.load(Ordering::Relaxed) >= 1);
+        assert!(stats.dropped(ConnDrop::TicketRefused) >= 1);
+        assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
+        // The victim's CONNECT again, with no connection for it (the table did not take it,
+        // or it ended): the same connection's, accepted.
+        let connect = victim.connect.clone().unwrap();
+        let key = victim.key.unwrap();
+        let mut out = Outbox::new(4, 1500);
+        assert!(matches!(
+            h.open(&key, &connect, T, &mut out),
+            Open::Accept(_)
+        ));
+        // A new ticket (a new login) from the thief's connection is its own.
+        let fresh = request(2);
+        let mut other = Peer::new(peer(40002), client(Version::Lite, 0, Some(&fresh)));
+        assert!(other.run(&mut h, T));
+    }
+
+    /// The UDP and WebSocket secure servers open the same tickets (one key): with one cache
+    /// between them, a ticket a v1 client used over UDP does not open a Lite connection.
+    #[test]
+    fn one_replay_cache_covers_both_transports() {
+        let replays = Arc::new(TicketReplays::new(16, TICKET_REPLAY_WINDOW_SECS));
+        let mut udp = handler(Version::V1, Some(secure())).with_ticket_replays(replays.clone());
+        let mut ws = handler(Version::Lite, Some(secure())).with_ticket_replays(replays.clone());
+        let ticket = request(1);
+        let mut victim = Peer::new(peer(40000), client(Version::V1, 0x11, Some(&ticket)));
+        assert!(victim.run(&mut udp, T));
+        let mut thief = Peer::new(peer(40001), client(Version::Lite, 0, Some(&ticket)));
+        assert!(
+            !thief.run(&mut ws, T),
+            "a ticket used over UDP opened a Lite connection"
+        );
+        assert_eq!(
+            ws.stats().ticket_replays.load(Ordering::Relaxed),
+            thief.refused.len() as u64
+        );
+        assert_eq!(replays.len(), 1);
+    }
+
+    /// `connected` counts what the table took: a connection `open` accepted that the table
+    /// then refused is not counted.
+    #[test]
+    fn connected_counts_the_connections_the_table_took() {
+        let mut h = handler(Version::V1, None);
+        let stats = h.stats().clone();
+        let mut p = Peer::new(peer(40000), client(Version::V1, 0x11, None));
+        assert!(p.run(&mut h, T));
+        assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
+        // Another client's handshake: its CONNECT accepted by `open`, refused by the table.
+        let mut fresh = Peer::new(peer(40001), client(Version::V1, 0x11, None));
+        let mut out = Outbox::new(4, 1500);
+        let mut buf = [0u8; 1500];
+        let t = fresh.client.poll_transmit(T, &mut buf).unwrap();
+        let key = ConnectionKey::new(fresh.from, h.route(&buf[..t.len]).unwrap());
+        assert!(matches!(
+            h.open(&key, &buf[..t.len], T, &mut out),
+            Open::Stateless
+        ));
+        for r in (0..out.len())
+            .map(|i| out.get(i).1.to_vec())
+            .collect::<Vec<_>>()
+        {
+            fresh.client.handle(&r, T);
+        }
+        out.clear();
+        let t = fresh.client.poll_transmit(T, &mut buf).unwrap();
+        let Open::Accept(state) = h.open(&key, &buf[..t.len], T, &mut out) else {
+            panic!("the CONNECT is valid");
+        };
+        h.closed(&key, state, CloseReason::NotAdmitted);
+        assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
+    }
+
+    /// A log line: its message and its `suppressed` field.
+    type Line = (String, Option<u64>);
+
+    /// The log lines a test's thread writes.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<Line>>>);
+
+    struct Fields(String, Option<u64>);
+
+    impl tracing::field::Visit for Fields {
+        fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+            if field.name() == "suppressed" {
+                self.1 = Some(value);
+            }
+        }
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    impl tracing::Subscriber for Lines {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut f = Fields(String::new(), None);
+            event.record(&mut f);
+            self.0.lock().unwrap().push((f.0, f.1));
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// SYN, CONNECT, DISCONNECT needs no credentials on the authentication server: a flood of
+    /// those rounds writes at most the limit's burst of close lines, and the next line let
+    /// through says how many were held back.
+    #[test]
+    fn clean_disconnects_are_logged_under_a_limit() {
+        let lines = Lines::default();
+        let mut h = handler(Version::V1, None);
+        tracing::subscriber::with_default(lines.clone(), || {
+            for (i, at) in (0..60u16)
+                .map(|i| (i, T))
+                .chain([(60, Instant::from_millis(60_000))])
+            {
+                let mut p = Peer::new(peer(40000 + i), client(Version::V1, 0x11, None));
+                assert!(p.run(&mut h, at));
+                p.client.close();
+                p.run(&mut h, at);
+                assert!(p.state.is_none(), "round {i}: not closed");
+            }
+        });
+        let lines = lines.0.lock().unwrap();
+        let closed: Vec<Option<u64>> = lines
+            .iter()
+            .filter(|(m, _)| m == "closed")
+            .map(|&(_, s)| s)
+            .collect();
+        // 61 clean disconnects: the burst, then one a minute later reporting the rest.
+        assert_eq!(closed.len(), 21, "{closed:?}");
+        assert_eq!(closed[20], Some(40));
     }
 }

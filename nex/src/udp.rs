@@ -146,6 +146,14 @@ pub trait DatagramHandler {
         None
     }
 
+    /// The table took a connection [`open`](DatagramHandler::open) or
+    /// [`reopen`](DatagramHandler::reopen) accepted (called before it is handed the datagram
+    /// that opened it): count it as open here, not in `open`, whose connection the table may
+    /// still refuse ([`CloseReason::NotAdmitted`]). The default does nothing.
+    fn admitted(&mut self, key: &ConnectionKey, state: &mut Self::State, now: Instant) {
+        let _ = (key, state, now);
+    }
+
     /// A datagram for a connection.
     fn datagram(
         &mut self,
@@ -395,6 +403,11 @@ impl<H: DatagramHandler> Worker<H> {
         &self.handler
     }
 
+    /// The handler, to change.
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
     /// The worker's clock: microseconds since it was made.
     pub fn now(&self) -> Instant {
         Instant::from_micros(self.epoch.elapsed().as_micros() as u64)
@@ -636,8 +649,9 @@ fn admit<H: DatagramHandler>(
     now: Instant,
 ) {
     match table.insert(key, state, now) {
-        Ok(_) => {
+        Ok(state) => {
             counters.opened();
+            handler.admitted(&key, state, now);
             deliver(
                 handler, table, outbox, touched, counters, key, datagram, now, false,
             );
@@ -797,6 +811,7 @@ mod tests {
     #[derive(Default)]
     struct Generations {
         seen: Vec<(u8, u8)>,
+        admitted: Vec<u8>,
         closed: Vec<(u8, CloseReason)>,
     }
 
@@ -828,6 +843,10 @@ mod tests {
                 b'R' => Some(Open::Refuse(DropReason::Refused)),
                 _ => None,
             }
+        }
+
+        fn admitted(&mut self, _: &ConnectionKey, state: &mut u8, _: Instant) {
+            self.admitted.push(*state);
         }
 
         fn datagram(
@@ -880,12 +899,14 @@ mod tests {
         send(&mut h, d(b'S', 0), 2);
         send(&mut h, d(b'R', 0), 3);
         assert_eq!(h.seen, [(1, b'N'), (1, b'x')]);
+        assert_eq!(h.admitted, [1]);
         assert!(h.closed.is_empty());
         // A new connection in place of the old one, in a full table: the old one is closed
         // and counted, the new one opened and handed the datagram.
         send(&mut h, d(b'N', 2), 4);
         send(&mut h, d(b'y', 0), 5);
         assert_eq!(h.closed, [(1, CloseReason::Replaced)]);
+        assert_eq!(h.admitted, [1, 2], "the table took each connection once");
         assert_eq!(h.seen[2..], [(2, b'N'), (2, b'y')]);
         assert_eq!(table.len(), 1);
         assert_eq!(table.get_mut(&key), Some(&mut 2));

@@ -7,7 +7,9 @@
 //! - a SYN to a live connection's key is answered as a new peer's (by the listener, for the
 //!   offer it makes), and the live connection goes on;
 //! - the live connection's own CONNECT, retransmitted, is still answered by it, and a CONNECT
-//!   whose signature did not come from the server (an off-path spoofer) changes nothing.
+//!   whose signature did not come from the server (an off-path spoofer) changes nothing;
+//! - on a secure server a ticket opens one connection: sent again from another address, or
+//!   from a restarted client on the same one, it is refused; a new ticket replaces.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -81,6 +83,12 @@ fn request(check: u32, corrupt: bool) -> Vec<u8> {
 
 /// [`request`] for user `pid`.
 fn request_as(pid: u64, check: u32, corrupt: bool) -> Vec<u8> {
+    request_with(4, pid, check, corrupt)
+}
+
+/// [`request_as`] with another ticket for each `login` (the ticket's IV: each Login or
+/// RequestTicket hands out a new ticket).
+fn request_with(login: u8, pid: u64, check: u32, corrupt: bool) -> Vec<u8> {
     let format = secure().ticket_format;
     let mut ticket = vec![0u8; 256];
     let contents = TicketContents {
@@ -94,7 +102,7 @@ fn request_as(pid: u64, check: u32, corrupt: bool) -> Vec<u8> {
         &USER_KEY,
         &SERVER_KEY,
         &contents,
-        &[4; 16],
+        &[login; 16],
         &mut ticket,
     )
     .unwrap();
@@ -516,7 +524,8 @@ fn a_retransmitted_or_forged_connect_does_not_replace_the_live_connection() {
 
 /// On a secure server a restarted client's CONNECT replaces the live connection only with a
 /// ticket that opens, for the same user: one whose ticket does not, or another user's, leaves
-/// it serving; one with a valid ticket of its user (a new request) replaces it. The live connection's own CONNECT, retransmitted, does not.
+/// it serving; one with a new valid ticket of its user replaces it. The live connection's own
+/// CONNECT, retransmitted, does not.
 #[test]
 fn on_a_secure_server_only_a_valid_ticket_replaces_the_live_connection() {
     let mut s = setup(Some(secure()));
@@ -564,8 +573,8 @@ fn on_a_secure_server_only_a_valid_ticket_replaces_the_live_connection() {
         );
         drop(d);
         a.call(4);
-        // A new session with a valid ticket (and a new request): served at once.
-        let fresh = request(0x3000, false);
+        // A new session with a new valid ticket (a new login): served at once.
+        let fresh = request_with(5, PID, 0x3000, false);
         let mut c = Client::new(
             socket,
             server,
@@ -579,5 +588,98 @@ fn on_a_secure_server_only_a_valid_ticket_replaces_the_live_connection() {
     assert_eq!(s.stats.connected.load(Relaxed), 2);
     assert_eq!(s.stats.replaced.load(Relaxed), 1);
     assert_eq!(s.stats.requests.load(Relaxed), 4);
+    assert_eq!(s.worker.table().len(), 1);
+}
+
+/// Whoever saw a client's CONNECT sends its ticket and request from another address (its own
+/// handshake, the victim's payload): refused and counted, the victim's connection untouched.
+/// Over Lite (no RC4, no packet signatures after the CONNECT) the copy would otherwise be
+/// served as the victim; the handler's check is the same for every version.
+#[test]
+fn a_ticket_sent_again_from_another_address_is_refused() {
+    let mut s = setup(Some(secure()));
+    s.serve(|server| {
+        let good = request(0x1000, false);
+        let mut a = Client::new(
+            loopback(),
+            server,
+            client_conn(server, 0x11, 4, Some((&good, 0x1000))),
+        );
+        a.connect();
+        a.call(1);
+        let mut thief = Client::new(
+            loopback(),
+            server,
+            client_conn(server, 0x11, 4, Some((&good, 0x1000))),
+        );
+        assert!(
+            thief.wait(Duration::from_millis(1500)).is_err(),
+            "a copied ticket was served"
+        );
+        a.call(2);
+        // The victim's own CONNECT again is still its connection's.
+        let connect = Client::first(&a.sent, CONNECT);
+        let connect_ack = Client::first(&a.received, CONNECT);
+        a.send_raw(&connect);
+        assert_eq!(
+            a.recv_type(CONNECT, Duration::from_secs(2)),
+            Some(connect_ack)
+        );
+        a.call(3);
+    });
+    assert!(s.stats.ticket_replays.load(Relaxed) >= 1);
+    assert_eq!(
+        s.stats
+            .dropped(wirekit_core::prudp::conn::DropReason::TicketRefused),
+        s.stats.ticket_replays.load(Relaxed)
+    );
+    assert_eq!(s.stats.connected.load(Relaxed), 1);
+    assert_eq!(s.stats.requests.load(Relaxed), 3);
+    assert_eq!(s.worker.table().len(), 1);
+}
+
+/// A client that restarts on the same address and port and connects with the ticket its old
+/// connection used is another connection using a used ticket, which is what a copy sent from
+/// that address would be: refused, the old connection left serving. With a new ticket (a new
+/// login, what NEX clients do) it replaces the old connection at once.
+#[test]
+fn a_restarted_client_needs_a_new_ticket() {
+    let mut s = setup(Some(secure()));
+    let stats = s.stats.clone();
+    s.serve(move |server| {
+        let socket = loopback();
+        let used = request(0x1000, false);
+        let mut a = Client::new(
+            socket.try_clone().unwrap(),
+            server,
+            client_conn(server, 0x11, 4, Some((&used, 0x1000))),
+        );
+        a.connect();
+        a.call(1);
+        std::thread::sleep(REPLACE_AFTER.into());
+        let again = request(0x2000, false);
+        let mut b = Client::new(
+            socket.try_clone().unwrap(),
+            server,
+            client_conn(server, 0x22, 4, Some((&again, 0x2000))),
+        );
+        assert!(
+            b.wait(Duration::from_millis(1500)).is_err(),
+            "connected with a used ticket"
+        );
+        assert!(stats.ticket_replays.load(Relaxed) >= 1);
+        drop(b);
+        a.call(2);
+        let fresh = request_with(5, PID, 0x3000, false);
+        let mut c = Client::new(
+            socket,
+            server,
+            client_conn(server, 0x33, 4, Some((&fresh, 0x3000))),
+        );
+        c.connect();
+        c.call(3);
+    });
+    assert_eq!(s.stats.connected.load(Relaxed), 2);
+    assert_eq!(s.stats.replaced.load(Relaxed), 1);
     assert_eq!(s.worker.table().len(), 1);
 }
