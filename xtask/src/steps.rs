@@ -18,8 +18,8 @@ const PUBLISHED: [&str; 4] = [
 /// included (issue 13: at most 6 minutes on a fresh machine).
 const PROXY_TESTS_BUDGET: f64 = 360.0;
 
-/// The integration test targets of `tests/tests/`: the proxy's (`mcproxy_*`) and the others,
-/// each sorted by name.
+/// The integration test targets of the wirekit-tests crate (`tests/tests/`): the proxy's
+/// (`mcproxy_*`) and the others, each sorted by name.
 fn integration_tests() -> Result<(Vec<String>, Vec<String>), String> {
     let dir = root().join("tests").join("tests");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -80,7 +80,29 @@ pub fn test(args: &[String]) -> Result<(), String> {
         (crate::load::ENV, load_records_path.as_str()),
     ];
     let (proxy_tests, other_tests) = integration_tests()?;
-    let mut rest = vec!["test", "--workspace", "--lib", "--bins", "--examples"];
+    // Every crate but wirekit-tests whole (their own `tests/` included), then wirekit-tests
+    // without the proxy's.
+    cargo(
+        &[
+            "test",
+            "--workspace",
+            "--exclude",
+            "wirekit-tests",
+            "--lib",
+            "--bins",
+            "--tests",
+            "--examples",
+        ],
+        &test_envs,
+    )?;
+    let mut rest = vec![
+        "test",
+        "-p",
+        "wirekit-tests",
+        "--lib",
+        "--bins",
+        "--examples",
+    ];
     for t in &other_tests {
         rest.extend(["--test", t.as_str()]);
     }
