@@ -42,6 +42,7 @@
 
 mod conn;
 pub mod inspect;
+mod lazy_buf;
 /// The filter API of inspect routes (the core's, re-exported): implement [`Filter`](filter::Filter)
 /// to see, drop or rewrite packets, and give the proxy a factory with [`Proxy::set_filter`].
 pub mod filter {

@@ -27,9 +27,16 @@
 //! relay's percentile less the direct connection's. Each case runs every relay once per
 //! round, in an order that rotates from round to round; a figure is the median over rounds.
 //!
-//! `inspect_bench run [--wirekit BIN] [--infrarust BIN] [--rounds N] [--quick] [--note TEXT]`
-//! prints the markdown report on stdout (progress on stderr); `inspect_bench copy-relay
-//! UPSTREAM` is the copy relay, run as a child of `run`.
+//! A memory run starts each relay afresh and, in rounds, opens [`MEMORY_CONNS`] logged-in
+//! connections, has each receive a burst of packets (and, in a second case, one large
+//! chunk-like packet first), reads the relay's resident memory and address space with all of
+//! them open, and closes them: memory per connection, what freed memory costs the next round,
+//! and what the process keeps once all have closed.
+//!
+//! `inspect_bench run [--wirekit BIN] [--infrarust BIN] [--rounds N] [--quick] [--note TEXT]
+//! [--only TEXT]..` prints the markdown report on stdout (progress on stderr); `--only` keeps
+//! the cases whose name contains TEXT (`memory` for the memory runs); `inspect_bench
+//! copy-relay UPSTREAM` is the copy relay, run as a child of `run`.
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -85,6 +92,15 @@ so a serverbound packet arriving mid-read drops the bytes read so far (`VarInt t
 the clientbound-only cases.";
 /// The harness's name in temporary directories.
 const HARNESS: &str = "inspect-bench";
+/// Connections a memory run holds open at once.
+const MEMORY_CONNS: usize = 200;
+/// Rounds of a memory run: each opens [`MEMORY_CONNS`] connections, has each receive its
+/// case's packets, reads the relay's memory, and closes them all.
+const MEMORY_ROUNDS: usize = 3;
+/// Play-like packets each connection of a memory run receives.
+const MEMORY_BURST: usize = 400;
+/// The large packet of the second memory case: a chunk-like body this long.
+const MEMORY_LARGE: usize = 1 << 20;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -94,7 +110,7 @@ fn main() -> ExitCode {
             .and_then(|o| run_pinned(|relay_cpu, load_cpu| run_all(o, relay_cpu, load_cpu))),
         _ => Err(
             "usage: inspect_bench run [--wirekit BIN] [--infrarust BIN] [--rounds N] \
-                  [--quick] [--note TEXT] | copy-relay UPSTREAM"
+                  [--quick] [--note TEXT] [--only TEXT].. | copy-relay UPSTREAM"
                 .into(),
         ),
     };
@@ -370,6 +386,10 @@ async fn receive<R: AsyncRead + Unpin>(
         buf.copy_within(start..end, 0);
         end -= start;
         start = 0;
+        if end == buf.len() {
+            // A frame larger than the buffer (the memory runs' large packet).
+            buf.resize(buf.len() * 2, 0);
+        }
         match r.read(&mut buf[end..]).await {
             Ok(0) => {
                 return Err(format!(
@@ -904,6 +924,200 @@ fn cases(quick: bool) -> Vec<Arc<Case>> {
     out
 }
 
+/// A figure of `/proc/PID/status` in KiB (`VmRSS`, `VmSize`).
+fn status_kib(pid: u32, field: &str) -> Result<u64, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// A memory case: what each connection receives after its login.
+struct MemoryCase {
+    label: &'static str,
+    clientbound: Arc<Stream>,
+    /// Whether Infrarust can carry it (no packet over [`MAX_BODY`]).
+    infrarust: bool,
+}
+
+fn memory_cases() -> Vec<MemoryCase> {
+    let burst = stream(MEMORY_BURST, 0x3E3_0A7, true, THRESHOLD);
+    let mut large = stream(MEMORY_BURST, 0x3E3_0A7, true, THRESHOLD);
+    // One chunk-like packet of MEMORY_LARGE bytes first (under the proxy's default 8 MiB
+    // clientbound maximum, and the 2 MiB frame limit once compressed).
+    let mut body = game_packets::packet(Payload::ChunkArrays, MEMORY_LARGE);
+    body[0] = play_id(Payload::ChunkArrays, true, 0);
+    let mut frame = vec![0u8; max_encoded_len(MEMORY_LARGE)];
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_MCU]).expect("workspace size");
+    let len = CompressedEncoder::new(THRESHOLD, Level::Fast)
+        .encode(&body, &mut frame, &mut compressor)
+        .expect("frame sized for the packet");
+    let shift = len;
+    let mut bytes = frame[..len].to_vec();
+    bytes.extend_from_slice(&large.bytes);
+    large.bytes = bytes;
+    for (r, _) in &mut large.frames {
+        *r = r.start + shift..r.end + shift;
+    }
+    large.frames.insert(0, (0..len, MEMORY_LARGE));
+    large.body_bytes += MEMORY_LARGE as u64;
+    vec![
+        MemoryCase {
+            label: "play-like burst",
+            clientbound: Arc::new(burst),
+            infrarust: true,
+        },
+        MemoryCase {
+            label: "1 MiB chunk-like packet, then the burst",
+            clientbound: Arc::new(large),
+            infrarust: false,
+        },
+    ]
+}
+
+/// One memory run's figures, in KiB.
+struct Memory {
+    /// Resident memory at the start (the fresh relay process).
+    start: u64,
+    /// Resident memory added per open connection, each round (over the round's start).
+    per_conn: Vec<f64>,
+    /// Address space per open connection in the last round (over the start).
+    virtual_per_conn: f64,
+    /// Resident memory after the last round closed, over the start.
+    kept: i64,
+}
+
+/// Rounds of [`MEMORY_CONNS`] connections through a fresh relay of `kind`, each logged in
+/// and sent `case`'s packets, held open while the relay's memory is read, then all closed.
+async fn measure_memory(
+    kind: Kind,
+    opts: &Options,
+    relay_cpu: usize,
+    upstream: SocketAddr,
+    case: &MemoryCase,
+    plan: &Plan,
+) -> Result<Option<Memory>, String> {
+    let Some(path) = start_path(kind, opts, relay_cpu, upstream)? else {
+        return Ok(None);
+    };
+    let pid = path.process.as_ref().ok_or("no relay process")?.child.id();
+    let (go_tx, go) = watch::channel(true);
+    let (done, mut results) = mpsc::unbounded_channel();
+    *plan.lock().expect("plan") = Some(Job::Stream {
+        threshold: THRESHOLD,
+        clientbound: case.clientbound.clone(),
+        serverbound: (0, 0),
+        go: go.clone(),
+        done,
+    });
+    let addr = path.addr(upstream);
+    let bench = Arc::new(Case {
+        label: case.label.into(),
+        threshold: THRESHOLD,
+        two_way: false,
+        clientbound: case.clientbound.clone(),
+        serverbound: case.clientbound.clone(),
+    });
+    let run = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let start = status_kib(pid, "VmRSS")?;
+        let start_virtual = status_kib(pid, "VmSize")?;
+        let mut per_conn = Vec::new();
+        let mut virtual_per_conn = 0.0;
+        for _ in 0..MEMORY_ROUNDS {
+            let before = status_kib(pid, "VmRSS")?;
+            let mut open = Vec::with_capacity(MEMORY_CONNS);
+            // A few at a time, as the throughput runs' logins go.
+            for _ in 0..MEMORY_CONNS / 10 {
+                let mut clients = tokio::task::JoinSet::new();
+                for _ in 0..10 {
+                    let (s, pending) = login(addr, THRESHOLD).await?;
+                    clients.spawn(client_stream(s, pending, bench.clone(), go.clone()));
+                }
+                while let Some(c) = clients.join_next().await {
+                    open.push(c.map_err(|e| e.to_string())??);
+                }
+            }
+            for _ in 0..MEMORY_CONNS {
+                results.recv().await.ok_or("the upstream went away")??;
+            }
+            let now = status_kib(pid, "VmRSS")?;
+            per_conn.push((now as f64 - before as f64) / MEMORY_CONNS as f64);
+            virtual_per_conn =
+                (status_kib(pid, "VmSize")? as f64 - start_virtual as f64) / MEMORY_CONNS as f64;
+            drop(open);
+            // The relay closes its side of each connection once the client's end reaches it.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let kept = status_kib(pid, "VmRSS")? as i64 - start as i64;
+        drop(go_tx);
+        Ok(Some(Memory {
+            start,
+            per_conn,
+            virtual_per_conn,
+            kept,
+        }))
+    };
+    tokio::time::timeout(RUN_TIMEOUT, run)
+        .await
+        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+}
+
+/// The memory table: every relay but the direct path, fresh for each case.
+async fn memory_section(
+    opts: &Options,
+    relay_cpu: usize,
+    upstream: SocketAddr,
+    plan: &Plan,
+    notes: &mut Vec<String>,
+) -> String {
+    let mut t = format!(
+        "| case | relay | resident at start | resident per open connection, round 1 | round \
+         {MEMORY_ROUNDS} | address space per open connection | resident kept after the last \
+         close |\n|---|---|---:|---:|---:|---:|---:|\n"
+    );
+    for case in memory_cases() {
+        for kind in [Kind::Copy, Kind::Infrarust, Kind::Wirekit] {
+            if kind == Kind::Infrarust && !case.infrarust {
+                notes.push(format!(
+                    "Memory, {}: Infrarust left out (a packet over {MAX_BODY} B).",
+                    case.label
+                ));
+                continue;
+            }
+            let m = measure_memory(kind, opts, relay_cpu, upstream, &case, plan).await;
+            eprintln!(
+                "memory, {}, {}: {}",
+                case.label,
+                kind.name(),
+                match &m {
+                    Ok(Some(m)) =>
+                        format!("{:.0?} KiB per connection, kept {} KiB", m.per_conn, m.kept),
+                    Ok(None) => "not given".into(),
+                    Err(e) => e.clone(),
+                }
+            );
+            match m {
+                Ok(Some(m)) => t.push_str(&format!(
+                    "| {} | {} | {:.1} MiB | {:.0} KiB | {:.0} KiB | {:.0} KiB | {:.1} MiB |\n",
+                    case.label,
+                    kind.name(),
+                    m.start as f64 / 1024.0,
+                    m.per_conn[0],
+                    m.per_conn[MEMORY_ROUNDS - 1],
+                    m.virtual_per_conn,
+                    m.kept as f64 / 1024.0,
+                )),
+                Ok(None) => {}
+                Err(e) => t.push_str(&failed_row(case.label, kind, &e, 5)),
+            }
+        }
+    }
+    t
+}
+
 async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(), String> {
     let plan: Plan = Arc::new(Mutex::new(None));
     let upstream = TcpListener::bind("127.0.0.1:0")
@@ -912,7 +1126,10 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     let up_addr = upstream.local_addr().map_err(|e| e.to_string())?;
     tokio::spawn(serve_upstream(upstream, plan.clone()));
     let round_trips = if opts.quick { 1000 } else { 4000 };
-    let cases = cases(opts.quick);
+    let cases: Vec<_> = cases(opts.quick)
+        .into_iter()
+        .filter(|c| opts.wants(&c.label))
+        .collect();
 
     let mut notes = opts.notes.clone();
     let load_before = load_average();
@@ -1018,16 +1235,17 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          buffer, and reader.rs then `set_len`s it to the packet's length); uncapped, it died \
          with `free(): invalid next size`."
     ));
-    let c = &cases[0];
-    let mut report = format!(
-        "### Inspect, play-like stream: throughput\n\n{}\n\
+    let mut report = String::new();
+    if let Some(c) = cases.first() {
+        report.push_str(&format!(
+            "### Inspect, play-like stream: throughput\n\n{}\n\
          ### Inspect, play-like stream: round trip, one packet in flight\n\n{}\n\
          Goals:\n\n{}\n",
-        throughput_table(&throughput),
-        latency_table(&latency),
-        goals(&throughput)
-    );
-    report.push_str(&format!(
+            throughput_table(&throughput),
+            latency_table(&latency),
+            goals(&throughput)
+        ));
+        report.push_str(&format!(
         "Each relay is a child process pinned to CPU {relay_cpu}; the clients and the fake \
          offline-mode upstream (one current-thread tokio runtime) are pinned to CPU {load_cpu}. \
          Every connection logs in with protocol {PROTOCOL} (1.12.2: Handshake, Login Start, Set \
@@ -1067,6 +1285,23 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
             ""
         }
     ));
+    }
+    if opts.wants("memory") {
+        let table = memory_section(&opts, relay_cpu, up_addr, &plan, &mut notes).await;
+        report.push_str(&format!(
+            "\n### Inspect: memory per connection\n\n{table}\n\
+             Each relay is started afresh for each case, pinned to CPU {relay_cpu}. Each of \
+             {MEMORY_ROUNDS} rounds opens {MEMORY_CONNS} connections (10 at a time), logs each in \
+             (compression at {THRESHOLD}) and has the upstream send it its case's packets \
+             ({MEMORY_BURST} play-like packets; in the second case a {} KiB chunk-like packet \
+             before them), holds them all open while it reads the relay's resident memory and \
+             address space (`VmRSS`, `VmSize` in /proc/PID/status), then closes them all. Per \
+             connection: (the reading with all open - the round's start) / {MEMORY_CONNS}; the \
+             later rounds show what memory freed by closed connections costs the next ones. \
+             Kept: resident memory half a second after the last round closed, less the start.\n",
+            MEMORY_LARGE / 1024
+        ));
+    }
     notes.push(format!(
         "Load average (1 min) at the start {load_before}, at the end {}: other work on the \
          machine shares both cores, so compare the ratios within a case rather than absolute \

@@ -5,8 +5,12 @@
 //! - Frames are read into a buffer per direction, allocated once when the connection starts and
 //!   sized by the route's [`InspectSettings`] (never by a length the peer declares). A frame is
 //!   decoded in place: an uncompressed body is borrowed from the read buffer, a compressed one
-//!   is inflated into the connection's scratch, bounded by its Data Length (itself bounded by the
-//!   direction's maximum packet), for the rules and the inflated-bytes budget.
+//!   is inflated into a scratch buffer, bounded by its Data Length (itself bounded by the
+//!   direction's maximum packet), for the rules and the inflated-bytes budget. The scratch, the
+//!   filter's rewrite room and the zlib state are used only within one synchronous judging
+//!   step, so the connections a thread serves share one set, sized for the largest packet any
+//!   of them allows: a connection holds its read and out buffers alone, and the pages a large
+//!   packet's inflated body touches are committed once per thread, not once per connection.
 //! - A forwarded packet goes out as the bytes it came in as, written straight from the read
 //!   buffer (runs of forwarded frames in one write), when both sides of the direction use the
 //!   same compression threshold. A route with [`InspectSettings::client_compression`] uses its
@@ -32,6 +36,7 @@
 
 pub mod login;
 
+use std::cell::Cell;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +60,8 @@ use wirekit_core::minecraft::rules::{HandshakeRule, PacketRule, Rules};
 use wirekit_core::time::Instant;
 use wirekit_core::varint::encode_varint;
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
+
+use crate::lazy_buf::LazyBuf;
 
 /// Makes the [`Filter`] of each inspected connection, given the route's name (set with
 /// [`Proxy::set_filter`](crate::Proxy::set_filter)).
@@ -239,7 +246,7 @@ pub struct Moved {
 /// One direction's buffers and framers, and the bytes it owes its destination.
 struct Side {
     /// Bytes read and not yet judged are `buf[start..end]`.
-    buf: Box<[u8]>,
+    buf: LazyBuf,
     start: usize,
     end: usize,
     /// Frames as they come in.
@@ -250,7 +257,7 @@ struct Side {
     raw: Range<usize>,
     /// Frames built here (a re-framed direction, a rewrite, a Disconnect), not yet written:
     /// `out[out_sent..out_len]`.
-    out: Box<[u8]>,
+    out: LazyBuf,
     out_sent: usize,
     out_len: usize,
     moved: Moved,
@@ -278,13 +285,13 @@ impl Side {
         // The longest frame the decoder accepts, with its length field, fits beside a read.
         let frame = limits.max_frame_len() + MAX_LENGTH_FIELD_LEN;
         Side {
-            buf: vec![0u8; frame.max(READ_CHUNK)].into_boxed_slice(),
+            buf: LazyBuf::zeroed(frame.max(READ_CHUNK)),
             start: 0,
             end: 0,
             decoder: CompressedDecoder::new(-1).with_limits(limits),
             encoder: CompressedEncoder::new(-1, level),
             raw: 0..0,
-            out: vec![0u8; READ_CHUNK + max_encoded_len(limits.max_frame_len())].into_boxed_slice(),
+            out: LazyBuf::zeroed(READ_CHUNK + max_encoded_len(limits.max_frame_len())),
             out_sent: 0,
             out_len: 0,
             moved: Moved::default(),
@@ -406,21 +413,68 @@ impl Side {
     }
 }
 
-/// The connection-wide work buffers: inflate scratch, the filter's rewrite buffer, zlib state.
+/// The work buffers a packet is judged with: inflate scratch, the filter's rewrite room and
+/// zlib state. Nothing in them outlives one synchronous judging step (a packet's body is
+/// framed into its side's out buffer before the step returns), so the connections a thread
+/// serves share one set, held by [`SHARED_WORK`], where a set per connection would commit the
+/// pages its largest packet touched for the connection's whole life.
 struct Work {
-    scratch: Box<[u8]>,
-    rewrite: Box<[u8]>,
+    scratch: LazyBuf,
+    rewrite: LazyBuf,
     inflater: Box<Inflater>,
     compressor: Compressor<Box<[u32]>>,
 }
 
-/// One inspected connection: the core's machine, the route's settings, its buffers (allocated
-/// here, once) and a filter.
+thread_local! {
+    /// This thread's [`Work`], the largest any connection judged here has asked for.
+    static SHARED_WORK: Cell<Option<Box<Work>>> = const { Cell::new(None) };
+}
+
+impl Work {
+    /// Buffers for packets of up to `len` bytes.
+    fn new(len: usize) -> Box<Work> {
+        Box::new(Work {
+            scratch: LazyBuf::zeroed(len),
+            rewrite: LazyBuf::zeroed(len),
+            inflater: Box::new(Inflater::new()),
+            compressor: Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
+                .expect("WORKSPACE_MCU is above the minimum"),
+        })
+    }
+
+    /// Makes this thread's set hold packets of `len` bytes (allocating only if it is smaller
+    /// or absent), so that judging on this thread allocates nothing.
+    fn reserve(len: usize) {
+        Work::with(len, |_| ());
+    }
+
+    /// Runs `f` with this thread's set, made large enough for `len` first. The set is taken
+    /// out for the call: a nested call (a filter that judges another connection's packets
+    /// on this thread) gets a set of its own, and the larger of the two is kept. A panic in
+    /// `f` loses the set; the next call makes another.
+    fn with<R>(len: usize, f: impl FnOnce(&mut Work) -> R) -> R {
+        let mut work = match SHARED_WORK.take() {
+            Some(w) if w.scratch.len() >= len => w,
+            _ => Work::new(len),
+        };
+        let r = f(&mut work);
+        let keep = match SHARED_WORK.take() {
+            Some(other) if other.scratch.len() > work.scratch.len() => other,
+            _ => work,
+        };
+        SHARED_WORK.set(Some(keep));
+        r
+    }
+}
+
+/// One inspected connection: the core's machine, the route's settings, its read and out
+/// buffers (allocated here, once) and a filter.
 pub struct Inspector<'s, F: Filter + ?Sized> {
     settings: &'s InspectSettings,
     conn: ProxyConn,
     sides: [Side; 2],
-    work: Work,
+    /// The room [`Work`] must have for this connection: its largest packet either way.
+    work_len: usize,
     filter: &'s mut F,
     /// The IDs runs leave to the machine packet by packet, per direction.
     index: RunIndex,
@@ -440,13 +494,17 @@ pub struct Counters<'s> {
 }
 
 impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
-    /// A connection under `settings`, with every buffer it will use allocated now. Its
+    /// A connection under `settings`, with every buffer it will use allocated now: its own, and
+    /// the calling thread's shared work buffers grown to its largest packet if they were
+    /// smaller (a connection judged on another thread, in a multi-threaded runtime, may
+    /// grow that thread's set once). Its
     /// machine passes unknown versions (opaque after the handshake) until
     /// [`set_conn_config`](Self::set_conn_config) gives it the route's policy.
     pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Self {
         let sb = settings.max_packet(Direction::Serverbound);
         let cb = settings.max_packet(Direction::Clientbound);
         let client_level = settings.client_compression.map_or(Level::Fast, |c| c.level);
+        Work::reserve(sb.max(cb));
         Inspector {
             settings,
             conn: ProxyConn::new(ConnConfig {
@@ -457,13 +515,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 Side::new(sb, settings.upstream_level),
                 Side::new(cb, client_level),
             ],
-            work: Work {
-                scratch: vec![0u8; sb.max(cb)].into_boxed_slice(),
-                rewrite: vec![0u8; sb.max(cb)].into_boxed_slice(),
-                inflater: Box::new(Inflater::new()),
-                compressor: Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
-                    .expect("WORKSPACE_MCU is above the minimum"),
-            },
+            work_len: sb.max(cb),
             filter,
             index: RunIndex::new(),
             counters: None,
@@ -515,13 +567,21 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         match ObservedPacket::from_body(Direction::Serverbound, body, wire_len, false) {
             Ok(p) => {
                 let rules = self.settings.core_rules();
-                self.conn.handle_filtered(
-                    &rules,
-                    &p,
-                    now,
-                    &mut *self.filter,
-                    &mut self.work.rewrite,
-                )
+                let Inspector {
+                    conn,
+                    filter,
+                    work_len,
+                    ..
+                } = self;
+                Work::with(*work_len, |work| {
+                    conn.handle_filtered(
+                        &rules,
+                        &p,
+                        now,
+                        &mut **filter,
+                        &mut work.rewrite[..*work_len],
+                    )
+                })
             }
             Err(_) => Verdict::Close(self.conn.close(
                 wirekit_core::minecraft::conn::CloseReason::BadHandshake(
@@ -553,10 +613,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         let mut body = [0u8; 512];
         let n = msg.encode_body(&mut body).ok()?;
         let at = side.out_len;
-        let len = side
-            .encoder
-            .encode(&body[..n], &mut side.out[at..], &mut self.work.compressor)
-            .ok()?;
+        let len = Work::with(self.work_len, |work| {
+            side.encoder
+                .encode(&body[..n], &mut side.out[at..], &mut work.compressor)
+        })
+        .ok()?;
         Some(at..at + len)
     }
 
@@ -673,12 +734,16 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     /// (as received, in runs, or framed again), rewritten or dropped, and owed to the
     /// destination. `Some` ends the relay ([`finish`](Self::finish)).
     fn judge(&mut self, dir: Direction) -> Option<After> {
+        Work::with(self.work_len, |work| self.judge_with(dir, work))
+    }
+
+    /// [`judge`](Self::judge) with the thread's work buffers.
+    fn judge_with(&mut self, dir: Direction, work: &mut Work) -> Option<After> {
         let now = wirekit_std::clock::now();
         let Inspector {
             settings,
             conn,
             sides,
-            work,
             filter,
             index,
             ..
@@ -1018,5 +1083,51 @@ mod tests {
         }
         // 1.20.4 has no Transfer: nothing applies.
         assert!(rules.iter().all(|p| !p.versions.contains(765)));
+    }
+
+    /// The address of this thread's shared scratch, as one judging step would get it.
+    fn scratch_at(len: usize) -> (*const u8, usize) {
+        Work::with(len, |w| (w.scratch.as_ptr(), w.scratch.len()))
+    }
+
+    #[test]
+    fn connections_on_one_thread_share_one_set_of_work_buffers() {
+        // Its own thread: the test harness's threads run other tests' inspectors.
+        std::thread::spawn(|| {
+            Work::reserve(4096);
+            let (first, len) = scratch_at(4096);
+            assert_eq!(len, 4096);
+            // A connection with smaller packets uses the same set, as is.
+            assert_eq!(scratch_at(100), (first, 4096));
+            // A larger one grows it once, and the larger set is what everyone uses next.
+            let (grown, len) = scratch_at(8192);
+            assert_eq!(len, 8192);
+            assert_eq!(scratch_at(100), (grown, 8192));
+            assert_eq!(scratch_at(8192), (grown, 8192));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_nested_judging_step_gets_a_set_of_its_own_and_the_larger_is_kept() {
+        std::thread::spawn(|| {
+            Work::reserve(1024);
+            let (outer, inner) = Work::with(1024, |w| {
+                w.scratch[0] = 1;
+                let inner = scratch_at(2048);
+                // The outer step's buffers are its own throughout the nested one.
+                assert_eq!(w.scratch[0], 1);
+                (w.scratch.as_ptr(), inner)
+            });
+            assert_ne!(outer, inner.0);
+            assert_eq!(scratch_at(10), inner);
+            // A panic inside a step loses the set; the next step makes another.
+            let lost = std::panic::catch_unwind(|| Work::with(10, |_| panic!("filter")));
+            assert!(lost.is_err());
+            assert_eq!(scratch_at(10).1, 10);
+        })
+        .join()
+        .unwrap();
     }
 }
