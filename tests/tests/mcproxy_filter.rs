@@ -23,9 +23,11 @@ use wirekit_tests::mcproxy_process::{WAIT, login_bytes, login_success, read_pack
 /// 1.12.2's serverbound play Chat Message.
 const CHAT: i32 = 0x02;
 
-/// Upper-cases chat that starts with `shout:`, drops chat that says `drop me`.
+/// Upper-cases chat that starts with `shout:`, drops chat that says `drop me`; counts the
+/// calls that found bytes in the lent buffer (an earlier rewrite's, left for this call).
 struct Moderator {
     seen: Arc<AtomicU64>,
+    dirty: Arc<AtomicU64>,
 }
 
 impl Filter for Moderator {
@@ -34,6 +36,9 @@ impl Filter for Moderator {
             return FilterAction::Pass;
         }
         self.seen.fetch_add(1, Ordering::Relaxed);
+        if rewrite[..64].iter().any(|&b| b != 0) {
+            self.dirty.fetch_add(1, Ordering::Relaxed);
+        }
         let Ok((text, _)) = read_string(p.data, 256) else {
             return FilterAction::Pass;
         };
@@ -100,14 +105,21 @@ fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() 
         .build()
         .unwrap();
     let seen = Arc::new(AtomicU64::new(0));
+    let dirty = Arc::new(AtomicU64::new(0));
     let shutdown = CancellationToken::new();
     let addr = {
         let seen = seen.clone();
+        let dirty = dirty.clone();
         let shutdown = shutdown.clone();
         rt.block_on(async move {
             let proxy = Proxy::bind(settings).await.unwrap();
             let factory: FilterFactory =
-                Arc::new(move |_route: &str| Box::new(Moderator { seen: seen.clone() }));
+                Arc::new(move |_route: &str| {
+                    Box::new(Moderator {
+                        seen: seen.clone(),
+                        dirty: dirty.clone(),
+                    })
+                });
             assert!(proxy.set_filter(factory), "the first filter is taken");
             let addr = proxy.local_addrs()[0];
             tokio::spawn(proxy.run(shutdown));
@@ -142,6 +154,13 @@ fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() 
         seen.load(Ordering::Relaxed),
         4,
         "the filter saw every chat message"
+    );
+    // The buffer is the thread's, lent to every connection's filter: a rewrite is not left
+    // in it for the next call (of this connection or another) to find or forward.
+    assert_eq!(
+        dirty.load(Ordering::Relaxed),
+        0,
+        "a call found an earlier rewrite in the lent buffer"
     );
     // Nothing else arrived: the dropped message is gone, not late.
     up.set_read_timeout(Some(Duration::from_millis(300)))

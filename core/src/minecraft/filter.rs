@@ -69,7 +69,10 @@ pub enum FilterAction {
 /// Sees, drops or rewrites packets.
 pub trait Filter {
     /// Decides on `packet`. A rewrite writes the new body into `rewrite` and returns its
-    /// length in [`FilterAction::Rewrite`].
+    /// length in [`FilterAction::Rewrite`]. What `rewrite` holds on entry is unspecified (a
+    /// caller may lend the same buffer to the filters of many connections, as the proxy's
+    /// inspect relay lends one per thread): every byte of a rewrite must be written by the
+    /// call that returns it.
     fn filter(&mut self, packet: &PacketView<'_>, rewrite: &mut [u8]) -> FilterAction;
 
     /// Whether the filter looks at packets at all (`true` unless said otherwise). A filter

@@ -10,7 +10,9 @@
 //!   filter's rewrite room and the zlib state are used only within one synchronous judging
 //!   step, so the connections a thread serves share one set, sized for the largest packet any
 //!   of them allows: a connection holds its read and out buffers alone, and the pages a large
-//!   packet's inflated body touches are committed once per thread, not once per connection.
+//!   packet's inflated body touches are committed once per thread, not once per connection
+//!   (and stay committed for the thread's life: at most the largest maximum packet of the
+//!   inspect routes, twice, per runtime thread).
 //! - A forwarded packet goes out as the bytes it came in as, written straight from the read
 //!   buffer (runs of forwarded frames in one write), when both sides of the direction use the
 //!   same compression threshold. A route with [`InspectSettings::client_compression`] uses its
@@ -828,16 +830,21 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 }
                 _ => body,
             };
-            if !built.is_empty()
-                && push_frame_split(
+            let framed = built.is_empty()
+                || push_frame_split(
                     &side.encoder,
                     &mut side.out,
                     &mut side.out_len,
                     built,
                     &mut work.compressor,
                 )
-                .is_err()
-            {
+                .is_ok();
+            // The rewrite room is the thread's, lent to every connection's filter: what one
+            // rewrite wrote is not left there for another connection's filter to forward.
+            if let Verdict::ForwardRewritten { len } = verdict {
+                work.rewrite[..len].fill(0);
+            }
+            if !framed {
                 return Some(After::EncodeError);
             }
             match verdict {
