@@ -113,13 +113,12 @@ fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() 
         let shutdown = shutdown.clone();
         rt.block_on(async move {
             let proxy = Proxy::bind(settings).await.unwrap();
-            let factory: FilterFactory =
-                Arc::new(move |_route: &str| {
-                    Box::new(Moderator {
-                        seen: seen.clone(),
-                        dirty: dirty.clone(),
-                    })
-                });
+            let factory: FilterFactory = Arc::new(move |_route: &str| {
+                Box::new(Moderator {
+                    seen: seen.clone(),
+                    dirty: dirty.clone(),
+                })
+            });
             assert!(proxy.set_filter(factory), "the first filter is taken");
             let addr = proxy.local_addrs()[0];
             tokio::spawn(proxy.run(shutdown));
