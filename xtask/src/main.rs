@@ -4,7 +4,7 @@
 //!   and Python interop peers under `target/interop/`, cargo-machete, cargo-hack), then runs
 //!   every check: rustfmt, unused dependencies, clippy, the core's features one by one on the
 //!   host and bare-metal targets, docs, every test, the core's tests without features, the
-//!   library crates packaged, the firmware builds, and `cargo bench --no-run`; then a table of
+//!   library crates packaged, the firmware builds, and the benches type-checked; then a table of
 //!   each step's time and the total.
 //! - `fuzz [SECONDS] [TARGET...]`: runs the cargo-fuzz targets in `fuzz/` on stable Rust;
 //!   `--minutes N` runs a recorded campaign (see `fuzz.rs`), `--smoke` CI's seeded run.
