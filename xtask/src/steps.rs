@@ -71,9 +71,9 @@ pub fn test(args: &[String]) -> Result<(), String> {
     let load_records = crate::load::fresh_records()?;
     let load_records_path = load_records.to_string_lossy().into_owned();
     // Benches are not run in test mode here: `cargo check --benches` below type-checks them
-    // (`cargo xtask bench` builds and runs them in the profile they are measured in). The proxy's end-to-end tests run as a step of their own,
-    // after the rest, so that what they add to CI (their build and their run) is measured and
-    // held to its budget.
+    // (`cargo xtask bench` builds and runs them in the profile they are measured in). The
+    // proxy's end-to-end tests run as a step of their own, after the rest, so that what they
+    // add to CI (their build and their run) is measured and held to its budget.
     let test_envs = [
         ("WIREKIT_REQUIRE_PEERS", "1"),
         ("WIREKIT_INTEROP_DIR", interop.as_str()),

@@ -593,6 +593,15 @@ struct Throughput {
     worst_allocations: Option<u64>,
 }
 
+/// `run`'s result, or an error once it has taken [`RUN_TIMEOUT`].
+async fn within_run_timeout<T>(
+    run: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::time::timeout(RUN_TIMEOUT, run)
+        .await
+        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+}
+
 async fn measure_throughput(
     path: &Link,
     upstream: SocketAddr,
@@ -651,9 +660,7 @@ async fn measure_throughput(
             worst_allocations: allocs,
         })
     };
-    tokio::time::timeout(RUN_TIMEOUT, run)
-        .await
-        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+    within_run_timeout(run).await
 }
 
 /// Round trips of one packet each, the serverbound stream's frames in turn: (p50, p99) in
@@ -691,9 +698,7 @@ async fn measure_latency(
         let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q).round() as usize];
         Ok((at(0.50), at(0.99)))
     };
-    tokio::time::timeout(RUN_TIMEOUT, run)
-        .await
-        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+    within_run_timeout(run).await
 }
 
 /// The median of the runs that succeeded, when they are the majority; else the first error.
@@ -954,12 +959,11 @@ fn memory_cases() -> Vec<MemoryCase> {
     let len = CompressedEncoder::new(THRESHOLD, Level::Fast)
         .encode(&body, &mut frame, &mut compressor)
         .expect("frame sized for the packet");
-    let shift = len;
     let mut bytes = frame[..len].to_vec();
     bytes.extend_from_slice(&large.bytes);
     large.bytes = bytes;
     for (r, _) in &mut large.frames {
-        *r = r.start + shift..r.end + shift;
+        *r = r.start + len..r.end + len;
     }
     large.frames.insert(0, (0..len, MEMORY_LARGE));
     large.body_bytes += MEMORY_LARGE as u64;
@@ -1018,6 +1022,7 @@ async fn measure_memory(
         threshold: THRESHOLD,
         two_way: false,
         clientbound: case.clientbound.clone(),
+        // Not sent: the client sends nothing in a one-way case.
         serverbound: case.clientbound.clone(),
     });
     let run = async {
@@ -1060,9 +1065,7 @@ async fn measure_memory(
             kept,
         }))
     };
-    tokio::time::timeout(RUN_TIMEOUT, run)
-        .await
-        .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
+    within_run_timeout(run).await
 }
 
 /// The memory table: every relay but the direct path, fresh for each case.

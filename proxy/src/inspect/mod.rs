@@ -498,10 +498,9 @@ pub struct Counters<'s> {
 impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     /// A connection under `settings`, with every buffer it will use allocated now: its own, and
     /// the calling thread's shared work buffers grown to its largest packet if they were
-    /// smaller (a connection judged on another thread, in a multi-threaded runtime, may
-    /// grow that thread's set once). Its
-    /// machine passes unknown versions (opaque after the handshake) until
-    /// [`set_conn_config`](Self::set_conn_config) gives it the route's policy.
+    /// smaller (a connection judged on another thread, in a multi-threaded runtime, may grow
+    /// that thread's set once). Its machine passes unknown versions (opaque after the
+    /// handshake) until [`set_conn_config`](Self::set_conn_config) gives it the route's policy.
     pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Self {
         let sb = settings.max_packet(Direction::Serverbound);
         let cb = settings.max_packet(Direction::Clientbound);
