@@ -36,10 +36,14 @@ macro_rules! round_trip {
             assert_eq!($parse.expect("a rebuilt value parses"), value);
         }
         let mut frame = vec![0u8; value.frame_len()];
-        let n = value.encode_frame(&mut frame).expect("a parsed value frames");
+        let n = value
+            .encode_frame(&mut frame)
+            .expect("a parsed value frames");
         assert_eq!(n, frame.len());
         let f = FrameDecoder::new().decode_frame(&frame).unwrap();
-        let Status::Complete(f) = f else { panic!("a built frame is whole") };
+        let Status::Complete(f) = f else {
+            panic!("a built frame is whole")
+        };
         let p = split_packet(f.body).unwrap();
         assert_eq!(p.id, id_of(&value));
         let $d: &[u8] = p.data;
@@ -91,7 +95,10 @@ fuzz_target!(|data: &[u8]| {
         Ok(Status::Complete((ping, n))) => {
             assert!(n <= data.len());
             for cut in 0..n {
-                assert!(legacy::detect(&data[..cut]).unwrap().is_partial(), "prefix {cut}");
+                assert!(
+                    legacy::detect(&data[..cut]).unwrap().is_partial(),
+                    "prefix {cut}"
+                );
             }
             let mut out = vec![0u8; ping.encoded_len()];
             assert_eq!(ping.encode(&mut out), Ok(out.len()));

@@ -63,7 +63,10 @@ fuzz_target!(|data: &[u8]| {
         client_connection_signature(version, server_addr),
         vec![0; Conn::workspace_len(&cc)],
         Instant::ZERO,
-        ClientRandom { session_id: 3, initial_unreliable: 1 },
+        ClientRandom {
+            session_id: 3,
+            initial_unreliable: 1,
+        },
         None,
     )
     .unwrap();
@@ -142,14 +145,9 @@ fuzz_target!(|data: &[u8]| {
                         None => match listener.handle(&d, client_addr, now, 9, &mut out) {
                             ServerOutput::Reply(n) => client.handle(&out[..n], now),
                             ServerOutput::Accepted(a) => {
-                                let mut s = Conn::server(
-                                    sc,
-                                    &a,
-                                    vec![0; Conn::workspace_len(&sc)],
-                                    now,
-                                    5,
-                                )
-                                .unwrap();
+                                let mut s =
+                                    Conn::server(sc, &a, vec![0; Conn::workspace_len(&sc)], now, 5)
+                                        .unwrap();
                                 s.handle(&d[a.consumed..], now);
                                 server = Some(s);
                             }
@@ -166,7 +164,10 @@ fuzz_target!(|data: &[u8]| {
                         d[i] ^= x | 1;
                         let before = s.counters().total();
                         s.handle(d, now);
-                        assert!(s.counters().total() > before, "an altered packet is dropped");
+                        assert!(
+                            s.counters().total() > before,
+                            "an altered packet is dropped"
+                        );
                     }
                     in_transit.remove(0);
                 }

@@ -44,6 +44,17 @@ pub fn test(args: &[String]) -> Result<(), String> {
     crate::setup::all()?;
 
     cargo(&["fmt", "--all", "--check"], &[])?;
+    // The fuzz targets are a workspace of their own, which `--all` does not reach.
+    cargo(
+        &[
+            "fmt",
+            "--all",
+            "--check",
+            "--manifest-path",
+            "fuzz/Cargo.toml",
+        ],
+        &[],
+    )?;
     // A dependency nothing uses fails the run. (Run as its own binary: `cargo machete` makes
     // 0.9 take the word `machete` for a directory to scan.)
     let machete = crate::setup::cargo_machete()?;
