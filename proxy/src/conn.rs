@@ -12,7 +12,9 @@ use tracing::{debug, info};
 use wirekit_core::frame::mc::split_packet;
 use wirekit_core::limit::source::{Admitted, Refusal};
 use wirekit_core::minecraft::Encode;
-use wirekit_core::minecraft::conn::{CloseReason, ObservedPacket, ProxyConn, Verdict};
+use wirekit_core::minecraft::conn::{
+    CloseReason, ObservedPacket, ProxyConn, Verdict, check_handshake,
+};
 use wirekit_core::minecraft::handshake::{Handshake, MAX_HOST_LEN, NextState, normalize_host};
 use wirekit_core::minecraft::ids::{self, Direction};
 use wirekit_core::minecraft::legacy::LegacyPing;
@@ -271,11 +273,7 @@ async fn run<'a>(
         let route_index = rt.router.route(&host);
         let bounds = route_index.and_then(|i| {
             let r = &s.routes[i];
-            r.handshake
-                .check(&hs)
-                .map_err(CloseReason::HandshakeRefused)
-                .and_then(|()| r.unknown_version.check(hs.protocol_version, hs.next_state))
-                .err()
+            check_handshake(&r.handshake, r.unknown_version, &hs).err()
         });
         (
             hs.protocol_version,

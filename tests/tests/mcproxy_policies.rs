@@ -305,8 +305,9 @@ fn a_legacy_ping_with_nothing_cached_asks_the_upstream_and_falls_back_when_it_is
 fn a_passthrough_route_holds_its_handshake_bounds() {
     let up = Recorder::start();
     let proxy = McProxy::start(&format!(
-        "[[route]]\nhosts = [\"bounded.test\"]\nupstreams = [\"127.0.0.1:{}\"]\n\
-         [route.handshake]\nmin-version = 764\nnext-states = [\"login\"]\nmax-host-len = 16\n",
+        "[[route]]\nhosts = [\"bounded.test\"]\nupstreams = [\"127.0.0.1:{0}\"]\n\
+         [route.handshake]\nmin-version = 764\nnext-states = [\"login\"]\nmax-host-len = 16\n\
+         [[route]]\nhosts = [\"open.test\"]\nupstreams = [\"127.0.0.1:{0}\"]\n",
         up.port
     ));
     // An older client's login: told why, closed, counted.
@@ -347,7 +348,26 @@ fn a_passthrough_route_holds_its_handshake_bounds() {
         out.truncate(n);
         out
     };
-    let sent = [handshake("bounded.test", 765, NextState::Login), login].concat();
+    let sent = [
+        handshake("bounded.test", 765, NextState::Login),
+        login.clone(),
+    ]
+    .concat();
+    s.write_all(&sent).unwrap();
+    assert_eq!(up.next(), sent);
+    // A route without bounds still refuses what vanilla refuses, as an inspect route does: a
+    // transfer (next state 3) from 1.12.2, which has none.
+    let mut s = connect_from(43, proxy.addr);
+    s.write_all(&handshake("open.test", 340, NextState::Transfer))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = s.write_all(&login_start("Old"));
+    expect_disconnect(&mut s, "transfer before 1.20.5");
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    rejections(&proxy, "handshake_next_state", 2);
+    // A transfer from 1.20.5 on is a login: relayed as sent.
+    let mut s = connect_from(44, proxy.addr);
+    let sent = [handshake("open.test", 766, NextState::Transfer), login].concat();
     s.write_all(&sent).unwrap();
     assert_eq!(up.next(), sent);
 }

@@ -146,6 +146,49 @@ impl UnknownVersion {
     }
 }
 
+/// The decision on a parsed handshake, in this order: the route's [`HandshakeRule`], then a
+/// Transfer (next state 3) from a release before 1.20.5, which vanilla refuses
+/// ([`CloseReason::TransferBeforeV1_20_5`]; a version that is not a release is left to the
+/// policy), then the [`UnknownVersion`] policy.
+///
+/// The connection machine decides with it at the handshake; an adapter that judges the
+/// handshake before any machine runs (a passthrough route) calls it there, so both modes
+/// refuse the same handshakes.
+///
+/// ```
+/// use wirekit_core::minecraft::conn::{CloseReason, UnknownVersion, check_handshake};
+/// use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+/// use wirekit_core::minecraft::rules::HandshakeRule;
+///
+/// let hs = |version, next_state| Handshake {
+///     protocol_version: version,
+///     address: ServerAddress::host("play.example.com"),
+///     port: 25565,
+///     next_state,
+/// };
+/// let rule = HandshakeRule::ANY;
+/// let pass = UnknownVersion::Opaque;
+/// // 1.12.2 (340) has no Transfer; 1.20.5 (766) has.
+/// assert_eq!(
+///     check_handshake(&rule, pass, &hs(340, NextState::Transfer)),
+///     Err(CloseReason::TransferBeforeV1_20_5)
+/// );
+/// assert_eq!(check_handshake(&rule, pass, &hs(766, NextState::Transfer)), Ok(()));
+/// assert_eq!(check_handshake(&rule, pass, &hs(340, NextState::Login)), Ok(()));
+/// ```
+pub fn check_handshake(
+    rule: &HandshakeRule,
+    unknown_version: UnknownVersion,
+    hs: &Handshake<'_>,
+) -> Result<(), CloseReason> {
+    let v = hs.protocol_version;
+    rule.check(hs).map_err(CloseReason::HandshakeRefused)?;
+    if hs.next_state == NextState::Transfer && v < ids::V1_20_5 && ids::is_release(v) {
+        return Err(CloseReason::TransferBeforeV1_20_5);
+    }
+    unknown_version.check(v, hs.next_state)
+}
+
 /// A connection's configuration: everything but the rules, which are borrowed per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -815,16 +858,7 @@ impl ProxyConn {
                 let v = hs.protocol_version;
                 let effect = Effect::Handshake(v, hs.next_state);
                 let d = self.handshake_disconnect(effect);
-                hs_rule
-                    .check(&hs)
-                    .map_err(|r| (CloseReason::HandshakeRefused(r), d))?;
-                if hs.next_state == NextState::Transfer && v < ids::V1_20_5 && ids::is_release(v) {
-                    return Err((CloseReason::TransferBeforeV1_20_5, d));
-                }
-                self.config
-                    .unknown_version
-                    .check(v, hs.next_state)
-                    .map_err(|r| (r, d))?;
+                check_handshake(hs_rule, self.config.unknown_version, &hs).map_err(|r| (r, d))?;
                 effect
             }
             (State::Handshake, _) => return Err(unexpected()),
