@@ -74,25 +74,10 @@ fn bin_names(manifest: &str) -> Vec<String> {
     names
 }
 
-fn cargo_fuzz_installed() -> bool {
-    Command::new("cargo")
-        .args(["fuzz", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn ensure_cargo_fuzz() -> Result<(), String> {
-    if cargo_fuzz_installed() {
-        return Ok(());
-    }
-    run_in(
-        &root(),
-        "cargo",
-        &["install", "cargo-fuzz", "--locked"],
-        &[],
-    )
+    // Pinned, as the fuzz workspace's dependencies are by its committed Cargo.lock: the smoke
+    // run's corpus decodes and peers' verdicts do not move between two runs of one commit.
+    crate::process::ensure_cargo_tool("cargo-fuzz", "cargo-fuzz@0.13.2").map(|_| ())
 }
 
 /// Builds the targets (all when `only` is empty) and returns the directory of the binaries.
