@@ -1,6 +1,7 @@
 //! Compress arbitrary input at a level and over a workspace size the input picks (the
 //! documented sizes, or any size from the minimum up), then inflate it back exactly with
-//! wirekit's inflater and with zlib-rs (through flate2): both give the input back. The stream
+//! wirekit's inflater, with zlib-rs (through flate2) and with miniz_oxide (the inflater's
+//! reference, `core/src/zlib/inflate/reference.rs`): all three give the input back. The stream
 //! never exceeds `compress_bound`; compressing twice over the same tables gives a stream that
 //! inflates the same (generation tags must not leak matches); a workspace under the minimum is
 //! refused. The input itself also goes to the inflater, which must never panic.
@@ -11,10 +12,24 @@
 
 use flate2::{Decompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
+use wirekit_core::zlib::inflate::check_header;
 use wirekit_core::zlib::{
-    Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_MIN, WORKSPACE_SERVER, WorkspaceTooSmall,
-    compress_bound,
+    Compressor, InflateError, Inflater, Level, WORKSPACE_MCU, WORKSPACE_MIN, WORKSPACE_SERVER,
+    WorkspaceTooSmall, compress_bound,
 };
+
+#[path = "../../core/src/zlib/inflate/reference.rs"]
+mod reference;
+
+/// zlib-rs and miniz_oxide inflate `z` to exactly `want`, ending where `z` does.
+fn peers_inflate(z: &[u8], want: &[u8]) {
+    zlib_rs_inflates(z, want);
+    assert_eq!(
+        reference::reference(z, want.len(), true).as_deref(),
+        Ok(want),
+        "miniz_oxide inflates it"
+    );
+}
 
 /// zlib-rs inflates `z` to exactly `want`, ending where `z` does.
 fn zlib_rs_inflates(z: &[u8], want: &[u8]) {
@@ -66,12 +81,12 @@ fuzz_target!(|data: &[u8]| {
     }
     inflater.inflate_exact(&z[..n], &mut back).unwrap();
     assert_eq!(back, input);
-    zlib_rs_inflates(&z[..n], input);
+    peers_inflate(&z[..n], input);
     // Twice over the same tables: generation tags must not leak matches.
     let m = c.compress(level, input, &mut z).unwrap();
     inflater.inflate_exact(&z[..m], &mut back).unwrap();
     assert_eq!(back, input);
-    zlib_rs_inflates(&z[..m], input);
+    peers_inflate(&z[..m], input);
     let mut out = vec![0u8; usize::from(sel) * 64];
     let _ = inflater.inflate_exact(input, &mut out);
 });
