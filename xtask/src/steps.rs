@@ -14,13 +14,25 @@ const PUBLISHED: [&str; 4] = [
     "wirekit-std",
 ];
 
-/// What the proxy's end-to-end tests (`tests/tests/mcproxy_*.rs`) may add to CI, their build
-/// included (issue 13: at most 6 minutes on a fresh machine).
+/// What the proxy's tests (wirekit-proxy's own and `tests/tests/mcproxy_*.rs`) may add to CI,
+/// their build included (issue 13: at most 6 minutes on a fresh machine).
 const PROXY_TESTS_BUDGET: f64 = 360.0;
 
-/// The integration test targets of the wirekit-tests crate (`tests/tests/`): the proxy's
-/// (`mcproxy_*`) and the others, each sorted by name.
-fn integration_tests() -> Result<(Vec<String>, Vec<String>), String> {
+/// What the load and fault tests may add to CI, build included (issue 15: 5 minutes).
+const LOAD_TESTS_BUDGET: f64 = 300.0;
+
+/// The integration test targets of the wirekit-tests crate (`tests/tests/`), each group sorted
+/// by name.
+struct IntegrationTests {
+    /// The proxy's (`mcproxy_*`).
+    proxy: Vec<String>,
+    /// The load and fault suite's (`load_*`).
+    load: Vec<String>,
+    /// The others.
+    other: Vec<String>,
+}
+
+fn integration_tests() -> Result<IntegrationTests, String> {
     let dir = root().join("tests").join("tests");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
@@ -34,7 +46,32 @@ fn integration_tests() -> Result<(Vec<String>, Vec<String>), String> {
     if names.is_empty() {
         return Err(format!("no integration tests in {}", dir.display()));
     }
-    Ok(names.into_iter().partition(|n| n.starts_with("mcproxy_")))
+    let (proxy, rest): (Vec<_>, Vec<_>) =
+        names.into_iter().partition(|n| n.starts_with("mcproxy_"));
+    let (load, other) = rest.into_iter().partition(|n| n.starts_with("load_"));
+    Ok(IntegrationTests { proxy, load, other })
+}
+
+/// Runs `cargo test` with each argument list in turn as one step, and fails when the step took
+/// more than `budget` seconds, build included (what the step adds to CI).
+fn timed_tests(
+    what: &str,
+    runs: &[Vec<&str>],
+    envs: &[(&str, &str)],
+    budget: f64,
+) -> Result<(), String> {
+    let start = Instant::now();
+    for args in runs {
+        cargo(args, envs)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!("{what} took {secs:.0} s, build included (budget {budget:.0} s)");
+    if secs > budget {
+        return Err(format!(
+            "{what} took {secs:.0} s, over their {budget:.0} s budget"
+        ));
+    }
+    Ok(())
 }
 
 /// `cargo xtask test`.
@@ -90,15 +127,17 @@ pub fn test(args: &[String]) -> Result<(), String> {
         ("WIREKIT_INTEROP_DIR", interop.as_str()),
         (crate::load::ENV, load_records_path.as_str()),
     ];
-    let (proxy_tests, other_tests) = integration_tests()?;
-    // Every crate but wirekit-tests whole (their own `tests/` included), then wirekit-tests
-    // without the proxy's.
+    let tests = integration_tests()?;
+    // Every crate but wirekit-tests and the proxy's whole (their own `tests/` included), then
+    // wirekit-tests without the proxy's and the load suite's.
     cargo(
         &[
             "test",
             "--workspace",
             "--exclude",
             "wirekit-tests",
+            "--exclude",
+            "wirekit-proxy",
             "--lib",
             "--bins",
             "--tests",
@@ -114,26 +153,44 @@ pub fn test(args: &[String]) -> Result<(), String> {
         "--bins",
         "--examples",
     ];
-    for t in &other_tests {
+    for t in &tests.other {
         rest.extend(["--test", t.as_str()]);
     }
     cargo(&rest, &test_envs)?;
+    // The load and fault suite (issue: at most 5 minutes of CI).
+    let mut load = vec!["test", "-p", "wirekit-tests"];
+    for t in &tests.load {
+        load.extend(["--test", t.as_str()]);
+    }
+    timed_tests(
+        &format!("the load and fault tests ({})", tests.load.join(", ")),
+        &[load],
+        &test_envs,
+        LOAD_TESTS_BUDGET,
+    )?;
+    // The proxy's: its crate's own tests and its end-to-end ones.
     let mut proxy = vec!["test", "-p", "wirekit-tests"];
-    for t in &proxy_tests {
+    for t in &tests.proxy {
         proxy.extend(["--test", t.as_str()]);
     }
-    let proxy_start = Instant::now();
-    cargo(&proxy, &test_envs)?;
-    let proxy_secs = proxy_start.elapsed().as_secs_f64();
-    println!(
-        "the proxy's tests ({}) took {proxy_secs:.0} s, build included (budget {PROXY_TESTS_BUDGET:.0} s)",
-        proxy_tests.join(", ")
-    );
-    if proxy_secs > PROXY_TESTS_BUDGET {
-        return Err(format!(
-            "the proxy's tests took {proxy_secs:.0} s, over their {PROXY_TESTS_BUDGET:.0} s budget"
-        ));
-    }
+    let proxy_crate = vec![
+        "test",
+        "-p",
+        "wirekit-proxy",
+        "--lib",
+        "--bins",
+        "--tests",
+        "--examples",
+    ];
+    timed_tests(
+        &format!(
+            "the proxy's tests (wirekit-proxy's own, {})",
+            tests.proxy.join(", ")
+        ),
+        &[proxy_crate, proxy],
+        &test_envs,
+        PROXY_TESTS_BUDGET,
+    )?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
     // The core alone, no feature at all: the portable CRC32C and Adler-32, no std.
     cargo(
