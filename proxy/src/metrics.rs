@@ -3,8 +3,9 @@
 //!
 //! - `wirekit_proxy_connections_total{route}`: connections routed, by route (`none` before a
 //!   route is known);
-//! - `wirekit_proxy_connections_open{route,state}`: open now, by route and state (`prelogin`,
-//!   `status`, `relay`);
+//! - `wirekit_proxy_connections_open{route,state}`: open now, by route and state: `prelogin`,
+//!   `status`, `relay` (bytes relayed unparsed), and for inspected connections the protocol
+//!   state their upstream's packets are in, `login`, `configuration` or `play`;
 //! - `wirekit_proxy_rejections_total{reason}`: connections closed by the proxy, by reason;
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered);
@@ -22,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use wirekit_core::limit::source::Refusal;
 use wirekit_core::limit::{LogDecision, LogLimit};
+use wirekit_core::minecraft::ids::State;
 use wirekit_std::accept::AcceptBackoff;
 use wirekit_std::clock;
 
@@ -41,24 +43,52 @@ const LATENCY_BUCKETS: [f64; 12] = [
 
 /// A connection's state, for the open-connections gauge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
 pub enum ConnState {
     /// PROXY header, handshake, Login Start or Status Request being read.
     Prelogin,
     /// Being answered a status.
     Status,
-    /// Relaying.
+    /// Relaying bytes unparsed: a passthrough route after Login Start, or an inspect route
+    /// gone opaque (after Encryption Request, or a version it does not parse).
     Relay,
+    /// Inspected, in login (Login Start sent, play not reached).
+    Login,
+    /// Inspected, in configuration (1.20.2+).
+    Configuration,
+    /// Inspected, in play.
+    Play,
 }
 
 impl ConnState {
     /// Every state, in the order of the gauge's rows.
-    const ALL: [ConnState; 3] = [ConnState::Prelogin, ConnState::Status, ConnState::Relay];
+    const ALL: [ConnState; 6] = [
+        ConnState::Prelogin,
+        ConnState::Status,
+        ConnState::Relay,
+        ConnState::Login,
+        ConnState::Configuration,
+        ConnState::Play,
+    ];
 
     const fn as_str(self) -> &'static str {
         match self {
             ConnState::Prelogin => "prelogin",
             ConnState::Status => "status",
             ConnState::Relay => "relay",
+            ConnState::Login => "login",
+            ConnState::Configuration => "configuration",
+            ConnState::Play => "play",
+        }
+    }
+
+    /// The state of an inspected connection whose machine reads the upstream's packets in
+    /// `state`.
+    pub const fn inspected(state: State) -> ConnState {
+        match state {
+            State::Handshake | State::Status | State::Login => ConnState::Login,
+            State::Configuration => ConnState::Configuration,
+            State::Play => ConnState::Play,
         }
     }
 }
@@ -72,7 +102,7 @@ pub struct Metrics {
     connections: Mutex<BTreeMap<String, u64>>,
     /// Per route, the connections open in each state ([`ConnState::ALL`]'s order); `None` for
     /// a state no connection of the route has been in.
-    open: Mutex<BTreeMap<String, [Option<i64>; 3]>>,
+    open: Mutex<BTreeMap<String, [Option<i64>; ConnState::ALL.len()]>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
     closed: Mutex<BTreeMap<&'static str, u64>>,
     lines_suppressed: AtomicU64,
@@ -320,7 +350,9 @@ fn escape(s: &str) -> String {
 pub struct OpenGauge<'a> {
     metrics: &'a Metrics,
     route: &'a str,
-    state: ConnState,
+    /// A [`ConnState`], atomic so that an inspect relay moves it through a shared reference
+    /// ([`set_state`](Self::set_state)).
+    state: AtomicU8,
 }
 
 impl<'a> OpenGauge<'a> {
@@ -330,25 +362,41 @@ impl<'a> OpenGauge<'a> {
         OpenGauge {
             metrics,
             route,
-            state,
+            state: AtomicU8::new(state as u8),
         }
+    }
+
+    fn state(&self) -> ConnState {
+        ConnState::ALL[usize::from(self.state.load(Ordering::Relaxed))]
     }
 
     /// Moves the connection to `state` under `route`.
     pub fn set(&mut self, route: &'a str, state: ConnState) {
-        if route == self.route && state == self.state {
+        let was = self.state();
+        if route == self.route && state == was {
             return;
         }
-        self.metrics.open_add(self.route, self.state, -1);
+        self.metrics.open_add(self.route, was, -1);
         self.metrics.open_add(route, state, 1);
         self.route = route;
-        self.state = state;
+        *self.state.get_mut() = state as u8;
+    }
+
+    /// Moves the connection to `state` under its route: a load when the state is unchanged
+    /// (an inspect relay asks after each write).
+    pub fn set_state(&self, state: ConnState) {
+        let was = self.state.swap(state as u8, Ordering::Relaxed);
+        if was != state as u8 {
+            self.metrics
+                .open_add(self.route, ConnState::ALL[usize::from(was)], -1);
+            self.metrics.open_add(self.route, state, 1);
+        }
     }
 }
 
 impl Drop for OpenGauge<'_> {
     fn drop(&mut self) {
-        self.metrics.open_add(self.route, self.state, -1);
+        self.metrics.open_add(self.route, self.state(), -1);
     }
 }
 

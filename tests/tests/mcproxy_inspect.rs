@@ -499,6 +499,33 @@ fn raw_login(
     (proxy, client, up)
 }
 
+/// Waits (5 s at most) for route `name` to have exactly one connection open, in `state`.
+fn open_only_in(proxy: &McProxy, name: &str, state: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = proxy.metrics();
+        let open: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!(
+                    "wirekit_proxy_connections_open{{route=\"{name}\","
+                ))
+            })
+            .filter(|l| !l.ends_with(" 0"))
+            .collect();
+        let want =
+            format!("wirekit_proxy_connections_open{{route=\"{name}\",state=\"{state}\"}} 1");
+        if open == [want.as_str()] {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "want {want} alone, open: {open:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The close line of the one connection on route `name`, once written.
 fn close_line(proxy: &McProxy, name: &str) -> String {
     let needle = format!("route=\"{name}\"");
@@ -522,8 +549,11 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
     let _turn = turn();
     let opening = login_bytes("halfclose.inspect.test", "Tester");
     let (proxy, mut client, mut up) = raw_login("halfclose", 81, &opening);
+    // The open gauge follows the protocol state the machine reads: login, then play.
+    open_only_in(&proxy, "halfclose", "login");
     up.write_all(&login_success("Tester")).unwrap();
     assert_eq!(read_frames(&mut client, 1).len(), 1);
+    open_only_in(&proxy, "halfclose", "play");
 
     // The client's last packet, then the end of its stream.
     let last = frame(&[[0x03u8].as_slice(), b"bye"].concat());
@@ -603,14 +633,13 @@ fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
     let opaque: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 0x80) as u8).collect();
     up.write_all(&request_frame).unwrap();
     up.write_all(&opaque).unwrap();
+    let mut got = vec![0u8; request_frame.len() + opaque.len()];
+    client.read_exact(&mut got).unwrap();
+    assert!(got == [&request_frame[..], &opaque[..]].concat());
+    // Open until the upstream ends too: bytes relayed unparsed.
+    open_only_in(&proxy, "halfopaque", "relay");
     up.shutdown(Shutdown::Write).unwrap();
-    let mut got = Vec::new();
-    client.read_to_end(&mut got).unwrap();
-    assert!(
-        got == [&request_frame[..], &opaque[..]].concat(),
-        "{} bytes",
-        got.len()
-    );
+    assert_eq!(client.read(&mut rest).unwrap(), 0, "then the end of stream");
     drop((client, up));
     let line = close_line(&proxy, "halfopaque");
     assert!(!line.contains("error"), "{line}");

@@ -109,7 +109,13 @@ pub(crate) async fn serve<'a>(
             Err(ended) => return ended,
         };
     line.serverbound = login_frame.len() as u64;
-    gauge.set(&r.name, ConnState::Relay);
+    // Bytes unparsed from here, or inspected in login until the machine says otherwise.
+    let state = if opaque {
+        ConnState::Relay
+    } else {
+        ConnState::Login
+    };
+    gauge.set(&r.name, state);
     let metrics = &shared.metrics;
     let mut stream = inbound.stream;
 
@@ -122,6 +128,7 @@ pub(crate) async fn serve<'a>(
         insp.set_counters(crate::inspect::Counters {
             bytes: &metrics.bytes,
             packets: &metrics.packets,
+            gauge: Some(&*gauge),
         });
         let end = insp
             .run((&mut cr, &mut cw), (&mut ur, &mut uw), &shared.connections)
@@ -143,6 +150,7 @@ pub(crate) async fn serve<'a>(
             Ended::Done(end.as_str())
         };
     }
+    gauge.set(&r.name, ConnState::Relay);
     let outcome = byte_relay(shared, s, stream, upstream).await;
     line.serverbound += outcome.serverbound;
     line.clientbound += outcome.clientbound;

@@ -64,6 +64,7 @@ use wirekit_core::varint::encode_varint;
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
 
 use crate::lazy_buf::LazyBuf;
+use crate::metrics::{ConnState, OpenGauge};
 
 /// Makes the [`Filter`] of each inspected connection, given the route's name (set with
 /// [`Proxy::set_filter`](crate::Proxy::set_filter)).
@@ -493,6 +494,9 @@ pub struct Counters<'s> {
     pub bytes: &'s [AtomicU64; 2],
     /// Packets read.
     pub packets: &'s [AtomicU64; 2],
+    /// The connection's open gauge, moved to the protocol state the upstream's packets are in
+    /// ([`ConnState::inspected`]) as the machine follows it.
+    pub gauge: Option<&'s OpenGauge<'s>>,
 }
 
 impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
@@ -542,6 +546,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 c.packets[d].fetch_add(now.packets - was.packets, Ordering::Relaxed);
             }
             *was = now;
+        }
+        if let Some(g) = c.gauge {
+            g.set_state(ConnState::inspected(
+                self.conn.state(Direction::Clientbound),
+            ));
         }
     }
 

@@ -367,6 +367,11 @@ mod tests {
         assert_eq!(s.routes[0].unknown_version, UnknownVersion::Refuse);
         assert_eq!(i.client_compression.map(|c| c.threshold), Some(512));
         assert_eq!(i.handshake.max_host_len, 64);
+        // Every budget key of the block is read.
+        let cb = i.budgets.clientbound;
+        assert_eq!(cb.packets.map(|b| b.burst), Some(40000));
+        assert_eq!(cb.bytes.map(|b| b.burst), Some(67108864));
+        assert_eq!(cb.inflated.map(|b| b.burst), Some(134217728));
         assert!(i.rules.len() >= 2);
         assert_eq!(i.rules.last().unwrap().action, RuleAction::MaxLen(300));
     }
