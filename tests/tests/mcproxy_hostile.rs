@@ -298,10 +298,13 @@ fn ten_thousand_declared_frames_reserve_nothing_and_over_long_ones_are_refused_a
 fn a_handshake_flood_from_one_address_trips_its_limit_and_another_address_joins() {
     const FLOOD: usize = 300;
     const BURST: usize = 20;
-    let proxy = McProxy::start(
+    let joined = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let proxy = McProxy::start(&format!(
         "conn-per-ip-burst = 20\nconn-per-ip-rate = 1\nconn-per-ip-max = 0\n\
-         status-per-ip-burst = 0\nlog-interval = 600\nunknown-host = \"motd\"\n",
-    );
+         status-per-ip-burst = 0\nlog-interval = 600\nunknown-host = \"motd\"\n\
+         [[route]]\nhosts = [\"join.test\"]\nupstreams = [\"{}\"]\n",
+        joined.local_addr().unwrap()
+    ));
     let opening = [
         &handshake("flood.test", 340, NextState::Status)[..],
         &[0x01, 0x00],
@@ -333,9 +336,18 @@ fn a_handshake_flood_from_one_address_trips_its_limit_and_another_address_joins(
         "{served} served of {FLOOD} in {took:?}"
     );
     assert_eq!(served + refused, FLOOD);
-    // Another address, in the same /24, is served.
+    // Another address, in the same /24, is served: its status, and its login reaches the
+    // upstream.
     let json = status(proxy.addr, 11, "flood.test", 340);
     assert!(json.contains("Unknown server"), "{json}");
+    let mut s = connect_from(11, proxy.addr);
+    let sent = login_bytes("join.test", "Lee");
+    s.write_all(&sent).unwrap();
+    let (mut up, _) = joined.accept().unwrap();
+    let mut got = vec![0u8; sent.len()];
+    up.set_read_timeout(Some(WAIT)).unwrap();
+    up.read_exact(&mut got).unwrap();
+    assert_eq!(got, sent);
     let refused = refused as u64;
     proxy.wait_metric(
         "wirekit_proxy_limiter_trips_total{limit=\"host_rate\"}",
@@ -621,9 +633,12 @@ fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
         .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .unwrap();
     let dead = reserved.local_addr().unwrap().port();
+    let live = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let live_port = live.local_addr().unwrap().port();
     let proxy = McProxy::start(&format!(
         "[[route]]\nhosts = [\"down.test\"]\nupstreams = [\"127.0.0.1:{dead}\"]\n\
-         fallback-motd = \"upstream down\"\nfallback-version = \"Fallback 1.0\"\n"
+         fallback-motd = \"upstream down\"\nfallback-version = \"Fallback 1.0\"\n\
+         [[route]]\nhosts = [\"up.test\"]\nupstreams = [\"127.0.0.1:{live_port}\"]\n"
     ));
     let json = status(proxy.addr, 50, "down.test", 765);
     assert!(
@@ -636,6 +651,15 @@ fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
     wait_closed(&mut s, Duration::from_secs(5)).unwrap();
     proxy.wait_metric("wirekit_proxy_status_cache_total{result=\"fallback\"}", 1);
     proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"no_upstream\"}", 1);
+    // Meanwhile another route's clients are served: a login reaches its upstream.
+    let mut other = connect_from(53, proxy.addr);
+    let sent = login_bytes("up.test", "Kit");
+    other.write_all(&sent).unwrap();
+    let (mut up, _) = live.accept().unwrap();
+    let mut got = vec![0u8; sent.len()];
+    up.set_read_timeout(Some(WAIT)).unwrap();
+    up.read_exact(&mut got).unwrap();
+    assert_eq!(got, sent);
     // Served again once the upstream is back.
     let listener = reserved.listen(16).unwrap().into_std().unwrap();
     listener.set_nonblocking(false).unwrap();
