@@ -677,6 +677,7 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     let (serve, serve_addr) = serve_trusting_loopback();
     let proxy = McProxy::start(&format!(
         "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.1/32\"]\nconn-per-ip-max = 1\nunknown-host = \"motd\"\n\
+         login-per-ip-burst = 1\nlogin-per-ip-rate = 0\nlog-interval = 600\n\
          [[route]]\nhosts = [\"serve.test\"]\nupstreams = [\"{serve_addr}\"]\nproxy-protocol = true\n"
     ));
     let port = free_port().unwrap();
@@ -716,6 +717,23 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     drop(s);
     let log = serve.wait_log(&format!("client=127.0.0.103:{port}"), 1);
     assert!(log.contains("peer=127.0.0.1:"), "{log}");
+    // The login rate is per real client too: .103's second login is told to wait, though
+    // every login reaches the proxy from HAProxy's one address ...
+    let mut s = connect_from(103, front);
+    s.write_all(&login_bytes("serve.test", "Zed")).unwrap();
+    expect_disconnect(&mut s, "Too many logins");
+    proxy.wait_metric("wirekit_proxy_limiter_trips_total{limit=\"login_rate\"}", 1);
+    // ... and .104's first login goes through to wirekit serve.
+    let mut s = connect_from(104, front);
+    s.write_all(&login_bytes("serve.test", "Amy")).unwrap();
+    let port = s.local_addr().unwrap().port();
+    thread::sleep(Duration::from_millis(300));
+    drop(s);
+    serve.wait_log(&format!("client=127.0.0.104:{port}"), 1);
+    assert_eq!(
+        proxy.metric("wirekit_proxy_limiter_trips_total{limit=\"login_rate\"}"),
+        1
+    );
 }
 
 /// PyPI mcstatus (`tests/interop/mcstatus_peer.py`) against `proxy`: `status` or `legacy`;
