@@ -205,6 +205,23 @@ impl Metrics {
     /// route seen for the first time.
     fn open_add(&self, route: &str, state: ConnState, delta: i64) {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Self::open_row(&mut open, route, state, delta);
+    }
+
+    /// Moves one open connection between rows under one lock, so that no scrape sees it in
+    /// neither.
+    fn open_move(&self, from: (&str, ConnState), to: (&str, ConnState)) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Self::open_row(&mut open, from.0, from.1, -1);
+        Self::open_row(&mut open, to.0, to.1, 1);
+    }
+
+    fn open_row(
+        open: &mut BTreeMap<String, [Option<i64>; ConnState::ALL.len()]>,
+        route: &str,
+        state: ConnState,
+        delta: i64,
+    ) {
         let row = match open.get_mut(route) {
             Some(row) => row,
             None => open.entry(route.to_owned()).or_default(),
@@ -376,20 +393,22 @@ impl<'a> OpenGauge<'a> {
         if route == self.route && state == was {
             return;
         }
-        self.metrics.open_add(self.route, was, -1);
-        self.metrics.open_add(route, state, 1);
+        self.metrics.open_move((self.route, was), (route, state));
         self.route = route;
         *self.state.get_mut() = state as u8;
     }
 
-    /// Moves the connection to `state` under its route: a load when the state is unchanged
-    /// (an inspect relay asks after each write).
+    /// Moves the connection to `state` under its route: one atomic load when the state is
+    /// unchanged (an inspect relay asks after each write).
     pub fn set_state(&self, state: ConnState) {
+        if self.state.load(Ordering::Relaxed) == state as u8 {
+            return;
+        }
         let was = self.state.swap(state as u8, Ordering::Relaxed);
         if was != state as u8 {
+            let was = ConnState::ALL[usize::from(was)];
             self.metrics
-                .open_add(self.route, ConnState::ALL[usize::from(was)], -1);
-            self.metrics.open_add(self.route, state, 1);
+                .open_move((self.route, was), (self.route, state));
         }
     }
 }

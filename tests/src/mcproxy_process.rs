@@ -225,6 +225,28 @@ impl Drop for McProxy {
     }
 }
 
+/// The next connection on `listener`, within [`WAIT`]: a test whose connection never comes
+/// fails instead of hanging.
+pub fn accept_within(listener: &std::net::TcpListener) -> TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!(
+                "no connection on {:?} within {WAIT:?}: {e}",
+                listener.local_addr()
+            ),
+        }
+    };
+    listener.set_nonblocking(false).unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
 /// A TCP client from loopback address `127.0.0.<last>`.
 pub fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
     // std cannot bind before connect; tokio's TcpSocket can, then hands the stream over.

@@ -243,12 +243,28 @@ fn exercise(qemu: &Qemu) -> Stats {
     // makes room for, what it declared), long before the header timeout, beside a bystander.
     let mut bystander = connect_retrying(addr);
     bystander.echo(b"before").unwrap();
+    let before_oversized = qemu.decoded_log();
     let closed_after = oversized_header_closed(addr);
     eprintln!("a PROXY v2 header declaring 65,535 bytes: closed after {closed_after:?}");
     assert!(
         closed_after < HEADER_TIMEOUT,
         "closed after {closed_after:?}: waited for the header timeout"
     );
+    // Closed by the firmware for its length (not refused by QEMU for want of a socket).
+    let too_long = "closing: PROXY header longer than the limit";
+    let logged_by = Instant::now() + Duration::from_secs(5);
+    loop {
+        let after = qemu.decoded_log();
+        let added = count_lines(&after, too_long) - count_lines(&before_oversized, too_long);
+        if added == 1 {
+            break;
+        }
+        assert!(
+            added == 0 && Instant::now() < logged_by,
+            "{added} lines:\n{after}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     bystander
         .echo(b"after")
         .unwrap_or_else(|e| panic!("the bystander after the oversized header: {e}"));
@@ -399,7 +415,6 @@ fn count_lines(log: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle)).count()
 }
 
-/// A connection that echoes: the firmware's sockets listen again a moment after a close.
 /// Sends the 16-byte prefix of a PROXY v2 header declaring 65,535 bytes, then 100 of them,
 /// and waits (twice the header timeout at most) for the firmware to close; the time from the
 /// send to the close.
@@ -421,6 +436,7 @@ fn oversized_header_closed(addr: std::net::SocketAddr) -> Duration {
     }
 }
 
+/// A connection that echoes: the firmware's sockets listen again a moment after a close.
 fn connect_retrying(addr: std::net::SocketAddr) -> ServiceClient {
     for _ in 0..50 {
         if let Ok(mut c) = ServiceClient::connect(addr, None, None)

@@ -717,6 +717,11 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     drop(s);
     let log = serve.wait_log(&format!("client=127.0.0.103:{port}"), 1);
     assert!(log.contains("peer=127.0.0.1:"), "{log}");
+    // The proxy's close line for it: written once the connection has left .103's one
+    // concurrent slot, so the next connection from .103 meets the login rate, not that.
+    proxy
+        .proc
+        .wait_log(&format!("client=127.0.0.103:{port}"), 1);
     // The login rate is per real client too: .103's second login is told to wait, though
     // every login reaches the proxy from HAProxy's one address ...
     let mut s = connect_from(103, front);

@@ -20,8 +20,8 @@ use wirekit_core::varint::encode_varint;
 use wirekit_proxy::prelogin::MAX_HANDSHAKE_BODY;
 use wirekit_tests::faults;
 use wirekit_tests::mcproxy_process::{
-    McProxy, WAIT, connect_from, expect_disconnect, handshake, login_bytes, login_start,
-    node_server, node_sessions, read_packet, reset, status, wait_closed,
+    McProxy, WAIT, accept_within, connect_from, expect_disconnect, handshake, login_bytes,
+    login_start, node_server, node_sessions, read_packet, reset, status, wait_closed,
 };
 use wirekit_tests::serve_process;
 
@@ -343,7 +343,7 @@ fn a_handshake_flood_from_one_address_trips_its_limit_and_another_address_joins(
     let mut s = connect_from(11, proxy.addr);
     let sent = login_bytes("join.test", "Lee");
     s.write_all(&sent).unwrap();
-    let (mut up, _) = joined.accept().unwrap();
+    let mut up = accept_within(&joined);
     let mut got = vec![0u8; sent.len()];
     up.set_read_timeout(Some(WAIT)).unwrap();
     up.read_exact(&mut got).unwrap();
@@ -655,7 +655,7 @@ fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
     let mut other = connect_from(53, proxy.addr);
     let sent = login_bytes("up.test", "Kit");
     other.write_all(&sent).unwrap();
-    let (mut up, _) = live.accept().unwrap();
+    let mut up = accept_within(&live);
     let mut got = vec![0u8; sent.len()];
     up.set_read_timeout(Some(WAIT)).unwrap();
     up.read_exact(&mut got).unwrap();

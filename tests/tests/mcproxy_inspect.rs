@@ -493,7 +493,7 @@ fn raw_login(
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     client.write_all(opening).unwrap();
-    let (mut up, _) = listener.accept().unwrap();
+    let mut up = wirekit_tests::mcproxy_process::accept_within(&listener);
     up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     read_frames(&mut up, 2);
     (proxy, client, up)
