@@ -571,7 +571,13 @@ default the length limit starts at the corpus's longest input and grows through 
 in the runs of 2026-12-03 that growth was behind most late features (zlib_round_trip 44 of its
 73 new-feature lines, inflate_diff 28 of 39, compressed_frame_decode 15 of 21 came from inputs
 within 10% of the limit of the moment): a run kept finding features while its limit grew,
-whatever the target had left. Coverage is libFuzzer's: `cov` counts the edges reached, `ft`
+whatever the target had left. Where a run kept finding features and no edges, what it found
+was read off libFuzzer's merge control file (`-merge_control_file`: each input's features, an
+edge's index times 8 plus its hit-count bucket) before and after the run, the edges mapped to
+source through the binary's `__sancov_pcs` table: for session and service_client (runs of
+2026-12-04 at `0af3d6b4`) they were hit-count buckets of loops summed over dozens of frames in
+one input (the compressor's inner loops, the stats reply's field parsers), so from `c568d507`
+on those targets cap what one input repeats (their docs say how far). Coverage is libFuzzer's: `cov` counts the edges reached, `ft`
 the features (edges with hit counts and value profiles). A run *plateaued* when no new feature
 appeared in the last quarter of its executions (rows at `60e9893d` or earlier: of its time; the
 count of executions is the same measure when the run has its core to itself, and the fair one
