@@ -294,6 +294,19 @@ fn ten_thousand_declared_frames_reserve_nothing_and_over_long_ones_are_refused_a
     proxy.wait_metric("wirekit_proxy_log_lines_suppressed_total", 3 * N as u64 - 1);
 }
 
+/// A login from `127.0.0.<from>` for `host` reaches, as sent, the upstream listening on
+/// `upstream`.
+fn login_reaches(proxy: &McProxy, from: u8, host: &str, upstream: &TcpListener) {
+    let mut s = connect_from(from, proxy.addr);
+    let sent = login_bytes(host, "Lee");
+    s.write_all(&sent).unwrap();
+    let mut up = accept_within(upstream);
+    let mut got = vec![0u8; sent.len()];
+    up.set_read_timeout(Some(WAIT)).unwrap();
+    up.read_exact(&mut got).unwrap();
+    assert_eq!(got, sent);
+}
+
 #[test]
 fn a_handshake_flood_from_one_address_trips_its_limit_and_another_address_joins() {
     const FLOOD: usize = 300;
@@ -340,14 +353,7 @@ fn a_handshake_flood_from_one_address_trips_its_limit_and_another_address_joins(
     // upstream.
     let json = status(proxy.addr, 11, "flood.test", 340);
     assert!(json.contains("Unknown server"), "{json}");
-    let mut s = connect_from(11, proxy.addr);
-    let sent = login_bytes("join.test", "Lee");
-    s.write_all(&sent).unwrap();
-    let mut up = accept_within(&joined);
-    let mut got = vec![0u8; sent.len()];
-    up.set_read_timeout(Some(WAIT)).unwrap();
-    up.read_exact(&mut got).unwrap();
-    assert_eq!(got, sent);
+    login_reaches(&proxy, 11, "join.test", &joined);
     let refused = refused as u64;
     proxy.wait_metric(
         "wirekit_proxy_limiter_trips_total{limit=\"host_rate\"}",
@@ -652,14 +658,7 @@ fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
     proxy.wait_metric("wirekit_proxy_status_cache_total{result=\"fallback\"}", 1);
     proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"no_upstream\"}", 1);
     // Meanwhile another route's clients are served: a login reaches its upstream.
-    let mut other = connect_from(53, proxy.addr);
-    let sent = login_bytes("up.test", "Kit");
-    other.write_all(&sent).unwrap();
-    let mut up = accept_within(&live);
-    let mut got = vec![0u8; sent.len()];
-    up.set_read_timeout(Some(WAIT)).unwrap();
-    up.read_exact(&mut got).unwrap();
-    assert_eq!(got, sent);
+    login_reaches(&proxy, 53, "up.test", &live);
     // Served again once the upstream is back.
     let listener = reserved.listen(16).unwrap().into_std().unwrap();
     listener.set_nonblocking(false).unwrap();
