@@ -13,9 +13,10 @@
 //! request, its reply, close, as fast as each of the N tasks can go (the rate is the report's
 //! round trips per second).
 //!
-//! Nothing waits forever: a connect is given [`LoadOptions::connect_timeout`], and every wait
-//! for the server (a reply, or room to send) [`LoadOptions::reply_timeout`]; past either the run
-//! ends with an error naming the target and what it was waiting for.
+//! Nothing waits forever: a connect is given [`LoadOptions::connect_timeout`], and a request
+//! [`LoadOptions::reply_timeout`] from its sending to its whole reply, however the server
+//! trickles its bytes (a set-up reply the same from the start of its wait); past either the
+//! run ends with an error naming the target and what it was waiting for.
 //!
 //! A pipelined connection keeps at most [`LoadOptions::pipeline`] requests and about
 //! [`LoadOptions::MAX_BYTES_IN_FLIGHT`] bytes of them unanswered, and reads replies whenever the
@@ -207,7 +208,8 @@ pub struct LoadOptions {
     pub churn: bool,
     /// How long a connect may take.
     pub connect_timeout: Duration,
-    /// How long the server may take to answer (or to take a request) before the run fails.
+    /// How long the server may take to take a request and answer it in whole, counted from
+    /// the request's sending, before the run fails.
     pub reply_timeout: Duration,
 }
 
@@ -847,6 +849,24 @@ async fn within<T>(
     }
 }
 
+/// [`within`] against a deadline fixed before the first of several waits, so a server that
+/// trickles a reply a byte at a time cannot keep the wait going past `limit` of the moment
+/// the deadline was set.
+async fn until<T>(
+    deadline: Instant,
+    limit: Duration,
+    what: &str,
+    f: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout_at(deadline.into(), f).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the server did not {what} within {limit:?}"),
+        )),
+    }
+}
+
 /// Reads one whole reply during connection set-up (greeting, set-compression reply) and
 /// returns its ID; the client has checked it against the ordering rules and applied it.
 async fn recv_setup(
@@ -855,13 +875,14 @@ async fn recv_setup(
     buf: &mut Vec<u8>,
     limit: Duration,
 ) -> io::Result<i32> {
+    let deadline = Instant::now() + limit;
     loop {
         if let Some((consumed, id, _)) = framing.decode(buf)? {
             buf.drain(..consumed);
             return Ok(id);
         }
         let mut chunk = [0u8; 512];
-        let n = within(limit, "reply", stream.read(&mut chunk)).await?;
+        let n = until(deadline, limit, "reply", stream.read(&mut chunk)).await?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -945,7 +966,9 @@ async fn churn_connections(
         let payload = &run.corpus[off..off + len];
         wbuf.clear();
         framing.encode(wire::ECHO, payload, &mut wbuf)?;
-        within(limit, "take a request", stream.write_all(&wbuf)).await?;
+        // The request taken and its reply read within the limit, however they trickle.
+        let deadline = Instant::now() + limit;
+        until(deadline, limit, "take a request", stream.write_all(&wbuf)).await?;
         result.wire_bytes += wbuf.len() as u64;
         rbuf.clear();
         loop {
@@ -957,7 +980,7 @@ async fn churn_connections(
             }
             let at = rbuf.len();
             rbuf.resize(at + 4096, 0);
-            let n = within(limit, "reply", stream.read(&mut rbuf[at..])).await?;
+            let n = until(deadline, limit, "reply", stream.read(&mut rbuf[at..])).await?;
             rbuf.truncate(at + n);
             if n == 0 {
                 return Err(io::Error::new(
@@ -1087,7 +1110,10 @@ async fn drive_connection(
         } else {
             (Interest::READABLE | Interest::WRITABLE, "take a request")
         };
-        let ready = within(limit, what, stream.ready(interest)).await?;
+        // The oldest request unanswered must be answered within the limit of its sending, so
+        // that a server trickling bytes, each wait short, cannot hold the run past it.
+        let oldest = inflight.front().map_or_else(Instant::now, |f| f.sent_at);
+        let ready = until(oldest + limit, limit, what, stream.ready(interest)).await?;
         if !ready.is_readable() && !ready.is_read_closed() {
             continue;
         }
@@ -1630,6 +1656,65 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert_eq!(err.to_string(), "the server did not reply within 10ms");
+    }
+
+    /// A server that answers every connection with a frame declaring 100 bytes and then one
+    /// byte of it every 20 ms (99 at most, so the frame never completes), for 4 s at most.
+    fn trickling_server() -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let stop = Instant::now() + Duration::from_secs(4);
+            listener.set_nonblocking(true).unwrap();
+            let mut conns = Vec::new();
+            let mut sent = 0;
+            while Instant::now() < stop {
+                if let Ok((c, _)) = listener.accept() {
+                    use std::io::Write;
+                    let mut c: std::net::TcpStream = c;
+                    let _ = c.write_all(&[100]);
+                    conns.push(c);
+                }
+                if sent < 99 {
+                    for c in &mut conns {
+                        use std::io::Write;
+                        let _ = c.write_all(&[0]);
+                    }
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_reply_trickled_a_byte_at_a_time_still_times_out() {
+        // Each byte comes well within the limit; the reply as a whole never does. Before, the
+        // limit applied to each wait, and the run waited out the whole trickle.
+        for churn in [false, true] {
+            let started = Instant::now();
+            let err = run(LoadOptions {
+                target: Some(trickling_server()),
+                connections: 1,
+                round_trips: Some(1),
+                payload: PayloadSizes::Fixed(32),
+                reply_timeout: Duration::from_millis(300),
+                churn,
+                ..LoadOptions::default()
+            })
+            .unwrap_err();
+            let took = started.elapsed();
+            assert_eq!(err.kind(), io::ErrorKind::TimedOut, "churn {churn}: {err}");
+            assert!(
+                err.to_string().contains("did not reply within 300ms"),
+                "churn {churn}: {err}"
+            );
+            assert!(
+                took < Duration::from_millis(1500),
+                "churn {churn}: {took:?}"
+            );
+        }
     }
 
     #[test]
