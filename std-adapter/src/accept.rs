@@ -10,6 +10,13 @@
 //! with the next one logged. The lines dropped are counted too, for the caller's totals
 //! ([`AcceptBackoff::take_lines_suppressed`]).
 //!
+//! Only running out of something (descriptors, buffers, memory) starts a streak. The errors
+//! that belong to one connection, as `accept(2)` reports a client gone before it was taken
+//! (ECONNABORTED, EPROTO and the network errors Linux passes on from the pending socket), are
+//! returned at once with no pause and no line: a client that connects and resets in a loop
+//! would otherwise hold every accept of the listener to the back-off's pace.
+//! ([`is_per_connection`] tells them apart.)
+//!
 //! A streak ends at the first try that does not fail: a connection accepted, or none waiting
 //! with a descriptor free (Linux takes the descriptor before it looks at the backlog, so an
 //! accept at the limit fails even with nothing queued; finding the backlog empty means a
@@ -129,6 +136,11 @@ impl AcceptBackoff {
     }
 
     fn failed(&mut self, e: io::Error) -> io::Error {
+        if is_per_connection(&e) {
+            // One client's failure: the next one in the backlog is tried at once, and a
+            // streak in progress goes on as it was.
+            return e;
+        }
         if self.failing == 0 {
             self.logged = match self.log.check(clock::now()) {
                 LogDecision::Log { suppressed } => {
@@ -169,6 +181,29 @@ impl AcceptBackoff {
     }
 }
 
+/// Whether a failed accept concerns only the connection it would have returned, so the next
+/// one can be tried at once: the pending connection aborted or reset (ECONNABORTED,
+/// ECONNRESET, Linux's EPROTO), a network error on it that Linux passes on (ENETDOWN,
+/// ENETUNREACH, EHOSTUNREACH, ETIMEDOUT; EPERM from a firewall rule), or a signal. Anything
+/// else (EMFILE, ENFILE, ENOBUFS, ENOMEM, or an error of the listener itself) backs off, so a
+/// lasting error cannot spin the loop.
+pub fn is_per_connection(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    /// EPROTO on Linux (`accept(2)`: "Protocol error"), which std maps to no kind of its own.
+    const EPROTO_LINUX: i32 = 71;
+    matches!(
+        e.kind(),
+        ConnectionAborted
+            | ConnectionReset
+            | Interrupted
+            | TimedOut
+            | NetworkDown
+            | NetworkUnreachable
+            | HostUnreachable
+            | PermissionDenied
+    ) || (cfg!(target_os = "linux") && e.raw_os_error() == Some(EPROTO_LINUX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +224,29 @@ mod tests {
         assert_eq!(a.retry_at, None);
         a.failed(io::Error::from_raw_os_error(24));
         assert_eq!(a.retry_at.unwrap() - Instant::now(), BACKOFF_MIN);
+    }
+
+    // Linux's errno values.
+    #[cfg(target_os = "linux")]
+    #[tokio::test(start_paused = true)]
+    async fn one_connections_failure_neither_pauses_nor_breaks_a_streak() {
+        let mut a = AcceptBackoff::new();
+        // ECONNABORTED, EPROTO: no pause, no streak.
+        for errno in [103, 71] {
+            let e = a.failed(io::Error::from_raw_os_error(errno));
+            assert!(is_per_connection(&e), "{e}");
+            assert_eq!((a.failing(), a.retry_at), (0, None), "{e}");
+        }
+        // EMFILE, ENFILE, ENOBUFS, ENOMEM, EBADF: a streak.
+        for errno in [24, 23, 105, 12, 9] {
+            assert!(!is_per_connection(&io::Error::from_raw_os_error(errno)));
+        }
+        a.failed(io::Error::from_raw_os_error(24));
+        let pause = a.retry_at.unwrap() - Instant::now();
+        // An abort inside a streak leaves the streak and its pause as they were.
+        a.failed(io::Error::from_raw_os_error(103));
+        assert_eq!(a.failing(), 1);
+        assert_eq!(a.retry_at.unwrap() - Instant::now(), pause);
     }
 
     #[tokio::test(start_paused = true)]
