@@ -40,7 +40,9 @@ use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::frame::mc::{self, FrameDecoder, split_packet};
 use wirekit_core::frame::{EncodeError, FrameError};
 use wirekit_core::varint::{encode_varint, varint_len};
-use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
+use wirekit_core::zlib::{
+    Compressor, InflateError, Inflater, Level, WORKSPACE_SERVER, max_inflated_len,
+};
 use wirekit_core::{BufferTooSmall, Needed, Status};
 
 /// Why a codec failed: the stream is unusable and the connection should be closed.
@@ -186,6 +188,19 @@ pub struct PacketRef<'a> {
     pub id: i32,
     /// The packet's data.
     pub data: &'a [u8],
+}
+
+/// The zlib bytes of the compressed frame buffered whole at the start of `src`, whose Data
+/// Length is `data_len`: its Packet Length less the Data Length field (0 if `src` does not
+/// start with a frame length, which the decoder has already read, so never).
+fn zlib_len(src: &[u8], data_len: usize) -> usize {
+    match wirekit_core::varint::decode_varint(src) {
+        Ok(Status::Complete((len, _))) => {
+            let field = varint_len(i32::try_from(data_len).unwrap_or(i32::MAX));
+            usize::try_from(len).unwrap_or(0).saturating_sub(field)
+        }
+        _ => 0,
+    }
 }
 
 /// Minecraft VarInt frames: `Length | ID | Data`, and after Set Compression
@@ -345,8 +360,13 @@ impl Decoder for VarIntCodec {
                     return Ok(None);
                 }
                 // Grow the scratch to the declared length, which the decoder has checked
-                // against the maximum, then decode again.
+                // against the maximum, then decode again; but not past what the frame's
+                // compressed bytes (all buffered: the decoder checks the Data Length only then)
+                // could inflate to, so that a 5-byte frame cannot make it allocate 2 MiB.
                 Err(CompressedFrameError::ScratchTooSmall(BufferTooSmall { required })) => {
+                    if required > max_inflated_len(zlib_len(src, required)) {
+                        return Err(CompressedFrameError::Inflate(InflateError::TooShort).into());
+                    }
                     zlib.scratch.resize(required, 0);
                     continue;
                 }
@@ -496,6 +516,33 @@ mod tests {
         let mut wire = BytesMut::from(&b"\xff\xff\xff\x7f"[..]);
         assert!(lp.decode(&mut wire).is_err());
         assert!(wire.capacity() < 1024);
+    }
+
+    #[test]
+    fn a_data_length_past_what_the_frame_can_inflate_to_allocates_nothing() {
+        let mut codec = VarIntCodec::new(mc::MAX_FRAME_LEN).server();
+        codec.set_threshold(0);
+        // 5 bytes: Data Length 2,097,151 and one byte of "zlib".
+        let mut wire = BytesMut::from(&[0x04, 0xff, 0xff, 0x7f, 0x78][..]);
+        assert!(matches!(
+            codec.decode(&mut wire),
+            Err(CodecError::Compressed(CompressedFrameError::Inflate(
+                InflateError::TooShort
+            )))
+        ));
+        let scratch = codec.zlib.as_ref().map_or(0, |z| z.scratch.capacity());
+        assert_eq!(scratch, 0, "no scratch grown to the declared length");
+        // A real stream that inflates a few hundred-fold still gets its scratch and comes out.
+        let mut codec = VarIntCodec::new(mc::MAX_FRAME_LEN).server();
+        codec.set_threshold(0);
+        let data = vec![0u8; 600_000];
+        let mut wire = BytesMut::new();
+        codec
+            .encode(PacketRef { id: 1, data: &data }, &mut wire)
+            .unwrap();
+        assert!(wire.len() * 200 < data.len(), "{}", wire.len());
+        let p = codec.decode(&mut wire).unwrap().unwrap();
+        assert_eq!((p.id, p.data.len()), (1, data.len()));
     }
 
     #[test]

@@ -102,3 +102,13 @@ pub use deflate::{
     compress_bound,
 };
 pub use inflate::{InflateError, Inflater};
+
+/// The most a zlib stream of `zlib_len` bytes can inflate to: 1032 bytes for each of its
+/// bytes, deflate's densest coding (a 258-byte match for two 1-bit codes, one for the length
+/// and one for the distance), with the header and checksum counted as if they coded too. A
+/// Data Length above this for the compressed bytes at hand can never be met: a caller that
+/// grows its scratch to a declared length checks it against this first, so a few bytes from a
+/// peer cannot make it allocate megabytes.
+pub const fn max_inflated_len(zlib_len: usize) -> usize {
+    zlib_len.saturating_mul(1032)
+}
