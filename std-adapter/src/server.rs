@@ -15,6 +15,12 @@
 //! dropped is counted ([`CloseCounts::lines_suppressed`]) and reported with the next line of
 //! its kind let through. [`CloseCounts`] counts every end by kind and is logged at shutdown.
 //!
+//! A connection the server ends (a protocol error, a shutdown) while its replies may still be
+//! on their way is closed lingering: its write side first, after the replies, then what the
+//! client still sends is read and dropped until it closes (at most 1 s, 250 ms once shutting
+//! down, and 64 KiB). Closed with input unread, Linux would reset it, and a client that
+//! pipelines and reads late would lose the replies still queued for it.
+//!
 //! When accept fails (EMFILE, ENFILE, ENOBUFS), the loop backs off (10 ms, doubling to 320 ms)
 //! and keeps serving the connections it has; it logs the first failure and the recovery, not one
 //! line per retry (and streaks past [`AcceptBackoff`]'s own log limit are not logged, their lines
@@ -525,6 +531,66 @@ async fn serve_connection(
             if let Some(suppressed) = LogLimits::allow(&shared.logs.closes, &shared.closes) {
                 closed!(e, suppressed);
             }
+        }
+    }
+    if lingers(&result) {
+        // Shutting down, within the half second the server waits past the grace.
+        let limit = if shutdown.is_cancelled() {
+            LINGER_SHUTDOWN
+        } else {
+            LINGER
+        };
+        linger(&mut stream, limit).await;
+    }
+}
+
+/// How long a closing connection's unread input is read and dropped, and how much of it at
+/// most: see [`linger`].
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 64 * 1024;
+/// [`LINGER`] once the server is shutting down.
+const LINGER_SHUTDOWN: Duration = Duration::from_millis(250);
+
+/// Whether the connection may still have replies on their way out and input unread: a
+/// shutdown, or a protocol error behind frames already answered. Not when the peer has closed
+/// (its input is read to the end), the socket failed, or a timeout found it silent.
+fn lingers(result: &Result<Ended, ConnError>) -> bool {
+    match result {
+        Ok(Ended::PeerClosed) => false,
+        Ok(Ended::Shutdown | Ended::GraceExpired) => true,
+        Err(ConnError::Session(SessionError::HeaderTimeout | SessionError::IdleTimeout)) => false,
+        Err(ConnError::Session(_)) => true,
+        Err(ConnError::Io(_) | ConnError::Write(_)) => false,
+    }
+}
+
+/// Closes the write side, then reads and drops what the peer still sends until it closes,
+/// for at most `limit` and [`LINGER_BYTES`]. Linux answers the close of a socket with
+/// unread input by a reset, which throws away the replies still in its send queue (those to a
+/// client that pipelines and reads slowly, say): with the input drained, the close is a FIN
+/// behind them. Reads land in the thread's shared buffer, so a connection's future holds no
+/// buffer of its own for this.
+async fn linger(stream: &mut TcpStream, limit: Duration) {
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut drained = 0;
+    while drained <= LINGER_BYTES {
+        match tokio::time::timeout_at(deadline, stream.readable()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+        let read = WORKSPACE.with(|cell| {
+            let mut ws = cell.borrow_mut();
+            let ws = ws.get_or_insert_with(ThreadWorkspace::new);
+            stream.try_read(&mut ws.read_buf)
+        });
+        match read {
+            Ok(0) => return,
+            Ok(n) => drained += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
         }
     }
 }
@@ -1135,6 +1201,55 @@ mod tests {
         let mut f = [b'x'; 17];
         f[..2].copy_from_slice(&[16, 0]);
         f
+    }
+
+    /// Replies written before a protocol error reach a client that reads them late, though it
+    /// goes on sending: the close drains its input first, so it is a FIN behind the replies,
+    /// not a reset that throws away those still queued (Linux resets a socket closed with
+    /// unread input, or one that receives data after its close).
+    #[tokio::test]
+    async fn replies_before_a_protocol_error_reach_a_client_that_reads_late() {
+        let (addr, closes, shutdown, serving) = start(ServeOptions::default()).await;
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // A small window, so most replies wait in the server's send queue.
+        socket.set_recv_buffer_size(4096).unwrap();
+        let c = socket.connect(addr).await.unwrap();
+        let (mut rx, mut tx) = c.into_split();
+        let mut requests = Vec::new();
+        for i in 0..16u8 {
+            let mut len = [0u8; 5];
+            let n = wirekit_core::varint::encode_varint(4001, &mut len).unwrap();
+            requests.extend_from_slice(&len[..n]);
+            requests.push(0);
+            requests.extend_from_slice(&[i; 4000]);
+        }
+        let expected = requests.clone();
+        let writer = tokio::spawn(async move {
+            // A VarInt length of five continuation bytes: a framing error.
+            requests.extend_from_slice(&[0xff; 5]);
+            tx.write_all(&requests).await?;
+            // The client keeps sending after the error, as a pipelining client would.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            tx.write_all(&[0u8; 16 * 1024]).await?;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            io::Result::Ok(tx)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), rx.read_to_end(&mut got))
+            .await
+            .expect("the server closed");
+        assert!(
+            read.is_ok(),
+            "the close was a reset: {read:?}, {} bytes",
+            got.len()
+        );
+        assert_eq!(got.len(), expected.len());
+        assert!(got == expected, "the replies are the echoes");
+        assert_eq!(CloseCounts::get(&closes.protocol), 1, "{closes}");
+        writer.abort();
+        shutdown.cancel();
+        serving.await.unwrap().unwrap();
     }
 
     /// A connect-and-close flood sends no byte and ends every connection cleanly: its close
