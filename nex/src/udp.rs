@@ -447,8 +447,8 @@ impl<H: DatagramHandler> Worker<H> {
         let n = match result {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
-            // A peer's ICMP port-unreachable surfaces as a receive error on Linux: not fatal.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(0),
+            // One peer's or one datagram's error, not the socket's: the next receive goes on.
+            Err(e) if one_datagrams_error(&e) => return Ok(0),
             Err(e) => return Err(e),
         };
         let now = Instant::from_micros(self.epoch.elapsed().as_micros() as u64);
@@ -777,10 +777,42 @@ pub fn bind_workers<H: DatagramHandler>(
     Ok((workers, counters))
 }
 
+/// Whether a failed receive concerns one peer or one datagram, so that the worker goes on: a
+/// peer's ICMP port-unreachable (Linux reports ECONNREFUSED with `IP_RECVERR`; Windows
+/// WSAECONNRESET, whenever a client closed its socket while a reply or PING was due), another
+/// ICMP error passed on (host or network unreachable), a signal, or on Windows a datagram
+/// larger than the receive slot (WSAEMSGSIZE). Any other error is the socket's and ends the
+/// worker.
+fn one_datagrams_error(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    /// WSAEMSGSIZE, which std maps to no kind of its own.
+    const WSAEMSGSIZE: i32 = 10040;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionReset | HostUnreachable | NetworkUnreachable | Interrupted
+    ) || (cfg!(windows) && e.raw_os_error() == Some(WSAEMSGSIZE))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use wirekit_core::prudp::V0Format;
+
+    #[test]
+    fn one_peers_receive_error_does_not_end_the_worker() {
+        use io::ErrorKind::*;
+        for kind in [
+            ConnectionRefused,
+            ConnectionReset,
+            HostUnreachable,
+            Interrupted,
+        ] {
+            assert!(one_datagrams_error(&io::Error::from(kind)), "{kind:?}");
+        }
+        for kind in [InvalidInput, PermissionDenied, OutOfMemory, Other] {
+            assert!(!one_datagrams_error(&io::Error::from(kind)), "{kind:?}");
+        }
+    }
 
     #[test]
     fn source_port_of_each_version() {
