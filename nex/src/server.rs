@@ -67,7 +67,7 @@ use wirekit_core::prudp::conn::{
     DropReason as ConnDrop, Event, SecureServer, Server, ServerOutput, State,
 };
 use wirekit_core::prudp::crypto::ServerSignatures;
-use wirekit_core::prudp::{Keys, Packet, PacketType, TypeFlags, Version};
+use wirekit_core::prudp::{Keys, Packet, PacketType, Version, peek_packet_type};
 use wirekit_core::time::{Duration, Instant};
 
 use crate::auth::{TICKET_REPLAY_WINDOW_SECS, TicketReplays, TicketUse, unix_secs};
@@ -506,27 +506,6 @@ fn connect_ticket<'a>(
     rest.get(..usize::try_from(u32::from_le_bytes(*len)).ok()?)
 }
 
-/// The type of the datagram's first packet, read from its header without checking anything
-/// (the listener or the connection checks the packet); `None` for one too short to hold it or
-/// without its version's magic.
-fn first_packet_type(version: Version, datagram: &[u8]) -> Option<PacketType> {
-    // v0: the type/flags field after the two ports (its low byte first); v1 and Lite: the
-    // type/flags u16 at byte 8. The type is in the low bits.
-    let raw = match version {
-        Version::V0(f) => {
-            let b = *datagram.get(2)?;
-            match f.type_flags {
-                TypeFlags::Byte => b & 0x07,
-                TypeFlags::Word => b & 0x0F,
-            }
-        }
-        Version::V1 if datagram.starts_with(&[0xEA, 0xD0]) => *datagram.get(8)? & 0x0F,
-        Version::Lite if datagram.first() == Some(&0x80) => *datagram.get(8)? & 0x0F,
-        Version::V1 | Version::Lite => return None,
-    };
-    Some(PacketType::from_raw(raw))
-}
-
 /// The reason a packet just counted in `after` was dropped (the first counter that grew).
 fn grown(before: &ConnCounters, after: &ConnCounters) -> Option<ConnDrop> {
     ConnDrop::ALL
@@ -597,7 +576,7 @@ impl DatagramHandler for PrudpHandler {
         out: &mut Outbox,
     ) -> Option<Open<PrudpConnection>> {
         // Everything but a handshake goes to the connection, decided by one header byte.
-        let handshake = first_packet_type(self.config.settings.version, datagram)?;
+        let handshake = peek_packet_type(self.config.settings.version, datagram)?;
         if !matches!(handshake, PacketType::Syn | PacketType::Connect) {
             return None;
         }
@@ -922,7 +901,7 @@ mod tests {
                 while let Some(t) = self.client.poll_transmit(now, &mut buf) {
                     sent = true;
                     let d = &buf[..t.len];
-                    if first_packet_type(h.version(), d) == Some(PacketType::Connect) {
+                    if peek_packet_type(h.version(), d) == Some(PacketType::Connect) {
                         self.connect = Some(d.to_vec());
                     }
                     self.deliver(h, d, now, &mut out);

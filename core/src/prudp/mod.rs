@@ -337,6 +337,28 @@ pub fn packets<'a, 'k>(
     }
 }
 
+/// The type of a datagram's first packet, read from its header with nothing checked: what a
+/// listener or a server loop decides on before it pays for a signature (the packet is checked
+/// whole afterwards). `None` for a datagram too short to hold the type or without its
+/// version's magic.
+pub fn peek_packet_type(version: Version, datagram: &[u8]) -> Option<PacketType> {
+    // v0: the type/flags field after the two ports (its low byte first); v1 and Lite: the
+    // type/flags u16 at byte 8. The type is in the low bits.
+    let raw = match version {
+        Version::V0(f) => {
+            let b = *datagram.get(2)?;
+            match f.type_flags {
+                TypeFlags::Byte => b & 0x07,
+                TypeFlags::Word => b & 0x0F,
+            }
+        }
+        Version::V1 if datagram.starts_with(&[0xEA, 0xD0]) => *datagram.get(8)? & 0x0F,
+        Version::Lite if datagram.first() == Some(&0x80) => *datagram.get(8)? & 0x0F,
+        Version::V1 | Version::Lite => return None,
+    };
+    Some(PacketType::from_raw(raw))
+}
+
 /// The iterator [`packets`] returns.
 #[derive(Debug, Clone)]
 pub struct Packets<'a, 'k> {

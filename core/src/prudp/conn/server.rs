@@ -9,7 +9,9 @@ use crate::kerberos::{
     DerivedKey, KerberosEncryption, PidWidth, TicketFormat, open_internal_ticket,
 };
 use crate::prudp::crypto::{ConnectionSignature, ServerSignatures, SessionKey};
-use crate::prudp::{Error, Flags, Keys, Packet, PacketType, Parsed, Settings, Status, VirtualPort};
+use crate::prudp::{
+    Error, Flags, Keys, Packet, PacketType, Parsed, Settings, Status, VirtualPort, peek_packet_type,
+};
 use crate::time::Instant;
 
 /// The largest internal ticket a CONNECT may carry (v1 tickets with 32-byte keys are 88).
@@ -238,6 +240,14 @@ impl Server {
         out: &mut [u8],
     ) -> Result<ServerOutput, DropReason> {
         let settings = &self.config.settings;
+        // A listener answers SYN and CONNECT only. Anything else is dropped on its header
+        // before the one or two HMACs below, which a spoofed flood of large DATA datagrams
+        // from ever-new sources would otherwise make it pay for each.
+        match peek_packet_type(settings.version, datagram) {
+            None => return Err(DropReason::Malformed),
+            Some(PacketType::Syn | PacketType::Connect) => {}
+            Some(_) => return Err(DropReason::Unexpected),
+        }
         // The packet type decides the keys: peek with the server's signature for this address,
         // which a SYN's check ignores and a CONNECT's uses. The current epoch's signature is
         // tried first (every SYN, most CONNECTs); only a signature mismatch costs a second

@@ -6,7 +6,9 @@ use core::net::SocketAddr;
 use super::*;
 use crate::kerberos::{PidWidth, TicketContents, TicketFormat, TicketVersion, build_ticket};
 use crate::prudp::crypto::{ConnectionSignature, ServerSignatures, client_connection_signature};
-use crate::prudp::{Flags, Keys, Packet, PacketType, Settings, V0Format, VirtualPort};
+use crate::prudp::{
+    Flags, Keys, Packet, PacketType, Settings, V0Format, VirtualPort, peek_packet_type,
+};
 use crate::time::{Duration, Instant};
 
 const CLIENT_PORT: VirtualPort = VirtualPort::new(10, 15);
@@ -1059,4 +1061,41 @@ fn lite_hostile_packets_change_nothing() {
     p.client.send(0, b"after").unwrap();
     p.pump();
     assert_eq!(p.msgs(false), [(0, b"after".to_vec())]);
+}
+
+/// A listener decides on a datagram's type before any signature: a DATA or PING from a peer it
+/// has no connection with is `Unexpected` (no HMAC computed, as a spoofed flood would have it
+/// compute two per datagram), a datagram without its version's magic `Malformed`, and the SYN
+/// and CONNECT still pass.
+#[test]
+fn a_listener_drops_other_types_on_their_header() {
+    for version in [Version::V1, Version::Lite, Version::V0(V0Format::NEX)] {
+        let mut p = Pair::new(version, None, None);
+        let syn = drain_tx(&mut p.client, p.now);
+        for ty in [PacketType::Data, PacketType::Ping, PacketType::Disconnect] {
+            let mut other = syn[0].clone();
+            let at = if matches!(version, Version::V0(_)) {
+                2
+            } else {
+                8
+            };
+            other[at] = (other[at] & 0xF0) | ty.raw();
+            assert_eq!(peek_packet_type(version, &other), Some(ty), "{version:?}");
+            assert!(p.deliver_to_server(&other).is_empty(), "{version:?} {ty:?}");
+        }
+        let counters = p.listener.counters();
+        assert_eq!(counters.get(DropReason::Unexpected), 3, "{version:?}");
+        assert_eq!(counters.get(DropReason::BadSignature), 0, "{version:?}");
+        if !matches!(version, Version::V0(_)) {
+            let mut no_magic = syn[0].clone();
+            no_magic[0] ^= 0x40;
+            assert!(p.deliver_to_server(&no_magic).is_empty(), "{version:?}");
+            assert_eq!(p.listener.counters().get(DropReason::Malformed), 1);
+        }
+        assert_eq!(
+            p.deliver_to_server(&syn[0]).len(),
+            1,
+            "{version:?}: SYN-ACK"
+        );
+    }
 }
