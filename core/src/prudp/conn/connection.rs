@@ -876,6 +876,13 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             PacketType::Ping => {
                 self.last_heard = now;
                 if p.flags.contains(Flags::NEED_ACK) {
+                    // An unreliable PING is a keep-alive, and the ACK of the newest one says
+                    // all the others would: it replaces one still queued on its substream.
+                    // Otherwise one datagram of back-to-back PINGs drew an ACK datagram each.
+                    let substream = p.substream_id;
+                    self.acks.extract(|a| {
+                        a.packet_type == PacketType::Ping && !a.reliable && a.substream == substream
+                    });
                     self.queue_ack(p)?;
                 }
                 Ok(())

@@ -1099,3 +1099,48 @@ fn a_listener_drops_other_types_on_their_header() {
         );
     }
 }
+
+/// Unreliable PINGs that come faster than the connection sends draw one ACK (the newest's):
+/// a datagram or a burst of them cannot make the server send an ACK datagram for each.
+#[test]
+fn a_burst_of_unreliable_pings_draws_one_ack() {
+    for version in [Version::V1, Version::V0(V0Format::NEX)] {
+        let mut p = Pair::new(version, None, None);
+        p.pump();
+        let _ = p.ev(false);
+        let settings = Settings::new(b"ridfebb9", version);
+        let sig = p.server().signature();
+        let ping = |seq: u16| {
+            let packet = Packet {
+                flags: Flags::NEED_ACK,
+                session_id: 0x11,
+                sequence_id: seq,
+                ..Packet::new(PacketType::Ping, CLIENT_PORT, SERVER_PORT)
+            };
+            let keys = Keys {
+                session_key: &[],
+                connection_signature: sig.as_bytes(),
+            };
+            let mut out = [0u8; 100];
+            let n = packet.encode(&settings, &keys, &mut out).unwrap();
+            out[..n].to_vec()
+        };
+        let now = p.now;
+        let before = p.server().counters().total();
+        for seq in 1..=20 {
+            p.server().handle(&ping(seq), now);
+        }
+        assert_eq!(
+            p.server().counters().total(),
+            before,
+            "{version:?}: all taken"
+        );
+        let acks = drain_tx(p.server(), now);
+        assert_eq!(acks.len(), 1, "{version:?}");
+        assert_eq!(
+            peek_packet_type(version, &acks[0]),
+            Some(PacketType::Ping),
+            "{version:?}: the PING's ACK"
+        );
+    }
+}
