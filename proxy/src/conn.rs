@@ -508,6 +508,7 @@ pub(crate) async fn byte_relay(
             serverbound: &metrics.bytes[0],
             clientbound: &metrics.bytes[1],
         },
+        s.idle_timeout,
         &shared.connections,
     )
     .await

@@ -59,6 +59,8 @@ pub enum RelayEnd {
     Budget(Direction),
     /// The proxy is shutting down.
     Shutdown,
+    /// No byte moved either way for the idle timeout.
+    Idle,
 }
 
 impl RelayEnd {
@@ -72,6 +74,7 @@ impl RelayEnd {
             RelayEnd::Budget(Direction::Serverbound) => "serverbound_budget",
             RelayEnd::Budget(Direction::Clientbound) => "clientbound_budget",
             RelayEnd::Shutdown => "shutdown",
+            RelayEnd::Idle => "idle_timeout",
         }
     }
 }
@@ -131,14 +134,64 @@ impl Budget {
     }
 }
 
+/// Watches a relay for silence: [`Idle::quiet`] is asked at every quarter of the idle
+/// timeout with the bytes moved so far, and says when four quarters in a row saw none move,
+/// so a silent relay ends between one and one and a quarter idle timeouts after its last
+/// byte. The relay's hot path pays nothing: the watch reads the byte counts the directions
+/// keep anyway, and one timer per connection wakes four times an idle timeout.
+pub(crate) struct Idle {
+    period: Option<std::time::Duration>,
+    last: u64,
+    quiet: u32,
+}
+
+impl Idle {
+    /// A watch for `timeout` (`Duration::MAX`: none).
+    pub(crate) fn new(timeout: std::time::Duration) -> Self {
+        Idle {
+            period: (timeout != std::time::Duration::MAX).then(|| (timeout / 4).max(MIN_TICK)),
+            last: 0,
+            quiet: 0,
+        }
+    }
+
+    /// When the next check is due.
+    pub(crate) fn next(&self) -> tokio::time::Instant {
+        let now = tokio::time::Instant::now();
+        match self.period {
+            Some(p) => now + p,
+            // Far off: the check never comes.
+            None => now + std::time::Duration::from_secs(86_400 * 365),
+        }
+    }
+
+    /// At a check: whether the relay has been silent for the timeout, given the bytes it has
+    /// moved so far.
+    pub(crate) fn quiet(&mut self, moved: u64) -> bool {
+        if moved != self.last {
+            self.last = moved;
+            self.quiet = 0;
+            return false;
+        }
+        self.quiet += 1;
+        self.period.is_some() && self.quiet >= 4
+    }
+}
+
+/// The shortest check period (a timeout under 40 ms is checked every 10 ms).
+const MIN_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Relays between `client` and `upstream` until both streams end, a socket fails, a budget
-/// trips, or `shutdown` is cancelled.
+/// trips, no byte moves either way for `idle` (`Duration::MAX`: never), or `shutdown` is
+/// cancelled.
+#[allow(clippy::too_many_arguments)]
 pub async fn relay(
     mut client: TcpStream,
     mut upstream: TcpStream,
     serverbound: ByteBudget,
     clientbound: ByteBudget,
     counters: ByteCounters<'_>,
+    idle: std::time::Duration,
     shutdown: &CancellationToken,
 ) -> RelayOutcome {
     // Borrowed halves: no Arc to allocate, and no shutdown(2) when they drop.
@@ -169,6 +222,9 @@ pub async fn relay(
         tokio::pin!(up, down);
         let (mut up_end, mut down_end) = (None, None);
         let mut first_eof = None;
+        let mut watch = Idle::new(idle);
+        let check = tokio::time::sleep_until(watch.next());
+        tokio::pin!(check);
         loop {
             tokio::select! {
                 e = &mut up, if up_end.is_none() => {
@@ -184,6 +240,14 @@ pub async fn relay(
                     down_end = Some(e);
                 }
                 _ = shutdown.cancelled() => break RelayEnd::Shutdown,
+                () = &mut check => {
+                    let moved =
+                        up_total.load(Ordering::Relaxed) + down_total.load(Ordering::Relaxed);
+                    if watch.quiet(moved) {
+                        break RelayEnd::Idle;
+                    }
+                    check.as_mut().reset(watch.next());
+                }
             }
             match (&up_end, &down_end) {
                 (Some(DirEnd::Budget), _) => break RelayEnd::Budget(Direction::Serverbound),
@@ -544,9 +608,65 @@ mod tests {
             serverbound,
             ByteBudget::OFF,
             counters,
+            std::time::Duration::MAX,
             &never,
         )
         .await
+    }
+
+    /// A relay whose client stops after its first bytes and whose upstream, after the
+    /// client's end, hangs (neither reads, writes nor closes): it ends at the idle timeout,
+    /// within a quarter more. Before, it waited for the upstream for good.
+    #[tokio::test]
+    async fn a_relay_with_nothing_moving_ends_at_the_idle_timeout() {
+        let idle = std::time::Duration::from_millis(200);
+        for half_closed in [false, true] {
+            let (mut client, proxy_client) = crate::tcp_pair().await;
+            let (proxy_up, mut upstream) = crate::tcp_pair().await;
+            let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+            let by = ByteCounters {
+                serverbound: &counters[0],
+                clientbound: &counters[1],
+            };
+            let never = CancellationToken::new();
+            let started = tokio::time::Instant::now();
+            let relay = relay(
+                proxy_client,
+                proxy_up,
+                ByteBudget::OFF,
+                ByteBudget::OFF,
+                by,
+                idle,
+                &never,
+            );
+            let traffic = async {
+                // Bytes every 50 ms for 400 ms (twice the timeout) keep it open.
+                for _ in 0..8 {
+                    client.write_all(b"keep-alive").await.unwrap();
+                    let mut got = [0u8; 10];
+                    upstream.read_exact(&mut got).await.unwrap();
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                if half_closed {
+                    client.shutdown().await.unwrap();
+                }
+                tokio::time::Instant::now()
+            };
+            let (outcome, last) = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                tokio::join!(relay, traffic)
+            })
+            .await
+            .expect("the relay ended by itself");
+            assert_eq!(outcome.end, RelayEnd::Idle, "half-closed {half_closed}");
+            assert_eq!(outcome.serverbound, 80);
+            let silent = last.elapsed();
+            assert!(started.elapsed() > std::time::Duration::from_millis(400));
+            assert!(
+                silent >= idle * 3 / 4 && silent < idle * 2,
+                "half-closed {half_closed}: {silent:?}"
+            );
+            drop((client, upstream));
+        }
     }
 
     /// A client and an upstream each send `n` bytes and half-close; both get the other's.

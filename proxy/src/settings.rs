@@ -183,6 +183,13 @@ pub struct Settings {
     pub handshake_timeout: Duration,
     /// Time allowed for one upstream connect.
     pub connect_timeout: Duration,
+    /// A relayed connection (passthrough or inspect) with no byte moving either way for this
+    /// long is closed, counted and logged as `idle_timeout`: an upstream that hangs, or a
+    /// client that stops reading while its upstream has gone, would otherwise hold the
+    /// connection, its descriptors and its place under `max_connections` for good. A vanilla
+    /// client and server give up after 30 s of silence themselves (their keep-alives come
+    /// every 15 s), so 30 s cuts no live connection. `Duration::MAX`: never.
+    pub idle_timeout: Duration,
     /// The PROXY accept policy (trusted networks, policies, header size).
     pub proxy: ProxyConfig,
     /// Per-source limits.
@@ -214,6 +221,7 @@ impl Default for Settings {
             max_connections: 10_000,
             handshake_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             proxy: ProxyConfig::new(wirekit_core::proxy::policy::Policy::Skip),
             limits: SourceConfig::default(),
             source_table_size: 65_536,
@@ -230,6 +238,9 @@ impl Default for Settings {
         }
     }
 }
+
+/// [`Settings::idle_timeout`] unless configured.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The fewest entries a per-source table may have.
 pub const MIN_SOURCE_TABLE_SIZE: usize = 8;

@@ -644,3 +644,64 @@ fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
     let line = close_line(&proxy, "halfopaque");
     assert!(!line.contains("error"), "{line}");
 }
+
+/// A relayed connection on which nothing moves either way for `idle-timeout` is closed by the
+/// proxy, in inspect and in passthrough mode, and named `idle_timeout` in its close line: an
+/// upstream that hangs must not hold the connection (and its place under max-connections)
+/// for good. Traffic within the timeout keeps it open.
+#[test]
+fn a_connection_with_nothing_moving_is_closed_at_the_idle_timeout() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes, login_success};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = format!(
+        "idle-timeout = 0.4\n{}[[route]]\nname = \"idlept\"\nhosts = [\"idlept.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\n",
+        route("idleinsp", port, "")
+    );
+    let proxy = McProxy::start(&config);
+    for (name, host, from) in [
+        ("idleinsp", "idleinsp.inspect.test", 91),
+        ("idlept", "idlept.test", 92),
+    ] {
+        let mut client = connect_from(from, proxy.addr);
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        client.write_all(&login_bytes(host, "Tester")).unwrap();
+        let mut up = accept_within(&listener);
+        up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        read_frames(&mut up, 2);
+        up.write_all(&login_success("Tester")).unwrap();
+        assert_eq!(read_frames(&mut client, 1).len(), 1, "{name}");
+        // A packet each way every 150 ms for a second: open all along.
+        for i in 0..7u8 {
+            let ping = frame(&[0x0F, i]);
+            client.write_all(&ping).unwrap();
+            assert_eq!(read_frames(&mut up, 1), vec![ping[1..].to_vec()], "{name}");
+            up.write_all(&ping).unwrap();
+            assert_eq!(
+                read_frames(&mut client, 1),
+                vec![ping[1..].to_vec()],
+                "{name}"
+            );
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        // Then silence: the upstream neither sends nor closes.
+        let silent = Instant::now();
+        let mut rest = [0u8; 16];
+        let n = client.read(&mut rest).unwrap_or(0);
+        let waited = silent.elapsed();
+        assert_eq!(n, 0, "{name}: closed, nothing sent");
+        assert!(
+            waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+            "{name}: closed after {waited:?}"
+        );
+        let line = close_line(&proxy, name);
+        assert!(line.contains("reason=\"idle_timeout\""), "{line}");
+        drop(up);
+    }
+}

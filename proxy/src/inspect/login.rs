@@ -125,6 +125,7 @@ pub(crate) async fn serve<'a>(
         line.relay = "inspect";
         let (mut cr, mut cw) = stream.split();
         let (mut ur, mut uw) = upstream.split();
+        insp.set_idle_timeout(s.idle_timeout);
         insp.set_counters(crate::inspect::Counters {
             bytes: &metrics.bytes,
             packets: &metrics.packets,

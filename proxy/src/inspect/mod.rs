@@ -192,6 +192,9 @@ pub enum InspectEnd {
     UpstreamError,
     /// The proxy is shutting down.
     Shutdown,
+    /// No byte moved either way for the idle timeout (or the flush on going opaque took
+    /// longer).
+    Idle,
     /// The connection machine closed the connection (its Disconnect, if the state has one,
     /// was sent to the client).
     Closed(Close),
@@ -213,6 +216,7 @@ impl InspectEnd {
             InspectEnd::ClientError => "client_error",
             InspectEnd::UpstreamError => "upstream_error",
             InspectEnd::Shutdown => "shutdown",
+            InspectEnd::Idle => "idle_timeout",
             InspectEnd::Closed(c) => c.reason.label(),
             InspectEnd::BadFrame(_, e) => match e {
                 CompressedFrameError::Inflate(_) | CompressedFrameError::BadDataLength => {
@@ -485,6 +489,8 @@ pub struct Inspector<'s, F: Filter + ?Sized> {
     /// [`set_counters`](Self::set_counters)), and what it has added so far.
     counters: Option<Counters<'s>>,
     reported: [Moved; 2],
+    /// See [`set_idle_timeout`](Self::set_idle_timeout).
+    idle: std::time::Duration,
 }
 
 /// Counters a relay adds to while it runs, each indexed serverbound, clientbound.
@@ -525,7 +531,15 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             index: RunIndex::new(),
             counters: None,
             reported: [Moved::default(); 2],
+            idle: crate::settings::DEFAULT_IDLE_TIMEOUT,
         }
+    }
+
+    /// Ends the relay ([`InspectEnd::Idle`]) once no byte has moved either way for `idle`
+    /// (`Duration::MAX`: never; 30 s unless set, as `Settings::idle_timeout`). The flush of
+    /// what is buffered when the connection goes opaque is held to it too.
+    pub fn set_idle_timeout(&mut self, idle: std::time::Duration) {
+        self.idle = idle;
     }
 
     /// Adds what the relay moves to `counters` as it goes (after each write, and at its end),
@@ -684,6 +698,9 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         }
         // The first end of stream, once a direction has had one.
         let mut first_end: Option<InspectEnd> = None;
+        let mut watch = crate::relay::Idle::new(self.idle);
+        let check = tokio::time::sleep_until(watch.next());
+        tokio::pin!(check);
         loop {
             let [s_side, c_side] = &mut self.sides;
             let (s_open, c_open) = (!s_side.ended, !c_side.ended);
@@ -695,6 +712,15 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     (Direction::Clientbound, io)
                 }
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
+                () = &mut check => {
+                    let moved = s_side.moved.read + s_side.moved.written
+                        + c_side.moved.read + c_side.moved.written;
+                    if watch.quiet(moved) {
+                        return InspectEnd::Idle;
+                    }
+                    check.as_mut().reset(watch.next());
+                    continue;
+                }
             };
             match (dir, io) {
                 (_, Io::Read) => {}
@@ -899,7 +925,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 // closing, a peer that stopped reading (a client whose window is full of play
                 // traffic) must not hold the connection it is being dropped from.
                 let flushed = if opaque {
-                    side.flush(to, true).await
+                    // Not past the idle timeout: a peer that takes none of it is gone.
+                    match tokio::time::timeout(self.idle, side.flush(to, true)).await {
+                        Ok(flushed) => flushed,
+                        Err(_) => return InspectEnd::Idle,
+                    }
                 } else {
                     let limit = crate::conn::DISCONNECT_WRITE_LIMIT;
                     tokio::time::timeout(limit, side.flush(to, false))

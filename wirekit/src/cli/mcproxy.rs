@@ -49,6 +49,10 @@ pub struct ProxyArgs {
     /// Seconds allowed for one upstream connect (default 3).
     #[arg(long)]
     pub connect_timeout: Option<f64>,
+    /// Seconds a relayed connection may go with no byte moving either way before it is closed
+    /// (default 30; 0: never).
+    #[arg(long)]
+    pub idle_timeout: Option<f64>,
     /// PROXY policy: USE, IGNORE, REQUIRE, REJECT or SKIP (default SKIP). With --trusted, for
     /// the trusted networks only.
     #[arg(long)]
@@ -352,7 +356,8 @@ impl ProxyArgs {
         };
         let flags = self;
         Ok(prefer_flags!(flags, file;
-            metrics_listen, max_connections, handshake_timeout, connect_timeout, proxy_protocol,
+            metrics_listen, max_connections, handshake_timeout, connect_timeout, idle_timeout,
+            proxy_protocol,
             untrusted_proxy_protocol, max_proxy_header, conn_per_ip_burst, conn_per_ip_rate,
             conn_per_ip_max, conn_per_prefix_burst, conn_per_prefix_rate, conn_per_prefix_max,
             prefix_v4, prefix_v6, login_per_ip_burst, login_per_ip_rate, status_per_ip_burst,
@@ -449,6 +454,11 @@ impl ProxyArgs {
             connect_timeout: match self.connect_timeout {
                 Some(v) => secs(v, "connect-timeout")?,
                 None => d.connect_timeout,
+            },
+            idle_timeout: match self.idle_timeout {
+                Some(0.0) => Duration::MAX,
+                Some(v) => secs(v, "idle-timeout")?,
+                None => d.idle_timeout,
             },
             proxy,
             limits,
