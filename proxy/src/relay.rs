@@ -252,11 +252,14 @@ pub async fn relay(
             match (&up_end, &down_end) {
                 (Some(DirEnd::Budget), _) => break RelayEnd::Budget(Direction::Serverbound),
                 (_, Some(DirEnd::Budget)) => break RelayEnd::Budget(Direction::Clientbound),
+                // A failure after an end of stream (writing to a client that closed both
+                // halves after its FIN, say) is that end's consequence: the end is reported,
+                // as the inspect relay does.
                 (Some(DirEnd::ReadError), _) | (_, Some(DirEnd::WriteError)) => {
-                    break RelayEnd::ClientError;
+                    break first_eof.unwrap_or(RelayEnd::ClientError);
                 }
                 (Some(DirEnd::WriteError), _) | (_, Some(DirEnd::ReadError)) => {
-                    break RelayEnd::UpstreamError;
+                    break first_eof.unwrap_or(RelayEnd::UpstreamError);
                 }
                 (Some(DirEnd::Eof), Some(DirEnd::Eof)) => {
                     break first_eof.unwrap_or(RelayEnd::ClientClosed);
