@@ -429,7 +429,8 @@ const SCRAPE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Serves `GET /metrics` on `listener` until `shutdown`; anything else gets 404. At most 16
 /// connections are served at once (more are closed at once); each gets 5 s for everything:
-/// its request (read up to 4 KiB), the response and the close. One response per connection.
+/// its request (read up to 4 KiB, within 1 s), the response and the close. One response per
+/// connection.
 pub async fn serve(
     listener: TcpListener,
     metrics: std::sync::Arc<Metrics>,
@@ -473,21 +474,36 @@ async fn serve_within(
     }
 }
 
-/// Reads one request (up to 4 KiB, to its blank line) and writes its response.
+/// The time a scrape connection gets to send its request: a scraper sends it at once, so a
+/// connection that holds a slot without one is let go well before [`SCRAPE_DEADLINE`].
+const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Reads one request (up to 4 KiB, to its blank line, CRLF or bare LF, within
+/// [`REQUEST_DEADLINE`]) and writes its response.
 async fn answer(stream: &mut tokio::net::TcpStream, metrics: &Metrics) -> std::io::Result<()> {
     let mut req = [0u8; 4096];
     let mut n = 0;
-    while n < req.len() {
-        let m = stream.read(&mut req[n..]).await?;
-        if m == 0 {
-            break;
+    let read = async {
+        while n < req.len() {
+            let m = stream.read(&mut req[n..]).await?;
+            if m == 0 {
+                break;
+            }
+            n += m;
+            let head = &req[..n];
+            if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+                break;
+            }
         }
-        n += m;
-        if req[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    let line = req[..n].split(|&b| b == b'\r').next().unwrap_or(&[]);
+        std::io::Result::Ok(())
+    };
+    tokio::time::timeout(REQUEST_DEADLINE, read)
+        .await
+        .map_err(|_| std::io::ErrorKind::TimedOut)??;
+    let line = req[..n]
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
     let ok = line.starts_with(b"GET /metrics ") || line == b"GET /metrics";
     let (status, body) = if ok {
         ("200 OK", metrics.render())
@@ -625,6 +641,38 @@ mod tests {
         drop(idle.pop());
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(get(addr).await.starts_with(b"HTTP/1.1 200 OK"));
+        stop.cancel();
+    }
+
+    /// A request ended by a bare-LF blank line is answered at once, and a connection that
+    /// sends no request gives its slot back after the request deadline, well before the
+    /// connection's.
+    #[tokio::test]
+    async fn bare_lf_requests_are_answered_and_silent_connections_let_go() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let m = std::sync::Arc::new(Metrics::default());
+        tokio::spawn(serve_within(l, m, stop.clone(), 1, Duration::from_secs(30)));
+        let started = std::time::Instant::now();
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\n\n").await.unwrap();
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).await.unwrap();
+        assert!(out.starts_with(b"HTTP/1.1 200 OK"));
+        assert!(
+            started.elapsed() < REQUEST_DEADLINE,
+            "{:?}",
+            started.elapsed()
+        );
+        // The one slot, taken by a connection that says nothing.
+        let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(REQUEST_DEADLINE + Duration::from_millis(300)).await;
+        assert!(
+            get(addr).await.starts_with(b"HTTP/1.1 200 OK"),
+            "slot still held"
+        );
+        drop(silent);
         stop.cancel();
     }
 
