@@ -126,12 +126,13 @@ fn hostile_websockets_are_refused_or_dropped_and_others_served() {
         (json!(true), json!([])),
         "{r}"
     );
-    // Garbage: no Lite magic; a Lite header whose lengths run past the message; a well-formed
+    // Garbage: no Lite magic; a Lite SYN whose lengths run past the message; a well-formed
     // DATA packet from a port with no connection; and a SYN for another server port. Each is
-    // dropped and counted; none is answered.
+    // dropped and counted; none is answered. (A DATA or any type but SYN and CONNECT is
+    // dropped by a listener on its type before anything else is looked at.)
     let garbage = [
         "ff00ff00ff00ff00ff00ff00",
-        "80001000aa1f010002000100",
+        "80001000aa1f010000000100",
         "80000100aa1f0100220001007a",
         "80060000aa1f07004000000000040400000000",
     ];
