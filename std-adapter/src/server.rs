@@ -86,7 +86,8 @@ pub struct ServeOptions {
     /// everyone else's, header limits), from which each connection's session picks its
     /// peer's policy.
     pub service: service::Config,
-    /// Connections served at once; more are accepted and closed at once.
+    /// Connections served at once; more are accepted and closed at once. (Any value is
+    /// taken; past tokio's semaphore maximum it means no limit.)
     pub max_connections: usize,
     /// On shutdown, how long a connection may take to finish a frame in flight (no new frame
     /// is served once it has); one still inside a frame then is closed (`shutdown grace
@@ -376,7 +377,9 @@ impl Server {
     /// the frames it has in flight (up to the shutdown grace), and returns.
     pub async fn run(self, shutdown: CancellationToken) -> io::Result<()> {
         let Server { listener, shared } = self;
-        let limit = Arc::new(Semaphore::new(shared.options.max_connections));
+        // Past tokio's permit maximum (some 2^61) the limit is no limit: clamped, not a panic.
+        let permits = shared.options.max_connections.min(Semaphore::MAX_PERMITS);
+        let limit = Arc::new(Semaphore::new(permits));
         let tracker = TaskTracker::new();
         info!(addr = %listener.local_addr()?, "serving");
         let mut accepts = AcceptBackoff::new();
