@@ -9,6 +9,7 @@ pub mod acceptor;
 pub mod blocking;
 mod buffer;
 pub mod clock;
+pub mod close;
 pub mod codec;
 pub mod server;
 

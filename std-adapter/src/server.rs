@@ -543,12 +543,12 @@ async fn serve_connection(
         } else {
             LINGER
         };
-        linger(&mut stream, limit).await;
+        crate::close::linger(&mut stream, limit, LINGER_BYTES).await;
     }
 }
 
 /// How long a closing connection's unread input is read and dropped, and how much of it at
-/// most: see [`linger`].
+/// most: see [`crate::close::linger`].
 const LINGER: Duration = Duration::from_secs(1);
 const LINGER_BYTES: usize = 64 * 1024;
 /// [`LINGER`] once the server is shutting down.
@@ -564,37 +564,6 @@ fn lingers(result: &Result<Ended, ConnError>) -> bool {
         Err(ConnError::Session(SessionError::HeaderTimeout | SessionError::IdleTimeout)) => false,
         Err(ConnError::Session(_)) => true,
         Err(ConnError::Io(_) | ConnError::Write(_)) => false,
-    }
-}
-
-/// Closes the write side, then reads and drops what the peer still sends until it closes,
-/// for at most `limit` and [`LINGER_BYTES`]. Linux answers the close of a socket with
-/// unread input by a reset, which throws away the replies still in its send queue (those to a
-/// client that pipelines and reads slowly, say): with the input drained, the close is a FIN
-/// behind them. Reads land in the thread's shared buffer, so a connection's future holds no
-/// buffer of its own for this.
-async fn linger(stream: &mut TcpStream, limit: Duration) {
-    if stream.shutdown().await.is_err() {
-        return;
-    }
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut drained = 0;
-    while drained <= LINGER_BYTES {
-        match tokio::time::timeout_at(deadline, stream.readable()).await {
-            Ok(Ok(())) => {}
-            _ => return,
-        }
-        let read = WORKSPACE.with(|cell| {
-            let mut ws = cell.borrow_mut();
-            let ws = ws.get_or_insert_with(ThreadWorkspace::new);
-            stream.try_read(&mut ws.read_buf)
-        });
-        match read {
-            Ok(0) => return,
-            Ok(n) => drained += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return,
-        }
     }
 }
 

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 
-use tokio::io::AsyncWriteExt;
 use wirekit_core::minecraft::budget::Budget;
 use wirekit_core::minecraft::conn::{Close, ConnConfig, Verdict};
 use wirekit_core::minecraft::filter::{Filter, PassAll};
@@ -182,26 +181,19 @@ async fn refuse<F: Filter + ?Sized>(
             crate::conn::write_within(&mut inbound.stream, bytes, limit).await;
         }
     }
-    let _ = inbound.stream.shutdown().await;
     linger(&mut inbound.stream).await;
     Ended::Refused(close.reason.label())
 }
 
-/// How long a refused client's bytes are read and dropped after its Disconnect.
+/// How long, and how many bytes at most, a refused client's input is read and dropped after
+/// its Disconnect.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+const LINGER_BYTES: usize = 1024 * 1024;
 
-/// Reads and drops what a refused client still sends, until it closes or [`LINGER`] passes:
-/// closing with unread bytes would reset the connection, and a reset can discard the
-/// Disconnect before the client reads it (a flooding client is still writing).
+/// Closes a refused client's write side after its Disconnect and reads and drops what it still
+/// sends, until it closes or [`LINGER`] passes ([`wirekit_std::close::linger`]): closing with
+/// unread bytes would reset the connection, and a reset can discard the Disconnect before the
+/// client reads it (a flooding client is still writing).
 pub(crate) async fn linger(stream: &mut tokio::net::TcpStream) {
-    use tokio::io::AsyncReadExt;
-    let mut sink = [0u8; 4096];
-    let _ = tokio::time::timeout(LINGER, async {
-        while let Ok(n) = stream.read(&mut sink).await {
-            if n == 0 {
-                break;
-            }
-        }
-    })
-    .await;
+    wirekit_std::close::linger(stream, LINGER, LINGER_BYTES).await;
 }
