@@ -155,14 +155,16 @@ impl Idle {
         }
     }
 
-    /// When the next check is due.
+    /// Whether there is a timeout to watch for: the relays' `select!` polls the check's timer
+    /// only then, so a relay without one never registers a timer.
+    pub(crate) fn armed(&self) -> bool {
+        self.period.is_some()
+    }
+
+    /// When the next check is due (without a timeout, a deadline [`Idle::armed`] keeps from
+    /// ever being polled).
     pub(crate) fn next(&self) -> tokio::time::Instant {
-        let now = tokio::time::Instant::now();
-        match self.period {
-            Some(p) => now + p,
-            // Far off: the check never comes.
-            None => now + std::time::Duration::from_secs(86_400 * 365),
-        }
+        tokio::time::Instant::now() + self.period.unwrap_or(std::time::Duration::ZERO)
     }
 
     /// At a check: whether the relay has been silent for the timeout, given the bytes it has
@@ -240,7 +242,7 @@ pub async fn relay(
                     down_end = Some(e);
                 }
                 _ = shutdown.cancelled() => break RelayEnd::Shutdown,
-                () = &mut check => {
+                () = &mut check, if watch.armed() => {
                     let moved =
                         up_total.load(Ordering::Relaxed) + down_total.load(Ordering::Relaxed);
                     if watch.quiet(moved) {

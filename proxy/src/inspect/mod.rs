@@ -712,7 +712,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     (Direction::Clientbound, io)
                 }
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
-                () = &mut check => {
+                () = &mut check, if watch.armed() => {
                     let moved = s_side.moved.read + s_side.moved.written
                         + c_side.moved.read + c_side.moved.written;
                     if watch.quiet(moved) {
