@@ -18,6 +18,9 @@ pub enum DropReason {
     /// A new connection did not fit: its source (an IPv4 address or an IPv6 /64) held its
     /// limit already.
     SourceLimit,
+    /// A new connection did not fit: its source's network (an IPv4 /24 or an IPv6 /48) held
+    /// its limit already.
+    NetworkLimit,
     /// A reply did not fit the worker's outbox.
     OutboxFull,
     /// Sending a reply failed.
@@ -36,6 +39,7 @@ impl DropReason {
             DropReason::Refused => "refused",
             DropReason::TableFull => "table_full",
             DropReason::SourceLimit => "source_limit",
+            DropReason::NetworkLimit => "network_limit",
             DropReason::OutboxFull => "outbox_full",
             DropReason::SendFailed => "send_failed",
             DropReason::Protocol(_) => "protocol",
@@ -53,12 +57,13 @@ impl std::fmt::Display for DropReason {
 }
 
 /// The fixed reasons, in counter order.
-const FIXED: [DropReason; 7] = [
+const FIXED: [DropReason; 8] = [
     DropReason::Oversized,
     DropReason::Unroutable,
     DropReason::Refused,
     DropReason::TableFull,
     DropReason::SourceLimit,
+    DropReason::NetworkLimit,
     DropReason::OutboxFull,
     DropReason::SendFailed,
 ];
@@ -200,6 +205,6 @@ mod tests {
         }
         assert_eq!(s.dropped(DropReason::Protocol(3)), 1);
         assert_eq!(s.dropped(DropReason::Protocol(31)), 1);
-        assert_eq!(s.dropped_total(), 28 + 2);
+        assert_eq!(s.dropped_total(), 36 + 2);
     }
 }

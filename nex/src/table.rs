@@ -46,6 +46,15 @@ pub fn source(ip: IpAddr) -> IpAddr {
     AddrKey::new(ip, SOURCE_PREFIX).network()
 }
 
+/// What one network is, for [`TableLimits::max_per_network`]: an IPv4 /24, or an IPv6 /48
+/// (what one site, or one customer of a hosting provider, is given: 65,536 /64 sources).
+pub const NETWORK_PREFIX: Prefix = Prefix::new(24, 48);
+
+/// The network `ip` counts under (its network under [`NETWORK_PREFIX`]).
+pub fn network(ip: IpAddr) -> IpAddr {
+    AddrKey::new(ip, NETWORK_PREFIX).network()
+}
+
 /// The bounds of a [`ConnectionTable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableLimits {
@@ -55,17 +64,23 @@ pub struct TableLimits {
     /// address, or an IPv6 /64 ([`SOURCE_PREFIX`]), what one subscriber is given, so that a
     /// host cannot fill the table from the many addresses of its own prefix.
     pub max_per_source: u32,
+    /// The most connections from one network ([`NETWORK_PREFIX`]: an IPv4 /24, an IPv6 /48),
+    /// its sources together. Without it, one host with an IPv6 /56 (a common home
+    /// allocation: 256 /64 sources) at [`max_per_source`](Self::max_per_source) each filled
+    /// the default table, and the PINGs a connection answers kept it full.
+    pub max_per_network: u32,
     /// A connection that has sent nothing accepted for this long is removed.
     pub idle_timeout: Duration,
 }
 
 impl Default for TableLimits {
-    /// 4096 connections, 16 per source address, 60 s idle (NEX clients ping every few
-    /// seconds).
+    /// 4096 connections, 16 per source address, 256 per network (a sixteenth of the table),
+    /// 60 s idle (NEX clients ping every few seconds).
     fn default() -> Self {
         TableLimits {
             max_connections: 4096,
             max_per_source: 16,
+            max_per_network: 256,
             idle_timeout: Duration::from_secs(60),
         }
     }
@@ -78,6 +93,8 @@ pub enum InsertError {
     Full,
     /// The source address holds [`TableLimits::max_per_source`] already.
     SourceLimit,
+    /// The source's network holds [`TableLimits::max_per_network`] already.
+    NetworkLimit,
     /// The key is in the table already.
     Exists,
 }
@@ -88,6 +105,7 @@ impl InsertError {
         match self {
             InsertError::Full => "connection table full",
             InsertError::SourceLimit => "too many connections from this source address",
+            InsertError::NetworkLimit => "too many connections from this source's network",
             InsertError::Exists => "connection exists already",
         }
     }
@@ -116,6 +134,7 @@ pub struct ConnectionTable<S> {
     free: Vec<u32>,
     index: HashMap<ConnectionKey, u32>,
     per_source: HashMap<IpAddr, u32>,
+    per_network: HashMap<IpAddr, u32>,
 }
 
 impl<S> ConnectionTable<S> {
@@ -131,6 +150,7 @@ impl<S> ConnectionTable<S> {
             free: (0..cap as u32).rev().collect(),
             index: HashMap::with_capacity(cap.saturating_mul(2)),
             per_source: HashMap::with_capacity(cap.saturating_mul(2)),
+            per_network: HashMap::with_capacity(cap.saturating_mul(2)),
         }
     }
 
@@ -152,6 +172,12 @@ impl<S> ConnectionTable<S> {
     /// The connections from the source of `ip` (its IPv6 /64: see [`SOURCE_PREFIX`]).
     pub fn source_count(&self, ip: IpAddr) -> u32 {
         self.per_source.get(&source(ip)).copied().unwrap_or(0)
+    }
+
+    /// The connections from the network of `ip` (its IPv4 /24 or IPv6 /48: see
+    /// [`NETWORK_PREFIX`]).
+    pub fn network_count(&self, ip: IpAddr) -> u32 {
+        self.per_network.get(&network(ip)).copied().unwrap_or(0)
     }
 
     /// The state of a connection.
@@ -180,6 +206,9 @@ impl<S> ConnectionTable<S> {
         if self.source_count(key.peer.ip()) >= self.limits.max_per_source {
             return Err(InsertError::SourceLimit);
         }
+        if self.network_count(key.peer.ip()) >= self.limits.max_per_network {
+            return Err(InsertError::NetworkLimit);
+        }
         Ok(())
     }
 
@@ -197,6 +226,7 @@ impl<S> ConnectionTable<S> {
             return Err((InsertError::Full, state));
         };
         *self.per_source.entry(source(key.peer.ip())).or_insert(0) += 1;
+        *self.per_network.entry(network(key.peer.ip())).or_insert(0) += 1;
         self.index.insert(key, slot);
         let entry = self.slots[slot as usize].insert(Entry {
             key,
@@ -216,11 +246,16 @@ impl<S> ConnectionTable<S> {
 
     fn release(&mut self, slot: u32, key: &ConnectionKey) {
         self.free.push(slot);
-        let ip = source(key.peer.ip());
-        if let Some(n) = self.per_source.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_source.remove(&ip);
+        let ip = key.peer.ip();
+        for (map, at) in [
+            (&mut self.per_source, source(ip)),
+            (&mut self.per_network, network(ip)),
+        ] {
+            if let Some(n) = map.get_mut(&at) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&at);
+                }
             }
         }
     }
@@ -294,6 +329,7 @@ mod tests {
         TableLimits {
             max_connections: 4,
             max_per_source: 2,
+            max_per_network: 4,
             idle_timeout: Duration::from_secs(10),
         }
     }
@@ -352,6 +388,51 @@ mod tests {
         assert!(t.insert(key([10, 0, 0, 1], 1, 15), 5, t0).is_ok());
         let mapped: IpAddr = std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into();
         assert_eq!(t.source_count(mapped), 1);
+    }
+
+    /// Sources of one network together hold at most the network's limit: an IPv4 /24's
+    /// addresses, an IPv6 /48's /64s (a /56's 256 of them no longer fill a table alone).
+    #[test]
+    fn bounded_per_network() {
+        let limits = TableLimits {
+            max_connections: 64,
+            max_per_source: 2,
+            max_per_network: 5,
+            idle_timeout: Duration::from_secs(10),
+        };
+        let mut t = ConnectionTable::new(limits);
+        let t0 = Instant::ZERO;
+        for host in 1..=5u8 {
+            assert!(t.insert(key([192, 0, 2, host], 1, 15), host, t0).is_ok());
+        }
+        assert_eq!(
+            t.insert(key([192, 0, 2, 6], 1, 15), 6, t0).err(),
+            Some((InsertError::NetworkLimit, 6))
+        );
+        // The next /24 is another network.
+        assert!(t.insert(key([192, 0, 3, 6], 1, 15), 7, t0).is_ok());
+        assert_eq!(t.network_count([192, 0, 2, 200].into()), 5);
+        assert_eq!(t.remove(&key([192, 0, 2, 1], 1, 15)), Some(1));
+        assert!(t.insert(key([192, 0, 2, 6], 1, 15), 8, t0).is_ok());
+
+        // IPv6: the /64s of one /48 (here, of one /56) share its limit.
+        let v6 = |subnet: u16| {
+            let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, subnet, 0, 0, 0, 1);
+            ConnectionKey::new(SocketAddr::from((ip, 1)), VirtualPort::from_byte(0xAF))
+        };
+        for subnet in 0..5 {
+            assert!(t.insert(v6(subnet), 10 + subnet as u8, t0).is_ok());
+        }
+        assert_eq!(
+            t.insert(v6(0xff), 99, t0).err(),
+            Some((InsertError::NetworkLimit, 99))
+        );
+        let other = std::net::Ipv6Addr::new(0x2001, 0xdb8, 8, 0, 0, 0, 0, 1);
+        let k = ConnectionKey::new(SocketAddr::from((other, 1)), VirtualPort::from_byte(0xAF));
+        assert!(t.insert(k, 20, t0).is_ok());
+        // Removal through `retain` gives the network's place back too.
+        t.retain(t0, |k, s| !matches!(s, Sweep::Live(_) if *k == v6(0)));
+        assert!(t.insert(v6(0xff), 21, t0).is_ok());
     }
 
     #[test]

@@ -668,6 +668,7 @@ fn insert_drop(e: InsertError) -> DropReason {
     match e {
         InsertError::Full => DropReason::TableFull,
         InsertError::SourceLimit => DropReason::SourceLimit,
+        InsertError::NetworkLimit => DropReason::NetworkLimit,
         InsertError::Exists => DropReason::Refused,
     }
 }
@@ -903,6 +904,7 @@ mod tests {
         let limits = TableLimits {
             max_connections: 1,
             max_per_source: 1,
+            max_per_network: 1,
             idle_timeout: Duration::from_secs(10),
         };
         let mut h = Generations::default();

@@ -56,7 +56,7 @@ use wirekit_std::accept::AcceptBackoff;
 
 use crate::counters::{Counters, DropReason};
 use crate::server::{PrudpConnection, PrudpHandler};
-use crate::table::{ConnectionKey, ConnectionTable, TableLimits, source};
+use crate::table::{ConnectionKey, ConnectionTable, TableLimits, network, source};
 use crate::udp::{DatagramHandler, Outbox, dispatch, tick_all};
 
 /// The WebSocket subprotocol NEX clients ask for.
@@ -136,6 +136,9 @@ ws_reasons! {
     ConnectionLimit = "connection_limit",
     /// Closed before its handshake: its source held [`TableLimits::max_per_source`] already.
     SourceLimit = "source_limit",
+    /// Closed before its handshake: its source's network held
+    /// [`TableLimits::max_per_network`] already.
+    NetworkLimit = "network_limit",
     /// Not a WebSocket upgrade, or not finished within [`WsConfig::handshake_timeout`].
     Handshake = "handshake",
     /// The upgrade offered no `NEX` subprotocol (refused with 400).
@@ -275,8 +278,8 @@ struct Shared {
     config: WsConfig,
     epoch: std::time::Instant,
     open: AtomicUsize,
-    /// WebSockets open per [`source`]; only sources with one open are present.
-    sources: Mutex<HashMap<IpAddr, u32>>,
+    /// WebSockets open per [`source`] and per [`network`].
+    sources: Mutex<OpenCounts>,
 }
 
 impl Shared {
@@ -289,7 +292,7 @@ impl Shared {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn sources(&self) -> MutexGuard<'_, HashMap<IpAddr, u32>> {
+    fn sources(&self) -> MutexGuard<'_, OpenCounts> {
         self.sources.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -299,22 +302,24 @@ impl Shared {
         if self.open.load(Ordering::Relaxed) >= self.config.max_connections {
             return Err(WsReason::ConnectionLimit);
         }
-        let source = source(ip);
+        let (source, network) = (source(ip), network(ip));
         {
-            let mut sources = self.sources();
-            let n = sources.entry(source).or_insert(0);
-            if *n >= self.config.limits.max_per_source {
-                if *n == 0 {
-                    sources.remove(&source);
-                }
+            let mut open = self.sources();
+            let limits = &self.config.limits;
+            if open.sources.get(&source).copied().unwrap_or(0) >= limits.max_per_source {
                 return Err(WsReason::SourceLimit);
             }
-            *n += 1;
+            if open.networks.get(&network).copied().unwrap_or(0) >= limits.max_per_network {
+                return Err(WsReason::NetworkLimit);
+            }
+            *open.sources.entry(source).or_insert(0) += 1;
+            *open.networks.entry(network).or_insert(0) += 1;
         }
         self.open.fetch_add(1, Ordering::Relaxed);
         Ok(OpenSlot {
             shared: self.clone(),
             source,
+            network,
         })
     }
 
@@ -444,7 +449,7 @@ impl WsListener {
                 config,
                 epoch: std::time::Instant::now(),
                 open: AtomicUsize::new(0),
-                sources: Mutex::new(HashMap::new()),
+                sources: Mutex::new(OpenCounts::default()),
             }),
         })
     }
@@ -541,18 +546,38 @@ fn frame_config(config: &WsConfig) -> WebSocketConfig {
 struct OpenSlot {
     shared: Arc<Shared>,
     source: IpAddr,
+    network: IpAddr,
+}
+
+/// WebSockets open per source and per network; only those with one open are present.
+#[derive(Debug, Default)]
+struct OpenCounts {
+    sources: HashMap<IpAddr, u32>,
+    networks: HashMap<IpAddr, u32>,
+}
+
+impl OpenCounts {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.sources.is_empty() && self.networks.is_empty()
+    }
 }
 
 impl Drop for OpenSlot {
     fn drop(&mut self) {
-        let mut sources = self.shared.sources();
-        if let Some(n) = sources.get_mut(&self.source) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                sources.remove(&self.source);
+        let mut open = self.shared.sources();
+        let open = &mut *open;
+        for (map, at) in [
+            (&mut open.sources, self.source),
+            (&mut open.networks, self.network),
+        ] {
+            if let Some(n) = map.get_mut(&at) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(&at);
+                }
             }
         }
-        drop(sources);
         self.shared.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -847,7 +872,14 @@ mod tests {
         async fn wait_open_from(&self, ip: IpAddr, n: u32) {
             let shared = &self.shared;
             tokio::time::timeout(WAIT, async {
-                while shared.sources().get(&source(ip)).copied().unwrap_or(0) != n {
+                while shared
+                    .sources()
+                    .sources
+                    .get(&source(ip))
+                    .copied()
+                    .unwrap_or(0)
+                    != n
+                {
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                 }
             })
@@ -954,6 +986,37 @@ mod tests {
         assert_eq!(l.open_connections(), 0);
         assert!(l.shared.sources().is_empty());
         let _a = l.shared.admit(ip("2001:db8:1:2:ffff::9")).unwrap();
+    }
+
+    /// The sources of one network (an IPv4 /24, an IPv6 /48) together hold at most its limit.
+    #[tokio::test]
+    async fn a_network_is_an_ipv4_24_or_an_ipv6_48() {
+        let mut config = WsConfig::default();
+        config.limits.max_per_source = 2;
+        config.limits.max_per_network = 3;
+        let l = listener(config);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let held: Vec<_> = ["2001:db8:1:2::1", "2001:db8:1:3::1", "2001:db8:1:ff00::1"]
+            .iter()
+            .map(|a| l.shared.admit(ip(a)).unwrap())
+            .collect();
+        assert_eq!(
+            l.shared.admit(ip("2001:db8:1:4::1")).err(),
+            Some(WsReason::NetworkLimit)
+        );
+        let other = l.shared.admit(ip("2001:db8:2::1")).unwrap();
+        let v4: Vec<_> = ["192.0.2.1", "192.0.2.2", "192.0.2.2"]
+            .iter()
+            .map(|a| l.shared.admit(ip(a)).unwrap())
+            .collect();
+        assert_eq!(
+            l.shared.admit(ip("192.0.2.77")).err(),
+            Some(WsReason::NetworkLimit)
+        );
+        assert!(l.shared.admit(ip("192.0.3.1")).is_ok());
+        drop((held, other, v4));
+        assert!(l.shared.sources().is_empty());
+        assert!(l.shared.admit(ip("2001:db8:1:4::1")).is_ok());
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use wirekit_core::prudp::Version;
 use wirekit_core::time::{self, Instant};
 use wirekit_nex::{
-    CloseReason, ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, TableLimits,
-    Verdict, WorkerConfig, bind_workers,
+    CloseReason, ConnectionKey, Counters, CountersSnapshot, DatagramHandler, DropReason, Open,
+    Outbox, TableLimits, Verdict, Worker, WorkerConfig, bind_workers,
 };
 use wirekit_tests::nex_worker::loopback_worker;
 
@@ -58,6 +58,60 @@ impl DatagramHandler for Echo {
     }
 }
 
+/// Runs an [`Echo`] worker with `config` on a current-thread runtime while `client`, given
+/// the server's address, runs on a thread of its own; returns the worker and its counters once
+/// the client is done.
+fn serve_while(
+    config: &WorkerConfig,
+    client: impl FnOnce(SocketAddr) + Send + 'static,
+) -> (Worker<Echo>, CountersSnapshot) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let counters = Arc::new(Counters::default());
+    let mut worker = loopback_worker(&rt, config, Echo::default(), &counters);
+    let server = worker.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let client = std::thread::spawn(move || {
+        client(server);
+        let _ = tx.send(());
+    });
+    rt.block_on(worker.run_until(async {
+        let _ = rx.await;
+    }))
+    .unwrap();
+    client.join().unwrap();
+    (worker, counters.snapshot())
+}
+
+/// The sources of one IPv4 /24 together hold at most `max_per_network` connections, seen from
+/// the socket: a third source of 127.0.0.0/24 is dropped under its own reason, a source of
+/// 127.0.1.0/24 is served (Linux routes all of 127/8 to loopback).
+#[test]
+fn one_network_cannot_fill_the_table() {
+    let config = WorkerConfig {
+        limits: TableLimits {
+            max_connections: 8,
+            max_per_source: 1,
+            max_per_network: 2,
+            idle_timeout: time::Duration::from_secs(30),
+        },
+        ..WorkerConfig::default()
+    };
+    let (worker, s) = serve_while(&config, |server| {
+        echo(&peer("127.0.0.1"), server, &packet(15, b"one"));
+        echo(&peer("127.0.0.2"), server, &packet(15, b"two"));
+        let third = peer("127.0.0.3");
+        third.send_to(&packet(15, b"three"), server).unwrap();
+        echo(&peer("127.0.1.1"), server, &packet(15, b"four"));
+    });
+    assert_eq!(s.dropped(DropReason::NetworkLimit), 1);
+    assert_eq!(s.dropped_total(), 1);
+    assert_eq!(s.opened, 3);
+    assert_eq!(worker.table().len(), 3);
+}
+
 fn packet(port: u8, body: &[u8]) -> Vec<u8> {
     let mut d = vec![0xEA, 0xD0, 1, 0, 0, 0, 0xA0 | port, 0xA1];
     d.extend_from_slice(body);
@@ -80,24 +134,17 @@ fn echo(s: &UdpSocket, server: SocketAddr, d: &[u8]) {
 
 #[test]
 fn bounds_drops_and_idle_expiry() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let config = WorkerConfig {
         limits: TableLimits {
             max_connections: 3,
             max_per_source: 2,
+            max_per_network: 3,
             idle_timeout: time::Duration::from_millis(600),
         },
         tick: time::Duration::from_millis(10),
         ..WorkerConfig::default()
     };
-    let counters = Arc::new(Counters::default());
-    let mut worker = loopback_worker(&rt, &config, Echo::default(), &counters);
-    let server = worker.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let client = std::thread::spawn(move || {
+    let (worker, s) = serve_while(&config, |server| {
         let a = peer("127.0.0.1");
         let b = peer("127.0.0.2");
         let c = peer("127.0.0.3");
@@ -121,14 +168,7 @@ fn bounds_drops_and_idle_expiry() {
         echo(&c, server, &packet(15, b"six"));
         // Then all go idle.
         std::thread::sleep(Duration::from_millis(1500));
-        let _ = tx.send(());
     });
-    rt.block_on(worker.run_until(async {
-        let _ = rx.await;
-    }))
-    .unwrap();
-    client.join().unwrap();
-    let s = counters.snapshot();
     assert_eq!(s.datagrams_in, 12);
     assert_eq!(s.datagrams_out, 4);
     assert_eq!(s.dropped(DropReason::SourceLimit), 1);
@@ -171,6 +211,7 @@ fn reuseport_workers_share_one_port() {
         let config = WorkerConfig {
             limits: TableLimits {
                 max_per_source: 24,
+                max_per_network: 24,
                 ..TableLimits::default()
             },
             ..WorkerConfig::default()

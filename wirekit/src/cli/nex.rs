@@ -204,6 +204,10 @@ pub struct ServeArgs {
     /// a source is an IPv4 address or an IPv6 /64.
     #[arg(long, default_value_t = 16)]
     pub max_per_source: u32,
+    /// Connections one network may hold (per worker), and WebSockets (per WebSocket
+    /// listener), its sources together: a network is an IPv4 /24 or an IPv6 /48.
+    #[arg(long, default_value_t = 256)]
+    pub max_per_network: u32,
     /// Also serve PRUDP Lite over plain WebSocket (subprotocol NEX, as the Switch and
     /// NintendoClients' Lite transport connect): the authentication server here ...
     #[arg(long, requires = "ws_secure_listen")]
@@ -258,6 +262,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let mut worker = wirekit_nex::WorkerConfig::default();
     worker.limits.max_connections = args.max_connections;
     worker.limits.max_per_source = args.max_per_source;
+    worker.limits.max_per_network = args.max_per_network;
     let options = wirekit_nex::ServeOptions {
         auth_listen: args.auth_listen,
         secure_listen: args.secure_listen,
@@ -342,6 +347,7 @@ fn ws_options(args: &ServeArgs) -> Option<wirekit_nex::WsOptions> {
     };
     config.limits.max_connections = args.max_connections;
     config.limits.max_per_source = args.max_per_source;
+    config.limits.max_per_network = args.max_per_network;
     Some(wirekit_nex::WsOptions {
         auth_listen,
         secure_listen,
