@@ -37,7 +37,7 @@ use wirekit_core::time::{Duration, Instant};
 use crate::accounts::{Account, Accounts};
 use crate::rmc::{Call, INVALID_ARGUMENT, Reply, RmcProtocol};
 use crate::server::{fill_random, random};
-use crate::table::SOURCE_PREFIX;
+use crate::table::{NETWORK_PREFIX, SOURCE_PREFIX};
 
 /// The largest ticket built (a 32-byte session key and 64-bit PIDs need 148 in version 1).
 const MAX_TICKET: usize = 256;
@@ -107,6 +107,12 @@ pub struct AuthStats {
 /// or that of a source whose budget is whole again; with neither, its calls are refused (a
 /// flood of addresses cannot erase a budget still being spent).
 ///
+/// Each network (an IPv4 /24, an IPv6 /48: [`NETWORK_PREFIX`]) has a budget too, in a table of
+/// its own, [`NETWORK_SHARE`] times a source's burst and rate, and a call takes from its
+/// network's first. Without it one holder of an IPv6 /48 (65,536 /64 sources) filled the
+/// sources' table with budgets being spent, a garbage Login from each new /64, and every new
+/// source was refused: now a network opens at most its own budget's worth of sources.
+///
 /// The callers pass their own clocks (each worker's and the listener's start in
 /// [`NexServers::bind`](crate::NexServers::bind), moments apart). A bucket takes a time earlier
 /// than one it saw as no time passing, so the moment between two clocks can shift a refill by
@@ -114,8 +120,12 @@ pub struct AuthStats {
 pub struct LoginBudgets {
     burst: u32,
     rate: Rate,
-    table: Mutex<Budgets>,
+    /// The sources' budgets, then the networks'.
+    table: Mutex<[Budgets; 2]>,
 }
+
+/// A network's login budget is this many sources' (burst and rate).
+pub const NETWORK_SHARE: u32 = 16;
 
 /// The budgets by source, in a bounded table.
 type Budgets = Table<AddrKey, TokenBucket, Box<[Slot<AddrKey, TokenBucket>]>>;
@@ -132,27 +142,40 @@ impl std::fmt::Debug for LoginBudgets {
 impl LoginBudgets {
     /// The budgets of `config` (its burst, rate and tracked sources).
     pub fn new(config: &AuthConfig) -> Self {
-        let slots: Box<[Slot<AddrKey, TokenBucket>]> = std::iter::repeat_with(|| Slot::EMPTY)
-            .take(config.tracked_sources.max(1))
-            .collect();
+        let table = || {
+            let slots: Box<[Slot<AddrKey, TokenBucket>]> = std::iter::repeat_with(|| Slot::EMPTY)
+                .take(config.tracked_sources.max(1))
+                .collect();
+            Table::new(slots, HashSeed::new(random()))
+        };
         LoginBudgets {
             burst: config.login_burst,
             rate: config.login_rate,
-            table: Mutex::new(Table::new(slots, HashSeed::new(random()))),
+            table: Mutex::new([table(), table()]),
         }
     }
 
-    /// Takes one call from `source`'s budget at `now`; `false` when it is spent, or when no
-    /// slot is free for a new source.
+    /// Takes one call from the budget of `source`'s network and then from `source`'s at
+    /// `now`; `false` when either is spent, or when no slot is free for a new one.
     pub fn try_take(&self, source: IpAddr, now: Instant) -> bool {
         let (burst, rate) = (self.burst, self.rate);
+        let (net_burst, net_rate) = (
+            burst.saturating_mul(NETWORK_SHARE),
+            Rate::new(rate.tokens().saturating_mul(NETWORK_SHARE), rate.period()),
+        );
         // A panic under the lock left no half-written entry (a bucket is updated in one step).
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        table
-            .get_or_insert(AddrKey::new(source, SOURCE_PREFIX), now, || {
-                TokenBucket::new(burst, rate)
+        let mut tables = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let [sources, networks] = &mut *tables;
+        networks
+            .get_or_insert(AddrKey::new(source, NETWORK_PREFIX), now, || {
+                TokenBucket::new(net_burst, net_rate)
             })
             .is_ok_and(|b| b.try_take(now, 1))
+            && sources
+                .get_or_insert(AddrKey::new(source, SOURCE_PREFIX), now, || {
+                    TokenBucket::new(burst, rate)
+                })
+                .is_ok_and(|b| b.try_take(now, 1))
     }
 }
 
@@ -787,6 +810,42 @@ mod tests {
             workers[1].call(&other, &mut out),
             Reply::Success(_)
         ));
+    }
+
+    /// One IPv6 /48 spreading its calls over its /64s, one garbage call from each: its
+    /// network's budget (sixteen sources') runs out, and the sources' table keeps room for
+    /// others. Before the network budget, the /48's /64s took every slot, each with a budget
+    /// being spent, and every other source was refused.
+    #[test]
+    fn one_network_cannot_fill_the_sources_table() {
+        let c = AuthConfig {
+            tracked_sources: 512,
+            ..AuthConfig::clone(&config(&[]))
+        };
+        let budgets = LoginBudgets::new(&c);
+        let t0 = Instant::from_micros(1_000_000);
+        let in_48 = |i: u16| -> IpAddr {
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x77, i, 0, 0, 0, 1).into()
+        };
+        // Burst 3 per source, 48 per network (a call refused for want of a slot in its set
+        // of the table still spends its network's token: hence at least, not exactly, 44).
+        let taken = (0..1000u16)
+            .filter(|&i| budgets.try_take(in_48(i), t0))
+            .count();
+        assert!((44..=48).contains(&taken), "{taken}");
+        // Sources of other networks are served: the table has room.
+        for n in 0..40u8 {
+            assert!(
+                budgets.try_take(IpAddr::from([198, 51, n, 1]), t0),
+                "network {n}"
+            );
+        }
+        // The network's budget refills at sixteen sources' rate (16 a second here).
+        let later = Instant::from_micros(2_000_000);
+        let taken = (1000..2000u16)
+            .filter(|&i| budgets.try_take(in_48(i), later))
+            .count();
+        assert!((12..=16).contains(&taken), "{taken}");
     }
 
     #[test]

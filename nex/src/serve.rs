@@ -28,6 +28,7 @@ use crate::secure::SecureProtocol;
 use crate::server::{
     HandlerConfig, PrudpHandler, Role, ServerStats, TICKET_REPLAY_CAPACITY, random,
 };
+use crate::table::TableLimits;
 use crate::udp::{Worker, WorkerConfig, bind_sockets};
 use crate::ws::{WsConfig, WsListener, WsStats};
 
@@ -275,12 +276,22 @@ impl NexServers {
         };
         let secure_datagrams = Arc::new(Counters::default());
         let secret = random();
+        // A secure connection takes a slot only with a ticket the authentication server
+        // minted (its SYN is answered statelessly), so a network's sources are not limited
+        // together there: that would only cap the players behind one carrier's NAT.
+        let secure_worker = WorkerConfig {
+            limits: TableLimits {
+                max_per_network: u32::MAX,
+                ..o.worker.limits
+            },
+            ..o.worker
+        };
         let secure_workers = secure_sockets
             .into_iter()
             .map(|s| {
                 let p = Box::new(SecureProtocol::new(context, next_cid.clone()));
                 let h = make(config, Role::Secure, &secure_stats, secret, p);
-                Worker::new(s, &o.worker, h, secure_datagrams.clone())
+                Worker::new(s, &secure_worker, h, secure_datagrams.clone())
             })
             .collect::<io::Result<Vec<_>>>()?;
         let auth_datagrams = Arc::new(Counters::default());
@@ -507,6 +518,26 @@ mod tests {
             .collect();
         assert_eq!(ok, [true, true, true, false, false, false]);
         assert_eq!(servers.stats.logins.rate_limited.load(Ordering::Relaxed), 3);
+    }
+
+    /// The network limit holds on the authentication server's tables; the secure server's,
+    /// whose connections need a ticket, have none.
+    #[test]
+    fn only_the_authentication_tables_limit_networks() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let servers = NexServers::bind(options(2)).unwrap();
+        let network = TableLimits::default().max_per_network;
+        for w in &servers.auth {
+            assert_eq!(w.table().limits().max_per_network, network);
+        }
+        for w in &servers.secure {
+            assert_eq!(w.table().limits().max_per_network, u32::MAX);
+            assert_eq!(w.table().limits().max_per_source, 16);
+        }
     }
 
     /// Every secure handler, the UDP workers' and the WebSocket listener's, checks tickets

@@ -103,7 +103,11 @@ impl Default for WsConfig {
             idle_timeout: Duration::from_secs(10),
             send_queue: 64,
             send_timeout: Duration::from_secs(10),
-            limits: TableLimits::default(),
+            limits: TableLimits {
+                // A sixteenth of the WebSockets, as the UDP table's default is of its slots.
+                max_per_network: 1024 / 16,
+                ..TableLimits::default()
+            },
             tick: Duration::from_millis(50),
         }
     }

@@ -204,8 +204,10 @@ pub struct ServeArgs {
     /// a source is an IPv4 address or an IPv6 /64.
     #[arg(long, default_value_t = 16)]
     pub max_per_source: u32,
-    /// Connections one network may hold (per worker), and WebSockets (per WebSocket
-    /// listener), its sources together: a network is an IPv4 /24 or an IPv6 /48.
+    /// Connections one network may hold on the authentication server (per worker), and
+    /// WebSockets (per WebSocket listener, at most a sixteenth of --ws-max-connections), its
+    /// sources together: a network is an IPv4 /24 or an IPv6 /48. The secure server has no
+    /// such limit: its connections need a ticket.
     #[arg(long, default_value_t = 256)]
     pub max_per_network: u32,
     /// Also serve PRUDP Lite over plain WebSocket (subprotocol NEX, as the Switch and
@@ -347,7 +349,12 @@ fn ws_options(args: &ServeArgs) -> Option<wirekit_nex::WsOptions> {
     };
     config.limits.max_connections = args.max_connections;
     config.limits.max_per_source = args.max_per_source;
-    config.limits.max_per_network = args.max_per_network;
+    // A network holds at most a sixteenth of a listener's WebSockets (at least a source's
+    // share), as the default does of the UDP tables, or --max-per-network if that is less.
+    let ws_share = u32::try_from(args.ws_max_connections / 16)
+        .unwrap_or(u32::MAX)
+        .max(args.max_per_source);
+    config.limits.max_per_network = args.max_per_network.min(ws_share);
     Some(wirekit_nex::WsOptions {
         auth_listen,
         secure_listen,
