@@ -36,10 +36,11 @@ use crate::server::{Runtime, Shared};
 use crate::settings::{Mode, Route, UnknownHost};
 use crate::status::{self, LegacyView};
 
-/// How a connection ended: normally (`Done`), by the client before login (`Left`, counted as
-/// closed, and logged through the per-source log limiter: a client that connects and closes
-/// in a loop would otherwise write a line per connection), or closed by the proxy (`Refused`,
-/// counted as a rejection and logged through the same limiter).
+/// How a connection ended: normally (`Done`), by the client before login or at the end of a
+/// status exchange or legacy ping (`Left`, counted as closed, and logged through the
+/// per-source log limiter: a client that connects and closes in a loop, a server-list ping
+/// flood the commonest, would otherwise write a line per connection), or closed by the proxy
+/// (`Refused`, counted as a rejection and logged through the same limiter).
 pub(crate) enum Ended {
     Done(&'static str),
     Left(&'static str),
@@ -247,7 +248,7 @@ async fn run<'a>(
             };
             write_within(&mut inbound.stream, &kick, s.handshake_timeout).await;
             let _ = inbound.stream.shutdown().await;
-            return Ended::Done("legacy_ping");
+            return Ended::Left("legacy_ping");
         }
         First::Handshake { frame, body } => (frame, body),
     };
@@ -331,16 +332,21 @@ async fn run<'a>(
                         .ok()
                         .and_then(|p| Handshake::parse(p.data).ok())
                         .map_or(25565, |hs| hs.port);
-                    route_status(shared, rt, i, r, protocol, port, &host, line).await
+                    route_status(shared, rt, i, r, protocol, port, &host, line)
+                        .await
+                        .json
                 }
-                _ => status::fallback_json(
-                    &crate::settings::StatusFallback {
-                        motd: s.unknown_host_motd.clone(),
-                        ..Default::default()
-                    },
-                    protocol,
-                )
-                .into(),
+                _ => {
+                    shared.metrics.status("unknown_host");
+                    status::fallback_json(
+                        &crate::settings::StatusFallback {
+                            motd: s.unknown_host_motd.clone(),
+                            ..Default::default()
+                        },
+                        protocol,
+                    )
+                    .into()
+                }
             };
             // Up to about 98 KB (a favicon): a client that does not read it is dropped at the
             // handshake timeout rather than held open, with its admission.
@@ -353,7 +359,7 @@ async fn run<'a>(
             inbound.set_deadline(tokio::time::Instant::now() + s.handshake_timeout);
             let ping = match inbound.packet(Ping::ID, MAX_PING_BODY).await {
                 Ok(body) => body,
-                Err(PreloginError::Closed) => return Ended::Done("status"),
+                Err(PreloginError::Closed) => return Ended::Left("status"),
                 Err(e) => return prelogin_end(e),
             };
             let payload = split_packet(inbound.bytes(ping))
@@ -367,7 +373,7 @@ async fn run<'a>(
                 write_within(&mut inbound.stream, &out[..n], s.handshake_timeout).await;
             }
             let _ = inbound.stream.shutdown().await;
-            Ended::Done("status")
+            Ended::Left("status")
         }
         NextState::Login | NextState::Transfer => {
             let login = match inbound.packet(LoginStart::ID, MAX_LOGIN_START_BODY).await {
@@ -559,6 +565,7 @@ async fn legacy_kick<'a>(
             return Err("unknown_host");
         }
         gauge.set("unknown", ConnState::Status);
+        shared.metrics.status("unknown_host");
         let view = LegacyView::from_fallback(&crate::settings::StatusFallback {
             motd: s.unknown_host_motd.clone(),
             ..Default::default()
@@ -602,11 +609,26 @@ async fn legacy_kick<'a>(
         }
         // Nothing cached: the upstream is asked in a modern status exchange (protocol -1, as a
         // client that only probes sends), whose answer is cached as any other.
-        None => route_status(shared, rt, i, r, -1, port, &named, line).await,
+        // The fallback is read from the route's settings, not from the JSON made for the
+        // fetch's protocol -1, which would show the server as incompatible to every client
+        // where the fallback echoes the client's own protocol.
+        None => match route_status(shared, rt, i, r, -1, port, &named, line).await {
+            RouteStatus { fallback: true, .. } => {
+                return Ok(LegacyView::from_fallback(&r.fallback).kick(ping));
+            }
+            RouteStatus { json, .. } => json,
+        },
     };
     let view =
         LegacyView::from_json(&json).unwrap_or_else(|| LegacyView::from_fallback(&r.fallback));
     Ok(view.kick(ping))
+}
+
+/// A status as [`route_status`] found it.
+struct RouteStatus {
+    json: Arc<str>,
+    /// It is the route's fallback (no upstream answered).
+    fallback: bool,
 }
 
 /// How many fetches led by other requests a status request waits for when each ends in
@@ -640,11 +662,18 @@ async fn route_status(
     port: u16,
     host: &str,
     line: &mut Line<'_>,
-) -> Arc<str> {
+) -> RouteStatus {
     use status::Fetched;
     let fallback = |shared: &Shared| {
         shared.metrics.status("fallback");
-        Arc::<str>::from(status::fallback_json(&r.fallback, protocol))
+        RouteStatus {
+            json: Arc::from(status::fallback_json(&r.fallback, protocol)),
+            fallback: true,
+        }
+    };
+    let answer = |json| RouteStatus {
+        json,
+        fallback: false,
     };
     let who = status::status_host(r, host);
     let hold = status::fallback_hold(&rt.settings, r);
@@ -652,7 +681,7 @@ async fn route_status(
     loop {
         if let Some(json) = rt.cache.get(i, protocol, &who.key, r.status_ttl) {
             shared.metrics.status("hit");
-            return json;
+            return answer(json);
         }
         if rt.cache.held(i, hold) {
             return fallback(shared);
@@ -678,7 +707,7 @@ async fn route_status(
         match got {
             Fetched::Answer(json) => {
                 shared.metrics.status(if led { "upstream" } else { "hit" });
-                return json;
+                return answer(json);
             }
             Fetched::Down => return fallback(shared),
             Fetched::Refused if led => return fallback(shared),

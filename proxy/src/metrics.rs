@@ -18,7 +18,7 @@
 //! - `wirekit_proxy_upstream_connect_seconds`: upstream connect latency (a histogram, failed
 //!   connects included);
 //! - `wirekit_proxy_status_cache_total{result}`: status answers by source (`hit`, `upstream`,
-//!   `fallback`).
+//!   `fallback`, and `unknown_host` for the unknown-host MOTD).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -118,6 +118,11 @@ proxy-protocol = true
     expect_disconnect(&mut s4, "No such server here");
     drop((s1, s2, s3));
     proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"unknown_host\"}", 1);
+    // The status answer counted by its source.
+    assert_eq!(
+        proxy.metric("wirekit_proxy_status_cache_total{result=\"unknown_host\"}"),
+        1
+    );
     assert!(proxy.metric("wirekit_proxy_upstream_connect_seconds_count") >= 4);
 }
 
@@ -440,9 +445,10 @@ fn sighup_reload_sends_new_connections_to_the_new_routes() {
 }
 
 /// Clients that connect and close before login (nothing sent, a status handshake, a login
-/// handshake) write their close lines through the per-source log limiter, as refusals do:
-/// one line per source per `log-interval`, the rest counted. Connections that got past login
-/// keep a line each.
+/// handshake, a whole status exchange answered) write their close lines through the
+/// per-source log limiter, as refusals do: one line per source per `log-interval`, the rest
+/// counted. (A server-list ping flood is the commonest one: it wrote a line per ping.)
+/// Connections that got past login keep a line each.
 #[test]
 fn pre_login_close_lines_are_limited_per_source_and_counted() {
     // An upstream that reads a login's bytes and closes: the relay, and its close line, end.
@@ -480,7 +486,13 @@ fn pre_login_close_lines_are_limited_per_source_and_counted() {
         "wirekit_proxy_closed_total{reason=\"closed_in_prelogin\"}",
         N,
     );
-    proxy.wait_metric("wirekit_proxy_log_lines_suppressed_total", N - 1);
+    // Status exchanges answered, to their Pong: counted, and their lines limited too.
+    const PINGS: u64 = 5;
+    for _ in 0..PINGS {
+        status(proxy.addr, 131, "pre.test", 340);
+    }
+    proxy.wait_metric("wirekit_proxy_closed_total{reason=\"status\"}", PINGS);
+    proxy.wait_metric("wirekit_proxy_log_lines_suppressed_total", N + PINGS - 1);
     let log = proxy.proc.log();
     let about = |client: &str| {
         log.lines()
@@ -500,7 +512,7 @@ fn pre_login_close_lines_are_limited_per_source_and_counted() {
     assert!(log.contains("player=\"Kit\""), "{log}");
     assert_eq!(
         proxy.metric("wirekit_proxy_log_lines_suppressed_total"),
-        N - 1
+        N + PINGS - 1
     );
 }
 

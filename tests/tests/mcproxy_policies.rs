@@ -295,6 +295,9 @@ fn a_legacy_ping_with_nothing_cached_asks_the_upstream_and_falls_back_when_it_is
     ));
     let v14 = legacy(&down, &[0xfe, 0x01], 32);
     assert!(v14.contains("\0upstream down\0"), "{v14:?}");
+    // With no fallback protocol set, the client's own (a 1.4-1.5 ping names none: 127), not
+    // the -1 of the fetch, which listed the server as incompatible.
+    assert!(v14.starts_with("\u{a7}1\u{0}127\u{0}"), "{v14:?}");
     assert_eq!(
         down.metric("wirekit_proxy_status_cache_total{result=\"fallback\"}"),
         1
