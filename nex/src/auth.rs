@@ -156,7 +156,9 @@ impl LoginBudgets {
     }
 
     /// Takes one call from the budget of `source`'s network and then from `source`'s at
-    /// `now`; `false` when either is spent, or when no slot is free for a new one.
+    /// `now`; `false` when either is spent, or when no slot is free for a new one. A source
+    /// whose own budget is spent is refused before its network is asked: one source calling
+    /// past its budget must not spend its neighbours' (on one carrier's NAT, say).
     pub fn try_take(&self, source: IpAddr, now: Instant) -> bool {
         let (burst, rate) = (self.burst, self.rate);
         let (net_burst, net_rate) = (
@@ -166,15 +168,17 @@ impl LoginBudgets {
         // A panic under the lock left no half-written entry (a bucket is updated in one step).
         let mut tables = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let [sources, networks] = &mut *tables;
+        let key = AddrKey::new(source, SOURCE_PREFIX);
+        if sources.get(&key).is_some_and(|b| b.available(now) == 0) {
+            return false;
+        }
         networks
             .get_or_insert(AddrKey::new(source, NETWORK_PREFIX), now, || {
                 TokenBucket::new(net_burst, net_rate)
             })
             .is_ok_and(|b| b.try_take(now, 1))
             && sources
-                .get_or_insert(AddrKey::new(source, SOURCE_PREFIX), now, || {
-                    TokenBucket::new(burst, rate)
-                })
+                .get_or_insert(key, now, || TokenBucket::new(burst, rate))
                 .is_ok_and(|b| b.try_take(now, 1))
     }
 }
@@ -818,8 +822,10 @@ mod tests {
     /// being spent, and every other source was refused.
     #[test]
     fn one_network_cannot_fill_the_sources_table() {
+        // Room enough that the 88 sources below never overflow one 8-slot set of the table
+        // (its hash seed is random).
         let c = AuthConfig {
-            tracked_sources: 512,
+            tracked_sources: 4096,
             ..AuthConfig::clone(&config(&[]))
         };
         let budgets = LoginBudgets::new(&c);
@@ -846,6 +852,22 @@ mod tests {
             .filter(|&i| budgets.try_take(in_48(i), later))
             .count();
         assert!((12..=16).contains(&taken), "{taken}");
+    }
+
+    /// A source calling past its own budget is refused before its network's is spent: its
+    /// neighbours in the same /24 keep theirs.
+    #[test]
+    fn a_source_past_its_budget_does_not_spend_its_networks() {
+        let budgets = LoginBudgets::new(&config(&[]));
+        let t0 = Instant::from_micros(1_000_000);
+        let flooder = IpAddr::from([203, 0, 113, 7]);
+        let taken = (0..500).filter(|_| budgets.try_take(flooder, t0)).count();
+        assert_eq!(taken, 3);
+        for host in 1..=15u8 {
+            let neighbour = IpAddr::from([203, 0, 113, 100 + host]);
+            let taken = (0..3).filter(|_| budgets.try_take(neighbour, t0)).count();
+            assert_eq!(taken, 3, "neighbour {host}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! bound with `SO_REUSEPORT`, and the kernel hashes each peer's 4-tuple to one of them, so a
 //! connection always reaches the same worker and tables need no lock. The table limits are
 //! per worker: a source address that spreads its ports over all workers can hold
-//! `workers * max_per_source` connections.
+//! `workers * max_per_source` connections, and a network `workers * max_per_network`.
 //!
 //! # Restarted peers
 //! A peer that restarts and opens a new connection from the same address and virtual port

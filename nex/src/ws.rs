@@ -13,7 +13,9 @@
 //!   [`TableLimits::max_per_source`] from one source ([`source`]: an IPv4 address or an IPv6
 //!   /64, as on UDP), so one host cannot hold every slot; one more is closed before its
 //!   handshake. A WebSocket carries one PRUDP connection, so the table would refuse more from
-//!   that source anyway.
+//!   that source anyway. Likewise at most [`TableLimits::max_per_network`] from one network
+//!   ([`network`]: an IPv4 /24 or an IPv6 /48), on the secure listener too: a WebSocket holds
+//!   its slot before any ticket is shown.
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
@@ -94,7 +96,8 @@ pub struct WsConfig {
 impl Default for WsConfig {
     /// 2 KiB messages (NintendoClients fragments at 1300 bytes), 1024 WebSockets, a 5 s
     /// handshake, 10 s without a PRUDP connection, 64 queued replies taken within 10 s each,
-    /// the default table limits, a 50 ms tick.
+    /// the default table limits but 64 per network (a sixteenth of the 1024; set it again
+    /// with another `max_connections`), a 50 ms tick.
     fn default() -> Self {
         WsConfig {
             max_message: 2048,

@@ -25,9 +25,10 @@
 //! - [`Level::Stored`]: stored blocks; the output is exactly [`compress_bound`].
 //! - [`Level::Quick`]: zlib-ng's `deflate_quick`: greedy matching with one hash probe (4-byte
 //!   hash), the fixed Huffman code, symbols written as they are found.
-//! - [`Level::Fast`]: the same matching, symbols buffered per block, each block written with a
-//!   dynamic Huffman code (approximate on blocks under 2048 symbols) or stored, whichever is
-//!   smaller.
+//! - [`Level::Fast`]: greedy single-probe matching on a 5-byte hash, three positions of each
+//!   match inserted (the second and the last two), symbols buffered per block, each block
+//!   written with a dynamic Huffman code (approximate on blocks under 2048 symbols) or stored,
+//!   whichever is smaller.
 //! - [`Level::Lazy`]: the default level's matching with a quarter of its chain (8 links,
 //!   nice length 32, lazy length 8), inserting only the ends of matches longer than 16 into
 //!   the chains, for most of its ratio in about 40-60% of its time.

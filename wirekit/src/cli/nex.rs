@@ -206,8 +206,9 @@ pub struct ServeArgs {
     pub max_per_source: u32,
     /// Connections one network may hold on the authentication server (per worker), and
     /// WebSockets (per WebSocket listener, at most a sixteenth of --ws-max-connections), its
-    /// sources together: a network is an IPv4 /24 or an IPv6 /48. The secure server has no
-    /// such limit: its connections need a ticket.
+    /// sources together: a network is an IPv4 /24 or an IPv6 /48. The secure server's UDP
+    /// workers have no such limit (a connection there needs a ticket); its WebSocket listener
+    /// does (a WebSocket holds its slot before the ticket).
     #[arg(long, default_value_t = 256)]
     pub max_per_network: u32,
     /// Also serve PRUDP Lite over plain WebSocket (subprotocol NEX, as the Switch and
