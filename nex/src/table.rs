@@ -263,15 +263,27 @@ impl<S> ConnectionTable<S> {
     /// Visits every connection with [`Sweep::Live`]; those for which `f` returns `false`, and
     /// those idle past the limit at `now`, are removed and handed to `f` again as
     /// [`Sweep::Removed`] (whose return value is ignored).
-    pub fn retain(
+    pub fn retain(&mut self, now: Instant, f: impl FnMut(&ConnectionKey, Sweep<'_, S>) -> bool) {
+        self.retain_from(0, now, f, || false);
+    }
+
+    /// [`retain`](Self::retain) from slot `start` on, pausing before the next connection
+    /// whenever `pause()` says so: returns the slot to resume from, or `None` once every slot
+    /// from `start` on was visited.
+    pub fn retain_from(
         &mut self,
+        start: usize,
         now: Instant,
         mut f: impl FnMut(&ConnectionKey, Sweep<'_, S>) -> bool,
-    ) {
-        for slot in 0..self.slots.len() {
+        mut pause: impl FnMut() -> bool,
+    ) -> Option<usize> {
+        for slot in start..self.slots.len() {
             let Some(e) = self.slots[slot].as_mut() else {
                 continue;
             };
+            if pause() {
+                return Some(slot);
+            }
             let idle = now.saturating_duration_since(e.last_seen) > self.limits.idle_timeout;
             if !idle && f(&e.key, Sweep::Live(&mut e.state)) {
                 continue;
@@ -288,6 +300,7 @@ impl<S> ConnectionTable<S> {
                 );
             }
         }
+        None
     }
 }
 

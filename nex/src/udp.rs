@@ -246,6 +246,11 @@ impl Outbox {
         self.queued.len()
     }
 
+    /// Replies that may still be queued.
+    pub fn room(&self) -> usize {
+        self.slots - self.queued.len()
+    }
+
     /// `true` if nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.queued.is_empty()
@@ -495,17 +500,31 @@ impl<H: DatagramHandler> Worker<H> {
     }
 
     /// Runs the handler's tick on every connection, expires idle ones and sends the replies.
+    /// The outbox is sent whenever it runs low and the tick goes on where it stopped, so every
+    /// connection's retransmissions and pings get room, however many are due at once (with
+    /// one pass into one outbox, the connections in the table's first slots took it first at
+    /// every tick, and the others' went as [`DropReason::OutboxFull`]: a retransmission or a
+    /// ping lost).
     pub async fn run_tick(&mut self) -> io::Result<()> {
         let now = self.now();
         self.next_tick = now.saturating_add(self.tick);
-        tick_all(
-            &mut self.handler,
-            &mut self.table,
-            &mut self.outbox,
-            &self.counters,
-            now,
-        );
-        self.flush().await
+        let mut from = 0;
+        loop {
+            let next = tick_from(
+                &mut self.handler,
+                &mut self.table,
+                &mut self.outbox,
+                &self.counters,
+                now,
+                from,
+                true,
+            );
+            self.flush().await?;
+            match next {
+                Some(slot) => from = slot,
+                None => return Ok(()),
+            }
+        }
     }
 
     /// Sends every queued reply, waiting for the socket when its send buffer is full.
@@ -560,25 +579,52 @@ pub(crate) fn tick_all<H: DatagramHandler>(
     counters: &Counters,
     now: Instant,
 ) {
-    table.retain(now, |key, sweep| match sweep {
-        Sweep::Live(state) => match handler.tick(key, state, now, outbox) {
-            Verdict::Keep => true,
-            Verdict::Drop(reason) => {
-                counters.dropped(reason);
+    tick_from(handler, table, outbox, counters, now, 0, false);
+}
+
+/// [`tick_all`] from slot `start` on; if `pausing`, it pauses before a connection once the
+/// outbox holds something and has less than a quarter of its room left: returns the slot to
+/// resume from once the outbox is sent, or `None` when every connection was ticked.
+fn tick_from<H: DatagramHandler>(
+    handler: &mut H,
+    table: &mut ConnectionTable<H::State>,
+    outbox: &mut Outbox,
+    counters: &Counters,
+    now: Instant,
+    start: usize,
+    pausing: bool,
+) -> Option<usize> {
+    // Read through a cell: the tick closure below borrows the outbox mutably as well.
+    let low = (outbox.slots / 4).max(1);
+    let outbox = std::cell::RefCell::new(outbox);
+    let pause = || {
+        let o = outbox.borrow();
+        pausing && !o.is_empty() && o.room() < low
+    };
+    table.retain_from(
+        start,
+        now,
+        |key, sweep| match sweep {
+            Sweep::Live(state) => match handler.tick(key, state, now, &mut outbox.borrow_mut()) {
+                Verdict::Keep => true,
+                Verdict::Drop(reason) => {
+                    counters.dropped(reason);
+                    true
+                }
+                Verdict::Close => false,
+            },
+            Sweep::Removed { state, idle } => {
+                counters.closed(idle);
+                let reason = match idle {
+                    true => CloseReason::Idle,
+                    false => CloseReason::Closed,
+                };
+                handler.closed(key, state, reason);
                 true
             }
-            Verdict::Close => false,
         },
-        Sweep::Removed { state, idle } => {
-            counters.closed(idle);
-            let reason = match idle {
-                true => CloseReason::Idle,
-                false => CloseReason::Closed,
-            };
-            handler.closed(key, state, reason);
-            true
-        }
-    });
+        pause,
+    )
 }
 
 /// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer

@@ -112,6 +112,106 @@ fn one_network_cannot_fill_the_table() {
     assert_eq!(worker.table().len(), 3);
 }
 
+/// Accepts everything and, at its first tick, sends each connection one `tick` datagram.
+struct TickOnce;
+
+impl DatagramHandler for TickOnce {
+    type State = bool;
+
+    fn version(&self) -> Version {
+        Version::V1
+    }
+
+    fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<bool> {
+        Open::Accept(false)
+    }
+
+    fn datagram(
+        &mut self,
+        _: &ConnectionKey,
+        _: &mut bool,
+        _: &[u8],
+        _: Instant,
+        _: &mut Outbox,
+    ) -> Verdict {
+        Verdict::Keep
+    }
+
+    fn tick(
+        &mut self,
+        key: &ConnectionKey,
+        sent: &mut bool,
+        _: Instant,
+        out: &mut Outbox,
+    ) -> Verdict {
+        if *sent {
+            return Verdict::Keep;
+        }
+        match out.push(key.peer, b"tick") {
+            Ok(()) => {
+                *sent = true;
+                Verdict::Keep
+            }
+            Err(r) => Verdict::Drop(r),
+        }
+    }
+
+    fn closed(&mut self, _: &ConnectionKey, _: bool, _: CloseReason) {}
+}
+
+/// A tick with more replies due than the outbox holds sends them all, none dropped: the
+/// outbox is sent whenever it runs low and the tick goes on. (With one pass into one outbox,
+/// the connections in the table's first slots took its 4 places, and the others' replies
+/// were dropped as `OutboxFull` at that tick: 40 drops here before the last of the 20 went
+/// out, ticks later.)
+#[test]
+fn a_tick_with_more_replies_than_the_outbox_holds_sends_them_all() {
+    const PEERS: usize = 20;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = WorkerConfig {
+        outbox_slots: 4,
+        tick: time::Duration::from_millis(20),
+        limits: TableLimits {
+            max_per_source: 64,
+            max_per_network: 64,
+            ..TableLimits::default()
+        },
+        ..WorkerConfig::default()
+    };
+    let counters = Arc::new(Counters::default());
+    let mut worker = loopback_worker(&rt, &config, TickOnce, &counters);
+    let server = worker.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let client = std::thread::spawn(move || {
+        let peers: Vec<UdpSocket> = (0..PEERS).map(|_| peer("127.0.0.1")).collect();
+        for p in &peers {
+            p.send_to(&packet(15, b"hello"), server).unwrap();
+        }
+        let got = peers
+            .iter()
+            .filter(|p| {
+                p.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut buf = [0u8; 64];
+                matches!(p.recv_from(&mut buf), Ok((4, _))) && &buf[..4] == b"tick"
+            })
+            .count();
+        let _ = tx.send(());
+        got
+    });
+    rt.block_on(worker.run_until(async {
+        let _ = rx.await;
+    }))
+    .unwrap();
+    let got = client.join().unwrap();
+    assert_eq!(got, PEERS);
+    let s = counters.snapshot();
+    assert_eq!(s.dropped(DropReason::OutboxFull), 0);
+    assert_eq!(s.opened, PEERS as u64);
+}
+
 fn packet(port: u8, body: &[u8]) -> Vec<u8> {
     let mut d = vec![0xEA, 0xD0, 1, 0, 0, 0, 0xA0 | port, 0xA1];
     d.extend_from_slice(body);
