@@ -251,6 +251,12 @@ impl Outbox {
         self.slots - self.queued.len()
     }
 
+    /// Something is queued and less than a quarter of the room is left: the moment a tick or
+    /// a batch's end sends the outbox before it goes on to the next connection.
+    fn is_low(&self) -> bool {
+        !self.is_empty() && self.room() < (self.slots / 4).max(1)
+    }
+
     /// `true` if nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.queued.is_empty()
@@ -487,12 +493,24 @@ impl<H: DatagramHandler> Worker<H> {
                 );
             }
         }
-        for key in self.touched.drain(..) {
-            if let Some(state) = self.table.get_mut(&key) {
-                self.handler.batch_end(&key, state, now, &mut self.outbox);
+        // As in a tick, the outbox is sent whenever it runs low and the batch's end goes on.
+        let mut from = 0;
+        loop {
+            let next = end_batch_from(
+                &mut self.handler,
+                &mut self.table,
+                &mut self.outbox,
+                &self.touched,
+                from,
+                now,
+            );
+            self.flush().await?;
+            match next {
+                Some(i) => from = i,
+                None => break,
             }
         }
-        self.flush().await?;
+        self.touched.clear();
         if now >= self.next_tick {
             self.run_tick().await?;
         }
@@ -595,12 +613,8 @@ fn tick_from<H: DatagramHandler>(
     pausing: bool,
 ) -> Option<usize> {
     // Read through a cell: the tick closure below borrows the outbox mutably as well.
-    let low = (outbox.slots / 4).max(1);
     let outbox = std::cell::RefCell::new(outbox);
-    let pause = || {
-        let o = outbox.borrow();
-        pausing && !o.is_empty() && o.room() < low
-    };
+    let pause = || pausing && outbox.borrow().is_low();
     table.retain_from(
         start,
         now,
@@ -625,6 +639,28 @@ fn tick_from<H: DatagramHandler>(
         },
         pause,
     )
+}
+
+/// [`DatagramHandler::batch_end`] for the connections `touched[from..]` that are still in the
+/// table, pausing before one when the outbox [is low](Outbox::is_low): returns the index to
+/// resume from once the outbox is sent, or `None` when all were called.
+fn end_batch_from<H: DatagramHandler>(
+    handler: &mut H,
+    table: &mut ConnectionTable<H::State>,
+    outbox: &mut Outbox,
+    touched: &[ConnectionKey],
+    from: usize,
+    now: Instant,
+) -> Option<usize> {
+    for (i, key) in touched.iter().enumerate().skip(from) {
+        if outbox.is_low() {
+            return Some(i);
+        }
+        if let Some(state) = table.get_mut(key) {
+            handler.batch_end(key, state, now, outbox);
+        }
+    }
+    None
 }
 
 /// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer
@@ -844,6 +880,76 @@ fn one_datagrams_error(e: &io::Error) -> bool {
 mod tests {
     use super::*;
     use wirekit_core::prudp::V0Format;
+
+    /// Owes each connection one reply at the end of a batch.
+    struct OneEach;
+
+    impl DatagramHandler for OneEach {
+        type State = ();
+        fn version(&self) -> Version {
+            Version::V1
+        }
+        fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<()> {
+            Open::Accept(())
+        }
+        fn datagram(
+            &mut self,
+            _: &ConnectionKey,
+            _: &mut (),
+            _: &[u8],
+            _: Instant,
+            _: &mut Outbox,
+        ) -> Verdict {
+            Verdict::Keep
+        }
+        fn batch_end(&mut self, key: &ConnectionKey, _: &mut (), _: Instant, out: &mut Outbox) {
+            out.push(key.peer, b"ack").unwrap();
+        }
+    }
+
+    /// A batch that reached more connections than the outbox has slots ends them all: the
+    /// batch's end pauses while the outbox is sent and goes on (before, one pass into the
+    /// outbox dropped every reply past its slots).
+    #[test]
+    fn a_batch_end_pauses_for_the_outbox_to_be_sent() {
+        let mut table = ConnectionTable::new(TableLimits {
+            max_per_source: 64,
+            max_per_network: 64,
+            ..TableLimits::default()
+        });
+        let touched: Vec<ConnectionKey> = (0..20u16)
+            .map(|port| {
+                let key = ConnectionKey::new(
+                    SocketAddr::from(([127, 0, 0, 1], 1000 + port)),
+                    VirtualPort::new(10, 15),
+                );
+                table.insert(key, (), Instant::ZERO).unwrap();
+                key
+            })
+            .collect();
+        let mut outbox = Outbox::new(8, 16);
+        let (mut h, mut sent, mut from, mut pauses) = (OneEach, Vec::new(), 0, 0);
+        loop {
+            let next = end_batch_from(
+                &mut h,
+                &mut table,
+                &mut outbox,
+                &touched,
+                from,
+                Instant::ZERO,
+            );
+            sent.extend((0..outbox.len()).map(|i| outbox.get(i).0.port()));
+            outbox.clear();
+            match next {
+                Some(i) => (from, pauses) = (i, pauses + 1),
+                None => break,
+            }
+        }
+        let want: Vec<u16> = (1000..1020).collect();
+        assert_eq!(sent, want);
+        // Paused with fewer than 2 of the 8 slots left: after every 7 replies.
+        assert_eq!(pauses, 2);
+    }
 
     #[test]
     fn one_peers_receive_error_does_not_end_the_worker() {
