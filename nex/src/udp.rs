@@ -494,22 +494,17 @@ impl<H: DatagramHandler> Worker<H> {
             }
         }
         // As in a tick, the outbox is sent whenever it runs low and the batch's end goes on.
-        let mut from = 0;
-        loop {
-            let next = end_batch_from(
-                &mut self.handler,
-                &mut self.table,
-                &mut self.outbox,
-                &self.touched,
+        self.in_rounds(|w, from| {
+            end_batch_from(
+                &mut w.handler,
+                &mut w.table,
+                &mut w.outbox,
+                &w.touched,
                 from,
                 now,
-            );
-            self.flush().await?;
-            match next {
-                Some(i) => from = i,
-                None => break,
-            }
-        }
+            )
+        })
+        .await?;
         self.touched.clear();
         if now >= self.next_tick {
             self.run_tick().await?;
@@ -526,20 +521,32 @@ impl<H: DatagramHandler> Worker<H> {
     pub async fn run_tick(&mut self) -> io::Result<()> {
         let now = self.now();
         self.next_tick = now.saturating_add(self.tick);
-        let mut from = 0;
-        loop {
-            let next = tick_from(
-                &mut self.handler,
-                &mut self.table,
-                &mut self.outbox,
-                &self.counters,
+        self.in_rounds(|w, from| {
+            tick_from(
+                &mut w.handler,
+                &mut w.table,
+                &mut w.outbox,
+                &w.counters,
                 now,
                 from,
                 true,
-            );
+            )
+        })
+        .await
+    }
+
+    /// Runs `round` from 0 on, sending the outbox after each, until it returns `None`; a
+    /// round that paused for the outbox returns where the next one starts.
+    async fn in_rounds(
+        &mut self,
+        mut round: impl FnMut(&mut Self, usize) -> Option<usize>,
+    ) -> io::Result<()> {
+        let mut from = 0;
+        loop {
+            let next = round(self, from);
             self.flush().await?;
             match next {
-                Some(slot) => from = slot,
+                Some(at) => from = at,
                 None => return Ok(()),
             }
         }
