@@ -706,7 +706,7 @@ async fn route_status(
         };
         match got {
             Fetched::Answer(json) => {
-                shared.metrics.status(if led { "upstream" } else { "hit" });
+                shared.metrics.status(if led { "upstream" } else { "joined" });
                 return answer(json);
             }
             Fetched::Down => return fallback(shared),

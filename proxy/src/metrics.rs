@@ -17,8 +17,9 @@
 //!   counts them ([`Metrics::count_allocations_with`]);
 //! - `wirekit_proxy_upstream_connect_seconds`: upstream connect latency (a histogram, failed
 //!   connects included);
-//! - `wirekit_proxy_status_cache_total{result}`: status answers by source (`hit`, `upstream`,
-//!   `fallback`, and `unknown_host` for the unknown-host MOTD).
+//! - `wirekit_proxy_status_cache_total{result}`: status answers by source (`hit` from the
+//!   cache, `upstream` for the request that fetched it, `joined` for one that waited for
+//!   another's fetch, `fallback`, and `unknown_host` for the unknown-host MOTD).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

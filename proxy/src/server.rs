@@ -854,12 +854,24 @@ mod tests {
                 let _ = s.shutdown().await;
             })
             .await;
-            let (addr, _handle, stop) = start(one_route(up), None).await;
+            let (addr, handle, stop) = start(one_route(up), None).await;
             let answers: Vec<_> = (0..6).map(|_| tokio::spawn(status(addr, 340))).collect();
             for a in answers {
                 assert_eq!(a.await.unwrap(), JSON);
             }
             assert_eq!(accepted.load(Ordering::SeqCst), 1);
+            // Counted by source: one fetched, the others waited for it (or, scheduled late,
+            // found its answer cached).
+            let text = handle.metrics().render();
+            let count = |result: &str| {
+                let key = format!("wirekit_proxy_status_cache_total{{result=\"{result}\"}} ");
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key.as_str()))
+                    .map_or(0, |n| n.parse::<u64>().unwrap())
+            };
+            assert_eq!(count("upstream"), 1, "{text}");
+            assert!(count("joined") >= 1, "{text}");
+            assert_eq!(count("joined") + count("hit"), 5, "{text}");
             stop.cancel();
         }
 
