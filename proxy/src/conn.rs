@@ -2,7 +2,7 @@
 //! routing, the status answer or the upstream connect, the relay, and the close line.
 
 use std::borrow::Cow;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -194,6 +194,24 @@ async fn run<'a>(
     // The PROXY header, under the same deadline as the packets after it.
     let acceptor =
         ProxyAcceptor::from_config(s.proxy).with_header_timeout(s.handshake_timeout.into());
+    let admit = |client: IpAddr| {
+        let mut limits = shared.limits.lock().unwrap_or_else(|p| p.into_inner());
+        limits.admit(client, clock::now()).map(|a| Admission {
+            shared,
+            admitted: Some(a),
+        })
+    };
+    // A peer whose header cannot name another client is that client: its limits apply before
+    // the header is waited for, so that connections sending nothing cannot hold the global
+    // maximum's slots past its per-source limits for the header timeout.
+    let early = if acceptor.policy_for(peer).may_name_client() {
+        None
+    } else {
+        match admit(peer.ip()) {
+            Ok(a) => Some(a),
+            Err(r) => return refused(shared, r),
+        }
+    };
     let accepted = match acceptor.accept(stream, peer).await {
         Ok(a) => a,
         Err(e) => return Ended::Refused(accept_reason(&e)),
@@ -208,18 +226,12 @@ async fn run<'a>(
         .unwrap_or(peer);
     let (stream, prefix) = accepted.stream.into_parts();
 
-    let admission = {
-        let mut limits = shared.limits.lock().unwrap_or_else(|p| p.into_inner());
-        match limits.admit(client.ip(), clock::now()) {
-            Ok(a) => Admission {
-                shared,
-                admitted: Some(a),
-            },
-            Err(r) => {
-                drop(limits);
-                return refused(shared, r);
-            }
-        }
+    let admission = match early {
+        Some(a) => a,
+        None => match admit(client.ip()) {
+            Ok(a) => a,
+            Err(r) => return refused(shared, r),
+        },
     };
 
     let mut inbound = Inbound::new(stream, &prefix, deadline);
@@ -706,7 +718,9 @@ async fn route_status(
         };
         match got {
             Fetched::Answer(json) => {
-                shared.metrics.status(if led { "upstream" } else { "joined" });
+                shared
+                    .metrics
+                    .status(if led { "upstream" } else { "joined" });
                 return answer(json);
             }
             Fetched::Down => return fallback(shared),

@@ -841,6 +841,69 @@ mod tests {
             stop.cancel();
         }
 
+        /// A connection from 127.0.0.0/8 source `last`.
+        async fn connect_from(last: u8, addr: SocketAddr) -> TcpStream {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket
+                .bind(SocketAddr::from(([127, 0, 0, last], 0)))
+                .unwrap();
+            socket.connect(addr).await.unwrap()
+        }
+
+        /// With trusted PROXY senders configured, a peer outside them cannot be named by a
+        /// header (its policy is REJECT): its per-source limits apply at accept, before the
+        /// header is waited for. Connections that send nothing from one address then hold no
+        /// more of the global maximum than its per-address limit, and another address joins.
+        #[tokio::test]
+        async fn untrusted_peers_are_limited_before_the_header_wait() {
+            use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig};
+            let (up, accepted) = upstream(|s| async move {
+                tokio::time::sleep(WAIT).await;
+                drop(s);
+            })
+            .await;
+            let mut s = one_route(up);
+            s.max_connections = 4;
+            s.limits.host.max_open = 2;
+            s.handshake_timeout = Duration::from_secs(30);
+            let lb = Cidr::new("10.0.0.0".parse().unwrap(), 8).unwrap();
+            s.proxy = ProxyConfig::new(Policy::Require)
+                .with_trusted(&[lb], Policy::Reject)
+                .unwrap();
+            let (addr, handle, stop) = start(s, None).await;
+            let open = || handle.shared.open.load(Ordering::Relaxed);
+            let mut idle = Vec::new();
+            for _ in 0..4 {
+                idle.push(connect_from(7, addr).await);
+            }
+            // Two of them hold slots, waiting for a header; the others were refused at once.
+            let mut closed = 0;
+            for c in &mut idle {
+                let mut b = [0u8; 8];
+                if let Ok(r) =
+                    tokio::time::timeout(Duration::from_millis(300), c.read(&mut b)).await
+                {
+                    assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+                    closed += 1;
+                }
+            }
+            assert_eq!(closed, 2, "refused at once past the per-address limit");
+            assert_eq!(open(), 2);
+            // Another address is served while they wait.
+            let mut other = connect_from(8, addr).await;
+            other.write_all(&login("Other")).await.unwrap();
+            let reached = tokio::time::timeout(WAIT, async {
+                while accepted.load(Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            assert!(reached.is_ok(), "another address was refused");
+            let text = handle.metrics().render();
+            assert!(!text.contains("max_connections"), "{text}");
+            stop.cancel();
+        }
+
         /// Status requests that arrive while one fetch of the same answer is under way wait
         /// for it: the upstream is asked once.
         #[tokio::test]

@@ -67,6 +67,13 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// Whether a header may name the client under this policy (USE and REQUIRE): under the
+    /// others the client is the peer itself, known before any byte is read, so limits keyed
+    /// by the client can be applied at accept instead of after the header.
+    pub const fn may_name_client(&self) -> bool {
+        matches!(self, Policy::Use | Policy::Require)
+    }
+
     /// The go-proxyproto name (`"USE"`, ...).
     pub const fn as_str(&self) -> &'static str {
         match self {
