@@ -469,7 +469,8 @@ async fn run<'a>(
             };
             line.serverbound = (inbound.received().len() - frame.end) as u64;
             gauge.set(&r.name, ConnState::Relay);
-            let outcome = byte_relay(shared, s, inbound.stream, upstream).await;
+            let budgets = [s.serverbound.into(), s.clientbound.into()];
+            let outcome = byte_relay(shared, s, inbound.stream, upstream, budgets).await;
             line.serverbound += outcome.serverbound;
             line.clientbound = outcome.clientbound;
             line.relay = if outcome.spliced { "splice" } else { "copy" };
@@ -508,20 +509,21 @@ const fn handshake_reason(e: wirekit_core::minecraft::Error) -> &'static str {
     }
 }
 
-/// The byte relay (splice, else copy) between `client` and `upstream` under the settings'
-/// byte budgets, counted in the metrics.
+/// The byte relay (splice, else copy) between `client` and `upstream` under byte budgets
+/// `[serverbound, clientbound]`, counted in the metrics.
 pub(crate) async fn byte_relay(
     shared: &Shared,
     s: &crate::settings::Settings,
     client: TcpStream,
     upstream: TcpStream,
+    [serverbound, clientbound]: [relay::Budget; 2],
 ) -> relay::RelayOutcome {
     let metrics = &shared.metrics;
     relay::relay(
         client,
         upstream,
-        s.serverbound,
-        s.clientbound,
+        serverbound,
+        clientbound,
         ByteCounters {
             serverbound: &metrics.bytes[0],
             clientbound: &metrics.bytes[1],

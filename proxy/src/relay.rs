@@ -113,18 +113,31 @@ enum DirEnd {
     Budget,
 }
 
-struct Budget {
+/// One direction's byte budget in a relay: a token bucket, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
     bucket: Option<TokenBucket>,
 }
 
-impl Budget {
-    fn new(b: ByteBudget) -> Self {
+impl From<ByteBudget> for Budget {
+    /// A full bucket of the budget (none for a burst of 0).
+    fn from(b: ByteBudget) -> Self {
         Budget {
             bucket: (b.burst > 0)
                 .then(|| TokenBucket::new(b.burst, Rate::per_second(b.per_second))),
         }
     }
+}
 
+impl From<Option<TokenBucket>> for Budget {
+    /// A bucket as it stands (what an inspected connection has left of its budget, see
+    /// [`ProxyConn::byte_budget`](wirekit_core::minecraft::conn::ProxyConn::byte_budget)).
+    fn from(bucket: Option<TokenBucket>) -> Self {
+        Budget { bucket }
+    }
+}
+
+impl Budget {
     /// Spends `n` bytes; `false` when the budget has not got them.
     fn spend(&mut self, n: usize) -> bool {
         match &mut self.bucket {
@@ -190,8 +203,8 @@ const MIN_TICK: std::time::Duration = std::time::Duration::from_millis(10);
 pub async fn relay(
     mut client: TcpStream,
     mut upstream: TcpStream,
-    serverbound: ByteBudget,
-    clientbound: ByteBudget,
+    serverbound: impl Into<Budget>,
+    clientbound: impl Into<Budget>,
     counters: ByteCounters<'_>,
     idle: std::time::Duration,
     shutdown: &CancellationToken,
@@ -208,7 +221,7 @@ pub async fn relay(
         let up = direction(
             &mut client_r,
             &mut up_w,
-            Budget::new(serverbound),
+            serverbound.into(),
             [&up_total, counters.serverbound],
             &up_spliced,
             [&ended[0], &ended[1]],
@@ -216,7 +229,7 @@ pub async fn relay(
         let down = direction(
             &mut up_r,
             &mut client_w,
-            Budget::new(clientbound),
+            clientbound.into(),
             [&down_total, counters.clientbound],
             &down_spliced,
             [&ended[1], &ended[0]],
@@ -739,7 +752,7 @@ mod tests {
             d.read_to_end(&mut got).await.unwrap();
             got
         });
-        let end = copy(&mut from, &mut to, &mut Budget::new(ByteBudget::OFF), &add).await;
+        let end = copy(&mut from, &mut to, &mut Budget::from(ByteBudget::OFF), &add).await;
         assert!(matches!(end, DirEnd::Eof));
         to.shutdown().await.unwrap();
         assert_eq!(moved.load(Ordering::Relaxed), n as u64);

@@ -904,6 +904,67 @@ mod tests {
             stop.cancel();
         }
 
+        /// An inspect route's byte budget holds once the connection goes opaque (here: an
+        /// unknown protocol version, passed): the byte relay spends what the route's budget
+        /// has left, not a fresh proxy-wide one (8 MiB of burst by default).
+        #[tokio::test]
+        async fn an_inspect_routes_byte_budget_holds_once_opaque() {
+            use wirekit_core::minecraft::budget::Budget;
+            const BURST: u32 = 64 << 10;
+            const SENT: usize = 1 << 20;
+            let got = Arc::new(AtomicUsize::new(0));
+            let (up, _) = upstream({
+                let got = got.clone();
+                move |mut s| {
+                    let got = got.clone();
+                    async move {
+                        let mut b = vec![0u8; 65536];
+                        while let Ok(n @ 1..) = s.read(&mut b).await {
+                            got.fetch_add(n, Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+            .await;
+            let mut s = one_route(up);
+            s.routes[0].mode = Mode::Inspect;
+            s.routes[0].inspect.budgets.serverbound.bytes =
+                Some(Budget::per_second(BURST, BURST));
+            let (addr, handle, stop) = start(s, None).await;
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            let ls = LoginStart {
+                protocol_version: 340,
+                name: "Opaque",
+                signature: None,
+                uuid: None,
+            };
+            let mut login = vec![0u8; ls.frame_len()];
+            let n = ls.encode_frame(&mut login).unwrap();
+            login.truncate(n);
+            let mut opening = handshake(999_999, NextState::Login);
+            opening.extend_from_slice(&login);
+            opening.extend_from_slice(&[7u8; 1000]);
+            c.write_all(&opening).await.unwrap();
+            let chunk = vec![7u8; 16 << 10];
+            let mut sent = 0;
+            let writes = tokio::time::timeout(WAIT, async {
+                while sent < SENT && c.write_all(&chunk).await.is_ok() {
+                    sent += chunk.len();
+                }
+            });
+            let _ = writes.await;
+            let mut b = [0u8; 64];
+            let closed = tokio::time::timeout(WAIT, c.read(&mut b)).await;
+            assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let got = got.load(Ordering::SeqCst);
+            // The burst, what a second or two of the rate refills, and the opening.
+            assert!(got < 4 * BURST as usize, "{got} bytes reached the upstream");
+            let text = handle.metrics().render();
+            assert!(text.contains("reason=\"serverbound_budget\"} 1"), "{text}");
+            stop.cancel();
+        }
+
         /// Status requests that arrive while one fetch of the same answer is under way wait
         /// for it: the upstream is asked once.
         #[tokio::test]

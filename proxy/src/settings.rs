@@ -21,7 +21,8 @@ pub enum Mode {
     Passthrough,
     /// Parse every frame both ways through play, applying the route's packet rules and
     /// budgets ([`Route::inspect`], the [`inspect`](crate::inspect) relay); the byte relay
-    /// takes over at Encryption Request.
+    /// takes over at Encryption Request (or at once for a version passed opaque), held to
+    /// what the route's byte budgets have left.
     Inspect,
 }
 

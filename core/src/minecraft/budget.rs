@@ -131,6 +131,20 @@ impl Meters {
         self.buckets[direction.index()].map(|b| b.map_or(u32::MAX, |b| b.available(now)))
     }
 
+    /// `direction`'s bucket of `kind` as it stands (`None`: unlimited).
+    pub(crate) const fn bucket(
+        &self,
+        direction: Direction,
+        kind: BudgetKind,
+    ) -> Option<TokenBucket> {
+        let i = match kind {
+            BudgetKind::Packets => 0,
+            BudgetKind::Bytes => 1,
+            BudgetKind::Inflated => 2,
+        };
+        self.buckets[direction.index()][i]
+    }
+
     /// Takes `amounts` (packets, bytes, inflated; saturated to `u32`) from `direction`'s
     /// buckets at `now`; the first one short is the trip.
     pub(crate) fn charge(

@@ -78,7 +78,7 @@
 
 use core::fmt;
 
-use super::budget::{BudgetTrip, Budgets, Meters};
+use super::budget::{BudgetKind, BudgetTrip, Budgets, Meters};
 use super::filter::{Filter, FilterAction, PacketView, PassAll};
 use super::handshake::{Handshake, NextState};
 use super::ids::{self, Direction, KnownPacket, PacketIds, State};
@@ -90,6 +90,7 @@ use crate::Status;
 use crate::frame::FrameError;
 use crate::frame::compressed::CompressedDecoder;
 use crate::frame::mc::{FrameDecoder, split_packet};
+use crate::limit::TokenBucket;
 use crate::time::Instant;
 use crate::varint::varint_len;
 
@@ -602,6 +603,16 @@ impl ProxyConn {
         Verdict::Close(close)
     }
 
+    /// `direction`'s wire-byte budget as it stands (`None`: none), for a byte relay that
+    /// carries the connection on once it is opaque: the relay spends from this bucket (the
+    /// tokens left, the same rate), so that it is held to the connection's budget rather than
+    /// starting over with a fresh burst, the one way a relay that cannot share the machine
+    /// between its two directions can charge the same budget as
+    /// [`relay_bytes`](Self::relay_bytes).
+    pub const fn byte_budget(&self, direction: Direction) -> Option<TokenBucket> {
+        self.meters.bucket(direction, BudgetKind::Bytes)
+    }
+
     /// Charges `n` bytes relayed without being fed as packets (an opaque or passthrough relay)
     /// to `direction`'s byte budget: [`Verdict::Forward`] or a budget close.
     pub fn relay_bytes(&mut self, direction: Direction, n: usize, now: Instant) -> Verdict {
@@ -1064,7 +1075,7 @@ mod tests {
     use super::*;
     use crate::limit::Rate;
     use crate::minecraft::Encode;
-    use crate::minecraft::budget::{Budget, BudgetKind};
+    use crate::minecraft::budget::Budget;
     use crate::minecraft::filter::PacketView;
     use crate::minecraft::handshake::ServerAddress;
     use crate::minecraft::rules::{IdRange, PacketRule, RuleAction, VersionRange};

@@ -98,6 +98,9 @@ pub(crate) async fn serve<'a>(
     ));
     out.extend_from_slice(inbound.bytes(login_frame.clone()));
     if opaque {
+        if let Verdict::Close(c) = insp.charge_unjudged(inbound.rest().len(), now) {
+            return refuse(&mut insp, &mut inbound, c).await;
+        }
         out.extend_from_slice(inbound.rest());
     } else if !insp.preload_serverbound(inbound.rest()) {
         return Ended::Refused("frame_too_large");
@@ -107,7 +110,7 @@ pub(crate) async fn serve<'a>(
             Ok(up) => up,
             Err(ended) => return ended,
         };
-    line.serverbound = login_frame.len() as u64;
+    line.serverbound = (login_frame.len() + if opaque { inbound.rest().len() } else { 0 }) as u64;
     // Bytes unparsed from here, or inspected in login until the machine says otherwise.
     let state = if opaque {
         ConnState::Relay
@@ -141,6 +144,8 @@ pub(crate) async fn serve<'a>(
         line.clientbound += down.written;
         end
     };
+    // The byte relay goes on with what the route's byte budgets have left.
+    let budgets = insp.relay_budgets();
     drop(insp);
     if end != InspectEnd::Opaque {
         return if end.is_refusal() {
@@ -151,7 +156,7 @@ pub(crate) async fn serve<'a>(
         };
     }
     gauge.set(&r.name, ConnState::Relay);
-    let outcome = byte_relay(shared, s, stream, upstream).await;
+    let outcome = byte_relay(shared, s, stream, upstream, budgets).await;
     line.serverbound += outcome.serverbound;
     line.clientbound += outcome.clientbound;
     line.relay = match (opaque, outcome.spliced) {

@@ -615,6 +615,18 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         }
     }
 
+    /// Charges `n` client bytes forwarded unjudged (after the pre-login packets, when the
+    /// connection goes opaque at once) to the serverbound byte budget.
+    pub fn charge_unjudged(&mut self, n: usize, now: Instant) -> Verdict {
+        self.conn.relay_bytes(Direction::Serverbound, n, now)
+    }
+
+    /// The byte budgets left, `[serverbound, clientbound]`, for the byte relay that carries
+    /// the connection on once it is opaque ([`ProxyConn::byte_budget`]).
+    pub fn relay_budgets(&self) -> [crate::relay::Budget; 2] {
+        [Direction::Serverbound, Direction::Clientbound].map(|d| self.conn.byte_budget(d).into())
+    }
+
     /// Client bytes received after the pre-login packets, handled as the first serverbound
     /// read. Bytes past the buffer's room are refused (`false`): they cannot be valid.
     pub fn preload_serverbound(&mut self, bytes: &[u8]) -> bool {
