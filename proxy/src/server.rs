@@ -928,8 +928,9 @@ mod tests {
             .await;
             let mut s = one_route(up);
             s.routes[0].mode = Mode::Inspect;
-            s.routes[0].inspect.budgets.serverbound.bytes =
-                Some(Budget::per_second(BURST, BURST));
+            // A burst that takes the longest frame at once (the settings' check).
+            s.routes[0].inspect.max_serverbound_packet = 16 << 10;
+            s.routes[0].inspect.budgets.serverbound.bytes = Some(Budget::per_second(BURST, BURST));
             let (addr, handle, stop) = start(s, None).await;
             let mut c = TcpStream::connect(addr).await.unwrap();
             let ls = LoginStart {

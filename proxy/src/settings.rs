@@ -307,6 +307,40 @@ impl HostPattern {
 }
 
 impl Settings {
+    /// Refuses an inspect route whose budgets (its own, else the proxy-wide byte budgets)
+    /// cannot take the largest packet it accepts at once: a frame is charged whole, so a burst
+    /// of wire bytes below the longest frame, or of inflated bytes below the largest packet,
+    /// would close every connection that sends one, however slowly.
+    fn check_inspect_bursts(&self, route: &Route) -> Result<(), SettingsError> {
+        use wirekit_core::minecraft::ids::Direction;
+        for (d, wide) in [
+            (Direction::Serverbound, self.serverbound),
+            (Direction::Clientbound, self.clientbound),
+        ] {
+            let b = route.inspect.budgets.direction(d);
+            let name = d.as_str();
+            let bytes = b.bytes.map_or(wide.burst, |b| b.burst) as usize;
+            let frame = route.inspect.max_frame_wire_len(d);
+            if bytes > 0 && bytes < frame {
+                return Err(SettingsError::new(format!(
+                    "route {}: inspect: {name}-bytes burst {bytes} is below the longest {name} frame ({frame} bytes on the wire for max-{name}-packet {}), which would close every connection that sends one",
+                    route.name,
+                    route.inspect.max_packet(d)
+                )));
+            }
+            let packet = route.inspect.max_packet(d);
+            if let Some(inflated) = b.inflated
+                && (inflated.burst as usize) < packet
+            {
+                return Err(SettingsError::new(format!(
+                    "route {}: inspect: {name}-inflated burst {} is below max-{name}-packet {packet}, which would close every connection that sends a packet that large",
+                    route.name, inflated.burst
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses settings that cannot run: no listener, a route without upstreams or hosts (and
     /// not the default), a host on two routes, two default routes, a per-source table outside
     /// [`MIN_SOURCE_TABLE_SIZE`]..=[`MAX_SOURCE_TABLE_SIZE`], a byte
@@ -345,6 +379,7 @@ impl Settings {
                 route.inspect.check().map_err(|e| {
                     SettingsError::new(format!("route {}: inspect: {e}", route.name))
                 })?;
+                self.check_inspect_bursts(route)?;
             }
             if route.upstreams.is_empty() {
                 return Err(SettingsError::new(format!(
@@ -432,6 +467,50 @@ mod tests {
                 .to_string()
                 .contains("maximum packet")
         );
+    }
+
+    /// A frame is charged whole: an inspect route whose byte burst (its own, else the
+    /// proxy-wide one) is below its longest frame, or whose inflated burst is below its
+    /// largest packet, would close every connection sending one, and is refused.
+    #[test]
+    fn inspect_bursts_take_the_largest_packet() {
+        use wirekit_core::minecraft::budget::Budget;
+        let mut s = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        s.routes[0].mode = Mode::Inspect;
+        s.routes[0].inspect.max_serverbound_packet = 262_144;
+        let longest = s.routes[0]
+            .inspect
+            .max_frame_wire_len(wirekit_core::minecraft::ids::Direction::Serverbound);
+        assert!(longest > 262_144, "{longest}");
+        let refused = |s: &Settings, what: &str| {
+            let e = s.check().unwrap_err().to_string();
+            assert!(e.contains(what), "{e}");
+        };
+        // The route's own burst: the packet's size is not enough, its frame's is.
+        s.routes[0].inspect.budgets.serverbound.bytes = Some(Budget::per_second(262_144, 262_144));
+        refused(&s, "serverbound-bytes burst 262144");
+        s.routes[0].inspect.budgets.serverbound.bytes =
+            Some(Budget::per_second(262_144, longest as u32));
+        assert_eq!(s.check(), Ok(()));
+        // None of its own: the proxy-wide one.
+        s.routes[0].inspect.budgets.serverbound.bytes = None;
+        s.serverbound = ByteBudget {
+            burst: 200_000,
+            per_second: 200_000,
+        };
+        refused(&s, "serverbound-bytes burst 200000");
+        s.serverbound = ByteBudget::OFF;
+        assert_eq!(s.check(), Ok(()));
+        // Inflated bytes, clientbound.
+        s.routes[0].inspect.budgets.clientbound.inflated =
+            Some(Budget::per_second(1 << 20, 1 << 20));
+        refused(&s, "clientbound-inflated burst 1048576");
+        s.routes[0].inspect.budgets.clientbound.inflated =
+            Some(Budget::per_second(1 << 20, 8 << 20));
+        assert_eq!(s.check(), Ok(()));
     }
 
     #[test]

@@ -171,7 +171,14 @@ impl InspectSettings {
         Ok(())
     }
 
-    fn max_packet(&self, d: Direction) -> usize {
+    /// The longest frame of direction `d` the relay accepts, length field included: a byte
+    /// budget's burst below it closes every connection that sends one.
+    pub fn max_frame_wire_len(&self, d: Direction) -> usize {
+        CompressedLimits::for_max_body_len(self.max_packet(d)).max_frame_len()
+            + MAX_LENGTH_FIELD_LEN
+    }
+
+    pub(crate) fn max_packet(&self, d: Direction) -> usize {
         match d {
             Direction::Serverbound => self.max_serverbound_packet,
             Direction::Clientbound => self.max_clientbound_packet,

@@ -362,6 +362,8 @@ mod tests {
         let end = start + readme[start..].find("```").unwrap();
         let file: crate::cli::mcproxy::ProxyArgs = toml::from_str(&readme[start..end]).unwrap();
         let s = file.settings().unwrap();
+        // What the proxy checks at start and `--check-config` too.
+        s.check().unwrap();
         let i = &s.routes[0].inspect;
         assert_eq!(s.routes[0].mode, wirekit_proxy::Mode::Inspect);
         assert_eq!(s.routes[0].unknown_version, UnknownVersion::Refuse);
