@@ -924,6 +924,9 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         uw: &mut Writer<'_>,
     ) -> InspectEnd {
         let opaque = matches!(after, After::Opaque);
+        // Closing, a peer that takes none of what it is owed within the limit costs it that
+        // (and the client its Disconnect), not the close its reason.
+        let mut client_stalled = false;
         {
             let [sbs, cbs] = &mut self.sides;
             let other = match dir {
@@ -956,19 +959,23 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
                 };
                 if flushed.is_err() {
-                    return error;
+                    if opaque {
+                        return error;
+                    }
+                    client_stalled |= d == Direction::Clientbound;
                 }
             }
         }
+        let to_client = |target: Option<DisconnectTarget>| target.filter(|_| !client_stalled);
         match after {
             After::Opaque => InspectEnd::Opaque,
             After::Close(c) => {
-                self.disconnect(c.disconnect, c.reason.as_str(), cw, uw)
+                self.disconnect(to_client(c.disconnect), c.reason.as_str(), cw, uw)
                     .await;
                 InspectEnd::Closed(c)
             }
             After::BadFrame(e) => {
-                let target = self.conn.disconnect_target();
+                let target = to_client(self.conn.disconnect_target());
                 let _ = self
                     .conn
                     .close(wirekit_core::minecraft::conn::CloseReason::Local);
@@ -978,7 +985,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             }
             After::EncodeError => {
                 // What was judged before it went out above; the client is told why.
-                let target = self.conn.disconnect_target();
+                let target = to_client(self.conn.disconnect_target());
                 let c = self
                     .conn
                     .close(wirekit_core::minecraft::conn::CloseReason::Local);
