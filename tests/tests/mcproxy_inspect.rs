@@ -708,3 +708,72 @@ fn a_connection_with_nothing_moving_is_closed_at_the_idle_timeout() {
         drop(up);
     }
 }
+
+/// An upstream that sends Set Compression and then Encryption Request (vanilla never does;
+/// a modded server may) to a client given a threshold of the proxy's own: bytes relayed
+/// unparsed from there would reach each side in the other's framing, so the connection is
+/// closed (the client told why) instead of going opaque, and nothing the upstream sends
+/// after the request reaches the client.
+#[test]
+fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    use wirekit_core::minecraft::Encode;
+    use wirekit_core::minecraft::login::EncryptionRequest;
+    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("encafter", port, "client-threshold = 64"));
+    let mut client = connect_from(83, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client
+        .write_all(&login_bytes("encafter.inspect.test", "Tester"))
+        .unwrap();
+    let mut up = accept_within(&listener);
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    // Set Compression 256, then the request in the compressed framing (Data Length 0).
+    up.write_all(&frame(&[0x03, 0x80, 0x02])).unwrap();
+    let public_key = [0x30u8; 162];
+    let request = EncryptionRequest {
+        protocol_version: 340,
+        server_id: "",
+        public_key: &public_key,
+        verify_token: &[1, 2, 3, 4],
+        should_authenticate: true,
+    };
+    let mut plain = vec![0u8; request.frame_len()];
+    let n = request.encode_frame(&mut plain).unwrap();
+    plain.truncate(n);
+    let wirekit_core::Status::Complete(f) = wirekit_core::frame::mc::FrameDecoder::new()
+        .decode_frame(&plain)
+        .unwrap()
+    else {
+        panic!("a whole frame")
+    };
+    let body = f.body.to_vec();
+    up.write_all(&frame(&[&[0u8][..], &body].concat())).unwrap();
+    let after = [0xA5u8; 4096];
+    let _ = up.write_all(&after);
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match client.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+    assert!(
+        !got.windows(64).any(|w| w.iter().all(|&b| b == 0xA5)),
+        "the upstream's bytes after the request reached the client"
+    );
+    let line = close_line(&proxy, "encafter");
+    assert!(
+        line.contains("reason=\"local\"") && line.contains("relay=\"inspect\""),
+        "{line}"
+    );
+}

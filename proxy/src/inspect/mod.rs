@@ -907,6 +907,13 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         s.encoder.set_threshold(threshold);
                     }
                 }
+                // Bytes relayed as they come need the same framing both sides: once the
+                // client has a threshold of the proxy's own (an upstream that sent Set
+                // Compression before Encryption Request, which vanilla never does), they
+                // cannot be, and the connection is closed rather than garbled.
+                Verdict::ForwardThenOpaque if !(side.same_framing() && other.same_framing()) => {
+                    return Some(After::Unrelayable);
+                }
                 Verdict::ForwardThenOpaque => return Some(After::Opaque),
                 _ => {}
             }
@@ -983,19 +990,18 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     .await;
                 InspectEnd::BadFrame(dir, e)
             }
-            After::EncodeError => {
+            After::EncodeError | After::Unrelayable => {
                 // What was judged before it went out above; the client is told why.
                 let target = to_client(self.conn.disconnect_target());
                 let c = self
                     .conn
                     .close(wirekit_core::minecraft::conn::CloseReason::Local);
-                self.disconnect(
-                    target,
-                    "a packet too large to frame again for the client",
-                    cw,
-                    uw,
-                )
-                .await;
+                let why = if matches!(after, After::EncodeError) {
+                    "a packet too large to frame again for the client"
+                } else {
+                    "encryption after a compression threshold of the proxy's own"
+                };
+                self.disconnect(target, why, cw, uw).await;
                 InspectEnd::Closed(c)
             }
         }
@@ -1042,6 +1048,8 @@ enum After {
     /// body over the frame limit toward a client without compression, or whose compressed form
     /// would be), or a filter's rewrite past what the direction's out buffer holds.
     EncodeError,
+    /// The connection went opaque while the client's framing differs from the upstream's.
+    Unrelayable,
 }
 
 /// Frames `body` with `side`'s encoder at the end of its out buffer.
