@@ -33,6 +33,14 @@ pub fn to_tokio(t: Instant) -> tokio::time::Instant {
         .unwrap_or_else(|| origin() + std::time::Duration::from_secs(100 * 365 * 86_400))
 }
 
+/// The tokio instant `d` from now; a duration past what the clock holds (a configured
+/// `Duration::MAX`) is about a century, as for [`to_tokio`].
+pub fn tokio_after(d: std::time::Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + std::time::Duration::from_secs(100 * 365 * 86_400))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +50,6 @@ mod tests {
         let t = now() + Duration::from_millis(1_500);
         assert_eq!(from_tokio(to_tokio(t)), t);
         assert!(to_tokio(Instant::MAX) > tokio::time::Instant::now());
+        assert!(tokio_after(std::time::Duration::MAX) > tokio::time::Instant::now());
     }
 }

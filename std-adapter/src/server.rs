@@ -428,7 +428,7 @@ impl Server {
             connections = tracker.len(),
             "shutting down; finishing frames in flight"
         );
-        let grace = shared.options.shutdown_grace + Duration::from_millis(500);
+        let grace = (shared.options.shutdown_grace).saturating_add(Duration::from_millis(500));
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
             warn!("shutdown grace expired with connections still open");
         }
@@ -650,7 +650,7 @@ async fn drive(
             if input.is_empty() {
                 return Ok(Ended::Shutdown);
             }
-            grace_deadline.get_or_insert_with(|| Instant::now() + options.shutdown_grace);
+            grace_deadline.get_or_insert_with(|| clock::tokio_after(options.shutdown_grace));
         }
         let deadline = match (session.next_timeout().map(clock::to_tokio), grace_deadline) {
             (Some(h), Some(g)) => Some(h.min(g)),

@@ -347,6 +347,29 @@ impl CompressedDecoder {
         self.threshold = threshold;
     }
 
+    /// The length of the body (packet ID and data) the whole frame at the start of `input`
+    /// holds, without inflating anything: its declared Data Length when it is compressed,
+    /// else the bytes after the Data Length field. `Partial` as [`decode`](Self::decode); an
+    /// error where `decode` gives one from the length fields. The length is not yet checked
+    /// against the limits: `decode` does that. A caller that must have room for what a body
+    /// leads to checks it here, so that a frame put back for want of room is not inflated
+    /// twice.
+    pub fn body_len(&self, input: &[u8]) -> Result<Status<usize>, CompressedFrameError> {
+        let frame = match self.frames.decode_frame(input)? {
+            Status::Complete(f) => f,
+            Status::Partial(n) => return Ok(Status::Partial(n)),
+        };
+        if self.threshold < 0 {
+            return Ok(Status::Complete(frame.body.len()));
+        }
+        let (data_len, n) = data_length(frame.body)?;
+        Ok(Status::Complete(if data_len == 0 {
+            frame.body.len() - n
+        } else {
+            data_len
+        }))
+    }
+
     /// Decodes the frame at the start of `input`.
     ///
     /// A compressed body is inflated with `inflater` into the front of `scratch`, which must
@@ -369,10 +392,7 @@ impl CompressedDecoder {
                 compressed: false,
             }));
         }
-        let (data_len, n) = match decode_varint(frame.body) {
-            Ok(Status::Complete((v, n))) if v >= 0 => (v as usize, n),
-            _ => return Err(CompressedFrameError::BadDataLength),
-        };
+        let (data_len, n) = data_length(frame.body)?;
         let rest = &frame.body[n..];
         if data_len == 0 {
             // An uncompressed body is held to the same maximum as an inflated one: the frame
@@ -401,6 +421,14 @@ impl CompressedDecoder {
             consumed: frame.consumed,
             compressed: true,
         }))
+    }
+}
+
+/// The Data Length field at the start of a compressed frame's body, and its length.
+fn data_length(body: &[u8]) -> Result<(usize, usize), CompressedFrameError> {
+    match decode_varint(body) {
+        Ok(Status::Complete((v, n))) if v >= 0 => Ok((v as usize, n)),
+        _ => Err(CompressedFrameError::BadDataLength),
     }
 }
 

@@ -54,6 +54,17 @@ impl Session {
             let Some((inflater, _)) = zlib.as_mut() else {
                 return Err(SessionError::CompressionUnavailable);
             };
+            // Room for the largest reply the body can lead to, before it is inflated: a frame
+            // put back for want of room would be inflated again on the next call. A length
+            // past the limits is left to `decode`'s error.
+            if let Status::Complete(len) = self.compressed.body_len(input)?
+                && len <= self.compressed.limits().max_data_len()
+            {
+                let required = self.reply_bound_any(len);
+                if out.len() < required {
+                    return Ok(Step::Stop(Want::Output(required)));
+                }
+            }
             match self.compressed.decode(input, inflater, scratch)? {
                 Status::Complete(d) => (d.compressed, d.body.len(), d.consumed),
                 Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
@@ -71,10 +82,12 @@ impl Session {
         if out.len() < required {
             return Ok(Step::Stop(Want::Output(required)));
         }
-        self.count_in(consumed);
         let compressor = zlib.as_mut().map(|(_, c)| &mut **c);
         let n = match id {
-            wire::ECHO if self.encoder.threshold() < 0 => packet_out(wire::ECHO, packet.data, out),
+            wire::ECHO if self.encoder.threshold() < 0 => {
+                self.count_in(consumed);
+                packet_out(wire::ECHO, packet.data, out)
+            }
             wire::ECHO => {
                 // The reply body is `0x00 | data`: the request's own body when its ID took one
                 // byte (the usual case), else rebuilt in scratch.
@@ -92,9 +105,17 @@ impl Session {
                     dst[1..].copy_from_slice(data);
                     dst
                 };
-                self.send_body(reply, out, compressor)?
+                // Counted once served: a reply that cannot be sent (one whose compressed form
+                // is past the frame limit) leaves the frame unconsumed, to be decoded again
+                // on the next call and reported then.
+                let n = self.send_body(reply, out, compressor)?;
+                self.count_in(consumed);
+                n
             }
             _ => {
+                // Counted first: a stats reply includes its own request. These replies are a
+                // few bytes and always sent.
+                self.count_in(consumed);
                 let data = &body[id_len..];
                 self.serve_small(id, data, out, compressor, counters)?
             }
@@ -123,6 +144,23 @@ impl Session {
         } else {
             frame_len(1 + body)
         }
+    }
+
+    /// An upper bound on the reply to any request whose body (ID and data) is `body_len`
+    /// bytes: [`reply_bound`](Self::reply_bound) of the largest, an echo of the longest
+    /// data such a body holds, or a small reply.
+    fn reply_bound_any(&self, body_len: usize) -> usize {
+        [
+            wire::ECHO,
+            wire::DERIVE,
+            wire::STATS,
+            wire::SET_COMPRESSION,
+            wire::ERROR,
+        ]
+        .into_iter()
+        .map(|id| self.reply_bound(id, body_len.saturating_sub(1)))
+        .max()
+        .unwrap_or(0)
     }
 
     /// Serves every request but echo: the reply body is small and built on the stack.
@@ -558,11 +596,12 @@ mod tests {
             "{err:?}"
         );
         // The same stream declared as 3000 bytes (within the maximum): inflating stops at 3000
-        // and the frame is refused.
-        let mut h = Harness::new(
+        // and the frame is refused (given room for the reply such a body could lead to).
+        let mut h = Harness::with_out_len(
             Config::new()
                 .with_max_packet_len(4096)
                 .with_compression_threshold(16),
+            8192,
         );
         h.handle(&[]).unwrap();
         let mut wire2 = std::vec![0u8; zn + 16];
@@ -578,6 +617,101 @@ mod tests {
             ),
             "{err:?}"
         );
+    }
+
+    /// A compressed frame whose reply may not fit is put back before it is inflated: the
+    /// next call, with room, inflates it once (a frame inflated and then put back for want of
+    /// room was inflated again on the next call).
+    #[test]
+    fn a_compressed_frame_is_not_inflated_before_its_reply_has_room() {
+        let config = Config::new()
+            .with_max_packet_len(4096)
+            .with_compression_threshold(16);
+        let data = [0xABu8; 3000];
+        let mut body = std::vec![wire::ECHO as u8];
+        body.extend_from_slice(&data);
+        let mut compressor = Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap());
+        let encoder = CompressedEncoder::new(16, Level::Fast);
+        let mut wire = std::vec![0u8; max_encoded_len(body.len())];
+        let n = encoder.encode(&body, &mut wire, &mut compressor).unwrap();
+        let mut h = Harness::new(config);
+        let greeting = h.handle(&[]).unwrap().0.written;
+        assert!(greeting > 0);
+        // 1024 bytes of room: not enough for the echo of 3000.
+        let (p, _) = h.handle(&wire[..n]).unwrap();
+        assert_eq!(p.consumed, 0);
+        assert!(
+            matches!(p.want, Want::Output(r) if r > 1024 && r <= config.max_output_len()),
+            "{:?}",
+            p.want
+        );
+        assert!(
+            h.scratch.iter().all(|&b| b == 0),
+            "inflated before the room check"
+        );
+        let mut h = Harness::with_out_len(config, config.max_output_len());
+        h.handle(&[]).unwrap();
+        let (p, out) = h.handle(&wire[..n]).unwrap();
+        assert_eq!(p.consumed, n);
+        let mut scratch = std::vec![0u8; 4096];
+        let mut inflater = Box::new(Inflater::new());
+        let d = CompressedDecoder::new(16)
+            .decode(out, &mut inflater, &mut scratch)
+            .unwrap()
+            .complete()
+            .unwrap();
+        assert_eq!(d.body, &body[..]);
+    }
+
+    /// An echo whose reply cannot be sent (compressed, it is past the frame limit) is not
+    /// counted as received, however often it is reported; the frame served before it is
+    /// counted once.
+    #[test]
+    fn a_request_whose_reply_cannot_be_sent_is_not_counted() {
+        use crate::frame::mc::MAX_FRAME_LEN;
+        let config = Config::new()
+            .with_max_packet_len(MAX_FRAME_LEN)
+            .with_compression_threshold(256);
+        let mut session = Session::new(&config, Instant::ZERO);
+        let counters = AtomicCounters::new();
+        let mut scratch = std::vec![0u8; MAX_FRAME_LEN];
+        let mut inflater = Box::new(Inflater::new());
+        let mut compressor = Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap());
+        let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor);
+        let mut out = std::vec![0u8; config.max_output_len()];
+        let greeting = session.handle(&[], &mut out, &mut ws, &counters).unwrap();
+        let opened = counters.snapshot();
+        assert_eq!(opened.frames_out, 1);
+        let _ = greeting;
+        // A small echo, then one of incompressible data as long as a body may be, sent
+        // uncompressed (Data Length 0): its reply compresses to more than a frame carries.
+        let mut input = std::vec![3, 0, wire::ECHO as u8, 7];
+        let mut body = std::vec![wire::ECHO as u8];
+        let mut x = 0x9E37_79B9u32;
+        body.extend((0..MAX_FRAME_LEN - 8).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        }));
+        let mut field = [0u8; 5];
+        let m = crate::varint::encode_varint((1 + body.len()) as i32, &mut field).unwrap();
+        input.extend_from_slice(&field[..m]);
+        input.push(0);
+        input.extend_from_slice(&body);
+        let p = session
+            .handle(&input, &mut out, &mut ws, &counters)
+            .unwrap();
+        assert_eq!((p.consumed, p.want), (4, Want::Call));
+        for _ in 0..2 {
+            assert_eq!(
+                session.handle(&input[4..], &mut out, &mut ws, &counters),
+                Err(SessionError::ReplyTooLarge)
+            );
+        }
+        let s = counters.snapshot();
+        assert_eq!(s.frames_in - opened.frames_in, 1, "{s:?}");
+        assert_eq!(s.bytes_in - opened.bytes_in, 4, "{s:?}");
     }
 
     #[test]

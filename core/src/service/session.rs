@@ -504,19 +504,24 @@ pub(super) mod tests {
     pub(in crate::service) struct Harness {
         pub(in crate::service) session: Session,
         pub(in crate::service) counters: AtomicCounters,
-        scratch: [u8; 4096],
-        out: [u8; 1024],
+        pub(in crate::service) scratch: [u8; 4096],
+        out: std::vec::Vec<u8>,
         inflater: Box<Inflater>,
         compressor: Box<Compressor<[u32; WORKSPACE_MIN]>>,
     }
 
     impl Harness {
         pub(in crate::service) fn new(config: Config) -> Self {
+            Self::with_out_len(config, 1024)
+        }
+
+        /// A harness whose output buffer is `out_len` bytes.
+        pub(in crate::service) fn with_out_len(config: Config, out_len: usize) -> Self {
             Harness {
                 session: Session::new(&config, Instant::ZERO),
                 counters: AtomicCounters::new(),
                 scratch: [0; 4096],
-                out: [0; 1024],
+                out: std::vec![0; out_len],
                 inflater: Box::new(Inflater::new()),
                 compressor: Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap()),
             }
