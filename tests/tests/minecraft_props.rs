@@ -83,12 +83,14 @@ fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..=max)
 }
 
-fn forge() -> impl Strategy<Value = Option<ForgeMarker>> {
+fn forge() -> impl Strategy<Value = Option<ForgeMarker<'static>>> {
     prop_oneof![
         Just(None),
         Just(Some(ForgeMarker::Fml)),
         Just(Some(ForgeMarker::Fml2)),
         Just(Some(ForgeMarker::Fml3)),
+        Just(Some(ForgeMarker::Forge(""))),
+        Just(Some(ForgeMarker::Forge("4"))),
     ]
 }
 

@@ -3,12 +3,17 @@
 //!
 //! The server address is what a proxy routes on. Clients and the services in front of them
 //! append markers to it, which are split off here and bounded apart from the host:
-//! - Forge: `\0FML\0` (1.7-1.12), `\0FML2\0` (1.13-1.17), `\0FML3\0` (1.18+), right after the
-//!   host ([`ForgeMarker`]). Any other NUL-separated text (BungeeCord's IP forwarding writes
-//!   `host\0ip\0uuid\0properties`, which only a backend behind a trusted proxy may accept) is
-//!   [`Error::BadAddressMarker`]: a client-facing proxy must not take it from a client.
-//! - TCPShield: `///ip:port///timestamp[///signature]` after the host and marker
-//!   ([`TcpShield`]). The signature is base64 and may itself contain `/`.
+//! - Forge: `\0FML\0` (1.7-1.12), `\0FML2\0` (1.13-1.17), `\0FML3\0` (1.18-1.20.1), and
+//!   `\0FORGE` with an optional network version in digits (1.20.2+, NeoForge too), from the
+//!   field's first NUL ([`ForgeMarker`]). Any other NUL-separated text (BungeeCord's IP
+//!   forwarding writes `host\0ip\0uuid\0properties`, which only a backend behind a trusted
+//!   proxy may accept) is [`Error::BadAddressMarker`]: a client-facing proxy must not take it
+//!   from a client.
+//! - TCPShield: `///ip:port///timestamp[///signature]` right after the host ([`TcpShield`]),
+//!   the Forge marker after it: TCPShield inserts its suffix before the client's first NUL, and
+//!   its backend plugin reads the field so (`host///ip:port///ts///sig\0FML2\0`). A marker
+//!   before the suffix (`host\0FML2\0///ip:port///ts`) is read too; an address is always
+//!   written in TCPShield's order. The signature is base64 and may itself contain `/`.
 //!
 //! Bounds: the host alone is at most [`MAX_HOST_LEN`] (255) UTF-16 code units, vanilla's bound
 //! for the whole field. The whole field is read as `String(`[`MAX_ADDRESS_LEN`]`)` (1024):
@@ -35,32 +40,62 @@ pub const MAX_TCPSHIELD_TIMESTAMP_DIGITS: usize = 20;
 
 const TCPSHIELD_SEPARATOR: &str = "///";
 
+/// The most digits of network version after `\0FORGE`.
+pub const MAX_FORGE_VERSION_DIGITS: usize = 10;
+
 /// The Forge marker a modded client appends to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum ForgeMarker {
+pub enum ForgeMarker<'a> {
     /// `\0FML\0`: Forge 1.7 - 1.12.
     Fml,
     /// `\0FML2\0`: Forge 1.13 - 1.17.
     Fml2,
-    /// `\0FML3\0`: Forge 1.18 and later.
+    /// `\0FML3\0`: Forge 1.18 - 1.20.1.
     Fml3,
+    /// `\0FORGE` and the network version's digits as sent (none, or 1 to
+    /// [`MAX_FORGE_VERSION_DIGITS`]): Forge 1.20.2 and later, NeoForge.
+    Forge(&'a str),
 }
 
-impl ForgeMarker {
-    /// The marker's text, NULs included.
+impl<'a> ForgeMarker<'a> {
+    /// The marker's fixed text, NULs included (for [`Forge`](Self::Forge), without its
+    /// digits: see [`net_version`](Self::net_version)).
     pub const fn as_str(self) -> &'static str {
         match self {
             ForgeMarker::Fml => "\0FML\0",
             ForgeMarker::Fml2 => "\0FML2\0",
             ForgeMarker::Fml3 => "\0FML3\0",
+            ForgeMarker::Forge(_) => "\0FORGE",
         }
     }
 
-    fn from_str(s: &str) -> Option<Self> {
+    /// The network version's digits after `\0FORGE` (empty for the other markers).
+    pub const fn net_version(self) -> &'a str {
+        match self {
+            ForgeMarker::Forge(v) => v,
+            _ => "",
+        }
+    }
+
+    fn parse(s: &'a str) -> Option<Self> {
+        if let Some(v) = s.strip_prefix("\0FORGE") {
+            let digits =
+                v.len() <= MAX_FORGE_VERSION_DIGITS && v.bytes().all(|b| b.is_ascii_digit());
+            return digits.then_some(ForgeMarker::Forge(v));
+        }
         [ForgeMarker::Fml, ForgeMarker::Fml2, ForgeMarker::Fml3]
             .into_iter()
             .find(|m| m.as_str() == s)
+    }
+
+    fn check(self) -> Result<(), Error> {
+        let v = self.net_version();
+        if v.len() <= MAX_FORGE_VERSION_DIGITS && v.bytes().all(|b| b.is_ascii_digit()) {
+            Ok(())
+        } else {
+            Err(Error::BadAddressMarker)
+        }
     }
 }
 
@@ -140,9 +175,9 @@ pub struct ServerAddress<'a> {
     /// The host as sent (not normalised): at most [`MAX_HOST_LEN`] UTF-16 code units, no NUL,
     /// no `///`. See [`normalize_host`] and [`host_eq`] for routing.
     pub host: &'a str,
-    /// The Forge marker after the host.
-    pub forge: Option<ForgeMarker>,
-    /// The TCPShield suffix after the host and marker.
+    /// The Forge marker (after the TCPShield suffix, if any).
+    pub forge: Option<ForgeMarker<'a>>,
+    /// The TCPShield suffix after the host.
     pub tcpshield: Option<TcpShield<'a>>,
 }
 
@@ -158,16 +193,27 @@ impl<'a> ServerAddress<'a> {
 
     /// Splits a server address field.
     pub fn parse(field: &'a str) -> Result<Self, Error> {
-        let (head, tcpshield) = match field.split_once(TCPSHIELD_SEPARATOR) {
-            Some((head, rest)) => (head, Some(TcpShield::parse(rest)?)),
-            None => (field, None),
+        // Everything from the first NUL is the marker (TCPShield's reading), unless a suffix
+        // follows it (the marker-first order).
+        let (head, marked) = match field.find('\0') {
+            Some(i) => field.split_at(i),
+            None => (field, ""),
         };
-        let (host, forge) = match head.find('\0') {
-            Some(i) => {
-                let marker = ForgeMarker::from_str(&head[i..]).ok_or(Error::BadAddressMarker)?;
-                (&head[..i], Some(marker))
-            }
+        let (marker, late) = match marked.split_once(TCPSHIELD_SEPARATOR) {
+            Some((m, suffix)) => (m, Some(suffix)),
+            None => (marked, None),
+        };
+        let (host, suffix) = match head.split_once(TCPSHIELD_SEPARATOR) {
+            Some((h, suffix)) => (h, Some(suffix)),
             None => (head, None),
+        };
+        let tcpshield = match (suffix, late) {
+            (Some(_), Some(_)) => return Err(Error::BadTcpShield),
+            (s, l) => s.or(l).map(TcpShield::parse).transpose()?,
+        };
+        let forge = match marker {
+            "" => None,
+            m => Some(ForgeMarker::parse(m).ok_or(Error::BadAddressMarker)?),
         };
         if utf16_len_of_utf8(host.as_bytes()) > MAX_HOST_LEN {
             return Err(Error::HostTooLong);
@@ -179,21 +225,22 @@ impl<'a> ServerAddress<'a> {
         })
     }
 
-    /// The field's text in pieces: host, marker, then the TCPShield suffix's.
-    fn parts(&self) -> [&'a str; 8] {
+    /// The field's text in pieces, in TCPShield's order: host, the suffix's, then the marker.
+    fn parts(&self) -> [&'a str; 9] {
         let (sep, [client, sep2, ts, sep3, sig]) = match self.tcpshield {
             Some(t) => (TCPSHIELD_SEPARATOR, t.parts()),
             None => ("", [""; 5]),
         };
         [
             self.host,
-            self.forge.map_or("", ForgeMarker::as_str),
             sep,
             client,
             sep2,
             ts,
             sep3,
             sig,
+            self.forge.map_or("", ForgeMarker::as_str),
+            self.forge.map_or("", ForgeMarker::net_version),
         ]
     }
 
@@ -210,13 +257,14 @@ impl<'a> ServerAddress<'a> {
         if utf16_len_of_utf8(self.host.as_bytes()) > MAX_HOST_LEN {
             return Err(Error::HostTooLong);
         }
+        if let Some(m) = self.forge {
+            m.check()?;
+        }
         if let Some(t) = self.tcpshield {
             t.check()?;
             // The suffix starts at the first `///`: the host must not hold or (right before the
             // separator) end one.
-            if self.host.contains(TCPSHIELD_SEPARATOR)
-                || (self.forge.is_none() && self.host.ends_with('/'))
-            {
+            if self.host.contains(TCPSHIELD_SEPARATOR) || self.host.ends_with('/') {
                 return Err(Error::BadTcpShield);
             }
         } else if self.host.contains(TCPSHIELD_SEPARATOR) {
@@ -440,13 +488,11 @@ mod tests {
 
     #[test]
     fn whole_field_bound() {
-        // 255-char host + marker + a TCPShield suffix up to exactly 1024 units.
+        // 255-char host + a TCPShield suffix + marker, exactly 1024 units (and one more).
         let mut field = [b'h'; 1025];
-        field[255..261].copy_from_slice(b"\0FML2\0");
-        field[261..].fill(b's');
-        field[261..285].copy_from_slice(b"///1.2.3.4:25565///1700/");
-        field[285] = b'/';
-        field[286] = b'/';
+        field[255..281].copy_from_slice(b"///1.2.3.4:25565///1700///");
+        field[281..].fill(b's');
+        field[1018..1024].copy_from_slice(b"\0FML2\0");
         let at = core::str::from_utf8(&field[..1024]).unwrap();
         let a = ServerAddress::parse(at).unwrap();
         assert_eq!(a.host.len(), 255);
@@ -462,6 +508,8 @@ mod tests {
         let n = hs.encode(&mut out).unwrap();
         assert_eq!(&out[4..n - 3], at.as_bytes());
         round_trip(&hs, &out[..n]);
+        field[1018] = b's';
+        field[1019..1025].copy_from_slice(b"\0FML2\0");
         let over = core::str::from_utf8(&field[..1025]).unwrap();
         let a = ServerAddress::parse(over).unwrap();
         assert_eq!(a.check(), Err(Error::StringTooLong));
@@ -497,6 +545,12 @@ mod tests {
             (ForgeMarker::Fml, &b"mc.example.com\0FML\0"[..]),
             (ForgeMarker::Fml2, b"mc.example.com\0FML2\0"),
             (ForgeMarker::Fml3, b"mc.example.com\0FML3\0"),
+            (ForgeMarker::Forge(""), b"mc.example.com\0FORGE"),
+            (ForgeMarker::Forge("3"), b"mc.example.com\0FORGE3"),
+            (
+                ForgeMarker::Forge("0123456789"),
+                b"mc.example.com\0FORGE0123456789",
+            ),
         ] {
             let mut d = [0u8; 64];
             d[0] = 0xff;
@@ -518,14 +572,42 @@ mod tests {
             "host\0FML4\0",
             "host\0FML2\0x",
             "host\0",
+            "host\0FORGE\0",
+            "host\0FORGEx",
+            "host\0FORGE12345678901",
+            "host\0forge",
         ] {
-            assert_eq!(ServerAddress::parse(bad), Err(Error::BadAddressMarker));
+            assert_eq!(
+                ServerAddress::parse(bad),
+                Err(Error::BadAddressMarker),
+                "{bad:?}"
+            );
         }
+        let long = ServerAddress {
+            forge: Some(ForgeMarker::Forge("12345678901")),
+            ..ServerAddress::host("h")
+        };
+        assert_eq!(long.check(), Err(Error::BadAddressMarker));
     }
 
+    /// TCPShield's order: its suffix before the client's first NUL, the marker after it, as its
+    /// backend plugin reads the field; the marker-first order is read too, and written in
+    /// TCPShield's.
     #[test]
     fn tcpshield_suffix() {
-        let field = "Play.Example.com.\0FML3\0///203.0.113.9:51234///1700000000///c2ln/+/==";
+        let field = "Play.Example.com.///203.0.113.9:51234///1700000000///c2ln/+/==\0FML3\0";
+        let marker_first = "Play.Example.com.\0FML3\0///203.0.113.9:51234///1700000000///c2ln/+/==";
+        assert_eq!(
+            ServerAddress::parse(marker_first),
+            ServerAddress::parse(field)
+        );
+        let forge = ServerAddress::parse("h///1.2.3.4:5///1///sig\0FORGE2").unwrap();
+        assert_eq!(forge.forge, Some(ForgeMarker::Forge("2")));
+        assert_eq!(forge.tcpshield.unwrap().signature, Some("sig"));
+        assert_eq!(
+            ServerAddress::parse("h///1.2.3.4:5///1\0FML2\0///1.2.3.4:5///1"),
+            Err(Error::BadTcpShield)
+        );
         let a = ServerAddress::parse(field).unwrap();
         assert_eq!(a.host, "Play.Example.com.");
         assert_eq!(a.forge, Some(ForgeMarker::Fml3));
@@ -557,7 +639,7 @@ mod tests {
             "h///1.2.3.4:5///",
             "h///1.2.3.4:5///12a",
             "h///1.2.3.4:5///1///",
-            "h///1.2.3.4:5///1///s\0",
+            "h///1.2.3.4:5///1///\0FML\0",
             "h///1/2:5///1",
         ] {
             assert_eq!(
@@ -644,13 +726,21 @@ mod tests {
             assert!(matches!(hs.encode(&mut out), Err(EncodeError::Invalid(_))));
             assert_eq!(out, [0x55; 64]);
         }
-        // "a/" is fine before a Forge marker.
-        let ok = ServerAddress {
+        // "a/" before the suffix, a Forge marker or not (the marker is written last).
+        let bad = ServerAddress {
             host: "a/",
             forge: Some(ForgeMarker::Fml),
             tcpshield: Some(t),
         };
-        assert_eq!(ok.check(), Ok(()));
+        assert_eq!(bad.check(), Err(Error::BadTcpShield));
+        assert_eq!(
+            ServerAddress {
+                tcpshield: None,
+                ..bad
+            }
+            .check(),
+            Ok(())
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use super::wire::Stats;
 use crate::frame::compressed::{CompressedLimits, max_encoded_len};
 use crate::frame::fixed::LengthPrefixed;
-use crate::frame::mc::{self, frame_len};
+use crate::frame::mc;
 use crate::limit::Rate;
 use crate::proxy::policy::{self, Policy, ProxyConfig};
 use crate::time::Duration;
@@ -242,10 +242,12 @@ impl Config {
     }
 
     /// The most bytes one frame (or the PROXY header) can take on the wire: an input buffer
-    /// this large always has room for the next one.
+    /// this large always has room for the next one. A VarInt frame's length field is counted
+    /// at its longest (3 bytes), as the decoder accepts over-long ones (Velocity-style
+    /// encoders always write 3).
     pub const fn max_input_len(&self) -> usize {
         let frame = match self.framing {
-            Framing::VarInt => frame_len(self.max_compressed_frame_len()),
+            Framing::VarInt => mc::MAX_LENGTH_FIELD_LEN + self.max_compressed_frame_len(),
             Framing::Fixed(f) => f.encoded_len(self.max_packet_len()),
         };
         let header = if self.proxy.reads_header() {
@@ -271,5 +273,40 @@ impl Config {
     /// [`max_packet_len`](Self::max_packet_len) bytes that did not compress.
     pub(super) const fn max_compressed_frame_len(&self) -> usize {
         CompressedLimits::for_max_body_len(self.max_packet_len()).max_frame_len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Status;
+    use crate::frame::mc::FrameDecoder;
+
+    /// The longest frame the session takes, its length in the over-long 3-byte form the
+    /// decoder accepts, fits an input buffer of `max_input_len` (it was one byte short: a
+    /// firmware connection sent it was closed as `InputFull`).
+    #[test]
+    fn the_input_buffer_holds_the_longest_frame_with_a_long_length_field() {
+        for (max, threshold) in [(4096, -1), (4096, 256), (2048, 0), (100, 64)] {
+            let c = Config::new()
+                .with_max_packet_len(max)
+                .with_compression_threshold(threshold);
+            let longest = c.max_compressed_frame_len();
+            let mut frame = std::vec![0u8; mc::MAX_LENGTH_FIELD_LEN + longest];
+            frame[0] = 0x80 | (longest & 0x7f) as u8;
+            frame[1] = 0x80 | ((longest >> 7) & 0x7f) as u8;
+            frame[2] = (longest >> 14) as u8;
+            let d = FrameDecoder::new().with_max_frame_len(longest);
+            let Ok(Status::Complete(f)) = d.decode_frame(&frame) else {
+                panic!("the decoder takes it")
+            };
+            assert_eq!(f.consumed, frame.len());
+            assert!(
+                frame.len() <= c.max_input_len(),
+                "{max}/{threshold}: {} > {}",
+                frame.len(),
+                c.max_input_len()
+            );
+        }
     }
 }
