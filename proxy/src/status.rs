@@ -405,13 +405,15 @@ impl LegacyView {
             KickFormat::V1_4 => self.motd.replace('\0', ""),
         };
         let version = self.version.replace('\0', "");
+        // What a 1.3-1.6 client reads at most (a longer reply shows it an error instead).
         let kick = LegacyKick {
             protocol,
             version: &version,
             motd: &motd,
             online: self.online,
             max: self.max,
-        };
+        }
+        .fitted(format);
         let mut out = vec![0u8; kick.encoded_len(format)];
         match kick.encode(format, &mut out) {
             Ok(n) => {

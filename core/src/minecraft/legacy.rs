@@ -330,6 +330,19 @@ fn decimal(v: i32) -> ([u8; 11], usize) {
     (digits, count)
 }
 
+/// The longest prefix of `s` of at most `units` UTF-16 units that ends at a character
+/// boundary.
+fn prefix_units(s: &str, units: usize) -> &str {
+    let mut n = 0;
+    for (i, c) in s.char_indices() {
+        n += c.len_utf16();
+        if n > units {
+            return &s[..i];
+        }
+    }
+    s
+}
+
 /// One piece of the reply text.
 #[derive(Clone, Copy)]
 enum Piece<'a> {
@@ -397,6 +410,30 @@ impl<'a> LegacyKick<'a> {
 
     fn units(&self, format: KickFormat) -> usize {
         self.pieces(format).iter().map(Piece::units).sum()
+    }
+
+    /// The longest reply text, in UTF-16 units, that a 1.3-1.6 client reads: it reads the
+    /// kick's string with a maximum of 256 and drops the connection past it, showing an error
+    /// instead of the server.
+    pub const MAX_CLIENT_UNITS: usize = 256;
+
+    /// This reply with its motd, then if need be its version name, cut (at a character
+    /// boundary) so that its text in `format` is at most [`MAX_CLIENT_UNITS`](Self::MAX_CLIENT_UNITS).
+    pub fn fitted(&self, format: KickFormat) -> Self {
+        let mut k = *self;
+        let units = k.units(format);
+        if units > Self::MAX_CLIENT_UNITS {
+            let motd = k.motd.encode_utf16().count();
+            let keep = motd.saturating_sub(units - Self::MAX_CLIENT_UNITS);
+            k.motd = prefix_units(k.motd, keep);
+        }
+        let units = k.units(format);
+        if units > Self::MAX_CLIENT_UNITS {
+            let version = k.version.encode_utf16().count();
+            let keep = version.saturating_sub(units - Self::MAX_CLIENT_UNITS);
+            k.version = prefix_units(k.version, keep);
+        }
+        k
     }
 
     /// Length of the reply in `format`: `FF`, the u16 unit count and the text.
@@ -626,6 +663,43 @@ mod tests {
         let mut big = std::vec![0u8; 3 + 2 * 65535];
         assert_eq!(fits.encode(KickFormat::V1_3, &mut big), Ok(big.len()));
         assert_eq!(big[1..3], [0xff, 0xff]);
+    }
+
+    /// A 1.3-1.6 client reads at most 256 units of kick text: a reply fitted to it keeps the
+    /// fields it can and cuts the motd (never inside a surrogate pair), then the version.
+    #[test]
+    fn kicks_fit_what_old_clients_read() {
+        let motd = "\u{1F600}".repeat(200);
+        let kick = LegacyKick {
+            protocol: 78,
+            version: "1.6.4",
+            motd: &motd,
+            online: 12,
+            max: 100,
+        };
+        for format in [KickFormat::V1_4, KickFormat::V1_3] {
+            let f = kick.fitted(format);
+            let units = f.units(format);
+            assert!(units <= LegacyKick::MAX_CLIENT_UNITS, "{units}");
+            assert!(
+                units >= LegacyKick::MAX_CLIENT_UNITS - 1,
+                "{units}: cut more than a pair"
+            );
+            assert_eq!(f.version, "1.6.4");
+            assert!(motd.starts_with(f.motd) && !f.motd.is_empty());
+            let mut out = std::vec![0u8; f.encoded_len(format)];
+            assert!(f.encode(format, &mut out).is_ok());
+        }
+        // A version too long on its own is cut too; a short reply is left alone.
+        let version = "v".repeat(400);
+        let f = LegacyKick {
+            version: &version,
+            ..kick
+        }
+        .fitted(KickFormat::V1_4);
+        assert_eq!((f.motd, f.units(KickFormat::V1_4)), ("", 256));
+        let short = LegacyKick { motd: "hi", ..kick };
+        assert_eq!(short.fitted(KickFormat::V1_4), short);
     }
 
     #[test]
