@@ -130,8 +130,12 @@ pub struct ServerStats {
     pub responses: AtomicU64,
     /// Messages that were not RMC requests.
     pub malformed_messages: AtomicU64,
-    /// Responses the connection could not queue (send window full).
+    /// Responses the connection could not queue (send window full). Requests wait for
+    /// room first (`deferred`), so this stays 0 unless the window logic disagrees.
     pub send_refused: AtomicU64,
+    /// Times a connection's next request was left waiting because a response as long as any
+    /// would not fit its send window until acknowledgements free it.
+    pub deferred: AtomicU64,
     /// Connections a new connection from the same address and port replaced (a restarted
     /// client; each is also in `connected`).
     pub replaced: AtomicU64,
@@ -425,6 +429,17 @@ impl PrudpHandler {
     /// connection.
     fn deliver(&mut self, peer: SocketAddr, state: &mut PrudpConnection, now: Instant) {
         loop {
+            // A request is taken only when a response as long as any can be sent at once:
+            // otherwise it waits, with the packets behind it, until acknowledgements free the
+            // window (each datagram from the peer delivers again). Answered into a full
+            // window, the response was dropped, and the client, its request acknowledged,
+            // waited for it in vain.
+            if let Some(s) = state.conn.next_message_substream()
+                && !state.conn.can_send(s, self.message.len())
+            {
+                self.stats.deferred.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
             let call = Call {
                 peer,
                 pid: state.pid,
@@ -1040,6 +1055,70 @@ mod tests {
         };
         h.closed(&key, state, CloseReason::NotAdmitted);
         assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
+    }
+
+    /// Answers every call with `LEN` bytes: a response of several fragments.
+    struct Long<const LEN: usize>;
+
+    impl<const LEN: usize> crate::rmc::RmcProtocol for Long<LEN> {
+        fn protocol_id(&self) -> u16 {
+            0x70
+        }
+        fn call(&mut self, _: &Call<'_>, out: &mut [u8]) -> crate::rmc::Reply {
+            out[..LEN].fill(0x5a);
+            crate::rmc::Reply::Success(LEN)
+        }
+    }
+
+    /// Requests whose responses would not fit the send window together wait for room rather
+    /// than being answered into a full window: three pipelined calls answered with 7 fragments
+    /// each (21 packets, a window of 16) all get their responses. The third was dropped
+    /// (`send_refused`), and the client, its request acknowledged, waited in vain.
+    #[test]
+    fn responses_wait_for_the_send_window_instead_of_being_dropped() {
+        use wirekit_core::nex::{Method, Protocol, RmcFormat, RmcMessage};
+        let mut dispatcher = Dispatcher::new();
+        dispatcher.register(Box::new(Long::<8000>));
+        let mut h = PrudpHandler::new(HandlerConfig {
+            role: Role::Authentication,
+            config: config(Version::V1),
+            secret: random(),
+            secure: None,
+            dispatcher,
+            stats: Arc::default(),
+        });
+        let stats = h.stats().clone();
+        let mut p = Peer::new(peer(40100), client(Version::V1, 0x21, None));
+        assert!(p.run(&mut h, T));
+        for call_id in 1..=3 {
+            let m = RmcMessage::request(Protocol::Id(0x70), call_id, Method::Id(1), &[]);
+            let mut bytes = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
+            m.encode(RmcFormat::Packed, &mut bytes).unwrap();
+            p.client.send(0, &bytes).unwrap();
+        }
+        let mut answered = Vec::new();
+        for round in 0..20u64 {
+            let now = T + Duration::from_millis(round);
+            let mut out = Outbox::new(64, 1500);
+            let mut buf = [0u8; 1500];
+            while let Some(t) = p.client.poll_transmit(now, &mut buf) {
+                let d = buf[..t.len].to_vec();
+                p.deliver(&mut h, &d, now, &mut out);
+            }
+            let replies: Vec<Vec<u8>> = (0..out.len()).map(|i| out.get(i).1.to_vec()).collect();
+            for r in &replies {
+                p.client.handle(r, now);
+            }
+            while let Some(e) = p.client.poll_event() {
+                if let Event::Message { data, .. } = e {
+                    answered.push(data.len());
+                }
+            }
+        }
+        assert_eq!(answered.len(), 3, "{answered:?}");
+        assert_eq!(stats.send_refused.load(Ordering::Relaxed), 0);
+        assert!(stats.deferred.load(Ordering::Relaxed) >= 1);
+        assert_eq!(stats.responses.load(Ordering::Relaxed), 3);
     }
 
     /// A log line: its message and its `suppressed` field.

@@ -384,6 +384,8 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             "requests": s.requests.load(Relaxed),
             "responses": s.responses.load(Relaxed),
             "malformed_messages": s.malformed_messages.load(Relaxed),
+            "deferred": s.deferred.load(Relaxed),
+            "send_refused": s.send_refused.load(Relaxed),
             "drops": drops,
         })
     };

@@ -1003,6 +1003,30 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         }
     }
 
+    /// The substream of the next event, if it is a [`Event::Message`], once what the last
+    /// event lent is released (which may complete that message). With
+    /// [`can_send`](Self::can_send), a server takes a request only when its response can be
+    /// sent at once, and otherwise leaves it (and the packets behind it) waiting until
+    /// acknowledgements free the window, instead of answering it into a full window.
+    pub fn next_message_substream(&mut self) -> Option<u8> {
+        self.release_lent();
+        match self.events.iter().next() {
+            Some(Pending::Message(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether [`send`](Self::send) would take a message of `len` bytes on `substream` now
+    /// (connected, and the window and send slots have room for its fragments).
+    pub fn can_send(&self, substream: u8, len: usize) -> bool {
+        let total = len.div_ceil(self.config.fragment_size).max(1);
+        self.state == State::Connected
+            && substream <= self.max_substream
+            && total <= W
+            && total <= 255
+            && self.window_allows(substream, total)
+    }
+
     /// The next event, if any. A [`Event::Message`] borrows the connection's reassembly
     /// area; its bytes are released by the next call on the connection.
     pub fn poll_event(&mut self) -> Option<Event<'_>> {
