@@ -41,7 +41,7 @@ use embassy_sync::channel::Channel;
 use embassy_time::{Duration, Instant, Timer, with_deadline};
 use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_core::io::{Clock, Ended, drive};
-use wirekit_core::limit::{LogDecision, LogLimit};
+use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Workspace};
@@ -60,6 +60,8 @@ pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
 pub const SERVICE: Config = Config::new()
     .with_max_packet_len(MAX_PACKET_LEN)
     .with_send_timeout(SEND_TIMEOUT)
+    .with_idle_timeout(wirekit_core::time::Duration::from_secs(IDLE_SECS))
+    .with_shared_derive_budget(BOARD_DERIVE_BURST, BOARD_DERIVE_RATE)
     .with_proxy(ProxyConfig::new(Policy::Use).with_limits(Limits {
         max_header_len: MAX_PROXY_HEADER_LEN,
     }));
@@ -81,8 +83,22 @@ pub const SCRATCH_LEN: usize = MAX_PACKET_LEN;
 pub const TCP_RX_BUFFER: usize = 1024;
 /// TCP send buffer per socket.
 pub const TCP_TX_BUFFER: usize = 1024;
-/// A connection idle this long (no segment either way) is closed by the TCP stack.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection with no frame from its client for this long is closed by its session, as
+/// the host server closes one (an idle timeout, logged and counted).
+pub const IDLE_SECS: u64 = 30;
+/// The TCP stack's own timeout on a connection: past the session's idle timeout, with
+/// keep-alives every [`KEEP_ALIVE`], so it only ends a peer that stopped answering at all
+/// (the session's timeout ends a live but silent one first).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(IDLE_SECS + 10);
+/// Keep-alive probes on an idle connection.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// Key derivations all connections may have at once, together: each is 65,000+ MD5 rounds of
+/// the one executor, which serves the other connection and the network meanwhile, and a
+/// client reconnecting gets a fresh per-connection budget, not more of the board.
+pub const BOARD_DERIVE_BURST: u32 = 4;
+/// The board's derive budget refills by one every 2 s.
+pub const BOARD_DERIVE_RATE: wirekit_core::limit::Rate =
+    wirekit_core::limit::Rate::new(1, wirekit_core::time::Duration::from_secs(2));
 /// A listening socket that got a SYN waits this long for the handshake's final ACK, then
 /// listens again (see the module docs): long enough for the SYN-ACK's retransmissions at 1 s
 /// and 2 s (smoltcp's minimum RTO is 1 s), far shorter than [`IDLE_TIMEOUT`].
@@ -111,6 +127,11 @@ pub const COMPRESSOR_WORDS: usize = WORKSPACE_MIN;
 /// The workspace scratch all sessions share; see the module docs.
 static SCRATCH: Mutex<ThreadModeRawMutex, RefCell<[u8; SCRATCH_LEN]>> =
     Mutex::new(RefCell::new([0; SCRATCH_LEN]));
+
+/// The derive budget all sessions share ([`BOARD_DERIVE_BURST`], [`BOARD_DERIVE_RATE`]).
+static DERIVE: Mutex<ThreadModeRawMutex, RefCell<TokenBucket>> = Mutex::new(RefCell::new(
+    TokenBucket::new(BOARD_DERIVE_BURST, BOARD_DERIVE_RATE),
+));
 
 /// The zlib state all sessions share (set by [`init`]): inflate for compressed requests,
 /// deflate for compressed replies.
@@ -232,6 +253,7 @@ pub async fn serve_socket(stack: Stack<'_>, id: usize, tcp: &mut TcpBuffers) -> 
             }
         };
         socket.set_timeout(Some(IDLE_TIMEOUT));
+        socket.set_keep_alive(Some(KEEP_ALIVE));
         let buffers = FREE_SESSIONS.receive().await;
         let (session, ended) = serve_connection(
             &mut socket,
@@ -340,8 +362,13 @@ fn handle(
             let Some(z) = zlib.as_mut() else {
                 return Err(SessionError::CompressionUnavailable);
             };
-            let mut ws = Workspace::with_zlib(&mut scratch[..], &mut z.inflater, &mut z.compressor);
-            session.handle(input, output, &mut ws, &COUNTERS)
+            DERIVE.lock(|derive| {
+                let mut derive = derive.borrow_mut();
+                let mut ws =
+                    Workspace::with_zlib(&mut scratch[..], &mut z.inflater, &mut z.compressor)
+                        .with_derive_budget(&mut derive);
+                session.handle(input, output, &mut ws, &COUNTERS)
+            })
         })
     })
 }

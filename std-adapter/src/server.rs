@@ -68,7 +68,7 @@ use crate::accept::AcceptBackoff;
 use crate::buffer::{INITIAL_BUFFER, InputBuffer, more_for, release_if_large};
 use crate::clock;
 use wirekit_core::Needed;
-use wirekit_core::limit::{LogDecision, LogLimit};
+use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
 use wirekit_core::proxy::policy::ProxyConfig;
 use wirekit_core::service::{
     self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
@@ -451,6 +451,25 @@ struct ThreadWorkspace {
     /// The replies to one read, written with one `write` (grown to a configured reply size
     /// at most).
     write_buf: Vec<u8>,
+    /// The key derivations the thread's connections share
+    /// ([`Workspace::with_derive_budget`]), as the last service configuration on the thread
+    /// sized it.
+    derive: Option<TokenBucket>,
+}
+
+impl ThreadWorkspace {
+    /// The thread's shared derive budget for `config` (made, or made again when a server
+    /// with another budget runs on the thread).
+    fn derive_budget<'a>(
+        derive: &'a mut Option<TokenBucket>,
+        config: &service::Config,
+    ) -> &'a mut TokenBucket {
+        let (burst, rate) = config.shared_derive_budget();
+        if derive.is_some_and(|b| b.capacity() != burst || b.rate() != rate) {
+            *derive = None;
+        }
+        derive.get_or_insert_with(|| TokenBucket::new(burst, rate))
+    }
 }
 
 impl ThreadWorkspace {
@@ -458,6 +477,7 @@ impl ThreadWorkspace {
         ThreadWorkspace {
             read_buf: vec![0; SHARED_READ],
             write_buf: vec![0; SHARED_WRITE],
+            derive: None,
             scratch: Vec::new(),
             inflater: Box::new(Inflater::new()),
             compressor: Box::new(
@@ -602,7 +622,7 @@ async fn drive(
     let mut out: Vec<u8> = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
     let mut grace_deadline: Option<Instant> = None;
-    let scratch_len = options.service.max_packet_len();
+    let config = &options.service;
     // What the session last asked for, when it was asked outside the loop's own `handle`.
     let mut known_want: Option<Needed> = None;
     // One registration with the token for the connection's life, not one per read.
@@ -612,7 +632,7 @@ async fn drive(
     // Greeting: tiny, so a stack buffer.
     {
         let mut greeting = [0u8; 16];
-        let p = handle(session, &[], &mut greeting, counters, scratch_len)?;
+        let p = handle(session, &[], &mut greeting, counters, config)?;
         if p.written > 0 {
             send_within(stream, &greeting[..p.written], session.send_timeout()).await?;
         }
@@ -624,7 +644,7 @@ async fn drive(
                 // `out` stays empty until the session has a reply to write (it asks with
                 // `Want::Output`): a connection sending its header or first frame a byte at a
                 // time holds its input and nothing more.
-                let p = handle(session, input.data(), &mut out, counters, scratch_len)?;
+                let p = handle(session, input.data(), &mut out, counters, config)?;
                 input.consume(p.consumed);
                 if p.written > 0 {
                     send_within(stream, &out[..p.written], session.send_timeout()).await?;
@@ -762,6 +782,7 @@ fn serve_read(
             compressor,
             read_buf,
             write_buf,
+            derive,
         } = tw;
         let n = match stream.try_read(read_buf) {
             Ok(0) => return Ok(ServedRead::Eof),
@@ -769,7 +790,8 @@ fn serve_read(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ServedRead::WouldBlock),
             Err(e) => return Err(e.into()),
         };
-        let mut ws = Workspace::with_zlib(scratch, inflater, compressor);
+        let derive = ThreadWorkspace::derive_budget(derive, &options.service);
+        let mut ws = Workspace::with_zlib(scratch, inflater, compressor).with_derive_budget(derive);
         session.set_time(clock::now());
         let (mut at, mut written) = (0, 0);
         // An error ends the connection, but the replies to the frames served before it in
@@ -886,10 +908,12 @@ fn handle(
     input: &[u8],
     out: &mut [u8],
     counters: &ConnCounters<'_>,
-    scratch_len: usize,
+    config: &service::Config,
 ) -> Result<service::Progress, SessionError> {
-    with_thread_workspace(scratch_len, |tw| {
-        let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor);
+    with_thread_workspace(config.max_packet_len(), |tw| {
+        let derive = ThreadWorkspace::derive_budget(&mut tw.derive, config);
+        let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor)
+            .with_derive_budget(derive);
         session.set_time(clock::now());
         session.handle(input, out, &mut ws, counters as &dyn Counters)
     })

@@ -33,7 +33,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// a loaded host scheduling the guest late, and the guest accepting late while its sockets
 /// finish closing the faults before; it is not for a slow clock: the slow-clock bug LOAD.md
 /// tells of closed at 15-21 s, far past it. It keeps the slow-loris well within the firmware's
-/// idle timeout (30 s, firmware/src/server.rs `IDLE_TIMEOUT`), so the bystander outlives it.
+/// idle timeout (30 s, firmware/src/server.rs `IDLE_SECS`), so the bystander outlives it.
 const SLOW_LORIS_MARGIN: Duration = Duration::from_secs(2);
 /// The half-close's echoes.
 const HALF_CLOSE_ECHOES: u32 = 20;

@@ -203,3 +203,43 @@ fn serve_without_key_derivation_refuses_derive_and_keeps_the_connection() {
     c.echo(b"still served").unwrap();
     assert!(c.derive(100, b"MMQea3n!fsik").is_err());
 }
+
+/// The connections of one worker thread share a derive budget: a client that reconnects for
+/// a fresh per-connection budget gets Busy once the thread's is spent (each derivation is
+/// 65,000+ MD5 rounds of the thread), and its connections are still served otherwise.
+#[test]
+fn serve_bounds_the_derivations_a_thread_makes_across_connections() {
+    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode, ErrorReply};
+    let server = wirekit_tests::serve_process::ServeProcess::start([
+        "--threads",
+        "1",
+        "--thread-derive-burst",
+        "1",
+        "--thread-derive-per-second",
+        "0",
+    ]);
+    let req = DeriveRequest {
+        pid: 100,
+        password: b"MMQea3n!fsik",
+    };
+    let mut data = vec![0u8; req.encoded_len()];
+    req.encode(&mut data).unwrap();
+    let mut served = 0;
+    let mut busy = 0;
+    // One derivation a connection (within its own budget of 4), on two connections.
+    for _ in 0..2 {
+        let mut c = ServiceClient::connect(server.addr, None, None).unwrap();
+        for _ in 0..1 {
+            let reply = c.call(wire::DERIVE, &data).unwrap();
+            if reply.id == wire::DERIVE {
+                served += 1;
+            } else {
+                let e = ErrorReply::parse(&reply.data).unwrap();
+                assert_eq!((e.request_id, e.code), (wire::DERIVE, ErrorCode::Busy));
+                busy += 1;
+            }
+        }
+        c.echo(b"still served").unwrap();
+    }
+    assert_eq!((served, busy), (1, 1));
+}

@@ -435,7 +435,7 @@ impl Client {
         if out.len() < required {
             return Err(ClientError::BufferTooSmall { required });
         }
-        let Workspace { scratch, zlib } = ws;
+        let Workspace { scratch, zlib, .. } = ws;
         if self.encoder.threshold() < 0 {
             // `Length | ID | Data`, written in place.
             let n = encode_varint(body_len as i32, out).expect("sized above");
@@ -511,7 +511,9 @@ impl Client {
         input: &'a [u8],
         ws: Workspace<'a, S>,
     ) -> Result<Status<Reply<'a>>, ClientError> {
-        let Workspace { scratch, mut zlib } = ws;
+        let Workspace {
+            scratch, mut zlib, ..
+        } = ws;
         let (body, consumed, compressed) = if self.decoder.threshold() < 0 {
             match self.plain.decode_frame(input)? {
                 Status::Complete(f) => (f.body, f.consumed, false),

@@ -34,6 +34,8 @@ pub struct Config {
     key_derivation: bool,
     derive_burst: u32,
     derive_rate: Rate,
+    shared_derive_burst: u32,
+    shared_derive_rate: Rate,
 }
 
 impl Default for Config {
@@ -61,6 +63,8 @@ impl Config {
             key_derivation: true,
             derive_burst: Self::DEFAULT_DERIVE_BURST,
             derive_rate: Self::DEFAULT_DERIVE_RATE,
+            shared_derive_burst: Self::DEFAULT_SHARED_DERIVE_BURST,
+            shared_derive_rate: Self::DEFAULT_SHARED_DERIVE_RATE,
         }
     }
 
@@ -105,6 +109,29 @@ impl Config {
     /// The derive budget: `(burst, rate)` (see [`with_derive_budget`](Self::with_derive_budget)).
     pub const fn derive_budget(&self) -> (u32, Rate) {
         (self.derive_burst, self.derive_rate)
+    }
+
+    /// The default shared derive budget's burst: 16 derivations.
+    pub const DEFAULT_SHARED_DERIVE_BURST: u32 = 16;
+    /// The default shared derive budget's refill: 8 a second (about a tenth of a host core's
+    /// time at some 10 ms a derivation).
+    pub const DEFAULT_SHARED_DERIVE_RATE: Rate = Rate::per_second(8);
+
+    /// Bounds the key derivations of all the sessions one workspace serves together (see
+    /// [`Workspace::with_derive_budget`](super::Workspace::with_derive_budget), which the
+    /// adapter builds from this): `burst` at once, refilled at `rate` (default
+    /// [`DEFAULT_SHARED_DERIVE_BURST`](Self::DEFAULT_SHARED_DERIVE_BURST) and
+    /// [`DEFAULT_SHARED_DERIVE_RATE`](Self::DEFAULT_SHARED_DERIVE_RATE)).
+    pub const fn with_shared_derive_budget(mut self, burst: u32, rate: Rate) -> Self {
+        self.shared_derive_burst = burst;
+        self.shared_derive_rate = rate;
+        self
+    }
+
+    /// The shared derive budget: `(burst, rate)` (see
+    /// [`with_shared_derive_budget`](Self::with_shared_derive_budget)).
+    pub const fn shared_derive_budget(&self) -> (u32, Rate) {
+        (self.shared_derive_burst, self.shared_derive_rate)
     }
 
     /// The default header timeout: 5 s (the PROXY spec asks for at least 3).

@@ -8,6 +8,7 @@ use crate::frame::EncodeError;
 use crate::frame::compressed::max_encoded_len;
 use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::{encode_frame, encode_packet, frame_len, split_packet};
+use crate::limit::TokenBucket;
 use crate::varint::VARINT_MAX_LEN;
 use crate::zlib::Compressor;
 use crate::{BufferTooSmall, Status};
@@ -43,7 +44,11 @@ impl Session {
         ws: &mut Workspace<'_, S>,
         counters: &C,
     ) -> Result<Step, SessionError> {
-        let Workspace { scratch, zlib } = ws;
+        let Workspace {
+            scratch,
+            zlib,
+            derive,
+        } = ws;
         // Where the body (ID + data) is: in the input, or inflated at the front of scratch.
         let (inflated, body_len, consumed) = if self.compressed.threshold() < 0 {
             match self.decoder.decode_frame(input)? {
@@ -117,7 +122,7 @@ impl Session {
                 // few bytes and always sent.
                 self.count_in(consumed);
                 let data = &body[id_len..];
-                self.serve_small(id, data, out, compressor, counters)?
+                self.serve_small(id, data, out, compressor, derive.as_deref_mut(), counters)?
             }
         };
         Ok(Step::Done(consumed, n))
@@ -170,13 +175,17 @@ impl Session {
         data: &[u8],
         out: &mut [u8],
         compressor: Option<&mut Compressor<S>>,
+        shared_derive: Option<&mut TokenBucket>,
         counters: &C,
     ) -> Result<usize, SessionError> {
         let mut body = [0u8; 1 + Stats::MAX_LEN];
         let code = match id {
             wire::DERIVE if !self.key_derivation => ErrorCode::Unsupported,
             wire::DERIVE => match DeriveRequest::parse(data) {
+                // The connection's own budget first: one past it does not spend the shared
+                // budget its neighbours need.
                 Ok(_) if !self.derive_budget.try_take(self.now, 1) => ErrorCode::Busy,
+                Ok(_) if shared_derive.is_some_and(|b| !b.try_take(self.now, 1)) => ErrorCode::Busy,
                 Ok(req) => {
                     body[0] = wire::DERIVE as u8;
                     let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
@@ -392,6 +401,54 @@ mod tests {
         h.session
             .set_time(Instant::ZERO + Duration::from_secs(3600));
         busy(&mut h);
+    }
+
+    /// The sessions one workspace serves share its derive budget: a client reconnecting for
+    /// a fresh per-connection budget gets no more of the executor; a session past its own
+    /// budget does not spend the shared one.
+    #[test]
+    fn sessions_share_the_workspaces_derive_budget() {
+        use crate::limit::Rate;
+        use crate::time::Duration;
+        let config = Config::new().with_derive_budget(2, Rate::per_second(1));
+        let mut shared = TokenBucket::new(3, Rate::per_second(1));
+        let mut scratch = [0u8; 4096];
+        let counters = AtomicCounters::new();
+        let mut out = [0u8; 256];
+        let mut data = [0u8; 32];
+        let n = DeriveRequest {
+            pid: 100,
+            password: b"MMQea3n!fsik",
+        }
+        .encode(&mut data)
+        .unwrap();
+        let (req, len) = frame(wire::DERIVE, &data[..n]);
+        let mut derive = |session: &mut Session, shared: &mut TokenBucket| {
+            let mut ws = Workspace::new(&mut scratch).with_derive_budget(shared);
+            let p = session
+                .handle(&req[..len], &mut out, &mut ws, &counters)
+                .unwrap();
+            let (id, reply) = packets(&out[..p.written]).next().unwrap();
+            match id {
+                wire::DERIVE => None,
+                _ => Some(ErrorReply::parse(reply).unwrap().code),
+            }
+        };
+        // One connection spends its own 2; past it, the shared budget is not charged.
+        let mut a = Session::new(&config, Instant::ZERO);
+        assert_eq!(derive(&mut a, &mut shared), None);
+        assert_eq!(derive(&mut a, &mut shared), None);
+        assert_eq!(derive(&mut a, &mut shared), Some(ErrorCode::Busy));
+        assert_eq!(shared.available(Instant::ZERO), 1);
+        // A new connection has a budget of its own, but the shared one has 1 left.
+        let mut b = Session::new(&config, Instant::ZERO);
+        assert_eq!(derive(&mut b, &mut shared), None);
+        assert_eq!(derive(&mut b, &mut shared), Some(ErrorCode::Busy));
+        let mut c = Session::new(&config, Instant::ZERO);
+        assert_eq!(derive(&mut c, &mut shared), Some(ErrorCode::Busy));
+        // A second later, one more.
+        c.set_time(Instant::ZERO + Duration::from_secs(1));
+        assert_eq!(derive(&mut c, &mut shared), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::{Needed, Status};
 pub struct Workspace<'a, S = [u32; 0]> {
     pub(super) scratch: &'a mut [u8],
     pub(super) zlib: Option<(&'a mut Inflater, &'a mut Compressor<S>)>,
+    pub(super) derive: Option<&'a mut TokenBucket>,
 }
 
 impl<S> fmt::Debug for Workspace<'_, S> {
@@ -32,6 +33,7 @@ impl<S> fmt::Debug for Workspace<'_, S> {
         f.debug_struct("Workspace")
             .field("scratch", &self.scratch.len())
             .field("zlib", &self.zlib.is_some())
+            .field("derive", &self.derive)
             .finish()
     }
 }
@@ -44,6 +46,7 @@ impl<'a> Workspace<'a> {
         Workspace {
             scratch,
             zlib: None,
+            derive: None,
         }
     }
 }
@@ -59,7 +62,24 @@ impl<'a, S: AsMut<[u32]>> Workspace<'a, S> {
         Workspace {
             scratch,
             zlib: Some((inflater, compressor)),
+            derive: None,
         }
+    }
+}
+
+impl<'a, S> Workspace<'a, S> {
+    /// Key derivations on every session this workspace serves also spend from `budget`
+    /// (after the session's own, [`Config::with_derive_budget`]): one derivation costs
+    /// 65,000 MD5 rounds of the executor, and a client that reconnects gets a fresh
+    /// per-connection budget each time, so only a budget the connections share bounds what
+    /// they take of the executor together (per worker thread on a host, the whole board on
+    /// the firmware). A derive request it refuses gets
+    /// [`ErrorCode::Busy`](super::wire::ErrorCode::Busy). Unlike the rest of the workspace,
+    /// the bucket lives across calls: the adapter keeps it beside the workspace's memory,
+    /// sized by [`Config::shared_derive_budget`].
+    pub fn with_derive_budget(mut self, budget: &'a mut TokenBucket) -> Self {
+        self.derive = Some(budget);
+        self
     }
 }
 
@@ -70,6 +90,7 @@ impl<S> Workspace<'_, S> {
         Workspace {
             scratch: self.scratch,
             zlib: self.zlib.as_mut().map(|(i, c)| (&mut **i, &mut **c)),
+            derive: self.derive.as_deref_mut(),
         }
     }
 }

@@ -75,6 +75,13 @@ pub struct ServeArgs {
     /// Key derivations a second one connection's budget refills by.
     #[arg(long, default_value_t = service::Config::DEFAULT_DERIVE_RATE.tokens())]
     pub derive_per_second: u32,
+    /// Key derivations the connections of one worker thread may have at once, together
+    /// (a client reconnecting gets a fresh per-connection budget, not more of the thread).
+    #[arg(long, default_value_t = service::Config::DEFAULT_SHARED_DERIVE_BURST)]
+    pub thread_derive_burst: u32,
+    /// Key derivations a second one worker thread's shared budget refills by.
+    #[arg(long, default_value_t = service::Config::DEFAULT_SHARED_DERIVE_RATE.tokens())]
+    pub thread_derive_per_second: u32,
 }
 
 /// [`seconds`], or 0 (off).
@@ -123,6 +130,10 @@ impl ServeArgs {
         .with_send_timeout(Duration::from_secs_f64(self.send_timeout).into())
         .with_key_derivation(!self.no_key_derivation)
         .with_derive_budget(self.derive_burst, Rate::per_second(self.derive_per_second))
+        .with_shared_derive_budget(
+            self.thread_derive_burst,
+            Rate::per_second(self.thread_derive_per_second),
+        )
         .with_proxy(proxy);
         Ok(ServeOptions {
             listen: self.listen,
