@@ -209,6 +209,9 @@ impl<'a> ServerAddress<'a> {
         };
         let tcpshield = match (suffix, late) {
             (Some(_), Some(_)) => return Err(Error::BadTcpShield),
+            // Written in TCPShield's order, a host ending in `/` would run into the suffix's
+            // `///` and not parse back (only the marker-first order can carry one).
+            (None, Some(_)) if host.ends_with('/') => return Err(Error::BadTcpShield),
             (s, l) => s.or(l).map(TcpShield::parse).transpose()?,
         };
         let forge = match marker {
@@ -608,6 +611,15 @@ mod tests {
             ServerAddress::parse("h///1.2.3.4:5///1\0FML2\0///1.2.3.4:5///1"),
             Err(Error::BadTcpShield)
         );
+        // Found by the minecraft_prelogin fuzz target (2026-12-05): a host ending in `/`
+        // before the marker and a suffix parsed, but could not be written back (TCPShield's
+        // order runs the host's `/` into the `///`).
+        for bad in [
+            "a/\0FML\0///1.2.3.4:5///1",
+            "//gggggggggggggggg/\0FML3\0///\u{f}\u{15}\u{15}\u{15}\u{15}\u{15}\u{15}\u{15}///2/////NN//",
+        ] {
+            assert_eq!(ServerAddress::parse(bad), Err(Error::BadTcpShield), "{bad:?}");
+        }
         let a = ServerAddress::parse(field).unwrap();
         assert_eq!(a.host, "Play.Example.com.");
         assert_eq!(a.forge, Some(ForgeMarker::Fml3));
