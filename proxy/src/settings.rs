@@ -310,7 +310,9 @@ impl Settings {
     /// Refuses an inspect route whose budgets (its own, else the proxy-wide byte budgets)
     /// cannot take the largest packet it accepts at once: a frame is charged whole, so a burst
     /// of wire bytes below the longest frame, or of inflated bytes below the largest packet,
-    /// would close every connection that sends one, however slowly.
+    /// would close every connection that sends one, however slowly. A wire-byte burst is also
+    /// at least one relay read, as the proxy-wide ones are: the byte relay that carries an
+    /// opaque connection on spends what is left of it a read at a time.
     fn check_inspect_bursts(&self, route: &Route) -> Result<(), SettingsError> {
         use wirekit_core::minecraft::ids::Direction;
         for (d, wide) in [
@@ -326,6 +328,14 @@ impl Settings {
                     "route {}: inspect: {name}-bytes burst {bytes} is below the longest {name} frame ({frame} bytes on the wire for max-{name}-packet {}), which would close every connection that sends one",
                     route.name,
                     route.inspect.max_packet(d)
+                )));
+            }
+            // Once opaque, the byte relay spends the same budget a read at a time.
+            if bytes > 0 && bytes < crate::relay::CHUNK {
+                return Err(SettingsError::new(format!(
+                    "route {}: inspect: {name}-bytes burst {bytes} is below one relay read ({} bytes), which the byte relay spends at once after Encryption Request",
+                    route.name,
+                    crate::relay::CHUNK
                 )));
             }
             let packet = route.inspect.max_packet(d);
@@ -503,6 +513,14 @@ mod tests {
         };
         refused(&s, "serverbound-bytes burst 200000");
         s.serverbound = ByteBudget::OFF;
+        assert_eq!(s.check(), Ok(()));
+        // A burst above the longest frame but below one relay read: the opaque relay could
+        // never spend a full read from it.
+        s.routes[0].inspect.max_serverbound_packet = 16 << 10;
+        s.routes[0].inspect.budgets.serverbound.bytes = Some(Budget::per_second(32_768, 32_768));
+        refused(&s, "below one relay read");
+        s.routes[0].inspect.budgets.serverbound.bytes =
+            Some(Budget::per_second(32_768, crate::relay::CHUNK as u32));
         assert_eq!(s.check(), Ok(()));
         // Inflated bytes, clientbound.
         s.routes[0].inspect.budgets.clientbound.inflated =
