@@ -712,8 +712,8 @@ fn a_connection_with_nothing_moving_is_closed_at_the_idle_timeout() {
 /// An upstream that sends Set Compression and then Encryption Request (vanilla never does;
 /// a modded server may) to a client given a threshold of the proxy's own: bytes relayed
 /// unparsed from there would reach each side in the other's framing, so the connection is
-/// closed (the client told why) instead of going opaque, and nothing the upstream sends
-/// after the request reaches the client.
+/// closed (the client told why) instead of going opaque, and neither the request nor
+/// anything the upstream sends after it reaches the client.
 #[test]
 fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
     use std::io::{Read, Write};
@@ -770,6 +770,37 @@ fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
     assert!(
         !got.windows(64).any(|w| w.iter().all(|&b| b == 0xA5)),
         "the upstream's bytes after the request reached the client"
+    );
+    // Nor did the request itself (the client would start encrypting on it): the client got
+    // Set Compression (the proxy's threshold, 64), then in that framing a Disconnect alone.
+    let mut ids = Vec::new();
+    let first = wirekit_core::frame::mc::FrameDecoder::new()
+        .decode_frame(&got)
+        .unwrap()
+        .complete()
+        .unwrap();
+    ids.push(
+        wirekit_core::frame::mc::split_packet(first.body)
+            .unwrap()
+            .id,
+    );
+    let mut at = first.consumed;
+    let decoder = wirekit_core::frame::compressed::CompressedDecoder::new(64);
+    let mut inflater = Box::new(wirekit_core::zlib::Inflater::new());
+    let mut scratch = vec![0u8; 1 << 16];
+    while at < got.len() {
+        let d = decoder
+            .decode(&got[at..], &mut inflater, &mut scratch)
+            .unwrap()
+            .complete()
+            .unwrap();
+        ids.push(wirekit_core::frame::mc::split_packet(d.body).unwrap().id);
+        at += d.consumed;
+    }
+    assert_eq!(
+        ids,
+        [0x03, 0x00],
+        "Set Compression, then the Disconnect alone"
     );
     let line = close_line(&proxy, "encafter");
     assert!(

@@ -597,6 +597,17 @@ impl ProxyConn {
         close
     }
 
+    /// Closes a connection the caller could not carry opaque after
+    /// [`Verdict::ForwardThenOpaque`], having withheld the packet that made it so: the peer
+    /// is still in the state it was parsed in, so the close has that state's Disconnect
+    /// (which [`close`](Self::close) on an opaque connection would not give).
+    pub fn refuse_opaque(&mut self, reason: CloseReason) -> Close {
+        if self.phase == Phase::Opaque {
+            self.phase = Phase::Parsing;
+        }
+        self.close(reason)
+    }
+
     fn close_with(&mut self, reason: CloseReason, disconnect: Option<DisconnectTarget>) -> Verdict {
         let close = Close { reason, disconnect };
         self.phase = Phase::Closed(close);

@@ -855,6 +855,14 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             // What goes out for the packet: as received, or framed again from this body.
             let built: &[u8] = match verdict {
                 Verdict::Close(c) => return Some(After::Close(c)),
+                // Bytes relayed as they come need the same framing both sides: once the
+                // client has a threshold of the proxy's own (an upstream that sent Set
+                // Compression before Encryption Request, which vanilla never does), they
+                // cannot be, and the connection is closed rather than garbled, before the
+                // request reaches a client that would start encrypting on it.
+                Verdict::ForwardThenOpaque if !(side.same_framing() && other.same_framing()) => {
+                    return Some(After::Unrelayable);
+                }
                 Verdict::Drop if side.owes() => return None,
                 Verdict::Drop => continue,
                 Verdict::ForwardRewritten { len } => &work.rewrite[..len],
@@ -906,13 +914,6 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         s.decoder.set_threshold(threshold);
                         s.encoder.set_threshold(threshold);
                     }
-                }
-                // Bytes relayed as they come need the same framing both sides: once the
-                // client has a threshold of the proxy's own (an upstream that sent Set
-                // Compression before Encryption Request, which vanilla never does), they
-                // cannot be, and the connection is closed rather than garbled.
-                Verdict::ForwardThenOpaque if !(side.same_framing() && other.same_framing()) => {
-                    return Some(After::Unrelayable);
                 }
                 Verdict::ForwardThenOpaque => return Some(After::Opaque),
                 _ => {}
@@ -991,11 +992,17 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 InspectEnd::BadFrame(dir, e)
             }
             After::EncodeError | After::Unrelayable => {
-                // What was judged before it went out above; the client is told why.
-                let target = to_client(self.conn.disconnect_target());
-                let c = self
-                    .conn
-                    .close(wirekit_core::minecraft::conn::CloseReason::Local);
+                // What was judged before it went out above; the client is told why (the
+                // packet that would have made it opaque was withheld: it is still in login).
+                let c = match after {
+                    After::Unrelayable => self
+                        .conn
+                        .refuse_opaque(wirekit_core::minecraft::conn::CloseReason::Local),
+                    _ => self
+                        .conn
+                        .close(wirekit_core::minecraft::conn::CloseReason::Local),
+                };
+                let target = to_client(c.disconnect);
                 let why = if matches!(after, After::EncodeError) {
                     "a packet too large to frame again for the client"
                 } else {
