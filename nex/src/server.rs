@@ -434,8 +434,10 @@ impl PrudpHandler {
             // window (each datagram from the peer delivers again). Answered into a full
             // window, the response was dropped, and the client, its request acknowledged,
             // waited for it in vain.
+            // (A response past what `send` takes at all is refused when it is sent.)
+            let longest = self.message.len().min(state.conn.max_send_len());
             if let Some(s) = state.conn.next_message_substream()
-                && !state.conn.can_send(s, self.message.len())
+                && !state.conn.can_send(s, longest)
             {
                 self.stats.deferred.fetch_add(1, Ordering::Relaxed);
                 break;
@@ -1119,6 +1121,35 @@ mod tests {
         assert_eq!(stats.send_refused.load(Ordering::Relaxed), 0);
         assert!(stats.deferred.load(Ordering::Relaxed) >= 1);
         assert_eq!(stats.responses.load(Ordering::Relaxed), 3);
+    }
+
+    /// A server whose largest message is past what one send takes at all (more fragments
+    /// than the window holds) still answers: the wait for room is for the longest response a
+    /// send can carry, which the window can hold, not for one it never could.
+    #[test]
+    fn a_large_message_limit_does_not_stall_every_response() {
+        use wirekit_core::nex::{Method, Protocol, RmcFormat, RmcMessage};
+        let mut dispatcher = Dispatcher::new();
+        dispatcher.register(Box::new(Long::<100>));
+        let mut c = config(Version::V1);
+        c.max_message = 64 * 1024;
+        let mut h = PrudpHandler::new(HandlerConfig {
+            role: Role::Authentication,
+            config: c,
+            secret: random(),
+            secure: None,
+            dispatcher,
+            stats: Arc::default(),
+        });
+        let stats = h.stats().clone();
+        let mut p = Peer::new(peer(40101), client(Version::V1, 0x22, None));
+        assert!(p.run(&mut h, T));
+        let m = RmcMessage::request(Protocol::Id(0x70), 1, Method::Id(1), &[]);
+        let mut bytes = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
+        m.encode(RmcFormat::Packed, &mut bytes).unwrap();
+        p.client.send(0, &bytes).unwrap();
+        p.run(&mut h, T + Duration::from_millis(1));
+        assert_eq!(stats.responses.load(Ordering::Relaxed), 1);
     }
 
     /// A log line: its message and its `suppressed` field.

@@ -168,6 +168,8 @@ pub struct Server {
 }
 
 struct Shared {
+    /// Tells this server's state apart in the worker threads' workspaces.
+    id: u64,
     options: ServeOptions,
     counters: Arc<AtomicCounters>,
     closes: Arc<CloseCounts>,
@@ -348,6 +350,7 @@ impl Server {
         Ok(Server {
             listener,
             shared: Arc::new(Shared {
+                id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
                 options,
                 counters: Arc::new(AtomicCounters::new()),
                 closes: Arc::new(CloseCounts::default()),
@@ -452,23 +455,36 @@ struct ThreadWorkspace {
     /// at most).
     write_buf: Vec<u8>,
     /// The key derivations the thread's connections share
-    /// ([`Workspace::with_derive_budget`]), as the last service configuration on the thread
-    /// sized it.
-    derive: Option<TokenBucket>,
+    /// ([`Workspace::with_derive_budget`]), one budget per server (by [`Shared::id`]) of the
+    /// last [`DERIVE_SERVERS`] to run on the thread.
+    derive: Vec<(u64, TokenBucket)>,
 }
 
+/// How many servers' derive budgets a worker thread keeps (the oldest goes first).
+const DERIVE_SERVERS: usize = 8;
+
+/// The next server's [`Shared::id`].
+static NEXT_SERVER: AtomicU64 = AtomicU64::new(0);
+
 impl ThreadWorkspace {
-    /// The thread's shared derive budget for `config` (made, or made again when a server
-    /// with another budget runs on the thread).
+    /// The thread's derive budget for `server`'s connections, sized by its `config`.
     fn derive_budget<'a>(
-        derive: &'a mut Option<TokenBucket>,
+        derive: &'a mut Vec<(u64, TokenBucket)>,
+        server: u64,
         config: &service::Config,
     ) -> &'a mut TokenBucket {
-        let (burst, rate) = config.shared_derive_budget();
-        if derive.is_some_and(|b| b.capacity() != burst || b.rate() != rate) {
-            *derive = None;
-        }
-        derive.get_or_insert_with(|| TokenBucket::new(burst, rate))
+        let i = match derive.iter().position(|(id, _)| *id == server) {
+            Some(i) => i,
+            None => {
+                if derive.len() == DERIVE_SERVERS {
+                    derive.remove(0);
+                }
+                let (burst, rate) = config.shared_derive_budget();
+                derive.push((server, TokenBucket::new(burst, rate)));
+                derive.len() - 1
+            }
+        };
+        &mut derive[i].1
     }
 }
 
@@ -477,7 +493,7 @@ impl ThreadWorkspace {
         ThreadWorkspace {
             read_buf: vec![0; SHARED_READ],
             write_buf: vec![0; SHARED_WRITE],
-            derive: None,
+            derive: Vec::with_capacity(1),
             scratch: Vec::new(),
             inflater: Box::new(Inflater::new()),
             compressor: Box::new(
@@ -622,7 +638,6 @@ async fn drive(
     let mut out: Vec<u8> = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
     let mut grace_deadline: Option<Instant> = None;
-    let config = &options.service;
     // What the session last asked for, when it was asked outside the loop's own `handle`.
     let mut known_want: Option<Needed> = None;
     // One registration with the token for the connection's life, not one per read.
@@ -632,7 +647,7 @@ async fn drive(
     // Greeting: tiny, so a stack buffer.
     {
         let mut greeting = [0u8; 16];
-        let p = handle(session, &[], &mut greeting, counters, config)?;
+        let p = handle(session, &[], &mut greeting, counters, shared)?;
         if p.written > 0 {
             send_within(stream, &greeting[..p.written], session.send_timeout()).await?;
         }
@@ -644,7 +659,7 @@ async fn drive(
                 // `out` stays empty until the session has a reply to write (it asks with
                 // `Want::Output`): a connection sending its header or first frame a byte at a
                 // time holds its input and nothing more.
-                let p = handle(session, input.data(), &mut out, counters, config)?;
+                let p = handle(session, input.data(), &mut out, counters, shared)?;
                 input.consume(p.consumed);
                 if p.written > 0 {
                     send_within(stream, &out[..p.written], session.send_timeout()).await?;
@@ -694,7 +709,7 @@ async fn drive(
             if let Err(e) = ready {
                 return wait_failed(e, session, grace_deadline);
             }
-            match serve_read(stream, session, counters, options, &mut input, &mut pending)? {
+            match serve_read(stream, session, counters, shared, &mut input, &mut pending)? {
                 // Readiness can be stale; tokio clears it on `WouldBlock`, so this waits again.
                 ServedRead::WouldBlock => known_want = Some(needed),
                 ServedRead::Eof => {
@@ -771,10 +786,11 @@ fn serve_read(
     stream: &TcpStream,
     session: &mut Session,
     counters: &ConnCounters<'_>,
-    options: &ServeOptions,
+    shared: &Shared,
     carry: &mut InputBuffer,
     pending: &mut Vec<u8>,
 ) -> Result<ServedRead, ConnError> {
+    let options = &shared.options;
     with_thread_workspace(options.service.max_packet_len(), |tw| {
         let ThreadWorkspace {
             scratch,
@@ -790,7 +806,7 @@ fn serve_read(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ServedRead::WouldBlock),
             Err(e) => return Err(e.into()),
         };
-        let derive = ThreadWorkspace::derive_budget(derive, &options.service);
+        let derive = ThreadWorkspace::derive_budget(derive, shared.id, &options.service);
         let mut ws = Workspace::with_zlib(scratch, inflater, compressor).with_derive_budget(derive);
         session.set_time(clock::now());
         let (mut at, mut written) = (0, 0);
@@ -908,10 +924,11 @@ fn handle(
     input: &[u8],
     out: &mut [u8],
     counters: &ConnCounters<'_>,
-    config: &service::Config,
+    shared: &Shared,
 ) -> Result<service::Progress, SessionError> {
+    let config = &shared.options.service;
     with_thread_workspace(config.max_packet_len(), |tw| {
-        let derive = ThreadWorkspace::derive_budget(&mut tw.derive, config);
+        let derive = ThreadWorkspace::derive_budget(&mut tw.derive, shared.id, config);
         let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor)
             .with_derive_budget(derive);
         session.set_time(clock::now());
@@ -1089,6 +1106,27 @@ impl Drop for ServerThread {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each server on a thread has a derive budget of its own, sized by its configuration:
+    /// one server's clients cannot drain another's, nor two budgets reset each other; the
+    /// thread keeps the last few servers' budgets.
+    #[test]
+    fn a_thread_keeps_a_derive_budget_per_server() {
+        use wirekit_core::limit::Rate;
+        let now = clock::now();
+        let small = service::Config::new().with_shared_derive_budget(1, Rate::per_second(0));
+        let big = service::Config::new().with_shared_derive_budget(5, Rate::per_second(0));
+        let mut derive = Vec::new();
+        assert!(ThreadWorkspace::derive_budget(&mut derive, 1, &small).try_take(now, 1));
+        assert!(ThreadWorkspace::derive_budget(&mut derive, 2, &big).try_take(now, 5));
+        // Alternating does not refill either.
+        assert!(!ThreadWorkspace::derive_budget(&mut derive, 1, &small).try_take(now, 1));
+        assert!(!ThreadWorkspace::derive_budget(&mut derive, 2, &big).try_take(now, 1));
+        for id in 3..20 {
+            ThreadWorkspace::derive_budget(&mut derive, id, &small);
+        }
+        assert_eq!(derive.len(), DERIVE_SERVERS);
+    }
 
     #[test]
     fn each_end_is_counted_once_by_kind_and_named_in_the_close_line() {

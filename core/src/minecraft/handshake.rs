@@ -618,7 +618,11 @@ mod tests {
             "a/\0FML\0///1.2.3.4:5///1",
             "//gggggggggggggggg/\0FML3\0///\u{f}\u{15}\u{15}\u{15}\u{15}\u{15}\u{15}\u{15}///2/////NN//",
         ] {
-            assert_eq!(ServerAddress::parse(bad), Err(Error::BadTcpShield), "{bad:?}");
+            assert_eq!(
+                ServerAddress::parse(bad),
+                Err(Error::BadTcpShield),
+                "{bad:?}"
+            );
         }
         let a = ServerAddress::parse(field).unwrap();
         assert_eq!(a.host, "Play.Example.com.");

@@ -121,7 +121,10 @@ impl Config {
     /// [`Workspace::with_derive_budget`](super::Workspace::with_derive_budget), which the
     /// adapter builds from this): `burst` at once, refilled at `rate` (default
     /// [`DEFAULT_SHARED_DERIVE_BURST`](Self::DEFAULT_SHARED_DERIVE_BURST) and
-    /// [`DEFAULT_SHARED_DERIVE_RATE`](Self::DEFAULT_SHARED_DERIVE_RATE)).
+    /// [`DEFAULT_SHARED_DERIVE_RATE`](Self::DEFAULT_SHARED_DERIVE_RATE)). As for the
+    /// per-connection budget, a burst of 0 refuses every derivation (it is not "no limit":
+    /// [`with_key_derivation`](Self::with_key_derivation) turns derivation off, and a large
+    /// burst and rate lift the bound).
     pub const fn with_shared_derive_budget(mut self, burst: u32, rate: Rate) -> Self {
         self.shared_derive_burst = burst;
         self.shared_derive_rate = rate;

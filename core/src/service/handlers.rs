@@ -182,10 +182,12 @@ impl Session {
         let code = match id {
             wire::DERIVE if !self.key_derivation => ErrorCode::Unsupported,
             wire::DERIVE => match DeriveRequest::parse(data) {
-                // The connection's own budget first: one past it does not spend the shared
-                // budget its neighbours need.
+                // A token from each budget, or from neither: one past its own budget does not
+                // spend the shared budget its neighbours need, and one the shared budget
+                // refuses keeps its own.
+                Ok(_) if self.derive_budget.available(self.now) == 0 => ErrorCode::Busy,
+                Ok(_) if !shared_derive.is_none_or(|b| b.try_take(self.now, 1)) => ErrorCode::Busy,
                 Ok(_) if !self.derive_budget.try_take(self.now, 1) => ErrorCode::Busy,
-                Ok(_) if shared_derive.is_some_and(|b| !b.try_take(self.now, 1)) => ErrorCode::Busy,
                 Ok(req) => {
                     body[0] = wire::DERIVE as u8;
                     let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
@@ -449,6 +451,14 @@ mod tests {
         // A second later, one more.
         c.set_time(Instant::ZERO + Duration::from_secs(1));
         assert_eq!(derive(&mut c, &mut shared), None);
+        // A refusal by the shared budget costs the connection none of its own 2.
+        let mut d = Session::new(&config, Instant::ZERO);
+        let mut spent = TokenBucket::new(0, Rate::per_second(1));
+        assert_eq!(derive(&mut d, &mut spent), Some(ErrorCode::Busy));
+        let mut fresh = TokenBucket::new(3, Rate::per_second(1));
+        assert_eq!(derive(&mut d, &mut fresh), None);
+        assert_eq!(derive(&mut d, &mut fresh), None);
+        assert_eq!(derive(&mut d, &mut fresh), Some(ErrorCode::Busy));
     }
 
     #[test]

@@ -76,7 +76,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = service::Config::DEFAULT_DERIVE_RATE.tokens())]
     pub derive_per_second: u32,
     /// Key derivations the connections of one worker thread may have at once, together
-    /// (a client reconnecting gets a fresh per-connection budget, not more of the thread).
+    /// (a client reconnecting gets a fresh per-connection budget, not more of the thread;
+    /// 0: every derive request gets Busy).
     #[arg(long, default_value_t = service::Config::DEFAULT_SHARED_DERIVE_BURST)]
     pub thread_derive_burst: u32,
     /// Key derivations a second one worker thread's shared budget refills by.

@@ -1016,6 +1016,13 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         }
     }
 
+    /// The longest message [`send`](Self::send) takes at all: as many fragments as the
+    /// window holds (and a fragment id counts), each of the configured size.
+    pub const fn max_send_len(&self) -> usize {
+        let fragments = if W < 255 { W } else { 255 };
+        fragments * self.config.fragment_size
+    }
+
     /// Whether [`send`](Self::send) would take a message of `len` bytes on `substream` now
     /// (connected, and the window and send slots have room for its fragments).
     pub fn can_send(&self, substream: u8, len: usize) -> bool {
