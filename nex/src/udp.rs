@@ -595,21 +595,34 @@ impl<H: DatagramHandler> std::fmt::Debug for Worker<H> {
 /// (a repeat costs one more lookup at the batch's end, nothing else).
 const TOUCHED_SCAN: usize = 32;
 
-/// Runs the handler's tick on every connection and expires idle ones (the UDP worker's tick,
-/// and the WebSocket listener's).
-pub(crate) fn tick_all<H: DatagramHandler>(
+/// Runs the handler's tick on every connection and expires idle ones, handing the outbox to
+/// `send` whenever it runs low (then going on where it stopped) and at the end: the
+/// WebSocket listener's tick, whose sending is synchronous (the UDP worker's is
+/// [`Worker::run_tick`], the same rounds with the socket's awaits).
+pub(crate) fn tick_in_rounds<H: DatagramHandler>(
     handler: &mut H,
     table: &mut ConnectionTable<H::State>,
     outbox: &mut Outbox,
     counters: &Counters,
     now: Instant,
+    mut send: impl FnMut(&mut Outbox),
 ) {
-    tick_from(handler, table, outbox, counters, now, 0, false);
+    let mut from = 0;
+    loop {
+        let next = tick_from(handler, table, outbox, counters, now, from, true);
+        send(outbox);
+        match next {
+            Some(at) => from = at,
+            None => return,
+        }
+    }
 }
 
-/// [`tick_all`] from slot `start` on; if `pausing`, it pauses before a connection once the
-/// outbox holds something and has less than a quarter of its room left: returns the slot to
-/// resume from once the outbox is sent, or `None` when every connection was ticked.
+/// Runs the handler's tick on every connection from slot `start` on and expires idle ones
+/// (the UDP worker's tick, and the WebSocket listener's); if `pausing`, it pauses before a
+/// connection once the outbox holds something and has less than a quarter of its room left:
+/// returns the slot to resume from once the outbox is sent, or `None` when every connection
+/// was ticked.
 fn tick_from<H: DatagramHandler>(
     handler: &mut H,
     table: &mut ConnectionTable<H::State>,
@@ -912,6 +925,77 @@ mod tests {
         fn batch_end(&mut self, key: &ConnectionKey, _: &mut (), _: Instant, out: &mut Outbox) {
             out.push(key.peer, b"ack").unwrap();
         }
+    }
+
+    /// Owes each connection one packet at every tick.
+    struct TickEach;
+
+    impl DatagramHandler for TickEach {
+        type State = ();
+        fn version(&self) -> Version {
+            Version::V1
+        }
+        fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<()> {
+            Open::Accept(())
+        }
+        fn datagram(
+            &mut self,
+            _: &ConnectionKey,
+            _: &mut (),
+            _: &[u8],
+            _: Instant,
+            _: &mut Outbox,
+        ) -> Verdict {
+            Verdict::Keep
+        }
+        fn tick(
+            &mut self,
+            key: &ConnectionKey,
+            _: &mut (),
+            _: Instant,
+            out: &mut Outbox,
+        ) -> Verdict {
+            match out.push(key.peer, b"ping") {
+                Ok(()) => Verdict::Keep,
+                Err(_) => Verdict::Drop(DropReason::OutboxFull),
+            }
+        }
+    }
+
+    /// A tick over more connections than the outbox has slots (the WebSocket listener's, in
+    /// rounds) reaches every connection: the outbox is handed on whenever it runs low (in one
+    /// pass the table's first connections took it at every tick, the others' packets lost).
+    #[test]
+    fn a_tick_in_rounds_reaches_every_connection() {
+        let mut table = ConnectionTable::new(TableLimits {
+            max_per_source: 64,
+            max_per_network: 64,
+            ..TableLimits::default()
+        });
+        for port in 0..20u16 {
+            let key = ConnectionKey::new(
+                SocketAddr::from(([127, 0, 0, 1], 1000 + port)),
+                VirtualPort::new(10, 15),
+            );
+            table.insert(key, (), Instant::ZERO).unwrap();
+        }
+        let counters = Counters::default();
+        let mut outbox = Outbox::new(8, 16);
+        let mut sent = Vec::new();
+        tick_in_rounds(
+            &mut TickEach,
+            &mut table,
+            &mut outbox,
+            &counters,
+            Instant::ZERO,
+            |o| {
+                sent.extend((0..o.len()).map(|i| o.get(i).0.port()));
+                o.clear();
+            },
+        );
+        sent.sort_unstable();
+        assert_eq!(sent, (1000..1020).collect::<Vec<u16>>());
+        assert_eq!(counters.snapshot().dropped(DropReason::OutboxFull), 0);
     }
 
     /// A batch that reached more connections than the outbox has slots ends them all: the

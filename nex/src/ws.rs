@@ -59,7 +59,7 @@ use wirekit_std::accept::AcceptBackoff;
 use crate::counters::{Counters, DropReason};
 use crate::server::{PrudpConnection, PrudpHandler};
 use crate::table::{ConnectionKey, ConnectionTable, TableLimits, network, source};
-use crate::udp::{DatagramHandler, Outbox, dispatch, tick_all};
+use crate::udp::{DatagramHandler, Outbox, dispatch, tick_in_rounds};
 
 /// The WebSocket subprotocol NEX clients ask for.
 pub const SUBPROTOCOL: &str = "NEX";
@@ -225,6 +225,31 @@ struct Peer {
     key: Option<ConnectionKey>,
 }
 
+/// Hands every reply queued in `outbox` to the WebSocket of its peer, and empties it.
+fn route(
+    outbox: &mut Outbox,
+    peers: &HashMap<SocketAddr, Peer>,
+    counters: &Counters,
+    stats: &WsStats,
+) {
+    for i in 0..outbox.len() {
+        let (to, bytes) = outbox.get(i);
+        let Some(peer) = peers.get(&to) else {
+            continue;
+        };
+        match peer
+            .tx
+            .try_send(Outgoing::Packet(Bytes::copy_from_slice(bytes)))
+        {
+            Ok(()) => counters.sent(bytes.len()),
+            Err(mpsc::error::TrySendError::Full(_)) => stats.count(WsReason::SendQueueFull),
+            // The WebSocket is ending; its task removes it.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+    outbox.clear();
+}
+
 /// The handler, its connections and its outbox, as a UDP worker has them.
 struct Engine {
     handler: PrudpHandler,
@@ -239,22 +264,7 @@ struct Engine {
 impl Engine {
     /// Hands every queued reply to the WebSocket of its peer.
     fn route_outbox(&mut self, counters: &Counters, stats: &WsStats) {
-        for i in 0..self.outbox.len() {
-            let (to, bytes) = self.outbox.get(i);
-            let Some(peer) = self.peers.get(&to) else {
-                continue;
-            };
-            match peer
-                .tx
-                .try_send(Outgoing::Packet(Bytes::copy_from_slice(bytes)))
-            {
-                Ok(()) => counters.sent(bytes.len()),
-                Err(mpsc::error::TrySendError::Full(_)) => stats.count(WsReason::SendQueueFull),
-                // The WebSocket is ending; its task removes it.
-                Err(mpsc::error::TrySendError::Closed(_)) => {}
-            }
-        }
-        self.outbox.clear();
+        route(&mut self.outbox, &self.peers, counters, stats);
     }
 
     /// Tells a WebSocket whose PRUDP connection left the table to close. The key is kept
@@ -375,19 +385,24 @@ impl Shared {
         e.peers.get(&peer).is_some_and(|p| p.key.is_some())
     }
 
-    /// The timers of every connection, then the WebSockets whose connection ended.
+    /// The timers of every connection, then the WebSockets whose connection ended. The
+    /// outbox is routed to the WebSockets whenever it runs low and the tick goes on where it
+    /// stopped, as the UDP worker's tick does: in one pass into the one outbox, the
+    /// connections in the table's first slots took it at every tick and the others'
+    /// retransmissions and pings waited as long as the load lasted.
     fn tick(&self) {
         let now = self.now();
         let mut guard = self.engine();
         let e = &mut *guard;
-        tick_all(
+        let peers = &e.peers;
+        tick_in_rounds(
             &mut e.handler,
             &mut e.table,
             &mut e.outbox,
             &self.counters,
             now,
+            |outbox| route(outbox, peers, &self.counters, &self.stats),
         );
-        e.route_outbox(&self.counters, &self.stats);
         let bound: Vec<SocketAddr> = e
             .peers
             .iter()
