@@ -46,6 +46,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
@@ -635,6 +636,9 @@ enum Upgrade {
     NotWebSocket,
     /// A WebSocket upgrade without `NEX`.
     NoSubprotocol,
+    /// A WebSocket upgrade of another version than 13 (answered 426 with the version served,
+    /// RFC 6455 section 4.4).
+    BadVersion,
 }
 
 /// Checks a complete upgrade request (`buf[..len]` its head) as RFC 6455 servers do, except
@@ -652,8 +656,11 @@ fn check_upgrade(request: &httparse::Request<'_, '_>, rest: &[u8]) -> Upgrade {
     let one = |name: &'static str| header(name).next();
     let websocket = request.method == Some("GET")
         && one("Upgrade").is_some_and(|v| has_token(v, "websocket"))
-        && header("Connection").any(|v| has_token(v, "upgrade"))
-        && one("Sec-WebSocket-Version").is_some_and(|v| v.trim_ascii() == b"13");
+        && header("Connection").any(|v| has_token(v, "upgrade"));
+    if websocket && one("Sec-WebSocket-Version").is_some_and(|v| v.trim_ascii() != b"13") {
+        return Upgrade::BadVersion;
+    }
+    let websocket = websocket && one("Sec-WebSocket-Version").is_some();
     let key = one("Sec-WebSocket-Key").map(<[u8]>::trim_ascii);
     let Some(key) = key.filter(|k| websocket && !k.is_empty()) else {
         return Upgrade::NotWebSocket;
@@ -685,6 +692,15 @@ async fn upgrade(tcp: &mut TcpStream) -> Result<Vec<u8>, WsReason> {
             return Err(WsReason::Handshake);
         }
         len += n;
+        // Parsed once the head's end may be there (a blank line in what is new, with the 3
+        // bytes before it): a request trickled a byte at a time is not parsed again from its
+        // start at every byte.
+        let from = (len - n).saturating_sub(3);
+        let ended = buf[from..len].windows(2).any(|w| w == b"\n\n")
+            || buf[from..len].windows(3).any(|w| w == b"\n\r\n");
+        if !ended && len < buf.len() {
+            continue;
+        }
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(&buf[..len]) {
@@ -703,10 +719,14 @@ async fn upgrade(tcp: &mut TcpStream) -> Result<Vec<u8>, WsReason> {
         }
         Upgrade::NotWebSocket => ("400 Bad Request", WsReason::Handshake),
         Upgrade::NoSubprotocol => ("400 Bad Request", WsReason::Subprotocol),
+        Upgrade::BadVersion => (
+            "426 Upgrade Required\r\nSec-WebSocket-Version: 13",
+            WsReason::Handshake,
+        ),
     };
     let body = match reason {
         WsReason::Subprotocol => "subprotocol NEX required",
-        _ => "a WebSocket upgrade required",
+        _ => "a WebSocket upgrade (version 13) required",
     };
     let response = format!(
         "HTTP/1.1 {refusal}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
@@ -787,7 +807,14 @@ async fn pump(
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                 // tungstenite has queued the reply; the close path below sends it.
                 Some(Ok(Message::Close(_))) => break WsReason::PeerClosed,
-                None | Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed)) => {
+                // Closed, with or without a Close frame first (a console that drops its
+                // connection sends a FIN alone): nothing to answer.
+                None
+                | Some(Err(
+                    WsError::ConnectionClosed
+                    | WsError::AlreadyClosed
+                    | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake),
+                )) => {
                     return WsReason::PeerClosed;
                 }
                 Some(Err(WsError::Capacity(CapacityError::MessageTooLong { .. }))) => {
@@ -1129,6 +1156,60 @@ mod tests {
         assert_eq!(stats.get(WsReason::Protocol), 2);
     }
 
+    /// A client that drops its TCP connection without a Close frame (a console losing its
+    /// link) has closed, not broken the protocol; an upgrade trickled a byte at a time is
+    /// still answered (the head is parsed once its end may have come); another version than
+    /// 13 gets 426 with the version served.
+    #[tokio::test]
+    async fn a_bare_tcp_close_is_a_peer_close_and_a_trickled_upgrade_is_served() {
+        let server = Running::start(WsConfig::default());
+        let s = upgrade_from(server.addr, LOCALHOST).await.unwrap();
+        drop(s);
+        server.wait_open_from(LOCALHOST, 0).await;
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        let request = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+            Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+            Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: NEX\r\n\r\n";
+        for b in request.as_bytes() {
+            s.write_all(&[*b]).await.unwrap();
+            s.flush().await.unwrap();
+        }
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            tokio::time::timeout(WAIT, s.read_exact(&mut byte))
+                .await
+                .unwrap()
+                .unwrap();
+            head.push(byte[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+        drop(s);
+        server.wait_open_from(LOCALHOST, 0).await;
+        // Another version: 426, naming the one served (RFC 6455 section 4.4).
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(request.replace("Version: 13", "Version: 8").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(WAIT, s.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 426 ")
+                && answer.contains("\r\nSec-WebSocket-Version: 13\r\n"),
+            "{answer}"
+        );
+        server.wait_open_from(LOCALHOST, 0).await;
+        let stats = server.shared.stats.clone();
+        server.stop().await;
+        let counts: Vec<_> = stats.counts().collect();
+        assert_eq!(stats.get(WsReason::PeerClosed), 2, "{counts:?}");
+        assert_eq!(stats.get(WsReason::Protocol), 0, "{counts:?}");
+    }
+
     /// Any message cap and queue make a WebSocket: tungstenite asserts its write limits when a
     /// stream is made, and a cap of 1 KiB or less with the default queue used to trip it.
     #[tokio::test]
@@ -1208,7 +1289,7 @@ mod tests {
             ("GET", "POST"),
             ("Upgrade: websocket", "Upgrade: h2c"),
             ("keep-alive, upgrade", "keep-alive"),
-            ("Version: 13", "Version: 8"),
+            ("Sec-WebSocket-Version: 13\r\n", ""),
             ("Key: dGhlIHNhbXBsZSBub25jZQ==", "Key: "),
         ] {
             assert_eq!(
@@ -1217,5 +1298,9 @@ mod tests {
                 "{to}"
             );
         }
+        assert_eq!(
+            check(&UPGRADE.replace("Version: 13", "Version: 8")),
+            Upgrade::BadVersion
+        );
     }
 }
