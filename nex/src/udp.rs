@@ -481,6 +481,12 @@ impl<H: DatagramHandler> Worker<H> {
                     self.counters.dropped(DropReason::Oversized);
                     continue;
                 }
+                // Replies a datagram owes at once (a SYN's, a closing connection's last)
+                // go out whenever the outbox runs low: one source's burst (GRO coalesces 64
+                // datagrams into one slot) must not fill it for every peer after it.
+                if self.outbox.is_low() {
+                    send_outbox(&self.socket, &self.udp, &mut self.outbox, &self.counters).await?;
+                }
                 dispatch(
                     &mut self.handler,
                     &mut self.table,
@@ -554,32 +560,43 @@ impl<H: DatagramHandler> Worker<H> {
 
     /// Sends every queued reply, waiting for the socket when its send buffer is full.
     async fn flush(&mut self) -> io::Result<()> {
-        let mut i = 0;
-        while i < self.outbox.len() {
-            let (destination, contents) = self.outbox.get(i);
-            let transmit = Transmit {
-                destination,
-                ecn: None,
-                contents,
-                segment_size: None,
-                src_ip: None,
-            };
-            let sent = self.socket.try_io(Interest::WRITABLE, || {
-                self.udp.try_send((&self.socket).into(), &transmit)
-            });
-            match sent {
-                Ok(()) => self.counters.sent(contents.len()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.socket.writable().await?;
-                    continue;
-                }
-                Err(_) => self.counters.dropped(DropReason::SendFailed),
-            }
-            i += 1;
-        }
-        self.outbox.clear();
-        Ok(())
+        send_outbox(&self.socket, &self.udp, &mut self.outbox, &self.counters).await
     }
+}
+
+/// Sends every reply queued in `outbox` on `socket` and empties it, waiting for the socket
+/// when its send buffer is full.
+async fn send_outbox(
+    socket: &UdpSocket,
+    udp: &UdpSocketState,
+    outbox: &mut Outbox,
+    counters: &Counters,
+) -> io::Result<()> {
+    let mut i = 0;
+    while i < outbox.len() {
+        let (destination, contents) = outbox.get(i);
+        let transmit = Transmit {
+            destination,
+            ecn: None,
+            contents,
+            segment_size: None,
+            src_ip: None,
+        };
+        let sent = socket.try_io(Interest::WRITABLE, || {
+            udp.try_send(socket.into(), &transmit)
+        });
+        match sent {
+            Ok(()) => counters.sent(contents.len()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                socket.writable().await?;
+                continue;
+            }
+            Err(_) => counters.dropped(DropReason::SendFailed),
+        }
+        i += 1;
+    }
+    outbox.clear();
+    Ok(())
 }
 
 impl<H: DatagramHandler> std::fmt::Debug for Worker<H> {
@@ -960,6 +977,84 @@ mod tests {
                 Err(_) => Verdict::Drop(DropReason::OutboxFull),
             }
         }
+    }
+
+    /// Answers every datagram statelessly (as a SYN is answered).
+    struct Stateless;
+
+    impl DatagramHandler for Stateless {
+        type State = ();
+        fn version(&self) -> Version {
+            Version::V1
+        }
+        fn open(
+            &mut self,
+            key: &ConnectionKey,
+            _: &[u8],
+            _: Instant,
+            out: &mut Outbox,
+        ) -> Open<()> {
+            match out.push(key.peer, b"syn-ack") {
+                Ok(()) => Open::Stateless,
+                Err(r) => Open::Refuse(r),
+            }
+        }
+        fn datagram(
+            &mut self,
+            _: &ConnectionKey,
+            _: &mut (),
+            _: &[u8],
+            _: Instant,
+            _: &mut Outbox,
+        ) -> Verdict {
+            Verdict::Keep
+        }
+    }
+
+    /// A receive batch whose datagrams each owe a reply at once (a burst of SYNs) answers
+    /// them all: the outbox is sent whenever it runs low during the batch, not only at its
+    /// end (one source's burst filled it, and every peer after it in the batch got nothing).
+    #[test]
+    fn a_burst_owing_more_replies_than_the_outbox_holds_is_answered() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            socket.set_nonblocking(true).unwrap();
+            let addr = socket.local_addr().unwrap();
+            let config = WorkerConfig {
+                outbox_slots: 4,
+                ..WorkerConfig::default()
+            };
+            let counters = Arc::new(Counters::default());
+            let mut w = Worker::new(socket, &config, Stateless, counters.clone()).unwrap();
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            client
+                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let syn = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
+            for _ in 0..16 {
+                client.send_to(&syn, addr).unwrap();
+            }
+            let mut received = 0;
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while received < 16 {
+                    received += w.receive_batch().await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await;
+            assert!(waited.is_ok(), "received {received}");
+            let mut replies = 0;
+            let mut b = [0u8; 64];
+            while replies < 16 && client.recv(&mut b).is_ok() {
+                replies += 1;
+            }
+            assert_eq!(replies, 16);
+            assert_eq!(counters.snapshot().dropped(DropReason::OutboxFull), 0);
+        });
     }
 
     /// A tick over more connections than the outbox has slots (the WebSocket listener's, in
