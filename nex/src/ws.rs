@@ -748,12 +748,15 @@ async fn serve_socket(
     let handshake = tokio::time::timeout(
         std::time::Duration::from_micros(shared.config.handshake_timeout.as_micros()),
         upgrade(&mut tcp),
-    )
-    .await;
-    let rest = match handshake {
-        Ok(Ok(rest)) => rest,
-        Ok(Err(reason)) => return reason,
-        Err(_) => return WsReason::Handshake,
+    );
+    // A shutdown does not wait for an upgrade still under way.
+    let rest = tokio::select! {
+        () = stopped(&mut shutdown) => return WsReason::Shutdown,
+        handshake = handshake => match handshake {
+            Ok(Ok(rest)) => rest,
+            Ok(Err(reason)) => return reason,
+            Err(_) => return WsReason::Handshake,
+        },
     };
     let ws = WebSocketStream::from_partially_read(tcp, rest, Role::Server, Some(ws_config)).await;
     shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -785,10 +788,15 @@ async fn pump(
             () = tokio::time::sleep_until(idle_at), if !bound => break WsReason::Idle,
             out = rx.recv() => match out {
                 Some(Outgoing::Packet(bytes)) => {
-                    match tokio::time::timeout(send_timeout, ws.send(Message::Binary(bytes))).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) => return WsReason::Transport,
-                        Err(_) => return WsReason::SendStalled,
+                    // Nor for a client that takes no reply (it has the send timeout otherwise).
+                    let send = tokio::time::timeout(send_timeout, ws.send(Message::Binary(bytes)));
+                    tokio::select! {
+                        () = stopped(shutdown) => break WsReason::Shutdown,
+                        sent = send => match sent {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) => return WsReason::Transport,
+                            Err(_) => return WsReason::SendStalled,
+                        },
                     }
                 }
                 Some(Outgoing::Close(reason)) => break reason,
@@ -1208,6 +1216,21 @@ mod tests {
         let counts: Vec<_> = stats.counts().collect();
         assert_eq!(stats.get(WsReason::PeerClosed), 2, "{counts:?}");
         assert_eq!(stats.get(WsReason::Protocol), 0, "{counts:?}");
+    }
+
+    /// A shutdown does not wait for an upgrade still under way (5 s of handshake timeout).
+    #[tokio::test]
+    async fn a_shutdown_does_not_wait_for_a_slow_upgrade() {
+        let server = Running::start(WsConfig::default());
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        server.wait_open_from(LOCALHOST, 1).await;
+        let started = std::time::Instant::now();
+        let stats = server.shared.stats.clone();
+        server.stop().await;
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+        assert_eq!(stats.get(WsReason::Shutdown), 1);
     }
 
     /// Any message cap and queue make a WebSocket: tungstenite asserts its write limits when a
