@@ -401,12 +401,23 @@ pub fn hostile_inputs(target: &Target) {
                 .unwrap_or_else(|e| panic!("bystander after {name}: {e}"));
         }
     }
-    // A client vanishing mid-frame: nothing to observe on its side; the server must go on.
+    // A client vanishing mid-frame: nothing to observe on its side; the server must go on,
+    // checked once it has seen the end (its open connections back to what they were).
+    let open = bystander.stats().expect("stats").open_connections;
     {
         let mut c = connect(target, 2);
         c.stream()
             .write_all(&[0x10, 0x00, 1, 2, 3])
             .expect("half a frame");
+    }
+    let deadline = std::time::Instant::now() + target.close_within;
+    while bystander.stats().expect("stats").open_connections > open {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the vanished client's connection still open after {:?}",
+            target.close_within
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     bystander
         .echo(b"after")

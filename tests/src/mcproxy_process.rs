@@ -165,6 +165,11 @@ impl McProxy {
         serve_process::rss_kib(self.pid())
     }
 
+    /// Its private data mappings now, in KiB ([`serve_process::vm_data_kib`]).
+    pub fn vm_data_kib(&self) -> u64 {
+        serve_process::vm_data_kib(self.pid())
+    }
+
     /// Its open descriptors now.
     pub fn open_fds(&self) -> usize {
         serve_process::open_fds(self.pid())
@@ -173,6 +178,9 @@ impl McProxy {
     /// The whole `/metrics` response.
     pub fn metrics(&self) -> String {
         let mut s = TcpStream::connect(self.metrics).unwrap();
+        // A hung proxy fails the test rather than holding it.
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
         let mut out = String::new();

@@ -181,6 +181,11 @@ impl ServeProcess {
         rss_kib(self.pid)
     }
 
+    /// Its private data mappings now, in KiB ([`vm_data_kib`]).
+    pub fn vm_data_kib(&self) -> u64 {
+        vm_data_kib(self.pid)
+    }
+
     /// CPU time used so far, user and system, all threads (`/proc/PID/stat`, 100 ticks/s).
     pub fn cpu_time(&self) -> Duration {
         cpu_time(self.pid)
@@ -256,14 +261,26 @@ pub fn open_fds(pid: u32) -> usize {
 
 /// Process `pid`'s resident memory now, in KiB (`VmRSS` in `/proc/PID/status`).
 pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Process `pid`'s private data mappings now, in KiB (`VmData` in `/proc/PID/status`): heap
+/// and anonymous mappings, counted when reserved whether or not a page was written, so an
+/// allocation sized by a declared length shows here even while it is untouched (and RSS does
+/// not show it).
+pub fn vm_data_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmData:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status =
         std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS in /proc/PID/status")
+        .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
 }
 
 /// CPU time process `pid` used so far, user and system, all threads (`/proc/PID/stat`, 100

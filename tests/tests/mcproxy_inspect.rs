@@ -273,7 +273,7 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     client
         .write_all(&login_bytes("stall.inspect.test", "Tester"))
         .unwrap();
-    let (mut up, _) = listener.accept().unwrap();
+    let mut up = wirekit_tests::mcproxy_process::accept_within(&listener);
     up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // The handshake and Login Start, then 1.12.2's Login Success, then play.
     read_frames(&mut up, 2);
@@ -409,7 +409,7 @@ fn a_client_that_does_not_read_is_still_closed_when_it_breaks_a_rule() {
     client
         .write_all(&login_bytes("stuck.inspect.test", "Tester"))
         .unwrap();
-    let (mut up, _) = listener.accept().unwrap();
+    let mut up = wirekit_tests::mcproxy_process::accept_within(&listener);
     up.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     read_frames(&mut up, 2);
     up.write_all(&login_success("Tester")).unwrap();
