@@ -362,6 +362,20 @@ impl Settings {
         if self.max_connections == 0 {
             return Err(SettingsError::new("max-connections must be at least 1"));
         }
+        if let Err(limit) = self.limits.check() {
+            use wirekit_core::limit::source::SourceLimit;
+            let key = match limit {
+                SourceLimit::Host => "conn-per-ip",
+                SourceLimit::Network => "conn-per-prefix",
+                SourceLimit::Login => "login-per-ip",
+                SourceLimit::Status => "status-per-ip",
+            };
+            return Err(SettingsError::new(format!(
+                "{key}-rate 0 with a {key}-burst never refills: each address would get the burst \
+                 once for the life of the proxy, and the source table would fill with them and \
+                 refuse every new client; a burst of 0 turns the limit off"
+            )));
+        }
         if !(MIN_SOURCE_TABLE_SIZE..=MAX_SOURCE_TABLE_SIZE).contains(&self.source_table_size) {
             return Err(SettingsError::new(format!(
                 "source-table-size must be from {MIN_SOURCE_TABLE_SIZE} to {MAX_SOURCE_TABLE_SIZE} \
@@ -477,6 +491,37 @@ mod tests {
                 .to_string()
                 .contains("maximum packet")
         );
+    }
+
+    /// A per-source rate of 0 with a burst never refills: refused, each with its keys (a burst
+    /// of 0 is the way to turn a limit off, and is taken).
+    #[test]
+    fn a_per_source_rate_of_zero_with_a_burst_is_refused() {
+        use wirekit_core::limit::Rate;
+        let base = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        assert_eq!(base.check(), Ok(()));
+        let zero = Rate::per_second(0);
+        type Set = fn(&mut Settings, Rate);
+        let cases: [(&str, Set); 4] = [
+            ("conn-per-ip-rate 0", |s, r| s.limits.host.rate.rate = r),
+            ("conn-per-prefix-rate 0", |s, r| {
+                s.limits.network.rate.rate = r
+            }),
+            ("login-per-ip-rate 0", |s, r| s.limits.login.rate = r),
+            ("status-per-ip-rate 0", |s, r| s.limits.status.rate = r),
+        ];
+        for (key, set) in cases {
+            let mut s = base.clone();
+            set(&mut s, zero);
+            let e = s.check().unwrap_err().to_string();
+            assert!(e.starts_with(key), "{e}");
+        }
+        let mut off = base.clone();
+        off.limits.login = wirekit_core::limit::source::RateLimit::OFF;
+        assert_eq!(off.check(), Ok(()));
     }
 
     /// A frame is charged whole: an inspect route whose byte burst (its own, else the

@@ -689,7 +689,7 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
     let (serve, serve_addr) = serve_trusting_loopback();
     let proxy = McProxy::start(&format!(
         "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.1/32\"]\nconn-per-ip-max = 1\nunknown-host = \"motd\"\n\
-         login-per-ip-burst = 1\nlogin-per-ip-rate = 0\nlog-interval = 600\n\
+         login-per-ip-burst = 1\nlogin-per-ip-rate = 0.001\nlog-interval = 600\n\
          [[route]]\nhosts = [\"serve.test\"]\nupstreams = [\"{serve_addr}\"]\nproxy-protocol = true\n"
     ));
     let port = free_port().unwrap();

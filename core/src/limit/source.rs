@@ -72,6 +72,12 @@ impl RateLimit {
         self.burst > 0
     }
 
+    /// Whether the limit is on and never refills (a rate of 0 tokens): a budget for the life
+    /// of the process ([`SourceConfig::check`] refuses it).
+    pub const fn never_refills(&self) -> bool {
+        self.burst > 0 && self.rate.tokens() == 0
+    }
+
     const fn bucket(&self) -> TokenBucket {
         TokenBucket::new(self.burst, self.rate)
     }
@@ -103,6 +109,40 @@ pub struct SourceConfig {
     pub login: RateLimit,
     /// Status requests per client address. Default: bursts of 30, 10 a second.
     pub status: RateLimit,
+}
+
+/// A limit of a [`SourceConfig`] that cannot run (see [`SourceConfig::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum SourceLimit {
+    /// [`SourceConfig::host`]'s rate.
+    Host,
+    /// [`SourceConfig::network`]'s rate.
+    Network,
+    /// [`SourceConfig::login`].
+    Login,
+    /// [`SourceConfig::status`].
+    Status,
+}
+
+impl SourceConfig {
+    /// The first limit with a burst that never refills (a rate of 0 tokens), if any. Such a
+    /// budget is spent once for the life of the process, and its entry, never whole again,
+    /// is never evicted: the table fills with them and refuses every new source. A limit is
+    /// off with a burst of 0, not a rate of 0.
+    pub const fn check(&self) -> Result<(), SourceLimit> {
+        if self.host.rate.never_refills() {
+            Err(SourceLimit::Host)
+        } else if self.network.rate.never_refills() {
+            Err(SourceLimit::Network)
+        } else if self.login.never_refills() {
+            Err(SourceLimit::Login)
+        } else if self.status.never_refills() {
+            Err(SourceLimit::Status)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl Default for SourceConfig {

@@ -70,9 +70,10 @@ pub struct ProxyArgs {
     /// New connections per client address at once (default 20; 0: no limit).
     #[arg(long)]
     pub conn_per_ip_burst: Option<u32>,
-    /// New connections per client address per second, refilled (default 5).
+    /// New connections per client address per second, refilled (default 5; a fraction for
+    /// fewer than one a second, 0.1: one every 10 s).
     #[arg(long)]
-    pub conn_per_ip_rate: Option<u32>,
+    pub conn_per_ip_rate: Option<f64>,
     /// Connections open per client address (default 16; 0: no limit).
     #[arg(long)]
     pub conn_per_ip_max: Option<u32>,
@@ -81,7 +82,7 @@ pub struct ProxyArgs {
     pub conn_per_prefix_burst: Option<u32>,
     /// New connections per network per second (default 30).
     #[arg(long)]
-    pub conn_per_prefix_rate: Option<u32>,
+    pub conn_per_prefix_rate: Option<f64>,
     /// Connections open per network (default 256; 0: no limit).
     #[arg(long)]
     pub conn_per_prefix_max: Option<u32>,
@@ -94,15 +95,15 @@ pub struct ProxyArgs {
     /// Logins per client address at once (default 10; 0: no limit).
     #[arg(long)]
     pub login_per_ip_burst: Option<u32>,
-    /// Logins per client address per second (default 1).
+    /// Logins per client address per second (default 1; 0.0167: one a minute).
     #[arg(long)]
-    pub login_per_ip_rate: Option<u32>,
+    pub login_per_ip_rate: Option<f64>,
     /// Status requests per client address at once (default 30; 0: no limit).
     #[arg(long)]
     pub status_per_ip_burst: Option<u32>,
     /// Status requests per client address per second (default 10).
     #[arg(long)]
-    pub status_per_ip_rate: Option<u32>,
+    pub status_per_ip_rate: Option<f64>,
     /// Entries in each per-source table, 8 to 16777216 (default 65536; a change needs a
     /// restart).
     #[arg(long)]
@@ -201,6 +202,29 @@ fn secs(v: f64, name: &str) -> Result<Duration, String> {
     } else {
         Err(format!("{name}: a positive number of seconds"))
     }
+}
+
+/// A per-source rate of `v` a second: whole numbers as they are, fractions (fewer than one a
+/// second, or 2.5) to the microsecond; at most `u32::MAX`, not negative, finite. 0 is taken
+/// here and refused with a burst by the settings' check (it never refills).
+fn per_second(v: f64, name: &str) -> Result<wirekit_core::limit::Rate, String> {
+    use wirekit_core::limit::Rate;
+    use wirekit_core::time::Duration as CoreDuration;
+    if !(v.is_finite() && (0.0..=f64::from(u32::MAX)).contains(&v)) {
+        return Err(format!("{name}: a rate from 0 to {} a second", u32::MAX));
+    }
+    Ok(if v.fract() == 0.0 {
+        Rate::per_second(v as u32)
+    } else if v < 1.0 {
+        // One token every 1/v seconds (at least 1 µs; under a token a year is 0).
+        let period = (1e6 / v).min(u64::MAX as f64) as u64;
+        if period > 365 * 86_400 * 1_000_000 {
+            return Err(format!("{name}: at least one a year"));
+        }
+        Rate::new(1, CoreDuration::from_micros(period))
+    } else {
+        Rate::new((v * 1000.0).round() as u32, CoreDuration::from_secs(1000))
+    })
 }
 
 fn policy(s: &str, name: &str) -> Result<Policy, String> {
@@ -393,13 +417,23 @@ impl ProxyArgs {
                 .max_proxy_header
                 .unwrap_or(Limits::DEFAULT_MAX_HEADER_LEN),
         });
-        let rate = |burst: Option<u32>, rate: Option<u32>, d: RateLimit| RateLimit {
-            burst: burst.unwrap_or(d.burst),
-            rate: rate.map_or(d.rate, wirekit_core::limit::Rate::per_second),
+        let rate = |burst: Option<u32>, rate: Option<f64>, d: RateLimit, name: &str| {
+            Ok::<_, String>(RateLimit {
+                burst: burst.unwrap_or(d.burst),
+                rate: match rate {
+                    Some(r) => per_second(r, name)?,
+                    None => d.rate,
+                },
+            })
         };
         let limits = SourceConfig {
             host: ConnLimit {
-                rate: rate(self.conn_per_ip_burst, self.conn_per_ip_rate, dl.host.rate),
+                rate: rate(
+                    self.conn_per_ip_burst,
+                    self.conn_per_ip_rate,
+                    dl.host.rate,
+                    "conn-per-ip-rate",
+                )?,
                 max_open: self.conn_per_ip_max.unwrap_or(dl.host.max_open),
             },
             network: ConnLimit {
@@ -407,15 +441,26 @@ impl ProxyArgs {
                     self.conn_per_prefix_burst,
                     self.conn_per_prefix_rate,
                     dl.network.rate,
-                ),
+                    "conn-per-prefix-rate",
+                )?,
                 max_open: self.conn_per_prefix_max.unwrap_or(dl.network.max_open),
             },
             prefix: Prefix::new(
                 self.prefix_v4.unwrap_or(dl.prefix.v4()),
                 self.prefix_v6.unwrap_or(dl.prefix.v6()),
             ),
-            login: rate(self.login_per_ip_burst, self.login_per_ip_rate, dl.login),
-            status: rate(self.status_per_ip_burst, self.status_per_ip_rate, dl.status),
+            login: rate(
+                self.login_per_ip_burst,
+                self.login_per_ip_rate,
+                dl.login,
+                "login-per-ip-rate",
+            )?,
+            status: rate(
+                self.status_per_ip_burst,
+                self.status_per_ip_rate,
+                dl.status,
+                "status-per-ip-rate",
+            )?,
         };
         let budget = |burst: Option<u32>, rate: Option<u32>, d: ByteBudget| ByteBudget {
             burst: burst.unwrap_or(d.burst),
@@ -632,6 +677,39 @@ fn reload(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Per-source rates take fractions (fewer than one a second); 0 with a burst is refused
+    /// by the check (it never refills), as are negative and non-finite rates.
+    #[test]
+    fn per_source_rates_take_fractions_and_refuse_what_never_refills() {
+        use wirekit_core::limit::Rate;
+        use wirekit_core::time::Duration as D;
+        assert_eq!(per_second(5.0, "r"), Ok(Rate::per_second(5)));
+        assert_eq!(per_second(0.5, "r"), Ok(Rate::new(1, D::from_secs(2))));
+        assert_eq!(
+            per_second(2.5, "r"),
+            Ok(Rate::new(2500, D::from_secs(1000)))
+        );
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 1e-12] {
+            assert!(per_second(bad, "r").is_err(), "{bad}");
+        }
+        let file: ProxyArgs = toml::from_str(
+            "login-per-ip-rate = 0.0167\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:1\"]\n",
+        )
+        .unwrap();
+        let s = file.settings().unwrap();
+        assert_eq!(s.check(), Ok(()));
+        assert_eq!(s.limits.login.rate.tokens(), 1);
+        let file: ProxyArgs = toml::from_str(
+            "conn-per-ip-rate = 0\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:1\"]\n",
+        )
+        .unwrap();
+        let e = match file.settings() {
+            Ok(s) => s.check().unwrap_err().to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.starts_with("conn-per-ip-rate 0"), "{e}");
+    }
 
     #[test]
     fn the_readme_config_is_valid() {
