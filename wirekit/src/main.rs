@@ -73,11 +73,14 @@ fn main() -> ExitCode {
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default: info for serve, warnings for the rest).
+/// Colours only on a terminal: under systemd, a container or a log shipper, escape codes
+/// around the fields would break every grep and parser of the close lines.
 fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

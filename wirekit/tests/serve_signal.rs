@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 fn sigterm_finishes_frames_in_flight_then_exits_zero() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
         .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
+        // Logs to a pipe, colours not asked off: none written (only a terminal gets them).
+        .env_remove("NO_COLOR")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -79,5 +81,6 @@ fn sigterm_finishes_frames_in_flight_then_exits_zero() {
         .unwrap();
     assert!(status.success(), "exit status {status}; logs:\n{logs}");
     assert!(logs.contains("signal received"), "{logs}");
+    assert!(!logs.contains('\x1b'), "escape codes in logs to a pipe:\n{logs:?}");
     assert!(TcpStream::connect(addr).is_err(), "no longer listening");
 }
