@@ -171,16 +171,21 @@ impl Shared {
 /// a proxy in front of a flood wants more than the 128 a plain bind gets.
 const LISTEN_BACKLOG: u32 = 4096;
 
+/// A listener on `addr`. An IPv6 one takes IPv6 only, so that `0.0.0.0:25565` and
+/// `[::]:25565` can both be listed (a dual-stack `[::]` socket would hold the IPv4 port too,
+/// and the second bind would fail after `--check-config` said the file was fine).
 fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
     #[cfg(unix)]
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG as i32)?;
+    TcpListener::from_std(socket.into())
 }
 
 fn random_seed() -> HashSeed {
@@ -839,6 +844,18 @@ mod tests {
             assert!(reached.is_ok(), "the next connection was refused");
             assert!(!handle.metrics().render().contains("max_connections"));
             stop.cancel();
+        }
+
+        /// An IPv6 listener takes IPv6 only: `[::]:P` beside `0.0.0.0:P` binds (a dual-stack
+        /// socket would hold the IPv4 port too). (Checked on `[::1]`: tests bind loopback.)
+        #[tokio::test]
+        async fn an_ipv6_listener_is_ipv6_only() {
+            let Ok(l) = super::super::listen("[::1]:0".parse().unwrap()) else {
+                return; // no IPv6 here
+            };
+            assert!(socket2::SockRef::from(&l).only_v6().unwrap());
+            let v4 = super::super::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+            assert!(v4.local_addr().unwrap().is_ipv4());
         }
 
         /// A connection from 127.0.0.0/8 source `last`.

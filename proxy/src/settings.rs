@@ -359,6 +359,16 @@ impl Settings {
         if self.listen.is_empty() {
             return Err(SettingsError::new("no listen address"));
         }
+        if let Some(twice) = self
+            .listen
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| self.listen[..i].contains(a).then_some(a))
+        {
+            return Err(SettingsError::new(format!(
+                "listen address {twice} given twice"
+            )));
+        }
         if self.max_connections == 0 {
             return Err(SettingsError::new("max-connections must be at least 1"));
         }
@@ -574,6 +584,22 @@ mod tests {
         s.routes[0].inspect.budgets.clientbound.inflated =
             Some(Budget::per_second(1 << 20, 8 << 20));
         assert_eq!(s.check(), Ok(()));
+    }
+
+    #[test]
+    fn a_listen_address_given_twice_is_refused() {
+        let mut s = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        s.listen = vec![
+            "0.0.0.0:25565".parse().unwrap(),
+            "[::]:25565".parse().unwrap(),
+        ];
+        assert_eq!(s.check(), Ok(()));
+        s.listen.push("0.0.0.0:25565".parse().unwrap());
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("0.0.0.0:25565 given twice"), "{e}");
     }
 
     #[test]
