@@ -117,7 +117,8 @@ pub struct ProxyArgs {
     /// Upstream-to-client bytes per connection at once (default 0: no budget).
     #[arg(long)]
     pub clientbound_burst: Option<u32>,
-    /// Upstream-to-client bytes per connection per second.
+    /// Upstream-to-client bytes per connection per second (alone, it turns the budget on
+    /// with a burst of the rate).
     #[arg(long)]
     pub clientbound_rate: Option<u32>,
     /// What a host no route names gets: `drop` (default) or `motd`.
@@ -462,8 +463,13 @@ impl ProxyArgs {
                 "status-per-ip-rate",
             )?,
         };
+        // A rate alone turns a budget that is off by default on, its burst the rate (as the
+        // inspect budgets' do); it was dropped without a word.
         let budget = |burst: Option<u32>, rate: Option<u32>, d: ByteBudget| ByteBudget {
-            burst: burst.unwrap_or(d.burst),
+            burst: burst.unwrap_or(match rate {
+                Some(r) if d.burst == 0 => r,
+                _ => d.burst,
+            }),
             per_second: rate.unwrap_or(d.per_second),
         };
         let mut routes = self
@@ -709,6 +715,29 @@ mod tests {
             Err(e) => e.to_string(),
         };
         assert!(e.starts_with("conn-per-ip-rate 0"), "{e}");
+    }
+
+    /// A byte rate alone turns the clientbound budget (off by default) on, its burst the rate.
+    #[test]
+    fn a_byte_rate_alone_turns_its_budget_on() {
+        let file: ProxyArgs = toml::from_str(
+            "clientbound-rate = 1048576\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:1\"]\n",
+        )
+        .unwrap();
+        let s = file.settings().unwrap();
+        assert_eq!(
+            s.clientbound,
+            ByteBudget {
+                burst: 1 << 20,
+                per_second: 1 << 20
+            }
+        );
+        let file: ProxyArgs = toml::from_str(
+            "serverbound-rate = 1048576\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:1\"]\n",
+        )
+        .unwrap();
+        let s = file.settings().unwrap();
+        assert_eq!(s.serverbound.burst, Settings::default().serverbound.burst);
     }
 
     #[test]
