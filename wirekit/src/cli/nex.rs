@@ -191,18 +191,20 @@ pub struct ServeArgs {
     /// Workers (UDP sockets) per server.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Login calls one source (an IPv4 address or an IPv6 /64) may make in a burst.
-    #[arg(long, default_value_t = 10)]
+    /// Login calls one source (an IPv4 address or an IPv6 /64) may make in a burst (at
+    /// least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub login_burst: u32,
-    /// Login calls one source address may make per minute after the burst.
-    #[arg(long, default_value_t = 30)]
+    /// Login calls one source address may make per minute after the burst (at least 1).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     pub logins_per_minute: u32,
-    /// Connections per server (per worker) at once.
-    #[arg(long, default_value_t = 4096)]
+    /// Connections per server (per worker) at once, 1 to 1048576 (each worker's table is
+    /// allocated whole at start).
+    #[arg(long, default_value_t = 4096, value_parser = connections)]
     pub max_connections: usize,
     /// Connections one source may hold (per worker), and WebSockets (per WebSocket listener):
-    /// a source is an IPv4 address or an IPv6 /64.
-    #[arg(long, default_value_t = 16)]
+    /// a source is an IPv4 address or an IPv6 /64 (at least 1).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_per_source: u32,
     /// Connections one network may hold on the authentication server (per worker), and
     /// WebSockets (per WebSocket listener, at most a sixteenth of --ws-max-connections), its
@@ -221,8 +223,8 @@ pub struct ServeArgs {
     /// The secure WebSocket address as clients reach it; default: the bound address.
     #[arg(long)]
     pub ws_secure_public: Option<SocketAddr>,
-    /// WebSockets open at once, per server.
-    #[arg(long, default_value_t = 1024)]
+    /// WebSockets open at once, per server, 1 to 1048576.
+    #[arg(long, default_value_t = 1024, value_parser = connections)]
     pub ws_max_connections: usize,
     /// The largest WebSocket message accepted; a larger one closes its WebSocket.
     #[arg(long, default_value_t = 2048)]
@@ -1218,9 +1220,53 @@ fn udp_in(link: DataLink, frame: &[u8]) -> Option<Udp<'_>> {
     })
 }
 
+/// A connection count flag: 1 to 1,048,576 (tables are allocated whole at start; a larger
+/// count was an out-of-memory abort, 0 refused every connection without a word).
+fn connections(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
+        Ok(_) => Err("from 1 to 1048576".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts and budgets that cannot run are refused at parse time: 0 connections (every
+    /// one refused), more than a table can be allocated for, a login budget of 0.
+    #[test]
+    fn serve_flags_that_cannot_run_are_refused() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        use clap::Parser;
+        let parse = |extra: [&str; 2]| {
+            Cli::try_parse_from(
+                ["nex", "--accounts", "a.toml", "--access-key", "ridfebb9"]
+                    .into_iter()
+                    .chain(extra),
+            )
+        };
+        if let Err(e) = parse(["--workers", "1"]) {
+            panic!("{e}");
+        }
+        for bad in [
+            ["--max-connections", "0"],
+            ["--max-connections", "2000000"],
+            ["--ws-max-connections", "0"],
+            ["--max-per-source", "0"],
+            ["--login-burst", "0"],
+            ["--logins-per-minute", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let ok = parse(["--max-connections", "1048576"]).unwrap();
+        assert_eq!(ok.serve.max_connections, 1 << 20);
+    }
 
     struct Xor(u8);
     impl PayloadCipher for Xor {
