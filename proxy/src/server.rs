@@ -339,8 +339,9 @@ impl Proxy {
 
 impl ProxyHandle {
     /// Replaces the settings for connections accepted from now on (open ones keep theirs).
-    /// Listen addresses, the metrics address and the source table size keep their old value
-    /// and are named in [`Reloaded::need_restart`]; the source limits apply to the existing
+    /// Listen addresses, the metrics address, the source table size and the network prefixes
+    /// keep their old value and are named in [`Reloaded::need_restart`]; the source limits
+    /// apply to the existing
     /// tables (concurrency at once, rates as entries renew). Reloads from several tasks at
     /// once are applied one after the other, each whole.
     pub fn reload(&self, settings: Settings) -> Result<Reloaded, SettingsError> {
@@ -368,11 +369,18 @@ impl ProxyHandle {
         if s.source_table_size != self.shared.table_size {
             out.need_restart.push("source-table-size");
         }
-        self.shared
-            .limits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set_config(s.limits);
+        {
+            let mut limits = self.shared.limits.lock().unwrap_or_else(|p| p.into_inner());
+            // The open connections are counted under their networks at the running prefix:
+            // another prefix would start every network's count afresh beside them.
+            let mut config = s.limits;
+            let running = limits.config().prefix;
+            if config.prefix != running {
+                out.need_restart.push("prefix-v4/prefix-v6");
+                config.prefix = running;
+            }
+            limits.set_config(config);
+        }
         {
             // A new log interval starts the per-source log limits afresh.
             let mut logs = self.shared.logs.lock().unwrap_or_else(|p| p.into_inner());
@@ -620,6 +628,22 @@ mod tests {
         let reloaded = handle.reload(settings(&["127.0.0.1:1"], 5)).unwrap();
         assert!(reloaded.need_restart.is_empty(), "{reloaded:?}");
         assert_eq!(interval(&handle), std::time::Duration::from_secs(5));
+    }
+
+    /// Network prefixes keep their running value until a restart, and say so: open
+    /// connections are counted under their networks at that prefix.
+    #[tokio::test]
+    async fn a_reload_keeps_the_network_prefix_and_names_it() {
+        let proxy = Proxy::bind(settings(&["127.0.0.1:1"], 60)).await.unwrap();
+        let handle = proxy.handle();
+        let mut s = settings(&["127.0.0.1:1"], 60);
+        s.limits.prefix = wirekit_core::limit::Prefix::new(16, 48);
+        s.limits.host.max_open = 3;
+        let reloaded = handle.reload(s).unwrap();
+        assert_eq!(reloaded.need_restart, ["prefix-v4/prefix-v6"]);
+        let config = *handle.shared.limits.lock().unwrap().config();
+        assert_eq!(config.prefix, wirekit_core::limit::Prefix::SUBNET);
+        assert_eq!(config.host.max_open, 3, "the rest applies");
     }
 
     /// Reloads from several threads at once are applied one after the other: the settings in
