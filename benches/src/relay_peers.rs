@@ -252,16 +252,30 @@ pub fn load_average() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// On-CPU time of every thread of process `pid` so far, in seconds (the scheduler's
-/// nanosecond count, `/proc/PID/task/*/schedstat`).
+/// On-CPU time of process `pid` so far, in seconds: its live threads' nanosecond counts
+/// (`/proc/PID/task/*/schedstat`), and never less than the process's own user and system
+/// time (`/proc/PID/stat`, in 10 ms ticks), which keeps the time of threads that have exited:
+/// a thread ending between two readings took its whole time out of the live sum, and the
+/// difference came out short (even negative). A thread gone while the tasks are read is
+/// skipped rather than failing the reading.
 pub fn process_cpu_s(pid: u32) -> Option<f64> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut ns: u64 = 0;
     for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
-        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
     }
-    Some(ns as f64 / 1e9)
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some((ns as f64 / 1e9).max(ticks as f64 / 100.0))
 }
 
 /// The median (NaN for none).
@@ -422,4 +436,28 @@ where
 pub fn upstream_arg(args: &[String]) -> Result<SocketAddr, String> {
     let a = args.get(1).ok_or("the upstream address is missing")?;
     a.parse().map_err(|e| format!("upstream {a:?}: {e}"))
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::process_cpu_s;
+
+    /// A thread that ends between two readings still counts: its time stays in the process's
+    /// own figure (the live threads' sum loses it).
+    #[test]
+    fn an_exited_threads_time_is_kept() {
+        let pid = std::process::id();
+        let before = process_cpu_s(pid).unwrap();
+        std::thread::spawn(|| {
+            let t = std::time::Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < std::time::Duration::from_millis(300) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        })
+        .join()
+        .unwrap();
+        let after = process_cpu_s(pid).unwrap();
+        assert!(after - before >= 0.2, "{before} -> {after}");
+    }
 }
