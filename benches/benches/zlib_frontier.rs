@@ -297,8 +297,11 @@ fn inflate_class(rounds: usize, inputs: &[&[u8]]) -> Vec<(&'static str, f64, f64
     let mut z = || {
         for (s, p) in streams.iter().zip(inputs) {
             d.reset(true);
-            d.decompress(black_box(s), &mut out_z[..p.len()], FlushDecompress::Finish)
+            let status = d
+                .decompress(black_box(s), &mut out_z[..p.len()], FlushDecompress::Finish)
                 .unwrap();
+            // To the end of the stream, its Adler-32 checked, as the others are.
+            assert!(status == flate2::Status::StreamEnd && d.total_out() == p.len() as u64);
         }
     };
     let mut lib = || {
