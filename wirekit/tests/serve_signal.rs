@@ -81,6 +81,9 @@ fn sigterm_finishes_frames_in_flight_then_exits_zero() {
         .unwrap();
     assert!(status.success(), "exit status {status}; logs:\n{logs}");
     assert!(logs.contains("signal received"), "{logs}");
-    assert!(!logs.contains('\x1b'), "escape codes in logs to a pipe:\n{logs:?}");
+    assert!(
+        !logs.contains('\x1b'),
+        "escape codes in logs to a pipe:\n{logs:?}"
+    );
     assert!(TcpStream::connect(addr).is_err(), "no longer listening");
 }
