@@ -392,9 +392,13 @@ fn a_client_silent_or_trickling_a_frame_after_its_first_is_closed_at_the_idle_ti
     let mut silent = ServiceClient::connect(server.addr, None, None).unwrap();
     let mut trickling = ServiceClient::connect(server.addr, None, None).unwrap();
     let mut active = ServiceClient::connect(server.addr, None, None).unwrap();
-    for c in [&mut silent, &mut trickling, &mut active] {
-        c.echo(b"first").unwrap();
-    }
+    // Each close is timed from just before its client's first request went out: the
+    // server's deadline starts no earlier, and its reply reaches the client after it did.
+    let silent_sent = Instant::now();
+    silent.echo(b"first").unwrap();
+    let trickle_sent = Instant::now();
+    trickling.echo(b"first").unwrap();
+    active.echo(b"first").unwrap();
     let served = Instant::now();
     // A 64-byte echo frame, of which the trickler sends a byte every 100 ms: never whole
     // within the timeout. The active client echoes every 250 ms, each echo a new deadline.
@@ -409,13 +413,13 @@ fn a_client_silent_or_trickling_a_frame_after_its_first_is_closed_at_the_idle_ti
         }
         trickling
             .expect_closed(Duration::from_secs(5))
-            .map(|()| served.elapsed())
+            .map(|()| trickle_sent.elapsed())
     });
     // The silent one watched on its own thread, so its close is seen when it comes.
     let silent = std::thread::spawn(move || {
         silent
             .expect_closed(Duration::from_secs(5))
-            .map(|()| served.elapsed())
+            .map(|()| silent_sent.elapsed())
     });
     let mut echoes = 0;
     while served.elapsed() < idle * 2 {
