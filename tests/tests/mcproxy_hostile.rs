@@ -236,12 +236,14 @@ fn ten_thousand_declared_frames_reserve_nothing_and_over_long_ones_are_refused_a
         .collect();
     let per_conn = rss_held.saturating_sub(rss_before) * 1024 / held_open.max(1) as u64;
     // Reserved memory too (VmData counts an allocation whose pages were never written, which
-    // RSS does not).
+    // RSS does not): 13.1 KiB measured; the bound leaves room for an allocator arena (64 MiB
+    // of reservation, 6.5 KiB over 10,000) and still catches a buffer of tens of KiB
+    // reserved per connection and never touched.
     let data_per_conn = data_held.saturating_sub(data_before) * 1024 / held_open.max(1) as u64;
     eprintln!("VmData {data_before} -> {data_held} KiB held ({data_per_conn} B a connection)");
     assert!(
-        data_per_conn <= 16 * 1024,
-        "{data_per_conn} bytes reserved per connection (bound 16 KiB)"
+        data_per_conn <= 32 * 1024,
+        "{data_per_conn} bytes reserved per connection (bound 32 KiB)"
     );
     eprintln!(
         "{N} connections declaring {MAX_HANDSHAKE_BODY} B (opened in {opened_in:?}): proxy RSS \
