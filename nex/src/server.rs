@@ -1072,31 +1072,41 @@ mod tests {
         }
     }
 
+    /// An authentication handler under `config` serving `protocol` alone.
+    fn long_handler<const LEN: usize>(protocol: Long<LEN>, config: Config) -> PrudpHandler {
+        let mut dispatcher = Dispatcher::new();
+        dispatcher.register(Box::new(protocol));
+        PrudpHandler::new(HandlerConfig {
+            role: Role::Authentication,
+            config,
+            secret: random(),
+            secure: None,
+            dispatcher,
+            stats: Arc::default(),
+        })
+    }
+
+    /// A request to [`Long`]'s protocol.
+    fn long_call(call_id: u32) -> Vec<u8> {
+        use wirekit_core::nex::{Method, Protocol, RmcFormat, RmcMessage};
+        let m = RmcMessage::request(Protocol::Id(0x70), call_id, Method::Id(1), &[]);
+        let mut bytes = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
+        m.encode(RmcFormat::Packed, &mut bytes).unwrap();
+        bytes
+    }
+
     /// Requests whose responses would not fit the send window together wait for room rather
     /// than being answered into a full window: three pipelined calls answered with 7 fragments
     /// each (21 packets, a window of 16) all get their responses. The third was dropped
     /// (`send_refused`), and the client, its request acknowledged, waited in vain.
     #[test]
     fn responses_wait_for_the_send_window_instead_of_being_dropped() {
-        use wirekit_core::nex::{Method, Protocol, RmcFormat, RmcMessage};
-        let mut dispatcher = Dispatcher::new();
-        dispatcher.register(Box::new(Long::<8000>));
-        let mut h = PrudpHandler::new(HandlerConfig {
-            role: Role::Authentication,
-            config: config(Version::V1),
-            secret: random(),
-            secure: None,
-            dispatcher,
-            stats: Arc::default(),
-        });
+        let mut h = long_handler(Long::<8000>, config(Version::V1));
         let stats = h.stats().clone();
         let mut p = Peer::new(peer(40100), client(Version::V1, 0x21, None));
         assert!(p.run(&mut h, T));
         for call_id in 1..=3 {
-            let m = RmcMessage::request(Protocol::Id(0x70), call_id, Method::Id(1), &[]);
-            let mut bytes = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
-            m.encode(RmcFormat::Packed, &mut bytes).unwrap();
-            p.client.send(0, &bytes).unwrap();
+            p.client.send(0, &long_call(call_id)).unwrap();
         }
         let mut answered = Vec::new();
         for round in 0..20u64 {
@@ -1128,26 +1138,13 @@ mod tests {
     /// send can carry, which the window can hold, not for one it never could.
     #[test]
     fn a_large_message_limit_does_not_stall_every_response() {
-        use wirekit_core::nex::{Method, Protocol, RmcFormat, RmcMessage};
-        let mut dispatcher = Dispatcher::new();
-        dispatcher.register(Box::new(Long::<100>));
         let mut c = config(Version::V1);
         c.max_message = 64 * 1024;
-        let mut h = PrudpHandler::new(HandlerConfig {
-            role: Role::Authentication,
-            config: c,
-            secret: random(),
-            secure: None,
-            dispatcher,
-            stats: Arc::default(),
-        });
+        let mut h = long_handler(Long::<100>, c);
         let stats = h.stats().clone();
         let mut p = Peer::new(peer(40101), client(Version::V1, 0x22, None));
         assert!(p.run(&mut h, T));
-        let m = RmcMessage::request(Protocol::Id(0x70), 1, Method::Id(1), &[]);
-        let mut bytes = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
-        m.encode(RmcFormat::Packed, &mut bytes).unwrap();
-        p.client.send(0, &bytes).unwrap();
+        p.client.send(0, &long_call(1)).unwrap();
         p.run(&mut h, T + Duration::from_millis(1));
         assert_eq!(stats.responses.load(Ordering::Relaxed), 1);
     }

@@ -605,8 +605,6 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
 fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
     use std::io::{Read, Write};
     use std::net::Shutdown;
-    use wirekit_core::minecraft::Encode;
-    use wirekit_core::minecraft::login::EncryptionRequest;
     use wirekit_tests::mcproxy_process::login_bytes;
 
     let _turn = turn();
@@ -622,16 +620,7 @@ fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
         "the client's end reached the upstream"
     );
 
-    let public_key = [0x30u8; 162];
-    let request = EncryptionRequest {
-        protocol_version: 340,
-        server_id: "",
-        public_key: &public_key,
-        verify_token: &[1, 2, 3, 4],
-        should_authenticate: true,
-    };
-    let mut request_frame = vec![0u8; request.frame_len()];
-    request.encode_frame(&mut request_frame).unwrap();
+    let request_frame = encryption_request_frame();
     // After the request the stream is encrypted: bytes no frame decoder follows.
     let opaque: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 0x80) as u8).collect();
     up.write_all(&request_frame).unwrap();
@@ -718,8 +707,6 @@ fn a_connection_with_nothing_moving_is_closed_at_the_idle_timeout() {
 fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
     use std::io::{Read, Write};
     use std::time::Duration;
-    use wirekit_core::minecraft::Encode;
-    use wirekit_core::minecraft::login::EncryptionRequest;
     use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes};
 
     let _turn = turn();
@@ -738,17 +725,7 @@ fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
     read_frames(&mut up, 2);
     // Set Compression 256, then the request in the compressed framing (Data Length 0).
     up.write_all(&frame(&[0x03, 0x80, 0x02])).unwrap();
-    let public_key = [0x30u8; 162];
-    let request = EncryptionRequest {
-        protocol_version: 340,
-        server_id: "",
-        public_key: &public_key,
-        verify_token: &[1, 2, 3, 4],
-        should_authenticate: true,
-    };
-    let mut plain = vec![0u8; request.frame_len()];
-    let n = request.encode_frame(&mut plain).unwrap();
-    plain.truncate(n);
+    let plain = encryption_request_frame();
     let wirekit_core::Status::Complete(f) = wirekit_core::frame::mc::FrameDecoder::new()
         .decode_frame(&plain)
         .unwrap()
@@ -807,4 +784,22 @@ fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
         line.contains("reason=\"local\"") && line.contains("relay=\"inspect\""),
         "{line}"
     );
+}
+
+/// An online-mode upstream's Encryption Request for protocol 340, as an uncompressed frame.
+fn encryption_request_frame() -> Vec<u8> {
+    use wirekit_core::minecraft::Encode;
+    use wirekit_core::minecraft::login::EncryptionRequest;
+    let public_key = [0x30u8; 162];
+    let request = EncryptionRequest {
+        protocol_version: 340,
+        server_id: "",
+        public_key: &public_key,
+        verify_token: &[1, 2, 3, 4],
+        should_authenticate: true,
+    };
+    let mut frame = vec![0u8; request.frame_len()];
+    let n = request.encode_frame(&mut frame).unwrap();
+    frame.truncate(n);
+    frame
 }
