@@ -70,4 +70,5 @@ pub(crate) async fn tcp_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream)
 pub use server::{Proxy, ProxyHandle, Reloaded};
 pub use settings::{
     Balance, ByteBudget, Mode, Route, Settings, SettingsError, StatusFallback, UnknownHost,
+    merge_routes,
 };

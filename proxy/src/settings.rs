@@ -306,6 +306,55 @@ impl HostPattern {
     }
 }
 
+/// Routes from two sources where the second wins (a config file's, then the command line's):
+/// each host a route of `over` names is taken off the `base` route that named it, and a
+/// default route in `over` replaces `base`'s; a `base` route left with no host and not the
+/// default is dropped. Returns the routes (`base`'s first, in their order, then `over`'s) and
+/// a line for each change, for the operator. Host patterns compare normalised (case, trailing
+/// dot); one that does not parse is left for [`Settings::check`] to refuse.
+pub fn merge_routes(base: Vec<Route>, over: Vec<Route>) -> (Vec<Route>, Vec<String>) {
+    let taken: HashSet<HostPattern> = over
+        .iter()
+        .flat_map(|r| &r.hosts)
+        .filter_map(|h| HostPattern::parse(h).ok())
+        .collect();
+    let over_default = over.iter().any(|r| r.default);
+    let mut notes = Vec::new();
+    let mut routes = Vec::with_capacity(base.len() + over.len());
+    for mut route in base {
+        let before = route.hosts.len();
+        route.hosts.retain(|h| match HostPattern::parse(h) {
+            Ok(p) if taken.contains(&p) => {
+                notes.push(format!(
+                    "host {h:?}: the command line's route replaces route {}'s",
+                    route.name
+                ));
+                false
+            }
+            _ => true,
+        });
+        if over_default && route.default {
+            notes.push(format!(
+                "--default-route replaces route {} as the default route",
+                route.name
+            ));
+            route.default = false;
+        }
+        if route.hosts.is_empty() && !route.default {
+            if before > 0 || over_default {
+                notes.push(format!(
+                    "route {}: nothing left to route; dropped",
+                    route.name
+                ));
+            }
+            continue;
+        }
+        routes.push(route);
+    }
+    routes.extend(over);
+    (routes, notes)
+}
+
 impl Settings {
     /// Refuses an inspect route whose budgets (its own, else the proxy-wide byte budgets)
     /// cannot take the largest packet it accepts at once: a frame is charged whole, so a burst

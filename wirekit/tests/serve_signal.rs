@@ -87,3 +87,63 @@ fn sigterm_finishes_frames_in_flight_then_exits_zero() {
     );
     assert!(TcpStream::connect(addr).is_err(), "no longer listening");
 }
+
+/// A second signal during the shutdown grace ends the process at once (status 128 + its
+/// number), where the grace alone would keep it up for a connection stuck mid-frame.
+#[test]
+#[cfg(unix)]
+fn a_second_signal_ends_the_grace_at_once() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start wirekit serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("the address line")
+        .parse()
+        .unwrap();
+    // Half a frame: the server waits the grace (5 s by default) for the rest.
+    let mut busy = TcpStream::connect(addr).unwrap();
+    busy.write_all(b"\x06\x00h").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = child.id().to_string();
+    let signal = |name: &str| {
+        let status = Command::new("kill").args([name, &pid]).status().unwrap();
+        assert!(status.success());
+    };
+    signal("-TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still in the grace after one signal"
+    );
+    let second = Instant::now();
+    signal("-INT");
+    let deadline = second + Duration::from_secs(3);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve still running 3 s after a second signal (the grace is 5 s)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{status}; logs:\n{logs}");
+    assert!(logs.contains("second signal"), "{logs}");
+}

@@ -17,7 +17,7 @@ use wirekit_core::minecraft::conn::UnknownVersion;
 use wirekit_core::proxy::Limits;
 use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig};
 use wirekit_proxy::{
-    Balance, ByteBudget, Mode, Proxy, Route, Settings, StatusFallback, UnknownHost,
+    Balance, ByteBudget, Mode, Proxy, Route, Settings, StatusFallback, UnknownHost, merge_routes,
 };
 
 /// `wirekit proxy` flags; each has a key of the same name in the `--config` file.
@@ -138,11 +138,13 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// A route, `HOST[,HOST...]=UPSTREAM[,UPSTREAM...]` (repeatable; hosts may be
-    /// `*.example.com`); other settings at their defaults. Routes from the file come first.
+    /// `*.example.com`); other settings at their defaults. Routes from the file come first;
+    /// a host named here leaves the file's route that names it.
     #[arg(long = "route")]
     #[serde(skip)]
     pub route_flags: Vec<String>,
-    /// The default route's upstreams, `UPSTREAM[,UPSTREAM...]`.
+    /// The default route's upstreams, `UPSTREAM[,UPSTREAM...]` (replaces the file's default
+    /// route).
     #[arg(long)]
     pub default_route: Option<String>,
     /// Routes (the file's `[[route]]` tables).
@@ -332,7 +334,7 @@ impl RouteConfig {
             r.status_ttl = if t == 0.0 {
                 Duration::ZERO
             } else {
-                secs(t, "status-ttl")?
+                secs(t, &format!("route {}: status-ttl", r.name))?
             };
         }
         let d = StatusFallback::default();
@@ -366,7 +368,37 @@ impl ProxyArgs {
     /// Notes on these (merged) arguments that do not stop them running: keys read from an
     /// older place.
     pub fn notes(&self) -> Vec<String> {
-        self.route.iter().flat_map(RouteConfig::notes).collect()
+        let mut notes: Vec<String> = self.route.iter().flat_map(RouteConfig::notes).collect();
+        if let Ok((_, overrides)) = self.routes() {
+            notes.extend(overrides);
+        }
+        notes
+    }
+
+    /// The file's routes, then those of `--route` and `--default-route`, which win: a host
+    /// a flag names leaves the file's route, `--default-route` replaces the file's default
+    /// (see [`merge_routes`]); with the lines that say so.
+    fn routes(&self) -> Result<(Vec<Route>, Vec<String>), String> {
+        let file = self
+            .route
+            .iter()
+            .map(RouteConfig::route)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut flags = Vec::new();
+        for flag in &self.route_flags {
+            let (hosts, ups) = flag
+                .split_once('=')
+                .ok_or_else(|| format!("route {flag:?}: HOST[,HOST]=UPSTREAM[,UPSTREAM]"))?;
+            let hosts = hosts.split(',').map(|h| h.trim().to_owned()).collect();
+            flags.push(Route::new(hosts, upstream_list(ups)?));
+        }
+        if let Some(ups) = &self.default_route {
+            let mut r = Route::new(Vec::new(), upstream_list(ups)?);
+            r.name = "default".into();
+            r.default = true;
+            flags.push(r);
+        }
+        Ok(merge_routes(file, flags))
     }
 
     /// These flags over the config file's values (if `--config` names one).
@@ -447,8 +479,14 @@ impl ProxyArgs {
                 max_open: self.conn_per_prefix_max.unwrap_or(dl.network.max_open),
             },
             prefix: Prefix::new(
-                self.prefix_v4.unwrap_or(dl.prefix.v4()),
-                self.prefix_v6.unwrap_or(dl.prefix.v6()),
+                match self.prefix_v4.unwrap_or(dl.prefix.v4()) {
+                    p @ 0..=32 => p,
+                    _ => return Err("prefix-v4: a prefix length from 0 to 32".into()),
+                },
+                match self.prefix_v6.unwrap_or(dl.prefix.v6()) {
+                    p @ 0..=128 => p,
+                    _ => return Err("prefix-v6: a prefix length from 0 to 128".into()),
+                },
             ),
             login: rate(
                 self.login_per_ip_burst,
@@ -472,24 +510,7 @@ impl ProxyArgs {
             }),
             per_second: rate.unwrap_or(d.per_second),
         };
-        let mut routes = self
-            .route
-            .iter()
-            .map(RouteConfig::route)
-            .collect::<Result<Vec<_>, _>>()?;
-        for flag in &self.route_flags {
-            let (hosts, ups) = flag
-                .split_once('=')
-                .ok_or_else(|| format!("route {flag:?}: HOST[,HOST]=UPSTREAM[,UPSTREAM]"))?;
-            let hosts = hosts.split(',').map(|h| h.trim().to_owned()).collect();
-            routes.push(Route::new(hosts, upstream_list(ups)?));
-        }
-        if let Some(ups) = &self.default_route {
-            let mut r = Route::new(Vec::new(), upstream_list(ups)?);
-            r.name = "default".into();
-            r.default = true;
-            routes.push(r);
-        }
+        let routes = self.routes()?.0;
         let settings = Settings {
             listen: if self.listen.is_empty() {
                 d.listen
@@ -613,11 +634,7 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         }
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
-        tokio::spawn(async move {
-            signals.recv().await;
-            tracing::info!("signal received");
-            trigger.cancel();
-        });
+        signals.spawn(move || trigger.cancel());
         #[cfg(unix)]
         if let Some(mut hup) = hup {
             let handle = proxy.handle();
@@ -806,6 +823,82 @@ upstreams = ["127.0.0.1:25568"]
         std::fs::write(&path, "no-such-key = 1\n").unwrap();
         assert!(flags.merged().is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Flags win over the file for routes too: a host `--route` names leaves the file's
+    /// route (dropped once it has none), `--default-route` replaces the file's default; each
+    /// change is a note. Before, either refused to start ("on two routes", "more than one
+    /// default route") although the flags' help says they win.
+    #[test]
+    fn route_flags_replace_the_file_routes_they_name() {
+        let mut args: ProxyArgs = toml::from_str(
+            r#"
+[[route]]
+hosts = ["Play.Example.com", "b.example.com"]
+upstreams = ["127.0.0.1:25566"]
+
+[[route]]
+name = "only-c"
+hosts = ["c.example.com"]
+upstreams = ["127.0.0.1:25567"]
+
+[[route]]
+name = "fallback"
+default = true
+upstreams = ["127.0.0.1:25568"]
+"#,
+        )
+        .unwrap();
+        args.route_flags = vec![
+            "play.example.com.=127.0.0.1:1".into(),
+            "c.example.com=127.0.0.1:2".into(),
+        ];
+        args.default_route = Some("127.0.0.1:3".into());
+        let s = args.settings().unwrap();
+        let routes: Vec<_> = s
+            .routes
+            .iter()
+            .map(|r| (r.hosts.clone(), r.default, r.upstreams[0].port()))
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                (vec!["b.example.com".to_owned()], false, 25566),
+                (vec!["play.example.com.".to_owned()], false, 1),
+                (vec!["c.example.com".to_owned()], false, 2),
+                (vec![], true, 3),
+            ]
+        );
+        let notes = args.notes();
+        assert_eq!(notes.len(), 5, "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("replaces route fallback")));
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("route only-c: nothing left"))
+        );
+
+        // Without flags the file stands as written, without notes.
+        args.route_flags.clear();
+        args.default_route = None;
+        assert_eq!(args.settings().unwrap().routes.len(), 3);
+        assert!(args.notes().is_empty());
+    }
+
+    /// Prefix lengths past the address width are refused, not taken as the whole address.
+    #[test]
+    fn prefix_lengths_past_the_address_are_refused() {
+        let mut args = ProxyArgs {
+            prefix_v4: Some(32),
+            prefix_v6: Some(128),
+            ..ProxyArgs::default()
+        };
+        assert!(args.settings().is_ok());
+        args.prefix_v4 = Some(33);
+        assert!(args.settings().unwrap_err().contains("prefix-v4"));
+        args.prefix_v4 = Some(0);
+        args.prefix_v6 = Some(129);
+        assert!(args.settings().unwrap_err().contains("prefix-v6"));
     }
 
     /// `unknown-version` is a route key in either mode; the older `[route.inspect]` place is

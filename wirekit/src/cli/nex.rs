@@ -319,9 +319,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         );
         let stats = servers.stats().clone();
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            signals.recv().await;
-            tracing::info!("signal received");
+        signals.spawn(move || {
             let _ = stop.send(true);
         });
         servers.run(stopped).await?;

@@ -146,8 +146,8 @@ impl ServeArgs {
 }
 
 /// SIGINT and SIGTERM, caught from the moment [`Signals::register`] returns: a signal that
-/// arrives before [`Signals::recv`] is polled (say, right after the listening line a script
-/// waits for) is queued for it, where a lazily installed handler would have left the default
+/// arrives before the handler [`Signals::spawn`] starts is queued for it (say, right after the listening line a script
+/// waits for), where a lazily installed handler would have left the default
 /// action to end the process without the grace period.
 pub(crate) struct Signals {
     #[cfg(unix)]
@@ -178,8 +178,9 @@ impl Signals {
         Signals {}
     }
 
-    /// Resolves when SIGINT or SIGTERM arrives (never, if neither handler could be installed).
-    pub(crate) async fn recv(mut self) {
+    /// Resolves when SIGINT or SIGTERM arrives (never, if neither handler could be installed),
+    /// with the signal's number.
+    async fn recv(&mut self) -> i32 {
         #[cfg(unix)]
         {
             async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
@@ -191,14 +192,33 @@ impl Signals {
                 }
             }
             tokio::select! {
-                _ = one(&mut self.int) => {}
-                _ = one(&mut self.term) => {}
+                _ = one(&mut self.int) => 2,
+                _ = one(&mut self.term) => 15,
             }
         }
         #[cfg(not(unix))]
         {
             let _ = tokio::signal::ctrl_c().await;
+            2
         }
+    }
+
+    /// Spawns the handler: the first SIGINT or SIGTERM calls `graceful` (which starts the
+    /// shutdown and its grace period); a second one ends the process at once, with the
+    /// shell's status for a signal (128 + its number), as an operator pressing Ctrl-C twice
+    /// expects: with the handlers installed, the signal's default action never comes.
+    pub(crate) fn spawn(mut self, graceful: impl FnOnce() + Send + 'static) {
+        tokio::spawn(async move {
+            self.recv().await;
+            tracing::info!("signal received; a second one ends the process at once");
+            graceful();
+            let signal = self.recv().await;
+            tracing::warn!(
+                signal,
+                "second signal; ending without the rest of the grace period"
+            );
+            std::process::exit(128 + signal);
+        });
     }
 }
 
@@ -235,11 +255,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         println!("listening on {}", server.local_addr());
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
-        tokio::spawn(async move {
-            signals.recv().await;
-            tracing::info!("signal received");
-            trigger.cancel();
-        });
+        signals.spawn(move || trigger.cancel());
         server.run(shutdown).await
     });
     match result {
