@@ -116,6 +116,28 @@ impl TokenBucket {
         ok
     }
 
+    /// Gives the bucket a new `capacity` and `rate` at `now` (a configuration reloaded): it
+    /// keeps the tokens it holds, at most the new capacity, and the credit towards the next
+    /// token if the rate is the same. A bucket of capacity 0 (a limit that was off, so nothing
+    /// was ever counted against it) starts full instead, as a new bucket would: kept at 0
+    /// tokens it would refuse until the refill, a limit turned on refusing everyone it meets.
+    pub fn reconfigure(&mut self, capacity: u32, rate: Rate, now: Instant) {
+        let level = self.level(now);
+        let was_off = self.capacity == 0;
+        let credit = if rate == self.rate { level.credit } else { 0 };
+        *self = TokenBucket {
+            capacity,
+            rate,
+            tokens: if was_off {
+                capacity
+            } else {
+                level.tokens.min(capacity)
+            },
+            credit,
+            last: level.at,
+        };
+    }
+
     /// The earliest time at or after `now` at which [`try_take`](Self::try_take) of `n`
     /// tokens succeeds, if nothing else is taken meanwhile: `now` itself if they are there, and
     /// `None` if they never will be (`n` above the capacity, or a rate of zero tokens). A wait
@@ -227,6 +249,33 @@ mod tests {
                 (n / u128::from(d), (n % u128::from(d)) as u64)
             );
         }
+    }
+
+    /// A reload: tokens held are kept (at most the new burst), the credit only under the same
+    /// rate; a bucket that was off (capacity 0) starts full.
+    #[test]
+    fn reconfigure_keeps_what_is_held_and_an_off_bucket_starts_full() {
+        let t = at(10_000_000);
+        let mut b = TokenBucket::new(10, Rate::per_second(1));
+        assert!(b.try_take(t, 7));
+        b.reconfigure(20, Rate::per_second(1), t);
+        assert_eq!((b.capacity(), b.available(t)), (20, 3));
+        b.reconfigure(2, Rate::per_second(1), t);
+        assert_eq!(b.available(t), 2);
+        // Half a token of credit survives the same rate, not another.
+        assert!(b.try_take(t, 2));
+        let half = at(10_500_000);
+        b.reconfigure(5, Rate::per_second(1), half);
+        assert_eq!(b.available(at(11_000_000)), 1);
+        b.reconfigure(5, Rate::per_second(2), half);
+        assert_eq!(b.available(at(10_900_000)), 0);
+        assert_eq!(b.available(at(11_000_000)), 1);
+
+        let mut off = TokenBucket::new(0, Rate::per_second(0));
+        assert_eq!(off.available(t), 0);
+        off.reconfigure(4, Rate::per_second(1), t);
+        assert_eq!(off.available(t), 4);
+        assert!(off.try_take(t, 4));
     }
 
     #[test]

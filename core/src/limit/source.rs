@@ -81,6 +81,13 @@ impl RateLimit {
     const fn bucket(&self) -> TokenBucket {
         TokenBucket::new(self.burst, self.rate)
     }
+
+    /// Brings `bucket`, made under an earlier configuration, to this limit's burst and rate.
+    fn sync(&self, bucket: &mut TokenBucket, now: Instant) {
+        if bucket.capacity() != self.burst || bucket.rate() != self.rate {
+            bucket.reconfigure(self.burst, self.rate, now);
+        }
+    }
 }
 
 /// Connection limits for one kind of source (an address, or a network).
@@ -329,9 +336,10 @@ where
         &self.config
     }
 
-    /// Replaces the configuration. Concurrency maxima apply at once; rate budgets of sources
-    /// already in the tables keep their old burst and rate until the entry is dropped (when
-    /// it is whole again and another source needs the slot, or by [`sweep`](Self::sweep)).
+    /// Replaces the configuration. Concurrency maxima apply at once; the rate budgets of
+    /// sources already in the tables take the new burst and rate when next used, keeping the
+    /// tokens they hold (at most the new burst; a budget that was off starts full, see
+    /// [`TokenBucket::reconfigure`]).
     pub fn set_config(&mut self, config: SourceConfig) {
         self.config = config;
     }
@@ -352,6 +360,7 @@ where
                 statuses: config.status.bucket(),
             })
             .map_err(|_| Refusal::TableFull)?;
+        config.host.rate.sync(&mut host.connects, now);
         check_conn(&config.host, &host.connects, host.open, now)
             .map_err(|e| e.refusal(Refusal::HostRate, Refusal::HostConcurrent))?;
         let net = self
@@ -361,6 +370,7 @@ where
                 open: 0,
             })
             .map_err(|_| Refusal::TableFull)?;
+        config.network.rate.sync(&mut net.connects, now);
         check_conn(&config.network, &net.connects, net.open, now)
             .map_err(|e| e.refusal(Refusal::NetworkRate, Refusal::NetworkConcurrent))?;
         // Both pass: spend and count. The host entry is still there: nothing was inserted in
@@ -417,7 +427,9 @@ where
             .hosts
             .get_mut(&admitted.host, now)
             .ok_or(Refusal::TableFull)?;
-        if bucket(host).try_take(now, 1) {
+        let bucket = bucket(host);
+        limit.sync(bucket, now);
+        if bucket.try_take(now, 1) {
             Ok(())
         } else {
             Err(refusal)
@@ -694,6 +706,41 @@ mod tests {
         l.release(b, t(0));
         let c = l.admit(ip("192.0.2.1"), t(0)).unwrap();
         l.release(c, t(0));
+    }
+
+    /// Rate limits turned on by a reload apply to sources already in the tables, with the
+    /// new burst: before, their buckets kept the old capacity of 0 and refused every new
+    /// connection, login and status of a source with a connection open (such a source is
+    /// never evicted) until the proxy restarted.
+    #[test]
+    fn a_rate_turned_on_by_a_new_config_starts_with_its_burst() {
+        let mut l = limits(open_only(0, 0));
+        let held = l.admit(ip("192.0.2.1"), t(0)).unwrap();
+        let mut config = open_only(0, 0);
+        config.host.rate = RateLimit::per_second(2, 1);
+        config.network.rate = RateLimit::per_second(3, 1);
+        config.login = RateLimit::per_second(1, 1);
+        config.status = RateLimit::per_second(2, 1);
+        l.set_config(config);
+        assert_eq!(l.check_login(&held, t(0)), Ok(()));
+        assert_eq!(l.check_login(&held, t(0)), Err(Refusal::LoginRate));
+        assert_eq!(l.check_status(&held, t(0)), Ok(()));
+        assert_eq!(l.check_status(&held, t(0)), Ok(()));
+        assert_eq!(l.check_status(&held, t(0)), Err(Refusal::StatusRate));
+        let a = l.admit(ip("192.0.2.1"), t(0)).unwrap();
+        let b = l.admit(ip("192.0.2.1"), t(0)).unwrap();
+        assert_eq!(l.admit(ip("192.0.2.1"), t(0)), Err(Refusal::HostRate));
+        // The network's burst of 3 is spent by the two above and one more address.
+        let c = l.admit(ip("192.0.2.2"), t(0)).unwrap();
+        assert_eq!(l.admit(ip("192.0.2.3"), t(0)), Err(Refusal::NetworkRate));
+        // A lower burst keeps at most that many of the tokens held.
+        let mut lower = config;
+        lower.host.rate = RateLimit::per_second(1, 1);
+        l.set_config(lower);
+        assert!(l.admit(ip("192.0.2.2"), t(2_000)).is_ok());
+        for h in [held, a, b, c] {
+            l.release(h, t(2_000));
+        }
     }
 
     #[test]

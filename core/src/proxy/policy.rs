@@ -328,6 +328,12 @@ impl ProxyConfig {
     /// Applies the policy given to [`new`](Self::new) to peers in `trusted` only (added to
     /// the networks already trusted) and `untrusted` to everyone else. More than
     /// [`MAX_TRUSTED`] networks in all is an error naming the first that did not fit.
+    ///
+    /// While no network is trusted at all (`trusted` empty, none added before), every peer
+    /// still gets the policy given to `new`: an empty list is no list (see
+    /// [`policy_for`](Self::policy_for)). An adapter that reads the list from its
+    /// configuration should say so when that policy takes a header (`Use`, `Require`),
+    /// since then any peer may name its client address.
     pub const fn with_trusted(
         mut self,
         trusted: &[Cidr],

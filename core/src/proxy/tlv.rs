@@ -429,7 +429,10 @@ impl Tlv<'_> {
 
 /// The bytes [`encode_tlvs`] writes for `tlvs`.
 pub fn tlvs_len(tlvs: &[Tlv<'_>]) -> usize {
-    tlvs.iter().map(Tlv::encoded_len).sum()
+    // Saturating: the TLVs may borrow one large value many times over (no overflow panic on
+    // a 32-bit target; a saturated length is refused as too long).
+    tlvs.iter()
+        .fold(0, |sum: usize, t| sum.saturating_add(t.encoded_len()))
 }
 
 /// Writes `tlvs` one after another (an SSL TLV's sub-TLVs, or any TLV area); the buffer is
@@ -451,6 +454,17 @@ pub fn encode_tlvs(tlvs: &[Tlv<'_>], out: &mut [u8]) -> Result<usize, EncodeErro
 
 /// Checks the values of a header's TLV area that the spec constrains, and finds the CRC32C TLV:
 /// returns the offset of its value within `area`, if any.
+/// [`check_area`] for an area about to be written: also refuses what HAProxy refuses on
+/// receipt though this crate's parser takes it (an AUTHORITY over [`MAX_AUTHORITY_LEN`]).
+pub(super) fn check_area_to_send(area: &[u8]) -> Result<Option<usize>, ()> {
+    let crc_at = check_area(area).map_err(|_| ())?;
+    let mut tlvs = Tlvs::from_checked(area);
+    if tlvs.any(|t| t.code == TlvKind::Authority.code() && t.value.len() > MAX_AUTHORITY_LEN) {
+        return Err(());
+    }
+    Ok(crc_at)
+}
+
 pub(super) fn check_area(area: &[u8]) -> Result<Option<usize>, Error> {
     // The codes as constants, so the match stays a three-way compare on the byte.
     const CRC32C: u8 = TlvKind::Crc32c.code();

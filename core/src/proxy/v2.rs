@@ -279,7 +279,7 @@ pub fn parse_datagram<'a>(
 
 /// The length of a header with these addresses and a TLV area of `tlvs_len` bytes.
 pub fn header_len(addresses: Addresses<'_>, tlvs_len: usize) -> usize {
-    field::FIXED_LEN + block_len(addresses.family()) + tlvs_len
+    (field::FIXED_LEN + block_len(addresses.family())).saturating_add(tlvs_len)
 }
 
 /// Writes the fixed part and the address block into `out` (sized by the caller), returning
@@ -373,7 +373,9 @@ pub(super) fn encode_raw(
     if total > MAX_LEN {
         return Err(EncodeError::TooLong);
     }
-    let crc_at = check_area(area).ok().flatten();
+    // A header built by hand (the fields are public) may hold an area no parser takes, or
+    // one HAProxy refuses: refused before anything is written, as the builder's TLVs are.
+    let crc_at = tlv::check_area_to_send(area).map_err(|()| EncodeError::Tlv)?;
     let Some(out) = out.get_mut(..total) else {
         return Err(BufferTooSmall { required: total }.into());
     };
@@ -499,7 +501,7 @@ impl<'a> Builder<'a> {
     /// [`EncodeError::Tlv`] for TLVs a receiver refuses: a CRC32C TLV among them (ask for the
     /// checksum with [`crc32c`](Self::crc32c)), a UNIQUE_ID over 128 bytes, an AUTHORITY over
     /// 255 (HAProxy's limit), or an [`Tlv::Unknown`] under a code whose value the spec
-    /// constrains (CRC32C, UNIQUE_ID, SSL: use their own variants).
+    /// or HAProxy bounds (CRC32C, UNIQUE_ID, SSL, AUTHORITY: use their own variants).
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
         check_addresses(self.command, self.addresses, self.transport)?;
         check_tlvs(self.tlvs)?;
@@ -530,7 +532,10 @@ impl<'a> Builder<'a> {
 
     /// Writes the header followed by `payload`: one UDP datagram in the per-datagram form.
     pub fn encode_datagram(&self, payload: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
-        let required = self.encoded_len() + payload.len();
+        let required = self
+            .encoded_len()
+            .checked_add(payload.len())
+            .ok_or(EncodeError::TooLong)?;
         if out.len() < required {
             return Err(BufferTooSmall { required }.into());
         }
@@ -549,7 +554,7 @@ fn check_tlvs(tlvs: &[Tlv<'_>]) -> Result<(), EncodeError> {
         Tlv::Authority(v) => v.len() > tlv::MAX_AUTHORITY_LEN,
         Tlv::Unknown(code, _) => matches!(
             TlvKind::from_code(*code),
-            TlvKind::Crc32c | TlvKind::UniqueId | TlvKind::Ssl
+            TlvKind::Crc32c | TlvKind::UniqueId | TlvKind::Ssl | TlvKind::Authority
         ),
         _ => false,
     };
@@ -652,6 +657,8 @@ mod tests {
             &[Tlv::Unknown(0x03, b"xxxx")],
             &[Tlv::Unknown(0x05, b"id")],
             &[Tlv::Unknown(0x20, b"\x01")],
+            // AUTHORITY's limit under the raw code too: HAProxy refuses over 255 bytes.
+            &[Tlv::Unknown(0x02, &long[..256])],
         ] {
             let b = Builder::proxy(a).tlvs(tlvs);
             assert_eq!(b.encode(&mut out), Err(EncodeError::Tlv), "{tlvs:?}");
@@ -672,6 +679,45 @@ mod tests {
             panic!("the built header parses")
         };
         assert!(h.crc32c.is_some());
+    }
+
+    /// A header re-emitted from its fields (public, so it may be built by hand, or parsed
+    /// with what HAProxy refuses) is refused, untouched, where its area is one a receiver
+    /// refuses; before, the area's check was dropped and the header written.
+    #[test]
+    fn reemitting_refuses_areas_a_receiver_refuses() {
+        let src = "192.0.2.1:1".parse().unwrap();
+        let dst = "192.0.2.2:2".parse().unwrap();
+        let mut long_authority = [b'a'; 3 + 300];
+        long_authority[..3].copy_from_slice(&[0x02, 0x01, 0x2C]);
+        let mut unique = [0u8; 3 + 0x81];
+        unique[..3].copy_from_slice(&[0x05, 0x00, 0x81]);
+        let bad: [&[u8]; 4] = [
+            &[0x03, 0x00, 0x03, 0, 0, 0],
+            &[0x03, 0x00, 0x04, 0, 0, 0, 0, 0x03, 0x00, 0x04, 0, 0, 0, 0],
+            &unique,
+            &long_authority,
+        ];
+        for area in bad {
+            let h = crate::proxy::ProxyHeader {
+                version: crate::proxy::Version::V2,
+                command: Command::Proxy,
+                transport: Transport::Stream,
+                addresses: Addresses::Inet { src, dst },
+                len: 0,
+                tlvs: Tlvs::new_checked(area).unwrap(),
+                crc32c: None,
+            };
+            let mut out = [0u8; 512];
+            assert_eq!(h.encode(&mut out), Err(EncodeError::Tlv), "{area:?}");
+            assert_eq!(out, [0u8; 512], "untouched");
+        }
+        // A datagram's length past the address space is an error, not an overflow.
+        let b = Builder::proxy(Addresses::Inet { src, dst }).pad_to(usize::MAX);
+        assert_eq!(
+            b.encode_datagram(b"x", &mut [0u8; 64]),
+            Err(EncodeError::TooLong)
+        );
     }
 
     #[test]

@@ -372,6 +372,12 @@ impl ProxyArgs {
         if let Ok((_, overrides)) = self.routes() {
             notes.extend(overrides);
         }
+        let policy = self.proxy_protocol.as_deref().unwrap_or("SKIP");
+        if self.trusted.is_empty() && matches!(policy.parse(), Ok(Policy::Use | Policy::Require)) {
+            notes.push(format!(
+                "proxy-protocol {policy} with no trusted network: every peer may send a PROXY                  header and name its own client address (the per-source limits key on it);                  list your load balancers in trusted"
+            ));
+        }
         notes
     }
 
@@ -882,6 +888,26 @@ upstreams = ["127.0.0.1:25568"]
         args.route_flags.clear();
         args.default_route = None;
         assert_eq!(args.settings().unwrap().routes.len(), 3);
+        assert!(args.notes().is_empty());
+    }
+
+    /// A policy that reads PROXY headers from everyone (no trusted network) is noted: any
+    /// client could name its own address then.
+    #[test]
+    fn a_header_policy_without_trusted_networks_is_noted() {
+        let mut args = ProxyArgs {
+            proxy_protocol: Some("USE".into()),
+            ..ProxyArgs::default()
+        };
+        let notes = args.notes();
+        assert!(
+            notes.len() == 1 && notes[0].contains("every peer may send"),
+            "{notes:?}"
+        );
+        args.trusted = vec!["10.0.0.0/8".into()];
+        assert!(args.notes().is_empty());
+        args.trusted.clear();
+        args.proxy_protocol = Some("SKIP".into());
         assert!(args.notes().is_empty());
     }
 
