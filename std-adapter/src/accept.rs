@@ -14,7 +14,9 @@
 //! that belong to one connection, as `accept(2)` reports a client gone before it was taken
 //! (ECONNABORTED, EPROTO and the network errors Linux passes on from the pending socket), are
 //! returned at once with no pause and no line: a client that connects and resets in a loop
-//! would otherwise hold every accept of the listener to the back-off's pace.
+//! would otherwise hold every accept of the listener to the back-off's pace. (Up to
+//! [`PER_CONNECTION_RUN`] of them in a row: past that, with nothing accepted between, they are
+//! taken as lasting.)
 //! ([`is_per_connection`] tells them apart.)
 //!
 //! A streak ends at the first try that does not fail: a connection accepted, or none waiting
@@ -74,7 +76,16 @@ pub struct AcceptBackoff {
     /// Lines dropped (each streak not logged drops two) since the caller last took them.
     lines_suppressed: u64,
     log: LogLimit,
+    /// One-connection errors since a connection was last accepted (or the backlog found
+    /// empty): past [`PER_CONNECTION_RUN`] they are taken as lasting.
+    in_a_row: u32,
 }
+
+/// One-connection errors in a row, with no connection accepted between them, after which
+/// they start a streak (a pause and a line) as a lasting error does: an EACCES or EPERM a
+/// security policy returns for every accept is reported the same way as one client's, and
+/// retried at once it spins the loop.
+pub const PER_CONNECTION_RUN: u32 = 1024;
 
 impl Default for AcceptBackoff {
     fn default() -> Self {
@@ -93,6 +104,7 @@ impl AcceptBackoff {
             unlogged: 0,
             lines_suppressed: 0,
             log: LogLimit::new(STREAK_LINES, STREAK_LOG_PERIOD.into()),
+            in_a_row: 0,
         }
     }
 
@@ -132,13 +144,20 @@ impl AcceptBackoff {
                 None => self.recovered(),
             }
         }
-        listener.accept().await.map_err(|e| self.failed(e))
+        match listener.accept().await {
+            Ok(accepted) => {
+                self.in_a_row = 0;
+                Ok(accepted)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     fn failed(&mut self, e: io::Error) -> io::Error {
-        if is_per_connection(&e) {
+        if is_per_connection(&e) && self.in_a_row < PER_CONNECTION_RUN {
             // One client's failure: the next one in the backlog is tried at once, and a
             // streak in progress goes on as it was.
+            self.in_a_row += 1;
             return e;
         }
         if self.failing == 0 {
@@ -178,6 +197,7 @@ impl AcceptBackoff {
         self.backoff = BACKOFF_MIN;
         self.retry_at = None;
         self.logged = false;
+        self.in_a_row = 0;
     }
 }
 
@@ -247,6 +267,27 @@ mod tests {
         a.failed(io::Error::from_raw_os_error(103));
         assert_eq!(a.failing(), 1);
         assert_eq!(a.retry_at.unwrap() - Instant::now(), pause);
+    }
+
+    /// One-connection errors that never stop (a security policy's EACCES on every accept)
+    /// start a streak after PER_CONNECTION_RUN of them: a pause, not a spin.
+    #[tokio::test(start_paused = true)]
+    async fn one_connection_errors_that_never_stop_back_off() {
+        let mut a = AcceptBackoff::new();
+        let eacces = || io::Error::from(io::ErrorKind::PermissionDenied);
+        for _ in 0..PER_CONNECTION_RUN {
+            a.failed(eacces());
+            assert_eq!(a.retry_at, None);
+        }
+        a.failed(eacces());
+        assert_eq!(a.failing(), 1);
+        assert_eq!(a.retry_at.unwrap() - Instant::now(), BACKOFF_MIN);
+        a.failed(eacces());
+        assert_eq!(a.retry_at.unwrap() - Instant::now(), 2 * BACKOFF_MIN);
+        // Once the accepts work again, one-connection errors pass at once again.
+        a.recovered();
+        a.failed(eacces());
+        assert_eq!((a.failing(), a.retry_at), (0, None));
     }
 
     #[tokio::test(start_paused = true)]

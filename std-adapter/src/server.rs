@@ -8,10 +8,11 @@
 //! PROXY header when one was accepted) and the peer, the bytes and frames each way, how long it
 //! lasted and why it ended (`why`: `peer closed`, `shutdown`, `shutdown grace expired
 //! mid-frame`, `reset by peer`, `peer gone while the server was writing`, or the protocol
-//! error). A connection served at least one frame that ended cleanly always gets its line; the
-//! lines of clean ends with nothing served, of ends in an error and of connections refused at
-//! the limit go through the core's [`LogLimit`]s, one for each of those kinds (so a
-//! connect-and-close flood neither floods the log nor hides the errors): under a flood what is
+//! error). The lines go through the core's [`LogLimit`]s, one for each kind: clean ends after
+//! at least one frame served (bursts of 200, then 200 a second), clean ends with nothing
+//! served, ends in an error, and connections refused at the limit (bursts of 20, then 20 a
+//! second each); so a connect-and-close flood, with a frame or without, neither floods the
+//! log nor hides the errors. Under a flood what is
 //! dropped is counted ([`CloseCounts::lines_suppressed`]) and reported with the next line of
 //! its kind let through. [`CloseCounts`] counts every end by kind and is logged at shutdown.
 //!
@@ -301,7 +302,10 @@ impl Counters for ConnCounters<'_> {
 /// counted, reported with the next line let through and in [`CloseCounts::lines_suppressed`];
 /// the close counts count every event.
 struct LogLimits {
-    /// The `closed` lines of connections that ended without an error (peer closed, shutdown).
+    /// The `closed` lines of connections that ended without an error (peer closed, shutdown)
+    /// after being served.
+    served: Mutex<LogLimit>,
+    /// The same, for connections that sent no frame.
     clean: Mutex<LogLimit>,
     /// The `closed` lines of connections that ended in an error (a peer's bad framing, PROXY
     /// header, timeout, reset).
@@ -314,8 +318,14 @@ impl LogLimits {
     /// Bursts of 20 lines, then 20 a second, per kind.
     const LIMIT: LogLimit = LogLimit::new(20, wirekit_core::time::Duration::from_secs(1));
 
+    /// Served connections' lines (bursts of 200, then 200 a second): each stands for work
+    /// done, so more of them pass, but a
+    /// flood of one-frame connections still cannot make a line each.
+    const SERVED: LogLimit = LogLimit::new(200, wirekit_core::time::Duration::from_secs(1));
+
     fn new() -> Self {
         LogLimits {
+            served: Mutex::new(Self::SERVED),
             clean: Mutex::new(Self::LIMIT),
             closes: Mutex::new(Self::LIMIT),
             refusals: Mutex::new(Self::LIMIT),
@@ -399,8 +409,12 @@ impl Server {
                         Ok(a) => a,
                         // EMFILE and friends: logged once per streak, retried after a
                         // back-off; the connections we have keep being served.
-                        Err(_) => {
-                            CloseCounts::bump(&shared.closes.accept_failed);
+                        // (Counted only when they are of that kind: an aborted client's
+                        // accept is no sign of exhaustion.)
+                        Err(e) => {
+                            if !crate::accept::is_per_connection(&e) {
+                                CloseCounts::bump(&shared.closes.accept_failed);
+                            }
                             continue;
                         }
                     }
@@ -556,11 +570,15 @@ async fn serve_connection(
         };
     }
     // A flood of connections, bad or not, must not turn the log into the attack. A connection
-    // that ended cleanly after being served gets its line whatever the rate (each line stands
-    // for frames served, work the server did anyway); one that sent nothing goes through a
-    // limit, as an error does.
+    // that ended cleanly after being served goes through a generous limit (each line stands
+    // for frames served; but a frame can be two bytes); one that sent nothing goes through a
+    // tighter one, as an error does.
     match &result {
-        Ok(ended) if own.frames_in > 0 => closed!(ended.as_str(), 0u32),
+        Ok(ended) if own.frames_in > 0 => {
+            if let Some(suppressed) = LogLimits::allow(&shared.logs.served, &shared.closes) {
+                closed!(ended.as_str(), suppressed);
+            }
+        }
         Ok(ended) => {
             if let Some(suppressed) = LogLimits::allow(&shared.logs.clean, &shared.closes) {
                 closed!(ended.as_str(), suppressed);
@@ -1308,6 +1326,36 @@ mod tests {
             suppressed >= FLOOD.saturating_sub(20 + 20 * (elapsed + 1)),
             "{suppressed} dropped in {elapsed} s"
         );
+        shutdown.cancel();
+        serving.await.unwrap().unwrap();
+    }
+
+    /// A flood of connections that each send one two-byte echo frame and close: served, so
+    /// their lines pass a generous limit (bursts of 200, 200 a second), not one line each.
+    #[tokio::test]
+    async fn served_close_lines_go_through_a_log_limit_too() {
+        const FLOOD: u64 = 600;
+        let (addr, closes, shutdown, serving) = start(ServeOptions::default()).await;
+        let started = Instant::now();
+        for _ in 0..FLOOD {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(&[1, 0]).await.unwrap();
+            let mut reply = [0u8; 2];
+            c.read_exact(&mut reply).await.unwrap();
+        }
+        wait_for("every close", || {
+            CloseCounts::get(&closes.peer_closed) == FLOOD
+        })
+        .await;
+        let elapsed = started.elapsed().as_secs();
+        let suppressed = CloseCounts::get(&closes.lines_suppressed);
+        assert!(
+            suppressed >= FLOOD.saturating_sub(200 + 200 * (elapsed + 1)),
+            "{suppressed} dropped in {elapsed} s"
+        );
+        if elapsed == 0 {
+            assert!(suppressed > 0, "no close line of the flood was dropped");
+        }
         shutdown.cancel();
         serving.await.unwrap().unwrap();
     }
