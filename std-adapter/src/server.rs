@@ -175,6 +175,18 @@ struct Shared {
     counters: Arc<AtomicCounters>,
     closes: Arc<CloseCounts>,
     logs: LogLimits,
+    /// When the shutdown began, as the first to see it (the accept loop or a connection)
+    /// noted it: every connection's grace runs from here, not from when it noticed.
+    shutdown_at: std::sync::OnceLock<Instant>,
+}
+
+impl Shared {
+    /// The end of the shutdown grace (the shutdown noted now if no one has yet).
+    fn grace_end(&self) -> Instant {
+        let at = *self.shutdown_at.get_or_init(Instant::now);
+        at.checked_add(self.options.shutdown_grace)
+            .unwrap_or_else(|| clock::tokio_after(self.options.shutdown_grace))
+    }
 }
 
 /// How connections ended, by kind, since the server started (the service counters count
@@ -365,6 +377,7 @@ impl Server {
                 counters: Arc::new(AtomicCounters::new()),
                 closes: Arc::new(CloseCounts::default()),
                 logs: LogLimits::new(),
+                shutdown_at: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -436,6 +449,7 @@ impl Server {
             });
         }
         drop(listener);
+        let grace_end = shared.grace_end();
         shared
             .closes
             .lines_suppressed
@@ -445,8 +459,15 @@ impl Server {
             connections = tracker.len(),
             "shutting down; finishing frames in flight"
         );
-        let grace = (shared.options.shutdown_grace).saturating_add(Duration::from_millis(500));
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        // Every connection's grace ends at `grace_end` (its sends included), so half a second
+        // past it they have all ended, been counted and logged.
+        let wait_until = grace_end
+            .checked_add(Duration::from_millis(500))
+            .unwrap_or(grace_end);
+        if tokio::time::timeout_at(wait_until, tracker.wait())
+            .await
+            .is_err()
+        {
             warn!("shutdown grace expired with connections still open");
         }
         info!(closes = %shared.closes, "stopped");
@@ -626,13 +647,34 @@ const SEND_STALLED: &str = "the peer took no reply within the send timeout";
 
 /// Writes all of `bytes` unless the peer keeps its window shut for `timeout` (the session's
 /// send timeout, decided in the core's config): then the connection ends as a failed write.
+/// Once the server is shutting down, the write gets at most what is left of the grace (a
+/// shutdown during the write included): the server waits no longer for anyone.
 async fn send_within(
     stream: &mut TcpStream,
     bytes: &[u8],
     timeout: wirekit_core::time::Duration,
+    shared: &Shared,
+    shutdown: &CancellationToken,
 ) -> Result<(), ConnError> {
     let limit = std::time::Duration::from_micros(timeout.as_micros());
-    match tokio::time::timeout(limit, stream.write_all(bytes)).await {
+    let write = tokio::time::timeout(limit, stream.write_all(bytes));
+    tokio::pin!(write);
+    let sent = tokio::select! {
+        biased;
+        r = &mut write => r,
+        () = shutdown.cancelled() => {
+            match tokio::time::timeout_at(shared.grace_end(), &mut write).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(ConnError::Write(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        GRACE_EXPIRED_WRITING,
+                    )));
+                }
+            }
+        }
+    };
+    match sent {
         Ok(sent) => sent.map_err(ConnError::Write),
         Err(_) => Err(ConnError::Write(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -640,6 +682,9 @@ async fn send_within(
         ))),
     }
 }
+
+/// Why a connection ended when the shutdown grace ran out during a write.
+const GRACE_EXPIRED_WRITING: &str = "shutdown grace expired while writing";
 
 async fn drive(
     stream: &mut TcpStream,
@@ -667,7 +712,14 @@ async fn drive(
         let mut greeting = [0u8; 16];
         let p = handle(session, &[], &mut greeting, counters, shared)?;
         if p.written > 0 {
-            send_within(stream, &greeting[..p.written], session.send_timeout()).await?;
+            send_within(
+                stream,
+                &greeting[..p.written],
+                session.send_timeout(),
+                shared,
+                shutdown,
+            )
+            .await?;
         }
     }
     loop {
@@ -680,7 +732,14 @@ async fn drive(
                 let p = handle(session, input.data(), &mut out, counters, shared)?;
                 input.consume(p.consumed);
                 if p.written > 0 {
-                    send_within(stream, &out[..p.written], session.send_timeout()).await?;
+                    send_within(
+                        stream,
+                        &out[..p.written],
+                        session.send_timeout(),
+                        shared,
+                        shutdown,
+                    )
+                    .await?;
                 }
                 match p.want {
                     Want::Call => continue,
@@ -703,7 +762,7 @@ async fn drive(
             if input.is_empty() {
                 return Ok(Ended::Shutdown);
             }
-            grace_deadline.get_or_insert_with(|| clock::tokio_after(options.shutdown_grace));
+            grace_deadline.get_or_insert_with(|| shared.grace_end());
         }
         let deadline = match (session.next_timeout().map(clock::to_tokio), grace_deadline) {
             (Some(h), Some(g)) => Some(h.min(g)),
@@ -736,7 +795,9 @@ async fn drive(
                 }
                 ServedRead::Failed(e) => {
                     if !pending.is_empty() {
-                        let _ = send_within(stream, &pending, session.send_timeout()).await;
+                        let _ =
+                            send_within(stream, &pending, session.send_timeout(), shared, shutdown)
+                                .await;
                     }
                     return Err(e);
                 }
@@ -744,7 +805,8 @@ async fn drive(
                     if !pending.is_empty() {
                         // The peer is not reading: wait here, reading nothing more from it
                         // (backpressure), with one read's replies held at most.
-                        send_within(stream, &pending, session.send_timeout()).await?;
+                        send_within(stream, &pending, session.send_timeout(), shared, shutdown)
+                            .await?;
                         pending.clear();
                         release_if_large(&mut pending);
                     }
@@ -1358,6 +1420,51 @@ mod tests {
         }
         shutdown.cancel();
         serving.await.unwrap().unwrap();
+    }
+
+    /// A connection blocked writing replies to a client that does not read, when the
+    /// shutdown comes: its write gets what is left of the grace, not the 30 s send timeout,
+    /// so it ends (counted, logged) before `run` returns. Before, `run` gave up waiting at the
+    /// grace and returned with the connection still writing, uncounted.
+    #[tokio::test]
+    async fn a_write_blocked_at_shutdown_ends_within_the_grace_and_is_counted() {
+        let grace = Duration::from_secs(1);
+        let (addr, closes, shutdown, serving) = start(ServeOptions {
+            shutdown_grace: grace,
+            ..ServeOptions::default()
+        })
+        .await;
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let c = socket.connect(addr).await.unwrap();
+        let (_rx, mut tx) = c.into_split();
+        let writer = tokio::spawn(async move {
+            let frame = {
+                let mut f = vec![0u8; 4003];
+                let n = wirekit_core::varint::encode_varint(4001, &mut f).unwrap();
+                assert_eq!(n, 2);
+                f
+            };
+            for _ in 0..2048 {
+                if tx.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        // The server's replies fill the client's window and its own send buffer.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(CloseCounts::get(&closes.write_failed), 0);
+        let started = Instant::now();
+        shutdown.cancel();
+        serving.await.unwrap().unwrap();
+        let took = started.elapsed();
+        assert!(took < grace + Duration::from_millis(1500), "{took:?}");
+        assert_eq!(
+            CloseCounts::get(&closes.write_failed),
+            1,
+            "the writing connection ended and was counted before run returned: {closes}"
+        );
+        writer.abort();
     }
 
     /// A frame in flight at the shutdown is finished and answered within the grace; then the
