@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 use wirekit_core::limit::source::{HostState, NetworkState, SourceLimits};
-use wirekit_core::limit::{AddrKey, HashSeed, KeyedLogLimiter, LogDecision, LogLimit, Slot};
+use wirekit_core::limit::{
+    AddrKey, HashSeed, KeyedLogLimiter, LogDecision, LogLimit, Prefix, Slot,
+};
 use wirekit_std::accept::AcceptBackoff;
 use wirekit_std::clock;
 
@@ -111,7 +113,7 @@ impl RefusalLogs {
         let now = clock::now();
         let decision = self
             .per_source
-            .check(AddrKey::host(client), now)
+            .check(AddrKey::new(client, Prefix::CLIENT), now)
             .unwrap_or_else(|_| self.others.check(now));
         match decision {
             LogDecision::Log { suppressed } => Some(suppressed),
@@ -379,6 +381,12 @@ impl ProxyHandle {
                 out.need_restart.push("prefix-v4/prefix-v6");
                 config.prefix = running;
             }
+            // Likewise the addresses' grouping into clients.
+            let running = limits.config().host_prefix;
+            if config.host_prefix != running {
+                out.need_restart.push("host-prefix-v6");
+                config.host_prefix = running;
+            }
             limits.set_config(config);
         }
         {
@@ -637,12 +645,17 @@ mod tests {
         let proxy = Proxy::bind(settings(&["127.0.0.1:1"], 60)).await.unwrap();
         let handle = proxy.handle();
         let mut s = settings(&["127.0.0.1:1"], 60);
-        s.limits.prefix = wirekit_core::limit::Prefix::new(16, 48);
+        s.limits.prefix = wirekit_core::limit::Prefix::new(16, 40);
+        s.limits.host_prefix = wirekit_core::limit::Prefix::new(32, 56);
         s.limits.host.max_open = 3;
         let reloaded = handle.reload(s).unwrap();
-        assert_eq!(reloaded.need_restart, ["prefix-v4/prefix-v6"]);
+        assert_eq!(
+            reloaded.need_restart,
+            ["prefix-v4/prefix-v6", "host-prefix-v6"]
+        );
         let config = *handle.shared.limits.lock().unwrap().config();
-        assert_eq!(config.prefix, wirekit_core::limit::Prefix::SUBNET);
+        assert_eq!(config.prefix, wirekit_core::limit::Prefix::NETWORK);
+        assert_eq!(config.host_prefix, wirekit_core::limit::Prefix::CLIENT);
         assert_eq!(config.host.max_open, 3, "the rest applies");
     }
 

@@ -92,7 +92,7 @@ fn login_as(proxy: &McProxy, client: &str) -> TcpStream {
 }
 
 #[test]
-fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_64() {
+fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_48() {
     let up = Recorder::start();
     let proxy = McProxy::start(&format!(
         "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.0/8\"]\n\
@@ -109,9 +109,10 @@ fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_64() 
             "198.51.100.1:1000",
         ),
         (
-            ["[2001:db8::1]:1000", "[2001:db8::ffff:1]:1000"],
+            // Two /64s of one /48: one network.
+            ["[2001:db8::1]:1000", "[2001:db8:0:5::1]:1000"],
             "[2001:db8::3]:1000",
-            "[2001:db8:0:1::1]:1000",
+            "[2001:db8:1::1]:1000",
         ),
     ] {
         for n in neighbours {

@@ -21,6 +21,12 @@ impl Prefix {
     pub const HOST: Prefix = Prefix { v4: 32, v6: 128 };
     /// IPv4 /24, IPv6 /64.
     pub const SUBNET: Prefix = Prefix { v4: 24, v6: 64 };
+    /// One client: IPv4 /32, IPv6 /64. An IPv6 host can take a new address of its /64 for each
+    /// connection at will, so a limit per /128 would limit nothing.
+    pub const CLIENT: Prefix = Prefix { v4: 32, v6: 64 };
+    /// One network of clients: IPv4 /24, IPv6 /48 (an end site's usual delegation, whose
+    /// /64s one subscriber holds thousands of).
+    pub const NETWORK: Prefix = Prefix { v4: 24, v6: 48 };
 
     /// Keep the first `v4` bits of IPv4 addresses and `v6` bits of IPv6 ones (at most 32 and
     /// 128; longer lengths are taken as those).

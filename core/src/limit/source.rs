@@ -106,11 +106,15 @@ pub struct ConnLimit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SourceConfig {
-    /// Per client address. Default: bursts of 20, 5 a second, 16 open.
+    /// Per client address (of [`host_prefix`](Self::host_prefix)). Default: bursts of 20, 5 a
+    /// second, 16 open.
     pub host: ConnLimit,
     /// Per network of [`prefix`](Self::prefix). Default: bursts of 100, 30 a second, 256 open.
     pub network: ConnLimit,
-    /// How addresses group into networks. Default: [`Prefix::SUBNET`] (IPv4 /24, IPv6 /64).
+    /// How addresses group into one client, for the per-address limits (`host`, `login`,
+    /// `status`). Default: [`Prefix::CLIENT`] (IPv4 /32, IPv6 /64).
+    pub host_prefix: Prefix,
+    /// How addresses group into networks. Default: [`Prefix::NETWORK`] (IPv4 /24, IPv6 /48).
     pub prefix: Prefix,
     /// Logins per client address. Default: bursts of 10, 1 a second.
     pub login: RateLimit,
@@ -163,7 +167,8 @@ impl Default for SourceConfig {
                 rate: RateLimit::per_second(100, 30),
                 max_open: 256,
             },
-            prefix: Prefix::SUBNET,
+            host_prefix: Prefix::CLIENT,
+            prefix: Prefix::NETWORK,
             login: RateLimit::per_second(10, 1),
             status: RateLimit::per_second(30, 10),
         }
@@ -349,7 +354,7 @@ where
     /// source may have got a fresh, still evictable, entry).
     pub fn admit(&mut self, client: IpAddr, now: Instant) -> Result<Admitted, Refusal> {
         let config = self.config;
-        let host_key = AddrKey::host(client);
+        let host_key = AddrKey::new(client, config.host_prefix);
         let net_key = AddrKey::new(client, config.prefix);
         let host = self
             .hosts
@@ -438,7 +443,10 @@ where
 
     /// Connections counted open for `client`'s address and for its network.
     pub fn open(&self, client: IpAddr) -> (u32, u32) {
-        let host = self.hosts.get(&AddrKey::host(client)).map_or(0, |h| h.open);
+        let host = self
+            .hosts
+            .get(&AddrKey::new(client, self.config.host_prefix))
+            .map_or(0, |h| h.open);
         let net = self
             .networks
             .get(&AddrKey::new(client, self.config.prefix))
@@ -531,6 +539,7 @@ mod tests {
                 rate: RateLimit::OFF,
                 max_open: net,
             },
+            host_prefix: Prefix::HOST,
             prefix: Prefix::SUBNET,
             login: RateLimit::OFF,
             status: RateLimit::OFF,
@@ -706,6 +715,37 @@ mod tests {
         l.release(b, t(0));
         let c = l.admit(ip("192.0.2.1"), t(0)).unwrap();
         l.release(c, t(0));
+    }
+
+    /// Under the defaults an IPv6 client is its /64: a new address of the /64 for each
+    /// connection (which any host can take) meets the same per-address limits; the /48 is
+    /// the network. Keyed per /128, the per-address limits limited nothing on IPv6.
+    #[test]
+    fn an_ipv6_client_is_its_64_by_default() {
+        let mut config = SourceConfig::default();
+        config.host.max_open = 2;
+        config.network.max_open = 3;
+        let mut l = limits(config);
+        let a = l.admit(ip("2001:db8:1:2::1"), t(0)).unwrap();
+        let b = l.admit(ip("2001:db8:1:2::2"), t(0)).unwrap();
+        assert_eq!(
+            l.admit(ip("2001:db8:1:2:ffff::3"), t(0)),
+            Err(Refusal::HostConcurrent)
+        );
+        assert_eq!(l.open(ip("2001:db8:1:2::9")), (2, 2));
+        // Another /64 of the same /48: its own client, the same network.
+        let c = l.admit(ip("2001:db8:1:3::1"), t(0)).unwrap();
+        assert_eq!(
+            l.admit(ip("2001:db8:1:4::1"), t(0)),
+            Err(Refusal::NetworkConcurrent)
+        );
+        assert!(l.admit(ip("2001:db8:2::1"), t(0)).is_ok());
+        // IPv4 stays per address.
+        assert!(l.admit(ip("192.0.2.1"), t(0)).is_ok());
+        assert!(l.admit(ip("192.0.2.2"), t(0)).is_ok());
+        for h in [a, b, c] {
+            l.release(h, t(0));
+        }
     }
 
     /// Rate limits turned on by a reload apply to sources already in the tables, with the

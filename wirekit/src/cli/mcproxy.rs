@@ -89,9 +89,13 @@ pub struct ProxyArgs {
     /// IPv4 network prefix length for the per-network limits (default 24).
     #[arg(long)]
     pub prefix_v4: Option<u8>,
-    /// IPv6 network prefix length for the per-network limits (default 64).
+    /// IPv6 network prefix length for the per-network limits (default 48).
     #[arg(long)]
     pub prefix_v6: Option<u8>,
+    /// IPv6 prefix length that counts as one client for the per-address limits (default 64:
+    /// a host can take any address of its /64, so per /128 would limit nothing).
+    #[arg(long)]
+    pub host_prefix_v6: Option<u8>,
     /// Logins per client address at once (default 10; 0: no limit).
     #[arg(long)]
     pub login_per_ip_burst: Option<u32>,
@@ -423,7 +427,7 @@ impl ProxyArgs {
             proxy_protocol,
             untrusted_proxy_protocol, max_proxy_header, conn_per_ip_burst, conn_per_ip_rate,
             conn_per_ip_max, conn_per_prefix_burst, conn_per_prefix_rate, conn_per_prefix_max,
-            prefix_v4, prefix_v6, login_per_ip_burst, login_per_ip_rate, status_per_ip_burst,
+            prefix_v4, prefix_v6, host_prefix_v6, login_per_ip_burst, login_per_ip_rate, status_per_ip_burst,
             status_per_ip_rate, source_table_size, serverbound_burst, serverbound_rate,
             clientbound_burst, clientbound_rate, unknown_host, unknown_host_motd, log_interval,
             shutdown_grace, threads, default_route;
@@ -484,6 +488,13 @@ impl ProxyArgs {
                 )?,
                 max_open: self.conn_per_prefix_max.unwrap_or(dl.network.max_open),
             },
+            host_prefix: Prefix::new(
+                32,
+                match self.host_prefix_v6.unwrap_or(dl.host_prefix.v6()) {
+                    p @ 0..=128 => p,
+                    _ => return Err("host-prefix-v6: a prefix length from 0 to 128".into()),
+                },
+            ),
             prefix: Prefix::new(
                 match self.prefix_v4.unwrap_or(dl.prefix.v4()) {
                     p @ 0..=32 => p,
