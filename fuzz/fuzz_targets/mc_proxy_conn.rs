@@ -390,7 +390,17 @@ fuzz_target!(|input: Input| {
                     }
                 }
             }
-            (Phase::Parsing, Verdict::ForwardThenOpaque) => assert_eq!(c.phase(), Phase::Opaque),
+            // Opaque only at the client's word: an unknown version's handshake, or its
+            // Encryption Response (the server's Encryption Request leaves both parsed).
+            (Phase::Parsing, Verdict::ForwardThenOpaque) => {
+                assert_eq!(c.phase(), Phase::Opaque);
+                assert_eq!(direction, Direction::Serverbound);
+            }
+            (Phase::Parsing, Verdict::ForwardThenAwaitEncryption) => {
+                assert_eq!(c.phase(), Phase::Parsing);
+                assert_eq!(direction, Direction::Clientbound);
+                assert_eq!(c.state(Direction::Clientbound), State::Login);
+            }
             (Phase::Parsing, Verdict::ForwardThenCompress { threshold }) => {
                 assert_eq!(c.compression_threshold(), Some(threshold));
             }

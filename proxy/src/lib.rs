@@ -36,7 +36,7 @@
 //! [`Mode::Inspect`] parses every frame through play ([`inspect`]): the core's connection
 //! machine with the route's packet rules and budgets, compression followed (and optionally
 //! redone toward the client), a [`Filter`](wirekit_core::minecraft::filter::Filter) set with
-//! [`Proxy::set_filter`], the byte relay from Encryption Request on.
+//! [`Proxy::set_filter`], the byte relay from the client's Encryption Response on.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

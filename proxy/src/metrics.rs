@@ -51,7 +51,7 @@ pub enum ConnState {
     /// Being answered a status.
     Status,
     /// Relaying bytes unparsed: a passthrough route after Login Start, or an inspect route
-    /// gone opaque (after Encryption Request, or a version it does not parse).
+    /// gone opaque (after Encryption Response, or a version it does not parse).
     Relay,
     /// Inspected, in login (Login Start sent, play not reached).
     Login,

@@ -21,8 +21,8 @@ pub enum Mode {
     Passthrough,
     /// Parse every frame both ways through play, applying the route's packet rules and
     /// budgets ([`Route::inspect`], the [`inspect`](crate::inspect) relay); the byte relay
-    /// takes over at Encryption Request (or at once for a version passed opaque), held to
-    /// what the route's byte budgets have left.
+    /// takes over at the client's Encryption Response (or at once for a version passed
+    /// opaque), held to what the route's byte budgets have left.
     Inspect,
 }
 
@@ -382,7 +382,7 @@ impl Settings {
             // Once opaque, the byte relay spends the same budget a read at a time.
             if bytes > 0 && bytes < crate::relay::CHUNK {
                 return Err(SettingsError::new(format!(
-                    "route {}: inspect: {name}-bytes burst {bytes} is below one relay read ({} bytes), which the byte relay spends at once after Encryption Request",
+                    "route {}: inspect: {name}-bytes burst {bytes} is below one relay read ({} bytes), which the byte relay spends at once after Encryption Response",
                     route.name,
                     crate::relay::CHUNK
                 )));

@@ -597,44 +597,110 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
     assert!(line.contains("reason=\"client_closed\""), "{line}");
 }
 
-/// A client that half-closes with a frame cut short, then an Encryption Request from the
-/// upstream: the relay goes opaque and carries the upstream's bytes to the client, leaving the
-/// cut frame unsent (the client's direction has ended), rather than failing on the shut
-/// upstream write half.
+/// The upstream's Encryption Request reaches the client and the connection stays parsed;
+/// the client's Encryption Response makes it opaque (the client's encrypted bytes after it in
+/// the same write relayed as they are), and a client that then half-closes still gets every
+/// byte the upstream sends after, rather than a failure on the shut upstream write half.
 #[test]
-fn going_opaque_after_the_client_half_closed_still_relays_the_upstream() {
+fn going_opaque_at_the_clients_response_then_its_end_still_relays_the_upstream() {
     use std::io::{Read, Write};
     use std::net::Shutdown;
     use wirekit_tests::mcproxy_process::login_bytes;
 
     let _turn = turn();
-    // The login, then the first two bytes of a five-byte frame, then the end.
     let login = login_bytes("halfopaque.inspect.test", "Tester");
-    let (proxy, mut client, mut up) =
-        raw_login("halfopaque", 82, &[&login[..], &[0x05, 0x03]].concat());
-    client.shutdown(Shutdown::Write).unwrap();
-    let mut rest = [0u8; 16];
-    assert_eq!(
-        up.read(&mut rest).unwrap(),
-        0,
-        "the client's end reached the upstream"
-    );
-
+    let (proxy, mut client, mut up) = raw_login("halfopaque", 82, &login);
     let request_frame = encryption_request_frame();
-    // After the request the stream is encrypted: bytes no frame decoder follows.
-    let opaque: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 0x80) as u8).collect();
     up.write_all(&request_frame).unwrap();
-    up.write_all(&opaque).unwrap();
-    let mut got = vec![0u8; request_frame.len() + opaque.len()];
+    let mut got = vec![0u8; request_frame.len()];
     client.read_exact(&mut got).unwrap();
-    assert!(got == [&request_frame[..], &opaque[..]].concat());
+    assert!(got == request_frame);
+    open_only_in(&proxy, "halfopaque", "login");
+    // The response (ID 0x01 and its two byte arrays, not parsed), then what the client
+    // encrypts: bytes no frame decoder follows.
+    let response = frame(&[0x01, 0x02, 0xaa, 0xbb, 0x02, 0xcc, 0xdd]);
+    let sealed: Vec<u8> = (0..10_000u32).map(|i| (i * 13 + 0x80) as u8).collect();
+    client
+        .write_all(&[&response[..], &sealed[..]].concat())
+        .unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    let mut serverbound = Vec::new();
+    up.read_to_end(&mut serverbound).unwrap();
+    assert!(
+        serverbound == [&response[..], &sealed[..]].concat(),
+        "the response and the bytes after it reached the upstream as sent"
+    );
+    let opaque: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + 0x80) as u8).collect();
+    up.write_all(&opaque).unwrap();
+    let mut got = vec![0u8; opaque.len()];
+    client.read_exact(&mut got).unwrap();
+    assert!(got == opaque);
     // Open until the upstream ends too: bytes relayed unparsed.
     open_only_in(&proxy, "halfopaque", "relay");
     up.shutdown(Shutdown::Write).unwrap();
+    let mut rest = [0u8; 16];
     assert_eq!(client.read(&mut rest).unwrap(), 0, "then the end of stream");
     drop((client, up));
     let line = close_line(&proxy, "halfopaque");
     assert!(!line.contains("error"), "{line}");
+}
+
+/// Between the upstream's Encryption Request and the client's Encryption Response the
+/// client still speaks plaintext, and its packets are judged: one past a size rule closes
+/// the connection (the client told why) and never reaches the upstream. Before, the request
+/// made both directions opaque, and anything the client sent next passed unjudged.
+#[test]
+fn the_clients_packets_before_its_encryption_response_are_judged() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    use wirekit_core::minecraft::handshake::NextState;
+    use wirekit_tests::mcproxy_process::{accept_within, connect_from, handshake, login_start};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let rules = "[[route.inspect.rule]]\nstate = \"login\"\ndirection = \"serverbound\"\n\
+                 id = 2\nmax-len = 64\n";
+    let proxy = McProxy::start(&route("encplain", port, rules));
+    let mut client = connect_from(84, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // 1.13 (393): the first release with login plugin messages.
+    client
+        .write_all(
+            &[
+                handshake("encplain.inspect.test", 393, NextState::Login),
+                login_start("Tester"),
+            ]
+            .concat(),
+        )
+        .unwrap();
+    let mut up = accept_within(&listener);
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    let request_frame = encryption_request_frame();
+    up.write_all(&request_frame).unwrap();
+    let mut got = vec![0u8; request_frame.len()];
+    client.read_exact(&mut got).unwrap();
+    // A Login Plugin Response of 1 KiB in plaintext, where the rule allows 64 bytes.
+    let mut plugin = vec![0x02, 0x07, 0x01];
+    plugin.extend_from_slice(&[0x55; 1024]);
+    client.write_all(&frame(&plugin)).unwrap();
+    wirekit_tests::mcproxy_process::expect_disconnect(&mut client, "");
+    let mut upstream_got = Vec::new();
+    let _ = up.read_to_end(&mut upstream_got);
+    assert!(
+        !upstream_got
+            .windows(64)
+            .any(|w| w.iter().all(|&b| b == 0x55)),
+        "the packet the rule refuses reached the upstream"
+    );
+    let line = close_line(&proxy, "encplain");
+    assert!(
+        line.contains("too_large") || line.contains("packet_too_large"),
+        "{line}"
+    );
 }
 
 /// A relayed connection on which nothing moves either way for `idle-timeout` is closed by the

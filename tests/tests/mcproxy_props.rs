@@ -471,7 +471,15 @@ proptest! {
                         prop_assert!(n.is_ok(), "{:?} {:?}", target, n);
                     }
                 }
-                (Phase::Parsing, Verdict::ForwardThenOpaque) => prop_assert_eq!(c.phase(), Phase::Opaque),
+                (Phase::Parsing, Verdict::ForwardThenOpaque) => {
+                    prop_assert_eq!(c.phase(), Phase::Opaque);
+                    // Only at the client's word (a handshake, an Encryption Response).
+                    prop_assert_eq!(p.direction, SB);
+                }
+                (Phase::Parsing, Verdict::ForwardThenAwaitEncryption) => {
+                    prop_assert_eq!(c.phase(), Phase::Parsing);
+                    prop_assert_eq!((p.direction, c.state(CB)), (CB, State::Login));
+                }
                 (Phase::Parsing, Verdict::ForwardThenCompress { threshold }) => {
                     prop_assert_eq!(c.compression_threshold(), Some(threshold));
                     prop_assert_eq!(c.phase(), Phase::Parsing);

@@ -30,8 +30,10 @@
 //! - Login: Login Start first; the server's Set Compression yields
 //!   [`Verdict::ForwardThenCompress`] (both directions frame the packets after it with the new
 //!   threshold: the client switches when it reads it and sends nothing in between);
-//!   Encryption Request yields [`Verdict::ForwardThenOpaque`] (everything after is encrypted or
-//!   follows encrypted traffic: relay both directions byte for byte). Login Success moves the
+//!   Encryption Request yields [`Verdict::ForwardThenAwaitEncryption`]: the client's
+//!   plaintext packets are still judged until its Encryption Response, which yields
+//!   [`Verdict::ForwardThenOpaque`] (everything after is encrypted or follows encrypted
+//!   traffic: relay both directions byte for byte). Login Success moves the
 //!   clientbound side to play (before 1.20.2) or configuration (1.20.2+, where the server then
 //!   waits for the client's Login Acknowledged, which moves the serverbound side).
 //! - Configuration (1.20.2+): Finish Configuration moves the clientbound side to play, its
@@ -415,6 +417,13 @@ pub enum Verdict {
     /// Forward it, then relay both directions byte for byte, parsing nothing more (bytes
     /// already buffered and not yet fed to the machine included).
     ForwardThenOpaque,
+    /// Forward it (an Encryption Request): the client answers with Encryption Response, and
+    /// that packet's verdict is [`ForwardThenOpaque`](Self::ForwardThenOpaque). Until then
+    /// both directions are still plaintext and parsed (the client's Login Plugin and Cookie
+    /// Responses to earlier requests under the rules, the rest closing). A caller that could
+    /// not carry the connection opaque then (the client framed apart from the upstream)
+    /// withholds this packet and calls [`ProxyConn::refuse_opaque`].
+    ForwardThenAwaitEncryption,
     /// Forward the filter's rewrite instead: the first `len` bytes of the rewrite buffer, a
     /// packet body (ID and data) for the caller to frame.
     ForwardRewritten {
@@ -432,6 +441,8 @@ pub enum Verdict {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 enum Awaiting {
     Nothing,
+    /// The client's Encryption Response (after Encryption Request): then opaque.
+    EncryptionResponse,
     LoginAck,
     FinishAck,
     ConfigAck,
@@ -443,7 +454,7 @@ enum Awaiting {
 pub enum Phase {
     /// Packets are parsed; each direction's [`State`] applies.
     Parsing,
-    /// Bytes are relayed untouched (after Encryption Request, an unknown version, or
+    /// Bytes are relayed untouched (after Encryption Response, an unknown version, or
     /// [`ProxyConn::make_opaque`]).
     Opaque,
     /// Closed.
@@ -457,6 +468,8 @@ enum Effect {
     /// The handshake: version, next state.
     Handshake(i32, NextState),
     Opaque,
+    /// Encryption Request forwarded: wait for the client's Encryption Response.
+    EncryptionRequested,
     StatusRequested,
     LoginStarted,
     LoginSuccess,
@@ -598,12 +611,16 @@ impl ProxyConn {
     }
 
     /// Closes a connection the caller could not carry opaque after
-    /// [`Verdict::ForwardThenOpaque`], having withheld the packet that made it so: the peer
-    /// is still in the state it was parsed in, so the close has that state's Disconnect
-    /// (which [`close`](Self::close) on an opaque connection would not give).
+    /// [`Verdict::ForwardThenOpaque`] or [`Verdict::ForwardThenAwaitEncryption`], having
+    /// withheld the packet that made it so: the peer is still in the state it was parsed in,
+    /// so the close has that state's Disconnect (which [`close`](Self::close) on an opaque
+    /// connection would not give).
     pub fn refuse_opaque(&mut self, reason: CloseReason) -> Close {
         if self.phase == Phase::Opaque {
             self.phase = Phase::Parsing;
+        }
+        if self.awaiting == Awaiting::EncryptionResponse {
+            self.awaiting = Awaiting::Nothing;
         }
         self.close(reason)
     }
@@ -814,12 +831,40 @@ impl ProxyConn {
                 let Some(body) = rewrite.get(..n) else {
                     return Verdict::Close(self.close(CloseReason::FilterBadRewrite));
                 };
-                let id = match split_packet(body) {
-                    Ok(p) if p.id >= 0 => p.id,
+                let (id, data) = match split_packet(body) {
+                    Ok(p) if p.id >= 0 => (p.id, p.data),
                     _ => return Verdict::Close(self.close(CloseReason::FilterBadRewrite)),
                 };
                 if self.ids.identify(state, dir, id).is_some_and(changes_state) {
                     return Verdict::Close(self.close(CloseReason::FilterControl));
+                }
+                // What goes out is held to what a received packet is: the state's checks
+                // (a Cookie Response's bounds, an ID the state has) and the rules (a rewrite
+                // into a denied ID, or past a size rule, is the packet the rule refuses).
+                let out = ObservedPacket {
+                    direction: dir,
+                    id,
+                    data,
+                    wire_len: packet.wire_len,
+                    compressed: false,
+                };
+                match self.step(state, &out, &rules.handshake) {
+                    Ok((_, Effect::None)) => {}
+                    Ok(_) => return Verdict::Close(self.close(CloseReason::FilterControl)),
+                    Err((reason, disconnect)) => return self.close_with(reason, disconnect),
+                }
+                match rules.evaluate(state, dir, version, id, data.len()) {
+                    RuleVerdict::Pass => {}
+                    RuleVerdict::Drop { .. } => return Verdict::Drop,
+                    RuleVerdict::Deny { rule } => {
+                        let d = self.disconnect_target();
+                        return self.close_with(CloseReason::RuleDenied(rule), d);
+                    }
+                    RuleVerdict::TooLarge { rule, .. } => {
+                        let d = self.disconnect_target();
+                        let len = data.len();
+                        return self.close_with(CloseReason::PacketTooLarge { rule, len }, d);
+                    }
                 }
                 Some(n)
             }
@@ -904,6 +949,29 @@ impl ProxyConn {
             }
             // Nothing but Login Start before Login Start, either way.
             (State::Login, _) if !self.login_started => return Err(unexpected()),
+            // After Encryption Request: the client's Encryption Response makes the rest of
+            // both directions opaque (encrypted); before it, the client may still answer
+            // earlier Login Plugin and Cookie Requests (under the rules), and the server
+            // sends nothing but a Disconnect.
+            (State::Login, Some(K::EncryptionResponse))
+                if self.awaiting == Awaiting::EncryptionResponse =>
+            {
+                Effect::Opaque
+            }
+            (State::Login, Some(K::CookieResponse))
+                if self.awaiting == Awaiting::EncryptionResponse =>
+            {
+                check_cookie_response(p.data).map_err(|e| bad(K::CookieResponse, e))?;
+                Effect::None
+            }
+            (State::Login, Some(K::LoginPluginResponse | K::Disconnect))
+                if self.awaiting == Awaiting::EncryptionResponse =>
+            {
+                Effect::None
+            }
+            (State::Login, _) if self.awaiting == Awaiting::EncryptionResponse => {
+                return Err(unexpected());
+            }
             (State::Login, Some(K::LoginPluginResponse | K::LoginPluginRequest)) => Effect::None,
             (State::Login, Some(K::CookieRequest | K::Disconnect)) => Effect::None,
             (State::Login, Some(K::CookieResponse)) => {
@@ -914,7 +982,7 @@ impl ProxyConn {
                 let sc = SetCompression::parse(p.data).map_err(|e| bad(K::SetCompression, e))?;
                 Effect::Compress(sc.threshold)
             }
-            (State::Login, Some(K::EncryptionRequest)) => Effect::Opaque,
+            (State::Login, Some(K::EncryptionRequest)) => Effect::EncryptionRequested,
             (State::Login, Some(K::LoginSuccess)) if !self.login_succeeded => Effect::LoginSuccess,
             (State::Login, Some(K::LoginAcknowledged))
                 if self.awaiting == Awaiting::LoginAck && p.data.is_empty() =>
@@ -983,6 +1051,10 @@ impl ProxyConn {
             Effect::Opaque => {
                 self.phase = Phase::Opaque;
                 Verdict::ForwardThenOpaque
+            }
+            Effect::EncryptionRequested => {
+                self.awaiting = Awaiting::EncryptionResponse;
+                Verdict::ForwardThenAwaitEncryption
             }
             Effect::StatusRequested => {
                 self.status_requested = true;
@@ -1062,6 +1134,7 @@ fn changes_state(packet: KnownPacket) -> bool {
             | K::LoginSuccess
             | K::LoginAcknowledged
             | K::EncryptionRequest
+            | K::EncryptionResponse
             | K::SetCompression
             | K::FinishConfiguration
             | K::FinishConfigurationAck
@@ -1296,12 +1369,33 @@ mod tests {
         }
     }
 
+    /// The server's Encryption Request leaves both directions parsed; the client's
+    /// Encryption Response (after which it encrypts) makes the connection opaque. Between
+    /// the two the client's plaintext packets are judged under the rules: before, the
+    /// request made both opaque at once, and a client could send any plaintext login packet
+    /// past the rules before its response.
     #[test]
-    fn encryption_makes_opaque() {
-        let mut c = ProxyConn::new(ConnConfig::default());
-        feed(&mut c, SB, 0, &handshake(765, NextState::Login)).assert_forward();
-        feed(&mut c, SB, 0, &login_start(765)).assert_forward();
-        assert_eq!(feed(&mut c, CB, 1, b"request"), Verdict::ForwardThenOpaque);
+    fn encryption_goes_opaque_at_the_clients_response() {
+        let start = || {
+            let mut c = ProxyConn::new(ConnConfig::default());
+            feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+            feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+            assert_eq!(
+                feed(&mut c, CB, 1, b"request"),
+                Verdict::ForwardThenAwaitEncryption
+            );
+            assert_eq!(c.phase(), Phase::Parsing);
+            assert_eq!(
+                c.disconnect_target().map(|t| t.state),
+                Some(DisconnectState::Login)
+            );
+            c
+        };
+        let mut c = start();
+        // A Login Plugin Response and a Cookie Response to earlier requests: judged, passed.
+        feed(&mut c, SB, 2, b"\x01\x00").assert_forward();
+        feed(&mut c, SB, 4, &[3, b'a', b':', b'b', 0]).assert_forward();
+        assert_eq!(feed(&mut c, SB, 1, b"response"), Verdict::ForwardThenOpaque);
         assert_eq!(c.phase(), Phase::Opaque);
         assert_eq!(c.disconnect_target(), None);
         assert_eq!(c.relay_bytes(SB, 1000, T0), Verdict::Forward);
@@ -1311,6 +1405,47 @@ mod tests {
         assert_eq!(
             (close.reason, close.disconnect),
             (CloseReason::PacketWhileOpaque, None)
+        );
+
+        // A size rule on the Login Plugin Response still holds after the request.
+        let list = [PacketRule {
+            state: State::Login,
+            direction: SB,
+            versions: VersionRange::ALL,
+            ids: IdRange::one(2),
+            action: RuleAction::MaxLen(16),
+        }];
+        let rules = Rules::new(HandshakeRule::ANY, &list);
+        let mut c = start();
+        let v = c.handle(&rules, &pkt(SB, 2, &[0u8; 64]), T0);
+        let Verdict::Close(close) = v else {
+            panic!("{v:?}")
+        };
+        assert!(matches!(close.reason, CloseReason::PacketTooLarge { .. }));
+        assert_eq!(
+            close.disconnect.map(|t| t.state),
+            Some(DisconnectState::Login)
+        );
+        // Anything else either way closes: a second request, a Login Success in plaintext,
+        // a second Login Start.
+        for (d, id) in [(CB, 1), (CB, 2), (SB, 0)] {
+            let mut c = start();
+            let v = feed(&mut c, d, id, b"x");
+            assert!(
+                matches!(v, Verdict::Close(c) if matches!(c.reason, CloseReason::UnexpectedPacket { .. })),
+                "{d:?} {id}: {v:?}"
+            );
+        }
+        // The server may still say why it ends the login.
+        let mut c = start();
+        feed(&mut c, CB, 0, b"\x02{}").assert_forward();
+        // A caller that cannot carry it opaque refuses at the request, with the login's
+        // Disconnect.
+        let mut c = start();
+        let close = c.refuse_opaque(CloseReason::Local);
+        assert_eq!(
+            close.disconnect.map(|t| t.state),
+            Some(DisconnectState::Login)
         );
     }
 
@@ -1664,6 +1799,99 @@ mod tests {
         let mut c = logged_in(769);
         let v = c.handle_filtered(&Rules::NONE, &pkt(SB, 3, b""), T0, &mut Test, &mut buf);
         assert_eq!(close(v), CloseReason::FilterControl);
+    }
+
+    /// Rewrites into an ID a rule denies, past a size rule, or into a packet the state
+    /// refuses (a malformed Cookie Response, an Encryption Response) are judged as the
+    /// packet they are: before, only "not a control packet" was checked, so a filter could
+    /// forward what the rules deny.
+    #[test]
+    fn rewrites_are_held_to_the_rules_and_the_state() {
+        struct Into(&'static [u8]);
+        impl Filter for Into {
+            fn filter(&mut self, _: &PacketView<'_>, out: &mut [u8]) -> FilterAction {
+                out[..self.0.len()].copy_from_slice(self.0);
+                FilterAction::Rewrite(self.0.len())
+            }
+        }
+        let list = [
+            PacketRule {
+                state: State::Play,
+                direction: SB,
+                versions: VersionRange::ALL,
+                ids: IdRange::one(0x07),
+                action: RuleAction::Deny,
+            },
+            PacketRule {
+                state: State::Play,
+                direction: SB,
+                versions: VersionRange::ALL,
+                ids: IdRange::one(0x09),
+                action: RuleAction::MaxLen(2),
+            },
+            PacketRule {
+                state: State::Play,
+                direction: SB,
+                versions: VersionRange::ALL,
+                ids: IdRange::one(0x0a),
+                action: RuleAction::Drop,
+            },
+        ];
+        let rules = Rules::new(HandshakeRule::ANY, &list);
+        let mut buf = [0u8; 64];
+        let mut judge = |c: &ProxyConn, d, into: &'static [u8]| {
+            c.clone().handle_filtered(
+                &rules,
+                &pkt(d, 0x08, b"data"),
+                T0,
+                &mut Into(into),
+                &mut buf,
+            )
+        };
+        let c = logged_in(340);
+        let reason = |v| match v {
+            Verdict::Close(c) => c.reason,
+            v => panic!("{v:?}"),
+        };
+        assert!(matches!(
+            reason(judge(&c, SB, b"\x07")),
+            CloseReason::RuleDenied(0)
+        ));
+        assert!(matches!(
+            reason(judge(&c, SB, b"\x09abc")),
+            CloseReason::PacketTooLarge { rule: 1, len: 3 }
+        ));
+        assert_eq!(
+            judge(&c, SB, b"\x09ab"),
+            Verdict::ForwardRewritten { len: 3 }
+        );
+        assert_eq!(judge(&c, SB, b"\x0a"), Verdict::Drop);
+        // In login after Encryption Request: a rewrite into the Encryption Response (which
+        // would leave the proxy parsing what the server then encrypts) or a malformed
+        // Cookie Response closes.
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        feed(&mut c, CB, 5, b"\x03a:b").assert_forward();
+        let mut buf = [0u8; 64];
+        let mut judge = |c: &ProxyConn, into: &'static [u8]| {
+            c.clone().handle_filtered(
+                &Rules::NONE,
+                &pkt(SB, 2, b"\x01\x00"),
+                T0,
+                &mut Into(into),
+                &mut buf,
+            )
+        };
+        assert_eq!(reason(judge(&c, b"\x01x")), CloseReason::FilterControl);
+        assert!(matches!(
+            reason(judge(&c, b"\x04\x03a:b\x02")),
+            CloseReason::BadPacket { .. }
+        ));
+        assert_eq!(
+            judge(&c, b"\x04\x03a:b\x00"),
+            Verdict::ForwardRewritten { len: 6 }
+        );
     }
 
     #[test]

@@ -20,8 +20,9 @@
 //!   threshold, and every packet is framed again (compressed with the core's compressor) for
 //!   the side it goes to.
 //! - [`Verdict::ForwardThenCompress`] switches the framers at the packet that asks for it;
-//!   [`Verdict::ForwardThenOpaque`] (Encryption Request) flushes what is buffered and hands
-//!   the connection back ([`InspectEnd::Opaque`]) for the byte relay; [`Verdict::Close`]
+//!   [`Verdict::ForwardThenOpaque`] (the client's Encryption Response, after the server's
+//!   Encryption Request; the client's packets between the two are still judged) flushes
+//!   what is buffered and hands the connection back ([`InspectEnd::Opaque`]) for the byte relay; [`Verdict::Close`]
 //!   sends the client the Disconnect the verdict names, framed as its side is, and ends.
 //!
 //! - With a filter that does not look at packets ([`Filter::sees_packets`]), the frames the
@@ -860,7 +861,9 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 // Compression before Encryption Request, which vanilla never does), they
                 // cannot be, and the connection is closed rather than garbled, before the
                 // request reaches a client that would start encrypting on it.
-                Verdict::ForwardThenOpaque if !(side.same_framing() && other.same_framing()) => {
+                Verdict::ForwardThenOpaque | Verdict::ForwardThenAwaitEncryption
+                    if !(side.same_framing() && other.same_framing()) =>
+                {
                     return Some(After::Unrelayable);
                 }
                 Verdict::Drop if side.owes() => return None,
