@@ -6,6 +6,10 @@
 //! - `wirekit_proxy_connections_open{route,state}`: open now, by route and state: `prelogin`,
 //!   `status`, `relay` (bytes relayed unparsed), and for inspected connections the protocol
 //!   state their upstream's packets are in, `login`, `configuration` or `play`;
+//! - `wirekit_proxy_unknown_version_total{route}`: logins on an inspect route of a protocol
+//!   version the proxy does not know, passed unparsed (`unknown-version = "pass"`): the
+//!   route's packet rules and packet budgets do not apply to them (a newer release than this
+//!   build knows, or a client naming any number the upstream accepts);
 //! - `wirekit_proxy_rejections_total{reason}`: connections closed by the proxy, by reason;
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered);
@@ -104,6 +108,7 @@ pub struct Metrics {
     /// Per route, the connections open in each state ([`ConnState::ALL`]'s order); `None` for
     /// a state no connection of the route has been in.
     open: Mutex<BTreeMap<String, [Option<i64>; ConnState::ALL.len()]>>,
+    unknown_version: Mutex<BTreeMap<String, u64>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
     closed: Mutex<BTreeMap<&'static str, u64>>,
     lines_suppressed: AtomicU64,
@@ -155,6 +160,20 @@ impl Metrics {
     /// Counts a connection routed to `route`.
     pub fn connection(&self, route: &str) {
         let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(route) {
+            Some(n) => *n += 1,
+            None => {
+                map.insert(route.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Counts a login on inspect route `route` passed unparsed for its unknown version.
+    pub fn unknown_version(&self, route: &str) {
+        let mut map = self
+            .unknown_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         match map.get_mut(route) {
             Some(n) => *n += 1,
             None => {
@@ -250,6 +269,23 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "wirekit_proxy_connections_total{{route=\"{}\"}} {n}",
+                escape(route)
+            );
+        }
+        out.push_str(
+            "# HELP wirekit_proxy_unknown_version_total Logins on inspect routes passed \
+             unparsed for a protocol version the proxy does not know, by route.\n",
+        );
+        out.push_str("# TYPE wirekit_proxy_unknown_version_total counter\n");
+        for (route, n) in self
+            .unknown_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "wirekit_proxy_unknown_version_total{{route=\"{}\"}} {n}",
                 escape(route)
             );
         }
@@ -533,6 +569,7 @@ mod tests {
         m.line_suppressed();
         m.trip(Refusal::HostRate);
         m.status("hit");
+        m.unknown_version("lobby");
         m.connect_latency(Duration::from_millis(3));
         m.bytes[0].fetch_add(10, Ordering::Relaxed);
         {
@@ -548,6 +585,7 @@ mod tests {
         }
         let text = m.render();
         assert!(text.contains("wirekit_proxy_connections_total{route=\"lobby\"} 1"));
+        assert!(text.contains("wirekit_proxy_unknown_version_total{route=\"lobby\"} 1"));
         assert!(text.contains("wirekit_proxy_rejections_total{reason=\"unknown_host\"} 1"));
         assert!(text.contains("wirekit_proxy_closed_total{reason=\"status\"} 1"));
         assert!(text.contains("wirekit_proxy_log_lines_suppressed_total 1"));

@@ -99,6 +99,15 @@ fn status_honours_inspect_handshake_bounds_unknown_versions_follow_their_policy_
             "{host}: the upstream got the opening as sent"
         );
     }
+    // The inspect route's pass is counted and said: its rules did not apply to that login.
+    proxy.wait_metric(
+        "wirekit_proxy_unknown_version_total{route=\"opaque.test\"}",
+        1,
+    );
+    let log = proxy
+        .proc
+        .wait_log("a protocol version this proxy does not know", 1);
+    assert!(log.contains(&format!("protocol={FUTURE}")), "{log}");
     let mut s = connect_from(22, proxy.addr);
     s.write_all(&opening("refuse.test")).unwrap();
     expect_disconnect(&mut s, "protocol version not supported");

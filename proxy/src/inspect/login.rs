@@ -79,8 +79,21 @@ pub(crate) async fn serve<'a>(
         match insp.judge_prelogin(inbound.bytes(body), wire, now) {
             Verdict::Close(c) => return refuse(&mut insp, &mut inbound, c).await,
             Verdict::ForwardThenOpaque => {
-                // A version the machine does not parse: bytes from here on.
+                // A version the machine does not parse: bytes from here on, the route's
+                // packet rules not applied; counted, and said (within the log limit).
                 opaque = true;
+                shared.metrics.unknown_version(&r.name);
+                if let Some(suppressed) = shared.allow_line(opening.client.ip()) {
+                    tracing::warn!(
+                        client = %opening.client,
+                        route = %r.name,
+                        protocol = insp.conn().protocol_version(),
+                        suppressed,
+                        "a protocol version this proxy does not know: relayed unparsed, the \
+                         route's packet rules and packet budgets not applied \
+                         (unknown-version = \"refuse\" refuses it)"
+                    );
+                }
                 break;
             }
             _ => {}
