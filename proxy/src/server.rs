@@ -108,6 +108,26 @@ impl RefusalLogs {
         }
     }
 
+    /// Logs what the limits still hold back (lines suppressed and not yet reported with a
+    /// later line), as a reload that replaces them would otherwise drop the counts; returns
+    /// how many.
+    fn report_pending(&mut self) -> u64 {
+        let mut held = 0u64;
+        // At the end of time every bucket is full: every entry reports and goes.
+        self.per_source
+            .sweep(wirekit_core::time::Instant::MAX, LOG_SOURCES, |_, n| {
+                held += u64::from(n)
+            });
+        held += u64::from(self.others.pending());
+        if held > 0 {
+            tracing::info!(
+                suppressed = held,
+                "refusal lines held back under the old log interval"
+            );
+        }
+        held
+    }
+
     /// `Some(suppressed)` if a line about `client` may be written now.
     pub(crate) fn allow(&mut self, client: std::net::IpAddr) -> Option<u32> {
         let now = clock::now();
@@ -393,6 +413,8 @@ impl ProxyHandle {
             // A new log interval starts the per-source log limits afresh.
             let mut logs = self.shared.logs.lock().unwrap_or_else(|p| p.into_inner());
             if logs.interval != s.log_interval {
+                // What the old limits held back is reported first, not lost with them.
+                let _ = logs.report_pending();
                 *logs = RefusalLogs::new(s.log_interval);
             }
         }
@@ -636,6 +658,19 @@ mod tests {
         let reloaded = handle.reload(settings(&["127.0.0.1:1"], 5)).unwrap();
         assert!(reloaded.need_restart.is_empty(), "{reloaded:?}");
         assert_eq!(interval(&handle), std::time::Duration::from_secs(5));
+    }
+
+    /// The lines the per-source log limits hold back are reported when a reload replaces
+    /// them (a new log interval), not dropped with them.
+    #[test]
+    fn held_back_refusal_lines_are_reported_not_dropped() {
+        let mut logs = RefusalLogs::new(std::time::Duration::from_secs(60));
+        let client: std::net::IpAddr = "192.0.2.9".parse().unwrap();
+        assert!(logs.allow(client).is_some());
+        assert!(logs.allow(client).is_none());
+        assert!(logs.allow(client).is_none());
+        assert_eq!(logs.report_pending(), 2);
+        assert_eq!(logs.report_pending(), 0, "reported once");
     }
 
     /// Network prefixes keep their running value until a restart, and say so: open

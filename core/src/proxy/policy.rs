@@ -230,15 +230,17 @@ impl FromStr for Cidr {
                 if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
                     return Err(CidrError::Syntax);
                 }
-                (a, p.parse::<u8>().map_err(|_| CidrError::PrefixTooLong)?)
+                let p = p.parse::<u8>().map_err(|_| CidrError::PrefixTooLong)?;
+                (a, Some(p))
             }
-            None => (s, u8::MAX),
+            None => (s, None),
         };
         let addr: IpAddr = addr.parse().map_err(|_| CidrError::Syntax)?;
+        // No prefix: the whole address. (`/255` is a prefix too long, not "none".)
         let prefix = match (prefix, addr) {
-            (u8::MAX, IpAddr::V4(_)) => 32,
-            (u8::MAX, IpAddr::V6(_)) => 128,
-            (p, _) => p,
+            (None, IpAddr::V4(_)) => 32,
+            (None, IpAddr::V6(_)) => 128,
+            (Some(p), _) => p,
         };
         Cidr::new(addr, prefix)
     }
@@ -675,6 +677,12 @@ mod tests {
         assert_eq!("1.2.3.4".parse::<Cidr>().unwrap().prefix(), 32);
         assert_eq!("1.2.3.4/33".parse::<Cidr>(), Err(CidrError::PrefixTooLong));
         assert_eq!("::/129".parse::<Cidr>(), Err(CidrError::PrefixTooLong));
+        // 255 is a length like any other (it once stood for "no prefix": a whole address).
+        assert_eq!(
+            "10.0.0.0/255".parse::<Cidr>(),
+            Err(CidrError::PrefixTooLong)
+        );
+        assert_eq!("::/255".parse::<Cidr>(), Err(CidrError::PrefixTooLong));
         assert_eq!("1.2.3.4/".parse::<Cidr>(), Err(CidrError::Syntax));
         assert_eq!("1.2.3.4/+1".parse::<Cidr>(), Err(CidrError::Syntax));
         assert_eq!("1.2.3/8".parse::<Cidr>(), Err(CidrError::Syntax));
