@@ -473,7 +473,8 @@ impl CompressedEncoder {
     /// exact frame length otherwise), or the call fails with
     /// [`EncodeError::BufferTooSmall`] and writes nothing. A body longer than [`MAX_DATA_LEN`],
     /// an empty body, or a frame longer than [`MAX_FRAME_LEN`] is
-    /// [`EncodeError::FrameTooLarge`]. Bytes of `out` past the frame may have been overwritten.
+    /// [`EncodeError::FrameTooLarge`] (known only once compressed: `out` may then hold the
+    /// attempt, and no frame). Bytes of `out` past the frame may have been overwritten.
     pub fn encode<S: AsMut<[u32]>>(
         &self,
         body: &[u8],

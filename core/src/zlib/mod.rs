@@ -47,7 +47,8 @@
 //!
 //! The workspace is any `u32` storage of at least [`WORKSPACE_MIN`] words (4 KiB);
 //! [`WORKSPACE_MCU`] (16 KiB) is the microcontroller profile and [`WORKSPACE_SERVER`] (320 KiB)
-//! the largest that changes anything. Its length sets the hash table sizes (up to 8 Ki
+//! the server's; past it only the chained levels' block size grows (up to 512 KiB), and past
+//! 512 KiB nothing changes. Its length sets the hash table sizes (up to 8 Ki
 //! entries for `Fast`, 16 Ki for `Quick` from 256 KiB, 32 Ki for `Lazy`, `Default` and `Best`),
 //! the block size in symbols, and the chained levels' hash chain, which bounds their match
 //! distance (1 Ki positions at 16 KiB, 32 Ki at 320 KiB).

@@ -126,7 +126,9 @@ pub const WORKSPACE_MIN: usize = 1024;
 /// The microcontroller profile: 4096 words, 16 KiB.
 pub const WORKSPACE_MCU: usize = 4096;
 /// The server profile: 81920 words, 320 KiB (32 Ki-entry hash head and chain, 16 Ki-symbol
-/// blocks). Larger workspaces are accepted and change nothing.
+/// blocks). Larger workspaces, up to 131072 words (512 KiB), only lengthen the chained
+/// levels' blocks (to 64 Ki symbols, so their output differs, still valid); past that they
+/// change nothing.
 pub const WORKSPACE_SERVER: usize = 2 * (1 << 15) + (1 << 14);
 
 /// The largest input compressed with matches; longer inputs are written as stored blocks

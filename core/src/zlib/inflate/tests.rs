@@ -186,18 +186,29 @@ fn length_errors() {
 fn header_and_checksum_errors() {
     let mut inflater = Inflater::new();
     let mut out = [0u8; 6];
+    // A bad FCHECK; then headers whose FCHECK holds, each breaking one other rule of RFC
+    // 1950 (the first ones failed FCHECK too, so they could not tell the rules apart): CM 9,
+    // CINFO 8, FDICT set (twice).
     for header in [
         [0x78, 0x02],
-        [0x79, 0x01],
-        [0x88, 0x01],
-        [0x78, 0x20 | 0x1b],
+        [0x79, 0x18],
+        [0x88, 0x1c],
+        [0x78, 0x20],
+        [0x78, 0xbb],
     ] {
         let mut z = zlib(&fixed_abcabc(), b"abcabc");
         z[..2].copy_from_slice(&header);
+        let word = u16::from(header[0]) << 8 | u16::from(header[1]);
+        assert_eq!(word % 31 == 0, header != [0x78, 0x02], "{header:02x?}");
         assert_eq!(
             inflater.inflate_exact(&z, &mut out),
             Err(InflateError::BadHeader),
             "{header:02x?}"
+        );
+        assert_eq!(
+            reference(&z, out.len(), true),
+            Err(InflateError::BadHeader),
+            "the reference, {header:02x?}"
         );
     }
     let mut z = zlib(&fixed_abcabc(), b"abcabc");
