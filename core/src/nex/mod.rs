@@ -132,6 +132,8 @@ pub enum Error {
     ListTooLong,
     /// A String's last byte is not NUL.
     StringNotTerminated,
+    /// A String holds a NUL before its end.
+    StringInteriorNul,
     /// A String is not UTF-8.
     StringNotUtf8,
     /// A bool byte other than 0 or 1.
@@ -161,6 +163,7 @@ impl Error {
             Error::TooLong => "NEX: declared length over its limit",
             Error::ListTooLong => "NEX: list count over its limit or the bytes left",
             Error::StringNotTerminated => "NEX: string not NUL-terminated",
+            Error::StringInteriorNul => "NEX: string with a NUL inside",
             Error::StringNotUtf8 => "NEX: string not UTF-8",
             Error::BadBool => "NEX: bool not 0 or 1",
             Error::BadVariantType => "NEX: unknown variant type",
@@ -234,6 +237,8 @@ pub enum EncodeError {
     /// An RMC message's parts do not fit its form: names in packed or ids in verbose, class
     /// versions in packed, a response method id with bit 0x8000, an error with a success code.
     WrongForm,
+    /// A String with a NUL inside its text.
+    InteriorNul,
 }
 
 impl EncodeError {
@@ -243,6 +248,7 @@ impl EncodeError {
             EncodeError::BufferTooSmall(_) => "output buffer too small",
             EncodeError::TooLong => "NEX: value does not fit its length field",
             EncodeError::WrongForm => "RMC: message parts do not fit the form",
+            EncodeError::InteriorNul => "NEX: string with a NUL inside",
         }
     }
 }

@@ -201,7 +201,11 @@ impl<'a> RmcMessage<'a> {
         if size > max_len {
             return Err(Error::TooLong);
         }
-        let len = 4 + size as usize;
+        // Checked: on a 32-bit target with a `max_len` near `u32::MAX` the sum could wrap.
+        let len = usize::try_from(size)
+            .ok()
+            .and_then(|size| size.checked_add(4))
+            .ok_or(Error::TooLong)?;
         if input.len() < len {
             return Ok(Status::Partial(Needed::Exactly(len - input.len())));
         }

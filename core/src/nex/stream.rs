@@ -164,8 +164,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A String: u16 length including the NUL, UTF-8 text, the NUL (checked). Length 0 is the
-    /// empty string (what NintendoClients writes for none).
+    /// A String: u16 length including the NUL, UTF-8 text without NUL, the NUL (checked).
+    /// Length 0 is the empty string (what NintendoClients writes for none).
     pub fn string(&mut self) -> Result<&'a str, Error> {
         let len = usize::from(self.u16()?);
         if len > self.ctx.limits.max_string {
@@ -178,6 +178,11 @@ impl<'a> Reader<'a> {
         let (text, nul) = raw.split_at(len - 1);
         if nul != [0] {
             return Err(Error::StringNotTerminated);
+        }
+        // One NUL, the last: a peer that stops at the first would read a shorter string
+        // than this side does (two names for one value).
+        if text.contains(&0) {
+            return Err(Error::StringInteriorNul);
         }
         core::str::from_utf8(text).map_err(|_| Error::StringNotUtf8)
     }
@@ -255,7 +260,8 @@ pub struct Writer<'b> {
     out: &'b mut [u8],
     len: usize,
     overflow: bool,
-    too_long: bool,
+    /// The first value refused ([`EncodeError::TooLong`], [`EncodeError::InteriorNul`]).
+    refused: Option<EncodeError>,
     ctx: Context,
 }
 
@@ -266,7 +272,7 @@ impl<'b> Writer<'b> {
             out,
             len: 0,
             overflow: false,
-            too_long: false,
+            refused: None,
             ctx,
         }
     }
@@ -288,8 +294,8 @@ impl<'b> Writer<'b> {
 
     /// The length written, or why it could not all be written.
     pub fn finish(self) -> Result<usize, EncodeError> {
-        if self.too_long {
-            Err(EncodeError::TooLong)
+        if let Some(refused) = self.refused {
+            Err(refused)
         } else if self.overflow {
             Err(EncodeError::BufferTooSmall(BufferTooSmall {
                 required: self.len,
@@ -358,8 +364,12 @@ impl<'b> Writer<'b> {
     }
 
     /// A String: u16 length including the NUL, the text, the NUL. Over 65534 bytes of text is
-    /// [`EncodeError::TooLong`].
+    /// [`EncodeError::TooLong`]; a NUL inside the text is [`EncodeError::InteriorNul`] (a
+    /// reader that stops at the first NUL would read another string).
     pub fn string(&mut self, s: &str) -> &mut Self {
+        if s.as_bytes().contains(&0) {
+            self.refused.get_or_insert(EncodeError::InteriorNul);
+        }
         let len = self.fits(u16::try_from(s.len() + 1).ok());
         self.u16(len).bytes(s.as_bytes()).u8(0)
     }
@@ -423,7 +433,7 @@ impl<'b> Writer<'b> {
     /// The value, or 0 with [`EncodeError::TooLong`] remembered.
     fn fits<T: Default>(&mut self, v: Option<T>) -> T {
         v.unwrap_or_else(|| {
-            self.too_long = true;
+            self.refused.get_or_insert(EncodeError::TooLong);
             T::default()
         })
     }

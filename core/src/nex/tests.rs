@@ -61,6 +61,15 @@ fn strings() {
         decode::<&str>(&[2, 0, b'a', b'b'], CTX),
         Err(Error::StringNotTerminated)
     );
+    // One NUL, the last: "a\0bcd" would read as "a" to a peer that stops at the first.
+    assert_eq!(
+        decode::<&str>(&[6, 0, b'a', 0, b'b', b'c', b'd', 0], CTX),
+        Err(Error::StringInteriorNul)
+    );
+    let mut out = [0u8; 16];
+    let mut w = Writer::new(&mut out, CTX);
+    w.string("a\0b");
+    assert_eq!(w.finish(), Err(EncodeError::InteriorNul));
     assert_eq!(
         decode::<&str>(&[2, 0, 0xff, 0], CTX),
         Err(Error::StringNotUtf8)
