@@ -8,7 +8,8 @@
 //! ```
 //!
 //! The upstream must be an offline-mode server (or a backend behind Velocity/BungeeCord):
-//! online-mode traffic is encrypted after Encryption Request, and the proxy relays it unread.
+//! online-mode traffic is encrypted from the client's Encryption Response on, and the proxy
+//! relays it unread.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

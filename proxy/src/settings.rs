@@ -16,8 +16,9 @@ use wirekit_core::proxy::policy::ProxyConfig;
 /// How a route carries a connection once it is routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Read the pre-login packets, then relay bytes (splice where the system has it). The only
-    /// choice for online-mode upstreams: their traffic is encrypted after Encryption Request.
+    /// Read the pre-login packets, then relay bytes (splice where the system has it). For
+    /// online-mode upstreams, whose traffic is encrypted after the client's Encryption
+    /// Response, it relays the same bytes as inspect without parsing the login before it.
     Passthrough,
     /// Parse every frame both ways through play, applying the route's packet rules and
     /// budgets ([`Route::inspect`], the [`inspect`](crate::inspect) relay); the byte relay
@@ -323,16 +324,24 @@ pub fn merge_routes(base: Vec<Route>, over: Vec<Route>) -> (Vec<Route>, Vec<Stri
     let mut routes = Vec::with_capacity(base.len() + over.len());
     for mut route in base {
         let before = route.hosts.len();
+        let mut named_by_removed = false;
         route.hosts.retain(|h| match HostPattern::parse(h) {
             Ok(p) if taken.contains(&p) => {
                 notes.push(format!(
                     "host {h:?}: the command line's route replaces route {}'s",
                     route.name
                 ));
+                named_by_removed |= *h == route.name;
                 false
             }
             _ => true,
         });
+        // A route named after a host it no longer has (its default name, the first host)
+        // takes the next one's, so two routes do not share a name in logs and metrics.
+        if named_by_removed && let Some(first) = route.hosts.first() {
+            notes.push(format!("route {} is now named {first}", route.name));
+            route.name = first.clone();
+        }
         if over_default && route.default {
             notes.push(format!(
                 "--default-route replaces route {} as the default route",
@@ -453,8 +462,15 @@ impl Settings {
             }
         }
         let mut seen = HashSet::new();
+        let mut names = HashSet::new();
         let mut defaults = 0;
         for route in &self.routes {
+            if !names.insert(route.name.as_str()) {
+                return Err(SettingsError::new(format!(
+                    "route name {:?} is on two routes (logs and metrics would merge them)",
+                    route.name
+                )));
+            }
             wirekit_core::minecraft::rules::Rules::new(route.handshake, &[])
                 .check()
                 .map_err(|e| SettingsError::new(format!("route {}: handshake: {e}", route.name)))?;
@@ -533,6 +549,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Two routes of one name are refused: logs and metrics would merge them.
+    #[test]
+    fn route_names_are_unique() {
+        let mut s = Settings {
+            routes: vec![route(&["a.example"]), route(&["b.example"])],
+            ..Settings::default()
+        };
+        assert!(s.check().is_ok());
+        s.routes[1].name = "a.example".into();
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("route name \"a.example\""), "{e}");
     }
 
     #[test]

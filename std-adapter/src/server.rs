@@ -7,7 +7,7 @@
 //! A connection's end is logged with one INFO line, `closed`, naming the real client (from the
 //! PROXY header when one was accepted) and the peer, the bytes and frames each way, how long it
 //! lasted and why it ended (`why`: `peer closed`, `shutdown`, `shutdown grace expired
-//! mid-frame`, `reset by peer`, `peer gone while the server was writing`, or the protocol
+//! mid-frame`, `shutdown grace expired while writing`, `reset by peer`, `peer gone while the server was writing`, or the protocol
 //! error). The lines go through the core's [`LogLimit`]s, one for each kind: clean ends after
 //! at least one frame served (bursts of 200, then 200 a second), clean ends with nothing
 //! served, ends in an error, and connections refused at the limit (bursts of 20, then 20 a
@@ -90,9 +90,10 @@ pub struct ServeOptions {
     /// Connections served at once; more are accepted and closed at once. (Any value is
     /// taken; past tokio's semaphore maximum it means no limit.)
     pub max_connections: usize,
-    /// On shutdown, how long a connection may take to finish a frame in flight (no new frame
-    /// is served once it has); one still inside a frame then is closed (`shutdown grace
-    /// expired mid-frame`, counted as a shutdown).
+    /// On shutdown, how long connections may take to finish a frame in flight (no new frame
+    /// is served once it has), counted from the shutdown for all of them; one still inside
+    /// a frame then is closed (`shutdown grace expired mid-frame`), one still writing its
+    /// replies too (`shutdown grace expired while writing`), each counted as a shutdown.
     pub shutdown_grace: Duration,
 }
 
@@ -124,6 +125,9 @@ pub enum ConnError {
     Io(io::Error),
     /// The socket failed while the server was writing replies.
     Write(io::Error),
+    /// Shutting down, the grace ran out while replies were still being written (to a peer
+    /// that did not take them in time); counted as a shutdown.
+    GraceExpiredWriting,
 }
 
 impl std::fmt::Display for ConnError {
@@ -144,6 +148,7 @@ impl std::fmt::Display for ConnError {
             }
             ConnError::Write(e) if e.kind() == io::ErrorKind::TimedOut => f.write_str(SEND_STALLED),
             ConnError::Write(e) => write!(f, "i/o while writing: {e}"),
+            ConnError::GraceExpiredWriting => f.write_str("shutdown grace expired while writing"),
         }
     }
 }
@@ -238,6 +243,7 @@ impl CloseCounts {
             Err(ConnError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => &self.reset,
             Err(ConnError::Io(_)) => &self.io,
             Err(ConnError::Write(_)) => &self.write_failed,
+            Err(ConnError::GraceExpiredWriting) => &self.shutdown,
         });
     }
 
@@ -425,7 +431,7 @@ impl Server {
                         // (Counted only when they are of that kind: an aborted client's
                         // accept is no sign of exhaustion.)
                         Err(e) => {
-                            if !crate::accept::is_per_connection(&e) {
+                            if !crate::accept::is_per_connection(&e) || accepts.failing() > 0 {
                                 CloseCounts::bump(&shared.closes.accept_failed);
                             }
                             continue;
@@ -638,7 +644,7 @@ fn lingers(result: &Result<Ended, ConnError>) -> bool {
         Ok(Ended::Shutdown | Ended::GraceExpired) => true,
         Err(ConnError::Session(SessionError::HeaderTimeout | SessionError::IdleTimeout)) => false,
         Err(ConnError::Session(_)) => true,
-        Err(ConnError::Io(_) | ConnError::Write(_)) => false,
+        Err(ConnError::Io(_) | ConnError::Write(_) | ConnError::GraceExpiredWriting) => false,
     }
 }
 
@@ -665,12 +671,7 @@ async fn send_within(
         () = shutdown.cancelled() => {
             match tokio::time::timeout_at(shared.grace_end(), &mut write).await {
                 Ok(r) => r,
-                Err(_) => {
-                    return Err(ConnError::Write(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        GRACE_EXPIRED_WRITING,
-                    )));
-                }
+                Err(_) => return Err(ConnError::GraceExpiredWriting),
             }
         }
     };
@@ -682,9 +683,6 @@ async fn send_within(
         ))),
     }
 }
-
-/// Why a connection ended when the shutdown grace ran out during a write.
-const GRACE_EXPIRED_WRITING: &str = "shutdown grace expired while writing";
 
 async fn drive(
     stream: &mut TcpStream,
@@ -1211,10 +1209,14 @@ mod tests {
     #[test]
     fn each_end_is_counted_once_by_kind_and_named_in_the_close_line() {
         let closes = CloseCounts::default();
-        let ends: [(Result<Ended, ConnError>, &str); 9] = [
+        let ends: [(Result<Ended, ConnError>, &str); 10] = [
             (Ok(Ended::PeerClosed), "peer closed"),
             (Ok(Ended::Shutdown), "shutdown"),
             (Ok(Ended::GraceExpired), "shutdown grace expired mid-frame"),
+            (
+                Err(ConnError::GraceExpiredWriting),
+                "shutdown grace expired while writing",
+            ),
             (
                 Err(SessionError::HeaderTimeout.into()),
                 "no header or first frame within the header timeout",
@@ -1250,7 +1252,7 @@ mod tests {
         }
         let g = CloseCounts::get;
         assert_eq!(g(&closes.peer_closed), 1);
-        assert_eq!(g(&closes.shutdown), 2);
+        assert_eq!(g(&closes.shutdown), 3);
         assert_eq!(g(&closes.protocol), 3);
         assert_eq!(g(&closes.header_timeout), 1);
         assert_eq!(g(&closes.idle_timeout), 1);
@@ -1259,7 +1261,7 @@ mod tests {
         assert_eq!(g(&closes.io), 0);
         assert_eq!(
             closes.to_string(),
-            "peer_closed=1 shutdown=2 protocol=3 header_timeout=1 idle_timeout=1 reset=1 \
+            "peer_closed=1 shutdown=3 protocol=3 header_timeout=1 idle_timeout=1 reset=1 \
              write_failed=2 io=0 refused=0 accept_failed=0 lines_suppressed=0"
         );
     }
@@ -1409,15 +1411,20 @@ mod tests {
             CloseCounts::get(&closes.peer_closed) == FLOOD
         })
         .await;
-        let elapsed = started.elapsed().as_secs();
+        // Bursts of 200, then 200 a second: at most that many lines let through.
+        let elapsed = started.elapsed().as_secs_f64();
+        let let_through = 200 + (200.0 * elapsed).ceil() as u64;
         let suppressed = CloseCounts::get(&closes.lines_suppressed);
         assert!(
-            suppressed >= FLOOD.saturating_sub(200 + 200 * (elapsed + 1)),
-            "{suppressed} dropped in {elapsed} s"
+            suppressed >= FLOOD.saturating_sub(let_through),
+            "{suppressed} dropped in {elapsed:.2} s"
         );
-        if elapsed == 0 {
-            assert!(suppressed > 0, "no close line of the flood was dropped");
-        }
+        // (600 connections take well under two seconds here; past that the bound says
+        // nothing, so say so rather than pass.)
+        assert!(
+            elapsed < 2.0,
+            "the flood took {elapsed:.2} s: too slow to test the limit"
+        );
         shutdown.cancel();
         serving.await.unwrap().unwrap();
     }
@@ -1453,17 +1460,18 @@ mod tests {
         });
         // The server's replies fill the client's window and its own send buffer.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(CloseCounts::get(&closes.write_failed), 0);
+        assert_eq!(CloseCounts::get(&closes.shutdown), 0);
         let started = Instant::now();
         shutdown.cancel();
         serving.await.unwrap().unwrap();
         let took = started.elapsed();
         assert!(took < grace + Duration::from_millis(1500), "{took:?}");
         assert_eq!(
-            CloseCounts::get(&closes.write_failed),
+            CloseCounts::get(&closes.shutdown),
             1,
             "the writing connection ended and was counted before run returned: {closes}"
         );
+        assert_eq!(CloseCounts::get(&closes.write_failed), 0, "{closes}");
         writer.abort();
     }
 

@@ -144,6 +144,11 @@ fn a_second_signal_ends_the_grace_at_once() {
         .unwrap()
         .read_to_string(&mut logs)
         .unwrap();
-    assert_eq!(status.code(), Some(130), "{status}; logs:\n{logs}");
+    // 128 + the second signal's number: SIGINT's 130 (SIGTERM's 143 if, on a loaded
+    // machine, both were pending when the handler first ran).
+    assert!(
+        matches!(status.code(), Some(130 | 143)),
+        "{status}; logs:\n{logs}"
+    );
     assert!(logs.contains("second signal"), "{logs}");
 }

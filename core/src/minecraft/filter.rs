@@ -4,11 +4,15 @@
 //! rewrite goes into a buffer the caller lends, so filtering allocates nothing.
 //!
 //! Packets that move the connection machine (the handshake, Login Start and Success, Set
-//! Compression, Encryption Request, the configuration switches and their acknowledgements)
+//! Compression, Encryption Request and Response, the configuration switches and their
+//! acknowledgements)
 //! are shown with [`PacketView::control`] set: the filter may pass them or close the
 //! connection, but a drop or rewrite of one would leave the machine and the peers disagreeing
 //! on the state, so the machine closes the connection instead
-//! ([`CloseReason::FilterControl`](super::conn::CloseReason::FilterControl)).
+//! ([`CloseReason::FilterControl`](super::conn::CloseReason::FilterControl)). A rewrite is
+//! held to what a received packet is: the rules judge it (a denied ID or one past its size
+//! rule closes, a dropped one is dropped), and one the state refuses closes
+//! ([`CloseReason::FilterBadRewrite`](super::conn::CloseReason::FilterBadRewrite)).
 //!
 //! ```
 //! use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView};

@@ -452,8 +452,6 @@ pub fn encode_tlvs(tlvs: &[Tlv<'_>], out: &mut [u8]) -> Result<usize, EncodeErro
     Ok(pos)
 }
 
-/// Checks the values of a header's TLV area that the spec constrains, and finds the CRC32C TLV:
-/// returns the offset of its value within `area`, if any.
 /// [`check_area`] for an area about to be written: also refuses what HAProxy refuses on
 /// receipt though this crate's parser takes it (an AUTHORITY over [`MAX_AUTHORITY_LEN`]).
 pub(super) fn check_area_to_send(area: &[u8]) -> Result<Option<usize>, ()> {
@@ -465,6 +463,8 @@ pub(super) fn check_area_to_send(area: &[u8]) -> Result<Option<usize>, ()> {
     Ok(crc_at)
 }
 
+/// Checks the values of a header's TLV area that the spec constrains, and finds the CRC32C TLV:
+/// returns the offset of its value within `area`, if any.
 pub(super) fn check_area(area: &[u8]) -> Result<Option<usize>, Error> {
     // The codes as constants, so the match stays a three-way compare on the byte.
     const CRC32C: u8 = TlvKind::Crc32c.code();

@@ -379,7 +379,9 @@ impl ProxyArgs {
         let policy = self.proxy_protocol.as_deref().unwrap_or("SKIP");
         if self.trusted.is_empty() && matches!(policy.parse(), Ok(Policy::Use | Policy::Require)) {
             notes.push(format!(
-                "proxy-protocol {policy} with no trusted network: every peer may send a PROXY                  header and name its own client address (the per-source limits key on it);                  list your load balancers in trusted"
+                "proxy-protocol {policy} with no trusted network: every peer may send a PROXY \
+                 header and name its own client address (the per-source limits key on it); \
+                 list your load balancers in trusted"
             ));
         }
         notes
@@ -867,7 +869,7 @@ upstreams = ["127.0.0.1:25568"]
         )
         .unwrap();
         args.route_flags = vec![
-            "play.example.com.=127.0.0.1:1".into(),
+            "Play.Example.com=127.0.0.1:1".into(),
             "c.example.com=127.0.0.1:2".into(),
         ];
         args.default_route = Some("127.0.0.1:3".into());
@@ -881,13 +883,25 @@ upstreams = ["127.0.0.1:25568"]
             routes,
             [
                 (vec!["b.example.com".to_owned()], false, 25566),
-                (vec!["play.example.com.".to_owned()], false, 1),
+                (vec!["Play.Example.com".to_owned()], false, 1),
                 (vec!["c.example.com".to_owned()], false, 2),
                 (vec![], true, 3),
             ]
         );
+        // The file's first route was named after the host it lost: it takes the next one's
+        // (the flag's route has that name now).
+        let names: Vec<_> = s.routes.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "b.example.com",
+                "Play.Example.com",
+                "c.example.com",
+                "default"
+            ]
+        );
         let notes = args.notes();
-        assert_eq!(notes.len(), 5, "{notes:?}");
+        assert_eq!(notes.len(), 6, "{notes:?}");
         assert!(notes.iter().any(|n| n.contains("replaces route fallback")));
         assert!(
             notes
