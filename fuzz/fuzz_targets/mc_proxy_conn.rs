@@ -87,9 +87,11 @@ struct Input {
     steps: Vec<Step>,
 }
 
-const KNOWN: [(Direction, KnownPacket); 14] = [
+const KNOWN: [(Direction, KnownPacket); 16] = [
     (Direction::Clientbound, KnownPacket::LoginSuccess),
     (Direction::Clientbound, KnownPacket::EncryptionRequest),
+    (Direction::Serverbound, KnownPacket::EncryptionResponse),
+    (Direction::Serverbound, KnownPacket::LoginPluginResponse),
     (Direction::Serverbound, KnownPacket::LoginAcknowledged),
     (Direction::Serverbound, KnownPacket::CookieResponse),
     (Direction::Clientbound, KnownPacket::FinishConfiguration),
