@@ -473,7 +473,9 @@ impl HeaderRead {
     }
 
     /// Whether the deadline has passed at `now` (call it when [`next_timeout`](Self::next_timeout)
-    /// strikes): `true` means the connection is to be refused for its header timeout.
+    /// strikes): `true` means the connection is to be refused for its header timeout, however
+    /// many bytes it sent (none included: unlike an end of stream, see
+    /// [`Outcome::Incomplete`]).
     pub fn handle_timeout(&self, now: Instant) -> bool {
         self.deadline.is_some_and(|d| now >= d)
     }
@@ -527,9 +529,11 @@ pub enum Outcome<'a> {
     NoHeader,
     /// The stream starts with an invalid header.
     Invalid(Error),
-    /// The stream ended, or the header timeout struck, after `received` bytes that are a valid
-    /// prefix of a header. With `received == 0` the peer sent nothing (a server-speaks-first
-    /// protocol): that counts as no header.
+    /// The stream ended after `received` bytes that are a valid prefix of a header. With
+    /// `received == 0` the peer sent nothing: that counts as no header ([`decide`] serves it
+    /// under `Use`, a server-speaks-first protocol's case). A header timeout is not an end of
+    /// stream: [`HeaderRead::handle_timeout`] refuses the connection whatever it received,
+    /// nothing included (the protocols here have the client speak first).
     Incomplete {
         /// Bytes received.
         received: usize,
