@@ -67,7 +67,10 @@ pub enum Decoded<'a> {
     /// with 0xFE (a handshake of 254 bytes, or 382, 510 ...: a long address), so the caller asks
     /// [`legacy::detect`](crate::minecraft::legacy::detect): a ping is answered in the legacy
     /// format (and the connection closed); [`NotLegacyPing`](crate::minecraft::Error::NotLegacyPing)
-    /// means a frame, read with [`FrameDecoder::decode_frame`].
+    /// means a frame: move the decoder to [`Phase::Framed`] with
+    /// [`FrameDecoder::set_phase`] and decode again (or read this one frame with
+    /// [`FrameDecoder::decode_frame`], which leaves the phase as it is: every later frame
+    /// whose length starts with 0xFE would be reported as a ping again).
     LegacyPing,
 }
 

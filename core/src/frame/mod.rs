@@ -8,9 +8,11 @@
 //!
 //! Both decoders are sans-IO: they look at the bytes the caller has buffered so far and return a
 //! [`Frame`] borrowed from them (zero copy) with the count of bytes it consumed, or
-//! [`Status::Partial`](crate::Status::Partial) with what is still needed. Every length read off
-//! the wire is checked against the configured maximum before the caller is asked for more bytes,
-//! so a buffer never has to grow to a size the peer merely declared.
+//! [`Status::Partial`](crate::Status::Partial) with what is still needed. Every frame length
+//! read off the wire is checked against the configured maximum before the caller is asked for
+//! more bytes, so a buffer never has to grow past that maximum for a size the peer merely
+//! declared. (A compressed frame's Data Length, inside the frame, is checked once the frame is
+//! whole: the frame's own maximum bounds what is read before it.)
 
 use core::fmt;
 

@@ -5,7 +5,10 @@
 //!
 //! Any transport that implements the traits works the same: a TCP socket (embassy-net's
 //! `TcpSocket`, or `std::net::TcpStream` through `embedded-io-adapters`), a UART, a USB CDC
-//! class, an in-memory `&[u8]`. The examples in `core/examples/` show a host loop over
+//! class, an in-memory `&[u8]`. The writers and the driver do not `flush` between a reply and
+//! the next read (on embassy-net a flush waits for the peer's ACK, a delayed-ACK round trip per
+//! reply): a transport that holds written bytes until flushed (a buffered writer, a USB CDC
+//! class that sends a short packet only on flush) must be wrapped to flush on write. The examples in `core/examples/` show a host loop over
 //! in-memory transports (`io_blocking`), the same over a loopback `std::net::TcpStream`
 //! through `embedded-io-adapters` (`io_std_tcp`), the service driver over an in-memory async
 //! pipe (`io_async`), and a UART and a USB CDC stand-in (`io_uart`, compile-only); the
