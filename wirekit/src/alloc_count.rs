@@ -54,23 +54,34 @@ fn note(size: usize) {
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counting
 // touches only relaxed atomics and const-initialised thread-locals and never allocates.
 unsafe impl GlobalAlloc for CountingAlloc {
+    // Live bytes move only when the call succeeded: a failed allocation holds nothing, and a
+    // failed realloc leaves the old block as it was.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
-        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        p
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
-        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(layout) }
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        p
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note(new_size);
-        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        }
+        p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);

@@ -1395,7 +1395,7 @@ async fn drive(
     let cpu0 = local.and_then(|l| l.tid.as_deref()).and_then(thread_cpu);
     let bar = opts.progress.then(|| {
         let bar = match opts.round_trips {
-            Some(n) => indicatif::ProgressBar::new(n * opts.connections as u64),
+            Some(n) => indicatif::ProgressBar::new(n.saturating_mul(opts.connections as u64)),
             None => indicatif::ProgressBar::new(opts.duration.as_millis() as u64),
         };
         bar.set_style(

@@ -111,3 +111,77 @@ fn hex_input_refuses_signs() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("not hex"));
     }
 }
+
+/// `decode` prints each frame as soon as it is whole, the stream still open (a live capture
+/// piped in): it used to read all of stdin first and print nothing until its end.
+#[test]
+fn decode_streams_frames_before_the_input_ends() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
+        .args(["frame", "decode"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"\x03\x00hi\x02").unwrap();
+    stdin.flush().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the first frame printed with the stream open");
+    assert_eq!(
+        first,
+        "{\"offset\":0,\"len\":3,\"id\":0,\"data_hex\":\"6869\"}"
+    );
+    // The rest of the second frame, then the end.
+    stdin.write_all(b"\x01\x05").unwrap();
+    drop(stdin);
+    let second = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        second,
+        "{\"offset\":4,\"len\":2,\"id\":1,\"data_hex\":\"05\"}"
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success());
+}
+
+/// An endless stream is judged as it comes: zeros are an empty frame at offset 0 (decode),
+/// and more than a u8 frame holds is refused once that much is read (encode), where both
+/// used to read forever.
+#[test]
+#[cfg(unix)]
+fn endless_input_is_refused_as_it_comes() {
+    use std::process::{Command, Stdio};
+    for (args, reason) in [
+        (&["frame", "decode"][..], "offset 0"),
+        (&["frame", "decode", "--hex"][..], "offset 0"),
+        (
+            &["frame", "encode", "--framing", "u8"][..],
+            "input longer than 256 bytes",
+        ),
+    ] {
+        let child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
+            .args(args)
+            .stdin(std::fs::File::open("/dev/zero").unwrap())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = run_wirekit::wait_bounded(child, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(reason), "{args:?}: {err}");
+    }
+}

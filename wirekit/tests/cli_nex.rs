@@ -603,3 +603,26 @@ fn a_capture_cut_inside_its_last_record_keeps_what_came_before() {
         }
     }
 }
+
+/// A record whose length is corrupt (past what the pcap reader takes at once) in a file that
+/// goes on is a fault, exit 2; it was reported as a capture cut short, exit 0, and the rest of
+/// the file dropped without an error.
+#[test]
+fn a_corrupt_record_length_is_an_error_not_a_cut() {
+    let mut file = pcap(65535, &whole(capture_frames()));
+    file.extend_from_slice(&1_700_000_100u32.to_le_bytes());
+    file.extend_from_slice(&0u32.to_le_bytes());
+    file.extend_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    file.extend_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    // More than the reader's 8 MB buffer follows: the file does not end inside the record.
+    file.resize(file.len() + (9 << 20), 0);
+    let path = temp("nex-corrupt.pcap");
+    std::fs::write(&path, &file).unwrap();
+    let (code, j, err) = decode(&["--pcap", path.to_str().unwrap(), "--port", "60001"], "");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("cut short"), "{err}");
+    assert!(err.contains("after 7 packet(s)"), "{err}");
+    // The packets before it were decoded.
+    assert!(!j.is_empty());
+}

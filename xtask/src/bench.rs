@@ -521,7 +521,6 @@ fn echo_load(exe: &Path, extra: &[&str], label: &str) -> Result<serde_json::Valu
             "bench",
             "--framing",
             "u32le",
-            "--echo-only",
             "--connections",
             "1000",
             "--round-trips",

@@ -36,9 +36,6 @@ pub struct BenchArgs {
     /// Framing: varint (the wirekit service) or u32le (pktconn).
     #[arg(long, default_value = "varint")]
     pub framing: BenchFraming,
-    /// The target only echoes payloads (a pktconn echo server); implied by u32le.
-    #[arg(long)]
-    pub echo_only: bool,
     /// Send a PROXY v2 header first on every connection.
     #[arg(long)]
     pub proxy_v2: bool,
@@ -80,7 +77,6 @@ impl Default for BenchArgs {
             pipeline: 1,
             payload: PayloadSizes::Uniform(0, 2048),
             framing: BenchFraming::VarInt,
-            echo_only: false,
             proxy_v2: false,
             compression_threshold: None,
             expect_greeting: false,

@@ -17,12 +17,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use wirekit_core::Status;
+use wirekit_core::frame::EncodeError;
 use wirekit_core::frame::compressed::{
     CompressedDecoder, CompressedEncoder, CompressedLimits, max_encoded_len,
 };
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
 use wirekit_core::frame::mc::{self, Decoded, FrameDecoder, Phase};
-use wirekit_core::frame::{EncodeError, Frame, FrameError};
 use wirekit_core::minecraft::{Error as McError, legacy};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
 
@@ -119,42 +119,137 @@ pub fn run(cmd: FrameCommand) -> ExitCode {
     }
 }
 
-/// Reads all of stdin, as raw bytes or hex text.
+/// Reads all of stdin, as raw bytes or hex text, refusing more than `max` bytes (decoded):
+/// nothing is held past `max + 1` chunks' worth whatever stdin holds.
+pub fn read_input_at_most(hex: bool, max: usize) -> Result<Vec<u8>, String> {
+    let mut input = Input::stdin(hex);
+    let mut bytes = Vec::new();
+    while input.fill(&mut bytes)? {
+        if bytes.len() > max {
+            return Err(format!("input longer than {max} bytes"));
+        }
+    }
+    if bytes.len() > max {
+        return Err(format!("input longer than {max} bytes"));
+    }
+    Ok(bytes)
+}
+
+/// Reads all of stdin, as raw bytes or hex text (at most 64 MiB).
 pub fn read_input(hex: bool) -> Result<Vec<u8>, String> {
-    let mut raw = Vec::new();
-    io::stdin()
-        .lock()
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("reading stdin: {e}"))?;
-    if hex { parse_hex(&raw) } else { Ok(raw) }
+    read_input_at_most(hex, 64 << 20)
+}
+
+/// A byte stream read a chunk at a time: raw, or hex text decoded on the way.
+pub struct Input<R> {
+    reader: R,
+    hex: Option<HexDecoder>,
+    chunk: Vec<u8>,
+}
+
+/// Bytes asked of the reader at a time.
+const CHUNK: usize = 64 << 10;
+
+impl Input<io::StdinLock<'static>> {
+    /// Stdin, hex text when `hex`.
+    pub fn stdin(hex: bool) -> Self {
+        Input::new(io::stdin().lock(), hex)
+    }
+}
+
+impl<R: Read> Input<R> {
+    /// `reader`'s bytes, hex text when `hex`.
+    pub fn new(reader: R, hex: bool) -> Self {
+        Input {
+            reader,
+            hex: hex.then(HexDecoder::default),
+            chunk: vec![0u8; CHUNK],
+        }
+    }
+
+    /// Appends the next chunk's bytes to `out`: `false` at the end of the stream (an odd
+    /// hex digit left over is an error then).
+    pub fn fill(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
+        loop {
+            let n = match self.reader.read(&mut self.chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("reading stdin: {e}")),
+            };
+            if n == 0 {
+                if let Some(hex) = &self.hex {
+                    hex.finish()?;
+                }
+                return Ok(false);
+            }
+            let text = &self.chunk[..n];
+            match &mut self.hex {
+                Some(hex) => {
+                    let before = out.len();
+                    hex.feed(text, out)?;
+                    // All whitespace: read on rather than report no progress.
+                    if out.len() == before {
+                        continue;
+                    }
+                }
+                None => out.extend_from_slice(text),
+            }
+            return Ok(true);
+        }
+    }
+}
+
+/// Hex text to bytes, fed in pieces: ASCII whitespace ignored, every other character an ASCII
+/// hex digit (no sign, no `0x`), two per byte.
+#[derive(Default)]
+pub struct HexDecoder {
+    high: Option<u8>,
+    /// Text bytes seen, for the error's position.
+    at: usize,
+}
+
+impl HexDecoder {
+    /// Decodes `text` onto `out`.
+    pub fn feed(&mut self, text: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        for &c in text {
+            let at = self.at;
+            self.at += 1;
+            if c.is_ascii_whitespace() {
+                continue;
+            }
+            let nibble = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                b'A'..=b'F' => c - b'A' + 10,
+                _ if c.is_ascii_graphic() => {
+                    return Err(format!("not hex: {:?} at byte {at}", char::from(c)));
+                }
+                _ => return Err(format!("not hex: byte 0x{c:02x} at byte {at}")),
+            };
+            match self.high.take() {
+                Some(h) => out.push(h << 4 | nibble),
+                None => self.high = Some(nibble),
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end of the text: an odd digit left over is an error.
+    pub fn finish(&self) -> Result<(), String> {
+        match self.high {
+            Some(_) => Err("hex input has an odd number of digits".into()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Parses hex text, ignoring ASCII whitespace: every other character must be an ASCII hex
 /// digit (no sign, no `0x`), two per byte.
 pub fn parse_hex(text: &[u8]) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::with_capacity(text.len() / 2);
-    let mut high: Option<u8> = None;
-    for (at, &c) in text.iter().enumerate() {
-        if c.is_ascii_whitespace() {
-            continue;
-        }
-        let nibble = match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            b'A'..=b'F' => c - b'A' + 10,
-            _ if c.is_ascii_graphic() => {
-                return Err(format!("not hex: {:?} at byte {at}", char::from(c)));
-            }
-            _ => return Err(format!("not hex: byte 0x{c:02x} at byte {at}")),
-        };
-        match high.take() {
-            Some(h) => bytes.push(h << 4 | nibble),
-            None => high = Some(nibble),
-        }
-    }
-    if high.is_some() {
-        return Err("hex input has an odd number of digits".into());
-    }
+    let mut hex = HexDecoder::default();
+    hex.feed(text, &mut bytes)?;
+    hex.finish()?;
     Ok(bytes)
 }
 
@@ -196,23 +291,31 @@ fn fail(offset: usize, reason: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// What one decode step over the buffered input gave.
+enum Step {
+    /// A frame: its length on the wire and its line.
+    Line(usize, serde_json::Value),
+    /// More input needed.
+    Partial(wirekit_core::Needed),
+    /// A legacy ping, told apart once the stream's end (or enough of it) is in.
+    LegacyPing,
+    /// Malformed.
+    Fail(String),
+}
+
+/// Decodes stdin as it comes: each frame is printed once it is whole, and what is buffered is
+/// one partial frame (at most the frame maximum, checked before the rest is asked for) and one
+/// read's worth, whatever the stream's length.
 fn decode(args: &DecodeArgs) -> ExitCode {
-    let input = match read_input(args.hex) {
-        Ok(i) => i,
-        Err(e) => return fail(0, &e),
-    };
-    if let Some(threshold) = args.threshold {
-        if args.framing != Framing::Varint || args.handshake {
-            return fail(
-                0,
-                "--threshold applies to --framing varint after the handshake only",
-            );
-        }
-        return decode_compressed(args, threshold, &input);
+    if args.threshold.is_some() && (args.framing != Framing::Varint || args.handshake) {
+        return fail(
+            0,
+            "--threshold applies to --framing varint after the handshake only",
+        );
     }
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
-    let mut offset = 0usize;
+    let max_varint = args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize);
     let fixed = args.framing.fixed(
         args.max_frame
             .unwrap_or(wirekit_core::frame::fixed::PKTCONN_MAX_LEN),
@@ -222,14 +325,77 @@ fn decode(args: &DecodeArgs) -> ExitCode {
     } else {
         FrameDecoder::new()
     }
-    .with_max_frame_len(args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize));
+    .with_max_frame_len(max_varint);
+    let compressed = args
+        .threshold
+        .map(|t| CompressedDecoder::server(t).with_max_frame_len(max_varint));
+    let mut inflater = compressed.map(|_| Box::new(Inflater::new()));
+    let mut scratch = match compressed {
+        Some(_) => vec![0u8; CompressedLimits::VANILLA.scratch_len()],
+        None => Vec::new(),
+    };
 
-    while offset < input.len() {
-        let rest = &input[offset..];
-        let decoded: Result<Status<Frame<'_>>, FrameError> = match fixed {
-            Some(codec) => codec.decode(rest),
-            None => match mc.decode(rest) {
-                Ok(Status::Complete(Decoded::LegacyPing)) => match is_legacy_ping(rest) {
+    let mut input = Input::stdin(args.hex);
+    // `buf[start..]` is what is not decoded yet; `base` is `buf[0]`'s offset in the stream.
+    let mut buf: Vec<u8> = Vec::new();
+    let (mut start, mut base, mut ended) = (0usize, 0usize, false);
+    loop {
+        let rest = &buf[start..];
+        let offset = base + start;
+        if rest.is_empty() && ended {
+            break;
+        }
+        let step = if rest.is_empty() {
+            Step::Partial(wirekit_core::Needed::Unknown)
+        } else if let (Some(decoder), Some(inflater)) = (&compressed, &mut inflater) {
+            decode_compressed(decoder, rest, inflater, &mut scratch, offset)
+        } else if let Some(codec) = fixed {
+            match codec.decode(rest) {
+                Ok(Status::Complete(f)) => Step::Line(
+                    f.consumed,
+                    serde_json::json!({
+                        "offset": offset,
+                        "len": f.body.len(),
+                        "data_hex": to_hex(f.body),
+                    }),
+                ),
+                Ok(Status::Partial(n)) => Step::Partial(n),
+                Err(e) => Step::Fail(e.to_string()),
+            }
+        } else {
+            match mc.decode(rest) {
+                Ok(Status::Complete(Decoded::LegacyPing)) => Step::LegacyPing,
+                Ok(Status::Complete(Decoded::Frame(f))) => match mc::split_packet(f.body) {
+                    Ok(p) => Step::Line(
+                        f.consumed,
+                        serde_json::json!({
+                            "offset": offset,
+                            "len": f.body.len(),
+                            "id": p.id,
+                            "data_hex": to_hex(p.data),
+                        }),
+                    ),
+                    Err(e) => Step::Fail(e.to_string()),
+                },
+                Ok(Status::Partial(n)) => Step::Partial(n),
+                Err(e) => Step::Fail(e.to_string()),
+            }
+        };
+        match step {
+            Step::Line(consumed, line) => {
+                if writeln!(out, "{line}").is_err() {
+                    return ExitCode::FAILURE;
+                }
+                start += consumed;
+            }
+            Step::Partial(needed) if ended => {
+                let _ = out.flush();
+                return fail_truncated(offset, needed, rest.len());
+            }
+            // A ping is told from a frame whose length field starts with 0xFE once no more
+            // input is coming, or once more is in than any ping holds.
+            Step::LegacyPing if ended || rest.len() >= LEGACY_PING_MAX => {
+                match is_legacy_ping(rest) {
                     Ok(true) => {
                         let line = serde_json::json!({
                             "offset": offset,
@@ -237,58 +403,38 @@ fn decode(args: &DecodeArgs) -> ExitCode {
                             "data_hex": to_hex(rest),
                         });
                         let _ = writeln!(out, "{line}");
+                        let _ = out.flush();
                         return ExitCode::SUCCESS;
                     }
-                    // A frame whose length field starts with the ping's byte (254, 382, ...).
-                    Ok(false) => {
-                        mc.set_phase(Phase::Framed);
-                        mc.decode_frame(rest)
-                    }
+                    Ok(false) => mc.set_phase(Phase::Framed),
                     Err(e) => {
                         let _ = out.flush();
                         return fail(offset, e.as_str());
                     }
-                },
-                Ok(Status::Complete(Decoded::Frame(f))) => Ok(Status::Complete(f)),
-                Ok(Status::Partial(n)) => Ok(Status::Partial(n)),
-                Err(e) => Err(e),
-            },
-        };
-        let frame = match decoded {
-            Ok(Status::Complete(f)) => f,
-            Ok(Status::Partial(needed)) => {
-                let _ = out.flush();
-                return fail_truncated(offset, needed, rest.len());
-            }
-            Err(e) => {
-                let _ = out.flush();
-                return fail(offset, &e.to_string());
-            }
-        };
-        let line = if fixed.is_some() {
-            serde_json::json!({
-                "offset": offset,
-                "len": frame.body.len(),
-                "data_hex": to_hex(frame.body),
-            })
-        } else {
-            match mc::split_packet(frame.body) {
-                Ok(p) => serde_json::json!({
-                    "offset": offset,
-                    "len": frame.body.len(),
-                    "id": p.id,
-                    "data_hex": to_hex(p.data),
-                }),
-                Err(e) => {
-                    let _ = out.flush();
-                    return fail(offset, &e.to_string());
                 }
             }
-        };
-        if writeln!(out, "{line}").is_err() {
-            return ExitCode::FAILURE;
+            Step::Partial(_) | Step::LegacyPing => {
+                // What is decoded goes out before waiting for more (a live stream's reader
+                // sees each frame as it comes); keep only what is not decoded, then read on.
+                if out.flush().is_err() {
+                    return ExitCode::FAILURE;
+                }
+                buf.drain(..start);
+                base += start;
+                start = 0;
+                match input.fill(&mut buf) {
+                    Ok(more) => ended = !more,
+                    Err(e) => {
+                        let _ = out.flush();
+                        return fail(base + buf.len(), &e);
+                    }
+                }
+            }
+            Step::Fail(reason) => {
+                let _ = out.flush();
+                return fail(offset, &reason);
+            }
         }
-        offset += frame.consumed;
     }
     if out.flush().is_err() {
         return ExitCode::FAILURE;
@@ -296,64 +442,47 @@ fn decode(args: &DecodeArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `decode --threshold N`: the compressed format.
-fn decode_compressed(args: &DecodeArgs, threshold: i32, input: &[u8]) -> ExitCode {
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
-    let decoder = CompressedDecoder::server(threshold)
-        .with_max_frame_len(args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize));
-    let mut inflater = Box::new(Inflater::new());
-    let mut scratch = vec![0u8; CompressedLimits::VANILLA.scratch_len()];
-    let mut offset = 0usize;
-    while offset < input.len() {
-        let rest = &input[offset..];
-        let decoded = match decoder.decode(rest, &mut inflater, &mut scratch) {
-            Ok(Status::Complete(d)) => d,
-            Ok(Status::Partial(needed)) => {
-                let _ = out.flush();
-                return fail_truncated(offset, needed, rest.len());
-            }
-            Err(e) => {
-                let _ = out.flush();
-                return fail(offset, &e.to_string());
-            }
-        };
-        let packet = match mc::split_packet(decoded.body) {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = out.flush();
-                return fail(offset, &e.to_string());
-            }
-        };
-        // The length field's value (of the frame as sent, compressed or not).
-        let frame_len = match FrameDecoder::new().decode_frame(rest) {
-            Ok(Status::Complete(f)) => f.body.len(),
-            _ => 0,
-        };
-        let mut line = serde_json::json!({
-            "offset": offset,
-            "len": frame_len,
-            "id": packet.id,
-            "data_hex": to_hex(packet.data),
-        });
-        if threshold >= 0 {
-            line["data_len"] = (if decoded.compressed {
-                decoded.body.len()
-            } else {
-                0
-            })
-            .into();
-            line["compressed"] = decoded.compressed.into();
-        }
-        if writeln!(out, "{line}").is_err() {
-            return ExitCode::FAILURE;
-        }
-        offset += decoded.consumed;
+/// More than any legacy ping holds (a 1.6 ping's host is at most 255 UTF-16 units).
+const LEGACY_PING_MAX: usize = 4096;
+
+/// One step of `decode --threshold N`: the compressed format.
+fn decode_compressed(
+    decoder: &CompressedDecoder,
+    rest: &[u8],
+    inflater: &mut Inflater,
+    scratch: &mut [u8],
+    offset: usize,
+) -> Step {
+    let decoded = match decoder.decode(rest, inflater, scratch) {
+        Ok(Status::Complete(d)) => d,
+        Ok(Status::Partial(needed)) => return Step::Partial(needed),
+        Err(e) => return Step::Fail(e.to_string()),
+    };
+    let packet = match mc::split_packet(decoded.body) {
+        Ok(p) => p,
+        Err(e) => return Step::Fail(e.to_string()),
+    };
+    // The length field's value (of the frame as sent, compressed or not).
+    let frame_len = match FrameDecoder::new().decode_frame(rest) {
+        Ok(Status::Complete(f)) => f.body.len(),
+        _ => 0,
+    };
+    let mut line = serde_json::json!({
+        "offset": offset,
+        "len": frame_len,
+        "id": packet.id,
+        "data_hex": to_hex(packet.data),
+    });
+    if decoder.threshold() >= 0 {
+        line["data_len"] = (if decoded.compressed {
+            decoded.body.len()
+        } else {
+            0
+        })
+        .into();
+        line["compressed"] = decoded.compressed.into();
     }
-    if out.flush().is_err() {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+    Step::Line(decoded.consumed, line)
 }
 
 /// `encode --threshold N`: one packet in the compressed format. The body is checked against
@@ -438,7 +567,14 @@ pub fn encode_packet(
 }
 
 fn encode(args: &EncodeArgs) -> ExitCode {
-    let result = read_input(args.hex)
+    // Stdin is read to one byte past the most the framing takes (the packet's data, before
+    // its ID and length fields), so a larger stream is refused without being held.
+    let max = match (args.threshold, args.framing.fixed(u32::MAX)) {
+        (Some(_), _) => CompressedLimits::VANILLA.max_data_len(),
+        (None, None) => mc::MAX_FRAME_LEN,
+        (None, Some(codec)) => codec.max_len() as usize,
+    };
+    let result = read_input_at_most(args.hex, max.saturating_add(1))
         .and_then(|data| encode_packet(args.framing, args.id, args.threshold, args.level, &data));
     match result {
         Ok(bytes) => write_out(&bytes),

@@ -188,9 +188,9 @@ pub struct ServeArgs {
     /// The NEX version clients speak (as NintendoClients writes it: 30500 for 3.5.0).
     #[arg(long, default_value_t = 30500)]
     pub nex_version: u32,
-    /// Workers (UDP sockets) per server.
-    #[arg(long, default_value_t = 1)]
-    pub workers: usize,
+    /// Workers (UDP sockets) per server, 1 to 64.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: u16,
     /// Login calls one source (an IPv4 address or an IPv6 /64) may make in a burst (at
     /// least 1).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
@@ -210,8 +210,8 @@ pub struct ServeArgs {
     /// WebSockets (per WebSocket listener, at most a sixteenth of --ws-max-connections), its
     /// sources together: a network is an IPv4 /24 or an IPv6 /48. The secure server's UDP
     /// workers have no such limit (a connection there needs a ticket); its WebSocket listener
-    /// does (a WebSocket holds its slot before the ticket).
-    #[arg(long, default_value_t = 256)]
+    /// does (a WebSocket holds its slot before the ticket). At least 1.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_per_network: u32,
     /// Also serve PRUDP Lite over plain WebSocket (subprotocol NEX, as the Switch and
     /// NintendoClients' Lite transport connect): the authentication server here ...
@@ -226,11 +226,12 @@ pub struct ServeArgs {
     /// WebSockets open at once, per server, 1 to 1048576.
     #[arg(long, default_value_t = 1024, value_parser = connections)]
     pub ws_max_connections: usize,
-    /// The largest WebSocket message accepted; a larger one closes its WebSocket.
-    #[arg(long, default_value_t = 2048)]
-    pub ws_max_message: usize,
-    /// Seconds a WebSocket may stay open without a PRUDP connection.
-    #[arg(long, default_value_t = 10)]
+    /// The largest WebSocket message accepted, 64 to 1048576 bytes; a larger one closes its
+    /// WebSocket.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
+    pub ws_max_message: u32,
+    /// Seconds a WebSocket may stay open without a PRUDP connection (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub ws_idle_timeout: u64,
     /// Acknowledge every reliable DATA with its own ACK (default: one aggregate ACK per
     /// substream and receive batch, where the version carries them), for clients that read
@@ -284,7 +285,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             _ => wirekit_core::kerberos::PidWidth::U32,
         },
         nex_version: args.nex_version,
-        workers: args.workers.max(1),
+        workers: usize::from(args.workers),
         login_burst: args.login_burst,
         logins_per_minute: args.logins_per_minute,
         worker,
@@ -344,8 +345,8 @@ fn ws_options(args: &ServeArgs) -> Option<wirekit_nex::WsOptions> {
     let (auth_listen, secure_listen) = (args.ws_auth_listen?, args.ws_secure_listen?);
     let mut config = wirekit_nex::WsConfig {
         max_connections: args.ws_max_connections.max(1),
-        max_message: args.ws_max_message.max(64),
-        idle_timeout: wirekit_core::time::Duration::from_secs(args.ws_idle_timeout.max(1)),
+        max_message: args.ws_max_message as usize,
+        idle_timeout: wirekit_core::time::Duration::from_secs(args.ws_idle_timeout),
         ..wirekit_nex::WsConfig::default()
     };
     config.limits.max_connections = args.max_connections;
@@ -949,6 +950,23 @@ fn read_hex_lines() -> Result<Vec<Datagram>, String> {
     Ok(datagrams)
 }
 
+/// A reader that notes when its source has ended (a read returning nothing), so that an
+/// end-of-file error from a parser on top can be told from one of its own.
+struct EndSeen<R> {
+    inner: R,
+    ended: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R: Read> Read for EndSeen<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.ended.set(true);
+        }
+        Ok(n)
+    }
+}
+
 /// Reads a pcap or pcapng capture record by record and hands each UDP datagram (with `port`
 /// on either side, when given) to `each` as it is read, in capture order.
 ///
@@ -971,13 +989,21 @@ fn read_capture(
         .read_to_end(&mut magic)
         .map_err(|e| format!("{name}: {e}"))?;
     let pcapng = magic == [0x0A, 0x0D, 0x0D, 0x0A];
-    let input = BufReader::new(io::Cursor::new(magic).chain(file));
+    let ended = std::rc::Rc::new(std::cell::Cell::new(false));
+    let input = BufReader::new(EndSeen {
+        inner: io::Cursor::new(magic).chain(file),
+        ended: ended.clone(),
+    });
     let bad = |e: pcap_file::PcapError| format!("{name}: {e}");
     // Packet records read so far: the number of the next one, counted from 1 as Wireshark
     // numbers frames.
     let mut record = 0u64;
+    // A record cut short by the file's end is a capture stopped mid-write; the reader's own
+    // end of buffer (a corrupt length past what it reads at once) is a fault in the file.
     let cut_short = |record: u64, e: pcap_file::PcapError| match e {
-        pcap_file::PcapError::IoError(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+        pcap_file::PcapError::IoError(io)
+            if io.kind() == io::ErrorKind::UnexpectedEof && ended.get() =>
+        {
             eprintln!(
                 "wirekit nex decode: warning: {name}: the capture ends inside a record, after \
                  {record} packet(s) (cut short?); kept what was decoded"
@@ -1259,6 +1285,12 @@ mod tests {
             ["--max-per-source", "0"],
             ["--login-burst", "0"],
             ["--logins-per-minute", "0"],
+            // These were taken and then clamped, or (0 per network) refused every WebSocket.
+            ["--max-per-network", "0"],
+            ["--workers", "0"],
+            ["--workers", "65"],
+            ["--ws-max-message", "63"],
+            ["--ws-idle-timeout", "0"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

@@ -1,7 +1,12 @@
 //! Runs the built `wirekit` binary as an operator would, for the CLI tests.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one command may take before the test fails (a hang is a failure, not a stuck
+/// `cargo test`).
+pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Runs `wirekit ARGS` with `stdin` on its standard input; returns status and output.
 ///
@@ -21,7 +26,50 @@ pub fn wirekit(args: &[&str], stdin: &[u8]) -> Output {
         // A command that exits early (bad arguments) closes its end: not this test's failure.
         let _ = pipe.write_all(&input);
     });
-    let out = child.wait_with_output().expect("wirekit output");
+    let out = wait_bounded(child, args);
     writer.join().expect("stdin writer");
     out
+}
+
+/// Waits for `child` (its stdout and stderr piped) within [`DEADLINE`], killing it and
+/// failing the test past that.
+pub fn wait_bounded(mut child: Child, args: &[&str]) -> Output {
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("wirekit {args:?} still running after {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout"),
+        stderr: stderr.join().expect("stderr"),
+    }
 }
