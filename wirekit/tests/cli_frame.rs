@@ -157,31 +157,101 @@ fn decode_streams_frames_before_the_input_ends() {
     assert!(status.success());
 }
 
-/// An endless stream is judged as it comes: zeros are an empty frame at offset 0 (decode),
-/// and more than a u8 frame holds is refused once that much is read (encode), where both
-/// used to read forever.
+/// A stream that does not end is judged as it comes: zeros are an empty frame at offset 0
+/// (decode), and more than the framing takes is refused once that much is in (encode), where
+/// both used to read to the end first. The writer sends 40 MiB and keeps its end open: a
+/// command that waited for the end would hit the deadline, not exhaust memory.
 #[test]
-#[cfg(unix)]
 fn endless_input_is_refused_as_it_comes() {
+    use std::io::Write;
     use std::process::{Command, Stdio};
     for (args, reason) in [
         (&["frame", "decode"][..], "offset 0"),
         (&["frame", "decode", "--hex"][..], "offset 0"),
         (
             &["frame", "encode", "--framing", "u8"][..],
-            "input longer than 256 bytes",
+            "input longer than the 255 bytes",
+        ),
+        (
+            &["frame", "encode", "--framing", "u32le"][..],
+            "input longer than the 33554432 bytes",
         ),
     ] {
-        let child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
             .args(args)
-            .stdin(std::fs::File::open("/dev/zero").unwrap())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let mut pipe = child.stdin.take().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let writer = std::thread::spawn(move || {
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..40 {
+                if pipe.write_all(&zeros).is_err() {
+                    return;
+                }
+            }
+            // Held open until the command is done.
+            let _ = done_rx.recv();
+        });
         let out = run_wirekit::wait_bounded(child, args);
+        drop(done_tx);
+        writer.join().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(reason), "{args:?}: {err}");
     }
+}
+
+/// A hex fault after whole frames in the same read: the frames are printed, then the fault
+/// (they were dropped with the read).
+#[test]
+fn hex_frames_before_a_fault_are_printed() {
+    let out = wirekit(&["frame", "decode", "--hex"], b"0300 6869 zz");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "{\"offset\":0,\"len\":3,\"id\":0,\"data_hex\":\"6869\"}\n"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not hex"));
+}
+
+/// With --handshake, a frame whose length starts with the legacy ping's 0xFE is told apart
+/// from its first bytes and printed with the stream still open (a live client waits for the
+/// server after its handshake).
+#[test]
+fn a_frame_starting_with_fe_is_printed_without_waiting_for_the_end() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
+        .args(["frame", "decode", "--handshake"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Length 254 (FE 01), packet ID 0, 253 bytes of data.
+    let frame = [&[0xfe, 0x01, 0x00][..], &[b'a'; 253]].concat();
+    stdin.write_all(&frame).unwrap();
+    stdin.flush().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the frame printed with the stream open");
+    assert!(
+        line.starts_with("{\"offset\":0,\"len\":254,\"id\":0,"),
+        "{line}"
+    );
+    drop(stdin);
+    let out = run_wirekit::wait_bounded(child, &["frame", "decode", "--handshake"]);
+    assert!(out.status.success(), "{out:?}");
 }

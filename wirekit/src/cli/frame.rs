@@ -5,7 +5,12 @@
 //! the length field's value; `id` only for VarInt framing). On malformed or truncated input it
 //! prints the frames before the fault, then the offset and the reason on stderr, and exits 2.
 //!
-//! `encode` frames stdin's bytes as one packet on stdout.
+//! `decode` works as the stream comes (a live capture piped in): each frame is printed once it
+//! is whole, and what is held is one partial frame, never past the frame maximum.
+//!
+//! `encode` frames stdin's bytes as one packet on stdout; stdin longer than the framing takes
+//! (2,097,151 bytes for VarInt framing, 8 MiB of data compressed, 32 MiB for u32 lengths, the
+//! field's maximum for u8 and u16) is refused once that much is read.
 //!
 //! With `--threshold N` (VarInt framing only) both use the compressed format of a connection
 //! after Set Compression: `decode` inflates compressed packets and adds `"data_len"` (the Data
@@ -21,7 +26,7 @@ use wirekit_core::frame::EncodeError;
 use wirekit_core::frame::compressed::{
     CompressedDecoder, CompressedEncoder, CompressedLimits, max_encoded_len,
 };
-use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
+use wirekit_core::frame::fixed::{Endian, LengthPrefixed, PKTCONN_MAX_LEN, Width};
 use wirekit_core::frame::mc::{self, Decoded, FrameDecoder, Phase};
 use wirekit_core::minecraft::{Error as McError, legacy};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
@@ -120,19 +125,19 @@ pub fn run(cmd: FrameCommand) -> ExitCode {
 }
 
 /// Reads all of stdin, as raw bytes or hex text, refusing more than `max` bytes (decoded):
-/// nothing is held past `max + 1` chunks' worth whatever stdin holds.
+/// what is held is at most `max` bytes and one read, whatever stdin holds.
 pub fn read_input_at_most(hex: bool, max: usize) -> Result<Vec<u8>, String> {
     let mut input = Input::stdin(hex);
     let mut bytes = Vec::new();
-    while input.fill(&mut bytes)? {
+    loop {
+        let more = input.fill(&mut bytes)?;
         if bytes.len() > max {
-            return Err(format!("input longer than {max} bytes"));
+            return Err(format!("input longer than the {max} bytes it may be"));
+        }
+        if !more {
+            return Ok(bytes);
         }
     }
-    if bytes.len() > max {
-        return Err(format!("input longer than {max} bytes"));
-    }
-    Ok(bytes)
 }
 
 /// Reads all of stdin, as raw bytes or hex text (at most 64 MiB).
@@ -145,6 +150,9 @@ pub struct Input<R> {
     reader: R,
     hex: Option<HexDecoder>,
     chunk: Vec<u8>,
+    /// A hex error found after bytes of the same read were decoded: reported by the next
+    /// call, once those bytes have been used.
+    error: Option<String>,
 }
 
 /// Bytes asked of the reader at a time.
@@ -164,12 +172,16 @@ impl<R: Read> Input<R> {
             reader,
             hex: hex.then(HexDecoder::default),
             chunk: vec![0u8; CHUNK],
+            error: None,
         }
     }
 
     /// Appends the next chunk's bytes to `out`: `false` at the end of the stream (an odd
     /// hex digit left over is an error then).
     pub fn fill(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
         loop {
             let n = match self.reader.read(&mut self.chunk) {
                 Ok(n) => n,
@@ -186,7 +198,14 @@ impl<R: Read> Input<R> {
             match &mut self.hex {
                 Some(hex) => {
                     let before = out.len();
-                    hex.feed(text, out)?;
+                    if let Err(e) = hex.feed(text, out) {
+                        // The bytes before the fault are the stream's: used first.
+                        if out.len() == before {
+                            return Err(e);
+                        }
+                        self.error = Some(e);
+                        return Ok(true);
+                    }
                     // All whitespace: read on rather than report no progress.
                     if out.len() == before {
                         continue;
@@ -263,15 +282,23 @@ pub fn to_hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Whether a connection opening with `0xFE` (all of it in `input`) is a legacy server-list
-/// ping or a frame whose length field starts with that byte, as the core's detector decides
-/// once no more input is coming. A 1.6 ping cut short counts as the 1.4 ping it starts with,
+/// Whether a connection opening with `0xFE` is a legacy server-list ping (`Some(Ok(Some(n)))`,
+/// its length) or a frame whose length field starts with that byte (`Some(Ok(None))`), as the
+/// core's detector decides: as soon as the bytes in say which, else (`None` until then) once
+/// the stream has `ended`, when a 1.6 ping cut short counts as the 1.4 ping it starts with,
 /// as vanilla servers (and the proxy) answer it.
-fn is_legacy_ping(input: &[u8]) -> Result<bool, McError> {
-    match legacy::detect_final(input) {
-        Ok(_) | Err(McError::Truncated) => Ok(true),
-        Err(McError::NotLegacyPing) => Ok(false),
-        Err(e) => Err(e),
+fn legacy_ping(input: &[u8], ended: bool) -> Option<Result<Option<usize>, McError>> {
+    match legacy::detect(input) {
+        Ok(Status::Complete((_, n))) => Some(Ok(Some(n))),
+        Ok(Status::Partial(_)) if ended => Some(match legacy::detect_final(input) {
+            Ok((_, n)) => Ok(Some(n)),
+            Err(McError::Truncated) => Ok(Some(input.len())),
+            Err(McError::NotLegacyPing) => Ok(None),
+            Err(e) => Err(e),
+        }),
+        Ok(Status::Partial(_)) => None,
+        Err(McError::NotLegacyPing) => Some(Ok(None)),
+        Err(e) => Some(Err(e)),
     }
 }
 
@@ -316,10 +343,9 @@ fn decode(args: &DecodeArgs) -> ExitCode {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let max_varint = args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize);
-    let fixed = args.framing.fixed(
-        args.max_frame
-            .unwrap_or(wirekit_core::frame::fixed::PKTCONN_MAX_LEN),
-    );
+    let fixed = args
+        .framing
+        .fixed(args.max_frame.unwrap_or(PKTCONN_MAX_LEN));
     let mut mc = if args.handshake {
         FrameDecoder::handshaking()
     } else {
@@ -392,28 +418,42 @@ fn decode(args: &DecodeArgs) -> ExitCode {
                 let _ = out.flush();
                 return fail_truncated(offset, needed, rest.len());
             }
-            // A ping is told from a frame whose length field starts with 0xFE once no more
-            // input is coming, or once more is in than any ping holds.
-            Step::LegacyPing if ended || rest.len() >= LEGACY_PING_MAX => {
-                match is_legacy_ping(rest) {
-                    Ok(true) => {
-                        let line = serde_json::json!({
-                            "offset": offset,
-                            "legacy_ping": true,
-                            "data_hex": to_hex(rest),
-                        });
-                        let _ = writeln!(out, "{line}");
-                        let _ = out.flush();
-                        return ExitCode::SUCCESS;
+            // A ping is told from a frame whose length field starts with 0xFE as soon as the
+            // bytes in say which (a frame's second byte is not a ping's), else once no more
+            // input is coming, as a server decides after its quiet period.
+            Step::LegacyPing => match legacy_ping(rest, ended) {
+                Some(Ok(Some(n))) => {
+                    let line = serde_json::json!({
+                        "offset": offset,
+                        "legacy_ping": true,
+                        "data_hex": to_hex(&rest[..n]),
+                    });
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                    return ExitCode::SUCCESS;
+                }
+                Some(Ok(None)) => mc.set_phase(Phase::Framed),
+                Some(Err(e)) => {
+                    let _ = out.flush();
+                    return fail(offset, e.as_str());
+                }
+                None => {
+                    if out.flush().is_err() {
+                        return ExitCode::FAILURE;
                     }
-                    Ok(false) => mc.set_phase(Phase::Framed),
-                    Err(e) => {
-                        let _ = out.flush();
-                        return fail(offset, e.as_str());
+                    buf.drain(..start);
+                    base += start;
+                    start = 0;
+                    match input.fill(&mut buf) {
+                        Ok(more) => ended = !more,
+                        Err(e) => {
+                            let _ = out.flush();
+                            return fail(base + buf.len(), &e);
+                        }
                     }
                 }
-            }
-            Step::Partial(_) | Step::LegacyPing => {
+            },
+            Step::Partial(_) => {
                 // What is decoded goes out before waiting for more (a live stream's reader
                 // sees each frame as it comes); keep only what is not decoded, then read on.
                 if out.flush().is_err() {
@@ -441,9 +481,6 @@ fn decode(args: &DecodeArgs) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
-
-/// More than any legacy ping holds (a 1.6 ping's host is at most 255 UTF-16 units).
-const LEGACY_PING_MAX: usize = 4096;
 
 /// One step of `decode --threshold N`: the compressed format.
 fn decode_compressed(
@@ -524,7 +561,7 @@ pub fn encode_packet(
     level: u8,
     data: &[u8],
 ) -> Result<Vec<u8>, String> {
-    let fixed = framing.fixed(u32::MAX);
+    let fixed = framing.fixed(PKTCONN_MAX_LEN);
     if let Some(threshold) = threshold {
         return match (fixed, id) {
             (None, Some(id)) => encode_compressed(id, data, threshold, level),
@@ -569,12 +606,12 @@ pub fn encode_packet(
 fn encode(args: &EncodeArgs) -> ExitCode {
     // Stdin is read to one byte past the most the framing takes (the packet's data, before
     // its ID and length fields), so a larger stream is refused without being held.
-    let max = match (args.threshold, args.framing.fixed(u32::MAX)) {
+    let max = match (args.threshold, args.framing.fixed(PKTCONN_MAX_LEN)) {
         (Some(_), _) => CompressedLimits::VANILLA.max_data_len(),
         (None, None) => mc::MAX_FRAME_LEN,
         (None, Some(codec)) => codec.max_len() as usize,
     };
-    let result = read_input_at_most(args.hex, max.saturating_add(1))
+    let result = read_input_at_most(args.hex, max)
         .and_then(|data| encode_packet(args.framing, args.id, args.threshold, args.level, &data));
     match result {
         Ok(bytes) => write_out(&bytes),
@@ -618,23 +655,31 @@ mod tests {
 
     #[test]
     fn legacy_ping_is_told_from_a_frame_starting_with_fe() {
-        // Pings of each generation, and a 1.6 ping cut short (answered as the 1.4 one).
+        // Pings of each generation at the stream's end, and a 1.6 ping cut short (answered as
+        // the 1.4 one).
         for ping in [
             &b"\xfe"[..],
             b"\xfe\x01",
             b"\xfe\x01\xfa",
             b"\xfe\x01\xfa\x00",
         ] {
-            assert_eq!(is_legacy_ping(ping), Ok(true), "{ping:?}");
+            assert_eq!(
+                legacy_ping(ping, true),
+                Some(Ok(Some(ping.len()))),
+                "{ping:?}"
+            );
         }
-        // Length 254 (FE 01) and 382 (FE 02), each a handshake (packet ID 0).
-        assert_eq!(is_legacy_ping(b"\xfe\x01\x00\x2f"), Ok(false));
-        assert_eq!(is_legacy_ping(b"\xfe\x02\x00"), Ok(false));
+        // Length 254 (FE 01) and 382 (FE 02), each a handshake (packet ID 0): told at once,
+        // the stream still open.
+        assert_eq!(legacy_ping(b"\xfe\x01\x00\x2f", false), Some(Ok(None)));
+        assert_eq!(legacy_ping(b"\xfe\x02\x00", false), Some(Ok(None)));
+        // A ping's first bytes with more to come: undecided.
+        assert_eq!(legacy_ping(b"\xfe\x01", false), None);
         // A 1.6 ping that breaks its format is an error, not a frame.
-        assert_eq!(
-            is_legacy_ping(b"\xfe\x01\xfa\x00\x01\x00"),
-            Err(McError::BadLegacyPing)
-        );
+        assert!(matches!(
+            legacy_ping(b"\xfe\x01\xfa\x00\x01\x00", true),
+            Some(Err(McError::BadLegacyPing))
+        ));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! one JSON object: `version`, `command`, `family`, `transport`, `source`, `destination`, `tlvs`
 //! (each with `type`, `name`, `length`, `hex` and, where the type has one, a decoded `value`),
 //! `crc32c` (`"verified"` or `"absent"`), `crc32c_value`, `header_length` and
-//! `trailing_bytes` (bytes after the header). A bad or incomplete header prints the reason on
-//! stderr and exits 2.
+//! `trailing_bytes` (bytes after the header; stdin is read to its end, at most 64 MiB). A bad
+//! or incomplete header prints the reason on stderr and exits 2.
 //!
 //! `encode --version 1|2 --src IP:PORT --dst IP:PORT [--local] [--authority S]
 //! [--unique-id HEX] [--alpn S] [--tlv TYPE=HEX]... [--crc32c] [--pad-to N]` writes the header
