@@ -12,7 +12,8 @@ def main():
     out = []
     for line in sys.stdin.read().split("\n"):
         line = line.strip()
-        if not line and mode == "inflate":
+        # Blank lines (the one after the last newline) are no input: "-" is the empty one.
+        if not line:
             continue
         if line == "-":
             line = ""

@@ -26,15 +26,37 @@ pub fn driver() -> Option<(PathBuf, PathBuf)> {
 
 /// Waits for `child` at most `limit`, killing it past that.
 pub fn wait_output(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
+    use std::io::Read;
+    // The pipes drained as the child writes, so a long output cannot block it until the
+    // deadline.
+    fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let deadline = Instant::now() + limit;
-    while child.try_wait().expect("wait").is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("{what} did not finish in {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().expect("stdout"),
+        stderr: stderr.join().expect("stderr"),
     }
-    child.wait_with_output().expect("output")
 }
 
 /// `wirekit nex serve` as a child process on loopback ports picked by the kernel.
@@ -190,6 +212,17 @@ pub fn run_driver(python: &PathBuf, script: &PathBuf, args: &[&str], limit: Dura
     let what = format!("nex_peer.py {}", args.first().copied().unwrap_or(""));
     let out = wait_output(child, limit, &what);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)))
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    // The driver exits 0 exactly when its result says ok: a crash after its JSON line (or a
+    // JSON line without its verdict) is the peer failing, whatever the line says.
+    let ok = v.get("ok").and_then(Value::as_bool);
+    assert_eq!(
+        Some(out.status.success()),
+        ok,
+        "{what}: exit {} with {stdout}\n{stderr}",
+        out.status
+    );
+    v
 }

@@ -756,11 +756,19 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
 /// PyPI mcstatus (`tests/interop/mcstatus_peer.py`) against `proxy`: `status` or `legacy`;
 /// its JSON.
 fn mcstatus_peer(python: &std::path::Path, mode: &str, proxy: SocketAddr) -> serde_json::Value {
-    let out = Command::new(python)
+    let child = Command::new(python)
         .arg(workspace_root().join("tests/interop/mcstatus_peer.py"))
         .args([mode, &proxy.port().to_string()])
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let out = wirekit_tests::nex_process::wait_output(
+        child,
+        std::time::Duration::from_secs(60),
+        &format!("mcstatus {mode}"),
+    );
     assert!(
         out.status.success(),
         "mcstatus {mode}: {}",

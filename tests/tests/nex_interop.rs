@@ -494,10 +494,24 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("python runs");
-        let mut ready = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut ready)
-            .unwrap();
+        // Its first line, within a bound (a peer stalled before it must not hang the run).
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut ready = String::new();
+            let _ = reader.read_line(&mut ready);
+            let _ = tx.send(ready);
+            // Drained to the end, so the peer never blocks on a full pipe.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        });
+        let ready = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("nex_peer.py serve printed nothing in 60 s");
+            }
+        };
         assert!(ready.contains("listening"), "{ready}");
         let auth: SocketAddr = ([127, 0, 0, 1], port).into();
         let v = if version == 1 {
@@ -531,6 +545,11 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
         let mut err = String::new();
         let _ = (&out.stderr[..]).read_to_string(&mut err);
         assert!(!err.contains("Traceback"), "v{version}: {err}");
+        assert!(
+            out.status.success(),
+            "v{version}: exit {}: {err}",
+            out.status
+        );
     }
 }
 

@@ -140,6 +140,11 @@ fn raw_zlib_both_ways(peer: ZlibPeer) {
         let Some(theirs) = zlib_peer(peer, &["deflate", level], &inputs) else {
             return;
         };
+        assert_eq!(
+            theirs.len(),
+            inputs.len(),
+            "{peer:?} level {level}: one stream an input"
+        );
         for (z, want) in theirs.iter().zip(&inputs) {
             let mut back = vec![0u8; want.len()];
             inflater.inflate_exact(z, &mut back).unwrap();

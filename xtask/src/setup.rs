@@ -3,22 +3,21 @@
 //! Everything project-specific lands under `target/interop/`; system packages come from Debian
 //! (after `apt-get update`), Rust targets from rustup.
 
-use std::path::Path;
-
 use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 
-/// Pinned interop peers.
-const NPM_PEERS: &[&str] = &["minecraft-protocol@1.68.0"];
-const PIP_PEERS: &[&str] = &[
-    "quarry==1.9.6",
-    "mcstatus==14.2.0",
-    "nintendoclients==4.4.0",
-    "anynet==1.1.0",
-];
-/// Debian packages the tests drive: (binary to look for, package).
-const APT_PEERS: &[(&str, &str)] = &[
-    ("/usr/sbin/haproxy", "haproxy"),
-    ("/usr/bin/qemu-system-arm", "qemu-system-arm"),
+/// The interop peers, pinned with everything they pull in: npm's `minecraft-protocol` 1.68.0
+/// by `tests/interop/package-lock.json` (installed with `npm ci`), and PyPI's quarry 1.9.6,
+/// mcstatus 14.2.0, nintendoclients 4.4.0 and anynet 1.1.0 by `tests/interop/requirements.txt`
+/// (`pip freeze` of the set): a dependency's new release cannot change the peers under CI.
+const NPM_FILES: &[&str] = &["package.json", "package-lock.json"];
+const PIP_REQUIREMENTS: &str = "requirements.txt";
+/// Programs the tests drive: (program, where it is looked for, Debian package), installed when
+/// missing. Node and npm run the npm peer; the venv module the PyPI ones.
+const APT_PEERS: &[(&str, &[&str], &str)] = &[
+    ("haproxy", &["/usr/sbin", "/usr/bin"], "haproxy"),
+    ("qemu-system-arm", &["/usr/bin"], "qemu-system-arm"),
+    ("node", &[], "nodejs"),
+    ("npm", &[], "npm"),
 ];
 const TARGETS: &[&str] = &["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
 const COMPONENTS: &[&str] = &["rustfmt", "clippy", "llvm-tools"];
@@ -73,12 +72,34 @@ fn rust() -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `program` is in one of `dirs`, or on `PATH` when `dirs` is empty.
+fn installed(program: &str, dirs: &[&str]) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let on_path: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
+    let dirs: Vec<std::path::PathBuf> = if dirs.is_empty() {
+        on_path
+    } else {
+        dirs.iter().map(std::path::PathBuf::from).collect()
+    };
+    dirs.iter().any(|d| d.join(program).exists())
+}
+
 fn apt() -> Result<(), String> {
-    let missing: Vec<&str> = APT_PEERS
+    let mut missing: Vec<&str> = APT_PEERS
         .iter()
-        .filter(|(bin, _)| !Path::new(bin).exists())
-        .map(|(_, pkg)| *pkg)
+        .filter(|(bin, dirs, _)| !installed(bin, dirs))
+        .map(|(_, _, pkg)| *pkg)
         .collect();
+    // `python3 -m venv` needs Debian's python3-venv when python3 is Debian's.
+    let venv = std::process::Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !venv {
+        missing.push("python3-venv");
+    }
     if missing.is_empty() {
         return Ok(());
     }
@@ -92,29 +113,33 @@ fn apt() -> Result<(), String> {
 fn node() -> Result<(), String> {
     let dir = root().join("target").join("interop").join("node");
     let stamp = dir.join(".installed");
-    let want = NPM_PEERS.join(" ");
-    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
+    let source = root().join("tests").join("interop");
+    let lock = std::fs::read_to_string(source.join("package-lock.json"))
+        .map_err(|e| format!("tests/interop/package-lock.json: {e}"))?;
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == lock) {
         return Ok(());
     }
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let mut args = vec![
-        "install",
-        "--no-audit",
-        "--no-fund",
-        "--loglevel=error",
-        "--prefix",
-        ".",
-    ];
-    args.extend(NPM_PEERS);
-    run_in(&dir, "npm", &args, &[])?;
-    std::fs::write(&stamp, want).map_err(|e| e.to_string())
+    for file in NPM_FILES {
+        std::fs::copy(source.join(file), dir.join(file))
+            .map_err(|e| format!("tests/interop/{file}: {e}"))?;
+    }
+    run_in(
+        &dir,
+        "npm",
+        &["ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        &[],
+    )?;
+    std::fs::write(&stamp, lock).map_err(|e| e.to_string())
 }
 
 fn python() -> Result<(), String> {
     let dir = root().join("target").join("interop");
     let venv = dir.join("venv");
     let stamp = venv.join(".installed");
-    let want = PIP_PEERS.join(" ");
+    let requirements = root().join("tests").join("interop").join(PIP_REQUIREMENTS);
+    let want = std::fs::read_to_string(&requirements)
+        .map_err(|e| format!("tests/interop/{PIP_REQUIREMENTS}: {e}"))?;
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
         return Ok(());
     }
@@ -122,8 +147,18 @@ fn python() -> Result<(), String> {
     run_in(&dir, "python3", &["-m", "venv", "venv"], &[])?;
     let pip = venv.join("bin").join("pip");
     let pip = pip.to_string_lossy();
-    let mut args = vec!["install", "-q", "--disable-pip-version-check"];
-    args.extend(PIP_PEERS);
-    run_in(&dir, &pip, &args, &[])?;
+    let requirements = requirements.to_string_lossy();
+    run_in(
+        &dir,
+        &pip,
+        &[
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+            &requirements,
+        ],
+        &[],
+    )?;
     std::fs::write(&stamp, want).map_err(|e| e.to_string())
 }

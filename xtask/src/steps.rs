@@ -221,7 +221,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
         Ok(t) => println!(
             "\nThe load and fault tests measured (`cargo xtask load` writes LOAD.md):\n\n{t}"
         ),
-        Err(e) => println!("\nload figures: {e}"),
+        // A load test that recorded nothing measured nothing: the run fails.
+        Err(e) => return Err(format!("load figures: {e}")),
     }
     print_timings(total);
     println!("\nxtask test: every step passed in {total:.0}s");
