@@ -160,21 +160,23 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
     assert!(status.success());
     let counts = close_counts(&lines);
     assert_eq!(counts["peer_closed"], CONNECTIONS as u64, "{counts:?}");
+    // One close line a connection, but for those the log limit held back (10,000 served
+    // connections closing within a second or two are a flood to the log: bursts of 200, then
+    // 200 a second), each counted: the lines and the count add up to every connection.
     let closes = serve_process::close_lines(&lines);
-    assert_eq!(closes.len(), CONNECTIONS, "one close line per connection");
-    let logged: u64 = closes
-        .iter()
-        .map(|l| {
-            let f = fields(l);
-            assert_eq!(f["bytes_in"], f["bytes_out"], "{l}");
-            assert_eq!(f["frames_in"], FRAMES.to_string(), "{l}");
-            f["bytes_in"].parse::<u64>().unwrap()
-        })
-        .sum();
     assert_eq!(
-        logged, bytes as u64,
-        "the close lines add up to the bytes sent"
+        closes.len() as u64 + counts["lines_suppressed"],
+        CONNECTIONS as u64,
+        "every close logged or counted as held back: {} lines, {counts:?}",
+        closes.len()
     );
+    assert!(!closes.is_empty());
+    for l in &closes {
+        let f = fields(l);
+        assert_eq!(f["bytes_in"], f["bytes_out"], "{l}");
+        assert_eq!(f["frames_in"], FRAMES.to_string(), "{l}");
+        assert!(f["bytes_in"].parse::<u64>().unwrap() > 0, "{l}");
+    }
     let test = "load_concurrent";
     record(
         test,
@@ -182,8 +184,8 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
             "{CONNECTIONS} connections open at once, {FRAMES} echoes each, every byte compared"
         ),
         &format!(
-            "{:.1} MB each way in {elapsed:.1?}, nothing lost, reordered or duplicated; one \
-             close line a connection, adding up to the bytes sent",
+            "{:.1} MB each way in {elapsed:.1?}, nothing lost, reordered or duplicated; every \
+             close logged or counted as held back by the log limit",
             bytes as f64 / 1e6
         ),
         "every byte back, in order",
