@@ -838,9 +838,13 @@ pub(crate) async fn connect(
                 return Some((stream, sent, addr, upstreams.hold(k)));
             }
             Ok(Err(e)) => {
+                upstreams.failed(k);
                 debug!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
             }
-            Err(_) => debug!(upstream = %addr, "upstream connect timed out; trying the next"),
+            Err(_) => {
+                upstreams.failed(k);
+                debug!(upstream = %addr, "upstream connect timed out; trying the next")
+            }
         }
     }
     None
@@ -871,7 +875,9 @@ pub(crate) fn upstream_handshake<'f>(
 }
 
 /// A PROXY v2 header naming `client` (to `dst`), with CRC32C and an AUTHORITY TLV naming the
-/// host the client asked for.
+/// host the client asked for, when it fits one: a host of more than 255 bytes (255 UTF-16 units
+/// of non-ASCII text can take up to 765) goes without, as HAProxy refuses a longer AUTHORITY.
+/// The header is always written: the upstream must never get a connection without it.
 pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
     let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
     let v6 = |a: SocketAddr| match a {
@@ -886,13 +892,15 @@ pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u
         },
     };
     let tlvs = [Tlv::Authority(host.as_bytes())];
-    let tlvs: &[Tlv<'_>] = if host.is_empty() { &[] } else { &tlvs };
+    let named = !host.is_empty() && host.len() <= wirekit_core::proxy::tlv::MAX_AUTHORITY_LEN;
+    let tlvs: &[Tlv<'_>] = if named { &tlvs } else { &[] };
     let builder = v2::Builder::proxy(addresses).tlvs(tlvs).crc32c(true);
     let mut out = vec![0u8; builder.encoded_len()];
-    match builder.encode(&mut out) {
-        Ok(n) => out.truncate(n),
-        Err(_) => out.clear(),
-    }
+    // INET or INET6 addresses and at most a 255-byte AUTHORITY: nothing the builder refuses.
+    let n = builder
+        .encode(&mut out)
+        .expect("a PROXY v2 header of two socket addresses and a bounded AUTHORITY encodes");
+    out.truncate(n);
     out
 }
 
@@ -1085,6 +1093,34 @@ mod tests {
         assert_eq!(sent, 0);
         drop(l);
         assert!(connect_now(addr, b"x").await.is_err());
+    }
+
+    /// A host of more than 255 bytes (non-ASCII, within the handshake's 255 UTF-16 units)
+    /// goes without its AUTHORITY TLV, never without the header: the header was dropped whole
+    /// (the core refuses an AUTHORITY past HAProxy's 255), and the upstream saw the proxy as
+    /// the client.
+    #[test]
+    fn proxy_v2_is_written_for_a_host_too_long_for_authority() {
+        let host = format!("{}.example.com", "é".repeat(128));
+        assert!(host.len() > 255 && host.encode_utf16().count() <= 255);
+        let h = proxy_v2(
+            "192.0.2.7:5000".parse().unwrap(),
+            "10.0.0.1:25565".parse().unwrap(),
+            &host,
+        );
+        let Ok(Status::Complete(parsed)) = proxy::parse(&h, &Limits::default()) else {
+            panic!("parses")
+        };
+        assert_eq!(
+            parsed.addresses.source(),
+            Some("192.0.2.7:5000".parse().unwrap())
+        );
+        assert!(
+            parsed
+                .find_tlv(wirekit_core::proxy::TlvKind::Authority)
+                .is_none()
+        );
+        assert!(parsed.crc32c.is_some());
     }
 
     #[test]

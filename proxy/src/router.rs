@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::settings::{Balance, HostPattern, Route, SettingsError};
@@ -69,14 +69,36 @@ impl Router {
 /// connection, and its entry is dropped when the next generation is made.
 #[derive(Debug, Default)]
 pub(crate) struct OpenCounts {
-    by_addr: Mutex<HashMap<SocketAddr, Weak<AtomicUsize>>>,
+    by_addr: Mutex<HashMap<SocketAddr, Weak<UpstreamState>>>,
+}
+
+/// One upstream address's state, shared by every route and generation that names it.
+#[derive(Debug, Default)]
+pub(crate) struct UpstreamState {
+    /// Connections open to it.
+    open: AtomicUsize,
+    /// When a connect to it last failed, in milliseconds of [`now_ms`] (0: not since it last
+    /// took one).
+    failed_at: AtomicU64,
+}
+
+/// How long an upstream whose connect failed goes to the back of the failover order: its
+/// connections go to the others first, rather than each paying a failed connect (the whole
+/// connect timeout, when the upstream's packets are dropped) before its failover.
+pub(crate) const DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Milliseconds since the first call (at least 1), for the failure marks.
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    start.elapsed().as_millis() as u64 + 1
 }
 
 impl OpenCounts {
     /// The counters of `addrs`, in order: the live one of each address, else a new one.
     /// Entries nothing holds any more are dropped first (the map stays as large as the
     /// addresses in use).
-    fn counters(&self, addrs: &[SocketAddr]) -> Box<[Arc<AtomicUsize>]> {
+    fn counters(&self, addrs: &[SocketAddr]) -> Box<[Arc<UpstreamState>]> {
         let mut map = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, c| c.strong_count() > 0);
         addrs
@@ -85,7 +107,7 @@ impl OpenCounts {
                 if let Some(c) = map.get(a).and_then(Weak::upgrade) {
                     return c;
                 }
-                let c = Arc::new(AtomicUsize::new(0));
+                let c = Arc::new(UpstreamState::default());
                 map.insert(*a, Arc::downgrade(&c));
                 c
             })
@@ -103,7 +125,7 @@ impl OpenCounts {
 #[derive(Debug)]
 pub(crate) struct Upstreams {
     next: AtomicUsize,
-    open: Box<[Arc<AtomicUsize>]>,
+    open: Box<[Arc<UpstreamState>]>,
 }
 
 impl Upstreams {
@@ -112,7 +134,9 @@ impl Upstreams {
     pub(crate) fn new(count: usize) -> Self {
         Upstreams {
             next: AtomicUsize::new(0),
-            open: (0..count).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
+            open: (0..count)
+                .map(|_| Arc::new(UpstreamState::default()))
+                .collect(),
         }
     }
 
@@ -126,28 +150,49 @@ impl Upstreams {
     }
 
     /// The order to try the upstreams in: the chosen one first, then the others down the
-    /// list (wrapping), the failover order.
-    pub(crate) fn order(&self, balance: Balance) -> impl Iterator<Item = usize> {
+    /// list (wrapping), the failover order; an upstream whose connect failed within
+    /// [`DOWN_FOR`] goes after the others (still tried, last: it may be back).
+    pub(crate) fn order(&self, balance: Balance) -> std::vec::IntoIter<usize> {
         let n = self.open.len();
         let start = match n {
             0 => 0,
             n => self.next.fetch_add(1, Ordering::Relaxed) % n,
         };
+        let now = now_ms();
+        let down: Vec<bool> = self
+            .open
+            .iter()
+            .map(|u| {
+                let at = u.failed_at.load(Ordering::Relaxed);
+                at != 0 && now.saturating_sub(at) < DOWN_FOR.as_millis() as u64
+            })
+            .collect();
         let first = match balance {
             Balance::RoundRobin => start,
             Balance::LeastConnections => (0..n)
                 .map(|k| (start + k) % n)
-                .min_by_key(|&i| self.open[i].load(Ordering::Relaxed))
+                .min_by_key(|&i| (down[i], self.open[i].open.load(Ordering::Relaxed)))
                 .unwrap_or(start),
         };
-        (0..n).map(move |k| (first + k) % n)
+        let rotation = (0..n).map(|k| (first + k) % n);
+        let up = rotation.clone().filter(|&i| !down[i]);
+        let back = rotation.filter(|&i| down[i]);
+        up.chain(back).collect::<Vec<_>>().into_iter()
     }
 
-    /// Counts a connection open to upstream `i` until the guard drops.
+    /// Notes that a connect to upstream `i` failed: it goes to the back of the order for
+    /// [`DOWN_FOR`].
+    pub(crate) fn failed(&self, i: usize) {
+        self.open[i].failed_at.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Counts a connection open to upstream `i` until the guard drops (and clears its failure
+    /// mark: it took one).
     pub(crate) fn hold(&self, i: usize) -> UpstreamHold {
-        self.open[i].fetch_add(1, Ordering::Relaxed);
+        self.open[i].open.fetch_add(1, Ordering::Relaxed);
+        self.open[i].failed_at.store(0, Ordering::Relaxed);
         UpstreamHold {
-            open: self.open[i].clone(),
+            state: self.open[i].clone(),
         }
     }
 }
@@ -155,12 +200,12 @@ impl Upstreams {
 /// One open connection to an upstream, counted for least-connections.
 #[derive(Debug)]
 pub(crate) struct UpstreamHold {
-    open: Arc<AtomicUsize>,
+    state: Arc<UpstreamState>,
 }
 
 impl Drop for UpstreamHold {
     fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::Relaxed);
+        self.state.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -225,5 +270,28 @@ mod tests {
             u.order(Balance::LeastConnections).collect::<Vec<_>>(),
             [1, 2, 0]
         );
+    }
+
+    /// An upstream whose connect failed goes to the back for a while, in either mode: with
+    /// least-connections it was first every time (its count stays 0), each connection paying
+    /// a failed connect before its failover.
+    #[test]
+    fn a_failed_upstream_goes_last_until_it_takes_a_connection() {
+        let u = Upstreams::new(3);
+        let _a = u.hold(0);
+        let _b = u.hold(2);
+        assert_eq!(u.order(Balance::LeastConnections).next(), Some(1));
+        u.failed(1);
+        for _ in 0..4 {
+            let order: Vec<_> = u.order(Balance::LeastConnections).collect();
+            assert_eq!(order.len(), 3);
+            assert_eq!(order[2], 1, "{order:?}");
+            let order: Vec<_> = u.order(Balance::RoundRobin).collect();
+            assert_eq!(order[2], 1, "{order:?}");
+        }
+        // Back once it takes a connection (the failover reached it and it answered).
+        let _c = u.hold(1);
+        drop(_c);
+        assert_eq!(u.order(Balance::LeastConnections).next(), Some(1));
     }
 }

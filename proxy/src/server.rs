@@ -94,17 +94,20 @@ pub(crate) struct RefusalLogs {
     others: LogLimit,
     /// The interval of one line per source (`log-interval`).
     interval: std::time::Duration,
+    /// How addresses group into one source: the per-address limits' (`host-prefix-v6`).
+    prefix: Prefix,
 }
 
 /// Sources remembered by the log limiter.
 const LOG_SOURCES: usize = 4096;
 
 impl RefusalLogs {
-    fn new(interval: std::time::Duration) -> Self {
+    fn new(interval: std::time::Duration, prefix: Prefix) -> Self {
         RefusalLogs {
             per_source: KeyedLogLimiter::new(slots(LOG_SOURCES), random_seed(), 1, interval.into()),
             others: LogLimit::new(20, wirekit_core::time::Duration::from_secs(1)),
             interval,
+            prefix,
         }
     }
 
@@ -133,7 +136,7 @@ impl RefusalLogs {
         let now = clock::now();
         let decision = self
             .per_source
-            .check(AddrKey::new(client, Prefix::CLIENT), now)
+            .check(AddrKey::new(client, self.prefix), now)
             .unwrap_or_else(|_| self.others.check(now));
         match decision {
             LogDecision::Log { suppressed } => Some(suppressed),
@@ -266,7 +269,7 @@ impl Proxy {
             seed,
             s.limits,
         );
-        let logs = RefusalLogs::new(s.log_interval);
+        let logs = RefusalLogs::new(s.log_interval, s.limits.host_prefix);
         let shared = Arc::new(Shared {
             listen: listeners
                 .iter()
@@ -415,7 +418,7 @@ impl ProxyHandle {
             if logs.interval != s.log_interval {
                 // What the old limits held back is reported first, not lost with them.
                 let _ = logs.report_pending();
-                *logs = RefusalLogs::new(s.log_interval);
+                *logs = RefusalLogs::new(s.log_interval, logs.prefix);
             }
         }
         *self
@@ -664,7 +667,7 @@ mod tests {
     /// them (a new log interval), not dropped with them.
     #[test]
     fn held_back_refusal_lines_are_reported_not_dropped() {
-        let mut logs = RefusalLogs::new(std::time::Duration::from_secs(60));
+        let mut logs = RefusalLogs::new(std::time::Duration::from_secs(60), Prefix::CLIENT);
         let client: std::net::IpAddr = "192.0.2.9".parse().unwrap();
         assert!(logs.allow(client).is_some());
         assert!(logs.allow(client).is_none());
