@@ -808,7 +808,13 @@ pub(crate) async fn open_upstream(
         return Err(Ended::Refused("no_upstream"));
     };
     line.upstream = Some(addr);
-    if upstream.write_all(&first[sent..]).await.is_err() {
+    // A few KiB at most, which a socket's send buffer takes at once; bounded all the same.
+    let written = tokio::time::timeout(
+        rt.settings.connect_timeout,
+        upstream.write_all(&first[sent..]),
+    )
+    .await;
+    if !matches!(written, Ok(Ok(()))) {
         disconnect(client, UNAVAILABLE).await;
         return Err(Ended::Refused("upstream_error"));
     }

@@ -116,6 +116,11 @@ pub(crate) async fn serve<'a>(
         }
         out.extend_from_slice(inbound.rest());
     } else if !insp.preload_serverbound(inbound.rest()) {
+        // The client is in login: told why, and lingered on, as any refusal there.
+        let c = insp
+            .conn
+            .close(wirekit_core::minecraft::conn::CloseReason::Local);
+        let _ = refuse(&mut insp, &mut inbound, c).await;
         return Ended::Refused("frame_too_large");
     }
     let (mut upstream, _hold) =
