@@ -248,18 +248,28 @@ impl StatusCache {
 
     /// The entries of `old` (a reload's previous generation) whose route is still answered
     /// by the same upstreams for the same hosts: `moved[i]` is old route `i`'s index now, if
-    /// it is kept. Their age carries over, so each still expires at its time.
+    /// it is kept. Their age carries over, so each still expires at its time; so does a
+    /// route's fallback hold (its upstreams down), or every request after the reload would
+    /// wait a fetch deadline again to learn it.
     pub(crate) fn carried(old: &StatusCache, moved: &[Option<usize>]) -> StatusCache {
-        let old = old.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = old
-            .iter()
-            .filter_map(|((route, protocol, host), entry)| {
-                let now = (*moved.get(*route)?)?;
-                Some(((now, *protocol, host.clone()), entry.clone()))
-            })
-            .collect();
+        let entries = {
+            let old = old.entries.lock().unwrap_or_else(|p| p.into_inner());
+            old.iter()
+                .filter_map(|((route, protocol, host), entry)| {
+                    let now = (*moved.get(*route)?)?;
+                    Some(((now, *protocol, host.clone()), entry.clone()))
+                })
+                .collect()
+        };
+        let failed = {
+            let old = old.failed.lock().unwrap_or_else(|p| p.into_inner());
+            old.iter()
+                .filter_map(|(route, at)| Some(((*moved.get(*route)?)?, *at)))
+                .collect()
+        };
         StatusCache {
             entries: Mutex::new(entries),
+            failed: Mutex::new(failed),
             ..StatusCache::default()
         }
     }
@@ -466,6 +476,20 @@ mod tests {
 
     fn named(host: &str) -> HostKey {
         HostKey::Named(host.into())
+    }
+
+    /// A reload carries a kept route's fallback hold with its entries (to its new index);
+    /// a dropped route's goes.
+    #[test]
+    fn a_reload_carries_the_fallback_hold() {
+        let old = StatusCache::default();
+        old.failed(0);
+        old.failed(1);
+        let hold = Duration::from_secs(60);
+        let new = StatusCache::carried(&old, &[Some(2), None]);
+        assert!(new.held(2, hold), "route 0, now 2, still held");
+        assert!(!new.held(0, hold));
+        assert!(!new.held(1, hold), "route 1 was dropped");
     }
 
     #[test]
