@@ -12,8 +12,9 @@
 //! - routing by the handshake's normalised host: exact names, `*.` wildcards, a default
 //!   route; an unknown host is dropped or told a configured MOTD;
 //! - upstreams per route (round robin or least connections) with failover on a failed
-//!   connect; the upstream gets the handshake as received (or with the host rewritten) after an
-//!   optional PROXY v2 header (CRC32C, AUTHORITY naming the host);
+//!   connect (an upstream that failed one is tried last for 10 s); the upstream gets the
+//!   handshake as received (or with the host rewritten) after an optional PROXY v2 header
+//!   (CRC32C, AUTHORITY naming the host when it fits 255 bytes);
 //! - the status answered from a per-route cache keyed by protocol version (each known release
 //!   apart, other numbers together) and host (each host the route names apart, others
 //!   together), filled from the upstream one fetch at a time under a neutral identity (the

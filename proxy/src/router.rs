@@ -154,9 +154,10 @@ impl Upstreams {
     /// [`DOWN_FOR`] goes after the others (still tried, last: it may be back).
     pub(crate) fn order(&self, balance: Balance) -> std::vec::IntoIter<usize> {
         let n = self.open.len();
+        let turn = self.next.fetch_add(1, Ordering::Relaxed);
         let start = match n {
             0 => 0,
-            n => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            n => turn % n,
         };
         let now = now_ms();
         let down: Vec<bool> = self
@@ -167,7 +168,11 @@ impl Upstreams {
                 at != 0 && now.saturating_sub(at) < DOWN_FOR.as_millis() as u64
             })
             .collect();
+        let up: Vec<usize> = (0..n).filter(|&i| !down[i]).collect();
         let first = match balance {
+            // The turn among those up, so a down upstream's share spreads over the others
+            // (rather than all going to the one after it).
+            Balance::RoundRobin if !up.is_empty() => up[turn % up.len()],
             Balance::RoundRobin => start,
             Balance::LeastConnections => (0..n)
                 .map(|k| (start + k) % n)
@@ -286,9 +291,15 @@ mod tests {
             let order: Vec<_> = u.order(Balance::LeastConnections).collect();
             assert_eq!(order.len(), 3);
             assert_eq!(order[2], 1, "{order:?}");
+        }
+        // Round robin shares the down one's turns between the others.
+        let mut firsts = [0usize; 3];
+        for _ in 0..6 {
             let order: Vec<_> = u.order(Balance::RoundRobin).collect();
             assert_eq!(order[2], 1, "{order:?}");
+            firsts[order[0]] += 1;
         }
+        assert_eq!(firsts, [3, 0, 3]);
         // Back once it takes a connection (the failover reached it and it answered).
         let _c = u.hold(1);
         drop(_c);

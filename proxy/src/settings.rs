@@ -92,7 +92,8 @@ pub struct Route {
     pub hosts: Vec<String>,
     /// The route for hosts no other route names.
     pub default: bool,
-    /// Upstream servers, in order (failover goes down the list from the chosen one).
+    /// Upstream servers, in order (failover goes down the list from the chosen one; one whose
+    /// connect failed in the last 10 s is tried last).
     pub upstreams: Vec<SocketAddr>,
     /// How the first upstream to try is picked.
     pub balance: Balance,

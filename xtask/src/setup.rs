@@ -100,6 +100,24 @@ fn apt() -> Result<(), String> {
     if !venv {
         missing.push("python3-venv");
     }
+    // netifaces (anynet's, for nintendoclients) has no wheel for every Python: pip builds it,
+    // which takes a C compiler and the Python headers.
+    if !installed("gcc", &[]) {
+        missing.push("gcc");
+    }
+    let headers = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os, sysconfig; \
+             assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !headers {
+        missing.push("python3-dev");
+    }
     if missing.is_empty() {
         return Ok(());
     }
