@@ -91,9 +91,14 @@ impl LengthPrefixed {
     };
 
     /// A format with the given field and maximum payload length (clamped to what the field can
-    /// carry).
+    /// carry, and to what a frame's length, field included, can be as a `usize`: on a 32-bit
+    /// target a u32 field's 4 GiB plus its 4 bytes would wrap).
     pub const fn new(width: Width, endian: Endian, max_len: u32) -> Self {
-        let cap = width.max_value();
+        let mut cap = width.max_value();
+        let room = usize::MAX - 4;
+        if cap as u64 > room as u64 {
+            cap = room as u32;
+        }
         LengthPrefixed {
             width,
             endian,
