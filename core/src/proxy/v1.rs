@@ -72,9 +72,11 @@ impl Cursor<'_> {
         self.expect(b'\n', Error::V1LineEnd)
     }
 
-    /// A decimal number of 1 to `max_digits` digits without a leading zero, then `end`.
-    /// A non-digit other than `end` is `err`; CR/LF where a space was due is a line-end error.
-    fn decimal(&mut self, max_digits: usize, end: u8, err: Error) -> Step<u32> {
+    /// A decimal number of 1 to `max_digits` digits without a leading zero, at most `max`,
+    /// then `end`. A non-digit other than `end` is `err`, and so is the digit that takes the
+    /// number past `max` (at once: no later byte can make it valid); CR/LF where a space was
+    /// due is a line-end error.
+    fn decimal(&mut self, max_digits: usize, max: u32, end: u8, err: Error) -> Step<u32> {
         let start = self.pos;
         let mut v: u32 = 0;
         loop {
@@ -85,6 +87,9 @@ impl Cursor<'_> {
                         return Err(err.into());
                     }
                     v = v * 10 + u32::from(b - b'0');
+                    if v > max {
+                        return Err(err.into());
+                    }
                     self.pos += 1;
                 }
                 _ if b == end && self.pos > start => {
@@ -103,7 +108,7 @@ impl Cursor<'_> {
         let mut o = [0u8; 4];
         for (i, slot) in o.iter_mut().enumerate() {
             let end = if i == 3 { b' ' } else { b'.' };
-            let v = self.decimal(3, end, Error::V1Address)?;
+            let v = self.decimal(3, 255, end, Error::V1Address)?;
             *slot = u8::try_from(v).map_err(|_| Error::V1Address)?;
         }
         Ok(Ipv4Addr::from(o))
@@ -135,7 +140,7 @@ impl Cursor<'_> {
     }
 
     fn port(&mut self, end: u8) -> Step<u16> {
-        let v = self.decimal(5, end, Error::V1Port)?;
+        let v = self.decimal(5, u32::from(u16::MAX), end, Error::V1Port)?;
         u16::try_from(v).map_err(|_| Stop::Invalid(Error::V1Port))
     }
 }
@@ -550,6 +555,31 @@ mod tests {
         assert_eq!(
             ok(b"PROXY UNKNOWN whatever \x00 goes\r\n").addresses,
             Addresses::Unspec
+        );
+    }
+
+    /// A number past its field's maximum is an error at the digit that passes it, not
+    /// `Partial` until the line ends (the module's contract: it stops at the first byte that
+    /// makes the header invalid).
+    #[test]
+    fn a_number_past_its_maximum_is_refused_at_once() {
+        for (line, e) in [
+            (&b"PROXY TCP4 1.2.3.4 5.6.7.8 1 65536"[..], Error::V1Port),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 70000", Error::V1Port),
+            (b"PROXY TCP4 300", Error::V1Address),
+            (b"PROXY TCP4 1.2.256", Error::V1Address),
+        ] {
+            assert_eq!(
+                parse_any(line, &Limits::default()),
+                Err(e),
+                "{:?}",
+                core::str::from_utf8(line)
+            );
+        }
+        // At the maximum, still a prefix.
+        assert_eq!(
+            parse_any(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 65535", &Limits::default()),
+            Ok(Status::Partial(Needed::Unknown))
         );
     }
 
