@@ -165,6 +165,11 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
     if total > limits.max_header_len {
         return Err(Error::TooLong);
     }
+    // A PROXY header whose length cannot hold its family's addresses is refused now, not
+    // after waiting for bytes that cannot make it valid (LOCAL discards the block: read it).
+    if command != Command::Local && total - field::FIXED_LEN < block_len(family) {
+        return Err(Error::V2AddressBlock);
+    }
     let Some(header) = input.get(..total) else {
         return Ok(Status::Partial(Needed::Exactly(total - input.len())));
     };
@@ -1006,6 +1011,8 @@ mod tests {
                 err(&bad[..16 + usize::from(need) - 1]),
                 Error::V2AddressBlock
             );
+            // Decided from the length field, before the block arrives.
+            assert_eq!(err(&bad[..16]), Error::V2AddressBlock, "{fam:#x} at 16 bytes");
         }
         let with_tlvs = |tlvs: &[u8]| {
             let mut v = [0u8; 400];
