@@ -1012,7 +1012,11 @@ mod tests {
                 Error::V2AddressBlock
             );
             // Decided from the length field, before the block arrives.
-            assert_eq!(err(&bad[..16]), Error::V2AddressBlock, "{fam:#x} at 16 bytes");
+            assert_eq!(
+                err(&bad[..16]),
+                Error::V2AddressBlock,
+                "{fam:#x} at 16 bytes"
+            );
         }
         let with_tlvs = |tlvs: &[u8]| {
             let mut v = [0u8; 400];
