@@ -179,12 +179,18 @@ pub fn run(args: BenchArgs, allocations: Option<fn() -> u64>) -> ExitCode {
     }
     match loadgen::run(opts) {
         Ok(report) => {
-            if args.json {
-                println!("{}", report.json());
+            use std::io::Write as _;
+            // A closed stdout is a failed run, not a panic.
+            let mut out = std::io::stdout().lock();
+            let written = if args.json {
+                writeln!(out, "{}", report.json())
             } else {
-                print!("{}", report.table());
+                write!(out, "{}", report.table())
+            };
+            match written.and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
             }
-            ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("wirekit bench: {e}");

@@ -50,11 +50,12 @@ pub fn run(cmd: KerberosCommand) -> ExitCode {
 
 fn derive(args: DeriveArgs) -> ExitCode {
     if let (Some(pid), Some(password)) = (args.pid, &args.password) {
-        println!(
-            "{}",
-            hex(&derive_kerberos_key(pid, password.as_encoded_bytes()))
-        );
-        return ExitCode::SUCCESS;
+        // A closed stdout is a failed run, not a panic.
+        let key = hex(&derive_kerberos_key(pid, password.as_encoded_bytes()));
+        return match writeln!(std::io::stdout().lock(), "{key}") {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
     }
     let Some(path) = args.batch else {
         return ExitCode::from(2);

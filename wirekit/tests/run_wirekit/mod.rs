@@ -12,6 +12,7 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 ///
 /// Standard input is written from a thread so that a large output cannot deadlock against a
 /// large input.
+#[allow(dead_code)] // (a test file may use only `wait_bounded`)
 pub fn wirekit(args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
         .args(args)
