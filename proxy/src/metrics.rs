@@ -148,6 +148,26 @@ fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
         .or_default() += 1;
 }
 
+/// [`bump`] for a map keyed by an owned name: the name is copied only the first time.
+fn bump_named(map: &Mutex<BTreeMap<String, u64>>, name: &str) {
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    match map.get_mut(name) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(name.to_owned(), 1);
+        }
+    }
+}
+
+/// Writes counter `metric` (its HELP and TYPE lines, then one line per route) from `map`.
+fn write_by_route(out: &mut String, metric: &str, help: &str, map: &Mutex<BTreeMap<String, u64>>) {
+    let _ = writeln!(out, "# HELP {metric} {help}");
+    let _ = writeln!(out, "# TYPE {metric} counter");
+    for (route, n) in map.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        let _ = writeln!(out, "{metric}{{route=\"{}\"}} {n}", escape(route));
+    }
+}
+
 impl Metrics {
     /// Exports `wirekit_process_allocations_total` from `counter`: the heap allocations the
     /// process has made, as a counting global allocator reports them (the `wirekit` binary
@@ -159,27 +179,12 @@ impl Metrics {
 
     /// Counts a connection routed to `route`.
     pub fn connection(&self, route: &str) {
-        let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get_mut(route) {
-            Some(n) => *n += 1,
-            None => {
-                map.insert(route.to_owned(), 1);
-            }
-        }
+        bump_named(&self.connections, route);
     }
 
     /// Counts a login on inspect route `route` passed unparsed for its unknown version.
     pub fn unknown_version(&self, route: &str) {
-        let mut map = self
-            .unknown_version
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match map.get_mut(route) {
-            Some(n) => *n += 1,
-            None => {
-                map.insert(route.to_owned(), 1);
-            }
-        }
+        bump_named(&self.unknown_version, route);
     }
 
     /// Counts a connection closed by the proxy for `reason`.
@@ -258,37 +263,19 @@ impl Metrics {
         let lock = |m: &Mutex<BTreeMap<&'static str, u64>>| {
             m.lock().unwrap_or_else(|p| p.into_inner()).clone()
         };
-        out.push_str("# HELP wirekit_proxy_connections_total Connections routed, by route.\n");
-        out.push_str("# TYPE wirekit_proxy_connections_total counter\n");
-        for (route, n) in self
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            let _ = writeln!(
-                out,
-                "wirekit_proxy_connections_total{{route=\"{}\"}} {n}",
-                escape(route)
-            );
-        }
-        out.push_str(
-            "# HELP wirekit_proxy_unknown_version_total Logins on inspect routes passed \
-             unparsed for a protocol version the proxy does not know, by route.\n",
+        write_by_route(
+            &mut out,
+            "wirekit_proxy_connections_total",
+            "Connections routed, by route.",
+            &self.connections,
         );
-        out.push_str("# TYPE wirekit_proxy_unknown_version_total counter\n");
-        for (route, n) in self
-            .unknown_version
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            let _ = writeln!(
-                out,
-                "wirekit_proxy_unknown_version_total{{route=\"{}\"}} {n}",
-                escape(route)
-            );
-        }
+        write_by_route(
+            &mut out,
+            "wirekit_proxy_unknown_version_total",
+            "Logins on inspect routes passed unparsed for a protocol version the proxy does \
+             not know, by route.",
+            &self.unknown_version,
+        );
         out.push_str(
             "# HELP wirekit_proxy_connections_open Connections open, by route and state.\n",
         );

@@ -117,14 +117,7 @@ fn hex_input_refuses_signs() {
 #[test]
 fn decode_streams_frames_before_the_input_ends() {
     use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
-        .args(["frame", "decode"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = run_wirekit::spawn(&["frame", "decode"]);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"\x03\x00hi\x02").unwrap();
     stdin.flush().unwrap();
@@ -164,7 +157,6 @@ fn decode_streams_frames_before_the_input_ends() {
 #[test]
 fn endless_input_is_refused_as_it_comes() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
     for (args, reason) in [
         (&["frame", "decode"][..], "offset 0"),
         (&["frame", "decode", "--hex"][..], "offset 0"),
@@ -177,13 +169,7 @@ fn endless_input_is_refused_as_it_comes() {
             "input longer than the 33554432 bytes",
         ),
     ] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = run_wirekit::spawn(args);
         let mut pipe = child.stdin.take().unwrap();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let writer = std::thread::spawn(move || {
@@ -224,14 +210,7 @@ fn hex_frames_before_a_fault_are_printed() {
 #[test]
 fn a_frame_starting_with_fe_is_printed_without_waiting_for_the_end() {
     use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
-        .args(["frame", "decode", "--handshake"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = run_wirekit::spawn(&["frame", "decode", "--handshake"]);
     let mut stdin = child.stdin.take().unwrap();
     // Length 254 (FE 01), packet ID 0, 253 bytes of data.
     let frame = [&[0xfe, 0x01, 0x00][..], &[b'a'; 253]].concat();

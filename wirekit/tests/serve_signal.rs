@@ -6,9 +6,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[test]
-#[cfg(unix)]
-fn sigterm_finishes_frames_in_flight_then_exits_zero() {
+/// `wirekit serve` on a loopback port the kernel picks, one thread, its output piped; the
+/// address from its first line.
+fn start_serve() -> (std::process::Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
         .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
         // Logs to a pipe, colours not asked off: none written (only a terminal gets them).
@@ -27,6 +27,13 @@ fn sigterm_finishes_frames_in_flight_then_exits_zero() {
         .expect("the address line")
         .parse()
         .unwrap();
+    (child, addr)
+}
+
+#[test]
+#[cfg(unix)]
+fn sigterm_finishes_frames_in_flight_then_exits_zero() {
+    let (mut child, addr) = start_serve();
 
     let mut idle = TcpStream::connect(addr).unwrap();
     let mut busy = TcpStream::connect(addr).unwrap();
@@ -93,22 +100,7 @@ fn sigterm_finishes_frames_in_flight_then_exits_zero() {
 #[test]
 #[cfg(unix)]
 fn a_second_signal_ends_the_grace_at_once() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start wirekit serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("the address line")
-        .parse()
-        .unwrap();
+    let (mut child, addr) = start_serve();
     // Half a frame: the server waits the grace (5 s by default) for the rest.
     let mut busy = TcpStream::connect(addr).unwrap();
     busy.write_all(b"\x06\x00h").unwrap();

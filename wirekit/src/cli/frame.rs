@@ -407,12 +407,13 @@ fn decode(args: &DecodeArgs) -> ExitCode {
                 Err(e) => Step::Fail(e.to_string()),
             }
         };
-        match step {
+        let read_more = match step {
             Step::Line(consumed, line) => {
                 if writeln!(out, "{line}").is_err() {
                     return ExitCode::FAILURE;
                 }
                 start += consumed;
+                false
             }
             Step::Partial(needed) if ended => {
                 let _ = out.flush();
@@ -432,47 +433,37 @@ fn decode(args: &DecodeArgs) -> ExitCode {
                     let _ = out.flush();
                     return ExitCode::SUCCESS;
                 }
-                Some(Ok(None)) => mc.set_phase(Phase::Framed),
+                Some(Ok(None)) => {
+                    mc.set_phase(Phase::Framed);
+                    false
+                }
                 Some(Err(e)) => {
                     let _ = out.flush();
                     return fail(offset, e.as_str());
                 }
-                None => {
-                    if out.flush().is_err() {
-                        return ExitCode::FAILURE;
-                    }
-                    buf.drain(..start);
-                    base += start;
-                    start = 0;
-                    match input.fill(&mut buf) {
-                        Ok(more) => ended = !more,
-                        Err(e) => {
-                            let _ = out.flush();
-                            return fail(base + buf.len(), &e);
-                        }
-                    }
-                }
+                None => true,
             },
-            Step::Partial(_) => {
-                // What is decoded goes out before waiting for more (a live stream's reader
-                // sees each frame as it comes); keep only what is not decoded, then read on.
-                if out.flush().is_err() {
-                    return ExitCode::FAILURE;
-                }
-                buf.drain(..start);
-                base += start;
-                start = 0;
-                match input.fill(&mut buf) {
-                    Ok(more) => ended = !more,
-                    Err(e) => {
-                        let _ = out.flush();
-                        return fail(base + buf.len(), &e);
-                    }
-                }
-            }
+            Step::Partial(_) => true,
             Step::Fail(reason) => {
                 let _ = out.flush();
                 return fail(offset, &reason);
+            }
+        };
+        if read_more {
+            // What is decoded goes out before waiting for more (a live stream's reader sees
+            // each frame as it comes); keep only what is not decoded, then read on.
+            if out.flush().is_err() {
+                return ExitCode::FAILURE;
+            }
+            buf.drain(..start);
+            base += start;
+            start = 0;
+            match input.fill(&mut buf) {
+                Ok(more) => ended = !more,
+                Err(e) => {
+                    let _ = out.flush();
+                    return fail(base + buf.len(), &e);
+                }
             }
         }
     }

@@ -14,13 +14,7 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// large input.
 #[allow(dead_code)] // (a test file may use only `wait_bounded`)
 pub fn wirekit(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirekit"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("wirekit runs");
+    let mut child = spawn(args);
     let mut pipe = child.stdin.take().expect("piped");
     let input = stdin.to_vec();
     let writer = std::thread::spawn(move || {
@@ -30,6 +24,18 @@ pub fn wirekit(args: &[&str], stdin: &[u8]) -> Output {
     let out = wait_bounded(child, args);
     writer.join().expect("stdin writer");
     out
+}
+
+/// Starts `wirekit ARGS` with its standard input, output and error piped.
+#[allow(dead_code)] // (not every test file starts one itself)
+pub fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_wirekit"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("wirekit runs")
 }
 
 /// Waits for `child` (its stdout and stderr piped) within [`DEADLINE`], killing it and
