@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -24,39 +24,10 @@ pub fn driver() -> Option<(PathBuf, PathBuf)> {
     ))
 }
 
-/// Waits for `child` at most `limit`, killing it past that.
-pub fn wait_output(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
-    use std::io::Read;
-    // The pipes drained as the child writes, so a long output cannot block it until the
-    // deadline.
-    fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    }
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish in {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    std::process::Output {
-        status,
-        stdout: stdout.join().expect("stdout"),
-        stderr: stderr.join().expect("stderr"),
-    }
+/// Waits for `child` at most `limit`, killing it and failing the test past that.
+pub fn wait_output(child: Child, limit: Duration, what: &str) -> std::process::Output {
+    wirekit_rig::process::wait_output(child, limit)
+        .unwrap_or_else(|| panic!("{what} did not finish in {limit:?}"))
 }
 
 /// `wirekit nex serve` as a child process on loopback ports picked by the kernel.

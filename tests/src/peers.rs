@@ -174,24 +174,7 @@ pub fn drain(child: &mut std::process::Child) -> Drain {
     }
 }
 
-/// Waits for `child` at most `limit`, killing it past that (`None`).
-pub fn wait_bounded(
-    child: &mut std::process::Child,
-    limit: std::time::Duration,
-) -> Option<std::process::ExitStatus> {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
+pub use wirekit_rig::process::wait_bounded;
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {

@@ -1,8 +1,8 @@
 //! Runs the built `wirekit` binary as an operator would, for the CLI tests.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long one command may take before the test fails (a hang is a failure, not a stuck
 /// `cargo test`).
@@ -40,43 +40,7 @@ pub fn spawn(args: &[&str]) -> Child {
 
 /// Waits for `child` (its stdout and stderr piped) within [`DEADLINE`], killing it and
 /// failing the test past that.
-pub fn wait_bounded(mut child: Child, args: &[&str]) -> Output {
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("wirekit {args:?} still running after {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: stdout.join().expect("stdout"),
-        stderr: stderr.join().expect("stderr"),
-    }
+pub fn wait_bounded(child: Child, args: &[&str]) -> Output {
+    wirekit_rig::process::wait_output(child, DEADLINE)
+        .unwrap_or_else(|| panic!("wirekit {args:?} still running after {DEADLINE:?}"))
 }
