@@ -494,21 +494,19 @@ pub fn reset(s: TcpStream) {
 /// Checks that each client printed `ok Tester` and that the proxy's close line for it names
 /// `route` (and the splice relay, on Linux).
 pub fn node_sessions(proxy: &McProxy, sessions: &[(&str, &str, &str, &str)]) {
-    let clients: Vec<(&str, Child)> = sessions
+    // Each client's output drained from its start, and each given the bound `Session` gives
+    // (its own timeout is 60 s: node's start-up alone takes seconds on a loaded machine).
+    let clients: Vec<(&str, Session)> = sessions
         .iter()
         .map(|(v, host, from, _)| {
-            let child = node_client(proxy.addr, v, host, from, "chat")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            (*v, child)
+            (
+                *v,
+                Session::start(node_client(proxy.addr, v, host, from, "chat")),
+            )
         })
         .collect();
-    for (v, mut c) in clients {
-        let drain = peers::drain(&mut c);
-        let status = peers::wait_bounded(&mut c, Duration::from_secs(30)).expect("client finished");
-        let (out, err) = drain.join();
+    for (v, session) in clients {
+        let (status, out, err) = session.finish();
         assert!(
             status.success() && out.contains("ok Tester"),
             "{v}: {out} {err}\n{}",

@@ -187,3 +187,15 @@ pub fn unhex(s: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
         .collect()
 }
+
+/// A loopback TCP port that refuses connections for as long as the returned socket lives: it
+/// is bound but never listens, so no other test can take it meanwhile (a port found free and
+/// released could be), and a connect to it is refused at once.
+pub fn dead_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("bind a loopback port");
+    let port = socket.local_addr().expect("its address").port();
+    (socket, port)
+}

@@ -7,7 +7,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use wirekit_rig::net::free_port;
 use wirekit_tests::report::record;
 use wirekit_tests::serve_process::wirekit_binary;
 
@@ -58,7 +57,8 @@ fn check_failed(what: &str, out: &Output, took: Duration, expect: &str) {
 
 #[test]
 fn nothing_listening_fails_at_once_naming_the_target() {
-    let addr = SocketAddr::from(([127, 0, 0, 1], free_port().unwrap()));
+    let (_dead, port) = wirekit_tests::peers::dead_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let (out, took) = bench(addr);
     check_failed(
         "nothing listening",

@@ -54,7 +54,7 @@ upstreams = ["127.0.0.1:{p12}"]
 #[test]
 fn routing_wildcards_failover_rewrite_proxy_v2_and_unknown_host() {
     let (a, b, c) = (Recorder::start(), Recorder::start(), Recorder::start());
-    let dead = free_port().unwrap();
+    let (_dead, dead) = wirekit_tests::peers::dead_port();
     let proxy = McProxy::start(&format!(
         r#"
 unknown-host = "motd"
@@ -420,7 +420,7 @@ fn sighup_reload_sends_new_connections_to_the_new_routes() {
     assert_eq!(a.next(), sent);
     // Routes now point at b; the listen address and the table size changed (both need a
     // restart).
-    let moved = free_port().unwrap();
+    let (_moved, moved) = wirekit_tests::peers::dead_port();
     std::fs::write(&path, config(&format!("127.0.0.1:{moved}"), b.port, 8192)).unwrap();
     let ok = Command::new("kill")
         .args(["-HUP", &proxy.child.id().to_string()])

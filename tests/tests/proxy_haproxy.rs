@@ -49,7 +49,9 @@ fn accept(listener: &TcpListener) -> TcpStream {
 
 /// Reads from `s` until wirekit parses a complete header and `payload_len` bytes follow it.
 /// Returns the bytes read and the header's length.
-fn read_header(s: &mut TcpStream, payload_len: usize) -> (Vec<u8>, usize) {
+/// The header HAProxy sent on `s` and its length, or `None` when it closed the connection
+/// before sending a byte (a readiness probe's backend connection, whose client left at once).
+fn read_header(s: &mut TcpStream, payload_len: usize) -> Option<(Vec<u8>, usize)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     loop {
@@ -61,9 +63,12 @@ fn read_header(s: &mut TcpStream, payload_len: usize) -> (Vec<u8>, usize) {
         if let Some(len) = len
             && buf.len() >= len + payload_len
         {
-            return (buf, len);
+            return Some((buf, len));
         }
         let n = s.read(&mut chunk).expect("read from haproxy");
+        if n == 0 && buf.is_empty() {
+            return None;
+        }
         assert!(n > 0, "haproxy closed after {buf:02x?}");
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -112,7 +117,9 @@ fn haproxy_sends_v1_v2_and_v2_crc32c_unique_id() {
         // Skip connections the readiness probes may still cause.
         let (mut upstream, buf, len) = loop {
             let mut upstream = accept(&listener);
-            let (buf, len) = read_header(&mut upstream, 0);
+            let Some((buf, len)) = read_header(&mut upstream, 0) else {
+                continue;
+            };
             if parsed(&buf).addresses.source() == Some(src.into()) {
                 break (upstream, buf, len);
             }

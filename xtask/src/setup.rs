@@ -12,12 +12,16 @@ use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 const NPM_FILES: &[&str] = &["package.json", "package-lock.json"];
 const PIP_REQUIREMENTS: &str = "requirements.txt";
 /// Programs the tests drive: (program, where it is looked for, Debian package), installed when
-/// missing. Node and npm run the npm peer; the venv module the PyPI ones.
+/// missing. Node and npm run the npm peer; the venv module the PyPI ones. `kill` signals the
+/// servers the tests start (procps is "important", not essential: a minimal image lacks it);
+/// `c++` builds libFuzzer for the fuzz smoke run (gcc alone does not bring it).
 const APT_PEERS: &[(&str, &[&str], &str)] = &[
     ("haproxy", &["/usr/sbin", "/usr/bin"], "haproxy"),
     ("qemu-system-arm", &["/usr/bin"], "qemu-system-arm"),
     ("node", &[], "nodejs"),
     ("npm", &[], "npm"),
+    ("kill", &[], "procps"),
+    ("c++", &[], "g++"),
 ];
 const TARGETS: &[&str] = &["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
 const COMPONENTS: &[&str] = &["rustfmt", "clippy", "llvm-tools"];
