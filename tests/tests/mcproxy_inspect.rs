@@ -764,6 +764,75 @@ fn a_connection_with_nothing_moving_is_closed_at_the_idle_timeout() {
     }
 }
 
+/// An inspect connection whose client trickles a frame that never completes (a byte every
+/// 100 ms of a 2000-byte frame) while nothing else moves is closed at the idle timeout like a
+/// silent one: the bytes read into the unfinished frame are not forwarded, so they are no
+/// progress (counting them held such a connection open for as long as the trickle lasted).
+#[test]
+fn a_client_trickling_a_frame_that_never_completes_is_closed_at_the_idle_timeout() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes, login_success};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = format!("idle-timeout = 0.4\n{}", route("trickle", port, ""));
+    let proxy = McProxy::start(&config);
+    let mut client = connect_from(93, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client
+        .write_all(&login_bytes("trickle.inspect.test", "Tester"))
+        .unwrap();
+    let mut up = accept_within(&listener);
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    up.write_all(&login_success("Tester")).unwrap();
+    assert_eq!(read_frames(&mut client, 1).len(), 1);
+    // A frame declaring 2000 bytes (VarInt 0xD0 0x0F), then its body a byte at a time.
+    client.write_all(&[0xD0, 0x0F, 0x0F]).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let start = Instant::now();
+    let mut closed = false;
+    while start.elapsed() < Duration::from_secs(4) {
+        if client.write_all(&[0x00]).is_err() {
+            closed = true;
+            break;
+        }
+        let mut rest = [0u8; 16];
+        match client.read(&mut rest) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(n) => panic!("{n} bytes sent to a client mid-frame"),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+    }
+    let waited = start.elapsed();
+    assert!(closed, "still open after {waited:?} of trickling");
+    assert!(waited < Duration::from_secs(3), "closed after {waited:?}");
+    let line = close_line(&proxy, "trickle");
+    assert!(line.contains("reason=\"idle_timeout\""), "{line}");
+    // Nothing of the unfinished frame reached the upstream.
+    up.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut got = [0u8; 16];
+    assert!(!matches!(up.read(&mut got), Ok(n) if n > 0));
+}
+
 /// An upstream that sends Set Compression and then Encryption Request (vanilla never does;
 /// a modded server may) to a client given a threshold of the proxy's own: bytes relayed
 /// unparsed from there would reach each side in the other's framing, so the connection is
