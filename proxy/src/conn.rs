@@ -118,7 +118,10 @@ pub(crate) async fn serve(
     let (what, reason, suppressed) = match ended {
         Ended::Done(reason) => {
             shared.metrics.closed(reason);
-            ("closed", reason, 0)
+            match shared.allow_served_line() {
+                Some(suppressed) => ("closed", reason, suppressed),
+                None => return,
+            }
         }
         Ended::Left(reason) => {
             shared.metrics.closed(reason);
@@ -430,6 +433,19 @@ async fn run<'a>(
                 }
                 return Ended::Refused("unknown_host");
             };
+            // A rewrite the handshake cannot take (the route's host with the client's marker
+            // and TCPShield suffix past the address field's 255 UTF-16 units) refuses the
+            // login: the client's own host must not reach the upstream in its place.
+            if upstream_handshake(r, inbound.bytes(frame.clone()), inbound.bytes(body.clone()))
+                .is_none()
+            {
+                disconnect(
+                    &mut inbound.stream,
+                    "Your server address is too long for this server.",
+                )
+                .await;
+                return Ended::Refused("handshake_host");
+            }
             if r.mode == Mode::Inspect {
                 let opening = crate::inspect::login::Opening {
                     frame,
@@ -449,8 +465,11 @@ async fn run<'a>(
             // PROXY v2, the handshake (as received, or with the host rewritten), then the
             // Login Start and anything after it, as received: the received bytes themselves
             // when nothing is added or rewritten.
-            let handshake =
-                upstream_handshake(r, inbound.bytes(frame.clone()), inbound.bytes(body.clone()));
+            let Some(handshake) =
+                upstream_handshake(r, inbound.bytes(frame.clone()), inbound.bytes(body.clone()))
+            else {
+                return Ended::Refused("handshake_host");
+            };
             let built = (r.proxy_protocol || matches!(handshake, Cow::Owned(_))).then(|| {
                 let mut out = Vec::with_capacity(inbound.received().len() + 64);
                 if r.proxy_protocol {
@@ -857,14 +876,17 @@ pub(crate) async fn connect(
 }
 
 /// The handshake frame the upstream gets: `frame` as received, or rebuilt with the route's
-/// rewrite host (marker and TCPShield suffix kept).
+/// rewrite host (marker and TCPShield suffix kept); `None` when the rebuilt address would not
+/// be a valid handshake (past [`MAX_ADDRESS_LEN`](wirekit_core::minecraft::handshake::MAX_ADDRESS_LEN)
+/// units with the client's suffix), which refuses the login: the client's own host is never
+/// sent in the rewrite's place.
 pub(crate) fn upstream_handshake<'f>(
     r: &Route,
     frame: &'f [u8],
     body: &[u8],
-) -> std::borrow::Cow<'f, [u8]> {
+) -> Option<std::borrow::Cow<'f, [u8]>> {
     let Some(new_host) = &r.rewrite_host else {
-        return frame.into();
+        return Some(frame.into());
     };
     let rebuilt = split_packet(body)
         .ok()
@@ -877,7 +899,7 @@ pub(crate) fn upstream_handshake<'f>(
                 out
             })
         });
-    rebuilt.map_or_else(|| frame.into(), Into::into)
+    rebuilt.map(Into::into)
 }
 
 /// A PROXY v2 header naming `client` (to `dst`), with CRC32C and an AUTHORITY TLV naming the
@@ -1162,6 +1184,40 @@ mod tests {
     }
 
     #[test]
+    fn a_rewrite_the_address_cannot_take_is_refused_not_skipped() {
+        use wirekit_core::minecraft::handshake::{MAX_ADDRESS_LEN, ServerAddress, TcpShield};
+        // A short host and a signature that brings the field to exactly the maximum.
+        let head = "a///1.2.3.4:5///1///".len();
+        let signature = "s".repeat(MAX_ADDRESS_LEN - head);
+        let hs = Handshake {
+            protocol_version: 47,
+            address: ServerAddress {
+                host: "a",
+                forge: None,
+                tcpshield: Some(TcpShield {
+                    client: "1.2.3.4:5",
+                    timestamp: "1",
+                    signature: Some(&signature),
+                }),
+            },
+            port: 25565,
+            next_state: NextState::Login,
+        };
+        let mut frame = vec![0u8; hs.frame_len()];
+        let n = hs.encode_frame(&mut frame).unwrap();
+        frame.truncate(n);
+        let body = &frame[2..];
+        let mut r = Route::new(vec!["x".into()], vec!["127.0.0.1:1".parse().unwrap()]);
+        r.rewrite_host = Some("b".into());
+        assert!(
+            upstream_handshake(&r, &frame, body).is_some(),
+            "same length fits"
+        );
+        r.rewrite_host = Some("backend.internal".into());
+        assert_eq!(upstream_handshake(&r, &frame, body), None);
+    }
+
+    #[test]
     fn rewrite_keeps_everything_but_the_host() {
         use wirekit_core::minecraft::handshake::{ForgeMarker, ServerAddress};
         let hs = Handshake {
@@ -1178,9 +1234,9 @@ mod tests {
         hs.encode_frame(&mut frame).unwrap();
         let body = &frame[1..];
         let mut r = Route::new(vec!["x".into()], vec!["127.0.0.1:1".parse().unwrap()]);
-        assert_eq!(upstream_handshake(&r, &frame, body), frame);
+        assert_eq!(upstream_handshake(&r, &frame, body).unwrap(), frame);
         r.rewrite_host = Some("backend.internal".into());
-        let out = upstream_handshake(&r, &frame, body);
+        let out = upstream_handshake(&r, &frame, body).unwrap();
         let p = split_packet(&out[1..]).unwrap();
         let got = Handshake::parse(p.data).unwrap();
         assert_eq!(got.address.host, "backend.internal");

@@ -13,8 +13,9 @@
 //! - `wirekit_proxy_rejections_total{reason}`: connections closed by the proxy, by reason;
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered);
-//! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines, and close lines of connections
-//!   that ended before login, that the log limiter held back;
+//! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines, close lines of connections
+//!   that ended before login, and served connections' close lines past 200 a second, that
+//!   the log limiter held back;
 //! - `wirekit_proxy_limiter_trips_total{limit}`: per-source limits tripped, by limit;
 //! - `wirekit_proxy_bytes_total{direction}`: relayed bytes;
 //! - `wirekit_process_allocations_total`: the process's heap allocations, when the binary
@@ -309,7 +310,7 @@ impl Metrics {
             let _ = writeln!(out, "wirekit_proxy_closed_total{{reason=\"{reason}\"}} {n}");
         }
         out.push_str(
-            "# HELP wirekit_proxy_log_lines_suppressed_total Refusal lines and pre-login close lines held back by the log limiter.\n",
+            "# HELP wirekit_proxy_log_lines_suppressed_total Refusal lines, pre-login close lines and served close lines past 200/s held back by the log limiter.\n",
         );
         out.push_str("# TYPE wirekit_proxy_log_lines_suppressed_total counter\n");
         let _ = writeln!(

@@ -89,9 +89,13 @@ pub(crate) type Limits =
 
 /// Per-source log lines for refused connections and for clients that closed before login:
 /// one per source per interval; sources the table has no room for share one global limit.
+/// The close lines of served connections (a login relayed) share one limit of their own:
+/// each stands for a login, so more of them pass, but a botnet logging in and leaving from
+/// thousands of addresses still cannot make a line each.
 pub(crate) struct RefusalLogs {
     per_source: KeyedLogLimiter<AddrKey, Box<[Slot<AddrKey, LogLimit>]>>,
     others: LogLimit,
+    served: LogLimit,
     /// The interval of one line per source (`log-interval`).
     interval: std::time::Duration,
     /// How addresses group into one source: the per-address limits' (`host-prefix-v6`).
@@ -106,15 +110,21 @@ impl RefusalLogs {
         RefusalLogs {
             per_source: KeyedLogLimiter::new(slots(LOG_SOURCES), random_seed(), 1, interval.into()),
             others: LogLimit::new(20, wirekit_core::time::Duration::from_secs(1)),
+            served: Self::SERVED,
             interval,
             prefix,
         }
     }
 
+    /// Served connections' close lines: bursts of 200, then 200 a second (as `wirekit
+    /// serve`'s).
+    pub(crate) const SERVED: LogLimit =
+        LogLimit::new(200, wirekit_core::time::Duration::from_secs(1));
+
     /// Logs what the limits still hold back (lines suppressed and not yet reported with a
-    /// later line), as a reload that replaces them would otherwise drop the counts; returns
-    /// how many.
-    fn report_pending(&mut self) -> u64 {
+    /// later line), as a reload that replaces them, or the shutdown, would otherwise drop the
+    /// counts; returns how many. `why` ends the line.
+    fn report_pending(&mut self, why: &str) -> u64 {
         let mut held = 0u64;
         // At the end of time every bucket is full: every entry reports and goes.
         self.per_source
@@ -122,13 +132,19 @@ impl RefusalLogs {
                 held += u64::from(n)
             });
         held += u64::from(self.others.pending());
+        held += u64::from(self.served.pending());
         if held > 0 {
-            tracing::info!(
-                suppressed = held,
-                "refusal lines held back under the old log interval"
-            );
+            tracing::info!(suppressed = held, "close lines held back {why}");
         }
         held
+    }
+
+    /// `Some(suppressed)` if a served connection's close line may be written now.
+    pub(crate) fn allow_served(&mut self) -> Option<u32> {
+        match self.served.check(clock::now()) {
+            LogDecision::Log { suppressed } => Some(suppressed),
+            LogDecision::Suppress => None,
+        }
     }
 
     /// `Some(suppressed)` if a line about `client` may be written now.
@@ -176,6 +192,20 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .allow(client);
+        if allowed.is_none() {
+            self.metrics.line_suppressed();
+        }
+        allowed
+    }
+
+    /// `Some(suppressed)` if a served connection's close line may be written now; a line it
+    /// may not is counted in the metrics.
+    pub(crate) fn allow_served_line(&self) -> Option<u32> {
+        let allowed = self
+            .logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow_served();
         if allowed.is_none() {
             self.metrics.line_suppressed();
         }
@@ -357,6 +387,13 @@ impl Proxy {
             self.shared.connections.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(2), tracker.wait()).await;
         }
+        // What the log limits still hold back is reported, not lost with the process.
+        let _ = self
+            .shared
+            .logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .report_pending("at shutdown");
         info!("stopped");
         Ok(())
     }
@@ -417,7 +454,7 @@ impl ProxyHandle {
             let mut logs = self.shared.logs.lock().unwrap_or_else(|p| p.into_inner());
             if logs.interval != s.log_interval {
                 // What the old limits held back is reported first, not lost with them.
-                let _ = logs.report_pending();
+                let _ = logs.report_pending("under the old log interval");
                 *logs = RefusalLogs::new(s.log_interval, logs.prefix);
             }
         }
@@ -672,8 +709,23 @@ mod tests {
         assert!(logs.allow(client).is_some());
         assert!(logs.allow(client).is_none());
         assert!(logs.allow(client).is_none());
-        assert_eq!(logs.report_pending(), 2);
-        assert_eq!(logs.report_pending(), 0, "reported once");
+        assert_eq!(logs.report_pending("in the test"), 2);
+        assert_eq!(logs.report_pending("in the test"), 0, "reported once");
+    }
+
+    /// Served connections' close lines: a burst of 200 passes, the next is held back and
+    /// reported (at a reload or the shutdown) with the rest.
+    #[test]
+    fn served_close_lines_have_a_limit_of_their_own() {
+        let mut logs = RefusalLogs::new(std::time::Duration::from_secs(60), Prefix::CLIENT);
+        for _ in 0..200 {
+            assert!(logs.allow_served().is_some());
+        }
+        assert!(logs.allow_served().is_none());
+        assert!(logs.allow_served().is_none());
+        // The per-source refusal lines are not charged for them.
+        assert!(logs.allow("192.0.2.9".parse().unwrap()).is_some());
+        assert_eq!(logs.report_pending("in the test"), 2);
     }
 
     /// Network prefixes keep their running value until a restart, and say so: open

@@ -892,3 +892,95 @@ fn minecraft_protocol_client_and_server_through_passthrough_1_20_4_and_1_21_4() 
     let v21 = status(proxy.addr, 83, "v21.mc.test", PROTOCOL_1_21_4);
     assert!(v21.contains("twenty-one"), "{v21}");
 }
+
+/// Served connections' close lines go through a limit of their own (bursts of 200, then 200
+/// a second): a flood of logins that leave at once (a botnet joining from thousands of
+/// addresses, each login allowed) makes no line each. Every connection is still relayed and
+/// its line written or counted as held back.
+#[test]
+fn a_flood_of_served_logins_is_logged_through_the_limiter() {
+    const N: u64 = 1500;
+    const THREADS: u64 = 6;
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    upstream.set_nonblocking(true).unwrap();
+    // The upstream takes each login and closes, until the test is done (a login whose
+    // upstream connect failed in the flood ends refused: its line counts all the same).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let taker = {
+        let done = done.clone();
+        thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                match upstream.accept() {
+                    Ok((s, _)) => drop(s),
+                    Err(_) => thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        })
+    };
+    let proxy = McProxy::start(&format!(
+        "log-interval = 600\n{NO_SOURCE_LIMITS}\
+         [[route]]\nhosts = [\"flood.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\n"
+    ));
+    let started = Instant::now();
+    let senders: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let addr = proxy.addr;
+            thread::spawn(move || {
+                let login = login_bytes("flood.test", "Flood");
+                for _ in 0..N / THREADS {
+                    let mut s = TcpStream::connect(addr).unwrap();
+                    s.write_all(&login).unwrap();
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    let (logged, held) = loop {
+        let log = proxy.proc.log();
+        let logged = log
+            .lines()
+            .filter(|l| l.contains("player=\"Flood\""))
+            .count() as u64;
+        let held = proxy.metric_or_zero("wirekit_proxy_log_lines_suppressed_total");
+        if logged + held == N {
+            break (logged, held);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{logged} logged + {held} held of {N}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    taker.join().unwrap();
+    let took = started.elapsed().as_secs_f64();
+    assert!(
+        (logged as f64) <= 200.0 + 200.0 * took + 1.0,
+        "{logged} lines in {took:.2} s"
+    );
+    assert!(held > 0, "{logged} lines in {took:.2} s, none held back");
+    // Each held-back line is reported: in the `suppressed` of a later line, or, for those
+    // still held at the end, in the shutdown's report.
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &proxy.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let log = proxy.proc.wait_log(" stopped", 1);
+    let suppressed = |l: &str| -> u64 {
+        l.split("suppressed=")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    let reported: u64 = log
+        .lines()
+        .filter(|l| l.contains("player=\"Flood\"") || l.contains("held back at shutdown"))
+        .map(suppressed)
+        .sum();
+    assert_eq!(reported, held, "{log}");
+}

@@ -104,11 +104,16 @@ pub(crate) async fn serve<'a>(
     if r.proxy_protocol {
         out.extend_from_slice(&proxy_v2(opening.client, opening.dst, opening.host));
     }
-    out.extend_from_slice(&upstream_handshake(
+    // (A rewrite the handshake cannot take was refused before the inspect login began.)
+    let Some(handshake) = upstream_handshake(
         r,
         inbound.bytes(opening.frame.clone()),
         inbound.bytes(opening.body.clone()),
-    ));
+    ) else {
+        return Ended::Refused("handshake_host");
+    };
+    out.extend_from_slice(&handshake);
+    drop(handshake);
     out.extend_from_slice(inbound.bytes(login_frame.clone()));
     if opaque {
         if let Verdict::Close(c) = insp.charge_unjudged(inbound.rest().len(), now) {
