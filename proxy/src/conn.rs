@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
@@ -217,6 +218,8 @@ async fn run<'a>(
     };
     let accepted = match acceptor.accept(stream, peer).await {
         Ok(a) => a,
+        // The client's socket failed: it left, the proxy refused nothing.
+        Err(AcceptError::Io(_)) => return Ended::Left("client_error"),
         Err(e) => return Ended::Refused(accept_reason(&e)),
     };
     let client = accepted.client;
@@ -240,10 +243,9 @@ async fn run<'a>(
     let mut inbound = Inbound::new(stream, &prefix, deadline);
     let first = match inbound.first().await {
         Ok(f) => f,
-        Err(PreloginError::Closed) => return Ended::Left("closed_in_prelogin"),
         Err(e) => {
             debug!(%client, error = %e, "bad opening");
-            return Ended::Refused(e.as_str());
+            return prelogin_end(e);
         }
     };
     let (frame, body) = match first {
@@ -251,11 +253,8 @@ async fn run<'a>(
             let Some(ping) = inbound.legacy_ping(range) else {
                 return Ended::Refused("bad_legacy_ping");
             };
-            if admission
-                .check(|l, a| l.check_status(a, clock::now()))
-                .is_err()
-            {
-                return refused(shared, Refusal::StatusRate);
+            if let Err(r) = admission.check(|l, a| l.check_status(a, clock::now())) {
+                return refused(shared, r);
             }
             let kick = match legacy_kick(shared, rt, &ping, dst, line, gauge).await {
                 Ok(kick) => kick,
@@ -487,6 +486,9 @@ async fn run<'a>(
                 Err(ended) => return ended,
             };
             line.serverbound = (inbound.received().len() - frame.end) as u64;
+            // The bytes metric counts what the close line does: the opening's after the
+            // handshake went out with the connect.
+            shared.metrics.bytes[0].fetch_add(line.serverbound, Ordering::Relaxed);
             gauge.set(&r.name, ConnState::Relay);
             let budgets = [s.serverbound.into(), s.clientbound.into()];
             let outcome = byte_relay(shared, s, inbound.stream, upstream, budgets).await;
@@ -553,9 +555,11 @@ pub(crate) async fn byte_relay(
     .await
 }
 
+/// How a pre-login read that failed ends: the client closing or its socket failing is the
+/// client leaving (a `closed` line and `closed_total`); the rest the proxy refused.
 fn prelogin_end(e: PreloginError) -> Ended {
     match e {
-        PreloginError::Closed => Ended::Left("closed_in_prelogin"),
+        PreloginError::Closed | PreloginError::Io(_) => Ended::Left(e.as_str()),
         e => Ended::Refused(e.as_str()),
     }
 }
@@ -798,7 +802,15 @@ async fn fetch_status(
         }
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
             debug!(upstream = %addr, "no status from upstream in time");
-            rt.cache.failed(i);
+            // Under a host the client chose (one the route does not name), the stall may be
+            // that host's alone (a backend behind the upstream that drops it): this client
+            // gets the fallback, but the route is not held down for every host, or one
+            // client could keep it there by asking again as each hold runs out.
+            if who.key == status::HostKey::Other {
+                rt.cache.reachable(i);
+            } else {
+                rt.cache.failed(i);
+            }
             Fetched::Down
         }
         Err(e) => {

@@ -49,6 +49,28 @@ upstreams = ["127.0.0.1:{p12}"]
     );
     proxy.wait_metric("wirekit_proxy_connections_total{route=\"v8\"}", 1);
     assert!(proxy.metric("wirekit_proxy_bytes_total{direction=\"clientbound\"}") > 100);
+    // The bytes metric and the close lines count the same bytes (the opening sent with the
+    // upstream connect included).
+    let log = proxy.proc.log();
+    for direction in ["serverbound", "clientbound"] {
+        let lines: u64 = log
+            .lines()
+            .filter(|l| l.contains("player=\"Tester\""))
+            .map(|l| {
+                l.split(&format!(" {direction}="))
+                    .nth(1)
+                    .and_then(|v| v.split_whitespace().next())
+                    .map_or(0, |v| v.parse::<u64>().unwrap())
+            })
+            .sum();
+        assert_eq!(
+            proxy.metric(&format!(
+                "wirekit_proxy_bytes_total{{direction=\"{direction}\"}}"
+            )),
+            lines,
+            "{direction}\n{log}"
+        );
+    }
 }
 
 #[test]

@@ -480,3 +480,58 @@ fn a_1_6_ping_is_routed_by_its_host() {
     wait_closed(&mut s, Duration::from_secs(5)).unwrap();
     rejections(&proxy, "handshake_version", 1);
 }
+
+/// A status fetch that stalls under a host the client chose (one the route does not name,
+/// under its wildcard) gives that client the fallback, but does not hold the whole route
+/// down: a named host asked right after gets the upstream's live answer. (Held, one client
+/// asking for a host the upstream drops could keep every host's status on the fallback.)
+#[test]
+fn a_status_stalled_under_a_client_chosen_host_does_not_hold_the_route_down() {
+    use std::io::Read;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use wirekit_core::minecraft::Encode;
+    use wirekit_core::minecraft::status::StatusResponse;
+    use wirekit_tests::mcproxy_process::status;
+    const JSON: &str = r#"{"version":{"name":"1.12.2","protocol":340},"players":{"max":9,"online":2},"description":{"text":"live motd"}}"#;
+    let (listener, port) = status_upstream();
+    listener.set_nonblocking(true).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    // Answers every status exchange but those asking for a host starting with "stall",
+    // which it holds unanswered until the test ends.
+    let upstream = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut stalled = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                let Ok((mut s, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+                let mut got = [0u8; 512];
+                let n = s.read(&mut got).unwrap_or(0);
+                if got[..n].windows(5).any(|w| w == b"stall") {
+                    stalled.push(s);
+                    continue;
+                }
+                let packet = StatusResponse { json: JSON };
+                let mut out = vec![0u8; packet.frame_len()];
+                let n = packet.encode_frame(&mut out).unwrap();
+                let _ = s.write_all(&out[..n]);
+            }
+        })
+    };
+    let proxy = McProxy::start(&format!(
+        "handshake-timeout = 1\n[[route]]\nhosts = [\"named.x.test\", \"*.x.test\"]\n\
+         upstreams = [\"127.0.0.1:{port}\"]\nfallback-motd = \"upstream down\"\n"
+    ));
+    let stalled = status(proxy.addr, 60, "stall.x.test", 340);
+    assert!(stalled.contains("upstream down"), "{stalled}");
+    let named = status(proxy.addr, 61, "named.x.test", 340);
+    assert!(named.contains("live motd"), "{named}");
+    done.store(true, Ordering::Relaxed);
+    upstream.join().unwrap();
+}

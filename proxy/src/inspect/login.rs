@@ -134,6 +134,9 @@ pub(crate) async fn serve<'a>(
             Err(ended) => return ended,
         };
     line.serverbound = (login_frame.len() + if opaque { inbound.rest().len() } else { 0 }) as u64;
+    // The bytes metric counts what the close line does (the opening's went out with the
+    // connect).
+    shared.metrics.bytes[0].fetch_add(line.serverbound, std::sync::atomic::Ordering::Relaxed);
     // Bytes unparsed from here, or inspected in login until the machine says otherwise.
     let state = if opaque {
         ConnState::Relay
