@@ -125,7 +125,8 @@ pub(crate) async fn serve<'a>(
         let c = insp
             .conn
             .close(wirekit_core::minecraft::conn::CloseReason::Local);
-        let _ = refuse(&mut insp, &mut inbound, c).await;
+        let text = "Disconnected by the proxy: more sent before login than the proxy holds";
+        let _ = refuse_saying(&mut insp, &mut inbound, c, text).await;
         return Ended::Refused("frame_too_large");
     }
     let (mut upstream, _hold) =
@@ -204,13 +205,23 @@ async fn refuse<F: Filter + ?Sized>(
     inbound: &mut Inbound,
     close: Close,
 ) -> Ended {
-    if let Some(target) = close.disconnect {
-        let text = format!("Disconnected by the proxy: {}", close.reason.as_str());
-        if let Some(frame) = insp.disconnect_frame(target, &text) {
-            let bytes = &insp.sides[Direction::Clientbound.index()].out[frame];
-            let limit = crate::conn::DISCONNECT_WRITE_LIMIT;
-            crate::conn::write_within(&mut inbound.stream, bytes, limit).await;
-        }
+    let text = format!("Disconnected by the proxy: {}", close.reason.as_str());
+    refuse_saying(insp, inbound, close, &text).await
+}
+
+/// [`refuse`], the Disconnect saying `text`.
+async fn refuse_saying<F: Filter + ?Sized>(
+    insp: &mut Inspector<'_, F>,
+    inbound: &mut Inbound,
+    close: Close,
+    text: &str,
+) -> Ended {
+    if let Some(target) = close.disconnect
+        && let Some(frame) = insp.disconnect_frame(target, text)
+    {
+        let bytes = &insp.sides[Direction::Clientbound.index()].out[frame];
+        let limit = crate::conn::DISCONNECT_WRITE_LIMIT;
+        crate::conn::write_within(&mut inbound.stream, bytes, limit).await;
     }
     linger(&mut inbound.stream).await;
     Ended::Refused(close.reason.label())
