@@ -443,7 +443,7 @@ async fn run<'a>(
                     "Your server address is too long for this server.",
                 )
                 .await;
-                return Ended::Refused("handshake_host");
+                return Ended::Refused("rewrite_too_long");
             }
             if r.mode == Mode::Inspect {
                 let opening = crate::inspect::login::Opening {
@@ -467,7 +467,7 @@ async fn run<'a>(
             let Some(handshake) =
                 upstream_handshake(r, inbound.bytes(frame.clone()), inbound.bytes(body.clone()))
             else {
-                return Ended::Refused("handshake_host");
+                return Ended::Refused("rewrite_too_long");
             };
             let built = (r.proxy_protocol || matches!(handshake, Cow::Owned(_))).then(|| {
                 let mut out = Vec::with_capacity(inbound.received().len() + 64);
@@ -720,7 +720,7 @@ async fn route_status(
             shared.metrics.status("hit");
             return answer(json);
         }
-        if rt.cache.held(i, hold) {
+        if rt.cache.held(i, &who.key, hold) {
             return fallback(shared);
         }
         let mut led = false;
@@ -756,9 +756,10 @@ async fn route_status(
 }
 
 /// Asks route `i`'s upstreams (in balance order, the first that connects) for the status in
-/// the identity `who` (see [`route_status`]) and caches an answer. No upstream connecting, or
-/// the one that did giving no answer within the handshake timeout, is the route failing: noted
-/// (its fallback held) and [`Down`](status::Fetched::Down). An upstream that connects and
+/// the identity `who` (see [`route_status`]) and caches an answer. No upstream connecting is
+/// the route failing (its fallback held for every host); the one that did giving no answer
+/// within the handshake timeout is this host failing (held for `who`'s key alone): both
+/// [`Down`](status::Fetched::Down). An upstream that connects and
 /// refuses (closes, resets, sends something else) may throttle or dislike this request, which
 /// says nothing of the others': [`Refused`](status::Fetched::Refused).
 #[allow(clippy::too_many_arguments)]
@@ -774,7 +775,7 @@ async fn fetch_status(
 ) -> status::Fetched {
     use status::Fetched;
     let Some((mut upstream, _, addr, _hold)) = connect(shared, rt, i, r, &[]).await else {
-        rt.cache.failed(i);
+        rt.cache.failed(i, None);
         return Fetched::Down;
     };
     line.upstream = Some(addr);
@@ -802,20 +803,15 @@ async fn fetch_status(
         }
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
             debug!(upstream = %addr, "no status from upstream in time");
-            // Under a host the client chose (one the route does not name), the stall may be
-            // that host's alone (a backend behind the upstream that drops it): this client
-            // gets the fallback, but the route is not held down for every host, or one
-            // client could keep it there by asking again as each hold runs out.
-            if who.key == status::HostKey::Other {
-                rt.cache.reachable(i);
-            } else {
-                rt.cache.failed(i);
-            }
+            // The stall may be this host's alone (a backend behind the upstream that drops
+            // it): the hold is this host key's, not the route's, or one client could keep
+            // every host on the fallback by asking again as each hold runs out.
+            rt.cache.failed(i, Some(&who.key));
             Fetched::Down
         }
         Err(e) => {
             debug!(upstream = %addr, error = %e, "status from upstream failed");
-            rt.cache.reachable(i);
+            rt.cache.reachable(i, &who.key);
             Fetched::Refused
         }
     }

@@ -134,7 +134,7 @@ impl RefusalLogs {
         held += u64::from(self.others.pending());
         held += u64::from(self.served.pending());
         if held > 0 {
-            tracing::info!(suppressed = held, "close lines held back {why}");
+            tracing::info!(suppressed = held, "log lines held back {why}");
         }
         held
     }
@@ -553,10 +553,23 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .sweep(now, 8192);
-        let mut logs = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
+        let logs = &mut *guard;
         logs.per_source.sweep(now, LOG_SOURCES, |key, suppressed| {
             info!(source = %key, suppressed, "log lines suppressed");
         });
+        // The shared limits' counts too, once they may write a line again: a count held back
+        // by a flood that has ended is reported now, not hours later with an unrelated line.
+        for (limit, what) in [
+            (&mut logs.served, "served close lines suppressed"),
+            (&mut logs.others, "log lines suppressed"),
+        ] {
+            if limit.pending() > 0
+                && let LogDecision::Log { suppressed } = limit.check(now)
+            {
+                info!(source = "any", suppressed, "{what}");
+            }
+        }
     }
 }
 

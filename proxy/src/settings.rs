@@ -187,7 +187,8 @@ pub struct Settings {
     /// Time allowed for one upstream connect.
     pub connect_timeout: Duration,
     /// A relayed connection (passthrough or inspect) with no byte forwarded either way for
-    /// this long (bytes of a frame that never completes do not count) is closed, counted and logged as `idle_timeout`: an upstream that hangs, or a
+    /// this long (the client's bytes of a frame that never completes do not count) is
+    /// closed, counted and logged as `idle_timeout`: an upstream that hangs, or a
     /// client that stops reading while its upstream has gone, would otherwise hold the
     /// connection, its descriptors and its place under `max_connections` for good. A vanilla
     /// client and server give up after 30 s of silence themselves (their keep-alives come

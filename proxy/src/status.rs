@@ -141,8 +141,9 @@ pub(crate) enum Fetched {
     /// The upstream's status JSON (cached).
     Answer(Arc<str>),
     /// No upstream connected, or the one that did gave no answer within the fetch's deadline:
-    /// the route is failing. Every request that waited for the fetch shares this (each gets
-    /// the fallback for its own protocol), and the fallback is held.
+    /// the route (or this host of it) is failing. Every request that waited for the fetch
+    /// shares this (each gets the fallback for its own protocol), and the fallback is held
+    /// (route-wide, or for the host key).
     Down,
     /// An upstream connected and refused this request (closed, reset, or sent something other
     /// than a status): it may throttle or dislike one client's request, so this says nothing
@@ -161,9 +162,10 @@ pub(crate) struct StatusCache {
     entries: Mutex<HashMap<Key, Entry>>,
     /// One fetch per key at a time; removed when it lands. At most one per key.
     flights: Mutex<HashMap<Key, Flight>>,
-    /// Per route, when all its upstreams last failed a status fetch (or when a request set out
-    /// to ask them again).
-    failed: Mutex<HashMap<usize, Instant>>,
+    /// When a route's upstreams last failed a status fetch (or a request set out to ask them
+    /// again): route-wide (`None`: no upstream connected) or under one host key (an upstream
+    /// connected and gave no answer in time for that key's host).
+    failed: Mutex<HashMap<(usize, Option<HostKey>), Instant>>,
 }
 
 impl StatusCache {
@@ -205,17 +207,21 @@ impl StatusCache {
         }
     }
 
-    /// Notes that every upstream of `route` failed a status fetch just now.
-    pub(crate) fn failed(&self, route: usize) {
+    /// Notes that a status fetch of `route` failed just now: route-wide when no upstream
+    /// connected (`host` `None`), else under `host`'s key alone (an upstream connected and did
+    /// not answer for that host: a stall under one host must not hold the others, or one
+    /// client could keep every host of the route on its fallback).
+    pub(crate) fn failed(&self, route: usize, host: Option<&HostKey>) {
         let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        failed.insert(route, Instant::now());
+        failed.insert((route, host.cloned()), Instant::now());
     }
 
-    /// Notes that an upstream of `route` connected and answered (if only to refuse one
-    /// request): its fallback is no longer held.
-    pub(crate) fn reachable(&self, route: usize) {
+    /// Notes that an upstream of `route` connected and answered for `host` (if only to refuse
+    /// one request): the route-wide hold and `host`'s are lifted (another key's stands).
+    pub(crate) fn reachable(&self, route: usize, host: &HostKey) {
         let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        failed.remove(&route);
+        failed.remove(&(route, None));
+        failed.remove(&(route, Some(host.clone())));
     }
 
     /// Whether `route` is answered with its fallback now: its upstreams failed less than
@@ -224,16 +230,21 @@ impl StatusCache {
     /// `hold`, so that every other request meanwhile gets the fallback at once rather than
     /// waiting for that fetch. (A fetch's end notes its outcome: [`put`](Self::put) or
     /// [`reachable`](Self::reachable) lift the hold, [`failed`](Self::failed) renews it.)
-    pub(crate) fn held(&self, route: usize, hold: Duration) -> bool {
+    ///
+    /// The route-wide hold is asked first, then `host`'s.
+    pub(crate) fn held(&self, route: usize, host: &HostKey, hold: Duration) -> bool {
         let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        match failed.get_mut(&route) {
-            Some(at) if at.elapsed() < hold => true,
-            Some(at) => {
-                *at = Instant::now();
-                false
+        for key in [(route, None), (route, Some(host.clone()))] {
+            match failed.get_mut(&key) {
+                Some(at) if at.elapsed() < hold => return true,
+                Some(at) => {
+                    *at = Instant::now();
+                    return false;
+                }
+                None => {}
             }
-            None => false,
         }
+        false
     }
 
     /// The youngest answer for `route` and `host` under any protocol, younger than `ttl`.
@@ -264,7 +275,9 @@ impl StatusCache {
         let failed = {
             let old = old.failed.lock().unwrap_or_else(|p| p.into_inner());
             old.iter()
-                .filter_map(|(route, at)| Some(((*moved.get(*route)?)?, *at)))
+                .filter_map(|((route, host), at)| {
+                    Some((((*moved.get(*route)?)?, host.clone()), *at))
+                })
                 .collect()
         };
         StatusCache {
@@ -277,7 +290,7 @@ impl StatusCache {
     /// Caches `json` as the answer for `route`, `protocol`'s key and `host`; the route's
     /// upstreams count as answering again.
     pub(crate) fn put(&self, route: usize, protocol: i32, host: &HostKey, json: Arc<str>) {
-        self.reachable(route);
+        self.reachable(route, host);
         let key = (route, protocol_key(protocol), host.clone());
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
@@ -483,13 +496,14 @@ mod tests {
     #[test]
     fn a_reload_carries_the_fallback_hold() {
         let old = StatusCache::default();
-        old.failed(0);
-        old.failed(1);
+        let other = HostKey::Other;
+        old.failed(0, None);
+        old.failed(1, None);
         let hold = Duration::from_secs(60);
         let new = StatusCache::carried(&old, &[Some(2), None]);
-        assert!(new.held(2, hold), "route 0, now 2, still held");
-        assert!(!new.held(0, hold));
-        assert!(!new.held(1, hold), "route 1 was dropped");
+        assert!(new.held(2, &other, hold), "route 0, now 2, still held");
+        assert!(!new.held(0, &other, hold));
+        assert!(!new.held(1, &other, hold), "route 1 was dropped");
     }
 
     #[test]
@@ -594,19 +608,46 @@ mod tests {
     #[test]
     fn the_hold_lets_one_request_re_check() {
         let c = StatusCache::default();
+        let other = HostKey::Other;
         let hold = Duration::from_millis(50);
-        assert!(!c.held(0, hold), "nothing failed");
-        c.failed(0);
-        assert!(c.held(0, hold));
-        assert!(!c.held(1, hold), "per route");
+        assert!(!c.held(0, &other, hold), "nothing failed");
+        c.failed(0, None);
+        assert!(c.held(0, &other, hold));
+        assert!(!c.held(1, &other, hold), "per route");
         std::thread::sleep(hold + Duration::from_millis(10));
-        assert!(!c.held(0, hold), "the first past the hold re-checks");
-        assert!(c.held(0, hold), "the others are held meanwhile");
-        c.reachable(0);
-        assert!(!c.held(0, hold));
-        c.failed(0);
-        c.put(0, 763, &HostKey::Other, "{}".into());
-        assert!(!c.held(0, hold));
+        assert!(
+            !c.held(0, &other, hold),
+            "the first past the hold re-checks"
+        );
+        assert!(c.held(0, &other, hold), "the others are held meanwhile");
+        c.reachable(0, &other);
+        assert!(!c.held(0, &other, hold));
+        c.failed(0, None);
+        c.put(0, 763, &other, "{}".into());
+        assert!(!c.held(0, &other, hold));
+    }
+
+    /// A fetch that stalled under one host key holds that key alone: the route's other hosts
+    /// are asked as before, and their answers do not lift it; a route-wide failure (no
+    /// upstream connected) holds every key.
+    #[test]
+    fn a_stall_under_one_host_holds_that_host_alone() {
+        let c = StatusCache::default();
+        let (other, a) = (HostKey::Other, named("a.test"));
+        let hold = Duration::from_secs(60);
+        c.failed(0, Some(&other));
+        assert!(c.held(0, &other, hold));
+        assert!(!c.held(0, &a, hold), "a named host is still asked");
+        c.put(0, 763, &a, "{}".into());
+        assert!(
+            c.held(0, &other, hold),
+            "another key's answer lifts no hold of Other's"
+        );
+        c.failed(0, Some(&a));
+        c.reachable(0, &other);
+        assert!(c.held(0, &a, hold), "nor does Other's lift a named host's");
+        c.failed(0, None);
+        assert!(c.held(0, &HostKey::Other, hold) && c.held(0, &named("b.test"), hold));
     }
 
     /// The hold covers the longest fetch: a connect timeout per upstream and the exchange.

@@ -969,9 +969,14 @@ fn a_flood_of_served_logins_is_logged_through_the_limiter() {
         (logged as f64) <= 200.0 + 200.0 * took + 1.0,
         "{logged} lines in {took:.2} s"
     );
-    assert!(held > 0, "{logged} lines in {took:.2} s, none held back");
-    // Each held-back line is reported: in the `suppressed` of a later line, or, for those
-    // still held at the end, in the shutdown's report.
+    // (A run slow enough that the refill covered the flood holds nothing back; the bound
+    // above still holds it to the limit.)
+    if took < (N - 201) as f64 / 200.0 - 0.5 {
+        assert!(held > 0, "{logged} lines in {took:.2} s, none held back");
+    }
+    // Each held-back line is reported: in the `suppressed` of a later line, of the sweeper's
+    // line once the limit has room again, or, for those still held at the end, of the
+    // shutdown's report.
     let ok = std::process::Command::new("kill")
         .args(["-TERM", &proxy.pid().to_string()])
         .status()
@@ -986,7 +991,11 @@ fn a_flood_of_served_logins_is_logged_through_the_limiter() {
     };
     let reported: u64 = log
         .lines()
-        .filter(|l| l.contains("player=\"Flood\"") || l.contains("held back at shutdown"))
+        .filter(|l| {
+            l.contains("player=\"Flood\"")
+                || l.contains("served close lines suppressed")
+                || l.contains("lines held back at shutdown")
+        })
         .map(suppressed)
         .sum();
     assert_eq!(reported, held, "{log}");

@@ -65,7 +65,14 @@ fn read_header(s: &mut TcpStream, payload_len: usize) -> Option<(Vec<u8>, usize)
         {
             return Some((buf, len));
         }
-        let n = s.read(&mut chunk).expect("read from haproxy");
+        let n = match s.read(&mut chunk) {
+            Ok(n) => n,
+            // A probe's backend connection may be reset rather than closed.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && buf.is_empty() => {
+                return None;
+            }
+            Err(e) => panic!("read from haproxy: {e}"),
+        };
         if n == 0 && buf.is_empty() {
             return None;
         }

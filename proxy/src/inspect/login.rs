@@ -110,7 +110,7 @@ pub(crate) async fn serve<'a>(
         inbound.bytes(opening.frame.clone()),
         inbound.bytes(opening.body.clone()),
     ) else {
-        return Ended::Refused("handshake_host");
+        return Ended::Refused("rewrite_too_long");
     };
     out.extend_from_slice(&handshake);
     drop(handshake);

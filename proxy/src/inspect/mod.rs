@@ -200,8 +200,8 @@ pub enum InspectEnd {
     UpstreamError,
     /// The proxy is shutting down.
     Shutdown,
-    /// No byte forwarded either way for the idle timeout (or the flush on going opaque took
-    /// longer).
+    /// No byte forwarded either way, nor read from the upstream, for the idle timeout (or the
+    /// flush on going opaque took longer).
     Idle,
     /// The connection machine closed the connection (its Disconnect, if the state has one,
     /// was sent to the client).
@@ -543,9 +543,10 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         }
     }
 
-    /// Ends the relay ([`InspectEnd::Idle`]) once no byte has been forwarded either way for `idle`
-    /// (`Duration::MAX`: never; 30 s unless set, as `Settings::idle_timeout`). The flush of
-    /// what is buffered when the connection goes opaque is held to it too.
+    /// Ends the relay ([`InspectEnd::Idle`]) once no byte has been forwarded either way (nor
+    /// read from the upstream) for `idle` (`Duration::MAX`: never; 30 s unless set, as
+    /// `Settings::idle_timeout`). The flush of what is buffered when the connection goes
+    /// opaque is held to it too.
     pub fn set_idle_timeout(&mut self, idle: std::time::Duration) {
         self.idle = idle;
     }
@@ -733,11 +734,12 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 }
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
                 () = &mut check, if watch.armed() => {
-                    // Forwarded bytes only, as the passthrough relay counts: bytes read into
+                    // Forwarded bytes, and the upstream's reads: the client's bytes read into
                     // a frame that never completes are no progress (a client trickling one
                     // byte of a 256 KiB frame every 25 s would otherwise hold the connection
-                    // for months after its upstream has gone).
-                    let moved = s_side.moved.written + c_side.moved.written;
+                    // for months after its upstream has gone), while a large packet the
+                    // upstream sends slowly is.
+                    let moved = s_side.moved.written + c_side.moved.written + c_side.moved.read;
                     if watch.quiet(moved) {
                         return InspectEnd::Idle;
                     }
