@@ -11,6 +11,9 @@ use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 /// (`pip freeze` of the set): a dependency's new release cannot change the peers under CI.
 const NPM_FILES: &[&str] = &["package.json", "package-lock.json"];
 const PIP_REQUIREMENTS: &str = "requirements.txt";
+/// The build dependencies of a peer pip builds from source (setuptools, wheel), pinned with
+/// `PIP_CONSTRAINT`, which reaches pip's isolated build environments too.
+const BUILD_CONSTRAINTS: &str = "build-constraints.txt";
 /// Programs the tests drive: (program, where it is looked for, Debian package), installed when
 /// missing. Node and npm run the npm peer; the venv module the PyPI ones. `kill` signals the
 /// servers the tests start (procps is "important", not essential: a minimal image lacks it);
@@ -160,8 +163,12 @@ fn python() -> Result<(), String> {
     let venv = dir.join("venv");
     let stamp = venv.join(".installed");
     let requirements = root().join("tests").join("interop").join(PIP_REQUIREMENTS);
-    let want = std::fs::read_to_string(&requirements)
-        .map_err(|e| format!("tests/interop/{PIP_REQUIREMENTS}: {e}"))?;
+    let read = |name: &str| {
+        std::fs::read_to_string(root().join("tests").join("interop").join(name))
+            .map_err(|e| format!("tests/interop/{name}: {e}"))
+    };
+    // Installed afresh when either file changes.
+    let want = read(PIP_REQUIREMENTS)? + &read(BUILD_CONSTRAINTS)?;
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
         return Ok(());
     }
@@ -170,6 +177,8 @@ fn python() -> Result<(), String> {
     let pip = venv.join("bin").join("pip");
     let pip = pip.to_string_lossy();
     let requirements = requirements.to_string_lossy();
+    let constraints = root().join("tests").join("interop").join(BUILD_CONSTRAINTS);
+    let constraints = constraints.to_string_lossy();
     run_in(
         &dir,
         &pip,
@@ -180,7 +189,7 @@ fn python() -> Result<(), String> {
             "-r",
             &requirements,
         ],
-        &[],
+        &[("PIP_CONSTRAINT", &constraints)],
     )?;
     std::fs::write(&stamp, want).map_err(|e| e.to_string())
 }
