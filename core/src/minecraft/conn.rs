@@ -702,10 +702,12 @@ impl ProxyConn {
         let [max_packets, max_bytes, _] = self.meters.allowance(direction, now);
         let (max_packets, max_bytes) = (max_packets as usize, max_bytes as usize);
         let max_frame = decoder.limits().max_frame_len();
+        let max_data = decoder.limits().max_data_len();
         let compressed = decoder.threshold() >= 0;
         let mut run = Run::default();
         while run.packets < max_packets {
-            let Some((frame_len, body)) = run_frame(&input[run.len..], max_frame, compressed)
+            let Some((frame_len, body)) =
+                run_frame(&input[run.len..], max_frame, max_data, compressed)
             else {
                 break;
             };
@@ -948,7 +950,11 @@ impl ProxyConn {
                     .map_err(|e| bad(K::LoginStart, e))?;
                 Effect::LoginStarted
             }
-            // Nothing but Login Start before Login Start, either way.
+            // A vanilla server refuses a client straight after the handshake, not waiting for
+            // its Login Start (outdated client or server, a Transfer it does not accept): the
+            // client is told why.
+            (State::Login, Some(K::Disconnect)) if !self.login_started => Effect::None,
+            // Nothing else before Login Start, either way.
             (State::Login, _) if !self.login_started => return Err(unexpected()),
             // After Encryption Request: the client's Encryption Response makes the rest of
             // both directions opaque (encrypted); before it, the client may still answer
@@ -1038,15 +1044,18 @@ impl ProxyConn {
             Effect::None => Verdict::Forward,
             Effect::Handshake(v, next) => {
                 self.ids = PacketIds::for_version(v);
-                if next != NextState::Status && !ids::is_release(v) {
-                    self.phase = Phase::Opaque;
-                    return Verdict::ForwardThenOpaque;
-                }
                 let s = match next {
                     NextState::Status => State::Status,
                     NextState::Login | NextState::Transfer => State::Login,
                 };
+                // Set before going opaque too: a caller that withholds the handshake and
+                // refuses ([`ProxyConn::refuse_opaque`]) closes a client in login, with login's
+                // Disconnect.
                 self.states = [s; 2];
+                if next != NextState::Status && !ids::is_release(v) {
+                    self.phase = Phase::Opaque;
+                    return Verdict::ForwardThenOpaque;
+                }
                 Verdict::Forward
             }
             Effect::Opaque => {
@@ -1095,11 +1104,17 @@ impl ProxyConn {
 
 /// The whole frame at the start of `input` if it is one [`ProxyConn::forward_run`] takes:
 /// its length (length field included) and its body (ID and data), sent uncompressed. `None`
-/// for anything else (partial, empty, over `max_frame`, compressed), left to the decoder,
-/// which reports it as it always does. One- and two-byte length fields (frames below 16 KiB,
+/// for anything else (partial, empty, over `max_frame`, compressed, or in compressed framing
+/// a body over `max_data`, which the decoder refuses), left to the decoder, which reports it
+/// as it always does. One- and two-byte length fields (frames below 16 KiB,
 /// nearly all of play) are read here; longer ones by the frame decoder.
 #[inline]
-fn run_frame(input: &[u8], max_frame: usize, compressed: bool) -> Option<(usize, &[u8])> {
+fn run_frame(
+    input: &[u8],
+    max_frame: usize,
+    max_data: usize,
+    compressed: bool,
+) -> Option<(usize, &[u8])> {
     let (len, field) = match input {
         [len @ 0..0x80, ..] => (*len as usize, 1),
         [lo @ 0x80..=0xff, hi @ 0..0x80, ..] => ((*lo & 0x7f) as usize | (*hi as usize) << 7, 2),
@@ -1117,8 +1132,9 @@ fn run_frame(input: &[u8], max_frame: usize, compressed: bool) -> Option<(usize,
     let body = input.get(field..field + len)?;
     match (compressed, body) {
         (false, body) => Some((field + len, body)),
-        // A Data Length of 0 in one byte: sent uncompressed.
-        (true, [0, body @ ..]) => Some((field + len, body)),
+        // A Data Length of 0 in one byte: sent uncompressed (held to the data maximum, as
+        // the decoder holds it).
+        (true, [0, body @ ..]) if body.len() <= max_data => Some((field + len, body)),
         _ => None,
     }
 }
@@ -1234,6 +1250,48 @@ mod tests {
             Verdict::Forward
         );
         c
+    }
+
+    /// A login handshake of a version the tables do not know goes opaque; a caller that
+    /// withholds it and refuses closes a client that is in login, with login's Disconnect.
+    #[test]
+    fn refusing_an_unknown_version_login_gives_the_login_disconnect() {
+        let v = 100_000;
+        assert!(!ids::is_release(v));
+        let mut c = ProxyConn::new(ConnConfig::default());
+        assert_eq!(
+            feed(&mut c, SB, 0, &handshake(v, NextState::Login)),
+            Verdict::ForwardThenOpaque
+        );
+        let close = c.refuse_opaque(CloseReason::Local);
+        assert_eq!(close.disconnect.unwrap().state, DisconnectState::Login);
+    }
+
+    /// A server's login Disconnect sent before the client's Login Start (vanilla refuses an
+    /// outdated client straight after the handshake) reaches the client; nothing else does.
+    #[test]
+    fn a_login_disconnect_before_login_start_is_forwarded() {
+        for v in [47, 340, 769] {
+            let mut c = ProxyConn::new(ConnConfig::default());
+            assert_eq!(
+                feed(&mut c, SB, 0, &handshake(v, NextState::Login)),
+                Verdict::Forward
+            );
+            let kick = br#""Outdated server!""#;
+            let mut len = [0u8; 5];
+            let n = crate::varint::encode_varint(kick.len() as i32, &mut len).unwrap();
+            let text = [&len[..n], &kick[..]].concat();
+            assert_eq!(feed(&mut c, CB, 0, &text), Verdict::Forward, "{v}");
+            let mut c = ProxyConn::new(ConnConfig::default());
+            assert_eq!(
+                feed(&mut c, SB, 0, &handshake(v, NextState::Login)),
+                Verdict::Forward
+            );
+            assert!(
+                matches!(feed(&mut c, CB, 3, &[0x01]), Verdict::Close(_)),
+                "{v}: Set Compression before Login Start"
+            );
+        }
     }
 
     #[test]
@@ -2128,8 +2186,9 @@ mod tests {
         let mut scratch = [0u8; 64];
         for max in [100, 2 << 20] {
             let decoder = CompressedDecoder::new(0).with_max_frame_len(max);
+            let data = decoder.limits().max_data_len();
             for input in cases {
-                let Some((len, body)) = run_frame(input, max, true) else {
+                let Some((len, body)) = run_frame(input, max, data, true) else {
                     continue;
                 };
                 let Ok(Status::Complete(d)) = decoder.decode(input, &mut inflater, &mut scratch)
@@ -2138,10 +2197,31 @@ mod tests {
                 };
                 assert_eq!((len, body, false), (d.consumed, d.body, d.compressed));
             }
-            let takes = |input, compressed| run_frame(input, max, compressed).is_some();
+            let takes = |input, compressed| run_frame(input, max, data, compressed).is_some();
             assert!(takes(&two, true) == (max > 200) && takes(&long, true) == (max > 20000));
             assert!(takes(b"\x02\x00\x10", true) && takes(b"\x02\x05\x10", false));
             assert!(!takes(b"\x02\x05\x10", true) && !takes(b"\x03\x80\x00\x10", true));
+        }
+        // Under limits for 1024-byte bodies the frame may be 1040 bytes, but an uncompressed
+        // body (Data Length 0) over 1024 is refused by the decoder: never taken into a run.
+        let limits = crate::frame::compressed::CompressedLimits::for_max_body_len(1024);
+        let decoder = CompressedDecoder::new(0).with_limits(limits);
+        let (max, data) = (limits.max_frame_len(), limits.max_data_len());
+        assert!(max > 1025);
+        for body_len in [1024usize, 1025] {
+            let mut frame = std::vec![0u8; 0];
+            let mut field = [0u8; 5];
+            let n = crate::varint::encode_varint((body_len + 1) as i32, &mut field).unwrap();
+            frame.extend_from_slice(&field[..n]);
+            frame.push(0);
+            frame.push(0x10);
+            frame.resize(frame.len() + body_len - 1, 7);
+            let decoded = decoder.decode(&frame, &mut inflater, &mut scratch);
+            assert_eq!(decoded.is_ok(), body_len <= data, "{body_len}");
+            assert_eq!(
+                run_frame(&frame, max, data, true).is_some(),
+                body_len <= data
+            );
         }
     }
 
