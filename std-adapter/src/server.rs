@@ -651,8 +651,10 @@ fn lingers(result: &Result<Ended, ConnError>) -> bool {
 /// Why a connection ended at the send timeout (as the core's driver and the firmware say it).
 const SEND_STALLED: &str = "the peer took no reply within the send timeout";
 
-/// Writes all of `bytes` unless the peer keeps its window shut for `timeout` (the session's
-/// send timeout, decided in the core's config): then the connection ends as a failed write.
+/// Writes all of `bytes` unless the peer does not take them within `timeout` (the session's
+/// send timeout for one whole reply, decided in the core's config: a peer that keeps its
+/// window shut, or reads too slowly to take a reply in that time): then the connection ends
+/// as a failed write.
 /// Once the server is shutting down, the write gets at most what is left of the grace (a
 /// shutdown during the write included): the server waits no longer for anyone.
 async fn send_within(
@@ -822,6 +824,14 @@ async fn drive(
             Needed::Unknown => 1,
         };
         let spare = input.spare(more);
+        // Shutting down: no further than the frame in flight, so the frames a pipelining
+        // client sent behind it are neither read nor served.
+        let spare = if grace_deadline.is_some() {
+            let k = more.min(spare.len());
+            &mut spare[..k]
+        } else {
+            spare
+        };
         let read = with_deadline(deadline, stream.read(spare));
         // A shutdown during the wait starts the grace deadline for the frame (the loop sets
         // it): a peer silent mid-frame must not outlast it.
@@ -1477,47 +1487,62 @@ mod tests {
 
     /// A frame in flight at the shutdown is finished and answered within the grace; then the
     /// connection ends as a shutdown at once: no new frame is served, the grace not waited out.
+    /// Whether the next frame comes after the answer, or with the frame's rest in one write
+    /// (a client that pipelines, with a partial frame behind: the read that finished the frame
+    /// took the frames behind it, which were served, and the partial one held the connection
+    /// for the whole grace).
     #[tokio::test]
     async fn a_frame_in_flight_at_shutdown_is_answered_and_then_the_connection_ends() {
-        let (addr, closes, shutdown, serving) = start(ServeOptions {
-            shutdown_grace: Duration::from_secs(30),
-            ..ServeOptions::default()
-        })
-        .await;
-        let mut c = TcpStream::connect(addr).await.unwrap();
         let frame = echo_frame();
-        c.write_all(&frame[..3]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        shutdown.cancel();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        c.write_all(&frame[3..]).await.unwrap();
-        let mut reply = [0u8; 17];
-        tokio::time::timeout(Duration::from_secs(5), c.read_exact(&mut reply))
-            .await
-            .expect("the frame in flight answered")
-            .unwrap();
-        assert_eq!(reply, frame);
-        // Not served: the connection is closing (or closed) by now.
-        let _ = c.write_all(&[2, 0, b'B']).await;
-        let mut rest = Vec::new();
-        let read = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
-            .await
-            .expect("closed after the frame in flight, not at the end of the grace");
-        assert!(
-            rest.is_empty(),
-            "a frame sent after the shutdown was served"
-        );
-        if let Err(e) = read {
-            // The unread frame makes the close a reset.
-            assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+        let next: &[u8] = &[2, 0, b'B'];
+        for pipelined in [false, true] {
+            let (addr, closes, shutdown, serving) = start(ServeOptions {
+                shutdown_grace: Duration::from_secs(30),
+                ..ServeOptions::default()
+            })
+            .await;
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(&frame[..3]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            shutdown.cancel();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if pipelined {
+                c.write_all(&[&frame[3..], next, &frame[..5]].concat())
+                    .await
+                    .unwrap();
+            } else {
+                c.write_all(&frame[3..]).await.unwrap();
+            }
+            let mut reply = [0u8; 17];
+            tokio::time::timeout(Duration::from_secs(5), c.read_exact(&mut reply))
+                .await
+                .expect("the frame in flight answered")
+                .unwrap();
+            assert_eq!(reply, frame);
+            if !pipelined {
+                // Not served: the connection is closing (or closed) by now.
+                let _ = c.write_all(next).await;
+            }
+            let mut rest = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
+                .await
+                .expect("closed after the frame in flight, not at the end of the grace");
+            assert!(
+                rest.is_empty(),
+                "pipelined {pipelined}: a frame sent after the shutdown was served"
+            );
+            if let Err(e) = read {
+                // The unread frame makes the close a reset.
+                assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+            }
+            tokio::time::timeout(Duration::from_secs(5), serving)
+                .await
+                .expect("the server stopped before the grace")
+                .unwrap()
+                .unwrap();
+            assert_eq!(CloseCounts::get(&closes.shutdown), 1, "{closes}");
+            assert_eq!(CloseCounts::get(&closes.io), 0, "{closes}");
         }
-        tokio::time::timeout(Duration::from_secs(5), serving)
-            .await
-            .expect("the server stopped before the grace")
-            .unwrap()
-            .unwrap();
-        assert_eq!(CloseCounts::get(&closes.shutdown), 1, "{closes}");
-        assert_eq!(CloseCounts::get(&closes.io), 0, "{closes}");
     }
 
     /// A connection still inside a frame when the shutdown grace expires is closed then and

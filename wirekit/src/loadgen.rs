@@ -1300,9 +1300,15 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
     } else {
         wirekit_core::proxy::policy::Policy::Skip
     };
+    let defaults = ServeOptions::default();
     let serve = ServeOptions {
         service: service.with_proxy(wirekit_core::proxy::policy::ProxyConfig::new(proxy)),
-        ..ServeOptions::default()
+        // Room for every connection of the run (and a churn task's next one while the server
+        // still holds its last): the default 10,000 would refuse past it.
+        max_connections: defaults
+            .max_connections
+            .max(opts.connections.saturating_mul(2)),
+        ..defaults
     };
     let pin = opts.pin;
     let tid = Arc::new(std::sync::OnceLock::new());

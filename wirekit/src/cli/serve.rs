@@ -44,8 +44,9 @@ pub struct ServeArgs {
     /// silent (or trickling a frame in) for longer is closed. 0: no limit.
     #[arg(long, default_value_t = 60.0, value_parser = seconds_or_off)]
     pub idle_timeout: f64,
-    /// Seconds a reply may wait for the client's window: a client that keeps it shut (it
-    /// sends and never reads) is closed after this.
+    /// Seconds the client has to take one whole reply (at most --max-frame bytes): a client
+    /// that keeps its window shut (it sends and never reads), or reads too slowly to take a
+    /// reply in this time, is closed after this.
     #[arg(long, default_value_t = 30.0, value_parser = seconds)]
     pub send_timeout: f64,
     /// PROXY protocol policy: USE, IGNORE, REQUIRE, REJECT or SKIP (no header read). With
