@@ -49,10 +49,21 @@ fn main() -> ExitCode {
         Some(Command::Frame(cmd)) => cli::frame::run(cmd),
         Some(Command::Serve(args)) => {
             init_tracing("info");
+            let nofile = cli::raise_nofile();
+            if let Some(n) = nofile
+                && n < args.max_connections as u64 + 64
+            {
+                tracing::warn!(
+                    nofile = n,
+                    max_connections = args.max_connections,
+                    "the descriptor limit is below --max-connections: accepts past it fail (EMFILE)"
+                );
+            }
             cli::serve::run(args)
         }
         Some(Command::Bench(args)) => {
             init_tracing("warn");
+            cli::raise_nofile();
             cli::bench::run(args, Some(alloc_count::allocations))
         }
         Some(Command::Kerberos(cmd)) => cli::kerberos::run(cmd),
@@ -60,10 +71,12 @@ fn main() -> ExitCode {
         Some(Command::Nex(cmd)) => cli::nex::run(cmd),
         Some(Command::Proxy(args)) => {
             init_tracing("info");
+            cli::raise_nofile();
             cli::mcproxy::run(*args, Some(alloc_count::allocations))
         }
         None => {
             init_tracing("warn");
+            cli::raise_nofile();
             cli::bench::run(
                 cli::bench::BenchArgs::default(),
                 Some(alloc_count::allocations),
