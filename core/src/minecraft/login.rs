@@ -35,6 +35,9 @@ pub const MAX_PROPERTY_NAME_LEN: usize = 64;
 pub const MAX_PROPERTY_VALUE_LEN: usize = 32767;
 /// The longest property signature, in UTF-16 code units.
 pub const MAX_PROPERTY_SIGNATURE_LEN: usize = 1024;
+/// Before 1.20.5 vanilla reads a property's name, value and signature as `String(32767)` and
+/// takes any number of them (the bounds above came with 1.20.5).
+const MAX_PROPERTY_STRING_BEFORE_1_20_5: usize = 32767;
 
 /// A player UUID, as the protocol carries it: 128 bits, most significant byte first.
 pub type Uuid = u128;
@@ -317,13 +320,22 @@ pub struct Property<'a> {
 }
 
 impl<'a> Property<'a> {
-    fn read(r: &mut Reader<'a>) -> Result<Self, Error> {
+    /// Reads one property: under 1.20.5's bounds (`bounded`), or, before it, vanilla's
+    /// `String(32767)` for each string.
+    fn read(r: &mut Reader<'a>, bounded: bool) -> Result<Self, Error> {
+        let max = |n| {
+            if bounded {
+                n
+            } else {
+                MAX_PROPERTY_STRING_BEFORE_1_20_5
+            }
+        };
         Ok(Property {
-            name: r.string(MAX_PROPERTY_NAME_LEN)?,
-            value: r.string(MAX_PROPERTY_VALUE_LEN)?,
+            name: r.string(max(MAX_PROPERTY_NAME_LEN))?,
+            value: r.string(max(MAX_PROPERTY_VALUE_LEN))?,
             signature: r
                 .bool()?
-                .then(|| r.string(MAX_PROPERTY_SIGNATURE_LEN))
+                .then(|| r.string(max(MAX_PROPERTY_SIGNATURE_LEN)))
                 .transpose()?,
         })
     }
@@ -341,43 +353,59 @@ impl<'a> Property<'a> {
 }
 
 /// A Login Success properties array, validated and borrowed: its entries are walked with
-/// [`iter`](Self::iter) without copying.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// [`iter`](Self::iter) without copying. Two arrays are equal when their entries are (whichever
+/// version's bounds they were read under).
+#[derive(Debug, Clone, Copy)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Properties<'a> {
     count: usize,
     /// The encoded entries, after the count.
     entries: &'a [u8],
+    /// Read under 1.20.5's bounds (see [`Property::read`]).
+    bounded: bool,
 }
+
+impl PartialEq for Properties<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.count, self.entries) == (other.count, other.entries)
+    }
+}
+
+impl Eq for Properties<'_> {}
 
 impl<'a> Properties<'a> {
     /// No properties.
     pub const EMPTY: Properties<'static> = Properties {
         count: 0,
         entries: &[],
+        bounded: true,
     };
 
-    fn read(r: &mut Reader<'a>) -> Result<Self, Error> {
+    /// Reads a properties array: under 1.20.5's bounds ([`MAX_PROPERTIES`] and the string
+    /// bounds) when `bounded`; before 1.20.5 any count (each entry takes bytes of the input,
+    /// so the input bounds it) and `String(32767)` strings, as vanilla reads them.
+    fn read(r: &mut Reader<'a>, bounded: bool) -> Result<Self, Error> {
         let count = r.varint()?;
         let count = usize::try_from(count).map_err(|_| Error::NegativeLength)?;
-        if count > MAX_PROPERTIES {
+        if bounded && count > MAX_PROPERTIES {
             return Err(Error::TooManyProperties);
         }
         let start = r.pos;
         for _ in 0..count {
-            Property::read(r)?;
+            Property::read(r, bounded)?;
         }
         Ok(Properties {
             count,
             entries: &r.buf[start..r.pos],
+            bounded,
         })
     }
 
     /// Validates an encoded properties array (VarInt count and entries, nothing after), as
-    /// [`encode_properties`] writes it.
+    /// [`encode_properties`] writes it, under 1.20.5's bounds.
     pub fn new_checked(encoded: &'a [u8]) -> Result<Self, Error> {
         let mut r = Reader::new(encoded);
-        let p = Self::read(&mut r)?;
+        let p = Self::read(&mut r, true)?;
         r.finish()?;
         Ok(p)
     }
@@ -385,6 +413,19 @@ impl<'a> Properties<'a> {
     /// The number of properties.
     pub const fn len(&self) -> usize {
         self.count
+    }
+
+    /// Whether the array is within 1.20.5's bounds (it is when it was read under them; one
+    /// read for an earlier version is walked again).
+    fn check_bounded(&self) -> Result<(), Error> {
+        if self.bounded {
+            return Ok(());
+        }
+        if self.count > MAX_PROPERTIES {
+            return Err(Error::TooManyProperties);
+        }
+        let mut r = Reader::new(self.entries);
+        (0..self.count).try_for_each(|_| Property::read(&mut r, true).map(|_| ()))
     }
 
     /// `true` without properties.
@@ -401,7 +442,8 @@ impl<'a> Properties<'a> {
     pub fn iter(&self) -> impl Iterator<Item = Property<'a>> + 'a {
         let mut r = Reader::new(self.entries);
         // Validated at construction: the reads cannot fail, and `ok()` keeps that panic-free.
-        (0..self.count).map_while(move |_| Property::read(&mut r).ok())
+        let bounded = self.bounded;
+        (0..self.count).map_while(move |_| Property::read(&mut r, bounded).ok())
     }
 }
 
@@ -507,7 +549,7 @@ impl<'a> LoginSuccess<'a> {
         };
         let name = r.string(MAX_NAME_LEN)?;
         let properties = if has_properties(protocol_version) {
-            Properties::read(&mut r)?
+            Properties::read(&mut r, protocol_version >= protocol::V1_20_5)?
         } else {
             Properties::EMPTY
         };
@@ -529,6 +571,11 @@ impl<'a> LoginSuccess<'a> {
             || (!has_strict_error_handling(v) && self.strict_error_handling)
         {
             return Err(Error::VersionMismatch);
+        }
+        // Properties read for an earlier version, written for 1.20.5 or later: held to its
+        // bounds, as its clients read them.
+        if v >= protocol::V1_20_5 {
+            self.properties.check_bounded()?;
         }
         Ok(())
     }
@@ -610,6 +657,58 @@ mod tests {
     use crate::BufferTooSmall;
     use crate::frame::mc::split_packet;
     use std::vec::Vec;
+
+    /// 1.20.5's property bounds (16 properties, 64-unit names, 1024-unit signatures) hold
+    /// from 1.20.5 on; a 1.19-1.20.4 Login Success with more, or longer, is what those
+    /// clients take (vanilla reads `String(32767)` and any count then), and parses.
+    #[test]
+    fn property_bounds_came_with_1_20_5() {
+        let string = |out: &mut Vec<u8>, s: &str| {
+            let mut len = [0u8; 5];
+            let n = crate::varint::encode_varint(s.len() as i32, &mut len).unwrap();
+            out.extend_from_slice(&len[..n]);
+            out.extend_from_slice(s.as_bytes());
+        };
+        let long_name = "n".repeat(100);
+        for (count, name) in [(17, "textures"), (1, long_name.as_str())] {
+            for v in [protocol::V1_19, protocol::V1_20_5 - 1, protocol::V1_20_5] {
+                let mut data = Vec::new();
+                data.extend_from_slice(&7u128.to_be_bytes());
+                string(&mut data, "Notch");
+                data.push(count as u8);
+                for _ in 0..count {
+                    string(&mut data, name);
+                    string(&mut data, "value");
+                    data.push(0);
+                }
+                if v == protocol::V1_20_5 {
+                    data.push(1); // strict error handling
+                }
+                let parsed = LoginSuccess::parse(&data, v);
+                if v < protocol::V1_20_5 {
+                    let mut success = parsed.unwrap();
+                    let p = success.properties;
+                    assert_eq!(p.len(), count, "{v}");
+                    assert_eq!(p.iter().count(), count, "{v}");
+                    assert!(p.iter().all(|q| q.name == name && q.value == "value"));
+                    // Written again for its version, as read; for 1.20.5, refused.
+                    let mut out = std::vec![0u8; success.encoded_len()];
+                    assert_eq!(success.encode(&mut out), Ok(data.len()));
+                    assert_eq!(out, data);
+                    success.protocol_version = protocol::V1_20_5;
+                    let mut out = std::vec![0u8; success.encoded_len()];
+                    let why = if count > MAX_PROPERTIES {
+                        Error::TooManyProperties
+                    } else {
+                        Error::StringTooLong
+                    };
+                    assert_eq!(success.encode(&mut out), Err(EncodeError::Invalid(why)));
+                } else {
+                    assert!(parsed.is_err(), "{v}: {count} x {name}");
+                }
+            }
+        }
+    }
 
     /// Packet bodies (ID and data) serialized by npm `minecraft-protocol` 1.68.0's
     /// `createSerializer({state, isServer, version})` for each release: Login Start for
@@ -877,13 +976,13 @@ mod tests {
         // 49 bytes declared: refused before the bytes.
         assert_eq!(LoginStart::parse(&[49], 47), Err(Error::StringTooLong));
 
-        // 17 properties: refused from the count, before any entry.
+        // 17 properties from 1.20.5: refused from the count, before any entry.
         let mut s = [0u8; 32];
         s[16] = 1;
         s[17] = b'a';
         s[18] = 17;
         assert_eq!(
-            LoginSuccess::parse(&s[..19], 759),
+            LoginSuccess::parse(&s[..19], 766),
             Err(Error::TooManyProperties)
         );
         let many = [Property {
