@@ -51,7 +51,7 @@ fn main() -> ExitCode {
             init_tracing("info");
             let nofile = cli::raise_nofile();
             if let Some(n) = nofile
-                && n < args.max_connections as u64 + 64
+                && n < (args.max_connections as u64).saturating_add(64)
             {
                 tracing::warn!(
                     nofile = n,

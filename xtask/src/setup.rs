@@ -12,7 +12,8 @@ use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 const NPM_FILES: &[&str] = &["package.json", "package-lock.json"];
 const PIP_REQUIREMENTS: &str = "requirements.txt";
 /// The build dependencies of a peer pip builds from source (setuptools, wheel), pinned with
-/// `PIP_CONSTRAINT`, which reaches pip's isolated build environments too.
+/// `PIP_CONSTRAINT` and `PIP_BUILD_CONSTRAINT`, which reach pip's isolated build
+/// environments (the first up to pip 26.1, the second from 25.3).
 const BUILD_CONSTRAINTS: &str = "build-constraints.txt";
 /// Programs the tests drive: (program, where it is looked for, Debian package), installed when
 /// missing. Node and npm run the npm peer; the venv module the PyPI ones. `kill` signals the
@@ -189,7 +190,12 @@ fn python() -> Result<(), String> {
             "-r",
             &requirements,
         ],
-        &[("PIP_CONSTRAINT", &constraints)],
+        // PIP_CONSTRAINT reaches the isolated build environments up to pip 26.1;
+        // PIP_BUILD_CONSTRAINT from pip 25.3 on (older pips ignore it).
+        &[
+            ("PIP_CONSTRAINT", &constraints),
+            ("PIP_BUILD_CONSTRAINT", &constraints),
+        ],
     )?;
     std::fs::write(&stamp, want).map_err(|e| e.to_string())
 }

@@ -14,14 +14,21 @@ pub mod serve;
 /// EMFILE far below `--max-connections`. Returns the soft limit now in force (`None` where
 /// the system has no such limit or it cannot be read).
 pub fn raise_nofile() -> Option<u64> {
+    /// The soft limit asked for when the hard limit is unlimited (macOS's per-process
+    /// default maximum).
+    #[cfg(unix)]
+    const UNLIMITED_TARGET: u64 = 10_240;
     #[cfg(unix)]
     {
         use rustix::process::{Resource, getrlimit, setrlimit};
         let mut limit = getrlimit(Resource::Nofile);
-        if let (Some(current), Some(maximum)) = (limit.current, limit.maximum)
-            && current < maximum
+        // An unlimited hard limit (macOS reports one, and refuses it as a soft limit): a
+        // finite target every system takes.
+        let target = limit.maximum.unwrap_or(UNLIMITED_TARGET);
+        if let Some(current) = limit.current
+            && current < target
         {
-            limit.current = Some(maximum);
+            limit.current = Some(target);
             if let Err(e) = setrlimit(Resource::Nofile, limit) {
                 tracing::debug!(error = %e, "the descriptor limit stays at {current}");
                 return Some(current);
