@@ -91,7 +91,9 @@ pub struct ServeOptions {
     /// taken; past tokio's semaphore maximum it means no limit.)
     pub max_connections: usize,
     /// On shutdown, how long connections may take to finish a frame in flight (no new frame
-    /// is served once it has), counted from the shutdown for all of them; one still inside
+    /// is served once it has, and nothing sent behind it is read; a PROXY header in flight is
+    /// read to its end and the connection then ends, its first frame being a new one),
+    /// counted from the shutdown for all of them; one still inside
     /// a frame then is closed (`shutdown grace expired mid-frame`), one still writing its
     /// replies too (`shutdown grace expired while writing`), each counted as a shutdown.
     pub shutdown_grace: Duration,
