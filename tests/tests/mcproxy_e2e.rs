@@ -89,7 +89,7 @@ upstreams = ["127.0.0.1:{dead}", "127.0.0.1:{}"]
 name = "exact"
 hosts = ["play.example.test"]
 upstreams = ["127.0.0.1:{}"]
-rewrite-host = "backend.internal"
+rewrite-host = "lobby.backend.internal"
 [[route]]
 name = "pp"
 hosts = ["pp.test"]
@@ -109,7 +109,7 @@ proxy-protocol = true
     let mut s2 = connect_from(32, proxy.addr);
     s2.write_all(&login_bytes("play.example.test", "Bob"))
         .unwrap();
-    assert_eq!(b.next(), login_bytes("backend.internal", "Bob"));
+    assert_eq!(b.next(), login_bytes("lobby.backend.internal", "Bob"));
 
     // PROXY v2 toward the upstream: the real client, AUTHORITY naming the host, CRC32C.
     let mut s3 = connect_from(33, proxy.addr);
@@ -138,6 +138,43 @@ proxy-protocol = true
     s4.write_all(&login_bytes("elsewhere.test", "Dave"))
         .unwrap();
     expect_disconnect(&mut s4, "No such server here");
+
+    // A TCPShield suffix that fills the address field with the client's host: with the
+    // longer rewrite host it would not fit, so the login is refused (the client told why),
+    // never sent upstream with the client's own host in the rewrite's place.
+    {
+        use wirekit_core::minecraft::Encode;
+        use wirekit_core::minecraft::handshake::{
+            Handshake, MAX_ADDRESS_LEN, ServerAddress, TcpShield,
+        };
+        let head = "play.example.test///1.2.3.4:5///1///".len();
+        let signature = "s".repeat(MAX_ADDRESS_LEN - head);
+        let hs = Handshake {
+            protocol_version: 340,
+            address: ServerAddress {
+                host: "play.example.test",
+                forge: None,
+                tcpshield: Some(TcpShield {
+                    client: "1.2.3.4:5",
+                    timestamp: "1",
+                    signature: Some(&signature),
+                }),
+            },
+            port: 25565,
+            next_state: NextState::Login,
+        };
+        let mut frame = vec![0u8; hs.frame_len()];
+        let n = hs.encode_frame(&mut frame).unwrap();
+        frame.truncate(n);
+        let mut s5 = connect_from(35, proxy.addr);
+        s5.write_all(&[&frame[..], &login_start("Eve")[..]].concat())
+            .unwrap();
+        expect_disconnect(&mut s5, "too long");
+        proxy.wait_metric(
+            "wirekit_proxy_rejections_total{reason=\"rewrite_too_long\"}",
+            1,
+        );
+    }
     drop((s1, s2, s3));
     proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"unknown_host\"}", 1);
     // The status answer counted by its source.
