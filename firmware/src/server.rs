@@ -5,8 +5,10 @@
 //! every session is busy the spare socket still listens, so a client that reconnects at once
 //! after closing (its FIN and the new SYN processed together, before the finished session's
 //! socket could listen again) is accepted and waits a moment for a session's buffers
-//! ([`SessionBuffers`], a pool of [`MAX_CONNECTIONS`]) instead of being reset. A client beyond
-//! that one spare is refused.
+//! ([`SessionBuffers`], a pool of [`MAX_CONNECTIONS`]) instead of being reset: at most
+//! [`SPARE_WAIT`], then it is reset and the spare socket listens again (while both sessions
+//! stay busy, a client parked there would otherwise hold it for as long as they last). A
+//! client beyond that one spare is refused.
 //!
 //! This module owns memory and sockets; the protocol is entirely in
 //! [`wirekit_core::service`], and the loop moving bytes between a socket and its session is
@@ -38,7 +40,7 @@ use embassy_net::{IpEndpoint, Stack};
 use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::blocking_mutex::raw::ThreadModeRawMutex;
 use embassy_sync::channel::Channel;
-use embassy_time::{Duration, Instant, Timer, with_deadline};
+use embassy_time::{Duration, Instant, Timer, with_deadline, with_timeout};
 use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_core::io::{Clock, Ended, drive};
 use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
@@ -53,6 +55,11 @@ pub const SERVICE_PORT: u16 = 7000;
 pub const MAX_CONNECTIONS: usize = 2;
 /// TCP sockets, each with its task and [`TcpBuffers`]: one more than sessions.
 pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
+/// How long a connection accepted on the spare socket waits for a session: the send timeout
+/// (what a session held by a client that stopped reading lasts at most) and the header timeout
+/// (what any connection gets to start) after it.
+pub const SPARE_WAIT: Duration =
+    Duration::from_micros(SEND_TIMEOUT.as_micros() + SERVICE.header_timeout().as_micros());
 /// The service configuration: an optional PROXY header (v1 or v2, policy USE: a header's
 /// addresses name the client in the logs), then VarInt framing with packets up to 4 KiB; the
 /// PROXY header and the first frame within the core's default header timeout (5 s), each reply
@@ -254,7 +261,13 @@ pub async fn serve_socket(stack: Stack<'_>, id: usize, tcp: &mut TcpBuffers) -> 
         };
         socket.set_timeout(Some(IDLE_TIMEOUT));
         socket.set_keep_alive(Some(KEEP_ALIVE));
-        let buffers = FREE_SESSIONS.receive().await;
+        let Ok(buffers) = with_timeout(SPARE_WAIT, FREE_SESSIONS.receive()).await else {
+            if log_allowed() {
+                defmt::warn!("socket {}: no session free in time; reset", id);
+            }
+            reset(&mut socket).await;
+            continue;
+        };
         let (session, ended) = serve_connection(
             &mut socket,
             id,

@@ -28,6 +28,9 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The firmware ends a connection whose window takes no reply this long (firmware/src/server.rs
 /// `SEND_TIMEOUT`).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection on the firmware's spare socket waits for a session (firmware/src/
+/// server.rs `SPARE_WAIT`: the send timeout and the header timeout).
+const SPARE_WAIT: Duration = Duration::from_secs(15);
 /// How late after the header timeout a slow-loris may be seen closed. Measured: 5.00-5.03 s
 /// at load average 11 on 2 cores. The margin is for the trickle's own check interval (200 ms),
 /// a loaded host scheduling the guest late, and the guest accepting late while its sockets
@@ -326,6 +329,32 @@ fn exercise(qemu: &Qemu) -> Stats {
              reported as suppressed"
         ),
     );
+    // Two clients in session (each served, then quiet within the idle timeout) and a third
+    // on the spare socket: it waits for a session at most SPARE_WAIT, then is reset, and the
+    // two are still served. (It waited for as long as both sessions lasted.)
+    let mut a = connect_retrying(addr);
+    a.echo(b"a").unwrap();
+    let mut b = connect_retrying(addr);
+    b.echo(b"b").unwrap();
+    let mut parked = ServiceClient::connect(addr, None, None).expect("the spare socket accepts");
+    let parked_at = Instant::now();
+    parked
+        .expect_closed(SPARE_WAIT + SLOW_LORIS_MARGIN)
+        .expect("a client parked on the spare socket is let go");
+    let waited = parked_at.elapsed();
+    assert!(
+        waited + SLOW_LORIS_MARGIN >= SPARE_WAIT,
+        "reset after {waited:?}"
+    );
+    a.echo(b"a again").unwrap();
+    b.echo(b"b again").unwrap();
+    record(
+        "load_firmware",
+        "both sessions held by live clients, a third connects (the spare socket)",
+        &format!("the third reset after {waited:.1?}; the two still served"),
+        "reset within the spare wait (send + header timeout, 15 s)",
+    );
+    drop((a, b));
     let mut c = connect_retrying(addr);
     c.echo(b"still serving").unwrap();
     c.stats().unwrap()

@@ -3,15 +3,20 @@
 //! Flash and watch its defmt logs with `cargo nucleo` in `firmware/` (probe-rs through the
 //! on-board ST-LINK). The board asks for an IPv4 address by DHCP and serves the wirekit service
 //! on TCP port 7000; its address is in the log (`network up: <ip>`).
+//!
+//! The independent watchdog resets a board whose executor stops for [`WATCHDOG_US`]: a panic
+//! or a fault (which halt it, waiting for a probe) ends in a reset, not in a board nobody can
+//! reach until someone presses its button.
 #![no_std]
 #![no_main]
 
 use embassy_executor::Spawner;
 use embassy_net::{Runner, Stack, StackResources};
 use embassy_stm32::eth::{Ethernet, GenericPhy, PacketQueue, Sma};
-use embassy_stm32::peripherals::{ETH, ETH_SMA, RNG};
+use embassy_stm32::peripherals::{ETH, ETH_SMA, IWDG, RNG};
 use embassy_stm32::rng::Rng;
 use embassy_stm32::time::Hertz;
+use embassy_stm32::wdg::IndependentWatchdog;
 use embassy_stm32::{bind_interrupts, eth, rng};
 use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_firmware::server::{self, SOCKETS, TcpBuffers};
@@ -27,6 +32,20 @@ type Device = Ethernet<'static, ETH, GenericPhy<Sma<'static, ETH_SMA>>>;
 #[embassy_executor::task]
 async fn net_task(mut runner: Runner<'static, Device>) -> ! {
     runner.run().await
+}
+
+/// The watchdog's timeout: far past the longest the executor is busy in one poll (a burst of
+/// key derivations takes about a second on this chip), well within what an operator waits.
+const WATCHDOG_US: u32 = 8_000_000;
+
+/// Pets the watchdog every second, for as long as the executor runs its tasks.
+#[embassy_executor::task]
+async fn watchdog_task(mut watchdog: IndependentWatchdog<'static, IWDG>) -> ! {
+    watchdog.unleash();
+    loop {
+        watchdog.pet();
+        embassy_time::Timer::after_secs(1).await;
+    }
 }
 
 #[embassy_executor::task(pool_size = SOCKETS)]
@@ -61,6 +80,10 @@ fn clocks() -> embassy_stm32::Config {
 async fn main(spawner: Spawner) {
     let p = embassy_stm32::init(clocks());
     defmt::info!("wirekit firmware on nucleo-f429zi");
+    spawner.spawn(wirekit_firmware::spawned(
+        watchdog_task(IndependentWatchdog::new(p.IWDG, WATCHDOG_US)),
+        "watchdog_task",
+    ));
 
     let mut rng = Rng::new(p.RNG, Irqs);
     let mut seed = [0; 8];
