@@ -130,12 +130,18 @@ async fn main(spawner: Spawner) {
             "connection_task",
         ));
     }
-    stack.wait_config_up().await;
-    if let Some(v4) = stack.config_v4() {
-        defmt::info!(
-            "network up: {}, serving on port {=u16}",
-            v4.address,
-            server::SERVICE_PORT
-        );
+    // Every change of address is logged, not the first alone: a new lease, or the address
+    // lost with the link (which resets every connection), shows in the log.
+    loop {
+        stack.wait_config_up().await;
+        if let Some(v4) = stack.config_v4() {
+            defmt::info!(
+                "network up: {}, serving on port {=u16}",
+                v4.address,
+                server::SERVICE_PORT
+            );
+        }
+        stack.wait_config_down().await;
+        defmt::warn!("network down: no IPv4 address (link or DHCP lease lost)");
     }
 }
