@@ -252,7 +252,11 @@ pub struct PrudpHandler {
     stats: Arc<ServerStats>,
     /// The tickets secure CONNECTs used (a secure server's; shared by its workers).
     replays: Option<Arc<TicketReplays>>,
+    /// Warnings about datagrams from unconnected peers (no handshake, so spoofable) ...
     refusals: LogLimit,
+    /// ... apart from those about replayed tickets (a CONNECT that proved its ticket), so a
+    /// spoofed flood of bad CONNECTs cannot keep the replays out of the log.
+    replay_logs: LogLimit,
     /// Close lines of connections the client disconnected cleanly ...
     disconnects: LogLimit,
     /// ... and of the others (idle, timed out, replaced, closed by the server).
@@ -305,6 +309,7 @@ impl PrudpHandler {
             stats: c.stats,
             replays,
             refusals: LogLimit::new(5, Duration::from_secs(10)),
+            replay_logs: LogLimit::new(5, Duration::from_secs(10)),
             disconnects: LogLimit::new(20, Duration::from_secs(10)),
             closes: LogLimit::new(20, Duration::from_secs(10)),
             last_now: Instant::ZERO,
@@ -400,7 +405,7 @@ impl PrudpHandler {
     /// Counts a replayed ticket and warns about it (rate limited).
     fn replayed(&mut self, peer: SocketAddr, pid: Option<u64>, now: Instant) {
         self.stats.ticket_replays.fetch_add(1, Ordering::Relaxed);
-        if let LogDecision::Log { suppressed } = self.refusals.check(now) {
+        if let LogDecision::Log { suppressed } = self.replay_logs.check(now) {
             warn!(
                 server = self.role.as_str(),
                 peer = %peer,
@@ -546,7 +551,12 @@ impl DatagramHandler for PrudpHandler {
         out: &mut Outbox,
     ) -> Open<PrudpConnection> {
         self.last_now = now;
-        let [session_id] = random::<1>();
+        // The new connection's session id, which only an accepted CONNECT uses: drawn (a
+        // system call) for a CONNECT alone, not for every SYN or stray datagram of a flood.
+        let session_id = match peek_packet_type(self.config.settings.version, datagram) {
+            Some(PacketType::Connect) => random::<1>()[0],
+            _ => 0,
+        };
         match self
             .server
             .handle(datagram, key.peer, now, session_id, &mut self.reply)
