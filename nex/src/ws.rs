@@ -221,6 +221,9 @@ enum Outgoing {
 /// A WebSocket the engine knows.
 #[derive(Debug)]
 struct Peer {
+    /// Which WebSocket task holds this entry (a peer's address and port may come back, on a
+    /// new connection, before the old task has ended).
+    task: u64,
     tx: mpsc::Sender<Outgoing>,
     /// Its PRUDP connection's key, once the table holds one.
     key: Option<ConnectionKey>,
@@ -415,14 +418,30 @@ impl Shared {
         }
     }
 
-    /// Forgets a WebSocket that ended, and its PRUDP connection with it.
-    fn remove(&self, peer: SocketAddr) {
+    /// Forgets a WebSocket that ended, and its PRUDP connection with it: the entry under
+    /// `peer` only while it is still this WebSocket's (`task`), not a newer one's from the
+    /// same address and port that replaced it meanwhile.
+    fn remove(&self, peer: SocketAddr, task: u64) {
         let mut guard = self.engine();
-        let e = &mut *guard;
-        if let Some(key) = e.peers.remove(&peer).and_then(|p| p.key)
+        if guard.peers.get(&peer).is_some_and(|p| p.task == task) {
+            let old = guard.peers.remove(&peer);
+            Self::close_prudp(&mut guard, &self.counters, old);
+        }
+    }
+
+    /// Takes `peer`'s entry for a new WebSocket; an older one's PRUDP connection (its socket
+    /// reused by a reconnect while it was closing) is closed with it.
+    fn insert(&self, peer: SocketAddr, entry: Peer) {
+        let mut guard = self.engine();
+        let old = guard.peers.insert(peer, entry);
+        Self::close_prudp(&mut guard, &self.counters, old);
+    }
+
+    fn close_prudp(e: &mut Engine, counters: &Counters, old: Option<Peer>) {
+        if let Some(key) = old.and_then(|p| p.key)
             && let Some(state) = e.table.remove(&key)
         {
-            self.counters.closed(false);
+            counters.closed(false);
             e.handler
                 .closed(&key, state, crate::udp::CloseReason::Closed);
         }
@@ -761,9 +780,18 @@ async fn serve_socket(
     let ws = WebSocketStream::from_partially_read(tcp, rest, Role::Server, Some(ws_config)).await;
     shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
-    shared.engine().peers.insert(peer, Peer { tx, key: None });
+    static TASKS: AtomicU64 = AtomicU64::new(0);
+    let task = TASKS.fetch_add(1, Ordering::Relaxed);
+    shared.insert(
+        peer,
+        Peer {
+            task,
+            tx,
+            key: None,
+        },
+    );
     let reason = pump(shared, ws, peer, rx, &mut shutdown).await;
-    shared.remove(peer);
+    shared.remove(peer, task);
     reason
 }
 
@@ -1102,10 +1130,14 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1);
         tx.try_send(Outgoing::Packet(Bytes::from_static(b"ack")))
             .unwrap();
-        shared
-            .engine()
-            .peers
-            .insert(addr, Peer { tx, key: Some(key) });
+        shared.engine().peers.insert(
+            addr,
+            Peer {
+                task: 0,
+                tx,
+                key: Some(key),
+            },
+        );
         shared.tick();
         assert!(matches!(rx.try_recv(), Ok(Outgoing::Packet(_))));
         assert!(rx.try_recv().is_err());
@@ -1118,6 +1150,42 @@ mod tests {
         assert_eq!(shared.engine().peers[&addr].key, None);
         shared.tick();
         assert!(rx.try_recv().is_err());
+    }
+
+    /// A WebSocket from the address and port of one still closing takes the entry; the old
+    /// task's end then leaves it (and its PRUDP connection) alone.
+    #[tokio::test]
+    async fn an_old_websockets_end_does_not_remove_a_newer_one_from_the_same_address() {
+        let l = listener(WsConfig::default());
+        let shared = &l.shared;
+        let addr: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        let key = ConnectionKey::new(addr, VirtualPort::new(10, 15));
+        let (old_tx, _old_rx) = mpsc::channel(1);
+        let (new_tx, _new_rx) = mpsc::channel(1);
+        shared.insert(
+            addr,
+            Peer {
+                task: 1,
+                tx: old_tx,
+                key: None,
+            },
+        );
+        shared.insert(
+            addr,
+            Peer {
+                task: 2,
+                tx: new_tx,
+                key: Some(key),
+            },
+        );
+        shared.remove(addr, 1);
+        assert_eq!(
+            shared.engine().peers[&addr].task,
+            2,
+            "the newer entry stays"
+        );
+        shared.remove(addr, 2);
+        assert!(!shared.engine().peers.contains_key(&addr));
     }
 
     /// A client frame: FIN, `opcode`, masked with a zero mask (or not masked).
