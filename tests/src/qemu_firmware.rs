@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use wirekit_rig::qemu::{self, BOARD, TARGET};
-use wirekit_rig::{net, tools};
+use wirekit_rig::tools;
 
 use crate::peers;
 use crate::service_client::ServiceClient;
@@ -62,10 +62,18 @@ pub fn build_firmware() -> PathBuf {
     qemu::release_elf(&firmware_dir(), BOARD, TARGET)
 }
 
-/// A free loopback port for a forward.
-fn free_port() -> u16 {
-    net::free_port().expect("a free loopback port")
+/// Two distinct loopback ports that were free a moment ago, for the forwards (both bound at
+/// once, so they differ; released for QEMU to take, which another socket may do first: then
+/// QEMU cannot set up its forward and [`Qemu::boot`] tries new ones).
+fn free_ports() -> (u16, u16) {
+    let bind = || std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a free loopback port");
+    let (a, b) = (bind(), bind());
+    let port = |l: &std::net::TcpListener| l.local_addr().expect("its address").port();
+    (port(&a), port(&b))
 }
+
+/// Tries at booting before a port taken meanwhile fails the test.
+const BOOT_ATTEMPTS: usize = 3;
 
 /// A booted firmware; killed on drop if the test did not shut it down.
 pub struct Qemu {
@@ -85,45 +93,59 @@ impl Qemu {
         let qemu = peers::program(qemu::QEMU_SYSTEM_ARM)?;
         defmt_print()?;
         let elf = build_firmware();
-        let (port, control_port) = (free_port(), free_port());
-        let raw_log = artifacts_dir().join(format!("{name}.defmt"));
-        let stdout = std::fs::File::create(&raw_log).expect("create the raw log");
-        let stderr = std::fs::File::create(artifacts_dir().join(format!("{name}.qemu-stderr")))
-            .expect("create the QEMU stderr log");
-        let child = Command::new("timeout")
-            .arg(QEMU_TIMEOUT_SECS.to_string())
-            .arg(qemu)
-            .args(qemu::qemu_args(&elf, port, control_port))
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .expect("start qemu-system-arm");
-        let mut booted = Qemu {
-            child,
-            service: SocketAddr::from(([127, 0, 0, 1], port)),
-            control: SocketAddr::from(([127, 0, 0, 1], control_port)),
-            raw_log,
-            elf,
-            name: name.to_string(),
-        };
-        booted.wait_serving();
-        Some(booted)
+        for attempt in 1..=BOOT_ATTEMPTS {
+            let (port, control_port) = free_ports();
+            let raw_log = artifacts_dir().join(format!("{name}.defmt"));
+            let stdout = std::fs::File::create(&raw_log).expect("create the raw log");
+            let stderr_path = artifacts_dir().join(format!("{name}.qemu-stderr"));
+            let stderr = std::fs::File::create(&stderr_path).expect("create the QEMU stderr log");
+            let child = Command::new("timeout")
+                .arg(QEMU_TIMEOUT_SECS.to_string())
+                .arg(&qemu)
+                .args(qemu::qemu_args(&elf, port, control_port))
+                .stdin(Stdio::null())
+                .stdout(stdout)
+                .stderr(stderr)
+                .spawn()
+                .expect("start qemu-system-arm");
+            let mut booted = Qemu {
+                child,
+                service: SocketAddr::from(([127, 0, 0, 1], port)),
+                control: SocketAddr::from(([127, 0, 0, 1], control_port)),
+                raw_log,
+                elf: elf.clone(),
+                name: name.to_string(),
+            };
+            match booted.wait_serving() {
+                Ok(()) => return Some(booted),
+                // A forward's port taken between its release and QEMU's bind: new ports.
+                Err(status)
+                    if attempt < BOOT_ATTEMPTS
+                        && std::fs::read_to_string(&stderr_path)
+                            .is_ok_and(|e| e.contains("host forwarding")) =>
+                {
+                    eprintln!("QEMU could not forward its ports ({status}); trying new ones");
+                }
+                Err(status) => panic!(
+                    "QEMU exited during boot with {status}; log:\n{}",
+                    booted.decoded_log()
+                ),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
     }
 
     /// QEMU's user network accepts forwarded connections before the guest listens, so "serving"
     /// means a full echo round trip.
-    fn wait_serving(&mut self) {
+    /// `Err` with its exit status if QEMU exited before serving.
+    fn wait_serving(&mut self) -> Result<(), ExitStatus> {
         let start = Instant::now();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "QEMU exited during boot with {status}; log:\n{}",
-                    self.decoded_log()
-                );
+                return Err(status);
             }
             if probe(self.service).is_ok() {
-                return;
+                return Ok(());
             }
             assert!(
                 start.elapsed() < BOOT_DEADLINE,
