@@ -433,7 +433,7 @@ async fn run<'a>(
                 return Ended::Refused("unknown_host");
             };
             // A rewrite the handshake cannot take (the route's host with the client's marker
-            // and TCPShield suffix past the address field's 255 UTF-16 units) refuses the
+            // and TCPShield suffix past the address field's 1024 UTF-16 units) refuses the
             // login: the client's own host must not reach the upstream in its place.
             if upstream_handshake(r, inbound.bytes(frame.clone()), inbound.bytes(body.clone()))
                 .is_none()
