@@ -342,8 +342,11 @@ fn start_relay(
             let dir = temp_dir(HARNESS, "haproxy")?;
             let listen = free_addr()?;
             let cfg = dir.0.join("haproxy.cfg");
+            // maxconn well above the bench's concurrency (8 connections at a time) and low
+            // enough that splice's pipes fit a 20,000-descriptor limit (at 8000 HAProxy asked
+            // for 20,014 and refused to start).
             let text = format!(
-                "global\n    nbthread 1\n    maxconn 8000\n\
+                "global\n    nbthread 1\n    maxconn 2000\n\
                  defaults\n    mode tcp\n    option splice-auto\n    timeout connect 5s\n    \
                  timeout client 30s\n    timeout server 30s\n\
                  frontend relay\n    bind {listen}\n    default_backend upstream\n\
