@@ -632,9 +632,14 @@ pub fn write_report() -> Result<(), String> {
     md.push_str(
         "\n## Targets\n\n\
          | target | runs | total time | executions | cov (latest) | ft (latest) | corpus | \
-         plateau (latest) | setup (latest) | runs stopped by a crash |\n\
-         |---|---:|---:|---:|---:|---:|---:|---|---|---:|\n",
+         plateau (latest) | setup (latest) | runs stopped by a crash | crashes found and \
+         fixed |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|\n",
     );
+    // The crashes table's rows by target: a crash found by a run that kept no row (stopped
+    // by hand, or on a commit whose run was not recorded) is counted here all the same.
+    let crashes = crash_rows();
+    let fixed = |t: &str| crashes.iter().filter(|c| c[0] == t).count();
     let listed = order
         .iter()
         .map(String::as_str)
@@ -647,7 +652,11 @@ pub fn write_report() -> Result<(), String> {
         .collect::<Vec<_>>();
     for t in listed {
         let Some(runs) = by_target.get(t) else {
-            let _ = writeln!(md, "| {t} | 0 | - | - | - | - | - | - | - | - |");
+            let _ = writeln!(
+                md,
+                "| {t} | 0 | - | - | - | - | - | - | - | - | {} |",
+                fixed(t)
+            );
             continue;
         };
         let last = runs[runs.len() - 1];
@@ -656,7 +665,7 @@ pub fn write_report() -> Result<(), String> {
         let crashes: u64 = runs.iter().map(|r| r.crashes).sum();
         let _ = writeln!(
             md,
-            "| {t} | {} | {} min | {} | {} | {} | {} files, {} KiB | {} | {} | {crashes} |",
+            "| {t} | {} | {} min | {} | {} | {} | {} files, {} KiB | {} | {} | {crashes} | {} |",
             runs.len(),
             (secs + 30) / 60,
             thousands(execs),
@@ -666,10 +675,10 @@ pub fn write_report() -> Result<(), String> {
             last.corpus_bytes.div_ceil(1024),
             if last.plateau { "yes" } else { "no" },
             setups[last.commit.as_str()],
+            fixed(t),
         );
     }
     md.push_str("\n## Crashes found and fixed\n\n");
-    let crashes = crash_rows();
     if crashes.is_empty() {
         md.push_str("None so far.\n");
     } else {
