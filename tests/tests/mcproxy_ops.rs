@@ -137,6 +137,48 @@ fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_48() 
     );
 }
 
+/// The per-address limits, on the real client named by a trusted PROXY header: an IPv4
+/// address is one client, an IPv6 /64 is one (`host-prefix-v6 = 64`: a host may use any address
+/// of its /64), and a neighbour outside them is another.
+#[test]
+fn per_address_limits_act_on_the_real_clients_ipv4_address_and_ipv6_slash_64() {
+    let up = Recorder::start();
+    let proxy = McProxy::start(&format!(
+        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.0/8\"]\n\
+         conn-per-ip-burst = 0\nconn-per-ip-max = 1\nlogin-per-ip-burst = 0\n\
+         conn-per-prefix-burst = 0\nconn-per-prefix-max = 0\n\
+         [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{}\"]\n",
+        up.port
+    ));
+    let mut open = Vec::new();
+    for (held, refused, neighbour) in [
+        // The same address from another port; the next address of the /24.
+        ("192.0.2.1:1000", "192.0.2.1:1001", "192.0.2.2:1000"),
+        // Another address of the same /64; the next /64 of the /48.
+        (
+            "[2001:db8::1]:1000",
+            "[2001:db8::2]:1000",
+            "[2001:db8:0:1::1]:1000",
+        ),
+    ] {
+        open.push(login_as(&proxy, held));
+        assert!(!up.next().is_empty(), "{held} reached the upstream");
+        let mut s = login_as(&proxy, refused);
+        wait_closed(&mut s, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{refused}: {e}"));
+        open.push(login_as(&proxy, neighbour));
+        assert!(!up.next().is_empty(), "{neighbour} reached the upstream");
+    }
+    proxy.wait_metric(
+        "wirekit_proxy_rejections_total{reason=\"host_concurrent\"}",
+        2,
+    );
+    let log = proxy.proc.wait_log("reason=\"host_concurrent\"", 2);
+    assert!(
+        log.contains("client=192.0.2.1:1001") && log.contains("client=[2001:db8::2]:1000"),
+        "the refusals name the real clients: {log}"
+    );
+}
+
 #[test]
 fn the_global_limit_and_unknown_host_drop_close_at_once_and_count() {
     let up = Recorder::start();
