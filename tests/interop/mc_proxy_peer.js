@@ -4,6 +4,10 @@
 //       Listens on 127.0.0.1:PORT (prints "listening"). Every player that joins gets a welcome
 //       chat message long enough to be sent compressed (the server announces threshold 256),
 //       and each chat message it sends comes back as "echo:<message>".
+//   node mc_proxy_peer.js server-online PORT VERSION MOTD
+//       The same server in online mode: a login gets its Encryption Request (its RSA key is
+//       made at start-up; nothing here reaches Mojang's session servers, which a login would
+//       need only after the client's Encryption Response).
 //   node mc_proxy_peer.js client PORT VERSION HOST LOCAL_ADDRESS [ACT]
 //       Connects from LOCAL_ADDRESS to 127.0.0.1:PORT with HOST in its handshake, logs in as
 //       "Tester", waits for the welcome, sends a chat message and prints "ok <name>" once its
@@ -59,9 +63,9 @@ function reasonText (r) {
   return typeof r === 'string' ? r : JSON.stringify(r)
 }
 
-if (mode === 'server') {
+if (mode === 'server' || mode === 'server-online') {
   const server = mc.createServer({
-    'online-mode': false,
+    'online-mode': mode === 'server-online',
     host: '127.0.0.1',
     port,
     version,
@@ -123,6 +127,6 @@ if (mode === 'server') {
   client.on('end', () => { if (!finished) { console.error('ended'); process.exit(1) } })
   client.on('error', (e) => { console.error(e); process.exit(1) })
 } else {
-  console.error('usage: mc_proxy_peer.js server PORT VERSION MOTD | client PORT VERSION HOST LOCAL_ADDRESS')
+  console.error('usage: mc_proxy_peer.js server|server-online PORT VERSION MOTD | client PORT VERSION HOST LOCAL_ADDRESS')
   process.exit(2)
 }

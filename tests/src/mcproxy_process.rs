@@ -424,11 +424,21 @@ impl Recorder {
 /// npm minecraft-protocol's server for `version` on a free port; `None` if the peer is not
 /// installed (and not required).
 pub fn node_server(version: &str, motd: &str) -> Option<(Proc, u16)> {
+    node_server_in("server", version, motd)
+}
+
+/// The same server in online mode (a login gets its Encryption Request); `None` if the peer
+/// is not installed (and not required).
+pub fn node_online_server(version: &str) -> Option<(Proc, u16)> {
+    node_server_in("server-online", version, "online")
+}
+
+fn node_server_in(mode: &str, version: &str, motd: &str) -> Option<(Proc, u16)> {
     let modules = peers::node_modules()?;
     let port = free_port().unwrap();
     let mut cmd = Command::new("node");
     cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))
-        .args(["server", &port.to_string(), version, motd])
+        .args([mode, &port.to_string(), version, motd])
         .env("NODE_PATH", modules);
     let mut proc = Proc::spawn(cmd);
     proc.stdout_line("listening");

@@ -2,7 +2,8 @@
 //! frames, a handshake flood from one address, slow-loris on the PROXY header and on the
 //! handshake, malformed handshakes, clients vanishing mid-frame, the upstream down or reset
 //! mid-stream; and passthrough cases: an online-mode upstream (opaque bytes after Encryption
-//! Request) and minecraft-protocol 1.20.4 and 1.21.4. Each case checks that another client is
+//! Request), minecraft-protocol's own online-mode server (its Encryption Request through the
+//! proxy) and minecraft-protocol 1.20.4 and 1.21.4. Each hostile case checks that another client is
 //! still served, and that the proxy counted what it did (`/metrics`) and logged it (its close
 //! and refusal lines, rate-limited under a flood).
 
@@ -21,7 +22,8 @@ use wirekit_proxy::prelogin::MAX_HANDSHAKE_BODY;
 use wirekit_tests::faults;
 use wirekit_tests::mcproxy_process::{
     McProxy, WAIT, accept_within, connect_from, expect_disconnect, handshake, login_bytes,
-    login_start, node_server, node_sessions, read_packet, reset, status, wait_closed,
+    login_start, node_online_server, node_server, node_sessions, read_packet, reset, status,
+    wait_closed,
 };
 use wirekit_tests::serve_process;
 
@@ -871,6 +873,72 @@ fn passthrough_to_an_online_mode_upstream_carries_opaque_bytes_both_ways() {
     assert!(line[0].contains(&want), "{want}: {}", line[0]);
     assert!(line[0].contains("player=\"Online\""), "{}", line[0]);
     assert!(status(proxy.addr, 71, "online.test", PROTOCOL_1_21_4).contains("Server unavailable"));
+}
+
+/// npm minecraft-protocol's own online-mode server behind the proxy: a login through
+/// passthrough gets the server's Encryption Request as the server sends it (the key it gives a
+/// direct login, a server ID and verify token of the same lengths), and what the client sends after it (the
+/// encrypted stream, here bytes the server cannot decrypt, then the client's end) reaches the
+/// server, whose end comes back through the proxy.
+#[test]
+fn minecraft_protocols_online_mode_server_sends_its_encryption_request_through_passthrough() {
+    let Some((_server, port)) = node_online_server("1.21.4") else {
+        return;
+    };
+    let proxy = McProxy::start(&format!(
+        "[[route]]\nhosts = [\"online.test\"]\nupstreams = [\"127.0.0.1:{port}\"]\n"
+    ));
+    let ls = LoginStart {
+        protocol_version: PROTOCOL_1_21_4,
+        name: "Online",
+        signature: None,
+        uuid: Some(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+    };
+    let mut login = vec![0u8; ls.frame_len()];
+    ls.encode_frame(&mut login).unwrap();
+    let hello = handshake("online.test", PROTOCOL_1_21_4, NextState::Login);
+    let request = |to: SocketAddr, from: u8| {
+        let mut s = connect_from(from, to);
+        s.write_all(&[hello.as_slice(), &login].concat()).unwrap();
+        let (id, data) = read_packet(&mut s);
+        assert_eq!(id, EncryptionRequest::ID, "{data:02x?}");
+        (s, data)
+    };
+    let (_direct, direct) = request(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), 72);
+    let (mut client, through) = request(proxy.addr, 73);
+    let direct = EncryptionRequest::parse(&direct, PROTOCOL_1_21_4).unwrap();
+    let got = EncryptionRequest::parse(&through, PROTOCOL_1_21_4).unwrap();
+    // The server ID is drawn for each login (8 hex digits from this server); the key is the
+    // server's.
+    assert_eq!(got.server_id.len(), direct.server_id.len());
+    assert_eq!(got.public_key, direct.public_key);
+    assert!(
+        got.public_key.len() > 100,
+        "{} bytes of key",
+        got.public_key.len()
+    );
+    assert_eq!(got.verify_token.len(), direct.verify_token.len());
+    assert_eq!(got.should_authenticate, direct.should_authenticate);
+    // The encrypted stream: opaque to the proxy, relayed to the server, which cannot read it.
+    let opaque = faults::numbered_payload(9, 0, 1000);
+    client.write_all(&opaque).unwrap();
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    client.set_read_timeout(Some(WAIT)).unwrap();
+    let mut after = Vec::new();
+    client
+        .read_to_end(&mut after)
+        .expect("the server's end, relayed");
+    let log = proxy.proc.wait_log("client=127.0.0.73:", 1);
+    let line = lines_about(&log, "127.0.0.73:", " closed ");
+    assert_eq!(line.len(), 1, "{log}");
+    let request_frame = 1 + through.len();
+    let want = format!(
+        "serverbound={} clientbound={}",
+        login.len() + opaque.len(),
+        varint(request_frame as i32).len() + request_frame + after.len()
+    );
+    assert!(line[0].contains(&want), "{want}: {}", line[0]);
+    assert!(line[0].contains("player=\"Online\""), "{}", line[0]);
 }
 
 #[test]
