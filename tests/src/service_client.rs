@@ -193,13 +193,40 @@ impl ServiceClient {
 
     /// Derives a key on the server.
     pub fn derive(&mut self, pid: u64, password: &[u8]) -> io::Result<[u8; 16]> {
-        let req = DeriveRequest { pid, password };
-        let mut data = vec![0u8; req.encoded_len()];
-        req.encode(&mut data).map_err(io::Error::other)?;
-        match self.call(wire::DERIVE, &data)?.response()? {
+        match self
+            .call(wire::DERIVE, &derive_data(pid, password)?)?
+            .response()?
+        {
             Response::Key(key) => Ok(key),
             other => Err(io::Error::other(format!("derive reply {other:?}"))),
         }
+    }
+
+    /// `n` derive requests for `pid` and `password`, encoded back to back in this connection's
+    /// format, to be sent at once (pipelined).
+    pub fn derive_requests(&mut self, n: usize, pid: u64, password: &[u8]) -> io::Result<Vec<u8>> {
+        let data = derive_data(pid, password)?;
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.extend(self.encode(wire::DERIVE, &data)?);
+        }
+        Ok(out)
+    }
+
+    /// Receives `n` derive replies, each `key` or `Busy` (anything else is an error): how many
+    /// of each.
+    pub fn derive_replies(&mut self, n: usize, key: &[u8; 16]) -> io::Result<(u64, u64)> {
+        let (mut keys, mut busy) = (0, 0);
+        for i in 0..n {
+            match self.recv()?.response()? {
+                Response::Key(k) if k == *key => keys += 1,
+                Response::Error(e) if e.code == wire::ErrorCode::Busy => busy += 1,
+                other => {
+                    return Err(io::Error::other(format!("derive reply {i}: {other:?}")));
+                }
+            }
+        }
+        Ok((keys, busy))
     }
 
     /// The server's counters.
@@ -253,4 +280,12 @@ impl ServiceClient {
     pub fn shutdown_write(&mut self) -> io::Result<()> {
         self.stream.shutdown(Shutdown::Write)
     }
+}
+
+/// A derive request's data.
+fn derive_data(pid: u64, password: &[u8]) -> io::Result<Vec<u8>> {
+    let req = DeriveRequest { pid, password };
+    let mut data = vec![0u8; req.encoded_len()];
+    req.encode(&mut data).map_err(io::Error::other)?;
+    Ok(data)
 }

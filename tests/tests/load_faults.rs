@@ -862,8 +862,6 @@ fn a_flood_past_the_connection_limit_is_refused_counted_and_its_lines_limited() 
 /// that thread for seconds.
 #[test]
 fn a_derive_flood_is_budgeted_and_does_not_starve_the_other_clients() {
-    use wirekit_core::service::client::Response;
-    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode};
     const FLOOD: usize = 2000;
     const BURST: u64 = wirekit_core::service::Config::DEFAULT_DERIVE_BURST as u64;
     let _one = serve_process::exclusive();
@@ -873,12 +871,7 @@ fn a_derive_flood_is_budgeted_and_does_not_starve_the_other_clients() {
     let mut flood = ServiceClient::connect(server.addr, None, None).unwrap();
     let (pid, password) = (100, b"MMQea3n!fsik");
     let key = wirekit_core::kerberos::derive_kerberos_key(pid, password);
-    let req = DeriveRequest { pid, password };
-    let mut data = vec![0u8; req.encoded_len()];
-    req.encode(&mut data).unwrap();
-    let requests: Vec<u8> = (0..FLOOD)
-        .flat_map(|_| flood.encode(wire::DERIVE, &data).unwrap())
-        .collect();
+    let requests = flood.derive_requests(FLOOD, pid, password).unwrap();
     let cpu0 = server.cpu_time();
     let start = Instant::now();
     // The replies (19 bytes each) fit the socket buffers while the bystander runs.
@@ -889,20 +882,7 @@ fn a_derive_flood_is_budgeted_and_does_not_starve_the_other_clients() {
         bystander.echo(&i.to_le_bytes()).unwrap();
         slowest = slowest.max(t.elapsed());
     }
-    let (mut keys, mut busy) = (0u64, 0u64);
-    for _ in 0..FLOOD {
-        match flood.recv().unwrap().response().unwrap() {
-            Response::Key(k) => {
-                assert_eq!(k, key);
-                keys += 1;
-            }
-            Response::Error(e) => {
-                assert_eq!(e.code, ErrorCode::Busy);
-                busy += 1;
-            }
-            other => panic!("derive reply {other:?}"),
-        }
-    }
+    let (keys, busy) = flood.derive_replies(FLOOD, &key).unwrap();
     let elapsed = start.elapsed();
     let cpu = server.cpu_time() - cpu0;
     eprintln!(

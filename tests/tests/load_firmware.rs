@@ -373,8 +373,6 @@ fn exercise(qemu: &Qemu) -> Stats {
 /// at most the burst's derivations (they run on the executor it shares).
 fn derive_flood(addr: std::net::SocketAddr) {
     use std::io::Write;
-    use wirekit_core::service::client::Response;
-    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode};
     // The replies (19 bytes a key) fit the firmware's 1 KiB send buffer while the bystander
     // runs; the requests its 1 KiB receive window.
     const FLOOD: usize = 40;
@@ -382,12 +380,7 @@ fn derive_flood(addr: std::net::SocketAddr) {
     let mut flood = connect_retrying(addr);
     let (pid, password) = (100, b"MMQea3n!fsik");
     let key = wirekit_core::kerberos::derive_kerberos_key(pid, password);
-    let req = DeriveRequest { pid, password };
-    let mut data = vec![0u8; req.encoded_len()];
-    req.encode(&mut data).unwrap();
-    let requests: Vec<u8> = (0..FLOOD)
-        .flat_map(|_| flood.encode(wire::DERIVE, &data).unwrap())
-        .collect();
+    let requests = flood.derive_requests(FLOOD, pid, password).unwrap();
     assert!(
         requests.len() <= 1024,
         "{} bytes of requests",
@@ -403,39 +396,13 @@ fn derive_flood(addr: std::net::SocketAddr) {
             .unwrap_or_else(|e| panic!("the bystander during the derive flood: {e}"));
         slowest = slowest.max(t.elapsed());
     }
-    let (mut keys, mut busy) = (0u64, 0u64);
-    for i in 0..FLOOD {
-        match flood.recv().unwrap().response().unwrap() {
-            Response::Key(k) => {
-                assert_eq!(k, key, "reply {i}");
-                keys += 1;
-            }
-            Response::Error(e) => {
-                assert_eq!(e.code, ErrorCode::Busy, "reply {i}");
-                busy += 1;
-            }
-            other => panic!("derive reply {i}: {other:?}"),
-        }
-    }
+    let (keys, busy) = flood.derive_replies(FLOOD, &key).unwrap();
     // The budget is the board's, not the connection's: the bystander, whose own budget is
     // untouched, gets no more keys than what the board's refilled meanwhile.
     const AFTER: usize = 3;
-    let mut bystander_keys = 0u64;
-    for i in 0..AFTER {
-        match bystander
-            .call(wire::DERIVE, &data)
-            .unwrap()
-            .response()
-            .unwrap()
-        {
-            Response::Key(k) => {
-                assert_eq!(k, key, "the bystander's derive {i}");
-                bystander_keys += 1;
-            }
-            Response::Error(e) => assert_eq!(e.code, ErrorCode::Busy, "the bystander's {i}"),
-            other => panic!("the bystander's derive reply {i}: {other:?}"),
-        }
-    }
+    let asked = bystander.derive_requests(AFTER, pid, password).unwrap();
+    bystander.stream().write_all(&asked).unwrap();
+    let (bystander_keys, _) = bystander.derive_replies(AFTER, &key).unwrap();
     let elapsed = start.elapsed();
     eprintln!(
         "{FLOOD} derive requests on the firmware: {keys} keys, {busy} busy, then {bystander_keys} \

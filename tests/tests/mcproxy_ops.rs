@@ -91,49 +91,61 @@ fn login_as(proxy: &McProxy, client: &str) -> TcpStream {
     s
 }
 
-#[test]
-fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_48() {
+/// Logins through a trusted PROXY v1 sender (the proxy under `limits`): for each case, the
+/// `held` clients are let in (and kept), `refused` is closed and `elsewhere` let in; each refusal
+/// is counted under `reason` and logged naming its real client.
+fn refused_by_limit(limits: &str, cases: &[(&[&str], &str, &str)], reason: &str) {
     let up = Recorder::start();
     let proxy = McProxy::start(&format!(
-        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.0/8\"]\n\
-         conn-per-ip-burst = 0\nconn-per-ip-max = 0\nlogin-per-ip-burst = 0\n\
-         conn-per-prefix-burst = 0\nconn-per-prefix-max = 2\n\
+        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.0/8\"]\n{limits}\
          [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{}\"]\n",
         up.port
     ));
     let mut open = Vec::new();
-    for (neighbours, refused, elsewhere) in [
-        (
-            ["192.0.2.1:1000", "192.0.2.200:1000"],
-            "192.0.2.7:1000",
-            "198.51.100.1:1000",
-        ),
-        (
-            // Two /64s of one /48: one network.
-            ["[2001:db8::1]:1000", "[2001:db8:0:5::1]:1000"],
-            "[2001:db8::3]:1000",
-            "[2001:db8:1::1]:1000",
-        ),
-    ] {
-        for n in neighbours {
+    for (held, refused, elsewhere) in cases {
+        for n in *held {
             open.push(login_as(&proxy, n));
             assert!(!up.next().is_empty(), "{n} reached the upstream");
         }
-        // A third from the same network: refused at the network's limit.
         let mut s = login_as(&proxy, refused);
         wait_closed(&mut s, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{refused}: {e}"));
-        // Another network: served.
         open.push(login_as(&proxy, elsewhere));
         assert!(!up.next().is_empty(), "{elsewhere} reached the upstream");
     }
-    proxy.wait_metric(
-        "wirekit_proxy_rejections_total{reason=\"network_concurrent\"}",
-        2,
-    );
-    let log = proxy.proc.wait_log("reason=\"network_concurrent\"", 2);
-    assert!(
-        log.contains("client=192.0.2.7:1000") && log.contains("client=[2001:db8::3]:1000"),
-        "the refusals name the real clients: {log}"
+    let metric = format!("wirekit_proxy_rejections_total{{reason=\"{reason}\"}}");
+    proxy.wait_metric(&metric, cases.len() as u64);
+    let log = proxy
+        .proc
+        .wait_log(&format!("reason=\"{reason}\""), cases.len());
+    for (_, refused, _) in cases {
+        assert!(
+            log.contains(&format!("client={refused}")),
+            "the refusal names the real client {refused}: {log}"
+        );
+    }
+}
+
+#[test]
+fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_48() {
+    refused_by_limit(
+        "conn-per-ip-burst = 0\nconn-per-ip-max = 0\nlogin-per-ip-burst = 0\n\
+         conn-per-prefix-burst = 0\nconn-per-prefix-max = 2\n",
+        &[
+            // A third from the same network: refused at the network's limit; another
+            // network: served.
+            (
+                &["192.0.2.1:1000", "192.0.2.200:1000"],
+                "192.0.2.7:1000",
+                "198.51.100.1:1000",
+            ),
+            (
+                // Two /64s of one /48: one network.
+                &["[2001:db8::1]:1000", "[2001:db8:0:5::1]:1000"],
+                "[2001:db8::3]:1000",
+                "[2001:db8:1::1]:1000",
+            ),
+        ],
+        "network_concurrent",
     );
 }
 
@@ -142,40 +154,20 @@ fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_48() 
 /// of its /64), and a neighbour outside them is another.
 #[test]
 fn per_address_limits_act_on_the_real_clients_ipv4_address_and_ipv6_slash_64() {
-    let up = Recorder::start();
-    let proxy = McProxy::start(&format!(
-        "proxy-protocol = \"REQUIRE\"\ntrusted = [\"127.0.0.0/8\"]\n\
-         conn-per-ip-burst = 0\nconn-per-ip-max = 1\nlogin-per-ip-burst = 0\n\
-         conn-per-prefix-burst = 0\nconn-per-prefix-max = 0\n\
-         [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{}\"]\n",
-        up.port
-    ));
-    let mut open = Vec::new();
-    for (held, refused, neighbour) in [
-        // The same address from another port; the next address of the /24.
-        ("192.0.2.1:1000", "192.0.2.1:1001", "192.0.2.2:1000"),
-        // Another address of the same /64; the next /64 of the /48.
-        (
-            "[2001:db8::1]:1000",
-            "[2001:db8::2]:1000",
-            "[2001:db8:0:1::1]:1000",
-        ),
-    ] {
-        open.push(login_as(&proxy, held));
-        assert!(!up.next().is_empty(), "{held} reached the upstream");
-        let mut s = login_as(&proxy, refused);
-        wait_closed(&mut s, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{refused}: {e}"));
-        open.push(login_as(&proxy, neighbour));
-        assert!(!up.next().is_empty(), "{neighbour} reached the upstream");
-    }
-    proxy.wait_metric(
-        "wirekit_proxy_rejections_total{reason=\"host_concurrent\"}",
-        2,
-    );
-    let log = proxy.proc.wait_log("reason=\"host_concurrent\"", 2);
-    assert!(
-        log.contains("client=192.0.2.1:1001") && log.contains("client=[2001:db8::2]:1000"),
-        "the refusals name the real clients: {log}"
+    refused_by_limit(
+        "conn-per-ip-burst = 0\nconn-per-ip-max = 1\nlogin-per-ip-burst = 0\n\
+         conn-per-prefix-burst = 0\nconn-per-prefix-max = 0\n",
+        &[
+            // The same address from another port; the next address of the /24.
+            (&["192.0.2.1:1000"], "192.0.2.1:1001", "192.0.2.2:1000"),
+            // Another address of the same /64; the next /64 of the /48.
+            (
+                &["[2001:db8::1]:1000"],
+                "[2001:db8::2]:1000",
+                "[2001:db8:0:1::1]:1000",
+            ),
+        ],
+        "host_concurrent",
     );
 }
 
