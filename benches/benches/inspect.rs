@@ -241,6 +241,20 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    // A filter (any other argument) selects this harness when it names part of
+    // `inspect/table-1`: `cargo xtask bench zlib/...` passes its filter to every bench target,
+    // and must not stamp this table with a run nobody asked for.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !filters.is_empty()
+        && !filters
+            .iter()
+            .any(|f| "inspect/table-1".contains(f.as_str()) || f.starts_with("inspect"))
+    {
+        return;
+    }
     // `INSPECT_ROWS=word` keeps only the rows naming it, for profiling one row (an
     // environment variable: the words after `--` are `cargo xtask bench`'s filter for every
     // bench target).
