@@ -45,7 +45,14 @@ impl LanePath {
             #[cfg(target_arch = "x86_64")]
             LanePath::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
             #[cfg(target_arch = "x86_64")]
-            LanePath::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            // `avx512f` as a target feature implies AVX2, FMA and F16C (the build may use
+            // them): a CPU (or a VM's CPU flags) must show them all.
+            LanePath::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
+            }
             #[cfg(not(target_arch = "x86_64"))]
             LanePath::Avx2 | LanePath::Avx512 => false,
         }
