@@ -111,7 +111,7 @@ fn a_server_that_never_answers_fails_at_the_reply_timeout() {
         "silent server",
         &out,
         took,
-        "wirekit bench: the server did not reply within 1s",
+        &format!("wirekit bench: {addr}: the server did not reply within 1s"),
     );
     assert!(took >= Duration::from_secs(1), "{took:?}");
 }
@@ -146,7 +146,7 @@ fn a_server_that_stops_answering_mid_run_fails_at_the_reply_timeout() {
         "server that stops answering",
         &out,
         took,
-        "wirekit bench: the server did not reply within 1s",
+        &format!("wirekit bench: {addr}: the server did not reply within 1s"),
     );
     // It answered first: the failure came after the answering time and the reply timeout.
     assert!(took >= ANSWERING + Duration::from_secs(1), "{took:?}");

@@ -1469,7 +1469,12 @@ async fn drive(
         bar.finish_and_clear();
     }
     if let Some(e) = first_error {
-        return Err(e);
+        // Every error names the target (connect errors already say `connect to ADDR`).
+        let text = e.to_string();
+        if text.contains(&addr.to_string()) {
+            return Err(e);
+        }
+        return Err(io::Error::new(e.kind(), format!("{addr}: {text}")));
     }
     Ok(Report {
         connections: opts.connections,

@@ -122,6 +122,13 @@ pub fn options(args: &BenchArgs, allocations: Option<fn() -> u64>) -> Result<Loa
             SECONDS.end()
         ));
     }
+    if args.framing == BenchFraming::U32Le
+        && (args.compression_threshold.is_some() || args.expect_greeting)
+    {
+        return Err(
+            "--compression-threshold and --expect-greeting apply to --framing varint only".into(),
+        );
+    }
     let opts = LoadOptions {
         target: args.target,
         connections: args.connections,

@@ -595,6 +595,12 @@ pub fn encode_packet(
 }
 
 fn encode(args: &EncodeArgs) -> ExitCode {
+    // The flags first (an empty packet takes every check but its size): a missing --id or a
+    // wrong combination is said at once, not after the input has ended.
+    if let Err(e) = encode_packet(args.framing, args.id, args.threshold, args.level, &[]) {
+        eprintln!("wirekit frame encode: {e}");
+        return ExitCode::from(2);
+    }
     // Stdin is read to one byte past the most the framing takes (the packet's data, before
     // its ID and length fields), so a larger stream is refused without being held.
     let max = match (args.threshold, args.framing.fixed(PKTCONN_MAX_LEN)) {

@@ -137,9 +137,9 @@ pub struct ProxyArgs {
     /// Seconds open connections get to finish after SIGINT/SIGTERM (default 10).
     #[arg(long)]
     pub shutdown_grace: Option<f64>,
-    /// Worker threads (default: one per core; 1: a single-threaded runtime; a change needs a
-    /// restart).
-    #[arg(long)]
+    /// Worker threads (default: one per core; 1: a single-threaded runtime; at most 1024; a
+    /// change needs a restart).
+    #[arg(long, value_parser = super::serve::threads)]
     pub threads: Option<usize>,
     /// A route, `HOST[,HOST...]=UPSTREAM[,UPSTREAM...]` (repeatable; hosts may be
     /// `*.example.com`); other settings at their defaults. Routes from the file come first;
@@ -229,8 +229,12 @@ fn per_second(v: f64, name: &str) -> Result<wirekit_core::limit::Rate, String> {
             return Err(format!("{name}: at least one a year"));
         }
         Rate::new(1, CoreDuration::from_micros(period))
-    } else {
+    } else if v * 1000.0 <= f64::from(u32::MAX) {
         Rate::new((v * 1000.0).round() as u32, CoreDuration::from_secs(1000))
+    } else {
+        // Past 4,294,967 a second (whose thousandths no longer fit the count), the fraction
+        // of a token a second is rounded off rather than the rate cut to that bound.
+        Rate::per_second(v.round() as u32)
     })
 }
 
@@ -438,6 +442,17 @@ impl ProxyArgs {
 
     /// The proxy settings these (merged) arguments describe.
     pub fn settings(&self) -> Result<Settings, String> {
+        // The runtime's, not a setting of the proxy's, but checked with them (a config file's
+        // `threads` does not pass the flag's parser, and --check-config must refuse what the
+        // run would).
+        if let Some(n) = self.threads
+            && n > super::serve::MAX_THREADS
+        {
+            return Err(format!(
+                "threads = {n}: at most {}",
+                super::serve::MAX_THREADS
+            ));
+        }
         let d = Settings::default();
         let dl = d.limits;
         let trusted: Vec<Cidr> = self
@@ -598,7 +613,7 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         eprintln!("wirekit proxy: note: {note}");
     }
     if args.check_config {
-        println!(
+        super::out_line(format_args!(
             "config ok: {} route(s), relay by {}, listening on {}",
             settings.routes.len(),
             if wirekit_proxy::relay::splice_available() {
@@ -612,8 +627,21 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
                 .map(|a| a.to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        ));
         return ExitCode::SUCCESS;
+    }
+    // Two sockets a connection (the limit was raised to its hard limit at start); the splice
+    // relay's pipes (four descriptors a connection) are taken when there are descriptors to
+    // spare, and a direction without one copies instead.
+    if let Some(n) = super::raise_nofile()
+        && n < (2 * settings.max_connections as u64).saturating_add(64)
+    {
+        tracing::warn!(
+            nofile = n,
+            max_connections = settings.max_connections,
+            "the descriptor limit is below 2 x max-connections (two sockets a connection): \
+             accepts past it fail (EMFILE)"
+        );
     }
     let threads = merged.threads;
     let rt = match super::serve::runtime(threads.unwrap_or(0)) {
@@ -646,10 +674,10 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         }
         // Scripts read the bound addresses from these lines (useful with port 0).
         for addr in proxy.local_addrs() {
-            println!("listening on {addr}");
+            super::out_line(format_args!("listening on {addr}"));
         }
         if let Some(addr) = proxy.metrics_addr() {
-            println!("metrics on {addr}");
+            super::out_line(format_args!("metrics on {addr}"));
         }
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
@@ -731,6 +759,11 @@ mod tests {
         assert_eq!(
             per_second(2.5, "r"),
             Ok(Rate::new(2500, D::from_secs(1000)))
+        );
+        // Past what thousandths can count: rounded, not cut to 4,294,967 a second.
+        assert_eq!(
+            per_second(5_000_000.5, "r"),
+            Ok(Rate::per_second(5_000_001))
         );
         for bad in [-1.0, f64::NAN, f64::INFINITY, 1e-12] {
             assert!(per_second(bad, "r").is_err(), "{bad}");
@@ -1050,6 +1083,11 @@ upstreams = ["127.0.0.1:25568"]
         assert_eq!(reload(&args, &handle, merged.threads), Ok(vec![]));
         file(3);
         assert_eq!(reload(&args, &handle, merged.threads), Ok(vec!["threads"]));
+        // A count no runtime can start is refused with the settings (so by --check-config),
+        // as the flag's parser refuses it.
+        file(5000);
+        let e = args.merged().unwrap().settings().unwrap_err();
+        assert!(e.contains("threads = 5000: at most 1024"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,6 +8,14 @@ pub mod nex;
 pub mod proxy;
 pub mod serve;
 
+/// Writes one line to stdout for the servers' scripts (their bound addresses, a summary): a
+/// stdout closed meanwhile (`| head -1`, a reader gone) is no failure of the server's, which
+/// `println!` would make a panic of.
+pub(crate) fn out_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
 /// Raises the process's open-descriptor limit (`RLIMIT_NOFILE`) to its hard limit, as the
 /// servers need one descriptor per connection (the proxy two, and a pipe pair while it
 /// splices) and a login session's default soft limit of 1024 would make accepts fail with

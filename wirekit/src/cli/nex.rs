@@ -183,7 +183,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub secure_password: Option<String>,
     /// PID width in bits: 32 (3DS, Wii U) or 64 (Switch).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = pid_bits)]
     pub pid_bits: u8,
     /// The NEX version clients speak (as NintendoClients writes it: 30500 for 3.5.0).
     #[arg(long, default_value_t = 30500)]
@@ -257,9 +257,32 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if !matches!(args.pid_bits, 32 | 64) {
-        eprintln!("wirekit nex serve: --pid-bits is 32 or 64");
-        return ExitCode::FAILURE;
+    if args.pid_bits == 32 && args.secure_pid > u64::from(u32::MAX) {
+        // Every ticket for it would fail (PidOutOfRange) once serving: refused as a usage
+        // error instead.
+        eprintln!(
+            "wirekit nex serve: --secure-pid {} does not fit --pid-bits 32",
+            args.secure_pid
+        );
+        return ExitCode::from(2);
+    }
+    // One descriptor per WebSocket (two listeners, each up to --ws-max-connections); the UDP
+    // workers hold one socket each.
+    let nofile = super::raise_nofile();
+    let want = if args.ws_auth_listen.is_some() {
+        (2 * args.ws_max_connections as u64).saturating_add(64)
+    } else {
+        0
+    };
+    if let Some(n) = nofile
+        && n < want
+    {
+        tracing::warn!(
+            nofile = n,
+            ws_max_connections = args.ws_max_connections,
+            "the descriptor limit is below two WebSocket listeners' --ws-max-connections: \
+             accepts past it fail (EMFILE)"
+        );
     }
     if args.version == VersionArg::Lite {
         eprintln!("wirekit nex serve: Lite rides WebSocket or TLS, not UDP: choose v0 or v1");
@@ -306,11 +329,14 @@ fn serve(args: ServeArgs) -> ExitCode {
         let signals = super::serve::Signals::register();
         let servers = wirekit_nex::NexServers::bind(options)?;
         // Scripts read the bound addresses from these lines (useful with port 0).
-        println!("auth listening on {}", servers.auth_addr());
-        println!("secure listening on {}", servers.secure_addr());
+        super::out_line(format_args!("auth listening on {}", servers.auth_addr()));
+        super::out_line(format_args!(
+            "secure listening on {}",
+            servers.secure_addr()
+        ));
         if let Some((auth, secure)) = servers.ws_addrs() {
-            println!("ws auth listening on {auth}");
-            println!("ws secure listening on {secure}");
+            super::out_line(format_args!("ws auth listening on {auth}"));
+            super::out_line(format_args!("ws secure listening on {secure}"));
         }
         tracing::info!(
             auth = %servers.auth_addr(),
@@ -330,7 +356,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(stats) => {
             let summary = summary(&stats);
             tracing::info!(%summary, "stopped");
-            println!("{summary}");
+            super::out_line(format_args!("{summary}"));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -637,11 +663,9 @@ fn decode(args: &DecodeArgs) -> Result<bool, String> {
     match &args.pcap {
         // Each datagram is decoded as it is read: a capture of any size streams through.
         Some(path) => read_capture(path, args.port, &mut |d| run.datagram(&d))?,
-        None => {
-            for d in read_hex_lines()? {
-                run.datagram(&d)?;
-            }
-        }
+        // Each line likewise, as it comes (a live pipe's datagrams are printed as they
+        // arrive).
+        None => read_hex_lines(io::stdin().lock(), &mut |d| run.datagram(&d))?,
     }
     Ok(run.clean)
 }
@@ -932,22 +956,55 @@ fn describe(
     );
 }
 
-/// Hex datagrams, one a line, from stdin.
-fn read_hex_lines() -> Result<Vec<Datagram>, String> {
-    let mut datagrams = Vec::new();
-    for (n, line) in io::stdin().lock().lines().enumerate() {
-        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
-        let text = line.split('#').next().unwrap_or_default().trim();
+/// The longest line [`read_hex_lines`] takes: a whole UDP payload (65,535 bytes) in hex, with
+/// room for spaces and a comment.
+const MAX_HEX_LINE: usize = 2 * 65_535 + 4096;
+
+/// A `--pid-bits` value: 32 or 64.
+fn pid_bits(text: &str) -> Result<u8, String> {
+    match text {
+        "32" => Ok(32),
+        "64" => Ok(64),
+        _ => Err(format!("{text:?}: 32 or 64")),
+    }
+}
+
+/// Hex datagrams, one a line, from `input`, each handed to `each` as it is read; a line longer
+/// than [`MAX_HEX_LINE`] is an error (no datagram is that long), not a growing buffer.
+fn read_hex_lines(
+    mut input: impl BufRead,
+    each: &mut dyn FnMut(Datagram) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut line = Vec::new();
+    for n in 1.. {
+        line.clear();
+        let read = (&mut input)
+            .take(MAX_HEX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("reading stdin: {e}"))?;
+        if read == 0 {
+            return Ok(());
+        }
+        if line.len() > MAX_HEX_LINE {
+            return Err(format!(
+                "line {n}: longer than {MAX_HEX_LINE} bytes (no UDP datagram is)"
+            ));
+        }
+        let text = line
+            .split(|&b| b == b'#')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
         if text.is_empty() {
             continue;
         }
-        let bytes = parse_hex(text.as_bytes()).map_err(|e| format!("line {}: {e}", n + 1))?;
-        datagrams.push(Datagram {
+        let bytes = parse_hex(text).map_err(|e| format!("line {n}: {e}"))?;
+        each(Datagram {
             bytes,
             capture: None,
-        });
+        })?;
     }
-    Ok(datagrams)
+    Ok(())
 }
 
 /// A reader that notes when its source has ended (a read returning nothing), so that an
@@ -1257,6 +1314,33 @@ fn connections(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hex lines are handed on one by one, comments and blank lines skipped; a line longer
+    /// than any datagram is an error once that many bytes are read, not a growing buffer.
+    #[test]
+    fn hex_lines_stream_and_an_endless_line_is_refused() {
+        let mut got = Vec::new();
+        let input = b"# a capture\n0a0b  # first\n\n ff \n".as_slice();
+        read_hex_lines(input, &mut |d| {
+            got.push(d.bytes);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, [vec![0x0a, 0x0b], vec![0xff]]);
+        // A line of 200 KiB and no newline: refused after MAX_HEX_LINE + 1 bytes.
+        let endless = std::io::repeat(b'0').take(10 * MAX_HEX_LINE as u64);
+        let mut calls = 0;
+        let e = read_hex_lines(std::io::BufReader::new(endless), &mut |_| {
+            calls += 1;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(e.contains("line 1: longer than"), "{e}");
+        assert_eq!(calls, 0);
+        // A datagram's error stops the reading at that line.
+        let e = read_hex_lines(b"00\nzz\n11\n".as_slice(), &mut |_| Ok(())).unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+    }
 
     /// Counts and budgets that cannot run are refused at parse time: 0 connections (every
     /// one refused), more than a table can be allocated for, a login budget of 0.

@@ -13,7 +13,7 @@
 //! `PROXY UNKNOWN\r\n`; then `--src`/`--dst` may be left out. Bad arguments (a `--pad-to` or
 //! TLVs past the 65,551-byte v2 maximum among them) exit 2.
 
-use std::io::Write as _;
+use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -122,8 +122,7 @@ fn decode(args: &DecodeArgs) -> Result<(), String> {
     };
     let mut out = describe(&header);
     out["trailing_bytes"] = json!(input.len() - header.len);
-    println!("{out}");
-    Ok(())
+    writeln!(io::stdout(), "{out}").map_err(|e| format!("writing stdout: {e}"))
 }
 
 /// The JSON description of a parsed header.

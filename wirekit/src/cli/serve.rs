@@ -23,18 +23,19 @@ pub struct ServeArgs {
     /// Framing: `varint` (the service) or `u32le` (pktconn-style echo).
     #[arg(long, default_value = "varint")]
     pub framing: BenchFraming,
-    /// Compression threshold announced to every connection (negative: off).
+    /// Compression threshold announced to every connection (negative: off; varint framing
+    /// only).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub compression_threshold: i32,
     /// zlib compression level of what the server sends (0 stored, 1 quick, 2-3 fast, 4-5
-    /// lazy, 6 default, 7 thorough, 8-9 best).
+    /// lazy, 6 default, 7 thorough, 8-9 best; varint framing only).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=9))]
     pub level: u8,
-    /// Connections served at once.
-    #[arg(long, default_value_t = 10_000)]
+    /// Connections served at once (at least 1).
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     pub max_connections: usize,
-    /// Largest packet accepted (bytes of ID + data, or payload for u32le).
-    #[arg(long, default_value_t = 1 << 20)]
+    /// Largest packet accepted (bytes of ID + data, or payload for u32le; at least 1).
+    #[arg(long, default_value_t = 1 << 20, value_parser = at_least_one)]
     pub max_frame: usize,
     /// Seconds a connection has, from its start, to complete the PROXY header (if read) and
     /// its first frame.
@@ -62,8 +63,8 @@ pub struct ServeArgs {
     /// Largest PROXY header accepted, in bytes.
     #[arg(long, default_value_t = Limits::DEFAULT_MAX_HEADER_LEN)]
     pub max_proxy_header: usize,
-    /// Worker threads (1: a single-threaded runtime).
-    #[arg(long, default_value_t = 0)]
+    /// Worker threads (0: one per core; 1: a single-threaded runtime; at most 1024).
+    #[arg(long, default_value_t = 0, value_parser = threads)]
     pub threads: usize,
     /// Answer key derivation requests with an Unsupported error reply instead of deriving
     /// (each derivation is 65,000+ MD5 rounds of this server's CPU, on the client's demand).
@@ -107,10 +108,11 @@ fn seconds(text: &str) -> Result<f64, String> {
 impl ServeArgs {
     /// The server options these flags describe; more than
     /// [`MAX_TRUSTED`](wirekit_core::proxy::policy::MAX_TRUSTED) `--trusted`
-    /// networks is an error.
-    pub fn options(&self) -> Result<ServeOptions, TooManyTrusted> {
+    /// networks, or a compression threshold with u32le framing, is an error.
+    pub fn options(&self) -> Result<ServeOptions, String> {
         let proxy = ProxyConfig::new(self.proxy_protocol)
-            .with_trusted(&self.trusted, self.untrusted_proxy_protocol)?
+            .with_trusted(&self.trusted, self.untrusted_proxy_protocol)
+            .map_err(|e: TooManyTrusted| e.to_string())?
             .with_limits(Limits {
                 max_header_len: self.max_proxy_header,
             });
@@ -118,6 +120,15 @@ impl ServeArgs {
             BenchFraming::VarInt => service::Config::new()
                 .with_compression_threshold(self.compression_threshold)
                 .with_compression_level(Level::from_zlib(self.level)),
+            // Compression is the varint service's: asked of a u32le server, it is refused
+            // rather than dropped.
+            BenchFraming::U32Le if self.compression_threshold >= 0 => {
+                return Err(
+                    "--compression-threshold applies to --framing varint only (u32le frames \
+                     are never compressed)"
+                        .into(),
+                );
+            }
             BenchFraming::U32Le => {
                 service::Config::new().with_framing(Framing::Fixed(LengthPrefixed::PKTCONN))
             }
@@ -223,8 +234,37 @@ impl Signals {
     }
 }
 
-/// A tokio runtime of `threads` workers (0: one per core; 1: a single-threaded runtime).
+/// A count that 0 would make a server that serves nothing: 1 or more.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0 would serve nothing: at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{text:?}: {e}")),
+    }
+}
+
+/// The most worker threads a runtime is given: past it, a typo (or `usize::MAX`, whose
+/// thread count overflows tokio's arithmetic) rather than a machine.
+pub(crate) const MAX_THREADS: usize = 1024;
+
+/// A `--threads` value: 0 to [`MAX_THREADS`].
+pub(crate) fn threads(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= MAX_THREADS => Ok(n),
+        Ok(n) => Err(format!("{n} threads: at most {MAX_THREADS}")),
+        Err(e) => Err(format!("{text:?}: {e}")),
+    }
+}
+
+/// A tokio runtime of `threads` workers (0: one per core; 1: a single-threaded runtime; more
+/// than [`MAX_THREADS`] is an error).
 pub(crate) fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads > MAX_THREADS {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{threads} worker threads: at most {MAX_THREADS}"),
+        ));
+    }
     let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -253,7 +293,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         let signals = Signals::register();
         let server = Server::bind(options).await?;
         // Scripts read the bound address from this line (useful with port 0).
-        println!("listening on {}", server.local_addr());
+        super::out_line(format_args!("listening on {}", server.local_addr()));
         let shutdown = CancellationToken::new();
         let trigger = shutdown.clone();
         signals.spawn(move || trigger.cancel());
@@ -265,5 +305,44 @@ pub fn run(args: ServeArgs) -> ExitCode {
             eprintln!("wirekit serve: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ServeArgs, String> {
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("serve").chain(extra.iter().copied()))
+            .map(|c| c.serve)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Values that would make a server serve nothing, or no runtime start, are usage errors;
+    /// compression asked of u32le framing (never compressed) is refused, not dropped.
+    #[test]
+    fn flags_that_cannot_serve_are_refused() {
+        for bad in [
+            ["--max-connections", "0"],
+            ["--max-frame", "0"],
+            ["--threads", "1025"],
+            ["--threads", "18446744073709551615"],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?} accepted");
+        }
+        let ok = parse(&["--threads", "1024", "--max-connections", "1"]).unwrap();
+        assert_eq!((ok.threads, ok.max_connections), (1024, 1));
+        assert!(runtime(MAX_THREADS + 1).is_err());
+        let u32le = parse(&["--framing", "u32le", "--compression-threshold", "256"]).unwrap();
+        let e = u32le.options().expect_err("refused");
+        assert!(e.contains("--framing varint only"), "{e}");
+        assert!(parse(&["--framing", "u32le"]).unwrap().options().is_ok());
     }
 }
