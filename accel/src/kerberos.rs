@@ -178,8 +178,8 @@ mod x86 {
             // SAFETY: `is_supported` just confirmed the CPU has AVX2, the only target feature
             // `derive_avx2` is compiled with.
             LanePath::Avx2 => unsafe { derive_avx2(requests, out) },
-            // SAFETY: `is_supported` just confirmed the CPU has AVX-512F, the only target
-            // feature `derive_avx512` is compiled with.
+            // SAFETY: `is_supported` just confirmed the CPU has AVX-512F and the features it
+            // implies (AVX2, FMA, F16C), the target features `derive_avx512` is compiled with.
             LanePath::Avx512 => unsafe { derive_avx512(requests, out) },
             LanePath::Portable => derive_kerberos_keys(requests, out),
         }?)

@@ -1,4 +1,5 @@
-// Interop peer for `wirekit proxy`: npm minecraft-protocol's offline-mode server and client.
+// Interop peer for `wirekit proxy`: npm minecraft-protocol's server (offline or online mode)
+// and its client.
 //
 //   node mc_proxy_peer.js server PORT VERSION MOTD
 //       Listens on 127.0.0.1:PORT (prints "listening"). Every player that joins gets a welcome

@@ -421,8 +421,9 @@ fn derive_flood(addr: std::net::SocketAddr) {
         keys + bystander_keys <= BOARD_DERIVE_BURST + refilled,
         "{keys} + {bystander_keys} keys on two connections in {elapsed:?}"
     );
-    // The flood's derivations block the executor the bystander shares for a few hundred
-    // milliseconds each: its echoes come late by that, and well within the send timeout.
+    // The flood's derivations block the executor the bystander shares (on QEMU a few
+    // milliseconds each, on the board's 168 MHz core far longer): its echoes come late by
+    // that, and well within the send timeout.
     assert!(
         slowest < SEND_TIMEOUT / 2,
         "a bystander echo took {slowest:?} during the derive flood"

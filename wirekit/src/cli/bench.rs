@@ -123,7 +123,7 @@ pub fn options(args: &BenchArgs, allocations: Option<fn() -> u64>) -> Result<Loa
         ));
     }
     if args.framing == BenchFraming::U32Le
-        && (args.compression_threshold.is_some() || args.expect_greeting)
+        && (matches!(args.compression_threshold, Some(t) if t >= 0) || args.expect_greeting)
     {
         return Err(
             "--compression-threshold and --expect-greeting apply to --framing varint only".into(),

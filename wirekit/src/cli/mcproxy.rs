@@ -634,7 +634,9 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
     // relay's pipes (four descriptors a connection) are taken when there are descriptors to
     // spare, and a direction without one copies instead.
     if let Some(n) = super::raise_nofile()
-        && n < (2 * settings.max_connections as u64).saturating_add(64)
+        && n < (settings.max_connections as u64)
+            .saturating_mul(2)
+            .saturating_add(64)
     {
         tracing::warn!(
             nofile = n,

@@ -250,13 +250,6 @@ fn serve(args: ServeArgs) -> ExitCode {
         .with_writer(io::stderr)
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .try_init();
-    let accounts = match wirekit_nex::Accounts::load(&args.accounts) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("wirekit nex serve: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     if args.pid_bits == 32 && args.secure_pid > u64::from(u32::MAX) {
         // Every ticket for it would fail (PidOutOfRange) once serving: refused as a usage
         // error instead.
@@ -266,6 +259,13 @@ fn serve(args: ServeArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let accounts = match wirekit_nex::Accounts::load(&args.accounts) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("wirekit nex serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // One descriptor per WebSocket (two listeners, each up to --ws-max-connections); the UDP
     // workers hold one socket each.
     let nofile = super::raise_nofile();
@@ -956,9 +956,9 @@ fn describe(
     );
 }
 
-/// The longest line [`read_hex_lines`] takes: a whole UDP payload (65,535 bytes) in hex, with
-/// room for spaces and a comment.
-const MAX_HEX_LINE: usize = 2 * 65_535 + 4096;
+/// The longest line [`read_hex_lines`] takes: a whole UDP payload (65,535 bytes) in hex with a
+/// space between bytes, and room for a comment.
+const MAX_HEX_LINE: usize = 3 * 65_535 + 4096;
 
 /// A `--pid-bits` value: 32 or 64.
 fn pid_bits(text: &str) -> Result<u8, String> {
@@ -987,7 +987,7 @@ fn read_hex_lines(
         }
         if line.len() > MAX_HEX_LINE {
             return Err(format!(
-                "line {n}: longer than {MAX_HEX_LINE} bytes (no UDP datagram is)"
+                "line {n}: longer than {MAX_HEX_LINE} bytes (no UDP datagram's hex is)"
             ));
         }
         let text = line

@@ -279,6 +279,14 @@ pub(crate) fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime
 
 /// Runs `wirekit serve` until SIGINT or SIGTERM.
 pub fn run(args: ServeArgs) -> ExitCode {
+    // The flags' combinations first: a usage error (exit 2), before any runtime starts.
+    let options = match args.options() {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("wirekit serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let rt = match runtime(args.threads) {
         Ok(rt) => rt,
         Err(e) => {
@@ -287,9 +295,6 @@ pub fn run(args: ServeArgs) -> ExitCode {
         }
     };
     let result = rt.block_on(async {
-        let options = args
-            .options()
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let signals = Signals::register();
         let server = Server::bind(options).await?;
         // Scripts read the bound address from this line (useful with port 0).
