@@ -916,9 +916,60 @@ fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
     );
     let line = close_line(&proxy, "encafter");
     assert!(
-        line.contains("reason=\"local\"") && line.contains("relay=\"inspect\""),
+        line.contains("reason=\"encryption_after_own_threshold\"")
+            && line.contains("relay=\"inspect\""),
         "{line}"
     );
+}
+
+/// An upstream whose compressed frame does not inflate (Set Compression 256, then a frame
+/// declaring 300 bytes of Data Length over bytes no zlib stream starts with): the connection is
+/// closed, named as the upstream's fault (`upstream_bad_compression`), and not counted as a
+/// refusal of the client.
+#[test]
+fn an_upstreams_malformed_frame_is_its_own_close_not_a_client_refusal() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("upbad", port, ""));
+    let mut client = connect_from(84, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client
+        .write_all(&login_bytes("upbad.inspect.test", "Tester"))
+        .unwrap();
+    let mut up = accept_within(&listener);
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    up.write_all(&frame(&[0x03, 0x80, 0x02])).unwrap();
+    // Data Length 300 (ac 02), then no zlib stream.
+    up.write_all(&frame(&[&[0xac, 0x02][..], &[0xEE; 40]].concat()))
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = client.read_to_end(&mut rest);
+    let line = close_line(&proxy, "upbad");
+    assert!(
+        line.contains("reason=\"upstream_bad_compression\"") && line.contains(" closed "),
+        "{line}"
+    );
+    proxy.wait_metric(
+        "wirekit_proxy_closed_total{reason=\"upstream_bad_compression\"}",
+        1,
+    );
+    for reason in ["upstream_bad_compression", "bad_compression"] {
+        assert_eq!(
+            proxy.metric_or_zero(&format!(
+                "wirekit_proxy_rejections_total{{reason=\"{reason}\"}}"
+            )),
+            0,
+            "{reason}"
+        );
+    }
 }
 
 /// An online-mode upstream's Encryption Request for protocol 340, as an uncompressed frame.

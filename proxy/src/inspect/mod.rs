@@ -213,6 +213,13 @@ pub enum InspectEnd {
     /// Encryption started (or the version is not parsed): everything buffered was flushed;
     /// relay the rest byte for byte.
     Opaque,
+    /// A packet could not be framed again toward the client (its framed form past the largest
+    /// frame, or a filter's rewrite past the room for it): closed, with a Disconnect.
+    Reframe,
+    /// Encryption started while the client's framing was the proxy's own (its threshold, not
+    /// the upstream's): bytes relayed as received would garble, so the connection was closed
+    /// (with a Disconnect, the upstream's request withheld).
+    Unrelayable,
 }
 
 impl InspectEnd {
@@ -226,24 +233,57 @@ impl InspectEnd {
             InspectEnd::Shutdown => "shutdown",
             InspectEnd::Idle => "idle_timeout",
             InspectEnd::Closed(c) => c.reason.label(),
-            InspectEnd::BadFrame(_, e) => match e {
-                CompressedFrameError::Inflate(_) | CompressedFrameError::BadDataLength => {
-                    "bad_compression"
+            // The upstream's malformed frames are named as its own: they are no client's
+            // refusal (nor counted or logged as one).
+            InspectEnd::BadFrame(dir, e) => {
+                let upstream = matches!(dir, Direction::Clientbound);
+                match e {
+                    CompressedFrameError::Inflate(_) | CompressedFrameError::BadDataLength => {
+                        if upstream {
+                            "upstream_bad_compression"
+                        } else {
+                            "bad_compression"
+                        }
+                    }
+                    CompressedFrameError::DataTooLarge { .. }
+                    | CompressedFrameError::ScratchTooSmall(_) => {
+                        if upstream {
+                            "upstream_packet_too_large"
+                        } else {
+                            "packet_too_large"
+                        }
+                    }
+                    CompressedFrameError::Frame(
+                        wirekit_core::frame::FrameError::FrameTooLarge { .. },
+                    ) => {
+                        if upstream {
+                            "upstream_frame_too_large"
+                        } else {
+                            "frame_too_large"
+                        }
+                    }
+                    _ => {
+                        if upstream {
+                            "upstream_bad_frame"
+                        } else {
+                            "bad_frame"
+                        }
+                    }
                 }
-                CompressedFrameError::DataTooLarge { .. }
-                | CompressedFrameError::ScratchTooSmall(_) => "packet_too_large",
-                CompressedFrameError::Frame(wirekit_core::frame::FrameError::FrameTooLarge {
-                    ..
-                }) => "frame_too_large",
-                _ => "bad_frame",
-            },
+            }
             InspectEnd::Opaque => "opaque",
+            InspectEnd::Reframe => "reframe_too_large",
+            InspectEnd::Unrelayable => "encryption_after_own_threshold",
         }
     }
 
-    /// Whether the proxy closed the connection (a rejection), not a peer.
+    /// Whether the proxy closed the connection for what the client did (a rejection, counted
+    /// and logged through the per-source limiter), not a peer or the upstream.
     pub const fn is_refusal(&self) -> bool {
-        matches!(self, InspectEnd::Closed(_) | InspectEnd::BadFrame(..))
+        matches!(
+            self,
+            InspectEnd::Closed(_) | InspectEnd::BadFrame(Direction::Serverbound, _)
+        )
     }
 }
 
@@ -306,7 +346,10 @@ impl Side {
             decoder: CompressedDecoder::new(-1).with_limits(limits),
             encoder: CompressedEncoder::new(-1, level),
             raw: 0..0,
-            out: LazyBuf::zeroed(READ_CHUNK + max_encoded_len(limits.max_frame_len())),
+            // Room to frame again the largest packet (its body, inflated, may be past the
+            // largest frame's length, and compress to within it): mapped, so only what a
+            // frame writes is committed.
+            out: LazyBuf::zeroed(READ_CHUNK + max_encoded_len(limits.max_data_len())),
             out_sent: 0,
             out_len: 0,
             moved: Moved::default(),
@@ -908,8 +951,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     &mut work.compressor,
                 )
                 .is_ok();
-            // The rewrite room is the thread's, lent to every connection's filter: what one
-            // rewrite wrote is not left there for another connection's filter to forward.
+            // The rewrite room is the thread's, lent to every connection's filter: a rewrite
+            // forwarded is cleared, so that no other connection's filter forwards it by
+            // returning its length unwritten. (A rewrite the rules then refuse stays, as the
+            // room's contents are unspecified to a filter: clearing the room after every
+            // filter call would cost a memset of the largest packet per packet.)
             if let Verdict::ForwardRewritten { len } = verdict {
                 work.rewrite[..len].fill(0);
             }
@@ -1011,13 +1057,19 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         .close(wirekit_core::minecraft::conn::CloseReason::Local),
                 };
                 let target = to_client(c.disconnect);
-                let why = if matches!(after, After::EncodeError) {
-                    "a packet too large to frame again for the client"
+                let (why, end) = if matches!(after, After::EncodeError) {
+                    (
+                        "a packet too large to frame again for the client",
+                        InspectEnd::Reframe,
+                    )
                 } else {
-                    "encryption after a compression threshold of the proxy's own"
+                    (
+                        "encryption after a compression threshold of the proxy's own",
+                        InspectEnd::Unrelayable,
+                    )
                 };
                 self.disconnect(target, why, cw, uw).await;
-                InspectEnd::Closed(c)
+                end
             }
         }
     }
