@@ -659,16 +659,21 @@ mod tests {
             );
             let traffic = async {
                 // Bytes every 50 ms for 400 ms (twice the timeout) keep it open.
-                for _ in 0..8 {
+                let mut last = tokio::time::Instant::now();
+                for i in 0..8 {
+                    if i > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
                     client.write_all(b"keep-alive").await.unwrap();
                     let mut got = [0u8; 10];
                     upstream.read_exact(&mut got).await.unwrap();
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    // The last byte moved by the time it was read.
+                    last = tokio::time::Instant::now();
                 }
                 if half_closed {
                     client.shutdown().await.unwrap();
                 }
-                tokio::time::Instant::now()
+                last
             };
             let (outcome, last) = tokio::time::timeout(std::time::Duration::from_secs(5), async {
                 tokio::join!(relay, traffic)
@@ -679,8 +684,10 @@ mod tests {
             assert_eq!(outcome.serverbound, 80);
             let silent = last.elapsed();
             assert!(started.elapsed() > std::time::Duration::from_millis(400));
+            // Checked every quarter of the timeout: closed from 3/4 of it after the last
+            // byte (a loaded machine only adds to that, and the upper bound is loose).
             assert!(
-                silent >= idle * 3 / 4 && silent < idle * 2,
+                silent >= idle * 3 / 4 && silent < idle * 10,
                 "half-closed {half_closed}: {silent:?}"
             );
             drop((client, upstream));

@@ -2,7 +2,7 @@
 // and its client.
 //
 //   node mc_proxy_peer.js server PORT VERSION MOTD
-//       Listens on 127.0.0.1:PORT (prints "listening"). Every player that joins gets a welcome
+//       Listens on 127.0.0.1:PORT (0: a port the system picks) and prints "listening <port>". Every player that joins gets a welcome
 //       chat message long enough to be sent compressed (the server announces threshold 256),
 //       and each chat message it sends comes back as "echo:<message>".
 //   node mc_proxy_peer.js server-online PORT VERSION MOTD
@@ -74,7 +74,7 @@ if (mode === 'server' || mode === 'server-online') {
     maxPlayers: 7,
     hideErrors: true
   })
-  server.on('listening', () => console.log('listening'))
+  server.on('listening', () => console.log('listening ' + server.socketServer.address().port))
   server.on('playerJoin', (client) => {
     say(client, 'welcome ' + client.username + ' ' + padding)
     client.on('chat', (p) => say(client, 'echo:' + p.message))

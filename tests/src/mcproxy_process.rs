@@ -18,7 +18,6 @@ use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
 use wirekit_core::minecraft::login::{Disconnect, LoginStart};
 use wirekit_core::minecraft::status::{Ping, StatusResponse};
 use wirekit_core::minecraft::{Encode, encode_string};
-use wirekit_rig::net::free_port;
 
 use crate::peers::{self, workspace_root};
 use crate::serve_process::{self, strip_ansi};
@@ -435,13 +434,17 @@ pub fn node_online_server(version: &str) -> Option<(Proc, u16)> {
 
 fn node_server_in(mode: &str, version: &str, motd: &str) -> Option<(Proc, u16)> {
     let modules = peers::node_modules()?;
-    let port = free_port().unwrap();
+    // Port 0: the server binds a port the system picks and says which (a port found free
+    // here and bound by node seconds later could be taken meanwhile by a parallel test).
     let mut cmd = Command::new("node");
     cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))
-        .args([mode, &port.to_string(), version, motd])
+        .args([mode, "0", version, motd])
         .env("NODE_PATH", modules);
     let mut proc = Proc::spawn(cmd);
-    proc.stdout_line("listening");
+    let port = proc.stdout_line("listening ");
+    let port = port
+        .parse()
+        .unwrap_or_else(|e| panic!("the server's port {port:?}: {e}"));
     Some((proc, port))
 }
 
