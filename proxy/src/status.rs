@@ -609,7 +609,9 @@ mod tests {
     fn the_hold_lets_one_request_re_check() {
         let c = StatusCache::default();
         let other = HostKey::Other;
-        let hold = Duration::from_millis(50);
+        // Long enough that a preempted test thread does not see it lapse between two
+        // assertions that expect it in force.
+        let hold = Duration::from_millis(500);
         assert!(!c.held(0, &other, hold), "nothing failed");
         c.failed(0, None);
         assert!(c.held(0, &other, hold));

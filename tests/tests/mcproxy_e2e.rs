@@ -387,7 +387,12 @@ upstreams = ["127.0.0.1:{}"]
     ));
     // Two silent connections from .61 are its maximum; the next ones are closed at once.
     let _held: Vec<TcpStream> = (0..2).map(|_| connect_from(61, proxy.addr)).collect();
-    thread::sleep(Duration::from_millis(200));
+    // Their tasks count them in the poll that opens their prelogin gauge (no await between
+    // the two): once the gauge reads 2, both are counted.
+    proxy.wait_metric(
+        "wirekit_proxy_connections_open{route=\"none\",state=\"prelogin\"}",
+        2,
+    );
     for _ in 0..10 {
         let mut s = connect_from(61, proxy.addr);
         s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
