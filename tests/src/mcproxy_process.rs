@@ -471,7 +471,18 @@ pub fn node_client(proxy: SocketAddr, version: &str, host: &str, from: &str, act
 /// A peer client running, its output collected.
 pub struct Session {
     child: Child,
-    drain: peers::Drain,
+    drain: Option<peers::Drain>,
+}
+
+/// A session dropped unfinished (a test failing while others run) is killed, not left running
+/// into the tests after it.
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl Session {
@@ -482,7 +493,7 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let drain = peers::drain(&mut child);
+        let drain = Some(peers::drain(&mut child));
         Session { child, drain }
     }
 
@@ -490,7 +501,7 @@ impl Session {
     pub fn finish(mut self) -> (std::process::ExitStatus, String, String) {
         let status =
             peers::wait_bounded(&mut self.child, Duration::from_secs(75)).expect("client finished");
-        let (out, err) = self.drain.join();
+        let (out, err) = self.drain.take().expect("drained once").join();
         (status, out, err)
     }
 }
