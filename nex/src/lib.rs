@@ -50,7 +50,7 @@ pub use auth::{LoginBudgets, TicketReplays, TicketUse};
 pub use counters::{Counters, CountersSnapshot, DropReason};
 pub use rmc::{Call, Dispatcher, Reply, RmcProtocol};
 pub use serve::{NexServers, ServeOptions, ServeStats, WsOptions, WsServeStats};
-pub use server::{PrudpConnection, PrudpHandler, Role, ServerStats};
+pub use server::{PidSlots, PrudpConnection, PrudpHandler, Role, ServerStats};
 pub use table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
 pub use udp::{
     CloseReason, DatagramHandler, Open, Outbox, Verdict, Worker, WorkerConfig, bind_sockets,

@@ -26,7 +26,7 @@ use crate::counters::Counters;
 use crate::rmc::{Dispatcher, RmcProtocol};
 use crate::secure::SecureProtocol;
 use crate::server::{
-    HandlerConfig, PrudpHandler, Role, ServerStats, TICKET_REPLAY_CAPACITY, random,
+    HandlerConfig, PidSlots, PrudpHandler, Role, ServerStats, TICKET_REPLAY_CAPACITY, random,
 };
 use crate::table::TableLimits;
 use crate::udp::{Worker, WorkerConfig, bind_sockets};
@@ -76,6 +76,9 @@ pub struct ServeOptions {
     /// Aggregate ACKs where the version carries them ([`Config::aggregate_acks`]); `false`
     /// acknowledges every reliable DATA on its own, for clients that read no aggregate ACK.
     pub aggregate_acks: bool,
+    /// Connections one client (PID) may hold on the secure server, its workers and transports
+    /// together ([`PidSlots`]; default [`PidSlots::DEFAULT_MAX`]).
+    pub max_per_pid: u32,
 }
 
 /// Where and how both servers also serve PRUDP Lite over WebSocket (subprotocol `NEX`).
@@ -257,6 +260,7 @@ impl NexServers {
             session_key_len: SESSION_KEY_LEN,
             check: ticket_fresh,
         };
+        let pids = Arc::new(PidSlots::new(o.max_per_pid));
         let make = |config: Config,
                     role: Role,
                     stats: &Arc<ServerStats>,
@@ -273,6 +277,7 @@ impl NexServers {
                 stats: stats.clone(),
             })
             .with_ticket_replays(replays.clone())
+            .with_pid_slots(pids.clone())
         };
         let secure_datagrams = Arc::new(Counters::default());
         let secret = random();
@@ -465,6 +470,7 @@ mod tests {
                 config: WsConfig::default(),
             }),
             aggregate_acks: true,
+            max_per_pid: PidSlots::DEFAULT_MAX,
         }
     }
 

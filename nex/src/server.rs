@@ -139,6 +139,9 @@ pub struct ServerStats {
     /// Connections a new connection from the same address and port replaced (a restarted
     /// client; each is also in `connected`).
     pub replaced: AtomicU64,
+    /// Secure CONNECTs refused because their client (PID) held its most connections already
+    /// ([`PidSlots`]).
+    pub pid_limited: AtomicU64,
     /// Secure CONNECTs refused because another connection used their ticket
     /// ([`TicketUse::Replayed`]); those from a peer with no connection are also in `drops` as
     /// [`ConnDrop::TicketRefused`].
@@ -163,6 +166,59 @@ impl ServerStats {
             .iter()
             .map(|&r| (r, self.dropped(r)))
             .filter(|&(_, n)| n > 0)
+    }
+}
+
+/// The connections each client (PID) holds on a secure server, all its workers and transports
+/// together, under a cap: one account's valid tickets (a login each) cannot fill the server's
+/// tables from many addresses. An entry exists only for a PID with a connection, so the map is
+/// bounded by the tables' capacity. Workers check the cap and count connections apart, so
+/// between a check and its count another worker may admit one more: at most one over the cap
+/// per worker.
+#[derive(Debug)]
+pub struct PidSlots {
+    max: u32,
+    held: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
+}
+
+impl PidSlots {
+    /// The default cap: 4 connections a client (a game holds one secure connection; a client
+    /// that reconnects replaces its own, which does not count twice).
+    pub const DEFAULT_MAX: u32 = 4;
+
+    /// A cap of `max` connections a PID (at least 1).
+    pub fn new(max: u32) -> Self {
+        PidSlots {
+            max: max.max(1),
+            held: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// The connections `pid` holds.
+    pub fn held(&self, pid: u64) -> u32 {
+        self.lock().get(&pid).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, u32>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn full(&self, pid: u64) -> bool {
+        self.held(pid) >= self.max
+    }
+
+    fn hold(&self, pid: u64) {
+        *self.lock().entry(pid).or_insert(0) += 1;
+    }
+
+    fn release(&self, pid: u64) {
+        let mut held = self.lock();
+        if let Some(n) = held.get_mut(&pid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&pid);
+            }
+        }
     }
 }
 
@@ -252,6 +308,8 @@ pub struct PrudpHandler {
     stats: Arc<ServerStats>,
     /// The tickets secure CONNECTs used (a secure server's; shared by its workers).
     replays: Option<Arc<TicketReplays>>,
+    /// The connections each client holds (a secure server's; shared by its workers).
+    pids: Option<Arc<PidSlots>>,
     /// Warnings about datagrams from unconnected peers (no handshake, so spoofable) ...
     refusals: LogLimit,
     /// ... apart from those about replayed tickets (a CONNECT that proved its ticket), so a
@@ -289,9 +347,11 @@ const fn code(reason: ConnDrop) -> DropReason {
 
 impl PrudpHandler {
     /// A handler for one worker. A secure server's gets a [`TicketReplays`] cache of its own
-    /// ([`TICKET_REPLAY_CAPACITY`] tickets for [`TICKET_REPLAY_WINDOW_SECS`]); a server with
-    /// more than one worker, or a WebSocket listener beside them, shares one through
-    /// [`with_ticket_replays`](Self::with_ticket_replays).
+    /// ([`TICKET_REPLAY_CAPACITY`] tickets for [`TICKET_REPLAY_WINDOW_SECS`]) and [`PidSlots`]
+    /// of its own ([`PidSlots::DEFAULT_MAX`]); a server with more than one worker, or a
+    /// WebSocket listener beside them, shares them through
+    /// [`with_ticket_replays`](Self::with_ticket_replays) and
+    /// [`with_pid_slots`](Self::with_pid_slots).
     pub fn new(c: HandlerConfig) -> Self {
         let replays = c.secure.is_some().then(|| {
             Arc::new(TicketReplays::new(
@@ -299,6 +359,10 @@ impl PrudpHandler {
                 TICKET_REPLAY_WINDOW_SECS,
             ))
         });
+        let pids = c
+            .secure
+            .is_some()
+            .then(|| Arc::new(PidSlots::new(PidSlots::DEFAULT_MAX)));
         PrudpHandler {
             role: c.role,
             config: c.config,
@@ -308,6 +372,7 @@ impl PrudpHandler {
             message: vec![0; c.config.max_message].into_boxed_slice(),
             stats: c.stats,
             replays,
+            pids,
             refusals: LogLimit::new(5, Duration::from_secs(10)),
             replay_logs: LogLimit::new(5, Duration::from_secs(10)),
             disconnects: LogLimit::new(20, Duration::from_secs(10)),
@@ -323,6 +388,17 @@ impl PrudpHandler {
     pub fn with_ticket_replays(mut self, replays: Arc<TicketReplays>) -> Self {
         if self.replays.is_some() {
             self.replays = Some(replays);
+        }
+        self
+    }
+
+    /// Caps the connections of each client (PID) with `pids` (shared with the server's other
+    /// workers and transports) instead of slots of its own. Nothing changes on an
+    /// authentication server, whose connections have no PID.
+    #[must_use]
+    pub fn with_pid_slots(mut self, pids: Arc<PidSlots>) -> Self {
+        if self.pids.is_some() {
+            self.pids = Some(pids);
         }
         self
     }
@@ -565,6 +641,26 @@ impl DatagramHandler for PrudpHandler {
                 Ok(()) => Open::Stateless,
                 Err(reason) => Open::Refuse(reason),
             },
+            // A client holding its most connections gets no other (checked before its ticket
+            // is marked used, so that it may try again once one of them ends).
+            ServerOutput::Accepted(accepted)
+                if accepted
+                    .pid
+                    .zip(self.pids.as_ref())
+                    .is_some_and(|(pid, slots)| slots.full(pid)) =>
+            {
+                self.stats.pid_limited.fetch_add(1, Ordering::Relaxed);
+                if let LogDecision::Log { suppressed } = self.refusals.check(now) {
+                    warn!(
+                        server = self.role.as_str(),
+                        peer = %key.peer,
+                        pid = accepted.pid,
+                        suppressed,
+                        "CONNECT refused: the client holds its most connections already"
+                    );
+                }
+                Open::Refuse(DropReason::Refused)
+            }
             ServerOutput::Accepted(accepted) => match self.ticket_use(key, datagram, &accepted) {
                 TicketUse::First | TicketUse::Again => self.connection(&accepted, now),
                 TicketUse::Replayed => {
@@ -669,6 +765,9 @@ impl DatagramHandler for PrudpHandler {
 
     fn admitted(&mut self, _: &ConnectionKey, state: &mut PrudpConnection, _: Instant) {
         self.stats.connected.fetch_add(1, Ordering::Relaxed);
+        if let (Some(pid), Some(slots)) = (state.pid, &self.pids) {
+            slots.hold(pid);
+        }
         if std::mem::take(&mut state.replacing) {
             self.stats.replaced.fetch_add(1, Ordering::Relaxed);
         }
@@ -736,6 +835,13 @@ impl DatagramHandler for PrudpHandler {
     }
 
     fn closed(&mut self, key: &ConnectionKey, state: PrudpConnection, reason: CloseReason) {
+        // Every admitted connection ends here once; one the table did not take was never
+        // counted.
+        if reason != CloseReason::NotAdmitted
+            && let (Some(pid), Some(slots)) = (state.pid, &self.pids)
+        {
+            slots.release(pid);
+        }
         let why = match (state.conn.state(), reason) {
             (_, CloseReason::NotAdmitted) => "not admitted (table full)",
             (_, CloseReason::Replaced) => "replaced (the client connected again)",
@@ -1011,6 +1117,53 @@ mod tests {
         let fresh = request(2);
         let mut other = Peer::new(peer(40002), client(Version::Lite, 0, Some(&fresh)));
         assert!(other.run(&mut h, T));
+    }
+
+    /// One client (PID) holds at most its cap of secure connections, each from a fresh ticket
+    /// (a login each), whatever the addresses; the cap is shared by the handlers given the
+    /// same slots (workers, transports); a connection that ends gives its place back, and a
+    /// refused CONNECT does not use up its ticket.
+    #[test]
+    fn a_client_holds_at_most_its_cap_of_connections() {
+        let slots = Arc::new(PidSlots::new(2));
+        let mut a = handler(Version::Lite, Some(secure())).with_pid_slots(slots.clone());
+        let mut b = handler(Version::Lite, Some(secure()))
+            .with_pid_slots(slots.clone())
+            .with_ticket_replays(a.ticket_replays().unwrap().clone());
+        let stats = a.stats().clone();
+        let mut first = Peer::new(peer(41000), client(Version::Lite, 0, Some(&request(11))));
+        assert!(first.run(&mut a, T));
+        let mut second = Peer::new(peer(41001), client(Version::Lite, 0, Some(&request(12))));
+        assert!(second.run(&mut b, T), "the second, on another worker");
+        assert_eq!(slots.held(1000), 2);
+        // A third, from another address, on either: refused, counted, its ticket unused.
+        let third_ticket = request(13);
+        let mut third = Peer::new(peer(41002), client(Version::Lite, 0, Some(&third_ticket)));
+        assert!(!third.run(&mut a, T), "a third connection was served");
+        assert_eq!(third.refused.first(), Some(&DropReason::Refused));
+        assert!(stats.pid_limited.load(Ordering::Relaxed) >= 1);
+        // One ends: its place is free, and the refused ticket opens a connection now.
+        let state = first.state.take().unwrap();
+        a.closed(&first.key.unwrap(), state, CloseReason::Closed);
+        assert_eq!(slots.held(1000), 1);
+        let mut again = Peer::new(peer(41002), client(Version::Lite, 0, Some(&third_ticket)));
+        assert!(
+            again.run(&mut b, T),
+            "the refused ticket after a place freed"
+        );
+        assert_eq!(slots.held(1000), 2);
+        let state = again.state.take().unwrap();
+        b.closed(&again.key.unwrap(), state, CloseReason::Closed);
+        assert_eq!(slots.held(1000), 1);
+        // A connection the table did not take (closed NotAdmitted, never admitted) gives
+        // back nothing it did not hold.
+        let mut untaken = Peer::new(peer(41003), client(Version::Lite, 0, Some(&request(14))));
+        assert!(untaken.run(&mut a, T));
+        assert_eq!(slots.held(1000), 2);
+        let state = untaken.state.take().unwrap();
+        slots.release(1000); // as if `admitted` had not run for it
+        a.closed(&untaken.key.unwrap(), state, CloseReason::NotAdmitted);
+        assert_eq!(slots.held(1000), 1, "a NotAdmitted close released a place");
     }
 
     /// The UDP and WebSocket secure servers open the same tickets (one key): with one cache

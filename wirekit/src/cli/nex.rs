@@ -202,6 +202,11 @@ pub struct ServeArgs {
     /// allocated whole at start).
     #[arg(long, default_value_t = 4096, value_parser = connections)]
     pub max_connections: usize,
+    /// Connections one client (PID) may hold on the secure server, its workers and
+    /// WebSocket listener together (at least 1): one account's tickets cannot fill its tables
+    /// from many addresses.
+    #[arg(long, default_value_t = wirekit_nex::PidSlots::DEFAULT_MAX, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_per_pid: u32,
     /// Connections one source may hold (per worker), and WebSockets (per WebSocket listener):
     /// a source is an IPv4 address or an IPv6 /64 (at least 1).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
@@ -314,6 +319,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         worker,
         ws: ws_options(&args),
         aggregate_acks: !args.plain_acks,
+        max_per_pid: args.max_per_pid,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -408,6 +414,7 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             "expired": d.expired,
             "replaced": s.replaced.load(Relaxed),
             "ticket_replays": s.ticket_replays.load(Relaxed),
+            "pid_limited": s.pid_limited.load(Relaxed),
             "requests": s.requests.load(Relaxed),
             "responses": s.responses.load(Relaxed),
             "malformed_messages": s.malformed_messages.load(Relaxed),
