@@ -244,10 +244,7 @@ fn main() {
     // A filter (any other argument) selects this harness when it names part of
     // `inspect/table-1`: `cargo xtask bench zlib/...` passes its filter to every bench target,
     // and must not stamp this table with a run nobody asked for.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let filters = wirekit_benches::bench_filters();
     if !filters.is_empty()
         && !filters
             .iter()

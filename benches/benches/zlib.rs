@@ -230,10 +230,7 @@ fn main() {
     // The size table only when this bench's groups run (no filter, or one naming a `zlib/`
     // group): `zlib_frontier` contains "zlib" too, and must not stamp this table with a run
     // in which none of the timings beside it were taken.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let filters = wirekit_benches::bench_filters();
     if filters.is_empty()
         || filters
             .iter()

@@ -402,10 +402,7 @@ fn human(ns: f64) -> String {
 fn main() {
     // `cargo bench` passes `--bench`; a filter (any other argument) selects this harness when
     // it names part of `zlib/frontier`.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let filters = wirekit_benches::bench_filters();
     if !filters.is_empty()
         && !filters
             .iter()

@@ -336,28 +336,28 @@ fn inspect_relay_allocates_nothing_per_packet_reframing_toward_the_client() {
 #[test]
 fn a_packet_inflating_past_the_largest_frame_is_framed_again_toward_the_client() {
     const BIG: usize = 3 << 20;
-    let Relayed {
-        rt,
-        mut client,
-        mut upstream,
-        relay,
-        shutdown,
-        mut at_client,
-        from_upstream: mut up,
-        ..
-    } = logged_in(
+    let mut r = logged_in(
         Some(ClientCompression {
             threshold: 64,
             level: Level::Fast,
         }),
         4 << 20,
     );
-    rt.block_on(async {
+    r.rt.block_on(async {
+        let up = &mut r.from_upstream;
         let (body, f) = up.packet(CLIENTBOUND_ID, BIG, 7);
         assert!(f < 1 << 20, "a {f}-byte frame: the packet should compress");
-        upstream.write_all(&up.frame[..f]).await.unwrap();
-        at_client.expect(&mut client, &up.body[body], None).await;
+        r.upstream.write_all(&up.frame[..f]).await.unwrap();
+        r.at_client
+            .expect(&mut r.client, &up.body[body], None)
+            .await;
     });
+    let Relayed {
+        rt,
+        relay,
+        shutdown,
+        ..
+    } = r;
     shutdown.cancel();
     assert_eq!(rt.block_on(relay).unwrap(), InspectEnd::Shutdown);
 }

@@ -530,6 +530,31 @@ fn open_only_in(proxy: &McProxy, name: &str, state: &str) {
 }
 
 /// The close line of the one connection on route `name`, once written.
+/// A login through `proxy` to route `name`'s upstream listening on `listener`, from
+/// 127.0.0.`from`: the client's socket and the upstream's, the Handshake and Login Start read
+/// off the latter (both with 10 s read timeouts).
+fn logged_in_through(
+    proxy: &McProxy,
+    listener: &std::net::TcpListener,
+    name: &str,
+    from: u8,
+) -> (std::net::TcpStream, std::net::TcpStream) {
+    use std::io::Write;
+    use std::time::Duration;
+    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes};
+    let mut client = connect_from(from, proxy.addr);
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client
+        .write_all(&login_bytes(&format!("{name}.inspect.test"), "Tester"))
+        .unwrap();
+    let mut up = accept_within(listener);
+    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frames(&mut up, 2);
+    (client, up)
+}
+
 fn close_line(proxy: &McProxy, name: &str) -> String {
     let needle = format!("route=\"{name}\"");
     let log = proxy.proc.wait_log(&needle, 1);
@@ -848,23 +873,12 @@ fn a_client_trickling_a_frame_that_never_completes_is_closed_at_the_idle_timeout
 #[test]
 fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
     use std::io::{Read, Write};
-    use std::time::Duration;
-    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes};
 
     let _turn = turn();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let proxy = McProxy::start(&route("encafter", port, "client-threshold = 64"));
-    let mut client = connect_from(83, proxy.addr);
-    client
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    client
-        .write_all(&login_bytes("encafter.inspect.test", "Tester"))
-        .unwrap();
-    let mut up = accept_within(&listener);
-    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    read_frames(&mut up, 2);
+    let (mut client, mut up) = logged_in_through(&proxy, &listener, "encafter", 83);
     // Set Compression 256, then the request in the compressed framing (Data Length 0).
     up.write_all(&frame(&[0x03, 0x80, 0x02])).unwrap();
     let plain = encryption_request_frame();
@@ -936,23 +950,12 @@ fn encryption_after_a_threshold_of_the_proxys_own_closes_instead_of_garbling() {
 #[test]
 fn an_upstreams_malformed_frame_is_its_own_close_not_a_client_refusal() {
     use std::io::{Read, Write};
-    use std::time::Duration;
-    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes};
 
     let _turn = turn();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let proxy = McProxy::start(&route("upbad", port, ""));
-    let mut client = connect_from(84, proxy.addr);
-    client
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    client
-        .write_all(&login_bytes("upbad.inspect.test", "Tester"))
-        .unwrap();
-    let mut up = accept_within(&listener);
-    up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    read_frames(&mut up, 2);
+    let (mut client, mut up) = logged_in_through(&proxy, &listener, "upbad", 84);
     up.write_all(&frame(&[0x03, 0x80, 0x02])).unwrap();
     // Data Length 300 (ac 02), then no zlib stream.
     up.write_all(&frame(&[&[0xac, 0x02][..], &[0xEE; 40]].concat()))
