@@ -202,7 +202,7 @@ static LOGS: Mutex<ThreadModeRawMutex, RefCell<LogLimit>> =
 
 /// Whether a connection's log line may be written now ([`CONNECTION_LOGS`]); when lines were
 /// dropped since the last one let through, says how many first.
-fn log_allowed() -> bool {
+pub(crate) fn log_allowed() -> bool {
     match LOGS.lock(|logs| logs.borrow_mut().check(crate::now())) {
         LogDecision::Log { suppressed: 0 } => true,
         LogDecision::Log { suppressed } => {
