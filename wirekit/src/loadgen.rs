@@ -713,7 +713,15 @@ impl ClientFraming {
             Greeting::Expect(t) => Client::new().expecting_greeting(t),
         };
         Ok(match framing {
-            BenchFraming::U32Le => ClientFraming::Fixed(LengthPrefixed::PKTCONN),
+            // Replies are echoes of at most `max` bytes: a longer one is an error, not a
+            // buffer grown to the framing's 32 MiB for a misbehaving server.
+            BenchFraming::U32Le => ClientFraming::Fixed(LengthPrefixed::new(
+                LengthPrefixed::PKTCONN.width(),
+                LengthPrefixed::PKTCONN.endian(),
+                u32::try_from(max)
+                    .unwrap_or(u32::MAX)
+                    .min(LengthPrefixed::PKTCONN.max_len()),
+            )),
             BenchFraming::VarInt => ClientFraming::VarInt(Box::new(VarIntClient {
                 client,
                 inflater: Inflater::new(),

@@ -131,6 +131,10 @@ const CHUNK_LINES: usize = 2048;
 /// Longest accepted line: a PID, a comma and a password of up to 64 KiB.
 const MAX_LINE: usize = 64 * 1024 + 32;
 
+/// A batch also ends once its lines hold this many bytes: 2048 lines of 64 KiB passwords
+/// would otherwise hold (and keep, as spare buffers) some 256 MiB.
+const CHUNK_BYTES: u64 = 4 << 20;
+
 /// Derives the key of every `pid,password` line of `input` onto `out`, in order; returns the
 /// number of keys.
 fn derive_batch(
@@ -149,7 +153,7 @@ fn derive_batch(
     loop {
         // Read up to a chunk of lines.
         let mut bytes_read = 0u64;
-        while lines.len() < CHUNK_LINES {
+        while lines.len() < CHUNK_LINES && bytes_read < CHUNK_BYTES {
             let mut line = spare.pop().unwrap_or_default();
             line.clear();
             let n = io::Read::take(&mut input, MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;

@@ -1115,14 +1115,17 @@ fn read_capture(
                 if let Some(d) = record_datagram(&name, record, time, link, frame, port) {
                     each(d)?;
                 }
-            } else if matches!(kind, SECTION_HEADER_BLOCK | INTERFACE_DESCRIPTION_BLOCK) {
-                // A new section starts afresh; the reader has parsed both kinds.
+            } else if kind == SECTION_HEADER_BLOCK {
+                // A new section starts afresh (the reader has parsed the block).
                 drop(raw);
-                links = r
-                    .interfaces()
-                    .iter()
-                    .map(|i| (i.linktype, timestamp_unit(&i.options)))
-                    .collect();
+                links.clear();
+            } else if kind == INTERFACE_DESCRIPTION_BLOCK {
+                // One more interface, the reader's last: added alone (rebuilding the list at
+                // each made a capture of many interfaces quadratic).
+                drop(raw);
+                if let Some(i) = r.interfaces().last() {
+                    links.push((i.linktype, timestamp_unit(&i.options)));
+                }
             }
         }
     }
@@ -1558,6 +1561,81 @@ mod tests {
             udp_in(DataLink::RAW, &padded).unwrap().payload(),
             Some(&b"abcd"[..])
         );
+    }
+
+    /// A pcapng capture of two sections, the second with two interfaces (an Ethernet one,
+    /// then a raw IP one): each packet is read on its own section's interface, and the
+    /// interfaces of a section come in order.
+    #[test]
+    fn pcapng_interfaces_are_per_section_and_in_order() {
+        fn block(kind: u32, body: &[u8]) -> Vec<u8> {
+            let mut body = body.to_vec();
+            body.resize(body.len().next_multiple_of(4), 0);
+            let len = (body.len() + 12) as u32;
+            [
+                &kind.to_le_bytes()[..],
+                &len.to_le_bytes(),
+                &body,
+                &len.to_le_bytes(),
+            ]
+            .concat()
+        }
+        let shb = block(
+            0x0A0D_0D0A,
+            &[&0x1A2B_3C4Du32.to_le_bytes()[..], &[1, 0, 0, 0], &[0xff; 8]].concat(),
+        );
+        let idb = |link: u16| {
+            block(
+                1,
+                &[&link.to_le_bytes()[..], &[0, 0], &65535u32.to_le_bytes()].concat(),
+            )
+        };
+        let epb = |interface: u32, data: &[u8]| {
+            let mut b = interface.to_le_bytes().to_vec();
+            for v in [0u32, 0, data.len() as u32, data.len() as u32] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(data);
+            block(6, &b)
+        };
+        // An IPv4/UDP datagram 127.0.0.1:12345 -> 127.0.0.2:60000 carrying `payload`.
+        let ip = |payload: &[u8]| {
+            let mut ip = vec![
+                0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 127, 0, 0, 1, 127, 0, 0, 2,
+            ];
+            let total = (20 + 8 + payload.len()) as u16;
+            ip[2..4].copy_from_slice(&total.to_be_bytes());
+            ip.extend_from_slice(&[0x30, 0x39, 0xea, 0x60]);
+            ip.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+            ip.extend_from_slice(&[0, 0]);
+            ip.extend_from_slice(payload);
+            ip
+        };
+        let ethernet = |payload: &[u8]| [&[0u8; 12][..], &[0x08, 0x00], &ip(payload)].concat();
+        let capture = [
+            shb.clone(),
+            idb(101),
+            epb(0, &ip(b"one")),
+            shb,
+            idb(1),
+            idb(101),
+            epb(1, &ip(b"two")),
+            epb(0, &ethernet(b"three")),
+        ]
+        .concat();
+        let path = std::env::temp_dir().join(format!(
+            "wirekit-pcapng-sections-{}.pcapng",
+            std::process::id()
+        ));
+        std::fs::write(&path, capture).unwrap();
+        let mut got = Vec::new();
+        read_capture(&path, Some(60000), &mut |d| {
+            got.push(d.bytes);
+            Ok(())
+        })
+        .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(got, [&b"one"[..], b"two", b"three"]);
     }
 
     #[test]
