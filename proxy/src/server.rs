@@ -94,6 +94,12 @@ pub(crate) type Limits =
 /// thousands of addresses still cannot make a line each.
 pub(crate) struct RefusalLogs {
     per_source: KeyedLogLimiter<AddrKey, Box<[Slot<AddrKey, LogLimit>]>>,
+    /// Every per-source line also takes a token here: thousands of sources (an IPv6 /48 has
+    /// 65,536 /64s) each allowed its line still make at most this many.
+    all: LogLimit,
+    /// Suppressed lines of sources whose own line `all` then held back: reported with the
+    /// next line let through.
+    carried: u32,
     others: LogLimit,
     served: LogLimit,
     /// The interval of one line per source (`log-interval`).
@@ -105,16 +111,24 @@ pub(crate) struct RefusalLogs {
 /// Sources remembered by the log limiter.
 const LOG_SOURCES: usize = 4096;
 
+/// Sources the sweeper names in a line of their own each sweep; the others' counts go in one.
+const SWEEP_NAMED: u32 = 20;
+
 impl RefusalLogs {
     fn new(interval: std::time::Duration, prefix: Prefix) -> Self {
         RefusalLogs {
             per_source: KeyedLogLimiter::new(slots(LOG_SOURCES), random_seed(), 1, interval.into()),
+            all: Self::ALL,
+            carried: 0,
             others: LogLimit::new(20, wirekit_core::time::Duration::from_secs(1)),
             served: Self::SERVED,
             interval,
             prefix,
         }
     }
+
+    /// All per-source lines together: bursts of 100, then 50 a second.
+    pub(crate) const ALL: LogLimit = LogLimit::new(100, wirekit_core::time::Duration::from_secs(2));
 
     /// Served connections' close lines: bursts of 200, then 200 a second (as `wirekit
     /// serve`'s).
@@ -133,6 +147,7 @@ impl RefusalLogs {
             });
         held += u64::from(self.others.pending());
         held += u64::from(self.served.pending());
+        held += u64::from(self.all.pending()) + u64::from(std::mem::take(&mut self.carried));
         if held > 0 {
             tracing::info!(suppressed = held, "log lines held back {why}");
         }
@@ -150,10 +165,26 @@ impl RefusalLogs {
     /// `Some(suppressed)` if a line about `client` may be written now.
     pub(crate) fn allow(&mut self, client: std::net::IpAddr) -> Option<u32> {
         let now = clock::now();
-        let decision = self
+        let decision = match self
             .per_source
             .check(AddrKey::new(client, self.prefix), now)
-            .unwrap_or_else(|_| self.others.check(now));
+        {
+            // The source may have its line: if all sources' lines may too.
+            Ok(LogDecision::Log { suppressed }) => match self.all.check(now) {
+                LogDecision::Log { suppressed: also } => LogDecision::Log {
+                    suppressed: suppressed
+                        .saturating_add(also)
+                        .saturating_add(std::mem::take(&mut self.carried)),
+                },
+                LogDecision::Suppress => {
+                    // This line is `all`'s to count; the source's earlier ones are carried.
+                    self.carried = self.carried.saturating_add(suppressed);
+                    LogDecision::Suppress
+                }
+            },
+            Ok(d) => d,
+            Err(_) => self.others.check(now),
+        };
         match decision {
             LogDecision::Log { suppressed } => Some(suppressed),
             LogDecision::Suppress => None,
@@ -555,9 +586,25 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
             .sweep(now, 8192);
         let mut guard = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
         let logs = &mut *guard;
+        // A line per source for the first few; past them one line for all the rest, so that a
+        // flood from thousands of sources is not a report line for each every sweep.
+        let (mut named, mut rest_sources, mut rest) = (0u32, 0u32, 0u64);
         logs.per_source.sweep(now, LOG_SOURCES, |key, suppressed| {
-            info!(source = %key, suppressed, "log lines suppressed");
+            if named < SWEEP_NAMED {
+                named += 1;
+                info!(source = %key, suppressed, "log lines suppressed");
+            } else {
+                rest_sources += 1;
+                rest += u64::from(suppressed);
+            }
         });
+        if rest_sources > 0 {
+            info!(
+                sources = rest_sources,
+                suppressed = rest,
+                "log lines suppressed (other sources)"
+            );
+        }
         // The shared limits' counts too, once they may write a line again: a count held back
         // by a flood that has ended is reported now, not hours later with an unrelated line.
         for (limit, what) in [
@@ -569,6 +616,13 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
             {
                 info!(source = "any", suppressed, "{what}");
             }
+        }
+        // All sources' limit: what it held back, and the counts carried with it.
+        if (logs.all.pending() > 0 || logs.carried > 0)
+            && let LogDecision::Log { suppressed } = logs.all.check(now)
+        {
+            let suppressed = suppressed.saturating_add(std::mem::take(&mut logs.carried));
+            info!(source = "any", suppressed, "log lines suppressed");
         }
     }
 }
@@ -724,6 +778,31 @@ mod tests {
         assert!(logs.allow(client).is_none());
         assert_eq!(logs.report_pending("in the test"), 2);
         assert_eq!(logs.report_pending("in the test"), 0, "reported once");
+    }
+
+    /// Thousands of sources each allowed their line (an IPv6 /48's /64s) still share one
+    /// limit: its burst passes, the rest are held back, and every held-back line (the
+    /// sources' own counts carried too) is reported.
+    #[test]
+    fn lines_from_many_sources_share_one_limit() {
+        let mut logs = RefusalLogs::new(std::time::Duration::from_secs(60), Prefix::CLIENT);
+        let source =
+            |i: u32| -> std::net::IpAddr { format!("2001:db8:0:{:x}::1", i).parse().unwrap() };
+        let burst = 100;
+        let sources = 1000;
+        let allowed = (0..sources)
+            .filter(|&i| logs.allow(source(i)).is_some())
+            .count();
+        // (The clock may refill a token or two while the loop runs.)
+        assert!(
+            (burst..burst + 5).contains(&allowed),
+            "{allowed} lines of {sources} sources"
+        );
+        // A source whose line the shared limit held back, again: held back by its own limit
+        // now, and carried.
+        assert!(logs.allow(source(sources - 1)).is_none());
+        let held = logs.report_pending("in the test");
+        assert_eq!(held, (sources as usize + 1 - allowed) as u64);
     }
 
     /// Served connections' close lines: a burst of 200 passes, the next is held back and
