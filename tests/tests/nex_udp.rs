@@ -239,7 +239,8 @@ fn bounds_drops_and_idle_expiry() {
             max_connections: 3,
             max_per_source: 2,
             max_per_network: 3,
-            idle_timeout: time::Duration::from_millis(600),
+            // Long enough that none expires while the steps below run on a loaded machine.
+            idle_timeout: time::Duration::from_millis(2000),
         },
         tick: time::Duration::from_millis(10),
         ..WorkerConfig::default()
@@ -267,7 +268,7 @@ fn bounds_drops_and_idle_expiry() {
         b.send_to(&packet(13, b"!no"), server).unwrap();
         echo(&c, server, &packet(15, b"six"));
         // Then all go idle.
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(Duration::from_millis(3500));
     });
     assert_eq!(s.datagrams_in, 12);
     assert_eq!(s.datagrams_out, 4);
