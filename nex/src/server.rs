@@ -183,7 +183,8 @@ pub struct PidSlots {
 
 impl PidSlots {
     /// The default cap: 4 connections a client (a game holds one secure connection; a client
-    /// that reconnects replaces its own, which does not count twice).
+    /// that reconnects from the same address and port replaces its own, which does not count
+    /// twice; from a new port it waits, past the cap, for its old ones to time out).
     pub const DEFAULT_MAX: u32 = 4;
 
     /// A cap of `max` connections a PID (at least 1).
@@ -650,7 +651,9 @@ impl DatagramHandler for PrudpHandler {
                     .is_some_and(|(pid, slots)| slots.full(pid)) =>
             {
                 self.stats.pid_limited.fetch_add(1, Ordering::Relaxed);
-                if let LogDecision::Log { suppressed } = self.refusals.check(now) {
+                // A CONNECT that proved its ticket: under the replays' limit, which spoofed
+                // datagrams cannot use up.
+                if let LogDecision::Log { suppressed } = self.replay_logs.check(now) {
                     warn!(
                         server = self.role.as_str(),
                         peer = %key.peer,

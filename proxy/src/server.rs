@@ -570,6 +570,19 @@ impl Drop for OpenSlot {
     }
 }
 
+/// The count `limit` holds back, if it may write a line now; when it may not, nothing changes
+/// (its own `check` would count the report line that was not written as one more suppressed).
+fn report_line(limit: &mut LogLimit, now: wirekit_core::time::Instant) -> Option<u32> {
+    let mut trial = *limit;
+    match trial.check(now) {
+        LogDecision::Log { suppressed } => {
+            *limit = trial;
+            Some(suppressed)
+        }
+        LogDecision::Suppress => None,
+    }
+}
+
 /// Now and then, drops per-source entries that are whole again and reports the suppressed
 /// lines (refusals, closes before login) of sources that went quiet.
 async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
@@ -612,14 +625,14 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
             (&mut logs.others, "log lines suppressed"),
         ] {
             if limit.pending() > 0
-                && let LogDecision::Log { suppressed } = limit.check(now)
+                && let Some(suppressed) = report_line(limit, now)
             {
                 info!(source = "any", suppressed, "{what}");
             }
         }
         // All sources' limit: what it held back, and the counts carried with it.
         if (logs.all.pending() > 0 || logs.carried > 0)
-            && let LogDecision::Log { suppressed } = logs.all.check(now)
+            && let Some(suppressed) = report_line(&mut logs.all, now)
         {
             let suppressed = suppressed.saturating_add(std::mem::take(&mut logs.carried));
             info!(source = "any", suppressed, "log lines suppressed");
@@ -789,20 +802,51 @@ mod tests {
         let source =
             |i: u32| -> std::net::IpAddr { format!("2001:db8:0:{:x}::1", i).parse().unwrap() };
         let burst = 100;
-        let sources = 1000;
-        let allowed = (0..sources)
-            .filter(|&i| logs.allow(source(i)).is_some())
-            .count();
-        // (The clock may refill a token or two while the loop runs.)
+        let sources = 1000u32;
+        // (The clock may refill a token or two while the loop runs: such a line reports
+        // what was held back before it.)
+        let (mut allowed, mut reported) = (0u64, 0u64);
+        for i in 0..sources {
+            if let Some(n) = logs.allow(source(i)) {
+                allowed += 1;
+                reported += u64::from(n);
+            }
+        }
         assert!(
             (burst..burst + 5).contains(&allowed),
             "{allowed} lines of {sources} sources"
         );
-        // A source whose line the shared limit held back, again: held back by its own limit
-        // now, and carried.
+        // The last source again: held back by its own limit now (its count is its own).
         assert!(logs.allow(source(sources - 1)).is_none());
         let held = logs.report_pending("in the test");
-        assert_eq!(held, (sources as usize + 1 - allowed) as u64);
+        assert_eq!(held + reported, u64::from(sources) + 1 - allowed);
+        // A source with a count of its own whose next line the shared limit holds back: the
+        // count is carried, and every line held back is reported once, wherever it is held.
+        let mut logs = RefusalLogs::new(std::time::Duration::from_millis(50), Prefix::CLIENT);
+        let noisy: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let (mut held_back, mut reported) = (0u64, 0u64);
+        let mut allow = |logs: &mut RefusalLogs, ip| match logs.allow(ip) {
+            Some(n) => reported += u64::from(n),
+            None => held_back += 1,
+        };
+        allow(&mut logs, noisy);
+        allow(&mut logs, noisy); // held back by its own limit: 1 of its own
+        let mut next = 0;
+        while logs.carried == 0 {
+            // Empty the shared limit, then ask for the noisy source's line once its own
+            // limit has refilled (50 ms): its count moves to `carried`.
+            while logs.all.check(clock::now()) != LogDecision::Suppress {}
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            while logs.all.check(clock::now()) != LogDecision::Suppress {}
+            allow(&mut logs, noisy);
+            next += 1;
+            assert!(next < 50, "the noisy source's count was never carried");
+        }
+        // The carried count is reported (at a reload or the shutdown, here) and cleared.
+        let carried = u64::from(logs.carried);
+        assert!(logs.report_pending("in the test") >= carried);
+        assert_eq!(logs.carried, 0);
+        assert!(held_back >= 1 && reported <= held_back);
     }
 
     /// Served connections' close lines: a burst of 200 passes, the next is held back and

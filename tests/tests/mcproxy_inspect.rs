@@ -529,7 +529,6 @@ fn open_only_in(proxy: &McProxy, name: &str, state: &str) {
     }
 }
 
-/// The close line of the one connection on route `name`, once written.
 /// A login through `proxy` to route `name`'s upstream listening on `listener`, from
 /// 127.0.0.`from`: the client's socket and the upstream's, the Handshake and Login Start read
 /// off the latter (both with 10 s read timeouts).
@@ -555,6 +554,7 @@ fn logged_in_through(
     (client, up)
 }
 
+/// The close line of the one connection on route `name`, once written.
 fn close_line(proxy: &McProxy, name: &str) -> String {
     let needle = format!("route=\"{name}\"");
     let log = proxy.proc.wait_log(&needle, 1);

@@ -175,8 +175,13 @@ pub(crate) async fn serve<'a>(
     let budgets = insp.relay_budgets();
     drop(insp);
     if end != InspectEnd::Opaque {
-        return if end.is_refusal() {
+        // A Disconnect went to the client (a refusal, or the proxy ending the connection for
+        // the upstream's fault): read what the client still sends for a moment first, so that
+        // closing with unread bytes does not reset the connection and lose the Disconnect.
+        if end.sent_disconnect() {
             linger(&mut stream).await;
+        }
+        return if end.is_refusal() {
             Ended::Refused(end.as_str())
         } else {
             Ended::Done(end.as_str())

@@ -189,6 +189,7 @@ impl InspectSettings {
 
 /// How an inspect relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InspectEnd {
     /// The client ended its stream.
     ClientClosed,
@@ -223,7 +224,8 @@ pub enum InspectEnd {
 }
 
 impl InspectEnd {
-    /// The reason named in the close line and, for closes by the proxy, the rejection metric.
+    /// The reason named in the close line and in the metrics: the rejection metric for a
+    /// [refusal](Self::is_refusal), the closed metric for the others.
     pub const fn as_str(&self) -> &'static str {
         match self {
             InspectEnd::ClientClosed => "client_closed",
@@ -275,6 +277,18 @@ impl InspectEnd {
             InspectEnd::Reframe => "reframe_too_large",
             InspectEnd::Unrelayable => "encryption_after_own_threshold",
         }
+    }
+
+    /// Whether the proxy ended the connection with a Disconnect to the client (where its state
+    /// has one): a refusal, or an end the proxy chose for the upstream's fault.
+    pub const fn sent_disconnect(&self) -> bool {
+        matches!(
+            self,
+            InspectEnd::Closed(_)
+                | InspectEnd::BadFrame(..)
+                | InspectEnd::Reframe
+                | InspectEnd::Unrelayable
+        )
     }
 
     /// Whether the proxy closed the connection for what the client did (a rejection, counted

@@ -150,6 +150,7 @@ fn derive_batch(
     let mut line_no = 0u64;
     let mut done = 0u64;
     let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut ended = false;
     loop {
         // Read up to a chunk of lines.
         let mut bytes_read = 0u64;
@@ -158,6 +159,7 @@ fn derive_batch(
             line.clear();
             let n = io::Read::take(&mut input, MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;
             if n == 0 {
+                ended = true;
                 break;
             }
             line_no += 1;
@@ -196,9 +198,14 @@ fn derive_batch(
             line.drain(..=comma);
             lines.push(line);
         }
+        // (A chunk of blank lines alone holds nothing to derive, and is not the end.)
         if lines.is_empty() {
-            out.flush()?;
-            return Ok(done);
+            if ended {
+                out.flush()?;
+                return Ok(done);
+            }
+            progress.inc(bytes_read);
+            continue;
         }
         let requests: Vec<KeyRequest<'_>> = pids
             .iter()
@@ -282,6 +289,13 @@ mod tests {
         let (r, out) = run(b"\n\n");
         assert_eq!(r.unwrap(), 0);
         assert!(out.is_empty());
+        // More blank lines than a chunk's bytes, then a line: a chunk of blank lines alone is
+        // not the input's end.
+        let mut input = vec![b'\n'; CHUNK_BYTES as usize + 10];
+        input.extend_from_slice(b"7,x\n");
+        let (r, out) = run(&input);
+        assert_eq!(r.unwrap(), 1);
+        assert_eq!(out.trim_end(), hex(&derive_kerberos_key(7, b"x")));
     }
 
     #[test]
