@@ -1246,6 +1246,118 @@ mod tests {
             stop.cancel();
         }
 
+        /// The client bytes not yet judged when an inspect connection goes opaque (its
+        /// Encryption Response and what came in the same read: the encrypted stream's start)
+        /// are charged to the serverbound byte budget before they go out: past it, the
+        /// connection closes instead of forwarding them.
+        #[tokio::test]
+        async fn bytes_flushed_going_opaque_are_charged_to_the_byte_budget() {
+            use wirekit_core::minecraft::Encode;
+            use wirekit_core::minecraft::budget::Budget;
+            use wirekit_core::minecraft::login::EncryptionRequest;
+            const BURST: u32 = 64 << 10;
+            let got = Arc::new(AtomicUsize::new(0));
+            let (up, _) = upstream({
+                let got = got.clone();
+                move |mut s| {
+                    let got = got.clone();
+                    async move {
+                        let mut b = vec![0u8; 65536];
+                        // The Handshake and Login Start, then the request.
+                        let _ = s.read(&mut b).await;
+                        let request = EncryptionRequest {
+                            protocol_version: 340,
+                            server_id: "",
+                            public_key: &[0x30; 162],
+                            verify_token: &[1, 2, 3, 4],
+                            should_authenticate: true,
+                        };
+                        let mut frame = vec![0u8; request.frame_len()];
+                        request.encode_frame(&mut frame).unwrap();
+                        let _ = s.write_all(&frame).await;
+                        while let Ok(n @ 1..) = s.read(&mut b).await {
+                            got.fetch_add(n, Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+            .await;
+            let mut s = one_route(up);
+            s.routes[0].mode = Mode::Inspect;
+            s.routes[0].inspect.max_serverbound_packet = 16 << 10;
+            s.routes[0].inspect.budgets.serverbound.bytes = Some(Budget::per_second(1, BURST));
+            let (addr, handle, stop) = start(s, None).await;
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            let ls = LoginStart {
+                protocol_version: 340,
+                name: "Opaque",
+                signature: None,
+                uuid: None,
+            };
+            let mut opening = handshake(340, NextState::Login);
+            let mut login = vec![0u8; ls.frame_len()];
+            let n = ls.encode_frame(&mut login).unwrap();
+            opening.extend_from_slice(&login[..n]);
+            c.write_all(&opening).await.unwrap();
+            let mut b = vec![0u8; 4096];
+            let n = tokio::time::timeout(WAIT, c.read(&mut b))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 100, "the Encryption Request, {n} bytes");
+            // Encryption Response (1.12.2: two VarInt-prefixed arrays), then 40 KiB of the
+            // encrypted stream, in one write: one read of the proxy's.
+            let mut response = vec![0x01, 0x80, 0x01];
+            response.extend_from_slice(&[9u8; 128]);
+            response.extend_from_slice(&[0x80, 0x01]);
+            response.extend_from_slice(&[9u8; 128]);
+            let mut frame = vec![0x85, 0x02]; // 261
+            frame.extend_from_slice(&response);
+            assert_eq!(frame.len(), 2 + 261);
+            frame.extend_from_slice(&[7u8; 40 << 10]);
+            let _ = c.write_all(&frame).await;
+            // Then more of the stream, through the byte relay, until the budget closes it: in
+            // small writes, so that the relay's reads are small and it forwards all the
+            // budget has left.
+            let chunk = vec![7u8; 1 << 10];
+            let writes = tokio::time::timeout(WAIT, async {
+                for _ in 0..128 {
+                    if c.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+            });
+            let _ = writes.await;
+            let closed = tokio::time::timeout(WAIT, c.read(&mut b)).await;
+            assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            // The burst (the pre-login packets and the response within it) and what the rate
+            // (1 byte a second) refills: the 40 KiB that came with the response are in it,
+            // not on top of it.
+            let got = got.load(Ordering::SeqCst);
+            assert!(
+                got <= BURST as usize + 64,
+                "{got} bytes reached the upstream"
+            );
+            // Counted once the connection's task has ended: a budget close, at the flush
+            // (the inspect relay's reason) or in the byte relay after it.
+            let closed_by_budget = |text: &str| {
+                text.contains("reason=\"budget_serverbound_bytes\"} 1")
+                    || text.contains("reason=\"serverbound_budget\"} 1")
+            };
+            let deadline = tokio::time::Instant::now() + WAIT;
+            let text = loop {
+                let text = handle.metrics().render();
+                if closed_by_budget(&text) || tokio::time::Instant::now() > deadline {
+                    break text;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            assert!(closed_by_budget(&text), "{text}");
+            stop.cancel();
+        }
+
         /// Status requests that arrive while one fetch of the same answer is under way wait
         /// for it: the upstream is asked once.
         #[tokio::test]

@@ -1023,6 +1023,16 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 // closing, a peer that stopped reading (a client whose window is full of play
                 // traffic) must not hold the connection it is being dropped from.
                 let flushed = if opaque {
+                    // The bytes not judged go out as the relay's would: charged to the
+                    // direction's byte budget first (a read's worth at most).
+                    let unjudged = side.end - side.start;
+                    if unjudged > 0
+                        && let Verdict::Close(c) =
+                            self.conn
+                                .relay_bytes(d, unjudged, wirekit_std::clock::now())
+                    {
+                        return InspectEnd::Closed(c);
+                    }
                     // Not past the idle timeout: a peer that takes none of it is gone.
                     match tokio::time::timeout(self.idle, side.flush(to, true)).await {
                         Ok(flushed) => flushed,
