@@ -104,10 +104,43 @@ pub struct Haproxy {
 }
 
 impl Haproxy {
+    /// HAProxy on the config `build` makes for `n` frontend ports found free here, tried again
+    /// with new ports when it cannot bind one (another test took it between the finding and
+    /// HAProxy's bind): the running HAProxy and its ports. `None` when HAProxy is missing and
+    /// not required.
+    pub fn start_on(
+        n: usize,
+        build: impl Fn(&[u16]) -> HaproxyConfig,
+    ) -> Option<(Haproxy, Vec<u16>)> {
+        const ATTEMPTS: usize = 4;
+        for attempt in 1..=ATTEMPTS {
+            let ports: Vec<u16> = (0..n)
+                .map(|_| wirekit_rig::net::free_port().expect("a free loopback port"))
+                .collect();
+            match Haproxy::launch(&build(&ports))? {
+                Ok(h) => return Some((h, ports)),
+                Err(seen) if attempt < ATTEMPTS => {
+                    eprintln!(
+                        "haproxy could not bind {ports:?} (taken meanwhile?), again: {seen:#?}"
+                    );
+                }
+                Err(seen) => panic!("haproxy could not bind its ports {ATTEMPTS} times: {seen:#?}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
     /// Writes `config` to a temporary file, starts HAProxy on it and waits until every
     /// frontend accepts; `None` when HAProxy is missing and not required. Panics if HAProxy
     /// exits or a frontend does not listen within [`TIMEOUT`].
     pub fn start(config: &HaproxyConfig) -> Option<Haproxy> {
+        Haproxy::launch(config)
+            .map(|r| r.unwrap_or_else(|seen| panic!("haproxy could not bind its ports: {seen:#?}")))
+    }
+
+    /// [`start`](Self::start), with a failure to bind a frontend's port (HAProxy exiting
+    /// early, saying so) returned with its log lines.
+    fn launch(config: &HaproxyConfig) -> Option<Result<Haproxy, Vec<String>>> {
         let bin = peers::program("haproxy")?;
         let ports = config.frontend_ports();
         let path = std::env::temp_dir().join(format!(
@@ -142,13 +175,26 @@ impl Haproxy {
             seen: Vec::new(),
             config: path,
         };
-        // Ready when every frontend accepts.
+        // Ready when every frontend accepts, and HAProxy still runs (a port another socket
+        // took accepts too, and HAProxy exits having failed to bind it).
         let start = Instant::now();
+        let exited = |h: &mut Haproxy| -> Option<Result<Haproxy, Vec<String>>> {
+            let status = h.child.try_wait().ok().flatten()?;
+            // Its last lines come through the pipes' threads: give them a moment.
+            thread::sleep(Duration::from_millis(100));
+            h.drain();
+            if h.seen
+                .iter()
+                .any(|l| l.contains("cannot bind") || l.contains("Address already in use"))
+            {
+                return Some(Err(std::mem::take(&mut h.seen)));
+            }
+            panic!("haproxy exited with {status}: {:#?}", h.seen);
+        };
         for &port in ports {
             while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                if let Ok(Some(status)) = h.child.try_wait() {
-                    h.drain();
-                    panic!("haproxy exited with {status}: {:#?}", h.seen);
+                if let Some(r) = exited(&mut h) {
+                    return Some(r);
                 }
                 assert!(
                     start.elapsed() < TIMEOUT,
@@ -157,7 +203,11 @@ impl Haproxy {
                 thread::sleep(Duration::from_millis(20));
             }
         }
-        Some(h)
+        thread::sleep(Duration::from_millis(50));
+        if let Some(r) = exited(&mut h) {
+            return Some(r);
+        }
+        Some(Ok(h))
     }
 
     /// Moves the log lines received so far into [`Haproxy::seen`].
@@ -195,6 +245,31 @@ impl Drop for Haproxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frontend port another socket holds (as a parallel test's may, between the port's
+    /// finding and HAProxy's bind): HAProxy exits saying so, and is started again on new ports.
+    #[test]
+    fn a_frontend_port_taken_meanwhile_is_tried_again_on_new_ports() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken_port = taken.local_addr().unwrap().port();
+        let attempts = std::cell::Cell::new(0);
+        let Some((_haproxy, ports)) = Haproxy::start_on(1, |p| {
+            attempts.set(attempts.get() + 1);
+            let port = if attempts.get() == 1 {
+                taken_port
+            } else {
+                p[0]
+            };
+            HaproxyConfig::new()
+                .frontend("f", port, &[], &[], "b")
+                .backend("b", "s", 1, &[])
+        }) else {
+            return;
+        };
+        assert_eq!(attempts.get(), 2);
+        assert_ne!(ports[0], taken_port);
+        TcpStream::connect(("127.0.0.1", ports[0])).expect("haproxy listens on the new port");
+    }
 
     #[test]
     fn builds_the_config_the_interop_tests_ran_on() {

@@ -758,13 +758,15 @@ fn haproxy_send_proxy_v2_in_front_the_limits_act_on_the_real_client() {
          login-per-ip-burst = 1\nlogin-per-ip-rate = 0.001\nlog-interval = 600\n\
          [[route]]\nhosts = [\"serve.test\"]\nupstreams = [\"{serve_addr}\"]\nproxy-protocol = true\n"
     ));
-    let port = free_port().unwrap();
-    let config = HaproxyConfig::new()
-        .frontend("mc", port, &[], &[], "wirekit")
-        .backend("wirekit", "proxy", proxy.addr.port(), &["send-proxy-v2"]);
-    let Some(_haproxy) = Haproxy::start(&config) else {
+    let config = |p: &[u16]| {
+        HaproxyConfig::new()
+            .frontend("mc", p[0], &[], &[], "wirekit")
+            .backend("wirekit", "proxy", proxy.addr.port(), &["send-proxy-v2"])
+    };
+    let Some((_haproxy, ports)) = Haproxy::start_on(1, config) else {
         return;
     };
+    let port = ports[0];
     let front = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     // .101 holds its one connection (silent, inside the handshake timeout).
     let _held = connect_from(101, front);

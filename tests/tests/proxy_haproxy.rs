@@ -16,15 +16,10 @@ use std::time::{Duration, Instant};
 
 use wirekit_core::Status;
 use wirekit_core::proxy::{self, Addresses, Limits, ProxyHeader, Tlv, TlvKind, Version, v1, v2};
-use wirekit_rig::net;
 use wirekit_tests::haproxy::{Haproxy, HaproxyConfig, TIMEOUT};
 
 /// A log line per accepted connection with the addresses HAProxy took from the header.
 const SEEN_LOG_FORMAT: &str = "log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp\"";
-
-fn free_port() -> u16 {
-    net::free_port().expect("a free loopback port")
-}
 
 /// Accepts one connection on `listener` within the timeout.
 fn accept(listener: &TcpListener) -> TcpStream {
@@ -92,22 +87,24 @@ fn parsed(buf: &[u8]) -> ProxyHeader<'_> {
 fn haproxy_sends_v1_v2_and_v2_crc32c_unique_id() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let backend = listener.local_addr().unwrap().port();
-    let (f1, f2, f3) = (free_port(), free_port(), free_port());
-    let config = HaproxyConfig::new()
-        .frontend("f1", f1, &[], &[], "b1")
-        .frontend("f2", f2, &[], &[], "b2")
-        .frontend("f3", f3, &[], &["unique-id-format %ci:%cp"], "b3")
-        .backend("b1", "s", backend, &["send-proxy"])
-        .backend("b2", "s", backend, &["send-proxy-v2"])
-        .backend(
-            "b3",
-            "s",
-            backend,
-            &["send-proxy-v2", "proxy-v2-options crc32c,unique-id"],
-        );
-    let Some(_haproxy) = Haproxy::start(&config) else {
+    let config = |p: &[u16]| {
+        HaproxyConfig::new()
+            .frontend("f1", p[0], &[], &[], "b1")
+            .frontend("f2", p[1], &[], &[], "b2")
+            .frontend("f3", p[2], &[], &["unique-id-format %ci:%cp"], "b3")
+            .backend("b1", "s", backend, &["send-proxy"])
+            .backend("b2", "s", backend, &["send-proxy-v2"])
+            .backend(
+                "b3",
+                "s",
+                backend,
+                &["send-proxy-v2", "proxy-v2-options crc32c,unique-id"],
+            )
+    };
+    let Some((_haproxy, ports)) = Haproxy::start_on(3, config) else {
         return;
     };
+    let (f1, f2, f3) = (ports[0], ports[1], ports[2]);
     for (port, version, crc) in [
         (f1, Version::V1, false),
         (f2, Version::V2, false),
@@ -219,11 +216,11 @@ fn v2_bytes(b: v2::Builder<'_>) -> Vec<u8> {
 #[test]
 fn haproxy_accepts_wirekit_v1_v2_crc32c_tlvs() {
     let echo = spawn_echo();
-    let fa = free_port();
-    let config = accept_proxy_config(fa, echo);
-    let Some(mut haproxy) = Haproxy::start(&config) else {
+    let Some((mut haproxy, ports)) = Haproxy::start_on(1, |p| accept_proxy_config(p[0], echo))
+    else {
         return;
     };
+    let fa = ports[0];
 
     let s4 = |last: u8, port| SocketAddrV4::new([192, 0, 2, last].into(), port);
     let d4 = SocketAddrV4::new([198, 51, 100, 20].into(), 25565);
@@ -344,11 +341,11 @@ fn haproxy_accepts_wirekit_v1_v2_crc32c_tlvs() {
 #[test]
 fn haproxy_is_stricter_than_the_spec() {
     let echo = spawn_echo();
-    let fa = free_port();
-    let config = accept_proxy_config(fa, echo);
-    let Some(mut haproxy) = Haproxy::start(&config) else {
+    let Some((mut haproxy, ports)) = Haproxy::start_on(1, |p| accept_proxy_config(p[0], echo))
+    else {
         return;
     };
+    let fa = ports[0];
     let src = SocketAddrV4::new([192, 0, 2, 30].into(), 40030);
     let dst = SocketAddrV4::new([198, 51, 100, 30].into(), 25565);
     let inet = Addresses::Inet { src, dst };
