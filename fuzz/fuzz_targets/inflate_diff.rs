@@ -11,7 +11,6 @@
 use arbitrary::Arbitrary;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
-use wirekit_core::zlib::inflate::check_header;
 use wirekit_core::zlib::{
     Compressor, InflateError, Inflater, Level, WORKSPACE_MIN, compress_bound,
 };
@@ -76,6 +75,39 @@ fn zlib_rs(stream: &[u8], len: usize) -> (Result<Vec<u8>, InflateError>, usize, 
     (verdict, wrote, missing_eob)
 }
 
+/// Whether the stream's first deflate block (after the 2-byte zlib header) is a dynamic block
+/// whose code-length code gives every symbol length zero.
+fn first_block_has_empty_code_length_code(stream: &[u8]) -> bool {
+    let Some(data) = stream.get(2..) else {
+        return false;
+    };
+    let mut at = 0usize;
+    let mut bits = |n: usize| -> Option<u32> {
+        let mut v = 0;
+        for i in 0..n {
+            let byte = *data.get((at + i) / 8)?;
+            v |= u32::from(byte >> ((at + i) % 8) & 1) << i;
+        }
+        at += n;
+        Some(v)
+    };
+    let mut header = || -> Option<bool> {
+        let _final = bits(1)?;
+        if bits(2)? != 2 {
+            return Some(false);
+        }
+        let _hlit = bits(5)?;
+        let _hdist = bits(5)?;
+        let hclen = bits(4)? as usize + 4;
+        let mut all_zero = true;
+        for _ in 0..hclen {
+            all_zero &= bits(3)? == 0;
+        }
+        Some(all_zero)
+    };
+    header().unwrap_or(false)
+}
+
 fn check(stream: &[u8], len: usize) {
     let mut inflater = Inflater::new();
     let mut ours = vec![0u8; len];
@@ -109,6 +141,14 @@ fn check(stream: &[u8], len: usize) {
         // block's symbols until the stream fails (past the declared length, truncated or
         // corrupt). Such a block can never end, so both refuse the stream.
         (Err(_), Err(InflateError::Corrupt)) if missing_eob => {}
+        // Accepted difference: a dynamic block whose code-length code has no symbols (every
+        // length zero) is Corrupt for wirekit, as for miniz_oxide, when it reads that code;
+        // zlib builds an empty code that decodes each code length as 0 from one bit, so a
+        // stream ending within those bits is Truncated for zlib-rs (and, whole, Corrupt: the
+        // code of zero lengths it builds has no end-of-block). (The first block: a later
+        // one would show up as a campaign's crash again.)
+        (Err(InflateError::Corrupt), Err(InflateError::Truncated))
+            if first_block_has_empty_code_length_code(stream) => {}
         (Err(e), Err(w)) => assert_eq!(e, w, "same reason, len {len}, stream {stream:02x?}"),
         (got, want) => panic!(
             "wirekit {got:?}, zlib-rs {:?}, len {len}, stream {stream:02x?}",

@@ -12,7 +12,6 @@
 
 use flate2::{Decompress, FlushDecompress};
 use libfuzzer_sys::fuzz_target;
-use wirekit_core::zlib::inflate::check_header;
 use wirekit_core::zlib::{
     Compressor, InflateError, Inflater, Level, WORKSPACE_MCU, WORKSPACE_MIN, WORKSPACE_SERVER,
     WorkspaceTooSmall, compress_bound,

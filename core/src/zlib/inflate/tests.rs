@@ -416,6 +416,28 @@ fn a_code_without_end_of_block_is_refused_at_any_length() {
     }
 }
 
+/// A dynamic block whose code-length code has no symbols (HCLEN's four lengths all zero) is
+/// corrupt when that code is read, as miniz_oxide has it; zlib instead decodes every code
+/// length as 0 from one bit each, so this stream, which ends within those bits, is truncated
+/// for zlib-rs. Found by the `inflate_diff` campaign of 2026-12-06 (wirekit Corrupt, zlib-rs
+/// Truncated, declared length 0).
+#[test]
+fn an_empty_code_length_code_is_corrupt_when_read() {
+    let z = [
+        0x58, 0x85, 0x85, 0x00, 0x00, 0x00, 0xf9, 0xf9, 0xf9, 0xff, 0xff, 0x13, 0xff, 0xff, 0xff,
+        0x00,
+    ];
+    let mut inflater = Inflater::new();
+    for len in [0, 1, 64] {
+        assert_eq!(
+            inflater.inflate_exact(&z, &mut vec![0; len]),
+            Err(InflateError::Corrupt),
+            "{len}"
+        );
+        same_as_reference(&mut inflater, &z, len);
+    }
+}
+
 #[test]
 fn single_distance_code_and_incomplete_codes() {
     // Streams the compressor writes for one repeated byte use one distance code; mutate the
