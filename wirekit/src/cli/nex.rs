@@ -677,6 +677,9 @@ fn decode(args: &DecodeArgs) -> Result<bool, String> {
     Ok(run.clean)
 }
 
+/// The most connections (UDP address pairs) one decoding follows.
+const MAX_CONNECTIONS: usize = 65_536;
+
 /// One decoding: the connections seen so far and where their lines go.
 struct Run<'c, W: Write> {
     config: &'c Config,
@@ -703,6 +706,15 @@ impl<W: Write> Run<'_, W> {
                 } else {
                     (c.destination, c.source)
                 };
+                // Each connection keeps its keys and stream states: bounded, so a capture of
+                // endless distinct address pairs is refused, not a growing table.
+                if !self.by_tuple.contains_key(&tuple) && connections.len() >= MAX_CONNECTIONS {
+                    return Err(format!(
+                        "datagram {index}: more than {MAX_CONNECTIONS} connections (UDP address \
+                         pairs) in the capture; decode a filtered capture (--port, or a \
+                         capture tool's filter)"
+                    ));
+                }
                 *self.by_tuple.entry(tuple).or_insert_with(|| {
                     connections.push(Connection::new(config));
                     connections.len() - 1
