@@ -435,14 +435,20 @@ mod tests {
             assert_eq!(wire[0], 0xfe);
             wire.extend_from_slice(&body);
             wire.extend_from_slice(&[0x03, 0x00, 0x01, b'A']);
-            let (mut c, s) = crate::tcp_pair().await;
+            let (c, s) = crate::tcp_pair().await;
             let (a, b) = wire.split_at(first.min(wire.len()));
             let (a, b) = (a.to_vec(), b.to_vec());
-            tokio::spawn(async move {
-                c.write_all(&a).await.unwrap();
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                c.write_all(&b).await.unwrap();
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            // The client on a thread of its own: the rest is in the socket 5 ms after the
+            // first bytes whenever this runtime's thread runs (a client task on it, woken as
+            // late as the reader's 150 ms wait, could write only after the reader gave up).
+            let mut c = c.into_std().unwrap();
+            c.set_nonblocking(false).unwrap();
+            std::thread::spawn(move || {
+                use std::io::Write;
+                c.write_all(&a).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                c.write_all(&b).unwrap();
+                std::thread::sleep(std::time::Duration::from_secs(1));
             });
             let mut inbound = Inbound::new(s, &[], soon());
             let First::Handshake { frame, body: at } = inbound.first().await.unwrap() else {
