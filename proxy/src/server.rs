@@ -1043,6 +1043,45 @@ mod tests {
             (addr, accepted)
         }
 
+        /// A 1.12.2 Login Start frame for `name`.
+        fn login_start_340(name: &str) -> Vec<u8> {
+            let ls = LoginStart {
+                protocol_version: 340,
+                name,
+                signature: None,
+                uuid: None,
+            };
+            let mut login = vec![0u8; ls.frame_len()];
+            let n = ls.encode_frame(&mut login).unwrap();
+            login.truncate(n);
+            login
+        }
+
+        /// An upstream that counts the bytes it reads (after its first read, when it answers
+        /// that read with `reply`).
+        async fn counting_upstream(reply: Option<Vec<u8>>) -> (SocketAddr, Arc<AtomicUsize>) {
+            let got = Arc::new(AtomicUsize::new(0));
+            let (up, _) = upstream({
+                let got = got.clone();
+                move |mut s| {
+                    let (got, reply) = (got.clone(), reply.clone());
+                    async move {
+                        let mut b = vec![0u8; 65536];
+                        if let Some(reply) = reply {
+                            // The Handshake and Login Start.
+                            let _ = s.read(&mut b).await;
+                            let _ = s.write_all(&reply).await;
+                        }
+                        while let Ok(n @ 1..) = s.read(&mut b).await {
+                            got.fetch_add(n, Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+            .await;
+            (up, got)
+        }
+
         fn one_route(upstream: SocketAddr) -> Settings {
             let mut s = settings(&[], 60);
             s.routes[0].upstreams = vec![upstream];
@@ -1193,20 +1232,7 @@ mod tests {
             use wirekit_core::minecraft::budget::Budget;
             const BURST: u32 = 64 << 10;
             const SENT: usize = 1 << 20;
-            let got = Arc::new(AtomicUsize::new(0));
-            let (up, _) = upstream({
-                let got = got.clone();
-                move |mut s| {
-                    let got = got.clone();
-                    async move {
-                        let mut b = vec![0u8; 65536];
-                        while let Ok(n @ 1..) = s.read(&mut b).await {
-                            got.fetch_add(n, Ordering::SeqCst);
-                        }
-                    }
-                }
-            })
-            .await;
+            let (up, got) = counting_upstream(None).await;
             let mut s = one_route(up);
             s.routes[0].mode = Mode::Inspect;
             // A burst that takes the longest frame at once (the settings' check).
@@ -1214,17 +1240,8 @@ mod tests {
             s.routes[0].inspect.budgets.serverbound.bytes = Some(Budget::per_second(BURST, BURST));
             let (addr, handle, stop) = start(s, None).await;
             let mut c = TcpStream::connect(addr).await.unwrap();
-            let ls = LoginStart {
-                protocol_version: 340,
-                name: "Opaque",
-                signature: None,
-                uuid: None,
-            };
-            let mut login = vec![0u8; ls.frame_len()];
-            let n = ls.encode_frame(&mut login).unwrap();
-            login.truncate(n);
             let mut opening = handshake(999_999, NextState::Login);
-            opening.extend_from_slice(&login);
+            opening.extend_from_slice(&login_start_340("Opaque"));
             opening.extend_from_slice(&[7u8; 1000]);
             c.write_all(&opening).await.unwrap();
             let chunk = vec![7u8; 16 << 10];
@@ -1257,48 +1274,24 @@ mod tests {
             use wirekit_core::minecraft::budget::Budget;
             use wirekit_core::minecraft::login::EncryptionRequest;
             const BURST: u32 = 64 << 10;
-            let got = Arc::new(AtomicUsize::new(0));
-            let (up, _) = upstream({
-                let got = got.clone();
-                move |mut s| {
-                    let got = got.clone();
-                    async move {
-                        let mut b = vec![0u8; 65536];
-                        // The Handshake and Login Start, then the request.
-                        let _ = s.read(&mut b).await;
-                        let request = EncryptionRequest {
-                            protocol_version: 340,
-                            server_id: "",
-                            public_key: &[0x30; 162],
-                            verify_token: &[1, 2, 3, 4],
-                            should_authenticate: true,
-                        };
-                        let mut frame = vec![0u8; request.frame_len()];
-                        request.encode_frame(&mut frame).unwrap();
-                        let _ = s.write_all(&frame).await;
-                        while let Ok(n @ 1..) = s.read(&mut b).await {
-                            got.fetch_add(n, Ordering::SeqCst);
-                        }
-                    }
-                }
-            })
-            .await;
+            let request = EncryptionRequest {
+                protocol_version: 340,
+                server_id: "",
+                public_key: &[0x30; 162],
+                verify_token: &[1, 2, 3, 4],
+                should_authenticate: true,
+            };
+            let mut frame = vec![0u8; request.frame_len()];
+            request.encode_frame(&mut frame).unwrap();
+            let (up, got) = counting_upstream(Some(frame)).await;
             let mut s = one_route(up);
             s.routes[0].mode = Mode::Inspect;
             s.routes[0].inspect.max_serverbound_packet = 16 << 10;
             s.routes[0].inspect.budgets.serverbound.bytes = Some(Budget::per_second(1, BURST));
             let (addr, handle, stop) = start(s, None).await;
             let mut c = TcpStream::connect(addr).await.unwrap();
-            let ls = LoginStart {
-                protocol_version: 340,
-                name: "Opaque",
-                signature: None,
-                uuid: None,
-            };
             let mut opening = handshake(340, NextState::Login);
-            let mut login = vec![0u8; ls.frame_len()];
-            let n = ls.encode_frame(&mut login).unwrap();
-            opening.extend_from_slice(&login[..n]);
+            opening.extend_from_slice(&login_start_340("Opaque"));
             c.write_all(&opening).await.unwrap();
             let mut b = vec![0u8; 4096];
             let n = tokio::time::timeout(WAIT, c.read(&mut b))
