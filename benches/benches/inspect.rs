@@ -8,7 +8,7 @@
 //! forwarded as received (each compressed packet inflated for the rules and budgets), and
 //! compressed with the proxy's own threshold toward the client (every packet framed again).
 //! The copy relay moves bytes one way; the inspect relay also waits on the idle other
-//! direction, as it does in service. Each row is the best of three runs.
+//! direction, as it does in service. Each row is the median of `ROUNDS` runs.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+use wirekit_benches::median;
 use wirekit_core::frame::compressed::{CompressedEncoder, max_encoded_len};
 use wirekit_core::minecraft::Encode;
 use wirekit_core::minecraft::budget::Budgets;
@@ -229,11 +230,6 @@ fn measure(relay: Relay, bytes: &[u8]) -> (f64, f64, usize) {
         PACKETS as f64 / wall.as_secs_f64(),
         got,
     )
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -39,6 +39,7 @@ use miniz_oxide::inflate::TINFLStatus;
 use miniz_oxide::inflate::core::{DecompressorOxide, decompress as mz_decompress, inflate_flags};
 use wirekit::alloc_count::{CountingAlloc, count_allocations};
 use wirekit_benches::corpus::{CLASSES, Class, Packet, load, ours};
+use wirekit_benches::{assert_zlib_round_trip, median};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER, compress_bound};
 
 #[global_allocator]
@@ -149,11 +150,6 @@ const GOAL_PEERS: [(&str, u32); 9] = [
     ("miniz_oxide", 9),
 ];
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// This thread's CPU time: the other processes compiling on a shared machine take wall time
 /// from every sample, and much less of this.
 fn cpu_now() -> Duration {
@@ -205,14 +201,6 @@ fn alternate(rounds: usize, inputs: &[&[u8]], fs: &mut [&mut dyn FnMut()]) -> Ve
         .collect()
 }
 
-fn inflate_check(stream: &[u8], original: &[u8], who: &str) {
-    let mut back = Vec::with_capacity(original.len());
-    Decompress::new(true)
-        .decompress_vec(stream, &mut back, FlushDecompress::Finish)
-        .unwrap_or_else(|e| panic!("{who}: zlib-rs cannot inflate its stream: {e}"));
-    assert!(back == original, "{who}: stream does not round-trip");
-}
-
 /// An output buffer length that holds any peer's stream of any of `inputs`.
 fn out_bound(inputs: &[&[u8]]) -> usize {
     inputs
@@ -239,7 +227,7 @@ fn compress_class(
             if c.peer == "wirekit" {
                 assert_eq!(allocs.count, 0, "{} allocated", c.name);
             }
-            inflate_check(&out[..n], p, &c.name);
+            assert_zlib_round_trip(&out[..n], p, &c.name);
             total += n;
         }
         sizes.push(total);

@@ -6,6 +6,42 @@ pub mod prudp;
 pub mod relay_peers;
 pub mod traffic;
 
+use flate2::{Decompress, FlushDecompress, Status};
+
+/// Panics unless `stream` is one whole zlib stream that inflates to `original`: checked with
+/// flate2 (zlib-rs), its end included (the final block and the Adler-32 read, nothing after
+/// them), so that a compressor whose output is cut short cannot pass, and come out smaller.
+pub fn assert_zlib_round_trip(stream: &[u8], original: &[u8], who: &str) {
+    let mut d = Decompress::new(true);
+    // One byte more than the original: output past it shows as a stream that does not end.
+    let mut back = Vec::with_capacity(original.len() + 1);
+    let status = d
+        .decompress_vec(stream, &mut back, FlushDecompress::Finish)
+        .unwrap_or_else(|e| panic!("{who}: zlib-rs cannot inflate its stream: {e}"));
+    assert!(
+        status == Status::StreamEnd,
+        "{who}: the stream does not end ({status:?} after {} of {} bytes)",
+        d.total_in(),
+        stream.len()
+    );
+    assert!(
+        d.total_in() == stream.len() as u64,
+        "{who}: {} bytes after the stream's end",
+        stream.len() as u64 - d.total_in()
+    );
+    assert!(back == original, "{who}: the stream does not round-trip");
+}
+
+/// The median of `v` (the mean of the two middle values for an even count; NaN when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// The filter words a bench binary was run with (its arguments that are not options): what
 /// `cargo xtask bench FILTER` passes to every bench target. A harness that prints a table of
 /// its own runs only when there is none, or one names it, so that a run of another bench does
@@ -15,4 +51,54 @@ pub fn bench_filters() -> Vec<String> {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream() -> (Vec<u8>, Vec<u8>) {
+        let original: Vec<u8> = (0..2000u32).map(|i| (i % 251) as u8).collect();
+        let mut out = vec![0u8; 4096];
+        let mut c = flate2::Compress::new(flate2::Compression::new(6), true);
+        c.compress(&original, &mut out, flate2::FlushCompress::Finish)
+            .unwrap();
+        out.truncate(c.total_out() as usize);
+        (out, original)
+    }
+
+    #[test]
+    fn a_whole_stream_round_trips() {
+        let (s, o) = stream();
+        assert_zlib_round_trip(&s, &o, "test");
+    }
+
+    #[test]
+    #[should_panic(expected = "does not end")]
+    fn a_stream_without_its_adler32_is_refused() {
+        let (s, o) = stream();
+        assert_zlib_round_trip(&s[..s.len() - 4], &o, "test");
+    }
+
+    #[test]
+    #[should_panic(expected = "after the stream's end")]
+    fn bytes_after_the_end_are_refused() {
+        let (mut s, o) = stream();
+        s.push(0);
+        assert_zlib_round_trip(&s, &o, "test");
+    }
+
+    #[test]
+    #[should_panic(expected = "does not round-trip")]
+    fn more_output_than_the_original_is_refused() {
+        let (s, o) = stream();
+        assert_zlib_round_trip(&s, &o[..o.len() - 1], "test");
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
 }

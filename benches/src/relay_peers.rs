@@ -278,15 +278,7 @@ pub fn process_cpu_s(pid: u32) -> Option<f64> {
     Some((ns as f64 / 1e9).max(ticks as f64 / 100.0))
 }
 
-/// The median (NaN for none).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
+pub use crate::median;
 
 /// `a / b` as `1.23x`, or `n/a` when there is no `b`.
 pub fn ratio(a: f64, b: Option<f64>) -> String {

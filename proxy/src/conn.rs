@@ -57,7 +57,8 @@ pub(crate) struct Line<'a> {
     player: Option<String>,
     pub(crate) serverbound: u64,
     pub(crate) clientbound: u64,
-    /// How the bytes went: `splice`, `copy`, or `-` before a relay.
+    /// How the bytes went: `splice`, `copy`, `inspect`, `inspect+splice` or `inspect+copy`
+    /// (inspected, then relayed as bytes), or `-` before a relay.
     pub(crate) relay: &'static str,
 }
 

@@ -38,7 +38,7 @@ enum Command {
     /// Decode or encode PROXY protocol v1/v2 headers.
     #[command(subcommand, name = "proxy-header")]
     ProxyHeader(cli::proxy::ProxyHeaderCommand),
-    /// NEX over PRUDP tools: decode datagrams and captures.
+    /// NEX over PRUDP: the server (`nex serve`) and tools that decode datagrams and captures.
     #[command(subcommand)]
     Nex(cli::nex::NexCommand),
 }

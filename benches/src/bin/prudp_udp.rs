@@ -28,6 +28,7 @@ use std::sync::mpsc;
 use std::time::Duration as StdDuration;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use wirekit_benches::median;
 use wirekit_benches::prudp::{self, Conn, SERVER_PORT};
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Settings, Version, VirtualPort};
 use wirekit_core::time::{Duration, Instant};
@@ -530,11 +531,6 @@ fn run(mode: Mode, payload: &[u8], seconds: f64) -> io::Result<Measured> {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() -> io::Result<()> {
     let mut runs = 5usize;
     let mut seconds = 1.5f64;
@@ -568,7 +564,11 @@ fn main() -> io::Result<()> {
         let mut ours = Vec::new();
         let mut plain = Vec::new();
         for r in 0..runs {
-            for mode in [Mode::Floor, Mode::Prudp, Mode::PrudpPlainAcks] {
+            // Alternating: each round starts with the next mode, so that no mode always
+            // runs first (or after the same other) on a machine that drifts.
+            let modes = [Mode::Floor, Mode::Prudp, Mode::PrudpPlainAcks];
+            for i in 0..modes.len() {
+                let mode = modes[(i + r) % modes.len()];
                 let m = run(mode, &payload, seconds)?;
                 eprintln!(
                     "{size} B run {r} {mode:?}: {:.0} datagrams/s, {:.2} µs CPU/datagram, {} completed, {} dropped",
