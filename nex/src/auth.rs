@@ -157,8 +157,9 @@ impl LoginBudgets {
 
     /// Takes one call from the budget of `source`'s network and then from `source`'s at
     /// `now`; `false` when either is spent, or when no slot is free for a new one. A source
-    /// whose own budget is spent is refused before its network is asked: one source calling
-    /// past its budget must not spend its neighbours' (on one carrier's NAT, say).
+    /// whose own budget is spent, or that finds no slot for one, is refused before its
+    /// network is asked: one source calling past its budget (or into a full table) must not
+    /// spend its neighbours' (on one carrier's NAT, say).
     pub fn try_take(&self, source: IpAddr, now: Instant) -> bool {
         let (burst, rate) = (self.burst, self.rate);
         let (net_burst, net_rate) = (
@@ -168,8 +169,13 @@ impl LoginBudgets {
         // A panic under the lock left no half-written entry (a bucket is updated in one step).
         let mut tables = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let [sources, networks] = &mut *tables;
+        // The source's slot first (a new one holds a whole budget, which another new
+        // source may take over), then the network's token, then the source's.
         let key = AddrKey::new(source, SOURCE_PREFIX);
-        if sources.get(&key).is_some_and(|b| b.available(now) == 0) {
+        let Ok(own) = sources.get_or_insert(key, now, || TokenBucket::new(burst, rate)) else {
+            return false;
+        };
+        if own.available(now) == 0 {
             return false;
         }
         networks
@@ -177,9 +183,7 @@ impl LoginBudgets {
                 TokenBucket::new(net_burst, net_rate)
             })
             .is_ok_and(|b| b.try_take(now, 1))
-            && sources
-                .get_or_insert(key, now, || TokenBucket::new(burst, rate))
-                .is_ok_and(|b| b.try_take(now, 1))
+            && own.try_take(now, 1)
     }
 }
 
@@ -596,6 +600,7 @@ mod tests {
     use super::*;
     use std::net::SocketAddr;
     use wirekit_core::kerberos::{PidWidth, TicketVersion, open_internal_ticket, open_ticket};
+    use wirekit_core::limit::WAYS;
     use wirekit_core::nex::AnyDataHolder;
     use wirekit_core::nex::NexWrite;
 
@@ -868,6 +873,38 @@ mod tests {
             let taken = (0..3).filter(|_| budgets.try_take(neighbour, t0)).count();
             assert_eq!(taken, 3, "neighbour {host}");
         }
+    }
+
+    /// A source that finds no slot for its budget (every one held by a budget being spent)
+    /// is refused without spending its network's: once slots free up, its neighbours get the
+    /// network's whole burst.
+    #[test]
+    fn a_source_refused_for_want_of_a_slot_does_not_spend_its_networks() {
+        let mut c = (*config(&[])).clone();
+        c.tracked_sources = WAYS;
+        let budgets = LoginBudgets::new(&c);
+        let t0 = Instant::from_micros(1_000_000);
+        // Every source slot held by a budget being spent (one call into each), from two
+        // other networks (the networks' table keeps room).
+        for n in 0..WAYS as u8 {
+            assert!(budgets.try_take(IpAddr::from([198, 51, 100 + n / 4, n + 1]), t0));
+        }
+        let flooder = IpAddr::from([203, 0, 113, 7]);
+        assert_eq!(
+            (0..500).filter(|_| budgets.try_take(flooder, t0)).count(),
+            0
+        );
+        // A second later the holders' budgets are whole again (their slots free to take);
+        // the network's burst is 48, its refill 16 a second: spent by the flooder, its
+        // neighbours would get 16.
+        let t1 = Instant::from_micros(2_000_000);
+        let taken: usize = (1..=WAYS as u8)
+            .map(|host| {
+                let neighbour = IpAddr::from([203, 0, 113, 100 + host]);
+                (0..3).filter(|_| budgets.try_take(neighbour, t1)).count()
+            })
+            .sum();
+        assert_eq!(taken, 3 * WAYS);
     }
 
     #[test]

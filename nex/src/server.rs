@@ -1184,6 +1184,8 @@ mod tests {
             !thief.run(&mut ws, T),
             "a ticket used over UDP opened a Lite connection"
         );
+        // Refused for the replay, not for anything else.
+        assert_eq!(thief.refused.first(), Some(&code(ConnDrop::TicketRefused)));
         assert_eq!(
             ws.stats().ticket_replays.load(Ordering::Relaxed),
             thief.refused.len() as u64

@@ -458,8 +458,15 @@ impl<H: DatagramHandler> Worker<H> {
         let n = match result {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
-            // One peer's or one datagram's error, not the socket's: the next receive goes on.
-            Err(e) if one_datagrams_error(&e) => return Ok(0),
+            // One peer's or one datagram's error, not the socket's: the next receive goes on
+            // (and the tick when due: a run of such errors keeps the socket readable, and
+            // must not hold off every connection's retransmissions and timeouts).
+            Err(e) if one_datagrams_error(&e) => {
+                if self.now() >= self.next_tick {
+                    self.run_tick().await?;
+                }
+                return Ok(0);
+            }
             Err(e) => return Err(e),
         };
         let now = Instant::from_micros(self.epoch.elapsed().as_micros() as u64);

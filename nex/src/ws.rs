@@ -51,7 +51,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, error::CapacityError};
-use tracing::{debug, warn};
+use tracing::{trace, warn};
 use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_core::time::{Duration, Instant};
 
@@ -541,10 +541,16 @@ impl WsListener {
                     };
                     let stop = shutdown.clone();
                     tasks.spawn(async move {
-                        let reason = serve_socket(&slot.shared, tcp, peer, stop).await;
-                        slot.shared.stats.count(reason);
-                        debug!(%peer, reason = reason.as_str(), "WebSocket closed");
+                        let shared = slot.shared.clone();
+                        let (reason, socket) = serve_socket(&shared, tcp, peer, stop).await;
+                        shared.stats.count(reason);
+                        // The slot is given back, and the end counted, before the socket
+                        // closes: a client that connects again once it sees the end finds
+                        // its slot free.
                         drop(slot);
+                        drop(socket);
+                        // One a connection, which any client can open and end at once: trace.
+                        trace!(%peer, reason = reason.as_str(), "WebSocket closed");
                     });
                 }
                 // Reap finished tasks as they end, so the set stays as large as what is open.
@@ -755,13 +761,24 @@ async fn upgrade(tcp: &mut TcpStream) -> Result<Vec<u8>, WsReason> {
     Err(reason)
 }
 
-/// The handshake, then the WebSocket's messages until it ends; returns why.
+/// A connection's socket, handed back open so that its caller closes it last (held, never
+/// read: dropping it is its use).
+#[expect(dead_code, reason = "held to be dropped")]
+enum Socket {
+    /// Its upgrade failed.
+    Tcp(TcpStream),
+    /// It was a WebSocket.
+    Ws(Box<WebSocketStream<TcpStream>>),
+}
+
+/// The handshake, then the WebSocket's messages until it ends; returns why, and the socket
+/// (still open: the caller gives the connection's slot back before it closes it).
 async fn serve_socket(
     shared: &Shared,
     mut tcp: TcpStream,
     peer: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
-) -> WsReason {
+) -> (WsReason, Socket) {
     let _ = tcp.set_nodelay(true);
     let ws_config = frame_config(&shared.config);
     let handshake = tokio::time::timeout(
@@ -769,15 +786,20 @@ async fn serve_socket(
         upgrade(&mut tcp),
     );
     // A shutdown does not wait for an upgrade still under way.
-    let rest = tokio::select! {
-        () = stopped(&mut shutdown) => return WsReason::Shutdown,
+    let upgraded = tokio::select! {
+        () = stopped(&mut shutdown) => Err(WsReason::Shutdown),
         handshake = handshake => match handshake {
-            Ok(Ok(rest)) => rest,
-            Ok(Err(reason)) => return reason,
-            Err(_) => return WsReason::Handshake,
+            Ok(Ok(rest)) => Ok(rest),
+            Ok(Err(reason)) => Err(reason),
+            Err(_) => Err(WsReason::Handshake),
         },
     };
-    let ws = WebSocketStream::from_partially_read(tcp, rest, Role::Server, Some(ws_config)).await;
+    let rest = match upgraded {
+        Ok(rest) => rest,
+        Err(reason) => return (reason, Socket::Tcp(tcp)),
+    };
+    let mut ws =
+        WebSocketStream::from_partially_read(tcp, rest, Role::Server, Some(ws_config)).await;
     shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
     static TASKS: AtomicU64 = AtomicU64::new(0);
@@ -790,15 +812,15 @@ async fn serve_socket(
             key: None,
         },
     );
-    let reason = pump(shared, ws, peer, rx, &mut shutdown).await;
+    let reason = pump(shared, &mut ws, peer, rx, &mut shutdown).await;
     shared.remove(peer, task);
-    reason
+    (reason, Socket::Ws(Box::new(ws)))
 }
 
 /// Moves messages both ways until the WebSocket ends.
 async fn pump(
     shared: &Shared,
-    mut ws: WebSocketStream<TcpStream>,
+    ws: &mut WebSocketStream<TcpStream>,
     peer: SocketAddr,
     mut rx: mpsc::Receiver<Outgoing>,
     shutdown: &mut watch::Receiver<bool>,
