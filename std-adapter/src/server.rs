@@ -552,6 +552,18 @@ const SHARED_READ: usize = 64 * 1024;
 /// Initial size of the per-thread reply buffer.
 const SHARED_WRITE: usize = 64 * 1024;
 
+/// The time a connection's task works on before it lets the thread's other tasks run: a
+/// peer whose frames keep its socket readable (or each inflate to a large packet) must not
+/// hold the thread, and with it every other connection, the accept loop and the timers.
+/// (Neither the wait for readiness nor `try_read` spends the task's tokio budget.)
+const SLICE: Duration = Duration::from_millis(1);
+
+/// How many frames `serve_read` serves between two looks at the clock.
+const SLICE_CHECK: u32 = 8;
+
+/// A readiness wait at least this long is taken to have let the thread's other tasks run.
+const WAITED: Duration = Duration::from_micros(50);
+
 thread_local! {
     static WORKSPACE: RefCell<Option<ThreadWorkspace>> = const { RefCell::new(None) };
 }
@@ -724,7 +736,13 @@ async fn drive(
             .await?;
         }
     }
+    // When this connection's task last let the others run (see SLICE).
+    let mut slice = Instant::now();
     loop {
+        if slice.elapsed() >= SLICE {
+            tokio::task::yield_now().await;
+            slice = Instant::now();
+        }
         let needed = match known_want.take() {
             Some(needed) => needed,
             None => {
@@ -779,6 +797,7 @@ async fn drive(
             // idle connections stay cheap.
             input.release_if_large();
             release_if_large(&mut out);
+            let waited = Instant::now();
             let ready = with_deadline(deadline, stream.readable());
             let ready = tokio::select! {
                 biased;
@@ -788,7 +807,19 @@ async fn drive(
             if let Err(e) = ready {
                 return wait_failed(e, session, grace_deadline);
             }
-            match serve_read(stream, session, counters, shared, &mut input, &mut pending)? {
+            // A wait that took a while let the other tasks run: a new slice.
+            if waited.elapsed() >= WAITED {
+                slice = Instant::now();
+            }
+            match serve_read(
+                stream,
+                session,
+                counters,
+                shared,
+                &mut input,
+                &mut pending,
+                slice,
+            )? {
                 // Readiness can be stale; tokio clears it on `WouldBlock`, so this waits again.
                 ServedRead::WouldBlock => known_want = Some(needed),
                 ServedRead::Eof => {
@@ -879,6 +910,7 @@ fn serve_read(
     shared: &Shared,
     carry: &mut InputBuffer,
     pending: &mut Vec<u8>,
+    slice: Instant,
 ) -> Result<ServedRead, ConnError> {
     let options = &shared.options;
     with_thread_workspace(options.service.max_packet_len(), |tw| {
@@ -906,7 +938,15 @@ fn serve_read(
             pending.extend_from_slice(replies);
             Ok(ServedRead::Failed(e))
         };
+        let mut calls = 0u32;
         let want = loop {
+            // Past the connection's time slice the rest of the read goes to `carry`, served
+            // after the task has let the others run (frames that each inflate to a large
+            // packet make a read take long).
+            calls += 1;
+            if calls.is_multiple_of(SLICE_CHECK) && at < n && slice.elapsed() >= SLICE {
+                break None;
+            }
             let p = match session.handle(
                 &read_buf[at..n],
                 &mut write_buf[written..],
