@@ -48,6 +48,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .map(String::as_str)
         .collect();
     let harness_only = filtered && words.iter().all(|w| HARNESSES.contains(w));
+    // Criterion takes one filter: refused here, before a build, rather than by the first
+    // bench binary after one.
+    let criterion_words: Vec<&str> = words
+        .iter()
+        .copied()
+        .filter(|w| !HARNESSES.contains(w))
+        .collect();
+    if criterion_words.len() > 1 {
+        return Err(format!(
+            "one filter at a time (criterion takes one): run `cargo xtask bench` once for each \
+             of {}",
+            criterion_words.join(", ")
+        ));
+    }
     let benches = bench_targets()?
         .into_iter()
         .filter(|b| !harness_only || words.contains(&b.as_str()));
