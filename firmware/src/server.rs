@@ -99,16 +99,19 @@ pub const IDLE_SECS: u64 = 30;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(IDLE_SECS + 10);
 /// Keep-alive probes on an idle connection.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
-/// Key derivations all connections may have at once, together: each is 65,000+ MD5 rounds of
-/// the one executor, which serves the other connection and the network meanwhile, and a
-/// client reconnecting gets a fresh per-connection budget, not more of the board.
+/// Key derivations all connections may have at once, together: each is 65,000+ MD5 rounds on
+/// the one executor, which serves neither the other connection nor the network meanwhile (a
+/// session serves every complete frame of its input in one call: a burst pipelined in one
+/// segment is that many derivations back to back), and a client reconnecting gets a fresh
+/// per-connection budget, not more of the board.
 pub const BOARD_DERIVE_BURST: u32 = 4;
 /// The board's derive budget refills by one every 2 s.
 pub const BOARD_DERIVE_RATE: wirekit_core::limit::Rate =
     wirekit_core::limit::Rate::new(1, wirekit_core::time::Duration::from_secs(2));
 /// A listening socket that got a SYN waits this long for the handshake's final ACK, then
-/// listens again (see the module docs): long enough for the SYN-ACK's retransmissions at 1 s
-/// and 2 s (smoltcp's minimum RTO is 1 s), far shorter than [`IDLE_TIMEOUT`].
+/// listens again (see the module docs): long enough for one retransmission of the SYN-ACK,
+/// at 1 s (smoltcp's minimum RTO; the next one, due at 3 s, meets the timeout first), far
+/// shorter than [`IDLE_TIMEOUT`].
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// On close, the replies still queued and the FIN get this long to be acknowledged before the
 /// connection is reset: the send timeout, as for any reply, so one lost final segment (resent
