@@ -854,6 +854,9 @@ async fn pump(
             },
             incoming = ws.next() => match incoming {
                 Some(Ok(Message::Binary(data))) => {
+                    // Messages already buffered come without a read: one unit of the task's
+                    // budget each, so a burst of small ones lets the others run.
+                    tokio::task::consume_budget().await;
                     let now_bound = shared.message(peer, &data);
                     if bound && !now_bound {
                         unbound_since = tokio::time::Instant::now();

@@ -1121,6 +1121,10 @@ async fn drive_connection(
         Ok(at)
     };
     while !inflight.is_empty() {
+        // Readiness and try_read/try_write spend no budget: a pipelining connection whose
+        // socket never drains would keep the others (and the ticker that ends the run)
+        // waiting.
+        tokio::task::consume_budget().await;
         // Hand the socket what it takes now, and wait for a reply or for room to send, never
         // for room alone: a server that stops reading until its replies are read must get
         // them read.
