@@ -425,34 +425,19 @@ impl<H: DatagramHandler> Worker<H> {
     }
 
     /// Serves until `shutdown` completes. Can be called again afterwards.
-    ///
-    /// A flood that keeps the socket readable does not keep the worker's thread: neither the
-    /// readiness wait nor the receive spends tokio's budget, so after [`WORK_SLICE`] without a
-    /// wait the worker yields, and the thread's other tasks (the other workers, the WebSocket
-    /// listeners, the signal handler) run.
     pub async fn run_until(&mut self, shutdown: impl Future<Output = ()>) -> io::Result<()> {
         let mut shutdown = std::pin::pin!(shutdown);
-        // Since the worker last waited or yielded.
-        let mut slice = std::time::Instant::now();
         loop {
-            if slice.elapsed() >= WORK_SLICE {
-                tokio::task::yield_now().await;
-                slice = std::time::Instant::now();
-            }
             let wake = self.next_tick.saturating_duration_since(self.now());
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
                 ready = self.socket.readable() => {
                     ready?;
-                    // Nothing there: the next turn waits.
-                    if self.receive_batch().await? == 0 {
-                        slice = std::time::Instant::now();
-                    }
+                    self.receive_batch().await?;
                 }
                 () = tokio::time::sleep(std::time::Duration::from_micros(wake.as_micros())) => {
                     self.run_tick().await?;
-                    slice = std::time::Instant::now();
                 }
             }
         }
@@ -935,10 +920,6 @@ fn one_datagrams_error(e: &io::Error) -> bool {
     ) || (cfg!(windows) && e.raw_os_error() == Some(WSAEMSGSIZE))
 }
 
-/// The work a worker does before it lets its thread's other tasks run, when datagrams keep
-/// coming (see [`Worker::run_until`]).
-pub const WORK_SLICE: std::time::Duration = std::time::Duration::from_millis(1);
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1080,68 +1061,6 @@ mod tests {
             }
             assert_eq!(replies, 16);
             assert_eq!(counters.snapshot().dropped(DropReason::OutboxFull), 0);
-        });
-    }
-
-    /// A flood of datagrams (two senders, nothing to answer) does not hold the worker's
-    /// thread: a timer of another task on the same single-threaded runtime fires about on
-    /// time (the readiness wait and the receive spend no tokio budget).
-    #[test]
-    fn a_flood_of_datagrams_does_not_hold_the_thread() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            socket.set_nonblocking(true).unwrap();
-            let addr = socket.local_addr().unwrap();
-            let counters = Arc::new(Counters::default());
-            let mut w = Worker::new(
-                socket,
-                &WorkerConfig::default(),
-                Stateless,
-                counters.clone(),
-            )
-            .unwrap();
-            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let senders: Vec<_> = (0..2)
-                .map(|_| {
-                    let stop = stop.clone();
-                    std::thread::spawn(move || {
-                        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-                        // Not PRUDP: dropped at once.
-                        let junk = [0u8; 16];
-                        let end = std::time::Instant::now() + std::time::Duration::from_secs(3);
-                        while !stop.load(std::sync::atomic::Ordering::Relaxed)
-                            && std::time::Instant::now() < end
-                        {
-                            let _ = s.send_to(&junk, addr);
-                        }
-                    })
-                })
-                .collect();
-            let done = tokio::sync::Notify::new();
-            let timer = async {
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-                let started = std::time::Instant::now();
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                let late = started.elapsed();
-                done.notify_one();
-                late
-            };
-            let (served, late) = tokio::join!(w.run_until(done.notified()), timer);
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            for s in senders {
-                s.join().unwrap();
-            }
-            served.unwrap();
-            let received = counters.snapshot().datagrams_in;
-            assert!(received > 0);
-            assert!(
-                late < std::time::Duration::from_millis(500),
-                "a 10 ms timer fired after {late:?} ({received} datagrams received)"
-            );
         });
     }
 

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod close;
 pub mod codec;
 pub mod server;
+pub mod slice;
 
 // The README's examples are compiled and run as doctests.
 #[cfg(doctest)]

@@ -68,6 +68,7 @@ use tracing::{debug, info, warn};
 use crate::accept::AcceptBackoff;
 use crate::buffer::{INITIAL_BUFFER, InputBuffer, more_for, release_if_large};
 use crate::clock;
+use crate::slice::WorkSlice;
 use wirekit_core::Needed;
 use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
 use wirekit_core::proxy::policy::ProxyConfig;
@@ -552,17 +553,10 @@ const SHARED_READ: usize = 64 * 1024;
 /// Initial size of the per-thread reply buffer.
 const SHARED_WRITE: usize = 64 * 1024;
 
-/// The time a connection's task works on before it lets the thread's other tasks run: a
-/// peer whose frames keep its socket readable (or each inflate to a large packet) must not
-/// hold the thread, and with it every other connection, the accept loop and the timers.
-/// (Neither the wait for readiness nor `try_read` spends the task's tokio budget.)
-const SLICE: Duration = Duration::from_millis(1);
-
-/// How many frames `serve_read` serves between two looks at the clock.
+/// How many frames `serve_read` serves between two looks at the clock (see [`WorkSlice`]: a
+/// peer whose frames keep its socket readable, or each inflate to a large packet, must not
+/// hold the thread, and with it every other connection, the accept loop and the timers).
 const SLICE_CHECK: u32 = 8;
-
-/// A readiness wait at least this long is taken to have let the thread's other tasks run.
-const WAITED: Duration = Duration::from_micros(50);
 
 thread_local! {
     static WORKSPACE: RefCell<Option<ThreadWorkspace>> = const { RefCell::new(None) };
@@ -736,13 +730,10 @@ async fn drive(
             .await?;
         }
     }
-    // When this connection's task last let the others run (see SLICE).
-    let mut slice = Instant::now();
+    // Since this connection's task last let the others run.
+    let mut slice = WorkSlice::new();
     loop {
-        if slice.elapsed() >= SLICE {
-            tokio::task::yield_now().await;
-            slice = Instant::now();
-        }
+        slice.yield_if_spent().await;
         let needed = match known_want.take() {
             Some(needed) => needed,
             None => {
@@ -797,8 +788,7 @@ async fn drive(
             // idle connections stay cheap.
             input.release_if_large();
             release_if_large(&mut out);
-            let waited = Instant::now();
-            let ready = with_deadline(deadline, stream.readable());
+            let ready = slice.wait(with_deadline(deadline, stream.readable()));
             let ready = tokio::select! {
                 biased;
                 r = ready => r,
@@ -807,10 +797,6 @@ async fn drive(
             if let Err(e) = ready {
                 return wait_failed(e, session, grace_deadline);
             }
-            // A wait that took a while let the other tasks run: a new slice.
-            if waited.elapsed() >= WAITED {
-                slice = Instant::now();
-            }
             match serve_read(
                 stream,
                 session,
@@ -818,7 +804,7 @@ async fn drive(
                 shared,
                 &mut input,
                 &mut pending,
-                slice,
+                slice.started(),
             )? {
                 // Readiness can be stale; tokio clears it on `WouldBlock`, so this waits again.
                 ServedRead::WouldBlock => known_want = Some(needed),
@@ -910,7 +896,7 @@ fn serve_read(
     shared: &Shared,
     carry: &mut InputBuffer,
     pending: &mut Vec<u8>,
-    slice: Instant,
+    slice: std::time::Instant,
 ) -> Result<ServedRead, ConnError> {
     let options = &shared.options;
     with_thread_workspace(options.service.max_packet_len(), |tw| {
@@ -944,7 +930,7 @@ fn serve_read(
             // after the task has let the others run (frames that each inflate to a large
             // packet make a read take long).
             calls += 1;
-            if calls.is_multiple_of(SLICE_CHECK) && at < n && slice.elapsed() >= SLICE {
+            if calls.is_multiple_of(SLICE_CHECK) && at < n && slice.elapsed() >= WorkSlice::LEN {
                 break None;
             }
             let p = match session.handle(
