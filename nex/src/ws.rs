@@ -853,21 +853,26 @@ async fn pump(
                 None => break WsReason::Transport,
             },
             incoming = ws.next() => match incoming {
-                Some(Ok(Message::Binary(data))) => {
+                Some(Ok(message)) => {
                     // Messages already buffered come without a read: one unit of the task's
-                    // budget each, so a burst of small ones lets the others run.
+                    // budget each (whatever their kind), so a burst of small ones lets the
+                    // others run.
                     tokio::task::consume_budget().await;
-                    let now_bound = shared.message(peer, &data);
-                    if bound && !now_bound {
-                        unbound_since = tokio::time::Instant::now();
+                    match message {
+                        Message::Binary(data) => {
+                            let now_bound = shared.message(peer, &data);
+                            if bound && !now_bound {
+                                unbound_since = tokio::time::Instant::now();
+                            }
+                            bound = now_bound;
+                        }
+                        Message::Text(_) => shared.stats.count(WsReason::TextMessage),
+                        // tungstenite answers pings itself; pongs and frames need nothing.
+                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                        // tungstenite has queued the reply; the close path below sends it.
+                        Message::Close(_) => break WsReason::PeerClosed,
                     }
-                    bound = now_bound;
                 }
-                Some(Ok(Message::Text(_))) => shared.stats.count(WsReason::TextMessage),
-                // tungstenite answers pings itself; pongs and frames need nothing.
-                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
-                // tungstenite has queued the reply; the close path below sends it.
-                Some(Ok(Message::Close(_))) => break WsReason::PeerClosed,
                 // Closed, with or without a Close frame first (a console that drops its
                 // connection sends a FIN alone): nothing to answer.
                 None

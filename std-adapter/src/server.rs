@@ -553,11 +553,6 @@ const SHARED_READ: usize = 64 * 1024;
 /// Initial size of the per-thread reply buffer.
 const SHARED_WRITE: usize = 64 * 1024;
 
-/// How many frames `serve_read` serves between two looks at the clock (see [`WorkSlice`]: a
-/// peer whose frames keep its socket readable, or each inflate to a large packet, must not
-/// hold the thread, and with it every other connection, the accept loop and the timers).
-const SLICE_CHECK: u32 = 8;
-
 thread_local! {
     static WORKSPACE: RefCell<Option<ThreadWorkspace>> = const { RefCell::new(None) };
 }
@@ -924,13 +919,12 @@ fn serve_read(
             pending.extend_from_slice(replies);
             Ok(ServedRead::Failed(e))
         };
-        let mut calls = 0u32;
         let want = loop {
-            // Past the connection's time slice the rest of the read goes to `carry`, served
-            // after the task has let the others run (frames that each inflate to a large
-            // packet make a read take long).
-            calls += 1;
-            if calls.is_multiple_of(SLICE_CHECK) && at < n && slice.elapsed() >= WorkSlice::LEN {
+            // Past the connection's time slice (see [`WorkSlice`]) the rest of the read goes
+            // to `carry`, served after the task has let the others run: frames that each
+            // inflate to a large packet make a read take long. One look at the clock a call
+            // (a call serves every frame whose reply fits).
+            if at > 0 && at < n && slice.elapsed() >= WorkSlice::LEN {
                 break None;
             }
             let p = match session.handle(

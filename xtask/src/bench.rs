@@ -29,6 +29,43 @@ fn names(args: &[String], name: &str) -> bool {
         .any(|a| !a.starts_with('-') && name.contains(a.as_str()))
 }
 
+/// The words of `args` that are filters: not options, nor the value of a criterion option
+/// that takes one (`--sample-size 20`, `--save-baseline main`).
+fn filter_words(args: &[String]) -> Vec<&str> {
+    // Criterion's options that take no value; any other `--option` without `=` takes the
+    // next word.
+    const FLAGS: &[&str] = &[
+        "--quick",
+        "--exact",
+        "--list",
+        "--noplot",
+        "--verbose",
+        "--quiet",
+        "--ignored",
+        "--discard-baseline",
+        "--test",
+        "--bench",
+        "--help",
+        "-h",
+        "-V",
+        "--version",
+        "-v",
+        "-n",
+    ];
+    let mut words = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a.starts_with('-') {
+            if !a.contains('=') && !FLAGS.contains(&a.as_str()) {
+                it.next();
+            }
+        } else {
+            words.push(a.as_str());
+        }
+    }
+    words
+}
+
 /// The generated report, at the workspace root.
 const REPORT: &str = "BENCHMARKS.md";
 
@@ -48,18 +85,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .map(String::as_str)
         .collect();
     let harness_only = filtered && words.iter().all(|w| HARNESSES.contains(w));
-    // Criterion takes one filter: refused here, before a build, rather than by the first
-    // bench binary after one.
-    let criterion_words: Vec<&str> = words
-        .iter()
-        .copied()
-        .filter(|w| !HARNESSES.contains(w))
-        .collect();
-    if criterion_words.len() > 1 {
+    // Criterion takes one filter, and every bench binary gets all the words: more than one
+    // is refused here, before a build, rather than by the first bench binary after one.
+    let filters = filter_words(args);
+    if !harness_only && filters.len() > 1 {
         return Err(format!(
             "one filter at a time (criterion takes one): run `cargo xtask bench` once for each \
              of {}",
-            criterion_words.join(", ")
+            filters.join(", ")
         ));
     }
     let benches = bench_targets()?
@@ -1112,6 +1145,21 @@ fn frontier_svg(points: &[FrontierPoint]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filter_words_skip_options_and_their_values() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let a = args(&[
+            "zlib",
+            "--sample-size",
+            "20",
+            "--quick",
+            "--save-baseline=x",
+        ]);
+        assert_eq!(filter_words(&a), vec!["zlib"]);
+        let b = args(&["relay", "zlib"]);
+        assert_eq!(filter_words(&b), vec!["relay", "zlib"]);
+    }
 
     fn stamp(commit: &str) -> Stamp {
         Stamp {
