@@ -68,7 +68,7 @@ use tracing::{debug, info, warn};
 use crate::accept::AcceptBackoff;
 use crate::buffer::{INITIAL_BUFFER, InputBuffer, more_for, release_if_large};
 use crate::clock;
-use crate::slice::WorkSlice;
+use crate::slice::WorkCharge;
 use wirekit_core::Needed;
 use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
 use wirekit_core::proxy::policy::ProxyConfig;
@@ -725,17 +725,20 @@ async fn drive(
             .await?;
         }
     }
-    // Since this connection's task last let the others run.
-    let mut slice = WorkSlice::new();
+    // The work the task does without waiting, charged to its tokio budget (see
+    // `WorkCharge`): the serving of reads in the thread's buffers, which tokio does not see.
+    let mut work = WorkCharge::new();
     loop {
-        slice.yield_if_spent().await;
         let needed = match known_want.take() {
             Some(needed) => needed,
             None => {
                 // `out` stays empty until the session has a reply to write (it asks with
                 // `Want::Output`): a connection sending its header or first frame a byte at a
                 // time holds its input and nothing more.
-                let p = handle(session, input.data(), &mut out, counters, shared)?;
+                let handling = std::time::Instant::now();
+                let p = handle(session, input.data(), &mut out, counters, shared);
+                work.charge(handling.elapsed()).await;
+                let p = p?;
                 input.consume(p.consumed);
                 if p.written > 0 {
                     send_within(
@@ -783,7 +786,7 @@ async fn drive(
             // idle connections stay cheap.
             input.release_if_large();
             release_if_large(&mut out);
-            let ready = slice.wait(with_deadline(deadline, stream.readable()));
+            let ready = with_deadline(deadline, stream.readable());
             let ready = tokio::select! {
                 biased;
                 r = ready => r,
@@ -792,15 +795,10 @@ async fn drive(
             if let Err(e) = ready {
                 return wait_failed(e, session, grace_deadline);
             }
-            match serve_read(
-                stream,
-                session,
-                counters,
-                shared,
-                &mut input,
-                &mut pending,
-                slice.started(),
-            )? {
+            let serving = std::time::Instant::now();
+            let served = serve_read(stream, session, counters, shared, &mut input, &mut pending);
+            work.charge(serving.elapsed()).await;
+            match served? {
                 // Readiness can be stale; tokio clears it on `WouldBlock`, so this waits again.
                 ServedRead::WouldBlock => known_want = Some(needed),
                 ServedRead::Eof => {
@@ -891,8 +889,8 @@ fn serve_read(
     shared: &Shared,
     carry: &mut InputBuffer,
     pending: &mut Vec<u8>,
-    slice: std::time::Instant,
 ) -> Result<ServedRead, ConnError> {
+    let started = std::time::Instant::now();
     let options = &shared.options;
     with_thread_workspace(options.service.max_packet_len(), |tw| {
         let ThreadWorkspace {
@@ -920,11 +918,11 @@ fn serve_read(
             Ok(ServedRead::Failed(e))
         };
         let want = loop {
-            // Past the connection's time slice (see [`WorkSlice`]) the rest of the read goes
-            // to `carry`, served after the task has let the others run: frames that each
-            // inflate to a large packet make a read take long. One look at the clock a call
-            // (a call serves every frame whose reply fits).
-            if at > 0 && at < n && slice.elapsed() >= WorkSlice::LEN {
+            // Past a slice of work (see [`WorkCharge`]) the rest of the read goes to `carry`,
+            // served after the task has let the others run: frames that each inflate to a
+            // large packet make a read take long. One look at the clock a call (a call serves
+            // every frame whose reply fits).
+            if at > 0 && at < n && started.elapsed() >= WorkCharge::SLICE {
                 break None;
             }
             let p = match session.handle(

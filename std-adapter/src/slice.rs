@@ -1,88 +1,54 @@
-//! A task's work slice: how long a task that loops on readiness has worked since it last let
-//! its thread's other tasks run.
+//! Work charged to a task's cooperative budget, for loops that tokio does not charge.
 //!
 //! tokio's readiness waits (`readable()`, `writable()`, `ready()`) and its `try_read`,
-//! `try_write` and `try_io` spend none of the task's cooperative budget: a task that loops on
-//! them while a peer keeps its socket ready never returns `Pending`, and on its thread every
-//! other task (connections, accept loops, timers, signal handlers) waits for as long as the
-//! peer likes. [`WorkSlice`] tells such a loop when to yield: after [`WorkSlice::LEN`] without
-//! a real wait.
+//! `try_write` and `try_io` spend none of the task's cooperative budget (128 units a poll):
+//! a task that loops on them while a peer keeps its socket ready never returns `Pending`, and
+//! on its thread every other task (connections, accept loops, timers, signal handlers) waits
+//! for as long as the peer likes. [`WorkCharge`] spends the budget in proportion to the time
+//! worked instead, one unit per [`WorkCharge::UNIT`]: a task that works
+//! [`WorkCharge::SLICE`] without waiting has spent its whole budget, and tokio makes it yield
+//! (behind the I/O driver's and the timers' turn, as for any task out of budget). A task that
+//! waits gets a fresh budget at its next poll, so one that works a little between waits is
+//! never made to yield, and nothing is allocated on its account.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// See the [module docs](self).
-#[derive(Debug, Clone, Copy)]
-pub struct WorkSlice {
-    since: Instant,
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WorkCharge {
+    /// Work done and not yet charged (less than a unit after each charge).
+    owed: Duration,
 }
 
-impl Default for WorkSlice {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+impl WorkCharge {
+    /// The work a task does without waiting before tokio makes it yield.
+    pub const SLICE: Duration = Duration::from_millis(1);
 
-impl WorkSlice {
-    /// The work a task does before it lets the others run.
-    pub const LEN: Duration = Duration::from_millis(1);
+    /// The work one unit of the budget stands for: [`SLICE`](Self::SLICE) over tokio's 128
+    /// units a poll.
+    pub const UNIT: Duration = Duration::from_nanos(1_000_000 / 128);
 
-    /// A slice starting now.
-    pub fn new() -> Self {
-        WorkSlice {
-            since: Instant::now(),
+    /// Nothing owed.
+    pub const fn new() -> Self {
+        WorkCharge {
+            owed: Duration::ZERO,
         }
     }
 
-    /// When the slice started: the task's last real wait or yield.
-    pub fn started(&self) -> Instant {
-        self.since
-    }
+    /// The most one charge counts: a quarter of a slice. A call's wall time includes the
+    /// thread's preemption, and a task that works a little between waits must not be made to
+    /// yield by one long preemption (nor two); one that works without waiting still is, after
+    /// four calls of a quarter slice or more.
+    pub const MAX_CHARGE: Duration = Duration::from_micros(250);
 
-    /// Whether the slice is spent.
-    pub fn spent(&self) -> bool {
-        self.since.elapsed() >= Self::LEN
-    }
-
-    /// Awaits `fut`; if it had to wait (returned `Pending`), the thread's other tasks ran
-    /// meanwhile, and a new slice starts. Allocates nothing.
-    pub async fn wait<F: Future>(&mut self, fut: F) -> F::Output {
-        let mut fut = std::pin::pin!(fut);
-        let mut waited = false;
-        let out = std::future::poll_fn(|cx| {
-            let p = fut.as_mut().poll(cx);
-            if p.is_pending() {
-                waited = true;
-            }
-            p
-        })
-        .await;
-        if waited {
-            self.since = Instant::now();
-        }
-        out
-    }
-
-    /// Yields to the thread's other tasks if the slice is spent, and starts a new one.
-    ///
-    /// The task wakes itself and returns `Pending` once, so the scheduler queues it behind the
-    /// tasks already ready (and polls its I/O driver on its usual interval). Not
-    /// `tokio::task::yield_now`: that defers the wake-up to a list the runtime grows on its
-    /// first use after each entry, an allocation in the middle of a connection's steady state.
-    pub async fn yield_if_spent(&mut self) {
-        if self.spent() {
-            let mut yielded = false;
-            std::future::poll_fn(|cx| {
-                if yielded {
-                    std::task::Poll::Ready(())
-                } else {
-                    yielded = true;
-                    cx.waker().wake_by_ref();
-                    std::task::Poll::Pending
-                }
-            })
-            .await;
-            self.since = Instant::now();
+    /// Charges `worked` (at most [`MAX_CHARGE`](Self::MAX_CHARGE)) to the task's budget, a
+    /// unit per [`UNIT`](Self::UNIT), the rest carried to the next charge; returns once
+    /// charged, after a yield if the budget ran out.
+    pub async fn charge(&mut self, worked: Duration) {
+        self.owed += worked.min(Self::MAX_CHARGE);
+        while self.owed >= Self::UNIT {
+            self.owed -= Self::UNIT;
+            tokio::task::consume_budget().await;
         }
     }
 }
@@ -90,47 +56,33 @@ impl WorkSlice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::task::Poll;
 
-    /// Polls `fut` once, `Some` if it was ready.
-    fn now_or_never<F: Future>(fut: F) -> Option<F::Output> {
-        let mut fut = std::pin::pin!(fut);
-        let waker = std::task::Waker::noop();
-        match fut
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(waker))
-        {
-            Poll::Ready(v) => Some(v),
-            Poll::Pending => None,
-        }
-    }
-
+    /// A slice of work in one poll spends its whole budget: the task yields (a task ready
+    /// beside it runs first), and less than a unit is carried.
     #[test]
-    fn a_wait_that_was_ready_keeps_the_slice_and_one_that_waited_starts_another() {
-        let mut s = WorkSlice {
-            since: Instant::now() - Duration::from_millis(5),
-        };
-        assert!(s.spent());
-        assert_eq!(now_or_never(s.wait(std::future::ready(7))), Some(7));
-        assert!(s.spent(), "a ready future is no wait");
-        // A future pending once, then ready: a wait.
-        let mut polled = false;
-        let once = std::future::poll_fn(|cx| {
-            if polled {
-                Poll::Ready(())
-            } else {
-                polled = true;
-                cx.waker().wake_by_ref();
-                Poll::Pending
+    fn a_slice_of_work_spends_the_budget_and_yields() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let other = tokio::spawn({
+                let ran = ran.clone();
+                async move { ran.store(true, std::sync::atomic::Ordering::Relaxed) }
+            });
+            let mut c = WorkCharge::new();
+            // A long preemption counts a quarter slice at most: no yield, the other task
+            // has not run.
+            c.charge(WorkCharge::SLICE * 10).await;
+            c.charge(WorkCharge::SLICE / 8).await;
+            assert!(!ran.load(std::sync::atomic::Ordering::Relaxed));
+            // Four quarters in one poll: the budget is spent, the task yields.
+            for _ in 0..3 {
+                c.charge(WorkCharge::MAX_CHARGE).await;
             }
+            assert!(ran.load(std::sync::atomic::Ordering::Relaxed), "it yielded");
+            assert!(c.owed < WorkCharge::UNIT);
+            other.await.unwrap();
         });
-        {
-            let mut w = std::pin::pin!(s.wait(once));
-            let waker = std::task::Waker::noop();
-            let mut cx = std::task::Context::from_waker(waker);
-            assert!(w.as_mut().poll(&mut cx).is_pending());
-            assert!(w.as_mut().poll(&mut cx).is_ready());
-        }
-        assert!(!s.spent(), "a new slice after a wait");
     }
 }
