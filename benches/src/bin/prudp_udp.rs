@@ -564,11 +564,13 @@ fn main() -> io::Result<()> {
         let mut ours = Vec::new();
         let mut plain = Vec::new();
         for r in 0..runs {
-            // Alternating: each round starts with the next mode, so that no mode always
-            // runs first (or after the same other) on a machine that drifts.
+            // Alternating: each round starts with the next mode, in the reverse order every
+            // other round, so that no mode always runs first, nor always after the same other,
+            // on a machine that drifts.
             let modes = [Mode::Floor, Mode::Prudp, Mode::PrudpPlainAcks];
             for i in 0..modes.len() {
-                let mode = modes[(i + r) % modes.len()];
+                let k = if r % 2 == 0 { i } else { modes.len() - 1 - i };
+                let mode = modes[(k + r) % modes.len()];
                 let m = run(mode, &payload, seconds)?;
                 eprintln!(
                     "{size} B run {r} {mode:?}: {:.0} datagrams/s, {:.2} µs CPU/datagram, {} completed, {} dropped",
