@@ -756,23 +756,7 @@ mod tests {
         client.set_nonblocking(false).unwrap();
         upstream.set_nonblocking(false).unwrap();
         let counters = [AtomicU64::new(0), AtomicU64::new(0)];
-        let relay = async {
-            let by = ByteCounters {
-                serverbound: &counters[0],
-                clientbound: &counters[1],
-            };
-            let never = CancellationToken::new();
-            relay(
-                proxy_client,
-                proxy_up,
-                ByteBudget::OFF,
-                ByteBudget::OFF,
-                by,
-                std::time::Duration::from_secs(10),
-                &never,
-            )
-            .await
-        };
+        let relay = counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters);
         let sender = std::thread::spawn(move || {
             let chunk = vec![7u8; 1 << 20];
             let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
