@@ -385,29 +385,29 @@ impl CompressedDecoder {
             Status::Complete(f) => f,
             Status::Partial(n) => return Ok(Status::Partial(n)),
         };
-        if self.threshold < 0 {
-            return Ok(Status::Complete(DecodedBody {
-                body: frame.body,
+        // An uncompressed body (compression off, or a Data Length of 0) is held to the same
+        // maximum as an inflated one: the frame limit, which leaves room for the compressed
+        // form's overhead, alone lets it run a few bytes over.
+        let uncompressed = |body: &'a [u8]| {
+            if body.len() > self.limits.max_data_len() {
+                return Err(CompressedFrameError::DataTooLarge {
+                    len: body.len(),
+                    max: self.limits.max_data_len(),
+                });
+            }
+            Ok(Status::Complete(DecodedBody {
+                body,
                 consumed: frame.consumed,
                 compressed: false,
-            }));
+            }))
+        };
+        if self.threshold < 0 {
+            return uncompressed(frame.body);
         }
         let (data_len, n) = data_length(frame.body)?;
         let rest = &frame.body[n..];
         if data_len == 0 {
-            // An uncompressed body is held to the same maximum as an inflated one: the frame
-            // limit alone lets it run a Data Length field's few bytes over.
-            if rest.len() > self.limits.max_data_len() {
-                return Err(CompressedFrameError::DataTooLarge {
-                    len: rest.len(),
-                    max: self.limits.max_data_len(),
-                });
-            }
-            return Ok(Status::Complete(DecodedBody {
-                body: rest,
-                consumed: frame.consumed,
-                compressed: false,
-            }));
+            return uncompressed(rest);
         }
         let threshold = self
             .reject_below_threshold
@@ -695,6 +695,17 @@ mod tests {
         );
         frame[0] = 100;
         let ok = decode(&d, &frame[..101], &mut []).unwrap();
+        assert!(matches!(ok, Status::Complete(b) if b.body.len() == 99 && !b.compressed));
+
+        // Compression off: no Data Length field, the same maximum.
+        let off = CompressedDecoder::new(-1).with_limits(limits);
+        frame[0] = 100;
+        assert_eq!(
+            decode(&off, &frame[..101], &mut []),
+            Err(CompressedFrameError::DataTooLarge { len: 100, max: 99 })
+        );
+        frame[0] = 99;
+        let ok = decode(&off, &frame[..100], &mut []).unwrap();
         assert!(matches!(ok, Status::Complete(b) if b.body.len() == 99 && !b.compressed));
     }
 
