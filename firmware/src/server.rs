@@ -101,9 +101,10 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(IDLE_SECS + 10);
 pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// Key derivations all connections may have at once, together: each is 65,000+ MD5 rounds on
 /// the one executor, which serves neither the other connection nor the network meanwhile (a
-/// session serves every complete frame of its input in one call: a burst pipelined in one
-/// segment is that many derivations back to back), and a client reconnecting gets a fresh
-/// per-connection budget, not more of the board.
+/// session ends its call after each derivation and the driver yields, so a burst pipelined in
+/// one segment holds the executor one derivation at a time, the other tasks run between
+/// them), and a client reconnecting gets a fresh per-connection budget, not more of the
+/// board.
 pub const BOARD_DERIVE_BURST: u32 = 4;
 /// The board's derive budget refills by one every 2 s.
 pub const BOARD_DERIVE_RATE: wirekit_core::limit::Rate =

@@ -127,6 +127,21 @@ async fn select<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output
     .await
 }
 
+/// Pending once, the task woken at once: the executor polls its other ready tasks before this
+/// one again. No allocation, no executor-specific call.
+async fn yield_now() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}
+
 /// Serves one connection: runs `session` over `transport` until the peer closes, the session
 /// or the transport fails, and says which ([`Ended`]). The caller then closes the transport and
 /// calls [`Session::finish`] with [`Ended::session_error`].
@@ -193,7 +208,12 @@ where
         input.copy_within(p.consumed..buffered, 0);
         buffered -= p.consumed;
         match p.want {
-            Want::Call => continue,
+            // The session ends a call after each costly request (a key derivation): the other
+            // tasks of the executor (connections, the network stack) run before the next one.
+            Want::Call => {
+                yield_now().await;
+                continue;
+            }
             // A non-empty reply was just sent, so calling again with the whole buffer makes
             // progress; an empty one means the buffer is too small for the reply.
             Want::Output(_) if p.written > 0 => continue,

@@ -532,6 +532,84 @@ fn driver_ends_a_peer_that_keeps_its_window_shut() {
     assert_eq!(sent, big);
 }
 
+/// A peer pipelining key derivations holds its executor for one at a time: after each the
+/// driver is pending once, having woken itself (a yield, not a wait), so the executor's other
+/// tasks run between them; the requests around them are served in the same call.
+#[test]
+fn driver_yields_after_each_derivation() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+    struct Wakes(AtomicUsize);
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    static COUNTERS: AtomicCounters = AtomicCounters::new();
+    let mut data = [0u8; 32];
+    let n = wire::DeriveRequest {
+        pid: 100,
+        password: b"MMQea3n!fsik",
+    }
+    .encode(&mut data)
+    .unwrap();
+    let derive = packet(wire::DERIVE, &data[..n]);
+    let echo = packet(wire::ECHO, b"ping");
+    let burst = [&derive[..], &derive, &echo, &derive, &echo].concat();
+    let config = Config::new();
+    let clock = FakeClock(Cell::new(Instant::from_micros(1_000)));
+    let mut transport = Scripted::new(&clock, [Step::Data(burst), Step::Eof]);
+    let mut session = Session::new(&config, clock.now());
+    let mut input = std::vec![0u8; config.max_input_len()];
+    let mut output = std::vec![0u8; config.max_output_len()];
+    let mut scratch = std::vec![0u8; config.max_packet_len()];
+    let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+    let waker = Waker::from(wakes.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut pending = 0;
+    let ended = {
+        let mut f = pin!(drive(
+            &mut transport,
+            &clock,
+            &mut session,
+            &mut input,
+            &mut output,
+            |s, i, o| s.handle(i, o, &mut Workspace::new(&mut scratch), &COUNTERS),
+        ));
+        loop {
+            match f.as_mut().poll(&mut cx) {
+                Poll::Ready(e) => break e,
+                Poll::Pending => {
+                    pending += 1;
+                    assert_eq!(
+                        wakes.0.load(Ordering::Relaxed),
+                        pending,
+                        "a wait, not a yield"
+                    );
+                    assert!(pending < 100, "hung");
+                }
+            }
+        }
+    };
+    assert_eq!(ended, Ended::PeerClosed);
+    assert_eq!(pending, 3);
+    let mut replies = 0;
+    let mut sent = &transport.sent[..];
+    while !sent.is_empty() {
+        let f = FrameDecoder::new().decode_frame(sent).unwrap();
+        let crate::Status::Complete(f) = f else {
+            panic!("a partial reply")
+        };
+        sent = &sent[f.consumed..];
+        replies += 1;
+    }
+    assert_eq!(replies, 5);
+}
+
 #[test]
 fn driver_echoes_and_sees_the_peer_close() {
     let ping = packet(wire::ECHO, b"ping");

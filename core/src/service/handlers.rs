@@ -192,7 +192,9 @@ impl Session {
                     body[0] = wire::DERIVE as u8;
                     let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
                     body[1..1 + wire::KEY_LEN].copy_from_slice(&key);
-                    return self.send_body(&body[..1 + wire::KEY_LEN], out, compressor);
+                    let n = self.send_body(&body[..1 + wire::KEY_LEN], out, compressor)?;
+                    self.derived = true;
+                    return Ok(n);
                 }
                 Err(_) => ErrorCode::MalformedRequest,
             },
@@ -320,6 +322,53 @@ mod tests {
         let (_, out) = h.handle(&buf[..len]).unwrap();
         let (id, reply) = packets(out).next().unwrap();
         (id, reply.to_vec())
+    }
+
+    /// A call ends after each derivation, however many requests are buffered behind it, so
+    /// the adapter can let other connections run between them; other requests are served
+    /// together as before.
+    #[test]
+    fn a_call_ends_after_each_derivation() {
+        let mut h = Harness::new(Config::new());
+        let mut data = [0u8; 32];
+        let req = DeriveRequest {
+            pid: 100,
+            password: b"MMQea3n!fsik",
+        };
+        let n = req.encode(&mut data).unwrap();
+        let (derive, dlen) = frame(wire::DERIVE, &data[..n]);
+        let (echo, elen) = frame(wire::ECHO, b"behind");
+        let mut input = std::vec::Vec::new();
+        for _ in 0..3 {
+            input.extend_from_slice(&echo[..elen]);
+            input.extend_from_slice(&derive[..dlen]);
+        }
+        let key = crate::kerberos::derive_kerberos_key(100, b"MMQea3n!fsik");
+        let mut at = 0;
+        for _ in 0..3 {
+            let (p, out) = h.handle(&input[at..]).unwrap();
+            // The echo before it and the derivation, then the call ends.
+            assert_eq!((p.consumed, p.want), (elen + dlen, Want::Call));
+            let replies: std::vec::Vec<_> = packets(out).map(|(id, d)| (id, d.to_vec())).collect();
+            assert_eq!(
+                replies,
+                [
+                    (wire::ECHO, b"behind".to_vec()),
+                    (wire::DERIVE, key.to_vec())
+                ]
+            );
+            at += p.consumed;
+        }
+        let (p, out) = h.handle(&input[at..]).unwrap();
+        assert_eq!((p.consumed, p.written, out.len()), (0, 0, 0));
+        assert!(matches!(p.want, Want::Input(_)));
+        // A refused derivation costs nothing and does not end the call.
+        let mut h = Harness::new(Config::new().with_key_derivation(false));
+        let mut two = derive[..dlen].to_vec();
+        two.extend_from_slice(&derive[..dlen]);
+        let (p, _) = h.handle(&two).unwrap();
+        assert_eq!(p.consumed, 2 * dlen);
+        assert!(matches!(p.want, Want::Input(_)));
     }
 
     #[test]

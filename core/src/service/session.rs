@@ -105,7 +105,12 @@ pub enum Want {
     /// The next reply needs this many free bytes of output: send what was written, then call
     /// again with at least that much room.
     Output(usize),
-    /// More input is ready (or an error is pending at its start): call again.
+    /// More input is ready (or an error is pending at its start): call again. A call also
+    /// ends this way right after a key derivation (the one request that costs milliseconds
+    /// of CPU on a microcontroller), whatever follows it: an adapter serving several
+    /// connections on one thread yields to the others before calling again, so a client
+    /// pipelining derive requests holds the thread for one derivation at a time, not for
+    /// every request in its buffer.
     Call,
 }
 
@@ -248,6 +253,9 @@ pub struct Session {
     pub(super) key_derivation: bool,
     /// The derive requests this connection may still have served.
     pub(super) derive_budget: TokenBucket,
+    /// A key derivation was served since the loop last looked: end the call with
+    /// [`Want::Call`].
+    pub(super) derived: bool,
     /// The time the adapter last gave ([`Session::set_time`]), or the start.
     pub(super) now: Instant,
 }
@@ -305,6 +313,7 @@ impl Session {
                 let (burst, rate) = config.derive_budget();
                 TokenBucket::new(burst, rate)
             },
+            derived: false,
             now,
         }
     }
@@ -502,6 +511,9 @@ impl Session {
                     *written += w;
                     self.tally.frames_out += 1;
                     self.tally.bytes_out += w as u64;
+                    if core::mem::take(&mut self.derived) {
+                        return Ok(Want::Call);
+                    }
                 }
                 Step::Stop(want) => return Ok(want),
             }
