@@ -33,20 +33,20 @@ impl<const N: usize> Code<N> {
     /// few on a small packet's block); the loops over all `N` symbols have no data-dependent
     /// branch, which a small block's scattered frequencies would mispredict.
     pub(crate) fn build(&mut self, freq: &[u32; N], max_bits: u32) {
-        self.build_with(freq, max_bits, &mut |_, _| {});
+        self.build_with(freq, max_bits, None);
     }
 
-    /// [`Code::build`], also calling `coded(symbol, length)` for each symbol given a code, in
-    /// ascending order, from the list of used symbols the build keeps: [`RunLengths`] codes
-    /// the block header's lengths in the same pass, with no walk over all `N` lengths (whose
-    /// branch on each length a small block's scattered symbols mispredict). `coded` is a
-    /// trait object so that the build is compiled once per alphabet, not once per caller (it
-    /// is called for a few dozen symbols a block; the firmware's flash counts every copy).
+    /// [`Code::build`], also reporting each symbol given a code to `runs`, in ascending order,
+    /// from the list of used symbols the build keeps: [`RunLengths`] codes the block header's
+    /// lengths in the same pass, with no walk over all `N` lengths (whose branch on each
+    /// length a small block's scattered symbols mispredict). The sink is a concrete type, so
+    /// the build is compiled once per alphabet (the firmware's flash counts every copy) and
+    /// [`RunLengths::coded`] is inlined into it.
     pub(crate) fn build_with(
         &mut self,
         freq: &[u32; N],
         max_bits: u32,
-        coded: &mut dyn FnMut(usize, u8),
+        runs: Option<&mut RunLengths>,
     ) {
         let mut sorted = [0u32; N];
         let mut by_symbol = [0u32; N];
@@ -105,10 +105,24 @@ impl<const N: usize> Code<N> {
                 j += 1;
             }
         }
-        self.assign_codes(&count, &by_symbol[..n]);
-        for &k in &by_symbol[..n] {
-            let s = (k & 511) as usize;
-            coded(s, self.lens[s]);
+        // Canonical codes (RFC 1951 §3.2.2), stored bit-reversed, and the header's run
+        // lengths, in one pass over the used symbols in ascending order.
+        let mut next = first_codes(&count);
+        match runs {
+            Some(runs) => {
+                for &k in &by_symbol[..n] {
+                    let s = (k & 511) as usize;
+                    let l = self.lens[s];
+                    self.codes[s] = take_code(&mut next, l as usize & 15);
+                    runs.coded(s, l);
+                }
+            }
+            None => {
+                for &k in &by_symbol[..n] {
+                    let s = (k & 511) as usize;
+                    self.codes[s] = take_code(&mut next, self.lens[s] as usize & 15);
+                }
+            }
         }
     }
 
@@ -121,24 +135,23 @@ impl<const N: usize> Code<N> {
     /// the total frequency is `1 << max_bits` or more (Shannon lengths could then exceed the
     /// limit).
     pub(crate) fn build_fast(&mut self, freq: &[u32; N], max_bits: u32) -> u64 {
-        self.build_fast_with(freq, max_bits, &mut |_, _| {})
+        self.build_fast_with(freq, max_bits, None)
     }
 
-    /// [`Code::build_fast`], also calling `coded(symbol, length)` for each symbol given a
-    /// code, in ascending order: [`RunLengths`] codes the lengths for the block header in the
-    /// same pass.
+    /// [`Code::build_fast`], also reporting each symbol given a code to `runs`, in ascending
+    /// order: [`RunLengths`] codes the lengths for the block header in the same pass.
     pub(crate) fn build_fast_with(
         &mut self,
         freq: &[u32; N],
         max_bits: u32,
-        coded: &mut impl FnMut(usize, u8),
+        mut runs: Option<&mut RunLengths>,
     ) -> u64 {
         let bits = max_bits as usize;
         let one: u32 = 1 << max_bits;
         // Frequencies count the symbols of one block, so their sum fits easily.
         let total: u32 = freq.iter().sum();
         if total >= one {
-            return self.build_reporting(freq, max_bits, coded);
+            return self.build_reporting(freq, max_bits, runs);
         }
         // The used symbols, found 32 at a time (a small block uses few of the 286): a mask of
         // the nonzero frequencies, then its set bits, each with its Shannon length in the
@@ -157,7 +170,7 @@ impl<const N: usize> Code<N> {
             count[l as usize] += 1;
         });
         if n < 2 {
-            return self.build_reporting(freq, max_bits, coded);
+            return self.build_reporting(freq, max_bits, runs);
         }
         // Shortening a code of length l spends `one >> l` of the slack. Longest codes first:
         // while slack remains it is a multiple of the longest code's share, so it ends at
@@ -192,31 +205,22 @@ impl<const N: usize> Code<N> {
             self.lens[s] = l as u8;
             self.codes[s] = take_code(&mut next, l);
             cost += freq[s] as u64 * l as u64;
-            coded(s, l as u8);
+            if let Some(runs) = runs.as_deref_mut() {
+                runs.coded(s, l as u8);
+            }
         }
         cost
     }
 
-    /// [`Code::build`], then `coded` for each symbol with a code; returns the cost of `freq`.
+    /// [`Code::build_with`]; returns the cost of `freq`.
     fn build_reporting(
         &mut self,
         freq: &[u32; N],
         max_bits: u32,
-        coded: &mut dyn FnMut(usize, u8),
+        runs: Option<&mut RunLengths>,
     ) -> u64 {
-        self.build_with(freq, max_bits, coded);
+        self.build_with(freq, max_bits, runs);
         self.cost(freq)
-    }
-
-    /// Canonical codes from the lengths (RFC 1951 §3.2.2), stored bit-reversed; `count[l]` is
-    /// the number of codes of length `l`, and `used` the symbols with a code, in ascending
-    /// order (in the low 9 bits).
-    fn assign_codes(&mut self, count: &[u32; 33], used: &[u32]) {
-        let mut next = first_codes(count);
-        for &k in used {
-            let s = (k & 511) as usize;
-            self.codes[s] = take_code(&mut next, self.lens[s] as usize & 15);
-        }
     }
 
     /// Bits spent on the symbols of `freq` with this code (extra bits not included).
