@@ -32,8 +32,8 @@ impl<const N: usize> Code<N> {
     /// incomplete codes. Linear in `N` but for a sort of the most frequent symbols (none or a
     /// few on a small packet's block); the loops over all `N` symbols have no data-dependent
     /// branch, which a small block's scattered frequencies would mispredict.
-    pub(crate) fn build(&mut self, freq: &[u32; N], max_bits: u32) {
-        self.build_with(freq, max_bits, None);
+    pub(crate) fn build(&mut self, freq: &[u32; N], max_bits: u32) -> u64 {
+        self.build_with(freq, max_bits, None)
     }
 
     /// [`Code::build`], also reporting each symbol given a code to `runs`, in ascending order,
@@ -47,7 +47,7 @@ impl<const N: usize> Code<N> {
         freq: &[u32; N],
         max_bits: u32,
         runs: Option<&mut RunLengths>,
-    ) {
+    ) -> u64 {
         let mut sorted = [0u32; N];
         let mut by_symbol = [0u32; N];
         let mut n = sort_by_frequency(freq, &mut sorted, &mut by_symbol);
@@ -96,12 +96,16 @@ impl<const N: usize> Code<N> {
             kraft -= 1;
         }
 
-        // Longest codes to the least frequent symbols.
+        // Longest codes to the least frequent symbols; the bits they spend on `freq` (a
+        // padding symbol's frequency is 0).
         self.lens = [0; N];
         let mut j = 0;
+        let mut cost = 0u64;
         for l in (1..=max).rev() {
             for _ in 0..count[l] {
-                self.lens[(sorted[j] & 511) as usize] = l as u8;
+                let s = (sorted[j] & 511) as usize;
+                self.lens[s] = l as u8;
+                cost += freq[s] as u64 * l as u64;
                 j += 1;
             }
         }
@@ -124,6 +128,7 @@ impl<const N: usize> Code<N> {
                 }
             }
         }
+        cost
     }
 
     /// Builds a complete code of lengths 1 to `max_bits` in time linear in `N`, with no sort:
@@ -219,8 +224,7 @@ impl<const N: usize> Code<N> {
         max_bits: u32,
         runs: Option<&mut RunLengths>,
     ) -> u64 {
-        self.build_with(freq, max_bits, runs);
-        self.cost(freq)
+        self.build_with(freq, max_bits, runs)
     }
 
     /// Bits spent on the symbols of `freq` with this code (extra bits not included).

@@ -428,12 +428,15 @@ impl<'a> Block<'a> {
 
     /// Writes the block in its smallest form and starts the next one.
     fn write(&mut self, w: &mut BitWriter<'_>, input: &[u8], last: bool) -> Result<(), Overflow> {
-        let (even, odd) = self.literals.split_at(256);
-        for ((f, &e), &o) in self.lit_freq.iter_mut().zip(even).zip(odd) {
-            *f += e as u32 + o as u32;
-        }
-        if !last {
-            self.literals = [0; 512];
+        // Only the fast level counts its literals apart.
+        if self.approximate {
+            let (even, odd) = self.literals.split_at(256);
+            for ((f, &e), &o) in self.lit_freq.iter_mut().zip(even).zip(odd) {
+                *f += e as u32 + o as u32;
+            }
+            if !last {
+                self.literals = [0; 512];
+            }
         }
         self.lit_freq[256] = 1;
         let len_extra = self.lit_freq[257..].iter().zip(LEN_EXTRA.iter());
@@ -458,11 +461,11 @@ impl<'a> Block<'a> {
             let bits = header.bits + bits + extra;
             (Some(header), bits)
         } else {
-            lit.build_with(&self.lit_freq, 15, Some(&mut runs));
+            let bits = lit.build_with(&self.lit_freq, 15, Some(&mut runs));
             runs.end_literals();
-            dist.build_with(&self.dist_freq, 15, Some(&mut runs));
+            let bits = bits + dist.build_with(&self.dist_freq, 15, Some(&mut runs));
             let header = DynamicHeader::from_runs(&mut runs, false);
-            let bits = header.bits + lit.cost(&self.lit_freq) + dist.cost(&self.dist_freq) + extra;
+            let bits = header.bits + bits + extra;
             (Some(header), bits)
         };
         // The fast level does not price the fixed code once a block is long enough for a
