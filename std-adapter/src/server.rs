@@ -920,8 +920,9 @@ fn serve_read(
         let want = loop {
             // Past a slice of work (see [`WorkCharge`]) the rest of the read goes to `carry`,
             // served after the task has let the others run: frames that each inflate to a
-            // large packet make a read take long. One look at the clock a call (a call serves
-            // every frame whose reply fits).
+            // large packet make a read take long, and a key derivation (a few milliseconds)
+            // is past the slice alone. One look at the clock a call (a call serves every frame
+            // whose reply fits, ending early only after a derivation).
             if at > 0 && at < n && started.elapsed() >= WorkCharge::SLICE {
                 break None;
             }

@@ -376,8 +376,9 @@ fn exercise(qemu: &Qemu) -> Stats {
 
 /// The board's derive budget: derive requests pipelined on one connection (each 65,000+ MD5
 /// rounds of the one executor) get the shared budget's keys and `Busy` for the rest, every
-/// request answered, in order; a bystander in the other session is served meanwhile, late by
-/// at most the burst's derivations (they run on the executor it shares).
+/// request answered, in order; a bystander in the other session is served meanwhile (the
+/// derivations run on the executor it shares, one per turn of it: the session's call ends
+/// after each and the driver yields).
 fn derive_flood(addr: std::net::SocketAddr) {
     use std::io::Write;
     // The replies (19 bytes a key) fit the firmware's 1 KiB send buffer while the bystander

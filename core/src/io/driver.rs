@@ -147,7 +147,8 @@ async fn yield_now() {
 /// calls [`Session::finish`] with [`Ended::session_error`].
 ///
 /// This is the loop the service's [module docs](crate::service) describe: call the session,
-/// send what it wrote, drop what it consumed, and on [`Want::Input`] read as much as `input`
+/// send what it wrote, drop what it consumed, on [`Want::Call`] yield to the executor's other
+/// tasks once and call again, and on [`Want::Input`] read as much as `input`
 /// has room for, racing the read against [`Session::next_timeout`] on `clock` (and calling
 /// [`Session::handle_timeout`] when the deadline passes first). Each reply is raced against
 /// [`Session::send_timeout`] the same way ([`Ended::SendStalled`]). `input` and `output` must hold

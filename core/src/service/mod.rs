@@ -47,9 +47,10 @@
 //!    - on [`Want::Output`]`(n)`, the next reply needs `n` free bytes of output: after sending,
 //!      call again with an output buffer of at least `n` bytes (a fixed-buffer adapter sizes
 //!      it with [`Config::max_output_len`] up front and never sees this with `written == 0`);
-//!    - on [`Want::Call`], call again (more input is complete); an adapter that serves other
-//!      connections on the same thread lets them run first (the session ends a call this way
-//!      after each key derivation, its one costly request).
+//!    - on [`Want::Call`], call again (more input may be complete, or a key derivation was
+//!      just served: the session ends a call after each, its one costly request); an adapter
+//!      that serves other connections on the same thread lets them run first, by yielding
+//!      (as `io::drive` does) or by a time slice of its own.
 //!
 //!    While waiting for input, wait at most until [`Session::next_timeout`] (the header
 //!    deadline, while the PROXY header and the first frame are still to come); when it

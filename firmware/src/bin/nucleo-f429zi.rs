@@ -34,8 +34,9 @@ async fn net_task(mut runner: Runner<'static, Device>) -> ! {
     runner.run().await
 }
 
-/// The watchdog's timeout: far past the longest the executor is busy in one poll (a burst of
-/// key derivations takes about a second on this chip), well within what an operator waits.
+/// The watchdog's timeout: far past the longest the executor is busy in one poll (one key
+/// derivation, about a quarter of a second on this chip: a session's call ends after each and
+/// the driver yields), well within what an operator waits.
 const WATCHDOG_US: u32 = 8_000_000;
 
 /// Pets the watchdog every second, for as long as the executor runs its tasks.
