@@ -922,6 +922,21 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
+/// `v` with `decimals` decimals, or as many more (up to 6) as it takes for the printed figure
+/// to fall on the same side of the goal `ok` as the measured one (0.3334 misses a third and
+/// must not print as "0.333" beside "missed", nor 1.1504 as "1.15"), then "met" or "missed".
+fn mark_goal(v: f64, ok: &dyn Fn(f64) -> bool, decimals: usize) -> String {
+    let met = ok(v);
+    let mut text = format!("{v:.decimals$}");
+    for more in decimals + 1..=6 {
+        if text.parse::<f64>().map(ok) == Ok(met) {
+            break;
+        }
+        text = format!("{v:.more$}");
+    }
+    format!("{text} {}", if met { "met" } else { "missed" })
+}
+
 /// wirekit's goals at 64 KiB writes, case by case.
 fn goals(results: &[CaseResult]) -> String {
     let mut out = String::from(
@@ -933,10 +948,8 @@ fn goals(results: &[CaseResult]) -> String {
         let Some(w) = r.of(Kind::Wirekit) else {
             continue;
         };
-        // Three decimals where the goal is a third: 0.334 misses it, and must not print as
-        // a "0.33" beside "missed".
         let mark = |v: Option<f64>, ok: &dyn Fn(f64) -> bool, decimals: usize| match v {
-            Some(v) => format!("{v:.decimals$} {}", if ok(v) { "met" } else { "missed" }),
+            Some(v) => mark_goal(v, ok, decimals),
             None => "n/a".into(),
         };
         let floor_vs_copy = match (r.of(Kind::Floor), r.of(Kind::Copy)) {
@@ -1288,4 +1301,22 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     }
     println!("{report}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mark_goal;
+
+    #[test]
+    fn a_goal_mark_never_prints_a_figure_on_the_wrong_side() {
+        let third = |v: f64| v <= 1.0 / 3.0;
+        assert_eq!(mark_goal(0.25, &third, 3), "0.250 met");
+        assert_eq!(mark_goal(0.33334, &third, 3), "0.33334 missed");
+        assert_eq!(mark_goal(0.3335, &third, 3), "0.334 missed");
+        assert_eq!(mark_goal(0.4, &third, 3), "0.400 missed");
+        let floor = |v: f64| v <= 1.15;
+        assert_eq!(mark_goal(1.1504, &floor, 2), "1.1504 missed");
+        assert_eq!(mark_goal(1.149, &floor, 2), "1.15 met");
+        assert_eq!(mark_goal(1.02, &floor, 2), "1.02 met");
+    }
 }
