@@ -378,6 +378,7 @@ fn run(input: &Input, derive: bool) {
         at_end: _,
         proxied,
         end,
+        call_ends,
     } = run(&feed, &counters);
     // Bytes arriving later never change what was already done: the same feed cut off before
     // the raw tail (the same pieces at the same times) sent a prefix of what the whole feed
@@ -481,6 +482,12 @@ fn run(input: &Input, derive: bool) {
             match (r.response(), want) {
                 (Ok(Response::Echo(d)), Expect::Echo(w)) => assert_eq!(d, &w[..]),
                 (Ok(Response::Key(k)), Expect::Key(pid, password)) => {
+                    // A call ends right after each key derivation, asking to be called again
+                    // (`Want::Call`): the key is the last reply of its call.
+                    assert!(
+                        call_ends.binary_search(&at).is_ok(),
+                        "a key reply not at the end of a call that wants another"
+                    );
                     keys += 1;
                     assert!(keys <= allowed, "{keys} keys, {allowed} allowed");
                     assert_eq!(k, expected_key(*pid, password));
@@ -545,6 +552,8 @@ struct Run {
     at_end: bool,
     proxied: Option<Option<SocketAddr>>,
     end: Instant,
+    /// Where in `sent` each call that ended with `Want::Call` had written up to.
+    call_ends: Vec<usize>,
 }
 
 /// Drives a session over the feed.
@@ -564,6 +573,7 @@ fn drive<S: AsMut<[u32]>>(
     let mut ticks = feed.clock.iter().cycle();
     let mut out = vec![0u8; config.max_output_len().max(room)];
     let mut sent = Vec::new();
+    let mut call_ends = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
     let (mut consumed_total, mut error) = (0usize, None);
     let mut pieces = feed.pieces.iter().copied();
@@ -593,6 +603,9 @@ fn drive<S: AsMut<[u32]>>(
                     };
                     assert_eq!(session.next_timeout(), expected, "deadline");
                     sent.extend_from_slice(&out[..p.written]);
+                    if p.want == Want::Call {
+                        call_ends.push(sent.len());
+                    }
                     consumed_total += p.consumed;
                     let progressed = p.consumed > 0 || p.written > 0;
                     pending.drain(..p.consumed);
@@ -603,7 +616,9 @@ fn drive<S: AsMut<[u32]>>(
                     match p.want {
                         Want::Input(_) => break,
                         Want::Output(n) => {
-                            assert!(n > room - p.written || progressed, "room was there");
+                            // The room left after what this call wrote did not hold the next
+                            // reply (whether or not the call served frames first).
+                            assert!(n > room - p.written, "room was there");
                             assert!(n <= config.max_output_len());
                             room = n;
                             if out.len() < room {
@@ -666,6 +681,7 @@ fn drive<S: AsMut<[u32]>>(
         at_end,
         proxied,
         end: now,
+        call_ends,
     }
 }
 

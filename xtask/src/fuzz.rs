@@ -6,15 +6,19 @@
 //!   then the corpus is minimized (`-merge=1` into a fresh directory) and written back, one row
 //!   per run is appended to `fuzz/campaigns.tsv` (date, commit, target, seconds, executions,
 //!   coverage, corpus size, plateau, crashes), and `FUZZING.md` is regenerated from it.
-//! - `fuzz --smoke`: CI's run. Every target for a fixed number of runs from a fixed seed over
-//!   the committed corpus (new inputs go to a scratch directory), so the run is the same on
-//!   every machine and a crash is reproducible with the same command; the build time is
-//!   printed apart from the run time, and a run over its 5-minute budget fails.
+//! - `fuzz --smoke`: CI's run. Every target replays its committed corpus whole (every input
+//!   once, at the campaigns' length limit), then runs a fixed number of mutations from a fixed
+//!   seed over it (new inputs go to a scratch directory). The corpus is handed over as a list
+//!   sorted by file name rather than as a directory, whose order libFuzzer takes from the
+//!   file system: so the run is the same on every machine and a crash is reproducible with the
+//!   same command. The build time is printed apart from the run time, and a run over its
+//!   5-minute budget fails.
 //! - `fuzz --report`: only regenerates `FUZZING.md` from the records.
 //!
 //! The targets are the `[[bin]]`s of `fuzz/Cargo.toml`. cargo-fuzz needs nightly-only flags
 //! (`-Z sanitizer`, `-C passes=sancov-module`); `RUSTC_BOOTSTRAP=1` lets the stable compiler
-//! accept them. `-O` builds with optimisations and debug assertions; `--no-cfg-fuzzing` builds
+//! accept them. `-O -a` builds with optimisations and with debug assertions and overflow checks
+//! (`-O` alone, which campaigns before stop 41 used, turns both off); `--no-cfg-fuzzing` builds
 //! the dependencies as they ship (miniz_oxide skips its Adler-32 check under `cfg(fuzzing)`,
 //! which would hide wirekit's checksum errors from the targets). `--sanitizer none`: the core
 //! is `#![forbid(unsafe_code)]`, so AddressSanitizer watched only the dependencies' unsafe
@@ -87,6 +91,7 @@ fn build(only: &[String]) -> Result<PathBuf, String> {
         "fuzz",
         "build",
         "-O",
+        "-a",
         "--no-cfg-fuzzing",
         "--sanitizer",
         "none",
@@ -143,38 +148,43 @@ pub fn smoke() -> Result<(), String> {
         let _ = std::fs::remove_dir_all(&new_inputs);
         std::fs::create_dir_all(&new_inputs)
             .map_err(|e| format!("creating {}: {e}", new_inputs.display()))?;
-        let corpus = corpus_dir(t)?;
-        // A hang fails at once (libFuzzer's default allows an input 20 minutes), and no target
-        // may run past what is left of the budget.
-        let left = SMOKE_BUDGET_SECONDS - run_start.elapsed().as_secs_f64();
-        if left < 1.0 {
-            return Err(format!(
-                "the smoke run is over its {SMOKE_BUDGET_SECONDS:.0}s budget before {t}"
-            ));
+        let seeds = seed_list(&corpus_dir(t)?, &scratch.join(format!("{t}.seeds")))?;
+        // Twice: the committed inputs once each, whole (the mutation run below truncates them
+        // to its own length limit); then the mutations.
+        for (runs, max_len, seed) in [
+            (0, MAX_LEN, None),
+            (SMOKE_RUNS, SMOKE_MAX_LEN, Some("-seed=1")),
+        ] {
+            // A hang fails at once (libFuzzer's default allows an input 20 minutes), and no
+            // target may run past what is left of the budget.
+            let left = SMOKE_BUDGET_SECONDS - run_start.elapsed().as_secs_f64();
+            if left < 1.0 {
+                return Err(format!(
+                    "the smoke run is over its {SMOKE_BUDGET_SECONDS:.0}s budget before {t}"
+                ));
+            }
+            let mut args = vec![
+                format!("-runs={runs}"),
+                format!("-max_len={max_len}"),
+                format!("-timeout={SMOKE_INPUT_TIMEOUT}"),
+                format!("-max_total_time={}", left.ceil() as u64),
+                artifact_prefix(t)?,
+                seeds.clone(),
+                new_inputs.to_string_lossy().into_owned(),
+            ];
+            args.extend(seed.map(String::from));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let started = Instant::now();
+            run_in(&fuzz_dir(), &bin.join(t).to_string_lossy(), &args, &[])?;
+            // libFuzzer ends a run cut short by -max_total_time as a success: a target that
+            // ran to what was left of the budget is over it.
+            if started.elapsed().as_secs_f64() >= left {
+                return Err(format!(
+                    "the smoke run reached its {SMOKE_BUDGET_SECONDS:.0}s budget during {t}"
+                ));
+            }
         }
-        run_in(
-            &fuzz_dir(),
-            &bin.join(t).to_string_lossy(),
-            &[
-                &format!("-runs={SMOKE_RUNS}"),
-                "-seed=1",
-                &format!("-max_len={SMOKE_MAX_LEN}"),
-                &format!("-timeout={SMOKE_INPUT_TIMEOUT}"),
-                &format!("-max_total_time={}", left.ceil() as u64),
-                &artifact_prefix(t)?,
-                &new_inputs.to_string_lossy(),
-                &corpus.to_string_lossy(),
-            ],
-            &[],
-        )?;
         let took = one.elapsed().as_secs_f64();
-        // libFuzzer ends a run cut short by -max_total_time as a success: a target that ran
-        // to what was left of the budget is over it.
-        if took >= left {
-            return Err(format!(
-                "the smoke run reached its {SMOKE_BUDGET_SECONDS:.0}s budget during {t} ({took:.0}s)"
-            ));
-        }
         rows.push((t.clone(), took));
     }
     let ran = run_start.elapsed().as_secs_f64();
@@ -195,6 +205,25 @@ pub fn smoke() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Writes the files of `corpus` to `list`, comma-separated and sorted by name, and returns
+/// libFuzzer's `-seed_inputs=@list` for them: a corpus directory is read in the file system's
+/// order, which differs between machines.
+fn seed_list(corpus: &Path, list: &Path) -> Result<String, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus)
+        .map_err(|e| format!("reading {}: {e}", corpus.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let text = files
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(",");
+    std::fs::write(list, text).map_err(|e| format!("writing {}: {e}", list.display()))?;
+    Ok(format!("-seed_inputs=@{}", list.display()))
 }
 
 /// The most the smoke run of every target together may take, its build apart.
@@ -551,8 +580,11 @@ wrote them into [LOAD.md](LOAD.md) (which also says how each is measured); that 
 regenerates this file too.
 
 Method. Every decoder and state machine of `wirekit-core` has a cargo-fuzz target in `fuzz/`
-(libFuzzer, built on stable Rust with `RUSTC_BOOTSTRAP=1`, optimised with debug assertions, so
-an integer overflow panics). No sanitizer from the runs recorded at `4e521d31` (2026-12-02)
+(libFuzzer, built on stable Rust with `RUSTC_BOOTSTRAP=1`, optimised with debug assertions and
+overflow checks, so an integer overflow panics: from the runs recorded on 2026-12-06 (stop 41)
+on. Earlier runs were built with `cargo fuzz build -O`, which turns both off, although these
+lines said otherwise; their coverage counts lack the checks' branches and are not comparable
+with later ones.) No sanitizer from the runs recorded at `4e521d31` (2026-12-02)
 on: the core is `#![forbid(unsafe_code)]`, so AddressSanitizer watched only dependencies'
 unsafe code (the differential peers' above all, zlib-rs's, whose verdicts the targets still
 compare), while its checks added branches of their own to the coverage counts (on
