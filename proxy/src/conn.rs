@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tracing::{debug, info};
+use tracing::{debug, info, trace};
 use wirekit_core::frame::mc::split_packet;
 use wirekit_core::limit::source::{Admitted, Refusal};
 use wirekit_core::minecraft::Encode;
@@ -195,7 +195,7 @@ async fn run<'a>(
     gauge: &mut OpenGauge<'a>,
 ) -> Ended {
     let s = &rt.settings;
-    let deadline = tokio::time::Instant::now() + s.handshake_timeout;
+    let deadline = clock::tokio_after(s.handshake_timeout);
     // The PROXY header, under the same deadline as the packets after it.
     let acceptor =
         ProxyAcceptor::from_config(s.proxy).with_header_timeout(s.handshake_timeout.into());
@@ -245,7 +245,8 @@ async fn run<'a>(
     let first = match inbound.first().await {
         Ok(f) => f,
         Err(e) => {
-            debug!(%client, error = %e, "bad opening");
+            // Per connection and peer-made: trace (the close line is rate-limited).
+            trace!(%client, error = %e, "bad opening");
             return prelogin_end(e);
         }
     };
@@ -278,7 +279,7 @@ async fn run<'a>(
         let hs = match Handshake::parse(packet.data) {
             Ok(hs) => hs,
             Err(e) => {
-                debug!(%client, error = %e, "bad handshake");
+                trace!(%client, error = %e, "bad handshake");
                 return Ended::Refused(handshake_reason(e));
             }
         };
@@ -371,7 +372,7 @@ async fn run<'a>(
             }
             // The Ping is always the proxy's to answer.
             inbound.discard_consumed();
-            inbound.set_deadline(tokio::time::Instant::now() + s.handshake_timeout);
+            inbound.set_deadline(clock::tokio_after(s.handshake_timeout));
             let ping = match inbound.packet(Ping::ID, MAX_PING_BODY).await {
                 Ok(body) => body,
                 Err(PreloginError::Closed) => return Ended::Left("status"),
@@ -873,11 +874,11 @@ pub(crate) async fn connect(
             }
             Ok(Err(e)) => {
                 upstreams.failed(k);
-                debug!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
+                trace!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
             }
             Err(_) => {
                 upstreams.failed(k);
-                debug!(upstream = %addr, "upstream connect timed out; trying the next")
+                trace!(upstream = %addr, "upstream connect timed out; trying the next")
             }
         }
     }

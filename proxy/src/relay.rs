@@ -177,7 +177,7 @@ impl Idle {
     /// When the next check is due (without a timeout, a deadline [`Idle::armed`] keeps from
     /// ever being polled).
     pub(crate) fn next(&self) -> tokio::time::Instant {
-        tokio::time::Instant::now() + self.period.unwrap_or(std::time::Duration::ZERO)
+        wirekit_std::clock::tokio_after(self.period.unwrap_or(std::time::Duration::ZERO))
     }
 
     /// At a check: whether the relay has been silent for the timeout, given the bytes it has

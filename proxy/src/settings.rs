@@ -381,6 +381,27 @@ impl Settings {
         ] {
             let b = route.inspect.budgets.direction(d);
             let name = d.as_str();
+            // Every packet is charged, the handshake's first: a packet burst under the two a
+            // client sends at once (Handshake and Login Start, or Status Request) closes
+            // every connection at its start.
+            if let Some(p) = b.packets
+                && p.burst < 2
+            {
+                return Err(SettingsError::new(format!(
+                    "route {}: inspect: {name}-packets burst {} is below the 2 packets a client sends at once (Handshake and Login Start), which would close every connection",
+                    route.name, p.burst
+                )));
+            }
+            // A route's own byte budget with no burst holds no token (the proxy-wide burst of
+            // 0 is "off"; a route's own is not).
+            if let Some(own) = b.bytes
+                && own.burst == 0
+            {
+                return Err(SettingsError::new(format!(
+                    "route {}: inspect: {name}-bytes burst 0 would close every connection at its first frame ({{ rate = 0 }} is refused too: leave the key out for the proxy-wide budget, whose {name}-burst = 0 turns it off)",
+                    route.name
+                )));
+            }
             let bytes = b.bytes.map_or(wide.burst, |b| b.burst) as usize;
             let frame = route.inspect.max_frame_wire_len(d);
             if bytes > 0 && bytes < frame {
@@ -664,6 +685,20 @@ mod tests {
         s.routes[0].inspect.budgets.clientbound.inflated =
             Some(Budget::per_second(1 << 20, 8 << 20));
         assert_eq!(s.check(), Ok(()));
+        // A route's own byte burst of 0 holds no token (from an audit: it passed the check,
+        // then closed every connection at its handshake).
+        s.routes[0].inspect.budgets.serverbound.bytes = Some(Budget::per_second(32_768, 0));
+        refused(&s, "serverbound-bytes burst 0");
+        s.routes[0].inspect.budgets.serverbound.bytes = None;
+        // Packets: the handshake and the packet after it come at once.
+        for burst in [0, 1] {
+            s.routes[0].inspect.budgets.serverbound.packets = Some(Budget::per_second(500, burst));
+            refused(&s, &format!("serverbound-packets burst {burst}"));
+        }
+        s.routes[0].inspect.budgets.serverbound.packets = Some(Budget::per_second(500, 2));
+        assert_eq!(s.check(), Ok(()));
+        s.routes[0].inspect.budgets.clientbound.packets = Some(Budget::per_second(500, 1));
+        refused(&s, "clientbound-packets burst 1");
     }
 
     #[test]

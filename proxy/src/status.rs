@@ -210,9 +210,14 @@ impl StatusCache {
     /// Notes that a status fetch of `route` failed just now: route-wide when no upstream
     /// connected (`host` `None`), else under `host`'s key alone (an upstream connected and did
     /// not answer for that host: a stall under one host must not hold the others, or one
-    /// client could keep every host of the route on its fallback).
+    /// client could keep every host of the route on its fallback). An upstream that connected
+    /// also lifts the route-wide hold: the request that re-checks a route past its hold
+    /// ([`held`](Self::held) renews the hold for it) may stall under its own host.
     pub(crate) fn failed(&self, route: usize, host: Option<&HostKey>) {
         let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if host.is_some() {
+            failed.remove(&(route, None));
+        }
         failed.insert((route, host.cloned()), Instant::now());
     }
 
@@ -650,6 +655,24 @@ mod tests {
         assert!(c.held(0, &a, hold), "nor does Other's lift a named host's");
         c.failed(0, None);
         assert!(c.held(0, &HostKey::Other, hold) && c.held(0, &named("b.test"), hold));
+    }
+
+    /// The request that re-checks a route past its route-wide hold and stalls under its own
+    /// host holds that host, not the route again (from an audit: every host stayed on the
+    /// fallback for another hold).
+    #[test]
+    fn a_re_check_that_stalls_under_its_host_lifts_the_route_hold() {
+        let c = StatusCache::default();
+        let (a, b) = (named("a.test"), named("b.test"));
+        let hold = Duration::from_millis(300);
+        c.failed(0, None);
+        assert!(c.held(0, &b, hold));
+        std::thread::sleep(hold + Duration::from_millis(10));
+        assert!(!c.held(0, &a, hold), "a re-checks");
+        // Its upstream connected, then stalled under a's key.
+        c.failed(0, Some(&a));
+        assert!(!c.held(0, &b, hold), "b is asked again");
+        assert!(c.held(0, &a, hold), "a is held");
     }
 
     /// The hold covers the longest fetch: a connect timeout per upstream and the exchange.
