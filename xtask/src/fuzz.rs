@@ -581,8 +581,8 @@ regenerates this file too.
 
 Method. Every decoder and state machine of `wirekit-core` has a cargo-fuzz target in `fuzz/`
 (libFuzzer, built on stable Rust with `RUSTC_BOOTSTRAP=1`, optimised with debug assertions and
-overflow checks, so an integer overflow panics: from the runs recorded on 2026-12-06 (stop 41)
-on. Earlier runs were built with `cargo fuzz build -O`, which turns both off, although these
+overflow checks, so an integer overflow panics: from `25b6e4ee` on, the `checks, 64K` setup.
+Earlier runs were built with `cargo fuzz build -O`, which turns both off, although these
 lines said otherwise; their coverage counts lack the checks' branches and are not comparable
 with later ones.) No sanitizer from the runs recorded at `4e521d31` (2026-12-02)
 on: the core is `#![forbid(unsafe_code)]`, so AddressSanitizer watched only dependencies'
@@ -619,8 +619,9 @@ a fixed seed (`cargo xtask fuzz --smoke`).
 
 const RUNS_HEAD: &str = "\n## Runs\n\n`setup`: how the run's binaries were built and run, from \
 the commit's history: `asan` (AddressSanitizer, before `4e521d31`), `plain` (no sanitizer), \
-`plain, 64K` (no sanitizer, inputs up to 64 KiB from the start: `ec68cd10` on); coverage \
-figures compare only within one setup. The sanitizer was dropped in `c63524c5`, committed \
+`plain, 64K` (no sanitizer, inputs up to 64 KiB from the start: `ec68cd10` on), \
+`checks, 64K` (the same, built with debug assertions and overflow checks, which the earlier \
+setups lacked: `25b6e4ee` on); coverage figures compare only within one setup. The sanitizer was dropped in `c63524c5`, committed \
 after the first campaigns run without it, which recorded `4e521d31`.\n\n\
 | date | commit | target | setup | s | executions | cov | ft | corpus | plateau | crashes |\n\
 |---|---|---|---|---:|---:|---:|---:|---:|---|---:|\n";
@@ -630,7 +631,7 @@ after the first campaigns run without it, which recorded `4e521d31`.\n\n\
 /// not in this clone, a shallow one).
 fn setups(rows: &[Row]) -> BTreeMap<&str, &'static str> {
     let known = |c: &str| output("git", &["cat-file", "-e", &format!("{c}^{{commit}}")]).is_some();
-    let boundaries = known("ec68cd10") && known("4e521d31");
+    let boundaries = known("25b6e4ee") && known("ec68cd10") && known("4e521d31");
     let mut setups = BTreeMap::new();
     for r in rows {
         setups.entry(r.commit.as_str()).or_insert_with(|| {
@@ -639,6 +640,8 @@ fn setups(rows: &[Row]) -> BTreeMap<&str, &'static str> {
             };
             if !(boundaries && known(&r.commit)) {
                 "?"
+            } else if after("25b6e4ee") {
+                "checks, 64K"
             } else if after("ec68cd10") {
                 "plain, 64K"
             } else if after("4e521d31") {
