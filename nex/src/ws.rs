@@ -548,7 +548,7 @@ impl WsListener {
                         // closes: a client that connects again once it sees the end finds
                         // its slot free.
                         drop(slot);
-                        socket.finish().await;
+                        drop(socket);
                         // One a connection, which any client can open and end at once: trace.
                         trace!(%peer, reason = reason.as_str(), "WebSocket closed");
                     });
@@ -761,31 +761,18 @@ async fn upgrade(tcp: &mut TcpStream) -> Result<Vec<u8>, WsReason> {
     Err(reason)
 }
 
-/// A connection's socket, handed back open so that its caller closes it last.
+/// A connection's socket, handed back open so that its caller closes it last (held, never
+/// read: dropping it is its use).
+#[expect(dead_code, reason = "held to be dropped")]
 enum Socket {
-    /// Its upgrade failed (held to be dropped).
-    Tcp(#[expect(dead_code, reason = "held to be dropped")] TcpStream),
-    /// It was a WebSocket, our Close sent (unless the connection is gone): the client's
-    /// Close is awaited until the instant given.
-    Ws(Box<WebSocketStream<TcpStream>>, tokio::time::Instant),
+    /// Its upgrade failed.
+    Tcp(TcpStream),
+    /// It was a WebSocket.
+    Ws(Box<WebSocketStream<TcpStream>>),
 }
 
-impl Socket {
-    /// Ends the close handshake: waits for the client's Close (or the end of its stream) until
-    /// the deadline, after the connection's slot is given back, so that a client which
-    /// connects again on seeing our Close finds its slot free rather than held by a client
-    /// that never answers.
-    async fn finish(self) {
-        if let Socket::Ws(mut ws, by) = self {
-            let drain = async { while let Some(Ok(_)) = ws.next().await {} };
-            let _ = tokio::time::timeout_at(by, drain).await;
-        }
-    }
-}
-
-/// The handshake, then the WebSocket's messages until it ends and our Close is sent; returns
-/// why, and the socket (still open: the caller gives the connection's slot back before it
-/// waits for the client's Close and closes it).
+/// The handshake, then the WebSocket's messages until it ends; returns why, and the socket
+/// (still open: the caller gives the connection's slot back before it closes it).
 async fn serve_socket(
     shared: &Shared,
     mut tcp: TcpStream,
@@ -825,22 +812,19 @@ async fn serve_socket(
             key: None,
         },
     );
-    let (reason, closing_by) = pump(shared, &mut ws, peer, rx, &mut shutdown).await;
+    let reason = pump(shared, &mut ws, peer, rx, &mut shutdown).await;
     shared.remove(peer, task);
-    (reason, Socket::Ws(Box::new(ws), closing_by))
+    (reason, Socket::Ws(Box::new(ws)))
 }
 
-/// Moves messages both ways until the WebSocket ends, then sends what is queued and our Close;
-/// returns why it ended and when the client's Close must have come by (now, when the
-/// connection is gone without a close handshake).
+/// Moves messages both ways until the WebSocket ends.
 async fn pump(
     shared: &Shared,
     ws: &mut WebSocketStream<TcpStream>,
     peer: SocketAddr,
     mut rx: mpsc::Receiver<Outgoing>,
     shutdown: &mut watch::Receiver<bool>,
-) -> (WsReason, tokio::time::Instant) {
-    let gone = |reason| (reason, tokio::time::Instant::now());
+) -> WsReason {
     let idle = std::time::Duration::from_micros(shared.config.idle_timeout.as_micros());
     let send_timeout = std::time::Duration::from_micros(shared.config.send_timeout.as_micros());
     let mut unbound_since = tokio::time::Instant::now();
@@ -860,8 +844,8 @@ async fn pump(
                         () = stopped(shutdown) => break WsReason::Shutdown,
                         sent = send => match sent {
                             Ok(Ok(())) => {}
-                            Ok(Err(_)) => return gone(WsReason::Transport),
-                            Err(_) => return gone(WsReason::SendStalled),
+                            Ok(Err(_)) => return WsReason::Transport,
+                            Err(_) => return WsReason::SendStalled,
                         },
                     }
                 }
@@ -897,7 +881,7 @@ async fn pump(
                     | WsError::AlreadyClosed
                     | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake),
                 )) => {
-                    return gone(WsReason::PeerClosed);
+                    return WsReason::PeerClosed;
                 }
                 Some(Err(WsError::Capacity(CapacityError::MessageTooLong { .. }))) => {
                     shared.counters.dropped(DropReason::Oversized);
@@ -909,7 +893,7 @@ async fn pump(
                     code = Some(CloseCode::Invalid);
                     break WsReason::Protocol;
                 }
-                Some(Err(_)) => return gone(WsReason::Transport),
+                Some(Err(_)) => return WsReason::Transport,
             },
         }
     };
@@ -923,8 +907,7 @@ async fn pump(
         code,
         reason: reason.as_str().into(),
     };
-    let by = tokio::time::Instant::now() + CLOSE_HANDSHAKE;
-    let _ = tokio::time::timeout_at(by, async {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
         // Replies already queued (a DISCONNECT's ACKs) go out before the close frame, unless
         // the client closed first (tungstenite refuses them then).
         while reason != WsReason::PeerClosed
@@ -936,14 +919,12 @@ async fn pump(
         }
         // Sends our Close, or flushes tungstenite's reply to the client's (RFC 6455 §5.5.1).
         let _ = ws.close(Some(frame)).await;
+        // Until the client's close frame (or the end of the stream).
+        while let Some(Ok(_)) = ws.next().await {}
     })
     .await;
-    (reason, by)
+    reason
 }
-
-/// How long the close handshake may take from the moment it starts: sending what is queued
-/// and our Close, then waiting for the client's (see [`Socket::finish`]).
-const CLOSE_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
@@ -1279,35 +1260,6 @@ mod tests {
         server.stop().await;
         assert_eq!(stats.get(WsReason::PeerClosed), 1);
         assert_eq!(stats.get(WsReason::Protocol), 2);
-    }
-
-    /// The slot is given back once our Close is sent, not once the client answers it: a
-    /// client that reconnects on seeing the Close (and never answers it) finds its source's
-    /// slot free; the unanswered socket is closed at the handshake's deadline.
-    #[tokio::test]
-    async fn a_closed_websockets_slot_is_free_before_its_client_answers_the_close() {
-        let mut config = WsConfig::default();
-        config.limits.max_per_source = 1;
-        config.idle_timeout = Duration::from_millis(100);
-        let server = Running::start(config);
-        let mut s = upgrade_from(server.addr, LOCALHOST).await.unwrap();
-        // No PRUDP connection: the server closes it at the idle timeout, with 1000; the
-        // client never answers.
-        let (first, payload) = server_frame(&mut s).await.expect("a close frame");
-        assert_eq!((first, &payload[..2]), (0x88, &1000u16.to_be_bytes()[..]));
-        let sent_close = std::time::Instant::now();
-        let again = upgrade_from(server.addr, LOCALHOST).await;
-        assert!(
-            again.is_some(),
-            "refused {:?} after the Close",
-            sent_close.elapsed()
-        );
-        assert_eq!(server.shared.stats.get(WsReason::SourceLimit), 0);
-        // The unanswered socket ends at the deadline.
-        assert_eq!(server_frame(&mut s).await, None);
-        assert!(sent_close.elapsed() < WAIT);
-        server.stop().await;
-        drop(again);
     }
 
     /// A client that drops its TCP connection without a Close frame (a console losing its
