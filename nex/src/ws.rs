@@ -546,7 +546,10 @@ impl WsListener {
                         shared.stats.count(reason);
                         // The slot is given back, and the end counted, before the socket
                         // closes: a client that connects again once it sees the end finds
-                        // its slot free.
+                        // its slot free. It covers the close handshake (up to a second for
+                        // a client that never answers our Close): given back before it, a
+                        // client could close at once and never answer, and hold sockets
+                        // past every cap.
                         drop(slot);
                         drop(socket);
                         // One a connection, which any client can open and end at once: trace.

@@ -383,12 +383,19 @@ impl Settings {
             let name = d.as_str();
             // Every packet is charged, the handshake's first: a packet burst under the two a
             // client sends at once (Handshake and Login Start, or Status Request) closes
-            // every connection at its start.
+            // every connection at its start; an upstream sends two at once as early (Set
+            // Compression and Login Success).
             if let Some(p) = b.packets
                 && p.burst < 2
             {
+                let pair = match d {
+                    Direction::Serverbound => "a client sends at once (Handshake and Login Start)",
+                    Direction::Clientbound => {
+                        "an upstream sends at once (Set Compression and Login Success)"
+                    }
+                };
                 return Err(SettingsError::new(format!(
-                    "route {}: inspect: {name}-packets burst {} is below the 2 packets a client sends at once (Handshake and Login Start), which would close every connection",
+                    "route {}: inspect: {name}-packets burst {} (a burst left out is the rate) is below the 2 packets {pair}, which would close every connection",
                     route.name, p.burst
                 )));
             }

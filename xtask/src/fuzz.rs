@@ -38,7 +38,8 @@ use crate::process::{output, root, run_in};
 
 /// Runs of each target in the smoke run.
 const SMOKE_RUNS: u32 = 5_000;
-/// The largest input the smoke run tries (campaigns use [`MAX_LEN`]).
+/// The largest input the smoke run's mutations try (its replay of the corpus and the
+/// campaigns use [`MAX_LEN`]).
 const SMOKE_MAX_LEN: usize = 1024;
 /// The largest input a campaign tries.
 const MAX_LEN: usize = 65536;
@@ -148,13 +149,17 @@ pub fn smoke() -> Result<(), String> {
         let _ = std::fs::remove_dir_all(&new_inputs);
         std::fs::create_dir_all(&new_inputs)
             .map_err(|e| format!("creating {}: {e}", new_inputs.display()))?;
+        // (An empty corpus, as a new target's may be, has no list: libFuzzer refuses an
+        // empty one, and there is nothing to replay.)
         let seeds = seed_list(&corpus_dir(t)?, &scratch.join(format!("{t}.seeds")))?;
         // Twice: the committed inputs once each, whole (the mutation run below truncates them
         // to its own length limit); then the mutations.
-        for (runs, max_len, seed) in [
+        let passes = [
             (0, MAX_LEN, None),
             (SMOKE_RUNS, SMOKE_MAX_LEN, Some("-seed=1")),
-        ] {
+        ];
+        let skip = usize::from(seeds.is_none());
+        for &(runs, max_len, seed) in &passes[skip..] {
             // A hang fails at once (libFuzzer's default allows an input 20 minutes), and no
             // target may run past what is left of the budget.
             let left = SMOKE_BUDGET_SECONDS - run_start.elapsed().as_secs_f64();
@@ -169,9 +174,9 @@ pub fn smoke() -> Result<(), String> {
                 format!("-timeout={SMOKE_INPUT_TIMEOUT}"),
                 format!("-max_total_time={}", left.ceil() as u64),
                 artifact_prefix(t)?,
-                seeds.clone(),
                 new_inputs.to_string_lossy().into_owned(),
             ];
+            args.extend(seeds.clone());
             args.extend(seed.map(String::from));
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let started = Instant::now();
@@ -208,22 +213,25 @@ pub fn smoke() -> Result<(), String> {
 }
 
 /// Writes the files of `corpus` to `list`, comma-separated and sorted by name, and returns
-/// libFuzzer's `-seed_inputs=@list` for them: a corpus directory is read in the file system's
-/// order, which differs between machines.
-fn seed_list(corpus: &Path, list: &Path) -> Result<String, String> {
+/// libFuzzer's `-seed_inputs=@list` for them (`None` for an empty corpus): a corpus directory
+/// is read in the file system's order, which differs between machines.
+fn seed_list(corpus: &Path, list: &Path) -> Result<Option<String>, String> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(corpus)
         .map_err(|e| format!("reading {}: {e}", corpus.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file())
         .collect();
     files.sort();
+    if files.is_empty() {
+        return Ok(None);
+    }
     let text = files
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(",");
     std::fs::write(list, text).map_err(|e| format!("writing {}: {e}", list.display()))?;
-    Ok(format!("-seed_inputs=@{}", list.display()))
+    Ok(Some(format!("-seed_inputs=@{}", list.display())))
 }
 
 /// The most the smoke run of every target together may take, its build apart.
@@ -776,6 +784,25 @@ fn thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The smoke run's seed list: the corpus's files sorted by name; none for an empty corpus
+    /// (libFuzzer refuses an empty list).
+    #[test]
+    fn seed_lists_are_sorted_and_an_empty_corpus_has_none() {
+        let dir = std::env::temp_dir().join(format!("xtask-seeds-{}", std::process::id()));
+        let corpus = dir.join("corpus");
+        std::fs::create_dir_all(&corpus).unwrap();
+        let list = dir.join("list");
+        assert_eq!(seed_list(&corpus, &list), Ok(None));
+        for name in ["b", "a", "c"] {
+            std::fs::write(corpus.join(name), name).unwrap();
+        }
+        let flag = seed_list(&corpus, &list).unwrap().unwrap();
+        assert_eq!(flag, format!("-seed_inputs=@{}", list.display()));
+        let names = ["a", "b", "c"].map(|n| corpus.join(n).to_string_lossy().into_owned());
+        assert_eq!(std::fs::read_to_string(&list).unwrap(), names.join(","));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn bin_names_in_order() {
