@@ -2,7 +2,7 @@
 
 use core::cell::Cell;
 use core::future::{Future, poll_fn};
-use core::pin::pin;
+use core::pin::{Pin, pin};
 use core::task::{Context, Poll, Waker};
 use std::collections::VecDeque;
 use std::vec::Vec;
@@ -487,6 +487,16 @@ fn serve_with_window(
     window: Option<usize>,
     steps: impl IntoIterator<Item = Step>,
 ) -> (Ended<ErrorKind>, Vec<u8>, Duration) {
+    serve_polled(config, window, steps, |f| block_on(f))
+}
+
+/// The driver's future, as in [`serve_with_window`], run to its end by `run`.
+fn serve_polled(
+    config: Config,
+    window: Option<usize>,
+    steps: impl IntoIterator<Item = Step>,
+    run: impl FnOnce(Pin<&mut dyn Future<Output = Ended<ErrorKind>>>) -> Ended<ErrorKind>,
+) -> (Ended<ErrorKind>, Vec<u8>, Duration) {
     static COUNTERS: AtomicCounters = AtomicCounters::new();
     let start = Instant::from_micros(1_000);
     let clock = FakeClock(Cell::new(start));
@@ -496,14 +506,14 @@ fn serve_with_window(
     let mut input = std::vec![0u8; config.max_input_len()];
     let mut output = std::vec![0u8; config.max_output_len()];
     let mut scratch = std::vec![0u8; config.max_packet_len()];
-    let ended = block_on(drive(
+    let ended = run(pin!(drive(
         &mut transport,
         &clock,
         &mut session,
         &mut input,
         &mut output,
         |s, i, o| s.handle(i, o, &mut Workspace::new(&mut scratch), &COUNTERS),
-    ));
+    )));
     session.finish(&COUNTERS, ended.session_error().as_ref());
     let elapsed = clock.now().saturating_duration_since(start);
     (ended, transport.sent, elapsed)
@@ -549,7 +559,6 @@ fn driver_yields_after_each_derivation() {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
-    static COUNTERS: AtomicCounters = AtomicCounters::new();
     let mut data = [0u8; 32];
     let n = wire::DeriveRequest {
         pid: 100,
@@ -560,45 +569,35 @@ fn driver_yields_after_each_derivation() {
     let derive = packet(wire::DERIVE, &data[..n]);
     let echo = packet(wire::ECHO, b"ping");
     let burst = [&derive[..], &derive, &echo, &derive, &echo].concat();
-    let config = Config::new();
-    let clock = FakeClock(Cell::new(Instant::from_micros(1_000)));
-    let mut transport = Scripted::new(&clock, [Step::Data(burst), Step::Eof]);
-    let mut session = Session::new(&config, clock.now());
-    let mut input = std::vec![0u8; config.max_input_len()];
-    let mut output = std::vec![0u8; config.max_output_len()];
-    let mut scratch = std::vec![0u8; config.max_packet_len()];
     let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
     let waker = Waker::from(wakes.clone());
-    let mut cx = Context::from_waker(&waker);
     let mut pending = 0;
-    let ended = {
-        let mut f = pin!(drive(
-            &mut transport,
-            &clock,
-            &mut session,
-            &mut input,
-            &mut output,
-            |s, i, o| s.handle(i, o, &mut Workspace::new(&mut scratch), &COUNTERS),
-        ));
-        loop {
-            match f.as_mut().poll(&mut cx) {
-                Poll::Ready(e) => break e,
-                Poll::Pending => {
-                    pending += 1;
-                    assert_eq!(
-                        wakes.0.load(Ordering::Relaxed),
-                        pending,
-                        "a wait, not a yield"
-                    );
-                    assert!(pending < 100, "hung");
+    let (ended, sent, _) = serve_polled(
+        Config::new(),
+        None,
+        [Step::Data(burst), Step::Eof],
+        |mut f| {
+            let mut cx = Context::from_waker(&waker);
+            loop {
+                match f.as_mut().poll(&mut cx) {
+                    Poll::Ready(e) => break e,
+                    Poll::Pending => {
+                        pending += 1;
+                        assert_eq!(
+                            wakes.0.load(Ordering::Relaxed),
+                            pending,
+                            "a wait, not a yield"
+                        );
+                        assert!(pending < 100, "hung");
+                    }
                 }
             }
-        }
-    };
+        },
+    );
     assert_eq!(ended, Ended::PeerClosed);
     assert_eq!(pending, 3);
     let mut replies = 0;
-    let mut sent = &transport.sent[..];
+    let mut sent = &sent[..];
     while !sent.is_empty() {
         let f = FrameDecoder::new().decode_frame(sent).unwrap();
         let crate::Status::Complete(f) = f else {

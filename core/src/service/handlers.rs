@@ -310,15 +310,20 @@ mod tests {
         assert_eq!(h.handle(&buf[..n]).unwrap().1, &buf[..n]);
     }
 
-    /// Sends the derive request for pid 100 (NEX's example account); the reply's ID and data.
-    fn derive_example(h: &mut Harness) -> (i32, std::vec::Vec<u8>) {
+    /// The derive request for pid 100 (NEX's example account), framed.
+    fn derive_request() -> ([u8; 300], usize) {
         let mut data = [0u8; 32];
         let req = DeriveRequest {
             pid: 100,
             password: b"MMQea3n!fsik",
         };
         let n = req.encode(&mut data).unwrap();
-        let (buf, len) = frame(wire::DERIVE, &data[..n]);
+        frame(wire::DERIVE, &data[..n])
+    }
+
+    /// Sends [`derive_request`]; the reply's ID and data.
+    fn derive_example(h: &mut Harness) -> (i32, std::vec::Vec<u8>) {
+        let (buf, len) = derive_request();
         let (_, out) = h.handle(&buf[..len]).unwrap();
         let (id, reply) = packets(out).next().unwrap();
         (id, reply.to_vec())
@@ -330,13 +335,7 @@ mod tests {
     #[test]
     fn a_call_ends_after_each_derivation() {
         let mut h = Harness::new(Config::new());
-        let mut data = [0u8; 32];
-        let req = DeriveRequest {
-            pid: 100,
-            password: b"MMQea3n!fsik",
-        };
-        let n = req.encode(&mut data).unwrap();
-        let (derive, dlen) = frame(wire::DERIVE, &data[..n]);
+        let (derive, dlen) = derive_request();
         let (echo, elen) = frame(wire::ECHO, b"behind");
         let mut input = std::vec::Vec::new();
         for _ in 0..3 {
