@@ -46,7 +46,7 @@ impl<const N: usize> Code<N> {
         &mut self,
         freq: &[u32; N],
         max_bits: u32,
-        runs: Option<&mut RunLengths>,
+        mut runs: Option<&mut RunLengths>,
     ) -> u64 {
         let mut sorted = [0u32; N];
         let mut by_symbol = [0u32; N];
@@ -112,20 +112,12 @@ impl<const N: usize> Code<N> {
         // Canonical codes (RFC 1951 §3.2.2), stored bit-reversed, and the header's run
         // lengths, in one pass over the used symbols in ascending order.
         let mut next = first_codes(&count);
-        match runs {
-            Some(runs) => {
-                for &k in &by_symbol[..n] {
-                    let s = (k & 511) as usize;
-                    let l = self.lens[s];
-                    self.codes[s] = take_code(&mut next, l as usize & 15);
-                    runs.coded(s, l);
-                }
-            }
-            None => {
-                for &k in &by_symbol[..n] {
-                    let s = (k & 511) as usize;
-                    self.codes[s] = take_code(&mut next, self.lens[s] as usize & 15);
-                }
+        for &k in &by_symbol[..n] {
+            let s = (k & 511) as usize;
+            let l = self.lens[s];
+            self.codes[s] = take_code(&mut next, l as usize & 15);
+            if let Some(runs) = runs.as_deref_mut() {
+                runs.coded(s, l);
             }
         }
         cost
@@ -156,7 +148,7 @@ impl<const N: usize> Code<N> {
         // Frequencies count the symbols of one block, so their sum fits easily.
         let total: u32 = freq.iter().sum();
         if total >= one {
-            return self.build_reporting(freq, max_bits, runs);
+            return self.build_with(freq, max_bits, runs);
         }
         // The used symbols, found 32 at a time (a small block uses few of the 286): a mask of
         // the nonzero frequencies, then its set bits, each with its Shannon length in the
@@ -175,7 +167,7 @@ impl<const N: usize> Code<N> {
             count[l as usize] += 1;
         });
         if n < 2 {
-            return self.build_reporting(freq, max_bits, runs);
+            return self.build_with(freq, max_bits, runs);
         }
         // Shortening a code of length l spends `one >> l` of the slack. Longest codes first:
         // while slack remains it is a multiple of the longest code's share, so it ends at
@@ -215,16 +207,6 @@ impl<const N: usize> Code<N> {
             }
         }
         cost
-    }
-
-    /// [`Code::build_with`]; returns the cost of `freq`.
-    fn build_reporting(
-        &mut self,
-        freq: &[u32; N],
-        max_bits: u32,
-        runs: Option<&mut RunLengths>,
-    ) -> u64 {
-        self.build_with(freq, max_bits, runs)
     }
 
     /// Bits spent on the symbols of `freq` with this code (extra bits not included).
