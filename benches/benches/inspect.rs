@@ -147,7 +147,8 @@ fn run(relay: Relay, bytes: &[u8]) -> (Duration, Duration, usize) {
                             ..InspectSettings::default()
                         };
                         let mut filter = PassAll;
-                        let mut insp = Inspector::new(&settings, &mut filter);
+                        let mut insp =
+                            Inspector::new(&settings, &mut filter).expect("buffers mapped");
                         let (hs, ls) = login();
                         let now = wirekit_std::clock::now();
                         assert_eq!(

@@ -14,6 +14,12 @@
 
 use std::ops::{Deref, DerefMut};
 
+#[cfg(test)]
+std::thread_local! {
+    /// Tests: whether this thread's mappings fail (as past `vm.max_map_count`).
+    pub(crate) static FAIL_MAPS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Buffers smaller than this come from the heap: a mapping costs two system calls, and the
 /// allocator's handling of small blocks is not at issue.
 pub(crate) const MAP_FROM: usize = 64 * 1024;
@@ -26,21 +32,48 @@ enum Inner {
     Map(memmap2::MmapMut),
 }
 
+/// A large buffer could not be mapped: the process is past its mappings
+/// (`vm.max_map_count`), its address space (`RLIMIT_AS`) or the kernel's commit limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfMemory;
+
+impl core::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("no memory for the connection's buffers")
+    }
+}
+
+impl std::error::Error for OutOfMemory {}
+
 impl LazyBuf {
     /// `len` zero bytes: mapped from [`MAP_FROM`] up, from the heap below it (or when the
-    /// mapping fails, as it may past `vm.max_map_count`).
+    /// mapping fails: for buffers a thread holds, whose number is bounded).
     pub(crate) fn zeroed(len: usize) -> LazyBuf {
-        if len >= MAP_FROM
-            && let Ok(map) = memmap2::MmapMut::map_anon(len)
-        {
-            return LazyBuf(Inner::Map(map));
+        LazyBuf::try_zeroed(len)
+            .unwrap_or_else(|OutOfMemory| LazyBuf(Inner::Heap(vec![0u8; len].into_boxed_slice())))
+    }
+
+    /// [`zeroed`](Self::zeroed) with no heap fallback: a buffer of [`MAP_FROM`] or more that
+    /// cannot be mapped is an error, for buffers held per connection, whose number a peer
+    /// drives. (From the heap, megabytes per connection would be committed, and past the
+    /// same limits the allocator's failure aborts the process.)
+    pub(crate) fn try_zeroed(len: usize) -> Result<LazyBuf, OutOfMemory> {
+        if len < MAP_FROM {
+            return Ok(LazyBuf(Inner::Heap(vec![0u8; len].into_boxed_slice())));
         }
-        LazyBuf(Inner::Heap(vec![0u8; len].into_boxed_slice()))
+        #[cfg(test)]
+        if FAIL_MAPS.get() {
+            return Err(OutOfMemory);
+        }
+        match memmap2::MmapMut::map_anon(len) {
+            Ok(map) => Ok(LazyBuf(Inner::Map(map))),
+            Err(_) => Err(OutOfMemory),
+        }
     }
 
     /// Whether the buffer is a mapping of its own.
     #[cfg(test)]
-    fn is_mapped(&self) -> bool {
+    pub(crate) fn is_mapped(&self) -> bool {
         matches!(self.0, Inner::Map(_))
     }
 }

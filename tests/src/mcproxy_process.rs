@@ -132,6 +132,11 @@ pub struct McProxy {
 impl McProxy {
     /// Starts the proxy (2 worker threads) with `config`, and waits for its addresses.
     pub fn start(config: &str) -> McProxy {
+        McProxy::start_threads(config, 2)
+    }
+
+    /// [`start`](Self::start) with `threads` worker threads (1: a single-threaded runtime).
+    pub fn start_threads(config: &str, threads: usize) -> McProxy {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path =
@@ -141,7 +146,7 @@ impl McProxy {
         cmd.args(["proxy", "--config"])
             .arg(&path)
             .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-            .args(["--threads", "2"])
+            .args(["--threads", &threads.to_string()])
             .env("RUST_LOG", "info");
         let mut proc = Proc::spawn(cmd);
         let addr = proc.stdout_line("listening on ").parse().unwrap();

@@ -192,7 +192,7 @@ fn logged_in(client_compression: Option<ClientCompression>, max_packet: usize) -
     let token = shutdown.clone();
     let relay = rt.spawn(async move {
         let filter: &'static mut PassAll = Box::leak(Box::new(PassAll));
-        let mut insp = Inspector::new(settings, filter);
+        let mut insp = Inspector::new(settings, filter).expect("buffers mapped");
         let now = wirekit_std::clock::now();
         assert_eq!(
             insp.judge_prelogin(&hs[1..], hs.len(), now),

@@ -999,3 +999,148 @@ fn encryption_request_frame() -> Vec<u8> {
     frame.truncate(n);
     frame
 }
+
+/// An inspected login whose buffers cannot be mapped (here the proxy's address space is
+/// capped with `prlimit --as` at a few connections' worth past what it holds; past the
+/// kernel's `vm.max_map_count` it is the same failure) is refused with a Disconnect and
+/// counted, and the process lives on: the connections open keep relaying both ways, and a
+/// login is served again once some of them have closed. (The heap, the buffers' previous
+/// fallback, fails at the same limit, and a failed allocation aborts the process.)
+#[test]
+fn a_login_past_the_memory_for_its_buffers_is_refused_and_the_open_ones_are_served() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+    use wirekit_tests::mcproxy_process::{
+        connect_from, expect_disconnect, login_bytes, login_success,
+    };
+
+    let _turn = turn();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // One thread: its shared work buffers are made at the first login, before the cap.
+    let proxy = McProxy::start_threads(&route("nomem", port, ""), 1);
+    let finish_login = |client: &mut TcpStream, up: &mut TcpStream| {
+        up.write_all(&login_success("Tester")).unwrap();
+        assert_eq!(read_frames(client, 1).len(), 1);
+    };
+    let vm_kib = || {
+        std::fs::read_to_string(format!("/proc/{}/status", proxy.pid()))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmSize:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    let mut open = Vec::new();
+    let mut vm = [0; 2];
+    for (from, vm) in [59, 60].into_iter().zip(&mut vm) {
+        let (mut c, mut u) = logged_in_through(&proxy, &listener, "nomem", from);
+        finish_login(&mut c, &mut u);
+        open.push((c, u));
+        *vm = vm_kib();
+    }
+    // What one more connection maps; the cap leaves room for two and a half of them (half a
+    // connection's buffers, over a megabyte, for everything else: a process at its cap
+    // fails its small allocations too, and those abort it).
+    let per_conn = vm[1] - vm[0];
+    assert!(per_conn > 1024, "{per_conn} KiB mapped per connection");
+    let cap = (vm[1] + per_conn * 5 / 2) * 1024;
+    let status = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", proxy.pid()))
+        .arg(format!("--as={cap}:{cap}"))
+        .status()
+        .expect("run prlimit");
+    assert!(status.success(), "prlimit --as: {status}");
+
+    // Logins until one is refused: each either reaches the upstream or gets a Disconnect.
+    listener.set_nonblocking(true).unwrap();
+    let attempt = |from: u8| -> Result<(TcpStream, TcpStream), TcpStream> {
+        let mut client = connect_from(from, proxy.addr);
+        client
+            .write_all(&login_bytes("nomem.inspect.test", "Tester"))
+            .unwrap();
+        client.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok((mut up, _)) = listener.accept() {
+                up.set_nonblocking(false).unwrap();
+                up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                client.set_nonblocking(false).unwrap();
+                client
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                read_frames(&mut up, 2);
+                return Ok((client, up));
+            }
+            if client.peek(&mut [0u8; 1]).is_ok_and(|n| n > 0) {
+                client.set_nonblocking(false).unwrap();
+                return Err(client);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "login {from}: neither served nor refused"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let mut refused = None;
+    for from in 61..=120u8 {
+        match attempt(from) {
+            Ok((mut c, mut u)) => {
+                finish_login(&mut c, &mut u);
+                open.push((c, u));
+            }
+            Err(c) => {
+                refused = Some(c);
+                break;
+            }
+        }
+    }
+    let mut refused = refused.unwrap_or_else(|| {
+        panic!(
+            "{} logins served, {per_conn} KiB each, under a cap two and a half past two\n{}",
+            open.len(),
+            proxy.proc.log()
+        )
+    });
+    expect_disconnect(&mut refused, "out of memory");
+    proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"no_memory\"}", 1);
+    let served = open.len();
+    assert!(
+        (3..=4).contains(&served),
+        "{served} logins served, {per_conn} KiB each, under a cap two and a half past two"
+    );
+
+    // Every connection open still relays both ways.
+    for (i, (client, up)) in open.iter_mut().enumerate() {
+        let ping = frame(&[0x0F, i as u8]);
+        client.write_all(&ping).unwrap();
+        assert_eq!(
+            read_frames(up, 1),
+            vec![ping[1..].to_vec()],
+            "connection {i}"
+        );
+        up.write_all(&ping).unwrap();
+        assert_eq!(
+            read_frames(client, 1),
+            vec![ping[1..].to_vec()],
+            "connection {i}"
+        );
+    }
+
+    // Half of them close: their buffers are unmapped, and logins are served again.
+    for (client, up) in open.drain(served / 2..) {
+        drop(client);
+        let mut up = up;
+        let _ = up.read(&mut [0u8; 16]);
+    }
+    proxy.wait_metric(
+        "wirekit_proxy_connections_open{route=\"nomem\",state=\"play\"}",
+        open.len() as u64,
+    );
+    let again = attempt(121)
+        .unwrap_or_else(|_| panic!("a login after {} closed was refused", served - served / 2));
+    drop(again);
+    drop(open);
+}

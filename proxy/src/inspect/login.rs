@@ -67,7 +67,16 @@ pub(crate) async fn serve<'a>(
         Some(make) => make(&r.name),
         None => Box::new(PassAll),
     };
-    let mut insp = Inspector::new(&r.inspect, &mut *filter);
+    let Ok(mut insp) = Inspector::new(&r.inspect, &mut *filter) else {
+        // Its buffers could not be mapped (the process is past vm.max_map_count or its
+        // address space): this login is refused, the connections open keep theirs.
+        crate::conn::disconnect(
+            &mut inbound.stream,
+            "The proxy is out of memory for new connections; try again later.",
+        )
+        .await;
+        return Ended::Refused("no_memory");
+    };
     insp.set_conn_config(conn_config(r, s.serverbound, s.clientbound));
     let now = clock::now();
     let login_frame = opening.frame.end..opening.login.end;

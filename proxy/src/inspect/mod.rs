@@ -65,6 +65,7 @@ use wirekit_core::varint::encode_varint;
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
 
 use crate::lazy_buf::LazyBuf;
+pub use crate::lazy_buf::OutOfMemory;
 use crate::metrics::{ConnState, OpenGauge};
 
 /// Makes the [`Filter`] of each inspected connection, given the route's name (set with
@@ -349,12 +350,12 @@ enum Io {
 }
 
 impl Side {
-    fn new(max_packet: usize, level: Level) -> Side {
+    fn new(max_packet: usize, level: Level) -> Result<Side, OutOfMemory> {
         let limits = CompressedLimits::for_max_body_len(max_packet);
         // The longest frame the decoder accepts, with its length field, fits beside a read.
         let frame = limits.max_frame_len() + MAX_LENGTH_FIELD_LEN;
-        Side {
-            buf: LazyBuf::zeroed(frame.max(READ_CHUNK)),
+        Ok(Side {
+            buf: LazyBuf::try_zeroed(frame.max(READ_CHUNK))?,
             start: 0,
             end: 0,
             decoder: CompressedDecoder::new(-1).with_limits(limits),
@@ -363,12 +364,12 @@ impl Side {
             // Room to frame again the largest packet (its body, inflated, may be past the
             // largest frame's length, and compress to within it): mapped, so only what a
             // frame writes is committed.
-            out: LazyBuf::zeroed(READ_CHUNK + max_encoded_len(limits.max_data_len())),
+            out: LazyBuf::try_zeroed(READ_CHUNK + max_encoded_len(limits.max_data_len()))?,
             out_sent: 0,
             out_len: 0,
             moved: Moved::default(),
             ended: false,
-        }
+        })
     }
 
     fn same_framing(&self) -> bool {
@@ -576,28 +577,35 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     /// smaller (a connection judged on another thread, in a multi-threaded runtime, may grow
     /// that thread's set once). Its machine passes unknown versions (opaque after the
     /// handshake) until [`set_conn_config`](Self::set_conn_config) gives it the route's policy.
-    pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Self {
+    ///
+    /// Its own buffers, sized by the route's largest packets (megabytes), are private
+    /// mappings (see the crate's `lazy_buf`): [`OutOfMemory`] when one cannot be mapped, as
+    /// at the process's address-space limit or the kernel's `vm.max_map_count`; the caller
+    /// refuses that connection and serves the others. (The thread's shared set, bounded by
+    /// the number of threads, falls back to the heap.)
+    pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Result<Self, OutOfMemory> {
         let sb = settings.max_packet(Direction::Serverbound);
         let cb = settings.max_packet(Direction::Clientbound);
         let client_level = settings.client_compression.map_or(Level::Fast, |c| c.level);
+        let sides = [
+            Side::new(sb, settings.upstream_level)?,
+            Side::new(cb, client_level)?,
+        ];
         Work::reserve(sb.max(cb));
-        Inspector {
+        Ok(Inspector {
             settings,
             conn: ProxyConn::new(ConnConfig {
                 unknown_version: UnknownVersion::Opaque,
                 budgets: settings.budgets,
             }),
-            sides: [
-                Side::new(sb, settings.upstream_level),
-                Side::new(cb, client_level),
-            ],
+            sides,
             work_len: sb.max(cb),
             filter,
             index: RunIndex::new(),
             counters: None,
             reported: [Moved::default(); 2],
             idle: crate::settings::DEFAULT_IDLE_TIMEOUT,
-        }
+        })
     }
 
     /// Ends the relay ([`InspectEnd::Idle`]) once no byte has been forwarded either way (nor
@@ -1274,6 +1282,29 @@ mod tests {
             assert_eq!(len, 8192);
             assert_eq!(scratch_at(100), (grown, 8192));
             assert_eq!(scratch_at(8192), (grown, 8192));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_connection_whose_buffers_cannot_be_mapped_is_an_error_and_the_threads_set_falls_back() {
+        std::thread::spawn(|| {
+            let settings = InspectSettings::default();
+            let mut filter = wirekit_core::minecraft::filter::PassAll;
+            crate::lazy_buf::FAIL_MAPS.set(true);
+            assert_eq!(
+                Inspector::new(&settings, &mut filter).err(),
+                Some(OutOfMemory)
+            );
+            // The thread's shared set, bounded by the threads, comes from the heap instead.
+            let len = settings.max_packet(Direction::Clientbound);
+            assert!(len >= crate::lazy_buf::MAP_FROM);
+            assert_eq!(scratch_at(len).1, len);
+            crate::lazy_buf::FAIL_MAPS.set(false);
+            let insp = Inspector::new(&settings, &mut filter).expect("mapped");
+            let cb = &insp.sides[Direction::Clientbound.index()];
+            assert!(cb.buf.is_mapped() && cb.out.is_mapped());
         })
         .join()
         .unwrap();
