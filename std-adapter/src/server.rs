@@ -831,6 +831,10 @@ async fn drive(
         // far as the session says the frame needs, but at most to twice what the peer has
         // sent: a declared length alone commits no memory (a few bytes declaring a 1 MiB
         // frame hold INITIAL_BUFFER, not 1 MiB).
+        // The replies in `out` went out before this wait: a large one's buffer is given back
+        // now, not when the frame being read completes (a peer could hold it for its idle
+        // timeout with one byte of a next frame after each large reply).
+        release_if_large(&mut out);
         let more = match needed {
             Needed::Exactly(n) => more_for(n, input.len()),
             Needed::Unknown => 1,

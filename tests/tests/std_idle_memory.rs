@@ -70,3 +70,91 @@ fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
     drop(c);
     server.stop().unwrap();
 }
+
+/// A connection whose compressed frame, split across reads, inflated to a large body and got
+/// a large reply, then sent the first byte of its next frame and went quiet, holds no more
+/// than a quiet one either: the reply buffer is given back once its reply went out, not when
+/// the next frame completes (a few hundred bytes of compressed frame, repeated before each
+/// idle timeout, held about 1 MiB per connection).
+#[test]
+fn a_connection_quiet_inside_a_frame_after_a_large_compressed_reply_gives_it_back() {
+    use wirekit_core::Status;
+    use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder};
+    use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
+    assert_counting_installed();
+    let server = ServerThread::builder(ServeOptions {
+        service: service::Config::new()
+            .with_max_packet_len(1 << 20)
+            .with_compression_threshold(256),
+        ..ServeOptions::default()
+    })
+    .spawn()
+    .unwrap();
+    let mut body = vec![wire::ECHO as u8];
+    body.resize((1 << 20) - 64, 0x5a);
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_SERVER]).unwrap();
+    let mut frame = vec![0u8; wirekit_core::frame::compressed::max_encoded_len(body.len())];
+    let n = CompressedEncoder::new(256, Level::Default)
+        .encode(&body, &mut frame, &mut compressor)
+        .unwrap();
+    frame.truncate(n);
+    assert!(n < 4096, "{n} bytes of compressed frame");
+    let mut inflater = Box::new(Inflater::new());
+    let mut scratch = vec![0u8; 1 << 20];
+    // Reads the greeting (uncompressed), then the echo's reply (compressed), whole.
+    let exchange = |c: &mut TcpStream, inflater: &mut Inflater, scratch: &mut [u8]| {
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut threshold = -1;
+        let mut replies = 0;
+        while replies < 2 {
+            let decoder = CompressedDecoder::new(threshold);
+            if let Ok(Status::Complete(d)) = decoder.decode(&got, inflater, scratch) {
+                let consumed = d.consumed;
+                if replies == 0 {
+                    threshold = 256;
+                } else {
+                    assert_eq!(d.body.len(), body.len());
+                }
+                got.drain(..consumed);
+                replies += 1;
+                if replies == 1 {
+                    // The frame in two writes, so it is split across reads, then the first
+                    // byte of the next one.
+                    c.write_all(&frame[..n / 2]).unwrap();
+                    std::thread::sleep(Duration::from_millis(50));
+                    c.write_all(&[&frame[n / 2..], &[0x05]].concat()).unwrap();
+                }
+                continue;
+            }
+            let k = c.read(&mut chunk).unwrap();
+            assert!(k > 0, "closed");
+            got.extend_from_slice(&chunk[..k]);
+        }
+    };
+    // Warm-up on a connection of its own, closed.
+    {
+        let mut c = TcpStream::connect(server.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        exchange(&mut c, &mut inflater, &mut scratch);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = live_bytes();
+    let mut c = TcpStream::connect(server.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    exchange(&mut c, &mut inflater, &mut scratch);
+    let settled_by = std::time::Instant::now() + Duration::from_secs(5);
+    let mut held = live_bytes().saturating_sub(before);
+    while held >= 64 * 1024 && std::time::Instant::now() < settled_by {
+        std::thread::sleep(Duration::from_millis(50));
+        held = live_bytes().saturating_sub(before);
+    }
+    eprintln!("{held} bytes held by a connection inside a frame after a {n}-byte compressed one");
+    assert!(
+        held < 64 * 1024,
+        "{held} bytes held by a connection inside a frame after a {n}-byte compressed one \
+         (want < 64 KiB)"
+    );
+    drop(c);
+    server.stop().unwrap();
+}

@@ -10,8 +10,17 @@ use crate::frame::fixed::LengthPrefixed;
 use crate::frame::mc::{encode_frame, encode_packet, frame_len, split_packet};
 use crate::limit::TokenBucket;
 use crate::varint::VARINT_MAX_LEN;
-use crate::zlib::Compressor;
+use crate::zlib::{Compressor, max_inflated_len};
 use crate::{BufferTooSmall, Status};
+
+/// The length of the body of the VarInt frame complete at the start of `input` (0 if its
+/// length does not decode: the caller has decoded the frame already).
+fn frame_body_len(input: &[u8]) -> usize {
+    match crate::varint::decode_varint(input) {
+        Ok(Status::Complete((len, _))) => usize::try_from(len).unwrap_or(0),
+        _ => 0,
+    }
+}
 
 impl Session {
     /// Echoes the fixed-framing payload at the start of `input`, if complete and it fits.
@@ -61,9 +70,12 @@ impl Session {
             };
             // Room for the largest reply the body can lead to, before it is inflated: a frame
             // put back for want of room would be inflated again on the next call. A length
-            // past the limits is left to `decode`'s error.
+            // past the limits is left to `decode`'s error, and so is one past what the
+            // frame's bytes can inflate to (1032 times them): room asked for it would be
+            // sized by the peer's word alone (a 7-byte frame declaring 1 MiB).
             if let Status::Complete(len) = self.compressed.body_len(input)?
                 && len <= self.compressed.limits().max_data_len()
+                && len <= max_inflated_len(frame_body_len(input))
             {
                 let required = self.reply_bound_any(len);
                 if out.len() < required {
@@ -75,6 +87,9 @@ impl Session {
                 Status::Partial(n) => return Ok(Step::Stop(Want::Input(n))),
             }
         };
+        if inflated {
+            self.worked += body_len;
+        }
         let body: &[u8] = if inflated {
             &scratch[..body_len]
         } else {
@@ -114,6 +129,7 @@ impl Session {
                 // is past the frame limit) leaves the frame unconsumed, to be decoded again
                 // on the next call and reported then.
                 let n = self.send_body(reply, out, compressor)?;
+                self.worked += reply.len();
                 self.count_in(consumed);
                 n
             }
@@ -729,6 +745,76 @@ mod tests {
             matches!(
                 err,
                 SessionError::Compressed(CompressedFrameError::Inflate(_))
+            ),
+            "{err:?}"
+        );
+    }
+
+    /// A call ends with `Want::Call` after the frame that takes its zlib work (bodies
+    /// inflated and reply bodies compressed) past `CALL_WORK`, however many complete frames
+    /// follow; the next call serves them.
+    #[test]
+    fn a_call_ends_after_the_frame_that_takes_its_zlib_work_past_the_budget() {
+        use crate::service::CALL_WORK;
+        let config = Config::new()
+            .with_max_packet_len(4096)
+            .with_compression_threshold(16);
+        let mut body = std::vec![wire::ECHO as u8];
+        body.extend_from_slice(&[0xABu8; 3999]);
+        let mut compressor = Box::new(Compressor::new([0u32; WORKSPACE_MIN]).unwrap());
+        let encoder = CompressedEncoder::new(16, Level::Fast);
+        let mut one = std::vec![0u8; max_encoded_len(body.len())];
+        let n = encoder.encode(&body, &mut one, &mut compressor).unwrap();
+        let frames = 20;
+        let wire = one[..n].repeat(frames);
+        // Each frame inflates 4000 bytes and compresses a 4000-byte reply.
+        let per_call = CALL_WORK.div_ceil(2 * body.len());
+        assert!(per_call < frames);
+        let mut h = Harness::with_out_len(config, 64 * 1024);
+        h.handle(&[]).unwrap();
+        let mut at = 0;
+        let mut calls = 0;
+        while at < wire.len() {
+            let (p, _) = h.handle(&wire[at..]).unwrap();
+            at += p.consumed;
+            calls += 1;
+            if at < wire.len() {
+                assert_eq!((p.consumed, p.want), (per_call * n, Want::Call));
+            } else {
+                assert_eq!(p.want, Want::Input(crate::Needed::Unknown));
+            }
+        }
+        assert_eq!(calls, frames.div_ceil(per_call));
+        assert_eq!(h.counters.snapshot().frames_in, frames as u64);
+    }
+
+    /// A compressed frame declaring a Data Length past what its bytes can inflate to (1032
+    /// times them) asks for no room for its reply: it is refused as it is decoded. (Room
+    /// sized by the declared length alone let a 7-byte frame make the adapter commit about
+    /// 1 MiB for it.)
+    #[test]
+    fn a_data_length_its_frame_cannot_inflate_to_reserves_nothing() {
+        use crate::frame::mc::MAX_FRAME_LEN;
+        let config = Config::new()
+            .with_max_packet_len(MAX_FRAME_LEN)
+            .with_compression_threshold(16);
+        let declared: i32 = 1 << 20;
+        assert!(declared as usize <= config.max_output_len());
+        let mut wire = std::vec![0u8; 16];
+        let mut body = [0u8; 8];
+        let dl = crate::varint::encode_varint(declared, &mut body).unwrap();
+        body[dl..dl + 2].copy_from_slice(&[0x78, 0x9c]);
+        let at = crate::varint::encode_varint((dl + 2) as i32, &mut wire).unwrap();
+        wire[at..at + dl + 2].copy_from_slice(&body[..dl + 2]);
+        let mut h = Harness::new(config);
+        h.handle(&[]).unwrap();
+        // (This harness's scratch holds 4 KiB: refused as too large for it, where an adapter
+        // with room for the Data Length maximum gets the inflater's error.)
+        let err = h.handle(&wire[..at + dl + 2]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::Compressed(_) | SessionError::ScratchTooSmall
             ),
             "{err:?}"
         );

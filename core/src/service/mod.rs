@@ -48,7 +48,8 @@
 //!      call again with an output buffer of at least `n` bytes (a fixed-buffer adapter sizes
 //!      it with [`Config::max_output_len`] up front and never sees this with `written == 0`);
 //!    - on [`Want::Call`], call again (more input may be complete, or a key derivation was
-//!      just served: the session ends a call after each, its one costly request); an adapter
+//!      just served: the session ends a call after each, its one costly request, and after
+//!      the frame that takes its zlib work past [`CALL_WORK`] bytes); an adapter
 //!      that serves other connections on the same thread lets them run first, by yielding
 //!      (as `io::drive` does) or by a time slice of its own.
 //!
@@ -104,4 +105,4 @@ pub mod wire;
 
 pub use config::{Config, Framing};
 pub use counters::{AtomicCounters, Counters, Tally};
-pub use session::{Progress, Session, SessionError, Want, Workspace};
+pub use session::{CALL_WORK, Progress, Session, SessionError, Want, Workspace};

@@ -95,6 +95,13 @@ impl<S> Workspace<'_, S> {
     }
 }
 
+/// The bytes a [`Session::handle`] call inflates and compresses (bodies inflated, plus reply
+/// bodies given to the encoder) before it ends with [`Want::Call`] after the frame that
+/// reached them: 64 KiB, a fraction of a millisecond on a server core. (A few dozen bytes of
+/// compressed frame can declare and inflate to a thousand times their size, so the input a
+/// call is given says little about its work.)
+pub const CALL_WORK: usize = 64 * 1024;
+
 /// What the adapter should do after a [`Session::handle`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -107,10 +114,12 @@ pub enum Want {
     Output(usize),
     /// More input is ready (or an error is pending at its start): call again. A call also
     /// ends this way right after a key derivation (the one request that costs milliseconds
-    /// of CPU on a microcontroller), whatever follows it: an adapter serving several
+    /// of CPU on a microcontroller), and after the frame that takes its inflating and
+    /// compressing past [`CALL_WORK`] bytes, whatever follows: an adapter serving several
     /// connections on one thread yields to the others before calling again, so a client
-    /// pipelining derive requests holds the thread for one derivation at a time, not for
-    /// every request in its buffer.
+    /// pipelining derive requests, or compressed frames that inflate a thousandfold, holds
+    /// the thread for a bounded piece of work at a time, not for every request in its
+    /// buffer.
     Call,
 }
 
@@ -256,6 +265,9 @@ pub struct Session {
     /// A key derivation was served since the loop last looked: end the call with
     /// [`Want::Call`].
     pub(super) derived: bool,
+    /// Bytes inflated and compressed in this call: past [`CALL_WORK`], the call ends with
+    /// [`Want::Call`].
+    pub(super) worked: usize,
     /// The time the adapter last gave ([`Session::set_time`]), or the start.
     pub(super) now: Instant,
 }
@@ -314,6 +326,7 @@ impl Session {
                 TokenBucket::new(burst, rate)
             },
             derived: false,
+            worked: 0,
             now,
         }
     }
@@ -493,6 +506,7 @@ impl Session {
                 Decision::Reject(reason) => return Err(SessionError::Proxy(reason)),
             }
         }
+        self.worked = 0;
         loop {
             let rest = &input[*consumed..];
             let room = &mut out[*written..];
@@ -511,7 +525,7 @@ impl Session {
                     *written += w;
                     self.tally.frames_out += 1;
                     self.tally.bytes_out += w as u64;
-                    if core::mem::take(&mut self.derived) {
+                    if core::mem::take(&mut self.derived) || self.worked >= CALL_WORK {
                         return Ok(Want::Call);
                     }
                 }
