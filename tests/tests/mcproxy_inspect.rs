@@ -982,6 +982,42 @@ fn an_upstreams_malformed_frame_is_its_own_close_not_a_client_refusal() {
     }
 }
 
+/// A packet the upstream may not send in its state (ID 0x7F in 1.12.2's login) closes the
+/// connection as the upstream's fault: counted as closed, `upstream_unexpected_packet`, not
+/// as the client's refusal (before, it was counted and logged as one, through the client's
+/// per-source log limiter).
+#[test]
+fn an_upstreams_unexpected_packet_is_its_own_close_not_a_client_refusal() {
+    use std::io::{Read, Write};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("upodd", port, ""));
+    let (mut client, mut up) = logged_in_through(&proxy, &listener, "upodd", 85);
+    up.write_all(&frame(&[0x7F, 1, 2, 3])).unwrap();
+    let mut rest = Vec::new();
+    let _ = client.read_to_end(&mut rest);
+    let line = close_line(&proxy, "upodd");
+    assert!(
+        line.contains("reason=\"upstream_unexpected_packet\"") && line.contains(" closed "),
+        "{line}"
+    );
+    proxy.wait_metric(
+        "wirekit_proxy_closed_total{reason=\"upstream_unexpected_packet\"}",
+        1,
+    );
+    for reason in ["upstream_unexpected_packet", "unexpected_packet"] {
+        assert_eq!(
+            proxy.metric_or_zero(&format!(
+                "wirekit_proxy_rejections_total{{reason=\"{reason}\"}}"
+            )),
+            0,
+            "{reason}"
+        );
+    }
+}
+
 /// An online-mode upstream's Encryption Request for protocol 340, as an uncompressed frame.
 fn encryption_request_frame() -> Vec<u8> {
     use wirekit_core::minecraft::Encode;

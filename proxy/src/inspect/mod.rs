@@ -206,8 +206,11 @@ pub enum InspectEnd {
     /// flush on going opaque took longer).
     Idle,
     /// The connection machine closed the connection (its Disconnect, if the state has one,
-    /// was sent to the client).
-    Closed(Close),
+    /// was sent to the client), judging a packet (or bytes) going in this direction: a
+    /// serverbound one is the client's doing (a refusal), a clientbound one the upstream's
+    /// (named `upstream_` and the reason), except a clientbound budget's: the connection's
+    /// limit, a refusal as in the byte relay.
+    Closed(Close, Direction),
     /// A frame did not decode (malformed, over its direction's maximum, a compressed packet
     /// that does not inflate to exactly its Data Length): closed, with a Disconnect to the
     /// client where its state has one.
@@ -235,7 +238,8 @@ impl InspectEnd {
             InspectEnd::UpstreamError => "upstream_error",
             InspectEnd::Shutdown => "shutdown",
             InspectEnd::Idle => "idle_timeout",
-            InspectEnd::Closed(c) => c.reason.label(),
+            InspectEnd::Closed(c, Direction::Serverbound) => c.reason.label(),
+            InspectEnd::Closed(c, Direction::Clientbound) => upstream_label(c.reason.label()),
             // The upstream's malformed frames are named as its own: they are no client's
             // refusal (nor counted or logged as one).
             InspectEnd::BadFrame(dir, e) => {
@@ -285,7 +289,7 @@ impl InspectEnd {
     pub const fn sent_disconnect(&self) -> bool {
         matches!(
             self,
-            InspectEnd::Closed(_)
+            InspectEnd::Closed(..)
                 | InspectEnd::BadFrame(..)
                 | InspectEnd::Reframe
                 | InspectEnd::Unrelayable
@@ -297,8 +301,31 @@ impl InspectEnd {
     pub const fn is_refusal(&self) -> bool {
         matches!(
             self,
-            InspectEnd::Closed(_) | InspectEnd::BadFrame(Direction::Serverbound, _)
+            InspectEnd::Closed(_, Direction::Serverbound)
+                | InspectEnd::Closed(
+                    Close {
+                        reason: wirekit_core::minecraft::conn::CloseReason::Budget(_),
+                        ..
+                    },
+                    _
+                )
+                | InspectEnd::BadFrame(Direction::Serverbound, _)
         )
+    }
+}
+
+/// The reason a close decided on the upstream's packets is named by: the client's reason's
+/// label with `upstream_` before it, so the metrics and close lines tell the two apart (the
+/// clientbound budgets' labels already say their direction).
+const fn upstream_label(label: &'static str) -> &'static str {
+    match label.as_bytes() {
+        b"unexpected_packet" => "upstream_unexpected_packet",
+        b"bad_packet" => "upstream_bad_packet",
+        b"rule_denied" => "upstream_rule_denied",
+        b"rule_too_large" => "upstream_rule_too_large",
+        b"filter_closed" => "upstream_filter_closed",
+        b"filter_error" => "upstream_filter_error",
+        _ => label,
     }
 }
 
@@ -925,7 +952,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             );
             // What goes out for the packet: as received, or framed again from this body.
             let built: &[u8] = match verdict {
-                Verdict::Close(c) => return Some(After::Close(c)),
+                Verdict::Close(c) => return Some(After::Close(c, dir)),
                 // Bytes relayed as they come need the same framing both sides: once the
                 // client has a threshold of the proxy's own (an upstream that sent Set
                 // Compression before Encryption Request, which vanilla never does), they
@@ -1039,7 +1066,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                             self.conn
                                 .relay_bytes(d, unjudged, wirekit_std::clock::now())
                     {
-                        return InspectEnd::Closed(c);
+                        return InspectEnd::Closed(c, d);
                     }
                     // Not past the idle timeout: a peer that takes none of it is gone.
                     match tokio::time::timeout(self.idle, side.flush(to, true)).await {
@@ -1063,10 +1090,10 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         let to_client = |target: Option<DisconnectTarget>| target.filter(|_| !client_stalled);
         match after {
             After::Opaque => InspectEnd::Opaque,
-            After::Close(c) => {
+            After::Close(c, dir) => {
                 self.disconnect(to_client(c.disconnect), c.reason.as_str(), cw, uw)
                     .await;
-                InspectEnd::Closed(c)
+                InspectEnd::Closed(c, dir)
             }
             After::BadFrame(e) => {
                 let target = to_client(self.conn.disconnect_target());
@@ -1137,8 +1164,8 @@ type Writer<'a> = dyn AsyncWrite + Unpin + Send + 'a;
 
 /// Why the relay ends.
 enum After {
-    /// The machine closed.
-    Close(Close),
+    /// The machine closed, judging a packet going in this direction.
+    Close(Close, Direction),
     /// A frame did not decode.
     BadFrame(CompressedFrameError),
     /// The connection went opaque.
