@@ -962,22 +962,28 @@ fn an_upstreams_malformed_frame_is_its_own_close_not_a_client_refusal() {
         .unwrap();
     let mut rest = Vec::new();
     let _ = client.read_to_end(&mut rest);
-    let line = close_line(&proxy, "upbad");
+    assert_upstreams_close(&proxy, "upbad", "bad_compression");
+}
+
+/// Route `name`'s one connection was closed for the upstream's `reason`: its close line says
+/// `closed` with `upstream_<reason>`, counted once as closed, and neither form of the reason
+/// counted as a rejection.
+fn assert_upstreams_close(proxy: &McProxy, name: &str, reason: &str) {
+    let upstream = format!("upstream_{reason}");
+    let line = close_line(proxy, name);
     assert!(
-        line.contains("reason=\"upstream_bad_compression\"") && line.contains(" closed "),
+        line.contains(&format!("reason=\"{upstream}\"")) && line.contains(" closed "),
         "{line}"
     );
     proxy.wait_metric(
-        "wirekit_proxy_closed_total{reason=\"upstream_bad_compression\"}",
+        &format!("wirekit_proxy_closed_total{{reason=\"{upstream}\"}}"),
         1,
     );
-    for reason in ["upstream_bad_compression", "bad_compression"] {
+    for r in [upstream.as_str(), reason] {
         assert_eq!(
-            proxy.metric_or_zero(&format!(
-                "wirekit_proxy_rejections_total{{reason=\"{reason}\"}}"
-            )),
+            proxy.metric_or_zero(&format!("wirekit_proxy_rejections_total{{reason=\"{r}\"}}")),
             0,
-            "{reason}"
+            "{r}"
         );
     }
 }
@@ -998,24 +1004,7 @@ fn an_upstreams_unexpected_packet_is_its_own_close_not_a_client_refusal() {
     up.write_all(&frame(&[0x7F, 1, 2, 3])).unwrap();
     let mut rest = Vec::new();
     let _ = client.read_to_end(&mut rest);
-    let line = close_line(&proxy, "upodd");
-    assert!(
-        line.contains("reason=\"upstream_unexpected_packet\"") && line.contains(" closed "),
-        "{line}"
-    );
-    proxy.wait_metric(
-        "wirekit_proxy_closed_total{reason=\"upstream_unexpected_packet\"}",
-        1,
-    );
-    for reason in ["upstream_unexpected_packet", "unexpected_packet"] {
-        assert_eq!(
-            proxy.metric_or_zero(&format!(
-                "wirekit_proxy_rejections_total{{reason=\"{reason}\"}}"
-            )),
-            0,
-            "{reason}"
-        );
-    }
+    assert_upstreams_close(&proxy, "upodd", "unexpected_packet");
 }
 
 /// An online-mode upstream's Encryption Request for protocol 340, as an uncompressed frame.
