@@ -435,6 +435,12 @@ impl<H: DatagramHandler> Worker<H> {
                 ready = self.socket.readable() => {
                     ready?;
                     self.receive_batch().await?;
+                    // Neither the readiness wait nor `try_io` spends the task's cooperative
+                    // budget: under a flood that keeps the socket readable the loop would
+                    // never return to the executor, and the tasks sharing its thread (the
+                    // other server's worker, the WebSocket listeners) would starve. A batch
+                    // is one unit of it.
+                    tokio::task::consume_budget().await;
                 }
                 () = tokio::time::sleep(std::time::Duration::from_micros(wake.as_micros())) => {
                     self.run_tick().await?;
@@ -1016,6 +1022,100 @@ mod tests {
         ) -> Verdict {
             Verdict::Keep
         }
+    }
+
+    /// Takes 20 µs of CPU for every datagram and answers none.
+    struct Slow;
+
+    impl DatagramHandler for Slow {
+        type State = ();
+        fn version(&self) -> Version {
+            Version::V1
+        }
+        fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<()> {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_micros(20) {
+                std::hint::spin_loop();
+            }
+            Open::Stateless
+        }
+        fn datagram(
+            &mut self,
+            _: &ConnectionKey,
+            _: &mut (),
+            _: &[u8],
+            _: Instant,
+            _: &mut Outbox,
+        ) -> Verdict {
+            Verdict::Keep
+        }
+    }
+
+    /// A flood that keeps the socket readable (datagrams sent faster than the worker handles
+    /// them) does not hold the worker's thread: the tasks beside it on a current-thread
+    /// runtime still run during the flood. (The readiness wait and `try_io` spend no budget:
+    /// without a budget unit a batch, the worker returned to the executor only when the
+    /// socket ran dry, and in a run where the sender kept it full the task beside it ran once
+    /// in 1.5 s.)
+    #[test]
+    fn a_flood_does_not_starve_the_tasks_beside_the_worker() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let flooding = Arc::new(AtomicBool::new(true));
+        let sender = {
+            let flooding = flooding.clone();
+            std::thread::spawn(move || {
+                let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                let syn = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
+                let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+                while std::time::Instant::now() < until {
+                    for _ in 0..64 {
+                        let _ = client.send_to(&syn, addr);
+                    }
+                }
+                flooding.store(false, Ordering::SeqCst);
+            })
+        };
+        let polled = Arc::new(AtomicUsize::new(0));
+        rt.block_on(async {
+            let counters = Arc::new(Counters::default());
+            let mut w =
+                Worker::new(socket, &WorkerConfig::default(), Slow, counters.clone()).unwrap();
+            let bystander = {
+                let (flooding, polled) = (flooding.clone(), polled.clone());
+                tokio::spawn(async move {
+                    while flooding.load(Ordering::SeqCst) {
+                        polled.fetch_add(1, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                    }
+                })
+            };
+            let flood_over = {
+                let flooding = flooding.clone();
+                async move {
+                    while flooding.load(Ordering::SeqCst) {
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                }
+            };
+            w.run_until(flood_over).await.unwrap();
+            bystander.await.unwrap();
+            let received = counters.snapshot().datagrams_in;
+            // The flood outran the worker, or the test shows nothing.
+            assert!(received > 1000, "{received} datagrams received");
+        });
+        sender.join().unwrap();
+        let polled = polled.load(Ordering::SeqCst);
+        assert!(
+            polled >= 3,
+            "the task beside the worker ran {polled} times in the flood"
+        );
     }
 
     /// A receive batch whose datagrams each owe a reply at once (a burst of SYNs) answers
