@@ -46,17 +46,11 @@ impl core::fmt::Display for OutOfMemory {
 impl std::error::Error for OutOfMemory {}
 
 impl LazyBuf {
-    /// `len` zero bytes: mapped from [`MAP_FROM`] up, from the heap below it (or when the
-    /// mapping fails: for buffers a thread holds, whose number is bounded).
-    pub(crate) fn zeroed(len: usize) -> LazyBuf {
-        LazyBuf::try_zeroed(len)
-            .unwrap_or_else(|OutOfMemory| LazyBuf(Inner::Heap(vec![0u8; len].into_boxed_slice())))
-    }
-
-    /// [`zeroed`](Self::zeroed) with no heap fallback: a buffer of [`MAP_FROM`] or more that
-    /// cannot be mapped is an error, for buffers held per connection, whose number a peer
-    /// drives. (From the heap, megabytes per connection would be committed, and past the
-    /// same limits the allocator's failure aborts the process.)
+    /// `len` zero bytes: mapped from [`MAP_FROM`] up, from the heap below it. A mapping that
+    /// fails is an error, not a fallback to the heap: these buffers are held per connection
+    /// (or per thread), sized by the route's largest packets, and from the heap megabytes a
+    /// connection would be committed, and past the same limits (the process's address space,
+    /// `vm.max_map_count`) the allocator's failure aborts the process.
     pub(crate) fn try_zeroed(len: usize) -> Result<LazyBuf, OutOfMemory> {
         if len < MAP_FROM {
             return Ok(LazyBuf(Inner::Heap(vec![0u8; len].into_boxed_slice())));
@@ -104,16 +98,16 @@ mod tests {
 
     #[test]
     fn small_buffers_come_from_the_heap_and_large_ones_are_mapped() {
-        let small = LazyBuf::zeroed(MAP_FROM - 1);
+        let small = LazyBuf::try_zeroed(MAP_FROM - 1).unwrap();
         assert!(!small.is_mapped());
         assert_eq!(small.len(), MAP_FROM - 1);
-        let mut large = LazyBuf::zeroed(3 * MAP_FROM + 5);
+        let mut large = LazyBuf::try_zeroed(3 * MAP_FROM + 5).unwrap();
         assert!(large.is_mapped());
         assert_eq!(large.len(), 3 * MAP_FROM + 5);
         assert!(large.iter().all(|&b| b == 0));
         large[3 * MAP_FROM + 4] = 7;
         assert_eq!(large[3 * MAP_FROM + 4], 7);
-        assert!(LazyBuf::zeroed(0).is_empty());
+        assert!(LazyBuf::try_zeroed(0).unwrap().is_empty());
     }
 
     /// The point of the mapping: a large buffer costs resident memory only for the pages
@@ -133,10 +127,10 @@ mod tests {
                 .unwrap()
         };
         for _ in 0..3 {
-            drop(LazyBuf::zeroed(LEN));
+            drop(LazyBuf::try_zeroed(LEN).unwrap());
         }
         let before = resident_kib();
-        let mut b = LazyBuf::zeroed(LEN);
+        let mut b = LazyBuf::try_zeroed(LEN).unwrap();
         assert!(b.is_mapped());
         b[0] = 1;
         b[LEN - 1] = 1;

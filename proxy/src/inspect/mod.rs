@@ -225,6 +225,10 @@ pub enum InspectEnd {
     /// the upstream's): bytes relayed as received would garble, so the connection was closed
     /// (with a Disconnect, the upstream's request withheld).
     Unrelayable,
+    /// The buffers to judge a packet with could not be made (the connection moved to a
+    /// runtime thread that had none, with the process at its memory limits): closed, with no
+    /// Disconnect (framing one takes those buffers).
+    NoMemory,
 }
 
 impl InspectEnd {
@@ -281,6 +285,7 @@ impl InspectEnd {
             InspectEnd::Opaque => "opaque",
             InspectEnd::Reframe => "reframe_too_large",
             InspectEnd::Unrelayable => "encryption_after_own_threshold",
+            InspectEnd::NoMemory => "no_memory",
         }
     }
 
@@ -531,31 +536,40 @@ thread_local! {
 }
 
 impl Work {
-    /// Buffers for packets of up to `len` bytes.
-    fn new(len: usize) -> Box<Work> {
-        Box::new(Work {
-            scratch: LazyBuf::zeroed(len),
-            rewrite: LazyBuf::zeroed(len),
+    /// Buffers for packets of up to `len` bytes, or [`OutOfMemory`] when they cannot be
+    /// mapped.
+    fn new(len: usize) -> Result<Box<Work>, OutOfMemory> {
+        Ok(Box::new(Work {
+            scratch: LazyBuf::try_zeroed(len)?,
+            rewrite: LazyBuf::try_zeroed(len)?,
             inflater: Box::new(Inflater::new()),
             compressor: Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
                 .expect("WORKSPACE_MCU is above the minimum"),
-        })
+        }))
     }
 
     /// Makes this thread's set hold packets of `len` bytes (allocating only if it is smaller
     /// or absent), so that judging on this thread allocates nothing.
-    fn reserve(len: usize) {
-        Work::with(len, |_| ());
+    fn reserve(len: usize) -> Result<(), OutOfMemory> {
+        Work::with(len, |_| ())
     }
 
     /// Runs `f` with this thread's set, made large enough for `len` first. The set is taken
     /// out for the call: a nested call (a filter that judges another connection's packets
     /// on this thread) gets a set of its own, and the larger of the two is kept. A panic in
-    /// `f` loses the set; the next call makes another.
-    fn with<R>(len: usize, f: impl FnOnce(&mut Work) -> R) -> R {
+    /// `f` loses the set; the next call makes another. A set that cannot be made (its buffers
+    /// not mapped: the process at its limits) is [`OutOfMemory`], `f` not run, and the
+    /// thread's smaller set, if any, kept.
+    fn with<R>(len: usize, f: impl FnOnce(&mut Work) -> R) -> Result<R, OutOfMemory> {
         let mut work = match SHARED_WORK.take() {
             Some(w) if w.scratch.len() >= len => w,
-            _ => Work::new(len),
+            held => match Work::new(len) {
+                Ok(w) => w,
+                Err(e) => {
+                    SHARED_WORK.set(held);
+                    return Err(e);
+                }
+            },
         };
         let r = f(&mut work);
         let keep = match SHARED_WORK.take() {
@@ -563,7 +577,7 @@ impl Work {
             _ => work,
         };
         SHARED_WORK.set(Some(keep));
-        r
+        Ok(r)
     }
 }
 
@@ -618,7 +632,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             Side::new(sb, settings.upstream_level)?,
             Side::new(cb, client_level)?,
         ];
-        Work::reserve(sb.max(cb));
+        Work::reserve(sb.max(cb))?;
         Ok(Inspector {
             settings,
             conn: ProxyConn::new(ConnConfig {
@@ -698,7 +712,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     work_len,
                     ..
                 } = self;
-                Work::with(*work_len, |work| {
+                let judged = Work::with(*work_len, |work| {
                     conn.handle_filtered(
                         &rules,
                         &p,
@@ -706,6 +720,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         &mut **filter,
                         &mut work.rewrite[..*work_len],
                     )
+                });
+                // (Made on this thread when the connection was, so only a set lost to a
+                // filter's panic is missing here.)
+                judged.unwrap_or_else(|OutOfMemory| {
+                    Verdict::Close(conn.close(wirekit_core::minecraft::conn::CloseReason::Local))
                 })
             }
             Err(_) => Verdict::Close(self.conn.close(
@@ -754,6 +773,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
             side.encoder
                 .encode(&body[..n], &mut side.out[at..], &mut work.compressor)
         })
+        .ok()?
         .ok()?;
         Some(at..at + len)
     }
@@ -888,6 +908,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     /// destination. `Some` ends the relay ([`finish`](Self::finish)).
     fn judge(&mut self, dir: Direction) -> Option<After> {
         Work::with(self.work_len, |work| self.judge_with(dir, work))
+            .unwrap_or(Some(After::NoMemory))
     }
 
     /// [`judge`](Self::judge) with the thread's work buffers.
@@ -1090,6 +1111,14 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         let to_client = |target: Option<DisconnectTarget>| target.filter(|_| !client_stalled);
         match after {
             After::Opaque => InspectEnd::Opaque,
+            After::NoMemory => {
+                // No Disconnect: framing one takes the work set that could not be made.
+                let _ = self
+                    .conn
+                    .close(wirekit_core::minecraft::conn::CloseReason::Local);
+                self.disconnect(None, "", cw, uw).await;
+                InspectEnd::NoMemory
+            }
             After::Close(c, dir) => {
                 self.disconnect(to_client(c.disconnect), c.reason.as_str(), cw, uw)
                     .await;
@@ -1176,6 +1205,9 @@ enum After {
     EncodeError,
     /// The connection went opaque while the client's framing differs from the upstream's.
     Unrelayable,
+    /// The thread's work buffers could not be made (the connection moved to a thread that had
+    /// none, with the process at its memory limits).
+    NoMemory,
 }
 
 /// Frames `body` with `side`'s encoder at the end of its out buffer.
@@ -1292,14 +1324,14 @@ mod tests {
 
     /// The address of this thread's shared scratch, as one judging step would get it.
     fn scratch_at(len: usize) -> (*const u8, usize) {
-        Work::with(len, |w| (w.scratch.as_ptr(), w.scratch.len()))
+        Work::with(len, |w| (w.scratch.as_ptr(), w.scratch.len())).unwrap()
     }
 
     #[test]
     fn connections_on_one_thread_share_one_set_of_work_buffers() {
         // Its own thread: the test harness's threads run other tests' inspectors.
         std::thread::spawn(|| {
-            Work::reserve(4096);
+            Work::reserve(4096).unwrap();
             let (first, len) = scratch_at(4096);
             assert_eq!(len, 4096);
             // A connection with smaller packets uses the same set, as is.
@@ -1315,7 +1347,7 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_whose_buffers_cannot_be_mapped_is_an_error_and_the_threads_set_falls_back() {
+    fn a_connection_whose_buffers_cannot_be_mapped_is_an_error_and_the_threads_set_is_kept() {
         std::thread::spawn(|| {
             let settings = InspectSettings::default();
             let mut filter = wirekit_core::minecraft::filter::PassAll;
@@ -1324,10 +1356,13 @@ mod tests {
                 Inspector::new(&settings, &mut filter).err(),
                 Some(OutOfMemory)
             );
-            // The thread's shared set, bounded by the threads, comes from the heap instead.
+            // The thread's shared set cannot grow either: an error, and the smaller set the
+            // thread had is kept.
             let len = settings.max_packet(Direction::Clientbound);
             assert!(len >= crate::lazy_buf::MAP_FROM);
-            assert_eq!(scratch_at(len).1, len);
+            let small = scratch_at(1024);
+            assert_eq!(Work::with(len, |_| ()), Err(OutOfMemory));
+            assert_eq!(scratch_at(1024), small);
             crate::lazy_buf::FAIL_MAPS.set(false);
             let insp = Inspector::new(&settings, &mut filter).expect("mapped");
             let cb = &insp.sides[Direction::Clientbound.index()];
@@ -1337,17 +1372,93 @@ mod tests {
         .unwrap();
     }
 
+    /// A connection judged on a thread with no work set (a multi-threaded runtime moved its
+    /// task there) whose set cannot be made is closed as `no_memory` (both streams ended),
+    /// not the process aborted by a failed heap allocation.
+    #[test]
+    fn a_packet_on_a_thread_whose_work_set_cannot_be_made_closes_its_connection() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+        use wirekit_core::minecraft::login::LoginStart;
+        use wirekit_core::minecraft::{Encode, conn::Verdict};
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let settings = InspectSettings::default();
+                let mut filter = wirekit_core::minecraft::filter::PassAll;
+                let mut insp = Inspector::new(&settings, &mut filter).unwrap();
+                let now = wirekit_std::clock::now();
+                let hs = Handshake {
+                    protocol_version: 340,
+                    address: ServerAddress::host("memory.test"),
+                    port: 25565,
+                    next_state: NextState::Login,
+                };
+                let ls = LoginStart {
+                    protocol_version: 340,
+                    name: "Tester",
+                    signature: None,
+                    uuid: None,
+                };
+                let framed = |p: &dyn Fn(&mut [u8]) -> usize, len: usize| {
+                    let mut v = std::vec![0u8; len];
+                    let n = p(&mut v);
+                    v.truncate(n);
+                    v
+                };
+                let hs = framed(&|o| hs.encode_frame(o).unwrap(), hs.frame_len());
+                let ls = framed(&|o| ls.encode_frame(o).unwrap(), ls.frame_len());
+                for frame in [hs, ls] {
+                    assert_eq!(
+                        insp.judge_prelogin(&frame[1..], frame.len(), now),
+                        Verdict::Forward
+                    );
+                }
+                // This thread loses its set, and cannot make another.
+                drop(SHARED_WORK.take());
+                crate::lazy_buf::FAIL_MAPS.set(true);
+                let (mut client, proxy_client) = tokio::io::duplex(1 << 16);
+                let (proxy_up, _upstream) = tokio::io::duplex(1 << 16);
+                let (mut cr, mut cw) = tokio::io::split(proxy_client);
+                let (mut ur, mut uw) = tokio::io::split(proxy_up);
+                client.write_all(&[2, 0x01, 0x00]).await.unwrap();
+                let end = insp
+                    .run(
+                        (&mut cr, &mut cw),
+                        (&mut ur, &mut uw),
+                        &CancellationToken::new(),
+                    )
+                    .await;
+                crate::lazy_buf::FAIL_MAPS.set(false);
+                assert_eq!(end, InspectEnd::NoMemory);
+                assert_eq!(end.as_str(), "no_memory");
+                assert!(!end.is_refusal());
+                drop((cr, cw));
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).await.unwrap();
+                assert!(got.is_empty(), "{got:02x?}");
+                assert!(!end.sent_disconnect());
+            });
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn a_nested_judging_step_gets_a_set_of_its_own_and_the_larger_is_kept() {
         std::thread::spawn(|| {
-            Work::reserve(1024);
+            Work::reserve(1024).unwrap();
             let (outer, inner) = Work::with(1024, |w| {
                 w.scratch[0] = 1;
                 let inner = scratch_at(2048);
                 // The outer step's buffers are its own throughout the nested one.
                 assert_eq!(w.scratch[0], 1);
                 (w.scratch.as_ptr(), inner)
-            });
+            })
+            .unwrap();
             assert_ne!(outer, inner.0);
             assert_eq!(scratch_at(10), inner);
             // A panic inside a step loses the set; the next step makes another.
