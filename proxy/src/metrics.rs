@@ -11,10 +11,13 @@
 //!   route's packet rules and packet budgets do not apply to them (a newer release than this
 //!   build knows, or a client naming any number the upstream accepts);
 //! - `wirekit_proxy_rejections_total{reason}`: connections the proxy refused or closed for
-//!   what their client did, by reason;
+//!   what their client did, by reason, or refused for want of room (`max_connections`, and
+//!   `no_memory`: an inspected login whose buffers could not be mapped);
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered, or the proxy ended one for its upstream's fault:
-//!   `upstream_bad_frame` and kin, `reframe_too_large`, `encryption_after_own_threshold`);
+//!   `upstream_bad_frame` and kin, `reframe_too_large`, `encryption_after_own_threshold`; or
+//!   `no_memory`, an inspected connection moved to a thread whose work buffers could not be
+//!   mapped);
 //! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines, close lines of connections
 //!   that ended before login, and served connections' close lines past 200 a second, that
 //!   the log limiter held back;

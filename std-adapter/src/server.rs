@@ -832,9 +832,13 @@ async fn drive(
         // sent: a declared length alone commits no memory (a few bytes declaring a 1 MiB
         // frame hold INITIAL_BUFFER, not 1 MiB).
         // The replies in `out` went out before this wait: a large one's buffer is given back
-        // now, not when the frame being read completes (a peer could hold it for its idle
-        // timeout with one byte of a next frame after each large reply).
-        release_if_large(&mut out);
+        // now, unless the frame being read is itself large enough to need it again (a peer
+        // pipelining large frames), not when that frame completes: a peer could otherwise
+        // hold it for its idle timeout with one byte of a next frame after each large reply.
+        // Kept, it is at most twice what the peer has sent of the frame.
+        if out.capacity() > INITIAL_BUFFER.max(2 * input.len()) {
+            out = Vec::new();
+        }
         let more = match needed {
             Needed::Exactly(n) => more_for(n, input.len()),
             Needed::Unknown => 1,
@@ -926,7 +930,8 @@ fn serve_read(
             // served after the task has let the others run: frames that each inflate to a
             // large packet make a read take long, and a key derivation (a few milliseconds)
             // is past the slice alone. One look at the clock a call (a call serves every frame
-            // whose reply fits, ending early only after a derivation).
+            // whose reply fits, ending early after a derivation and after `CALL_WORK` bytes
+            // of zlib work).
             if at > 0 && at < n && started.elapsed() >= WorkCharge::SLICE {
                 break None;
             }

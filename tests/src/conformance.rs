@@ -184,13 +184,14 @@ fn payload(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Runs the whole suite against `target`.
-pub fn run_conformance(target: &Target) {
+/// Runs the whole suite against `target`. Returns the number of connections it closed for
+/// their input (the hostile ones), each of which the server should count as an error.
+pub fn run_conformance(target: &Target) -> u64 {
     basic_requests(target);
     echo_properties(target);
     derive_keys(target);
     concurrent_connections(target);
-    hostile_inputs(target);
+    hostile_inputs(target)
 }
 
 /// Stats, unknown IDs and malformed requests.
@@ -345,8 +346,9 @@ pub fn concurrent_connections(target: &Target) {
     }
 }
 
-/// Each hostile input closes its own connection only.
-pub fn hostile_inputs(target: &Target) {
+/// Each hostile input closes its own connection only. Returns how many hostile connections
+/// were made (every one an error to the server).
+pub fn hostile_inputs(target: &Target) -> u64 {
     let mut bystander = connect(target, 41);
     bystander.echo(b"before").expect("bystander");
     let max = target.max_packet_len;
@@ -375,6 +377,7 @@ pub fn hostile_inputs(target: &Target) {
         bad_crc[last] ^= 0xff;
         cases.push(("PROXY v2 with a bad CRC32C or TLV", bad_crc));
     }
+    let mut hostile = cases.len() as u64;
     for (name, bytes) in cases {
         let preamble_ok = !name.starts_with("PROXY");
         let mut c = if preamble_ok {
@@ -391,6 +394,7 @@ pub fn hostile_inputs(target: &Target) {
     }
     if target.compression {
         for (name, bomb) in compression_bombs(max) {
+            hostile += 1;
             let mut c = connect(target, 2);
             c.set_compression(16).expect("set compression");
             c.stream().write_all(&bomb).expect("send bomb");
@@ -404,6 +408,7 @@ pub fn hostile_inputs(target: &Target) {
     // A client vanishing mid-frame: nothing to observe on its side; the server must go on,
     // checked once it has seen the end (its open connections back to what they were).
     let open = bystander.stats().expect("stats").open_connections;
+    hostile += 1;
     {
         let mut c = connect(target, 2);
         c.stream()
@@ -424,6 +429,7 @@ pub fn hostile_inputs(target: &Target) {
         .expect("bystander after a vanished client");
     let mut fresh = connect(target, 51);
     fresh.echo(b"fresh").expect("new connections still served");
+    hostile
 }
 
 /// Compressed frames that must be refused by a server whose maximum packet is `max`: at least

@@ -19,12 +19,20 @@ fn options(proxy: Policy) -> ServeOptions {
     }
 }
 
+/// Every hostile connection of the suite, and nothing else, was counted as an error.
+fn assert_every_hostile_counted(server: &TestServer, hostile: u64) {
+    let stats = server.stats();
+    assert_eq!(
+        stats.errors, hostile,
+        "hostile connections counted: {stats:?}"
+    );
+}
+
 #[test]
 fn serve_conforms_without_proxy() {
     let server = TestServer::start(options(Policy::Skip));
-    run_conformance(&Target::new(server.addr));
-    let stats = server.stats();
-    assert!(stats.errors >= 4, "hostile connections counted: {stats:?}");
+    let hostile = run_conformance(&Target::new(server.addr));
+    assert_every_hostile_counted(&server, hostile);
     server.stop();
 }
 
@@ -33,7 +41,8 @@ fn serve_conforms_with_proxy_use() {
     let server = TestServer::start(options(Policy::Use));
     let mut target = Target::new(server.addr).with_proxy(ProxySupport::Optional);
     target.derive_cases = 1;
-    run_conformance(&target);
+    let hostile = run_conformance(&target);
+    assert_every_hostile_counted(&server, hostile);
 }
 
 #[test]
@@ -42,7 +51,8 @@ fn serve_conforms_with_proxy_require() {
     let mut target = Target::new(server.addr).with_proxy(ProxySupport::Required);
     target.cases = 60;
     target.derive_cases = 1;
-    run_conformance(&target);
+    let hostile = run_conformance(&target);
+    assert_every_hostile_counted(&server, hostile);
 }
 
 #[test]
@@ -59,5 +69,6 @@ fn serve_conforms_with_a_greeting_threshold() {
         .with_greeting(128);
     target.cases = 100;
     target.derive_cases = 1;
-    run_conformance(&target);
+    let hostile = run_conformance(&target);
+    assert_every_hostile_counted(&server, hostile);
 }

@@ -1,7 +1,7 @@
 //! A connection that sends one large frame and then goes quiet holds, between frames, no more
 //! than one that sent a small one: the buffers its frame grew (input carried across reads, the
 //! reply, replies held back) are given back once the frame is served. In its own test binary,
-//! so the process-wide live-bytes count sees this server only.
+//! its tests one at a time, so the process-wide live-bytes count sees one server only.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,6 +15,12 @@ use wirekit_std::server::{ServeOptions, ServerThread};
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
+/// One test at a time: the live-bytes count is the process's.
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Echoes `frame` over `c`, its reply read into `reply` (allocated beforehand).
 fn echo(c: &mut TcpStream, frame: &[u8], reply: &mut [u8]) {
     c.write_all(frame).unwrap();
@@ -24,6 +30,7 @@ fn echo(c: &mut TcpStream, frame: &[u8], reply: &mut [u8]) {
 
 #[test]
 fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
+    let _turn = turn();
     assert_counting_installed();
     // One runtime thread: one thread workspace, grown to its working size by the warm-up.
     let server = ServerThread::builder(ServeOptions {
@@ -78,6 +85,7 @@ fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
 /// idle timeout, held about 1 MiB per connection).
 #[test]
 fn a_connection_quiet_inside_a_frame_after_a_large_compressed_reply_gives_it_back() {
+    let _turn = turn();
     use wirekit_core::Status;
     use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder};
     use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};

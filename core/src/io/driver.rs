@@ -209,8 +209,9 @@ where
         input.copy_within(p.consumed..buffered, 0);
         buffered -= p.consumed;
         match p.want {
-            // The session ends a call after each costly request (a key derivation): the other
-            // tasks of the executor (connections, the network stack) run before the next one.
+            // The session ends a call after each costly request (a key derivation) and after a
+            // bounded amount of zlib work (`CALL_WORK`): the other tasks of the executor
+            // (connections, the network stack) run before the next one.
             Want::Call => {
                 yield_now().await;
                 continue;

@@ -329,7 +329,7 @@ const fn upstream_label(label: &'static str) -> &'static str {
         b"rule_denied" => "upstream_rule_denied",
         b"rule_too_large" => "upstream_rule_too_large",
         b"filter_closed" => "upstream_filter_closed",
-        b"filter_error" => "upstream_filter_error",
+        // (A filter's own error, `filter_error`, is the filter's whichever way: as it is.)
         _ => label,
     }
 }
@@ -616,14 +616,14 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
     /// A connection under `settings`, with every buffer it will use allocated now: its own, and
     /// the calling thread's shared work buffers grown to its largest packet if they were
     /// smaller (a connection judged on another thread, in a multi-threaded runtime, may grow
-    /// that thread's set once). Its machine passes unknown versions (opaque after the
-    /// handshake) until [`set_conn_config`](Self::set_conn_config) gives it the route's policy.
+    /// that thread's set once, and ends as [`InspectEnd::NoMemory`] if it cannot). Its
+    /// machine passes unknown versions (opaque after the handshake) until
+    /// [`set_conn_config`](Self::set_conn_config) gives it the route's policy.
     ///
-    /// Its own buffers, sized by the route's largest packets (megabytes), are private
-    /// mappings (see the crate's `lazy_buf`): [`OutOfMemory`] when one cannot be mapped, as
-    /// at the process's address-space limit or the kernel's `vm.max_map_count`; the caller
-    /// refuses that connection and serves the others. (The thread's shared set, bounded by
-    /// the number of threads, falls back to the heap.)
+    /// Its own buffers and the thread's set, sized by the route's largest packets
+    /// (megabytes), are private mappings (see the crate's `lazy_buf`): [`OutOfMemory`] when
+    /// one cannot be mapped, as at the process's address-space limit or the kernel's
+    /// `vm.max_map_count`; the caller refuses that connection and serves the others.
     pub fn new(settings: &'s InspectSettings, filter: &'s mut F) -> Result<Self, OutOfMemory> {
         let sb = settings.max_packet(Direction::Serverbound);
         let cb = settings.max_packet(Direction::Clientbound);
