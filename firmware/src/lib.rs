@@ -6,6 +6,7 @@
 #![no_std]
 #![deny(missing_docs)]
 
+pub mod paced;
 pub mod server;
 
 /// embassy-time's clock as the core's [`Instant`](wirekit_core::time::Instant) (both count

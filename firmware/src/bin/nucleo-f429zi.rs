@@ -19,6 +19,7 @@ use embassy_stm32::time::Hertz;
 use embassy_stm32::wdg::IndependentWatchdog;
 use embassy_stm32::{bind_interrupts, eth, rng};
 use static_cell::{ConstStaticCell, StaticCell};
+use wirekit_firmware::paced::Paced;
 use wirekit_firmware::server::{self, SOCKETS, TcpBuffers};
 use {defmt_rtt as _, panic_probe as _};
 
@@ -30,7 +31,7 @@ bind_interrupts!(struct Irqs {
 type Device = Ethernet<'static, ETH, GenericPhy<Sma<'static, ETH_SMA>>>;
 
 #[embassy_executor::task]
-async fn net_task(mut runner: Runner<'static, Device>) -> ! {
+async fn net_task(mut runner: Runner<'static, Paced<Device>>) -> ! {
     runner.run().await
 }
 
@@ -118,8 +119,12 @@ async fn main(spawner: Spawner) {
 
     let config = embassy_net::Config::dhcpv4(Default::default());
     static RESOURCES: StaticCell<StackResources<{ SOCKETS + 1 }>> = StaticCell::new();
-    let (stack, runner) =
-        embassy_net::new(device, config, RESOURCES.init(StackResources::new()), seed);
+    let (stack, runner) = embassy_net::new(
+        Paced::new(device),
+        config,
+        RESOURCES.init(StackResources::new()),
+        seed,
+    );
     spawner.spawn(wirekit_firmware::spawned(net_task(runner), "net_task"));
 
     server::init();

@@ -17,6 +17,7 @@ use embassy_executor::Spawner;
 use embassy_net::{Ipv4Address, Ipv4Cidr, Runner, Stack, StackResources, StaticConfigV4};
 use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_firmware::lan9118::{self, Lan9118};
+use wirekit_firmware::paced::Paced;
 use wirekit_firmware::qemu_exit;
 use wirekit_firmware::server::{self, SOCKETS, TcpBuffers};
 use wirekit_firmware::systick_time;
@@ -25,7 +26,7 @@ use wirekit_firmware::systick_time;
 const CORE_HZ: u32 = 25_000_000;
 
 #[embassy_executor::task]
-async fn net_task(mut runner: Runner<'static, Lan9118>) -> ! {
+async fn net_task(mut runner: Runner<'static, Paced<Lan9118>>) -> ! {
     runner.run().await
 }
 
@@ -81,8 +82,12 @@ async fn main(spawner: Spawner) {
     // and local ports, which QEMU's user network does not care about.
     let seed = u64::from_le_bytes([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], 0x77, 0x6b]);
     static RESOURCES: StaticCell<StackResources<{ SOCKETS + 1 }>> = StaticCell::new();
-    let (stack, runner) =
-        embassy_net::new(nic, config, RESOURCES.init(StackResources::new()), seed);
+    let (stack, runner) = embassy_net::new(
+        Paced::new(nic),
+        config,
+        RESOURCES.init(StackResources::new()),
+        seed,
+    );
 
     spawner.spawn(wirekit_firmware::spawned(net_task(runner), "net_task"));
     spawner.spawn(wirekit_firmware::spawned(nic_poll_task(), "nic_poll_task"));
