@@ -831,14 +831,6 @@ async fn drive(
         // far as the session says the frame needs, but at most to twice what the peer has
         // sent: a declared length alone commits no memory (a few bytes declaring a 1 MiB
         // frame hold INITIAL_BUFFER, not 1 MiB).
-        // The replies in `out` went out before this wait: a large one's buffer is given back
-        // now, unless the frame being read is itself large enough to need it again (a peer
-        // pipelining large frames), not when that frame completes: a peer could otherwise
-        // hold it for its idle timeout with one byte of a next frame after each large reply.
-        // Kept, it is at most twice what the peer has sent of the frame.
-        if out.capacity() > INITIAL_BUFFER.max(2 * input.len()) {
-            out = Vec::new();
-        }
         let more = match needed {
             Needed::Exactly(n) => more_for(n, input.len()),
             Needed::Unknown => 1,
@@ -852,13 +844,23 @@ async fn drive(
         } else {
             spare
         };
-        let read = with_deadline(deadline, stream.read(spare));
-        // A shutdown during the wait starts the grace deadline for the frame (the loop sets
-        // it): a peer silent mid-frame must not outlast it.
-        let n = tokio::select! {
-            biased;
-            r = read => r,
-            () = &mut cancelled, if grace_deadline.is_none() => continue,
+        // What has arrived is read at once; only a read that has to wait first gives back a
+        // large reply buffer (its replies went out before this read): a peer pipelining
+        // large frames keeps it, and a peer that sends one byte of a next frame after each
+        // large reply does not hold it for the idle timeout.
+        let n = match stream.try_read(spare) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                release_if_large(&mut out);
+                let read = with_deadline(deadline, stream.read(spare));
+                // A shutdown during the wait starts the grace deadline for the frame (the
+                // loop sets it): a peer silent mid-frame must not outlast it.
+                tokio::select! {
+                    biased;
+                    r = read => r,
+                    () = &mut cancelled, if grace_deadline.is_none() => continue,
+                }
+            }
+            r => r.map_err(WaitError::Io),
         };
         let n = match n {
             Ok(n) => n,

@@ -194,6 +194,20 @@ pub fn run_conformance(target: &Target) -> u64 {
     hostile_inputs(target)
 }
 
+/// Waits until `errors` (read from the server's counters) reaches `hostile`, within
+/// `within`, then checks it is exactly that: a server counts a connection's error when it
+/// closes it, which may come a moment after the client saw the close (the firmware counts
+/// after its socket's flush and reset).
+pub fn assert_hostile_counted(mut errors: impl FnMut() -> u64, hostile: u64, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    let mut got = errors();
+    while got < hostile && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        got = errors();
+    }
+    assert_eq!(got, hostile, "hostile connections counted as errors");
+}
+
 /// Stats, unknown IDs and malformed requests.
 pub fn basic_requests(target: &Target) {
     let mut c = connect(target, 1);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::service;
 use wirekit_std::server::ServeOptions;
-use wirekit_tests::conformance::{ProxySupport, Target, run_conformance};
+use wirekit_tests::conformance::{ProxySupport, Target, assert_hostile_counted, run_conformance};
 use wirekit_tests::serve::TestServer;
 
 fn options(proxy: Policy) -> ServeOptions {
@@ -21,11 +21,7 @@ fn options(proxy: Policy) -> ServeOptions {
 
 /// Every hostile connection of the suite, and nothing else, was counted as an error.
 fn assert_every_hostile_counted(server: &TestServer, hostile: u64) {
-    let stats = server.stats();
-    assert_eq!(
-        stats.errors, hostile,
-        "hostile connections counted: {stats:?}"
-    );
+    assert_hostile_counted(|| server.stats().errors, hostile, Duration::from_secs(5));
 }
 
 #[test]
