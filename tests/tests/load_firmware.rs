@@ -369,6 +369,7 @@ fn exercise(qemu: &Qemu) -> Stats {
     );
     drop((a, b));
     derive_flood(addr);
+    inflate_flood(addr);
     let mut c = connect_retrying(addr);
     c.echo(b"still serving").unwrap();
     c.stats().unwrap()
@@ -454,6 +455,71 @@ fn derive_flood(addr: std::net::SocketAddr) {
              connections together, the rest `Busy`, in order; bystander echoes within half \
              the send timeout"
         ),
+    );
+}
+
+/// Compressed echo requests pipelined on one connection, each a few dozen bytes inflating to
+/// 4000 (zeros), a bystander echoing meanwhile: every echo comes back whole and in order, and
+/// the bystander is served. The firmware's session ends a call after every `CALL_WORK` bytes
+/// inflated and compressed, and its driver yields to the executor then, so such a burst is
+/// handled a slice at a time; this checks that path end to end on the board's code.
+fn inflate_flood(addr: std::net::SocketAddr) {
+    use std::io::Write;
+    use wirekit_core::service::wire;
+    // 51 bytes each on the wire: 20 fill the window; 160 KB of zlib work for the firmware.
+    const FLOOD: usize = 20;
+    let mut bystander = connect_retrying(addr);
+    let mut flood = connect_retrying(addr);
+    flood.set_compression(16).unwrap();
+    let data = vec![0u8; 4000];
+    let mut requests = Vec::new();
+    for _ in 0..FLOOD {
+        requests.extend(flood.encode(wire::ECHO, &data).unwrap());
+    }
+    // Within the firmware's 1 KiB receive window: every request is there at once.
+    assert!(
+        requests.len() <= 1024,
+        "{} bytes of requests",
+        requests.len()
+    );
+    let start = Instant::now();
+    flood.stream().write_all(&requests).unwrap();
+    let mut slowest = Duration::ZERO;
+    for i in 0..10u32 {
+        let t = Instant::now();
+        bystander
+            .echo(&i.to_le_bytes())
+            .unwrap_or_else(|e| panic!("the bystander during the inflate flood: {e}"));
+        slowest = slowest.max(t.elapsed());
+    }
+    for i in 0..FLOOD {
+        let r = flood
+            .recv()
+            .unwrap_or_else(|e| panic!("echo {i} of the flood: {e}"));
+        assert_eq!(r.id, wire::ECHO, "echo {i}");
+        assert!(r.data == data, "echo {i}: {} bytes back", r.data.len());
+    }
+    let elapsed = start.elapsed();
+    let inflated = FLOOD * data.len();
+    assert!(
+        slowest < SEND_TIMEOUT / 2,
+        "a bystander echo took {slowest:?} during the inflate flood"
+    );
+    flood.echo(b"the flooding connection goes on").unwrap();
+    bystander.echo(b"after").unwrap();
+    record(
+        "load_firmware",
+        &format!(
+            "inflate flood: {FLOOD} compressed echo requests pipelined on one connection \
+             ({} bytes on the wire, {inflated} inflated), a bystander echoing 10 times \
+             meanwhile",
+            requests.len()
+        ),
+        &format!(
+            "every echo back whole and in order in {elapsed:.2?}; slowest bystander echo \
+             {slowest:.2?}"
+        ),
+        "every echo whole, in order; bystander echoes within half the send timeout",
     );
 }
 
