@@ -61,7 +61,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::{info, warn};
 use wirekit_core::Status;
-use wirekit_core::limit::{LogDecision, LogLimit};
+use wirekit_core::limit::{
+    AddrKey, HashSeed, LogDecision, LogLimit, Rate, Slot, Table, TokenBucket,
+};
 use wirekit_core::prudp::conn::{
     Accepted, Config, Connection, Counters as ConnCounters, DisconnectReason,
     DropReason as ConnDrop, Event, SecureServer, Server, ServerOutput, State,
@@ -142,6 +144,9 @@ pub struct ServerStats {
     /// Secure CONNECTs refused because their client (PID) held its most connections already
     /// ([`PidSlots`]).
     pub pid_limited: AtomicU64,
+    /// CONNECTs refused past their source's connection budget ([`CONNECT_BURST`], then
+    /// [`CONNECT_RATE`]).
+    pub connect_limited: AtomicU64,
     /// Secure CONNECTs refused because another connection used their ticket
     /// ([`TicketUse::Replayed`]); those from a peer with no connection are also in `drops` as
     /// [`ConnDrop::TicketRefused`].
@@ -322,7 +327,22 @@ pub struct PrudpHandler {
     closes: LogLimit,
     /// The latest time seen (for the close line, which the table reports without one).
     last_now: Instant,
+    /// Each source's budget of connections set up ([`CONNECT_BURST`], [`CONNECT_RATE`]).
+    connects: ConnectBudgets,
 }
+
+/// Connections a source (an IPv4 address, an IPv6 /64) may set up at once, before
+/// [`CONNECT_RATE`] applies. A connection's setup (its workspace, its keys) costs tens of
+/// times a datagram's handling, and a peer can have one set up and closed per datagram (a
+/// CONNECT and a DISCONNECT in one): without a budget one source's datagrams each cost that.
+pub const CONNECT_BURST: u32 = 32;
+/// The connections per second a source may set up past [`CONNECT_BURST`].
+pub const CONNECT_RATE: Rate = Rate::new(8, Duration::from_secs(1));
+/// Sources whose connection budgets a handler keeps (a source past them, with every budget
+/// being spent, is refused until one refills).
+pub const CONNECT_SOURCES: usize = 4096;
+
+type ConnectBudgets = Table<AddrKey, TokenBucket, Box<[Slot<AddrKey, TokenBucket>]>>;
 
 impl std::fmt::Debug for PrudpHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -379,7 +399,36 @@ impl PrudpHandler {
             disconnects: LogLimit::new(20, Duration::from_secs(10)),
             closes: LogLimit::new(20, Duration::from_secs(10)),
             last_now: Instant::ZERO,
+            connects: Table::new(
+                std::iter::repeat_with(|| Slot::EMPTY)
+                    .take(CONNECT_SOURCES)
+                    .collect(),
+                HashSeed::new(random()),
+            ),
         }
+    }
+
+    /// Takes a connection setup from `peer`'s budget at `now`; `false` (counted, and said
+    /// within the log limit) when it is spent.
+    fn take_connect(&mut self, peer: SocketAddr, now: Instant) -> bool {
+        let key = AddrKey::new(peer.ip(), crate::table::SOURCE_PREFIX);
+        let taken = self
+            .connects
+            .get_or_insert(key, now, || TokenBucket::new(CONNECT_BURST, CONNECT_RATE))
+            .is_ok_and(|b| b.try_take(now, 1));
+        if !taken {
+            self.stats.connect_limited.fetch_add(1, Ordering::Relaxed);
+            // A CONNECT that proved its cookie: the source is real.
+            if let LogDecision::Log { suppressed } = self.replay_logs.check(now) {
+                warn!(
+                    server = self.role.as_str(),
+                    %peer,
+                    suppressed,
+                    "CONNECT refused: the source is past its connection budget"
+                );
+            }
+        }
+        taken
     }
 
     /// Checks the tickets of secure CONNECTs against `replays` (shared with the server's
@@ -664,6 +713,10 @@ impl DatagramHandler for PrudpHandler {
                 }
                 Open::Refuse(DropReason::Refused)
             }
+            // Past the source's budget: refused before its ticket is marked used.
+            ServerOutput::Accepted(_) if !self.take_connect(key.peer, now) => {
+                Open::Refuse(DropReason::Refused)
+            }
             ServerOutput::Accepted(accepted) => match self.ticket_use(key, datagram, &accepted) {
                 TicketUse::First | TicketUse::Again => self.connection(&accepted, now),
                 TicketUse::Replayed => {
@@ -745,6 +798,9 @@ impl DatagramHandler for PrudpHandler {
                 // A ticket another connection used (this one's, sent again from a restarted
                 // client, or a copy of anyone's) opens nothing here either: the old
                 // connection gets the CONNECT, as it gets any the listener refuses.
+                if !self.take_connect(key.peer, now) {
+                    return None;
+                }
                 if self.ticket_use(key, datagram, &accepted) == TicketUse::Replayed {
                     self.replayed(key.peer, accepted.pid, now);
                     return None;
@@ -1122,6 +1178,40 @@ mod tests {
         assert!(other.run(&mut h, T));
     }
 
+    /// A source's CONNECTs each set up a connection (its workspace, its keys) only within its
+    /// budget: the same CONNECT replayed (as a CONNECT and a DISCONNECT in one datagram would
+    /// have it set up and closed over and over) is accepted `CONNECT_BURST` times, then
+    /// refused and counted until the budget refills; another source is served meanwhile.
+    #[test]
+    fn a_source_sets_up_connections_within_its_budget() {
+        let mut h = handler(Version::V1, None);
+        let stats = h.stats().clone();
+        let mut first = Peer::new(peer(42000), client(Version::V1, 1, None));
+        assert!(first.run(&mut h, T));
+        let connect = first.connect.clone().unwrap();
+        let key = first.key.unwrap();
+        let mut out = Outbox::new(4, 1500);
+        let mut accepted = 1;
+        while matches!(h.open(&key, &connect, T, &mut out), Open::Accept(_)) {
+            accepted += 1;
+            assert!(accepted <= CONNECT_BURST, "{accepted} set up at once");
+        }
+        assert_eq!(accepted, CONNECT_BURST);
+        assert_eq!(stats.connect_limited.load(Ordering::Relaxed), 1);
+        // Another source is served meanwhile.
+        let mut other = Peer::new(
+            SocketAddr::from(([192, 0, 2, 11], 42001)),
+            client(Version::V1, 2, None),
+        );
+        assert!(other.run(&mut h, T));
+        // A second later, the rate's worth again.
+        let later = T.saturating_add(Duration::from_secs(1));
+        let again = (0..CONNECT_BURST)
+            .take_while(|_| matches!(h.open(&key, &connect, later, &mut out), Open::Accept(_)))
+            .count();
+        assert_eq!(again as u32, CONNECT_RATE.tokens());
+    }
+
     /// One client (PID) holds at most its cap of secure connections, each from a fresh ticket
     /// (a login each), whatever the addresses; the cap is shared by the handlers given the
     /// same slots (workers, transports); a connection that ends gives its place back, and a
@@ -1369,7 +1459,9 @@ mod tests {
                 .map(|i| (i, T))
                 .chain([(60, Instant::from_millis(60_000))])
             {
-                let mut p = Peer::new(peer(40000 + i), client(Version::V1, 0x11, None));
+                // From sources of their own: one source sets up at most CONNECT_BURST at once.
+                let from = SocketAddr::from(([192, 0, 2, 10 + i as u8], 40000 + i));
+                let mut p = Peer::new(from, client(Version::V1, 0x11, None));
                 assert!(p.run(&mut h, at));
                 p.client.close();
                 p.run(&mut h, at);

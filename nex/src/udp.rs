@@ -427,6 +427,7 @@ impl<H: DatagramHandler> Worker<H> {
     /// Serves until `shutdown` completes. Can be called again afterwards.
     pub async fn run_until(&mut self, shutdown: impl Future<Output = ()>) -> io::Result<()> {
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut full_batches = 0u32;
         loop {
             let wake = self.next_tick.saturating_duration_since(self.now());
             tokio::select! {
@@ -434,13 +435,23 @@ impl<H: DatagramHandler> Worker<H> {
                 () = &mut shutdown => return Ok(()),
                 ready = self.socket.readable() => {
                     ready?;
-                    self.receive_batch().await?;
-                    // Neither the readiness wait nor `try_io` spends the task's cooperative
-                    // budget: under a flood that keeps the socket readable the loop would
-                    // never return to the executor, and the tasks sharing its thread (the
-                    // other server's worker, the WebSocket listeners) would starve. A batch
-                    // is one unit of it.
-                    tokio::task::consume_budget().await;
+                    // A receive that found the socket dry clears its readiness, and the next
+                    // wait returns to the executor; under a flood that keeps the socket
+                    // readable none does, and the tasks sharing this thread (the other
+                    // server's worker, the WebSocket listeners) would wait for the flood's
+                    // end. So the loop yields after `YIELD_AFTER_BATCHES` batches in a row.
+                    // (Not the task's cooperative budget: spent one unit a batch, it ran out
+                    // in ordinary traffic too, and tokio's deferred wake, `yield_now`'s too,
+                    // allocated.)
+                    if self.receive_batch().await? == 0 {
+                        full_batches = 0;
+                    } else {
+                        full_batches += 1;
+                        if full_batches >= YIELD_AFTER_BATCHES {
+                            full_batches = 0;
+                            yield_once().await;
+                        }
+                    }
                 }
                 () = tokio::time::sleep(std::time::Duration::from_micros(wake.as_micros())) => {
                     self.run_tick().await?;
@@ -620,6 +631,27 @@ impl<H: DatagramHandler> std::fmt::Debug for Worker<H> {
             .finish_non_exhaustive()
     }
 }
+
+/// Pending once, the task woken at once: the executor polls its other ready tasks before this
+/// one again (on a multi-threaded runtime after at most a few turns in its LIFO slot). No
+/// allocation, unlike `tokio::task::yield_now`, whose deferred wake grows a list.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Receive batches in a row, none finding the socket dry, after which the worker yields to
+/// the other tasks of its thread ([`Worker::run_until`]): a flood that keeps the socket
+/// readable costs them a wait of this many batches at most.
+const YIELD_AFTER_BATCHES: u32 = 32;
 
 /// How many of the latest connections a batch reached are checked before one is noted again
 /// (a repeat costs one more lookup at the batch's end, nothing else).
@@ -1053,10 +1085,9 @@ mod tests {
 
     /// A flood that keeps the socket readable (datagrams sent faster than the worker handles
     /// them) does not hold the worker's thread: the tasks beside it on a current-thread
-    /// runtime still run during the flood. (The readiness wait and `try_io` spend no budget:
-    /// without a budget unit a batch, the worker returned to the executor only when the
-    /// socket ran dry, and in a run where the sender kept it full the task beside it ran once
-    /// in 1.5 s.)
+    /// runtime still run during the flood. (Without the yield after `YIELD_AFTER_BATCHES`
+    /// batches the worker returned to the executor only when the socket ran dry, and in runs
+    /// where the sender kept it full the task beside it ran once in 1.5 s.)
     #[test]
     fn a_flood_does_not_starve_the_tasks_beside_the_worker() {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -415,6 +415,7 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             "replaced": s.replaced.load(Relaxed),
             "ticket_replays": s.ticket_replays.load(Relaxed),
             "pid_limited": s.pid_limited.load(Relaxed),
+            "connect_limited": s.connect_limited.load(Relaxed),
             "requests": s.requests.load(Relaxed),
             "responses": s.responses.load(Relaxed),
             "malformed_messages": s.malformed_messages.load(Relaxed),
