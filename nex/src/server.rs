@@ -72,7 +72,7 @@ use wirekit_core::prudp::crypto::ServerSignatures;
 use wirekit_core::prudp::{Keys, Packet, PacketType, Version, peek_packet_type};
 use wirekit_core::time::{Duration, Instant};
 
-use crate::auth::{TICKET_REPLAY_WINDOW_SECS, TicketReplays, TicketUse, unix_secs};
+use crate::auth::{NETWORK_SHARE, TICKET_REPLAY_WINDOW_SECS, TicketReplays, TicketUse, unix_secs};
 use crate::counters::DropReason;
 use crate::rmc::{Call, Dispatched, Dispatcher};
 use crate::table::ConnectionKey;
@@ -327,8 +327,12 @@ pub struct PrudpHandler {
     closes: LogLimit,
     /// The latest time seen (for the close line, which the table reports without one).
     last_now: Instant,
-    /// Each source's budget of connections set up ([`CONNECT_BURST`], [`CONNECT_RATE`]).
-    connects: ConnectBudgets,
+    /// Each source's budget of connections set up ([`CONNECT_BURST`], [`CONNECT_RATE`]),
+    /// then each network's ([`NETWORK_SHARE`] times it).
+    connects: [ConnectBudgets; 2],
+    /// Warnings about CONNECTs past their budget (apart from the replays' and the PID
+    /// limit's, which one source hammering its budget must not crowd out).
+    connect_logs: LogLimit,
 }
 
 /// Connections a source (an IPv4 address, an IPv6 /64) may set up at once, before
@@ -338,8 +342,11 @@ pub struct PrudpHandler {
 pub const CONNECT_BURST: u32 = 32;
 /// The connections per second a source may set up past [`CONNECT_BURST`].
 pub const CONNECT_RATE: Rate = Rate::new(8, Duration::from_secs(1));
-/// Sources whose connection budgets a handler keeps (a source past them, with every budget
-/// being spent, is refused until one refills).
+/// Sources (and networks) whose connection budgets a handler keeps: a new one finding its set
+/// of the table full of budgets being spent is refused until one refills (each a slot of about
+/// 72 bytes: under 600 KiB a handler). A network (an IPv4 /24, an IPv6 /48) sets up at most
+/// [`NETWORK_SHARE`] times a source's budget, so one holder of an IPv6 /48 cannot use 65,536
+/// sources' budgets.
 pub const CONNECT_SOURCES: usize = 4096;
 
 type ConnectBudgets = Table<AddrKey, TokenBucket, Box<[Slot<AddrKey, TokenBucket>]>>;
@@ -399,27 +406,53 @@ impl PrudpHandler {
             disconnects: LogLimit::new(20, Duration::from_secs(10)),
             closes: LogLimit::new(20, Duration::from_secs(10)),
             last_now: Instant::ZERO,
-            connects: Table::new(
-                std::iter::repeat_with(|| Slot::EMPTY)
-                    .take(CONNECT_SOURCES)
-                    .collect(),
-                HashSeed::new(random()),
-            ),
+            connects: [(); 2].map(|()| {
+                Table::new(
+                    std::iter::repeat_with(|| Slot::EMPTY)
+                        .take(CONNECT_SOURCES)
+                        .collect(),
+                    HashSeed::new(random()),
+                )
+            }),
+            connect_logs: LogLimit::new(5, Duration::from_secs(10)),
         }
     }
 
     /// Takes a connection setup from `peer`'s budget at `now`; `false` (counted, and said
     /// within the log limit) when it is spent.
     fn take_connect(&mut self, peer: SocketAddr, now: Instant) -> bool {
-        let key = AddrKey::new(peer.ip(), crate::table::SOURCE_PREFIX);
-        let taken = self
-            .connects
-            .get_or_insert(key, now, || TokenBucket::new(CONNECT_BURST, CONNECT_RATE))
-            .is_ok_and(|b| b.try_take(now, 1));
+        let [sources, networks] = &mut self.connects;
+        // The source's own budget first (one source past it must not spend its neighbours'),
+        // then its network's, then the source's token.
+        let taken = match sources.get_or_insert(
+            AddrKey::new(peer.ip(), crate::table::SOURCE_PREFIX),
+            now,
+            || TokenBucket::new(CONNECT_BURST, CONNECT_RATE),
+        ) {
+            Ok(own) if own.available(now) > 0 => {
+                networks
+                    .get_or_insert(
+                        AddrKey::new(peer.ip(), crate::table::NETWORK_PREFIX),
+                        now,
+                        || {
+                            TokenBucket::new(
+                                CONNECT_BURST.saturating_mul(NETWORK_SHARE),
+                                Rate::new(
+                                    CONNECT_RATE.tokens().saturating_mul(NETWORK_SHARE),
+                                    CONNECT_RATE.period(),
+                                ),
+                            )
+                        },
+                    )
+                    .is_ok_and(|b| b.try_take(now, 1))
+                    && own.try_take(now, 1)
+            }
+            _ => false,
+        };
         if !taken {
             self.stats.connect_limited.fetch_add(1, Ordering::Relaxed);
             // A CONNECT that proved its cookie: the source is real.
-            if let LogDecision::Log { suppressed } = self.replay_logs.check(now) {
+            if let LogDecision::Log { suppressed } = self.connect_logs.check(now) {
                 warn!(
                     server = self.role.as_str(),
                     %peer,
@@ -1210,6 +1243,30 @@ mod tests {
             .take_while(|_| matches!(h.open(&key, &connect, later, &mut out), Open::Accept(_)))
             .count();
         assert_eq!(again as u32, CONNECT_RATE.tokens());
+    }
+
+    /// A network's sources together set up at most `NETWORK_SHARE` times a source's budget:
+    /// the sources of one /24 past that share are refused, another network's are not.
+    #[test]
+    fn a_network_sets_up_connections_within_its_share() {
+        let mut h = handler(Version::V1, None);
+        let mut out = Outbox::new(4, 1500);
+        let mut set_up = |h: &mut PrudpHandler, ip: [u8; 4]| {
+            let mut p = Peer::new(SocketAddr::from((ip, 43000)), client(Version::V1, 3, None));
+            if !p.run(h, T) {
+                return 0;
+            }
+            let (connect, key) = (p.connect.clone().unwrap(), p.key.unwrap());
+            1 + (1..CONNECT_BURST)
+                .take_while(|_| matches!(h.open(&key, &connect, T, &mut out), Open::Accept(_)))
+                .count() as u32
+        };
+        let mut total = 0;
+        for i in 0..=NETWORK_SHARE as u8 {
+            total += set_up(&mut h, [198, 51, 100, 10 + i]);
+        }
+        assert_eq!(total, CONNECT_BURST * NETWORK_SHARE);
+        assert_eq!(set_up(&mut h, [203, 0, 113, 10]), CONNECT_BURST);
     }
 
     /// One client (PID) holds at most its cap of secure connections, each from a fresh ticket
