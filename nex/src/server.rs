@@ -710,15 +710,11 @@ impl DatagramHandler for PrudpHandler {
         out: &mut Outbox,
     ) -> Open<PrudpConnection> {
         self.last_now = now;
-        // The new connection's session id, which only an accepted CONNECT uses: drawn (a
-        // system call) for a CONNECT alone, not for every SYN or stray datagram of a flood.
-        let session_id = match peek_packet_type(self.config.settings.version, datagram) {
-            Some(PacketType::Connect) => random::<1>()[0],
-            _ => 0,
-        };
+        // The new connection's session id is drawn (a system call) once its CONNECT is
+        // accepted, below: not for every SYN, stray or spoofed CONNECT of a flood.
         match self
             .server
-            .handle(datagram, key.peer, now, session_id, &mut self.reply)
+            .handle(datagram, key.peer, now, 0, &mut self.reply)
         {
             ServerOutput::Reply(n) => match out.push(key.peer, &self.reply[..n]) {
                 Ok(()) => Open::Stateless,
@@ -750,8 +746,15 @@ impl DatagramHandler for PrudpHandler {
             ServerOutput::Accepted(_) if !self.take_connect(key.peer, now) => {
                 Open::Refuse(DropReason::Refused)
             }
-            ServerOutput::Accepted(accepted) => match self.ticket_use(key, datagram, &accepted) {
-                TicketUse::First | TicketUse::Again => self.connection(&accepted, now),
+            ServerOutput::Accepted(mut accepted) => match self.ticket_use(key, datagram, &accepted)
+            {
+                TicketUse::First | TicketUse::Again => {
+                    // Lite has no session ids.
+                    if !matches!(self.config.settings.version, Version::Lite) {
+                        accepted.session_id = random::<1>()[0];
+                    }
+                    self.connection(&accepted, now)
+                }
                 TicketUse::Replayed => {
                     self.stats.count(ConnDrop::TicketRefused);
                     self.replayed(key.peer, accepted.pid, now);
