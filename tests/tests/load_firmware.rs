@@ -390,21 +390,7 @@ fn derive_flood(addr: std::net::SocketAddr) {
     let (pid, password) = (100, b"MMQea3n!fsik");
     let key = wirekit_core::kerberos::derive_kerberos_key(pid, password);
     let requests = flood.derive_requests(FLOOD, pid, password).unwrap();
-    assert!(
-        requests.len() <= 1024,
-        "{} bytes of requests",
-        requests.len()
-    );
-    let start = Instant::now();
-    flood.stream().write_all(&requests).unwrap();
-    let mut slowest = Duration::ZERO;
-    for i in 0..10u32 {
-        let t = Instant::now();
-        bystander
-            .echo(&i.to_le_bytes())
-            .unwrap_or_else(|e| panic!("the bystander during the derive flood: {e}"));
-        slowest = slowest.max(t.elapsed());
-    }
+    let (start, slowest) = flood_beside(&mut flood, &mut bystander, &requests, "derive");
     let (keys, busy) = flood.derive_replies(FLOOD, &key).unwrap();
     // The budget is the board's, not the connection's: the bystander, whose own budget is
     // untouched, gets no more keys than what the board's refilled meanwhile.
@@ -464,7 +450,6 @@ fn derive_flood(addr: std::net::SocketAddr) {
 /// inflated and compressed, and its driver yields to the executor then, so such a burst is
 /// handled a slice at a time; this checks that path end to end on the board's code.
 fn inflate_flood(addr: std::net::SocketAddr) {
-    use std::io::Write;
     use wirekit_core::service::wire;
     // 51 bytes each on the wire: 20 fill the window; 160 KB of zlib work for the firmware.
     const FLOOD: usize = 20;
@@ -477,21 +462,7 @@ fn inflate_flood(addr: std::net::SocketAddr) {
         requests.extend(flood.encode(wire::ECHO, &data).unwrap());
     }
     // Within the firmware's 1 KiB receive window: every request is there at once.
-    assert!(
-        requests.len() <= 1024,
-        "{} bytes of requests",
-        requests.len()
-    );
-    let start = Instant::now();
-    flood.stream().write_all(&requests).unwrap();
-    let mut slowest = Duration::ZERO;
-    for i in 0..10u32 {
-        let t = Instant::now();
-        bystander
-            .echo(&i.to_le_bytes())
-            .unwrap_or_else(|e| panic!("the bystander during the inflate flood: {e}"));
-        slowest = slowest.max(t.elapsed());
-    }
+    let (start, slowest) = flood_beside(&mut flood, &mut bystander, &requests, "inflate");
     for i in 0..FLOOD {
         let r = flood
             .recv()
@@ -521,6 +492,34 @@ fn inflate_flood(addr: std::net::SocketAddr) {
         ),
         "every echo whole, in order; bystander echoes within half the send timeout",
     );
+}
+
+/// Sends `requests` on `flood` at once (they must fit the firmware's 1 KiB receive window, so
+/// that all are there together), then times 10 echoes of `bystander` meanwhile: when the
+/// requests went out, and the slowest echo.
+fn flood_beside(
+    flood: &mut ServiceClient,
+    bystander: &mut ServiceClient,
+    requests: &[u8],
+    what: &str,
+) -> (Instant, Duration) {
+    use std::io::Write;
+    assert!(
+        requests.len() <= 1024,
+        "{} bytes of requests",
+        requests.len()
+    );
+    let start = Instant::now();
+    flood.stream().write_all(requests).unwrap();
+    let mut slowest = Duration::ZERO;
+    for i in 0..10u32 {
+        let t = Instant::now();
+        bystander
+            .echo(&i.to_le_bytes())
+            .unwrap_or_else(|e| panic!("the bystander during the {what} flood: {e}"));
+        slowest = slowest.max(t.elapsed());
+    }
+    (start, slowest)
 }
 
 /// What one fault, on a connection of its own, changed on the firmware: its counters' growth
