@@ -78,6 +78,7 @@ pub struct Counters {
     opened: AtomicU64,
     closed: AtomicU64,
     expired: AtomicU64,
+    evicted: AtomicU64,
     fixed: [AtomicU64; FIXED.len()],
     protocol: [AtomicU64; Counters::PROTOCOL_REASONS],
 }
@@ -108,6 +109,11 @@ impl Counters {
         .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A connection made way for another in a full table.
+    pub(crate) fn evicted(&self) {
+        self.evicted.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn dropped(&self, reason: DropReason) {
         let counter = match reason {
             DropReason::Protocol(code) => {
@@ -132,6 +138,7 @@ impl Counters {
             opened: load(&self.opened),
             closed: load(&self.closed),
             expired: load(&self.expired),
+            evicted: load(&self.evicted),
             dropped: std::array::from_fn(|i| load(&self.fixed[i])),
             protocol_drops: std::array::from_fn(|i| load(&self.protocol[i])),
         }
@@ -155,6 +162,9 @@ pub struct CountersSnapshot {
     pub closed: u64,
     /// Connections removed for being idle.
     pub expired: u64,
+    /// Connections that made way for another network's in a full table
+    /// ([`TableLimits::fair_share`](crate::TableLimits::fair_share)).
+    pub evicted: u64,
     dropped: [u64; FIXED.len()],
     /// Handler drops by code ([`DropReason::Protocol`]).
     pub protocol_drops: [u64; Counters::PROTOCOL_REASONS],

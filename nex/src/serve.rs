@@ -283,10 +283,12 @@ impl NexServers {
         let secret = random();
         // A secure connection takes a slot only with a ticket the authentication server
         // minted (its SYN is answered statelessly), so a network's sources are not limited
-        // together there: that would only cap the players behind one carrier's NAT.
+        // together there: that would only cap the players behind one carrier's NAT; nor does
+        // a full table end a player's session for a newcomer's.
         let secure_worker = WorkerConfig {
             limits: TableLimits {
                 max_per_network: u32::MAX,
+                fair_share: false,
                 ..o.worker.limits
             },
             ..o.worker
@@ -539,9 +541,11 @@ mod tests {
         let network = TableLimits::default().max_per_network;
         for w in &servers.auth {
             assert_eq!(w.table().limits().max_per_network, network);
+            assert!(w.table().limits().fair_share);
         }
         for w in &servers.secure {
             assert_eq!(w.table().limits().max_per_network, u32::MAX);
+            assert!(!w.table().limits().fair_share);
             assert_eq!(w.table().limits().max_per_source, 16);
         }
     }

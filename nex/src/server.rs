@@ -940,6 +940,7 @@ impl DatagramHandler for PrudpHandler {
         let why = match (state.conn.state(), reason) {
             (_, CloseReason::NotAdmitted) => "not admitted (table full)",
             (_, CloseReason::Replaced) => "replaced (the client connected again)",
+            (_, CloseReason::Evicted) => "evicted (table full, its network held the most)",
             (State::Closed(r), _) => match r {
                 DisconnectReason::Local => "closed by the server",
                 DisconnectReason::Peer => "disconnected by the client",

@@ -71,17 +71,29 @@ pub struct TableLimits {
     pub max_per_network: u32,
     /// A connection that has sent nothing accepted for this long is removed.
     pub idle_timeout: Duration,
+    /// When the table is full, whether a connection from a network holding at least two
+    /// connections fewer than the largest network takes the place of that network's least
+    /// recently heard-from connection ([`ConnectionTable::make_room`]). Without it, as many
+    /// networks as the table holds [`max_per_network`](Self::max_per_network)s (16 by default)
+    /// could keep a full table of connections that need no credentials (the authentication
+    /// server's) alive with pings, and every other network was refused; with it, networks
+    /// share a full table evenly, and one that holds the most is the one to make way. Off
+    /// where a connection needs a credential to take a slot (the secure server's tickets),
+    /// so that a full server does not end a player's session for a newcomer.
+    pub fair_share: bool,
 }
 
 impl Default for TableLimits {
     /// 4096 connections, 16 per source address, 256 per network (a sixteenth of the table),
-    /// 60 s idle (NEX clients ping every few seconds).
+    /// 60 s idle (NEX clients ping every few seconds), a full table shared fairly between
+    /// networks.
     fn default() -> Self {
         TableLimits {
             max_connections: 4096,
             max_per_source: 16,
             max_per_network: 256,
             idle_timeout: Duration::from_secs(60),
+            fair_share: true,
         }
     }
 }
@@ -135,6 +147,11 @@ pub struct ConnectionTable<S> {
     index: HashMap<ConnectionKey, u32>,
     per_source: HashMap<IpAddr, u32>,
     per_network: HashMap<IpAddr, u32>,
+    /// `holding[n]`: how many networks hold exactly `n` connections (`n` from 1 to the most one
+    /// network can hold), so that the largest network's count is known without a scan.
+    holding: Vec<u32>,
+    /// The most connections one network holds.
+    largest: u32,
 }
 
 impl<S> ConnectionTable<S> {
@@ -151,6 +168,8 @@ impl<S> ConnectionTable<S> {
             index: HashMap::with_capacity(cap.saturating_mul(2)),
             per_source: HashMap::with_capacity(cap.saturating_mul(2)),
             per_network: HashMap::with_capacity(cap.saturating_mul(2)),
+            holding: vec![0; cap.min(limits.max_per_network as usize) + 1],
+            largest: 0,
         }
     }
 
@@ -195,12 +214,13 @@ impl<S> ConnectionTable<S> {
         }
     }
 
-    /// Whether `insert` of this key would succeed, without inserting.
+    /// Whether `insert` of this key would succeed, without inserting (where the table is full,
+    /// once [`make_room`](Self::make_room) has made room for it).
     pub fn check_insert(&self, key: &ConnectionKey) -> Result<(), InsertError> {
         if self.index.contains_key(key) {
             return Err(InsertError::Exists);
         }
-        if self.free.is_empty() {
+        if self.free.is_empty() && !self.may_share(key.peer.ip()) {
             return Err(InsertError::Full);
         }
         if self.source_count(key.peer.ip()) >= self.limits.max_per_source {
@@ -226,7 +246,10 @@ impl<S> ConnectionTable<S> {
             return Err((InsertError::Full, state));
         };
         *self.per_source.entry(source(key.peer.ip())).or_insert(0) += 1;
-        *self.per_network.entry(network(key.peer.ip())).or_insert(0) += 1;
+        let held = self.per_network.entry(network(key.peer.ip())).or_insert(0);
+        *held += 1;
+        let held = *held;
+        self.holding_moved(held - 1, held);
         self.index.insert(key, slot);
         let entry = self.slots[slot as usize].insert(Entry {
             key,
@@ -244,19 +267,79 @@ impl<S> ConnectionTable<S> {
         Some(entry.state)
     }
 
+    /// Where the table is full and `key` may take a place by
+    /// [fair share](TableLimits::fair_share) (its network holds at least two connections fewer
+    /// than the largest, and nothing else keeps it out), removes the least recently heard-from
+    /// connection of a network that holds the most and returns it; otherwise `None` and nothing
+    /// changes. Then [`insert`](Self::insert) takes `key`. It scans the table, so call it for a
+    /// connection that is accepted, not for every datagram.
+    pub fn make_room(&mut self, key: &ConnectionKey) -> Option<(ConnectionKey, S)> {
+        if !self.free.is_empty() || self.check_insert(key).is_err() {
+            return None;
+        }
+        let largest = self.largest;
+        let (&target, _) = self.per_network.iter().find(|(_, n)| **n == largest)?;
+        let mut oldest: Option<(Instant, usize)> = None;
+        for (slot, e) in self.slots.iter().enumerate() {
+            if let Some(e) = e
+                && network(e.key.peer.ip()) == target
+                && oldest.is_none_or(|(seen, _)| e.last_seen < seen)
+            {
+                oldest = Some((e.last_seen, slot));
+            }
+        }
+        let (_, slot) = oldest?;
+        let e = self.slots[slot].take()?;
+        self.index.remove(&e.key);
+        self.release(slot as u32, &e.key);
+        Some((e.key, e.state))
+    }
+
+    /// Whether a connection from `ip` may take a place in a full table by fair share.
+    fn may_share(&self, ip: IpAddr) -> bool {
+        self.limits.fair_share && self.network_count(ip).saturating_add(2) <= self.largest
+    }
+
+    /// Moves one network from holding `from` connections to holding `to` (one more or one
+    /// fewer) in the counts behind `largest`.
+    fn holding_moved(&mut self, from: u32, to: u32) {
+        for (n, add) in [(from, false), (to, true)] {
+            if n == 0 {
+                continue;
+            }
+            if let Some(h) = self.holding.get_mut(n as usize) {
+                match add {
+                    true => *h += 1,
+                    false => *h -= 1,
+                }
+            }
+        }
+        // Up past the largest, or down from it when no other network holds as many (then
+        // this one, holding one fewer, is the largest).
+        let last_at_largest = from == self.largest && self.holding.get(from as usize) == Some(&0);
+        if to > self.largest || last_at_largest {
+            self.largest = to;
+        }
+    }
+
     fn release(&mut self, slot: u32, key: &ConnectionKey) {
         self.free.push(slot);
         let ip = key.peer.ip();
-        for (map, at) in [
-            (&mut self.per_source, source(ip)),
-            (&mut self.per_network, network(ip)),
-        ] {
-            if let Some(n) = map.get_mut(&at) {
-                *n -= 1;
-                if *n == 0 {
-                    map.remove(&at);
-                }
+        let at = source(ip);
+        if let Some(n) = self.per_source.get_mut(&at) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&at);
             }
+        }
+        let at = network(ip);
+        if let Some(n) = self.per_network.get_mut(&at) {
+            *n -= 1;
+            let held = *n;
+            if held == 0 {
+                self.per_network.remove(&at);
+            }
+            self.holding_moved(held + 1, held);
         }
     }
 
@@ -344,6 +427,7 @@ mod tests {
             max_per_source: 2,
             max_per_network: 4,
             idle_timeout: Duration::from_secs(10),
+            fair_share: false,
         }
     }
 
@@ -412,6 +496,7 @@ mod tests {
             max_per_source: 2,
             max_per_network: 5,
             idle_timeout: Duration::from_secs(10),
+            fair_share: false,
         };
         let mut t = ConnectionTable::new(limits);
         let t0 = Instant::ZERO;
@@ -446,6 +531,114 @@ mod tests {
         // Removal through `retain` gives the network's place back too.
         t.retain(t0, |k, s| !matches!(s, Sweep::Live(_) if *k == v6(0)));
         assert!(t.insert(v6(0xff), 21, t0).is_ok());
+    }
+
+    /// A full table is shared between networks: a network holding two fewer than the largest
+    /// takes the place of the largest's least recently heard-from connection, until the
+    /// networks hold about as many each; a network as large as the rest does not.
+    #[test]
+    fn a_full_table_is_shared_fairly() {
+        let limits = TableLimits {
+            max_connections: 6,
+            max_per_source: 4,
+            max_per_network: 4,
+            idle_timeout: Duration::from_secs(10),
+            fair_share: true,
+        };
+        let mut t = ConnectionTable::new(limits);
+        let at = Instant::from_millis;
+        let a = |host: u8| key([10, 0, 1, host], 1, 15);
+        let b = |host: u8| key([10, 0, 2, host], 1, 15);
+        let c = |host: u8| key([10, 0, 3, host], 1, 15);
+        for host in 1..=4 {
+            t.insert(a(host), host, at(u64::from(host))).unwrap();
+        }
+        // Room in the table: nothing is evicted.
+        assert_eq!(t.make_room(&c(1)), None);
+        t.insert(b(1), 11, at(5)).unwrap();
+        t.insert(b(2), 12, at(6)).unwrap();
+        // Heard from a(1) again: a(2) is now the network's least recently heard-from.
+        t.touch(&a(1), at(7));
+        assert_eq!(t.len(), 6);
+        assert_eq!(t.check_insert(&c(1)), Ok(()));
+        assert_eq!(t.make_room(&c(1)), Some((a(2), 2)));
+        t.insert(c(1), 21, at(8)).unwrap();
+        assert_eq!(t.make_room(&c(2)), Some((a(3), 3)));
+        t.insert(c(2), 22, at(9)).unwrap();
+        assert_eq!(t.network_count(a(9).peer.ip()), 2);
+        // Every network holds 2: a third for c, or for b, finds the table full.
+        for k in [c(3), b(3), a(5)] {
+            assert_eq!(t.check_insert(&k), Err(InsertError::Full));
+            assert_eq!(t.make_room(&k), None);
+            assert_eq!(t.insert(k, 0, at(10)).err(), Some((InsertError::Full, 0)));
+        }
+        // A fourth network takes a place from one of the three.
+        let d = key([10, 0, 4, 1], 1, 15);
+        let (gone, _) = t.make_room(&d).unwrap();
+        assert!([a(1), a(4), b(1), b(2), c(1), c(2)].contains(&gone));
+        t.insert(d, 31, at(11)).unwrap();
+        assert_eq!(t.len(), 6);
+        // The other limits still apply before anything is evicted: a key in the table already.
+        assert_eq!(t.make_room(&d), None);
+        assert_eq!(t.len(), 6);
+        // Without fair share a full table refuses everyone.
+        let mut t = ConnectionTable::new(TableLimits {
+            fair_share: false,
+            ..limits
+        });
+        for host in 1..=4 {
+            t.insert(a(host), host, at(0)).unwrap();
+        }
+        t.insert(b(1), 11, at(0)).unwrap();
+        t.insert(b(2), 12, at(0)).unwrap();
+        assert_eq!(t.check_insert(&c(1)), Err(InsertError::Full));
+        assert_eq!(t.make_room(&c(1)), None);
+    }
+
+    /// The count of the largest network kept by inserts and removals is the one a scan finds,
+    /// through any order of inserts, removals, evictions and sweeps.
+    #[test]
+    fn the_largest_network_is_tracked() {
+        let limits = TableLimits {
+            max_connections: 24,
+            max_per_source: 3,
+            max_per_network: 6,
+            idle_timeout: Duration::from_secs(10),
+            fair_share: true,
+        };
+        let mut t = ConnectionTable::new(limits);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut evicted = 0;
+        for step in 0..20_000u64 {
+            let k = key([10, 0, next(8) as u8, next(4) as u8], next(3) as u16, 15);
+            let now = Instant::from_millis(step);
+            match next(4) {
+                0 | 1 => {
+                    if t.make_room(&k).is_some() {
+                        evicted += 1;
+                    }
+                    let _ = t.insert(k, (), now);
+                }
+                2 => {
+                    let _ = t.remove(&k);
+                }
+                _ => t.retain(now, |_, s| !matches!(s, Sweep::Live(_)) || next(16) != 0),
+            }
+            let scanned = t.per_network.values().copied().max().unwrap_or(0);
+            assert_eq!(t.largest, scanned, "step {step}");
+            assert!(t.per_network.values().all(|n| *n <= limits.max_per_network));
+            for n in 1..t.holding.len() {
+                let held = t.per_network.values().filter(|v| **v as usize == n).count();
+                assert_eq!(t.holding[n] as usize, held, "step {step}, {n}");
+            }
+        }
+        assert!(evicted > 100, "{evicted}");
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub enum CloseReason {
     /// [`DatagramHandler::reopen`] accepted a new connection from the same peer and virtual
     /// port (a client that restarted): this one made way for it. Counted as closed.
     Replaced,
+    /// The table was full and a connection from a network holding fewer took its place
+    /// ([`TableLimits::fair_share`]): it was its network's least recently heard-from, and its
+    /// network held the most. Counted as evicted.
+    Evicted,
 }
 
 /// The protocol side of a worker: routes datagrams to connections and drives each
@@ -823,6 +827,10 @@ fn admit<H: DatagramHandler>(
     datagram: &[u8],
     now: Instant,
 ) {
+    if let Some((old_key, old)) = table.make_room(&key) {
+        counters.evicted();
+        handler.closed(&old_key, old, CloseReason::Evicted);
+    }
     match table.insert(key, state, now) {
         Ok(state) => {
             counters.opened();
@@ -1394,6 +1402,7 @@ mod tests {
             max_per_source: 1,
             max_per_network: 1,
             idle_timeout: Duration::from_secs(10),
+            fair_share: false,
         };
         let mut h = Generations::default();
         let mut table = ConnectionTable::new(limits);
@@ -1438,6 +1447,52 @@ mod tests {
         assert_eq!(s.dropped_total(), 1);
         assert_eq!(outbox.len(), 1);
         assert_eq!(outbox.get(0), (peer, &b"stateless"[..]));
+    }
+
+    /// A full table with fair share: the worker evicts the largest network's least recently
+    /// heard-from connection for a network holding fewer, closes it as evicted and counts it,
+    /// and refuses a newcomer once the networks hold as many each.
+    #[test]
+    fn a_full_table_evicts_for_a_smaller_network() {
+        let limits = TableLimits {
+            max_connections: 2,
+            max_per_source: 1,
+            max_per_network: 2,
+            idle_timeout: Duration::from_secs(10),
+            fair_share: true,
+        };
+        let mut h = Generations::default();
+        let mut table = ConnectionTable::new(limits);
+        let mut outbox = Outbox::new(4, 64);
+        let mut touched = Vec::with_capacity(4);
+        let counters = Counters::default();
+        let d = |generation: u8| [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1, b'x', generation];
+        let mut send = |h: &mut Generations, ip: [u8; 4], generation: u8, at: u64| {
+            dispatch(
+                h,
+                &mut table,
+                &mut outbox,
+                &mut touched,
+                &counters,
+                SocketAddr::from((ip, 9)),
+                &d(generation),
+                Instant::from_millis(at),
+            );
+        };
+        send(&mut h, [10, 0, 1, 1], 1, 0);
+        send(&mut h, [10, 0, 1, 2], 2, 1);
+        // Heard from the first again: the second is the least recently heard-from.
+        send(&mut h, [10, 0, 1, 1], 0, 2);
+        send(&mut h, [10, 0, 2, 1], 3, 3);
+        assert_eq!(h.closed, [(2, CloseReason::Evicted)]);
+        assert_eq!(h.admitted, [1, 2, 3]);
+        // Each network holds one: a third network's connection finds the table full.
+        send(&mut h, [10, 0, 3, 1], 4, 4);
+        assert_eq!(h.admitted, [1, 2, 3]);
+        assert_eq!(table.len(), 2);
+        let s = counters.snapshot();
+        assert_eq!((s.opened, s.closed, s.expired, s.evicted), (3, 0, 0, 1));
+        assert_eq!(s.dropped(DropReason::TableFull), 1);
     }
 
     #[test]

@@ -481,7 +481,12 @@ impl WsListener {
             shared: Arc::new(Shared {
                 engine: Mutex::new(Engine {
                     handler,
-                    table: ConnectionTable::new(config.limits),
+                    // A PRUDP connection lives as long as its WebSocket, whose slot is
+                    // taken at the handshake, so its table evicts nothing.
+                    table: ConnectionTable::new(TableLimits {
+                        fair_share: false,
+                        ..config.limits
+                    }),
                     outbox: Outbox::new(64, slot),
                     peers: HashMap::new(),
                     touched: Vec::with_capacity(1),

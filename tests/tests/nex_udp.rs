@@ -96,6 +96,7 @@ fn one_network_cannot_fill_the_table() {
             max_per_source: 1,
             max_per_network: 2,
             idle_timeout: time::Duration::from_secs(30),
+            fair_share: false,
         },
         ..WorkerConfig::default()
     };
@@ -110,6 +111,55 @@ fn one_network_cannot_fill_the_table() {
     assert_eq!(s.dropped_total(), 1);
     assert_eq!(s.opened, 3);
     assert_eq!(worker.table().len(), 3);
+}
+
+/// A table filled by one network is shared with another, seen from the socket: sources of
+/// 127.0.1.0/24 take the places of 127.0.0.0/24's least recently heard-from connections until
+/// both hold two, then a third is dropped as `table_full`; the evicted are closed as such.
+#[test]
+fn a_full_table_is_shared_between_networks() {
+    let config = WorkerConfig {
+        limits: TableLimits {
+            max_connections: 4,
+            max_per_source: 1,
+            max_per_network: 4,
+            idle_timeout: time::Duration::from_secs(30),
+            fair_share: true,
+        },
+        ..WorkerConfig::default()
+    };
+    let (worker, s) = serve_while(&config, |server| {
+        let first: Vec<UdpSocket> = (1..=4).map(|h| peer(&format!("127.0.0.{h}"))).collect();
+        for (i, p) in first.iter().enumerate() {
+            echo(p, server, &packet(15, &[b'a' + i as u8]));
+        }
+        // Heard from 127.0.0.1 and .2 again: .3 and .4 are the least recently heard-from.
+        echo(&first[0], server, &packet(15, b"again"));
+        echo(&first[1], server, &packet(15, b"again"));
+        echo(&peer("127.0.1.1"), server, &packet(15, b"e"));
+        echo(&peer("127.0.1.2"), server, &packet(15, b"f"));
+        peer("127.0.1.3")
+            .send_to(&packet(15, b"g"), server)
+            .unwrap();
+        // The first network's remaining two are still served.
+        echo(&first[0], server, &packet(15, b"still"));
+        echo(&first[1], server, &packet(15, b"still"));
+    });
+    assert_eq!(s.dropped(DropReason::TableFull), 1);
+    assert_eq!(s.dropped_total(), 1);
+    assert_eq!((s.opened, s.closed, s.evicted), (6, 0, 2));
+    assert_eq!(worker.table().len(), 4);
+    let evicted: Vec<(String, CloseReason)> = worker
+        .handler()
+        .closed
+        .iter()
+        .map(|(k, r)| (k.peer.ip().to_string(), *r))
+        .collect();
+    let want = [
+        ("127.0.0.3".to_string(), CloseReason::Evicted),
+        ("127.0.0.4".to_string(), CloseReason::Evicted),
+    ];
+    assert_eq!(evicted, want);
 }
 
 /// Accepts everything and, at its first tick, sends each connection one `tick` datagram.
@@ -241,6 +291,7 @@ fn bounds_drops_and_idle_expiry() {
             max_per_network: 3,
             // Long enough that none expires while the steps below run on a loaded machine.
             idle_timeout: time::Duration::from_millis(2000),
+            fair_share: false,
         },
         tick: time::Duration::from_millis(10),
         ..WorkerConfig::default()

@@ -412,6 +412,7 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             "connections": s.connected.load(Relaxed),
             "closed": d.closed,
             "expired": d.expired,
+            "evicted": d.evicted,
             "replaced": s.replaced.load(Relaxed),
             "ticket_replays": s.ticket_replays.load(Relaxed),
             "pid_limited": s.pid_limited.load(Relaxed),
