@@ -1,10 +1,11 @@
 //! Compress arbitrary input at a level and over a workspace size the input picks (the
-//! documented sizes, or any size from the minimum up), then inflate it back exactly with
-//! wirekit's inflater, with zlib-rs (through flate2) and with miniz_oxide (the inflater's
-//! reference, `core/src/zlib/inflate/reference.rs`): all three give the input back. The stream
-//! never exceeds `compress_bound`; compressing twice over the same tables gives the same bytes
-//! (generation tags must not leak matches: output does not depend on history); a workspace
-//! under the minimum is refused. The input itself also goes to the inflater, which must never panic.
+//! documented sizes, or any size from the minimum up to 3.2 times the server profile), then
+//! inflate it back exactly with wirekit's inflater, with zlib-rs (through flate2) and with
+//! miniz_oxide (the inflater's reference, `core/src/zlib/inflate/reference.rs`): all three give
+//! the input back. The stream never exceeds `compress_bound`; compressing twice over the same
+//! tables gives the same bytes (generation tags must not leak matches: output does not depend
+//! on history); a workspace under the minimum is refused. The input itself also goes to the
+//! inflater, which must never panic.
 //!
 //! One level per input, not every level each time: the corpus keeps inputs for each level's
 //! paths (coverage is per edge), and a run tries seven times as many inputs.
@@ -50,13 +51,19 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (sel, level) = (*sel, Level::ALL[usize::from(*pick) % Level::ALL.len()]);
-    let words = match sel % 8 {
-        0 => WORKSPACE_MIN,
-        1 => WORKSPACE_MCU,
-        2 => 20_000,
-        3 => WORKSPACE_SERVER,
-        // Sizes between and past the documented ones.
-        k => WORKSPACE_MIN + usize::from(sel) * 331 * usize::from(k),
+    let (words, input) = match (sel % 8, input) {
+        (0, _) => (WORKSPACE_MIN, input),
+        (1, _) => (WORKSPACE_MCU, input),
+        (2, _) => (20_000, input),
+        (3, _) => (WORKSPACE_SERVER, input),
+        // Any size from the minimum up, two more bytes picking it: up to 3.2 times the server
+        // profile, past every size at which the workspace's layout stops growing (131,072
+        // words: see `WORKSPACE_SERVER`).
+        (k, [hi, lo, rest @ ..]) => {
+            let at = usize::from(u16::from_be_bytes([*hi, *lo]));
+            (WORKSPACE_MIN + at * usize::from(k - 3), rest)
+        }
+        (_, rest) => (WORKSPACE_MIN + 1, rest),
     };
     let small = Compressor::new(vec![0u32; WORKSPACE_MIN - 1 - usize::from(sel) % 8]);
     assert_eq!(
