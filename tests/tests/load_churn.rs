@@ -19,7 +19,11 @@ const CHURN: Duration = Duration::from_secs(30);
 const WARM_UP: Duration = Duration::from_secs(1);
 /// The resident-memory bound for the server during the churn.
 const RSS_BOUND_KIB: u64 = 64 * 1024;
-/// Load-generator tasks, each connecting, echoing and closing in turn.
+/// Load-generator tasks, each connecting, echoing and closing in turn. More do not raise the
+/// rate on a machine of 2 cores, which the server and the generator share: with `wirekit bench
+/// --churn --payload 64` for 5 s each (2026-12-06, AMD EPYC, 2 cores, two fuzz campaigns at
+/// nice 19), 4, 16 and 64 tasks made 13,800-14,100 connections a second alike, so the churn
+/// runs at the highest rate the generator reaches.
 const TASKS: usize = 16;
 /// What the server's RSS may grow by over the churn, at its peak and after, beyond
 /// [`GROWTH_PER_CONNECTION`] a connection: the allocator's working set for the connections
