@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use wirekit_core::limit::{AddrKey, Prefix};
+use wirekit_core::limit::{AddrKey, Prefix, Rate, TokenBucket};
 use wirekit_core::prudp::VirtualPort;
 use wirekit_core::time::{Duration, Instant};
 
@@ -73,13 +73,18 @@ pub struct TableLimits {
     pub idle_timeout: Duration,
     /// When the table is full, whether a connection from a network holding at least two
     /// connections fewer than the largest network takes the place of that network's least
-    /// recently heard-from connection ([`ConnectionTable::make_room`]). Without it, as many
-    /// networks as the table holds [`max_per_network`](Self::max_per_network)s (16 by default)
-    /// could keep a full table of connections that need no credentials (the authentication
-    /// server's) alive with pings, and every other network was refused; with it, networks
-    /// share a full table evenly, and one that holds the most is the one to make way. Off
-    /// where a connection needs a credential to take a slot (the secure server's tickets),
-    /// so that a full server does not end a player's session for a newcomer.
+    /// recently heard-from connection ([`ConnectionTable::make_room`]), at most
+    /// [`EVICTION_BURST`] at once and [`EVICTION_RATE`] after. Without it, as many networks as
+    /// the table holds [`max_per_network`](Self::max_per_network)s (16 by default) could keep
+    /// a full table of connections that need no credentials (the authentication server's)
+    /// alive with pings, and every other network was refused; with it, a full table is shared
+    /// between networks, and one that holds the most makes way, until every network holds
+    /// about as many (a table full of networks holding one each refuses newcomers again). The
+    /// price: a newcomer ends a connection of the largest network, which may be a carrier's
+    /// NAT with many players behind it; the eviction budget bounds how many a second a peer
+    /// that keeps connecting from small networks can end. Off where a connection needs a
+    /// credential to take a slot (the secure server's tickets), so that a full server does
+    /// not end a player's session for a newcomer.
     pub fair_share: bool,
 }
 
@@ -97,6 +102,14 @@ impl Default for TableLimits {
         }
     }
 }
+
+/// Evictions ([`TableLimits::fair_share`]) a table makes at once.
+pub const EVICTION_BURST: u32 = 32;
+/// Evictions a table makes a second after [`EVICTION_BURST`]: a peer that takes a place and
+/// leaves at once, from networks small enough to evict, over and over (a CONNECT and a
+/// DISCONNECT fit in one datagram), ends at most this many of others' connections a second,
+/// and the table is scanned for a victim at most that often.
+pub const EVICTION_RATE: Rate = Rate::per_second(8);
 
 /// Why a connection was not added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +165,11 @@ pub struct ConnectionTable<S> {
     holding: Vec<u32>,
     /// The most connections one network holds.
     largest: u32,
+    /// Each slot's network (`None` when free): the victim search scans this, not the slots,
+    /// whose states may be kilobytes each.
+    networks: Vec<Option<IpAddr>>,
+    /// The eviction budget ([`EVICTION_BURST`], [`EVICTION_RATE`]).
+    evictions: TokenBucket,
 }
 
 impl<S> ConnectionTable<S> {
@@ -170,6 +188,8 @@ impl<S> ConnectionTable<S> {
             per_network: HashMap::with_capacity(cap.saturating_mul(2)),
             holding: vec![0; cap.min(limits.max_per_network as usize) + 1],
             largest: 0,
+            networks: vec![None; cap],
+            evictions: TokenBucket::new(EVICTION_BURST, EVICTION_RATE),
         }
     }
 
@@ -216,11 +236,11 @@ impl<S> ConnectionTable<S> {
 
     /// Whether `insert` of this key would succeed, without inserting (where the table is full,
     /// once [`make_room`](Self::make_room) has made room for it).
-    pub fn check_insert(&self, key: &ConnectionKey) -> Result<(), InsertError> {
+    pub fn check_insert(&self, key: &ConnectionKey, now: Instant) -> Result<(), InsertError> {
         if self.index.contains_key(key) {
             return Err(InsertError::Exists);
         }
-        if self.free.is_empty() && !self.may_share(key.peer.ip()) {
+        if self.free.is_empty() && !self.may_share(key.peer.ip(), now) {
             return Err(InsertError::Full);
         }
         if self.source_count(key.peer.ip()) >= self.limits.max_per_source {
@@ -239,7 +259,7 @@ impl<S> ConnectionTable<S> {
         state: S,
         now: Instant,
     ) -> Result<&mut S, (InsertError, S)> {
-        if let Err(e) = self.check_insert(&key) {
+        if let Err(e) = self.check_insert(&key, now) {
             return Err((e, state));
         }
         let Some(slot) = self.free.pop() else {
@@ -251,6 +271,7 @@ impl<S> ConnectionTable<S> {
         let held = *held;
         self.holding_moved(held - 1, held);
         self.index.insert(key, slot);
+        self.networks[slot as usize] = Some(network(key.peer.ip()));
         let entry = self.slots[slot as usize].insert(Entry {
             key,
             last_seen: now,
@@ -269,20 +290,24 @@ impl<S> ConnectionTable<S> {
 
     /// Where the table is full and `key` may take a place by
     /// [fair share](TableLimits::fair_share) (its network holds at least two connections fewer
-    /// than the largest, and nothing else keeps it out), removes the least recently heard-from
-    /// connection of a network that holds the most and returns it; otherwise `None` and nothing
-    /// changes. Then [`insert`](Self::insert) takes `key`. It scans the table, so call it for a
+    /// than the largest, nothing else keeps it out, and the eviction budget has a token at
+    /// `now`), removes the least recently heard-from connection of a network that holds the
+    /// most and returns it; otherwise `None` and nothing changes. Then
+    /// [`insert`](Self::insert) takes `key`. It scans the table's networks, so call it for a
     /// connection that is accepted, not for every datagram.
-    pub fn make_room(&mut self, key: &ConnectionKey) -> Option<(ConnectionKey, S)> {
-        if !self.free.is_empty() || self.check_insert(key).is_err() {
+    pub fn make_room(&mut self, key: &ConnectionKey, now: Instant) -> Option<(ConnectionKey, S)> {
+        if !self.free.is_empty()
+            || self.check_insert(key, now).is_err()
+            || !self.evictions.try_take(now, 1)
+        {
             return None;
         }
         let largest = self.largest;
         let (&target, _) = self.per_network.iter().find(|(_, n)| **n == largest)?;
         let mut oldest: Option<(Instant, usize)> = None;
-        for (slot, e) in self.slots.iter().enumerate() {
-            if let Some(e) = e
-                && network(e.key.peer.ip()) == target
+        for (slot, n) in self.networks.iter().enumerate() {
+            if *n == Some(target)
+                && let Some(e) = &self.slots[slot]
                 && oldest.is_none_or(|(seen, _)| e.last_seen < seen)
             {
                 oldest = Some((e.last_seen, slot));
@@ -295,9 +320,11 @@ impl<S> ConnectionTable<S> {
         Some((e.key, e.state))
     }
 
-    /// Whether a connection from `ip` may take a place in a full table by fair share.
-    fn may_share(&self, ip: IpAddr) -> bool {
-        self.limits.fair_share && self.network_count(ip).saturating_add(2) <= self.largest
+    /// Whether a connection from `ip` may take a place in a full table by fair share at `now`.
+    fn may_share(&self, ip: IpAddr, now: Instant) -> bool {
+        self.limits.fair_share
+            && self.network_count(ip).saturating_add(2) <= self.largest
+            && self.evictions.available(now) > 0
     }
 
     /// Moves one network from holding `from` connections to holding `to` (one more or one
@@ -324,6 +351,7 @@ impl<S> ConnectionTable<S> {
 
     fn release(&mut self, slot: u32, key: &ConnectionKey) {
         self.free.push(slot);
+        self.networks[slot as usize] = None;
         let ip = key.peer.ip();
         let at = source(ip);
         if let Some(n) = self.per_source.get_mut(&at) {
@@ -554,32 +582,32 @@ mod tests {
             t.insert(a(host), host, at(u64::from(host))).unwrap();
         }
         // Room in the table: nothing is evicted.
-        assert_eq!(t.make_room(&c(1)), None);
+        assert_eq!(t.make_room(&c(1), at(5)), None);
         t.insert(b(1), 11, at(5)).unwrap();
         t.insert(b(2), 12, at(6)).unwrap();
         // Heard from a(1) again: a(2) is now the network's least recently heard-from.
         t.touch(&a(1), at(7));
         assert_eq!(t.len(), 6);
-        assert_eq!(t.check_insert(&c(1)), Ok(()));
-        assert_eq!(t.make_room(&c(1)), Some((a(2), 2)));
+        assert_eq!(t.check_insert(&c(1), at(8)), Ok(()));
+        assert_eq!(t.make_room(&c(1), at(8)), Some((a(2), 2)));
         t.insert(c(1), 21, at(8)).unwrap();
-        assert_eq!(t.make_room(&c(2)), Some((a(3), 3)));
+        assert_eq!(t.make_room(&c(2), at(9)), Some((a(3), 3)));
         t.insert(c(2), 22, at(9)).unwrap();
         assert_eq!(t.network_count(a(9).peer.ip()), 2);
         // Every network holds 2: a third for c, or for b, finds the table full.
         for k in [c(3), b(3), a(5)] {
-            assert_eq!(t.check_insert(&k), Err(InsertError::Full));
-            assert_eq!(t.make_room(&k), None);
+            assert_eq!(t.check_insert(&k, at(10)), Err(InsertError::Full));
+            assert_eq!(t.make_room(&k, at(10)), None);
             assert_eq!(t.insert(k, 0, at(10)).err(), Some((InsertError::Full, 0)));
         }
         // A fourth network takes a place from one of the three.
         let d = key([10, 0, 4, 1], 1, 15);
-        let (gone, _) = t.make_room(&d).unwrap();
+        let (gone, _) = t.make_room(&d, at(11)).unwrap();
         assert!([a(1), a(4), b(1), b(2), c(1), c(2)].contains(&gone));
         t.insert(d, 31, at(11)).unwrap();
         assert_eq!(t.len(), 6);
         // The other limits still apply before anything is evicted: a key in the table already.
-        assert_eq!(t.make_room(&d), None);
+        assert_eq!(t.make_room(&d, at(11)), None);
         assert_eq!(t.len(), 6);
         // Without fair share a full table refuses everyone.
         let mut t = ConnectionTable::new(TableLimits {
@@ -591,8 +619,49 @@ mod tests {
         }
         t.insert(b(1), 11, at(0)).unwrap();
         t.insert(b(2), 12, at(0)).unwrap();
-        assert_eq!(t.check_insert(&c(1)), Err(InsertError::Full));
-        assert_eq!(t.make_room(&c(1)), None);
+        assert_eq!(t.check_insert(&c(1), at(0)), Err(InsertError::Full));
+        assert_eq!(t.make_room(&c(1), at(0)), None);
+    }
+
+    /// Evictions are budgeted: a peer that takes places from a small network and leaves at
+    /// once ends at most [`EVICTION_BURST`] connections at once and [`EVICTION_RATE`] after;
+    /// past the budget a newcomer finds the table full (so nothing is opened for it).
+    #[test]
+    fn evictions_are_budgeted() {
+        let limits = TableLimits {
+            max_connections: 64,
+            max_per_source: 64,
+            max_per_network: 64,
+            idle_timeout: Duration::from_secs(10),
+            fair_share: true,
+        };
+        let mut t = ConnectionTable::new(limits);
+        let t0 = Instant::ZERO;
+        for port in 0..64 {
+            t.insert(key([10, 0, 1, 1], port, 15), (), t0).unwrap();
+        }
+        let newcomer = key([10, 0, 2, 1], 1, 15);
+        for _ in 0..EVICTION_BURST {
+            assert!(t.make_room(&newcomer, t0).is_some());
+            t.insert(newcomer, (), t0).unwrap();
+            // It leaves at once: its network never grows.
+            t.remove(&newcomer).unwrap();
+            t.insert(key([10, 0, 1, 1], 1000, 15), (), t0).unwrap();
+            t.remove(&key([10, 0, 1, 1], 1000, 15)).unwrap();
+            t.insert(key([10, 0, 1, 2], 0, 15), (), t0).unwrap();
+        }
+        assert_eq!(t.len(), 64);
+        assert_eq!(t.check_insert(&newcomer, t0), Err(InsertError::Full));
+        assert_eq!(t.make_room(&newcomer, t0), None);
+        // One more token an eighth of a second later.
+        let later = Instant::from_millis(125);
+        assert_eq!(t.check_insert(&newcomer, later), Ok(()));
+        assert!(t.make_room(&newcomer, later).is_some());
+        t.insert(newcomer, (), later).unwrap();
+        // And none left for another network's.
+        let third = key([10, 0, 3, 1], 1, 15);
+        assert_eq!(t.check_insert(&third, later), Err(InsertError::Full));
+        assert_eq!(t.make_room(&third, later), None);
     }
 
     /// The count of the largest network kept by inserts and removals is the one a scan finds,
@@ -620,7 +689,7 @@ mod tests {
             let now = Instant::from_millis(step);
             match next(4) {
                 0 | 1 => {
-                    if t.make_room(&k).is_some() {
+                    if t.make_room(&k, now).is_some() {
                         evicted += 1;
                     }
                     let _ = t.insert(k, (), now);
@@ -636,6 +705,10 @@ mod tests {
             for n in 1..t.holding.len() {
                 let held = t.per_network.values().filter(|v| **v as usize == n).count();
                 assert_eq!(t.holding[n] as usize, held, "step {step}, {n}");
+            }
+            for (slot, n) in t.networks.iter().enumerate() {
+                let want = t.slots[slot].as_ref().map(|e| network(e.key.peer.ip()));
+                assert_eq!(*n, want, "step {step}, slot {slot}");
             }
         }
         assert!(evicted > 100, "{evicted}");

@@ -113,8 +113,9 @@ pub trait DatagramHandler {
     fn version(&self) -> Version;
 
     /// A datagram from a peer with no connection: open one, answer statelessly or refuse.
-    /// Asked only when the table has room for a connection from this peer (a full table, or
-    /// a source at its limit, drops the datagram first, so nothing here runs for it).
+    /// Asked only when the table has room for a connection from this peer, or will make room
+    /// for it by [fair share](TableLimits::fair_share) (a full table that will not, or a
+    /// source at its limit, drops the datagram first, so nothing here runs for it).
     fn open(
         &mut self,
         key: &ConnectionKey,
@@ -800,7 +801,7 @@ pub(crate) fn dispatch<H: DatagramHandler>(
     // A new connection needs room before anything is done for it: a handler's open may
     // allocate and verify (a PRUDP CONNECT's workspace, its ticket), which a flood from a
     // source at its limit, or into a full table, must not get to repeat per datagram.
-    if let Err(e) = table.check_insert(&key) {
+    if let Err(e) = table.check_insert(&key, now) {
         counters.dropped(insert_drop(e));
         return;
     }
@@ -827,7 +828,7 @@ fn admit<H: DatagramHandler>(
     datagram: &[u8],
     now: Instant,
 ) {
-    if let Some((old_key, old)) = table.make_room(&key) {
+    if let Some((old_key, old)) = table.make_room(&key, now) {
         counters.evicted();
         handler.closed(&old_key, old, CloseReason::Evicted);
     }

@@ -88,7 +88,8 @@ pub struct WsConfig {
     /// closed ([`WsReason::SendStalled`]), so it holds no task or slot for ever.
     pub send_timeout: Duration,
     /// The PRUDP connection table's bounds; its [`TableLimits::max_per_source`] also bounds
-    /// the WebSockets one source may hold open.
+    /// the WebSockets one source may hold open. Its [`TableLimits::fair_share`] is ignored: a
+    /// PRUDP connection lives as long as its WebSocket, so the table evicts nothing.
     pub limits: TableLimits,
     /// How often the connections' timers run and idle ones expire.
     pub tick: Duration,
