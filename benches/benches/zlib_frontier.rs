@@ -89,11 +89,12 @@ fn libdeflate(level: i32) -> CompressFn {
     Box::new(move |input, out| c.zlib_compress(input, out).unwrap())
 }
 
-/// wirekit's levels by their zlib number (`Level::from_zlib`): 1 quick, 2 fast, 4 lazy, 6
-/// default, 7 thorough, 9 best.
-const WIREKIT_LEVELS: [(u32, Level); 6] = [
+/// wirekit's levels by their zlib number (`Level::from_zlib`): 1 quick, 2 fast, 3 medium, 4
+/// lazy, 6 default, 7 thorough, 9 best.
+const WIREKIT_LEVELS: [(u32, Level); 7] = [
     (1, Level::Quick),
     (2, Level::Fast),
+    (3, Level::Medium),
     (4, Level::Lazy),
     (6, Level::Default),
     (7, Level::Thorough),

@@ -22,6 +22,7 @@ fn main() -> Result<(), String> {
     let level = match args.next().as_deref() {
         Some("quick") => Level::Quick,
         Some("fast") => Level::Fast,
+        Some("medium") => Level::Medium,
         Some("lazy") => Level::Lazy,
         Some("default") | None => Level::Default,
         Some("thorough") => Level::Thorough,

@@ -4,9 +4,9 @@
 //! the same bodies come back, compressed exactly when the encoder compressed them, with the
 //! same events whatever the split. Raw bytes after the script must give the same frame or typed
 //! error however they are split; a body decoded from them re-encodes at the threshold and level
-//! the script ended with and decodes back to itself. (One level, not all seven: the compressor's
+//! the script ended with and decodes back to itself. (One level, not all eight: the compressor's
 //! own paths at every level are zlib_round_trip's; here the frame codec is under test, and a
-//! run tries seven times as many inputs.) (The decoder checks a Data Length against the limits before it inflates
+//! run tries eight times as many inputs.) (The decoder checks a Data Length against the limits before it inflates
 //! anything; the target sees that as the typed error, the same whatever the split.)
 #![no_main]
 

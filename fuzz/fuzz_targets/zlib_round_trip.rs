@@ -8,7 +8,7 @@
 //! inflater, which must never panic.
 //!
 //! One level per input, not every level each time: the corpus keeps inputs for each level's
-//! paths (coverage is per edge), and a run tries seven times as many inputs.
+//! paths (coverage is per edge), and a run tries eight times as many inputs.
 #![no_main]
 
 use flate2::{Decompress, FlushDecompress};

@@ -17,7 +17,7 @@ use wirekit_tests::peers::{
     wait_bounded, workspace_root,
 };
 
-const LEVELS: [Level; 7] = Level::ALL;
+const LEVELS: [Level; 8] = Level::ALL;
 
 /// Packet bodies (ID + data) of every size class: tiny, around common thresholds, large, and
 /// both game-like (compressible) and random.

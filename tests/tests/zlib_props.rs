@@ -10,7 +10,7 @@ use wirekit_core::zlib::{
     Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_MIN, WORKSPACE_SERVER, compress_bound,
 };
 
-const LEVELS: [Level; 7] = Level::ALL;
+const LEVELS: [Level; 8] = Level::ALL;
 
 /// Data with structure a compressor can find: runs, repeats at random distances, small
 /// alphabets and noise, concatenated.

@@ -111,7 +111,7 @@ pub struct EncodeArgs {
     /// format of compression off).
     #[arg(long, allow_hyphen_values = true)]
     pub threshold: Option<i32>,
-    /// zlib level for compressed packets: 0 stored, 1 quick, 2-3 fast, 4-5 lazy, 6 default, 7 thorough, 8-9 best.
+    /// zlib level for compressed packets: 0 stored, 1 quick, 2 fast, 3 medium, 4-5 lazy, 6 default, 7 thorough, 8-9 best.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(0..=9))]
     pub level: u8,
 }

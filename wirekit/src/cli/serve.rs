@@ -27,8 +27,8 @@ pub struct ServeArgs {
     /// only).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub compression_threshold: i32,
-    /// zlib compression level of what the server sends (0 stored, 1 quick, 2-3 fast, 4-5
-    /// lazy, 6 default, 7 thorough, 8-9 best; varint framing only).
+    /// zlib compression level of what the server sends (0 stored, 1 quick, 2 fast, 3 medium,
+    /// 4-5 lazy, 6 default, 7 thorough, 8-9 best; varint framing only).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=9))]
     pub level: u8,
     /// Connections served at once (at least 1).

@@ -91,6 +91,7 @@ fn higher_levels_compress_structured_data_better() {
     let input = &samples()[10];
     let quick = round_trip(&mut c, Level::Quick, input);
     let fast = round_trip(&mut c, Level::Fast, input);
+    let medium = round_trip(&mut c, Level::Medium, input);
     let lazy = round_trip(&mut c, Level::Lazy, input);
     let default = round_trip(&mut c, Level::Default, input);
     let thorough = round_trip(&mut c, Level::Thorough, input);
@@ -98,15 +99,51 @@ fn higher_levels_compress_structured_data_better() {
     // The thorough and best levels find longer matches, sometimes farther away and dearer to
     // code: on these records they may write a little more than the default level (0.3% with
     // a default nice length of 64; zlib's level 9 also loses to its 6 on some inputs), never
-    // much more.
+    // much more. Likewise the medium level against the fast one: the longer of its two
+    // candidates is sometimes the farther and dearer (0.5% more on these records; 1-5% less on
+    // the benchmark's real packets and chunk data).
     assert!(
         best * 1000 <= default * 1005
             && thorough * 1000 <= default * 1005
             && default <= lazy
-            && lazy < fast
+            && lazy < medium
+            && medium * 100 <= fast * 101
             && fast < quick,
-        "best {best} thorough {thorough} default {default} lazy {lazy} fast {fast} quick {quick}"
+        "best {best} thorough {thorough} default {default} lazy {lazy} medium {medium} \
+         fast {fast} quick {quick}"
     );
+}
+
+/// Output does not depend on what the workspace did before: each level's stream for an input
+/// is the same after any other level's calls (the levels lay the workspace out differently,
+/// the medium level over a table of its own in a large workspace) as from a fresh compressor.
+#[test]
+fn output_does_not_depend_on_the_levels_called_before() {
+    let inputs = samples();
+    for words in [WORKSPACE_MIN, WORKSPACE_MCU, WORKSPACE_SERVER] {
+        let fresh = |level: Level, input: &[u8]| {
+            let mut c = Compressor::new(vec![0u32; words]).unwrap();
+            let mut out = vec![0u8; compress_bound(input.len())];
+            let n = c.compress(level, input, &mut out).unwrap();
+            out.truncate(n);
+            out
+        };
+        let mut c = Compressor::new(vec![0u32; words]).unwrap();
+        for (k, input) in inputs.iter().enumerate() {
+            for (j, &level) in Level::ALL.iter().enumerate() {
+                // Another level over another input first, then this one.
+                let before = Level::ALL[(j + k + 1) % Level::ALL.len()];
+                let other = &inputs[(k + 1) % inputs.len()];
+                let mut out = vec![0u8; compress_bound(other.len().max(input.len()))];
+                c.compress(before, other, &mut out).unwrap();
+                let n = c.compress(level, input, &mut out).unwrap();
+                assert!(
+                    out[..n] == fresh(level, input),
+                    "{words} words: {level:?} after {before:?}, input {k}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -178,6 +215,8 @@ fn layouts_fit_their_workspace() {
         let l = Layout::for_words(words);
         assert!(l.hash + l.chain + l.symbols <= words, "{words}: {l:?}");
         assert!(l.fast_hash + l.fast_symbols <= words && l.fast_hash.is_power_of_two());
+        assert!(l.medium_hash + l.medium_symbols <= words && l.medium_hash.is_power_of_two());
+        assert!(l.medium_hash >= l.fast_hash && l.medium_symbols >= 256);
         assert!(l.quick_hash <= words && l.quick_hash.is_power_of_two());
         assert!(l.fast_symbols >= 256);
         assert!(l.hash.is_power_of_two() && l.chain.is_power_of_two());

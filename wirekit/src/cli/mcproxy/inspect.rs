@@ -166,13 +166,14 @@ fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
         None | Some("fast") => Level::Fast,
         Some("stored") => Level::Stored,
         Some("quick") => Level::Quick,
+        Some("medium") => Level::Medium,
         Some("lazy") => Level::Lazy,
         Some("default") => Level::Default,
         Some("thorough") => Level::Thorough,
         Some("best") => Level::Best,
         Some(l) => {
             return Err(format!(
-                "{name} {l:?}: stored, quick, fast, lazy, default, thorough or best"
+                "{name} {l:?}: stored, quick, fast, medium, lazy, default, thorough or best"
             ));
         }
     })
