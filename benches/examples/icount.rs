@@ -11,7 +11,7 @@
 //! core), the count tells a small change's effect apart from the noise; time is still checked
 //! in `zlib_frontier`, since fewer instructions need not mean less time.
 //!
-//! Arguments: level (`quick`, `fast`, `lazy`, `default`, `thorough`, `best`), corpus (`captured`,
+//! Arguments: level (`quick`, `fast`, `medium`, `lazy`, `default`, `thorough`, `best`), corpus (`captured`,
 //! `peer-generated`, `ours`), class (a table's column label) and passes.
 
 use wirekit_benches::corpus::{self, CLASSES, Class};

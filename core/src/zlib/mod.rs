@@ -52,7 +52,8 @@
 //! [`WORKSPACE_MCU`] (16 KiB) is the microcontroller profile and [`WORKSPACE_SERVER`] (320 KiB)
 //! the server's; past it only the chained levels' block size grows (up to 512 KiB), and past
 //! 512 KiB nothing changes. Its length sets the hash table sizes (up to 8 Ki
-//! entries for `Fast`, 16 Ki for `Quick` from 256 KiB, 32 Ki for `Lazy`, `Default` and `Best`),
+//! entries for `Fast`, 16 Ki for `Medium` from 96 KiB and for `Quick` from 256 KiB, 32 Ki for
+//! `Lazy`, `Default`, `Thorough` and `Best`),
 //! the block size in symbols, and the chained levels' hash chain, which bounds their match
 //! distance (1 Ki positions at 16 KiB, 32 Ki at 320 KiB).
 //!
@@ -80,7 +81,7 @@
 //! Small workspaces cost ratio mainly on large inputs at the chained levels (their chain, and so
 //! their reach, shrinks with the workspace); on 1 KiB packets 16 KiB is as good as 320 KiB.
 //!
-//! Stack use: `Fast`, `Lazy`, `Default` and `Best` keep the block's symbol frequencies, Huffman codes and
+//! Stack use: `Fast`, `Medium`, `Lazy`, `Default`, `Thorough` and `Best` keep the block's symbol frequencies, Huffman codes and
 //! code-building arrays on the stack (about 7 KB, counted from the arrays, not measured);
 //! `Quick` and `Stored` need well under 1 KB.
 //!

@@ -36,8 +36,10 @@ pub enum Level {
     Fast,
     /// The fast level's greedy matching with two candidates in each hash bucket (the longer
     /// match taken, as libdeflate's fastest match finder does) and every position of a match
-    /// up to 16 bytes long inserted into the table, over a table twice the fast level's: on
-    /// chunk data, whose matches are short and back to back, about 3.5% less output than
+    /// up to 16 bytes long inserted into the table, over a table twice the fast level's in a
+    /// workspace of 96 KiB or more ([`WORKSPACE_SERVER`]: 16 Ki entries; in smaller ones the
+    /// fast level's table, so half as many buckets, and less gained). In the server workspace,
+    /// on chunk data, whose matches are short and back to back, about 3.5% less output than
     /// [`Level::Fast`] in about 1.4 times its time, about libdeflate level 1's output in less
     /// than half its time; on the other packets 1-5% less than the fast level's output in 1.2
     /// to 1.8 times its time. Between [`Level::Fast`] and [`Level::Lazy`] on the size/speed frontier
@@ -259,9 +261,10 @@ impl Layout {
 /// `&mut [u32]`, or on a host a `Box<[u32]>`. The workspace carries no stream state between
 /// calls, only hash tables tagged with a generation number so that nothing has to be cleared
 /// per call: one compressor per thread serves every connection. The chained levels (lazy,
-/// default and best) lay their tables out differently from the quick and fast levels, and in a
-/// workspace of 256 KiB or more the quick level differently from the fast one, so the first
-/// call after switching between them clears the workspace once (a pass over all of it, which
+/// default, thorough and best) lay their tables out differently from the quick and fast
+/// levels, in a workspace of 96 KiB or more the medium level differently from those, and in
+/// one of 256 KiB or more the quick level differently from the fast one, so the first call
+/// after switching between them clears the workspace once (a pass over all of it, which
 /// for [`WORKSPACE_SERVER`] costs more than compressing a small packet); keep one compressor
 /// per level if the level alternates.
 ///

@@ -22,7 +22,7 @@ pub struct InspectConfig {
     /// A threshold of the proxy's own toward the client (negative: uncompressed); packets
     /// are then compressed again at `client-level`.
     pub client_threshold: Option<i32>,
-    /// `stored`, `quick`, `fast` (default), `lazy`, `default`, `thorough` or `best`.
+    /// `stored`, `quick`, `fast` (default), `medium`, `lazy`, `default`, `thorough` or `best`.
     pub client_level: Option<String>,
     /// The level packets toward the upstream are compressed at when framed again (the same
     /// names). These packets are the client's: `best` lets a client buy many times the
