@@ -1,5 +1,6 @@
 //! The relay benchmark (`cargo xtask bench relay`): `wirekit proxy` passthrough side by side
-//! with a bare splice(2) relay (the floor), tokio's `copy_bidirectional`, HAProxy in tcp mode
+//! with a bare splice(2) relay (the floor; its pipes sized as `wirekit proxy`'s: the system's
+//! 64 KiB, grown to 256 KiB once a splice fills one), tokio's `copy_bidirectional`, HAProxy in tcp mode
 //! (`nbthread 1`, `option splice-auto`) and Infrarust 1.6.1 (`zerocopy_passthrough`), each relay a child process
 //! pinned to CPU 0, the load (clients and the upstream, one current-thread tokio runtime) on
 //! CPU 1.
@@ -99,12 +100,20 @@ mod floor {
 
     use super::BUF;
 
+    /// What a pipe grows to once a splice fills it: `wirekit_proxy::relay::GROWN_PIPE` (a
+    /// dev-dependency of this crate, out of the harness binary's reach).
+    const GROWN_PIPE: usize = 256 * 1024;
+
     const LISTENER: Token = Token(usize::MAX);
 
     /// One direction: bytes from `from` wait in the pipe until `to` takes them.
     struct Dir {
         pipe_r: OwnedFd,
         pipe_w: OwnedFd,
+        /// What the pipe holds at most: the system's default, until a splice fills it and it
+        /// grows to `GROWN_PIPE`, as `wirekit proxy`'s pipes do (so that the floor stays a
+        /// floor: the same pipes, nothing else).
+        size: usize,
         in_pipe: usize,
         eof: bool,
         shut: bool,
@@ -159,9 +168,11 @@ mod floor {
 
     fn dir() -> io::Result<Dir> {
         let (pipe_r, pipe_w) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+        let size = rustix::pipe::fcntl_getpipe_size(&pipe_w).unwrap_or(BUF);
         Ok(Dir {
             pipe_r,
             pipe_w,
+            size,
             in_pipe: 0,
             eof: false,
             shut: false,
@@ -182,9 +193,18 @@ mod floor {
                     }
                     return Ok(());
                 }
-                match splice(from, None, &dir.pipe_w, None, BUF, flags) {
+                match splice(from, None, &dir.pipe_w, None, dir.size, flags) {
                     Ok(0) => dir.eof = true,
-                    Ok(n) => dir.in_pipe = n,
+                    Ok(n) => {
+                        dir.in_pipe = n;
+                        if n == dir.size
+                            && n < GROWN_PIPE
+                            && let Ok(size) =
+                                rustix::pipe::fcntl_setpipe_size(&dir.pipe_w, GROWN_PIPE)
+                        {
+                            dir.size = size;
+                        }
+                    }
                     Err(Errno::AGAIN) => return Ok(()),
                     Err(e) => return Err(e),
                 }
@@ -1186,8 +1206,8 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         if write == BUF {
             report.push_str(&format!(
                 "Goals at 64 KiB writes:\n\n{}\nWhere the floor's column is above 0.33, the \
-                 goal on copy_bidirectional is out of reach for a splice relay, wirekit's or any \
-                 other: the floor is a bare splice relay doing nothing else (at short \
+                 goal on copy_bidirectional is out of reach for a splice relay with these pipes, \
+                 wirekit's or any other: the floor is a bare splice relay doing nothing else (at short \
                  connections the cost of setting them up, the same for every relay, is most of \
                  the CPU).\n",
                 goals(&results)
@@ -1265,7 +1285,8 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          writes); 512 B rows \
          move a quarter of the bytes. The floor and copy_bidirectional relays are written in \
          benches/src/bin/relay_bench.rs (copy_bidirectional with tokio's default 8 KiB buffers); \
-         the floor connects to the upstream as it accepts, as an L4 relay does, and its L7 form \
+         the floor's pipes are sized as `wirekit proxy`'s (64 KiB, grown to 256 KiB once a \
+         splice fills one); the floor connects to the upstream as it accepts, as an L4 relay does, and its L7 form \
          waits for the client's first bytes before it connects, as a relay that routes by them \
          must (`wirekit proxy` routes by the handshake and connects no upstream for a client \
          that never sends a valid one), so the L7 floor against the floor is what that wait \
