@@ -19,15 +19,9 @@ use wirekit_core::zlib::{Compressor, Level, WORKSPACE_SERVER, compress_bound};
 
 fn main() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
-    let level = match args.next().as_deref() {
-        Some("quick") => Level::Quick,
-        Some("fast") => Level::Fast,
-        Some("medium") => Level::Medium,
-        Some("lazy") => Level::Lazy,
-        Some("default") | None => Level::Default,
-        Some("thorough") => Level::Thorough,
-        Some("best") => Level::Best,
-        Some(other) => return Err(format!("unknown level {other}")),
+    let level = match args.next() {
+        None => Level::Default,
+        Some(name) => Level::from_name(&name).ok_or(format!("unknown level {name}"))?,
     };
     let source = args.next().unwrap_or_else(|| "captured".into());
     let label = args.next().unwrap_or_else(|| "256B-1K".into());

@@ -1,11 +1,12 @@
 //! Compress arbitrary input at a level and over a workspace size the input picks (the
-//! documented sizes, or any size from the minimum up to 3.2 times the server profile), then
-//! inflate it back exactly with wirekit's inflater, with zlib-rs (through flate2) and with
-//! miniz_oxide (the inflater's reference, `core/src/zlib/inflate/reference.rs`): all three give
-//! the input back. The stream never exceeds `compress_bound`; compressing twice over the same
-//! tables gives the same bytes (generation tags must not leak matches: output does not depend
-//! on history); a workspace under the minimum is refused. The input itself also goes to the
-//! inflater, which must never panic.
+//! documented sizes, any size up to 64 Ki words past the minimum, and beyond it to 3.2 times
+//! the server profile sizes in steps of 2, 3 and 4 words), then inflate it back exactly with
+//! wirekit's inflater, with zlib-rs (through flate2) and with miniz_oxide (the inflater's
+//! reference, `core/src/zlib/inflate/reference.rs`): all three give the input back. The stream
+//! never exceeds `compress_bound`; compressing twice over the same tables gives the same bytes
+//! (generation tags must not leak matches: output does not depend on history); a workspace
+//! under the minimum is refused. The input itself also goes to the inflater, which must never
+//! panic.
 //!
 //! One level per input, not every level each time: the corpus keeps inputs for each level's
 //! paths (coverage is per edge), and a run tries eight times as many inputs.
@@ -56,9 +57,10 @@ fuzz_target!(|data: &[u8]| {
         (1, _) => (WORKSPACE_MCU, input),
         (2, _) => (20_000, input),
         (3, _) => (WORKSPACE_SERVER, input),
-        // Any size from the minimum up, two more bytes picking it: up to 3.2 times the server
-        // profile, past every size at which the workspace's layout stops growing (131,072
-        // words: see `WORKSPACE_SERVER`).
+        // Sizes from the minimum up, two more bytes picking it: every size up to 64 Ki words
+        // past the minimum, then up to 3.2 times the server profile in steps of 2 to 4 words,
+        // past every size at which the workspace's layout stops growing (131,072 words: see
+        // `WORKSPACE_SERVER`).
         (k, [hi, lo, rest @ ..]) => {
             let at = usize::from(u16::from_be_bytes([*hi, *lo]));
             (WORKSPACE_MIN + at * usize::from(k - 3), rest)

@@ -10,11 +10,13 @@
 //! is shut down and the opposite direction goes on until it ends too. Pipes that end a relay
 //! empty go to a small process-wide pool for the next connections (as HAProxy pools its pipes),
 //! so a short connection does not pay for making and closing two pipes. A pipe that a splice
-//! fills (a bulk transfer) grows once from the system's default (64 KiB) to [`GROWN_PIPE`]
+//! fills (a bulk transfer) grows, once, from the system's default (64 KiB) to [`GROWN_PIPE`]
 //! (256 KiB), so each splice moves up to four times as much: on a long stream that halved the
-//! relay's CPU per byte. A direction then holds up to that much in its pipe; where the system
-//! refuses the size (an unprivileged user past `/proc/sys/fs/pipe-user-pages-soft`) the pipe
-//! stays as it is.
+//! relay's CPU per byte. A direction then holds up to that much in its pipe. The system charges
+//! a pipe's size to its user for as long as it exists (an unprivileged user's pipes together
+//! within `/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by default; past it new pipes get 8 KiB),
+//! so a grown pipe shrinks back to its first size before it goes to the pool, and where the
+//! system refuses the growth the pipe stays as it is, not asked again.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -411,16 +413,20 @@ mod splice {
     pub(super) const POOL_MAX: usize = 64;
 
     /// A pipe for one direction, back to [`POOL`] when dropped empty.
-    struct Pipe {
+    pub(super) struct Pipe {
         ends: Option<(OwnedFd, OwnedFd)>,
         /// Bytes in the pipe.
-        held: Cell<usize>,
+        pub(super) held: Cell<usize>,
         /// What the pipe holds at most.
-        size: Cell<usize>,
+        pub(super) size: Cell<usize>,
+        /// Its size when taken (the system's default), which it has again in the pool.
+        first: usize,
+        /// Whether it was asked to grow (once, whatever the answer).
+        asked: Cell<bool>,
     }
 
     impl Pipe {
-        fn take() -> io::Result<Pipe> {
+        pub(super) fn take() -> io::Result<Pipe> {
             let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
             let (ends, size) = match pooled {
                 Some((r, w, size)) => ((r, w), size),
@@ -434,19 +440,22 @@ mod splice {
                 ends: Some(ends),
                 held: Cell::new(0),
                 size: Cell::new(size),
+                first: size,
+                asked: Cell::new(false),
             })
         }
 
-        fn ends(&self) -> &(OwnedFd, OwnedFd) {
+        pub(super) fn ends(&self) -> &(OwnedFd, OwnedFd) {
             self.ends.as_ref().expect("present until dropped")
         }
 
-        /// After a splice that filled the pipe: grows it to [`GROWN_PIPE`] once (a pipe may
-        /// grow while it holds bytes); a refusal leaves it as it is.
-        fn filled(&self) {
-            if self.size.get() < GROWN_PIPE
-                && let Ok(size) = rustix::pipe::fcntl_setpipe_size(&self.ends().1, GROWN_PIPE)
-            {
+        /// After a splice that filled the pipe: asks it to grow to [`GROWN_PIPE`], once (a
+        /// pipe may grow while it holds bytes); a refusal leaves it as it is.
+        pub(super) fn filled(&self) {
+            if self.asked.replace(true) || self.size.get() >= GROWN_PIPE {
+                return;
+            }
+            if let Ok(size) = rustix::pipe::fcntl_setpipe_size(&self.ends().1, GROWN_PIPE) {
                 self.size.set(size);
             }
         }
@@ -463,12 +472,22 @@ mod splice {
 
     impl Drop for Pipe {
         fn drop(&mut self) {
+            // Grown, it goes back to its first size (an empty pipe can always shrink); one
+            // that does not is closed, not kept.
+            let first = self.first;
+            let shrunk = || {
+                self.size.get() == first
+                    || self.ends.as_ref().is_some_and(|(_, w)| {
+                        rustix::pipe::fcntl_setpipe_size(w, first).is_ok_and(|s| s == first)
+                    })
+            };
             if self.held.get() == 0
+                && shrunk()
                 && let Some((r, w)) = self.ends.take()
             {
                 let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
                 if pool.len() < POOL_MAX {
-                    pool.push((r, w, self.size.get()));
+                    pool.push((r, w, first));
                     #[cfg(test)]
                     RETURNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -486,6 +505,14 @@ mod splice {
     #[cfg(test)]
     pub(super) fn pooled() -> usize {
         POOL.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether every pipe in the pool has the size the pool records for it, its first.
+    #[cfg(test)]
+    pub(super) fn pooled_at_their_size() -> bool {
+        let pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+        pool.iter()
+            .all(|(_, w, size)| rustix::pipe::fcntl_getpipe_size(w).is_ok_and(|s| s == *size))
     }
 
     /// The pipes in the pool that hold bytes (none should).
@@ -567,7 +594,8 @@ mod splice {
             // Neither the readiness waits nor `try_io` spend the task's tokio budget: a
             // stream that keeps both sockets ready (a fast sender, a fast reader) would keep
             // this task running, and the thread's other connections waiting. One unit a
-            // chunk: the task lets the others run every 128 chunks at most.
+            // 64 KiB moved (more below for a larger splice): the task lets the others run
+            // every 8 MiB at most.
             tokio::task::consume_budget().await;
             let (pipe_r, pipe_w) = pipe.ends();
             let most = splice_len(pipe.size.get(), budget);
@@ -634,6 +662,11 @@ mod splice {
             pipe.held.set(n);
             #[cfg(test)]
             LARGEST_SPLICE.set(LARGEST_SPLICE.get().max(n));
+            // One budget unit a 64 KiB moved, as before the pipes grew (the loop's top spends
+            // the first).
+            for _ in 1..n.div_ceil(CHUNK) {
+                tokio::task::consume_budget().await;
+            }
             if n == pipe.size.get() {
                 pipe.filled();
             }
@@ -1009,17 +1042,53 @@ mod tests {
         let (outcome, at_client, at_upstream) = run(n, ByteBudget::OFF).await;
         assert!(at_upstream == pattern(n, 1) && at_client == pattern(n, 2));
         assert_eq!(outcome.spliced, splice_available());
-        assert_eq!(splice::LARGEST_PIPE.get(), GROWN_PIPE, "no pipe grew");
+        assert!(splice::LARGEST_PIPE.get() >= GROWN_PIPE, "no pipe grew");
         assert!(
             splice::LARGEST_SPLICE.get() > CHUNK,
             "no splice past 64 KiB"
         );
     }
 
+    /// A pipe that a splice filled grows once to `GROWN_PIPE` (not asked again), and goes
+    /// back to the pool at its first size: every pooled pipe is at the size the pool says,
+    /// never grown (the system charges a pipe's size to its user while it exists).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_filled_pipe_grows_once_and_shrinks_back_for_the_pool() {
+        let pipe = splice::Pipe::take().unwrap();
+        let first = pipe.size.get();
+        let (r, w) = pipe.ends();
+        let fill = vec![7u8; first];
+        assert_eq!(
+            rustix::io::write(w, &fill),
+            Ok(first),
+            "the pipe takes its size"
+        );
+        pipe.held.set(first);
+        pipe.filled();
+        let grown = rustix::pipe::fcntl_getpipe_size(w).unwrap();
+        assert_eq!(pipe.size.get(), grown);
+        assert_eq!(grown, first.max(GROWN_PIPE));
+        // Asked once: a pipe the system shrank meanwhile is not asked again.
+        rustix::pipe::fcntl_setpipe_size(w, first.max(GROWN_PIPE)).unwrap();
+        pipe.size.set(first);
+        pipe.filled();
+        assert_eq!(pipe.size.get(), first, "asked again");
+        let mut back = vec![0u8; first];
+        assert_eq!(rustix::io::read(r, &mut back), Ok(first));
+        pipe.held.set(0);
+        pipe.size.set(grown);
+        drop(pipe);
+        assert!(
+            splice::pooled_at_their_size(),
+            "a pooled pipe kept a grown size"
+        );
+    }
+
     /// With a byte budget, a splice moves at most the budget's burst, however large the pipe
-    /// has grown (a larger one would be refused by the budget whole): with a 128 KiB burst and
-    /// a pipe of 256 KiB (grown by the first splice, or taken grown from the pool), no splice
-    /// moves more than the 128 KiB.
+    /// has grown (a larger one would be refused by the budget whole): with a 128 KiB burst no
+    /// splice moves more than the 128 KiB (whether the pipe grew depends on how the stream's
+    /// first segments arrive; `splice_len` is the bound itself).
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_splice_moves_at_most_the_budgets_burst() {
@@ -1033,7 +1102,6 @@ mod tests {
         let (outcome, _, at_upstream) = run(4 << 20, budget).await;
         assert_eq!(outcome.end, RelayEnd::Budget(Direction::Serverbound));
         assert!(at_upstream.len() <= burst, "{}", at_upstream.len());
-        assert_eq!(splice::LARGEST_PIPE.get(), GROWN_PIPE, "no pipe grew");
         let largest = splice::LARGEST_SPLICE.get();
         assert!(largest <= burst, "a splice moved {largest} bytes");
         // The bound itself (the stream above reaches a larger splice only when its socket

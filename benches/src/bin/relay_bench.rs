@@ -101,8 +101,9 @@ mod floor {
     use super::BUF;
 
     /// What a pipe grows to once a splice fills it: `wirekit_proxy::relay::GROWN_PIPE` (a
-    /// dev-dependency of this crate, out of the harness binary's reach).
-    const GROWN_PIPE: usize = 256 * 1024;
+    /// dev-dependency of this crate, out of the harness binary's reach; a test checks that
+    /// the two agree).
+    pub(crate) const GROWN_PIPE: usize = 256 * 1024;
 
     const LISTENER: Token = Token(usize::MAX);
 
@@ -114,6 +115,8 @@ mod floor {
         /// grows to `GROWN_PIPE`, as `wirekit proxy`'s pipes do (so that the floor stays a
         /// floor: the same pipes, nothing else).
         size: usize,
+        /// Whether the pipe was asked to grow (once, whatever the answer).
+        asked: bool,
         in_pipe: usize,
         eof: bool,
         shut: bool,
@@ -173,6 +176,7 @@ mod floor {
             pipe_r,
             pipe_w,
             size,
+            asked: false,
             in_pipe: 0,
             eof: false,
             shut: false,
@@ -197,12 +201,13 @@ mod floor {
                     Ok(0) => dir.eof = true,
                     Ok(n) => {
                         dir.in_pipe = n;
-                        if n == dir.size
-                            && n < GROWN_PIPE
-                            && let Ok(size) =
+                        if n == dir.size && n < GROWN_PIPE && !dir.asked {
+                            dir.asked = true;
+                            if let Ok(size) =
                                 rustix::pipe::fcntl_setpipe_size(&dir.pipe_w, GROWN_PIPE)
-                        {
-                            dir.size = size;
+                            {
+                                dir.size = size;
+                            }
                         }
                     }
                     Err(Errno::AGAIN) => return Ok(()),
@@ -1339,5 +1344,11 @@ mod tests {
         assert_eq!(mark_goal(1.1504, &floor, 2), "1.1504 missed");
         assert_eq!(mark_goal(1.149, &floor, 2), "1.15 met");
         assert_eq!(mark_goal(1.02, &floor, 2), "1.02 met");
+    }
+
+    /// The floor's pipes grow as `wirekit proxy`'s do.
+    #[test]
+    fn the_floor_grows_its_pipes_as_the_proxy_does() {
+        assert_eq!(super::floor::GROWN_PIPE, wirekit_proxy::relay::GROWN_PIPE);
     }
 }

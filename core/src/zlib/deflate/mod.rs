@@ -103,6 +103,32 @@ impl Level {
         }
     }
 
+    /// The level's name as configurations and command lines spell it: `stored`, `quick`,
+    /// `fast`, `medium`, `lazy`, `default`, `thorough`, `best`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Level::Stored => "stored",
+            Level::Quick => "quick",
+            Level::Fast => "fast",
+            Level::Medium => "medium",
+            Level::Lazy => "lazy",
+            Level::Default => "default",
+            Level::Thorough => "thorough",
+            Level::Best => "best",
+        }
+    }
+
+    /// The level named `name` ([`Level::name`]), if any.
+    ///
+    /// ```
+    /// use wirekit_core::zlib::Level;
+    /// assert_eq!(Level::from_name("medium"), Some(Level::Medium));
+    /// assert_eq!(Level::from_name("Medium"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<Level> {
+        Level::ALL.into_iter().find(|l| l.name() == name)
+    }
+
     /// The zlib header's second byte (FLEVEL and the check bits) for this level.
     const fn flg(self) -> u8 {
         match self {

@@ -162,20 +162,12 @@ const NAMED: [KnownPacket; 23] = [
 ];
 
 fn level(s: Option<&str>, name: &str) -> Result<Level, String> {
-    Ok(match s {
-        None | Some("fast") => Level::Fast,
-        Some("stored") => Level::Stored,
-        Some("quick") => Level::Quick,
-        Some("medium") => Level::Medium,
-        Some("lazy") => Level::Lazy,
-        Some("default") => Level::Default,
-        Some("thorough") => Level::Thorough,
-        Some("best") => Level::Best,
-        Some(l) => {
-            return Err(format!(
-                "{name} {l:?}: stored, quick, fast, medium, lazy, default, thorough or best"
-            ));
-        }
+    let Some(s) = s else {
+        return Ok(Level::Fast);
+    };
+    Level::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Level::ALL.iter().map(|l| l.name()).collect();
+        format!("{name} {s:?}: one of {}", names.join(", "))
     })
 }
 
