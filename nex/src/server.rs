@@ -23,6 +23,19 @@
 //! Anything else, a CONNECT the listener refuses included, goes to the old connection as
 //! before, so a spoofer that cannot read the SYN-ACK cannot end a connection.
 //!
+//! # What v0 cannot protect
+//! On v1 every packet after the handshake carries the connection signature from the server's
+//! SYN-ACK, a keyed value an off-path peer never sees. On v0 the connection signature is a
+//! function of the client's address and port that anyone can compute (NintendoClients' MD5
+//! of the two), the checksum and every HMAC are keyed by the game's access key (in every copy
+//! of the game), and the session id is one byte; only DATA (and DISCONNECT) of the formats that
+//! hash the header ([`DataSignature::WithHeader`](wirekit_core::prudp::DataSignature)) mix in
+//! the session key, which the authentication server does not have. So on v0 an off-path
+//! attacker who knows a client's address and port can forge its packets (trying the 256
+//! session ids): end its connection with a DISCONNECT, and on the authentication server, or
+//! in a format that signs the payload alone, send DATA as that client. A protocol limit: the
+//! server cannot tell such a packet from the client's own. Use v1 where the clients allow it.
+//!
 //! # Tickets are used once
 //! On a secure server a ticket opens one connection: the handler keeps the tickets CONNECTs
 //! used in a [`TicketReplays`] cache (one per secure server, shared by its UDP workers and its
