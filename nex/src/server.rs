@@ -942,6 +942,20 @@ impl DatagramHandler for PrudpHandler {
         flush(&mut state.conn, key.peer, now, out);
     }
 
+    /// The evicted client is told: one DISCONNECT, not retransmitted (the connection is gone
+    /// once this returns), so a client that gets it ends its session at once instead of at
+    /// its retransmission timeout; one whose copy is lost finds out then, as before.
+    fn evicting(
+        &mut self,
+        key: &ConnectionKey,
+        state: &mut PrudpConnection,
+        now: Instant,
+        out: &mut Outbox,
+    ) {
+        state.conn.close();
+        flush(&mut state.conn, key.peer, now, out);
+    }
+
     fn closed(&mut self, key: &ConnectionKey, state: PrudpConnection, reason: CloseReason) {
         // Every admitted connection ends here once; one the table did not take was never
         // counted.
@@ -1389,6 +1403,35 @@ mod tests {
         };
         h.closed(&key, state, CloseReason::NotAdmitted);
         assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
+    }
+
+    /// An evicted client is told: the handler's `evicting` queues a DISCONNECT that ends the
+    /// client's connection at once (v1 and v0), before `closed` logs it.
+    #[test]
+    fn an_evicted_client_gets_a_disconnect() {
+        for version in [Version::V1, Version::V0(wirekit_core::prudp::V0Format::NEX)] {
+            let mut h = handler(version, None);
+            let mut p = Peer::new(peer(40000), client(version, 0x11, None));
+            assert!(p.run(&mut h, T), "{version:?}");
+            let (key, mut state) = (p.key.unwrap(), p.state.take().unwrap());
+            let mut out = Outbox::new(4, 1500);
+            h.evicting(&key, &mut state, T, &mut out);
+            assert_eq!(out.len(), 1, "{version:?}: one datagram");
+            assert_eq!(out.get(0).0, p.from);
+            let d = out.get(0).1.to_vec();
+            assert_eq!(
+                peek_packet_type(version, &d),
+                Some(PacketType::Disconnect),
+                "{version:?}"
+            );
+            h.closed(&key, state, CloseReason::Evicted);
+            p.client.handle(&d, T);
+            assert_eq!(
+                p.client.state(),
+                State::Closed(DisconnectReason::Peer),
+                "{version:?}"
+            );
+        }
     }
 
     /// Answers every call with `LEN` bytes: a response of several fragments.

@@ -197,6 +197,21 @@ pub trait DatagramHandler {
         let _ = (key, state, now, out);
     }
 
+    /// The table is about to remove this connection to make room for another's
+    /// ([fair share](TableLimits::fair_share)); [`closed`](DatagramHandler::closed) follows
+    /// with [`CloseReason::Evicted`]. A handler may queue a last datagram in `out` to tell the
+    /// peer, once: the connection gets no later turn to send it again. The default does
+    /// nothing.
+    fn evicting(
+        &mut self,
+        key: &ConnectionKey,
+        state: &mut Self::State,
+        now: Instant,
+        out: &mut Outbox,
+    ) {
+        let _ = (key, state, now, out);
+    }
+
     /// A connection left the table. The default drops its state.
     fn closed(&mut self, key: &ConnectionKey, state: Self::State, reason: CloseReason) {
         let _ = (key, state, reason);
@@ -828,8 +843,9 @@ fn admit<H: DatagramHandler>(
     datagram: &[u8],
     now: Instant,
 ) {
-    if let Some((old_key, old)) = table.make_room(&key, now) {
+    if let Some((old_key, mut old)) = table.make_room(&key, now) {
         counters.evicted();
+        handler.evicting(&old_key, &mut old, now, outbox);
         handler.closed(&old_key, old, CloseReason::Evicted);
     }
     match table.insert(key, state, now) {

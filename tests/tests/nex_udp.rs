@@ -53,10 +53,17 @@ impl DatagramHandler for Echo {
         }
     }
 
+    fn evicting(&mut self, key: &ConnectionKey, (): &mut (), _: Instant, out: &mut Outbox) {
+        let _ = out.push(key.peer, EVICTED);
+    }
+
     fn closed(&mut self, key: &ConnectionKey, (): (), reason: CloseReason) {
         self.closed.push((*key, reason));
     }
 }
+
+/// What [`Echo`] tells an evicted peer.
+const EVICTED: &[u8] = b"evicted";
 
 /// Runs an [`Echo`] worker with `config` on a current-thread runtime while `client`, given
 /// the server's address, runs on a thread of its own; returns the worker and its counters once
@@ -115,7 +122,8 @@ fn one_network_cannot_fill_the_table() {
 
 /// A table filled by one network is shared with another, seen from the socket: sources of
 /// 127.0.1.0/24 take the places of 127.0.0.0/24's least recently heard-from connections until
-/// both hold two, then a third is dropped as `table_full`; the evicted are closed as such.
+/// both hold two, then a third is dropped as `table_full`; the evicted are closed as such, and
+/// what the handler queued for them when evicting them reaches them.
 #[test]
 fn a_full_table_is_shared_between_networks() {
     let config = WorkerConfig {
@@ -144,6 +152,12 @@ fn a_full_table_is_shared_between_networks() {
         // The first network's remaining two are still served.
         echo(&first[0], server, &packet(15, b"still"));
         echo(&first[1], server, &packet(15, b"still"));
+        // The evicted were told, through the handler's `evicting`.
+        for evicted in &first[2..] {
+            let mut buf = [0u8; 64];
+            let (n, from) = evicted.recv_from(&mut buf).expect("told it was evicted");
+            assert_eq!((&buf[..n], from), (EVICTED, server));
+        }
     });
     assert_eq!(s.dropped(DropReason::TableFull), 1);
     assert_eq!(s.dropped_total(), 1);
