@@ -343,9 +343,13 @@ impl NexServers {
             };
             let p = Box::new(SecureProtocol::new(context, next_cid.clone()));
             let h = make(lite, Role::Secure, &s.secure, random(), p);
+            // As on UDP, a full secure listener does not end a player's session for a
+            // newcomer's (a WebSocket there soon carries a ticket's connection).
+            let mut secure_config = w.config;
+            secure_config.limits.fair_share = false;
             ws.push(WsListener::new(
                 secure_tcp,
-                w.config,
+                secure_config,
                 h,
                 s.secure_messages.clone(),
                 s.secure_ws.clone(),
@@ -529,7 +533,8 @@ mod tests {
     }
 
     /// The network limit holds on the authentication server's tables; the secure server's,
-    /// whose connections need a ticket, have none.
+    /// whose connections need a ticket, have none, nor evict for a newcomer (nor does its
+    /// WebSocket listener).
     #[test]
     fn only_the_authentication_tables_limit_networks() {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -548,6 +553,13 @@ mod tests {
             assert!(!w.table().limits().fair_share);
             assert_eq!(w.table().limits().max_per_source, 16);
         }
+        // The WebSocket listeners, secure then authentication: only the latter evicts.
+        let fair: Vec<bool> = servers
+            .ws
+            .iter()
+            .map(|w| w.config().limits.fair_share)
+            .collect();
+        assert_eq!(fair, [false, true]);
     }
 
     /// Every secure handler, the UDP workers' and the WebSocket listener's, checks tickets

@@ -16,6 +16,17 @@
 //!   that source anyway. Likewise at most [`TableLimits::max_per_network`] from one network
 //!   ([`network`]: an IPv4 /24 or an IPv6 /48), on the secure listener too: a WebSocket holds
 //!   its slot before any ticket is shown.
+//! - With [`TableLimits::fair_share`] (on by default; `nex serve` turns it off on the secure
+//!   listener, as on its UDP table), a full listener is shared between networks: a WebSocket
+//!   from a network holding at least two fewer than the largest takes the place of that
+//!   network's least recently heard-from WebSocket, which is closed with 1013 (try again
+//!   later) and counted as [`WsReason::Evicted`]; at most [`EVICTION_BURST`] at once and
+//!   [`EVICTION_RATE`] after, the UDP table's budget. The newcomer is served at once, so while
+//!   the evicted close (each within a second) the listener holds up to that many WebSockets
+//!   over [`WsConfig::max_connections`]. Without it, the 16 networks that each hold a sixteenth
+//!   kept the authentication listener full (its WebSockets need no credentials) and every
+//!   other network was refused. A WebSocket still in its upgrade is not evicted: it has at
+//!   most [`WsConfig::handshake_timeout`] to finish it.
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
@@ -52,14 +63,16 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, error::CapacityError};
 use tracing::{trace, warn};
-use wirekit_core::limit::{LogDecision, LogLimit};
+use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
 use wirekit_core::time::{Duration, Instant};
 
 use wirekit_std::accept::AcceptBackoff;
 
 use crate::counters::{Counters, DropReason};
 use crate::server::{PrudpConnection, PrudpHandler};
-use crate::table::{ConnectionKey, ConnectionTable, TableLimits, network, source};
+use crate::table::{
+    ConnectionKey, ConnectionTable, EVICTION_BURST, EVICTION_RATE, TableLimits, network, source,
+};
 use crate::udp::{DatagramHandler, Outbox, dispatch, tick_in_rounds};
 
 /// The WebSocket subprotocol NEX clients ask for.
@@ -88,8 +101,9 @@ pub struct WsConfig {
     /// closed ([`WsReason::SendStalled`]), so it holds no task or slot for ever.
     pub send_timeout: Duration,
     /// The PRUDP connection table's bounds; its [`TableLimits::max_per_source`] also bounds
-    /// the WebSockets one source may hold open. Its [`TableLimits::fair_share`] is ignored: a
-    /// PRUDP connection lives as long as its WebSocket, so the table evicts nothing.
+    /// the WebSockets one source may hold open, and its [`TableLimits::fair_share`] whether a
+    /// full listener is shared between networks (see the module docs): the PRUDP table
+    /// itself evicts nothing, a PRUDP connection living as long as its WebSocket.
     pub limits: TableLimits,
     /// How often the connections' timers run and idle ones expire.
     pub tick: Duration,
@@ -175,6 +189,10 @@ ws_reasons! {
     SendStalled = "send_stalled",
     /// The server is shutting down.
     Shutdown = "shutdown",
+    /// Closed to make room for a WebSocket from a smaller network: the listener was full and
+    /// this one was the least recently heard-from of the network holding the most
+    /// ([`TableLimits::fair_share`]; closed with 1013).
+    Evicted = "evicted",
 }
 
 impl std::fmt::Display for WsReason {
@@ -228,6 +246,10 @@ struct Peer {
     tx: mpsc::Sender<Outgoing>,
     /// Its PRUDP connection's key, once the table holds one.
     key: Option<ConnectionKey>,
+    /// When it was registered or last sent a binary message.
+    heard: Instant,
+    /// Told to close to make room ([`WsReason::Evicted`]): not chosen again.
+    evicted: bool,
 }
 
 /// Hands every reply queued in `outbox` to the WebSocket of its peer, and empties it.
@@ -302,6 +324,8 @@ struct Shared {
     open: AtomicUsize,
     /// WebSockets open per [`source`] and per [`network`].
     sources: Mutex<OpenCounts>,
+    /// The fair share's eviction budget ([`EVICTION_BURST`], [`EVICTION_RATE`]).
+    evictions: Mutex<TokenBucket>,
 }
 
 impl Shared {
@@ -318,21 +342,39 @@ impl Shared {
         self.sources.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a slot for a WebSocket from `ip`, under [`WsConfig::max_connections`] and the
-    /// per-source cap; the slot is given back when the [`OpenSlot`] drops.
+    /// Takes a slot for a WebSocket from `ip`, under [`WsConfig::max_connections`] (making
+    /// room by [`TableLimits::fair_share`] where it may) and the per-source and per-network
+    /// caps; the slot is given back when the [`OpenSlot`] drops.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<OpenSlot, WsReason> {
-        if self.open.load(Ordering::Relaxed) >= self.config.max_connections {
-            return Err(WsReason::ConnectionLimit);
-        }
         let (source, network) = (source(ip), network(ip));
         {
             let mut open = self.sources();
             let limits = &self.config.limits;
+            let full = self.open.load(Ordering::Relaxed) >= self.config.max_connections;
+            // The network that makes way: the largest, if it holds two more than this one's.
+            let largest = match full {
+                false => None,
+                true if !limits.fair_share => return Err(WsReason::ConnectionLimit),
+                true => {
+                    let mine = open.networks.get(&network).copied().unwrap_or(0);
+                    match open.networks.iter().max_by_key(|&(_, &n)| n) {
+                        Some((&largest, &most)) if most >= mine.saturating_add(2) => Some(largest),
+                        _ => return Err(WsReason::ConnectionLimit),
+                    }
+                }
+            };
             if open.sources.get(&source).copied().unwrap_or(0) >= limits.max_per_source {
                 return Err(WsReason::SourceLimit);
             }
             if open.networks.get(&network).copied().unwrap_or(0) >= limits.max_per_network {
                 return Err(WsReason::NetworkLimit);
+            }
+            // The order of the locks: the counts', then the engine's (nothing takes the
+            // counts' under the engine's).
+            if let Some(largest) = largest
+                && !self.evict_from(largest)
+            {
+                return Err(WsReason::ConnectionLimit);
             }
             *open.sources.entry(source).or_insert(0) += 1;
             *open.networks.entry(network).or_insert(0) += 1;
@@ -345,6 +387,34 @@ impl Shared {
         })
     }
 
+    /// Tells the least recently heard-from WebSocket of `network` not already told to close
+    /// (and with room in its queue) to close as [`WsReason::Evicted`], within the eviction
+    /// budget; `false` if there is none or the budget is spent.
+    fn evict_from(&self, network_of: IpAddr) -> bool {
+        let now = self.now();
+        let mut guard = self.engine();
+        let victim = guard
+            .peers
+            .iter_mut()
+            .filter(|(addr, p)| {
+                !p.evicted && p.tx.capacity() > 0 && network(addr.ip()) == network_of
+            })
+            .min_by_key(|(_, p)| p.heard)
+            .map(|(_, p)| p);
+        let Some(victim) = victim else {
+            return false;
+        };
+        let mut budget = self.evictions.lock().unwrap_or_else(|e| e.into_inner());
+        if !budget.try_take(now, 1) {
+            return false;
+        }
+        // Room was checked under the engine's lock, which every sender holds: it is queued
+        // (or the task is ending already, and its slot with it).
+        let _ = victim.tx.try_send(Outgoing::Close(WsReason::Evicted));
+        victim.evicted = true;
+        true
+    }
+
     /// One binary message from `peer`: routed as a datagram. Returns `true` once the
     /// WebSocket has its PRUDP connection.
     fn message(&self, peer: SocketAddr, data: &[u8]) -> bool {
@@ -353,7 +423,10 @@ impl Shared {
         let mut guard = self.engine();
         let e = &mut *guard;
         let source = e.handler.route(data);
-        let bound = e.peers.get(&peer).and_then(|p| p.key);
+        let bound = e.peers.get_mut(&peer).and_then(|p| {
+            p.heard = now;
+            p.key
+        });
         match (bound, source) {
             (Some(key), Some(source)) if ConnectionKey::new(peer, source) != key => {
                 self.stats.count(WsReason::OtherPort);
@@ -483,7 +556,8 @@ impl WsListener {
                 engine: Mutex::new(Engine {
                     handler,
                     // A PRUDP connection lives as long as its WebSocket, whose slot is
-                    // taken at the handshake, so its table evicts nothing.
+                    // taken at the handshake, so its table evicts nothing (the listener
+                    // evicts WebSockets, `Shared::admit`).
                     table: ConnectionTable::new(TableLimits {
                         fair_share: false,
                         ..config.limits
@@ -498,6 +572,7 @@ impl WsListener {
                 epoch: std::time::Instant::now(),
                 open: AtomicUsize::new(0),
                 sources: Mutex::new(OpenCounts::default()),
+                evictions: Mutex::new(TokenBucket::new(EVICTION_BURST, EVICTION_RATE)),
             }),
         })
     }
@@ -505,6 +580,11 @@ impl WsListener {
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The listener's bounds.
+    pub fn config(&self) -> &WsConfig {
+        &self.shared.config
     }
 
     /// WebSockets open now.
@@ -819,6 +899,8 @@ async fn serve_socket(
             task,
             tx,
             key: None,
+            heard: shared.now(),
+            evicted: false,
         },
     );
     let reason = pump(shared, &mut ws, peer, rx, &mut shutdown).await;
@@ -910,6 +992,7 @@ async fn pump(
         WsReason::MessageTooLarge => CloseCode::Size,
         WsReason::Protocol => CloseCode::Protocol,
         WsReason::Shutdown => CloseCode::Away,
+        WsReason::Evicted => CloseCode::Again,
         _ => CloseCode::Normal,
     });
     let frame = CloseFrame {
@@ -1087,6 +1170,162 @@ mod tests {
         drop((held, other_ws));
     }
 
+    /// A full listener is shared between networks: WebSockets from other networks take the
+    /// places of the largest network's least recently heard-from ones, which are closed with
+    /// 1013 and counted, until no network holds two more than a newcomer's; without fair
+    /// share a full listener refuses.
+    #[tokio::test]
+    async fn a_full_listener_is_shared_between_networks() {
+        if !cfg!(target_os = "linux") {
+            // Other sources than 127.0.0.1 need Linux's loopback (all of 127/8).
+            return;
+        }
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut config = WsConfig {
+            max_connections: 4,
+            ..WsConfig::default()
+        };
+        config.limits.max_per_source = 1;
+        config.limits.max_per_network = 4;
+        let server = Running::start(config);
+        let mut first = Vec::new();
+        for h in 1..=4 {
+            first.push(
+                upgrade_from(server.addr, ip(&format!("127.0.0.{h}")))
+                    .await
+                    .expect("upgraded"),
+            );
+            // Registered one after the other: heard from in this order.
+            tokio::time::timeout(WAIT, async {
+                while server.shared.engine().peers.len() < h {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("registered");
+        }
+        // 127.0.0.1 sends a message: 127.0.0.2 is now the least recently heard-from.
+        let mut ping = vec![0x82, 0x80 | 4, 0, 0, 0, 0];
+        ping.extend_from_slice(&[0x80, 0, 0, 0]);
+        first[0].write_all(&ping).await.unwrap();
+        tokio::time::timeout(WAIT, async {
+            while server.shared.counters.snapshot().datagrams_in < 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the message arrived");
+        // Another network's newcomer is served, and 127.0.0.2 closed to make room.
+        let newcomer = upgrade_from(server.addr, ip("127.0.1.1")).await;
+        assert!(newcomer.is_some());
+        async fn evicted(mut s: TcpStream) {
+            let (op, payload) = server_frame(&mut s).await.expect("a Close");
+            assert_eq!(op, 0x88);
+            assert_eq!(payload[..2], 1013u16.to_be_bytes());
+            assert_eq!(&payload[2..], b"evicted");
+        }
+        let mut first = first.into_iter();
+        let kept = first.next().unwrap();
+        evicted(first.next().unwrap()).await;
+        tokio::time::timeout(WAIT, async {
+            while server.shared.stats.get(WsReason::Evicted) < 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("counted");
+        server.wait_open_from(ip("127.0.0.2"), 0).await;
+        // 127.0.0.0/24 holds 3: two more newcomers from other networks each take a place...
+        let more = [
+            upgrade_from(server.addr, ip("127.0.2.1")).await,
+            upgrade_from(server.addr, ip("127.0.3.1")).await,
+        ];
+        assert!(more.iter().all(Option::is_some));
+        // The least recently heard-from first: 127.0.0.3 and .4, not .1.
+        for s in first {
+            evicted(s).await;
+        }
+        tokio::time::timeout(WAIT, async {
+            while server.shared.stats.get(WsReason::Evicted) < 3
+                || server.shared.open.load(Ordering::Relaxed) > 4
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("two more evicted");
+        // ... and then every network holds one or two: the next is refused.
+        assert!(upgrade_from(server.addr, ip("127.0.4.1")).await.is_none());
+        assert_eq!(server.shared.stats.get(WsReason::ConnectionLimit), 1);
+        assert_eq!(server.shared.stats.get(WsReason::Evicted), 3);
+        server.stop().await;
+        drop((kept, newcomer, more));
+
+        // Without fair share, a full listener refuses.
+        let mut config = WsConfig {
+            max_connections: 2,
+            ..WsConfig::default()
+        };
+        config.limits.fair_share = false;
+        let l = listener(config);
+        let held = [
+            l.shared.admit(ip("192.0.2.1")).unwrap(),
+            l.shared.admit(ip("192.0.2.2")).unwrap(),
+        ];
+        assert_eq!(
+            l.shared.admit(ip("198.51.100.1")).err(),
+            Some(WsReason::ConnectionLimit)
+        );
+        drop(held);
+    }
+
+    /// The listener's evictions are budgeted as the UDP table's: [`EVICTION_BURST`] at once,
+    /// then the next refused (the refill is [`EVICTION_RATE`], a second for eight).
+    #[tokio::test]
+    async fn evictions_are_budgeted() {
+        let n = EVICTION_BURST as usize + 8;
+        let mut config = WsConfig {
+            max_connections: n,
+            ..WsConfig::default()
+        };
+        config.limits.max_per_source = u32::MAX;
+        config.limits.max_per_network = u32::MAX;
+        let l = listener(config);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut held: Vec<OpenSlot> = Vec::new();
+        let mut queues = Vec::new();
+        for k in 0..n {
+            held.push(l.shared.admit(ip("192.0.2.1")).unwrap());
+            let (tx, rx) = mpsc::channel(1);
+            let addr = SocketAddr::new(ip("192.0.2.1"), 1000 + k as u16);
+            l.shared.insert(
+                addr,
+                Peer {
+                    task: k as u64,
+                    tx,
+                    key: None,
+                    heard: Instant::ZERO,
+                    evicted: false,
+                },
+            );
+            queues.push(rx);
+        }
+        for k in 0..EVICTION_BURST {
+            held.push(l.shared.admit(ip(&format!("198.51.{k}.1"))).unwrap());
+        }
+        assert_eq!(
+            l.shared.admit(ip("203.0.113.1")).err(),
+            Some(WsReason::ConnectionLimit)
+        );
+        let told = queues
+            .iter_mut()
+            .map(|rx| rx.try_recv())
+            .filter(|r| matches!(r, Ok(Outgoing::Close(WsReason::Evicted))))
+            .count();
+        assert_eq!(told, EVICTION_BURST as usize);
+        drop(held);
+    }
+
     #[tokio::test]
     async fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
         let mut config = WsConfig::default();
@@ -1175,6 +1414,8 @@ mod tests {
                 task: 0,
                 tx,
                 key: Some(key),
+                heard: Instant::ZERO,
+                evicted: false,
             },
         );
         shared.tick();
@@ -1207,6 +1448,8 @@ mod tests {
                 task: 1,
                 tx: old_tx,
                 key: None,
+                heard: Instant::ZERO,
+                evicted: false,
             },
         );
         shared.insert(
@@ -1215,6 +1458,8 @@ mod tests {
                 task: 2,
                 tx: new_tx,
                 key: Some(key),
+                heard: Instant::ZERO,
+                evicted: false,
             },
         );
         shared.remove(addr, 1);
