@@ -2,10 +2,11 @@
 //! interleaved with an honest client's traffic. The input is a list of operations: the first
 //! byte picks the version, then each operation byte says what happens next (a raw datagram
 //! to the connection or the listener, an honest message, an honest datagram delivered, lost,
-//! or altered at one byte, time passing). Invariants checked after every step: no panic,
-//! at most one drop counted per packet a datagram could hold, counters never decrease, the
-//! send window never overflows, and what the server delivers is exactly a prefix of what the
-//! client sent, in order (less the messages over the server's maximum, each counted).
+//! or altered at one byte, time passing, the server aborting). Invariants checked after every
+//! step: no panic, at most one drop counted per packet a datagram could hold, counters never
+//! decrease, the send window never overflows, what the server delivers is exactly a prefix
+//! of what the client sent, in order (less the messages over the server's maximum, each
+//! counted), and a server's abort between connected sides ends the client.
 #![no_main]
 
 use core::net::SocketAddr;
@@ -80,6 +81,8 @@ fuzz_target!(|data: &[u8]| {
     let mut out = [0u8; 200];
     let mut counter = 0u8;
     let mut oversized = 0u64;
+    // The server aborted while both sides were connected.
+    let mut aborted = false;
 
     while let Some((&op, rest)) = ops.split_first() {
         ops = rest;
@@ -172,9 +175,17 @@ fuzz_target!(|data: &[u8]| {
                     in_transit.remove(0);
                 }
             }
-            6 => {
-                in_transit.clear();
-            }
+            // Everything in transit lost, or (high bit) the server aborts: it is closed at
+            // once, and its DISCONNECT copies end the client below.
+            6 => match (&mut server, op & 0x80 != 0) {
+                (Some(s), true) => {
+                    let was = s.state();
+                    s.abort();
+                    assert!(s.is_closed());
+                    aborted = was == State::Connected && client.state() == State::Connected;
+                }
+                _ => in_transit.clear(),
+            },
             // Time passes.
             _ => {
                 let ms = u64::from(chunk(&mut ops).first().copied().unwrap_or(1));
@@ -198,6 +209,12 @@ fuzz_target!(|data: &[u8]| {
         }
         while client.poll_event().is_some() {}
         assert!(client.in_flight() <= W);
+        if aborted {
+            // The abort's copies reached a connected client: it is closed, forced (or had
+            // closed on its own before them).
+            assert!(client.is_closed(), "{:?}", client.state());
+            break;
+        }
         if client.state() == State::Closed(wirekit_core::prudp::conn::DisconnectReason::Peer) {
             break;
         }

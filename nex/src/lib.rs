@@ -51,7 +51,9 @@ pub use counters::{Counters, CountersSnapshot, DropReason};
 pub use rmc::{Call, Dispatcher, Reply, RmcProtocol};
 pub use serve::{NexServers, ServeOptions, ServeStats, WsOptions, WsServeStats};
 pub use server::{PidSlots, PrudpConnection, PrudpHandler, Role, ServerStats};
-pub use table::{ConnectionKey, ConnectionTable, InsertError, Sweep, TableLimits};
+pub use table::{
+    ConnectionKey, ConnectionTable, EVICTION_BURST, EVICTION_RATE, InsertError, Sweep, TableLimits,
+};
 pub use udp::{
     CloseReason, DatagramHandler, Open, Outbox, Verdict, Worker, WorkerConfig, bind_sockets,
     bind_workers, source_port,

@@ -942,9 +942,10 @@ impl DatagramHandler for PrudpHandler {
         flush(&mut state.conn, key.peer, now, out);
     }
 
-    /// The evicted client is told: one DISCONNECT, not retransmitted (the connection is gone
-    /// once this returns), so a client that gets it ends its session at once instead of at
-    /// its retransmission timeout; one whose copy is lost finds out then, as before.
+    /// The evicted client is told with a forceful close ([`Connection::abort`]: an
+    /// unreliable DISCONNECT, sent three times and never again, which a client acts on at
+    /// once even with reliable packets of ours missing), so it ends its session now rather
+    /// than at its retransmission timeout; one that gets no copy finds out then, as before.
     fn evicting(
         &mut self,
         key: &ConnectionKey,
@@ -952,7 +953,7 @@ impl DatagramHandler for PrudpHandler {
         now: Instant,
         out: &mut Outbox,
     ) {
-        state.conn.close();
+        state.conn.abort();
         flush(&mut state.conn, key.peer, now, out);
     }
 
@@ -1405,19 +1406,21 @@ mod tests {
         assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
     }
 
-    /// An evicted client is told: the handler's `evicting` queues a DISCONNECT that ends the
-    /// client's connection at once (v1 and v0), before `closed` logs it.
+    /// An evicted client is told: the handler's `evicting` queues a forceful DISCONNECT
+    /// (its copies) that ends the client's connection at once (v1 and v0), before `closed`
+    /// logs it.
     #[test]
     fn an_evicted_client_gets_a_disconnect() {
+        use wirekit_core::prudp::conn::ABORT_COPIES;
         for version in [Version::V1, Version::V0(wirekit_core::prudp::V0Format::NEX)] {
             let mut h = handler(version, None);
             let mut p = Peer::new(peer(40000), client(version, 0x11, None));
             assert!(p.run(&mut h, T), "{version:?}");
             let (key, mut state) = (p.key.unwrap(), p.state.take().unwrap());
-            let mut out = Outbox::new(4, 1500);
+            let mut out = Outbox::new(8, 1500);
             h.evicting(&key, &mut state, T, &mut out);
-            assert_eq!(out.len(), 1, "{version:?}: one datagram");
-            assert_eq!(out.get(0).0, p.from);
+            assert_eq!(out.len(), usize::from(ABORT_COPIES), "{version:?}");
+            assert!((0..out.len()).all(|i| out.get(i).0 == p.from));
             let d = out.get(0).1.to_vec();
             assert_eq!(
                 peek_packet_type(version, &d),
@@ -1428,7 +1431,7 @@ mod tests {
             p.client.handle(&d, T);
             assert_eq!(
                 p.client.state(),
-                State::Closed(DisconnectReason::Peer),
+                State::Closed(DisconnectReason::PeerForced),
                 "{version:?}"
             );
         }

@@ -225,6 +225,12 @@ impl<S> ConnectionTable<S> {
         self.slots[slot as usize].as_mut().map(|e| &mut e.state)
     }
 
+    /// When a connection was last heard from (inserted or [touched](Self::touch)).
+    pub fn last_seen(&self, key: &ConnectionKey) -> Option<Instant> {
+        let slot = *self.index.get(key)?;
+        self.slots[slot as usize].as_ref().map(|e| e.last_seen)
+    }
+
     /// Marks a connection as heard from at `now` (idle expiry counts from here).
     pub fn touch(&mut self, key: &ConnectionKey, now: Instant) {
         if let Some(&slot) = self.index.get(key)

@@ -17,16 +17,20 @@
 //!   ([`network`]: an IPv4 /24 or an IPv6 /48), on the secure listener too: a WebSocket holds
 //!   its slot before any ticket is shown.
 //! - With [`TableLimits::fair_share`] (on by default; `nex serve` turns it off on the secure
-//!   listener, as on its UDP table), a full listener is shared between networks: a WebSocket
-//!   from a network holding at least two fewer than the largest takes the place of that
-//!   network's least recently heard-from WebSocket, which is closed with 1013 (try again
-//!   later) and counted as [`WsReason::Evicted`]; at most [`EVICTION_BURST`] at once and
-//!   [`EVICTION_RATE`] after, the UDP table's budget. The newcomer is served at once, so while
-//!   the evicted close (each within a second) the listener holds up to that many WebSockets
-//!   over [`WsConfig::max_connections`]. Without it, the 16 networks that each hold a sixteenth
-//!   kept the authentication listener full (its WebSockets need no credentials) and every
-//!   other network was refused. A WebSocket still in its upgrade is not evicted: it has at
-//!   most [`WsConfig::handshake_timeout`] to finish it.
+//!   listener, as on its UDP table), a full listener is shared between networks, as the UDP
+//!   table is: a WebSocket from a network holding at least two fewer than the largest takes
+//!   the place of that network's least recently heard-from WebSocket (its PRUDP connection's
+//!   last packet the table kept, or its upgrade while it has none), which is told at once,
+//!   ahead of any reply queued for it, and closed with 1013 (try again later), counted as
+//!   [`WsReason::Evicted`]; at most [`EVICTION_BURST`] at once and [`EVICTION_RATE`] after,
+//!   the UDP table's budget. The place is made only once the newcomer's upgrade succeeds (a
+//!   bare connect, a port scan, ends no one's WebSocket): until then it waits over the cap,
+//!   at most [`EVICTION_BURST`] such at once, each for at most
+//!   [`WsConfig::handshake_timeout`]. A WebSocket told to leave no longer counts for its
+//!   network. So the listener holds at most [`WsConfig::max_connections`] WebSockets, plus
+//!   those upgrading over the cap and those told to leave and still closing (each within a
+//!   second). Without it, the 16 networks that each hold a sixteenth kept the authentication
+//!   listener full (its WebSockets need no credentials) and every other network was refused.
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
@@ -49,7 +53,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::{SinkExt, StreamExt};
@@ -246,10 +250,21 @@ struct Peer {
     tx: mpsc::Sender<Outgoing>,
     /// Its PRUDP connection's key, once the table holds one.
     key: Option<ConnectionKey>,
-    /// When it was registered or last sent a binary message.
-    heard: Instant,
-    /// Told to close to make room ([`WsReason::Evicted`]): not chosen again.
-    evicted: bool,
+    /// When its upgrade finished (it was registered).
+    upgraded: Instant,
+    /// Its slot's eviction signal.
+    eviction: Arc<Eviction>,
+}
+
+/// A WebSocket told to close to make room ([`WsReason::Evicted`]), shared by its slot, its
+/// entry and its task.
+#[derive(Debug, Default)]
+struct Eviction {
+    /// Set (under the open counts' lock) when it is chosen; it is not chosen again, and its
+    /// slot's network counts it as leaving until the slot drops.
+    told: AtomicBool,
+    /// Wakes its task.
+    notify: tokio::sync::Notify,
 }
 
 /// Hands every reply queued in `outbox` to the WebSocket of its peer, and empties it.
@@ -342,76 +357,111 @@ impl Shared {
         self.sources.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a slot for a WebSocket from `ip`, under [`WsConfig::max_connections`] (making
-    /// room by [`TableLimits::fair_share`] where it may) and the per-source and per-network
-    /// caps; the slot is given back when the [`OpenSlot`] drops.
+    /// Takes a slot for a WebSocket from `ip`, under [`WsConfig::max_connections`] and the
+    /// per-source and per-network caps; the slot is given back when the [`OpenSlot`] drops.
+    /// A full listener with [`TableLimits::fair_share`] takes the WebSocket over its cap,
+    /// provisionally (at most [`EVICTION_BURST`] at once), where a place could be made for it:
+    /// the place is made ([`take_place`](Self::take_place)) only once its upgrade succeeds,
+    /// so that a bare connect, a port scan say, ends no one's WebSocket.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<OpenSlot, WsReason> {
         let (source, network) = (source(ip), network(ip));
-        {
+        let over = {
             let mut open = self.sources();
             let limits = &self.config.limits;
-            let full = self.open.load(Ordering::Relaxed) >= self.config.max_connections;
-            // The network that makes way: the largest, if it holds two more than this one's.
-            let largest = match full {
-                false => None,
-                true if !limits.fair_share => return Err(WsReason::ConnectionLimit),
-                true => {
-                    let mine = open.networks.get(&network).copied().unwrap_or(0);
-                    match open.networks.iter().max_by_key(|&(_, &n)| n) {
-                        Some((&largest, &most)) if most >= mine.saturating_add(2) => Some(largest),
-                        _ => return Err(WsReason::ConnectionLimit),
-                    }
-                }
-            };
+            let over = self.full(&open);
+            if over
+                && (!limits.fair_share
+                    || open.waiting >= EVICTION_BURST as usize
+                    || self.budget().available(self.now()) == 0
+                    || open.largest_over(network, false).is_none())
+            {
+                return Err(WsReason::ConnectionLimit);
+            }
             if open.sources.get(&source).copied().unwrap_or(0) >= limits.max_per_source {
                 return Err(WsReason::SourceLimit);
             }
             if open.networks.get(&network).copied().unwrap_or(0) >= limits.max_per_network {
                 return Err(WsReason::NetworkLimit);
             }
-            // The order of the locks: the counts', then the engine's (nothing takes the
-            // counts' under the engine's).
-            if let Some(largest) = largest
-                && !self.evict_from(largest)
-            {
-                return Err(WsReason::ConnectionLimit);
-            }
             *open.sources.entry(source).or_insert(0) += 1;
             *open.networks.entry(network).or_insert(0) += 1;
-        }
+            open.waiting += over as usize;
+            over
+        };
         self.open.fetch_add(1, Ordering::Relaxed);
         Ok(OpenSlot {
             shared: self.clone(),
             source,
             network,
+            over,
+            eviction: Arc::default(),
         })
     }
 
-    /// Tells the least recently heard-from WebSocket of `network` not already told to close
-    /// (and with room in its queue) to close as [`WsReason::Evicted`], within the eviction
-    /// budget; `false` if there is none or the budget is spent.
-    fn evict_from(&self, network_of: IpAddr) -> bool {
+    /// Whether the WebSockets open, less those told to close to make room, fill the listener.
+    fn full(&self, open: &OpenCounts) -> bool {
+        self.open.load(Ordering::Relaxed) - open.leaving_total >= self.config.max_connections
+    }
+
+    fn budget(&self) -> MutexGuard<'_, TokenBucket> {
+        self.evictions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A WebSocket admitted over the cap has finished its upgrade: it keeps its slot if the
+    /// listener has room now, or if the largest network (holding two more than its own) makes
+    /// way, its least recently heard-from WebSocket told to close; `false` if neither.
+    fn take_place(&self, slot: &mut OpenSlot) -> bool {
+        if !slot.over {
+            return true;
+        }
+        let mut open = self.sources();
+        slot.over = false;
+        open.waiting -= 1;
+        if !self.full(&open) {
+            return true;
+        }
+        // The order of the locks: the counts', then the engine's, then the budget's (nothing
+        // takes the counts' under the engine's).
+        match open.largest_over(slot.network, true) {
+            Some(largest) => self.evict_from(&mut open, largest),
+            None => false,
+        }
+    }
+
+    /// Tells the least recently heard-from WebSocket of `network_of` not told already to
+    /// close as [`WsReason::Evicted`], within the eviction budget; `false` if there is none or
+    /// the budget is spent. Heard from: its PRUDP connection's last packet the table kept
+    /// (junk does not count), or its upgrade while it has none.
+    fn evict_from(&self, open: &mut OpenCounts, network_of: IpAddr) -> bool {
         let now = self.now();
-        let mut guard = self.engine();
+        if self.budget().available(now) == 0 {
+            return false;
+        }
+        let guard = self.engine();
         let victim = guard
             .peers
-            .iter_mut()
+            .iter()
             .filter(|(addr, p)| {
-                !p.evicted && p.tx.capacity() > 0 && network(addr.ip()) == network_of
+                !p.eviction.told.load(Ordering::Relaxed) && network(addr.ip()) == network_of
             })
-            .min_by_key(|(_, p)| p.heard)
+            .min_by_key(|(_, p)| {
+                p.key
+                    .and_then(|k| guard.table.last_seen(&k))
+                    .unwrap_or(p.upgraded)
+            })
             .map(|(_, p)| p);
         let Some(victim) = victim else {
             return false;
         };
-        let mut budget = self.evictions.lock().unwrap_or_else(|e| e.into_inner());
-        if !budget.try_take(now, 1) {
+        if !self.budget().try_take(now, 1) {
             return false;
         }
-        // Room was checked under the engine's lock, which every sender holds: it is queued
-        // (or the task is ending already, and its slot with it).
-        let _ = victim.tx.try_send(Outgoing::Close(WsReason::Evicted));
-        victim.evicted = true;
+        // Out of band, ahead of any reply queued for it: a client that keeps its queue full
+        // is evicted as soon as any other.
+        victim.eviction.told.store(true, Ordering::Relaxed);
+        victim.eviction.notify.notify_one();
+        *open.leaving.entry(network_of).or_insert(0) += 1;
+        open.leaving_total += 1;
         true
     }
 
@@ -423,10 +473,7 @@ impl Shared {
         let mut guard = self.engine();
         let e = &mut *guard;
         let source = e.handler.route(data);
-        let bound = e.peers.get_mut(&peer).and_then(|p| {
-            p.heard = now;
-            p.key
-        });
+        let bound = e.peers.get(&peer).and_then(|p| p.key);
         match (bound, source) {
             (Some(key), Some(source)) if ConnectionKey::new(peer, source) != key => {
                 self.stats.count(WsReason::OtherPort);
@@ -512,12 +559,24 @@ impl Shared {
     }
 
     fn close_prudp(e: &mut Engine, counters: &Counters, old: Option<Peer>) {
-        if let Some(key) = old.and_then(|p| p.key)
+        let Some(old) = old else {
+            return;
+        };
+        if let Some(key) = old.key
             && let Some(state) = e.table.remove(&key)
         {
-            counters.closed(false);
-            e.handler
-                .closed(&key, state, crate::udp::CloseReason::Closed);
+            // Counted as the UDP table counts its own evictions.
+            let reason = match old.eviction.told.load(Ordering::Relaxed) {
+                true => {
+                    counters.evicted();
+                    crate::udp::CloseReason::Evicted
+                }
+                false => {
+                    counters.closed(false);
+                    crate::udp::CloseReason::Closed
+                }
+            };
+            e.handler.closed(&key, state, reason);
         }
     }
 }
@@ -627,8 +686,10 @@ impl WsListener {
                     };
                     let stop = shutdown.clone();
                     tasks.spawn(async move {
+                        let mut slot = slot;
                         let shared = slot.shared.clone();
-                        let (reason, socket) = serve_socket(&shared, tcp, peer, stop).await;
+                        let (reason, socket) =
+                            serve_socket(&shared, &mut slot, tcp, peer, stop).await;
                         shared.stats.count(reason);
                         // The slot is given back, and the end counted, before the socket
                         // closes: a client that connects again once it sees the end finds
@@ -684,6 +745,9 @@ struct OpenSlot {
     shared: Arc<Shared>,
     source: IpAddr,
     network: IpAddr,
+    /// Admitted over the cap, its place not yet taken ([`Shared::take_place`]).
+    over: bool,
+    eviction: Arc<Eviction>,
 }
 
 /// WebSockets open per source and per network; only those with one open are present.
@@ -691,12 +755,42 @@ struct OpenSlot {
 struct OpenCounts {
     sources: HashMap<IpAddr, u32>,
     networks: HashMap<IpAddr, u32>,
+    /// Per network, its WebSockets told to close to make room and not yet closed: the
+    /// network no longer holds them when the largest is looked for.
+    leaving: HashMap<IpAddr, u32>,
+    leaving_total: usize,
+    /// WebSockets admitted over the cap, upgrading.
+    waiting: usize,
+}
+
+impl OpenCounts {
+    /// What `network` holds, less its WebSockets leaving.
+    fn holding(&self, network: &IpAddr) -> u32 {
+        let n = self.networks.get(network).copied().unwrap_or(0);
+        n - self.leaving.get(network).copied().unwrap_or(0)
+    }
+
+    /// The network that holds the most, if that is at least two more than `network` does
+    /// (not counting the newcomer's own slot: `counted`, whether it is in the counts yet).
+    fn largest_over(&self, network: IpAddr, counted: bool) -> Option<IpAddr> {
+        let mine = self.holding(&network) - counted as u32;
+        let (largest, most) = self
+            .networks
+            .keys()
+            .map(|n| (*n, self.holding(n)))
+            .max_by_key(|&(_, held)| held)?;
+        (most >= mine.saturating_add(2)).then_some(largest)
+    }
 }
 
 impl OpenCounts {
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.sources.is_empty() && self.networks.is_empty()
+        self.sources.is_empty()
+            && self.networks.is_empty()
+            && self.leaving.is_empty()
+            && self.leaving_total == 0
+            && self.waiting == 0
     }
 }
 
@@ -704,10 +798,17 @@ impl Drop for OpenSlot {
     fn drop(&mut self) {
         let mut open = self.shared.sources();
         let open = &mut *open;
+        open.waiting -= self.over as usize;
+        let leaving = self.eviction.told.load(Ordering::Relaxed);
+        open.leaving_total -= leaving as usize;
+        let leaving = leaving.then_some((&mut open.leaving, self.network));
         for (map, at) in [
             (&mut open.sources, self.source),
             (&mut open.networks, self.network),
-        ] {
+        ]
+        .into_iter()
+        .chain(leaving)
+        {
             if let Some(n) = map.get_mut(&at) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
@@ -864,6 +965,7 @@ enum Socket {
 /// (still open: the caller gives the connection's slot back before it closes it).
 async fn serve_socket(
     shared: &Shared,
+    slot: &mut OpenSlot,
     mut tcp: TcpStream,
     peer: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
@@ -889,6 +991,16 @@ async fn serve_socket(
     };
     let mut ws =
         WebSocketStream::from_partially_read(tcp, rest, Role::Server, Some(ws_config)).await;
+    // Admitted over a full listener's cap: a place is made for it now, or it goes.
+    if !shared.take_place(slot) {
+        let frame = CloseFrame {
+            code: CloseCode::Again,
+            reason: WsReason::ConnectionLimit.as_str().into(),
+        };
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(1), ws.close(Some(frame))).await;
+        return (WsReason::ConnectionLimit, Socket::Ws(Box::new(ws)));
+    }
     shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
     static TASKS: AtomicU64 = AtomicU64::new(0);
@@ -899,11 +1011,11 @@ async fn serve_socket(
             task,
             tx,
             key: None,
-            heard: shared.now(),
-            evicted: false,
+            upgraded: shared.now(),
+            eviction: slot.eviction.clone(),
         },
     );
-    let reason = pump(shared, &mut ws, peer, rx, &mut shutdown).await;
+    let reason = pump(shared, &mut ws, peer, rx, &slot.eviction, &mut shutdown).await;
     shared.remove(peer, task);
     (reason, Socket::Ws(Box::new(ws)))
 }
@@ -914,6 +1026,7 @@ async fn pump(
     ws: &mut WebSocketStream<TcpStream>,
     peer: SocketAddr,
     mut rx: mpsc::Receiver<Outgoing>,
+    eviction: &Eviction,
     shutdown: &mut watch::Receiver<bool>,
 ) -> WsReason {
     let idle = std::time::Duration::from_micros(shared.config.idle_timeout.as_micros());
@@ -925,6 +1038,9 @@ async fn pump(
     let reason = loop {
         let idle_at = unbound_since + idle;
         tokio::select! {
+            // An eviction first, ahead of the replies queued.
+            biased;
+            () = eviction.notify.notified() => break WsReason::Evicted,
             () = stopped(shutdown) => break WsReason::Shutdown,
             () = tokio::time::sleep_until(idle_at), if !bound => break WsReason::Idle,
             out = rx.recv() => match out {
@@ -932,6 +1048,7 @@ async fn pump(
                     // Nor for a client that takes no reply (it has the send timeout otherwise).
                     let send = tokio::time::timeout(send_timeout, ws.send(Message::Binary(bytes)));
                     tokio::select! {
+                        () = eviction.notify.notified() => break WsReason::Evicted,
                         () = stopped(shutdown) => break WsReason::Shutdown,
                         sent = send => match sent {
                             Ok(Ok(())) => {}
@@ -1001,8 +1118,9 @@ async fn pump(
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
         // Replies already queued (a DISCONNECT's ACKs) go out before the close frame, unless
-        // the client closed first (tungstenite refuses them then).
-        while reason != WsReason::PeerClosed
+        // the client closed first (tungstenite refuses them then) or the WebSocket makes room
+        // for another (its queue may be what kept it).
+        while !matches!(reason, WsReason::PeerClosed | WsReason::Evicted)
             && let Ok(Outgoing::Packet(bytes)) = rx.try_recv()
         {
             if ws.feed(Message::Binary(bytes)).await.is_err() {
@@ -1171,9 +1289,10 @@ mod tests {
     }
 
     /// A full listener is shared between networks: WebSockets from other networks take the
-    /// places of the largest network's least recently heard-from ones, which are closed with
-    /// 1013 and counted, until no network holds two more than a newcomer's; without fair
-    /// share a full listener refuses.
+    /// places of the largest network's least recently heard-from ones (here, none with a PRUDP
+    /// connection: the earliest upgraded), which are closed with 1013 and counted, until no
+    /// network holds two more than a newcomer's; a newcomer that never upgrades ends no one's
+    /// WebSocket; without fair share a full listener refuses.
     #[tokio::test]
     async fn a_full_listener_is_shared_between_networks() {
         if !cfg!(target_os = "linux") {
@@ -1183,11 +1302,20 @@ mod tests {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let mut config = WsConfig {
             max_connections: 4,
+            handshake_timeout: Duration::from_millis(300),
             ..WsConfig::default()
         };
         config.limits.max_per_source = 1;
         config.limits.max_per_network = 4;
         let server = Running::start(config);
+        let stats = server.shared.stats.clone();
+        async fn wait_for(what: &str, done: impl Fn() -> bool) {
+            let start = std::time::Instant::now();
+            while !done() {
+                assert!(start.elapsed() < WAIT, "{what}");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
         let mut first = Vec::new();
         for h in 1..=4 {
             first.push(
@@ -1195,69 +1323,59 @@ mod tests {
                     .await
                     .expect("upgraded"),
             );
-            // Registered one after the other: heard from in this order.
-            tokio::time::timeout(WAIT, async {
-                while server.shared.engine().peers.len() < h {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                }
-            })
-            .await
-            .expect("registered");
+            // Registered one after the other: upgraded in this order.
+            wait_for("registered", || server.shared.engine().peers.len() == h).await;
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
-        // 127.0.0.1 sends a message: 127.0.0.2 is now the least recently heard-from.
-        let mut ping = vec![0x82, 0x80 | 4, 0, 0, 0, 0];
-        ping.extend_from_slice(&[0x80, 0, 0, 0]);
-        first[0].write_all(&ping).await.unwrap();
-        tokio::time::timeout(WAIT, async {
-            while server.shared.counters.snapshot().datagrams_in < 1 {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+        // A connect from another network that never upgrades is taken over the cap, then
+        // dropped at its handshake timeout: no one made way for it.
+        let bare = TcpSocket::new_v4().unwrap();
+        bare.bind(SocketAddr::new(ip("127.0.9.1"), 0)).unwrap();
+        let bare = bare.connect(server.addr).await.unwrap();
+        wait_for("the bare connect's timeout", || {
+            stats.get(WsReason::Handshake) == 1
         })
-        .await
-        .expect("the message arrived");
-        // Another network's newcomer is served, and 127.0.0.2 closed to make room.
-        let newcomer = upgrade_from(server.addr, ip("127.0.1.1")).await;
-        assert!(newcomer.is_some());
+        .await;
+        assert_eq!(
+            server.shared.sources().leaving_total,
+            0,
+            "no one told to leave"
+        );
+        assert_eq!(server.shared.open.load(Ordering::Relaxed), 4);
+        drop(bare);
         async fn evicted(mut s: TcpStream) {
             let (op, payload) = server_frame(&mut s).await.expect("a Close");
             assert_eq!(op, 0x88);
             assert_eq!(payload[..2], 1013u16.to_be_bytes());
             assert_eq!(&payload[2..], b"evicted");
         }
+        // Another network's newcomer is served, and 127.0.0.1 closed to make room.
+        let newcomer = upgrade_from(server.addr, ip("127.0.1.1")).await;
+        assert!(newcomer.is_some());
         let mut first = first.into_iter();
-        let kept = first.next().unwrap();
         evicted(first.next().unwrap()).await;
-        tokio::time::timeout(WAIT, async {
-            while server.shared.stats.get(WsReason::Evicted) < 1 {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+        wait_for("one evicted and gone", || {
+            stats.get(WsReason::Evicted) == 1 && server.shared.open.load(Ordering::Relaxed) == 4
         })
-        .await
-        .expect("counted");
-        server.wait_open_from(ip("127.0.0.2"), 0).await;
-        // 127.0.0.0/24 holds 3: two more newcomers from other networks each take a place...
+        .await;
+        // 127.0.0.0/24 holds 3: two more newcomers from other networks each take a place,
+        // the earliest upgraded first (127.0.0.2, then .3)...
         let more = [
             upgrade_from(server.addr, ip("127.0.2.1")).await,
             upgrade_from(server.addr, ip("127.0.3.1")).await,
         ];
         assert!(more.iter().all(Option::is_some));
-        // The least recently heard-from first: 127.0.0.3 and .4, not .1.
-        for s in first {
-            evicted(s).await;
-        }
-        tokio::time::timeout(WAIT, async {
-            while server.shared.stats.get(WsReason::Evicted) < 3
-                || server.shared.open.load(Ordering::Relaxed) > 4
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+        evicted(first.next().unwrap()).await;
+        evicted(first.next().unwrap()).await;
+        let kept = first.next().unwrap();
+        wait_for("three evicted and gone", || {
+            stats.get(WsReason::Evicted) == 3 && server.shared.open.load(Ordering::Relaxed) == 4
         })
-        .await
-        .expect("two more evicted");
+        .await;
         // ... and then every network holds one or two: the next is refused.
         assert!(upgrade_from(server.addr, ip("127.0.4.1")).await.is_none());
-        assert_eq!(server.shared.stats.get(WsReason::ConnectionLimit), 1);
-        assert_eq!(server.shared.stats.get(WsReason::Evicted), 3);
+        assert_eq!(stats.get(WsReason::ConnectionLimit), 1);
+        assert_eq!(stats.get(WsReason::Evicted), 3);
         server.stop().await;
         drop((kept, newcomer, more));
 
@@ -1277,10 +1395,13 @@ mod tests {
             Some(WsReason::ConnectionLimit)
         );
         drop(held);
+        assert!(l.shared.sources().is_empty());
     }
 
-    /// The listener's evictions are budgeted as the UDP table's: [`EVICTION_BURST`] at once,
-    /// then the next refused (the refill is [`EVICTION_RATE`], a second for eight).
+    /// The listener's evictions are budgeted as the UDP table's: [`EVICTION_BURST`] at once
+    /// (the refill, [`EVICTION_RATE`], slowed here so that a loaded machine cannot refill a
+    /// token mid-test), then a newcomer is refused at its connect; at most that many wait
+    /// over the cap for their upgrade.
     #[tokio::test]
     async fn evictions_are_budgeted() {
         let n = EVICTION_BURST as usize + 8;
@@ -1291,12 +1412,16 @@ mod tests {
         config.limits.max_per_source = u32::MAX;
         config.limits.max_per_network = u32::MAX;
         let l = listener(config);
+        *l.shared.budget() = TokenBucket::new(
+            EVICTION_BURST,
+            wirekit_core::limit::Rate::new(1, Duration::from_secs(3600)),
+        );
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let mut held: Vec<OpenSlot> = Vec::new();
-        let mut queues = Vec::new();
+        let mut told = Vec::new();
         for k in 0..n {
-            held.push(l.shared.admit(ip("192.0.2.1")).unwrap());
-            let (tx, rx) = mpsc::channel(1);
+            let slot = l.shared.admit(ip("192.0.2.1")).unwrap();
+            let (tx, _rx) = mpsc::channel(1);
             let addr = SocketAddr::new(ip("192.0.2.1"), 1000 + k as u16);
             l.shared.insert(
                 addr,
@@ -1304,26 +1429,92 @@ mod tests {
                     task: k as u64,
                     tx,
                     key: None,
-                    heard: Instant::ZERO,
-                    evicted: false,
+                    upgraded: Instant::from_micros(k as u64),
+                    eviction: slot.eviction.clone(),
                 },
             );
-            queues.push(rx);
+            told.push(slot.eviction.clone());
+            held.push(slot);
         }
-        for k in 0..EVICTION_BURST {
-            held.push(l.shared.admit(ip(&format!("198.51.{k}.1"))).unwrap());
-        }
+        // Over the cap: at most a burst wait for their upgrade at once.
+        let mut waiting: Vec<OpenSlot> = (0..EVICTION_BURST)
+            .map(|k| l.shared.admit(ip(&format!("198.51.{k}.1"))).unwrap())
+            .collect();
+        assert!(waiting.iter().all(|s| s.over));
         assert_eq!(
             l.shared.admit(ip("203.0.113.1")).err(),
             Some(WsReason::ConnectionLimit)
         );
-        let told = queues
-            .iter_mut()
-            .map(|rx| rx.try_recv())
-            .filter(|r| matches!(r, Ok(Outgoing::Close(WsReason::Evicted))))
-            .count();
-        assert_eq!(told, EVICTION_BURST as usize);
-        drop(held);
+        // Each upgraded takes its place, the earliest upgraded WebSocket told to leave.
+        for slot in &mut waiting {
+            assert!(l.shared.take_place(slot));
+        }
+        let evicted: Vec<bool> = told
+            .iter()
+            .map(|e| e.told.load(Ordering::Relaxed))
+            .collect();
+        let want: Vec<bool> = (0..n).map(|k| k < EVICTION_BURST as usize).collect();
+        assert_eq!(evicted, want);
+        // The budget is spent: the next is refused at its connect.
+        assert_eq!(
+            l.shared.admit(ip("203.0.113.1")).err(),
+            Some(WsReason::ConnectionLimit)
+        );
+        drop((held, waiting));
+        assert!(l.shared.sources().is_empty());
+    }
+
+    /// A network's WebSockets told to leave no longer count for it, as the UDP table forgets
+    /// an evicted connection at once: with the cap at 2 and one network holding both, a
+    /// newcomer makes one leave, and a third network's newcomer then finds no network
+    /// holding two more than its own (and is refused) while the leaving one still closes. A
+    /// WebSocket whose queue of replies is full is told all the same (out of band).
+    #[tokio::test]
+    async fn websockets_told_to_leave_no_longer_count() {
+        let mut config = WsConfig {
+            max_connections: 2,
+            ..WsConfig::default()
+        };
+        config.limits.max_per_source = u32::MAX;
+        let l = listener(config);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut held = Vec::new();
+        for k in 0..2u16 {
+            let slot = l.shared.admit(ip("192.0.2.1")).unwrap();
+            let (tx, rx) = mpsc::channel(1);
+            // Queues full: an eviction does not wait for room in them.
+            tx.try_send(Outgoing::Packet(Bytes::from_static(b"reply")))
+                .unwrap();
+            l.shared.insert(
+                SocketAddr::new(ip("192.0.2.1"), 1000 + k),
+                Peer {
+                    task: u64::from(k),
+                    tx,
+                    key: None,
+                    upgraded: Instant::from_micros(u64::from(k)),
+                    eviction: slot.eviction.clone(),
+                },
+            );
+            held.push((slot, rx));
+        }
+        let mut b = l.shared.admit(ip("198.51.100.1")).unwrap();
+        assert!(l.shared.take_place(&mut b));
+        assert!(held[0].0.eviction.told.load(Ordering::Relaxed));
+        assert_eq!(l.open_connections(), 3);
+        assert_eq!(
+            l.shared.admit(ip("203.0.113.1")).err(),
+            Some(WsReason::ConnectionLimit)
+        );
+        assert!(!held[1].0.eviction.told.load(Ordering::Relaxed));
+        // The leaving one closes: the cap holds again, one WebSocket a network.
+        held.remove(0);
+        assert_eq!(l.open_connections(), 2);
+        assert_eq!(
+            l.shared.admit(ip("203.0.113.1")).err(),
+            Some(WsReason::ConnectionLimit)
+        );
+        drop((held, b));
+        assert!(l.shared.sources().is_empty());
     }
 
     #[tokio::test]
@@ -1414,8 +1605,8 @@ mod tests {
                 task: 0,
                 tx,
                 key: Some(key),
-                heard: Instant::ZERO,
-                evicted: false,
+                upgraded: Instant::ZERO,
+                eviction: Arc::default(),
             },
         );
         shared.tick();
@@ -1448,8 +1639,8 @@ mod tests {
                 task: 1,
                 tx: old_tx,
                 key: None,
-                heard: Instant::ZERO,
-                evicted: false,
+                upgraded: Instant::ZERO,
+                eviction: Arc::default(),
             },
         );
         shared.insert(
@@ -1458,8 +1649,8 @@ mod tests {
                 task: 2,
                 tx: new_tx,
                 key: Some(key),
-                heard: Instant::ZERO,
-                evicted: false,
+                upgraded: Instant::ZERO,
+                eviction: Arc::default(),
             },
         );
         shared.remove(addr, 1);

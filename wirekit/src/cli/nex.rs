@@ -228,7 +228,9 @@ pub struct ServeArgs {
     /// The secure WebSocket address as clients reach it; default: the bound address.
     #[arg(long)]
     pub ws_secure_public: Option<SocketAddr>,
-    /// WebSockets open at once, per server, 1 to 1048576.
+    /// WebSockets open at once, per server, 1 to 1048576 (the authentication server's listener,
+    /// sharing a full listener between networks, holds up to two eviction bursts more while
+    /// newcomers upgrade and the WebSockets making way for them close).
     #[arg(long, default_value_t = 1024, value_parser = connections)]
     pub ws_max_connections: usize,
     /// The largest WebSocket message accepted, 64 to 1048576 bytes; a larger one closes its
@@ -271,11 +273,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // One descriptor per WebSocket (two listeners, each up to --ws-max-connections); the UDP
-    // workers hold one socket each.
+    // One descriptor per WebSocket (two listeners, each up to --ws-max-connections, the
+    // authentication one up to two eviction bursts over it); the UDP workers hold one socket
+    // each.
     let nofile = super::raise_nofile();
     let want = if args.ws_auth_listen.is_some() {
-        (2 * args.ws_max_connections as u64).saturating_add(64)
+        (2 * args.ws_max_connections as u64)
+            .saturating_add(2 * u64::from(wirekit_nex::EVICTION_BURST))
+            .saturating_add(64)
     } else {
         0
     };

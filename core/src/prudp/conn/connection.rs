@@ -199,6 +199,9 @@ pub const AGGREGATE_WRAP_MARGIN: u16 = 4096;
 const ACKS: usize = 64;
 /// Capacity of the event queue.
 const EVENTS: usize = 16;
+/// The copies of its unreliable DISCONNECT an [`abort`](Connection::abort) sends, as
+/// NintendoClients' forceful close does: nothing resends them, so each may be lost.
+pub const ABORT_COPIES: u8 = 3;
 /// The most substreams a connection keeps: what one datagram's events can take.
 pub const MAX_SUBSTREAMS: usize = EVENTS - 3;
 
@@ -241,6 +244,9 @@ pub struct Connection<B, const W: usize = 16, const S: usize = 1> {
     /// An unreliable payload waits in its region (in: for the caller; out: for sending).
     unreliable_in: Option<u16>,
     unreliable_out: Option<u16>,
+    /// After an [`abort`](Connection::abort): copies of the DISCONNECT in the unreliable-out
+    /// region still to send.
+    abort_copies: u8,
     /// What the last [`Connection::poll_event`] lent out, released on the next call.
     lent: Option<Pending>,
     last_heard: Instant,
@@ -344,6 +350,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             syn_ack_due: false,
             unreliable_in: None,
             unreliable_out: None,
+            abort_copies: 0,
             lent: None,
             last_heard: now,
             next_ping: Instant::MAX,
@@ -1265,6 +1272,32 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         }
     }
 
+    /// Ends the connection at once ([`DisconnectReason::Local`]) and tells the peer with an
+    /// unreliable DISCONNECT, NintendoClients' forceful close: the peer closes on receiving it
+    /// ([`DisconnectReason::PeerForced`] here), whatever it still waits for, where the
+    /// reliable DISCONNECT of [`close`](Self::close) waits behind every reliable packet sent
+    /// before it (one lost and not resent, and the peer never reads it). The next calls to
+    /// [`poll_transmit`](Self::poll_transmit) return it [`ABORT_COPIES`] times, then nothing.
+    /// Before the handshake is complete (or once closed) it only closes.
+    pub fn abort(&mut self) {
+        self.release_lent();
+        let tell = matches!(self.state, State::Connected | State::Closing);
+        self.close_with(DisconnectReason::Local);
+        if tell {
+            let packet = Packet {
+                session_id: self.session_id,
+                ..Packet::new(
+                    PacketType::Disconnect,
+                    self.config.local_port,
+                    self.peer_port,
+                )
+            };
+            let n = self.encode_region(&packet, None, Region::UnreliableOut);
+            self.unreliable_out = n.map(|n| n as u16);
+            self.abort_copies = ABORT_COPIES;
+        }
+    }
+
     fn close_with(&mut self, reason: DisconnectReason) {
         if self.is_closed() {
             return;
@@ -1293,14 +1326,16 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             return Some(t);
         }
         if self.is_closed() {
-            return None;
+            // An abort's DISCONNECT, its copies, then nothing.
+            let n = self.unreliable_out.filter(|_| self.abort_copies > 0)?;
+            self.abort_copies -= 1;
+            if self.abort_copies == 0 {
+                self.unreliable_out = None;
+            }
+            return self.unreliable_out_into(n, buf);
         }
         if let Some(n) = self.unreliable_out.take() {
-            let n = usize::from(n);
-            let (at, _) = Region::UnreliableOut.range::<W>(&self.config);
-            let out = buf.get_mut(..n)?;
-            out.copy_from_slice(&self.workspace.as_ref()[at..at + n]);
-            return Some(Transmit { len: n });
+            return self.unreliable_out_into(n, buf);
         }
         let limit = self.config.retry_limit.saturating_add(1);
         let i = (0..W)
@@ -1318,6 +1353,15 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         let s = &mut self.send[i];
         s.sent += 1;
         s.due = now + backoff;
+        Some(Transmit { len: n })
+    }
+
+    /// The `n` bytes of the unreliable-out region, copied into `buf`.
+    fn unreliable_out_into(&self, n: u16, buf: &mut [u8]) -> Option<Transmit> {
+        let n = usize::from(n);
+        let (at, _) = Region::UnreliableOut.range::<W>(&self.config);
+        let out = buf.get_mut(..n)?;
+        out.copy_from_slice(&self.workspace.as_ref()[at..at + n]);
         Some(Transmit { len: n })
     }
 

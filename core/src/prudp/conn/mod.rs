@@ -80,8 +80,8 @@ mod tests;
 use core::fmt;
 
 pub use connection::{
-    AGGREGATE_WRAP_MARGIN, ClientRandom, Connection, DUPLICATE_SPAN, MAX_SUBSTREAMS, State,
-    Transmit,
+    ABORT_COPIES, AGGREGATE_WRAP_MARGIN, ClientRandom, Connection, DUPLICATE_SPAN, MAX_SUBSTREAMS,
+    State, Transmit,
 };
 pub use server::{
     Accepted, ClientSecure, SecureServer, Server, ServerOutput, TicketInfo, connect_request,

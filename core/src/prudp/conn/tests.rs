@@ -327,6 +327,54 @@ fn handshake_and_messages_both_ways() {
     }
 }
 
+/// An abort ends the connection at once and the peer with it, through a gap a reliable
+/// DISCONNECT would wait behind: the server's first reply is lost, then it aborts; its
+/// unreliable DISCONNECT goes out `ABORT_COPIES` times and nothing else, the first closes
+/// the client (forced), the others find it closed.
+#[test]
+fn an_abort_ends_the_peer_at_once_through_a_gap() {
+    use super::connection::ABORT_COPIES;
+    for version in VERSIONS {
+        let mut p = Pair::new(version, None, None);
+        p.pump();
+        assert_eq!(p.client.state(), State::Connected, "{version:?}");
+        p.server().send(0, b"lost").unwrap();
+        let now = p.now;
+        assert_eq!(drain_tx(p.server(), now).len(), 1, "{version:?}");
+        p.server().send(0, b"held").unwrap();
+        let held = drain_tx(p.server(), now);
+        for d in &held {
+            p.client.handle(d, now);
+        }
+        p.server().abort();
+        assert_eq!(
+            p.server().state(),
+            State::Closed(DisconnectReason::Local),
+            "{version:?}"
+        );
+        let sent = drain_tx(p.server(), now);
+        assert_eq!(sent.len(), usize::from(ABORT_COPIES), "{version:?}");
+        assert!(sent.iter().all(|d| *d == sent[0]));
+        assert!(drain_tx(p.server(), now + Duration::from_secs(60)).is_empty());
+        assert_eq!(p.client.state(), State::Connected, "{version:?}");
+        p.client.handle(&sent[0], now);
+        assert_eq!(
+            p.client.state(),
+            State::Closed(DisconnectReason::PeerForced),
+            "{version:?}"
+        );
+        // Aborting a closed connection, or one not yet connected, sends nothing (the
+        // client's ACK of the held packet aside).
+        drain_tx(&mut p.client, now);
+        p.client.abort();
+        assert!(drain_tx(&mut p.client, now).is_empty());
+        let mut fresh = Pair::new(version, None, None);
+        fresh.client.abort();
+        assert_eq!(fresh.client.state(), State::Closed(DisconnectReason::Local));
+        assert!(drain_tx(&mut fresh.client, now).is_empty());
+    }
+}
+
 #[test]
 fn lost_syn_ack_and_connect_ack_are_answered_again() {
     for version in VERSIONS {
