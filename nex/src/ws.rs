@@ -25,12 +25,16 @@
 //!   [`WsReason::Evicted`]; at most [`EVICTION_BURST`] at once and [`EVICTION_RATE`] after,
 //!   the UDP table's budget. The place is made only once the newcomer's upgrade succeeds (a
 //!   bare connect, a port scan, ends no one's WebSocket): until then it waits over the cap,
-//!   at most [`EVICTION_BURST`] such at once, each for at most
-//!   [`WsConfig::handshake_timeout`]. A WebSocket told to leave no longer counts for its
+//!   at most [`EVICTION_BURST`] such at once and one a network, each for at most
+//!   [`OVER_CAP_UPGRADE`]. A WebSocket told to leave no longer counts for its
 //!   network. So the listener holds at most [`WsConfig::max_connections`] WebSockets, plus
 //!   those upgrading over the cap and those told to leave and still closing (each within a
 //!   second). Without it, the 16 networks that each hold a sixteenth kept the authentication
 //!   listener full (its WebSockets need no credentials) and every other network was refused.
+//!   What remains: a peer with [`EVICTION_BURST`] networks (IPv6 /48s are cheap) that keeps
+//!   connecting from each without upgrading holds the waiting places, and newcomers out of a
+//!   full listener, for as long as it keeps that up (a connect per network per
+//!   [`OVER_CAP_UPGRADE`]).
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
@@ -84,6 +88,10 @@ pub const SUBPROTOCOL: &str = "NEX";
 
 /// The largest HTTP upgrade request read.
 pub const MAX_UPGRADE: usize = 4096;
+
+/// The time a WebSocket admitted over a full listener's cap has for its upgrade
+/// ([`TableLimits::fair_share`]), when the handshake timeout is longer.
+pub const OVER_CAP_UPGRADE: Duration = Duration::from_secs(1);
 
 /// The most request headers an upgrade may have.
 const MAX_HEADERS: usize = 32;
@@ -368,10 +376,13 @@ impl Shared {
         let over = {
             let mut open = self.sources();
             let limits = &self.config.limits;
-            let over = self.full(&open);
+            let over = self.full(&open, false);
+            // Over the cap, one network (one host of it, an IPv6 /48's) waits with at most one
+            // WebSocket at a time, the listener with at most a burst.
             if over
                 && (!limits.fair_share
-                    || open.waiting >= EVICTION_BURST as usize
+                    || open.waiting.len() >= EVICTION_BURST as usize
+                    || open.waiting.contains_key(&network)
                     || self.budget().available(self.now()) == 0
                     || open.largest_over(network, false).is_none())
             {
@@ -385,10 +396,13 @@ impl Shared {
             }
             *open.sources.entry(source).or_insert(0) += 1;
             *open.networks.entry(network).or_insert(0) += 1;
-            open.waiting += over as usize;
+            if over {
+                open.waiting.insert(network, ());
+            }
+            // Under the counts' lock: `take_place` reads both together.
+            self.open.fetch_add(1, Ordering::Relaxed);
             over
         };
-        self.open.fetch_add(1, Ordering::Relaxed);
         Ok(OpenSlot {
             shared: self.clone(),
             source,
@@ -398,9 +412,11 @@ impl Shared {
         })
     }
 
-    /// Whether the WebSockets open, less those told to close to make room, fill the listener.
-    fn full(&self, open: &OpenCounts) -> bool {
-        self.open.load(Ordering::Relaxed) - open.leaving_total >= self.config.max_connections
+    /// Whether the WebSockets open, less those told to close to make room (and less the
+    /// newcomer's own slot where it is `counted` already), fill the listener.
+    fn full(&self, open: &OpenCounts, counted: bool) -> bool {
+        let open_now = self.open.load(Ordering::Relaxed) - open.leaving_total - counted as usize;
+        open_now >= self.config.max_connections
     }
 
     fn budget(&self) -> MutexGuard<'_, TokenBucket> {
@@ -416,8 +432,8 @@ impl Shared {
         }
         let mut open = self.sources();
         slot.over = false;
-        open.waiting -= 1;
-        if !self.full(&open) {
+        open.waiting.remove(&slot.network);
+        if !self.full(&open, true) {
             return true;
         }
         // The order of the locks: the counts', then the engine's, then the budget's (nothing
@@ -759,8 +775,8 @@ struct OpenCounts {
     /// network no longer holds them when the largest is looked for.
     leaving: HashMap<IpAddr, u32>,
     leaving_total: usize,
-    /// WebSockets admitted over the cap, upgrading.
-    waiting: usize,
+    /// The networks with a WebSocket admitted over the cap, upgrading (one each).
+    waiting: HashMap<IpAddr, ()>,
 }
 
 impl OpenCounts {
@@ -790,7 +806,7 @@ impl OpenCounts {
             && self.networks.is_empty()
             && self.leaving.is_empty()
             && self.leaving_total == 0
-            && self.waiting == 0
+            && self.waiting.is_empty()
     }
 }
 
@@ -798,7 +814,9 @@ impl Drop for OpenSlot {
     fn drop(&mut self) {
         let mut open = self.shared.sources();
         let open = &mut *open;
-        open.waiting -= self.over as usize;
+        if self.over {
+            open.waiting.remove(&self.network);
+        }
         let leaving = self.eviction.told.load(Ordering::Relaxed);
         open.leaving_total -= leaving as usize;
         let leaving = leaving.then_some((&mut open.leaving, self.network));
@@ -972,8 +990,14 @@ async fn serve_socket(
 ) -> (WsReason, Socket) {
     let _ = tcp.set_nodelay(true);
     let ws_config = frame_config(&shared.config);
+    // Over the cap, a WebSocket holds one of the few places that wait for an upgrade: it
+    // gets less time.
+    let deadline = match slot.over {
+        true => shared.config.handshake_timeout.min(OVER_CAP_UPGRADE),
+        false => shared.config.handshake_timeout,
+    };
     let handshake = tokio::time::timeout(
-        std::time::Duration::from_micros(shared.config.handshake_timeout.as_micros()),
+        std::time::Duration::from_micros(deadline.as_micros()),
         upgrade(&mut tcp),
     );
     // A shutdown does not wait for an upgrade still under way.
@@ -1302,7 +1326,8 @@ mod tests {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let mut config = WsConfig {
             max_connections: 4,
-            handshake_timeout: Duration::from_millis(300),
+            // The over-cap upgrade's time too: a loaded machine's upgrades need not race it.
+            handshake_timeout: Duration::from_secs(1),
             ..WsConfig::default()
         };
         config.limits.max_per_source = 1;
@@ -1513,6 +1538,56 @@ mod tests {
             l.shared.admit(ip("203.0.113.1")).err(),
             Some(WsReason::ConnectionLimit)
         );
+        drop((held, b));
+        assert!(l.shared.sources().is_empty());
+    }
+
+    /// Over a full listener's cap, a network waits with one WebSocket at a time; one whose
+    /// upgrade finishes after a place came free keeps it without anyone evicted (the listener
+    /// is full only while the others, not counting itself, fill it).
+    #[tokio::test]
+    async fn waiting_over_the_cap() {
+        let mut config = WsConfig {
+            max_connections: 3,
+            ..WsConfig::default()
+        };
+        config.limits.max_per_source = u32::MAX;
+        let l = listener(config);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut held = Vec::new();
+        for k in 0..3u16 {
+            let slot = l.shared.admit(ip("192.0.2.1")).unwrap();
+            let (tx, _rx) = mpsc::channel(1);
+            l.shared.insert(
+                SocketAddr::new(ip("192.0.2.1"), 1000 + k),
+                Peer {
+                    task: u64::from(k),
+                    tx,
+                    key: None,
+                    upgraded: Instant::from_micros(u64::from(k)),
+                    eviction: slot.eviction.clone(),
+                },
+            );
+            held.push(slot);
+        }
+        let mut b = l.shared.admit(ip("198.51.100.1")).unwrap();
+        assert!(b.over);
+        // The same network's second waits for the first's upgrade; another network's does not.
+        assert_eq!(
+            l.shared.admit(ip("198.51.100.2")).err(),
+            Some(WsReason::ConnectionLimit)
+        );
+        let c = l.shared.admit(ip("203.0.113.1")).unwrap();
+        assert!(c.over);
+        drop(c);
+        // A place comes free before b's upgrade ends: b takes it, no one is told to leave.
+        drop(held.pop());
+        assert!(l.shared.take_place(&mut b));
+        assert!(
+            held.iter()
+                .all(|s| !s.eviction.told.load(Ordering::Relaxed))
+        );
+        assert_eq!(l.open_connections(), 3);
         drop((held, b));
         assert!(l.shared.sources().is_empty());
     }
