@@ -1423,6 +1423,35 @@ mod tests {
         assert!(l.shared.sources().is_empty());
     }
 
+    /// `n` WebSockets of 192.0.2.1 (ports 1000 up) admitted and registered, upgraded in port
+    /// order, each with a reply queue of one, full where `queued`: their slots and queues.
+    fn registered(
+        l: &WsListener,
+        n: usize,
+        queued: bool,
+    ) -> Vec<(OpenSlot, mpsc::Receiver<Outgoing>)> {
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        (0..n)
+            .map(|k| {
+                let slot = l.shared.admit(ip).unwrap();
+                let (tx, rx) = mpsc::channel(1);
+                if queued {
+                    tx.try_send(Outgoing::Packet(Bytes::from_static(b"reply")))
+                        .unwrap();
+                }
+                let peer = Peer {
+                    task: k as u64,
+                    tx,
+                    key: None,
+                    upgraded: Instant::from_micros(k as u64),
+                    eviction: slot.eviction.clone(),
+                };
+                l.shared.insert(SocketAddr::new(ip, 1000 + k as u16), peer);
+                (slot, rx)
+            })
+            .collect()
+    }
+
     /// The listener's evictions are budgeted as the UDP table's: [`EVICTION_BURST`] at once
     /// (the refill, [`EVICTION_RATE`], slowed here so that a loaded machine cannot refill a
     /// token mid-test), then a newcomer is refused at its connect; at most that many wait
@@ -1442,25 +1471,8 @@ mod tests {
             wirekit_core::limit::Rate::new(1, Duration::from_secs(3600)),
         );
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let mut held: Vec<OpenSlot> = Vec::new();
-        let mut told = Vec::new();
-        for k in 0..n {
-            let slot = l.shared.admit(ip("192.0.2.1")).unwrap();
-            let (tx, _rx) = mpsc::channel(1);
-            let addr = SocketAddr::new(ip("192.0.2.1"), 1000 + k as u16);
-            l.shared.insert(
-                addr,
-                Peer {
-                    task: k as u64,
-                    tx,
-                    key: None,
-                    upgraded: Instant::from_micros(k as u64),
-                    eviction: slot.eviction.clone(),
-                },
-            );
-            told.push(slot.eviction.clone());
-            held.push(slot);
-        }
+        let held = registered(&l, n, false);
+        let told: Vec<Arc<Eviction>> = held.iter().map(|(s, _)| s.eviction.clone()).collect();
         // Over the cap: at most a burst wait for their upgrade at once.
         let mut waiting: Vec<OpenSlot> = (0..EVICTION_BURST)
             .map(|k| l.shared.admit(ip(&format!("198.51.{k}.1"))).unwrap())
@@ -1503,25 +1515,8 @@ mod tests {
         config.limits.max_per_source = u32::MAX;
         let l = listener(config);
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let mut held = Vec::new();
-        for k in 0..2u16 {
-            let slot = l.shared.admit(ip("192.0.2.1")).unwrap();
-            let (tx, rx) = mpsc::channel(1);
-            // Queues full: an eviction does not wait for room in them.
-            tx.try_send(Outgoing::Packet(Bytes::from_static(b"reply")))
-                .unwrap();
-            l.shared.insert(
-                SocketAddr::new(ip("192.0.2.1"), 1000 + k),
-                Peer {
-                    task: u64::from(k),
-                    tx,
-                    key: None,
-                    upgraded: Instant::from_micros(u64::from(k)),
-                    eviction: slot.eviction.clone(),
-                },
-            );
-            held.push((slot, rx));
-        }
+        // Queues full: an eviction does not wait for room in them.
+        let mut held = registered(&l, 2, true);
         let mut b = l.shared.admit(ip("198.51.100.1")).unwrap();
         assert!(l.shared.take_place(&mut b));
         assert!(held[0].0.eviction.told.load(Ordering::Relaxed));
@@ -1554,22 +1549,7 @@ mod tests {
         config.limits.max_per_source = u32::MAX;
         let l = listener(config);
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let mut held = Vec::new();
-        for k in 0..3u16 {
-            let slot = l.shared.admit(ip("192.0.2.1")).unwrap();
-            let (tx, _rx) = mpsc::channel(1);
-            l.shared.insert(
-                SocketAddr::new(ip("192.0.2.1"), 1000 + k),
-                Peer {
-                    task: u64::from(k),
-                    tx,
-                    key: None,
-                    upgraded: Instant::from_micros(u64::from(k)),
-                    eviction: slot.eviction.clone(),
-                },
-            );
-            held.push(slot);
-        }
+        let mut held = registered(&l, 3, false);
         let mut b = l.shared.admit(ip("198.51.100.1")).unwrap();
         assert!(b.over);
         // The same network's second waits for the first's upgrade; another network's does not.
@@ -1585,7 +1565,7 @@ mod tests {
         assert!(l.shared.take_place(&mut b));
         assert!(
             held.iter()
-                .all(|s| !s.eviction.told.load(Ordering::Relaxed))
+                .all(|(s, _)| !s.eviction.told.load(Ordering::Relaxed))
         );
         assert_eq!(l.open_connections(), 3);
         drop((held, b));
