@@ -223,7 +223,7 @@ impl<const N: usize> Code<N> {
 /// block uses few of the 286 literal/length symbols, so this costs about a step per used
 /// symbol rather than one per symbol.
 #[inline(always)]
-fn for_each_used<const N: usize>(freq: &[u32; N], mut f: impl FnMut(usize, u32)) {
+pub(crate) fn for_each_used<const N: usize>(freq: &[u32; N], mut f: impl FnMut(usize, u32)) {
     let groups = freq.chunks_exact(32);
     let mut last = [0u32; 32];
     last[..groups.remainder().len()].copy_from_slice(groups.remainder());
