@@ -438,6 +438,25 @@ fn an_empty_code_length_code_is_corrupt_when_read() {
     }
 }
 
+/// A dynamic block whose first code length repeats the previous one (symbol 16: there is
+/// none) is corrupt as that symbol is read, as miniz_oxide has it; zlib reads the repeat's
+/// two extra bits first, so this stream, which ends one bit into them, is truncated for
+/// zlib-rs. Found by the `inflate_diff` campaign of 2026-12-06 (wirekit Corrupt, zlib-rs
+/// Truncated, declared length 1030).
+#[test]
+fn a_first_repeat_is_corrupt_before_its_extra_bits() {
+    let z = [0x58, 0x85, 0x85, 0xf9, 0x2a, 0x0e, 0x58, 0x85, 0x7d];
+    let mut inflater = Inflater::new();
+    for len in [0, 1, 1030] {
+        assert_eq!(
+            inflater.inflate_exact(&z, &mut vec![0; len]),
+            Err(InflateError::Corrupt),
+            "{len}"
+        );
+        same_as_reference(&mut inflater, &z, len);
+    }
+}
+
 #[test]
 fn single_distance_code_and_incomplete_codes() {
     // Streams the compressor writes for one repeated byte use one distance code; mutate the
