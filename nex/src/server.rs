@@ -28,12 +28,14 @@
 //! SYN-ACK, a keyed value an off-path peer never sees. On v0 the connection signature is a
 //! function of the client's address and port that anyone can compute (NintendoClients' MD5
 //! of the two), the checksum and every HMAC are keyed by the game's access key (in every copy
-//! of the game), and the session id is one byte; only DATA (and DISCONNECT) of the formats that
-//! hash the header ([`DataSignature::WithHeader`](wirekit_core::prudp::DataSignature)) mix in
-//! the session key, which the authentication server does not have. So on v0 an off-path
-//! attacker who knows a client's address and port can forge its packets (trying the 256
-//! session ids): end its connection with a DISCONNECT, and on the authentication server, or
-//! in a format that signs the payload alone, send DATA as that client. A protocol limit: the
+//! of the game), and the session id is one byte. What protects a v0 connection is the
+//! session key, which the formats that hash the header
+//! ([`DataSignature::WithHeader`](wirekit_core::prudp::DataSignature): NEX, Quazal) mix into
+//! the HMAC of DATA and DISCONNECT. So on v0 an off-path attacker who knows a client's
+//! address and port (trying the 256 session ids) can forge its DATA and its DISCONNECT on
+//! the authentication server, which has no session key, and on any server in a format that
+//! signs the payload alone (NEX's friends format: a DISCONNECT is not signed there at all);
+//! the secure server in the NEX and Quazal formats is not exposed. A protocol limit: the
 //! server cannot tell such a packet from the client's own. Use v1 where the clients allow it.
 //!
 //! # Tickets are used once

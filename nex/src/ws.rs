@@ -20,7 +20,8 @@
 //!   listener, as on its UDP table), a full listener is shared between networks, as the UDP
 //!   table is: a WebSocket from a network holding at least two fewer than the largest takes
 //!   the place of that network's least recently heard-from WebSocket (its PRUDP connection's
-//!   last packet the table kept, or its upgrade while it has none), which is told at once,
+//!   last packet the table kept, or its upgrade while it has none; the largest network with
+//!   one, WebSockets still upgrading not being registered yet), which is told at once,
 //!   ahead of any reply queued for it, and closed with 1013 (try again later), counted as
 //!   [`WsReason::Evicted`]; at most [`EVICTION_BURST`] at once and [`EVICTION_RATE`] after,
 //!   the UDP table's budget. The place is made only once the newcomer's upgrade succeeds (a
@@ -438,35 +439,42 @@ impl Shared {
         }
         // The order of the locks: the counts', then the engine's, then the budget's (nothing
         // takes the counts' under the engine's).
-        match open.largest_over(slot.network, true) {
-            Some(largest) => self.evict_from(&mut open, largest),
-            None => false,
-        }
+        let mine = open.holding(&slot.network) - 1;
+        self.evict_for(&mut open, mine)
     }
 
-    /// Tells the least recently heard-from WebSocket of `network_of` not told already to
-    /// close as [`WsReason::Evicted`], within the eviction budget; `false` if there is none or
-    /// the budget is spent. Heard from: its PRUDP connection's last packet the table kept
-    /// (junk does not count), or its upgrade while it has none.
-    fn evict_from(&self, open: &mut OpenCounts, network_of: IpAddr) -> bool {
+    /// Makes room for a newcomer whose network holds `mine`: of the networks holding at least
+    /// two more that have a WebSocket not told already (one still upgrading is not: it is not
+    /// registered yet), the largest's least recently heard-from is told to close as
+    /// [`WsReason::Evicted`], within the eviction budget; `false` if there is none or the
+    /// budget is spent. Heard from: its PRUDP connection's last packet the table kept (junk
+    /// does not count), or its upgrade while it has none.
+    fn evict_for(&self, open: &mut OpenCounts, mine: u32) -> bool {
         let now = self.now();
         if self.budget().available(now) == 0 {
             return false;
         }
         let guard = self.engine();
-        let victim = guard
-            .peers
-            .iter()
-            .filter(|(addr, p)| {
-                !p.eviction.told.load(Ordering::Relaxed) && network(addr.ip()) == network_of
-            })
-            .min_by_key(|(_, p)| {
-                p.key
-                    .and_then(|k| guard.table.last_seen(&k))
-                    .unwrap_or(p.upgraded)
-            })
-            .map(|(_, p)| p);
-        let Some(victim) = victim else {
+        // (networks's holding, heard from, the peer, its network), the best so far.
+        let mut victim: Option<(u32, Instant, &Peer, IpAddr)> = None;
+        for (addr, p) in &guard.peers {
+            if p.eviction.told.load(Ordering::Relaxed) {
+                continue;
+            }
+            let net = network(addr.ip());
+            let held = open.holding(&net);
+            if held < mine.saturating_add(2) {
+                continue;
+            }
+            let heard = p
+                .key
+                .and_then(|k| guard.table.last_seen(&k))
+                .unwrap_or(p.upgraded);
+            if victim.is_none_or(|(h, t, ..)| held > h || (held == h && heard < t)) {
+                victim = Some((held, heard, p, net));
+            }
+        }
+        let Some((_, _, victim, net)) = victim else {
             return false;
         };
         if !self.budget().try_take(now, 1) {
@@ -476,7 +484,7 @@ impl Shared {
         // is evicted as soon as any other.
         victim.eviction.told.store(true, Ordering::Relaxed);
         victim.eviction.notify.notify_one();
-        *open.leaving.entry(network_of).or_insert(0) += 1;
+        *open.leaving.entry(net).or_insert(0) += 1;
         open.leaving_total += 1;
         true
     }
@@ -1569,6 +1577,32 @@ mod tests {
         );
         assert_eq!(l.open_connections(), 3);
         drop((held, b));
+        assert!(l.shared.sources().is_empty());
+    }
+
+    /// The network that makes way is the largest with a WebSocket to evict: WebSockets still
+    /// upgrading are not registered, so a network holding the most only through them does
+    /// not keep a newcomer out while another network holding two more has some.
+    #[tokio::test]
+    async fn the_largest_network_with_a_websocket_to_evict_makes_way() {
+        let mut config = WsConfig {
+            max_connections: 5,
+            ..WsConfig::default()
+        };
+        config.limits.max_per_source = u32::MAX;
+        let l = listener(config);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // 198.51.100.0/24 holds 3 places, none upgraded; 192.0.2.0/24 2, registered.
+        let upgrading: Vec<OpenSlot> = (1..=3)
+            .map(|h| l.shared.admit(ip(&format!("198.51.100.{h}"))).unwrap())
+            .collect();
+        let held = registered(&l, 2, false);
+        let mut c = l.shared.admit(ip("203.0.113.1")).unwrap();
+        assert!(c.over);
+        assert!(l.shared.take_place(&mut c));
+        assert!(held[0].0.eviction.told.load(Ordering::Relaxed));
+        assert!(!held[1].0.eviction.told.load(Ordering::Relaxed));
+        drop((upgrading, held, c));
         assert!(l.shared.sources().is_empty());
     }
 

@@ -229,8 +229,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub ws_secure_public: Option<SocketAddr>,
     /// WebSockets open at once, per server, 1 to 1048576 (the authentication server's listener,
-    /// sharing a full listener between networks, holds up to two eviction bursts more while
-    /// newcomers upgrade and the WebSockets making way for them close).
+    /// sharing a full listener between networks, holds a few dozen more while newcomers
+    /// upgrade, at most 32, and the WebSockets making way for them close, each within a
+    /// second).
     #[arg(long, default_value_t = 1024, value_parser = connections)]
     pub ws_max_connections: usize,
     /// The largest WebSocket message accepted, 64 to 1048576 bytes; a larger one closes its

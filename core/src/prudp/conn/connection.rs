@@ -1328,11 +1328,13 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         if self.is_closed() {
             // An abort's DISCONNECT, its copies, then nothing.
             let n = self.unreliable_out.filter(|_| self.abort_copies > 0)?;
+            // Counted once written: a buffer too small for it loses no copy.
+            let t = self.unreliable_out_into(n, buf)?;
             self.abort_copies -= 1;
             if self.abort_copies == 0 {
                 self.unreliable_out = None;
             }
-            return self.unreliable_out_into(n, buf);
+            return Some(t);
         }
         if let Some(n) = self.unreliable_out.take() {
             return self.unreliable_out_into(n, buf);
