@@ -385,7 +385,7 @@ impl Shared {
                     || open.waiting.len() >= EVICTION_BURST as usize
                     || open.waiting.contains_key(&network)
                     || self.budget().available(self.now()) == 0
-                    || open.largest_over(network, false).is_none())
+                    || !open.some_network_holds_two_more(network))
             {
                 return Err(WsReason::ConnectionLimit);
             }
@@ -794,16 +794,13 @@ impl OpenCounts {
         n - self.leaving.get(network).copied().unwrap_or(0)
     }
 
-    /// The network that holds the most, if that is at least two more than `network` does
-    /// (not counting the newcomer's own slot: `counted`, whether it is in the counts yet).
-    fn largest_over(&self, network: IpAddr, counted: bool) -> Option<IpAddr> {
-        let mine = self.holding(&network) - counted as u32;
-        let (largest, most) = self
-            .networks
+    /// Whether some network holds at least two more than `network` (a newcomer's, not yet
+    /// counted): whether a place could be made for it once it upgrades.
+    fn some_network_holds_two_more(&self, network: IpAddr) -> bool {
+        let mine = self.holding(&network);
+        self.networks
             .keys()
-            .map(|n| (*n, self.holding(n)))
-            .max_by_key(|&(_, held)| held)?;
-        (most >= mine.saturating_add(2)).then_some(largest)
+            .any(|n| self.holding(n) >= mine.saturating_add(2))
     }
 }
 
@@ -1431,6 +1428,16 @@ mod tests {
         assert!(l.shared.sources().is_empty());
     }
 
+    /// A listener of `max_connections` WebSockets, any number a source.
+    fn capped(max_connections: usize) -> WsListener {
+        let mut config = WsConfig {
+            max_connections,
+            ..WsConfig::default()
+        };
+        config.limits.max_per_source = u32::MAX;
+        listener(config)
+    }
+
     /// `n` WebSockets of 192.0.2.1 (ports 1000 up) admitted and registered, upgraded in port
     /// order, each with a reply queue of one, full where `queued`: their slots and queues.
     fn registered(
@@ -1516,12 +1523,7 @@ mod tests {
     /// WebSocket whose queue of replies is full is told all the same (out of band).
     #[tokio::test]
     async fn websockets_told_to_leave_no_longer_count() {
-        let mut config = WsConfig {
-            max_connections: 2,
-            ..WsConfig::default()
-        };
-        config.limits.max_per_source = u32::MAX;
-        let l = listener(config);
+        let l = capped(2);
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         // Queues full: an eviction does not wait for room in them.
         let mut held = registered(&l, 2, true);
@@ -1550,12 +1552,7 @@ mod tests {
     /// is full only while the others, not counting itself, fill it).
     #[tokio::test]
     async fn waiting_over_the_cap() {
-        let mut config = WsConfig {
-            max_connections: 3,
-            ..WsConfig::default()
-        };
-        config.limits.max_per_source = u32::MAX;
-        let l = listener(config);
+        let l = capped(3);
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let mut held = registered(&l, 3, false);
         let mut b = l.shared.admit(ip("198.51.100.1")).unwrap();
@@ -1585,12 +1582,7 @@ mod tests {
     /// not keep a newcomer out while another network holding two more has some.
     #[tokio::test]
     async fn the_largest_network_with_a_websocket_to_evict_makes_way() {
-        let mut config = WsConfig {
-            max_connections: 5,
-            ..WsConfig::default()
-        };
-        config.limits.max_per_source = u32::MAX;
-        let l = listener(config);
+        let l = capped(5);
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         // 198.51.100.0/24 holds 3 places, none upgraded; 192.0.2.0/24 2, registered.
         let upgrading: Vec<OpenSlot> = (1..=3)

@@ -427,14 +427,19 @@ fn an_empty_code_length_code_is_corrupt_when_read() {
         0x58, 0x85, 0x85, 0x00, 0x00, 0x00, 0xf9, 0xf9, 0xf9, 0xff, 0xff, 0x13, 0xff, 0xff, 0xff,
         0x00,
     ];
+    corrupt_at(&z, &[0, 1, 64]);
+}
+
+/// `z` is `Corrupt` declared at each of `lens`, miniz_oxide's verdict too.
+fn corrupt_at(z: &[u8], lens: &[usize]) {
     let mut inflater = Inflater::new();
-    for len in [0, 1, 64] {
+    for &len in lens {
         assert_eq!(
-            inflater.inflate_exact(&z, &mut vec![0; len]),
+            inflater.inflate_exact(z, &mut vec![0; len]),
             Err(InflateError::Corrupt),
             "{len}"
         );
-        same_as_reference(&mut inflater, &z, len);
+        same_as_reference(&mut inflater, z, len);
     }
 }
 
@@ -445,16 +450,10 @@ fn an_empty_code_length_code_is_corrupt_when_read() {
 /// Truncated, declared length 1030).
 #[test]
 fn a_first_repeat_is_corrupt_before_its_extra_bits() {
-    let z = [0x58, 0x85, 0x85, 0xf9, 0x2a, 0x0e, 0x58, 0x85, 0x7d];
-    let mut inflater = Inflater::new();
-    for len in [0, 1, 1030] {
-        assert_eq!(
-            inflater.inflate_exact(&z, &mut vec![0; len]),
-            Err(InflateError::Corrupt),
-            "{len}"
-        );
-        same_as_reference(&mut inflater, &z, len);
-    }
+    corrupt_at(
+        &[0x58, 0x85, 0x85, 0xf9, 0x2a, 0x0e, 0x58, 0x85, 0x7d],
+        &[0, 1, 1030],
+    );
 }
 
 #[test]
