@@ -3,7 +3,9 @@
 //! loop (`Worker::run_until`: quinn-udp's batched receive, routing, the connection table
 //! lookup, an echo handler, the send), counted with the counting allocator on the worker's
 //! thread. The same holds with the real PRUDP server handler: signed, encrypted reliable DATA
-//! with ACKs both ways through the core's connection, RMC dispatch and an echo protocol.
+//! with ACKs both ways through the core's connection, RMC dispatch and an echo protocol. And
+//! an eviction (a full table making room for another network's connection, the handler told)
+//! allocates nothing either.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -127,6 +129,158 @@ fn worker_allocates_nothing_per_datagram() {
     assert_eq!(
         stats.count, 0,
         "{} allocations ({} bytes) over {datagrams} datagrams",
+        stats.count, stats.bytes
+    );
+}
+
+/// Echoes like [`Echo`]; a datagram whose 13th byte is 1 ends its connection after the echo;
+/// an evicted connection's peer is told with a datagram `[0xBE, port]` from the `evicting` hook.
+struct EchoEvicting;
+
+impl DatagramHandler for EchoEvicting {
+    type State = u64;
+
+    fn version(&self) -> Version {
+        Version::V1
+    }
+
+    fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<u64> {
+        Open::Accept(0)
+    }
+
+    fn datagram(
+        &mut self,
+        key: &ConnectionKey,
+        seen: &mut u64,
+        datagram: &[u8],
+        _: Instant,
+        out: &mut Outbox,
+    ) -> Verdict {
+        *seen += 1;
+        if let Err(reason) = out.push(key.peer, datagram) {
+            return Verdict::Drop(reason);
+        }
+        if datagram.get(12) == Some(&1) {
+            Verdict::Close
+        } else {
+            Verdict::Keep
+        }
+    }
+
+    fn evicting(&mut self, key: &ConnectionKey, _: &mut u64, _: Instant, out: &mut Outbox) {
+        let _ = out.push(key.peer, &[0xBE, key.port]);
+    }
+}
+
+/// One datagram from `port` (tagged 1 to close the connection after the echo), its echo
+/// received and checked; a `[0xBE, port]` notice of eviction arriving first is returned.
+fn exchange(server: SocketAddr, socket: &UdpSocket, port: u8, tag: u8) -> Option<u8> {
+    let mut out = [0u8; 64];
+    let n = datagram(port, 7, &mut out);
+    out[12] = tag;
+    socket.send_to(&out[..n], server).unwrap();
+    let mut back = [0u8; 128];
+    let mut notice = None;
+    loop {
+        let (m, src) = socket
+            .recv_from(&mut back)
+            .expect("a reply within the timeout");
+        assert_eq!(src, server);
+        match &back[..m] {
+            [0xBE, p] => notice = Some(*p),
+            echo => {
+                assert_eq!(echo, &out[..n]);
+                return notice;
+            }
+        }
+    }
+}
+
+/// Evictions allocate nothing either: with the table full of one network's connections, a
+/// connection from another network takes the place of the least recently heard-from one (the
+/// table's `make_room`, the handler's `evicting` hook queueing a notice, `closed`), then
+/// closes; the evicted peer reopens into the freed place. 20 such rounds after warm-up, within
+/// the eviction burst, counted on the worker's thread.
+#[test]
+fn evictions_allocate_nothing() {
+    use wirekit_nex::TableLimits;
+
+    assert_counting_installed();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let counters = Arc::new(Counters::default());
+    let config = WorkerConfig {
+        limits: TableLimits {
+            max_connections: 8,
+            fair_share: true,
+            ..TableLimits::default()
+        },
+        ..WorkerConfig::default()
+    };
+    let mut worker = loopback_worker(&rt, &config, EchoEvicting, &counters);
+    let server = worker.local_addr().unwrap();
+    // Two /24 networks on loopback.
+    let bind = |ip: &str| {
+        let s = UdpSocket::bind((ip, 0)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    let crowd = bind("127.0.1.1");
+    let newcomer = bind("127.0.2.1");
+    let mut run = |body: Box<dyn FnOnce() + Send>| {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let t = std::thread::spawn(move || {
+            body();
+            let _ = tx.send(());
+        });
+        let stop = async {
+            let _ = rx.await;
+        };
+        let (result, stats) = count_allocations(|| rt.block_on(worker.run_until(stop)));
+        result.unwrap();
+        t.join().expect("client");
+        stats
+    };
+    // One round: the newcomer evicts one of the crowd's 8, is echoed and closes; the crowd's
+    // evicted port is told and reopens.
+    let rounds = |crowd: UdpSocket, newcomer: UdpSocket, n: u32| {
+        Box::new(move || {
+            for _ in 0..n {
+                assert_eq!(exchange(server, &newcomer, 9, 1), None);
+                let mut back = [0u8; 8];
+                let (m, _) = crowd.recv_from(&mut back).expect("the eviction notice");
+                let [0xBE, port] = back[..m] else {
+                    panic!("not a notice: {:?}", &back[..m]);
+                };
+                assert_eq!(exchange(server, &crowd, port, 0), None);
+            }
+        }) as Box<dyn FnOnce() + Send>
+    };
+    let c = crowd.try_clone().unwrap();
+    run(Box::new(move || {
+        for port in 0..8 {
+            assert_eq!(exchange(server, &c, port, 0), None);
+        }
+    }));
+    assert_eq!(counters.snapshot().opened, 8);
+    run(rounds(
+        crowd.try_clone().unwrap(),
+        newcomer.try_clone().unwrap(),
+        4,
+    ));
+    let before = counters.snapshot();
+    let evictions = 20;
+    let stats = run(rounds(crowd, newcomer, evictions));
+    let after = counters.snapshot();
+    assert_eq!(after.evicted - before.evicted, u64::from(evictions));
+    assert_eq!(after.opened - before.opened, 2 * u64::from(evictions));
+    assert_eq!(after.dropped_total(), 0, "{after:?}");
+    assert_eq!(worker.table().len(), 8);
+    assert_eq!(
+        stats.count, 0,
+        "{} allocations ({} bytes) over {evictions} evictions",
         stats.count, stats.bytes
     );
 }
