@@ -218,8 +218,8 @@ pub(crate) fn compress_quick(
             }
             let (len, dist) = probe(input, i, head, shift, generation);
             if len != 0 {
-                let (bits, nbits) = STATIC_LEN[len - 3];
-                w.put(bits as u64, nbits as u32);
+                let e = STATIC_LEN[len - 3];
+                w.put((e & 0xFFFF) as u64, e >> 16);
                 let (dc, extra) = dist_symbol(dist);
                 let extra = extra as u64;
                 w.put(

@@ -109,17 +109,18 @@ pub(crate) const STATIC_LIT: [(u16, u8); 288] = {
     t
 };
 
-/// For `len − 3`: the fixed length code followed by its extra bits, as one bit string
-/// `(bits, count)`.
-pub(crate) const STATIC_LEN: [(u32, u8); 256] = {
-    let mut t = [(0u32, 0u8); 256];
+/// For `len − 3`: the fixed length code followed by its extra bits, as one bit string of at
+/// most 13 bits in the low 16 bits and its bit count from bit 16 (packed: the firmware's flash
+/// holds 1 KiB, not 2 KiB of `(u32, u8)` pairs).
+pub(crate) const STATIC_LEN: [u32; 256] = {
+    let mut t = [0u32; 256];
     let mut i = 0;
     while i < 256 {
         let code = LEN_CODE[i] as usize;
         let (c, l) = STATIC_LIT[257 + code];
         let extra = LEN_EXTRA[code] as u32;
         let value = (i + 3 - LEN_BASE[code] as usize) as u32;
-        t[i] = ((c as u32) | (value << l), l + extra as u8);
+        t[i] = ((c as u32) | (value << l)) | ((l as u32 + extra) << 16);
         i += 1;
     }
     t
@@ -177,6 +178,20 @@ mod tests {
             let code = e & 31;
             assert_eq!(code, LEN_CODE[len - 3] as usize);
             assert_eq!(LEN_BASE[code] as usize + (e >> 8), len);
+        }
+    }
+
+    #[test]
+    fn static_lengths_pack_code_extra_bits_and_count() {
+        for len in 3..=258usize {
+            let e = STATIC_LEN[len - 3];
+            let code = LEN_CODE[len - 3] as usize;
+            let (c, l) = STATIC_LIT[257 + code];
+            let (bits, nbits) = (e & 0xFFFF, e >> 16);
+            assert_eq!(nbits, l as u32 + LEN_EXTRA[code] as u32, "{len}");
+            assert!(nbits <= 13 && bits < 1 << nbits, "{len}");
+            assert_eq!(bits & ((1 << l) - 1), c as u32, "{len}");
+            assert_eq!((bits >> l) as usize + LEN_BASE[code] as usize, len, "{len}");
         }
     }
 
