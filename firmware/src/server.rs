@@ -45,7 +45,7 @@ use static_cell::{ConstStaticCell, StaticCell};
 use wirekit_core::io::{Clock, Ended, drive};
 use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
 use wirekit_core::proxy::Limits;
-use wirekit_core::proxy::policy::{Policy, ProxyConfig};
+use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig};
 use wirekit_core::service::{AtomicCounters, Config, Session, SessionError, Workspace};
 use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_MIN};
 
@@ -60,18 +60,29 @@ pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
 /// (what any connection gets to start) after it.
 pub const SPARE_WAIT: Duration =
     Duration::from_micros(SEND_TIMEOUT.as_micros() + SERVICE.header_timeout().as_micros());
-/// The service configuration: an optional PROXY header (v1 or v2, policy USE: a header's
-/// addresses name the client in the logs), then VarInt framing with packets up to 4 KiB; the
-/// PROXY header and the first frame within the core's default header timeout (5 s), each reply
-/// within [`SEND_TIMEOUT`].
+/// The service configuration: an optional PROXY header (v1 or v2), then VarInt framing with
+/// packets up to 4 KiB; the PROXY header and the first frame within the core's default header
+/// timeout (5 s), each reply within [`SEND_TIMEOUT`]. A header from a peer in
+/// [`PROXY_TRUSTED`] names the client in the logs (policy USE); anyone else's is read and
+/// checked but names no one (IGNORE), so a client cannot pass itself off as another.
 pub const SERVICE: Config = Config::new()
     .with_max_packet_len(MAX_PACKET_LEN)
     .with_send_timeout(SEND_TIMEOUT)
     .with_idle_timeout(wirekit_core::time::Duration::from_secs(IDLE_SECS))
     .with_shared_derive_budget(BOARD_DERIVE_BURST, BOARD_DERIVE_RATE)
-    .with_proxy(ProxyConfig::new(Policy::Use).with_limits(Limits {
-        max_header_len: MAX_PROXY_HEADER_LEN,
-    }));
+    .with_proxy(PROXY);
+/// The PROXY configuration of [`SERVICE`].
+const PROXY: ProxyConfig =
+    match ProxyConfig::new(Policy::Use).with_trusted(PROXY_TRUSTED, Policy::Ignore) {
+        Ok(c) => c.with_limits(Limits {
+            max_header_len: MAX_PROXY_HEADER_LEN,
+        }),
+        Err(_) => panic!("more trusted networks than a ProxyConfig holds"),
+    };
+/// The peers whose PROXY header is believed: the load balancer in front of the board. Set it
+/// to yours before flashing; the default is QEMU's user-network gateway, which every
+/// connection to the QEMU board comes from (so its tests see headers used).
+pub const PROXY_TRUSTED: &[Cidr] = &[Cidr::v4([10, 0, 2, 2], 32)];
 /// A reply the peer's window does not take within this time ends its connection: with two
 /// sessions, two peers that never read (or vanished behind a NAT that swallowed their reset)
 /// would otherwise hold the board.

@@ -36,6 +36,12 @@ fn firmware_serves_over_tcp_and_shuts_down_cleanly() {
     let (status, log) = qemu.shutdown();
     assert!(status.success(), "QEMU exited with {status}; log:\n{log}");
     assert_clean_log(&log);
+    // Every connection comes from QEMU's user-network gateway, the firmware's trusted PROXY
+    // peer: the suite's headers named their clients.
+    assert!(
+        log.contains("client per PROXY header"),
+        "no PROXY header used; log:\n{log}"
+    );
 }
 
 /// The service conformance suite (the one `wirekit serve` passes), with the firmware's
