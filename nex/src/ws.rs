@@ -26,15 +26,17 @@
 //!   [`WsReason::Evicted`]; at most [`EVICTION_BURST`] at once and [`EVICTION_RATE`] after,
 //!   the UDP table's budget. The place is made only once the newcomer's upgrade succeeds (a
 //!   bare connect, a port scan, ends no one's WebSocket): until then it waits over the cap,
-//!   at most [`EVICTION_BURST`] such at once and one a network, each for at most
+//!   at most [`EVICTION_BURST`] such at once, one a network and [`WAITING_PER_WIDE`] a wider
+//!   network ([`WIDE_PREFIX`]: an IPv4 /16, an IPv6 /32), each for at most
 //!   [`OVER_CAP_UPGRADE`]. A WebSocket told to leave no longer counts for its
 //!   network. So the listener holds at most [`WsConfig::max_connections`] WebSockets, plus
 //!   those upgrading over the cap and those told to leave and still closing (each within a
 //!   second). Without it, the 16 networks that each hold a sixteenth kept the authentication
 //!   listener full (its WebSockets need no credentials) and every other network was refused.
-//!   What remains: a peer with [`EVICTION_BURST`] networks (IPv6 /48s are cheap) that keeps
-//!   connecting from each without upgrading holds the waiting places, and newcomers out of a
-//!   full listener, for as long as it keeps that up (a connect per network per
+//!   What remains: a peer with networks in [`EVICTION_BURST`] / [`WAITING_PER_WIDE`] (8)
+//!   wider networks (providers', not the /48s one customer is given) that keeps connecting
+//!   from each without upgrading holds the waiting places, and newcomers out of a full
+//!   listener, for as long as it keeps that up (a connect per network per
 //!   [`OVER_CAP_UPGRADE`]).
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
@@ -72,7 +74,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, error::CapacityError};
 use tracing::{trace, warn};
-use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
+use wirekit_core::limit::{AddrKey, LogDecision, LogLimit, Prefix, TokenBucket};
 use wirekit_core::time::{Duration, Instant};
 
 use wirekit_std::accept::AcceptBackoff;
@@ -93,6 +95,15 @@ pub const MAX_UPGRADE: usize = 4096;
 /// The time a WebSocket admitted over a full listener's cap has for its upgrade
 /// ([`TableLimits::fair_share`]), when the handshake timeout is longer.
 pub const OVER_CAP_UPGRADE: Duration = Duration::from_secs(1);
+
+/// The wider networks [`WAITING_PER_WIDE`] counts under: an IPv4 /16, an IPv6 /32 (what a
+/// provider is given: 65,536 of the /48 networks each waiting place is limited to one of).
+pub const WIDE_PREFIX: Prefix = Prefix::new(16, 32);
+
+/// The most WebSockets from one [`WIDE_PREFIX`] network waiting over a full listener's cap
+/// at once, so that a peer needs `EVICTION_BURST / WAITING_PER_WIDE` (8) providers' networks,
+/// not 32 of its own cheap IPv6 /48s, to hold every waiting place.
+pub const WAITING_PER_WIDE: u32 = 4;
 
 /// The most request headers an upgrade may have.
 const MAX_HEADERS: usize = 32;
@@ -379,11 +390,14 @@ impl Shared {
             let limits = &self.config.limits;
             let over = self.full(&open, false);
             // Over the cap, one network (one host of it, an IPv6 /48's) waits with at most one
-            // WebSocket at a time, the listener with at most a burst.
+            // WebSocket at a time, a wider one (an IPv6 /32) with a few, the listener with at
+            // most a burst.
             if over
                 && (!limits.fair_share
                     || open.waiting.len() >= EVICTION_BURST as usize
                     || open.waiting.contains_key(&network)
+                    || open.waiting_wide.get(&wide(network)).copied().unwrap_or(0)
+                        >= WAITING_PER_WIDE
                     || self.budget().available(self.now()) == 0
                     || !open.some_network_holds_two_more(network))
             {
@@ -398,7 +412,7 @@ impl Shared {
             *open.sources.entry(source).or_insert(0) += 1;
             *open.networks.entry(network).or_insert(0) += 1;
             if over {
-                open.waiting.insert(network, ());
+                open.wait(network);
             }
             // Under the counts' lock: `take_place` reads both together.
             self.open.fetch_add(1, Ordering::Relaxed);
@@ -433,7 +447,7 @@ impl Shared {
         }
         let mut open = self.sources();
         slot.over = false;
-        open.waiting.remove(&slot.network);
+        open.unwait(slot.network);
         if !self.full(&open, true) {
             return true;
         }
@@ -785,9 +799,36 @@ struct OpenCounts {
     leaving_total: usize,
     /// The networks with a WebSocket admitted over the cap, upgrading (one each).
     waiting: HashMap<IpAddr, ()>,
+    /// Those WebSockets per [`WIDE_PREFIX`] network (at most [`WAITING_PER_WIDE`] each).
+    waiting_wide: HashMap<IpAddr, u32>,
+}
+
+/// The [`WIDE_PREFIX`] network of `ip` (or of its network).
+fn wide(ip: IpAddr) -> IpAddr {
+    AddrKey::new(ip, WIDE_PREFIX).network()
 }
 
 impl OpenCounts {
+    /// `network`'s WebSocket admitted over the cap waits for its upgrade.
+    fn wait(&mut self, network: IpAddr) {
+        self.waiting.insert(network, ());
+        *self.waiting_wide.entry(wide(network)).or_insert(0) += 1;
+    }
+
+    /// `network`'s waiting WebSocket upgraded or closed.
+    fn unwait(&mut self, network: IpAddr) {
+        if self.waiting.remove(&network).is_none() {
+            return;
+        }
+        let wide = wide(network);
+        if let Some(n) = self.waiting_wide.get_mut(&wide) {
+            *n -= 1;
+            if *n == 0 {
+                self.waiting_wide.remove(&wide);
+            }
+        }
+    }
+
     /// What `network` holds, less its WebSockets leaving.
     fn holding(&self, network: &IpAddr) -> u32 {
         let n = self.networks.get(network).copied().unwrap_or(0);
@@ -812,6 +853,7 @@ impl OpenCounts {
             && self.leaving.is_empty()
             && self.leaving_total == 0
             && self.waiting.is_empty()
+            && self.waiting_wide.is_empty()
     }
 }
 
@@ -820,7 +862,7 @@ impl Drop for OpenSlot {
         let mut open = self.shared.sources();
         let open = &mut *open;
         if self.over {
-            open.waiting.remove(&self.network);
+            open.unwait(self.network);
         }
         let leaving = self.eviction.told.load(Ordering::Relaxed);
         open.leaving_total -= leaving as usize;
@@ -1489,8 +1531,9 @@ mod tests {
         let held = registered(&l, n, false);
         let told: Vec<Arc<Eviction>> = held.iter().map(|(s, _)| s.eviction.clone()).collect();
         // Over the cap: at most a burst wait for their upgrade at once.
+        // Each from a wider network of its own (10.k.0.0/16).
         let mut waiting: Vec<OpenSlot> = (0..EVICTION_BURST)
-            .map(|k| l.shared.admit(ip(&format!("198.51.{k}.1"))).unwrap())
+            .map(|k| l.shared.admit(ip(&format!("10.{k}.0.1"))).unwrap())
             .collect();
         assert!(waiting.iter().all(|s| s.over));
         assert_eq!(
@@ -1544,6 +1587,32 @@ mod tests {
             Some(WsReason::ConnectionLimit)
         );
         drop((held, b));
+        assert!(l.shared.sources().is_empty());
+    }
+
+    /// Over a full listener's cap, a wider network (an IPv6 /32, an IPv4 /16) waits with at
+    /// most [`WAITING_PER_WIDE`] WebSockets at a time, whatever number of /48 networks it
+    /// holds; another wider network's still waits, and a place freed lets the next in.
+    #[tokio::test]
+    async fn a_wider_network_holds_few_waiting_places() {
+        let l = capped(3);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let held = registered(&l, 3, false);
+        let mut waiting: Vec<OpenSlot> = (0..WAITING_PER_WIDE)
+            .map(|k| l.shared.admit(ip(&format!("2001:db8:{k}::1"))).unwrap())
+            .collect();
+        assert!(waiting.iter().all(|s| s.over));
+        assert_eq!(
+            l.shared.admit(ip("2001:db8:ff::1")).err(),
+            Some(WsReason::ConnectionLimit)
+        );
+        let other = l.shared.admit(ip("2001:db9::1")).unwrap();
+        assert!(other.over);
+        // One of the /32's waiting WebSockets gives up: another of its /48s may wait.
+        waiting.pop();
+        let again = l.shared.admit(ip("2001:db8:ff::1")).unwrap();
+        assert!(again.over);
+        drop((held, waiting, other, again));
         assert!(l.shared.sources().is_empty());
     }
 
