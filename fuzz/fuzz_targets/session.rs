@@ -21,6 +21,8 @@
 //! milliseconds and no coverage past its first).
 #![no_main]
 
+#[path = "../shared/frames.rs"]
+mod frames;
 #[path = "../shared/pieces.rs"]
 mod pieces;
 
@@ -93,35 +95,6 @@ const MAX_PASSWORD: usize = 64;
 /// frames still reach every state a frame can (bad length, bad body, compressed or not, an
 /// error with frames before it); the inflater's own targets cover its loops.
 const MAX_TAIL_FRAMES: usize = 4;
-
-/// Where the raw tail ends once it holds `MAX_TAIL_FRAMES` VarInt-length-prefixed frames
-/// (the whole tail when it holds fewer, or a length that is not a VarInt comes first).
-fn tail_frames_end(tail: &[u8]) -> usize {
-    let mut at = 0;
-    for _ in 0..MAX_TAIL_FRAMES {
-        let mut len = 0usize;
-        let mut shift = 0;
-        loop {
-            let Some(&b) = tail.get(at) else {
-                return tail.len();
-            };
-            at += 1;
-            len |= usize::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-            if shift >= 35 {
-                return tail.len();
-            }
-        }
-        at = at.saturating_add(len);
-        if at >= tail.len() {
-            return tail.len();
-        }
-    }
-    at
-}
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -265,7 +238,7 @@ fn run(input: &Input, derive: bool) {
     let mut expected = Vec::new();
     let tail = &input.tail[..input.tail.len().min(MAX_TAIL)];
     let tail = if varint {
-        &tail[..tail_frames_end(tail)]
+        &tail[..frames::end_after(tail, MAX_TAIL_FRAMES)]
     } else {
         tail
     };
