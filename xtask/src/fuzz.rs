@@ -617,7 +617,8 @@ edge's index times 8 plus its hit-count bucket) before and after the run, the ed
 source through the binary's `__sancov_pcs` table: for session and service_client (runs of
 2026-12-04 at `0af3d6b4`) they were hit-count buckets of loops summed over dozens of frames in
 one input (the compressor's inner loops, the stats reply's field parsers), so from `c568d507`
-on those targets cap what one input repeats (their docs say how far). For proxy_parse (runs to
+on those targets cap what one input repeats (their docs say how far), as compressed_frame_decode
+does from `ee094306` on (its runs to `706dbde0` found the same). For proxy_parse (runs to
 `706dbde0`) they were hit-count buckets of the per-TLV code summed over one header's TLVs,
 which mutations reach only by chance: on 2026-12-06 its corpus was seeded with headers
 repeating each of its TLVs 2 to 200 times (`fuzz/seeds/proxy_parse_tlv_repeats.py`; merged
