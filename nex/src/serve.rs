@@ -344,9 +344,10 @@ impl NexServers {
             let p = Box::new(SecureProtocol::new(context, next_cid.clone()));
             let h = make(lite, Role::Secure, &s.secure, random(), p);
             // As on UDP, a full secure listener does not end a player's session for a
-            // newcomer's (a WebSocket there soon carries a ticket's connection).
+            // newcomer's; only WebSockets that have shown no ticket yet make room for one.
             let mut secure_config = w.config;
             secure_config.limits.fair_share = false;
+            secure_config.share_unbound = true;
             ws.push(WsListener::new(
                 secure_tcp,
                 secure_config,
@@ -553,13 +554,14 @@ mod tests {
             assert!(!w.table().limits().fair_share);
             assert_eq!(w.table().limits().max_per_source, 16);
         }
-        // The WebSocket listeners, secure then authentication: only the latter evicts.
-        let fair: Vec<bool> = servers
+        // The WebSocket listeners, secure then authentication: only the latter evicts any
+        // WebSocket, the former only those that showed no ticket.
+        let fair: Vec<(bool, bool)> = servers
             .ws
             .iter()
-            .map(|w| w.config().limits.fair_share)
+            .map(|w| (w.config().limits.fair_share, w.config().share_unbound))
             .collect();
-        assert_eq!(fair, [false, true]);
+        assert_eq!(fair, [(false, true), (true, false)]);
     }
 
     /// Every secure handler, the UDP workers' and the WebSocket listener's, checks tickets

@@ -38,6 +38,13 @@
 //!   from each without upgrading holds the waiting places, and newcomers out of a full
 //!   listener, for as long as it keeps that up (a connect per network per
 //!   [`OVER_CAP_UPGRADE`]).
+//! - Without fair share but with [`WsConfig::share_unbound`] (`nex serve`'s secure
+//!   listener), a full listener is shared the same way for the WebSockets with no PRUDP
+//!   connection yet, the only ones ever told to make room: a player whose ticket opened a
+//!   connection keeps it, but hosts in 16 networks can no longer hold the listener full with
+//!   WebSockets that show no ticket (their 5 s upgrade and 10 s idle timeouts are renewed by
+//!   reconnecting): a newcomer from a network holding two fewer takes the place of the
+//!   largest network's earliest upgraded one.
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
@@ -129,6 +136,13 @@ pub struct WsConfig {
     /// full listener is shared between networks (see the module docs): the PRUDP table
     /// itself evicts nothing, a PRUDP connection living as long as its WebSocket.
     pub limits: TableLimits,
+    /// Where [`TableLimits::fair_share`] is off, whether a full listener is still shared
+    /// between networks for the WebSockets that have no PRUDP connection yet (on the secure
+    /// server: no ticket shown): only those are ever told to make room, so a player's
+    /// session is never ended for a newcomer, but WebSockets that show nothing cannot keep
+    /// the listener full (see the module docs). Off by default; `nex serve` sets it on its
+    /// secure listener.
+    pub share_unbound: bool,
     /// How often the connections' timers run and idle ones expire.
     pub tick: Duration,
 }
@@ -151,6 +165,7 @@ impl Default for WsConfig {
                 max_per_network: 1024 / 16,
                 ..TableLimits::default()
             },
+            share_unbound: false,
             tick: Duration::from_millis(50),
         }
     }
@@ -393,7 +408,7 @@ impl Shared {
             // WebSocket at a time, a wider one (an IPv6 /32) with a few, the listener with at
             // most a burst.
             if over
-                && (!limits.fair_share
+                && (!(limits.fair_share || self.config.share_unbound)
                     || open.waiting.len() >= EVICTION_BURST as usize
                     || open.waiting.contains_key(&network)
                     || open.waiting_wide.get(&wide(network)).copied().unwrap_or(0)
@@ -469,10 +484,13 @@ impl Shared {
             return false;
         }
         let guard = self.engine();
+        // Without fair share, only WebSockets with no PRUDP connection make room
+        // (`share_unbound`).
+        let unbound_only = !self.config.limits.fair_share;
         // (networks's holding, heard from, the peer, its network), the best so far.
         let mut victim: Option<(u32, Instant, &Peer, IpAddr)> = None;
         for (addr, p) in &guard.peers {
-            if p.eviction.told.load(Ordering::Relaxed) {
+            if p.eviction.told.load(Ordering::Relaxed) || (unbound_only && p.key.is_some()) {
                 continue;
             }
             let net = network(addr.ip());
@@ -1467,6 +1485,50 @@ mod tests {
             Some(WsReason::ConnectionLimit)
         );
         drop(held);
+        assert!(l.shared.sources().is_empty());
+    }
+
+    /// The secure listener's sharing ([`WsConfig::share_unbound`], fair share off): a
+    /// newcomer takes the place of the largest network's earliest upgraded WebSocket that has
+    /// no PRUDP connection, never of one that has; with none such it is refused once
+    /// upgraded.
+    #[tokio::test]
+    async fn without_fair_share_only_websockets_without_a_connection_make_room() {
+        let mut config = WsConfig {
+            max_connections: 3,
+            share_unbound: true,
+            ..WsConfig::default()
+        };
+        config.limits.fair_share = false;
+        config.limits.max_per_source = u32::MAX;
+        let l = listener(config);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let held = registered(&l, 3, false);
+        // The earliest upgraded carries a PRUDP connection (its ticket was good).
+        let first: SocketAddr = "192.0.2.1:1000".parse().unwrap();
+        l.shared.engine().peers.get_mut(&first).unwrap().key =
+            Some(ConnectionKey::new(first, VirtualPort::new(10, 15)));
+        let mut newcomer = l.shared.admit(ip("198.51.100.1")).unwrap();
+        assert!(newcomer.over);
+        assert!(l.shared.take_place(&mut newcomer));
+        let told: Vec<bool> = held
+            .iter()
+            .map(|(s, _)| s.eviction.told.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(
+            told,
+            [false, true, false],
+            "the earliest without a connection"
+        );
+        // The last one without a connection gets one: nothing is left to make room.
+        let third: SocketAddr = "192.0.2.1:1002".parse().unwrap();
+        l.shared.engine().peers.get_mut(&third).unwrap().key =
+            Some(ConnectionKey::new(third, VirtualPort::new(10, 15)));
+        let mut next = l.shared.admit(ip("203.0.113.1")).unwrap();
+        assert!(!l.shared.take_place(&mut next));
+        assert!(!held[0].0.eviction.told.load(Ordering::Relaxed));
+        assert!(!held[2].0.eviction.told.load(Ordering::Relaxed));
+        drop((held, newcomer, next));
         assert!(l.shared.sources().is_empty());
     }
 
