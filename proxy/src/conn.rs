@@ -679,7 +679,8 @@ const MAX_STATUS_JOINS: usize = 2;
 /// cached), else the route's fallback.
 ///
 /// The upstream is asked in a neutral identity ([`status::status_host`]): the handshake names
-/// the route's rewrite host, else `host`, with nothing the client appended; a PROXY v2 header
+/// the route's rewrite host, else `host` where the route names it exactly, else a host of the
+/// route's own (never one a client chose), with nothing the client appended; a PROXY v2 header
 /// (when the route sends one) names the proxy's own connection to the upstream, not the
 /// client. The answer is cached under the route, the protocol's key and the host's key, and
 /// is what every client with those keys is shown.
@@ -776,15 +777,16 @@ async fn fetch_status(
     line: &mut Line<'_>,
 ) -> status::Fetched {
     use status::Fetched;
+    // Built before any upstream is connected: one that cannot be sent spends no connection.
+    let Some(handshake) = status::status_handshake(protocol, who.sent, port) else {
+        debug!(route = %r.name, "status handshake over its bound; not asked");
+        return Fetched::Refused;
+    };
     let Some((mut upstream, _, addr, _hold)) = connect(shared, rt, i, r, &[]).await else {
         rt.cache.failed(i, None);
         return Fetched::Down;
     };
     line.upstream = Some(addr);
-    let Some(handshake) = status::status_handshake(protocol, who.sent, port) else {
-        debug!(upstream = %addr, "status handshake over its bound; not asked");
-        return Fetched::Refused;
-    };
     let mut preamble = Vec::with_capacity(handshake.len() + 64);
     if r.proxy_protocol {
         // The proxy's own connection, not the client's: the answer is every client's.

@@ -1503,21 +1503,25 @@ mod tests {
             hs.address.host.to_owned()
         }
 
-        /// A fetch the upstream refuses (here: it dislikes its leader's host) is its leader's
-        /// alone: the requests that joined it while it was under way get the answer of a fresh
-        /// fetch, not the leader's refusal.
+        /// A fetch the upstream refuses (here: the first it is asked) is its leader's alone:
+        /// the requests that joined it while it was under way get the answer of a fresh fetch,
+        /// not the leader's refusal.
         #[tokio::test]
         async fn a_refused_leader_does_not_refuse_the_requests_that_joined_it() {
             const JSON: &str = "{\"description\":{\"text\":\"live\"}}";
-            let (up, accepted) = upstream(|mut s| async move {
-                let (_, frame) = status_fetch_of(&mut s, false).await;
-                if handshake_host(&frame).starts_with("evil") {
-                    // Long enough for the others to join this fetch; then refused.
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    return;
+            let fetches = Arc::new(AtomicUsize::new(0));
+            let (up, accepted) = upstream(move |mut s| {
+                let fetches = fetches.clone();
+                async move {
+                    let _ = status_fetch_of(&mut s, false).await;
+                    if fetches.fetch_add(1, Ordering::SeqCst) == 0 {
+                        // Long enough for the others to join this fetch; then refused.
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        return;
+                    }
+                    let _ = s.write_all(&crate::status::response_frame(JSON)).await;
+                    let _ = s.shutdown().await;
                 }
-                let _ = s.write_all(&crate::status::response_frame(JSON)).await;
-                let _ = s.shutdown().await;
             })
             .await;
             // The default route: every host shares one key, and one fetch at a time.
@@ -1534,6 +1538,32 @@ mod tests {
             let json = hostile.await.unwrap();
             assert!(json.contains("Server unavailable"), "{json}");
             assert!(accepted.load(Ordering::SeqCst) >= 2);
+            stop.cancel();
+        }
+
+        /// Hosts the route does not name share one answer, fetched under a host of the
+        /// route's, never a client's: a client cannot pick a host the upstream stalls on (or
+        /// answers oddly for) and so hold every other host on the fallback (or show them that
+        /// answer).
+        #[tokio::test]
+        async fn a_client_cannot_pick_the_host_of_the_shared_fetch() {
+            const JSON: &str = "{\"description\":{\"text\":\"live\"}}";
+            let (up, accepted) = upstream(|mut s| async move {
+                let (_, frame) = status_fetch_of(&mut s, false).await;
+                if handshake_host(&frame) != "localhost" {
+                    tokio::time::sleep(WAIT).await;
+                    return;
+                }
+                let _ = s.write_all(&crate::status::response_frame(JSON)).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
+            let mut s = one_route(up);
+            s.handshake_timeout = Duration::from_secs(1);
+            let (addr, _handle, stop) = start(s, None).await;
+            assert_eq!(status_to(addr, "stalls.play.test", 765).await, JSON);
+            assert_eq!(status_to(addr, "b.play.test", 765).await, JSON);
+            assert_eq!(accepted.load(Ordering::SeqCst), 1, "one fetch, cached");
             stop.cancel();
         }
 
@@ -1555,6 +1585,8 @@ mod tests {
             .await;
             let mut s = one_route(up);
             s.routes[0].proxy_protocol = true;
+            // A host the route names: the fetch names it (others get a host of the route's).
+            s.routes[0].hosts = vec!["play.test".into()];
             let (addr, _handle, stop) = start(s, None).await;
             let address = "Play.Test.\0FML3\0///198.51.100.7:5555///1700000000///c2ln";
             assert_eq!(status_to(addr, address, 765).await, "{}");

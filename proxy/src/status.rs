@@ -89,9 +89,11 @@ pub(crate) struct StatusHost<'a> {
 
 /// The identity route `r`'s status fetch for a client that asked for `host` (normalised,
 /// without suffixes) uses. With a rewrite host every client's fetch is the same one; else
-/// hosts `r` names exactly are keyed apart and every other host shares [`HostKey::Other`]
-/// (whose answer is the upstream's for the first such host asked, as the answer for made-up
-/// protocol numbers is the one for the first such number).
+/// hosts `r` names exactly are keyed apart, and every other host shares [`HostKey::Other`],
+/// fetched under a host of the route's own ([`neutral_host`]), never the client's: its answer
+/// and its failure are every such host's, so no client may pick the host the upstream is
+/// asked for (one the upstream stalls on would hold every other host on the fallback; one
+/// it answers oddly would be shown to them all).
 pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
     if let Some(rewrite) = &r.rewrite_host {
         return StatusHost {
@@ -103,14 +105,29 @@ pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
         .hosts
         .iter()
         .any(|h| !h.starts_with("*.") && host_eq(h, host));
-    StatusHost {
-        sent: host,
-        key: if named {
-            HostKey::Named(host.into())
-        } else {
-            HostKey::Other
-        },
+    if named {
+        StatusHost {
+            sent: host,
+            key: HostKey::Named(host.into()),
+        }
+    } else {
+        StatusHost {
+            sent: neutral_host(r),
+            key: HostKey::Other,
+        }
     }
+}
+
+/// The host route `r`'s [`HostKey::Other`] fetch names: its first wildcard's domain
+/// (`*.play.test` gives `play.test`), else its first exact host, else `localhost` (a default
+/// route that names no host: a vanilla upstream ignores the host, one that routes by it
+/// answers for its default).
+pub(crate) fn neutral_host(r: &Route) -> &str {
+    r.hosts
+        .iter()
+        .find_map(|h| h.strip_prefix("*."))
+        .or_else(|| r.hosts.first().map(String::as_str))
+        .unwrap_or("localhost")
 }
 
 /// The handshake frame of a status fetch: `protocol` and `port` as the client sent them, the
@@ -558,7 +575,8 @@ mod tests {
 
     /// The hosts a route names exactly are keyed apart; every host under its wildcards (or on
     /// the default route) shares one key, so random hosts hit the cache and never push the
-    /// named hosts' answers out. A rewrite host is the one key (and handshake host) of all.
+    /// named hosts' answers out, and is fetched under a host of the route's, not the client's.
+    /// A rewrite host is the one key (and handshake host) of all.
     #[test]
     fn only_the_hosts_a_route_names_are_keyed_apart() {
         let mut r = Route::new(
@@ -568,7 +586,7 @@ mod tests {
         let who = status_host(&r, "play.test");
         assert_eq!((who.sent, &who.key), ("play.test", &named("play.test")));
         let who = status_host(&r, "x7.play.test");
-        assert_eq!((who.sent, &who.key), ("x7.play.test", &HostKey::Other));
+        assert_eq!((who.sent, &who.key), ("play.test", &HostKey::Other));
         let c = StatusCache::default();
         let ttl = Duration::from_secs(60);
         c.put(0, 763, &named("play.test"), "named".into());
@@ -581,6 +599,14 @@ mod tests {
             c.get(0, 763, &named("play.test"), ttl).as_deref(),
             Some("named")
         );
+        // The fetch for the shared key names no client's host.
+        let mut exact = r.clone();
+        exact.hosts = vec!["a.test".into(), "b.test".into()];
+        exact.default = true;
+        assert_eq!(status_host(&exact, "c.test").sent, "a.test");
+        let mut default = exact.clone();
+        default.hosts.clear();
+        assert_eq!(status_host(&default, "c.test").sent, "localhost");
         r.rewrite_host = Some("Backend.Internal".into());
         for host in ["play.test", "x7.play.test"] {
             let who = status_host(&r, host);

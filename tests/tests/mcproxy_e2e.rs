@@ -402,12 +402,13 @@ upstreams = ["127.0.0.1:{}"]
         assert!(started.elapsed() < Duration::from_secs(1));
     }
     // Another address is still served.
-    // (The upstream records the status request and never answers: the fallback.)
+    // (The upstream records the status request and never answers: the fallback. The
+    // default route names no host: the fetch names `localhost`, not the client's host.)
     let json = status(proxy.addr, 62, "any.test", 340);
     assert!(json.contains("Server unavailable"), "{json}");
     let status_request = [0x01, 0x00];
     let fetched = [
-        &handshake("any.test", 340, NextState::Status)[..],
+        &handshake("localhost", 340, NextState::Status)[..],
         &status_request,
     ]
     .concat();
