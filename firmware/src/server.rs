@@ -71,17 +71,24 @@ pub const SERVICE: Config = Config::new()
     .with_idle_timeout(wirekit_core::time::Duration::from_secs(IDLE_SECS))
     .with_shared_derive_budget(BOARD_DERIVE_BURST, BOARD_DERIVE_RATE)
     .with_proxy(PROXY);
-/// The PROXY configuration of [`SERVICE`].
-const PROXY: ProxyConfig =
-    match ProxyConfig::new(Policy::Use).with_trusted(PROXY_TRUSTED, Policy::Ignore) {
-        Ok(c) => c.with_limits(Limits {
-            max_header_len: MAX_PROXY_HEADER_LEN,
-        }),
-        Err(_) => panic!("more trusted networks than a ProxyConfig holds"),
+/// The PROXY configuration of [`SERVICE`]. (A `ProxyConfig` with no trusted network applies
+/// its policy to every peer: an empty [`PROXY_TRUSTED`] is IGNORE for all, not USE.)
+const PROXY: ProxyConfig = {
+    let limits = Limits {
+        max_header_len: MAX_PROXY_HEADER_LEN,
     };
+    if PROXY_TRUSTED.is_empty() {
+        ProxyConfig::new(Policy::Ignore).with_limits(limits)
+    } else {
+        match ProxyConfig::new(Policy::Use).with_trusted(PROXY_TRUSTED, Policy::Ignore) {
+            Ok(c) => c.with_limits(limits),
+            Err(_) => panic!("more trusted networks than a ProxyConfig holds"),
+        }
+    }
+};
 /// The peers whose PROXY header is believed: the load balancer in front of the board. Set it
-/// to yours before flashing; the default is QEMU's user-network gateway, which every
-/// connection to the QEMU board comes from (so its tests see headers used).
+/// to yours before flashing (empty: no one's); the default is QEMU's user-network gateway,
+/// which every connection to the QEMU board comes from (so its tests see headers used).
 pub const PROXY_TRUSTED: &[Cidr] = &[Cidr::v4([10, 0, 2, 2], 32)];
 /// A reply the peer's window does not take within this time ends its connection: with two
 /// sessions, two peers that never read (or vanished behind a NAT that swallowed their reset)

@@ -11,9 +11,17 @@
 
 use std::path::Path;
 
-use wirekit_tests::conformance::{ProxySupport, Target, assert_hostile_counted, run_conformance};
+use wirekit_tests::conformance::{
+    ProxySupport, Target, assert_hostile_counted, proxy_header, run_conformance,
+};
 use wirekit_tests::qemu_firmware::{Qemu, assert_clean_log};
 use wirekit_tests::service_client::ServiceClient;
+
+/// The seed of the PROXY header [`exercise`] sends first: a v2 header naming
+/// 203.0.77.99:28802 (`proxy_header` takes the address's last two bytes and the port from it),
+/// and the firmware's log line for it.
+const PROXIED_SEED: u64 = (99 << 16) | (77 << 8) | 2;
+const PROXIED_CLIENT: &str = "client per PROXY header: [203, 0, 77, 99]:28802";
 
 fn check_path(path: &Path) {
     assert!(path.is_file(), "{} missing", path.display());
@@ -37,16 +45,22 @@ fn firmware_serves_over_tcp_and_shuts_down_cleanly() {
     assert!(status.success(), "QEMU exited with {status}; log:\n{log}");
     assert_clean_log(&log);
     // Every connection comes from QEMU's user-network gateway, the firmware's trusted PROXY
-    // peer: the suite's headers named their clients.
+    // peer: the header sent first named its client.
     assert!(
-        log.contains("client per PROXY header"),
-        "no PROXY header used; log:\n{log}"
+        log.contains(PROXIED_CLIENT),
+        "the PROXY header was not used; log:\n{log}"
     );
 }
 
 /// The service conformance suite (the one `wirekit serve` passes), with the firmware's
 /// configuration: PROXY header optional (USE), 4 KiB packets, 2 connections at once.
 fn exercise(qemu: &Qemu) {
+    // First, while the connection log budget is whole: a request behind a PROXY v2 header
+    // naming 203.0.77.99:28802 (the firmware logs the client a trusted header names).
+    let header = proxy_header(true, PROXIED_SEED);
+    let mut proxied = ServiceClient::connect(qemu.service, Some(&header), None).expect("connect");
+    proxied.stats().expect("stats behind a PROXY header");
+    drop(proxied);
     let target = Target::new(qemu.service)
         .with_proxy(ProxySupport::Optional)
         .with_max_packet_len(4096)
