@@ -534,8 +534,8 @@ mod tests {
     }
 
     /// The network limit holds on the authentication server's tables; the secure server's,
-    /// whose connections need a ticket, have none, nor evict for a newcomer (nor does its
-    /// WebSocket listener).
+    /// whose connections need a ticket, have none, nor evict for a newcomer (its WebSocket
+    /// listener makes room only by ending WebSockets that have shown no ticket).
     #[test]
     fn only_the_authentication_tables_limit_networks() {
         let rt = tokio::runtime::Builder::new_current_thread()

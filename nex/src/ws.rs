@@ -528,6 +528,15 @@ impl Shared {
         self.counters.received(data.len());
         let mut guard = self.engine();
         let e = &mut *guard;
+        // A WebSocket told to make room (under this lock, in `evict_for`) is closing: what it
+        // sends now opens nothing, or a CONNECT that got here first would spend its ticket on
+        // a connection ended at once (and the client, back with the same ticket, be refused
+        // it as a replay).
+        if let Some(p) = e.peers.get(&peer)
+            && p.eviction.told.load(Ordering::Relaxed)
+        {
+            return p.key.is_some();
+        }
         let source = e.handler.route(data);
         let bound = e.peers.get(&peer).and_then(|p| p.key);
         match (bound, source) {
@@ -1530,6 +1539,50 @@ mod tests {
         assert!(!held[2].0.eviction.told.load(Ordering::Relaxed));
         drop((held, newcomer, next));
         assert!(l.shared.sources().is_empty());
+    }
+
+    /// A PRUDP Lite client's SYN, as the core's client connection sends it first.
+    fn lite_syn() -> Vec<u8> {
+        use wirekit_core::prudp::conn::{ClientRandom, Connection};
+        use wirekit_core::prudp::crypto::client_connection_signature;
+        let mut config = connection_config(b"6f599f81", Version::Lite, true);
+        config.local_port = VirtualPort::new(10, 15);
+        let server: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut c: Connection<Vec<u8>> = Connection::client(
+            config,
+            VirtualPort::new(10, 1),
+            client_connection_signature(Version::Lite, server),
+            vec![0; Connection::<Vec<u8>>::workspace_len(&config)],
+            Instant::ZERO,
+            ClientRandom {
+                session_id: 1,
+                initial_unreliable: 1,
+            },
+            None,
+        )
+        .unwrap();
+        let mut out = [0u8; 256];
+        let t = c.poll_transmit(Instant::ZERO, &mut out).expect("a SYN");
+        out[..t.len].to_vec()
+    }
+
+    /// What a WebSocket told to make room sends before it is gone opens nothing (the
+    /// eviction and a message race for the engine's lock: a CONNECT that got in would spend
+    /// its ticket on a connection ended at once); an untold one's SYN is answered.
+    #[tokio::test]
+    async fn a_websocket_told_to_leave_opens_nothing() {
+        let l = capped(4);
+        let mut held = registered(&l, 2, false);
+        let syn = lite_syn();
+        held[0].0.eviction.told.store(true, Ordering::Relaxed);
+        for (k, (_, rx)) in held.iter_mut().enumerate() {
+            let peer: SocketAddr = format!("192.0.2.1:{}", 1000 + k).parse().unwrap();
+            assert!(!l.shared.message(peer, &syn));
+            let answered = matches!(rx.try_recv(), Ok(Outgoing::Packet(_)));
+            assert_eq!(answered, k == 1, "WebSocket {k}");
+        }
+        // Told by hand, not by `evict_for`: nothing counts it as leaving.
+        held[0].0.eviction.told.store(false, Ordering::Relaxed);
     }
 
     /// A listener of `max_connections` WebSockets, any number a source.

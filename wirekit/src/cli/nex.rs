@@ -274,13 +274,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // One descriptor per WebSocket (two listeners, each up to --ws-max-connections, the
-    // authentication one up to two eviction bursts over it); the UDP workers hold one socket
-    // each.
+    // One descriptor per WebSocket (two listeners, each up to --ws-max-connections and up to
+    // two eviction bursts over it: those upgrading over the cap and those told to leave and
+    // still closing); the UDP workers hold one socket each.
     let nofile = super::raise_nofile();
     let want = if args.ws_auth_listen.is_some() {
         (2 * args.ws_max_connections as u64)
-            .saturating_add(2 * u64::from(wirekit_nex::EVICTION_BURST))
+            .saturating_add(4 * u64::from(wirekit_nex::EVICTION_BURST))
             .saturating_add(64)
     } else {
         0
