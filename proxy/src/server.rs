@@ -68,6 +68,7 @@ impl Runtime {
                                 && r.upstreams == old.upstreams
                                 && r.proxy_protocol == old.proxy_protocol
                                 && r.rewrite_host == old.rewrite_host
+                                && r.status_host == old.status_host
                         })
                     })
                     .collect();

@@ -106,6 +106,11 @@ pub struct Route {
     /// The host written into the handshake sent upstream; `None` forwards the client's
     /// handshake bytes unchanged.
     pub rewrite_host: Option<String>,
+    /// The host a status fetch for the hosts this route does not name exactly names upstream
+    /// (their one shared answer; see [`Route::shared_status_host`]); `None`: the route's
+    /// first exact host, else its first wildcard's domain, else `localhost`. Never a
+    /// client's host.
+    pub status_host: Option<String>,
     /// How long a status answer from the upstream is served from cache.
     pub status_ttl: Duration,
     /// The status shown while every upstream is down.
@@ -125,6 +130,26 @@ pub struct Route {
 }
 
 impl Route {
+    /// The host the shared status fetch (for the hosts this route does not name exactly)
+    /// names upstream, normalised (lowercase, no trailing dot): [`status_host`](Self::status_host),
+    /// else the first exact host, else the first wildcard's domain (`*.play.test` gives
+    /// `play.test`), else `localhost` (a default route naming no host: a vanilla upstream
+    /// ignores the host; one that routes by it answers for its default).
+    pub fn shared_status_host(&self) -> String {
+        let host = self
+            .status_host
+            .as_deref()
+            .or_else(|| {
+                self.hosts
+                    .iter()
+                    .find(|h| !h.starts_with("*."))
+                    .map(String::as_str)
+            })
+            .or_else(|| self.hosts.iter().find_map(|h| h.strip_prefix("*.")))
+            .unwrap_or("localhost");
+        host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
+    }
+
     /// A passthrough route for `hosts` to `upstreams`, everything else at its default.
     pub fn new(hosts: Vec<String>, upstreams: Vec<SocketAddr>) -> Self {
         Route {
@@ -136,6 +161,7 @@ impl Route {
             mode: Mode::Passthrough,
             proxy_protocol: false,
             rewrite_host: None,
+            status_host: None,
             status_ttl: Duration::from_secs(5),
             fallback: StatusFallback::default(),
             handshake: wirekit_core::minecraft::rules::HandshakeRule::ANY,
@@ -529,11 +555,16 @@ impl Settings {
                     return Err(SettingsError::new(format!("host {h:?} is on two routes")));
                 }
             }
-            if let Some(h) = &route.rewrite_host {
-                let address = wirekit_core::minecraft::handshake::ServerAddress::host(h);
-                address.check().map_err(|e| {
-                    SettingsError::new(format!("route {}: rewrite-host: {e}", route.name))
-                })?;
+            for (key, h) in [
+                ("rewrite-host", &route.rewrite_host),
+                ("status-host", &route.status_host),
+            ] {
+                if let Some(h) = h {
+                    let address = wirekit_core::minecraft::handshake::ServerAddress::host(h);
+                    address.check().map_err(|e| {
+                        SettingsError::new(format!("route {}: {key}: {e}", route.name))
+                    })?;
+                }
             }
         }
         if defaults > 1 {

@@ -4,6 +4,7 @@
 //! identity (never one client's raw handshake or address), the fallback MOTD while the upstream
 //! is down, and the legacy ping's kick.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -81,8 +82,9 @@ pub(crate) enum HostKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StatusHost<'a> {
     /// The handshake's host: the route's rewrite host if it has one, else the client's
-    /// normalised host (lowercase, no trailing dot, no Forge marker or TCPShield suffix).
-    pub(crate) sent: &'a str,
+    /// normalised host (lowercase, no trailing dot, no Forge marker or TCPShield suffix) if
+    /// the route names it exactly, else [`Route::shared_status_host`].
+    pub(crate) sent: Cow<'a, str>,
     /// The cache key's host part.
     pub(crate) key: HostKey,
 }
@@ -90,14 +92,15 @@ pub(crate) struct StatusHost<'a> {
 /// The identity route `r`'s status fetch for a client that asked for `host` (normalised,
 /// without suffixes) uses. With a rewrite host every client's fetch is the same one; else
 /// hosts `r` names exactly are keyed apart, and every other host shares [`HostKey::Other`],
-/// fetched under a host of the route's own ([`neutral_host`]), never the client's: its answer
+/// fetched under a host of the route's own ([`Route::shared_status_host`]), never the
+/// client's: its answer
 /// and its failure are every such host's, so no client may pick the host the upstream is
 /// asked for (one the upstream stalls on would hold every other host on the fallback; one
 /// it answers oddly would be shown to them all).
 pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
     if let Some(rewrite) = &r.rewrite_host {
         return StatusHost {
-            sent: rewrite,
+            sent: Cow::Borrowed(rewrite),
             key: HostKey::Named(rewrite.to_ascii_lowercase().into()),
         };
     }
@@ -107,27 +110,15 @@ pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
         .any(|h| !h.starts_with("*.") && host_eq(h, host));
     if named {
         StatusHost {
-            sent: host,
+            sent: Cow::Borrowed(host),
             key: HostKey::Named(host.into()),
         }
     } else {
         StatusHost {
-            sent: neutral_host(r),
+            sent: Cow::Owned(r.shared_status_host()),
             key: HostKey::Other,
         }
     }
-}
-
-/// The host route `r`'s [`HostKey::Other`] fetch names: its first wildcard's domain
-/// (`*.play.test` gives `play.test`), else its first exact host, else `localhost` (a default
-/// route that names no host: a vanilla upstream ignores the host, one that routes by it
-/// answers for its default).
-pub(crate) fn neutral_host(r: &Route) -> &str {
-    r.hosts
-        .iter()
-        .find_map(|h| h.strip_prefix("*."))
-        .or_else(|| r.hosts.first().map(String::as_str))
-        .unwrap_or("localhost")
 }
 
 /// The handshake frame of a status fetch: `protocol` and `port` as the client sent them, the
@@ -584,9 +575,9 @@ mod tests {
             vec!["127.0.0.1:1".parse().unwrap()],
         );
         let who = status_host(&r, "play.test");
-        assert_eq!((who.sent, &who.key), ("play.test", &named("play.test")));
+        assert_eq!((&*who.sent, &who.key), ("play.test", &named("play.test")));
         let who = status_host(&r, "x7.play.test");
-        assert_eq!((who.sent, &who.key), ("play.test", &HostKey::Other));
+        assert_eq!((&*who.sent, &who.key), ("play.test", &HostKey::Other));
         let c = StatusCache::default();
         let ttl = Duration::from_secs(60);
         c.put(0, 763, &named("play.test"), "named".into());
@@ -607,6 +598,11 @@ mod tests {
         let mut default = exact.clone();
         default.hosts.clear();
         assert_eq!(status_host(&default, "c.test").sent, "localhost");
+        let mut wild = exact.clone();
+        wild.hosts = vec!["*.Wild.Test.".into()];
+        assert_eq!(status_host(&wild, "c.wild.test").sent, "wild.test");
+        wild.status_host = Some("Status.Test".into());
+        assert_eq!(status_host(&wild, "c.wild.test").sent, "status.test");
         r.rewrite_host = Some("Backend.Internal".into());
         for host in ["play.test", "x7.play.test"] {
             let who = status_host(&r, host);

@@ -477,8 +477,8 @@ fn a_1_6_ping_is_routed_by_its_host() {
     rejections(&proxy, "handshake_version", 1);
 }
 
-/// A status fetch that stalls for the hosts a route does not name (fetched under the domain
-/// of its wildcard, never under the host a client chose) gives them the fallback, but does not
+/// A status fetch that stalls for the hosts a route does not name (fetched under its
+/// `status-host`, never under the host a client chose) gives them the fallback, but does not
 /// hold the whole route down: a named host asked right after gets the upstream's live answer.
 /// (Held, one backend dropping those hosts could keep every host's status on the fallback.)
 #[test]
@@ -522,9 +522,10 @@ fn a_status_stalled_for_the_unnamed_hosts_does_not_hold_the_route_down() {
     };
     let proxy = McProxy::start(&format!(
         "handshake-timeout = 1\n[[route]]\nhosts = [\"named.x.test\", \"*.stall.test\"]\n\
+         status-host = \"stall.test\"\n\
          upstreams = [\"127.0.0.1:{port}\"]\nfallback-motd = \"upstream down\"\n"
     ));
-    // Fetched under `stall.test`, whatever host the client named.
+    // Fetched under the route's `status-host`, whatever host the client named.
     let stalled = status(proxy.addr, 60, "any.stall.test", 340);
     assert!(stalled.contains("upstream down"), "{stalled}");
     let named = status(proxy.addr, 61, "named.x.test", 340);

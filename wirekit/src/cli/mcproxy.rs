@@ -189,6 +189,10 @@ pub struct RouteConfig {
     pub proxy_protocol: bool,
     /// The host written into the handshake sent upstream.
     pub rewrite_host: Option<String>,
+    /// The host the shared status fetch names upstream for the hosts the route does not name
+    /// exactly (default: its first exact host, else its first wildcard's domain, else
+    /// `localhost`).
+    pub status_host: Option<String>,
     /// Seconds a status answer is cached (default 5).
     pub status_ttl: Option<f64>,
     /// Fallback status: version name (default "wirekit").
@@ -338,6 +342,7 @@ impl RouteConfig {
             .map_err(|e| format!("route {}: {e}", r.name))?;
         r.proxy_protocol = self.proxy_protocol;
         r.rewrite_host = self.rewrite_host.clone();
+        r.status_host = self.status_host.clone();
         if let Some(t) = self.status_ttl {
             r.status_ttl = if t == 0.0 {
                 Duration::ZERO
@@ -820,6 +825,7 @@ mod tests {
         let s = file.settings().unwrap();
         assert_eq!(s.routes.len(), 2);
         assert_eq!(s.routes[0].rewrite_host.as_deref(), Some("lobby.internal"));
+        assert_eq!(s.routes[0].shared_status_host(), "play.example.com");
         assert_eq!(s.routes[0].unknown_version, UnknownVersion::Opaque);
         assert_eq!(s.unknown_host, UnknownHost::Motd);
         assert_eq!(s.limits, SourceConfig::default());
