@@ -550,7 +550,8 @@ impl ThreadWorkspace {
 
 /// Size of the per-thread read buffer.
 const SHARED_READ: usize = 64 * 1024;
-/// Initial size of the per-thread reply buffer.
+/// Initial size of the per-thread reply buffer, and the most replies written to it before a
+/// write (but for one larger reply): what a client that does not read holds at most.
 const SHARED_WRITE: usize = 64 * 1024;
 
 thread_local! {
@@ -921,6 +922,12 @@ fn serve_read(
         let mut ws = Workspace::with_zlib(scratch, inflater, compressor).with_derive_budget(derive);
         session.set_time(clock::now());
         let (mut at, mut written) = (0, 0);
+        // Replies are written a window at a time: at most `SHARED_WRITE` bytes of them (or
+        // one reply larger than that) wait in `write_buf` for a write, so that a client that
+        // does not read holds at most that much in `pending`, however large the thread's
+        // buffer grew for an earlier large reply (a read of 2-byte stats requests, each
+        // answered in dozens of bytes, filled it all).
+        let mut window = SHARED_WRITE;
         // An error ends the connection, but the replies to the frames served before it in
         // this read are the client's: they go to `pending`, which the caller sends first.
         let fail = |e: ConnError, replies: &[u8], pending: &mut Vec<u8>| {
@@ -939,7 +946,7 @@ fn serve_read(
             }
             let p = match session.handle(
                 &read_buf[at..n],
-                &mut write_buf[written..],
+                &mut write_buf[written..window],
                 &mut ws,
                 counters as &dyn Counters,
             ) {
@@ -963,8 +970,9 @@ fn serve_read(
                             break None;
                         }
                     }
-                    if write_buf.len() < required {
-                        write_buf.resize(required, 0);
+                    window = required.max(SHARED_WRITE);
+                    if write_buf.len() < window {
+                        write_buf.resize(window, 0);
                     }
                 }
             }

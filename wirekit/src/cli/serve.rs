@@ -106,6 +106,22 @@ fn seconds(text: &str) -> Result<f64, String> {
 }
 
 impl ServeArgs {
+    /// Notes on these flags that do not stop the server: a PROXY policy that reads headers
+    /// from every peer (no `--trusted` network, where `--untrusted-proxy-protocol` applies to
+    /// no one).
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.trusted.is_empty() && matches!(self.proxy_protocol, Policy::Use | Policy::Require) {
+            notes.push(format!(
+                "--proxy-protocol {} with no --trusted network: every peer may send a PROXY \
+                 header and name its own client address (--untrusted-proxy-protocol applies \
+                 to no one); list your load balancers with --trusted",
+                self.proxy_protocol
+            ));
+        }
+        notes
+    }
+
     /// The server options these flags describe; more than
     /// [`MAX_TRUSTED`](wirekit_core::proxy::policy::MAX_TRUSTED) `--trusted`
     /// networks, or a compression threshold with u32le framing, is an error.
@@ -287,6 +303,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for note in args.notes() {
+        eprintln!("wirekit serve: note: {note}");
+    }
     let rt = match runtime(args.threads) {
         Ok(rt) => rt,
         Err(e) => {
@@ -328,6 +347,26 @@ mod tests {
         Cli::try_parse_from(std::iter::once("serve").chain(extra.iter().copied()))
             .map(|c| c.serve)
             .map_err(|e| e.to_string())
+    }
+
+    /// A policy that reads PROXY headers from every peer (no --trusted network) is noted:
+    /// any client could name its own address then.
+    #[test]
+    fn a_header_policy_without_trusted_networks_is_noted() {
+        let notes = parse(&["--proxy-protocol", "USE"]).unwrap().notes();
+        assert!(
+            notes.len() == 1 && notes[0].contains("every peer may send"),
+            "{notes:?}"
+        );
+        let trusted = parse(&["--proxy-protocol", "REQUIRE", "--trusted", "10.0.0.0/8"]);
+        assert!(trusted.unwrap().notes().is_empty());
+        assert!(
+            parse(&["--proxy-protocol", "IGNORE"])
+                .unwrap()
+                .notes()
+                .is_empty()
+        );
+        assert!(parse(&[]).unwrap().notes().is_empty());
     }
 
     /// Values that would make a server serve nothing, or no runtime start, are usage errors;
