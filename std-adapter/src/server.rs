@@ -52,7 +52,7 @@
 
 use std::cell::RefCell;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,7 +70,7 @@ use crate::buffer::{INITIAL_BUFFER, InputBuffer, more_for, release_if_large};
 use crate::clock;
 use crate::slice::WorkCharge;
 use wirekit_core::Needed;
-use wirekit_core::limit::{LogDecision, LogLimit, TokenBucket};
+use wirekit_core::limit::{AddrKey, LogDecision, LogLimit, Prefix, TokenBucket};
 use wirekit_core::proxy::policy::ProxyConfig;
 use wirekit_core::service::{
     self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
@@ -91,6 +91,12 @@ pub struct ServeOptions {
     /// Connections served at once; more are accepted and closed at once. (Any value is
     /// taken; past tokio's semaphore maximum it means no limit.)
     pub max_connections: usize,
+    /// Connections served at once from one source ([`SOURCE_PREFIX`]: an IPv4 address, an
+    /// IPv6 /64), so that one host cannot hold every place; more from it are accepted and
+    /// closed at once. Peers in the PROXY configuration's trusted networks (the load
+    /// balancers, whose connections carry everyone's) are not counted. `usize::MAX` (the
+    /// default): no such limit.
+    pub max_per_source: usize,
     /// On shutdown, how long connections may take to finish a frame in flight (no new frame
     /// is served once it has, and nothing sent behind it is read; a PROXY header in flight is
     /// read to its end and the connection then ends, its first frame being a new one),
@@ -106,6 +112,7 @@ impl Default for ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             service: service::Config::new().with_max_packet_len(1 << 20),
             max_connections: 10_000,
+            max_per_source: usize::MAX,
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -186,6 +193,69 @@ struct Shared {
     /// When the shutdown began, as the first to see it (the accept loop or a connection)
     /// noted it: every connection's grace runs from here, not from when it noticed.
     shutdown_at: std::sync::OnceLock<Instant>,
+    /// Connections open per source, with [`ServeOptions::max_per_source`] (an entry per source
+    /// with one open at least: at most `max_connections` entries).
+    sources: Mutex<std::collections::HashMap<IpAddr, usize>>,
+}
+
+/// What one source is for [`ServeOptions::max_per_source`]: an IPv4 address, or an IPv6 /64
+/// (what one subscriber is given).
+pub const SOURCE_PREFIX: Prefix = Prefix::new(32, 64);
+
+/// A connection's place in its source's count, given back when dropped.
+struct SourceSlot {
+    shared: Arc<Shared>,
+    source: IpAddr,
+}
+
+impl Shared {
+    /// A place for a connection from `peer` under [`ServeOptions::max_per_source`]: `Ok(None)`
+    /// where no limit applies (none set, or a trusted peer), `Err(())` when its source holds
+    /// the most already.
+    fn source_slot(self: &Arc<Self>, peer: IpAddr) -> Result<Option<SourceSlot>, ()> {
+        let max = self.options.max_per_source;
+        let peer = peer.to_canonical();
+        let trusted = self
+            .options
+            .service
+            .proxy()
+            .trusted()
+            .iter()
+            .any(|c| c.contains(peer));
+        if max == usize::MAX || trusted {
+            return Ok(None);
+        }
+        let source = AddrKey::new(peer, SOURCE_PREFIX).network();
+        let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        let open = sources.entry(source).or_insert(0);
+        if *open >= max {
+            if *open == 0 {
+                sources.remove(&source);
+            }
+            return Err(());
+        }
+        *open += 1;
+        Ok(Some(SourceSlot {
+            shared: self.clone(),
+            source,
+        }))
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut sources = self
+            .shared
+            .sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = sources.get_mut(&self.source) {
+            *open -= 1;
+            if *open == 0 {
+                sources.remove(&self.source);
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -218,7 +288,8 @@ pub struct CloseCounts {
     pub write_failed: AtomicU64,
     /// Other socket errors.
     pub io: AtomicU64,
-    /// Connections accepted past the connection limit and closed at once.
+    /// Connections accepted past the connection limit, or past the per-source one, and closed
+    /// at once.
     pub refused: AtomicU64,
     /// Failed `accept` calls (EMFILE, ENFILE, ...).
     pub accept_failed: AtomicU64,
@@ -387,6 +458,7 @@ impl Server {
                 closes: Arc::new(CloseCounts::default()),
                 logs: LogLimits::new(),
                 shutdown_at: std::sync::OnceLock::new(),
+                sources: Mutex::default(),
             }),
         })
     }
@@ -450,11 +522,19 @@ impl Server {
                 drop(stream);
                 continue;
             };
+            let Ok(source) = shared.source_slot(peer.ip()) else {
+                CloseCounts::bump(&shared.closes.refused);
+                if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals, &shared.closes) {
+                    warn!(%peer, suppressed, "per-source connection limit reached; closing");
+                }
+                drop(stream);
+                continue;
+            };
             let shared = shared.clone();
             let shutdown = shutdown.clone();
             tracker.spawn(async move {
                 serve_connection(stream, peer, &shared, &shutdown).await;
-                drop(permit);
+                drop((permit, source));
             });
         }
         drop(listener);
@@ -1414,6 +1494,80 @@ mod tests {
         assert!(got == expected, "the replies are the echoes");
         assert_eq!(CloseCounts::get(&closes.protocol), 1, "{closes}");
         writer.abort();
+        shutdown.cancel();
+        serving.await.unwrap().unwrap();
+    }
+
+    /// At most `max_per_source` connections from one source are served at once; more from it
+    /// are closed at once and counted as refused, while another source is still served, and
+    /// a place freed is taken again. A trusted (load balancer) peer is not counted.
+    #[tokio::test]
+    async fn one_source_holds_at_most_its_share() {
+        let options = ServeOptions {
+            max_per_source: 2,
+            ..ServeOptions::default()
+        };
+        let (addr, closes, shutdown, serving) = start(options).await;
+        let echo = |mut c: TcpStream| async move {
+            c.write_all(&echo_frame()).await?;
+            let mut back = [0u8; 17];
+            c.read_exact(&mut back).await?;
+            io::Result::Ok(c)
+        };
+        let connect_from = |ip: &str| {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+            s.connect(addr)
+        };
+        let a = echo(connect_from("127.0.0.1").await.unwrap())
+            .await
+            .unwrap();
+        let b = echo(connect_from("127.0.0.1").await.unwrap())
+            .await
+            .unwrap();
+        let third = echo(connect_from("127.0.0.1").await.unwrap()).await;
+        assert!(third.is_err(), "a third from one source was served");
+        assert_eq!(CloseCounts::get(&closes.refused), 1);
+        let other = echo(connect_from("127.0.0.2").await.unwrap()).await;
+        assert!(other.is_ok(), "another source was refused");
+        drop(a);
+        // Its place comes free once the server has seen the close.
+        let mut again = None;
+        for _ in 0..100 {
+            if let Ok(c) = echo(connect_from("127.0.0.1").await.unwrap()).await {
+                again = Some(c);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(again.is_some(), "the freed place was not taken again");
+        drop((b, again, other));
+        shutdown.cancel();
+        serving.await.unwrap().unwrap();
+
+        // The trusted load balancer's connections are everyone's: not counted.
+        let trusted = ServeOptions {
+            max_per_source: 1,
+            service: service::Config::new().with_proxy(
+                ProxyConfig::new(wirekit_core::proxy::policy::Policy::Use)
+                    .with_trusted(
+                        &[wirekit_core::proxy::policy::Cidr::v4([127, 0, 0, 1], 32)],
+                        wirekit_core::proxy::policy::Policy::Reject,
+                    )
+                    .unwrap(),
+            ),
+            ..ServeOptions::default()
+        };
+        let (addr, _closes, shutdown, serving) = start(trusted).await;
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(&echo_frame()).await.unwrap();
+            let mut back = [0u8; 17];
+            c.read_exact(&mut back).await.unwrap();
+            held.push(c);
+        }
+        drop(held);
         shutdown.cancel();
         serving.await.unwrap().unwrap();
     }

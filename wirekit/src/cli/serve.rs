@@ -34,6 +34,11 @@ pub struct ServeArgs {
     /// Connections served at once (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     pub max_connections: usize,
+    /// Connections served at once from one source (an IPv4 address, an IPv6 /64; at least 1),
+    /// so that one host cannot hold every place; peers in --trusted networks (your load
+    /// balancers) are not counted. Absent: no per-source limit.
+    #[arg(long, value_parser = at_least_one)]
+    pub max_per_source: Option<usize>,
     /// Largest packet accepted (bytes of ID + data, or payload for u32le; at least 1).
     #[arg(long, default_value_t = 1 << 20, value_parser = at_least_one)]
     pub max_frame: usize,
@@ -168,6 +173,7 @@ impl ServeArgs {
             listen: self.listen,
             service,
             max_connections: self.max_connections,
+            max_per_source: self.max_per_source.unwrap_or(usize::MAX),
             ..ServeOptions::default()
         })
     }
