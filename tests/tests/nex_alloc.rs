@@ -11,19 +11,26 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use wirekit::alloc_count::{CountingAlloc, assert_counting_installed, count_allocations};
+use wirekit::alloc_count::{
+    AllocStats, CountingAlloc, assert_counting_installed, count_allocations,
+};
 use wirekit_core::prudp::Version;
 use wirekit_core::time::Instant;
 use wirekit_nex::{
-    ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, Verdict, WorkerConfig,
+    ConnectionKey, Counters, DatagramHandler, DropReason, Open, Outbox, Verdict, Worker,
+    WorkerConfig,
 };
 use wirekit_tests::nex_worker::loopback_worker;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// Echoes every datagram to its sender; counts datagrams per connection.
-struct Echo;
+/// Echoes every datagram to its sender; counts datagrams per connection. With `closing`, a
+/// datagram whose 13th byte is 1 ends its connection after the echo. An evicted connection's
+/// peer is told with a datagram `[0xBE, port]` from the `evicting` hook.
+struct Echo {
+    closing: bool,
+}
 
 impl DatagramHandler for Echo {
     type State = u64;
@@ -45,14 +52,43 @@ impl DatagramHandler for Echo {
         out: &mut Outbox,
     ) -> Verdict {
         *seen += 1;
-        match out.push(key.peer, datagram) {
-            Ok(()) => Verdict::Keep,
-            Err(reason) => Verdict::Drop(reason),
+        if let Err(reason) = out.push(key.peer, datagram) {
+            return Verdict::Drop(reason);
         }
+        if self.closing && datagram.get(12) == Some(&1) {
+            Verdict::Close
+        } else {
+            Verdict::Keep
+        }
+    }
+
+    fn evicting(&mut self, key: &ConnectionKey, _: &mut u64, _: Instant, out: &mut Outbox) {
+        let _ = out.push(key.peer, &[0xBE, key.port]);
     }
 }
 
 const PEERS: usize = 8;
+
+/// Runs `worker` on `rt` until `client`, on a thread of its own, returns: the allocations on
+/// the worker's thread meanwhile.
+fn run_while<H: DatagramHandler>(
+    rt: &tokio::runtime::Runtime,
+    worker: &mut Worker<H>,
+    client: impl FnOnce() + Send + 'static,
+) -> AllocStats {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let t = std::thread::spawn(move || {
+        client();
+        let _ = tx.send(());
+    });
+    let stop = async {
+        let _ = rx.await;
+    };
+    let (result, stats) = count_allocations(|| rt.block_on(worker.run_until(stop)));
+    result.unwrap();
+    t.join().expect("client");
+    stats
+}
 
 /// A v1-shaped datagram from virtual port (10, `port`) with a numbered body.
 fn datagram(port: u8, i: u32, buf: &mut [u8; 64]) -> usize {
@@ -88,7 +124,12 @@ fn worker_allocates_nothing_per_datagram() {
         .build()
         .unwrap();
     let counters = Arc::new(Counters::default());
-    let mut worker = loopback_worker(&rt, &WorkerConfig::default(), Echo, &counters);
+    let mut worker = loopback_worker(
+        &rt,
+        &WorkerConfig::default(),
+        Echo { closing: false },
+        &counters,
+    );
     let server = worker.local_addr().unwrap();
     let peers: Arc<Vec<UdpSocket>> = Arc::new(
         (0..PEERS)
@@ -100,19 +141,8 @@ fn worker_allocates_nothing_per_datagram() {
             .collect(),
     );
     let mut run = |from: u32, rounds: u32| {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let p = peers.clone();
-        let t = std::thread::spawn(move || {
-            client(server, p, from, rounds);
-            let _ = tx.send(());
-        });
-        let stop = async {
-            let _ = rx.await;
-        };
-        let (result, stats) = count_allocations(|| rt.block_on(worker.run_until(stop)));
-        result.unwrap();
-        t.join().expect("client");
-        stats
+        run_while(&rt, &mut worker, move || client(server, p, from, rounds))
     };
     run(0, 50);
     let before = counters.snapshot();
@@ -131,45 +161,6 @@ fn worker_allocates_nothing_per_datagram() {
         "{} allocations ({} bytes) over {datagrams} datagrams",
         stats.count, stats.bytes
     );
-}
-
-/// Echoes like [`Echo`]; a datagram whose 13th byte is 1 ends its connection after the echo;
-/// an evicted connection's peer is told with a datagram `[0xBE, port]` from the `evicting` hook.
-struct EchoEvicting;
-
-impl DatagramHandler for EchoEvicting {
-    type State = u64;
-
-    fn version(&self) -> Version {
-        Version::V1
-    }
-
-    fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<u64> {
-        Open::Accept(0)
-    }
-
-    fn datagram(
-        &mut self,
-        key: &ConnectionKey,
-        seen: &mut u64,
-        datagram: &[u8],
-        _: Instant,
-        out: &mut Outbox,
-    ) -> Verdict {
-        *seen += 1;
-        if let Err(reason) = out.push(key.peer, datagram) {
-            return Verdict::Drop(reason);
-        }
-        if datagram.get(12) == Some(&1) {
-            Verdict::Close
-        } else {
-            Verdict::Keep
-        }
-    }
-
-    fn evicting(&mut self, key: &ConnectionKey, _: &mut u64, _: Instant, out: &mut Outbox) {
-        let _ = out.push(key.peer, &[0xBE, key.port]);
-    }
 }
 
 /// One datagram from `port` (tagged 1 to close the connection after the echo), its echo
@@ -219,7 +210,7 @@ fn evictions_allocate_nothing() {
         },
         ..WorkerConfig::default()
     };
-    let mut worker = loopback_worker(&rt, &config, EchoEvicting, &counters);
+    let mut worker = loopback_worker(&rt, &config, Echo { closing: true }, &counters);
     let server = worker.local_addr().unwrap();
     // Two /24 networks on loopback.
     let bind = |ip: &str| {
@@ -229,20 +220,7 @@ fn evictions_allocate_nothing() {
     };
     let crowd = bind("127.0.1.1");
     let newcomer = bind("127.0.2.1");
-    let mut run = |body: Box<dyn FnOnce() + Send>| {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let t = std::thread::spawn(move || {
-            body();
-            let _ = tx.send(());
-        });
-        let stop = async {
-            let _ = rx.await;
-        };
-        let (result, stats) = count_allocations(|| rt.block_on(worker.run_until(stop)));
-        result.unwrap();
-        t.join().expect("client");
-        stats
-    };
+    let mut run = |body: Box<dyn FnOnce() + Send>| run_while(&rt, &mut worker, body);
     // One round: the newcomer evicts one of the crowd's 8, is echoed and closes; the crowd's
     // evicted port is told and reopens.
     let rounds = |crowd: UdpSocket, newcomer: UdpSocket, n: u32| {
