@@ -101,25 +101,26 @@ const LEN_FIELD: usize = 4;
 const RANDOM_LEN: usize = 16;
 const CHECKSUM: usize = KerberosEncryption::CHECKSUM_LEN;
 
+// The sizes saturate rather than overflow: a session key too long for them (near the address
+// space) gives `usize::MAX`, which no buffer holds (`BufferTooSmall`, not a panic).
 fn internal_plain_len(format: TicketFormat, session_key_len: usize) -> usize {
-    8 + format.pid_width.len() + session_key_len
+    session_key_len.saturating_add(8 + format.pid_width.len())
 }
 
 fn internal_len(format: TicketFormat, session_key_len: usize) -> usize {
-    let encrypted = internal_plain_len(format, session_key_len) + CHECKSUM;
+    let encrypted = internal_plain_len(format, session_key_len).saturating_add(CHECKSUM);
     match format.version {
         TicketVersion::V0 => encrypted,
-        TicketVersion::V1 => LEN_FIELD + RANDOM_LEN + LEN_FIELD + encrypted,
+        TicketVersion::V1 => encrypted.saturating_add(LEN_FIELD + RANDOM_LEN + LEN_FIELD),
     }
 }
 
-/// The size of a built ticket with a session key of `session_key_len` bytes.
+/// The size of a built ticket with a session key of `session_key_len` bytes (`usize::MAX`
+/// where it would not fit in one).
 pub fn ticket_len(format: TicketFormat, session_key_len: usize) -> usize {
     session_key_len
-        + format.pid_width.len()
-        + LEN_FIELD
-        + internal_len(format, session_key_len)
-        + CHECKSUM
+        .saturating_add(format.pid_width.len() + LEN_FIELD + CHECKSUM)
+        .saturating_add(internal_len(format, session_key_len))
 }
 
 fn put_pid(out: &mut [u8], width: PidWidth, pid: u64) -> Result<usize, KerberosError> {
@@ -411,12 +412,14 @@ mod tests {
             open_ticket(format, &[1; 16], &mut { out }[..n], 12).err(),
             Some(KerberosError::MalformedTicket)
         );
-        // A session key length no ticket holds is malformed, not an overflow.
+        // A session key length no ticket holds is malformed, not an overflow; its size is
+        // one no buffer holds.
         for huge in [usize::MAX, usize::MAX - 3] {
             assert_eq!(
                 open_ticket(format, &[1; 16], &mut { out }[..n], huge).err(),
                 Some(KerberosError::MalformedTicket)
             );
+            assert_eq!(ticket_len(format, huge), usize::MAX);
         }
     }
 }

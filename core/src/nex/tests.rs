@@ -201,6 +201,9 @@ fn station_urls() {
     assert_eq!(url.param_u64("natf"), Ok(None));
     assert_eq!(url.param_u64("address"), Err(StationUrlError::NotANumber));
     assert_eq!(url.params().count(), 7);
+    // A repeated key reads as NintendoClients reads it: the last value stands.
+    let twice = StationUrl::parse("prudps:/address=10.0.0.1;port=1;address=203.0.113.9").unwrap();
+    assert_eq!(twice.param("address"), Some("203.0.113.9"));
     let empty = StationUrl::parse("prudp:/").unwrap();
     both(&STATION_URL_EMPTY_PARAMS, CTX, empty);
     assert_eq!(empty.params().count(), 0);

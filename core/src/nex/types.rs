@@ -313,9 +313,14 @@ impl<'a> StationUrl<'a> {
         self.fields().filter_map(|f| f.split_once('='))
     }
 
-    /// The value of the first parameter named `key` (names compare exactly).
+    /// The value of the parameter named `key` (names compare exactly); of its last occurrence
+    /// where the key repeats, as NintendoClients reads a URL (into a dict, the last value
+    /// standing), so that a URL checked here names the address its peers will use.
     pub fn param(&self, key: &str) -> Option<&'a str> {
-        self.params().find(|(k, _)| *k == key).map(|(_, v)| v)
+        self.params()
+            .filter(|(k, _)| *k == key)
+            .last()
+            .map(|(_, v)| v)
     }
 
     /// A parameter as a decimal integer: `None` if absent, an error if not a number.
@@ -325,15 +330,18 @@ impl<'a> StationUrl<'a> {
             .transpose()
     }
 
-    /// The length [`StationUrl::format`] writes for these parts.
+    /// The length [`StationUrl::format`] writes for these parts (`usize::MAX` where it would
+    /// not fit in one: no buffer holds it).
     pub fn format_len(scheme: &str, params: &[(&str, UrlValue<'_>)]) -> usize {
-        let mut n = scheme.len() + 2;
+        let mut n = scheme.len().saturating_add(2);
         for (i, (key, value)) in params.iter().enumerate() {
-            n += usize::from(i > 0) + key.len() + 1;
-            n += match value {
+            n = n
+                .saturating_add(usize::from(i > 0) + 1)
+                .saturating_add(key.len());
+            n = n.saturating_add(match value {
                 UrlValue::Str(s) => s.len(),
                 UrlValue::Int(v) => decimal_len(*v),
-            };
+            });
         }
         n
     }
