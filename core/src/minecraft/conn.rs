@@ -614,8 +614,19 @@ impl ProxyConn {
     /// [`Verdict::ForwardThenOpaque`] or [`Verdict::ForwardThenAwaitEncryption`], having
     /// withheld the packet that made it so: the peer is still in the state it was parsed in,
     /// so the close has that state's Disconnect (which [`close`](Self::close) on an opaque
-    /// connection would not give).
+    /// connection would not give). But for the client's Encryption Response: the client
+    /// encrypts from the moment it sends it, whatever the server is told, so no plaintext
+    /// Disconnect would reach it readable, and the close has none.
     pub fn refuse_opaque(&mut self, reason: CloseReason) -> Close {
+        if self.phase == Phase::Opaque && self.awaiting == Awaiting::EncryptionResponse {
+            self.awaiting = Awaiting::Nothing;
+            let close = Close {
+                reason,
+                disconnect: None,
+            };
+            self.phase = Phase::Closed(close);
+            return close;
+        }
         if self.phase == Phase::Opaque {
             self.phase = Phase::Parsing;
         }
@@ -1131,7 +1142,9 @@ fn run_frame(
     }
     let body = input.get(field..field + len)?;
     match (compressed, body) {
-        (false, body) => Some((field + len, body)),
+        // Held to the data maximum too, as the decoder holds a body with compression off
+        // (the frame maximum leaves room for a Data Length field).
+        (false, body) if body.len() <= max_data => Some((field + len, body)),
         // A Data Length of 0 in one byte: sent uncompressed (held to the data maximum, as
         // the decoder holds it).
         (true, [0, body @ ..]) if body.len() <= max_data => Some((field + len, body)),
@@ -1505,6 +1518,16 @@ mod tests {
         assert_eq!(
             close.disconnect.map(|t| t.state),
             Some(DisconnectState::Login)
+        );
+        // At the client's response the client already encrypts: no Disconnect for it.
+        let mut c = start();
+        assert_eq!(feed(&mut c, SB, 1, b"response"), Verdict::ForwardThenOpaque);
+        let close = c.refuse_opaque(CloseReason::Local);
+        assert_eq!((close.reason, close.disconnect), (CloseReason::Local, None));
+        assert_eq!(
+            c.refuse_opaque(CloseReason::NegativePacketId),
+            close,
+            "the first close stays"
         );
     }
 
@@ -2208,20 +2231,33 @@ mod tests {
         let decoder = CompressedDecoder::new(0).with_limits(limits);
         let (max, data) = (limits.max_frame_len(), limits.max_data_len());
         assert!(max > 1025);
-        for body_len in [1024usize, 1025] {
-            let mut frame = std::vec![0u8; 0];
-            let mut field = [0u8; 5];
-            let n = crate::varint::encode_varint((body_len + 1) as i32, &mut field).unwrap();
-            frame.extend_from_slice(&field[..n]);
-            frame.push(0);
-            frame.push(0x10);
-            frame.resize(frame.len() + body_len - 1, 7);
-            let decoded = decoder.decode(&frame, &mut inflater, &mut scratch);
-            assert_eq!(decoded.is_ok(), body_len <= data, "{body_len}");
-            assert_eq!(
-                run_frame(&frame, max, data, true).is_some(),
-                body_len <= data
-            );
+        // With compression off the same: a body over 1024 (a frame within 1040) is refused.
+        let plain = CompressedDecoder::new(-1).with_limits(limits);
+        let mut big = std::vec![0u8; 1030];
+        for body_len in [1024usize, 1025, 1030] {
+            for (compressed, decoder) in [(true, decoder), (false, plain)] {
+                let mut frame = std::vec![0u8; 0];
+                let mut field = [0u8; 5];
+                let field_len = body_len + usize::from(compressed);
+                let n = crate::varint::encode_varint(field_len as i32, &mut field).unwrap();
+                frame.extend_from_slice(&field[..n]);
+                if compressed {
+                    frame.push(0);
+                }
+                frame.push(0x10);
+                frame.resize(frame.len() + body_len - 1, 7);
+                assert!(
+                    frame.len() - n <= max,
+                    "{body_len}: within the frame maximum"
+                );
+                let decoded = decoder.decode(&frame, &mut inflater, &mut big);
+                assert_eq!(decoded.is_ok(), body_len <= data, "{body_len} {compressed}");
+                assert_eq!(
+                    run_frame(&frame, max, data, compressed).is_some(),
+                    body_len <= data,
+                    "{body_len} {compressed}"
+                );
+            }
         }
     }
 
