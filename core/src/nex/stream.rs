@@ -230,8 +230,9 @@ impl<'a> Reader<'a> {
     }
 
     /// A Structure: with structure headers (NEX 3.5 and later) a u8 version and a u32 length
-    /// bound the fields, which `fields` must read exactly; without them, version 0 and the
-    /// fields read straight from this reader.
+    /// bound the fields, which `fields` reads within them, the bytes it leaves skipped (the
+    /// fields a later version added, which NintendoClients skips too, with a warning);
+    /// without them, version 0 and the fields read straight from this reader.
     pub fn structure<T>(
         &mut self,
         fields: impl FnOnce(u8, &mut Reader<'a>) -> Result<T, Error>,
@@ -245,9 +246,7 @@ impl<'a> Reader<'a> {
             return Err(Error::StructureLength);
         }
         let mut inner = Reader::new(self.bytes(len)?, self.ctx);
-        let value = fields(version, &mut inner)?;
-        inner.finish()?;
-        Ok(value)
+        fields(version, &mut inner)
     }
 }
 

@@ -332,6 +332,16 @@ fn rv_connection_data() {
         decode::<RvConnectionData>(&bad, HEADERS),
         Err(Error::StructureLength)
     );
+    // A later version's fields after the known ones: skipped, as NintendoClients skips them.
+    let mut later = RV_CONNECTION_DATA_V1.to_vec();
+    later[0] = 2;
+    let len = u32::from_le_bytes(later[1..5].try_into().unwrap()) + 4;
+    later[1..5].copy_from_slice(&len.to_le_bytes());
+    later.extend_from_slice(&[9; 4]);
+    assert_eq!(
+        decode::<RvConnectionData>(&later, HEADERS),
+        Ok(rv_data(Some(DateTime(DATETIME_VALUE))))
+    );
     // One byte short inside the structure: its fields run out, not past it.
     let mut short = RV_CONNECTION_DATA_V1;
     short[1] -= 1;
