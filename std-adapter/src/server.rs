@@ -1035,6 +1035,9 @@ fn serve_read(
             };
             at += p.consumed;
             written += p.written;
+            // A window grown for one reply's bound (a compressed frame's, taken before it is
+            // inflated) shrinks back once that reply is written, however small it was.
+            window = window.min(written.max(SHARED_WRITE));
             match p.want {
                 Want::Call => {}
                 Want::Input(needed) => break Some(needed),

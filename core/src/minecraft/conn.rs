@@ -521,6 +521,8 @@ pub struct ProxyConn {
     states: [State; 2],
     phase: Phase,
     awaiting: Awaiting,
+    /// The client sent its Encryption Response: it encrypts from then on.
+    client_encrypts: bool,
     status_requested: bool,
     login_started: bool,
     login_succeeded: bool,
@@ -537,6 +539,7 @@ impl ProxyConn {
             states: [State::Handshake; 2],
             phase: Phase::Parsing,
             awaiting: Awaiting::Nothing,
+            client_encrypts: false,
             status_requested: false,
             login_started: false,
             login_succeeded: false,
@@ -618,7 +621,7 @@ impl ProxyConn {
     /// encrypts from the moment it sends it, whatever the server is told, so no plaintext
     /// Disconnect would reach it readable, and the close has none.
     pub fn refuse_opaque(&mut self, reason: CloseReason) -> Close {
-        if self.phase == Phase::Opaque && self.awaiting == Awaiting::EncryptionResponse {
+        if self.phase == Phase::Opaque && self.client_encrypts {
             self.awaiting = Awaiting::Nothing;
             let close = Close {
                 reason,
@@ -1071,6 +1074,7 @@ impl ProxyConn {
             }
             Effect::Opaque => {
                 self.phase = Phase::Opaque;
+                self.client_encrypts = true;
                 Verdict::ForwardThenOpaque
             }
             Effect::EncryptionRequested => {
@@ -1528,6 +1532,14 @@ mod tests {
             c.refuse_opaque(CloseReason::NegativePacketId),
             close,
             "the first close stays"
+        );
+        // Made opaque by the caller before the response: the client still reads plaintext.
+        let mut c = start();
+        c.make_opaque();
+        let close = c.refuse_opaque(CloseReason::Local);
+        assert_eq!(
+            close.disconnect.map(|t| t.state),
+            Some(DisconnectState::Login)
         );
     }
 
