@@ -43,8 +43,10 @@
 //!   connection yet, the only ones ever told to make room: a player whose ticket opened a
 //!   connection keeps it, but hosts in 16 networks can no longer hold the listener full with
 //!   WebSockets that show no ticket (their 5 s upgrade and 10 s idle timeouts are renewed by
-//!   reconnecting): a newcomer from a network holding two fewer takes the place of the
-//!   largest network's earliest upgraded one.
+//!   reconnecting): a newcomer from a network holding two fewer than another takes the place
+//!   of the earliest upgraded of those networks' WebSockets with no connection (by age, not
+//!   network size: a large network's players hold its count up, its login under way is
+//!   young).
 //! - The HTTP upgrade must finish within [`WsConfig::handshake_timeout`], fit
 //!   [`MAX_UPGRADE`] bytes and offer `NEX`.
 //! - A message over [`WsConfig::max_message`] bytes closes that WebSocket (close code 1009);
@@ -502,7 +504,18 @@ impl Shared {
                 .key
                 .and_then(|k| guard.table.last_seen(&k))
                 .unwrap_or(p.upgraded);
-            if victim.is_none_or(|(h, t, ..)| held > h || (held == h && heard < t)) {
+            // Only WebSockets without a connection make room: the earliest upgraded of them,
+            // whatever its network's size (one that holds a place without showing a ticket
+            // ages; a player's login is young), rather than a large network's young login
+            // (a NAT's players hold its count up).
+            let better = |h: u32, t: Instant| {
+                if unbound_only {
+                    heard < t
+                } else {
+                    held > h || (held == h && heard < t)
+                }
+            };
+            if victim.is_none_or(|(h, t, ..)| better(h, t)) {
                 victim = Some((held, heard, p, net));
             }
         }
@@ -1498,9 +1511,8 @@ mod tests {
     }
 
     /// The secure listener's sharing ([`WsConfig::share_unbound`], fair share off): a
-    /// newcomer takes the place of the largest network's earliest upgraded WebSocket that has
-    /// no PRUDP connection, never of one that has; with none such it is refused once
-    /// upgraded.
+    /// newcomer takes the place of the earliest upgraded WebSocket that has no PRUDP
+    /// connection, never of one that has; with none such it is refused once upgraded.
     #[tokio::test]
     async fn without_fair_share_only_websockets_without_a_connection_make_room() {
         let mut config = WsConfig {
@@ -1583,6 +1595,56 @@ mod tests {
         }
         // Told by hand, not by `evict_for`: nothing counts it as leaving.
         held[0].0.eviction.told.store(false, Ordering::Relaxed);
+    }
+
+    /// With only WebSockets without a connection making room, the earliest upgraded of them
+    /// goes, not the young one of the largest network: a network of connected players with
+    /// one login under way keeps it, and the network whose WebSockets hold places without a
+    /// ticket loses its oldest.
+    #[tokio::test]
+    async fn without_fair_share_the_oldest_without_a_connection_makes_room() {
+        let mut config = WsConfig {
+            max_connections: 6,
+            share_unbound: true,
+            ..WsConfig::default()
+        };
+        config.limits.fair_share = false;
+        config.limits.max_per_source = u32::MAX;
+        let l = listener(config);
+        // (address, upgraded at, bound): a NAT of 3 players and a login under way, and 2
+        // WebSockets of another network upgraded earlier, showing nothing.
+        let entries = [
+            ("192.0.2.1:1", 10, true),
+            ("192.0.2.1:2", 11, true),
+            ("192.0.2.1:3", 12, true),
+            ("192.0.2.1:4", 50, false),
+            ("198.51.100.1:1", 1, false),
+            ("198.51.100.1:2", 2, false),
+        ];
+        let mut held = Vec::new();
+        for (k, (addr, at, bound)) in entries.into_iter().enumerate() {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let slot = l.shared.admit(addr.ip()).unwrap();
+            let (tx, rx) = mpsc::channel(1);
+            let peer = Peer {
+                task: k as u64,
+                tx,
+                key: bound.then(|| ConnectionKey::new(addr, VirtualPort::new(10, 15))),
+                upgraded: Instant::from_micros(at),
+                eviction: slot.eviction.clone(),
+            };
+            l.shared.insert(addr, peer);
+            held.push((slot, rx));
+        }
+        let mut newcomer = l.shared.admit("203.0.113.1".parse().unwrap()).unwrap();
+        assert!(l.shared.take_place(&mut newcomer));
+        let told: Vec<bool> = held
+            .iter()
+            .map(|(s, _)| s.eviction.told.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(told, [false, false, false, false, true, false]);
+        drop((held, newcomer));
+        assert!(l.shared.sources().is_empty());
     }
 
     /// A listener of `max_connections` WebSockets, any number a source.
