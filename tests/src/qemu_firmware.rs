@@ -51,10 +51,14 @@ pub fn build_firmware() -> PathBuf {
         .arg("build")
         .args(qemu::board_args(BOARD, TARGET))
         .current_dir(firmware_dir())
-        // The firmware is its own workspace with its own target dir and flags.
+        // The firmware is its own workspace with its own target dir and flags (those of
+        // `cargo xtask size`, so that both share one build).
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            qemu::rustflags(&peers::workspace_root()),
+        )
         .env_remove("CARGO_BUILD_TARGET")
         .status()
         .expect("run cargo build for the firmware");

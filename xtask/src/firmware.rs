@@ -57,7 +57,13 @@ pub fn elf(board: &Board) -> PathBuf {
 pub fn build(board: &Board) -> Result<PathBuf, String> {
     let mut args = vec!["build"];
     args.extend(board_args(board));
-    run_in(&dir(), "cargo", &args, &[])?;
+    let flags = qemu::rustflags(&root());
+    run_in(
+        &dir(),
+        "cargo",
+        &args,
+        &[("CARGO_ENCODED_RUSTFLAGS", &flags)],
+    )?;
     Ok(elf(board))
 }
 
@@ -66,7 +72,13 @@ pub fn clippy(board: &Board) -> Result<(), String> {
     let mut args = vec!["clippy"];
     args.extend(board_args(board));
     args.extend(["--lib", "--", "-D", "warnings"]);
-    run_in(&dir(), "cargo", &args, &[])
+    let flags = qemu::rustflags(&root());
+    run_in(
+        &dir(),
+        "cargo",
+        &args,
+        &[("CARGO_ENCODED_RUSTFLAGS", &flags)],
+    )
 }
 
 /// The `defmt-print` binary, installing it with cargo when it is missing.

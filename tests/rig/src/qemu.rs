@@ -34,6 +34,15 @@ pub fn board_args<'a>(board: &'a str, target: &'a str) -> [&'a str; 8] {
     ]
 }
 
+/// The `CARGO_ENCODED_RUSTFLAGS` of every firmware build (the budget's, the tests', the
+/// lints'): the repository's path remapped to `.`. The core is a path dependency outside the
+/// firmware's workspace, so the panic locations the firmware keeps name its sources by
+/// absolute path; remapped, the firmware (and its flash budget) does not depend on where the
+/// repository was cloned (each character of the path cost some 19 bytes of flash).
+pub fn rustflags(repo_root: &Path) -> String {
+    format!("--remap-path-prefix={}=.", repo_root.display())
+}
+
 /// The ELF a release build of `board` leaves in the firmware workspace at `firmware_dir`.
 pub fn release_elf(firmware_dir: &Path, board: &str, target: &str) -> PathBuf {
     firmware_dir
