@@ -145,6 +145,11 @@ pub fn test(args: &[String]) -> Result<(), String> {
         ("WIREKIT_REQUIRE_CPU_FEATURES", "1"),
         ("WIREKIT_INTEROP_DIR", interop.as_str()),
         (crate::load::ENV, load_records_path.as_str()),
+        // The property tests draw the same cases on every run (proptest's default seed is
+        // random): a failure in CI is reproducible from the commit, and a change that did not
+        // touch a test's code cannot fail it by drawing a rare case. Their regression files
+        // still run first; `cargo test` outside xtask keeps exploring with random seeds.
+        ("PROPTEST_RNG_SEED", "20261206"),
     ];
     let tests = integration_tests()?;
     // Every crate but wirekit-tests and the proxy's whole (their own `tests/` included), then
