@@ -475,44 +475,55 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
         .build()
         .unwrap();
     for version in [1u8, 0] {
-        let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        let mut child = Command::new(&python)
-            .arg(&script)
-            .args([
-                "serve",
-                &port.to_string(),
-                "--username",
-                "alice",
-                "--password",
-                "wonderland",
-            ])
-            .args(["--pid", "1000", "--prudp-version", &version.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python runs");
-        // Its first line, within a bound (a peer stalled before it must not hang the run).
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut ready = String::new();
-            let _ = reader.read_line(&mut ready);
-            let _ = tx.send(ready);
-            // Drained to the end, so the peer never blocks on a full pipe.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        let ready = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("nex_peer.py serve printed nothing in 60 s");
+        // The peer binds the port probed free here and the one after it: another socket may
+        // take either first, and the peer then exits before its first line; a few tries.
+        let mut tries = 0;
+        let (mut child, port) = loop {
+            tries += 1;
+            let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let port = probe.local_addr().unwrap().port();
+            drop(probe);
+            let mut child = Command::new(&python)
+                .arg(&script)
+                .args([
+                    "serve",
+                    &port.to_string(),
+                    "--username",
+                    "alice",
+                    "--password",
+                    "wonderland",
+                ])
+                .args(["--pid", "1000", "--prudp-version", &version.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("python runs");
+            // Its first line, within a bound (a peer stalled before it must not hang the run).
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stdout);
+                let mut ready = String::new();
+                let _ = reader.read_line(&mut ready);
+                let _ = tx.send(ready);
+                // Drained to the end, so the peer never blocks on a full pipe.
+                let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            });
+            let ready = match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => line,
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("nex_peer.py serve printed nothing in 60 s");
+                }
+            };
+            if ready.contains("listening") {
+                break (child, port);
             }
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(tries < 3, "nex_peer.py serve did not start: {ready:?}");
         };
-        assert!(ready.contains("listening"), "{ready}");
         let auth: SocketAddr = ([127, 0, 0, 1], port).into();
         let v = if version == 1 {
             Version::V1
