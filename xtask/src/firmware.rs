@@ -55,23 +55,21 @@ pub fn elf(board: &Board) -> PathBuf {
 
 /// Builds `board` in release mode.
 pub fn build(board: &Board) -> Result<PathBuf, String> {
-    let mut args = vec!["build"];
-    args.extend(board_args(board));
-    let flags = qemu::rustflags(&root());
-    run_in(
-        &dir(),
-        "cargo",
-        &args,
-        &[("CARGO_ENCODED_RUSTFLAGS", &flags)],
-    )?;
+    cargo_board("build", board, &[])?;
     Ok(elf(board))
 }
 
 /// Lints `board`'s build (the library and its binary) with clippy, warnings as errors.
 pub fn clippy(board: &Board) -> Result<(), String> {
-    let mut args = vec!["clippy"];
+    cargo_board("clippy", board, &["--lib", "--", "-D", "warnings"])
+}
+
+/// `cargo COMMAND` for `board` in the firmware workspace, with the flags of every firmware
+/// build ([`qemu::rustflags`]), then `extra`.
+fn cargo_board(command: &str, board: &Board, extra: &[&str]) -> Result<(), String> {
+    let mut args = vec![command];
     args.extend(board_args(board));
-    args.extend(["--lib", "--", "-D", "warnings"]);
+    args.extend(extra);
     let flags = qemu::rustflags(&root());
     run_in(
         &dir(),
