@@ -456,8 +456,8 @@ impl Shared {
     }
 
     /// A WebSocket admitted over the cap has finished its upgrade: it keeps its slot if the
-    /// listener has room now, or if the largest network (holding two more than its own) makes
-    /// way, its least recently heard-from WebSocket told to close; `false` if neither.
+    /// listener has room now, or if a WebSocket of a network holding two more than its own is
+    /// told to close ([`evict_for`](Self::evict_for)); `false` if neither.
     fn take_place(&self, slot: &mut OpenSlot) -> bool {
         if !slot.over {
             return true;
@@ -476,10 +476,12 @@ impl Shared {
 
     /// Makes room for a newcomer whose network holds `mine`: of the networks holding at least
     /// two more that have a WebSocket not told already (one still upgrading is not: it is not
-    /// registered yet), the largest's least recently heard-from is told to close as
-    /// [`WsReason::Evicted`], within the eviction budget; `false` if there is none or the
-    /// budget is spent. Heard from: its PRUDP connection's last packet the table kept (junk
-    /// does not count), or its upgrade while it has none.
+    /// registered yet), with fair share the largest's least recently heard-from is told to
+    /// close as [`WsReason::Evicted`], and without it (only WebSockets with no PRUDP
+    /// connection making room, [`WsConfig::share_unbound`]) the earliest upgraded of those,
+    /// whatever its network's size; within the eviction budget; `false` if there is none or
+    /// the budget is spent. Heard from: its PRUDP connection's last packet the table kept
+    /// (junk does not count), or its upgrade while it has none.
     fn evict_for(&self, open: &mut OpenCounts, mine: u32) -> bool {
         let now = self.now();
         if self.budget().available(now) == 0 {

@@ -374,7 +374,7 @@ fn per_source_limits_on_distinct_loopback_addresses() {
     let rec = Recorder::start();
     let proxy = McProxy::start(&format!(
         r#"
-handshake-timeout = 3
+handshake-timeout = 10
 conn-per-ip-max = 2
 login-per-ip-burst = 1
 login-per-ip-rate = 1
@@ -385,7 +385,9 @@ upstreams = ["127.0.0.1:{}"]
 "#,
         rec.port
     ));
-    // Two silent connections from .61 are its maximum; the next ones are closed at once.
+    // Two silent connections from .61 are its maximum (held until the 10 s handshake
+    // timeout: long enough for the refusals below on a loaded machine); the next ones are
+    // closed at once.
     let _held: Vec<TcpStream> = (0..2).map(|_| connect_from(61, proxy.addr)).collect();
     // Their tasks count them in the poll that opens their prelogin gauge (no await between
     // the two): once the gauge reads 2, both are counted.
@@ -395,12 +397,12 @@ upstreams = ["127.0.0.1:{}"]
     );
     for _ in 0..10 {
         let mut s = connect_from(61, proxy.addr);
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
         let started = Instant::now();
         let mut b = [0u8; 1];
         assert_eq!(s.read(&mut b).unwrap_or(0), 0);
-        // At once, not at the 3 s handshake timeout (a margin a loaded machine keeps).
-        assert!(started.elapsed() < Duration::from_millis(2500));
+        // At once, not at the 10 s handshake timeout.
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
     // Another address is still served.
     // (The upstream records the status request and never answers: the fallback. The
@@ -527,9 +529,10 @@ fn listens_on(pid: u32, port: u16) -> bool {
             Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
         })
         .collect();
+    // (No tcp6 table where the kernel has no IPv6.)
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
         std::fs::read_to_string(table)
-            .unwrap()
+            .unwrap_or_default()
             .lines()
             .skip(1)
             .any(|line| {

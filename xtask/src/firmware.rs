@@ -71,11 +71,17 @@ fn cargo_board(command: &str, board: &Board, extra: &[&str]) -> Result<(), Strin
     args.extend(board_args(board));
     args.extend(extra);
     let flags = qemu::rustflags(&root());
+    // Its own target directory whatever the caller's (the ELF is read from there).
+    let target = dir().join("target");
+    let target = target.to_string_lossy();
     run_in(
         &dir(),
         "cargo",
         &args,
-        &[("CARGO_ENCODED_RUSTFLAGS", &flags)],
+        &[
+            ("CARGO_ENCODED_RUSTFLAGS", &flags),
+            ("CARGO_TARGET_DIR", &target),
+        ],
     )
 }
 

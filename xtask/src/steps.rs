@@ -4,6 +4,12 @@ use std::time::Instant;
 
 use crate::process::{cargo, print_timings, root, run_in};
 
+/// The seed of every property test `cargo xtask test` runs (proptest's default is random): a
+/// failure in CI is reproducible from the commit, and a change that did not touch a test's
+/// code cannot fail it by drawing a rare case. Their regression files still run first;
+/// `cargo test` outside xtask keeps exploring with random seeds.
+const PROPTEST_RNG_SEED: &str = "20261206";
+
 /// The no_std targets the core is built for.
 const THUMB: [&str; 2] = ["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
 /// The library crates as a user gets them from a registry (`cargo package` builds each alone).
@@ -145,11 +151,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
         ("WIREKIT_REQUIRE_CPU_FEATURES", "1"),
         ("WIREKIT_INTEROP_DIR", interop.as_str()),
         (crate::load::ENV, load_records_path.as_str()),
-        // The property tests draw the same cases on every run (proptest's default seed is
-        // random): a failure in CI is reproducible from the commit, and a change that did not
-        // touch a test's code cannot fail it by drawing a rare case. Their regression files
-        // still run first; `cargo test` outside xtask keeps exploring with random seeds.
-        ("PROPTEST_RNG_SEED", "20261206"),
+        ("PROPTEST_RNG_SEED", PROPTEST_RNG_SEED),
     ];
     let tests = integration_tests()?;
     // Every crate but wirekit-tests and the proxy's whole (their own `tests/` included), then
@@ -219,7 +221,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
     // The core alone, no feature at all: the portable CRC32C and Adler-32, no std.
     cargo(
         &["test", "-p", "wirekit-core", "--no-default-features"],
-        &[],
+        &[("PROPTEST_RNG_SEED", PROPTEST_RNG_SEED)],
     )?;
     package()?;
 

@@ -35,12 +35,22 @@ pub fn board_args<'a>(board: &'a str, target: &'a str) -> [&'a str; 8] {
 }
 
 /// The `CARGO_ENCODED_RUSTFLAGS` of every firmware build (the budget's, the tests', the
-/// lints'): the repository's path remapped to `.`. The core is a path dependency outside the
-/// firmware's workspace, so the panic locations the firmware keeps name its sources by
-/// absolute path; remapped, the firmware (and its flash budget) does not depend on where the
-/// repository was cloned (each character of the path cost some 19 bytes of flash).
+/// lints'): the repository's path remapped to `.` and Cargo's home to `/cargo`. The core is a
+/// path dependency outside the firmware's workspace and the other crates come from Cargo's
+/// registry, so the panic locations the firmware keeps name their sources by absolute path;
+/// remapped, the firmware (and its flash budget) does not depend on where the repository was
+/// cloned or where Cargo keeps its crates (each character of those paths cost some 20 bytes
+/// of flash).
 pub fn rustflags(repo_root: &Path) -> String {
-    format!("--remap-path-prefix={}=.", repo_root.display())
+    let mut flags = format!("--remap-path-prefix={}=.", repo_root.display());
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    if let Some(home) = home {
+        flags.push('\x1f');
+        flags.push_str(&format!("--remap-path-prefix={}=/cargo", home.display()));
+    }
+    flags
 }
 
 /// The ELF a release build of `board` leaves in the firmware workspace at `firmware_dir`.
