@@ -862,13 +862,7 @@ impl OpenCounts {
         if self.waiting.remove(&network).is_none() {
             return;
         }
-        let wide = wide(network);
-        if let Some(n) = self.waiting_wide.get_mut(&wide) {
-            *n -= 1;
-            if *n == 0 {
-                self.waiting_wide.remove(&wide);
-            }
-        }
+        release(&mut self.waiting_wide, wide(network));
     }
 
     /// What `network` holds, less its WebSockets leaving.
@@ -916,14 +910,19 @@ impl Drop for OpenSlot {
         .into_iter()
         .chain(leaving)
         {
-            if let Some(n) = map.get_mut(&at) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    map.remove(&at);
-                }
-            }
+            release(map, at);
         }
         self.shared.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One fewer counted under `at` in `map`, its entry gone at 0.
+fn release(map: &mut HashMap<IpAddr, u32>, at: IpAddr) {
+    if let Some(n) = map.get_mut(&at) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(&at);
+        }
     }
 }
 

@@ -778,7 +778,8 @@ async fn fetch_status(
 ) -> status::Fetched {
     use status::Fetched;
     // Built before any upstream is connected: one that cannot be sent spends no connection.
-    let Some(handshake) = status::status_handshake(protocol, &who.sent, port) else {
+    let sent = who.sent(r);
+    let Some(handshake) = status::status_handshake(protocol, &sent, port) else {
         debug!(route = %r.name, "status handshake over its bound; not asked");
         return Fetched::Refused;
     };
@@ -791,7 +792,7 @@ async fn fetch_status(
     if r.proxy_protocol {
         // The proxy's own connection, not the client's: the answer is every client's.
         match upstream.local_addr() {
-            Ok(local) => preamble.extend_from_slice(&proxy_v2(local, addr, &who.sent)),
+            Ok(local) => preamble.extend_from_slice(&proxy_v2(local, addr, &sent)),
             Err(e) => {
                 debug!(upstream = %addr, error = %e, "status connection has no local address");
                 return Fetched::Refused;

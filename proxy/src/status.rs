@@ -83,10 +83,21 @@ pub(crate) enum HostKey {
 pub(crate) struct StatusHost<'a> {
     /// The handshake's host: the route's rewrite host if it has one, else the client's
     /// normalised host (lowercase, no trailing dot, no Forge marker or TCPShield suffix) if
-    /// the route names it exactly, else [`Route::shared_status_host`].
-    pub(crate) sent: Cow<'a, str>,
+    /// the route names it exactly; `None`: [`Route::shared_status_host`], made only when a
+    /// fetch needs it ([`sent`](Self::sent)), not for every request the cache answers.
+    sent: Option<&'a str>,
     /// The cache key's host part.
     pub(crate) key: HostKey,
+}
+
+impl<'a> StatusHost<'a> {
+    /// The host the fetch's handshake names, for route `r` (the one it was made for).
+    pub(crate) fn sent(&self, r: &Route) -> Cow<'a, str> {
+        match self.sent {
+            Some(host) => Cow::Borrowed(host),
+            None => Cow::Owned(r.shared_status_host()),
+        }
+    }
 }
 
 /// The identity route `r`'s status fetch for a client that asked for `host` (normalised,
@@ -100,7 +111,7 @@ pub(crate) struct StatusHost<'a> {
 pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
     if let Some(rewrite) = &r.rewrite_host {
         return StatusHost {
-            sent: Cow::Borrowed(rewrite),
+            sent: Some(rewrite),
             key: HostKey::Named(rewrite.to_ascii_lowercase().into()),
         };
     }
@@ -110,12 +121,12 @@ pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
         .any(|h| !h.starts_with("*.") && host_eq(h, host));
     if named {
         StatusHost {
-            sent: Cow::Borrowed(host),
+            sent: Some(host),
             key: HostKey::Named(host.into()),
         }
     } else {
         StatusHost {
-            sent: Cow::Owned(r.shared_status_host()),
+            sent: None,
             key: HostKey::Other,
         }
     }
@@ -575,9 +586,12 @@ mod tests {
             vec!["127.0.0.1:1".parse().unwrap()],
         );
         let who = status_host(&r, "play.test");
-        assert_eq!((&*who.sent, &who.key), ("play.test", &named("play.test")));
+        assert_eq!(
+            (&*who.sent(&r), &who.key),
+            ("play.test", &named("play.test"))
+        );
         let who = status_host(&r, "x7.play.test");
-        assert_eq!((&*who.sent, &who.key), ("play.test", &HostKey::Other));
+        assert_eq!((&*who.sent(&r), &who.key), ("play.test", &HostKey::Other));
         let c = StatusCache::default();
         let ttl = Duration::from_secs(60);
         c.put(0, 763, &named("play.test"), "named".into());
@@ -594,19 +608,19 @@ mod tests {
         let mut exact = r.clone();
         exact.hosts = vec!["a.test".into(), "b.test".into()];
         exact.default = true;
-        assert_eq!(status_host(&exact, "c.test").sent, "a.test");
+        assert_eq!(status_host(&exact, "c.test").sent(&exact), "a.test");
         let mut default = exact.clone();
         default.hosts.clear();
-        assert_eq!(status_host(&default, "c.test").sent, "localhost");
+        assert_eq!(status_host(&default, "c.test").sent(&default), "localhost");
         let mut wild = exact.clone();
         wild.hosts = vec!["*.Wild.Test.".into()];
-        assert_eq!(status_host(&wild, "c.wild.test").sent, "wild.test");
+        assert_eq!(status_host(&wild, "c.wild.test").sent(&wild), "wild.test");
         wild.status_host = Some("Status.Test".into());
-        assert_eq!(status_host(&wild, "c.wild.test").sent, "status.test");
+        assert_eq!(status_host(&wild, "c.wild.test").sent(&wild), "status.test");
         r.rewrite_host = Some("Backend.Internal".into());
         for host in ["play.test", "x7.play.test"] {
             let who = status_host(&r, host);
-            assert_eq!(who.sent, "Backend.Internal");
+            assert_eq!(who.sent(&r), "Backend.Internal");
             assert_eq!(who.key, named("backend.internal"));
         }
     }
