@@ -200,7 +200,7 @@ struct Shared {
 
 /// What one source is for [`ServeOptions::max_per_source`]: an IPv4 address, or an IPv6 /64
 /// (what one subscriber is given).
-pub const SOURCE_PREFIX: Prefix = Prefix::new(32, 64);
+pub const SOURCE_PREFIX: Prefix = Prefix::CLIENT;
 
 /// A connection's place in its source's count, given back when dropped.
 struct SourceSlot {
