@@ -3,7 +3,9 @@
 //! 107, the default 4096) it parses the same if the limit holds it and is `TooLong` otherwise;
 //! every strict prefix of it is `Partial` (all of them for headers up to 256 bytes, a sample
 //! beyond); each TLV's typed view is asked for (a typed result, never a panic); and
-//! re-emitted, it parses again to the same header, byte for byte for v2. (The accept policy's
+//! re-emitted, it parses again to the same header, byte for byte for v2. When an input is
+//! refused, each of its prefixes (the same selection) is `Partial` or refused with the same
+//! error: an error as soon as the bytes show it, and the same one. (The accept policy's
 //! decisions on parse outcomes are checked by `proxy_policy`.)
 #![no_main]
 
@@ -14,23 +16,38 @@ use wirekit_core::proxy::{self, Addresses, Command, Limits, TlvKind, Version};
 /// Every strict prefix is tried up to this header length; longer ones are sampled.
 const ALL_PREFIXES: usize = 256;
 
+/// The strict prefixes of a header of `len` bytes to try (all, or a sample past
+/// [`ALL_PREFIXES`]), within the `have` bytes of input.
+fn prefixes(len: usize, have: usize) -> Vec<usize> {
+    let all: Vec<usize> = if len <= ALL_PREFIXES {
+        (0..len).collect()
+    } else {
+        vec![0, 15, 16, 17, 28, 31, 64, len / 2, len - 1]
+    };
+    all.into_iter().filter(|&k| k < len && k < have).collect()
+}
+
 fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_header_len: proxy::v2::MAX_LEN,
     };
     let result = proxy::parse(data, &limits);
+    if let Err(e) = result {
+        // Refused as soon as the bytes show it: a prefix is Partial or the same error.
+        for k in prefixes(data.len(), data.len()) {
+            match proxy::parse(&data[..k], &limits) {
+                Ok(Status::Partial(_)) => {}
+                other => assert_eq!(other, Err(e), "prefix of {k} bytes"),
+            }
+        }
+        return;
+    }
     let Ok(Status::Complete(h)) = result else {
         return;
     };
     assert!(h.len <= data.len());
     // Only the header's bytes decide: a shorter input is Partial, never an error.
-    let sampled = [0, 15, 16, h.len / 2, h.len.saturating_sub(1)];
-    let prefixes: Vec<usize> = if h.len <= ALL_PREFIXES {
-        (0..h.len).collect()
-    } else {
-        sampled.to_vec()
-    };
-    for k in prefixes.into_iter().filter(|&k| k < h.len) {
+    for k in prefixes(h.len, data.len()) {
         assert!(
             proxy::parse(&data[..k], &limits).unwrap().is_partial(),
             "prefix of {k} bytes"

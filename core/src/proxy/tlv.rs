@@ -455,7 +455,7 @@ pub fn encode_tlvs(tlvs: &[Tlv<'_>], out: &mut [u8]) -> Result<usize, EncodeErro
 /// [`check_area`] for an area about to be written: also refuses what HAProxy refuses on
 /// receipt though this crate's parser takes it (an AUTHORITY over [`MAX_AUTHORITY_LEN`]).
 pub(super) fn check_area_to_send(area: &[u8]) -> Result<Option<usize>, ()> {
-    let crc_at = check_area(area).map_err(|_| ())?;
+    let crc_at = check_area(area, area.len()).map_err(|_| ())?;
     let mut tlvs = Tlvs::from_checked(area);
     if tlvs.any(|t| t.code == TlvKind::Authority.code() && t.value.len() > MAX_AUTHORITY_LEN) {
         return Err(());
@@ -464,32 +464,55 @@ pub(super) fn check_area_to_send(area: &[u8]) -> Result<Option<usize>, ()> {
 }
 
 /// Checks the values of a header's TLV area that the spec constrains, and finds the CRC32C TLV:
-/// returns the offset of its value within `area`, if any.
-pub(super) fn check_area(area: &[u8]) -> Result<Option<usize>, Error> {
+/// returns the offset of its value within the area, if any.
+///
+/// `area` is what has arrived of an area of `declared` bytes (all of it once the header is
+/// complete). Each TLV is checked as far as its received bytes allow (its extent against the
+/// declared area and the length rules from its header, its value once all of it is here), in
+/// the order the complete area is checked, so a prefix is refused with the error its complete
+/// header would get, before the rest arrives.
+pub(super) fn check_area(area: &[u8], declared: usize) -> Result<Option<usize>, Error> {
     // The codes as constants, so the match stays a three-way compare on the byte.
     const CRC32C: u8 = TlvKind::Crc32c.code();
     const UNIQUE_ID: u8 = TlvKind::UniqueId.code();
     const SSL: u8 = TlvKind::Ssl.code();
     let mut crc_at = None;
-    let mut rest = area;
-    while !rest.is_empty() {
-        let (tlv, next) = split_tlv(rest).ok_or(Error::TlvTiling)?;
-        match tlv.code {
+    let mut at = 0;
+    while at < declared {
+        if declared - at < field::VALUE {
+            return Err(Error::TlvTiling);
+        }
+        let Some(head) = area
+            .get(at..)
+            .and_then(|r| r.first_chunk::<{ field::VALUE }>())
+        else {
+            break;
+        };
+        let len = usize::from(u16::from_be_bytes([head[1], head[2]]));
+        let end = at + field::VALUE + len;
+        if end > declared {
+            return Err(Error::TlvTiling);
+        }
+        let value = area.get(at + field::VALUE..end);
+        match head[field::TYPE] {
             CRC32C => {
-                if tlv.value.len() != CRC32C_VALUE_LEN || crc_at.is_some() {
+                if len != CRC32C_VALUE_LEN || crc_at.is_some() {
                     return Err(Error::Crc32cLength);
                 }
-                crc_at = Some(area.len() - rest.len() + field::VALUE);
+                crc_at = Some(at + field::VALUE);
             }
-            UNIQUE_ID if tlv.value.len() > MAX_UNIQUE_ID_LEN => {
-                return Err(Error::UniqueIdTooLong);
-            }
+            UNIQUE_ID if len > MAX_UNIQUE_ID_LEN => return Err(Error::UniqueIdTooLong),
             SSL => {
-                Ssl::parse(tlv.value)?;
+                if let Some(v) = value {
+                    Ssl::parse(v)?;
+                }
             }
             _ => {}
         }
-        rest = next;
+        if value.is_none() {
+            break;
+        }
+        at = end;
     }
     Ok(crc_at)
 }

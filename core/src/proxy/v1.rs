@@ -119,11 +119,19 @@ impl Cursor<'_> {
         // The longest textual IPv6 address (with an IPv4 tail) is 45 characters.
         const MAX_TEXT: usize = 45;
         let start = self.pos;
+        // Runs no address has, refused at the byte that makes them: five hex digits in a row
+        // (a group has at most four, an IPv4 tail's numbers three) or three colons.
+        let (mut digits, mut colons) = (0, 0);
         loop {
             let b = self.peek()?;
             match b {
                 b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' | b':' | b'.' => {
-                    if self.pos - start == MAX_TEXT {
+                    (digits, colons) = match b {
+                        b':' => (0, colons + 1),
+                        b'.' => (0, 0),
+                        _ => (digits + 1, 0),
+                    };
+                    if self.pos - start == MAX_TEXT || digits > 4 || colons > 2 {
                         return Err(Error::V1Address.into());
                     }
                     self.pos += 1;
@@ -568,6 +576,8 @@ mod tests {
             (b"PROXY TCP4 1.2.3.4 5.6.7.8 70000", Error::V1Port),
             (b"PROXY TCP4 300", Error::V1Address),
             (b"PROXY TCP4 1.2.256", Error::V1Address),
+            (b"PROXY TCP6 12345", Error::V1Address),
+            (b"PROXY TCP6 ::ffff:1.2.3.4 1:::", Error::V1Address),
         ] {
             assert_eq!(
                 parse_any(line, &Limits::default()),
@@ -577,10 +587,16 @@ mod tests {
             );
         }
         // At the maximum, still a prefix.
-        assert_eq!(
-            parse_any(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 65535", &Limits::default()),
-            Ok(Status::Partial(Needed::Unknown))
-        );
+        for line in [
+            &b"PROXY TCP4 1.2.3.4 5.6.7.8 1 65535"[..],
+            b"PROXY TCP6 1234",
+            b"PROXY TCP6 ::ffff:1.2.3.4 1::",
+        ] {
+            assert_eq!(
+                parse_any(line, &Limits::default()),
+                Ok(Status::Partial(Needed::Unknown))
+            );
+        }
     }
 
     #[test]

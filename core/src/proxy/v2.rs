@@ -170,7 +170,16 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
     if command != Command::Local && total - field::FIXED_LEN < block_len(family) {
         return Err(Error::V2AddressBlock);
     }
+    let addr_len = block_len(family);
     let Some(header) = input.get(..total) else {
+        // The TLVs that have arrived are checked now (as the complete header's are: not under
+        // LOCAL with a short block, which is discarded unread).
+        if let (Some(area), Some(declared)) = (
+            input.get(field::FIXED_LEN + addr_len..),
+            (total - field::FIXED_LEN).checked_sub(addr_len),
+        ) {
+            check_area(area, declared)?;
+        }
         return Ok(Status::Partial(Needed::Exactly(total - input.len())));
     };
     let block = &header[field::FIXED_LEN..];
@@ -208,13 +217,8 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         }
         Family::Unspec | Family::Unknown(_) => Addresses::Unspec,
     };
-    let addr_len = block_len(family);
     let area = &block[addr_len..];
-    let crc_at = if area.is_empty() {
-        None
-    } else {
-        check_area(area)?
-    };
+    let crc_at = check_area(area, area.len())?;
     let crc32c = match crc_at {
         None => None,
         Some(at) => {
@@ -487,7 +491,7 @@ impl<'a> Builder<'a> {
         } else {
             0
         };
-        let natural = header_len(self.addresses, crc + tlv::tlvs_len(self.tlvs));
+        let natural = header_len(self.addresses, tlv::tlvs_len(self.tlvs).saturating_add(crc));
         let noop = (self.pad_to > natural)
             .then(|| (self.pad_to - natural).saturating_sub(tlv::field::VALUE));
         (natural, noop)
@@ -645,6 +649,56 @@ mod tests {
             Err(e) => e,
             other => panic!("{input:02x?}: {other:?}"),
         }
+    }
+
+    /// A TLV area that cannot become valid is refused from the bytes that show it (a TLV's
+    /// header naming a length past the declared area, a CRC32C TLV not 4 bytes long, a
+    /// UNIQUE_ID over 128), with the error its complete header gets, not `Partial` until the
+    /// declared length has arrived; every shorter prefix stays `Partial`.
+    #[test]
+    fn a_tlv_area_that_cannot_be_valid_is_refused_before_it_ends() {
+        let mut head = [0u8; 64];
+        head[..28].copy_from_slice(&IPV4);
+        let declared = 12 + 3000;
+        head[14..16].copy_from_slice(&(declared as u16).to_be_bytes());
+        for (tlvs, e) in [
+            (&[0x05, 0x00, 0xC8][..], Error::UniqueIdTooLong),
+            (&[0x03, 0x00, 0x05], Error::Crc32cLength),
+            (
+                &[0x04, 0x00, 0x02, 0, 0, 0x03, 0x00, 0x03],
+                Error::Crc32cLength,
+            ),
+            (&[0x04, 0x0F, 0xFF], Error::TlvTiling),
+            (&[0x04, 0x0B, 0xB6, 0, 0], Error::TlvTiling),
+            // Valid as far as it goes, then a complete SSL TLV too short for its fixed part.
+            (
+                &[0x01, 0x00, 0x01, b'x', 0x20, 0x00, 0x02, 0, 0],
+                Error::SslTlv,
+            ),
+        ] {
+            let n = 28 + tlvs.len();
+            head[28..n].copy_from_slice(tlvs);
+            assert_eq!(err(&head[..n]), e, "{tlvs:02x?}");
+            let k = n - if e == Error::SslTlv { 1 } else { 3 };
+            for k in 0..k {
+                assert!(
+                    matches!(
+                        parse_any(&head[..k], &Limits::default()),
+                        Ok(Status::Partial(_))
+                    ),
+                    "{tlvs:02x?}: {k} bytes"
+                );
+            }
+        }
+        // The last TLV's extent is checked against the declared area before its bytes come.
+        head[14..16].copy_from_slice(&(12 + 4u16).to_be_bytes());
+        head[28..31].copy_from_slice(&[0x04, 0x00, 0x02]);
+        assert_eq!(err(&head[..31]), Error::TlvTiling);
+        head[14..16].copy_from_slice(&(12 + 5u16).to_be_bytes());
+        assert!(matches!(
+            parse_any(&head[..31], &Limits::default()),
+            Ok(Status::Partial(Needed::Exactly(2)))
+        ));
     }
 
     #[test]
