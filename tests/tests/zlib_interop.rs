@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use wirekit_core::Status;
-use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_encoded_len};
+use wirekit_core::frame::compressed::{
+    CompressedDecoder, CompressedEncoder, CompressedLimits, max_encoded_len,
+};
+use wirekit_core::varint::VARINT_MAX_LEN;
 use wirekit_core::zlib::{
     Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_SERVER, compress_bound,
 };
@@ -136,6 +139,19 @@ fn raw_zlib_both_ways(peer: ZlibPeer) {
         );
     }
     let mut inflater = Inflater::new();
+    // And a body at a server's maximum that does not compress: the peer stores it in small
+    // blocks, and its frame must still be within the Packet Length bound for that maximum.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    inputs.push(
+        (0..262_144)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect(),
+    );
     for level in ["1", "6", "9"] {
         let Some(theirs) = zlib_peer(peer, &["deflate", level], &inputs) else {
             return;
@@ -146,6 +162,14 @@ fn raw_zlib_both_ways(peer: ZlibPeer) {
             "{peer:?} level {level}: one stream an input"
         );
         for (z, want) in theirs.iter().zip(&inputs) {
+            let limits = CompressedLimits::for_max_body_len(want.len());
+            assert!(
+                VARINT_MAX_LEN + z.len() <= limits.max_frame_len(),
+                "{peer:?} level {level}: {} bytes stored in {}, past the frame bound {}",
+                want.len(),
+                z.len(),
+                limits.max_frame_len()
+            );
             let mut back = vec![0u8; want.len()];
             inflater.inflate_exact(z, &mut back).unwrap();
             assert!(&back == want, "wirekit inflates {peer:?} level {level}");

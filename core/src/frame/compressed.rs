@@ -76,7 +76,8 @@ impl CompressedLimits {
 
     /// The limits for bodies (packet ID and data) of at most `max_body_len` bytes (at most
     /// vanilla's): that Data Length, and the Packet Length such a body takes when it does not
-    /// compress (at most vanilla's).
+    /// compress, written by any of the encoders peers use ([`peer_stream_bound`]; at most
+    /// vanilla's).
     pub const fn for_max_body_len(max_body_len: usize) -> Self {
         let data = if max_body_len < MAX_DATA_LEN {
             max_body_len
@@ -85,7 +86,7 @@ impl CompressedLimits {
         };
         CompressedLimits {
             max_data_len: data,
-            max_frame_len: clamp_frame_len(max_encoded_len(data) - MAX_LENGTH_FIELD_LEN),
+            max_frame_len: clamp_frame_len(VARINT_MAX_LEN + peer_stream_bound(data)),
         }
     }
 
@@ -170,6 +171,22 @@ impl CompressedLimits {
         }
         Ok(())
     }
+}
+
+/// The largest zlib stream of `n` input bytes that the encoders peers use write, at any level:
+/// this crate's ([`compress_bound`]: stored blocks of up to 65535 bytes), zlib's with its
+/// default window and memory (vanilla's `java.util.zip.Deflater`, Python's and Node's `zlib`:
+/// its `deflateBound`, input that does not compress stored in blocks of about 16 KiB) and
+/// libdeflate's (Velocity's natives: blocks of at least 5000 bytes, 5 bytes of header each,
+/// and the 6 of the zlib wrapper). A Packet Length is bounded by this for its Data Length, so
+/// a body near the maximum that a peer could not compress is still accepted.
+pub const fn peer_stream_bound(n: usize) -> usize {
+    let zlib = n + (n >> 12) + (n >> 14) + (n >> 25) + 13;
+    let blocks = if n == 0 { 1 } else { n.div_ceil(5000) };
+    let libdeflate = n + 5 * blocks + 6;
+    let ours = compress_bound(n);
+    let most = if zlib > libdeflate { zlib } else { libdeflate };
+    if most > ours { most } else { ours }
 }
 
 /// The most bytes [`CompressedEncoder::encode`] needs for a body of `body_len` bytes: both
@@ -767,6 +784,56 @@ mod tests {
         ));
     }
 
+    /// A zlib stream of stored blocks, `block` bytes of `body` each.
+    fn stored_stream(body: &[u8], block: usize) -> std::vec::Vec<u8> {
+        let mut z = std::vec![0x78, 0x01];
+        let mut chunks = body.chunks(block).peekable();
+        while let Some(c) = chunks.next() {
+            let len = c.len() as u16;
+            z.push(u8::from(chunks.peek().is_none()));
+            z.extend_from_slice(&len.to_le_bytes());
+            z.extend_from_slice(&(!len).to_le_bytes());
+            z.extend_from_slice(c);
+        }
+        z.extend_from_slice(&adler2::adler32_slice(body).to_be_bytes());
+        z
+    }
+
+    /// A body at the maximum that did not compress, as zlib (16383-byte stored blocks, what
+    /// vanilla's Deflater writes for it) and libdeflate (5000-byte ones, its smallest) write
+    /// it, is accepted: the Packet Length's bound is the peers' encoders', not only this
+    /// crate's (65535-byte blocks), which refused these frames as too large.
+    #[test]
+    fn a_body_at_the_maximum_stored_by_a_peers_encoder_is_accepted() {
+        let max = 262_144;
+        let body: std::vec::Vec<u8> = (0..max as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for block in [65_535, 16_383, 5000] {
+            let z = stored_stream(&body, block);
+            assert!(z.len() <= peer_stream_bound(max), "{block}: {}", z.len());
+            let mut frame = std::vec![0u8; 3 + 5 + z.len()];
+            let data_len = varint_len(max as i32);
+            let n = encode_varint((data_len + z.len()) as i32, &mut frame).unwrap();
+            let m = encode_varint(max as i32, &mut frame[n..]).unwrap();
+            frame[n + m..n + m + z.len()].copy_from_slice(&z);
+            let frame = &frame[..n + m + z.len()];
+            let mut scratch = std::vec![0u8; max];
+            let d =
+                CompressedDecoder::server(256).with_limits(CompressedLimits::for_max_body_len(max));
+            match decode(&d, frame, &mut scratch) {
+                Ok(Status::Complete(got)) => {
+                    assert_eq!(
+                        (got.body, got.consumed),
+                        (&body[..], frame.len()),
+                        "{block}"
+                    );
+                }
+                other => panic!("{block}-byte blocks: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn limits_follow_vanilla_and_the_body_bound() {
         let v = CompressedLimits::VANILLA;
@@ -777,10 +844,8 @@ mod tests {
         assert_eq!(v.scratch_len(), 8_388_608);
         let l = CompressedLimits::for_max_body_len(4096);
         assert_eq!(l.max_data_len(), 4096);
-        assert_eq!(
-            l.max_frame_len(),
-            max_encoded_len(4096) - MAX_LENGTH_FIELD_LEN
-        );
+        // zlib's deflateBound: 4096 + 4096 / 4096 + 13.
+        assert_eq!(l.max_frame_len(), VARINT_MAX_LEN + 4096 + 1 + 13);
         assert_eq!(CompressedLimits::for_max_body_len(usize::MAX / 2), v);
         assert_eq!(
             l.check_data_len(10, Some(11), 4096),

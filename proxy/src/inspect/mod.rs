@@ -396,7 +396,9 @@ impl Side {
             // Room to frame again the largest packet (its body, inflated, may be past the
             // largest frame's length, and compress to within it): mapped, so only what a
             // frame writes is committed.
-            out: LazyBuf::try_zeroed(READ_CHUNK + max_encoded_len(limits.max_data_len()))?,
+            out: LazyBuf::try_zeroed(
+                READ_CHUNK + frame.max(max_encoded_len(limits.max_data_len())),
+            )?,
             out_sent: 0,
             out_len: 0,
             moved: Moved::default(),
