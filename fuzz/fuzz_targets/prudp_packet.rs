@@ -118,6 +118,12 @@ fn build(data: &[u8], version: Version, s: &Settings, k: &Keys<'_>) {
             } else {
                 p.fragment_id = h[10];
             }
+            // A v1 DATA packet carries its fragment id and no other option.
+            let present = if version == Version::V1 && data_packet {
+                0
+            } else {
+                present
+            };
             p.connection_signature = (present & 1 != 0).then_some(&h[16..32]);
             p.supported_functions =
                 (present & 2 != 0).then(|| u32::from_le_bytes([h[12], h[13], h[14], h[15]]));

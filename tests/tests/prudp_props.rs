@@ -117,10 +117,13 @@ fn fit<'a>(f: &'a Fields, version: Version) -> Packet<'a> {
             } else {
                 p.fragment_id = f.fragment_id;
             }
-            p.connection_signature = f.connection_signature.as_ref().map(|s| &s[..]);
-            p.supported_functions = f.supported_functions;
-            p.initial_unreliable_seq = f.initial_unreliable_seq;
-            p.max_substream = f.max_substream;
+            // A v1 DATA packet carries its fragment id and no other option.
+            if version == Version::Lite || !data {
+                p.connection_signature = f.connection_signature.as_ref().map(|s| &s[..]);
+                p.supported_functions = f.supported_functions;
+                p.initial_unreliable_seq = f.initial_unreliable_seq;
+                p.max_substream = f.max_substream;
+            }
         }
     }
     p

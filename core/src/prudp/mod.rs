@@ -204,8 +204,8 @@ impl VirtualPort {
 /// Fields a format has no place for must keep their [`Packet::new`] values when encoding
 /// (an [`EncodeError::NotCarried`] otherwise), so what is encoded always parses back equal:
 /// v0 has no substream id and no options other than the connection signature (required on SYN
-/// and CONNECT, 4 bytes); v0 and v1 carry a fragment id on DATA packets only; Lite has no
-/// session or substream id.
+/// and CONNECT, 4 bytes); v0 and v1 carry a fragment id on DATA packets only, and a v1 DATA
+/// packet no other option; Lite has no session or substream id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Packet<'a> {
@@ -568,6 +568,8 @@ pub enum Error {
     UnexpectedOption,
     /// A Lite CONNECT without ACK lacks its signature option.
     MissingSignature,
+    /// A v1 DATA packet lacks its fragment id option.
+    MissingOption,
     /// The keys' connection signature has the wrong length for this version (v0: 0 or 4).
     KeyLength,
 }
@@ -587,6 +589,7 @@ impl Error {
             Error::OptionsTruncated => "PRUDP: option runs past the options area",
             Error::UnexpectedOption => "PRUDP: option not allowed on this packet type",
             Error::MissingSignature => "PRUDP Lite: CONNECT without its signature option",
+            Error::MissingOption => "PRUDP v1: DATA without its fragment id option",
             Error::KeyLength => "PRUDP: connection signature key has the wrong length",
         }
     }
@@ -614,7 +617,7 @@ pub enum Field {
     /// [`Packet::connection_signature`]: absent on a v0 SYN or CONNECT, or present on another
     /// v0 packet.
     ConnectionSignature,
-    /// An option field in v0.
+    /// An option field in v0, or on a v1 DATA packet.
     Options,
 }
 

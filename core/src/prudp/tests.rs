@@ -500,6 +500,38 @@ fn v1_structure_errors() {
     assert_eq!(parsed.raw_options, &[2, 1, 0]);
 }
 
+/// The signature does not cover where the options end and the payload starts: moving that
+/// boundary in a signed DATA packet (its fragment id stripped into the payload, or payload
+/// bytes that read as an option taken into the options) keeps the signature valid, and is
+/// refused: before, the first parsed as fragment 0 with 3 more payload bytes.
+#[test]
+fn moving_the_options_boundary_of_a_data_packet_is_refused() {
+    let s = settings(Version::V1);
+    let k = keys(&SESSION_KEY, &V1_CONN_SIG_CLIENT);
+    let mut b = V1_DATA;
+    let payload_len = u16::from_le_bytes([b[4], b[5]]);
+    assert_eq!(b[3], 3);
+    b[3] = 0;
+    b[4..6].copy_from_slice(&(payload_len + 3).to_le_bytes());
+    assert_eq!(Packet::parse(&b, &s, &k), Err(Error::MissingOption));
+    // A payload that starts with bytes that read as option 0 (4 bytes of value).
+    let payload = [0, 4, 1, 2, 3, 4, 9, 9];
+    let data = Packet {
+        flags: RELIABLE,
+        sequence_id: 2,
+        fragment_id: 3,
+        payload: &payload,
+        ..from_client(PacketType::Data)
+    };
+    let mut b = [0u8; 64];
+    let n = data.encode(&s, &k, &mut b).unwrap();
+    let b = &mut b[..n];
+    assert!(Packet::parse(b, &s, &k).is_ok());
+    b[3] = 3 + 6;
+    b[4..6].copy_from_slice(&2u16.to_le_bytes());
+    assert_eq!(Packet::parse(b, &s, &k), Err(Error::UnexpectedOption));
+}
+
 #[test]
 fn v0_structure_errors() {
     let s = v0();

@@ -80,7 +80,18 @@ pub(super) fn parse<'a>(
     let raw_options = &bytes[field::FIXED_LEN..field::FIXED_LEN + options_len];
     let payload = &bytes[field::FIXED_LEN + options_len..];
     let o = options::decode(raw_options, Set::V1)?;
-    if o.fragment_id.is_some() && packet_type != PacketType::Data {
+    // The signature runs the options and the payload together, and the two lengths that
+    // split them are not signed: a DATA packet's options are exactly its fragment id (which
+    // every peer writes), so the boundary cannot be moved (a fragment id stripped into the
+    // payload, read as 0, would end the message early and put the substream's RC4 out of step).
+    if packet_type == PacketType::Data {
+        if o.fragment_id.is_none() {
+            return Err(Error::MissingOption);
+        }
+        if options_len != 3 {
+            return Err(Error::UnexpectedOption);
+        }
+    } else if o.fragment_id.is_some() {
         return Err(Error::UnexpectedOption);
     }
     let expected = signature(
@@ -132,6 +143,14 @@ fn layout(p: &Packet<'_>) -> Result<Layout, EncodeError> {
     let data = p.packet_type == PacketType::Data;
     if p.fragment_id != 0 && !data {
         return Err(EncodeError::NotCarried(Field::FragmentId));
+    }
+    // A DATA packet's options are its fragment id alone (see `parse`).
+    let options = p.supported_functions.is_some()
+        || p.connection_signature.is_some()
+        || p.initial_unreliable_seq.is_some()
+        || p.max_substream.is_some();
+    if data && options {
+        return Err(EncodeError::NotCarried(Field::Options));
     }
     Ok(Layout {
         ports,
