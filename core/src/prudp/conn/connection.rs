@@ -247,6 +247,9 @@ pub struct Connection<B, const W: usize = 16, const S: usize = 1> {
     /// After an [`abort`](Connection::abort): copies of the DISCONNECT in the unreliable-out
     /// region still to send.
     abort_copies: u8,
+    /// [`close`](Connection::close) was called with substream 0's window full: its DISCONNECT
+    /// is queued once an ACK makes room (nothing more is sent meanwhile).
+    close_pending: bool,
     /// What the last [`Connection::poll_event`] lent out, released on the next call.
     lent: Option<Pending>,
     last_heard: Instant,
@@ -351,6 +354,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             unreliable_in: None,
             unreliable_out: None,
             abort_copies: 0,
+            close_pending: false,
             lent: None,
             last_heard: now,
             next_ping: Instant::MAX,
@@ -525,6 +529,9 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                     break;
                 }
             }
+        }
+        if self.close_pending {
+            self.close();
         }
         self.drain();
     }
@@ -1035,6 +1042,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     pub fn can_send(&self, substream: u8, len: usize) -> bool {
         let total = len.div_ceil(self.config.fragment_size).max(1);
         self.state == State::Connected
+            && !self.close_pending
             && substream <= self.max_substream
             && total <= W
             && total <= 255
@@ -1167,7 +1175,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     /// a slot for every fragment, nothing is queued.
     pub fn send(&mut self, substream: u8, data: &[u8]) -> Result<(), SendError> {
         self.release_lent();
-        if self.state != State::Connected {
+        if self.state != State::Connected || self.close_pending {
             return Err(SendError::NotConnected);
         }
         if substream > self.max_substream {
@@ -1248,11 +1256,15 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     }
 
     /// Starts a graceful close: a reliable DISCONNECT, retransmitted until acknowledged
-    /// ([`DisconnectReason::Local`] then, or when the retries run out).
+    /// ([`DisconnectReason::Local`] then, or when the retries run out). With substream 0's
+    /// window full, the DISCONNECT waits for an ACK to make room (what was sent is still
+    /// resent meanwhile, and nothing more is accepted to send).
     pub fn close(&mut self) {
         self.release_lent();
+        self.close_pending = false;
         match self.state {
-            State::Connected if self.window_allows(0, 1) => {
+            State::Connected if !self.window_allows(0, 1) => self.close_pending = true,
+            State::Connected => {
                 let seq = self.next_seq(0);
                 let packet = Packet {
                     flags: Flags::RELIABLE | Flags::NEED_ACK,

@@ -120,7 +120,9 @@ pub struct Config {
     /// A connection that hears nothing valid for this long is closed
     /// ([`DisconnectReason::Idle`]).
     pub idle_timeout: Duration,
-    /// The highest substream id offered (v1); clamped to the connection's `S - 1`.
+    /// The highest substream id offered (v1). A client clamps it to its connection's `S - 1`;
+    /// a [`Server`] offers and accepts it as is, so its connections need `S` above it
+    /// ([`Connection::server`] refuses the rest with [`ConfigError::BadCapacity`]).
     pub max_substream: u8,
     /// Option 0 as offered: the minor version in the low byte, supported functions above.
     pub supported_functions: u32,

@@ -327,6 +327,31 @@ fn handshake_and_messages_both_ways() {
     }
 }
 
+/// A close with substream 0's window full waits for an ACK to make room for its DISCONNECT:
+/// what was queued is delivered, then both ends close gracefully. Before, it closed at once
+/// (no DISCONNECT, the queued messages dropped unsent).
+#[test]
+fn a_close_with_the_window_full_delivers_then_disconnects() {
+    for version in VERSIONS {
+        let mut p = Pair::new(version, None, None);
+        p.pump();
+        let mut sent = 0;
+        while p.client.can_send(0, 1) {
+            p.client.send(0, &[sent]).unwrap();
+            sent += 1;
+        }
+        assert!(sent > 1, "{version:?}");
+        p.client.close();
+        assert_eq!(p.client.state(), State::Connected, "{version:?}");
+        assert_eq!(p.client.send(0, b"late"), Err(SendError::NotConnected));
+        p.pump();
+        let want: Vec<_> = (0..sent).map(|i| (0, std::vec![i])).collect();
+        assert_eq!(p.msgs(false), want, "{version:?}");
+        assert_eq!(p.client.state(), State::Closed(DisconnectReason::Local));
+        assert_eq!(p.server().state(), State::Closed(DisconnectReason::Peer));
+    }
+}
+
 /// An abort ends the connection at once and the peer with it, through a gap a reliable
 /// DISCONNECT would wait behind: the server's first reply is lost, then it aborts; its
 /// unreliable DISCONNECT goes out `ABORT_COPIES` times and nothing else, the first closes
