@@ -56,8 +56,9 @@ pub const MAX_CONNECTIONS: usize = 2;
 /// TCP sockets, each with its task and [`TcpBuffers`]: one more than sessions.
 pub const SOCKETS: usize = MAX_CONNECTIONS + 1;
 /// How long a connection accepted on the spare socket waits for a session: the send timeout
-/// (what a session held by a client that stopped reading lasts at most) and the header timeout
-/// (what any connection gets to start) after it.
+/// (what a session whose client stopped reading with a reply pending lasts at most; one with
+/// nothing pending lasts to the idle timeout) and the header timeout (what any connection gets
+/// to start) after it. A bound on the wait, not on when a session frees.
 pub const SPARE_WAIT: Duration =
     Duration::from_micros(SEND_TIMEOUT.as_micros() + SERVICE.header_timeout().as_micros());
 /// The service configuration: an optional PROXY header (v1 or v2), then VarInt framing with
@@ -87,9 +88,15 @@ const PROXY: ProxyConfig = {
     }
 };
 /// The peers whose PROXY header is believed: the load balancer in front of the board. Set it
-/// to yours before flashing (empty: no one's); the default is QEMU's user-network gateway,
-/// which every connection to the QEMU board comes from (so its tests see headers used).
+/// to yours before flashing (empty: no one's). On QEMU it is the user-network gateway, which
+/// every connection to the QEMU board comes from (so its tests see headers used); on a real
+/// board it is empty until set (a gateway address of QEMU's could be any host on a LAN).
+#[cfg(not(feature = "nucleo-f429zi"))]
 pub const PROXY_TRUSTED: &[Cidr] = &[Cidr::v4([10, 0, 2, 2], 32)];
+/// The peers whose PROXY header is believed: see the QEMU build's. Empty: set it to your load
+/// balancer's network before flashing.
+#[cfg(feature = "nucleo-f429zi")]
+pub const PROXY_TRUSTED: &[Cidr] = &[];
 /// A reply the peer's window does not take within this time ends its connection: with two
 /// sessions, two peers that never read (or vanished behind a NAT that swallowed their reset)
 /// would otherwise hold the board.

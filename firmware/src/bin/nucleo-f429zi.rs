@@ -94,9 +94,14 @@ async fn main(spawner: Spawner) {
         .unwrap_or_else(|_| defmt::panic!("the RNG failed"));
     let seed = u64::from_le_bytes(seed);
 
-    // A locally administered address derived from the chip's unique ID.
+    // A locally administered address derived from the chip's unique ID: all of it (bytes 0-3
+    // are the die's place on its wafer, 4 the wafer, 5-11 the lot), so boards from two lots
+    // at the same place on their wafers do not share an address.
     let uid = embassy_stm32::uid::uid();
-    let mac = [0x02, uid[0], uid[1], uid[2], uid[3], uid[4]];
+    let mut mac = [0x02, 0, 0, 0, 0, 0];
+    for (i, b) in uid.iter().enumerate() {
+        mac[1 + i % 5] ^= b;
+    }
     defmt::info!("mac {=[u8]:02x}", mac);
 
     static QUEUE: ConstStaticCell<PacketQueue<4, 4>> = ConstStaticCell::new(PacketQueue::new());

@@ -292,13 +292,13 @@ impl InspectEnd {
     /// Whether the proxy ended the connection with a Disconnect to the client (where its state
     /// has one): a refusal, or an end the proxy chose for the upstream's fault.
     pub const fn sent_disconnect(&self) -> bool {
-        matches!(
-            self,
-            InspectEnd::Closed(..)
-                | InspectEnd::BadFrame(..)
-                | InspectEnd::Reframe
-                | InspectEnd::Unrelayable
-        )
+        match self {
+            InspectEnd::Closed(c, _) => c.disconnect.is_some(),
+            _ => matches!(
+                self,
+                InspectEnd::BadFrame(..) | InspectEnd::Reframe | InspectEnd::Unrelayable
+            ),
+        }
     }
 
     /// Whether the proxy closed the connection for what the client did (a rejection, counted
@@ -1089,6 +1089,11 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                             self.conn
                                 .relay_bytes(d, unjudged, wirekit_std::clock::now())
                     {
+                        // Nothing more is framed once opaque: no Disconnect was sent.
+                        let c = Close {
+                            disconnect: None,
+                            ..c
+                        };
                         return InspectEnd::Closed(c, d);
                     }
                     // Not past the idle timeout: a peer that takes none of it is gone.
