@@ -143,12 +143,24 @@ impl ProxyAcceptor {
     /// Applies the policy given to [`new`](Self::new) to peers in `trusted` only, and
     /// `untrusted` to everyone else ([`ProxyConfig::with_trusted`]: at most
     /// [`MAX_TRUSTED`](policy::MAX_TRUSTED) networks).
+    ///
+    /// **An empty list is no list**: while no network is trusted, every peer gets the policy
+    /// given to `new`. With `Use` or `Require` that lets any peer name its client address
+    /// (defeating per-address limits and bans), so this logs a warning then: a list read
+    /// from a configuration that came out empty is usually a mistake.
     pub fn with_trusted(
         mut self,
         trusted: &[Cidr],
         untrusted: Policy,
     ) -> Result<Self, TooManyTrusted> {
         self.config = self.config.with_trusted(trusted, untrusted)?;
+        let takes_header = matches!(self.config.trusted_policy(), Policy::Use | Policy::Require);
+        if self.config.trusted().is_empty() && takes_header {
+            tracing::warn!(
+                policy = ?self.config.trusted_policy(),
+                "PROXY acceptor: no trusted network, so every peer's header is believed"
+            );
+        }
         Ok(self)
     }
 
@@ -205,6 +217,10 @@ impl ProxyAcceptor {
                     limits: read.limits(),
                 });
                 buf.drain(..strip);
+                // Held until the application reads it: no more than the bytes left (the
+                // header's room, up to twice the largest header, is not kept for the
+                // connection's life).
+                buf.shrink_to_fit();
                 Ok(Accepted {
                     peer,
                     client,

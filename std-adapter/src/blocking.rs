@@ -140,9 +140,24 @@ impl<R: Read> FrameReader<R> {
         &self.inner
     }
 
-    /// The reader back (bytes read past the last frame are lost).
+    /// The bytes read past the last frame handed out: reads take what has arrived, so the
+    /// start of whatever follows may be here rather than in the reader.
+    pub fn buffer(&self) -> &[u8] {
+        &self.buf.data()[self.last..]
+    }
+
+    /// The reader back (bytes read past the last frame are lost: see
+    /// [`into_parts`](Self::into_parts) to keep them).
     pub fn into_inner(self) -> R {
         self.inner
+    }
+
+    /// The reader back, with the bytes read past the last frame handed out
+    /// ([`buffer`](Self::buffer)), which come before anything still in the reader: for handing
+    /// the stream to another layer (TLS, a raw relay, a reader with other limits).
+    pub fn into_parts(self) -> (R, Vec<u8>) {
+        let rest = self.buffer().to_vec();
+        (self.inner, rest)
     }
 }
 
@@ -280,6 +295,28 @@ mod tests {
             Err(CodecError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Two frames and the start of what follows arrive in one read: after the first frame,
+    /// the rest is in `buffer()`, and `into_parts` hands it back with the reader, so a stream
+    /// handed on after a frame loses nothing.
+    #[test]
+    fn bytes_read_past_a_frame_are_handed_back() {
+        let mut w = FrameWriter::fixed(Vec::new(), LengthPrefixed::PKTCONN);
+        w.write_frame(b"one").unwrap();
+        w.write_frame(b"two").unwrap();
+        let mut wire = w.into_inner();
+        wire.extend_from_slice(b"raw after");
+        let mut r = FrameReader::fixed(Cursor::new(wire), LengthPrefixed::PKTCONN);
+        assert_eq!(r.read_frame().unwrap(), Some(&b"one"[..]));
+        assert_eq!(r.buffer(), b"\x03\x00\x00\x00tworaw after");
+        assert_eq!(r.read_frame().unwrap(), Some(&b"two"[..]));
+        assert_eq!(r.buffer(), b"raw after");
+        let (mut inner, rest) = r.into_parts();
+        assert_eq!(rest, b"raw after");
+        let mut tail = Vec::new();
+        inner.read_to_end(&mut tail).unwrap();
+        assert!(tail.is_empty(), "read ahead from the stream: {tail:?}");
     }
 
     /// A pktconn header declaring 32 MiB (the format's maximum) and nothing after it: the
