@@ -166,12 +166,18 @@ impl RefusalLogs {
     /// `Some(suppressed)` if a line about `client` may be written now.
     pub(crate) fn allow(&mut self, client: std::net::IpAddr) -> Option<u32> {
         let now = clock::now();
-        let decision = match self
+        let own = match self
             .per_source
             .check(AddrKey::new(client, self.prefix), now)
         {
+            Ok(d) => d,
+            // No room for the source (a full table): the sources without one share a limit.
+            // Their lines too pass `all`, which bounds every source's lines together.
+            Err(_) => self.others.check(now),
+        };
+        let decision = match own {
             // The source may have its line: if all sources' lines may too.
-            Ok(LogDecision::Log { suppressed }) => match self.all.check(now) {
+            LogDecision::Log { suppressed } => match self.all.check(now) {
                 LogDecision::Log { suppressed: also } => LogDecision::Log {
                     suppressed: suppressed
                         .saturating_add(also)
@@ -183,8 +189,7 @@ impl RefusalLogs {
                     LogDecision::Suppress
                 }
             },
-            Ok(d) => d,
-            Err(_) => self.others.check(now),
+            LogDecision::Suppress => LogDecision::Suppress,
         };
         match decision {
             LogDecision::Log { suppressed } => Some(suppressed),
@@ -851,6 +856,30 @@ mod tests {
         assert!(logs.report_pending("in the test") >= carried);
         assert_eq!(logs.carried, 0);
         assert!(held_back >= 1 && reported <= held_back);
+    }
+
+    /// Sources that find no room in the full per-source table are held to the shared limit
+    /// of all sources too: before, their own limit (`others`, 20 at once) let lines past it.
+    #[test]
+    fn sources_without_room_still_pass_the_shared_limit() {
+        let mut logs = RefusalLogs::new(std::time::Duration::from_secs(60), Prefix::CLIENT);
+        let hour = wirekit_core::time::Duration::from_secs(3600);
+        logs.all = LogLimit::new(u32::MAX, hour);
+        let source = |i: u32| -> std::net::IpAddr {
+            format!("2001:db8:{:x}:{:x}::1", i >> 16, i & 0xffff)
+                .parse()
+                .unwrap()
+        };
+        // Every slot taken, each by a source whose line was just written (not evictable).
+        for i in 0..3 * LOG_SOURCES as u32 {
+            logs.allow(source(i));
+        }
+        logs.all = LogLimit::new(5, hour);
+        logs.others = LogLimit::new(20, hour);
+        let allowed = (0..200u32)
+            .filter(|i| logs.allow(source(1 << 20 | i)).is_some())
+            .count();
+        assert_eq!(allowed, 5, "lines past the shared limit of 5");
     }
 
     /// Served connections' close lines: a burst of 200 passes, the next is held back and
