@@ -15,7 +15,12 @@
 //! the connection cannot go on. A server that refuses the switch (`0x7F` to the `0x03`, e.g.
 //! without zlib) leaves the format as it was: the client goes back to the old format too, which
 //! is only possible if it has not sent anything in the new one meanwhile
-//! ([`ClientError::SwitchRefused`]).
+//! ([`ClientError::SwitchRefused`]). A reply whose ID no request can have (none of `0x00`-`0x03`
+//! or `0x7F`) is [`ClientError::UnknownReply`].
+//!
+//! The client counts its outstanding requests but does not remember which is which (a window
+//! of pipelined requests may be any length): matching each reply to its request (an echo's
+//! bytes, the ID a `0x7F` names) is the caller's, as the load generator does.
 //!
 //! The zlib state is borrowed per call through a [`Workspace`]: only a call that compresses or
 //! inflates uses it, so an uncompressed connection can pass [`Workspace::new`] with an empty
@@ -368,8 +373,10 @@ impl Client {
     ///
     /// A `0x03` whose data is a threshold switches the sending format after this frame (as
     /// [`encode_set_compression`](Self::encode_set_compression)); any other `0x03` is sent as a
-    /// plain request (the server answers `0x7F`). On error nothing is written to `out` and
-    /// the state is unchanged.
+    /// plain request (the server answers `0x7F`). On error the state is unchanged, and so is
+    /// `out`, except after [`ClientError::RequestTooLarge`] for a request whose compressed
+    /// frame came out past the largest frame (its zlib stream was written before its length
+    /// was known).
     pub fn encode<S: AsMut<[u32]>>(
         &mut self,
         id: i32,
@@ -556,6 +563,12 @@ impl Client {
         }
         if self.outstanding == 0 {
             return Err(ClientError::Unsolicited);
+        }
+        if !matches!(
+            reply.id,
+            wire::ECHO | wire::DERIVE | wire::STATS | wire::SET_COMPRESSION | wire::ERROR
+        ) {
+            return Err(ClientError::UnknownReply);
         }
         match self.switch {
             Some(s) if s.before == 0 => match reply.id {
@@ -916,6 +929,14 @@ mod tests {
         // Nothing asked.
         let mut c = Peer::new(Client::new());
         assert_eq!(c.replies(&echo), Err(ClientError::Unsolicited));
+        // A reply whose ID no request has, to an outstanding request.
+        c.push(&mut Vec::new(), 0x42, b"x");
+        assert_eq!(
+            c.replies(&packet(0x42, b"x")),
+            Err(ClientError::UnknownReply)
+        );
+        assert_eq!(c.client.outstanding(), 1, "the error changed nothing");
+        let mut c = Peer::new(Client::new());
         // A 0x03 reply to an echo.
         let mut wire = Vec::new();
         c.push(&mut wire, wire::ECHO, b"x");
