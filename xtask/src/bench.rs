@@ -635,11 +635,11 @@ reliable v1 DATA from 16 secure client connections (8 messages in flight each) a
 ACKs, through one `wirekit-nex` worker running `wirekit nex serve`'s secure-server handler \
 (`PrudpHandler`, no RMC protocols registered), pinned to CPU 0, with the load on CPU 1; the floor is the same worker and batching with an echo \
 handler, fed same-sized datagrams. CPU is the server thread's CPU time per datagram received; \
-medians of 5 alternating runs of 1.5 s. The PRUDP server runs as `wirekit nex serve` does, with \
-aggregate ACKs (one ACK datagram per connection and substream for what a receive batch \
-brought), so it sends fewer datagrams than the floor, which echoes each one; the plain-ACK \
-columns are the same server with aggregation off (one signed ACK per DATA, as many sends as \
-the floor), in the same alternating runs. No Rust PRUDP implementation on crates.io builds here \
+medians of 5 alternating runs of 1.5 s. The goal is checked on the server with aggregation \
+off (one signed ACK per DATA, as many sends as the floor, which echoes each datagram); the \
+aggregate-ACK columns are the server as `wirekit nex serve` runs it (one ACK datagram per \
+connection and substream for what a receive batch brought: fewer sends, so no goal), in the \
+same alternating runs. No Rust PRUDP implementation on crates.io builds here \
 to compare with (there is none: `nex` there is an unrelated packet library).";
 
 /// Builds and runs the PRUDP UDP harness; returns the table it printed.

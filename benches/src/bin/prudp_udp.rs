@@ -555,8 +555,8 @@ fn main() -> io::Result<()> {
         }
     }
     let mut table = String::from(
-        "| payload | floor datagrams/s | PRUDP datagrams/s | floor CPU/datagram | PRUDP CPU/datagram | CPU ratio (goal ≤ 1.3x at 64 and 256 B) | plain ACKs: CPU/datagram | plain ACKs: ratio |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| payload | floor datagrams/s | floor CPU/datagram | PRUDP, one ACK per DATA: datagrams/s | CPU/datagram | CPU ratio to the floor (goal ≤ 1.3x at 64 and 256 B) | goal | PRUDP, aggregate ACKs: datagrams/s | CPU/datagram | CPU ratio (fewer sends than the floor: no goal) |\n\
+         |---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
     );
     for &size in &sizes {
         let payload: Vec<u8> = (0..size as u32).map(|i| (i * 31) as u8).collect();
@@ -593,24 +593,31 @@ fn main() -> io::Result<()> {
         }
         let rate = |v: &[Measured]| median(v.iter().map(|m| m.rate).collect());
         let cpu = |v: &[Measured]| median(v.iter().map(|m| m.cpu_us).collect());
+        let plain_ratio = cpu(&plain) / cpu(&floor);
+        let goal = match size {
+            64 | 256 if plain_ratio <= 1.3 => "met",
+            64 | 256 => "not met",
+            _ => "-",
+        };
         table.push_str(&format!(
-            "| {size} B | {:.0} | {:.0} | {:.2} µs | {:.2} µs | {:.2}x | {:.2} µs | {:.2}x |\n",
+            "| {size} B | {:.0} | {:.2} µs | {:.0} | {:.2} µs | {:.2}x | {goal} | {:.0} | {:.2} µs | {:.2}x |\n",
             rate(&floor),
-            rate(&ours),
             cpu(&floor),
-            cpu(&ours),
-            cpu(&ours) / cpu(&floor),
+            rate(&plain),
             cpu(&plain),
-            cpu(&plain) / cpu(&floor)
+            plain_ratio,
+            rate(&ours),
+            cpu(&ours),
+            cpu(&ours) / cpu(&floor)
         ));
     }
     table.push_str(
-        "\nPRUDP runs as `wirekit nex serve` does, with aggregate ACKs (one ACK datagram per \
-         connection and substream for what a receive batch brought, as NintendoClients reads \
-         them); the floor sends one echo per datagram, so the PRUDP server sends fewer \
-         datagrams than the floor. The plain-ACK columns are the same server with aggregation \
-         off (one signed ACK per DATA: as many sends as the floor), measured in the same \
-         alternating rounds.\n",
+        "\nThe goal is checked like for like: the floor sends one echo per datagram, and the \
+         PRUDP server with aggregation off one signed ACK per DATA, as many sends. `wirekit nex \
+         serve` runs with aggregate ACKs (one ACK datagram per connection and substream for \
+         what a receive batch brought, as NintendoClients reads them): fewer sends, and its \
+         clients, with fewer replies to read, offer more load, so its ratio is not the goal's. \
+         All three in the same alternating rounds.\n",
     );
     println!("{table}");
     Ok(())
