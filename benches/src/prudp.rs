@@ -62,16 +62,18 @@ fn ticket_format() -> TicketFormat {
     }
 }
 
-/// The CONNECT payload for a secure server: a ticket for [`PID`] (as the authentication
+/// The CONNECT payload for a secure server: a ticket for user `pid` (as the authentication
 /// server issues it, opened by the client) and the encrypted request with connection id `cid`.
-pub fn connect_payload(cid: u32) -> Vec<u8> {
+/// A server refuses a ticket seen before and more than a few connections of one user, so
+/// concurrent connections each need a user of their own.
+pub fn connect_payload(cid: u32, pid: u64) -> Vec<u8> {
     let format = ticket_format();
     let mut ticket = vec![0u8; 256];
     let contents = TicketContents {
         session_key: &SESSION_KEY,
         target_pid: 2,
         issued: 99,
-        source_pid: PID,
+        source_pid: pid,
     };
     let n = build_ticket(
         format,
@@ -89,7 +91,7 @@ pub fn connect_payload(cid: u32) -> Vec<u8> {
     connect_request(
         &internal,
         &SESSION_KEY,
-        PID,
+        pid,
         PidWidth::U32,
         cid,
         CHECK,
@@ -164,7 +166,7 @@ impl Pair {
     pub fn connect(version: Version) -> Pair {
         let client_addr: SocketAddr = "192.0.2.10:40000".parse().expect("address");
         let server_addr: SocketAddr = "198.51.100.1:60000".parse().expect("address");
-        let request = connect_payload(7);
+        let request = connect_payload(7, PID);
         let now = Instant::ZERO;
         let mut client = client(
             config(version, CLIENT_PORT),

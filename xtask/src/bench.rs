@@ -549,7 +549,9 @@ fn pktconn_echo() -> Result<String, String> {
         rows.push((label, report, cpu_s.map(|c| c * 1e6 / frames)));
     }
     let (_, floor_report, floor_cpu) = rows.last().expect("the floor's row");
-    let floor_rate = floor_report["round_trips_per_s"].as_f64().unwrap_or(f64::NAN);
+    let floor_rate = floor_report["round_trips_per_s"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
     let floor_cpu = floor_cpu.unwrap_or(f64::NAN);
     let mut table = String::from(
         "| benchmark | packets/s | server CPU/packet | p50 | p99 | packets/s / the floor's | CPU/packet / the floor's |\n\

@@ -346,9 +346,9 @@ fn prudp_load(
     let mut client = Client::new(server)?;
     let epoch = std::time::Instant::now();
     let now = || Instant::from_micros(epoch.elapsed().as_micros() as u64);
-    let request = prudp::connect_payload(7);
     let mut conns: Vec<Conn> = (0..CONNECTIONS)
         .map(|i| {
+            let request = prudp::connect_payload(7, prudp::PID + i as u64);
             let mut c = prudp::config(VERSION, client_port(i));
             // A lost datagram under load is resent sooner than after NEX's 1 s, but not so
             // soon that a queued one is resent (the server would count the duplicate).
