@@ -7,9 +7,9 @@
 // decompressed body (packet ID + data) of every packet either side receives, as the other
 // side's serializer produced it: the whole session, login, configuration and registry data,
 // tags, the play login packet, chat both ways, keep-alives, positions, and chunk data of a
-// terrain world built with prismarine-chunk. Packets whose content the script generated with
-// prismarine-chunk (chunk data and chunk light) are labelled `peer-generated`, the rest
-// `captured`.
+// terrain world built with prismarine-chunk. Packets whose content the script wrote (chunk data
+// and light built with prismarine-chunk, the tags, and the chat lines both ways, which the peer
+// only serialized) are labelled `peer-generated`, the rest `captured`.
 //
 // Output: OUT_DIR/<source>.bin, records of
 //   u8 source_len, source, u8 version_len, version, u8 name_len, name, u8 dir (0 to client,
@@ -202,9 +202,10 @@ function session (version, port, record) {
     const registry = require('prismarine-registry')(version)
     const server = mc.createServer({ 'online-mode': false, host: '127.0.0.1', port, version, compressionThreshold: 0, motd: 'wirekit corpus' })
     const timer = setTimeout(() => { server.close(); reject(new Error(`${version}: session timed out`)) }, 60000)
-    const chunkPackets = new Set(['tags', 'map_chunk', 'update_light', 'chunk_batch_start', 'chunk_batch_finished'])
+    const scripted = new Set(['tags', 'map_chunk', 'update_light', 'chunk_batch_start', 'chunk_batch_finished', 'chat', 'system_chat', 'chat_message'])
+    const source = (name) => scripted.has(name) ? 'peer-generated' : 'captured'
     server.on('playerJoin', (client) => {
-      client.on('packet', (data, meta, buffer, full) => record(version, 1, meta.name, full, 'captured'))
+      client.on('packet', (data, meta, buffer, full) => record(version, 1, meta.name, full, source(meta.name)))
       client.write('login', loginPacket(version, registry, client, server))
       if (version === '1.20.4' || version === '1.21.4') client.write('tags', tagsPacket(registry))
       client.write('position', { x: 8.5, y: 80, z: 8.5, yaw: 0, pitch: 0, flags: 0, teleportId: 1, dx: 0, dy: 0, dz: 0 })
@@ -235,7 +236,7 @@ function session (version, port, record) {
     })
     const client = mc.createClient({ host: '127.0.0.1', port, username: 'Steve', version, auth: 'offline' })
     client.on('packet', (data, meta, buffer, full) => {
-      record(version, 0, meta.name, full, chunkPackets.has(meta.name) ? 'peer-generated' : 'captured')
+      record(version, 0, meta.name, full, source(meta.name))
       if (meta.name === 'position' && meta.state === 'play') {
         client.write('position_look', { x: 8.5, y: 80, z: 8.5, yaw: 0, pitch: 0, onGround: true, flags: { onGround: true } })
         for (const text of CHATS.slice(0, 3)) {
