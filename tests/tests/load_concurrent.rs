@@ -42,16 +42,19 @@ async fn one_connection(
     let permit = connecting.acquire().await.expect("semaphore open");
     let stream = tokio::time::timeout(Duration::from_secs(20), TcpStream::connect(addr)).await;
     drop(permit);
-    let mut stream = match stream {
-        Ok(Ok(s)) => Some(s),
-        Ok(Err(e)) => return Err(format!("connection {conn}: connect: {e}")),
-        Err(_) => return Err(format!("connection {conn}: connect timed out")),
+    let (mut stream, failed) = match stream {
+        Ok(Ok(s)) => (Some(s), None),
+        Ok(Err(e)) => (None, Some(format!("connect: {e}"))),
+        Err(_) => (None, Some("connect timed out".to_string())),
     };
-    // Everyone reaches the barriers, so a failed connection cannot strand the others.
+    // Everyone reaches the barriers, a failed connection too, so it cannot strand the others.
     all_open.wait().await;
     let sent = requests(conn);
     let result = async {
-        let s = stream.as_mut().expect("connected");
+        let s = match (stream.as_mut(), failed) {
+            (Some(s), None) => s,
+            (_, e) => return Err(e.unwrap_or_default()),
+        };
         s.write_all(&sent)
             .await
             .map_err(|e| format!("write: {e}"))?;
@@ -102,7 +105,9 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
         .build()
         .unwrap();
     let start = Instant::now();
-    let (results, peak_fds, rss_open) = rt.block_on(async {
+    // Bounded as a whole too: each connection's steps have their own timeouts, and this one
+    // covers whatever could still strand the barriers.
+    let run = async {
         // At most 1,000 connects in flight: the listen backlog is 4,096.
         let connecting = Arc::new(Semaphore::new(1000));
         let all_open = Arc::new(Barrier::new(CONNECTIONS + 1));
@@ -131,6 +136,11 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
             results.push(t.await.expect("connection task"));
         }
         (results, peak, rss)
+    };
+    let (results, peak_fds, rss_open) = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(240), run)
+            .await
+            .expect("the 10,000 connections' run ended within 240 s")
     });
     let elapsed = start.elapsed();
     let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();

@@ -177,6 +177,55 @@ fn raw_zlib_both_ways(peer: ZlibPeer) {
     }
 }
 
+/// zlib-rs (flate2's backend here; zlib-ng's design) at every level on bodies that do not
+/// compress: level 1 writes fixed-Huffman blocks whatever the input (about 5% more than the
+/// body on random bytes, past the stored-block bounds of zlib and libdeflate). Each stream
+/// fits the Packet Length bound for its body and decodes as a frame under that maximum.
+#[test]
+fn zlib_rs_streams_at_every_level_fit_the_frame_bound() {
+    use std::io::Write as _;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut inflater = Inflater::new();
+    for n in [1usize, 100, 4096, 65_536, 262_144] {
+        let body: Vec<u8> = (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let limits = CompressedLimits::for_max_body_len(n);
+        for level in 0..=9 {
+            let mut e =
+                flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(level));
+            e.write_all(&body).unwrap();
+            let z = e.finish().unwrap();
+            let data_len = wirekit_core::varint::varint_len(n as i32);
+            let mut frame = Vec::new();
+            let mut head = [0u8; 5];
+            let k = wirekit_core::varint::encode_varint((data_len + z.len()) as i32, &mut head)
+                .unwrap();
+            frame.extend_from_slice(&head[..k]);
+            let k = wirekit_core::varint::encode_varint(n as i32, &mut head).unwrap();
+            frame.extend_from_slice(&head[..k]);
+            frame.extend_from_slice(&z);
+            let d = CompressedDecoder::server(0).with_limits(limits);
+            let mut scratch = vec![0u8; n];
+            match d.decode(&frame, &mut inflater, &mut scratch) {
+                Ok(Status::Complete(b)) => {
+                    assert!(b.body == &body[..] && b.consumed == frame.len())
+                }
+                other => panic!(
+                    "zlib-rs level {level}, {n} bytes in {}: {other:?} (frame bound {})",
+                    z.len(),
+                    limits.max_frame_len()
+                ),
+            }
+        }
+    }
+}
+
 #[test]
 fn python_zlib_both_ways() {
     raw_zlib_both_ways(ZlibPeer::Python);

@@ -176,17 +176,19 @@ impl CompressedLimits {
 /// The largest zlib stream of `n` input bytes that the encoders peers use write, at any level:
 /// this crate's ([`compress_bound`]: stored blocks of up to 65535 bytes), zlib's with its
 /// default window and memory (vanilla's `java.util.zip.Deflater`, Python's and Node's `zlib`:
-/// its `deflateBound`, input that does not compress stored in blocks of about 16 KiB) and
-/// libdeflate's (Velocity's natives: blocks of at least 5000 bytes, 5 bytes of header each,
-/// and the 6 of the zlib wrapper). A Packet Length is bounded by this for its Data Length, so
-/// a body near the maximum that a peer could not compress is still accepted.
+/// its `deflateBound`, input that does not compress stored in blocks of about 16 KiB),
+/// zlib-ng's and zlib-rs's (the system zlib of some distributions, and Rust servers' flate2
+/// backend: their level 1 writes fixed-Huffman blocks whatever the input, up to 9 bits a byte,
+/// an eighth more) and libdeflate's (Velocity's natives: blocks of at least 5000 bytes, 5 bytes
+/// of header each). Each with the 6 bytes of the zlib wrapper. A Packet Length is bounded by
+/// this for its Data Length, so a body near the maximum that a peer could not compress is
+/// still accepted.
 pub const fn peer_stream_bound(n: usize) -> usize {
-    let zlib = n + (n >> 12) + (n >> 14) + (n >> 25) + 13;
-    let blocks = if n == 0 { 1 } else { n.div_ceil(5000) };
-    let libdeflate = n + 5 * blocks + 6;
-    let ours = compress_bound(n);
-    let most = if zlib > libdeflate { zlib } else { libdeflate };
-    if most > ours { most } else { ours }
+    // zlib-ng's quick bound (9-bit literals padded to a byte, a block's header and end, 2
+    // bytes for the shortest inputs, the wrapper) is the largest of them from 16 bytes on;
+    // below, zlib's `n + 13` (the test checks every one against it).
+    let quick = (n + 7) >> 3;
+    n + 11 + if quick > 2 { quick } else { 2 }
 }
 
 /// The most bytes [`CompressedEncoder::encode`] needs for a body of `body_len` bytes: both
@@ -784,6 +786,22 @@ mod tests {
         ));
     }
 
+    /// The bound holds each encoder's own: zlib's deflateBound, zlib-ng's with its quick
+    /// level, libdeflate's, and this crate's.
+    #[test]
+    fn the_peer_bound_holds_every_encoders_bound() {
+        for n in (0usize..5000).chain([65_535, 65_536, 262_144, 1 << 21, 8 << 20, (8 << 20) + 1]) {
+            let zlib = n + (n >> 12) + (n >> 14) + (n >> 25) + 13;
+            let quick = n + ((n + 7) >> 3) + 3 + 2 + 6;
+            let libdeflate = n + 5 * n.div_ceil(5000).max(1) + 6;
+            let b = peer_stream_bound(n);
+            assert!(
+                b >= zlib && b >= quick && b >= libdeflate && b >= compress_bound(n),
+                "{n}"
+            );
+        }
+    }
+
     /// A zlib stream of stored blocks, `block` bytes of `body` each.
     fn stored_stream(body: &[u8], block: usize) -> std::vec::Vec<u8> {
         let mut z = std::vec![0x78, 0x01];
@@ -844,8 +862,8 @@ mod tests {
         assert_eq!(v.scratch_len(), 8_388_608);
         let l = CompressedLimits::for_max_body_len(4096);
         assert_eq!(l.max_data_len(), 4096);
-        // zlib's deflateBound: 4096 + 4096 / 4096 + 13.
-        assert_eq!(l.max_frame_len(), VARINT_MAX_LEN + 4096 + 1 + 13);
+        // zlib-ng's quick bound: 4096 + 4103 / 8 + 11.
+        assert_eq!(l.max_frame_len(), VARINT_MAX_LEN + 4096 + 512 + 11);
         assert_eq!(CompressedLimits::for_max_body_len(usize::MAX / 2), v);
         assert_eq!(
             l.check_data_len(10, Some(11), 4096),

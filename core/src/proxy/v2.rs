@@ -151,6 +151,9 @@ const fn block_len(family: Family) -> usize {
     }
 }
 
+/// How much of a partial header's TLV area is checked before the rest arrives.
+const EARLY_CHECK_LEN: usize = 512;
+
 /// Parses a v2 header at the start of `input` (see [`super::parse`]).
 pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<'a>>, Error> {
     let Some((fixed, _)) = input.split_first_chunk::<{ field::FIXED_LEN }>() else {
@@ -173,12 +176,14 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
     let addr_len = block_len(family);
     let Some(header) = input.get(..total) else {
         // The TLVs that have arrived are checked now (as the complete header's are: not under
-        // LOCAL with a short block, which is discarded unread).
+        // LOCAL with a short block, which is discarded unread), as far as the first
+        // `EARLY_CHECK_LEN` bytes of the area: each call on a prefix walks a bounded part, so a
+        // header trickled a byte at a time costs no more than linear work in all.
         if let (Some(area), Some(declared)) = (
             input.get(field::FIXED_LEN + addr_len..),
             (total - field::FIXED_LEN).checked_sub(addr_len),
         ) {
-            check_area(area, declared)?;
+            check_area(&area[..area.len().min(EARLY_CHECK_LEN)], declared)?;
         }
         return Ok(Status::Partial(Needed::Exactly(total - input.len())));
     };

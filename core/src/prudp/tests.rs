@@ -592,7 +592,7 @@ fn fields_a_version_cannot_carry_are_refused() {
     let ping = from_client(PacketType::Ping);
     let syn = from_client(PacketType::Syn);
     let big = [0u8; 65536];
-    let cases: [(Version, Packet<'_>, EncodeError); 12] = [
+    let cases: [(Version, Packet<'_>, EncodeError); 13] = [
         (
             Version::V1,
             Packet {
@@ -632,6 +632,15 @@ fn fields_a_version_cannot_carry_are_refused() {
                 ..ping
             },
             EncodeError::NotCarried(Field::FragmentId),
+        ),
+        (
+            Version::V1,
+            Packet {
+                packet_type: PacketType::Data,
+                max_substream: Some(1),
+                ..ping
+            },
+            EncodeError::NotCarried(Field::Options),
         ),
         (
             Version::Lite,

@@ -1127,7 +1127,12 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 InspectEnd::NoMemory
             }
             After::Close(c, dir) => {
-                self.disconnect(to_client(c.disconnect), c.reason.as_str(), cw, uw)
+                // What was sent: nothing to a client that stopped reading.
+                let c = Close {
+                    disconnect: to_client(c.disconnect),
+                    ..c
+                };
+                self.disconnect(c.disconnect, c.reason.as_str(), cw, uw)
                     .await;
                 InspectEnd::Closed(c, dir)
             }

@@ -1224,7 +1224,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     /// under its own key); it replaces one not yet sent.
     pub fn send_unreliable(&mut self, data: &[u8]) -> Result<(), SendError> {
         self.release_lent();
-        if self.state != State::Connected {
+        if self.state != State::Connected || self.close_pending {
             return Err(SendError::NotConnected);
         }
         if data.is_empty() || data.len() > self.config.fragment_size {

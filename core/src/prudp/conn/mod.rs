@@ -270,7 +270,9 @@ impl core::error::Error for SendError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum DisconnectReason {
-    /// [`Connection::close`] was called and the peer acknowledged (or the retries ran out).
+    /// [`Connection::close`] was called and the peer acknowledged (or the DISCONNECT's
+    /// retries ran out; a data packet's running out while the DISCONNECT waited for room in
+    /// the window is [`Timeout`](Self::Timeout)).
     Local,
     /// The peer sent a reliable DISCONNECT (delivered after everything before it).
     Peer,

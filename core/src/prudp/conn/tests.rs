@@ -344,6 +344,10 @@ fn a_close_with_the_window_full_delivers_then_disconnects() {
         p.client.close();
         assert_eq!(p.client.state(), State::Connected, "{version:?}");
         assert_eq!(p.client.send(0, b"late"), Err(SendError::NotConnected));
+        assert_eq!(
+            p.client.send_unreliable(b"late"),
+            Err(SendError::NotConnected)
+        );
         p.pump();
         let want: Vec<_> = (0..sent).map(|i| (0, std::vec![i])).collect();
         assert_eq!(p.msgs(false), want, "{version:?}");
