@@ -421,7 +421,11 @@ pub const TICKET_REPLAY_WINDOW_SECS: u64 = TICKET_LIFETIME_SECS + TICKET_SKEW_SE
 /// [`TICKET_LIFETIME_SECS`] before now (and not more than [`TICKET_SKEW_SECS`] ahead, for
 /// clock skew), by the wall clock.
 pub fn ticket_fresh(info: &wirekit_core::prudp::conn::TicketInfo) -> bool {
-    let now = unix_secs();
+    ticket_fresh_at(info, unix_secs())
+}
+
+/// [`ticket_fresh`] at `now` (Unix seconds).
+pub fn ticket_fresh_at(info: &wirekit_core::prudp::conn::TicketInfo, now: u64) -> bool {
     // DateTime packs fields from seconds up to the year, so its order is time order.
     let oldest = DateTime::from_unix(now.saturating_sub(TICKET_LIFETIME_SECS)).0;
     let newest = DateTime::from_unix(now + TICKET_SKEW_SECS).0;
@@ -691,6 +695,27 @@ mod tests {
             cid: 1,
             now: Instant::ZERO,
         }));
+        // Fresh from TICKET_SKEW_SECS before its issue time to TICKET_LIFETIME_SECS after.
+        let at = 1_700_000_000u64;
+        let issued_at = |t: u64| wirekit_core::prudp::conn::TicketInfo {
+            issued: DateTime::from_unix(t).0,
+            pid: 1000,
+            cid: 1,
+            now: Instant::ZERO,
+        };
+        for (issued, fresh) in [
+            (at, true),
+            (at - TICKET_LIFETIME_SECS, true),
+            (at - TICKET_LIFETIME_SECS - 1, false),
+            (at + TICKET_SKEW_SECS, true),
+            (at + TICKET_SKEW_SECS + 1, false),
+        ] {
+            assert_eq!(
+                ticket_fresh_at(&issued_at(issued), at),
+                fresh,
+                "issued {issued}, now {at}"
+            );
+        }
         // An unknown user is an error response.
         let req = body(
             &LoginRequest {

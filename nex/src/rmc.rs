@@ -121,6 +121,9 @@ pub struct Dispatcher {
     protocols: Vec<Box<dyn RmcProtocol>>,
     format: RmcFormat,
     max_message: u32,
+    /// Calls that panicked (answered `Core::Unknown`), and the limit on their log lines.
+    panics: u64,
+    panic_logs: wirekit_core::limit::LogLimit,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -146,7 +149,18 @@ impl Dispatcher {
             protocols: Vec::new(),
             format: RmcFormat::Packed,
             max_message: 64 * 1024,
+            panics: 0,
+            panic_logs: wirekit_core::limit::LogLimit::new(
+                5,
+                wirekit_core::time::Duration::from_secs(10),
+            ),
         }
+    }
+
+    /// Calls whose protocol panicked: each answered with `Core::Unknown` (the panic caught,
+    /// the connection and the server going on; the protocol's state is what the panic left).
+    pub fn panics(&self) -> u64 {
+        self.panics
     }
 
     /// Adds a protocol; one registered earlier with the same id is replaced.
@@ -183,6 +197,16 @@ impl Dispatcher {
         let Method::Id(method) = method else {
             return Dispatched::Malformed;
         };
+        // A request naming a response's method id has no response form (the id with the
+        // response bit set is not a method): no method answers it.
+        if method & 0x8000 != 0 {
+            return match RmcMessage::error(Protocol::Id(protocol), parsed.call_id, NOT_IMPLEMENTED)
+                .encode(self.format, out)
+            {
+                Ok(n) => Dispatched::Respond(n),
+                Err(_) => Dispatched::Malformed,
+            };
+        }
         call.protocol = protocol;
         call.method = method;
         call.call_id = parsed.call_id;
@@ -201,7 +225,30 @@ impl Dispatcher {
             .iter_mut()
             .find(|p| p.protocol_id() == protocol)
         {
-            Some(p) if out.len() > header => p.call(&call, &mut out[header..]),
+            Some(p) if out.len() > header => {
+                // A protocol's bug ends its call, not the worker (and with it every
+                // connection of both servers): a library user's protocols run here too.
+                let body = &mut out[header..];
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.call(&call, body)))
+                {
+                    Ok(reply) => reply,
+                    Err(_) => {
+                        self.panics += 1;
+                        if let wirekit_core::limit::LogDecision::Log { suppressed } =
+                            self.panic_logs.check(call.now)
+                        {
+                            tracing::error!(
+                                protocol,
+                                method,
+                                peer = %call.peer,
+                                suppressed,
+                                "an RMC call panicked: answered Core::Unknown"
+                            );
+                        }
+                        Reply::Error(ResultCode::CORE_UNKNOWN)
+                    }
+                }
+            }
             Some(_) => Reply::Error(ResultCode::CORE_UNKNOWN),
             None => Reply::NotImplemented,
         };
@@ -250,6 +297,7 @@ mod tests {
                     Reply::Success(n)
                 }
                 2 => Reply::Error(ResultCode::ACCESS_DENIED),
+                3 => panic!("a protocol's bug"),
                 _ => Reply::NotImplemented,
             }
         }
@@ -351,5 +399,49 @@ mod tests {
             panic!()
         };
         assert!(matches!(response(&tiny[..n]).kind, RmcKind::Error { .. }));
+    }
+
+    /// A request whose method id has the response bit set gets Core::NotImplemented (it was
+    /// dropped as malformed, the client left to its timeout), on any protocol.
+    #[test]
+    fn a_method_id_with_the_response_bit_is_not_implemented() {
+        let mut d = Dispatcher::new();
+        d.register(Box::new(Upper));
+        let mut out = [0u8; 64];
+        for protocol in [0x99, 0x42] {
+            let mut m = request(protocol, 1, b"abc");
+            // Packed: the method id is the last field before the body.
+            let at = m.len() - 3 - 4;
+            m[at..at + 4].copy_from_slice(&0x8001u32.to_le_bytes());
+            let Dispatched::Respond(n) = d.dispatch(&m, call(), &mut out) else {
+                panic!("protocol {protocol:#x}: no response")
+            };
+            let r = response(&out[..n]);
+            assert_eq!(r.call_id, 77);
+            assert!(
+                matches!(r.kind, RmcKind::Error { code, .. } if code == NOT_IMPLEMENTED),
+                "{r:?}"
+            );
+        }
+    }
+
+    /// A protocol that panics answers Core::Unknown, counted, and the dispatcher serves on.
+    #[test]
+    fn a_panicking_protocol_answers_an_error_and_serves_on() {
+        let mut d = Dispatcher::new();
+        d.register(Box::new(Upper));
+        let mut out = [0u8; 64];
+        let Dispatched::Respond(n) = d.dispatch(&request(0x99, 3, b""), call(), &mut out) else {
+            panic!("no response")
+        };
+        assert!(matches!(
+            response(&out[..n]).kind,
+            RmcKind::Error { code, .. } if code == ResultCode::CORE_UNKNOWN
+        ));
+        assert_eq!(d.panics(), 1);
+        let Dispatched::Respond(n) = d.dispatch(&request(0x99, 1, b"ok"), call(), &mut out) else {
+            panic!("no response")
+        };
+        assert!(matches!(response(&out[..n]).kind, RmcKind::Response { .. }));
     }
 }
