@@ -124,4 +124,13 @@ fn this_machine_runs_the_simd_paths() {
             .collect::<Vec<_>>()
     );
     assert!(LanePath::Portable.is_supported());
+    // Where `cargo xtask test` requires the CPU's instruction paths (x86-64), AVX2's must run
+    // here, or the proptest above would pass having checked the portable lanes alone.
+    // (AVX-512 is reported, not required: not every x86-64 CI host has it.)
+    if cfg!(target_arch = "x86_64") && std::env::var_os("WIREKIT_REQUIRE_CPU_FEATURES").is_some() {
+        assert!(
+            LanePath::Avx2.is_supported(),
+            "no AVX2: the lane paths are untested here"
+        );
+    }
 }
