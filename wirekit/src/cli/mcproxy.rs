@@ -28,7 +28,7 @@ pub struct ProxyArgs {
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Check the configuration and exit (0: it runs; 2: why not).
+    /// Check the configuration and exit (0: the settings are valid, binding not tried; 2: why not).
     #[arg(long)]
     #[serde(skip)]
     pub check_config: bool,
@@ -293,14 +293,39 @@ impl RouteConfig {
 
     /// What a check of this table should tell its author without refusing it.
     fn notes(&self) -> Vec<String> {
-        match self.inspect_unknown_version() {
-            Some(v) => vec![format!(
+        let mut notes = Vec::new();
+        if let Some(v) = self.inspect_unknown_version() {
+            notes.push(format!(
                 "route {}: [route.inspect] unknown-version is now the route's own key \
                  (unknown-version = {v:?} beside mode), for either mode; read from here for now",
                 self.name()
-            )],
-            None => Vec::new(),
+            ));
         }
+        if let Some(i) = &self.inspect {
+            // Anything but the older unknown-version key (noted above).
+            let rest = inspect::InspectConfig {
+                unknown_version: None,
+                ..i.clone()
+            };
+            let inspecting = self.mode.as_deref() == Some("inspect");
+            if !inspecting
+                && format!("{rest:?}") != format!("{:?}", inspect::InspectConfig::default())
+            {
+                notes.push(format!(
+                    "route {}: [route.inspect] applies to mode = \"inspect\" only: this route \
+                     is passthrough, so its rules, budgets and compression settings do not run",
+                    self.name()
+                ));
+            }
+            if i.client_level.is_some() && i.client_threshold.is_none() {
+                notes.push(format!(
+                    "route {}: [route.inspect] client-level is the level of client-threshold's \
+                     compression, and no client-threshold is set: it does nothing",
+                    self.name()
+                ));
+            }
+        }
+        notes
     }
 
     fn route(&self) -> Result<Route, String> {
@@ -730,7 +755,8 @@ fn reload(
     match handle.reload(settings) {
         Ok(r) => {
             let mut need_restart = r.need_restart;
-            if merged.threads != threads {
+            // 0 and absent both mean one a core.
+            if merged.threads.unwrap_or(0) != threads.unwrap_or(0) {
                 need_restart.push("threads");
             }
             // The settings a reload cannot apply first, the summary last (a reader waiting
@@ -991,6 +1017,29 @@ upstreams = ["127.0.0.1:25568"]
         args.prefix_v4 = Some(0);
         args.prefix_v6 = Some(129);
         assert!(args.settings().unwrap_err().contains("prefix-v6"));
+    }
+
+    /// Inspect settings that cannot take effect are noted: a `[route.inspect]` table on a
+    /// passthrough route, and a client-level without a client-threshold.
+    #[test]
+    fn inspect_settings_that_do_nothing_are_noted() {
+        let notes = |extra: &str| -> Vec<String> {
+            let text =
+                format!("[[route]]\nhosts = [\"a.test\"]\nupstreams = [\"127.0.0.1:1\"]\n{extra}");
+            let file: ProxyArgs = toml::from_str(&text).unwrap();
+            file.settings().unwrap();
+            file.notes()
+        };
+        let rule = "[[route.inspect.rule]]\nstate = \"play\"\ndirection = \"serverbound\"\nid = 7\naction = \"deny\"\n";
+        let n = notes(rule);
+        assert!(n.len() == 1 && n[0].contains("passthrough"), "{n:?}");
+        assert!(notes(&format!("mode = \"inspect\"\n{rule}")).is_empty());
+        let n = notes("mode = \"inspect\"\n[route.inspect]\nclient-level = \"best\"\n");
+        assert!(n.len() == 1 && n[0].contains("client-threshold"), "{n:?}");
+        assert!(
+            notes("mode = \"inspect\"\n[route.inspect]\nclient-threshold = 256\nclient-level = \"best\"\n")
+                .is_empty()
+        );
     }
 
     /// `unknown-version` is a route key in either mode; the older `[route.inspect]` place is

@@ -212,7 +212,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_per_source: u32,
     /// Connections one network may hold on the authentication server (per worker), and
-    /// WebSockets (per WebSocket listener, at most a sixteenth of --ws-max-connections), its
+    /// WebSockets (per WebSocket listener, at most a sixteenth of --ws-max-connections or
+    /// --max-per-source, whichever is more), its
     /// sources together: a network is an IPv4 /24 or an IPv6 /48. The secure server's UDP
     /// workers have no such limit (a connection there needs a ticket); its WebSocket listener
     /// does (a WebSocket holds its slot before the ticket). At least 1.
@@ -267,6 +268,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if args.version == VersionArg::Lite {
+        // A usage error, told before anything is read.
+        eprintln!("wirekit nex serve: Lite rides WebSocket or TLS, not UDP: choose v0 or v1");
+        return ExitCode::from(2);
+    }
     let accounts = match wirekit_nex::Accounts::load(&args.accounts) {
         Ok(a) => a,
         Err(e) => {
@@ -294,10 +300,6 @@ fn serve(args: ServeArgs) -> ExitCode {
             "the descriptor limit is below two WebSocket listeners' --ws-max-connections: \
              accepts past it fail (EMFILE)"
         );
-    }
-    if args.version == VersionArg::Lite {
-        eprintln!("wirekit nex serve: Lite rides WebSocket or TLS, not UDP: choose v0 or v1");
-        return ExitCode::FAILURE;
     }
     let mut worker = wirekit_nex::WorkerConfig::default();
     worker.limits.max_connections = args.max_connections;
