@@ -257,6 +257,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let n: f64 = n
                 .parse()
                 .map_err(|_| format!("--minutes {n}: not a number"))?;
+            // libFuzzer reads -max_total_time=0 as no limit: a campaign runs at least a second.
+            if n.is_nan() || n * 60.0 < 1.0 {
+                return Err(format!("--minutes {n}: at least a second (1/60)"));
+            }
             minutes = Some(n);
         } else if let Ok(s) = a.parse::<u64>() {
             seconds = s;
@@ -435,14 +439,23 @@ fn fuzz_for(bin: &Path, target: &str, seconds: u64) -> Result<(RunStats, bool), 
             stats.executions = stats.executions.max(execs);
             stats.cov = stats.cov.max(cov);
             stats.ft = stats.ft.max(ft);
-        } else if let Some(n) = line.strip_prefix("stat::number_executed_units:") {
-            stats.executions = n.trim().parse().unwrap_or(stats.executions);
+        } else if let Some(n) = final_executions(&line) {
+            stats.executions = n;
         }
     }
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {target}: {e}"))?;
     Ok((stats, status.success()))
+}
+
+/// The executions in libFuzzer's final statistics (`-print_final_stats=1`, printed by a
+/// crashed run too, whose last progress line may be well before the crash).
+fn final_executions(line: &str) -> Option<u64> {
+    line.strip_prefix("stat::number_of_executed_units:")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Minimizes the corpus of `target` into a fresh directory and puts it in place.
@@ -495,11 +508,13 @@ fn campaign(run_these: &[String], seconds: u64) -> Result<(), String> {
         } else {
             dir_size(&artifacts).0.saturating_sub(before).max(1)
         };
-        if ok {
-            minimize(&bin, t)?;
+        // The run is recorded whatever the merge does (a failed merge is reported after).
+        let merged = if ok {
+            minimize(&bin, t)
         } else {
             crashed.push(t.clone());
-        }
+            Ok(())
+        };
         let (corpus_files, corpus_bytes) = dir_size(&corpus_dir(t)?);
         let row = Row {
             date,
@@ -519,6 +534,7 @@ fn campaign(run_these: &[String], seconds: u64) -> Result<(), String> {
         };
         append_row(&row)?;
         println!("<== campaign {t}: {}", row.to_tsv());
+        merged?;
     }
     write_report()?;
     if crashed.is_empty() {
@@ -814,6 +830,19 @@ mod tests {
         let m = "[package]\nname = \"wirekit-fuzz\"\n\n[[bin]]\nname = \"a\"\npath = \"x\"\n\n\
                  [dependencies]\nname = \"no\"\n[[bin]]\npath = \"y\"\nname = \"b_c\"\n";
         assert_eq!(bin_names(m), ["a", "b_c"]);
+    }
+
+    #[test]
+    fn final_statistics() {
+        assert_eq!(
+            final_executions("stat::number_of_executed_units: 4042192"),
+            Some(4042192)
+        );
+        assert_eq!(
+            final_executions("stat::average_exec_per_sec:     2245"),
+            None
+        );
+        assert_eq!(final_executions("stat::number_executed_units: 5"), None);
     }
 
     #[test]
