@@ -261,6 +261,12 @@ pub async fn relay(
         let mut watch = Idle::new(idle);
         let check = tokio::time::sleep_until(watch.next());
         tokio::pin!(check);
+        // After a write to the upstream fails, the clientbound direction drains what the
+        // upstream sent before it went (a kick's Disconnect, queued before its reset) for at
+        // most this long.
+        let mut draining = false;
+        let drain = tokio::time::sleep(std::time::Duration::ZERO);
+        tokio::pin!(drain);
         loop {
             tokio::select! {
                 e = &mut up, if up_end.is_none() => {
@@ -276,6 +282,7 @@ pub async fn relay(
                     down_end = Some(e);
                 }
                 _ = shutdown.cancelled() => break RelayEnd::Shutdown,
+                () = &mut drain, if draining => break first_eof.unwrap_or(RelayEnd::UpstreamError),
                 () = &mut check, if watch.armed() => {
                     let moved =
                         up_total.load(Ordering::Relaxed) + down_total.load(Ordering::Relaxed);
@@ -294,6 +301,16 @@ pub async fn relay(
                 (Some(DirEnd::ReadError), _) | (_, Some(DirEnd::WriteError)) => {
                     break first_eof.unwrap_or(RelayEnd::ClientError);
                 }
+                // The upstream is gone (it closed, or reset, while the client still sent):
+                // what it sent first still goes to the client, whose direction ends at the
+                // upstream's end of stream or error, right after those bytes.
+                (Some(DirEnd::WriteError), None) if !draining => {
+                    draining = true;
+                    drain
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + UPSTREAM_GONE_DRAIN.min(idle));
+                }
+                (Some(DirEnd::WriteError), None) => {}
                 (Some(DirEnd::WriteError), _) | (_, Some(DirEnd::ReadError)) => {
                     break first_eof.unwrap_or(RelayEnd::UpstreamError);
                 }
@@ -315,6 +332,9 @@ pub async fn relay(
         spliced: up_spliced.load(Ordering::Relaxed) && down_spliced.load(Ordering::Relaxed),
     }
 }
+
+/// How long the clientbound direction may still run after a write to the upstream failed.
+const UPSTREAM_GONE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One direction: splice where possible, else copy; at the source's end, shut the
 /// destination's write half down, unless the other direction's source ended first (`ended`:

@@ -757,6 +757,60 @@ fn an_upstream_reset_mid_stream_closes_the_client_and_is_counted() {
     assert_eq!(got, sent);
 }
 
+/// An upstream that writes a kick and resets while the client is still sending: the kick
+/// reaches the client whole before the close. (Before, the relay ended at the failed write
+/// toward the upstream, and the clientbound bytes not yet relayed were dropped, whichever
+/// of the two directions the relay happened to look at first.)
+#[test]
+fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&format!(
+        "[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\n"
+    ));
+    let sent = login_bytes("kick.test", "Jo");
+    for round in 0..8u8 {
+        let mut client = connect_from(70 + round, proxy.addr);
+        client.write_all(&sent).unwrap();
+        let mut up = accept_within(&listener);
+        let mut got = vec![0u8; sent.len()];
+        up.set_read_timeout(Some(WAIT)).unwrap();
+        up.read_exact(&mut got).unwrap();
+        // The client keeps sending (movement, say) until its connection fails.
+        let mut writer = client.try_clone().unwrap();
+        let sender = thread::spawn(move || {
+            let chunk = [0x42u8; 512];
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until && writer.write_all(&chunk).is_ok() {
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+        thread::sleep(Duration::from_millis(50));
+        let kick = faults::numbered_payload(7, u32::from(round), 3000);
+        up.write_all(&kick).unwrap();
+        reset(up);
+        client.set_read_timeout(Some(WAIT)).unwrap();
+        let mut relayed = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match client.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => relayed.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        assert!(
+            relayed == kick,
+            "round {round}: {} of the kick's {} bytes reached the client",
+            relayed.len(),
+            kick.len()
+        );
+        drop(client);
+        sender.join().unwrap();
+    }
+}
+
 /// The protocol of 1.21.4, whose Encryption Request carries `should_authenticate`.
 const PROTOCOL_1_21_4: i32 = 769;
 
