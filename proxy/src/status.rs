@@ -54,12 +54,20 @@ pub(crate) fn fallback_hold(s: &Settings, r: &Route) -> Duration {
     FALLBACK_HOLD.max(fetch_deadline(s, r))
 }
 
-/// The cache key of a client's protocol number: a release the tables know, or `-1` (what a
-/// client that only probes sends), is its own key; every other number (snapshots, numbers a
-/// client made up) shares one, so a flood of made-up numbers neither misses the cache each
-/// time nor pushes the real versions' answers out.
+/// Protocol numbers just past the newest release the tables know, keyed apart: the next
+/// releases (a release adds one to three), whose clients must not be shown each other's
+/// version answer (an upstream such as Velocity echoes the client's number).
+const NEWER_KEYED: i32 = 16;
+
+/// The cache key of a client's protocol number: a release the tables know, one of the
+/// [`NEWER_KEYED`] numbers past the newest, or `-1` (what a client that only probes sends),
+/// is its own key; every other number (snapshots, numbers a client made up) shares one, so a
+/// flood of made-up numbers neither misses the cache each time nor pushes the real versions'
+/// answers out (at most `NEWER_KEYED` more keys a route and host).
 pub(crate) fn protocol_key(protocol: i32) -> i32 {
-    if protocol == -1 || wirekit_core::minecraft::ids::is_release(protocol) {
+    use wirekit_core::minecraft::ids::{NEWEST, is_release};
+    let newer = protocol > NEWEST && protocol <= NEWEST + NEWER_KEYED;
+    if protocol == -1 || newer || is_release(protocol) {
         protocol
     } else {
         OTHER_PROTOCOL
@@ -573,6 +581,19 @@ mod tests {
         assert_eq!(c.get(0, -1, &h, ttl).as_deref(), Some("probe"));
         assert_eq!(c.entries.lock().unwrap().len(), 3);
         assert_eq!(c.get(0, 47, &h, ttl), None, "each release apart");
+        // The releases after this build's newest are keyed apart too (their clients are not
+        // shown each other's version), up to NEWER_KEYED of them.
+        use wirekit_core::minecraft::ids::NEWEST;
+        c.put(0, NEWEST + 1, &h, "next".into());
+        c.put(0, NEWEST + 2, &h, "after".into());
+        assert_eq!(c.get(0, NEWEST + 1, &h, ttl).as_deref(), Some("next"));
+        assert_eq!(c.get(0, NEWEST + 2, &h, ttl).as_deref(), Some("after"));
+        assert_eq!(c.get(0, NEWEST + 3, &h, ttl), None);
+        assert_eq!(
+            c.get(0, NEWEST + NEWER_KEYED + 1, &h, ttl).as_deref(),
+            Some("flood"),
+            "past them, the shared key"
+        );
     }
 
     /// The hosts a route names exactly are keyed apart; every host under its wildcards (or on
