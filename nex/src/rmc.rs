@@ -142,9 +142,42 @@ impl Default for Dispatcher {
     }
 }
 
+thread_local! {
+    /// Set while a protocol's call runs under [`Dispatcher::dispatch`]'s `catch_unwind`.
+    static IN_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs, once, a panic hook that stays quiet for a panic inside a protocol's call (the
+/// dispatcher logs it, rate-limited, with its message) and hands every other panic to the
+/// hook that was there before.
+fn quiet_panics_in_calls() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_CALL.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// A panic's message, if it is text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not text)")
+}
+
 impl Dispatcher {
-    /// No protocols, packed RMC, 64 KiB messages.
+    /// No protocols, packed RMC, 64 KiB messages. The first one made installs a panic hook
+    /// that keeps a panic inside a protocol's call off stderr (each is logged, rate-limited,
+    /// by the dispatcher instead, a client that can trigger one being able to repeat it); any
+    /// other panic goes to the hook installed before.
     pub fn new() -> Self {
+        quiet_panics_in_calls();
         Dispatcher {
             protocols: Vec::new(),
             format: RmcFormat::Packed,
@@ -229,19 +262,28 @@ impl Dispatcher {
                 // A protocol's bug ends its call, not the worker (and with it every
                 // connection of both servers): a library user's protocols run here too.
                 let body = &mut out[header..];
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.call(&call, body)))
-                {
+                IN_CALL.with(|c| c.set(true));
+                let caught =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.call(&call, body)));
+                IN_CALL.with(|c| c.set(false));
+                match caught {
                     Ok(reply) => reply,
-                    Err(_) => {
+                    Err(payload) => {
                         self.panics += 1;
                         if let wirekit_core::limit::LogDecision::Log { suppressed } =
                             self.panic_logs.check(call.now)
                         {
+                            let text = panic_text(&*payload);
+                            let cut = (0..=text.len().min(200))
+                                .rev()
+                                .find(|&i| text.is_char_boundary(i))
+                                .unwrap_or(0);
                             tracing::error!(
                                 protocol,
                                 method,
                                 peer = %call.peer,
                                 suppressed,
+                                panic = &text[..cut],
                                 "an RMC call panicked: answered Core::Unknown"
                             );
                         }

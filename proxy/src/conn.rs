@@ -634,7 +634,10 @@ async fn legacy_kick<'a>(
         port,
         next_state: NextState::Status,
     };
-    for rule in [&r.handshake, &r.inspect.handshake] {
+    // The route's handshake rule, and on an inspect route its inspect rule too, as for a
+    // modern handshake.
+    let inspect = (r.mode == Mode::Inspect).then_some(&r.inspect.handshake);
+    for rule in std::iter::once(&r.handshake).chain(inspect) {
         if let Err(refusal) = rule.check(&before_1_7) {
             return Err(CloseReason::HandshakeRefused(refusal).label());
         }

@@ -238,6 +238,7 @@ pub async fn relay(
     let up_spliced = AtomicBool::new(true);
     let down_spliced = AtomicBool::new(true);
     let ended = [AtomicBool::new(false), AtomicBool::new(false)];
+    let mut draining = false;
     let end = {
         let up = direction(
             &mut client_r,
@@ -264,7 +265,6 @@ pub async fn relay(
         // After a write to the upstream fails, the clientbound direction drains what the
         // upstream sent before it went (a kick's Disconnect, queued before its reset) for at
         // most this long.
-        let mut draining = false;
         let drain = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(drain);
         loop {
@@ -295,6 +295,10 @@ pub async fn relay(
             match (&up_end, &down_end) {
                 (Some(DirEnd::Budget), _) => break RelayEnd::Budget(Direction::Serverbound),
                 (_, Some(DirEnd::Budget)) => break RelayEnd::Budget(Direction::Clientbound),
+                // The upstream went first: however the drain ends, the end is the upstream's.
+                (Some(DirEnd::WriteError), Some(_)) if draining => {
+                    break first_eof.unwrap_or(RelayEnd::UpstreamError);
+                }
                 // A failure after an end of stream (writing to a client that closed both
                 // halves after its FIN, say) is that end's consequence: the end is reported,
                 // as the inspect relay does.
@@ -321,6 +325,19 @@ pub async fn relay(
             }
         }
     };
+    if draining {
+        // The client still sent when the upstream went: what it sent since is read and
+        // dropped until it closes (within the drain's bound), after a FIN behind the bytes
+        // just relayed, so that the close is no reset over unread bytes, which would drop
+        // whatever of those the socket had not yet sent.
+        let linger = UPSTREAM_GONE_DRAIN.min(idle);
+        let _ = tokio::time::timeout(linger, async {
+            let _ = client.shutdown().await;
+            let mut scratch = vec![0u8; 4096];
+            while let Ok(1..) = client.read(&mut scratch).await {}
+        })
+        .await;
+    }
     // No shutdown(2) when the halves drop: close(2) sends the FIN (or a reset where unread
     // bytes remain), as the close after a drop-time shutdown did. A direction that ended shut
     // its destination down already unless the other had ended first; one that did not end is

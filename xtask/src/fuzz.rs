@@ -159,7 +159,11 @@ pub fn smoke() -> Result<(), String> {
         let seeded = dir_size(&corpus_dir(t)?).0;
         let passes = [
             (0, MAX_LEN, None),
-            (u64::from(SMOKE_RUNS) + seeded, SMOKE_MAX_LEN, Some("-seed=1")),
+            (
+                u64::from(SMOKE_RUNS) + seeded,
+                SMOKE_MAX_LEN,
+                Some("-seed=1"),
+            ),
         ];
         let skip = usize::from(seeds.is_none());
         for &(runs, max_len, seed) in &passes[skip..] {
@@ -196,7 +200,9 @@ pub fn smoke() -> Result<(), String> {
         rows.push((t.clone(), took));
     }
     let ran = run_start.elapsed().as_secs_f64();
-    println!("\n| fuzz target ({SMOKE_RUNS} mutations past the corpus, seed 1) | seconds |\n|---|---:|");
+    println!(
+        "\n| fuzz target ({SMOKE_RUNS} mutations past the corpus, seed 1) | seconds |\n|---|---:|"
+    );
     for (t, s) in &rows {
         println!("| {t} | {s:.1} |");
     }
@@ -496,6 +502,7 @@ fn campaign(run_these: &[String], seconds: u64) -> Result<(), String> {
         .unwrap_or_else(|| "unknown".to_owned());
     let bin = build(run_these)?;
     let mut crashed = Vec::new();
+    let mut merge_failed = Vec::new();
     for t in run_these {
         let date = output("date", &["-u", "+%Y-%m-%d"])
             .map(|s| s.trim().to_owned())
@@ -537,16 +544,28 @@ fn campaign(run_these: &[String], seconds: u64) -> Result<(), String> {
         };
         append_row(&row)?;
         println!("<== campaign {t}: {}", row.to_tsv());
-        merged?;
+        if let Err(e) = merged {
+            merge_failed.push(format!("{t}: {e}"));
+        }
     }
     write_report()?;
-    if crashed.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
+    let mut errors = Vec::new();
+    if !crashed.is_empty() {
+        errors.push(format!(
             "crash in {}: the inputs are in fuzz/artifacts/",
             crashed.join(", ")
-        ))
+        ));
+    }
+    if !merge_failed.is_empty() {
+        errors.push(format!(
+            "corpus merge failed (the runs are recorded, their corpora as they ran): {}",
+            merge_failed.join("; ")
+        ));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
     }
 }
 
