@@ -351,7 +351,7 @@ pub async fn relay(
 }
 
 /// How long the clientbound direction may still run after a write to the upstream failed.
-const UPSTREAM_GONE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const UPSTREAM_GONE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One direction: splice where possible, else copy; at the source's end, shut the
 /// destination's write half down, unless the other direction's source ended first (`ended`:

@@ -622,6 +622,59 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
     assert!(line.contains("reason=\"client_closed\""), "{line}");
 }
 
+/// In play, an upstream that writes a kick (a Disconnect) and resets while the client is
+/// still sending: the kick reaches the client whole before the close. Before, the relay ended
+/// at the failed write toward the upstream and dropped the kick in some rounds.
+#[test]
+fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    use wirekit_tests::mcproxy_process::{login_success, reset};
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("kick", port, ""));
+    for round in 0..6u8 {
+        let (mut client, mut up) = logged_in_through(&proxy, &listener, "kick", 90 + round);
+        up.write_all(&login_success("Tester")).unwrap();
+        assert_eq!(read_frames(&mut client, 1).len(), 1);
+        // The client keeps sending play packets until its connection fails.
+        let mut writer = client.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            let packet = frame(&[[0x03u8].as_slice(), &[b'm'; 200]].concat());
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until && writer.write_all(&packet).is_ok() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // Play's Disconnect (1.12.2: 0x1A) with a JSON reason.
+        let reason = format!("{{\"text\":\"server restarting {round}\"}}");
+        let mut body = vec![0x1Au8, reason.len() as u8];
+        body.extend_from_slice(reason.as_bytes());
+        let kick = frame(&body);
+        up.write_all(&kick).unwrap();
+        reset(up);
+        let mut relayed = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match client.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => relayed.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        assert!(
+            relayed == kick,
+            "round {round}: the client got {relayed:02x?}, not the kick"
+        );
+        drop(client);
+        sender.join().unwrap();
+    }
+}
+
 /// The upstream's Encryption Request reaches the client and the connection stays parsed;
 /// the client's Encryption Response makes it opaque (the client's encrypted bytes after it in
 /// the same write relayed as they are), and a client that then half-closes still gets every

@@ -836,6 +836,12 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         let mut watch = crate::relay::Idle::new(self.idle);
         let check = tokio::time::sleep_until(watch.next());
         tokio::pin!(check);
+        // After a write to the upstream fails, what the upstream sent before it went (a
+        // kick's Disconnect, queued before its reset) is still judged and relayed, for at most
+        // the byte relay's drain.
+        let mut draining = false;
+        let drain = tokio::time::sleep(std::time::Duration::ZERO);
+        tokio::pin!(drain);
         loop {
             let [s_side, c_side] = &mut self.sides;
             let (s_open, c_open) = (!s_side.ended, !c_side.ended);
@@ -847,6 +853,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     (Direction::Clientbound, io)
                 }
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
+                () = &mut drain, if draining => return InspectEnd::UpstreamError,
                 () = &mut check, if watch.armed() => {
                     // Forwarded bytes, and the upstream's reads: the client's bytes read into
                     // a frame that never completes are no progress (a client trickling one
@@ -892,6 +899,17 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 (Direction::Serverbound, Io::ReadFailed)
                 | (Direction::Clientbound, Io::WriteFailed) => {
                     return first_end.unwrap_or(InspectEnd::ClientError);
+                }
+                (Direction::Serverbound, Io::WriteFailed)
+                    if first_end.is_none() && !self.sides[Direction::Clientbound.index()].ended =>
+                {
+                    // The upstream went while the client still sent: the client's bytes go
+                    // nowhere now; the upstream's last ones still go to the client.
+                    self.sides[Direction::Serverbound.index()].ended = true;
+                    draining = true;
+                    let bound = crate::relay::UPSTREAM_GONE_DRAIN.min(self.idle);
+                    drain.as_mut().reset(tokio::time::Instant::now() + bound);
+                    continue;
                 }
                 (Direction::Clientbound, Io::ReadFailed)
                 | (Direction::Serverbound, Io::WriteFailed) => {
