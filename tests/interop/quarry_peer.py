@@ -7,8 +7,38 @@
 THRESHOLD < 0 means the uncompressed format.
 """
 import sys
+import zlib
 
 from quarry.types.buffer import Buffer1_7
+
+
+def varint(data, at):
+    """A VarInt at data[at:]: (value, bytes read)."""
+    value = 0
+    for i in range(5):
+        b = data[at + i]
+        value |= (b & 0x7F) << (7 * i)
+        if not b & 0x80:
+            return value, i + 1
+    raise ValueError("VarInt longer than 5 bytes")
+
+
+def check_data_lengths(data, threshold):
+    """What quarry's unpack_packet reads and drops: each frame's Data Length must be its body's
+    inflated length (at least the threshold), or 0 for a body sent as is below the threshold."""
+    at = 0
+    while at < len(data):
+        length, n = varint(data, at)
+        body = data[at + n : at + n + length]
+        at += n + length
+        declared, m = varint(body, 0)
+        if declared == 0:
+            if len(body) - m >= threshold:
+                raise ValueError(f"{len(body) - m} bytes sent uncompressed at threshold {threshold}")
+        else:
+            inflated = zlib.decompress(body[m:])
+            if declared != len(inflated) or declared < threshold:
+                raise ValueError(f"Data Length {declared}, inflated {len(inflated)}")
 
 
 def main():
@@ -22,7 +52,10 @@ def main():
         )
         sys.stdout.write(out.hex() + "\n")
     elif mode == "decode":
-        buff = Buffer1_7(bytes.fromhex("".join(text.split())))
+        data = bytes.fromhex("".join(text.split()))
+        if threshold >= 0:
+            check_data_lengths(data, threshold)
+        buff = Buffer1_7(data)
         lines = []
         while len(buff) > 0:
             packet = buff.unpack_packet(Buffer1_7, threshold)

@@ -142,6 +142,18 @@ impl Haproxy {
     /// early, saying so) returned with its log lines.
     fn launch(config: &HaproxyConfig) -> Option<Result<Haproxy, Vec<String>>> {
         let bin = peers::program("haproxy")?;
+        // The tests (and the README) describe HAProxy 2.6's behaviour, Debian bookworm's:
+        // another series is another peer.
+        let version = Command::new(&bin)
+            .arg("-v")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        assert!(
+            version.contains("version 2.6."),
+            "the tests expect HAProxy 2.6, found: {}",
+            version.lines().next().unwrap_or("nothing")
+        );
         let ports = config.frontend_ports();
         let path = std::env::temp_dir().join(format!(
             "wirekit-haproxy-{}-{}.cfg",

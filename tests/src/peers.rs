@@ -135,6 +135,12 @@ fn run_mc_peer(peer: McPeer, mode: &str, threshold: i32, stdin: &str) -> Option<
     writer.join().expect("stdin writer");
     let (stdout, stderr) = readers.join();
     assert!(status.success(), "{peer:?} {mode} failed: {stderr}");
+    // minecraft-protocol's decompressor reports a stream that does not inflate, or a Data
+    // Length that is not the inflated length, on stderr and goes on: anything there fails.
+    assert!(
+        stderr.trim().is_empty(),
+        "{peer:?} {mode} reported on stderr: {stderr}"
+    );
     Some(stdout)
 }
 

@@ -746,12 +746,18 @@ fn nintendoclients_client_against_server_connection() {
                 }
             }
         }
-        let output = child.wait_with_output().unwrap();
+        // Bounded: a peer stuck in its connect or disconnect must not hold CI.
+        let output = wirekit_tests::nex_process::wait_output(
+            child,
+            std::time::Duration::from_secs(30),
+            "the NintendoClients client",
+        );
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stdout.contains("ok"),
-            "v{version}: client failed:\n{stdout}\n{stderr}"
+            output.status.success() && stdout.contains("ok"),
+            "v{version}: client failed ({}):\n{stdout}\n{stderr}",
+            output.status
         );
         assert_eq!(echoed, 6, "v{version}");
         // The 1301- and 4000-byte messages come in 2 and 4 fragments at once.
