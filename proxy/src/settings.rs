@@ -521,6 +521,14 @@ impl Settings {
         let mut names = HashSet::new();
         let mut defaults = 0;
         for route in &self.routes {
+            // The labels the proxy gives connections before (or without) a route.
+            if ["none", "unknown"].contains(&route.name.as_str()) {
+                return Err(SettingsError::new(format!(
+                    "route name {:?} is the metrics' label for connections without a route: \
+                     name the route otherwise",
+                    route.name
+                )));
+            }
             if !names.insert(route.name.as_str()) {
                 return Err(SettingsError::new(format!(
                     "route name {:?} is on two routes (logs and metrics would merge them)",
@@ -776,5 +784,15 @@ mod tests {
         assert!(two.check().is_err());
         two.routes.iter_mut().for_each(|r| r.default = true);
         assert!(two.check().unwrap_err().to_string().contains("default"));
+        // The metrics' own labels for connections without a route are no route's name.
+        for reserved in ["none", "unknown"] {
+            let mut r = route(&["a.example"]);
+            r.name = reserved.into();
+            let s = Settings {
+                routes: vec![r],
+                ..Settings::default()
+            };
+            assert!(s.check().unwrap_err().to_string().contains("label"));
+        }
     }
 }

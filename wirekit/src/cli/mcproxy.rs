@@ -64,7 +64,7 @@ pub struct ProxyArgs {
     /// PROXY policy for peers outside --trusted (default REJECT).
     #[arg(long)]
     pub untrusted_proxy_protocol: Option<String>,
-    /// Largest PROXY header accepted, in bytes (default 4096).
+    /// Largest PROXY header accepted, in bytes (default 4096; at least 107, v1's longest).
     #[arg(long)]
     pub max_proxy_header: Option<usize>,
     /// New connections per client address at once (default 20; 0: no limit).
@@ -503,9 +503,18 @@ impl ProxyArgs {
         )
         .map_err(|e| e.to_string())?
         .with_limits(Limits {
-            max_header_len: self
-                .max_proxy_header
-                .unwrap_or(Limits::DEFAULT_MAX_HEADER_LEN),
+            max_header_len: match self.max_proxy_header {
+                // Below a v1 line's longest, valid headers would be refused as too long (0
+                // is no "no limit" here: every header would be).
+                Some(n) if n < wirekit_core::proxy::v1::MAX_LEN => {
+                    return Err(format!(
+                        "max-proxy-header {n}: at least {} (the longest v1 header)",
+                        wirekit_core::proxy::v1::MAX_LEN
+                    ));
+                }
+                Some(n) => n,
+                None => Limits::DEFAULT_MAX_HEADER_LEN,
+            },
         });
         let rate = |burst: Option<u32>, rate: Option<f64>, d: RateLimit, name: &str| {
             Ok::<_, String>(RateLimit {
@@ -981,6 +990,20 @@ upstreams = ["127.0.0.1:25568"]
         args.default_route = None;
         assert_eq!(args.settings().unwrap().routes.len(), 3);
         assert!(args.notes().is_empty());
+    }
+
+    /// A PROXY header limit below v1's longest line is refused (it would refuse valid headers).
+    #[test]
+    fn a_proxy_header_limit_below_v1s_longest_is_refused() {
+        let mut args = ProxyArgs {
+            max_proxy_header: Some(0),
+            ..ProxyArgs::default()
+        };
+        assert!(args.settings().unwrap_err().contains("max-proxy-header"));
+        args.max_proxy_header = Some(106);
+        assert!(args.settings().is_err());
+        args.max_proxy_header = Some(107);
+        assert!(args.settings().is_ok());
     }
 
     /// A policy that reads PROXY headers from everyone (no trusted network) is noted: any

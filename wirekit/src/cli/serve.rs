@@ -65,8 +65,8 @@ pub struct ServeArgs {
     /// PROXY policy for peers outside --trusted.
     #[arg(long, default_value = "REJECT")]
     pub untrusted_proxy_protocol: Policy,
-    /// Largest PROXY header accepted, in bytes.
-    #[arg(long, default_value_t = Limits::DEFAULT_MAX_HEADER_LEN)]
+    /// Largest PROXY header accepted, in bytes (at least 107, v1's longest).
+    #[arg(long, default_value_t = Limits::DEFAULT_MAX_HEADER_LEN, value_parser = max_proxy_header)]
     pub max_proxy_header: usize,
     /// Worker threads (0: one per core; 1: a single-threaded runtime; at most 1024).
     #[arg(long, default_value_t = 0, value_parser = threads)]
@@ -270,6 +270,16 @@ fn at_least_one(text: &str) -> Result<usize, String> {
 pub(crate) const MAX_THREADS: usize = 1024;
 
 /// A `--threads` value: 0 to [`MAX_THREADS`].
+/// `--max-proxy-header`: at least v1's longest line (below it valid headers are refused).
+fn max_proxy_header(text: &str) -> Result<usize, String> {
+    let n: usize = text.parse().map_err(|e| format!("{e}"))?;
+    let least = wirekit_core::proxy::v1::MAX_LEN;
+    if n < least {
+        return Err(format!("at least {least} (the longest v1 header)"));
+    }
+    Ok(n)
+}
+
 pub(crate) fn threads(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if n <= MAX_THREADS => Ok(n),
