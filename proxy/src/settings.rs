@@ -557,8 +557,26 @@ impl Settings {
                 )));
             }
             defaults += usize::from(route.default);
+            // A handshake bound shorter than a host the route names would refuse every
+            // handshake naming it (a wildcard's hosts are at least a label longer).
+            let mut bounds = vec![route.handshake.max_host_len];
+            if route.mode == Mode::Inspect {
+                bounds.push(route.inspect.handshake.max_host_len);
+            }
+            let max_host_len = bounds.into_iter().min().unwrap_or(u16::MAX);
             for h in &route.hosts {
                 let pattern = HostPattern::parse(h)?;
+                let shortest = match &pattern {
+                    HostPattern::Exact(name) => name.encode_utf16().count(),
+                    HostPattern::Suffix(suffix) => suffix.encode_utf16().count() + 1,
+                };
+                if shortest > usize::from(max_host_len) {
+                    return Err(SettingsError::new(format!(
+                        "route {}: host {h:?} is longer than the route's handshake max-host-len \
+                         {max_host_len}: every handshake naming it would be refused",
+                        route.name
+                    )));
+                }
                 if !seen.insert(pattern) {
                     return Err(SettingsError::new(format!("host {h:?} is on two routes")));
                 }
@@ -784,6 +802,14 @@ mod tests {
         assert!(two.check().is_err());
         two.routes.iter_mut().for_each(|r| r.default = true);
         assert!(two.check().unwrap_err().to_string().contains("default"));
+        // A handshake bound shorter than the route's own host.
+        let mut r = route(&["play.example.com"]);
+        r.handshake.max_host_len = 8;
+        let s = Settings {
+            routes: vec![r],
+            ..Settings::default()
+        };
+        assert!(s.check().unwrap_err().to_string().contains("max-host-len"));
         // The metrics' own labels for connections without a route are no route's name.
         for reserved in ["none", "unknown"] {
             let mut r = route(&["a.example"]);
