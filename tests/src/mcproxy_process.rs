@@ -512,6 +512,21 @@ impl Session {
 }
 
 /// Closes `s` with an RST (SO_LINGER 0), not a FIN.
+/// Everything `s` receives until the peer closes it (an end of stream or a reset), within
+/// its read timeout (which must be set).
+pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!("reading to the close: {e} after {} bytes", got.len()),
+        }
+    }
+}
+
 pub fn reset(s: TcpStream) {
     let socket = tokio::net::TcpSocket::from_std_stream(s);
     socket.set_zero_linger().expect("SO_LINGER 0");

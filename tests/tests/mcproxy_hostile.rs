@@ -22,8 +22,8 @@ use wirekit_proxy::prelogin::MAX_HANDSHAKE_BODY;
 use wirekit_tests::faults;
 use wirekit_tests::mcproxy_process::{
     McProxy, WAIT, accept_within, connect_from, expect_disconnect, handshake, login_bytes,
-    login_start, node_online_server, node_server, node_sessions, read_packet, reset, status,
-    wait_closed,
+    login_start, node_online_server, node_server, node_sessions, read_packet, read_to_close, reset,
+    status, wait_closed,
 };
 use wirekit_tests::serve_process;
 
@@ -790,16 +790,7 @@ fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
         up.write_all(&kick).unwrap();
         reset(up);
         client.set_read_timeout(Some(WAIT)).unwrap();
-        let mut relayed = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match client.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => relayed.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-                Err(e) => panic!("round {round}: {e}"),
-            }
-        }
+        let relayed = read_to_close(&mut client);
         assert!(
             relayed == kick,
             "round {round}: {} of the kick's {} bytes reached the client",

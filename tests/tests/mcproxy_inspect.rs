@@ -627,9 +627,9 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
 /// at the failed write toward the upstream and dropped the kick in some rounds.
 #[test]
 fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::time::{Duration, Instant};
-    use wirekit_tests::mcproxy_process::{login_success, reset};
+    use wirekit_tests::mcproxy_process::{login_success, read_to_close, reset};
 
     let _turn = turn();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -656,16 +656,7 @@ fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
         let kick = frame(&body);
         up.write_all(&kick).unwrap();
         reset(up);
-        let mut relayed = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match client.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => relayed.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-                Err(e) => panic!("round {round}: {e}"),
-            }
-        }
+        let relayed = read_to_close(&mut client);
         assert!(
             relayed == kick,
             "round {round}: the client got {relayed:02x?}, not the kick"
