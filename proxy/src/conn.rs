@@ -10,6 +10,7 @@ use std::time::Instant;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info, trace};
+use wirekit_core::frame::FrameError;
 use wirekit_core::frame::mc::split_packet;
 use wirekit_core::limit::source::{Admitted, Refusal};
 use wirekit_core::minecraft::Encode;
@@ -337,8 +338,19 @@ async fn run<'a>(
                 return Ended::Refused(reason);
             }
             gauge.set(line.route.unwrap_or("unknown"), ConnState::Status);
-            if let Err(e) = inbound.packet(0x00, MAX_STATUS_REQUEST_BODY).await {
-                return prelogin_end(e);
+            // A Status Request, or a Ping alone (as `mcstatus`'s `ping()` sends, and as the
+            // vanilla server answers): the Pong, and the connection ends.
+            match inbound.next_packet(MAX_PING_BODY).await {
+                Ok((0x00, body)) if body.len() <= MAX_STATUS_REQUEST_BODY => {}
+                Ok((0x00, body)) => {
+                    return prelogin_end(PreloginError::Frame(FrameError::FrameTooLarge {
+                        len: body.len(),
+                        max: MAX_STATUS_REQUEST_BODY,
+                    }));
+                }
+                Ok((Ping::ID, body)) => return answer_ping(&mut inbound, body, s).await,
+                Ok((id, _)) => return prelogin_end(PreloginError::UnexpectedPacket(id)),
+                Err(e) => return prelogin_end(e),
             }
             let json = match (route_index, route) {
                 (Some(i), Some(r)) => {
@@ -373,23 +385,11 @@ async fn run<'a>(
             // The Ping is always the proxy's to answer.
             inbound.discard_consumed();
             inbound.set_deadline(clock::tokio_after(s.handshake_timeout));
-            let ping = match inbound.packet(Ping::ID, MAX_PING_BODY).await {
-                Ok(body) => body,
-                Err(PreloginError::Closed) => return Ended::Left("status"),
-                Err(e) => return prelogin_end(e),
-            };
-            let payload = split_packet(inbound.bytes(ping))
-                .ok()
-                .and_then(|p| Ping::parse(p.data).ok());
-            let Some(pong) = payload else {
-                return Ended::Refused("bad_packet");
-            };
-            let mut out = [0u8; 10];
-            if let Ok(n) = pong.encode_frame(&mut out) {
-                write_within(&mut inbound.stream, &out[..n], s.handshake_timeout).await;
+            match inbound.packet(Ping::ID, MAX_PING_BODY).await {
+                Ok(body) => answer_ping(&mut inbound, body, s).await,
+                Err(PreloginError::Closed) => Ended::Left("status"),
+                Err(e) => prelogin_end(e),
             }
-            let _ = inbound.stream.shutdown().await;
-            Ended::Left("status")
         }
         NextState::Login | NextState::Transfer => {
             let login = match inbound.packet(LoginStart::ID, MAX_LOGIN_START_BODY).await {
@@ -559,6 +559,26 @@ pub(crate) async fn byte_relay(
 
 /// How a pre-login read that failed ends: the client closing or its socket failing is the
 /// client leaving (a `closed` line and `closed_total`); the rest the proxy refused.
+/// Answers the Ping whose frame body is `ping` with its Pong and ends the connection.
+async fn answer_ping(
+    inbound: &mut Inbound,
+    ping: std::ops::Range<usize>,
+    s: &crate::settings::Settings,
+) -> Ended {
+    let payload = split_packet(inbound.bytes(ping))
+        .ok()
+        .and_then(|p| Ping::parse(p.data).ok());
+    let Some(pong) = payload else {
+        return Ended::Refused("bad_packet");
+    };
+    let mut out = [0u8; 10];
+    if let Ok(n) = pong.encode_frame(&mut out) {
+        write_within(&mut inbound.stream, &out[..n], s.handshake_timeout).await;
+    }
+    let _ = inbound.stream.shutdown().await;
+    Ended::Left("status")
+}
+
 fn prelogin_end(e: PreloginError) -> Ended {
     match e {
         PreloginError::Closed | PreloginError::Io(_) => Ended::Left(e.as_str()),

@@ -272,6 +272,19 @@ impl Inbound {
         id: i32,
         max_body: usize,
     ) -> Result<Range<usize>, PreloginError> {
+        let (got, body) = self.next_packet(max_body).await?;
+        if got != id {
+            return Err(PreloginError::UnexpectedPacket(got));
+        }
+        Ok(body)
+    }
+
+    /// Reads the next frame (body at most `max_body`) and returns its packet ID and its body's
+    /// range.
+    pub async fn next_packet(
+        &mut self,
+        max_body: usize,
+    ) -> Result<(i32, Range<usize>), PreloginError> {
         let decoder = FrameDecoder::new().with_max_frame_len(max_body);
         loop {
             match decoder
@@ -284,10 +297,7 @@ impl Inbound {
                     self.pos = end;
                     let packet =
                         split_packet(&self.buf[body.clone()]).map_err(PreloginError::Frame)?;
-                    if packet.id != id {
-                        return Err(PreloginError::UnexpectedPacket(packet.id));
-                    }
-                    return Ok(body);
+                    return Ok((packet.id, body));
                 }
                 Status::Partial(want) => {
                     if self.fill(self.deadline, want).await? == 0 {

@@ -2,8 +2,10 @@
 
     python mcstatus_peer.py status PORT   the modern status and ping (JavaServer.status())
     python mcstatus_peer.py legacy PORT   the legacy 0xFE ping (LegacyServer.status())
+    python mcstatus_peer.py ping PORT     a Ping alone after the handshake (JavaServer.ping())
 
-Prints one JSON object: motd (plain text), version, protocol, online, max.
+Prints one JSON object: motd (plain text), version, protocol, online, max; for `ping`, latency
+(milliseconds).
 """
 import json
 import sys
@@ -11,6 +13,9 @@ import sys
 from mcstatus import JavaServer, LegacyServer
 
 mode, port = sys.argv[1], int(sys.argv[2])
+if mode == "ping":
+    print(json.dumps({"latency": JavaServer("127.0.0.1", port, timeout=5).ping()}))
+    sys.exit(0)
 server = (JavaServer if mode == "status" else LegacyServer)("127.0.0.1", port, timeout=5)
 status = server.status()
 print(json.dumps({

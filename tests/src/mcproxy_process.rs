@@ -439,9 +439,10 @@ pub fn node_online_server(version: &str) -> Option<(Proc, u16)> {
 
 fn node_server_in(mode: &str, version: &str, motd: &str) -> Option<(Proc, u16)> {
     let modules = peers::node_modules()?;
+    let node = peers::node()?;
     // Port 0: the server binds a port the system picks and says which (a port found free
     // here and bound by node seconds later could be taken meanwhile by a parallel test).
-    let mut cmd = Command::new("node");
+    let mut cmd = Command::new(node);
     cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))
         .args([mode, "0", version, motd])
         .env("NODE_PATH", modules);
@@ -457,7 +458,7 @@ fn node_server_in(mode: &str, version: &str, motd: &str) -> Option<(Proc, u16)> 
 /// its handshake, doing `act`: `chat` (it prints `ok Tester` once its chat echo is back) or a
 /// hostile act (`bomb`, `bigdecl`, `flood`; see the script).
 pub fn node_client(proxy: SocketAddr, version: &str, host: &str, from: &str, act: &str) -> Command {
-    let mut cmd = Command::new("node");
+    let mut cmd = Command::new(peers::node().expect("the npm peer is installed"));
     cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))
         .args([
             "client",

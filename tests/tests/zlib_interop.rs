@@ -16,8 +16,8 @@ use wirekit_core::zlib::{
     Compressor, Inflater, Level, WORKSPACE_MCU, WORKSPACE_SERVER, compress_bound,
 };
 use wirekit_tests::peers::{
-    McPeer, PEER_TIMEOUT, drain, hex, node_modules, peer_decode, peer_encode, python, unhex,
-    wait_bounded, workspace_root,
+    McPeer, PEER_TIMEOUT, drain, hex, node, peer_decode, peer_encode, python, unhex, wait_bounded,
+    workspace_root,
 };
 
 const LEVELS: [Level; 8] = Level::ALL;
@@ -86,11 +86,8 @@ fn zlib_peer(peer: ZlibPeer, args: &[&str], lines: &[Vec<u8>]) -> Option<Vec<Vec
     let scripts = workspace_root().join("tests").join("interop");
     let (program, script) = match peer {
         ZlibPeer::Python => (python()?, scripts.join("zlib_peer.py")),
-        // Node's own zlib; the node_modules check only makes sure Node was set up.
-        ZlibPeer::Node => (
-            node_modules().map(|_| PathBuf::from("node"))?,
-            scripts.join("zlib_peer.js"),
-        ),
+        // Node's own zlib, in the pinned Node the npm peers run on.
+        ZlibPeer::Node => (node()?, scripts.join("zlib_peer.js")),
     };
     let mut argv = vec![script.to_string_lossy().into_owned()];
     argv.extend(args.iter().map(|s| s.to_string()));

