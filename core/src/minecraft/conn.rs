@@ -52,7 +52,9 @@
 //! reads the packet in its direction's state (a packet out of place or malformed closes; the
 //! handshake meets its [`HandshakeRule`] here), then the packet rules decide (deny and
 //! too-large close, drop drops), then the filter; only a packet that is forwarded moves the
-//! machine, so a dropped Login Acknowledged leaves the client's side in login.
+//! machine. A packet that changes the framing or a state (Set Compression, Encryption
+//! Request, Login Acknowledged, the configuration switches) cannot be dropped: a drop rule or a
+//! filter's drop of one closes, as a deny would.
 //!
 //! ```
 //! use wirekit_core::minecraft::conn::{ConnConfig, ObservedPacket, ProxyConn, Verdict};
@@ -783,7 +785,14 @@ impl ProxyConn {
             0
         };
         if let Err(trip) = self.meters.charge(dir, now, [1, packet.wire_len, inflated]) {
-            return Verdict::Close(self.close(CloseReason::Budget(trip)));
+            // The client encrypts from its Encryption Response on: no plaintext Disconnect
+            // would reach it readable.
+            let d = if self.is_encryption_response(packet) {
+                None
+            } else {
+                self.disconnect_target()
+            };
+            return self.close_with(CloseReason::Budget(trip), d);
         }
         if packet.id < 0 {
             return Verdict::Close(self.close(CloseReason::NegativePacketId));
@@ -893,10 +902,22 @@ impl ProxyConn {
         }
     }
 
-    /// A close of the handshake itself: a login Disconnect fits when the client asked for
-    /// login (it reads login packets next), nothing for status.
+    /// Whether `p` is the client's Encryption Response the machine waits for.
+    fn is_encryption_response(&self, p: &ObservedPacket<'_>) -> bool {
+        self.awaiting == Awaiting::EncryptionResponse
+            && p.direction == Direction::Serverbound
+            && self.state(Direction::Serverbound) == State::Login
+            && self.ids.identify(State::Login, p.direction, p.id)
+                == Some(KnownPacket::EncryptionResponse)
+    }
+
+    /// The Disconnect of a close on a packet with `effect`: for the handshake itself, a login
+    /// Disconnect when the client asked for login (it reads login packets next), nothing for
+    /// status; none for the client's Encryption Response (it encrypts from that packet on, so
+    /// a plaintext Disconnect would not reach it readable); else the state's.
     fn handshake_disconnect(&self, effect: Effect) -> Option<DisconnectTarget> {
         match effect {
+            Effect::Opaque => None,
             Effect::Handshake(v, NextState::Login | NextState::Transfer) => {
                 Some(DisconnectTarget {
                     state: DisconnectState::Login,
@@ -1512,6 +1533,84 @@ mod tests {
                 "{d:?} {id}: {v:?}"
             );
         }
+        // A close on the Encryption Response itself (a rule, a filter, a budget) has no
+        // Disconnect: the client already encrypts.
+        let deny = [PacketRule {
+            state: State::Login,
+            direction: SB,
+            versions: VersionRange::ALL,
+            ids: IdRange::one(1),
+            action: RuleAction::Deny,
+        }];
+        let bound = [PacketRule {
+            action: RuleAction::MaxLen(4),
+            ..deny[0]
+        }];
+        for list in [&deny, &bound] {
+            let rules = Rules::new(HandshakeRule::ANY, list);
+            let mut c = start();
+            let v = c.handle(&rules, &pkt(SB, 1, b"response"), T0);
+            let Verdict::Close(close) = v else {
+                panic!("{v:?}")
+            };
+            assert_eq!(close.disconnect, None, "{:?}", close.reason);
+        }
+        struct CloseAll;
+        impl Filter for CloseAll {
+            fn filter(&mut self, _: &PacketView<'_>, _: &mut [u8]) -> FilterAction {
+                FilterAction::Close
+            }
+        }
+        let mut c = start();
+        let v = c.handle_filtered(
+            &Rules::new(HandshakeRule::ANY, &[]),
+            &pkt(SB, 1, b"response"),
+            T0,
+            &mut CloseAll,
+            &mut [],
+        );
+        assert_eq!(
+            v,
+            Verdict::Close(Close {
+                reason: CloseReason::FilterClosed,
+                disconnect: None
+            })
+        );
+        // A budget: two serverbound packets (the handshake and Login Start), then none.
+        let mut config = ConnConfig::default();
+        config.budgets.serverbound.packets = Some(Budget {
+            burst: 2,
+            rate: Rate::per_second(0),
+        });
+        let mut c = ProxyConn::new(config);
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        assert_eq!(
+            feed(&mut c, CB, 1, b"request"),
+            Verdict::ForwardThenAwaitEncryption
+        );
+        let v = feed(&mut c, SB, 1, b"response");
+        let Verdict::Close(close) = v else {
+            panic!("{v:?}")
+        };
+        assert!(matches!(close.reason, CloseReason::Budget(_)), "{v:?}");
+        assert_eq!(close.disconnect, None);
+        // Another packet over the budget there still gets the login's Disconnect.
+        let mut c = ProxyConn::new(config);
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        assert_eq!(
+            feed(&mut c, CB, 1, b"request"),
+            Verdict::ForwardThenAwaitEncryption
+        );
+        let v = feed(&mut c, SB, 2, b"\x01\x00");
+        let Verdict::Close(close) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            close.disconnect.map(|t| t.state),
+            Some(DisconnectState::Login)
+        );
         // The server may still say why it ends the login.
         let mut c = start();
         feed(&mut c, CB, 0, b"\x02{}").assert_forward();

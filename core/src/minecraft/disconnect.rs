@@ -36,13 +36,26 @@ use crate::varint::{encode_varint, varint_len};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum ReasonFormat {
-    /// A JSON text component in a `String(262144)`.
+    /// A JSON text component in a `String(262144)` (`String(32767)` before 1.13).
     Json,
     /// An NBT text component (network NBT, no root name).
     Nbt,
 }
 
+/// Before 1.13 the client reads a chat component as a `String(32767)`.
+const MAX_DISCONNECT_LEN_BEFORE_1_13: usize = 32767;
+
 impl DisconnectTarget {
+    /// The longest JSON reason this target's client reads, in UTF-16 units: 262144 from 1.13
+    /// (`String(262144)`), 32767 before.
+    const fn max_json_units(&self) -> usize {
+        if self.protocol_version < super::ids::V1_13 {
+            MAX_DISCONNECT_LEN_BEFORE_1_13
+        } else {
+            MAX_DISCONNECT_LEN
+        }
+    }
+
     /// The Disconnect packet's ID for this state and version.
     pub fn packet_id(&self) -> Option<i32> {
         let state = match self.state {
@@ -172,7 +185,7 @@ impl<'a> DisconnectMessage<'a> {
                 let n = json_len(self.text);
                 // Every byte added by escaping is ASCII, one UTF-16 unit each.
                 let units = utf16_len_of_utf8(self.text.as_bytes()) + (n - self.text.len());
-                let ok = if units <= MAX_DISCONNECT_LEN {
+                let ok = if units <= self.target.max_json_units() {
                     Ok(())
                 } else {
                     Err(Error::StringTooLong)
@@ -373,5 +386,16 @@ mod tests {
             m.encode_body(&mut big),
             Err(EncodeError::Invalid(Error::StringTooLong))
         );
+        // Before 1.13 the client reads a String(32767): at it, and one unit over.
+        for state in [DisconnectState::Login, DisconnectState::Play] {
+            for v in [47, 340, 393] {
+                let text = "a".repeat(32767 - wrap);
+                let m = DisconnectMessage::new(target(state, v), &text);
+                assert!(m.encode_body(&mut big).is_ok(), "{v}");
+                let text = "a".repeat(32767 - wrap + 1);
+                let m = DisconnectMessage::new(target(state, v), &text);
+                assert_eq!(m.encode_body(&mut big).is_ok(), v >= 393, "{v} over");
+            }
+        }
     }
 }

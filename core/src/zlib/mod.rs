@@ -37,7 +37,8 @@
 //!   the chains, for most of its ratio in about 40-60% of its time.
 //! - [`Level::Default`]: lazy matching over hash chains (32 links, nice length 128, zlib's lazy
 //!   and good lengths 16 and 8), each block written in the smallest of dynamic Huffman (with
-//!   optimal length-limited codes), fixed Huffman or stored form.
+//!   optimal codes, limited in length as zlib limits them where a code would be too long),
+//!   fixed Huffman or stored form (a block of under 128 input bytes: fixed or stored).
 //! - [`Level::Thorough`]: the best level's search with an eighth of its chain (128 links),
 //!   between the default and best levels on the size/speed frontier.
 //! - [`Level::Best`]: the default level's matching searching as zlib's level 8 does (1024

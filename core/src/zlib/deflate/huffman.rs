@@ -25,7 +25,9 @@ impl<const N: usize> Code<N> {
         }
     }
 
-    /// Builds an optimal code for `freq` with no length above `max_bits`.
+    /// Builds a code for `freq` with no length above `max_bits`: optimal (Huffman's) where no
+    /// length exceeds it, else with the over-long lengths folded back as zlib's `gen_bitlen`
+    /// does (a heuristic, not package-merge: near optimal, not always optimal).
     ///
     /// Every code built here is complete (Kraft sum exactly 1): when fewer than two symbols
     /// occur, unused symbols get a frequency of one first, because some inflaters refuse

@@ -53,7 +53,8 @@ pub enum Level {
     /// frontier.
     Lazy,
     /// Lazy matching over hash chains with a dynamic Huffman code per block (zlib's default
-    /// strategy); each block is written in whichever of dynamic, fixed or stored is smallest.
+    /// strategy); each block is written in whichever of dynamic, fixed or stored is smallest
+    /// (a block of under 128 input bytes in the smaller of fixed and stored).
     Default,
     /// The best level's search with an eighth of its chain (128 links, a quarter of it past a
     /// 32-byte match, lazy evaluation at every position, a match taken without looking further

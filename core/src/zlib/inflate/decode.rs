@@ -3,8 +3,8 @@
 //!
 //! One pass over the whole input into the whole output; no state survives a call but the
 //! tables. Reading past the end of the input pads the bit buffer with zero bits and counts
-//! them: a symbol is decoded only if all its bits are real (checked right after each code
-//! and each group of extra bits), which is where miniz_oxide asks for more input, so a
+//! them: a symbol is decoded only if all its bits are real (checked before anything they
+//! decode is used), which is where miniz_oxide asks for more input, so a
 //! truncated stream is [`InflateError::Truncated`] at the same point.
 //!
 //! A Huffman block runs in two loops. The fast loop (`Tables::fast_loop`) takes the block
