@@ -312,8 +312,23 @@ impl AuthenticationProtocol {
                 Ok(token)
             })
         });
-        token.is_ok_and(|token| self.config.login_ex_tokens.iter().any(|t| t == token))
+        token.is_ok_and(|token| {
+            self.config
+                .login_ex_tokens
+                .iter()
+                .fold(false, |any, t| any | same_token(t, token))
+        })
     }
+}
+
+/// Whether LoginEx token `got` is `want`, in time independent of where or whether they differ
+/// (a token grants a login): their HMAC-MD5 digests under a fixed key are compared whole.
+fn same_token(want: &str, got: &str) -> bool {
+    const KEY: &[u8] = b"wirekit LoginEx token";
+    let a = wirekit_core::kerberos::hmac_md5(KEY, &[want.as_bytes()]);
+    let b = wirekit_core::kerberos::hmac_md5(KEY, &[got.as_bytes()]);
+    let diff = a.iter().zip(&b).fold(0u8, |d, (x, y)| d | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 /// The wall clock in seconds since the Unix epoch (0 before it).
@@ -428,7 +443,7 @@ pub fn ticket_fresh(info: &wirekit_core::prudp::conn::TicketInfo) -> bool {
 pub fn ticket_fresh_at(info: &wirekit_core::prudp::conn::TicketInfo, now: u64) -> bool {
     // DateTime packs fields from seconds up to the year, so its order is time order.
     let oldest = DateTime::from_unix(now.saturating_sub(TICKET_LIFETIME_SECS)).0;
-    let newest = DateTime::from_unix(now + TICKET_SKEW_SECS).0;
+    let newest = DateTime::from_unix(now.saturating_add(TICKET_SKEW_SECS)).0;
     (oldest..=newest).contains(&info.issued)
 }
 
@@ -743,6 +758,10 @@ mod tests {
             (&[][..], "t0k", false),
             (&["t0k"][..], "t0k", true),
             (&["t0k"][..], "bad", false),
+            (&["t0k"][..], "t0", false),
+            (&["t0k"][..], "t0kk", false),
+            (&["a", "t0k", "b"][..], "t0k", true),
+            (&["a", "b"][..], "", false),
         ] {
             let c = config(tokens);
             let mut p = protocol(&c, Arc::default());

@@ -411,6 +411,11 @@ impl NexServers {
     }
 
     /// Runs every worker on its own task until `shutdown` turns `true`.
+    ///
+    /// A worker or listener whose socket fails for good (not an error one datagram or one
+    /// connection causes: those are counted and passed over) ends the run with that error, the
+    /// others stopped with it: a process that can no longer serve every port exits failed, for
+    /// its supervisor to restart, rather than go on half-served.
     pub async fn run(self, shutdown: watch::Receiver<bool>) -> io::Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
         for mut worker in self.auth.into_iter().chain(self.secure) {

@@ -120,7 +120,8 @@ const MAX_HEADERS: usize = 32;
 /// The shape of a WebSocket listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WsConfig {
-    /// The largest message accepted (and reply sent); a larger one closes its WebSocket.
+    /// The largest message accepted; a larger one closes its WebSocket. (Replies are the
+    /// handler's packets, each at most its `packet_capacity`: 1400 bytes for PRUDP Lite.)
     pub max_message: usize,
     /// WebSockets open at once.
     pub max_connections: usize,
@@ -444,10 +445,15 @@ impl Shared {
         })
     }
 
-    /// Whether the WebSockets open, less those told to close to make room (and less the
-    /// newcomer's own slot where it is `counted` already), fill the listener.
+    /// Whether the WebSockets open, less those told to close to make room, less those admitted
+    /// over the cap and still upgrading (they hold no place until [`take_place`](Self::take_place)
+    /// gives them one) and less the newcomer's own slot where it is `counted` already, fill the
+    /// listener.
     fn full(&self, open: &OpenCounts, counted: bool) -> bool {
-        let open_now = self.open.load(Ordering::Relaxed) - open.leaving_total - counted as usize;
+        let open_now = self.open.load(Ordering::Relaxed)
+            - open.leaving_total
+            - open.waiting.len()
+            - counted as usize;
         open_now >= self.config.max_connections
     }
 
@@ -697,8 +703,10 @@ impl WsListener {
                     // A PRUDP connection lives as long as its WebSocket, whose slot is
                     // taken at the handshake, so its table evicts nothing (the listener
                     // evicts WebSockets, `Shared::admit`).
+                    // It holds a PRUDP connection for every WebSocket the listener holds.
                     table: ConnectionTable::new(TableLimits {
                         fair_share: false,
+                        max_connections: config.limits.max_connections.max(config.max_connections),
                         ..config.limits
                     }),
                     outbox: Outbox::new(64, slot),
@@ -962,10 +970,27 @@ enum Upgrade {
     BadVersion,
 }
 
-/// Checks a complete upgrade request (`buf[..len]` its head) as RFC 6455 servers do, except
-/// that the key is taken as sent: NintendoClients' anynet sends 32 URL-safe base64 bytes, not
-/// the 16 the RFC asks for (tungstenite's own server handshake refuses that), and the accept
-/// value needs only the key's bytes.
+/// Whether `key` is a `Sec-WebSocket-Key` this server takes: base64 (standard or URL-safe,
+/// padded or not) of 16 random bytes, as RFC 6455 section 4.2.1 asks, or of 32, as
+/// NintendoClients' anynet sends (`secrets.token_urlsafe()`: 43 URL-safe characters).
+fn valid_key(key: &[u8]) -> bool {
+    let body = match key {
+        [b @ .., b'=', b'='] | [b @ .., b'='] if key.len().is_multiple_of(4) => b,
+        b => b,
+    };
+    let decoded = body.len() * 3 / 4;
+    body.len() % 4 != 1
+        && matches!(decoded, 16 | 32)
+        && body
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'-' | b'_'))
+}
+
+/// Checks a complete upgrade request (`buf[..len]` its head) as RFC 6455 servers do (HTTP/1.1
+/// or later, a `Host`, a GET with the upgrade's headers), except that the key may also be
+/// NintendoClients' anynet's 32 URL-safe base64 bytes, not the 16 the RFC asks for
+/// (tungstenite's own server handshake refuses that): the accept value needs only the key's
+/// characters.
 fn check_upgrade(request: &httparse::Request<'_, '_>, rest: &[u8]) -> Upgrade {
     let header = |name: &'static str| {
         request
@@ -976,6 +1001,8 @@ fn check_upgrade(request: &httparse::Request<'_, '_>, rest: &[u8]) -> Upgrade {
     };
     let one = |name: &'static str| header(name).next();
     let websocket = request.method == Some("GET")
+        && request.version == Some(1)
+        && one("Host").is_some()
         && one("Upgrade").is_some_and(|v| has_token(v, "websocket"))
         && header("Connection").any(|v| has_token(v, "upgrade"));
     if websocket && one("Sec-WebSocket-Version").is_some_and(|v| v.trim_ascii() != b"13") {
@@ -983,7 +1010,7 @@ fn check_upgrade(request: &httparse::Request<'_, '_>, rest: &[u8]) -> Upgrade {
     }
     let websocket = websocket && one("Sec-WebSocket-Version").is_some();
     let key = one("Sec-WebSocket-Key").map(<[u8]>::trim_ascii);
-    let Some(key) = key.filter(|k| websocket && !k.is_empty()) else {
+    let Some(key) = key.filter(|k| websocket && valid_key(k)) else {
         return Upgrade::NotWebSocket;
     };
     if !offers_nex(header("Sec-WebSocket-Protocol")) {
@@ -1824,6 +1851,45 @@ mod tests {
         assert!(l.shared.sources().is_empty());
     }
 
+    /// The PRUDP table holds a connection for every WebSocket the listener holds, whatever the
+    /// UDP servers' table size (`--max-connections` beside `--ws-max-connections`).
+    #[tokio::test]
+    async fn the_prudp_table_holds_every_websocket() {
+        let mut config = WsConfig {
+            max_connections: 64,
+            ..WsConfig::default()
+        };
+        config.limits.max_connections = 8;
+        let l = listener(config);
+        assert_eq!(l.shared.engine().table.limits().max_connections, 64);
+        config.limits.max_connections = 100;
+        let l = listener(config);
+        assert_eq!(l.shared.engine().table.limits().max_connections, 100);
+    }
+
+    /// A WebSocket admitted over the cap and still upgrading holds no place: a place that comes
+    /// free goes to the next newcomer, who is not over the cap and makes no one leave (it
+    /// counted the upgrading one as holding a place, and a bare connect over the cap made a
+    /// registered WebSocket leave).
+    #[tokio::test]
+    async fn an_upgrading_websocket_over_the_cap_holds_no_place() {
+        let l = capped(3);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut held = registered(&l, 3, false);
+        let waiting = l.shared.admit(ip("203.0.113.1")).unwrap();
+        assert!(waiting.over);
+        drop(held.pop());
+        let mut b = l.shared.admit(ip("198.51.100.1")).unwrap();
+        assert!(!b.over, "a place is free");
+        assert!(l.shared.take_place(&mut b));
+        assert!(
+            held.iter()
+                .all(|(s, _)| !s.eviction.told.load(Ordering::Relaxed))
+        );
+        drop((held, b, waiting));
+        assert!(l.shared.sources().is_empty());
+    }
+
     /// The network that makes way is the largest with a WebSocket to evict: WebSockets still
     /// upgrading are not registered, so a network holding the most only through them does
     /// not keep a newcomer out while another network holding two more has some.
@@ -2175,6 +2241,8 @@ mod tests {
             "vD9Qd-FV-c56zh4mFMMnEqexdgd1gIvdUcbiNAacOr0",
         );
         assert!(matches!(check(&anynet), Upgrade::Accept { .. }));
+        let unpadded = UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZQ");
+        assert!(matches!(check(&unpadded), Upgrade::Accept { .. }));
         let other = UPGRADE.replace("Protocol: NEX", "Protocol: chat");
         assert_eq!(check(&other), Upgrade::NoSubprotocol);
         let none = UPGRADE.replace("Sec-WebSocket-Protocol: NEX\r\n", "");
@@ -2185,6 +2253,21 @@ mod tests {
             ("keep-alive, upgrade", "keep-alive"),
             ("Sec-WebSocket-Version: 13\r\n", ""),
             ("Key: dGhlIHNhbXBsZSBub25jZQ==", "Key: "),
+            ("Key: dGhlIHNhbXBsZSBub25jZQ==", "Key: x"),
+            (
+                "Key: dGhlIHNhbXBsZSBub25jZQ==",
+                "Key: dGhlIHNhbXBsZSBub25jZ",
+            ),
+            (
+                "Key: dGhlIHNhbXBsZSBub25jZQ==",
+                "Key: AAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+            ),
+            (
+                "Key: dGhlIHNhbXBsZSBub25jZQ==",
+                "Key: dGhlIHNhbXBsZSBub2 5jZQ==",
+            ),
+            ("HTTP/1.1", "HTTP/1.0"),
+            ("Host: x\r\n", ""),
         ] {
             assert_eq!(
                 check(&UPGRADE.replace(from, to)),

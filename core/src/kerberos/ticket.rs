@@ -268,6 +268,9 @@ pub fn open_internal_ticket<'b>(
         TicketVersion::V0 => target.decrypt_in_place(internal)?,
         TicketVersion::V1 => {
             let (r_start, r_end) = get_buffer(internal)?;
+            if r_end - r_start != RANDOM_LEN {
+                return Err(KerberosError::MalformedTicket);
+            }
             let (random, rest) = internal.split_at_mut(r_end);
             let (e_start, e_end) = get_buffer(rest)?;
             if e_end != rest.len() {
@@ -343,6 +346,79 @@ mod tests {
         assert_eq!(internal[..8], 0x1122_3344_5566_7788u64.to_le_bytes());
         assert_eq!(internal[8..12], 1_000_000u32.to_le_bytes());
         assert_eq!(internal[12..], session);
+    }
+
+    /// Version 1 with 64-bit PIDs, read back by hand, its internal key derived with the `md5`
+    /// crate (not this crate's MD5): a layout or key that building and opening got wrong
+    /// together shows here.
+    #[test]
+    fn v1_layout_by_hand() {
+        let format = FORMATS[3];
+        assert_eq!(
+            (format.version, format.pid_width),
+            (TicketVersion::V1, PidWidth::U64)
+        );
+        let (user, target, session) = ([1u8; 16], [2u8; 16], [3u8; 16]);
+        let random = [0xa5u8; 16];
+        let contents = TicketContents {
+            session_key: &session,
+            target_pid: 0x0102_0304_0506_0708,
+            issued: 0x1122_3344_5566_7788,
+            source_pid: 0x1_0000_0001,
+        };
+        let mut out = [0u8; 160];
+        let n = build_ticket(format, &user, &target, &contents, &random, &mut out).unwrap();
+        let encrypted = 8 + 8 + 16 + 16;
+        let internal_len = 4 + 16 + 4 + encrypted;
+        assert_eq!(n, 16 + 8 + 4 + internal_len + 16);
+        let mut plain = out;
+        let plain = KerberosEncryption::new(&user)
+            .unwrap()
+            .decrypt_in_place(&mut plain[..n])
+            .unwrap();
+        assert_eq!(plain[..16], session);
+        assert_eq!(plain[16..24], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(plain[24..28], (internal_len as u32).to_le_bytes());
+        let internal = &mut plain[28..];
+        assert_eq!(internal[..4], 16u32.to_le_bytes());
+        assert_eq!(internal[4..20], random);
+        assert_eq!(internal[20..24], (encrypted as u32).to_le_bytes());
+        let key = ::md5::compute([&target[..], &random[..]].concat()).0;
+        let body = KerberosEncryption::new(&key)
+            .unwrap()
+            .decrypt_in_place(&mut internal[24..])
+            .unwrap();
+        assert_eq!(body[..8], 0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(body[8..16], 0x1_0000_0001u64.to_le_bytes());
+        assert_eq!(body[16..], session);
+    }
+
+    /// A version 1 internal ticket's random bytes are exactly 16 (its documented layout).
+    #[test]
+    fn v1_random_is_sixteen_bytes() {
+        let format = FORMATS[2];
+        let target = [2u8; 16];
+        for random_len in [0usize, 15, 17] {
+            // u32 len | random | u32 len | encrypted, the encryption valid for its key.
+            let random = std::vec![7u8; random_len];
+            let key = ::md5::compute([&target[..], &random[..]].concat()).0;
+            let mut body = std::vec![0u8; 8 + 4 + 16 + 16];
+            body[12..28].copy_from_slice(&[3; 16]);
+            KerberosEncryption::new(&key)
+                .unwrap()
+                .encrypt_in_place(&mut body, 8 + 4 + 16)
+                .unwrap();
+            let mut internal = std::vec::Vec::new();
+            internal.extend_from_slice(&(random_len as u32).to_le_bytes());
+            internal.extend_from_slice(&random);
+            internal.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            internal.extend_from_slice(&body);
+            assert_eq!(
+                open_internal_ticket(format, &target, &mut internal, 16).err(),
+                Some(KerberosError::MalformedTicket),
+                "{random_len}"
+            );
+        }
     }
 
     #[test]

@@ -90,7 +90,9 @@ pub fn modify_key(key: &mut [u8]) {
 }
 
 /// The RC4 key of reliable substream `substream` under `session_key` (empty: [`DEFAULT_KEY`]
-/// for every substream), written into `out`; returns its length.
+/// for every substream), written into `out`; returns its length. Session keys are at most
+/// [`MAX_SESSION_KEY`] bytes (as a connection's are): of a longer one only the first
+/// [`MAX_SESSION_KEY`] are used.
 pub fn substream_key(session_key: &[u8], substream: u8, out: &mut [u8; MAX_SESSION_KEY]) -> usize {
     if session_key.is_empty() {
         out[..DEFAULT_KEY.len()].copy_from_slice(DEFAULT_KEY);
@@ -104,7 +106,9 @@ pub fn substream_key(session_key: &[u8], substream: u8, out: &mut [u8; MAX_SESSI
     n
 }
 
-/// The RC4 stream of reliable substream `substream` under `session_key` (one per direction).
+/// The RC4 stream of reliable substream `substream` under `session_key` (one per direction);
+/// of a key longer than [`MAX_SESSION_KEY`] only its first bytes are used, as in
+/// [`substream_key`].
 pub fn substream_cipher(session_key: &[u8], substream: u8) -> Rc4 {
     let mut key = [0u8; MAX_SESSION_KEY];
     let n = substream_key(session_key, substream, &mut key);
