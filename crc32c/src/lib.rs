@@ -241,9 +241,9 @@ mod tests {
     }
 
     /// The tests above check the instructions' paths only where the CPU has them: where
-    /// `WIREKIT_REQUIRE_CPU_FEATURES` is set (`cargo xtask test` sets it on x86-64) the CPU
-    /// must, or they would pass having checked the fallback alone; elsewhere (a VM with a
-    /// baseline CPU model) this says which paths went untested.
+    /// `WIREKIT_REQUIRE_CPU_FEATURES` is set (`cargo xtask test` sets it; this test exists on
+    /// x86-64 only) the CPU must, or they would pass having checked the fallback alone;
+    /// elsewhere (a VM with a baseline CPU model) this says which paths went untested.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn this_x86_64_cpu_runs_the_instruction_paths() {

@@ -507,6 +507,10 @@ mod splice {
         pub(super) static LARGEST_SPLICE: Cell<usize> = const { Cell::new(0) };
         /// The same, in directions with a byte budget only.
         pub(super) static LARGEST_BUDGETED_SPLICE: Cell<usize> = const { Cell::new(0) };
+        /// Pipes dropped on this thread empty and at their first size, so for the pool (kept
+        /// if it had room: other tests' pipes may have filled it). Counted per thread: a
+        /// process-wide count would count other tests' pipes too.
+        pub(super) static OFFERED: Cell<usize> = const { Cell::new(0) };
     }
 
     impl Drop for Pipe {
@@ -524,21 +528,15 @@ mod splice {
                 && shrunk()
                 && let Some((r, w)) = self.ends.take()
             {
+                #[cfg(test)]
+                OFFERED.set(OFFERED.get() + 1);
                 let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
                 if pool.len() < POOL_MAX {
                     pool.push((r, w, first));
-                    #[cfg(test)]
-                    RETURNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
     }
-
-    /// Pipes given back to the pool so far (tests run in parallel and take pipes out of it, so
-    /// they count what came back rather than what is there).
-    #[cfg(test)]
-    pub(super) static RETURNED: std::sync::atomic::AtomicUsize =
-        std::sync::atomic::AtomicUsize::new(0);
 
     /// The pipes in the pool now.
     #[cfg(test)]
@@ -1221,7 +1219,7 @@ mod tests {
             burst: CHUNK as u32,
             per_second: 1,
         };
-        let returned = splice::RETURNED.load(Ordering::Relaxed);
+        let offered = splice::OFFERED.get();
         for _ in 0..4 {
             let (outcome, _, _) = run(1 << 20, trips).await;
             assert_eq!(outcome.end, RelayEnd::Budget(Direction::Serverbound));
@@ -1230,7 +1228,7 @@ mod tests {
             assert_eq!((a.len(), b.len()), (200_000, 200_000));
         }
         assert!(
-            splice::RETURNED.load(Ordering::Relaxed) >= returned + 4,
+            splice::OFFERED.get() >= offered + 4,
             "the clean relays gave no pipes back"
         );
         assert!(splice::pooled() <= splice::POOL_MAX);

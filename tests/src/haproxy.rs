@@ -21,7 +21,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `global` and `defaults` sections every test config starts with: raw log lines on
 /// stdout, TCP mode, timeouts of a few seconds.
-const PREAMBLE: &str = "global\n    log stdout format raw local0 info\n    maxconn 64\n\
+// `noreuseport`: a port another process (or another frontend here) holds is a failed bind,
+// tried again with new ports, not shared with it through SO_REUSEPORT.
+const PREAMBLE: &str = "global\n    log stdout format raw local0 info\n    maxconn 64\n    noreuseport\n\
 defaults\n    mode tcp\n    log global\n    timeout connect 3s\n    timeout client 5s\n    timeout server 5s\n";
 
 /// An `haproxy.cfg` being built: frontends on `127.0.0.1` ports, backends with one server.
@@ -114,9 +116,13 @@ impl Haproxy {
     ) -> Option<(Haproxy, Vec<u16>)> {
         const ATTEMPTS: usize = 4;
         for attempt in 1..=ATTEMPTS {
-            let ports: Vec<u16> = (0..n)
-                .map(|_| wirekit_rig::net::free_port().expect("a free loopback port"))
-                .collect();
+            let mut ports: Vec<u16> = Vec::with_capacity(n);
+            while ports.len() < n {
+                let port = wirekit_rig::net::free_port().expect("a free loopback port");
+                if !ports.contains(&port) {
+                    ports.push(port);
+                }
+            }
             match Haproxy::launch(&build(&ports))? {
                 Ok(h) => return Some((h, ports)),
                 Err(seen) if attempt < ATTEMPTS => {

@@ -5,7 +5,6 @@
 #[cfg(target_os = "linux")]
 #[test]
 fn serve_raises_its_descriptor_limit_to_the_hard_one() {
-    use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
     // The hard limit the child gets: the test's own, at most 4096, and above the soft one.
@@ -31,10 +30,8 @@ fn serve_raises_its_descriptor_limit_to_the_hard_one() {
     else {
         panic!("prlimit (util-linux) runs");
     };
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = wirekit_rig::process::first_line(&mut child, std::time::Duration::from_secs(30))
+        .expect("wirekit serve says where it listens within 30 s");
     assert!(line.starts_with("listening on "), "{line}");
     // prlimit execs the command: the child's PID is the server's.
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();

