@@ -781,13 +781,15 @@ async fn route_status(
     }
 }
 
-/// Asks route `i`'s upstreams (in balance order, the first that connects) for the status in
-/// the identity `who` (see [`route_status`]) and caches an answer. No upstream connecting is
-/// the route failing (its fallback held for every host); the one that did giving no answer
-/// within the handshake timeout is this host failing (held for `who`'s key alone): both
-/// [`Down`](status::Fetched::Down). An upstream that connects and
-/// refuses (closes, resets, sends something else) may throttle or dislike this request, which
-/// says nothing of the others': [`Refused`](status::Fetched::Refused).
+/// Asks route `i`'s upstreams (in balance order, failing over to the next when one does not
+/// connect or gives no answer) for the status in the identity `who` (see [`route_status`])
+/// and caches the first answer. No upstream connecting is the route failing (its fallback held
+/// for every host); those that did giving no answer within the handshake timeout is this host
+/// failing (held for `who`'s key alone): both [`Down`](status::Fetched::Down). An upstream
+/// that connected and refused (closed, reset, sent something else) where none answered may
+/// throttle or dislike this request, which says nothing of the others':
+/// [`Refused`](status::Fetched::Refused). An upstream that did not answer goes last in the
+/// order for a while, as one that did not connect.
 #[allow(clippy::too_many_arguments)]
 async fn fetch_status(
     shared: &Shared,
@@ -806,42 +808,55 @@ async fn fetch_status(
         debug!(route = %r.name, "status handshake over its bound; not asked");
         return Fetched::Refused;
     };
-    let Some((mut upstream, _, addr, _hold)) = connect(shared, rt, i, r, &[]).await else {
-        rt.cache.failed(i, None);
-        return Fetched::Down;
-    };
-    line.upstream = Some(addr);
-    let mut preamble = Vec::with_capacity(handshake.len() + 64);
-    if r.proxy_protocol {
-        // The proxy's own connection, not the client's: the answer is every client's.
-        match upstream.local_addr() {
-            Ok(local) => preamble.extend_from_slice(&proxy_v2(local, addr, &sent)),
-            Err(e) => {
-                debug!(upstream = %addr, error = %e, "status connection has no local address");
-                return Fetched::Refused;
+    let (mut connected, mut refused) = (false, false);
+    for k in rt.upstreams[i].order(r.balance) {
+        let Some((mut upstream, _, _hold)) = connect_to(shared, rt, i, r, k, &[]).await else {
+            continue;
+        };
+        connected = true;
+        let addr = r.upstreams[k];
+        line.upstream = Some(addr);
+        let mut preamble = Vec::with_capacity(handshake.len() + 64);
+        if r.proxy_protocol {
+            // The proxy's own connection, not the client's: the answer is every client's.
+            match upstream.local_addr() {
+                Ok(local) => preamble.extend_from_slice(&proxy_v2(local, addr, &sent)),
+                Err(e) => {
+                    debug!(upstream = %addr, error = %e, "status connection has no local address");
+                    refused = true;
+                    continue;
+                }
             }
         }
+        preamble.extend_from_slice(&handshake);
+        match status::fetch(&mut upstream, &preamble, rt.settings.handshake_timeout).await {
+            Ok(json) => {
+                let json: Arc<str> = json.into();
+                rt.cache.put(i, protocol, &who.key, json.clone());
+                return Fetched::Answer(json);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                debug!(upstream = %addr, "no status from upstream in time; trying the next");
+            }
+            Err(e) => {
+                debug!(upstream = %addr, error = %e, "status from upstream failed; trying the next");
+                refused = true;
+            }
+        }
+        rt.upstreams[i].failed(k);
     }
-    preamble.extend_from_slice(&handshake);
-    match status::fetch(&mut upstream, &preamble, rt.settings.handshake_timeout).await {
-        Ok(json) => {
-            let json: Arc<str> = json.into();
-            rt.cache.put(i, protocol, &who.key, json.clone());
-            Fetched::Answer(json)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            debug!(upstream = %addr, "no status from upstream in time");
-            // The stall may be this host's alone (a backend behind the upstream that drops
-            // it): the hold is this host key's, not the route's, or one client could keep
-            // every host on the fallback by asking again as each hold runs out.
-            rt.cache.failed(i, Some(&who.key));
-            Fetched::Down
-        }
-        Err(e) => {
-            debug!(upstream = %addr, error = %e, "status from upstream failed");
-            rt.cache.reachable(i, &who.key);
-            Fetched::Refused
-        }
+    if !connected {
+        rt.cache.failed(i, None);
+        Fetched::Down
+    } else if refused {
+        rt.cache.reachable(i, &who.key);
+        Fetched::Refused
+    } else {
+        // The stall may be this host's alone (a backend behind the upstreams that drops it):
+        // the hold is this host key's, not the route's, or one client could keep every host
+        // on the fallback by asking again as each hold runs out.
+        rt.cache.failed(i, Some(&who.key));
+        Fetched::Down
     }
 }
 
@@ -887,27 +902,42 @@ pub(crate) async fn connect(
     r: &Route,
     first: &[u8],
 ) -> Option<(TcpStream, usize, SocketAddr, UpstreamHold)> {
-    let upstreams = &rt.upstreams[i];
-    for k in upstreams.order(r.balance) {
-        let addr = r.upstreams[k];
-        let started = Instant::now();
-        let result =
-            tokio::time::timeout(rt.settings.connect_timeout, connect_now(addr, first)).await;
-        shared.metrics.connect_latency(started.elapsed());
-        match result {
-            Ok(Ok((stream, sent))) => {
-                return Some((stream, sent, addr, upstreams.hold(k)));
-            }
-            Ok(Err(e)) => {
-                upstreams.failed(k);
-                trace!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
-            }
-            Err(_) => {
-                upstreams.failed(k);
-                trace!(upstream = %addr, "upstream connect timed out; trying the next")
-            }
+    for k in rt.upstreams[i].order(r.balance) {
+        if let Some((stream, sent, hold)) = connect_to(shared, rt, i, r, k, first).await {
+            return Some((stream, sent, r.upstreams[k], hold));
         }
     }
+    None
+}
+
+/// Connects to upstream `k` of route `i` (see [`connect`]); on failure it is marked failed
+/// (last in the order for a while).
+async fn connect_to(
+    shared: &Shared,
+    rt: &Runtime,
+    i: usize,
+    r: &Route,
+    k: usize,
+    first: &[u8],
+) -> Option<(TcpStream, usize, UpstreamHold)> {
+    let upstreams = &rt.upstreams[i];
+    let addr = r.upstreams[k];
+    // Counted from the connect on (least-connections); dropped if it fails.
+    let hold = upstreams.hold(k);
+    let started = Instant::now();
+    let result = tokio::time::timeout(rt.settings.connect_timeout, connect_now(addr, first)).await;
+    shared.metrics.connect_latency(started.elapsed());
+    match result {
+        Ok(Ok((stream, sent))) => {
+            upstreams.connected(k);
+            return Some((stream, sent, hold));
+        }
+        Ok(Err(e)) => {
+            trace!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
+        }
+        Err(_) => trace!(upstream = %addr, "upstream connect timed out; trying the next"),
+    }
+    upstreams.failed(k);
     None
 }
 

@@ -11,23 +11,25 @@
 //!   buffer with each frame bounded by its packet's largest valid size ([`prelogin`]);
 //! - routing by the handshake's normalised host: exact names, `*.` wildcards, a default
 //!   route; an unknown host is dropped or told a configured MOTD;
-//! - upstreams per route (round robin or least connections) with failover on a failed
-//!   connect (an upstream that failed one is tried last for 10 s); the upstream gets the
-//!   handshake as received (or with the host rewritten) after an optional PROXY v2 header
-//!   (CRC32C, AUTHORITY naming the host when it fits 255 bytes);
+//! - upstreams per route (round robin or least connections, a connect under way counted) with
+//!   failover on a failed connect (an upstream that failed one is tried last for 10 s); the
+//!   upstream gets the handshake as received (or with the host rewritten) after an optional
+//!   PROXY v2 header (CRC32C, AUTHORITY naming the host when it fits 255 bytes);
 //! - the status answered from a per-route cache keyed by protocol version (each known release
 //!   apart, other numbers together) and host (each host the route names apart, others
 //!   together), filled from the upstream one fetch at a time under a neutral identity (the
 //!   normalised or rewritten host, no Forge or TCPShield suffix, a PROXY header naming the
-//!   proxy), so one client's answer is never another's; a fallback MOTD while no upstream
-//!   connects or answers (held for as long as a fetch may take, then re-checked by one fetch
+//!   proxy), so one client's answer is never another's, each upstream asked in turn until one
+//!   answers; a fallback MOTD while no upstream connects or answers (held for as long as a
+//!   fetch may take, then re-checked by one fetch
 //!   while the others keep the fallback); a refusal of one client's request is not shared with
-//!   the requests that joined it; the Ping always answered by the proxy, legacy pings answered
-//!   in their own format;
+//!   the requests that joined it; the Ping always answered by the proxy (a Ping alone after the
+//!   handshake too), legacy pings answered in their own format;
 //! - the inspect relay ([`inspect`]), frames parsed both ways, zero-copy forwarding;
 //! - the passthrough relay ([`relay`]): splice(2) through a pipe per direction on Linux, a
 //!   copy elsewhere, under per-direction byte budgets;
-//! - Prometheus metrics ([`metrics`]), reload ([`ProxyHandle::reload`]) and graceful shutdown.
+//! - Prometheus metrics ([`metrics`]), reload ([`ProxyHandle::reload`]) and graceful shutdown
+//!   (the connections waiting in the listen queue at the stop are served too).
 //!
 //! Each connection ends with one INFO line (`closed`: client, route, upstream, player, bytes
 //! each way, duration, reason); connections the proxy refuses write `refused` lines through

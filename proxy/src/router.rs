@@ -191,14 +191,19 @@ impl Upstreams {
         self.open[i].failed_at.store(now_ms(), Ordering::Relaxed);
     }
 
-    /// Counts a connection open to upstream `i` until the guard drops (and clears its failure
-    /// mark: it took one).
+    /// Counts a connection open (or being opened) to upstream `i` until the guard drops: a
+    /// connect under way counts for least-connections, so a burst of logins does not all go
+    /// to the upstream that had the fewest before any of them connected.
     pub(crate) fn hold(&self, i: usize) -> UpstreamHold {
         self.open[i].open.fetch_add(1, Ordering::Relaxed);
-        self.open[i].failed_at.store(0, Ordering::Relaxed);
         UpstreamHold {
             state: self.open[i].clone(),
         }
+    }
+
+    /// Notes that upstream `i` took a connection: its failure mark is cleared.
+    pub(crate) fn connected(&self, i: usize) {
+        self.open[i].failed_at.store(0, Ordering::Relaxed);
     }
 }
 
@@ -300,9 +305,19 @@ mod tests {
             firsts[order[0]] += 1;
         }
         assert_eq!(firsts, [3, 0, 3]);
-        // Back once it takes a connection (the failover reached it and it answered).
-        let _c = u.hold(1);
-        drop(_c);
+        // A connect under way counts (least-connections), and does not bring it back: it
+        // is back once it takes the connection (the failover reached it and it answered).
+        let c = u.hold(1);
+        assert_eq!(u.order(Balance::LeastConnections).collect::<Vec<_>>()[2], 1);
+        let d = u.hold(0);
+        assert_eq!(
+            u.order(Balance::LeastConnections).next(),
+            Some(2),
+            "upstream 0 holds 2, a connect under way among them"
+        );
+        drop(d);
+        u.connected(1);
+        drop(c);
         assert_eq!(u.order(Balance::LeastConnections).next(), Some(1));
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -22,7 +22,7 @@ use wirekit_std::clock;
 use crate::metrics::{self, Metrics};
 use crate::router::{OpenCounts, Router, Upstreams};
 use crate::settings::{Settings, SettingsError};
-use crate::status::StatusCache;
+use crate::status::{self, StatusCache};
 
 /// One generation of settings, with what is derived from them. A connection keeps the
 /// generation it was accepted under to its end; a reload makes a new one.
@@ -72,9 +72,9 @@ impl Runtime {
                         })
                     })
                     .collect();
-                StatusCache::carried(&p.cache, &moved)
+                StatusCache::carried(&p.cache, &moved, status::cache_keys(&settings.routes))
             }
-            None => StatusCache::default(),
+            None => StatusCache::new(status::cache_keys(&settings.routes)),
         };
         Ok(Runtime {
             settings,
@@ -521,29 +521,61 @@ async fn accept_loop(
     // already knows it, and spares the getsockname(2) per accept.
     let per_connection_local = local.is_none_or(|a| a.ip().is_unspecified());
     let mut accepts = AcceptBackoff::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            // Out of descriptors, mostly: logged once per streak, retried after a back-off.
-            r = accepts.accept(&listener) => match r {
-                Ok(s) => s,
-                Err(_) => continue,
-            },
-            _ = stop.cancelled() => return,
-        };
-        let max = shared.runtime().settings.max_connections;
-        let Some(slot) = OpenSlot::take(&shared, max) else {
-            shared.metrics.rejection("max_connections");
-            if let Some(suppressed) = shared.allow_line(peer.ip()) {
-                info!(%peer, suppressed, reason = "max_connections", "refused");
-            }
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
+    let accepted = |stream: TcpStream, peer: SocketAddr| {
         let local = if per_connection_local {
             stream.local_addr().ok().or(local)
         } else {
             local
         };
+        serve_accepted(&shared, &conns, stream, peer, local);
+    };
+    loop {
+        let (stream, peer) = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            // Out of descriptors, mostly: logged once per streak, retried after a back-off.
+            r = accepts.accept(&listener) => match r {
+                Ok(s) => s,
+                Err(_) => continue,
+            },
+        };
+        accepted(stream, peer);
+    }
+    // The connections the system completed before the stop, waiting in the listen queue, were
+    // accepted as far as their clients know: they are served like the others (within the
+    // shutdown grace), not reset with the listener.
+    let Ok(listener) = listener.into_std() else {
+        return;
+    };
+    while let Ok((stream, peer)) = listener.accept() {
+        if stream.set_nonblocking(true).is_err() {
+            continue;
+        }
+        if let Ok(stream) = TcpStream::from_std(stream) {
+            accepted(stream, peer);
+        }
+    }
+}
+
+/// Serves a connection accepted from `peer` on `local` under a `max-connections` slot, or
+/// refuses it when none is free.
+fn serve_accepted(
+    shared: &Arc<Shared>,
+    conns: &TaskTracker,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+) {
+    {
+        let max = shared.runtime().settings.max_connections;
+        let Some(slot) = OpenSlot::take(shared, max) else {
+            shared.metrics.rejection("max_connections");
+            if let Some(suppressed) = shared.allow_line(peer.ip()) {
+                info!(%peer, suppressed, reason = "max_connections", "refused");
+            }
+            return;
+        };
+        let _ = stream.set_nodelay(true);
         // Boxed: the connection's future is about 6 KiB, and tokio moves a task's future
         // three times as it spawns it (and allocates its cell aligned), where a box is moved
         // once and the task holds a pointer. The slot is the task's: it is given back however
@@ -1569,6 +1601,75 @@ mod tests {
             assert!(json.contains("Server unavailable"), "{json}");
             assert!(accepted.load(Ordering::SeqCst) >= 2);
             stop.cancel();
+        }
+
+        /// Connections waiting in the listen queue when the shutdown comes were accepted as
+        /// far as their clients know: they are served, not reset with the listener.
+        #[tokio::test]
+        async fn the_listen_queue_is_served_at_shutdown() {
+            const JSON: &str = "{\"description\":{\"text\":\"live\"}}";
+            let (up, _) = upstream(|mut s| async move {
+                let _ = status_fetch_of(&mut s, false).await;
+                let _ = s.write_all(&crate::status::response_frame(JSON)).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
+            let proxy = Proxy::bind(one_route(up)).await.unwrap();
+            let addr = proxy.local_addrs()[0];
+            // Queued before anything accepts, the shutdown already asked for.
+            let clients: Vec<_> = (0..4)
+                .map(|_| tokio::spawn(status_to(addr, "play.test", 765)))
+                .collect();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let stop = CancellationToken::new();
+            stop.cancel();
+            let run = tokio::spawn(proxy.run(stop));
+            for c in clients {
+                assert_eq!(c.await.unwrap(), JSON);
+            }
+            tokio::time::timeout(WAIT, run)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+        }
+
+        /// A route's status comes from whichever upstream answers: one that takes the
+        /// connection and then stalls, or closes it at once, is passed over for the next (the
+        /// route showed its fallback while a healthy upstream was up), and goes last in the
+        /// order after.
+        #[tokio::test]
+        async fn a_status_fetch_fails_over_to_an_upstream_that_answers() {
+            const JSON: &str = "{\"description\":{\"text\":\"live\"}}";
+            let (stalls, _) = upstream(|mut s| async move {
+                let _ = status_fetch_of(&mut s, false).await;
+                tokio::time::sleep(WAIT).await;
+            })
+            .await;
+            let (closes, _) = upstream(|s| async move { drop(s) }).await;
+            let (answers, answered) = upstream(|mut s| async move {
+                let _ = status_fetch_of(&mut s, false).await;
+                let _ = s.write_all(&crate::status::response_frame(JSON)).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
+            for bad in [stalls, closes] {
+                let mut s = one_route(bad);
+                s.routes[0].upstreams.push(answers);
+                s.routes[0].status_ttl = Duration::ZERO;
+                s.handshake_timeout = Duration::from_millis(500);
+                let (addr, _handle, stop) = start(s, None).await;
+                let before = answered.load(Ordering::SeqCst);
+                for round in 0..3 {
+                    assert_eq!(
+                        status_to(addr, "play.test", 765).await,
+                        JSON,
+                        "{bad} {round}"
+                    );
+                }
+                assert_eq!(answered.load(Ordering::SeqCst), before + 3);
+                stop.cancel();
+            }
         }
 
         /// Hosts the route does not name share one answer, fetched under a host of the

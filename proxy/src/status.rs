@@ -24,9 +24,31 @@ use crate::settings::{Route, Settings, StatusFallback};
 /// The longest Status Response body: ID, a 3-byte length and 3 bytes per UTF-16 unit.
 pub const MAX_STATUS_RESPONSE_BODY: usize = 1 + 3 + 3 * MAX_STATUS_JSON_LEN;
 
-/// Entries kept per cache (routes times protocol keys times host keys seen); past it the
-/// oldest goes.
+/// Entries a cache keeps at least; a cache keeps an entry for every key its routes can have
+/// ([`cache_keys`]) where that is more, so that no run of requests through every key evicts
+/// the key asked next, within [`MAX_CACHED_BYTES`]. Past either, the oldest goes.
 const MAX_ENTRIES: usize = 512;
+
+/// The most JSON a cache holds, in bytes (an answer is at most about 98 KB, a favicon's).
+const MAX_CACHED_BYTES: usize = 64 << 20;
+
+/// The cache keys `routes` can have: per route, each host key (every host it names exactly
+/// and the shared one, or its rewrite host alone) times each protocol key (every release the
+/// tables know, the [`NEWER_KEYED`] numbers past the newest, `-1` and the shared one).
+pub(crate) fn cache_keys(routes: &[Route]) -> usize {
+    use wirekit_core::minecraft::ids::RELEASES;
+    let protocols = RELEASES.len() + NEWER_KEYED as usize + 2;
+    routes
+        .iter()
+        .map(|r| {
+            let hosts = match r.rewrite_host {
+                Some(_) => 1,
+                None => r.hosts.iter().filter(|h| !h.starts_with("*.")).count() + 1,
+            };
+            hosts * protocols
+        })
+        .sum()
+}
 
 /// The key of every protocol number that is neither a known release nor `-1`.
 const OTHER_PROTOCOL: i32 = i32::MIN;
@@ -35,14 +57,14 @@ const OTHER_PROTOCOL: i32 = i32::MIN;
 /// asking them again; [`fallback_hold`] makes it at least as long as a fetch can take.
 pub(crate) const FALLBACK_HOLD: Duration = Duration::from_secs(1);
 
-/// The longest a status fetch of route `r` can take: a connect timeout for each of its
-/// upstreams (failover goes down the list), then the exchange, bounded by the handshake
-/// timeout.
+/// The longest a status fetch of route `r` can take: for each of its upstreams (failover goes
+/// down the list when one does not connect or does not answer) a connect timeout and an
+/// exchange, bounded by the handshake timeout.
 pub(crate) fn fetch_deadline(s: &Settings, r: &Route) -> Duration {
     let upstreams = u32::try_from(r.upstreams.len()).unwrap_or(u32::MAX);
     s.connect_timeout
-        .saturating_mul(upstreams)
         .saturating_add(s.handshake_timeout)
+        .saturating_mul(upstreams)
 }
 
 /// How long route `r`'s fallback is held after its upstreams failed: [`FALLBACK_HOLD`], or
@@ -184,9 +206,10 @@ pub(crate) type Flight = Arc<tokio::sync::OnceCell<Fetched>>;
 /// Status JSON by `(route, protocol key, host key)` ([`protocol_key`], [`status_host`]), each
 /// kept for its route's TTL; the fetches under way; and the routes whose upstreams all failed
 /// just now.
-#[derive(Default)]
 pub(crate) struct StatusCache {
-    entries: Mutex<HashMap<Key, Entry>>,
+    entries: Mutex<Entries>,
+    /// The most entries kept.
+    cap: usize,
     /// One fetch per key at a time; removed when it lands. At most one per key.
     flights: Mutex<HashMap<Key, Flight>>,
     /// When a route's upstreams last failed a status fetch (or a request set out to ask them
@@ -195,7 +218,30 @@ pub(crate) struct StatusCache {
     failed: Mutex<HashMap<(usize, Option<HostKey>), Instant>>,
 }
 
+/// The cached answers, and their JSON's bytes together.
+#[derive(Default)]
+struct Entries {
+    map: HashMap<Key, Entry>,
+    bytes: usize,
+}
+
+impl Default for StatusCache {
+    fn default() -> Self {
+        StatusCache::new(MAX_ENTRIES)
+    }
+}
+
 impl StatusCache {
+    /// An empty cache for `keys` keys ([`cache_keys`]; at least [`MAX_ENTRIES`] are kept).
+    pub(crate) fn new(keys: usize) -> StatusCache {
+        StatusCache {
+            entries: Mutex::default(),
+            cap: keys.max(MAX_ENTRIES),
+            flights: Mutex::default(),
+            failed: Mutex::default(),
+        }
+    }
+
     /// The cached answer for `route`, `protocol` and `host` younger than `ttl`.
     pub(crate) fn get(
         &self,
@@ -206,6 +252,7 @@ impl StatusCache {
     ) -> Option<Arc<str>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
+            .map
             .get(&(route, protocol_key(protocol), host.clone()))
             .filter(|(at, _)| at.elapsed() < ttl)
             .map(|(_, json)| json.clone())
@@ -283,6 +330,7 @@ impl StatusCache {
     pub(crate) fn any(&self, route: usize, host: &HostKey, ttl: Duration) -> Option<Arc<str>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries
+            .map
             .iter()
             .filter(|((r, _, h), (at, _))| *r == route && h == host && at.elapsed() < ttl)
             .max_by_key(|(_, (at, _))| *at)
@@ -294,16 +342,31 @@ impl StatusCache {
     /// it is kept. Their age carries over, so each still expires at its time; so does a
     /// route's fallback hold (its upstreams down), or every request after the reload would
     /// wait a fetch deadline again to learn it.
-    pub(crate) fn carried(old: &StatusCache, moved: &[Option<usize>]) -> StatusCache {
-        let entries = {
+    pub(crate) fn carried(old: &StatusCache, moved: &[Option<usize>], keys: usize) -> StatusCache {
+        let fresh = StatusCache::new(keys);
+        let mut entries = Entries::default();
+        {
             let old = old.entries.lock().unwrap_or_else(|p| p.into_inner());
-            old.iter()
+            let mut kept: Vec<_> = old
+                .map
+                .iter()
                 .filter_map(|((route, protocol, host), entry)| {
                     let now = (*moved.get(*route)?)?;
                     Some(((now, *protocol, host.clone()), entry.clone()))
                 })
-                .collect()
-        };
+                .collect();
+            // The youngest first, within the new cache's bounds.
+            kept.sort_by_key(|(_, (at, _))| std::cmp::Reverse(*at));
+            for (key, entry) in kept {
+                if entries.map.len() >= fresh.cap
+                    || entries.bytes + entry.1.len() > MAX_CACHED_BYTES
+                {
+                    break;
+                }
+                entries.bytes += entry.1.len();
+                entries.map.insert(key, entry);
+            }
+        }
         let failed = {
             let old = old.failed.lock().unwrap_or_else(|p| p.into_inner());
             old.iter()
@@ -315,7 +378,7 @@ impl StatusCache {
         StatusCache {
             entries: Mutex::new(entries),
             failed: Mutex::new(failed),
-            ..StatusCache::default()
+            ..fresh
         }
     }
 
@@ -325,16 +388,25 @@ impl StatusCache {
         self.reachable(route, host);
         let key = (route, protocol_key(protocol), host.clone());
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&key) {
+        let entries = &mut *entries;
+        if let Some((_, old)) = entries.map.remove(&key) {
+            entries.bytes -= old.len();
+        }
+        while entries.map.len() >= self.cap
+            || entries.bytes + json.len() > MAX_CACHED_BYTES && !entries.map.is_empty()
+        {
             let oldest = entries
+                .map
                 .iter()
                 .min_by_key(|(_, (at, _))| *at)
                 .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                entries.remove(&oldest);
-            }
+            let Some((_, (_, old))) = oldest.and_then(|k| entries.map.remove_entry(&k)) else {
+                break;
+            };
+            entries.bytes -= old.len();
         }
-        entries.insert(key, (Instant::now(), json));
+        entries.bytes += json.len();
+        entries.map.insert(key, (Instant::now(), json));
     }
 }
 
@@ -532,7 +604,7 @@ mod tests {
         old.failed(0, None);
         old.failed(1, None);
         let hold = Duration::from_secs(60);
-        let new = StatusCache::carried(&old, &[Some(2), None]);
+        let new = StatusCache::carried(&old, &[Some(2), None], 0);
         assert!(new.held(2, &other, hold), "route 0, now 2, still held");
         assert!(!new.held(0, &other, hold));
         assert!(!new.held(1, &other, hold), "route 1 was dropped");
@@ -560,6 +632,52 @@ mod tests {
         assert_eq!(c.any(2, &a, ttl), None);
     }
 
+    /// The cache has room for every key its routes can have: requests through every (named
+    /// host, release) pair of eight hosts (528 keys, past the 512 kept at least) all hit after
+    /// one round of fetches, none evicted by the next; the JSON kept is bounded in bytes.
+    #[test]
+    fn the_cache_holds_every_key_of_its_routes() {
+        use wirekit_core::minecraft::ids::RELEASES;
+        let hosts: Vec<String> = (0..7).map(|i| format!("h{i}.test")).collect();
+        let mut list = hosts.clone();
+        list.push("*.wild.test".into());
+        let r = Route::new(list, vec!["127.0.0.1:1".parse().unwrap()]);
+        let keys = cache_keys(std::slice::from_ref(&r));
+        assert_eq!(keys, 8 * (RELEASES.len() + NEWER_KEYED as usize + 2));
+        let c = StatusCache::new(keys);
+        let ttl = Duration::from_secs(60);
+        let mut all: Vec<HostKey> = hosts.iter().map(|h| named(h)).collect();
+        all.push(HostKey::Other);
+        for h in &all {
+            for (i, &v) in RELEASES.iter().enumerate() {
+                c.put(0, v, h, format!("{i}").into());
+            }
+        }
+        for h in &all {
+            for (i, &v) in RELEASES.iter().enumerate() {
+                assert_eq!(
+                    c.get(0, v, h, ttl).as_deref(),
+                    Some(&*format!("{i}")),
+                    "{h:?} {v}"
+                );
+            }
+        }
+        // Bytes: answers of 1 MiB each, at most MAX_CACHED_BYTES of them kept, the newest.
+        let big: Arc<str> = "x".repeat(1 << 20).into();
+        for route in [1, 2] {
+            for &v in &RELEASES {
+                c.put(route, v, &HostKey::Other, big.clone());
+            }
+        }
+        let e = c.entries.lock().unwrap();
+        assert!(e.bytes <= MAX_CACHED_BYTES, "{}", e.bytes);
+        assert_eq!(e.bytes, e.map.values().map(|(_, j)| j.len()).sum::<usize>());
+        drop(e);
+        let newest = RELEASES[RELEASES.len() - 1];
+        assert!(c.get(2, newest, &HostKey::Other, ttl).is_some());
+        assert!(c.get(1, RELEASES[0], &HostKey::Other, ttl).is_none());
+    }
+
     /// Known releases and -1 each have their entry; every other number shares one, so
     /// made-up numbers hit the cache and never push the releases' answers out.
     #[test]
@@ -579,7 +697,7 @@ mod tests {
         }
         assert_eq!(c.get(0, 763, &h, ttl).as_deref(), Some("release"));
         assert_eq!(c.get(0, -1, &h, ttl).as_deref(), Some("probe"));
-        assert_eq!(c.entries.lock().unwrap().len(), 3);
+        assert_eq!(c.entries.lock().unwrap().map.len(), 3);
         assert_eq!(c.get(0, 47, &h, ttl), None, "each release apart");
         // The releases after this build's newest are keyed apart too (their clients are not
         // shown each other's version), up to NEWER_KEYED of them.
@@ -620,7 +738,7 @@ mod tests {
             let host = format!("r{n}.play.test");
             c.put(0, 763, &status_host(&r, &host).key, "random".into());
         }
-        assert_eq!(c.entries.lock().unwrap().len(), 2);
+        assert_eq!(c.entries.lock().unwrap().map.len(), 2);
         assert_eq!(
             c.get(0, 763, &named("play.test"), ttl).as_deref(),
             Some("named")
@@ -732,7 +850,7 @@ mod tests {
         assert!(c.held(0, &a, hold), "a is held");
     }
 
-    /// The hold covers the longest fetch: a connect timeout per upstream and the exchange.
+    /// The hold covers the longest fetch: a connect timeout and an exchange per upstream.
     #[test]
     fn the_hold_is_at_least_the_longest_fetch() {
         let mut s = Settings::default();
@@ -743,8 +861,8 @@ mod tests {
         s.connect_timeout = Duration::from_secs(3);
         s.handshake_timeout = Duration::from_secs(5);
         r.upstreams.push("127.0.0.1:2".parse().unwrap());
-        assert_eq!(fetch_deadline(&s, &r), Duration::from_secs(11));
-        assert_eq!(fallback_hold(&s, &r), Duration::from_secs(11));
+        assert_eq!(fetch_deadline(&s, &r), Duration::from_secs(16));
+        assert_eq!(fallback_hold(&s, &r), Duration::from_secs(16));
         s.connect_timeout = Duration::MAX;
         assert_eq!(fallback_hold(&s, &r), Duration::MAX, "saturates");
     }
