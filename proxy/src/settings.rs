@@ -483,6 +483,25 @@ impl Settings {
                 "listen address {twice} given twice"
             )));
         }
+        // A wildcard address and another of its family on the same port cannot both be bound
+        // (the second bind fails with EADDRINUSE at start, past --check-config).
+        let overlap = |a: &SocketAddr, b: &SocketAddr| {
+            a.port() == b.port()
+                && a.port() != 0
+                && a.is_ipv4() == b.is_ipv4()
+                && (a.ip().is_unspecified() || b.ip().is_unspecified())
+        };
+        if let Some((a, b)) = self.listen.iter().enumerate().find_map(|(i, a)| {
+            self.listen[..i]
+                .iter()
+                .find(|b| overlap(a, b))
+                .map(|b| (b, a))
+        }) {
+            return Err(SettingsError::new(format!(
+                "listen addresses {a} and {b} overlap (a wildcard address takes its port on every \
+                 address of its family)"
+            )));
+        }
         if self.max_connections == 0 {
             return Err(SettingsError::new("max-connections must be at least 1"));
         }
@@ -779,6 +798,23 @@ mod tests {
         s.listen.push("0.0.0.0:25565".parse().unwrap());
         let e = s.check().unwrap_err().to_string();
         assert!(e.contains("0.0.0.0:25565 given twice"), "{e}");
+        // A wildcard and another address of its family on its port overlap; other ports,
+        // the other family, two specific addresses and port 0 do not.
+        for (a, b, ok) in [
+            ("0.0.0.0:25565", "127.0.0.1:25565", false),
+            ("[::1]:25565", "[::]:25565", false),
+            ("0.0.0.0:25565", "127.0.0.1:25566", true),
+            ("127.0.0.1:25565", "127.0.0.2:25565", true),
+            ("0.0.0.0:25565", "[::1]:25565", true),
+            ("0.0.0.0:0", "127.0.0.1:0", true),
+        ] {
+            s.listen = vec![a.parse().unwrap(), b.parse().unwrap()];
+            let got = s.check();
+            assert_eq!(got.is_ok(), ok, "{a} {b}: {got:?}");
+            if !ok {
+                assert!(got.unwrap_err().to_string().contains("overlap"));
+            }
+        }
     }
 
     #[test]
