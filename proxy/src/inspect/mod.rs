@@ -213,18 +213,19 @@ pub enum InspectEnd {
     Closed(Close, Direction),
     /// A frame did not decode (malformed, over its direction's maximum, a compressed packet
     /// that does not inflate to exactly its Data Length): closed, with a Disconnect to the
-    /// client where its state has one.
-    BadFrame(Direction, CompressedFrameError),
+    /// client where its state has one (`true` when one was sent).
+    BadFrame(Direction, CompressedFrameError, bool),
     /// Encryption started (or the version is not parsed): everything buffered was flushed;
     /// relay the rest byte for byte.
     Opaque,
     /// A packet could not be framed again toward the client (its framed form past the largest
-    /// frame, or a filter's rewrite past the room for it): closed, with a Disconnect.
-    Reframe,
+    /// frame, or a filter's rewrite past the room for it): closed, with a Disconnect where the
+    /// client's state has one (`true` when one was sent).
+    Reframe(bool),
     /// Encryption started while the client's framing was the proxy's own (its threshold, not
     /// the upstream's): bytes relayed as received would garble, so the connection was closed
-    /// (with a Disconnect, the upstream's request withheld).
-    Unrelayable,
+    /// (with a Disconnect, the upstream's request withheld; `true` when one was sent).
+    Unrelayable(bool),
     /// The buffers to judge a packet with could not be made (the connection moved to a
     /// runtime thread that had none, with the process at its memory limits): closed, with no
     /// Disconnect (framing one takes those buffers).
@@ -246,7 +247,7 @@ impl InspectEnd {
             InspectEnd::Closed(c, Direction::Clientbound) => upstream_label(c.reason.label()),
             // The upstream's malformed frames are named as its own: they are no client's
             // refusal (nor counted or logged as one).
-            InspectEnd::BadFrame(dir, e) => {
+            InspectEnd::BadFrame(dir, e, _) => {
                 let upstream = matches!(dir, Direction::Clientbound);
                 match e {
                     CompressedFrameError::Inflate(_) | CompressedFrameError::BadDataLength => {
@@ -283,8 +284,8 @@ impl InspectEnd {
                 }
             }
             InspectEnd::Opaque => "opaque",
-            InspectEnd::Reframe => "reframe_too_large",
-            InspectEnd::Unrelayable => "encryption_after_own_threshold",
+            InspectEnd::Reframe(_) => "reframe_too_large",
+            InspectEnd::Unrelayable(_) => "encryption_after_own_threshold",
             InspectEnd::NoMemory => "no_memory",
         }
     }
@@ -294,10 +295,10 @@ impl InspectEnd {
     pub const fn sent_disconnect(&self) -> bool {
         match self {
             InspectEnd::Closed(c, _) => c.disconnect.is_some(),
-            _ => matches!(
-                self,
-                InspectEnd::BadFrame(..) | InspectEnd::Reframe | InspectEnd::Unrelayable
-            ),
+            InspectEnd::BadFrame(_, _, sent)
+            | InspectEnd::Reframe(sent)
+            | InspectEnd::Unrelayable(sent) => *sent,
+            _ => false,
         }
     }
 
@@ -314,7 +315,7 @@ impl InspectEnd {
                     },
                     _
                 )
-                | InspectEnd::BadFrame(Direction::Serverbound, _)
+                | InspectEnd::BadFrame(Direction::Serverbound, _, _)
         )
     }
 }
@@ -1159,9 +1160,10 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 let _ = self
                     .conn
                     .close(wirekit_core::minecraft::conn::CloseReason::Local);
-                self.disconnect(target, "malformed or oversized packet", cw, uw)
+                let sent = self
+                    .disconnect(target, "malformed or oversized packet", cw, uw)
                     .await;
-                InspectEnd::BadFrame(dir, e)
+                InspectEnd::BadFrame(dir, e, sent)
             }
             After::EncodeError | After::Unrelayable => {
                 // What was judged before it went out above; the client is told why (the
@@ -1175,31 +1177,32 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         .close(wirekit_core::minecraft::conn::CloseReason::Local),
                 };
                 let target = to_client(c.disconnect);
-                let (why, end) = if matches!(after, After::EncodeError) {
-                    (
-                        "a packet too large to frame again for the client",
-                        InspectEnd::Reframe,
-                    )
+                let reframe = matches!(after, After::EncodeError);
+                let why = if reframe {
+                    "a packet too large to frame again for the client"
                 } else {
-                    (
-                        "encryption after a compression threshold of the proxy's own",
-                        InspectEnd::Unrelayable,
-                    )
+                    "encryption after a compression threshold of the proxy's own"
                 };
-                self.disconnect(target, why, cw, uw).await;
-                end
+                let sent = self.disconnect(target, why, cw, uw).await;
+                if reframe {
+                    InspectEnd::Reframe(sent)
+                } else {
+                    InspectEnd::Unrelayable(sent)
+                }
             }
         }
     }
 
-    /// Sends the client a Disconnect for `target` (when there is one) and ends both streams.
+    /// Sends the client a Disconnect for `target` (when there is one) and ends both streams;
+    /// whether a Disconnect went out.
     async fn disconnect(
         &mut self,
         target: Option<DisconnectTarget>,
         why: &str,
         cw: &mut Writer<'_>,
         uw: &mut Writer<'_>,
-    ) {
+    ) -> bool {
+        let mut sent = false;
         if let Some(target) = target {
             let text = format!("Disconnected by the proxy: {why}");
             if let Some(frame) = self.disconnect_frame(target, &text) {
@@ -1210,11 +1213,13 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 let limit = crate::conn::DISCONNECT_WRITE_LIMIT;
                 if let Ok(Ok(())) = tokio::time::timeout(limit, write).await {
                     side.moved.written += frame.len() as u64;
+                    sent = true;
                 }
             }
         }
         let _ = cw.shutdown().await;
         let _ = uw.shutdown().await;
+        sent
     }
 }
 
