@@ -703,10 +703,14 @@ impl WsListener {
                     // A PRUDP connection lives as long as its WebSocket, whose slot is
                     // taken at the handshake, so its table evicts nothing (the listener
                     // evicts WebSockets, `Shared::admit`).
-                    // It holds a PRUDP connection for every WebSocket the listener holds.
+                    // It holds a PRUDP connection for every WebSocket the listener holds, with
+                    // those told to make way still in it while their newcomers connect.
                     table: ConnectionTable::new(TableLimits {
                         fair_share: false,
-                        max_connections: config.limits.max_connections.max(config.max_connections),
+                        max_connections: config
+                            .limits
+                            .max_connections
+                            .max(config.max_connections + EVICTION_BURST as usize),
                         ..config.limits
                     }),
                     outbox: Outbox::new(64, slot),
@@ -1861,7 +1865,10 @@ mod tests {
         };
         config.limits.max_connections = 8;
         let l = listener(config);
-        assert_eq!(l.shared.engine().table.limits().max_connections, 64);
+        assert_eq!(
+            l.shared.engine().table.limits().max_connections,
+            64 + EVICTION_BURST as usize
+        );
         config.limits.max_connections = 100;
         let l = listener(config);
         assert_eq!(l.shared.engine().table.limits().max_connections, 100);

@@ -557,8 +557,6 @@ pub(crate) async fn byte_relay(
     .await
 }
 
-/// How a pre-login read that failed ends: the client closing or its socket failing is the
-/// client leaving (a `closed` line and `closed_total`); the rest the proxy refused.
 /// Answers the Ping whose frame body is `ping` with its Pong and ends the connection.
 async fn answer_ping(
     inbound: &mut Inbound,
@@ -579,6 +577,8 @@ async fn answer_ping(
     Ended::Left("status")
 }
 
+/// How a pre-login read that failed ends: the client closing or its socket failing is the
+/// client leaving (a `closed` line and `closed_total`); the rest the proxy refused.
 fn prelogin_end(e: PreloginError) -> Ended {
     match e {
         PreloginError::Closed | PreloginError::Io(_) => Ended::Left(e.as_str()),
@@ -788,8 +788,9 @@ async fn route_status(
 /// failing (held for `who`'s key alone): both [`Down`](status::Fetched::Down). An upstream
 /// that connected and refused (closed, reset, sent something else) where none answered may
 /// throttle or dislike this request, which says nothing of the others':
-/// [`Refused`](status::Fetched::Refused). An upstream that did not answer goes last in the
-/// order for a while, as one that did not connect.
+/// [`Refused`](status::Fetched::Refused). An upstream that did not answer in time goes last in
+/// the order for a while, as one that did not connect; one that refused does not (it may
+/// throttle status pings from the proxy's address and serve logins well).
 #[allow(clippy::too_many_arguments)]
 async fn fetch_status(
     shared: &Shared,
@@ -837,13 +838,13 @@ async fn fetch_status(
             }
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                 debug!(upstream = %addr, "no status from upstream in time; trying the next");
+                rt.upstreams[i].failed(k);
             }
             Err(e) => {
                 debug!(upstream = %addr, error = %e, "status from upstream failed; trying the next");
                 refused = true;
             }
         }
-        rt.upstreams[i].failed(k);
     }
     if !connected {
         rt.cache.failed(i, None);

@@ -12,7 +12,8 @@
 //! - routing by the handshake's normalised host: exact names, `*.` wildcards, a default
 //!   route; an unknown host is dropped or told a configured MOTD;
 //! - upstreams per route (round robin or least connections, a connect under way counted) with
-//!   failover on a failed connect (an upstream that failed one is tried last for 10 s); the
+//!   failover on a failed connect (an upstream that failed one, or stalled a status fetch, is
+//!   tried last for 10 s); the
 //!   upstream gets the handshake as received (or with the host rewritten) after an optional
 //!   PROXY v2 header (CRC32C, AUTHORITY naming the host when it fits 255 bytes);
 //! - the status answered from a per-route cache keyed by protocol version (each known release

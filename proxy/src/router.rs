@@ -185,8 +185,8 @@ impl Upstreams {
         up.chain(back).collect::<Vec<_>>().into_iter()
     }
 
-    /// Notes that a connect to upstream `i` failed: it goes to the back of the order for
-    /// [`DOWN_FOR`].
+    /// Notes that upstream `i` failed a connect (or a status exchange: connected, no answer in
+    /// time): it goes to the back of the order for [`DOWN_FOR`].
     pub(crate) fn failed(&self, i: usize) {
         self.open[i].failed_at.store(now_ms(), Ordering::Relaxed);
     }

