@@ -18,6 +18,11 @@
 //! trickles its bytes (a set-up reply the same from the start of its wait); past either the
 //! run ends with an error naming the target and what it was waiting for.
 //!
+//! Every connection is set up (connected, its greeting read) before any sends a request: a
+//! connection waits for the others' set-up, at most [`LoadOptions::connect_timeout`] plus
+//! [`LoadOptions::reply_timeout`], before its first frame. A target's header timeout (the time it
+//! gives a connection to send its first frame) must cover that; the in-process server's does.
+//!
 //! A pipelined connection keeps at most [`LoadOptions::pipeline`] requests and about
 //! [`LoadOptions::MAX_BYTES_IN_FLIGHT`] bytes of them unanswered, and reads replies whenever the
 //! socket will not take more requests: a server that stops reading while its replies cannot be
@@ -259,7 +264,7 @@ impl LoadOptions {
                 framing: self.framing,
             });
         }
-        let per_connection = buffers_per_connection(self.pipeline, max);
+        let per_connection = buffers_per_connection(self.framing, self.pipeline, max);
         if per_connection.saturating_mul(self.connections as u64) > Self::MAX_CLIENT_BUFFERS {
             return Err(OptionsError::Buffers {
                 connections: self.connections,
@@ -354,16 +359,34 @@ fn window_len(depth: usize, max: usize) -> usize {
         .min(LoadOptions::MAX_BYTES_IN_FLIGHT.saturating_add(frame))
 }
 
+/// `by` after `at`, or a century on where that is past what an `Instant` holds (a timeout of
+/// `Duration::MAX` meaning none).
+fn later(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by)
+        .or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(at)
+}
+
 /// An estimate of one connection's buffers: requests queued and replies read (a window each),
-/// a reply split across reads and the framing's scratch (a frame each), the in-flight records.
-fn buffers_per_connection(depth: usize, max: usize) -> u64 {
+/// a reply split across reads (at least one read's 8 KiB) and the framing's scratch (a frame
+/// each), the in-flight records, and under VarInt framing the compressor's workspace and the
+/// inflater (made for every connection, compressed or not).
+fn buffers_per_connection(framing: BenchFraming, depth: usize, max: usize) -> u64 {
     let frame = max.saturating_add(FRAME_OVERHEAD) as u64;
     let window = window_len(depth, max) as u64;
     let records = (depth as u64).saturating_mul(std::mem::size_of::<InFlight>() as u64);
+    let codec = match framing {
+        BenchFraming::VarInt => {
+            (WORKSPACE_MCU * std::mem::size_of::<u32>() + std::mem::size_of::<Inflater>()) as u64
+        }
+        BenchFraming::U32Le => 0,
+    };
     window
         .saturating_mul(2)
-        .saturating_add(frame.saturating_mul(2))
+        .saturating_add(frame.max(8192))
+        .saturating_add(frame)
         .saturating_add(records)
+        .saturating_add(codec)
 }
 
 impl Default for LoadOptions {
@@ -889,7 +912,7 @@ async fn recv_setup(
     buf: &mut Vec<u8>,
     limit: Duration,
 ) -> io::Result<i32> {
-    let deadline = Instant::now() + limit;
+    let deadline = later(Instant::now(), limit);
     loop {
         if let Some((consumed, id, _)) = framing.decode(buf)? {
             buf.drain(..consumed);
@@ -945,6 +968,14 @@ async fn set_up(
             return Err(invalid(format!("set compression {t}: reply id {id:#x}")));
         }
     }
+    // Nothing comes before a request but the set-up replies (a second greeting, a reply sent
+    // twice would be dropped here unseen).
+    if !setup.is_empty() {
+        return Err(invalid(format!(
+            "{} bytes past the set-up replies before any request",
+            setup.len()
+        )));
+    }
     Ok(stream)
 }
 
@@ -981,7 +1012,7 @@ async fn churn_connections(
         wbuf.clear();
         framing.encode(wire::ECHO, payload, &mut wbuf)?;
         // The request taken and its reply read within the limit, however they trickle.
-        let deadline = Instant::now() + limit;
+        let deadline = later(Instant::now(), limit);
         until(deadline, limit, "take a request", stream.write_all(&wbuf)).await?;
         result.wire_bytes += wbuf.len() as u64;
         rbuf.clear();
@@ -1139,7 +1170,7 @@ async fn drive_connection(
         // The oldest request unanswered must be answered within the limit of its sending, so
         // that a server trickling bytes, each wait short, cannot hold the run past it.
         let oldest = inflight.front().map_or_else(Instant::now, |f| f.sent_at);
-        let ready = until(oldest + limit, limit, what, stream.ready(interest)).await?;
+        let ready = until(later(oldest, limit), limit, what, stream.ready(interest)).await?;
         if !ready.is_readable() && !ready.is_read_closed() {
             continue;
         }
@@ -1312,6 +1343,15 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
     } else {
         wirekit_core::proxy::policy::Policy::Skip
     };
+    // The first frame comes once every connection is set up: up to a connect and a set-up
+    // reply's time after a connection's accept.
+    let setup = opts.connect_timeout.saturating_add(opts.reply_timeout);
+    let header = wirekit_core::time::Duration::from(setup);
+    let service = if header > service::Config::DEFAULT_HEADER_TIMEOUT {
+        service.with_header_timeout(header)
+    } else {
+        service
+    };
     let defaults = ServeOptions::default();
     let serve = ServeOptions {
         service: service.with_proxy(wirekit_core::proxy::policy::ProxyConfig::new(proxy)),
@@ -1430,7 +1470,11 @@ async fn drive(
             let bar = bar.clone();
             let opts = opts.clone();
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                // Every 100 ms, or at the run's end when it is shorter.
+                let period = Duration::from_millis(100)
+                    .min(opts.duration)
+                    .max(Duration::from_millis(1));
+                let mut tick = tokio::time::interval(period);
                 loop {
                     tick.tick().await;
                     let done = run.done.load(Ordering::Relaxed);
@@ -1542,6 +1586,20 @@ mod tests {
         assert_eq!(PayloadSizes::Uniform(7, 7).draw(&mut rng), 7);
     }
 
+    /// A timeout of `Duration::MAX` (none) runs, not a panic adding it to the clock.
+    #[test]
+    fn timeouts_of_duration_max_mean_none() {
+        let report = run(LoadOptions {
+            connections: 2,
+            round_trips: Some(3),
+            connect_timeout: Duration::MAX,
+            reply_timeout: Duration::MAX,
+            ..LoadOptions::default()
+        })
+        .unwrap();
+        assert_eq!(report.frames, 6);
+    }
+
     #[test]
     fn options_past_the_limits_are_refused_before_anything_runs() {
         let refused = |opts: LoadOptions| {
@@ -1611,6 +1669,24 @@ mod tests {
             ..ok.clone()
         });
         assert!(e.contains("65535 connections of about"), "{e}");
+        // VarInt framing's compressor workspace and inflater count: 65535 connections of
+        // one 4 KiB request each fit with u32le framing (about 20 KiB each), not with varint
+        // (about 44 KiB each).
+        let small = LoadOptions {
+            connections: 65_535,
+            pipeline: 1,
+            payload: PayloadSizes::Fixed(4096),
+            ..ok.clone()
+        };
+        assert_eq!(
+            LoadOptions {
+                framing: BenchFraming::U32Le,
+                ..small.clone()
+            }
+            .validate(),
+            Ok(())
+        );
+        assert!(refused(small).contains("65535 connections of about"));
     }
 
     #[test]
@@ -1640,7 +1716,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         std::thread::spawn(move || {
             use std::io::{Read, Write};
-            for stream in listener.incoming().take(2) {
+            for stream in listener.incoming().take(3) {
                 let Ok(mut s) = stream else { return };
                 std::thread::spawn(move || {
                     let mut b = [0u8; 4096];
@@ -1671,6 +1747,18 @@ mod tests {
                 "churn {churn}: {err}"
             );
         }
+        // The set-compression reply sent twice, in one write: the copy is not dropped unseen.
+        let err = run(LoadOptions {
+            target: Some(addr),
+            connections: 1,
+            round_trips: Some(1),
+            payload: PayloadSizes::Fixed(32),
+            compression_threshold: Some(256),
+            reply_timeout: Duration::from_secs(5),
+            ..LoadOptions::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("past the set-up replies"), "{err}");
     }
 
     #[test]

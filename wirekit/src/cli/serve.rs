@@ -131,6 +131,14 @@ impl ServeArgs {
     /// [`MAX_TRUSTED`](wirekit_core::proxy::policy::MAX_TRUSTED) `--trusted`
     /// networks, or a compression threshold with u32le framing, is an error.
     pub fn options(&self) -> Result<ServeOptions, String> {
+        // The flags' parsers bound these; set in code, a bad one is an error, not a panic.
+        let seconds = |name: &str, v: f64| {
+            Duration::try_from_secs_f64(v)
+                .map_err(|_| format!("--{name} {v}: expected a number of seconds, 0 or more"))
+        };
+        let header_timeout = seconds("header-timeout", self.header_timeout)?;
+        let idle_timeout = seconds("idle-timeout", self.idle_timeout)?;
+        let send_timeout = seconds("send-timeout", self.send_timeout)?;
         let proxy = ProxyConfig::new(self.proxy_protocol)
             .with_trusted(&self.trusted, self.untrusted_proxy_protocol)
             .map_err(|e: TooManyTrusted| e.to_string())?
@@ -155,13 +163,13 @@ impl ServeArgs {
             }
         }
         .with_max_packet_len(self.max_frame)
-        .with_header_timeout(Duration::from_secs_f64(self.header_timeout).into())
-        .with_idle_timeout(if self.idle_timeout == 0.0 {
+        .with_header_timeout(header_timeout.into())
+        .with_idle_timeout(if idle_timeout.is_zero() {
             wirekit_core::time::Duration::MAX
         } else {
-            Duration::from_secs_f64(self.idle_timeout).into()
+            idle_timeout.into()
         })
-        .with_send_timeout(Duration::from_secs_f64(self.send_timeout).into())
+        .with_send_timeout(send_timeout.into())
         .with_key_derivation(!self.no_key_derivation)
         .with_derive_budget(self.derive_burst, Rate::per_second(self.derive_per_second))
         .with_shared_derive_budget(
@@ -404,5 +412,12 @@ mod tests {
         let e = u32le.options().expect_err("refused");
         assert!(e.contains("--framing varint only"), "{e}");
         assert!(parse(&["--framing", "u32le"]).unwrap().options().is_ok());
+        // Timeouts set in code past what the flags take: an error, not a panic.
+        for v in [f64::NAN, -1.0, f64::INFINITY, 1e300] {
+            let mut a = parse(&[]).unwrap();
+            a.send_timeout = v;
+            let e = a.options().expect_err("refused");
+            assert!(e.contains("--send-timeout"), "{e}");
+        }
     }
 }
