@@ -114,23 +114,8 @@ impl ServeCommand {
                 lines.lock().unwrap().push(strip_ansi(&line));
             }
         });
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            // Keep draining so the child never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("wirekit serve did not say where it listens");
-            }
-        };
+        let line = wirekit_rig::process::first_line(&mut child, Duration::from_secs(30))
+            .expect("wirekit serve says where it listens within 30 s");
         let addr = line
             .strip_prefix("listening on ")
             .and_then(|a| a.parse().ok())

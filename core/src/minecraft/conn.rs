@@ -1576,41 +1576,32 @@ mod tests {
                 disconnect: None
             })
         );
-        // A budget: two serverbound packets (the handshake and Login Start), then none.
+        // A budget: two serverbound packets (the handshake and Login Start), then none. The
+        // Encryption Response over it closes with no Disconnect; another packet over it there
+        // still gets the login's.
         let mut config = ConnConfig::default();
         config.budgets.serverbound.packets = Some(Budget {
             burst: 2,
             rate: Rate::per_second(0),
         });
-        let mut c = ProxyConn::new(config);
-        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
-        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
-        assert_eq!(
-            feed(&mut c, CB, 1, b"request"),
-            Verdict::ForwardThenAwaitEncryption
-        );
-        let v = feed(&mut c, SB, 1, b"response");
-        let Verdict::Close(close) = v else {
-            panic!("{v:?}")
-        };
-        assert!(matches!(close.reason, CloseReason::Budget(_)), "{v:?}");
-        assert_eq!(close.disconnect, None);
-        // Another packet over the budget there still gets the login's Disconnect.
-        let mut c = ProxyConn::new(config);
-        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
-        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
-        assert_eq!(
-            feed(&mut c, CB, 1, b"request"),
-            Verdict::ForwardThenAwaitEncryption
-        );
-        let v = feed(&mut c, SB, 2, b"\x01\x00");
-        let Verdict::Close(close) = v else {
-            panic!("{v:?}")
-        };
-        assert_eq!(
-            close.disconnect.map(|t| t.state),
-            Some(DisconnectState::Login)
-        );
+        for (id, data, want) in [
+            (1, &b"response"[..], None),
+            (2, &b"\x01\x00"[..], Some(DisconnectState::Login)),
+        ] {
+            let mut c = ProxyConn::new(config);
+            feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+            feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+            assert_eq!(
+                feed(&mut c, CB, 1, b"request"),
+                Verdict::ForwardThenAwaitEncryption
+            );
+            let v = feed(&mut c, SB, id, data);
+            let Verdict::Close(close) = v else {
+                panic!("{v:?}")
+            };
+            assert!(matches!(close.reason, CloseReason::Budget(_)), "{v:?}");
+            assert_eq!(close.disconnect.map(|t| t.state), want, "{id}");
+        }
         // The server may still say why it ends the login.
         let mut c = start();
         feed(&mut c, CB, 0, b"\x02{}").assert_forward();
