@@ -911,8 +911,20 @@ pub(crate) async fn connect(
     None
 }
 
+/// Whether `errno` says the process (EMFILE) or the system (ENFILE) is out of descriptors.
+#[cfg(target_os = "linux")]
+fn is_out_of_descriptors(errno: i32) -> bool {
+    use rustix::io::Errno;
+    errno == Errno::MFILE.raw_os_error() || errno == Errno::NFILE.raw_os_error()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn is_out_of_descriptors(_errno: i32) -> bool {
+    false
+}
+
 /// Connects to upstream `k` of route `i` (see [`connect`]); on failure it is marked failed
-/// (last in the order for a while).
+/// (last in the order for a while), but for a failure of the proxy's own (out of descriptors).
 async fn connect_to(
     shared: &Shared,
     rt: &Runtime,
@@ -932,6 +944,11 @@ async fn connect_to(
         Ok(Ok((stream, sent))) => {
             upstreams.connected(k);
             return Some((stream, sent, hold));
+        }
+        // Out of descriptors here: no fault of the upstream's, which is not marked down.
+        Ok(Err(e)) if e.raw_os_error().is_some_and(is_out_of_descriptors) => {
+            trace!(upstream = %addr, error = %e, "no descriptor for an upstream connect");
+            return None;
         }
         Ok(Err(e)) => {
             trace!(upstream = %addr, error = %e, "upstream connect failed; trying the next")

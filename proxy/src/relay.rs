@@ -411,6 +411,26 @@ async fn copy(
     }
 }
 
+/// Bounds the splice pipes the process keeps open, pooled or in use, to `pipes` (each holds two
+/// descriptors): a relay direction that would open one past it copies instead, so that pipes
+/// never take the descriptors accepts and upstream connects need. Unbounded until set.
+pub fn set_pipe_budget(pipes: usize) {
+    #[cfg(target_os = "linux")]
+    splice::PIPE_BUDGET.store(pipes, Ordering::Relaxed);
+    #[cfg(not(target_os = "linux"))]
+    let _ = pipes;
+}
+
+/// The pipe budget for a descriptor limit `nofile` and `max_connections`: what is left of the
+/// limit past two sockets a connection and `reserve` descriptors (listeners, the metrics
+/// endpoint, logs), two descriptors a pipe.
+pub fn pipe_budget(nofile: u64, max_connections: usize, reserve: u64) -> usize {
+    let left = nofile
+        .saturating_sub((max_connections as u64).saturating_mul(2))
+        .saturating_sub(reserve);
+    usize::try_from(left / 2).unwrap_or(usize::MAX)
+}
+
 #[cfg(target_os = "linux")]
 mod splice {
     use super::{Budget, CHUNK, DirEnd, GROWN_PIPE};
@@ -421,6 +441,7 @@ mod splice {
     use std::cell::Cell;
     use std::io;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::Interest;
     use tokio::net::TcpStream;
 
@@ -449,6 +470,12 @@ mod splice {
     /// The most pipes [`POOL`] keeps.
     pub(super) const POOL_MAX: usize = 64;
 
+    /// Pipes open in the process, pooled or in use.
+    static PIPES: AtomicUsize = AtomicUsize::new(0);
+    /// The most pipes there may be ([`super::set_pipe_budget`]); past it a new relay direction
+    /// copies instead.
+    pub(super) static PIPE_BUDGET: AtomicUsize = AtomicUsize::new(usize::MAX);
+
     /// A pipe for one direction, back to [`POOL`] when dropped empty.
     pub(super) struct Pipe {
         ends: Option<(OwnedFd, OwnedFd)>,
@@ -468,7 +495,19 @@ mod splice {
             let (ends, size) = match pooled {
                 Some((r, w, size)) => ((r, w), size),
                 None => {
-                    let ends = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+                    // Within the budget: the descriptors past it are the sockets'.
+                    if PIPES.fetch_add(1, Ordering::Relaxed) >= PIPE_BUDGET.load(Ordering::Relaxed)
+                    {
+                        PIPES.fetch_sub(1, Ordering::Relaxed);
+                        return Err(io::Error::other("pipe budget spent"));
+                    }
+                    let ends = match pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC) {
+                        Ok(ends) => ends,
+                        Err(e) => {
+                            PIPES.fetch_sub(1, Ordering::Relaxed);
+                            return Err(e.into());
+                        }
+                    };
                     let size = rustix::pipe::fcntl_getpipe_size(&ends.1).unwrap_or(CHUNK);
                     (ends, size)
                 }
@@ -533,8 +572,11 @@ mod splice {
                 let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
                 if pool.len() < POOL_MAX {
                     pool.push((r, w, first));
+                    return;
                 }
             }
+            // Closed (its ends dropped here or with the pipe).
+            PIPES.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

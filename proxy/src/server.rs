@@ -647,20 +647,49 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .sweep(now, 8192);
-        let mut guard = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
-        let logs = &mut *guard;
-        // A line per source for the first few; past them one line for all the rest, so that a
-        // flood from thousands of sources is not a report line for each every sweep.
-        let (mut named, mut rest_sources, mut rest) = (0u32, 0u32, 0u64);
-        logs.per_source.sweep(now, LOG_SOURCES, |key, suppressed| {
-            if named < SWEEP_NAMED {
-                named += 1;
-                info!(source = %key, suppressed, "log lines suppressed");
-            } else {
-                rest_sources += 1;
-                rest += u64::from(suppressed);
+        // The counts are taken under the log limits' lock and written after it is let go: a
+        // slow log sink must not hold every connection's close path waiting on it.
+        let mut named_lines = Vec::new();
+        let mut any_lines: Vec<(&str, u64)> = Vec::new();
+        let (mut rest_sources, mut rest) = (0u32, 0u64);
+        {
+            let mut guard = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
+            let logs = &mut *guard;
+            // A line per source for the first few; past them one line for all the rest, so
+            // that a flood from thousands of sources is not a report line for each every sweep.
+            logs.per_source.sweep(now, LOG_SOURCES, |key, suppressed| {
+                if named_lines.len() < SWEEP_NAMED as usize {
+                    named_lines.push((key.to_string(), suppressed));
+                } else {
+                    rest_sources += 1;
+                    rest += u64::from(suppressed);
+                }
+            });
+            // The shared limits' counts too, once they may write a line again: a count held
+            // back by a flood that has ended is reported now, not hours later with an
+            // unrelated line.
+            for (limit, what) in [
+                (&mut logs.served, "served close lines suppressed"),
+                (&mut logs.others, "log lines suppressed"),
+            ] {
+                if limit.pending() > 0
+                    && let Some(suppressed) = report_line(limit, now)
+                {
+                    any_lines.push((what, u64::from(suppressed)));
+                }
             }
-        });
+            // All sources' limit: what it held back, and the counts carried with it.
+            if (logs.all.pending() > 0 || logs.carried > 0)
+                && let Some(suppressed) = report_line(&mut logs.all, now)
+            {
+                let suppressed = u64::from(suppressed)
+                    .saturating_add(u64::from(std::mem::take(&mut logs.carried)));
+                any_lines.push(("log lines suppressed", suppressed));
+            }
+        }
+        for (source, suppressed) in named_lines {
+            info!(source = %source, suppressed, "log lines suppressed");
+        }
         if rest_sources > 0 {
             info!(
                 sources = rest_sources,
@@ -668,24 +697,8 @@ async fn sweeper(shared: Arc<Shared>, stop: CancellationToken) {
                 "log lines suppressed (other sources)"
             );
         }
-        // The shared limits' counts too, once they may write a line again: a count held back
-        // by a flood that has ended is reported now, not hours later with an unrelated line.
-        for (limit, what) in [
-            (&mut logs.served, "served close lines suppressed"),
-            (&mut logs.others, "log lines suppressed"),
-        ] {
-            if limit.pending() > 0
-                && let Some(suppressed) = report_line(limit, now)
-            {
-                info!(source = "any", suppressed, "{what}");
-            }
-        }
-        // All sources' limit: what it held back, and the counts carried with it.
-        if (logs.all.pending() > 0 || logs.carried > 0)
-            && let Some(suppressed) = report_line(&mut logs.all, now)
-        {
-            let suppressed = suppressed.saturating_add(std::mem::take(&mut logs.carried));
-            info!(source = "any", suppressed, "log lines suppressed");
+        for (what, suppressed) in any_lines {
+            info!(source = "any", suppressed, "{what}");
         }
     }
 }

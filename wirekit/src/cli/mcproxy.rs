@@ -670,18 +670,16 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // Two sockets a connection (the limit was raised to its hard limit at start); the splice
-    // relay's pipes (four descriptors a connection) are taken when there are descriptors to
-    // spare, and a direction without one copies instead.
+    // relay's pipes (two descriptors each, two a relayed connection) take only what is left
+    // past them (`set_pipe_budget`), and a direction without one copies instead.
     if let Some(n) = super::raise_nofile()
-        && n < (settings.max_connections as u64)
-            .saturating_mul(2)
-            .saturating_add(64)
+        && !pipe_budget(n, settings.max_connections)
     {
         tracing::warn!(
             nofile = n,
             max_connections = settings.max_connections,
             "the descriptor limit is below 2 x max-connections (two sockets a connection): \
-             accepts past it fail (EMFILE)"
+             accepts past it fail (EMFILE), and the splice pipes are not bounded"
         );
     }
     let threads = merged.threads;
@@ -747,6 +745,27 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
 /// and limits, open ones keep theirs. Settings that need a restart (the proxy's, and
 /// `threads`, the runtime's, running with `threads`) are logged as such and returned; `Err`
 /// (logged too) if the new configuration is refused.
+/// Descriptors kept for listeners, the metrics endpoint and logs, past two a connection.
+const PIPE_RESERVE: u64 = 64;
+
+/// Bounds the splice pipes to what `nofile` descriptors leave past two sockets for each of
+/// `max_connections` and [`PIPE_RESERVE`]; `false` (and no bound) where the limit does not
+/// hold those sockets: that configuration fails accepts (EMFILE) before its maximum anyway,
+/// and pipes bounded to none would take splice from every connection.
+fn pipe_budget(nofile: u64, max_connections: usize) -> bool {
+    let sockets = (max_connections as u64)
+        .saturating_mul(2)
+        .saturating_add(PIPE_RESERVE);
+    let pipes = if nofile >= sockets {
+        wirekit_proxy::relay::pipe_budget(nofile, max_connections, PIPE_RESERVE)
+    } else {
+        usize::MAX
+    };
+    wirekit_proxy::relay::set_pipe_budget(pipes);
+    tracing::debug!(pipes, "splice pipe budget");
+    pipes != usize::MAX
+}
+
 fn reload(
     args: &ProxyArgs,
     handle: &wirekit_proxy::ProxyHandle,
@@ -761,6 +780,7 @@ fn reload(
         }
     };
     let routes = settings.routes.len();
+    let max_connections = settings.max_connections;
     match handle.reload(settings) {
         Ok(r) => {
             let mut need_restart = r.need_restart;
@@ -775,6 +795,10 @@ fn reload(
                     setting = name,
                     "changed, but needs a restart to take effect"
                 );
+            }
+            // max-connections may have changed: the pipes get what its sockets leave.
+            if let Some(n) = super::raise_nofile() {
+                let _ = pipe_budget(n, max_connections);
             }
             tracing::info!(routes, "configuration reloaded");
             Ok(need_restart)
