@@ -73,7 +73,7 @@ use wirekit_core::Needed;
 use wirekit_core::limit::{AddrKey, LogDecision, LogLimit, Prefix, TokenBucket};
 use wirekit_core::proxy::policy::ProxyConfig;
 use wirekit_core::service::{
-    self, AtomicCounters, Counters, Session, SessionError, Want, Workspace,
+    self, AtomicCounters, Counters, Session, SessionError, SourceDeriveBudgets, Want, Workspace,
 };
 use wirekit_core::zlib::{Compressor, Inflater, WORKSPACE_SERVER};
 
@@ -582,7 +582,41 @@ struct ThreadWorkspace {
     /// ([`Workspace::with_derive_budget`]), one budget per server (by [`Shared::id`]) of the
     /// last [`DERIVE_SERVERS`] to run on the thread.
     derive: Vec<(u64, TokenBucket)>,
+    /// The key derivations each client source's connections on the thread share
+    /// ([`Workspace::with_source_derive_budget`]), per server and source ([`SOURCE_PREFIX`]),
+    /// with when each was last used: at most [`DERIVE_SOURCES`], the least recently used
+    /// making room (reserved whole: no allocation as sources come and go).
+    source_derive: SourceDerive,
 }
+
+/// Per-source derive budgets: `(server, source)` to the budget and its last use's tick, and
+/// the tick now.
+struct SourceDerive {
+    budgets: std::collections::HashMap<(u64, IpAddr), (TokenBucket, u64)>,
+    tick: u64,
+}
+
+/// The thread's per-source derive budgets for one connection of `server` from `peer`, as the
+/// session asks for them ([`SourceDeriveBudgets`]): its source is the PROXY header's client
+/// where one was accepted, else the peer ([`SOURCE_PREFIX`]).
+struct SourceBudgets<'a> {
+    sources: &'a mut SourceDerive,
+    server: u64,
+    peer: IpAddr,
+    config: &'a service::Config,
+}
+
+impl SourceDeriveBudgets for SourceBudgets<'_> {
+    fn budget(&mut self, proxied: Option<SocketAddr>) -> &mut TokenBucket {
+        let client = proxied.map_or(self.peer, |a| a.ip());
+        let source = AddrKey::new(client, SOURCE_PREFIX).network();
+        ThreadWorkspace::source_budget(self.sources, self.server, source, self.config)
+    }
+}
+
+/// How many sources' derive budgets a worker thread keeps (the least recently used goes
+/// first: a source evicted starts again with a full burst, which the shared budget bounds).
+const DERIVE_SOURCES: usize = 1024;
 
 /// How many servers' derive budgets a worker thread keeps (the oldest goes first).
 const DERIVE_SERVERS: usize = 8;
@@ -610,6 +644,31 @@ impl ThreadWorkspace {
         };
         &mut derive[i].1
     }
+
+    /// The thread's derive budget for `source`'s connections to `server`, sized by `config`
+    /// (made full for a source it has none for, the least recently used source's given up
+    /// when there are [`DERIVE_SOURCES`]).
+    fn source_budget<'a>(
+        sources: &'a mut SourceDerive,
+        server: u64,
+        source: IpAddr,
+        config: &service::Config,
+    ) -> &'a mut TokenBucket {
+        sources.tick += 1;
+        let (tick, budgets) = (sources.tick, &mut sources.budgets);
+        if !budgets.contains_key(&(server, source)) && budgets.len() >= DERIVE_SOURCES {
+            let oldest = budgets.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k);
+            if let Some(oldest) = oldest {
+                budgets.remove(&oldest);
+            }
+        }
+        let (burst, rate) = config.source_derive_budget();
+        let entry = budgets
+            .entry((server, source))
+            .or_insert_with(|| (TokenBucket::new(burst, rate), 0));
+        entry.1 = tick;
+        &mut entry.0
+    }
 }
 
 impl ThreadWorkspace {
@@ -618,6 +677,10 @@ impl ThreadWorkspace {
             read_buf: vec![0; SHARED_READ],
             write_buf: vec![0; SHARED_WRITE],
             derive: Vec::with_capacity(1),
+            source_derive: SourceDerive {
+                budgets: std::collections::HashMap::with_capacity(DERIVE_SOURCES),
+                tick: 0,
+            },
             scratch: Vec::new(),
             inflater: Box::new(Inflater::new()),
             compressor: Box::new(
@@ -653,7 +716,7 @@ async fn serve_connection(
         own: AtomicCounters::new(),
     };
     debug!(%peer, "accepted");
-    let result = drive(&mut stream, &mut session, shared, &counters, shutdown).await;
+    let result = drive(&mut stream, &mut session, shared, &counters, peer, shutdown).await;
     let session_error = match &result {
         Err(ConnError::Session(e)) => Some(*e),
         _ => None,
@@ -775,9 +838,11 @@ async fn drive(
     session: &mut Session,
     shared: &Shared,
     counters: &ConnCounters<'_>,
+    peer: SocketAddr,
     shutdown: &CancellationToken,
 ) -> Result<Ended, ConnError> {
     let options = &shared.options;
+    let peer = peer.ip();
     // The connection's own buffers, used only when a frame is split across reads (`input`) or
     // the socket would not take every reply at once (`pending`); an ordinary round trip goes
     // through the thread's shared buffers (see `serve_read`).
@@ -794,7 +859,7 @@ async fn drive(
     // Greeting: tiny, so a stack buffer.
     {
         let mut greeting = [0u8; 16];
-        let p = handle(session, &[], &mut greeting, counters, shared)?;
+        let p = handle(session, &[], &mut greeting, counters, shared, peer)?;
         if p.written > 0 {
             send_within(
                 stream,
@@ -817,7 +882,7 @@ async fn drive(
                 // `Want::Output`): a connection sending its header or first frame a byte at a
                 // time holds its input and nothing more.
                 let handling = std::time::Instant::now();
-                let p = handle(session, input.data(), &mut out, counters, shared);
+                let p = handle(session, input.data(), &mut out, counters, shared, peer);
                 work.charge(handling.elapsed()).await;
                 let p = p?;
                 input.consume(p.consumed);
@@ -877,7 +942,15 @@ async fn drive(
                 return wait_failed(e, session, grace_deadline);
             }
             let serving = std::time::Instant::now();
-            let served = serve_read(stream, session, counters, shared, &mut input, &mut pending);
+            let served = serve_read(
+                stream,
+                session,
+                counters,
+                shared,
+                peer,
+                &mut input,
+                &mut pending,
+            );
             work.charge(serving.elapsed()).await;
             match served? {
                 // Readiness can be stale; tokio clears it on `WouldBlock`, so this waits again.
@@ -978,6 +1051,7 @@ fn serve_read(
     session: &mut Session,
     counters: &ConnCounters<'_>,
     shared: &Shared,
+    peer: IpAddr,
     carry: &mut InputBuffer,
     pending: &mut Vec<u8>,
 ) -> Result<ServedRead, ConnError> {
@@ -991,6 +1065,7 @@ fn serve_read(
             read_buf,
             write_buf,
             derive,
+            source_derive,
         } = tw;
         let n = match stream.try_read(read_buf) {
             Ok(0) => return Ok(ServedRead::Eof),
@@ -999,7 +1074,15 @@ fn serve_read(
             Err(e) => return Err(e.into()),
         };
         let derive = ThreadWorkspace::derive_budget(derive, shared.id, &options.service);
-        let mut ws = Workspace::with_zlib(scratch, inflater, compressor).with_derive_budget(derive);
+        let mut sources = SourceBudgets {
+            sources: source_derive,
+            server: shared.id,
+            peer,
+            config: &options.service,
+        };
+        let mut ws = Workspace::with_zlib(scratch, inflater, compressor)
+            .with_derive_budget(derive)
+            .with_source_derive_budgets(&mut sources);
         session.set_time(clock::now());
         let (mut at, mut written) = (0, 0);
         // Replies are written a window at a time: at most `SHARED_WRITE` bytes of them (or
@@ -1136,12 +1219,20 @@ fn handle(
     out: &mut [u8],
     counters: &ConnCounters<'_>,
     shared: &Shared,
+    peer: IpAddr,
 ) -> Result<service::Progress, SessionError> {
     let config = &shared.options.service;
     with_thread_workspace(config.max_packet_len(), |tw| {
         let derive = ThreadWorkspace::derive_budget(&mut tw.derive, shared.id, config);
+        let mut sources = SourceBudgets {
+            sources: &mut tw.source_derive,
+            server: shared.id,
+            peer,
+            config,
+        };
         let mut ws = Workspace::with_zlib(&mut tw.scratch, &mut tw.inflater, &mut tw.compressor)
-            .with_derive_budget(derive);
+            .with_derive_budget(derive)
+            .with_source_derive_budgets(&mut sources);
         session.set_time(clock::now());
         session.handle(input, out, &mut ws, counters as &dyn Counters)
     })

@@ -204,6 +204,51 @@ fn serve_without_key_derivation_refuses_derive_and_keeps_the_connection() {
     assert!(c.derive(100, b"MMQea3n!fsik").is_err());
 }
 
+/// The connections of one client source (its PROXY header's address here) share a derive
+/// budget on a thread: a second connection of the source gets Busy once the source's is spent,
+/// while another source is still served from the thread's shared budget.
+#[test]
+fn serve_bounds_the_derivations_of_one_source_across_connections() {
+    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode, ErrorReply};
+    let server = wirekit_tests::serve_process::ServeProcess::start([
+        "--threads",
+        "1",
+        "--source-derive-burst",
+        "1",
+        "--source-derive-per-second",
+        "0",
+        "--proxy-protocol",
+        "USE",
+        "--trusted",
+        "127.0.0.0/8",
+    ]);
+    let req = DeriveRequest {
+        pid: 100,
+        password: b"MMQea3n!fsik",
+    };
+    let mut data = vec![0u8; req.encoded_len()];
+    req.encode(&mut data).unwrap();
+    for (client, served) in [
+        ("192.0.2.1", true),
+        ("192.0.2.1", false),
+        ("192.0.2.2", true),
+    ] {
+        let header = format!(
+            "PROXY TCP4 {client} 127.0.0.1 40000 {}\r\n",
+            server.addr.port()
+        );
+        let mut c = ServiceClient::connect(server.addr, Some(header.as_bytes()), None).unwrap();
+        let reply = c.call(wire::DERIVE, &data).unwrap();
+        if served {
+            assert_eq!(reply.id, wire::DERIVE, "{client}");
+        } else {
+            let e = ErrorReply::parse(&reply.data).unwrap();
+            assert_eq!((e.request_id, e.code), (wire::DERIVE, ErrorCode::Busy));
+        }
+        c.echo(b"still served").unwrap();
+    }
+}
+
 /// The connections of one worker thread share a derive budget: a client that reconnects for
 /// a fresh per-connection budget gets Busy once the thread's is spent (each derivation is
 /// 65,000+ MD5 rounds of the thread), and its connections are still served otherwise.

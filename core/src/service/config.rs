@@ -36,6 +36,8 @@ pub struct Config {
     derive_rate: Rate,
     shared_derive_burst: u32,
     shared_derive_rate: Rate,
+    source_derive_burst: u32,
+    source_derive_rate: Rate,
 }
 
 impl Default for Config {
@@ -65,6 +67,8 @@ impl Config {
             derive_rate: Self::DEFAULT_DERIVE_RATE,
             shared_derive_burst: Self::DEFAULT_SHARED_DERIVE_BURST,
             shared_derive_rate: Self::DEFAULT_SHARED_DERIVE_RATE,
+            source_derive_burst: Self::DEFAULT_SOURCE_DERIVE_BURST,
+            source_derive_rate: Self::DEFAULT_SOURCE_DERIVE_RATE,
         }
     }
 
@@ -135,6 +139,31 @@ impl Config {
     /// [`with_shared_derive_budget`](Self::with_shared_derive_budget)).
     pub const fn shared_derive_budget(&self) -> (u32, Rate) {
         (self.shared_derive_burst, self.shared_derive_rate)
+    }
+
+    /// The default per-source derive budget's burst: 8 derivations.
+    pub const DEFAULT_SOURCE_DERIVE_BURST: u32 = 8;
+    /// The default per-source derive budget's refill: 2 a second, a quarter of the shared
+    /// budget's default.
+    pub const DEFAULT_SOURCE_DERIVE_RATE: Rate = Rate::per_second(2);
+
+    /// Bounds the key derivations of all the sessions of one client source together (see
+    /// [`Workspace::with_source_derive_budget`](super::Workspace::with_source_derive_budget),
+    /// which the adapter keeps per source): `burst` at once, refilled at `rate` (default
+    /// [`DEFAULT_SOURCE_DERIVE_BURST`](Self::DEFAULT_SOURCE_DERIVE_BURST) and
+    /// [`DEFAULT_SOURCE_DERIVE_RATE`](Self::DEFAULT_SOURCE_DERIVE_RATE)), so that one source
+    /// reconnecting for fresh per-connection budgets, or holding many connections, cannot
+    /// spend the shared budget every other client's logins need.
+    pub const fn with_source_derive_budget(mut self, burst: u32, rate: Rate) -> Self {
+        self.source_derive_burst = burst;
+        self.source_derive_rate = rate;
+        self
+    }
+
+    /// The per-source derive budget: `(burst, rate)` (see
+    /// [`with_source_derive_budget`](Self::with_source_derive_budget)).
+    pub const fn source_derive_budget(&self) -> (u32, Rate) {
+        (self.source_derive_burst, self.source_derive_rate)
     }
 
     /// The default header timeout: 5 s (the PROXY spec asks for at least 3).

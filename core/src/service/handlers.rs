@@ -57,6 +57,7 @@ impl Session {
             scratch,
             zlib,
             derive,
+            source_derive,
         } = ws;
         // Where the body (ID + data) is: in the input, or inflated at the front of scratch.
         let (inflated, body_len, consumed) = if self.compressed.threshold() < 0 {
@@ -138,7 +139,16 @@ impl Session {
                 // few bytes and always sent.
                 self.count_in(consumed);
                 let data = &body[id_len..];
-                self.serve_small(id, data, out, compressor, derive.as_deref_mut(), counters)?
+                let source = source_derive.as_deref_mut();
+                self.serve_small(
+                    id,
+                    data,
+                    out,
+                    compressor,
+                    derive.as_deref_mut(),
+                    source,
+                    counters,
+                )?
             }
         };
         Ok(Step::Done(consumed, n))
@@ -185,6 +195,7 @@ impl Session {
     }
 
     /// Serves every request but echo: the reply body is small and built on the stack.
+    #[allow(clippy::too_many_arguments)]
     fn serve_small<C: Counters + ?Sized, S: AsMut<[u32]>>(
         &mut self,
         id: i32,
@@ -192,17 +203,33 @@ impl Session {
         out: &mut [u8],
         compressor: Option<&mut Compressor<S>>,
         shared_derive: Option<&mut TokenBucket>,
+        source_derive: Option<&mut (dyn super::SourceDeriveBudgets + '_)>,
         counters: &C,
     ) -> Result<usize, SessionError> {
         let mut body = [0u8; 1 + Stats::MAX_LEN];
+        // The client source's budget, looked up only for a derive request.
+        let source_derive = match source_derive {
+            Some(b) if id == wire::DERIVE && self.key_derivation => {
+                Some(b.budget(self.proxied_source()))
+            }
+            _ => None,
+        };
         let code = match id {
             wire::DERIVE if !self.key_derivation => ErrorCode::Unsupported,
             wire::DERIVE => match DeriveRequest::parse(data) {
-                // A token from each budget, or from neither: one past its own budget does not
-                // spend the shared budget its neighbours need, and one the shared budget
-                // refuses keeps its own.
+                // A token from each budget, or from none: one past its own budget (or its
+                // source's) does not spend the shared budget its neighbours need, and one the
+                // shared budget refuses keeps its own and its source's.
                 Ok(_) if self.derive_budget.available(self.now) == 0 => ErrorCode::Busy,
+                Ok(_)
+                    if source_derive
+                        .as_ref()
+                        .is_some_and(|b| b.available(self.now) == 0) =>
+                {
+                    ErrorCode::Busy
+                }
                 Ok(_) if !shared_derive.is_none_or(|b| b.try_take(self.now, 1)) => ErrorCode::Busy,
+                Ok(_) if !source_derive.is_none_or(|b| b.try_take(self.now, 1)) => ErrorCode::Busy,
                 Ok(_) if !self.derive_budget.try_take(self.now, 1) => ErrorCode::Busy,
                 Ok(req) => {
                     body[0] = wire::DERIVE as u8;
@@ -523,6 +550,80 @@ mod tests {
         assert_eq!(derive(&mut d, &mut fresh), None);
         assert_eq!(derive(&mut d, &mut fresh), None);
         assert_eq!(derive(&mut d, &mut fresh), Some(ErrorCode::Busy));
+    }
+
+    /// The sessions of one source share its derive budget too: a derivation takes a token
+    /// from the session's own, the source's and the shared budget, or from none (a refusal
+    /// by the source's spends neither the shared nor the session's).
+    #[test]
+    fn sessions_of_a_source_share_its_derive_budget() {
+        use crate::limit::Rate;
+        let config = Config::new().with_derive_budget(4, Rate::per_second(1));
+        let mut shared = TokenBucket::new(10, Rate::per_second(1));
+        let mut scratch = [0u8; 4096];
+        let counters = AtomicCounters::new();
+        let mut out = [0u8; 256];
+        let mut data = [0u8; 32];
+        let n = DeriveRequest {
+            pid: 100,
+            password: b"MMQea3n!fsik",
+        }
+        .encode(&mut data)
+        .unwrap();
+        let (req, len) = frame(wire::DERIVE, &data[..n]);
+        /// One source's budget, whatever the session's client.
+        struct One<'a>(&'a mut TokenBucket);
+        impl crate::service::SourceDeriveBudgets for One<'_> {
+            fn budget(&mut self, _: Option<core::net::SocketAddr>) -> &mut TokenBucket {
+                self.0
+            }
+        }
+        let mut derive =
+            |session: &mut Session, shared: &mut TokenBucket, source: &mut TokenBucket| {
+                let mut one = One(source);
+                let mut ws = Workspace::new(&mut scratch)
+                    .with_derive_budget(shared)
+                    .with_source_derive_budgets(&mut one);
+                let p = session
+                    .handle(&req[..len], &mut out, &mut ws, &counters)
+                    .unwrap();
+                let (id, reply) = packets(&out[..p.written]).next().unwrap();
+                match id {
+                    wire::DERIVE => None,
+                    _ => Some(ErrorReply::parse(reply).unwrap().code),
+                }
+            };
+        let mut source = TokenBucket::new(2, Rate::per_second(1));
+        let mut other = TokenBucket::new(2, Rate::per_second(1));
+        // Two connections of one source: 2 derivations between them.
+        let mut a = Session::new(&config, Instant::ZERO);
+        let mut b = Session::new(&config, Instant::ZERO);
+        assert_eq!(derive(&mut a, &mut shared, &mut source), None);
+        assert_eq!(derive(&mut b, &mut shared, &mut source), None);
+        assert_eq!(
+            derive(&mut b, &mut shared, &mut source),
+            Some(ErrorCode::Busy)
+        );
+        let mut c = Session::new(&config, Instant::ZERO);
+        assert_eq!(
+            derive(&mut c, &mut shared, &mut source),
+            Some(ErrorCode::Busy)
+        );
+        // The refusals spent none of the shared budget, nor the sessions' own.
+        assert_eq!(shared.available(Instant::ZERO), 8);
+        // Another source is served from the shared budget, by the same sessions' budgets.
+        assert_eq!(derive(&mut c, &mut shared, &mut other), None);
+        assert_eq!(derive(&mut b, &mut shared, &mut other), None);
+        assert_eq!(shared.available(Instant::ZERO), 6);
+        // A shared budget spent refuses without spending the source's.
+        let mut spent = TokenBucket::new(0, Rate::per_second(1));
+        let mut fresh = TokenBucket::new(1, Rate::per_second(1));
+        let mut d = Session::new(&config, Instant::ZERO);
+        assert_eq!(
+            derive(&mut d, &mut spent, &mut fresh),
+            Some(ErrorCode::Busy)
+        );
+        assert_eq!(fresh.available(Instant::ZERO), 1);
     }
 
     #[test]

@@ -105,4 +105,6 @@ pub mod wire;
 
 pub use config::{Config, Framing};
 pub use counters::{AtomicCounters, Counters, Tally};
-pub use session::{CALL_WORK, Progress, Session, SessionError, Want, Workspace};
+pub use session::{
+    CALL_WORK, Progress, Session, SessionError, SourceDeriveBudgets, Want, Workspace,
+};

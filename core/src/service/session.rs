@@ -26,6 +26,16 @@ pub struct Workspace<'a, S = [u32; 0]> {
     pub(super) scratch: &'a mut [u8],
     pub(super) zlib: Option<(&'a mut Inflater, &'a mut Compressor<S>)>,
     pub(super) derive: Option<&'a mut TokenBucket>,
+    pub(super) source_derive: Option<&'a mut dyn SourceDeriveBudgets>,
+}
+
+/// The derive budgets an adapter keeps per client source (see
+/// [`Workspace::with_source_derive_budgets`]): asked only when a session is about to derive a
+/// key, for the budget of the client it serves.
+pub trait SourceDeriveBudgets {
+    /// The budget of a session's client: `proxied` is the source its PROXY header named, where
+    /// one was accepted; `None` means the connection's own peer, which the adapter knows.
+    fn budget(&mut self, proxied: Option<core::net::SocketAddr>) -> &mut TokenBucket;
 }
 
 impl<S> fmt::Debug for Workspace<'_, S> {
@@ -34,6 +44,7 @@ impl<S> fmt::Debug for Workspace<'_, S> {
             .field("scratch", &self.scratch.len())
             .field("zlib", &self.zlib.is_some())
             .field("derive", &self.derive)
+            .field("source_derive", &self.source_derive.is_some())
             .finish()
     }
 }
@@ -47,6 +58,7 @@ impl<'a> Workspace<'a> {
             scratch,
             zlib: None,
             derive: None,
+            source_derive: None,
         }
     }
 }
@@ -63,6 +75,7 @@ impl<'a, S: AsMut<[u32]>> Workspace<'a, S> {
             scratch,
             zlib: Some((inflater, compressor)),
             derive: None,
+            source_derive: None,
         }
     }
 }
@@ -81,6 +94,15 @@ impl<'a, S> Workspace<'a, S> {
         self.derive = Some(budget);
         self
     }
+
+    /// Key derivations on the sessions this workspace serves also spend from their client
+    /// source's budget in `budgets` (the adapter keeps one per source, sized by
+    /// [`Config::source_derive_budget`]): a derivation takes a token from the session's own
+    /// budget, its source's and the shared one, or from none of them.
+    pub fn with_source_derive_budgets(mut self, budgets: &'a mut dyn SourceDeriveBudgets) -> Self {
+        self.source_derive = Some(budgets);
+        self
+    }
 }
 
 impl<S> Workspace<'_, S> {
@@ -91,6 +113,10 @@ impl<S> Workspace<'_, S> {
             scratch: self.scratch,
             zlib: self.zlib.as_mut().map(|(i, c)| (&mut **i, &mut **c)),
             derive: self.derive.as_deref_mut(),
+            source_derive: match &mut self.source_derive {
+                Some(b) => Some(&mut **b),
+                None => None,
+            },
         }
     }
 }

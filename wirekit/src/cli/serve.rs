@@ -90,6 +90,16 @@ pub struct ServeArgs {
     /// Key derivations a second one worker thread's shared budget refills by.
     #[arg(long, default_value_t = service::Config::DEFAULT_SHARED_DERIVE_RATE.tokens())]
     pub thread_derive_per_second: u32,
+    /// Key derivations one client source's connections on a worker thread may ask for at once
+    /// (an IPv4 address or IPv6 /64, the PROXY header's client where one is accepted), before
+    /// the thread's shared budget: a source holding many connections, or reconnecting, cannot
+    /// spend the derivations every other client's logins need (0: every derive request gets
+    /// Busy).
+    #[arg(long, default_value_t = service::Config::DEFAULT_SOURCE_DERIVE_BURST)]
+    pub source_derive_burst: u32,
+    /// Key derivations a second one source's budget refills by.
+    #[arg(long, default_value_t = service::Config::DEFAULT_SOURCE_DERIVE_RATE.tokens())]
+    pub source_derive_per_second: u32,
 }
 
 /// [`seconds`], or 0 (off).
@@ -175,6 +185,10 @@ impl ServeArgs {
         .with_shared_derive_budget(
             self.thread_derive_burst,
             Rate::per_second(self.thread_derive_per_second),
+        )
+        .with_source_derive_budget(
+            self.source_derive_burst,
+            Rate::per_second(self.source_derive_per_second),
         )
         .with_proxy(proxy);
         Ok(ServeOptions {
