@@ -924,7 +924,8 @@ fn is_out_of_descriptors(_errno: i32) -> bool {
 }
 
 /// Connects to upstream `k` of route `i` (see [`connect`]); on failure it is marked failed
-/// (last in the order for a while), but for a failure of the proxy's own (out of descriptors).
+/// (last in the order for a while), but for a failure of the proxy's own (out of descriptors,
+/// told apart on Linux).
 async fn connect_to(
     shared: &Shared,
     rt: &Runtime,

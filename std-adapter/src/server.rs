@@ -583,7 +583,7 @@ struct ThreadWorkspace {
     /// last [`DERIVE_SERVERS`] to run on the thread.
     derive: Vec<(u64, TokenBucket)>,
     /// The key derivations each client source's connections on the thread share
-    /// ([`Workspace::with_source_derive_budget`]), per server and source ([`SOURCE_PREFIX`]),
+    /// ([`Workspace::with_source_derive_budgets`]), per server and source ([`SOURCE_PREFIX`]),
     /// with when each was last used: at most [`DERIVE_SOURCES`], the least recently used
     /// making room (reserved whole: no allocation as sources come and go).
     source_derive: SourceDerive,

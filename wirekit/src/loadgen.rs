@@ -18,10 +18,12 @@
 //! trickles its bytes (a set-up reply the same from the start of its wait); past either the
 //! run ends with an error naming the target and what it was waiting for.
 //!
-//! Every connection is set up (connected, its greeting read) before any sends a request: a
-//! connection waits for the others' set-up, at most [`LoadOptions::connect_timeout`] plus
-//! [`LoadOptions::reply_timeout`], before its first frame. A target's header timeout (the time it
-//! gives a connection to send its first frame) must cover that; the in-process server's does.
+//! Every connection is set up (connected, its greeting read, its PROXY header and
+//! set-compression request written and answered) before any sends a request: a connection
+//! waits for the others' set-up, at most [`LoadOptions::connect_timeout`] plus four
+//! [`LoadOptions::reply_timeout`]s (one a set-up step), before its first frame. A target's
+//! header timeout (the time it gives a connection to send its first frame) must cover that;
+//! the in-process server's does.
 //!
 //! A pipelined connection keeps at most [`LoadOptions::pipeline`] requests and about
 //! [`LoadOptions::MAX_BYTES_IN_FLIGHT`] bytes of them unanswered, and reads replies whenever the
@@ -1343,9 +1345,12 @@ fn start_local_server(opts: &LoadOptions) -> io::Result<LocalServer> {
     } else {
         wirekit_core::proxy::policy::Policy::Skip
     };
-    // The first frame comes once every connection is set up: up to a connect and a set-up
-    // reply's time after a connection's accept.
-    let setup = opts.connect_timeout.saturating_add(opts.reply_timeout);
+    // The first frame comes once every connection is set up: up to a connect and four set-up
+    // steps' time (greeting, PROXY header, set-compression request and reply) after a
+    // connection's accept.
+    let setup = opts
+        .connect_timeout
+        .saturating_add(opts.reply_timeout.saturating_mul(4));
     let header = wirekit_core::time::Duration::from(setup);
     let service = if header > service::Config::DEFAULT_HEADER_TIMEOUT {
         service.with_header_timeout(header)

@@ -148,7 +148,7 @@ impl Config {
     pub const DEFAULT_SOURCE_DERIVE_RATE: Rate = Rate::per_second(2);
 
     /// Bounds the key derivations of all the sessions of one client source together (see
-    /// [`Workspace::with_source_derive_budget`](super::Workspace::with_source_derive_budget),
+    /// [`Workspace::with_source_derive_budgets`](super::Workspace::with_source_derive_budgets),
     /// which the adapter keeps per source): `burst` at once, refilled at `rate` (default
     /// [`DEFAULT_SOURCE_DERIVE_BURST`](Self::DEFAULT_SOURCE_DERIVE_BURST) and
     /// [`DEFAULT_SOURCE_DERIVE_RATE`](Self::DEFAULT_SOURCE_DERIVE_RATE)), so that one source

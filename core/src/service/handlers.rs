@@ -207,13 +207,6 @@ impl Session {
         counters: &C,
     ) -> Result<usize, SessionError> {
         let mut body = [0u8; 1 + Stats::MAX_LEN];
-        // The client source's budget, looked up only for a derive request.
-        let source_derive = match source_derive {
-            Some(b) if id == wire::DERIVE && self.key_derivation => {
-                Some(b.budget(self.proxied_source()))
-            }
-            _ => None,
-        };
         let code = match id {
             wire::DERIVE if !self.key_derivation => ErrorCode::Unsupported,
             wire::DERIVE => match DeriveRequest::parse(data) {
@@ -221,17 +214,17 @@ impl Session {
                 // source's) does not spend the shared budget its neighbours need, and one the
                 // shared budget refuses keeps its own and its source's.
                 Ok(_) if self.derive_budget.available(self.now) == 0 => ErrorCode::Busy,
-                Ok(_)
-                    if source_derive
-                        .as_ref()
-                        .is_some_and(|b| b.available(self.now) == 0) =>
-                {
-                    ErrorCode::Busy
-                }
-                Ok(_) if !shared_derive.is_none_or(|b| b.try_take(self.now, 1)) => ErrorCode::Busy,
-                Ok(_) if !source_derive.is_none_or(|b| b.try_take(self.now, 1)) => ErrorCode::Busy,
-                Ok(_) if !self.derive_budget.try_take(self.now, 1) => ErrorCode::Busy,
-                Ok(req) => {
+                Ok(req) => 'derive: {
+                    // The client source's budget, looked up only now (a well-formed request
+                    // within the session's own budget).
+                    let mut source = source_derive.map(|b| b.budget(self.proxied_source()));
+                    if source.as_ref().is_some_and(|b| b.available(self.now) == 0)
+                        || !shared_derive.is_none_or(|b| b.try_take(self.now, 1))
+                        || !source.as_mut().is_none_or(|b| b.try_take(self.now, 1))
+                        || !self.derive_budget.try_take(self.now, 1)
+                    {
+                        break 'derive ErrorCode::Busy;
+                    }
                     body[0] = wire::DERIVE as u8;
                     let key = crate::kerberos::derive_kerberos_key(req.pid, req.password);
                     body[1..1 + wire::KEY_LEN].copy_from_slice(&key);

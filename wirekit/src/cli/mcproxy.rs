@@ -741,10 +741,6 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
     }
 }
 
-/// SIGHUP: the file is read again (the flags still win); new connections get the new routes
-/// and limits, open ones keep theirs. Settings that need a restart (the proxy's, and
-/// `threads`, the runtime's, running with `threads`) are logged as such and returned; `Err`
-/// (logged too) if the new configuration is refused.
 /// Descriptors kept for listeners, the metrics endpoint and logs, past two a connection.
 const PIPE_RESERVE: u64 = 64;
 
@@ -766,6 +762,10 @@ fn pipe_budget(nofile: u64, max_connections: usize) -> bool {
     pipes != usize::MAX
 }
 
+/// SIGHUP: the file is read again (the flags still win); new connections get the new routes
+/// and limits, open ones keep theirs. Settings that need a restart (the proxy's, and
+/// `threads`, the runtime's, running with `threads`) are logged as such and returned; `Err`
+/// (logged too) if the new configuration is refused.
 fn reload(
     args: &ProxyArgs,
     handle: &wirekit_proxy::ProxyHandle,
