@@ -18,7 +18,8 @@
 //! than the budget allows over the time that passed; the budget is a burst of one derivation,
 //! refilled by one an hour, for about one execution in 128 (drawn from a hash of the whole
 //! input), and none at all for the rest (a burst of 0 never refills; a derivation costs
-//! milliseconds and no coverage past its first).
+//! milliseconds and no coverage past its first). With zlib, the workspace also lends a source
+//! budget that never refuses, so the per-source lookup runs.
 #![no_main]
 
 #[path = "../shared/frames.rs"]
@@ -35,14 +36,15 @@ use libfuzzer_sys::{Corpus, fuzz_target};
 use wirekit_core::Status;
 use wirekit_core::frame::fixed::{Endian, LengthPrefixed, Width};
 use wirekit_core::kerberos::derive_kerberos_key;
-use wirekit_core::limit::Rate;
+use wirekit_core::limit::{Rate, TokenBucket};
 use wirekit_core::proxy::policy::{Policy, ProxyConfig};
 use wirekit_core::proxy::{Addresses, v1, v2};
 use wirekit_core::service::client::{Client, Response};
 use wirekit_core::service::wire::DeriveRequest;
 use wirekit_core::service::wire::ErrorCode;
 use wirekit_core::service::{
-    AtomicCounters, Config, Counters, Framing, Session, SessionError, Want, Workspace,
+    AtomicCounters, Config, Counters, Framing, Session, SessionError, SourceDeriveBudgets, Want,
+    Workspace,
 };
 use wirekit_core::time::{Duration, Instant};
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MIN};
@@ -53,6 +55,15 @@ enum Req {
     Stats,
     SetCompression(i16),
     Derive(u64, Vec<u8>),
+}
+
+/// One source budget for every client.
+struct Unbounded(TokenBucket);
+
+impl SourceDeriveBudgets for Unbounded {
+    fn budget(&mut self, _proxied: Option<SocketAddr>) -> &mut TokenBucket {
+        &mut self.0
+    }
 }
 
 /// What the reply to a well-formed request must be.
@@ -337,7 +348,11 @@ fn run(input: &Input, derive: bool) {
     };
     let mut run = |feed: &Feed<'_>, counters: &AtomicCounters| {
         if input.zlib {
-            let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor);
+            // A source budget that never refuses (the session's own is the one the
+            // assertions count against), so the source's lookup is reached.
+            let mut sources = Unbounded(TokenBucket::new(u32::MAX, Rate::per_second(0)));
+            let mut ws = Workspace::with_zlib(&mut scratch, &mut inflater, &mut compressor)
+                .with_source_derive_budgets(&mut sources);
             drive(&config, &mut ws, counters, feed, room)
         } else {
             drive(
