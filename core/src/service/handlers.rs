@@ -489,6 +489,30 @@ mod tests {
         busy(&mut h);
     }
 
+    /// A derive request served by `session` under `ws`: `None` when the key came back, else
+    /// the error reply's code.
+    fn derive_reply(
+        session: &mut Session,
+        ws: &mut Workspace<'_>,
+        counters: &AtomicCounters,
+    ) -> Option<ErrorCode> {
+        let mut data = [0u8; 32];
+        let n = DeriveRequest {
+            pid: 100,
+            password: b"MMQea3n!fsik",
+        }
+        .encode(&mut data)
+        .unwrap();
+        let (req, len) = frame(wire::DERIVE, &data[..n]);
+        let mut out = [0u8; 256];
+        let p = session.handle(&req[..len], &mut out, ws, counters).unwrap();
+        let (id, reply) = packets(&out[..p.written]).next().unwrap();
+        match id {
+            wire::DERIVE => None,
+            _ => Some(ErrorReply::parse(reply).unwrap().code),
+        }
+    }
+
     /// The sessions one workspace serves share its derive budget: a client reconnecting for
     /// a fresh per-connection budget gets no more of the executor; a session past its own
     /// budget does not spend the shared one.
@@ -500,25 +524,9 @@ mod tests {
         let mut shared = TokenBucket::new(3, Rate::per_second(1));
         let mut scratch = [0u8; 4096];
         let counters = AtomicCounters::new();
-        let mut out = [0u8; 256];
-        let mut data = [0u8; 32];
-        let n = DeriveRequest {
-            pid: 100,
-            password: b"MMQea3n!fsik",
-        }
-        .encode(&mut data)
-        .unwrap();
-        let (req, len) = frame(wire::DERIVE, &data[..n]);
         let mut derive = |session: &mut Session, shared: &mut TokenBucket| {
             let mut ws = Workspace::new(&mut scratch).with_derive_budget(shared);
-            let p = session
-                .handle(&req[..len], &mut out, &mut ws, &counters)
-                .unwrap();
-            let (id, reply) = packets(&out[..p.written]).next().unwrap();
-            match id {
-                wire::DERIVE => None,
-                _ => Some(ErrorReply::parse(reply).unwrap().code),
-            }
+            derive_reply(session, &mut ws, &counters)
         };
         // One connection spends its own 2; past it, the shared budget is not charged.
         let mut a = Session::new(&config, Instant::ZERO);
@@ -555,15 +563,6 @@ mod tests {
         let mut shared = TokenBucket::new(10, Rate::per_second(1));
         let mut scratch = [0u8; 4096];
         let counters = AtomicCounters::new();
-        let mut out = [0u8; 256];
-        let mut data = [0u8; 32];
-        let n = DeriveRequest {
-            pid: 100,
-            password: b"MMQea3n!fsik",
-        }
-        .encode(&mut data)
-        .unwrap();
-        let (req, len) = frame(wire::DERIVE, &data[..n]);
         /// One source's budget, whatever the session's client.
         struct One<'a>(&'a mut TokenBucket);
         impl crate::service::SourceDeriveBudgets for One<'_> {
@@ -577,14 +576,7 @@ mod tests {
                 let mut ws = Workspace::new(&mut scratch)
                     .with_derive_budget(shared)
                     .with_source_derive_budgets(&mut one);
-                let p = session
-                    .handle(&req[..len], &mut out, &mut ws, &counters)
-                    .unwrap();
-                let (id, reply) = packets(&out[..p.written]).next().unwrap();
-                match id {
-                    wire::DERIVE => None,
-                    _ => Some(ErrorReply::parse(reply).unwrap().code),
-                }
+                derive_reply(session, &mut ws, &counters)
             };
         let mut source = TokenBucket::new(2, Rate::per_second(1));
         let mut other = TokenBucket::new(2, Rate::per_second(1));
