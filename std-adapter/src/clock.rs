@@ -36,9 +36,14 @@ pub fn to_tokio(t: Instant) -> tokio::time::Instant {
 /// The tokio instant `d` from now; a duration past what the clock holds (a configured
 /// `Duration::MAX`) is about a century, as for [`to_tokio`].
 pub fn tokio_after(d: std::time::Duration) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    now.checked_add(d)
-        .unwrap_or_else(|| now + std::time::Duration::from_secs(100 * 365 * 86_400))
+    tokio::time::Instant::from_std(later(std::time::Instant::now(), d))
+}
+
+/// `d` after `at`; a duration past what the clock holds (a configured `Duration::MAX`, meaning
+/// none) is about a century, as for [`to_tokio`].
+pub fn later(at: std::time::Instant, d: std::time::Duration) -> std::time::Instant {
+    at.checked_add(d)
+        .unwrap_or_else(|| at + std::time::Duration::from_secs(100 * 365 * 86_400))
 }
 
 #[cfg(test)]

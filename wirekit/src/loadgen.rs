@@ -361,14 +361,6 @@ fn window_len(depth: usize, max: usize) -> usize {
         .min(LoadOptions::MAX_BYTES_IN_FLIGHT.saturating_add(frame))
 }
 
-/// `by` after `at`, or a century on where that is past what an `Instant` holds (a timeout of
-/// `Duration::MAX` meaning none).
-fn later(at: Instant, by: Duration) -> Instant {
-    at.checked_add(by)
-        .or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 86_400)))
-        .unwrap_or(at)
-}
-
 /// An estimate of one connection's buffers: requests queued and replies read (a window each),
 /// a reply split across reads (at least one read's 8 KiB) and the framing's scratch (a frame
 /// each), the in-flight records, and under VarInt framing the compressor's workspace and the
@@ -914,7 +906,7 @@ async fn recv_setup(
     buf: &mut Vec<u8>,
     limit: Duration,
 ) -> io::Result<i32> {
-    let deadline = later(Instant::now(), limit);
+    let deadline = wirekit_std::clock::later(Instant::now(), limit);
     loop {
         if let Some((consumed, id, _)) = framing.decode(buf)? {
             buf.drain(..consumed);
@@ -1014,7 +1006,7 @@ async fn churn_connections(
         wbuf.clear();
         framing.encode(wire::ECHO, payload, &mut wbuf)?;
         // The request taken and its reply read within the limit, however they trickle.
-        let deadline = later(Instant::now(), limit);
+        let deadline = wirekit_std::clock::later(Instant::now(), limit);
         until(deadline, limit, "take a request", stream.write_all(&wbuf)).await?;
         result.wire_bytes += wbuf.len() as u64;
         rbuf.clear();
@@ -1172,7 +1164,13 @@ async fn drive_connection(
         // The oldest request unanswered must be answered within the limit of its sending, so
         // that a server trickling bytes, each wait short, cannot hold the run past it.
         let oldest = inflight.front().map_or_else(Instant::now, |f| f.sent_at);
-        let ready = until(later(oldest, limit), limit, what, stream.ready(interest)).await?;
+        let ready = until(
+            wirekit_std::clock::later(oldest, limit),
+            limit,
+            what,
+            stream.ready(interest),
+        )
+        .await?;
         if !ready.is_readable() && !ready.is_read_closed() {
             continue;
         }

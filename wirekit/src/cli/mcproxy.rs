@@ -673,7 +673,7 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
     // relay's pipes (two descriptors each, two a relayed connection) take only what is left
     // past them (`set_pipe_budget`), and a direction without one copies instead.
     if let Some(n) = super::raise_nofile()
-        && !pipe_budget(n, settings.max_connections)
+        && !bound_pipes(n, settings.max_connections)
     {
         tracing::warn!(
             nofile = n,
@@ -748,7 +748,7 @@ const PIPE_RESERVE: u64 = 64;
 /// `max_connections` and [`PIPE_RESERVE`]; `false` (and no bound) where the limit does not
 /// hold those sockets: that configuration fails accepts (EMFILE) before its maximum anyway,
 /// and pipes bounded to none would take splice from every connection.
-fn pipe_budget(nofile: u64, max_connections: usize) -> bool {
+fn bound_pipes(nofile: u64, max_connections: usize) -> bool {
     let sockets = (max_connections as u64)
         .saturating_mul(2)
         .saturating_add(PIPE_RESERVE);
@@ -798,7 +798,7 @@ fn reload(
             }
             // max-connections may have changed: the pipes get what its sockets leave.
             if let Some(n) = super::raise_nofile() {
-                let _ = pipe_budget(n, max_connections);
+                let _ = bound_pipes(n, max_connections);
             }
             tracing::info!(routes, "configuration reloaded");
             Ok(need_restart)
