@@ -57,12 +57,12 @@ impl Filter for GuardWord {
         let Ok((text, consumed)) = read_string(p.data, 256) else {
             return FilterAction::Pass;
         };
-        let lower = text.to_ascii_lowercase();
-        if lower.trim() == self.word {
+        let word = self.word.as_bytes();
+        if text.trim().eq_ignore_ascii_case(&self.word) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return FilterAction::Drop;
         }
-        if !lower.contains(&self.word) {
+        if matches(text.as_bytes(), word).next().is_none() {
             return FilterAction::Pass;
         }
         // The new body: the ID, then the data with the word's bytes turned to asterisks. The
@@ -77,12 +77,29 @@ impl Filter for GuardWord {
         body.copy_from_slice(p.data);
         // The text's bytes follow its length prefix.
         let start = consumed - text.len();
-        for (at, _) in lower.match_indices(self.word.as_str()) {
-            body[start + at..start + at + self.word.len()].fill(b'*');
+        for at in matches(text.as_bytes(), word) {
+            body[start + at..start + at + word.len()].fill(b'*');
         }
         self.masked.fetch_add(1, Ordering::Relaxed);
         FilterAction::Rewrite(n + p.data.len())
     }
+}
+
+/// Where `word` (ASCII) occurs in `text`, case-insensitively, without overlaps: a scan over
+/// the bytes, with no lowercased copy of each message.
+fn matches<'a>(text: &'a [u8], word: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while !word.is_empty() && at + word.len() <= text.len() {
+            let i = at;
+            at += 1;
+            if text[i..i + word.len()].eq_ignore_ascii_case(word) {
+                at = i + word.len();
+                return Some(i);
+            }
+        }
+        None
+    })
 }
 
 #[tokio::main]
@@ -92,6 +109,12 @@ async fn main() -> std::io::Result<()> {
         eprintln!("usage: chat_filter LISTEN UPSTREAM WORD");
         std::process::exit(2);
     };
+    // The mask keeps the text's length only for ASCII (one byte, one UTF-16 unit a
+    // character); an empty word would match everywhere.
+    if word.is_empty() || !word.is_ascii() || word.trim() != word {
+        eprintln!("chat_filter: WORD must be non-empty ASCII without surrounding spaces");
+        std::process::exit(2);
+    }
     let parse = |s: &str| -> SocketAddr { s.parse().expect("an address, host:port") };
     let mut route = Route::new(Vec::new(), vec![parse(&upstream)]);
     route.default = true;

@@ -326,7 +326,7 @@ impl Proxy {
             listeners.push(listen(*addr)?);
         }
         let metrics_listener = match s.metrics_listen {
-            Some(addr) => Some(TcpListener::bind(addr).await?),
+            Some(addr) => Some(listen(addr)?),
             None => None,
         };
         let seed = random_seed();

@@ -502,6 +502,17 @@ impl Settings {
                  address of its family)"
             )));
         }
+        // The metrics listener is bound beside them, the same way.
+        if let Some(m) = self.metrics_listen
+            && let Some(a) = self
+                .listen
+                .iter()
+                .find(|a| (**a == m && m.port() != 0) || overlap(a, &m))
+        {
+            return Err(SettingsError::new(format!(
+                "metrics-listen {m} overlaps listen address {a} (both would need the port)"
+            )));
+        }
         if self.max_connections == 0 {
             return Err(SettingsError::new("max-connections must be at least 1"));
         }
@@ -600,6 +611,8 @@ impl Settings {
                     return Err(SettingsError::new(format!("host {h:?} is on two routes")));
                 }
             }
+            fallback_fits(&route.fallback)
+                .map_err(|e| SettingsError::new(format!("route {}: fallback: {e}", route.name)))?;
             for (key, h) in [
                 ("rewrite-host", &route.rewrite_host),
                 ("status-host", &route.status_host),
@@ -615,8 +628,34 @@ impl Settings {
         if defaults > 1 {
             return Err(SettingsError::new("more than one default route"));
         }
+        if self.unknown_host == UnknownHost::Motd {
+            fallback_fits(&StatusFallback {
+                motd: self.unknown_host_motd.clone(),
+                ..StatusFallback::default()
+            })
+            .map_err(|e| SettingsError::new(format!("unknown-host-motd: {e}")))?;
+        }
         Ok(())
     }
+}
+
+/// Refuses a fallback whose status JSON would not fit a Status Response
+/// (`String(32767)`): the proxy would answer with an empty object instead. The unknown-host
+/// text goes through here too, and its Disconnect (`{"text": ..}`, shorter than the status)
+/// then fits every version's bound (`String(32767)` before 1.13).
+fn fallback_fits(f: &StatusFallback) -> Result<(), String> {
+    use wirekit_core::minecraft::status::MAX_STATUS_JSON_LEN;
+    // The longest protocol number the JSON can carry (a client's is echoed).
+    let units = crate::status::fallback_json(f, i32::MIN)
+        .encode_utf16()
+        .count();
+    if units > MAX_STATUS_JSON_LEN {
+        return Err(format!(
+            "its status JSON is {units} UTF-16 units, over a Status Response's \
+             {MAX_STATUS_JSON_LEN}: clients would get an empty status"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -815,6 +854,55 @@ mod tests {
                 assert!(got.unwrap_err().to_string().contains("overlap"));
             }
         }
+        // The metrics listener takes its port beside the listeners: the same address or an
+        // overlapping one fails its bind at start.
+        s.listen = vec!["0.0.0.0:25565".parse().unwrap()];
+        for (m, ok) in [
+            ("0.0.0.0:25565", false),
+            ("127.0.0.1:25565", false),
+            ("127.0.0.1:9100", true),
+            ("[::1]:25565", true),
+            ("0.0.0.0:0", true),
+        ] {
+            s.metrics_listen = Some(m.parse().unwrap());
+            let got = s.check();
+            assert_eq!(got.is_ok(), ok, "metrics {m}: {got:?}");
+            if !ok {
+                assert!(got.unwrap_err().to_string().contains("metrics-listen"));
+            }
+        }
+    }
+
+    /// A fallback or unknown-host text past a Status Response's bound is refused (it would be
+    /// served as an empty status); at the bound it is taken.
+    #[test]
+    fn status_texts_past_the_status_bound_are_refused() {
+        use wirekit_core::minecraft::status::MAX_STATUS_JSON_LEN;
+        let mut s = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        let wrap = crate::status::fallback_json(
+            &StatusFallback {
+                motd: String::new(),
+                ..StatusFallback::default()
+            },
+            i32::MIN,
+        )
+        .len();
+        s.routes[0].fallback.motd = "m".repeat(MAX_STATUS_JSON_LEN - wrap);
+        assert_eq!(s.check(), Ok(()));
+        s.routes[0].fallback.motd.push('m');
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("fallback") && e.contains("32767"), "{e}");
+        s.routes[0].fallback.motd.clear();
+        s.unknown_host = UnknownHost::Motd;
+        s.unknown_host_motd = "u".repeat(MAX_STATUS_JSON_LEN);
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("unknown-host-motd"), "{e}");
+        // Dropped unknown hosts never see the text.
+        s.unknown_host = UnknownHost::Drop;
+        assert_eq!(s.check(), Ok(()));
     }
 
     #[test]

@@ -285,3 +285,28 @@ fn open_connections_keep_their_settings_across_a_reload() {
         "the old connection lost its settings"
     );
 }
+
+/// A reload that raises max-connections past what the descriptor limit holds (two sockets a
+/// connection) says so, as the start does: the splice pipes are no longer bounded either.
+#[test]
+fn a_reload_past_the_descriptor_limit_warns() {
+    let port = echo_upstream();
+    let config = |max: usize| {
+        format!(
+            "max-connections = {max}\n\
+             [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{port}\"]\n"
+        )
+    };
+    let proxy = McProxy::start(&config(100));
+    let warning = "the splice pipes are not bounded";
+    assert!(!proxy.proc.log().contains(warning), "{}", proxy.proc.log());
+    serve_process::set_nofile(proxy.proc.child.id(), 1024, 1024);
+    std::fs::write(&proxy.config, config(1000)).unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &proxy.proc.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let log = proxy.proc.wait_log("configuration reloaded", 1);
+    assert!(log.contains(warning), "no warning on reload: {log}");
+}

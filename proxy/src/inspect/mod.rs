@@ -303,14 +303,28 @@ impl InspectEnd {
     }
 
     /// Whether the proxy closed the connection for what the client did (a rejection, counted
-    /// and logged through the per-source limiter), not a peer or the upstream.
+    /// and logged through the per-source limiter), not a peer or the upstream. A filter's own
+    /// error (a control packet dropped or rewritten, a rewrite past its buffer) is not: the
+    /// client's packet was judged by code the proxy runs, and the client's address is not
+    /// blamed for it.
     pub const fn is_refusal(&self) -> bool {
+        use wirekit_core::minecraft::conn::CloseReason;
+        if let InspectEnd::Closed(
+            Close {
+                reason: CloseReason::FilterControl | CloseReason::FilterBadRewrite,
+                ..
+            },
+            _,
+        ) = self
+        {
+            return false;
+        }
         matches!(
             self,
             InspectEnd::Closed(_, Direction::Serverbound)
                 | InspectEnd::Closed(
                     Close {
-                        reason: wirekit_core::minecraft::conn::CloseReason::Budget(_),
+                        reason: CloseReason::Budget(_),
                         ..
                     },
                     _
@@ -1355,6 +1369,29 @@ mod tests {
         }
         // 1.20.4 has no Transfer: nothing applies.
         assert!(rules.iter().all(|p| !p.versions.contains(765)));
+    }
+
+    /// A filter's own error on a client's packet is the filter's: counted as a close, not as
+    /// the client's refusal; a filter's deliberate Close and a rule's refusal stay refusals.
+    #[test]
+    fn a_filters_error_is_not_the_clients_refusal() {
+        use wirekit_core::minecraft::conn::CloseReason;
+        let end = |reason| {
+            InspectEnd::Closed(
+                Close {
+                    reason,
+                    disconnect: None,
+                },
+                Direction::Serverbound,
+            )
+        };
+        for reason in [CloseReason::FilterControl, CloseReason::FilterBadRewrite] {
+            assert!(!end(reason).is_refusal(), "{reason:?}");
+            assert_eq!(end(reason).as_str(), "filter_error");
+        }
+        for reason in [CloseReason::FilterClosed, CloseReason::RuleDenied(0)] {
+            assert!(end(reason).is_refusal(), "{reason:?}");
+        }
     }
 
     /// The address of this thread's shared scratch, as one judging step would get it.

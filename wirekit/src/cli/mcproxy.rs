@@ -672,15 +672,8 @@ pub fn run(args: ProxyArgs, allocations: Option<fn() -> u64>) -> ExitCode {
     // Two sockets a connection (the limit was raised to its hard limit at start); the splice
     // relay's pipes (two descriptors each, two a relayed connection) take only what is left
     // past them (`set_pipe_budget`), and a direction without one copies instead.
-    if let Some(n) = super::raise_nofile()
-        && !bound_pipes(n, settings.max_connections)
-    {
-        tracing::warn!(
-            nofile = n,
-            max_connections = settings.max_connections,
-            "the descriptor limit is below 2 x max-connections (two sockets a connection): \
-             accepts past it fail (EMFILE), and the splice pipes are not bounded"
-        );
+    if let Some(n) = super::raise_nofile() {
+        bound_pipes_or_warn(n, settings.max_connections);
     }
     let threads = merged.threads;
     let rt = match super::serve::runtime(threads.unwrap_or(0)) {
@@ -762,6 +755,20 @@ fn bound_pipes(nofile: u64, max_connections: usize) -> bool {
     pipes != usize::MAX
 }
 
+/// [`bound_pipes`], with a warning when the limit cannot hold max-connections' sockets (at
+/// start and on every reload: a reload that raises max-connections past the limit leaves the
+/// pipes unbounded too).
+fn bound_pipes_or_warn(nofile: u64, max_connections: usize) {
+    if !bound_pipes(nofile, max_connections) {
+        tracing::warn!(
+            nofile,
+            max_connections,
+            "the descriptor limit is below 2 x max-connections (two sockets a connection): \
+             accepts past it fail (EMFILE), and the splice pipes are not bounded"
+        );
+    }
+}
+
 /// SIGHUP: the file is read again (the flags still win); new connections get the new routes
 /// and limits, open ones keep theirs. Settings that need a restart (the proxy's, and
 /// `threads`, the runtime's, running with `threads`) are logged as such and returned; `Err`
@@ -798,7 +805,7 @@ fn reload(
             }
             // max-connections may have changed: the pipes get what its sockets leave.
             if let Some(n) = super::raise_nofile() {
-                let _ = bound_pipes(n, max_connections);
+                bound_pipes_or_warn(n, max_connections);
             }
             tracing::info!(routes, "configuration reloaded");
             Ok(need_restart)
