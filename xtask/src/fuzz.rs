@@ -12,7 +12,9 @@
 //!   sorted by file name rather than as a directory, whose order libFuzzer takes from the
 //!   file system: so the run is the same on every machine and a crash is reproducible with the
 //!   same command. The build time is printed apart from the run time, and a run over its
-//!   5-minute budget fails.
+//!   5-minute budget fails. The two times, with the date, commit and machine, are kept in
+//!   `fuzz/smoke.tsv` and shown in `FUZZING.md` (`cargo xtask test`, which runs the same smoke
+//!   run, writes neither).
 //! - `fuzz --report`: only regenerates `FUZZING.md` from the records.
 //!
 //! The targets are the `[[bin]]`s of `fuzz/Cargo.toml`. cargo-fuzz needs nightly-only flags
@@ -134,8 +136,8 @@ fn check_names(chosen: &[String]) -> Result<Vec<String>, String> {
     })
 }
 
-/// CI's smoke run: see the module docs.
-pub fn smoke() -> Result<(), String> {
+/// CI's smoke run: see the module docs. Returns its build and run times, in seconds.
+pub fn smoke() -> Result<(f64, f64), String> {
     let all = targets()?;
     let started = Instant::now();
     let bin = build(&[])?;
@@ -218,7 +220,50 @@ pub fn smoke() -> Result<(), String> {
             all.len()
         ));
     }
-    Ok(())
+    Ok((built, ran))
+}
+
+/// `cargo xtask fuzz --smoke`: [`smoke`], its figures recorded in [`SMOKE_RECORD`] and the
+/// report (`cargo xtask test` runs the smoke run without writing either).
+fn smoke_recorded() -> Result<(), String> {
+    let (built, ran) = smoke()?;
+    let all = targets()?;
+    let stamp = crate::bench::Stamp::now_for(SMOKE_RECORD);
+    let record = format!(
+        "date\tcommit\tmachine\tbuild_seconds\trun_seconds\ttargets\n{}\t{}\t{}\t{built:.1}\t{ran:.1}\t{}\n",
+        stamp.date,
+        stamp.commit,
+        stamp.machine,
+        all.len()
+    );
+    let path = root().join(SMOKE_RECORD);
+    std::fs::write(&path, record).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    write_report()
+}
+
+/// The last smoke run's figures (`fuzz --smoke` writes them; the report shows them).
+const SMOKE_RECORD: &str = "fuzz/smoke.tsv";
+
+/// The report's lines on the smoke run, from [`SMOKE_RECORD`].
+fn smoke_section() -> String {
+    let mut md = format!(
+        "\n## CI's smoke run\n\n`cargo xtask fuzz --smoke`, as CI runs it: every target's \
+         committed corpus replayed whole, then {SMOKE_RUNS} mutations from seed 1; every target \
+         together within {SMOKE_BUDGET_SECONDS:.0} s, the build apart. "
+    );
+    let text = std::fs::read_to_string(root().join(SMOKE_RECORD)).unwrap_or_default();
+    let row: Vec<&str> = text.lines().nth(1).map_or(Vec::new(), |l| l.split('\t').collect());
+    match row[..] {
+        [date, commit, machine, build, run, targets] => {
+            let _ = writeln!(
+                md,
+                "Last recorded {date} at `{commit}` on {machine}: build {build} s, run {run} s \
+                 for {targets} targets."
+            );
+        }
+        _ => md.push_str("Not recorded yet.\n"),
+    }
+    md
 }
 
 /// Writes the files of `corpus` to `list`, comma-separated and sorted by name, and returns
@@ -251,7 +296,7 @@ const SMOKE_INPUT_TIMEOUT: u32 = 10;
 
 pub fn run(args: &[String]) -> Result<(), String> {
     if args.iter().any(|a| a == "--smoke") {
-        return smoke();
+        return smoke_recorded();
     }
     if args.iter().any(|a| a == "--report") {
         return write_report();
@@ -802,6 +847,7 @@ pub fn write_report() -> Result<(), String> {
             r.crashes
         );
     }
+    md.push_str(&smoke_section());
     md.push_str(
         "\n## Load and faults\n\nFrom [LOAD.md](LOAD.md), written by `cargo xtask load`.\n\n",
     );
