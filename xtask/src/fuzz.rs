@@ -252,7 +252,10 @@ fn smoke_section() -> String {
          together within {SMOKE_BUDGET_SECONDS:.0} s, the build apart. "
     );
     let text = std::fs::read_to_string(root().join(SMOKE_RECORD)).unwrap_or_default();
-    let row: Vec<&str> = text.lines().nth(1).map_or(Vec::new(), |l| l.split('\t').collect());
+    let row: Vec<&str> = text
+        .lines()
+        .nth(1)
+        .map_or(Vec::new(), |l| l.split('\t').collect());
     match row[..] {
         [date, commit, machine, build, run, targets] => {
             let _ = writeln!(
