@@ -368,7 +368,7 @@ fn run(input: &Input, derive: bool) {
         sent,
         consumed: consumed_total,
         closing,
-        at_end: _,
+        at_end,
         proxied,
         end,
         call_ends,
@@ -422,6 +422,14 @@ fn run(input: &Input, derive: bool) {
     // Under SKIP a PROXY header is not read: its bytes are the first frames' (not clean).
     let skipped_header =
         input.header.is_some() && config.proxy().unknown_peer_policy() == Policy::Skip;
+    // A clean stream of well-formed requests never ends with a whole one left unread: the
+    // connection either ends cleanly or by an error the session raised (a policy, a limit).
+    if clean && !skipped_header && (input.zlib || announced.is_none()) {
+        assert!(
+            !at_end,
+            "a clean stream of requests ended with bytes unconsumed: {closing:?}"
+        );
+    }
     if clean && closing.is_none() && !skipped_header && (input.zlib || announced.is_none()) {
         if !varint {
             let Framing::Fixed(f) = config.framing() else {
@@ -607,7 +615,18 @@ fn drive<S: AsMut<[u32]>>(
                         break;
                     }
                     match p.want {
-                        Want::Input(_) => break,
+                        // Every declared length was checked against the configured
+                        // maximum before more bytes are asked for: what is held and what
+                        // is asked fit one input buffer.
+                        Want::Input(needed) => {
+                            assert!(
+                                pending.len() + needed.at_least() <= config.max_input_len(),
+                                "asked for {needed:?} past {} held: over max_input_len {}",
+                                pending.len(),
+                                config.max_input_len()
+                            );
+                            break;
+                        }
                         Want::Output(n) => {
                             // The room left after what this call wrote did not hold the next
                             // reply (whether or not the call served frames first).

@@ -3,8 +3,9 @@
 //! the server profile sizes in steps of 2, 3 and 4 words), then inflate it back exactly with
 //! wirekit's inflater, with zlib-rs (through flate2) and with miniz_oxide (the inflater's
 //! reference, `core/src/zlib/inflate/reference.rs`): all three give the input back. The stream
-//! never exceeds `compress_bound`; compressing twice over the same tables gives the same bytes
-//! (generation tags must not leak matches: output does not depend on history); a workspace
+//! never exceeds `compress_bound`; compressing it again over the same tables, after another
+//! input, gives the same bytes (generation tags must not leak matches: output does not depend
+//! on history); a workspace
 //! under the minimum is refused. The input itself also goes to the inflater, which must never
 //! panic.
 //!
@@ -90,11 +91,17 @@ fuzz_target!(|data: &[u8]| {
     inflater.inflate_exact(&z[..n], &mut back).unwrap();
     assert_eq!(back, input);
     peers_inflate(&z[..n], input);
-    // Twice over the same tables: generation tags must not leak matches. Every candidate is
-    // checked against the input, so a leaked one would still give a valid stream: the
-    // output must be the same bytes, as the compressor promises output independent of its
-    // history.
+    // Again after another input over the same tables: generation tags must not leak matches.
+    // Every candidate is checked against the input, so a leaked one would still give a valid
+    // stream: the output must be the same bytes as the fresh compressor's, as the compressor
+    // promises output independent of its history. The other input is this one a byte on
+    // (the same input again would leave nothing to leak: each position it reaches, the
+    // second call has written over already); its leaked positions would point one byte off,
+    // where repeated content matches at other distances.
     let first = z[..n].to_vec();
+    let other = input.get(1..).unwrap_or_default();
+    let k = c.compress(level, other, &mut z).unwrap();
+    assert!(k <= compress_bound(other.len()));
     let m = c.compress(level, input, &mut z).unwrap();
     assert_eq!(
         &z[..m],
