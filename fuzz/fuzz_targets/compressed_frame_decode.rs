@@ -21,6 +21,7 @@ use wirekit_core::frame::EncodeError;
 use wirekit_core::frame::compressed::{
     CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, max_encoded_len,
 };
+use wirekit_core::frame::mc::MAX_LENGTH_FIELD_LEN;
 use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MIN};
 use wirekit_core::{Needed, Status};
 
@@ -89,8 +90,12 @@ fn decode(
             for &(_, t) in switches.iter().filter(|(i, _)| *i == events.len()) {
                 d.set_threshold(t);
             }
+            // What `body_len` says without inflating: the body's length for a whole frame,
+            // the same `Partial`, or the error `decode` gives from the length fields.
+            let body_len = d.body_len(&buf);
             match d.decode(&buf, &mut tools.inflater, &mut tools.scratch) {
                 Ok(Status::Complete(got)) => {
+                    assert_eq!(body_len, Ok(Status::Complete(got.body.len())), "body_len");
                     assert!(got.consumed > 0 && got.consumed <= buf.len());
                     // Compressed or not, a body is at most the limit: an uncompressed one is
                     // a slice of the input, which the frame limit alone would let run a few
@@ -109,12 +114,24 @@ fn decode(
                     dropped += n;
                 }
                 Ok(Status::Partial(n)) => {
-                    if let Needed::Exactly(n) = n {
-                        promised = Some(buf.len() + n);
+                    assert_eq!(body_len, Ok(Status::Partial(n)), "body_len");
+                    match n {
+                        Needed::Exactly(n) => promised = Some(buf.len() + n),
+                        // Only while the length field itself is incomplete.
+                        Needed::Unknown => assert!(
+                            buf.len() < MAX_LENGTH_FIELD_LEN && buf.iter().all(|b| b & 0x80 != 0),
+                            "Unknown with a whole length field: {buf:02x?}"
+                        ),
                     }
                     break;
                 }
                 Err(e) => {
+                    match body_len {
+                        Err(b) => assert_eq!(b, e, "body_len"),
+                        // From the body (inflating it, or its length against the limits).
+                        Ok(Status::Complete(_)) => {}
+                        Ok(Status::Partial(n)) => panic!("body_len {n:?} where decode gives {e:?}"),
+                    }
                     events.push(Event::Error(e));
                     return (events, stream.len() - dropped);
                 }

@@ -183,6 +183,22 @@ fuzz_target!(|input: Input| {
             assert!(usable(&input.user_key) && usable(&input.target_key));
             assert!(!(format.pid_width == PidWidth::U32 && wide));
             assert_eq!(n, len);
+            // One byte short: refused with the length it needs, nothing written.
+            let mut short = vec![0xA5u8; len - 1];
+            assert_eq!(
+                build_ticket(
+                    format,
+                    &input.user_key,
+                    &input.target_key,
+                    &contents,
+                    &input.random,
+                    &mut short,
+                ),
+                Err(KerberosError::BufferTooSmall(
+                    wirekit_core::BufferTooSmall { required: len }
+                ))
+            );
+            assert!(short.iter().all(|&b| b == 0xA5), "untouched when too small");
             let mut ticket = out.clone();
             let k = input.session_key.len();
             let opened = open_ticket(format, &input.user_key, &mut ticket, k).unwrap();

@@ -65,8 +65,14 @@ fn whole(mut d: FrameDecoder, stream: &[u8]) -> (Vec<Event>, usize) {
                 return (events, stream.len() - at);
             }
             Ok(Status::Partial(n)) => {
-                if let Needed::Exactly(n) = n {
-                    assert!(n > 0);
+                let rest = &stream[at..];
+                match n {
+                    Needed::Exactly(n) => assert!(n > 0),
+                    // Only while the length field itself is incomplete.
+                    Needed::Unknown => assert!(
+                        rest.len() < MAX_LENGTH_FIELD_LEN && rest.iter().all(|b| b & 0x80 != 0),
+                        "Unknown with a whole length field: {rest:02x?}"
+                    ),
                 }
                 return (events, stream.len() - at);
             }

@@ -345,8 +345,9 @@ fuzz_target!(|input: Input| {
         };
         // Under "refuse", a handshake the machine forwarded names a release, or is a status
         // probe (protocol -1).
-        if input.refuse_unknown
-            && before.phase() == Phase::Parsing
+        // A handshake that does not parse is closed (`BadHandshake`), never forwarded; under
+        // "refuse", one forwarded names a release, or is a status probe (protocol -1).
+        if before.phase() == Phase::Parsing
             && before.state(Direction::Serverbound) == State::Handshake
             && direction == Direction::Serverbound
             && id == 0
@@ -354,12 +355,12 @@ fuzz_target!(|input: Input| {
                 verdict,
                 Verdict::Forward | Verdict::ForwardThenOpaque | Verdict::ForwardThenCompress { .. }
             )
-            && let Ok(h) = Handshake::parse(&data)
         {
+            let h = Handshake::parse(&data).expect("a forwarded handshake parses");
             let probe =
                 h.next_state == NextState::Status && h.protocol_version == ids::STATUS_PROBE;
             assert!(
-                probe || ids::is_release(h.protocol_version),
+                !input.refuse_unknown || probe || ids::is_release(h.protocol_version),
                 "refuse forwarded protocol {}",
                 h.protocol_version
             );
@@ -425,6 +426,9 @@ fuzz_target!(|input: Input| {
                     before.state(Direction::Clientbound)
                 );
                 assert_eq!(c.phase(), Phase::Parsing);
+                // Nor the threshold or the version: only a forwarded packet moves the machine.
+                assert_eq!(c.compression_threshold(), before.compression_threshold());
+                assert_eq!(c.protocol_version(), before.protocol_version());
                 if let Verdict::ForwardRewritten { len } = verdict {
                     assert!(input.filter.is_some() && len <= rewrite.len());
                     split_packet(&rewrite[..len]).expect("a rewrite is a packet body");

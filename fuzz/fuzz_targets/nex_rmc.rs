@@ -2,7 +2,8 @@
 //! context (PID width, structure headers, NEX version); the rest is parsed as an RMC message
 //! (re-encoded and parsed again to the same message), and as every primitive and protocol
 //! 10/11 body (each decoded value re-encoded and decoded again equal), as StationURL text,
-//! and as a PRUDP compression payload (never inflated past its ratio or the buffer).
+//! and as a PRUDP compression payload (inflated within its ratio's range and the buffer, or
+//! its bytes as they are for ratio 0).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -71,11 +72,16 @@ fuzz_target!(|data: &[u8]| {
 
     let mut inflater = Inflater::new();
     let room = usize::from(select) * 16;
-    if let Ok(got) = decompress_payload(&mut inflater, rest, &mut out[..room])
-        && rest[0] != 0
-    {
-        assert!(got.len() <= room);
-        assert!(got.len() < usize::from(rest[0]) * (rest.len() - 1));
+    if let Ok(got) = decompress_payload(&mut inflater, rest, &mut out[..room]) {
+        let (ratio, c) = (usize::from(rest[0]), rest.len() - 1);
+        if ratio == 0 {
+            // The bytes as they are.
+            assert_eq!(got, &rest[1..]);
+        } else {
+            // Within the ratio's range, `(ratio - 1) * c ..= ratio * c - 1`, and the room.
+            assert!(got.len() <= room);
+            assert!((ratio - 1) * c <= got.len() && got.len() < ratio * c);
+        }
     }
 });
 

@@ -283,7 +283,15 @@ fuzz_target!(|d: Desc| {
         assert_eq!(typed.code(), raw.code);
         let mut one = vec![0u8; typed.encoded_len()];
         assert_eq!(encode_tlvs(&[typed], &mut one), Ok(one.len()));
-        assert_eq!(&one[3..], raw.value, "TLV {i} re-encodes to its bytes");
+        assert_eq!(
+            (
+                one[0],
+                usize::from(u16::from_be_bytes([one[1], one[2]])),
+                &one[3..]
+            ),
+            (raw.code, raw.value.len(), raw.value),
+            "TLV {i} re-encodes to its bytes"
+        );
         if let Tlv::Ssl(ssl) = typed {
             let subs: usize = ssl.tlvs.map(|s| 3 + s.value.len()).sum();
             assert_eq!(subs + 5, raw.value.len(), "sub-TLVs tile the SSL TLV");
@@ -312,7 +320,7 @@ fuzz_target!(|d: Desc| {
     );
     if d.crc {
         // Any one byte altered after the signature: never the same header again.
-        let at = 13 + usize::from(d.pad) % (n - 13);
+        let at = 12 + usize::from(d.pad) % (n - 12);
         let mut bad = wire[..n].to_vec();
         bad[at] ^= 0x01;
         // Only an alteration of the CRC32C TLV's own type byte leaves a valid (unchecked)

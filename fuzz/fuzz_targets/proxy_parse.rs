@@ -2,7 +2,8 @@
 //! length (one less, equal, one more) and at the sizes that matter (0, 2, 6, v2's 16, v1's
 //! 107, the default 4096) it parses the same if the limit holds it and is `TooLong` otherwise;
 //! every strict prefix of it is `Partial` (all of them for headers up to 256 bytes, a sample
-//! beyond); each TLV's typed view is asked for (a typed result, never a panic); and
+//! beyond), a v2 one `Needed::Exactly` the missing bytes once its length field is in and
+//! `Unknown` before (an input that is a v2 prefix as a whole, too); each TLV's typed view is asked for (a typed result, never a panic); and
 //! re-emitted, it parses again to the same header, byte for byte for v2. When an input is
 //! refused, a fixed sample of its prefixes is `Partial` or refused with the same error: an
 //! error as soon as the bytes show it, and the same one. (The accept policy's
@@ -10,8 +11,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wirekit_core::Status;
 use wirekit_core::proxy::{self, Addresses, Command, Limits, TlvKind, Version};
+use wirekit_core::{Needed, Status};
 
 /// Every strict prefix is tried up to this header length; longer ones are sampled.
 const ALL_PREFIXES: usize = 256;
@@ -48,16 +49,38 @@ fuzz_target!(|data: &[u8]| {
         }
         return;
     }
-    let Ok(Status::Complete(h)) = result else {
-        return;
+    // A v2 prefix says exactly how many bytes are missing once its length field is in
+    // (the 16 fixed bytes), and nothing before.
+    let v2_needed = |have: usize, total: usize| {
+        if have >= 16 {
+            Needed::Exactly(total - have)
+        } else {
+            Needed::Unknown
+        }
+    };
+    let h = match result {
+        Ok(Status::Complete(h)) => h,
+        Ok(Status::Partial(needed)) => {
+            if data.first() == Some(&0x0D) && data.len() >= 16 {
+                let total = 16 + usize::from(u16::from_be_bytes([data[14], data[15]]));
+                assert_eq!(needed, v2_needed(data.len(), total), "a v2 prefix's need");
+            }
+            return;
+        }
+        Err(_) => return,
     };
     assert!(h.len <= data.len());
     // Only the header's bytes decide: a shorter input is Partial, never an error.
     for k in prefixes(h.len, data.len()) {
-        assert!(
-            proxy::parse(&data[..k], &limits).unwrap().is_partial(),
-            "prefix of {k} bytes"
-        );
+        let p = proxy::parse(&data[..k], &limits).unwrap();
+        assert!(p.is_partial(), "prefix of {k} bytes");
+        if h.version == Version::V2 {
+            assert_eq!(
+                p,
+                Status::Partial(v2_needed(k, h.len)),
+                "prefix of {k} bytes"
+            );
+        }
     }
     // A limit that holds the header reads it the same; a smaller one is TooLong.
     let around = [h.len.saturating_sub(1), h.len, h.len + 1];
