@@ -16,8 +16,8 @@ mod pieces;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use wirekit_core::frame::compressed::{CompressedEncoder, max_encoded_len};
-use wirekit_core::frame::mc::encode_packet;
+use wirekit_core::frame::compressed::{CompressedEncoder, CompressedLimits, max_encoded_len};
+use wirekit_core::frame::mc::{MAX_LENGTH_FIELD_LEN, clamp_frame_len, encode_packet};
 use wirekit_core::service::Workspace;
 use wirekit_core::service::client::{Client, ClientError};
 use wirekit_core::service::wire::{DeriveRequest, encode_threshold};
@@ -148,6 +148,16 @@ impl Twin {
                     assert_eq!(self.client, before, "a partial frame changes nothing");
                     if let Needed::Exactly(n) = n {
                         assert!(n > 0);
+                        // Longer frames are an error before their bytes are asked for: what
+                        // is held and asked fits the longest frame the limits allow.
+                        let longest = MAX_LENGTH_FIELD_LEN
+                            + clamp_frame_len(max)
+                                .max(CompressedLimits::for_max_body_len(max).max_frame_len());
+                        assert!(
+                            self.buf.len() + n <= longest,
+                            "asked for {n} past {} held, over {longest}",
+                            self.buf.len()
+                        );
                         self.promised = Some(self.buf.len() + n);
                     }
                     return events;
@@ -225,6 +235,7 @@ fn run<S: AsMut<[u32]>>(input: &Input, mut ws: Workspace<'_, S>, max: usize) {
                 // Both twins send the same request; an encoding error changes neither.
                 for t in [&mut whole, &mut split] {
                     let before = t.client;
+                    out.fill(0xA5);
                     let r = match request {
                         Op::Echo(d) => {
                             let d = &d[..d.len().min(max + OVER)];
@@ -252,7 +263,14 @@ fn run<S: AsMut<[u32]>>(input: &Input, mut ws: Workspace<'_, S>, max: usize) {
                             assert!(n > 0 && n <= out.len());
                             assert_eq!(t.client.outstanding(), before.outstanding() + 1);
                         }
-                        Err(_) => assert_eq!(t.client, before, "a refused request changes nothing"),
+                        Err(e) => {
+                            assert_eq!(t.client, before, "a refused request changes nothing");
+                            // Nor `out`, but after a compressed frame found too large once
+                            // its zlib stream was written.
+                            if e != ClientError::RequestTooLarge {
+                                assert!(out.iter().all(|&b| b == 0xA5), "{e:?} wrote to out");
+                            }
+                        }
                     }
                 }
                 assert_eq!(whole.client, split.client);
