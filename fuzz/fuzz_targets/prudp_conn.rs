@@ -7,6 +7,12 @@
 //! decrease, the send window never overflows, what the server delivers is exactly a prefix
 //! of what the client sent, in order (less the messages over the server's maximum, each
 //! counted), and a server's abort between connected sides ends the client.
+//!
+//! PRUDP Lite is not among the versions: it travels over a byte stream (TCP or WebSocket),
+//! which neither loses nor alters what it carries, and signs only its CONNECT, so the lost,
+//! altered and forged datagrams this model is made of are not Lite's faults (an altered Lite
+//! DATA packet is a valid one). Its connection is covered by the unit tests in
+//! `core/src/prudp/conn/tests.rs` and the WebSocket server's tests.
 #![no_main]
 
 use core::net::SocketAddr;
