@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use wirekit_core::minecraft::handshake::Handshake;
 use wirekit_core::minecraft::ids::{Direction, State};
 use wirekit_core::minecraft::rules::{
-    HandshakeRefusal, HandshakeRule, IdRange, NextStates, PacketRule, RuleAction, RuleError,
+    HandshakeRefusal, HandshakeRule, IdRange, IdSet, NextStates, PacketRule, RuleAction, RuleError,
     RuleList, RuleVerdict, Rules, VersionRange,
 };
 
@@ -147,6 +147,19 @@ fuzz_target!(|input: Input| {
             got_fixed,
             reference(&list[..list.len().min(8)], state, dir, q.version, q.id, len)
         );
+        // An ID outside the state's matching set passes, whatever its length (for rules the
+        // check takes, as the proxy runs only those).
+        if expected_check.is_ok()
+            && (0..IdSet::LIMIT).contains(&q.id)
+            && !rules.matching_ids(state, dir, q.version).contains(q.id)
+        {
+            assert_eq!(
+                got,
+                RuleVerdict::Pass,
+                "id {} outside the matching set",
+                q.id
+            );
+        }
         // A rule that matches and would have closed or dropped is never silently skipped.
         if got == RuleVerdict::Pass {
             assert!(list.iter().all(|r| !r.matches(state, dir, q.version, q.id)

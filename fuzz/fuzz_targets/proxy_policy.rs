@@ -114,6 +114,22 @@ fuzz_target!(|input: Input| {
             continue;
         };
         assert_eq!(cidr.prefix(), *prefix);
+        // The network its address is in, host bits cleared: the address's first `prefix`
+        // bits, then zeros.
+        let (net, given) = match (cidr.addr(), ip.addr()) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => (n.octets().to_vec(), a.octets().to_vec()),
+            (IpAddr::V6(n), IpAddr::V6(a)) => (n.octets().to_vec(), a.octets().to_vec()),
+            (n, a) => panic!("{n} from {a}: another family"),
+        };
+        let bit = |o: &[u8], i: usize| (o[i / 8] >> (7 - i % 8)) & 1;
+        for i in 0..net.len() * 8 {
+            let want = if i < usize::from(*prefix) {
+                bit(&given, i)
+            } else {
+                0
+            };
+            assert_eq!(bit(&net, i), want, "{cidr:?} from {ip:?}: bit {i}");
+        }
         let pushed = config.push_trusted(cidr);
         assert_eq!(pushed.is_ok(), nets.len() < MAX_TRUSTED);
         if pushed.is_ok() {
@@ -128,6 +144,11 @@ fuzz_target!(|input: Input| {
     assert_eq!(
         config.unknown_peer_policy(),
         if nets.is_empty() { tp } else { up }
+    );
+    // A header may be read from some peer: the adapter's buffer must hold one.
+    assert_eq!(
+        config.reads_header(),
+        tp != Policy::Skip || (!nets.is_empty() && up != Policy::Skip)
     );
 
     let now = Instant::from_micros(u64::from(input.now));
