@@ -486,11 +486,21 @@ fn raw_login(
     from: u8,
     opening: &[u8],
 ) -> (McProxy, std::net::TcpStream, std::net::TcpStream) {
+    raw_login_with(name, from, opening, "")
+}
+
+/// [`raw_login`], with `extra` TOML lines in the route's `[route.inspect]` table.
+fn raw_login_with(
+    name: &str,
+    from: u8,
+    opening: &[u8],
+    extra: &str,
+) -> (McProxy, std::net::TcpStream, std::net::TcpStream) {
     use std::io::Write;
     use std::time::Duration;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let proxy = McProxy::start(&route(name, port, ""));
+    let proxy = McProxy::start(&route(name, port, extra));
     let mut client = wirekit_tests::mcproxy_process::connect_from(from, proxy.addr);
     client
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -1212,4 +1222,215 @@ fn a_login_past_the_memory_for_its_buffers_is_refused_and_the_open_ones_are_serv
         .unwrap_or_else(|_| panic!("a login after {} closed was refused", served - served / 2));
     drop(again);
     drop(open);
+}
+
+/// The body of the one frame in `framed` (a whole uncompressed frame).
+fn body_of(framed: &[u8]) -> Vec<u8> {
+    use wirekit_core::Status;
+    use wirekit_core::frame::mc::FrameDecoder;
+    let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(framed) else {
+        panic!("not a frame: {framed:02x?}")
+    };
+    f.body.to_vec()
+}
+
+/// A login on route `name` (protocol 340) with `extra` in its `[route.inspect]` table, taken
+/// to play by the test's upstream: Set Compression at `threshold` first when there is one,
+/// then Login Success (in the compressed framing after it).
+fn raw_play(
+    name: &str,
+    from: u8,
+    extra: &str,
+    threshold: Option<u16>,
+) -> (McProxy, std::net::TcpStream, std::net::TcpStream) {
+    use std::io::Write;
+    use wirekit_tests::mcproxy_process::{login_bytes, login_success};
+    let opening = login_bytes(&format!("{name}.inspect.test"), "Tester");
+    let (proxy, mut client, mut up) = raw_login_with(name, from, &opening, extra);
+    let success = body_of(&login_success("Tester"));
+    match threshold {
+        Some(t) => {
+            let mut set = vec![0x03];
+            let mut v = [0u8; 5];
+            let n = wirekit_core::varint::encode_varint(i32::from(t), &mut v).unwrap();
+            set.extend_from_slice(&v[..n]);
+            up.write_all(&frame(&set)).unwrap();
+            // Under the threshold: a Data Length of 0, the packet as it is.
+            up.write_all(&frame(&[[0u8].as_slice(), &success].concat()))
+                .unwrap();
+            assert_eq!(read_frames(&mut client, 2).len(), 2);
+        }
+        None => {
+            up.write_all(&frame(&success)).unwrap();
+            assert_eq!(read_frames(&mut client, 1).len(), 1);
+        }
+    }
+    open_only_in(&proxy, name, "play");
+    (proxy, client, up)
+}
+
+/// Waits (5 s at most) for `s` to end: end of stream or a reset, with no byte before it.
+fn ends_with_nothing(s: &mut std::net::TcpStream, what: &str) {
+    use std::io::Read;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 4096];
+    match s.read(&mut b) {
+        Ok(0) => {}
+        Ok(n) => panic!("{what}: {n} bytes before the end: {:02x?}", &b[..n.min(32)]),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("{what}: no end within 5 s: {e}"),
+    }
+}
+
+/// A compressed packet whose Data Length tells the truth is inflated to check it, and what it
+/// inflates to is spent from the serverbound inflated-bytes budget: a client sending packets
+/// that each inflate to 200,000 bytes (a few hundred on the wire) is closed at the one that
+/// takes the budget past its burst, for that budget. The packet before it reaches the
+/// upstream as it was sent; the one that tripped it does not.
+#[test]
+fn a_truthful_compression_bomb_is_closed_by_the_inflated_budget() {
+    use std::io::Write;
+    use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MIN, compress_bound};
+    let _turn = turn();
+    let (proxy, mut client, mut up) = raw_play(
+        "inflbomb",
+        82,
+        "serverbound-inflated = { rate = 1, burst = 262144 }",
+        Some(256),
+    );
+    let packet = [[0x10u8].as_slice(), &[0u8; 199_999]].concat();
+    let mut z = vec![0u8; compress_bound(packet.len())];
+    let mut c = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();
+    let n = c.compress(Level::Fast, &packet, &mut z).unwrap();
+    let mut body = vec![0u8; 5];
+    let m = wirekit_core::varint::encode_varint(packet.len() as i32, &mut body).unwrap();
+    body.truncate(m);
+    body.extend_from_slice(&z[..n]);
+    assert!(
+        body.len() < 1024,
+        "a bomb: {} bytes on the wire",
+        body.len()
+    );
+    let bomb = frame(&body);
+    client.write_all(&bomb).unwrap();
+    assert_eq!(
+        read_frames(&mut up, 1),
+        vec![body.clone()],
+        "the first passes"
+    );
+    // 200,000 of the 262,144 spent: the second takes it past.
+    client.write_all(&bomb).unwrap();
+    ends_with_nothing(&mut up, "the upstream after the second bomb");
+    let line = close_line(&proxy, "inflbomb");
+    assert!(
+        line.contains("reason=\"budget_serverbound_inflated\""),
+        "{line}"
+    );
+    proxy.wait_metric(
+        "wirekit_proxy_rejections_total{reason=\"budget_serverbound_inflated\"}",
+        1,
+    );
+}
+
+/// The clientbound budgets hold the upstream too: an upstream that sends more packets at once
+/// than its route's clientbound packet burst is cut off there, the close named for that
+/// budget, and the client gets no packet past it.
+#[test]
+fn an_upstream_past_its_clientbound_packet_budget_is_cut_off() {
+    use std::io::{Read, Write};
+    let _turn = turn();
+    let (proxy, mut client, mut up) = raw_play(
+        "cbflood",
+        83,
+        "clientbound-packets = { rate = 1, burst = 20 }",
+        None,
+    );
+    let packets: Vec<u8> = (0..50u8)
+        .flat_map(|i| frame(&[[0x0Fu8].as_slice(), &[b'a' + i % 26; 40]].concat()))
+        .collect();
+    up.write_all(&packets).unwrap();
+    // Login Success took one of the 20: at most 19 more, then (maybe) the Disconnect, then
+    // the end.
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    loop {
+        match client.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("no end within 5 s: {e}"),
+        }
+    }
+    let mut frames = 0;
+    let mut at = 0;
+    while let Ok(wirekit_core::Status::Complete(f)) =
+        wirekit_core::frame::mc::FrameDecoder::new().decode_frame(&got[at..])
+    {
+        at += f.consumed;
+        frames += 1;
+    }
+    assert_eq!(at, got.len(), "whole frames only");
+    assert!(
+        (1..=20).contains(&frames),
+        "{frames} frames through a burst of 20"
+    );
+    let line = close_line(&proxy, "cbflood");
+    assert!(
+        line.contains("reason=\"budget_clientbound_packets\""),
+        "{line}"
+    );
+}
+
+/// A client that resets in the middle of a play frame: the upstream gets none of the
+/// unfinished frame, sees its connection end, and the close is the client's.
+#[test]
+fn a_client_vanishing_mid_frame_in_play_forwards_none_of_it() {
+    use std::io::Write;
+    let _turn = turn();
+    let (proxy, mut client, mut up) = raw_play("vanish", 84, "", Some(256));
+    let whole = frame(&[[0x00u8].as_slice(), &[0x03u8], &[b'v'; 300]].concat());
+    client.write_all(&whole[..120]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    wirekit_tests::mcproxy_process::reset(client);
+    ends_with_nothing(&mut up, "the upstream after the client's reset");
+    let line = close_line(&proxy, "vanish");
+    assert!(
+        line.contains("reason=\"client_error\"") || line.contains("reason=\"client_closed\""),
+        "{line}"
+    );
+}
+
+/// A `drop` rule removes the packet it names and the stream goes on; a rule by packet name
+/// finds the packet's ID in the client's version (1.12.2's serverbound Keep Alive is 0x0B).
+#[test]
+fn a_drop_rule_and_a_rule_by_packet_name_act_end_to_end() {
+    use std::io::Write;
+    use wirekit_core::minecraft::ids::{Direction, KnownPacket, PacketIds, State};
+    let _turn = turn();
+    let (proxy, mut client, mut up) = raw_play(
+        "named",
+        85,
+        "[[route.inspect.rule]]\nstate = \"play\"\ndirection = \"serverbound\"\nid = 5\naction = \"drop\"\n\
+         [[route.inspect.rule]]\nstate = \"play\"\ndirection = \"serverbound\"\npacket = \"keep_alive\"\naction = \"deny\"",
+        None,
+    );
+    let keep_alive = PacketIds::for_version(340)
+        .id(State::Play, Direction::Serverbound, KnownPacket::KeepAlive)
+        .unwrap();
+    assert_eq!(keep_alive, 0x0B);
+    let dropped = frame(&[[0x05u8].as_slice(), b"gone"].concat());
+    let kept = frame(&[[0x03u8].as_slice(), b"kept"].concat());
+    client.write_all(&[dropped, kept.clone()].concat()).unwrap();
+    // The next frame the upstream sees is the one after the dropped one.
+    assert_eq!(read_frames(&mut up, 1), vec![kept[1..].to_vec()]);
+    client
+        .write_all(&frame(&[[0x0Bu8].as_slice(), &[0u8; 8]].concat()))
+        .unwrap();
+    ends_with_nothing(&mut up, "the upstream after the denied Keep Alive");
+    let line = close_line(&proxy, "named");
+    assert!(line.contains("reason=\"rule_denied\""), "{line}");
 }
