@@ -4,18 +4,19 @@
 //! given (the TLV walker yields each TLV, and each decodes and re-encodes to its own bytes, the
 //! SSL sub-TLVs too), every strict prefix is `Partial`, a payload after the header is left
 //! alone, re-encoding gives the same bytes, a header over the limit is `TooLong` from its fixed
-//! 16 bytes, and a checksummed header altered anywhere fails.
+//! 16 bytes, a checksummed header altered anywhere fails, a buffer a byte short is refused
+//! untouched, and so is a list with a TLV a receiver refuses.
 #![no_main]
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use wirekit_core::Status;
 use wirekit_core::proxy::tlv::{Ssl, encode_tlvs};
 use wirekit_core::proxy::{
     self, Addresses, Command, EncodeError, Error, Limits, ProxyHeader, Tlv, Tlvs, Transport, v1, v2,
 };
+use wirekit_core::{BufferTooSmall, Status};
 
 #[derive(Arbitrary, Debug)]
 enum Addr {
@@ -243,6 +244,33 @@ fuzz_target!(|d: Desc| {
     };
     assert_eq!(n, len);
     assert!(n >= usize::from(d.pad));
+    // One byte short: refused with the length it needs, nothing written.
+    let mut short = vec![0u8; n - 1];
+    assert_eq!(
+        b.encode(&mut short),
+        Err(EncodeError::BufferTooSmall(BufferTooSmall { required: n }))
+    );
+    assert!(short.iter().all(|&x| x == 0), "written when too small");
+    // A TLV a receiver refuses, added to the same list: a CRC32C TLV (the builder writes the
+    // checksum itself), a UNIQUE_ID over 128 bytes, or an unknown TLV under a code whose
+    // value is bounded (CRC32C, UNIQUE_ID, SSL, AUTHORITY). Refused, nothing written.
+    let long_id = [0x5Au8; proxy::tlv::MAX_UNIQUE_ID_LEN + 1];
+    let refused = match d.pad % 6 {
+        0 => Tlv::Crc32c(0),
+        1 => Tlv::UniqueId(&long_id),
+        k => Tlv::Unknown([0x03, 0x05, 0x20, 0x02][usize::from(k - 2)], b"x"),
+    };
+    let with_refused: Vec<Tlv<'_>> = list.iter().copied().chain([refused]).collect();
+    let mut untouched = vec![0u8; v2::MAX_LEN];
+    assert_eq!(
+        v2::Builder::proxy(addresses)
+            .tlvs(&with_refused)
+            .crc32c(d.crc)
+            .encode(&mut untouched),
+        Err(EncodeError::Tlv),
+        "{refused:?}"
+    );
+    assert!(untouched.iter().all(|&x| x == 0), "written on error");
     wire.truncate(n);
     wire.extend_from_slice(&d.payload);
     let h = parse_checked(&wire, n, &limits);
