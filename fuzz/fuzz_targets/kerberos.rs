@@ -253,17 +253,36 @@ fuzz_target!(|input: Input| {
         let k = input.session_key_len();
         let mut sealed = seal(&input.user_key, &input.plain);
         let total = sealed.len();
+        // The reference reading: session key, PID, a u32 length and exactly that many bytes
+        // of internal ticket.
+        let plain = &input.plain;
+        let pid = if input.pid64 { 8 } else { 4 };
+        let len_at = k
+            .checked_add(pid)
+            .filter(|&at| at.checked_add(4).is_some_and(|end| end <= plain.len()));
+        let fits = len_at.is_some_and(|at| {
+            let l = u32::from_le_bytes(plain[at..at + 4].try_into().unwrap()) as usize;
+            at + 4 + l == plain.len()
+        });
         match open_ticket(format, &input.user_key, &mut sealed, k) {
             Ok(t) => {
-                let pid = if input.pid64 { 8 } else { 4 };
-                assert_eq!(t.session_key.len(), k);
+                assert!(fits, "opened what the reference refuses");
                 assert_eq!(
                     k + pid + 4 + t.internal.len() + 16,
                     total,
                     "the fields fill it"
                 );
+                let mut id = [0u8; 8];
+                id[..pid].copy_from_slice(&plain[k..k + pid]);
+                assert_eq!(
+                    (t.session_key, t.target_pid, &t.internal[..]),
+                    (&plain[..k], u64::from_le_bytes(id), &plain[k + pid + 4..])
+                );
             }
-            Err(e) => assert_eq!(e, KerberosError::MalformedTicket),
+            Err(e) => {
+                assert_eq!(e, KerberosError::MalformedTicket);
+                assert!(!fits, "refused what the reference reads");
+            }
         }
     }
     if usable(&input.target_key) {
