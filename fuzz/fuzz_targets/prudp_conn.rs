@@ -87,6 +87,9 @@ fuzz_target!(|data: &[u8]| {
     let mut out = [0u8; 200];
     let mut counter = 0u8;
     let mut oversized = 0u64;
+    // Per substream, each message the client sent, in order: whether it was over the
+    // server's maximum.
+    let mut order: [Vec<bool>; 2] = [Vec::new(), Vec::new()];
     // The server aborted while both sides were connected.
     let mut aborted = false;
 
@@ -138,6 +141,7 @@ fuzz_target!(|data: &[u8]| {
                 let m: Vec<u8> = (0..len).map(|i| counter ^ i as u8).collect();
                 let substream = op >> 7;
                 if client.send(substream, &m).is_ok() {
+                    order[usize::from(substream)].push(m.len() > sc.max_message);
                     // Longer than the server's maximum: discarded there, and counted.
                     if m.len() > sc.max_message {
                         oversized += 1;
@@ -226,7 +230,28 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Some(s) = &server {
-        assert!(s.counters().get(DropReason::FragmentOverflow) <= oversized);
+        // Each counted: a substream delivers in order, so every message over the maximum
+        // sent before the last one delivered was received whole, and discarded.
+        let mut before_delivered = 0u64;
+        for (sub, sent_order) in order.iter().enumerate() {
+            let (mut seen, mut over) = (0, 0);
+            for &too_long in sent_order {
+                if seen == delivered[sub].len() {
+                    break;
+                }
+                if too_long {
+                    over += 1;
+                } else {
+                    seen += 1;
+                }
+            }
+            before_delivered += over;
+        }
+        let counted = s.counters().get(DropReason::FragmentOverflow);
+        assert!(
+            (before_delivered..=oversized).contains(&counted),
+            "{counted} over the maximum counted, {before_delivered} before a delivered one"
+        );
     }
     // What arrived on each substream is what was sent there (up to the server's maximum),
     // once each, in order.
