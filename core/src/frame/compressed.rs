@@ -394,6 +394,11 @@ impl CompressedDecoder {
     /// A compressed body is inflated with `inflater` into the front of `scratch`, which must
     /// hold the declared Data Length. Partial input gives `Partial` as
     /// [`FrameDecoder::decode_frame`] does; nothing is inflated until the whole frame is there.
+    ///
+    /// A frame holding only a Data Length of 0 (`[0x01, 0x00]`) decodes to an empty,
+    /// uncompressed body: the frame is well formed, and a packet ID is the caller's to read
+    /// ([`split_packet`](crate::frame::mc::split_packet) refuses an empty body), as it is after
+    /// a plain frame.
     pub fn decode<'a>(
         &self,
         input: &'a [u8],
