@@ -51,7 +51,9 @@ impl Format {
     }
 }
 
-/// Reads frames from a blocking reader.
+/// Reads frames from a blocking reader. Its buffer grows with the frames (never to a length
+/// only declared) and keeps the size of the largest it held for as long as the reader lives:
+/// reading frames of one size allocates nothing after the first.
 #[derive(Debug)]
 pub struct FrameReader<R> {
     inner: R,
@@ -161,7 +163,8 @@ impl<R: Read> FrameReader<R> {
     }
 }
 
-/// Writes frames to a blocking writer; each call writes one whole frame.
+/// Writes frames to a blocking writer; each call writes one whole frame. Its buffer keeps the
+/// size of the largest frame written for as long as the writer lives, as the reader's does.
 #[derive(Debug)]
 pub struct FrameWriter<W> {
     inner: W,

@@ -36,7 +36,8 @@ pub fn to_tokio(t: Instant) -> tokio::time::Instant {
 /// The tokio instant `d` from now; a duration past what the clock holds (a configured
 /// `Duration::MAX`) is about a century, as for [`to_tokio`].
 pub fn tokio_after(d: std::time::Duration) -> tokio::time::Instant {
-    tokio::time::Instant::from_std(later(std::time::Instant::now(), d))
+    // From tokio's own clock, which a test may have paused.
+    tokio::time::Instant::from_std(later(tokio::time::Instant::now().into_std(), d))
 }
 
 /// `d` after `at`; a duration past what the clock holds (a configured `Duration::MAX`, meaning
@@ -56,5 +57,17 @@ mod tests {
         assert_eq!(from_tokio(to_tokio(t)), t);
         assert!(to_tokio(Instant::MAX) > tokio::time::Instant::now());
         assert!(tokio_after(std::time::Duration::MAX) > tokio::time::Instant::now());
+    }
+
+    /// A deadline from tokio's clock: under a paused clock (a test's), real time passing does
+    /// not move it, and advancing the clock reaches it.
+    #[tokio::test(start_paused = true)]
+    async fn tokio_after_counts_from_tokios_clock() {
+        let d = std::time::Duration::from_secs(5);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let at = tokio_after(d);
+        assert_eq!(at - tokio::time::Instant::now(), d);
+        tokio::time::advance(d).await;
+        assert!(tokio::time::Instant::now() >= at);
     }
 }

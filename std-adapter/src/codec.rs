@@ -1,7 +1,8 @@
 //! tokio-util [`Decoder`]/[`Encoder`]s over the core's framing: thin wrappers where
-//! [`Status::Partial`] becomes `Ok(None)` with the bytes still needed reserved in the read
-//! buffer — and never more than the configured maximum allows, since the core checks a declared
-//! length before asking for its bytes.
+//! [`Status::Partial`] becomes `Ok(None)` with room reserved in the read buffer toward the
+//! bytes still needed, at most as much as has arrived (the buffer at most doubles per read), and
+//! never for a frame past the configured maximum, since the core checks a declared length
+//! before asking for its bytes.
 //!
 //! - [`LengthPrefixedCodec`]: fixed-width length-prefixed frames (pktconn's `u32` LE by default).
 //! - [`VarIntCodec`]: Minecraft VarInt frames carrying packets (`ID | data`), with the compressed
@@ -34,7 +35,8 @@ use std::io;
 use bytes::{Buf, BufMut, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 use wirekit_core::frame::compressed::{
-    CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, max_encoded_len,
+    CompressedDecoder, CompressedEncoder, CompressedFrameError, CompressedLimits, MAX_DATA_LEN,
+    max_encoded_len,
 };
 use wirekit_core::frame::fixed::LengthPrefixed;
 use wirekit_core::frame::mc::{self, FrameDecoder, split_packet};
@@ -206,9 +208,14 @@ fn zlib_len(src: &[u8], data_len: usize) -> usize {
 /// Minecraft VarInt frames: `Length | ID | Data`, and after Set Compression
 /// `Packet Length | Data Length | zlib(ID + Data)`.
 ///
-/// The zlib state (an inflater, a compressor, scratch) is created the first time a threshold is
-/// set and reused after; decoded packets are split off a reused buffer, so steady state
-/// allocates nothing per packet in either format.
+/// The zlib state is created the first time a threshold is set and reused after: an inflater
+/// and its scratch for reading, and a compressor (its [`WORKSPACE_SERVER`] workspace, 320 KiB)
+/// only once a write threshold is set, so a codec that only reads compressed frames does not
+/// pay for one. Decoded packets are split off a reused buffer, so steady state allocates
+/// nothing per packet in either format; the scratch and the encoding buffers keep the size of
+/// the largest packet they held for as long as the codec lives (a server holding many idle
+/// connections serves them through the core's session, whose adapter gives large buffers
+/// back).
 pub struct VarIntCodec {
     plain: FrameDecoder,
     compressed: CompressedDecoder,
@@ -219,7 +226,8 @@ pub struct VarIntCodec {
 
 struct CodecZlib {
     inflater: Inflater,
-    compressor: Compressor<Box<[u32]>>,
+    /// Created with the first write threshold.
+    compressor: Option<Compressor<Box<[u32]>>>,
     /// Inflated bodies land here first.
     scratch: Vec<u8>,
     /// Decoded packets' data, split off (the allocation comes back once they are dropped).
@@ -240,18 +248,23 @@ impl std::fmt::Debug for VarIntCodec {
 }
 
 impl Default for VarIntCodec {
+    /// Vanilla's limits: packets up to [`MAX_DATA_LEN`] (8 MiB) in compressed frames, up to
+    /// [`mc::MAX_FRAME_LEN`] in uncompressed ones.
     fn default() -> Self {
-        Self::new(mc::MAX_FRAME_LEN)
+        Self::new(MAX_DATA_LEN)
     }
 }
 
 impl VarIntCodec {
     /// A codec accepting and sending packets (`ID + data`) up to `max_packet_len` bytes
-    /// (at most [`mc::MAX_FRAME_LEN`]), uncompressed until a threshold is set.
+    /// (at most [`MAX_DATA_LEN`], vanilla's 8 MiB), uncompressed until a threshold is set. A
+    /// packet in an uncompressed frame is held to the frame's own [`mc::MAX_FRAME_LEN`]
+    /// besides: only a compressed frame (at most that long) carries a larger one, as vanilla's
+    /// do.
     pub fn new(max_packet_len: usize) -> Self {
-        let max = max_packet_len.min(mc::MAX_FRAME_LEN);
+        let max = max_packet_len.min(MAX_DATA_LEN);
         VarIntCodec {
-            plain: FrameDecoder::new().with_max_frame_len(max),
+            plain: FrameDecoder::new().with_max_frame_len(max.min(mc::MAX_FRAME_LEN)),
             compressed: CompressedDecoder::new(-1)
                 .with_limits(CompressedLimits::for_max_body_len(max)),
             encoder: CompressedEncoder::new(-1, Level::Fast),
@@ -290,7 +303,10 @@ impl VarIntCodec {
     pub fn set_write_threshold(&mut self, threshold: i32) {
         self.encoder.set_threshold(threshold);
         if threshold >= 0 {
-            self.zlib();
+            self.zlib().compressor.get_or_insert_with(|| {
+                Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
+                    .expect("WORKSPACE_SERVER is above the minimum")
+            });
         }
     }
 
@@ -314,8 +330,7 @@ impl VarIntCodec {
         self.zlib.get_or_insert_with(|| {
             Box::new(CodecZlib {
                 inflater: Inflater::new(),
-                compressor: Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
-                    .expect("WORKSPACE_SERVER is above the minimum"),
+                compressor: None,
                 scratch: Vec::new(),
                 packets: BytesMut::new(),
                 body: Vec::new(),
@@ -397,12 +412,15 @@ impl Encoder<PacketRef<'_>> for VarIntCodec {
 
     fn encode(&mut self, packet: PacketRef<'_>, dst: &mut BytesMut) -> Result<(), CodecError> {
         let body = varint_len(packet.id) + packet.data.len();
-        if body > self.max_packet_len {
-            return Err(EncodeError::FrameTooLarge {
-                len: body,
-                max: self.max_packet_len,
-            }
-            .into());
+        // An uncompressed frame holds at most its 3-byte length field's worth; a compressed one
+        // may carry more (the core's encoder refuses a frame that came out too long).
+        let max = if self.encoder.threshold() < 0 {
+            self.max_packet_len.min(mc::MAX_FRAME_LEN)
+        } else {
+            self.max_packet_len
+        };
+        if body > max {
+            return Err(EncodeError::FrameTooLarge { len: body, max }.into());
         }
         let mut head = [0u8; 10];
         if self.encoder.threshold() < 0 {
@@ -426,7 +444,11 @@ impl Encoder<PacketRef<'_>> for VarIntCodec {
         if zlib.frame.len() < bound {
             zlib.frame.resize(bound, 0);
         }
-        let n = encoder.encode(&zlib.body, &mut zlib.frame, &mut zlib.compressor)?;
+        let compressor = zlib
+            .compressor
+            .as_mut()
+            .expect("created with the write threshold");
+        let n = encoder.encode(&zlib.body, &mut zlib.frame, compressor)?;
         dst.extend_from_slice(&zlib.frame[..n]);
         Ok(())
     }
@@ -545,8 +567,46 @@ mod tests {
         assert_eq!((p.id, p.data.len()), (1, data.len()));
     }
 
+    /// Vanilla sends packets up to 8 MiB in compressed frames (a chunk or registry packet
+    /// that compresses well): the default codec takes them, and sends them, where an
+    /// uncompressed frame could not carry one.
     #[test]
-    fn partial_reserves_exactly_what_is_missing() {
+    fn compressed_packets_past_the_frame_limit_pass_as_vanilla_s_do() {
+        let data = vec![7u8; 3_000_000];
+        // Reading compressed frames takes no compressor.
+        let mut reader = VarIntCodec::default();
+        reader.set_read_threshold(256);
+        assert!(reader.zlib.as_ref().is_some_and(|z| z.compressor.is_none()));
+        let mut codec = VarIntCodec::default().server();
+        assert!(matches!(
+            codec.encode(PacketRef { id: 1, data: &data }, &mut BytesMut::new()),
+            Err(CodecError::Encode(EncodeError::FrameTooLarge { .. }))
+        ));
+        codec.set_threshold(256);
+        let mut wire = BytesMut::new();
+        codec
+            .encode(PacketRef { id: 1, data: &data }, &mut wire)
+            .unwrap();
+        assert!(wire.len() < mc::MAX_FRAME_LEN, "{}", wire.len());
+        let p = codec.decode(&mut wire).unwrap().unwrap();
+        assert_eq!((p.id, &p.data[..]), (1, &data[..]));
+        // Past vanilla's 8 MiB: refused from the Data Length.
+        let mut small = VarIntCodec::new(1 << 20);
+        small.set_threshold(256);
+        let mut wire = BytesMut::new();
+        codec
+            .encode(PacketRef { id: 1, data: &data }, &mut wire)
+            .unwrap();
+        assert!(matches!(
+            small.decode(&mut wire),
+            Err(CodecError::Compressed(
+                CompressedFrameError::DataTooLarge { .. }
+            ))
+        ));
+    }
+
+    #[test]
+    fn partial_reserves_what_is_missing_within_what_has_arrived() {
         let mut codec = LengthPrefixedCodec::default();
         let mut wire = BytesMut::with_capacity(8);
         wire.put_slice(b"\x00\x10\x00\x00ab"); // 4096-byte payload, 2 bytes here
