@@ -104,7 +104,7 @@ const MAX_CUTS: usize = 16;
 const MAX_REQUEST_BYTES: usize = 4096;
 const MAX_PASSWORD: usize = 64;
 
-/// Under VarInt framing, the raw tail is cut after this many length-prefixed frames. The
+/// The raw tail is cut after this many length-prefixed frames (VarInt or fixed framing). The
 /// 130-minute run at `2daafbcd` (2026-12-05) found its last-quarter features only in hit-count
 /// buckets of `Inflater::run`, summed over every compressed frame the tail carried: 2 KiB of
 /// tail holds hundreds of small deflate streams, each inflating up to the packet limit. A few
@@ -253,10 +253,9 @@ fn run(input: &Input, derive: bool) {
         .with_max_packet_len(8192);
     let mut expected = Vec::new();
     let tail = &input.tail[..input.tail.len().min(MAX_TAIL)];
-    let tail = if varint {
-        &tail[..frames::end_after(tail, MAX_TAIL_FRAMES)]
-    } else {
-        tail
+    let tail = match config.framing() {
+        Framing::VarInt => &tail[..frames::end_after(tail, MAX_TAIL_FRAMES)],
+        Framing::Fixed(f) => &tail[..fixed_end_after(f, tail, MAX_TAIL_FRAMES)],
     };
     let cuts = &input.cuts[..input.cuts.len().min(MAX_CUTS)];
     let mut clean = tail.is_empty();
@@ -695,6 +694,22 @@ fn drive<S: AsMut<[u32]>>(
         end: now,
         call_ends,
     }
+}
+
+/// Where `bytes` end once they hold `frames` whole frames of fixed framing `f` (all of them
+/// when they hold fewer, or a frame that does not decode comes first): as `frames::end_after`
+/// for VarInt frames. A U8-width tail of 2 KiB held a thousand one-byte frames, each answered,
+/// and the run of 2026-12-07 at `c1b79585` (stopped after 19 minutes for this cap) kept finding hit-count buckets (128 and
+/// more) of the reply encoders and the frame loop that only such tails reach.
+fn fixed_end_after(f: LengthPrefixed, bytes: &[u8], frames: usize) -> usize {
+    let mut at = 0;
+    for _ in 0..frames {
+        match f.decode(&bytes[at..]) {
+            Ok(Status::Complete(fr)) => at += fr.consumed,
+            _ => return bytes.len(),
+        }
+    }
+    at
 }
 
 /// A 5-byte buffer for a threshold's VarInt, kept in `g`.
