@@ -15,7 +15,8 @@
 //!   `no_memory`: an inspected login whose buffers could not be mapped);
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered, or the proxy ended one for its upstream's fault:
-//!   `upstream_bad_frame` and kin, `reframe_too_large`, `encryption_after_own_threshold`; or
+//!   `upstream_bad_frame` and kin, `reframe_too_large` and `reframe_upstream_too_large`,
+//!   `encryption_after_own_threshold`, a filter's own `filter_error`; or
 //!   `no_memory`, an inspected connection moved to a thread whose work buffers could not be
 //!   mapped);
 //! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines, close lines of connections

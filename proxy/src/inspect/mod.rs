@@ -62,7 +62,7 @@ use wirekit_core::minecraft::ids::{Direction, State};
 use wirekit_core::minecraft::rules::{HandshakeRule, PacketRule, Rules};
 use wirekit_core::time::Instant;
 use wirekit_core::varint::encode_varint;
-use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_MCU};
+use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
 
 use crate::lazy_buf::LazyBuf;
 pub use crate::lazy_buf::OutOfMemory;
@@ -218,10 +218,10 @@ pub enum InspectEnd {
     /// Encryption started (or the version is not parsed): everything buffered was flushed;
     /// relay the rest byte for byte.
     Opaque,
-    /// A packet could not be framed again toward the client (its framed form past the largest
-    /// frame, or a filter's rewrite past the room for it): closed, with a Disconnect where the
-    /// client's state has one (`true` when one was sent).
-    Reframe(bool),
+    /// A packet going in this direction could not be framed again (its framed form, at the
+    /// proxy's own threshold or level, past the largest frame): closed, with a Disconnect where
+    /// the client's state has one (`true` when one was sent).
+    Reframe(Direction, bool),
     /// Encryption started while the client's framing was the proxy's own (its threshold, not
     /// the upstream's): bytes relayed as received would garble, so the connection was closed
     /// (with a Disconnect, the upstream's request withheld; `true` when one was sent).
@@ -284,7 +284,8 @@ impl InspectEnd {
                 }
             }
             InspectEnd::Opaque => "opaque",
-            InspectEnd::Reframe(_) => "reframe_too_large",
+            InspectEnd::Reframe(Direction::Clientbound, _) => "reframe_too_large",
+            InspectEnd::Reframe(Direction::Serverbound, _) => "reframe_upstream_too_large",
             InspectEnd::Unrelayable(_) => "encryption_after_own_threshold",
             InspectEnd::NoMemory => "no_memory",
         }
@@ -296,7 +297,7 @@ impl InspectEnd {
         match self {
             InspectEnd::Closed(c, _) => c.disconnect.is_some(),
             InspectEnd::BadFrame(_, _, sent)
-            | InspectEnd::Reframe(sent)
+            | InspectEnd::Reframe(_, sent)
             | InspectEnd::Unrelayable(sent) => *sent,
             _ => false,
         }
@@ -332,6 +333,12 @@ impl InspectEnd {
                 | InspectEnd::BadFrame(Direction::Serverbound, _, _)
         )
     }
+}
+
+/// Whether two compression thresholds frame alike: equal, or both negative (every negative
+/// threshold is "uncompressed", whatever value a Set Compression carried).
+const fn same_threshold(a: i32, b: i32) -> bool {
+    a == b || (a < 0 && b < 0)
 }
 
 /// The reason a close decided on the upstream's packets is named by: the client's reason's
@@ -422,7 +429,7 @@ impl Side {
     }
 
     fn same_framing(&self) -> bool {
-        self.decoder.threshold() == self.encoder.threshold()
+        same_threshold(self.decoder.threshold(), self.encoder.threshold())
     }
 
     /// Whether judged bytes wait to be written (then nothing more is read: the direction's
@@ -560,8 +567,10 @@ impl Work {
             scratch: LazyBuf::try_zeroed(len)?,
             rewrite: LazyBuf::try_zeroed(len)?,
             inflater: Box::new(Inflater::new()),
-            compressor: Compressor::new(vec![0u32; WORKSPACE_MCU].into_boxed_slice())
-                .expect("WORKSPACE_MCU is above the minimum"),
+            // The server profile (320 KiB a thread): the chained levels reach 32 KiB back,
+            // as vanilla's zlib does; the microcontroller's 16 KiB reach only 1 KiB.
+            compressor: Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
+                .expect("WORKSPACE_SERVER is above the minimum"),
         }))
     }
 
@@ -1033,7 +1042,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     let n = encode_varint(packet.id, &mut sc).unwrap_or(0);
                     let m = encode_varint(own, &mut sc[n..]).unwrap_or(0);
                     if push_frame(side, &sc[..n + m], &mut work.compressor).is_err() {
-                        return Some(After::EncodeError);
+                        return Some(After::EncodeError(dir));
                     }
                     side.decoder.set_threshold(threshold);
                     side.encoder.set_threshold(own);
@@ -1065,7 +1074,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 work.rewrite[..len].fill(0);
             }
             if !framed {
-                return Some(After::EncodeError);
+                return Some(After::EncodeError(dir));
             }
             match verdict {
                 Verdict::ForwardThenCompress { threshold } => {
@@ -1179,7 +1188,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     .await;
                 InspectEnd::BadFrame(dir, e, sent)
             }
-            After::EncodeError | After::Unrelayable => {
+            After::EncodeError(_) | After::Unrelayable => {
                 // What was judged before it went out above; the client is told why (the
                 // packet that would have made it opaque was withheld: it is still in login).
                 let c = match after {
@@ -1191,17 +1200,19 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                         .close(wirekit_core::minecraft::conn::CloseReason::Local),
                 };
                 let target = to_client(c.disconnect);
-                let reframe = matches!(after, After::EncodeError);
-                let why = if reframe {
-                    "a packet too large to frame again for the client"
-                } else {
-                    "encryption after a compression threshold of the proxy's own"
+                let why = match after {
+                    After::EncodeError(Direction::Clientbound) => {
+                        "a packet too large to frame again for the client"
+                    }
+                    After::EncodeError(Direction::Serverbound) => {
+                        "a packet too large to frame again for the server"
+                    }
+                    _ => "encryption after a compression threshold of the proxy's own",
                 };
                 let sent = self.disconnect(target, why, cw, uw).await;
-                if reframe {
-                    InspectEnd::Reframe(sent)
-                } else {
-                    InspectEnd::Unrelayable(sent)
+                match after {
+                    After::EncodeError(d) => InspectEnd::Reframe(d, sent),
+                    _ => InspectEnd::Unrelayable(sent),
                 }
             }
         }
@@ -1248,10 +1259,10 @@ enum After {
     BadFrame(CompressedFrameError),
     /// The connection went opaque.
     Opaque,
-    /// A frame could not be built again: a packet larger than the client's framing carries (a
-    /// body over the frame limit toward a client without compression, or whose compressed form
-    /// would be), or a filter's rewrite past what the direction's out buffer holds.
-    EncodeError,
+    /// A packet going in this direction could not be framed again: larger than the framing
+    /// carries (a body over the frame limit without compression, or whose compressed form
+    /// would be). (A filter's rewrite past its room closes as the filter's error before.)
+    EncodeError(Direction),
     /// The connection went opaque while the client's framing differs from the upstream's.
     Unrelayable,
     /// The thread's work buffers could not be made (the connection moved to a thread that had
@@ -1392,6 +1403,26 @@ mod tests {
         for reason in [CloseReason::FilterClosed, CloseReason::RuleDenied(0)] {
             assert!(end(reason).is_refusal(), "{reason:?}");
         }
+    }
+
+    #[test]
+    fn negative_thresholds_frame_alike() {
+        assert!(same_threshold(-1, -2) && same_threshold(256, 256));
+        assert!(!same_threshold(-1, 0) && !same_threshold(64, 256));
+    }
+
+    /// A reframe that failed names the direction the packet was going.
+    #[test]
+    fn a_failed_reframe_names_its_direction() {
+        assert_eq!(
+            InspectEnd::Reframe(Direction::Clientbound, true).as_str(),
+            "reframe_too_large"
+        );
+        assert_eq!(
+            InspectEnd::Reframe(Direction::Serverbound, false).as_str(),
+            "reframe_upstream_too_large"
+        );
+        assert!(InspectEnd::Reframe(Direction::Serverbound, true).sent_disconnect());
     }
 
     /// The address of this thread's shared scratch, as one judging step would get it.
