@@ -187,14 +187,26 @@ async def serve(args, ready=None):
 async def ws_probe(args):
     from anynet import websocket
 
-    received, upgraded = [], False
+    received, upgraded, closes = [], False, []
+    timed_out = False
     try:
-        with anyio.move_on_after(args.timeout):
+        with anyio.move_on_after(args.timeout) as scope:
             async with websocket.connect(
                 "ws://%s:%i" % (args.host, args.port), protocols=[args.subprotocol],
                 disconnect_timeout=1,
             ) as ws:
                 upgraded = True
+                # The server's close frame: anynet answers it without telling its status code,
+                # so the code is read off the frame on its way in.
+                handle = ws.process_packet
+
+                async def spy(opcode, payload):
+                    if opcode == websocket.OPCODE_DISCONNECT:
+                        code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
+                        closes.append(code)
+                    await handle(opcode, payload)
+
+                ws.process_packet = spy
                 for h in args.send_hex or []:
                     await ws.send(bytes.fromhex(h))
                 if args.send_size:
@@ -208,7 +220,15 @@ async def ws_probe(args):
             e = e.exceptions[0]
         if not upgraded:
             return {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
-    return {"ok": True, "received": received}
+    else:
+        timed_out = scope.cancelled_caught
+    return {
+        "ok": True,
+        "received": received,
+        # The status code of the server's close frame (None: no close frame came).
+        "close": closes[0] if closes else None,
+        "timed_out": timed_out,
+    }
 
 
 async def selftest(args):

@@ -275,18 +275,28 @@ fn haproxy_accepts_wirekit_v1_v2_crc32c_tlvs() {
         Tlv::GcpPscConnectionId(0x1122_3344_5566_7788),
         Tlv::Unknown(0xF1, b"experimental"),
     ];
-    let a = Addresses::Inet6 { src: s6, dst: d6 };
+    // A source of its own: every case's line is looked for among all the lines HAProxy has
+    // logged, so the TCP6 case's would otherwise stand in for this one's.
+    let s6b: SocketAddrV6 = "[2001:db8::11]:40006".parse().unwrap();
+    let a = Addresses::Inet6 { src: s6b, dst: d6 };
     cases.push((
         "v2 INET6 TLVs CRC32C NOOP",
         v2_bytes(v2::Builder::proxy(a).tlvs(&tlvs).crc32c(true).pad_to(256)),
         format!(
             "src={}:{} dst={}:{}",
-            s6.ip(),
-            s6.port(),
+            s6b.ip(),
+            s6b.port(),
             d6.ip(),
             d6.port()
         ),
     ));
+    // Each case's line is its own.
+    for (i, (name, _, want)) in cases.iter().enumerate() {
+        assert!(
+            cases[..i].iter().all(|(_, _, w)| w != want),
+            "{name}: the same line as an earlier case"
+        );
+    }
 
     for (name, header, want) in &cases {
         // Our own parser agrees first.
