@@ -3,7 +3,9 @@
 //! compression (threshold 256), then 10,000 play packets each way (10-300 bytes, those over
 //! the threshold compressed), counted with the counting allocator. Once with both sides on
 //! the upstream's threshold (frames forwarded as received, checked byte for byte), once with
-//! the proxy's own threshold toward the client (every frame inflated and framed again).
+//! the proxy's own threshold toward the client (every frame inflated and framed again), and
+//! once more so with packet rules, budgets, a filter that rewrites and the metrics set, as a
+//! configured route runs.
 
 use std::ops::Range;
 
@@ -15,7 +17,7 @@ use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder, max_
 use wirekit_core::frame::mc::encode_packet;
 use wirekit_core::minecraft::budget::Budgets;
 use wirekit_core::minecraft::conn::Verdict;
-use wirekit_core::minecraft::filter::PassAll;
+use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView, PassAll};
 use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
 use wirekit_core::minecraft::ids::{Direction, PacketIds, State};
 use wirekit_core::minecraft::login::LoginStart;
@@ -173,16 +175,89 @@ struct Relayed {
 }
 
 fn logged_in(client_compression: Option<ClientCompression>, max_packet: usize) -> Relayed {
+    logged_in_with(client_compression, max_packet, false)
+}
+
+/// A filter that sees every packet and rewrites every other one of the test's chat packets
+/// (into the same body, so the expected bytes hold).
+struct SameRewrite;
+
+impl Filter for SameRewrite {
+    fn filter(&mut self, p: &PacketView<'_>, rewrite: &mut [u8]) -> FilterAction {
+        if p.data.len() % 2 == 1 || p.control {
+            return FilterAction::Pass;
+        }
+        let Ok(n) = wirekit_core::varint::encode_varint(p.id, rewrite) else {
+            return FilterAction::Pass;
+        };
+        let Some(room) = rewrite.get_mut(n..n + p.data.len()) else {
+            return FilterAction::Pass;
+        };
+        room.copy_from_slice(p.data);
+        FilterAction::Rewrite(n + p.data.len())
+    }
+}
+
+/// [`logged_in`]; `full` also gives the route packet rules (evaluated on every packet, none
+/// refusing the test's), budgets each way that the streams stay within, a filter that sees
+/// every packet and rewrites some ([`SameRewrite`]), and the metrics the proxy sets (byte and
+/// packet counters, the open gauge), as a configured inspect route runs.
+fn logged_in_with(
+    client_compression: Option<ClientCompression>,
+    max_packet: usize,
+    full: bool,
+) -> Relayed {
+    use wirekit_core::minecraft::budget::{Budget, DirectionBudgets};
+    use wirekit_core::minecraft::rules::{IdRange, PacketRule, RuleAction, VersionRange};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    let (rules, budgets) = if full {
+        let rule = |direction, id, action| PacketRule {
+            state: State::Play,
+            direction,
+            versions: VersionRange::ALL,
+            ids: IdRange {
+                first: id,
+                last: id,
+            },
+            action,
+        };
+        let wide = DirectionBudgets {
+            packets: Some(Budget::per_second(1 << 20, 1 << 20)),
+            bytes: Some(Budget::per_second(1 << 30, 1 << 30)),
+            inflated: Some(Budget::per_second(1 << 30, 1 << 30)),
+        };
+        (
+            vec![
+                rule(Direction::Serverbound, 0x30, RuleAction::Drop),
+                rule(
+                    Direction::Serverbound,
+                    SERVERBOUND_ID,
+                    RuleAction::MaxLen(1 << 16),
+                ),
+                rule(
+                    Direction::Clientbound,
+                    CLIENTBOUND_ID,
+                    RuleAction::MaxLen(1 << 16),
+                ),
+            ],
+            Budgets {
+                serverbound: wide,
+                clientbound: wide,
+            },
+        )
+    } else {
+        // The streams below are floods by any budget's measure (as fast as the duplex goes).
+        (Vec::new(), Budgets::UNLIMITED)
+    };
     let settings: &'static InspectSettings = Box::leak(Box::new(InspectSettings {
+        rules,
         client_compression,
         max_serverbound_packet: max_packet,
         max_clientbound_packet: max_packet,
-        // The streams below are floods by any budget's measure (as fast as the duplex goes).
-        budgets: Budgets::UNLIMITED,
+        budgets,
         ..InspectSettings::default()
     }));
     let shutdown = CancellationToken::new();
@@ -191,8 +266,28 @@ fn logged_in(client_compression: Option<ClientCompression>, max_packet: usize) -
     let (hs, ls) = handshake_and_login();
     let token = shutdown.clone();
     let relay = rt.spawn(async move {
-        let filter: &'static mut PassAll = Box::leak(Box::new(PassAll));
+        let filter: &'static mut (dyn Filter + Send) = if full {
+            Box::leak(Box::new(SameRewrite))
+        } else {
+            Box::leak(Box::new(PassAll))
+        };
         let mut insp = Inspector::new(settings, filter).expect("buffers mapped");
+        if full {
+            use std::sync::atomic::AtomicU64;
+            use wirekit_proxy::metrics::{ConnState, Metrics, OpenGauge};
+            let metrics: &'static Metrics = Box::leak(Box::new(Metrics::default()));
+            let mut gauge = OpenGauge::new(metrics, "none", ConnState::Prelogin);
+            gauge.set("alloc", ConnState::Login);
+            let gauge: &'static OpenGauge<'static> = Box::leak(Box::new(gauge));
+            let counted = || -> &'static [AtomicU64; 2] {
+                Box::leak(Box::new([AtomicU64::new(0), AtomicU64::new(0)]))
+            };
+            insp.set_counters(wirekit_proxy::inspect::Counters {
+                bytes: counted(),
+                packets: counted(),
+                gauge: Some(gauge),
+            });
+        }
         let now = wirekit_std::clock::now();
         assert_eq!(
             insp.judge_prelogin(&hs[1..], hs.len(), now),
@@ -266,6 +361,10 @@ fn logged_in(client_compression: Option<ClientCompression>, max_packet: usize) -
 }
 
 fn relay_allocates_nothing(client_compression: Option<ClientCompression>) {
+    relay_allocates_nothing_with(client_compression, false)
+}
+
+fn relay_allocates_nothing_with(client_compression: Option<ClientCompression>, full: bool) {
     assert_counting_installed();
     let ids = PacketIds::for_version(VERSION);
     assert_eq!(
@@ -287,7 +386,7 @@ fn relay_allocates_nothing(client_compression: Option<ClientCompression>) {
         mut from_client,
         mut from_upstream,
         same,
-    } = logged_in(client_compression, 1 << 16);
+    } = logged_in_with(client_compression, 1 << 16, full);
 
     let mut run = |from: usize, count: usize| {
         rt.block_on(async {
@@ -328,6 +427,21 @@ fn inspect_relay_allocates_nothing_per_packet_reframing_toward_the_client() {
         threshold: 64,
         level: Level::Fast,
     }));
+}
+
+/// As a configured route runs: packet rules evaluated on every packet, budgets each way, a
+/// filter that sees every packet and rewrites half of them, the metrics counters and open
+/// gauge updated after every write (reframed toward the client, so rewrites and received
+/// frames alike are framed again).
+#[test]
+fn inspect_relay_allocates_nothing_per_packet_with_rules_budgets_a_filter_and_metrics() {
+    relay_allocates_nothing_with(
+        Some(ClientCompression {
+            threshold: 64,
+            level: Level::Fast,
+        }),
+        true,
+    );
 }
 
 /// A packet whose body inflates past the largest frame (2,097,151 bytes) but within the
