@@ -234,3 +234,93 @@ fn serve_connection_path_allocates_nothing_per_packet_compressed() {
     shutdown.cancel();
     rt.block_on(serving).unwrap().unwrap();
 }
+
+/// The serve path for every request kind: echoes with stats requests and key derivations
+/// among them (a derivation past the connection's and its source's budgets answered `Busy`),
+/// each reply read as a whole frame.
+#[test]
+fn serve_path_allocates_nothing_for_stats_and_derive_requests() {
+    use wirekit_core::service::wire::DeriveRequest;
+    assert_counting_installed();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Request `i`: a derive every 97th, a stats request every 13th, else an echo.
+    let frames: Vec<Vec<u8>> = (0..1000)
+        .map(|i| {
+            let mut f = vec![0u8; 4096];
+            let n = if i % 97 == 5 {
+                let mut d = [0u8; 64];
+                let m = DeriveRequest {
+                    pid: 1000 + i as u64,
+                    password: b"wirekit-password",
+                }
+                .encode(&mut d)
+                .unwrap();
+                encode_packet(wire::DERIVE, &d[..m], &mut f).unwrap()
+            } else if i % 13 == 0 {
+                encode_packet(wire::STATS, &[], &mut f).unwrap()
+            } else {
+                encode_packet(wire::ECHO, &[(i % 251) as u8; 512][..(i * 7) % 512], &mut f).unwrap()
+            };
+            f.truncate(n);
+            f
+        })
+        .collect();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (mut client, serving) = rt.block_on(async {
+        let server = Server::bind(ServeOptions {
+            service: service::Config::new().with_max_packet_len(4096),
+            ..ServeOptions::default()
+        })
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+        let serving = tokio::spawn(server.run(shutdown.clone()));
+        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client.set_nodelay(true).unwrap();
+        (client, serving)
+    });
+    let mut reply = vec![0u8; 8192];
+    // The kinds of reply seen: by packet ID.
+    let mut seen = [0usize; 256];
+    let mut run = |from: usize, count: usize, seen: &mut [usize; 256]| {
+        rt.block_on(async {
+            for i in from..from + count {
+                let f = &frames[i % frames.len()];
+                client.write_all(f).await.unwrap();
+                // A VarInt length (at most 3 bytes here), then the body.
+                let mut len = 0usize;
+                for shift in [0, 7, 14] {
+                    client.read_exact(&mut reply[..1]).await.unwrap();
+                    len |= usize::from(reply[0] & 0x7f) << shift;
+                    if reply[0] & 0x80 == 0 {
+                        break;
+                    }
+                }
+                client.read_exact(&mut reply[..len]).await.unwrap();
+                seen[usize::from(reply[0])] += 1;
+            }
+        })
+    };
+    run(0, 300, &mut seen);
+    let before = seen;
+    let ((), stats) = count_allocations(|| run(300, PACKETS, &mut seen));
+    assert_eq!(
+        stats.count, 0,
+        "serve path allocated over {PACKETS} requests of every kind: {stats:?}"
+    );
+    // Every kind of answer came in the window: echoes, stats, keys or Busy errors.
+    let got: Vec<usize> = (0..256).filter(|&id| seen[id] > before[id]).collect();
+    // (Keys come in the warm-up, the budgets' burst; in the window derive requests get
+    // `Busy` errors, looked up in the session's and the source's budgets all the same.)
+    for id in [wire::ECHO, wire::STATS, wire::ERROR] {
+        assert!(
+            got.contains(&(id as usize)),
+            "no reply {id:#04x} in the window: {got:02x?}"
+        );
+    }
+    shutdown.cancel();
+    rt.block_on(serving).unwrap().unwrap();
+}
