@@ -18,8 +18,10 @@
 //! Bounds: the host alone is at most [`MAX_HOST_LEN`] (255) UTF-16 code units, vanilla's bound
 //! for the whole field. The whole field is read as `String(`[`MAX_ADDRESS_LEN`]`)` (1024):
 //! vanilla's 255 would reject a Forge marker on a long host (Velocity allows 261 = 255 + 6 for
-//! that) and any TCPShield suffix (its signature alone is a few hundred characters); 1024 keeps
-//! the handshake under BungeeCord's 1032-byte cap on the first frame.
+//! that) and any TCPShield suffix (its signature alone is a few hundred characters). A field of
+//! ASCII (hosts, markers and suffixes are) keeps the handshake under BungeeCord's 1032-byte cap
+//! on the first frame; one of 1024 non-ASCII units can take 3072 bytes (a reader sizes for
+//! that: `3 *` [`MAX_ADDRESS_LEN`]).
 //!
 //! The next state is a closed set: 1 status, 2 login, 3 transfer (1.20.5+). Any other value is
 //! [`Error::BadNextState`] rather than an `Unknown` arm, because the state machine cannot go on

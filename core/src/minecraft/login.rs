@@ -19,13 +19,15 @@ pub const MAX_NAME_LEN: usize = 16;
 pub const MAX_SERVER_ID_LEN: usize = 20;
 /// The longest Login Disconnect reason (JSON text), in UTF-16 code units.
 pub const MAX_DISCONNECT_LEN: usize = 262_144;
-/// The longest public key in Login Start's signature data (vanilla's `readPublicKey` bound) and
-/// in an Encryption Request (vanilla's is a 162-byte 1024-bit RSA key).
+/// The longest public key in Login Start's signature data (vanilla's `readPublicKey` bound).
 pub const MAX_PUBLIC_KEY_LEN: usize = 512;
+/// The longest public key and verify token in an Encryption Request. Vanilla's server sends a
+/// 162-byte key (1024-bit RSA) and a 4-byte token, and its client bounds neither but by the
+/// packet: a backend with a larger key (a 4096-bit one is about 550 bytes of DER) is served by
+/// vanilla clients, so the bound here takes any RSA key up to 16,384 bits.
+pub const MAX_ENCRYPTION_ARRAY_LEN: usize = 4096;
 /// The longest key signature in Login Start's signature data (vanilla's bound).
 pub const MAX_KEY_SIGNATURE_LEN: usize = 4096;
-/// The longest Encryption Request verify token (vanilla sends 4 bytes).
-pub const MAX_VERIFY_TOKEN_LEN: usize = 256;
 /// The most profile properties a Login Success may carry: vanilla's bound on a game profile's
 /// properties (since 1.20.5; a skin needs one, `textures`).
 pub const MAX_PROPERTIES: usize = 16;
@@ -203,9 +205,9 @@ pub struct EncryptionRequest<'a> {
     pub protocol_version: i32,
     /// The server ID (empty from vanilla since 1.7), at most [`MAX_SERVER_ID_LEN`] units.
     pub server_id: &'a str,
-    /// The server's public key (X.509 DER), at most [`MAX_PUBLIC_KEY_LEN`] bytes.
+    /// The server's public key (X.509 DER), at most [`MAX_ENCRYPTION_ARRAY_LEN`] bytes.
     pub public_key: &'a [u8],
-    /// The verify token, at most [`MAX_VERIFY_TOKEN_LEN`] bytes.
+    /// The verify token, at most [`MAX_ENCRYPTION_ARRAY_LEN`] bytes.
     pub verify_token: &'a [u8],
     /// Whether the client should authenticate with Mojang: a field from 1.20.5 (766), always
     /// `true` before.
@@ -220,8 +222,8 @@ impl<'a> EncryptionRequest<'a> {
         }
         let mut r = Reader::new(data);
         let server_id = r.string(MAX_SERVER_ID_LEN)?;
-        let public_key = r.byte_array(MAX_PUBLIC_KEY_LEN)?;
-        let verify_token = r.byte_array(MAX_VERIFY_TOKEN_LEN)?;
+        let public_key = r.byte_array(MAX_ENCRYPTION_ARRAY_LEN)?;
+        let verify_token = r.byte_array(MAX_ENCRYPTION_ARRAY_LEN)?;
         let should_authenticate = if protocol_version >= protocol::V1_20_5 {
             r.bool()?
         } else {
@@ -239,8 +241,8 @@ impl<'a> EncryptionRequest<'a> {
 
     fn check(&self) -> Result<(), Error> {
         check_string(self.server_id, MAX_SERVER_ID_LEN)?;
-        if self.public_key.len() > MAX_PUBLIC_KEY_LEN
-            || self.verify_token.len() > MAX_VERIFY_TOKEN_LEN
+        if self.public_key.len() > MAX_ENCRYPTION_ARRAY_LEN
+            || self.verify_token.len() > MAX_ENCRYPTION_ARRAY_LEN
         {
             return Err(Error::ArrayTooLong);
         }
@@ -952,6 +954,47 @@ mod tests {
             Err(Error::VersionMismatch)
         );
         assert_eq!(out, [0x55; 64]);
+    }
+
+    /// A backend with a 4096-bit RSA key (about 550 bytes of DER) is served by vanilla
+    /// clients: its Encryption Request parses and encodes; past the bound it is refused.
+    #[test]
+    fn encryption_request_keys_past_1024_bits() {
+        let token = [7u8; 16];
+        let mut out = [0u8; 8192];
+        for (len, ok) in [(550, true), (MAX_ENCRYPTION_ARRAY_LEN, true), (4097, false)] {
+            let big = [0x30u8; 4097];
+            let e = EncryptionRequest {
+                protocol_version: 767,
+                server_id: "",
+                public_key: &big[..len],
+                verify_token: &token,
+                should_authenticate: true,
+            };
+            let n = e.encode(&mut out);
+            assert_eq!(n.is_ok(), ok, "{len}");
+            match n {
+                Ok(n) => assert_eq!(EncryptionRequest::parse(&out[..n], 767), Ok(e)),
+                // Built by hand past the bound: refused on receipt too.
+                Err(_) => {
+                    let mut d = [0u8; 8192];
+                    let k = 1 + write_byte_array(&big[..len], &mut d[1..]);
+                    let k = k + write_byte_array(&token, &mut d[k..]);
+                    d[k] = 1;
+                    assert_eq!(
+                        EncryptionRequest::parse(&d[..k + 1], 767),
+                        Err(Error::ArrayTooLong)
+                    );
+                }
+            }
+        }
+    }
+
+    /// A VarInt length and the bytes.
+    fn write_byte_array(b: &[u8], out: &mut [u8]) -> usize {
+        let n = crate::varint::encode_varint(b.len() as i32, out).unwrap();
+        out[n..n + b.len()].copy_from_slice(b);
+        n + b.len()
     }
 
     #[test]
