@@ -590,7 +590,7 @@ mod tests {
         assert!(wire.len() < mc::MAX_FRAME_LEN, "{}", wire.len());
         let p = codec.decode(&mut wire).unwrap().unwrap();
         assert_eq!((p.id, &p.data[..]), (1, &data[..]));
-        // Past vanilla's 8 MiB: refused from the Data Length.
+        // Past a codec's own maximum (1 MiB here): refused from the Data Length.
         let mut small = VarIntCodec::new(1 << 20);
         small.set_threshold(256);
         let mut wire = BytesMut::new();

@@ -171,3 +171,73 @@ fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() 
     );
     shutdown.cancel();
 }
+
+/// Drops every Login Start: a control packet, which a filter may not drop.
+struct DropsLogins;
+
+impl Filter for DropsLogins {
+    fn filter(&mut self, p: &PacketView<'_>, _rewrite: &mut [u8]) -> FilterAction {
+        if (p.state, p.direction, p.id) == (State::Login, Direction::Serverbound, 0x00) {
+            return FilterAction::Drop;
+        }
+        FilterAction::Pass
+    }
+}
+
+/// A filter's own error before login (it drops the Login Start, a control packet) closes the
+/// connection as the filter's: counted as a close, not as the client's rejection, and the
+/// upstream never connected to.
+#[test]
+fn a_filters_error_on_login_start_is_a_close_not_the_clients_refusal() {
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut route = Route::new(Vec::new(), vec![upstream.local_addr().unwrap()]);
+    route.default = true;
+    route.mode = Mode::Inspect;
+    let settings = Settings {
+        listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
+        routes: vec![route],
+        ..Settings::default()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let (addr, metrics) = {
+        let shutdown = shutdown.clone();
+        rt.block_on(async move {
+            let proxy = Proxy::bind(settings).await.unwrap();
+            let factory: FilterFactory = Arc::new(|_route: &str| Box::new(DropsLogins));
+            assert!(proxy.set_filter(factory));
+            let addr = proxy.local_addrs()[0];
+            let metrics = proxy.handle().metrics();
+            tokio::spawn(proxy.run(shutdown));
+            (addr, metrics)
+        })
+    };
+    let mut client = TcpStream::connect(addr).unwrap();
+    client.set_read_timeout(Some(WAIT)).unwrap();
+    client
+        .write_all(&login_bytes("filter.test", "Tester"))
+        .unwrap();
+    // Closed (after a Disconnect, which may or may not be read before the end).
+    let mut rest = Vec::new();
+    let _ = client.read_to_end(&mut rest);
+    let deadline = std::time::Instant::now() + WAIT;
+    let text = loop {
+        let text = metrics.render();
+        if text.contains("wirekit_proxy_closed_total{reason=\"filter_error\"} 1") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        !text.contains("wirekit_proxy_rejections_total{reason=\"filter_error\"}"),
+        "{text}"
+    );
+    upstream.set_nonblocking(true).unwrap();
+    assert!(upstream.accept().is_err(), "the upstream was connected to");
+    shutdown.cancel();
+}

@@ -406,9 +406,8 @@ fn prudp_server_allocates_nothing_per_reliable_data() {
     // 64 and 256 bytes in one fragment, 2000 in two.
     let sizes = [64, 256, 2000];
     // Past the warm-up, datagrams the server drops or answers without a connection come in
-    // the window too: garbage from another port, the real client's packets altered (a bad
-    // signature or checksum), and a SYN from a client that never connects (answered
-    // statelessly).
+    // the window too: garbage from another port, and a SYN from a client that never connects
+    // (answered statelessly).
     const GARBAGE: usize = 40;
     let hostile = move |client: &PrudpClient| {
         let rogue = UdpSocket::bind("127.0.0.1:0").unwrap();

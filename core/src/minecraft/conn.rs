@@ -344,6 +344,16 @@ impl CloseReason {
         }
     }
 
+    /// Whether the close is a filter's own error (a control packet dropped or rewritten, a
+    /// rewrite that is not a packet body), not what a peer did: an adapter counts it as a
+    /// close, and does not blame the client's address for it.
+    pub const fn is_filter_error(&self) -> bool {
+        matches!(
+            self,
+            CloseReason::FilterControl | CloseReason::FilterBadRewrite
+        )
+    }
+
     /// A short stable name for metrics and logs (`"budget_packets"`, `"rule_denied"`...).
     pub const fn label(&self) -> &'static str {
         match self {

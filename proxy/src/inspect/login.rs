@@ -238,7 +238,12 @@ async fn refuse_saying<F: Filter + ?Sized>(
         crate::conn::write_within(&mut inbound.stream, bytes, limit).await;
     }
     linger(&mut inbound.stream).await;
-    Ended::Refused(close.reason.label())
+    // A filter's own error on the handshake or Login Start is no refusal of the client.
+    if close.reason.is_filter_error() {
+        Ended::Done(close.reason.label())
+    } else {
+        Ended::Refused(close.reason.label())
+    }
 }
 
 /// How long, and how many bytes at most, a refused client's input is read and dropped after

@@ -310,13 +310,8 @@ impl InspectEnd {
     /// blamed for it.
     pub const fn is_refusal(&self) -> bool {
         use wirekit_core::minecraft::conn::CloseReason;
-        if let InspectEnd::Closed(
-            Close {
-                reason: CloseReason::FilterControl | CloseReason::FilterBadRewrite,
-                ..
-            },
-            _,
-        ) = self
+        if let InspectEnd::Closed(c, _) = self
+            && c.reason.is_filter_error()
         {
             return false;
         }
@@ -563,13 +558,20 @@ impl Work {
     /// Buffers for packets of up to `len` bytes, or [`OutOfMemory`] when they cannot be
     /// mapped.
     fn new(len: usize) -> Result<Box<Work>, OutOfMemory> {
+        // The server profile (320 KiB a thread): the chained levels reach 32 KiB back, as
+        // vanilla's zlib does; the microcontroller's 16 KiB reach only 1 KiB. Reserved as the
+        // buffers are mapped, fallibly: a thread that cannot have its set closes the one
+        // connection (`no_memory`), it does not abort the process.
+        let mut words = Vec::new();
+        words
+            .try_reserve_exact(WORKSPACE_SERVER)
+            .map_err(|_| OutOfMemory)?;
+        words.resize(WORKSPACE_SERVER, 0u32);
         Ok(Box::new(Work {
             scratch: LazyBuf::try_zeroed(len)?,
             rewrite: LazyBuf::try_zeroed(len)?,
             inflater: Box::new(Inflater::new()),
-            // The server profile (320 KiB a thread): the chained levels reach 32 KiB back,
-            // as vanilla's zlib does; the microcontroller's 16 KiB reach only 1 KiB.
-            compressor: Compressor::new(vec![0u32; WORKSPACE_SERVER].into_boxed_slice())
+            compressor: Compressor::new(words.into_boxed_slice())
                 .expect("WORKSPACE_SERVER is above the minimum"),
         }))
     }
