@@ -10,7 +10,7 @@
 #[path = "../shared/pieces.rs"]
 mod pieces;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
@@ -52,6 +52,26 @@ enum Start {
         crc: bool,
     },
     V2Local,
+    /// v1 `TCP6`, and v1 `UNKNOWN` (the peer's address, as the spec says).
+    V1Tcp6 {
+        src: [u8; 16],
+        dst: [u8; 16],
+        ports: (u16, u16),
+    },
+    V1Unknown,
+    /// v2 PROXY over INET6, UNIX (paths cut to the 108 bytes the format holds), and UNSPEC
+    /// (no addresses: the peer's).
+    V2Inet6 {
+        src: [u8; 16],
+        dst: [u8; 16],
+        ports: (u16, u16),
+        local: bool,
+    },
+    V2Unix {
+        src: Vec<u8>,
+        dst: Vec<u8>,
+    },
+    V2Unspec,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -166,6 +186,7 @@ fuzz_target!(|input: Input| {
 
     let mut stream = vec![0u8; 256];
     let v4 = |o: [u8; 4], p: u16| SocketAddrV4::new(Ipv4Addr::from(o), p);
+    let v6 = |o: [u8; 16], p: u16| SocketAddrV6::new(Ipv6Addr::from(o), p, 0, 0);
     let n = match &input.start {
         Start::Raw(bytes) => {
             stream = bytes.clone();
@@ -197,6 +218,43 @@ fuzz_target!(|input: Input| {
                 .unwrap()
         }
         Start::V2Local => v2::Builder::local().encode(&mut stream).unwrap(),
+        Start::V1Tcp6 { src, dst, ports } => {
+            v1::Builder::tcp6(v6(*src, ports.0), v6(*dst, ports.1))
+                .encode(&mut stream)
+                .unwrap()
+        }
+        Start::V1Unknown => v1::Builder::unknown().encode(&mut stream).unwrap(),
+        Start::V2Inet6 {
+            src,
+            dst,
+            ports,
+            local,
+        } => {
+            let a = Addresses::Inet6 {
+                src: v6(*src, ports.0),
+                dst: v6(*dst, ports.1),
+            };
+            let cmd = if *local {
+                Command::Local
+            } else {
+                Command::Proxy
+            };
+            v2::Builder::proxy(a)
+                .command(cmd)
+                .encode(&mut stream)
+                .unwrap()
+        }
+        Start::V2Unix { src, dst } => {
+            let cut = |p: &[u8]| p.len().min(v2::UNIX_PATH_LEN);
+            let a = Addresses::Unix {
+                src: &src[..cut(src)],
+                dst: &dst[..cut(dst)],
+            };
+            v2::Builder::proxy(a).encode(&mut stream).unwrap()
+        }
+        Start::V2Unspec => v2::Builder::proxy(Addresses::Unspec)
+            .encode(&mut stream)
+            .unwrap(),
     };
     stream.truncate(n);
     stream.extend_from_slice(&input.payload);
