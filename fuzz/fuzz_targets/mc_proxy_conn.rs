@@ -417,6 +417,28 @@ fuzz_target!(|input: Input| {
                 assert_eq!(c.compression_threshold(), Some(threshold));
             }
             (Phase::Parsing, Verdict::Drop | Verdict::ForwardRewritten { .. }) => {
+                // Only a packet that moves nothing is dropped or rewritten: the same packet
+                // with no packet rule and no filter is a plain forward that leaves every state as it
+                // was (a framing or state changer cannot be dropped: it closes).
+                let mut plain_machine = before;
+                assert_eq!(
+                    plain_machine.handle(&Rules::new(rules.handshake, &[]), &p, now),
+                    Verdict::Forward,
+                    "a control packet dropped or rewritten"
+                );
+                assert_eq!(
+                    (
+                        plain_machine.state(Direction::Serverbound),
+                        plain_machine.state(Direction::Clientbound),
+                        plain_machine.compression_threshold(),
+                    ),
+                    (
+                        before.state(Direction::Serverbound),
+                        before.state(Direction::Clientbound),
+                        before.compression_threshold(),
+                    ),
+                    "a state changer dropped or rewritten"
+                );
                 assert_eq!(
                     c.state(Direction::Serverbound),
                     before.state(Direction::Serverbound)
