@@ -714,7 +714,10 @@ per-packet code summed over an input's up to 256 steps: 16 to 127 matches of a b
 15 turns of the VarInt reader) the target runs at most 32 steps an input from the next run on; for session (its 45-minute
 run that day: the last new features at 81%, hit-count buckets of the compressor's and
 inflater's loops summed over frames again) 6 requests and 2 frames of tail; for
-service_client (its 35-minute run that day, the same) 8 operations. Coverage is libFuzzer's: `cov` counts the edges reached, `ft`
+service_client (its 35-minute run that day, the same) 8 operations; and for session again (its
+run at `c1b79585`, stopped after 19 minutes: 128-and-more hit-count buckets of the reply
+encoders, which only a fixed-framing raw tail of hundreds of one-byte frames reaches) a
+fixed-framing tail is cut after 2 frames as a VarInt one is. Coverage is libFuzzer's: `cov` counts the edges reached, `ft`
 the features (edges with hit counts and value profiles). A run *plateaued* when no new feature
 appeared in the last quarter of its executions (rows at `60e9893d` or earlier: of its time; the
 count of executions is the same measure when the run has its core to itself, and the fair one
