@@ -64,6 +64,81 @@ fn tokio_codecs_allocate_nothing_per_packet() {
     );
 }
 
+/// As from a socket: each frame arrives in pieces of 97 bytes, so the decoders answer
+/// `Partial` (and reserve toward the rest) between them, compressed frames among them.
+#[test]
+fn tokio_codecs_allocate_nothing_per_packet_arriving_in_pieces() {
+    assert_counting_installed();
+    let payloads: Vec<Vec<u8>> = (0..64).map(payload).collect();
+    let mut codec = VarIntCodec::new(1 << 16);
+    codec.set_threshold(256);
+    let mut fixed = LengthPrefixedCodec::default();
+    let (mut wire, mut fwire) = (
+        BytesMut::with_capacity(1 << 16),
+        BytesMut::with_capacity(1 << 16),
+    );
+    let (mut rbuf, mut frbuf) = (
+        BytesMut::with_capacity(1 << 16),
+        BytesMut::with_capacity(1 << 16),
+    );
+    let mut partials = 0usize;
+    let mut round = |i: usize, partials: &mut usize| {
+        let data = &payloads[i % payloads.len()];
+        codec
+            .encode(
+                PacketRef {
+                    id: i as i32 & 0x7f,
+                    data,
+                },
+                &mut wire,
+            )
+            .unwrap();
+        fixed.encode(&data[..], &mut fwire).unwrap();
+        let mut got = 0;
+        for chunk in wire.chunks(97) {
+            rbuf.extend_from_slice(chunk);
+            match codec.decode(&mut rbuf).unwrap() {
+                Some(p) => {
+                    assert_eq!(p.data.len(), data.len());
+                    got += 1;
+                }
+                None => *partials += 1,
+            }
+        }
+        for chunk in fwire.chunks(97) {
+            frbuf.extend_from_slice(chunk);
+            match fixed.decode(&mut frbuf).unwrap() {
+                Some(f) => {
+                    assert_eq!(f.len(), data.len());
+                    got += 1;
+                }
+                None => *partials += 1,
+            }
+        }
+        assert_eq!(got, 2);
+        wire.clear();
+        fwire.clear();
+    };
+    for i in 0..100 {
+        round(i, &mut partials);
+    }
+    let before = partials;
+    let ((), stats) = count_allocations(|| {
+        for i in 0..PACKETS {
+            round(i, &mut partials);
+        }
+    });
+    assert!(
+        partials - before > PACKETS,
+        "{} partial decodes",
+        partials - before
+    );
+    assert_eq!(
+        stats.count, 0,
+        "codecs allocated with frames in pieces: {stats:?}"
+    );
+}
+
 #[test]
 fn blocking_adapters_allocate_nothing_per_packet() {
     assert_counting_installed();
