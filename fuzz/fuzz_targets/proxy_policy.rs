@@ -119,6 +119,15 @@ fn contains(net: IpAddr, prefix: u8, peer: IpAddr) -> bool {
     }
 }
 
+/// The v2 command a header of the input carries.
+fn command(local: bool) -> Command {
+    if local {
+        Command::Local
+    } else {
+        Command::Proxy
+    }
+}
+
 fuzz_target!(|input: Input| {
     let tp = POLICIES[usize::from(input.trusted_policy) % 5];
     let up = POLICIES[usize::from(input.untrusted_policy) % 5];
@@ -206,13 +215,8 @@ fuzz_target!(|input: Input| {
                 src: v4(*src, ports.0),
                 dst: v4(*dst, ports.1),
             };
-            let cmd = if *local {
-                Command::Local
-            } else {
-                Command::Proxy
-            };
             v2::Builder::proxy(a)
-                .command(cmd)
+                .command(command(*local))
                 .crc32c(*crc)
                 .encode(&mut stream)
                 .unwrap()
@@ -234,13 +238,8 @@ fuzz_target!(|input: Input| {
                 src: v6(*src, ports.0),
                 dst: v6(*dst, ports.1),
             };
-            let cmd = if *local {
-                Command::Local
-            } else {
-                Command::Proxy
-            };
             v2::Builder::proxy(a)
-                .command(cmd)
+                .command(command(*local))
                 .encode(&mut stream)
                 .unwrap()
         }

@@ -88,10 +88,18 @@ impl Frames {
     }
 }
 
-#[test]
-fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() {
-    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut route = Route::new(Vec::new(), vec![upstream.local_addr().unwrap()]);
+/// A library proxy with one inspect route, the default, to `upstream` and `factory`'s
+/// filters, on a runtime of its own (one worker): kept alive with it, its address, handle and
+/// stop.
+struct Running {
+    _rt: tokio::runtime::Runtime,
+    addr: SocketAddr,
+    handle: wirekit_proxy::ProxyHandle,
+    shutdown: CancellationToken,
+}
+
+fn running_proxy(upstream: SocketAddr, factory: FilterFactory) -> Running {
+    let mut route = Route::new(Vec::new(), vec![upstream]);
     route.default = true;
     route.mode = Mode::Inspect;
     let settings = Settings {
@@ -104,27 +112,40 @@ fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() 
         .enable_all()
         .build()
         .unwrap();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let (addr, handle) = rt.block_on(async move {
+        let proxy = Proxy::bind(settings).await.unwrap();
+        assert!(proxy.set_filter(factory), "the first filter is taken");
+        let addr = proxy.local_addrs()[0];
+        let handle = proxy.handle();
+        tokio::spawn(proxy.run(stop));
+        (addr, handle)
+    });
+    Running {
+        _rt: rt,
+        addr,
+        handle,
+        shutdown,
+    }
+}
+
+#[test]
+fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() {
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
     let seen = Arc::new(AtomicU64::new(0));
     let dirty = Arc::new(AtomicU64::new(0));
-    let shutdown = CancellationToken::new();
-    let addr = {
-        let seen = seen.clone();
-        let dirty = dirty.clone();
-        let shutdown = shutdown.clone();
-        rt.block_on(async move {
-            let proxy = Proxy::bind(settings).await.unwrap();
-            let factory: FilterFactory = Arc::new(move |_route: &str| {
-                Box::new(Moderator {
-                    seen: seen.clone(),
-                    dirty: dirty.clone(),
-                })
-            });
-            assert!(proxy.set_filter(factory), "the first filter is taken");
-            let addr = proxy.local_addrs()[0];
-            tokio::spawn(proxy.run(shutdown));
-            addr
+    let factory: FilterFactory = {
+        let (seen, dirty) = (seen.clone(), dirty.clone());
+        Arc::new(move |_route: &str| {
+            Box::new(Moderator {
+                seen: seen.clone(),
+                dirty: dirty.clone(),
+            })
         })
     };
+    let proxy = running_proxy(upstream.local_addr().unwrap(), factory);
+    let addr = proxy.addr;
 
     let mut client = TcpStream::connect(addr).unwrap();
     client.set_read_timeout(Some(WAIT)).unwrap();
@@ -169,7 +190,7 @@ fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() 
         frames.buf.is_empty() && up.read(&mut rest).is_err(),
         "more than the three messages reached the upstream"
     );
-    shutdown.cancel();
+    proxy.shutdown.cancel();
 }
 
 /// Drops every Login Start: a control packet, which a filter may not drop.
@@ -190,32 +211,9 @@ impl Filter for DropsLogins {
 #[test]
 fn a_filters_error_on_login_start_is_a_close_not_the_clients_refusal() {
     let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut route = Route::new(Vec::new(), vec![upstream.local_addr().unwrap()]);
-    route.default = true;
-    route.mode = Mode::Inspect;
-    let settings = Settings {
-        listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
-        routes: vec![route],
-        ..Settings::default()
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let shutdown = CancellationToken::new();
-    let (addr, metrics) = {
-        let shutdown = shutdown.clone();
-        rt.block_on(async move {
-            let proxy = Proxy::bind(settings).await.unwrap();
-            let factory: FilterFactory = Arc::new(|_route: &str| Box::new(DropsLogins));
-            assert!(proxy.set_filter(factory));
-            let addr = proxy.local_addrs()[0];
-            let metrics = proxy.handle().metrics();
-            tokio::spawn(proxy.run(shutdown));
-            (addr, metrics)
-        })
-    };
+    let factory: FilterFactory = Arc::new(|_route: &str| Box::new(DropsLogins));
+    let proxy = running_proxy(upstream.local_addr().unwrap(), factory);
+    let (addr, metrics) = (proxy.addr, proxy.handle.metrics());
     let mut client = TcpStream::connect(addr).unwrap();
     client.set_read_timeout(Some(WAIT)).unwrap();
     client
@@ -239,5 +237,5 @@ fn a_filters_error_on_login_start_is_a_close_not_the_clients_refusal() {
     );
     upstream.set_nonblocking(true).unwrap();
     assert!(upstream.accept().is_err(), "the upstream was connected to");
-    shutdown.cancel();
+    proxy.shutdown.cancel();
 }

@@ -185,6 +185,31 @@ fn service_session_allocates_nothing() {
     assert_eq!(stats.count, 0, "session allocated: {stats:?}");
 }
 
+/// A `wirekit serve` server with `service` on `rt` (spawned there, stopped by `shutdown`) and a
+/// client connected to it (no Nagle delay).
+fn serve_and_connect(
+    rt: &tokio::runtime::Runtime,
+    service: service::Config,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> (
+    tokio::net::TcpStream,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    rt.block_on(async {
+        let server = Server::bind(ServeOptions {
+            service,
+            ..ServeOptions::default()
+        })
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+        let serving = tokio::spawn(server.run(shutdown.clone()));
+        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client.set_nodelay(true).unwrap();
+        (client, serving)
+    })
+}
+
 #[test]
 fn serve_connection_path_allocates_nothing_per_packet() {
     assert_counting_installed();
@@ -210,21 +235,13 @@ fn serve_connection_path_allocates_nothing_per_packet() {
             .collect();
         let mut reply = vec![0u8; 8192];
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let (mut client, serving) = rt.block_on(async {
-            let server = Server::bind(ServeOptions {
-                service: service::Config::new()
-                    .with_framing(framing)
-                    .with_max_packet_len(4096),
-                ..ServeOptions::default()
-            })
-            .await
-            .unwrap();
-            let addr = server.local_addr();
-            let serving = tokio::spawn(server.run(shutdown.clone()));
-            let client = tokio::net::TcpStream::connect(addr).await.unwrap();
-            client.set_nodelay(true).unwrap();
-            (client, serving)
-        });
+        let (mut client, serving) = serve_and_connect(
+            &rt,
+            service::Config::new()
+                .with_framing(framing)
+                .with_max_packet_len(4096),
+            &shutdown,
+        );
         let mut run = |from: usize, count: usize| {
             rt.block_on(async {
                 for i in from..from + count {
@@ -344,19 +361,11 @@ fn serve_path_allocates_nothing_for_stats_and_derive_requests() {
         })
         .collect();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let (mut client, serving) = rt.block_on(async {
-        let server = Server::bind(ServeOptions {
-            service: service::Config::new().with_max_packet_len(4096),
-            ..ServeOptions::default()
-        })
-        .await
-        .unwrap();
-        let addr = server.local_addr();
-        let serving = tokio::spawn(server.run(shutdown.clone()));
-        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        client.set_nodelay(true).unwrap();
-        (client, serving)
-    });
+    let (mut client, serving) = serve_and_connect(
+        &rt,
+        service::Config::new().with_max_packet_len(4096),
+        &shutdown,
+    );
     let mut reply = vec![0u8; 8192];
     // The kinds of reply seen: by packet ID.
     let mut seen = [0usize; 256];
