@@ -355,12 +355,9 @@ async fn run<'a>(
             let json = match (route_index, route) {
                 (Some(i), Some(r)) => {
                     // The fetch is made in a neutral identity (see `route_status`): of the
-                    // client's handshake it keeps the protocol, the port and the normalised host.
-                    let port = split_packet(inbound.bytes(body.clone()))
-                        .ok()
-                        .and_then(|p| Handshake::parse(p.data).ok())
-                        .map_or(25565, |hs| hs.port);
-                    route_status(shared, rt, i, r, protocol, port, &host, line)
+                    // client's handshake it keeps the normalised host, and the protocol where
+                    // that has a cache key of its own.
+                    route_status(shared, rt, i, r, protocol, &host, line)
                         .await
                         .json
                 }
@@ -674,7 +671,7 @@ async fn legacy_kick<'a>(
         // The fallback is read from the route's settings, not from the JSON made for the
         // fetch's protocol -1, which would show the server as incompatible to every client
         // where the fallback echoes the client's own protocol.
-        None => match route_status(shared, rt, i, r, -1, port, &named, line).await {
+        None => match route_status(shared, rt, i, r, -1, &named, line).await {
             RouteStatus { fallback: true, .. } => {
                 return Ok(LegacyView::from_fallback(&r.fallback).kick(ping));
             }
@@ -698,23 +695,26 @@ struct RouteStatus {
 const MAX_STATUS_JOINS: usize = 2;
 
 /// The status of route `i` for a client of `protocol` that asked for `host` (normalised, no
-/// Forge marker or TCPShield suffix) at `port`: from cache, else from an upstream (then
-/// cached), else the route's fallback.
+/// Forge marker or TCPShield suffix): from cache, else from an upstream (then cached), else
+/// the route's fallback.
 ///
 /// The upstream is asked in a neutral identity ([`status::status_host`]): the handshake names
 /// the route's rewrite host, else `host` where the route names it exactly, else a host of the
-/// route's own (never one a client chose), with nothing the client appended; a PROXY v2 header
-/// (when the route sends one) names the proxy's own connection to the upstream, not the
-/// client. The answer is cached under the route, the protocol's key and the host's key, and
-/// is what every client with those keys is shown.
+/// route's own (never one a client chose), with nothing the client appended; the client's
+/// protocol where it is a cache key of its own ([`status::protocol_key`]), else `-1` (the
+/// number a server answers with its own version), never a number the client made up; the
+/// upstream's own port; a PROXY v2 header (when the route sends one) names the proxy's own
+/// connection to the upstream, not the client. The answer is cached under the route, the
+/// protocol's key and the host's key, and is what every client with those keys is shown.
 ///
 /// One fetch per key runs at a time: requests that arrive meanwhile wait for it. An answer, or
 /// the route failing (no upstream connected or answered in time), is every waiter's; the route
 /// failing also holds its fallback for [`status::fallback_hold`], during which requests get it
-/// at once and one request at a time re-checks. An upstream that refused the fetch refused
-/// only its leader: each waiter then leads or joins a fresh fetch, and after
-/// [`MAX_STATUS_JOINS`] such fetches asks on its own. A request thus waits for at most
-/// `MAX_STATUS_JOINS + 1` fetches, each bounded by [`status::fetch_deadline`].
+/// at once and one request at a time re-checks. An upstream that refused the fetch at once
+/// refused only its leader: each waiter then leads or joins a fresh fetch, and after
+/// [`MAX_STATUS_JOINS`] such fetches asks on its own. A request waits for at most one
+/// [`status::fetch_deadline`] in all before it leads a fetch of its own (bounded by that
+/// deadline too), and gets the fallback rather than wait longer.
 #[allow(clippy::too_many_arguments)]
 async fn route_status(
     shared: &Shared,
@@ -722,7 +722,6 @@ async fn route_status(
     i: usize,
     r: &Route,
     protocol: i32,
-    port: u16,
     host: &str,
     line: &mut Line<'_>,
 ) -> RouteStatus {
@@ -740,6 +739,7 @@ async fn route_status(
     };
     let who = status::status_host(r, host);
     let hold = status::fallback_hold(&rt.settings, r);
+    let waited_enough = tokio::time::Instant::now() + status::fetch_deadline(&rt.settings, r);
     let mut joined = 0;
     loop {
         if let Some(json) = rt.cache.get(i, protocol, &who.key, r.status_ttl) {
@@ -755,7 +755,7 @@ async fn route_status(
             let got = flight
                 .get_or_init(|| {
                     led = true;
-                    fetch_status(shared, rt, i, r, protocol, port, &who, line)
+                    fetch_status(shared, rt, i, r, protocol, &who, line)
                 })
                 .await
                 .clone();
@@ -765,7 +765,7 @@ async fn route_status(
             // Others' fetches were refused each time: this request's own, outside the
             // flights, so that no other request's can stand for it again.
             led = true;
-            fetch_status(shared, rt, i, r, protocol, port, &who, line).await
+            fetch_status(shared, rt, i, r, protocol, &who, line).await
         };
         match got {
             Fetched::Answer(json) => {
@@ -776,6 +776,11 @@ async fn route_status(
             }
             Fetched::Down => return fallback(shared),
             Fetched::Refused if led => return fallback(shared),
+            // Refusals that were quick each time but came one after another: this request
+            // has waited as long as a whole fetch may take.
+            Fetched::Refused if tokio::time::Instant::now() >= waited_enough => {
+                return fallback(shared);
+            }
             Fetched::Refused => joined += 1,
         }
     }
@@ -784,38 +789,39 @@ async fn route_status(
 /// Asks route `i`'s upstreams (in balance order, failing over to the next when one does not
 /// connect or gives no answer) for the status in the identity `who` (see [`route_status`])
 /// and caches the first answer. No upstream connecting is the route failing (its fallback held
-/// for every host); those that did giving no answer within the handshake timeout is this host
-/// failing (held for `who`'s key alone): both [`Down`](status::Fetched::Down). An upstream
-/// that connected and refused (closed, reset, sent something else) where none answered may
-/// throttle or dislike this request, which says nothing of the others':
-/// [`Refused`](status::Fetched::Refused). An upstream that did not answer in time goes last in
-/// the order for a while, as one that did not connect; one that refused does not (it may
+/// for every host); one that connected and stalled (no answer within the handshake timeout,
+/// or a refusal only after half of it) where none answered is this host failing (held for
+/// `who`'s key alone), whatever the others did: both [`Down`](status::Fetched::Down). An
+/// upstream that connected and refused at once (closed, reset, sent something else) where
+/// none answered or stalled may throttle or dislike this request, which says nothing of the
+/// others': [`Refused`](status::Fetched::Refused). An upstream that stalled goes last in the
+/// order for a while, as one that did not connect; one that refused at once does not (it may
 /// throttle status pings from the proxy's address and serve logins well).
-#[allow(clippy::too_many_arguments)]
 async fn fetch_status(
     shared: &Shared,
     rt: &Runtime,
     i: usize,
     r: &Route,
     protocol: i32,
-    port: u16,
     who: &status::StatusHost<'_>,
     line: &mut Line<'_>,
 ) -> status::Fetched {
     use status::Fetched;
-    // Built before any upstream is connected: one that cannot be sent spends no connection.
     let sent = who.sent(r);
-    let Some(handshake) = status::status_handshake(protocol, &sent, port) else {
-        debug!(route = %r.name, "status handshake over its bound; not asked");
-        return Fetched::Refused;
-    };
-    let (mut connected, mut refused) = (false, false);
+    let asked = status::fetch_protocol(protocol);
+    let (mut connected, mut refused, mut stalled) = (false, false, false);
     for k in rt.upstreams[i].order(r.balance) {
+        let addr = r.upstreams[k];
+        // Built before the upstream is connected: one that cannot be sent spends no
+        // connection.
+        let Some(handshake) = status::status_handshake(asked, &sent, addr.port()) else {
+            debug!(route = %r.name, "status handshake over its bound; not asked");
+            return Fetched::Refused;
+        };
         let Some((mut upstream, _, _hold)) = connect_to(shared, rt, i, r, k, &[]).await else {
             continue;
         };
         connected = true;
-        let addr = r.upstreams[k];
         line.upstream = Some(addr);
         let mut preamble = Vec::with_capacity(handshake.len() + 64);
         if r.proxy_protocol {
@@ -830,15 +836,20 @@ async fn fetch_status(
             }
         }
         preamble.extend_from_slice(&handshake);
+        let started = tokio::time::Instant::now();
         match status::fetch(&mut upstream, &preamble, rt.settings.handshake_timeout).await {
             Ok(json) => {
                 let json: Arc<str> = json.into();
                 rt.cache.put(i, protocol, &who.key, json.clone());
                 return Fetched::Answer(json);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                debug!(upstream = %addr, "no status from upstream in time; trying the next");
+            Err(e)
+                if e.kind() == std::io::ErrorKind::TimedOut
+                    || started.elapsed() >= rt.settings.handshake_timeout / 2 =>
+            {
+                debug!(upstream = %addr, error = %e, "no status from upstream in time; trying the next");
                 rt.upstreams[i].failed(k);
+                stalled = true;
             }
             Err(e) => {
                 debug!(upstream = %addr, error = %e, "status from upstream failed; trying the next");
@@ -849,15 +860,15 @@ async fn fetch_status(
     if !connected {
         rt.cache.failed(i, None);
         Fetched::Down
-    } else if refused {
-        rt.cache.reachable(i, &who.key);
-        Fetched::Refused
-    } else {
+    } else if stalled || !refused {
         // The stall may be this host's alone (a backend behind the upstreams that drops it):
         // the hold is this host key's, not the route's, or one client could keep every host
         // on the fallback by asking again as each hold runs out.
         rt.cache.failed(i, Some(&who.key));
         Fetched::Down
+    } else {
+        rt.cache.reachable(i, &who.key);
+        Fetched::Refused
     }
 }
 

@@ -1703,6 +1703,87 @@ mod tests {
             assert!(closed.load(Ordering::SeqCst) >= 1);
         }
 
+        /// An upstream that stalls (no answer in time, or a refusal only after half the
+        /// handshake timeout, as a balancer in front of a dead backend gives) is the host
+        /// failing whatever the route's other upstreams did: its fallback is held, so the next
+        /// requests get it at once instead of each waiting out fetches of their own.
+        #[tokio::test]
+        async fn a_slow_refusal_or_a_stall_beside_a_refusal_holds_the_fallback() {
+            let (slow, slowed) = upstream(|mut s| async move {
+                let _ = status_fetch_of(&mut s, false).await;
+                tokio::time::sleep(Duration::from_millis(700)).await;
+            })
+            .await;
+            let (stalls, stalled) = upstream(|mut s| async move {
+                let _ = status_fetch_of(&mut s, false).await;
+                tokio::time::sleep(WAIT).await;
+            })
+            .await;
+            let (closes, closed) = upstream(|s| async move { drop(s) }).await;
+            for (case, upstreams) in [
+                ("slow refusal", vec![slow]),
+                ("stall beside a refusal", vec![closes, stalls]),
+            ] {
+                let mut s = one_route(upstreams[0]);
+                s.routes[0].upstreams = upstreams.clone();
+                s.handshake_timeout = Duration::from_secs(1);
+                let counts = [&slowed, &stalled, &closed].map(|c| c.load(Ordering::SeqCst));
+                let (addr, _handle, stop) = start(s, None).await;
+                let json = status(addr, 765).await;
+                assert!(json.contains("Server unavailable"), "{case}: {json}");
+                let started = std::time::Instant::now();
+                let json = status(addr, 765).await;
+                assert!(json.contains("Server unavailable"), "{case}: {json}");
+                assert!(
+                    started.elapsed() < Duration::from_millis(500),
+                    "{case}: the second request waited {:?}",
+                    started.elapsed()
+                );
+                let now = [&slowed, &stalled, &closed].map(|c| c.load(Ordering::SeqCst));
+                let asked: usize = now.iter().zip(counts).map(|(a, b)| a - b).sum();
+                assert_eq!(asked, upstreams.len(), "{case}: each asked once, then held");
+                stop.cancel();
+            }
+        }
+
+        /// A protocol number without a cache key of its own (a snapshot's, or one a client
+        /// made up) is fetched as -1 and at the upstream's own port, never as the first
+        /// client's number and port: an upstream that echoes the number (as Velocity does)
+        /// shows every such client the same neutral answer.
+        #[tokio::test]
+        async fn the_shared_protocol_key_is_fetched_as_minus_one_at_the_upstreams_port() {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let (up, accepted) = upstream(move |mut s| {
+                let tx = tx.clone();
+                async move {
+                    let (_, frame) = status_fetch_of(&mut s, false).await;
+                    let Ok(Status::Complete(f)) = FrameDecoder::new().decode_frame(&frame) else {
+                        return;
+                    };
+                    let hs = Handshake::parse(split_packet(f.body).unwrap().data).unwrap();
+                    let _ = tx.send((hs.protocol_version, hs.port));
+                    let json = format!(
+                        "{{\"version\":{{\"name\":\"x\",\"protocol\":{}}}}}",
+                        hs.protocol_version
+                    );
+                    let _ = s.write_all(&crate::status::response_frame(&json)).await;
+                    let _ = s.shutdown().await;
+                }
+            })
+            .await;
+            let (addr, _handle, stop) = start(one_route(up), None).await;
+            let first = status(addr, 99_999).await;
+            assert!(first.contains("\"protocol\":-1"), "{first}");
+            assert_eq!(status(addr, 88_888).await, first, "the same cached answer");
+            let (protocol, port) = rx.recv().await.unwrap();
+            assert_eq!((protocol, port), (-1, up.port()));
+            // A release is its own key, fetched as itself.
+            let json = status(addr, 765).await;
+            assert!(json.contains("\"protocol\":765"), "{json}");
+            assert_eq!(accepted.load(Ordering::SeqCst), 2);
+            stop.cancel();
+        }
+
         /// Hosts the route does not name share one answer, fetched under a host of the
         /// route's, never a client's: a client cannot pick a host the upstream stalls on (or
         /// answers oddly for) and so hold every other host on the fallback (or show them that

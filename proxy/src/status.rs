@@ -81,6 +81,18 @@ pub(crate) fn fallback_hold(s: &Settings, r: &Route) -> Duration {
 /// version answer (an upstream such as Velocity echoes the client's number).
 const NEWER_KEYED: i32 = 16;
 
+/// The protocol number a status fetch for a client of `protocol` sends upstream: the client's
+/// where it is a cache key of its own ([`protocol_key`]); else `-1`, the number a server
+/// answers with its own version, so that the answer shared by every number without a key of
+/// its own does not depend on the one the fetch's first client made up (an upstream such as
+/// Velocity echoes it).
+pub(crate) fn fetch_protocol(protocol: i32) -> i32 {
+    match protocol_key(protocol) {
+        OTHER_PROTOCOL => -1,
+        key => key,
+    }
+}
+
 /// The cache key of a client's protocol number: a release the tables know, one of the
 /// [`NEWER_KEYED`] numbers past the newest, or `-1` (what a client that only probes sends),
 /// is its own key; every other number (snapshots, numbers a client made up) shares one, so a
