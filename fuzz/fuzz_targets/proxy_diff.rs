@@ -340,10 +340,21 @@ fn ppp_unspec(peer: &str, input: &[u8], theirs: &Norm) -> bool {
     peer == "ppp" && !theirs.v1 && input.get(13).is_some_and(|f| f >> 4 == 0)
 }
 
+/// Whether wirekit discarded a LOCAL header's protocol block (difference 10): no addresses
+/// and no TLVs where the family byte was not UNSPEC's 0 or bytes followed the 16 (which
+/// under UNSPEC, read, are at least one TLV).
+fn discarded(input: &[u8], ours: &Norm) -> bool {
+    ours.local
+        && !ours.v1
+        && ours.addrs == Addrs::Unspec
+        && ours.tlvs.is_empty()
+        && (input.get(13) != Some(&0) || ours.len > 16)
+}
+
 /// Headers wirekit accepts and both peers refuse (differences 10 and 11):
-/// - a LOCAL header whose length does not hold its family's address block, which the spec's
-///   receiver discards anyway: wirekit reads it as LOCAL without addresses, the peers refuse
-///   the short block;
+/// - a LOCAL header whose protocol block the spec's receiver discards, family byte included,
+///   and wirekit discards when it is not valid throughout (an unlisted family, a block too
+///   short for its family, TLVs that fail their checks): the peers refuse such blocks;
 /// - a v1 `UNKNOWN` line whose ignored tail is not UTF-8: the spec's receiver ignores what
 ///   follows `UNKNOWN` up to the CRLF, the peers decode the line as UTF-8 first.
 fn wirekit_leniency(input: &[u8], ours: &Norm) -> bool {
@@ -353,13 +364,7 @@ fn wirekit_leniency(input: &[u8], ours: &Norm) -> bool {
             && tail.starts_with(b"UNKNOWN")
             && std::str::from_utf8(tail).is_err();
     }
-    let block = match input.get(13).map(|f| f >> 4) {
-        Some(1) => 12,
-        Some(2) => 36,
-        Some(3) => 216,
-        _ => return false,
-    };
-    ours.local && ours.addrs == Addrs::Unspec && ours.len < 16 + block
+    discarded(input, ours)
 }
 
 /// `PROXY ` up to the protocol.
@@ -380,6 +385,14 @@ fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>) {
     // 2. ppp does not read the TLVs after an UNSPEC header (see `accepted`).
     if ppp_unspec(peer, input, &theirs) {
         ours.tlvs.clear();
+    }
+    // 10. A LOCAL header whose block wirekit discarded (it was not valid throughout): what the
+    //     peer read of the block is not compared, the rest is.
+    let mut theirs = theirs;
+    if discarded(input, &ours) && theirs.local {
+        theirs.addrs = Addrs::Unspec;
+        theirs.tlvs.clear();
+        theirs.transport = 0;
     }
     // 9. A LOCAL header's address block is discarded by the spec's receiver; wirekit parses it
     //    when it fits the family (its policy ignores it under LOCAL) and reads the transport

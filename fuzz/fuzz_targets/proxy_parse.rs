@@ -140,11 +140,15 @@ fuzz_target!(|data: &[u8]| {
             h.crc32c
         )
     );
-    // v2 re-emits byte for byte, except a LOCAL header whose address block did not fit its
-    // family and was discarded (it comes back as a bare UNSPEC LOCAL): one whose family and
-    // transport byte (the 14th) was not UNSPEC's 0 already.
-    let discarded =
-        h.command == Command::Local && h.addresses == Addresses::Unspec && data[13] != 0;
+    // v2 re-emits byte for byte, except a LOCAL header whose protocol block was discarded (an
+    // unlisted family, addresses that did not fit it, TLVs that failed their checks): it comes
+    // back as a bare UNSPEC LOCAL. Discarded: no addresses and no TLVs where the family and
+    // transport byte (the 14th) was not UNSPEC's 0 or bytes followed the 16 (which under
+    // UNSPEC, read, are at least one TLV).
+    let discarded = h.command == Command::Local
+        && h.addresses == Addresses::Unspec
+        && h.tlvs().next().is_none()
+        && (data[13] != 0 || h.len > 16);
     if h.version == Version::V2 && !discarded {
         assert_eq!(&out[..], &data[..h.len], "v2 re-emits byte for byte");
     }

@@ -3,7 +3,10 @@
 //!
 //! - [`parse`] reads a v1 or v2 header from the start of the caller's bytes without copying,
 //!   returning [`Status::Partial`] while the bytes seen are a valid prefix (with the exact count
-//!   still needed once a v2 length is known) and an [`Error`] as soon as they cannot become one.
+//!   still needed once a v2 length is known) and an [`Error`] once they cannot become one: as
+//!   soon as a byte shows it in most cases, at the latest when the field or the header ends
+//!   (a v1 IPv6 address is judged at the space after it, past the few shapes refused early;
+//!   a v2 TLV area is checked early within its first 512 bytes, the rest when it is complete).
 //!   [`detect`] decides "v1, v2 or not a PROXY header" from the fewest bytes that decide it.
 //! - [`ProxyHeader`] is the parsed header; its [`tlvs`](ProxyHeader::tlvs) iterate the v2 TLVs,
 //!   borrowed, typed through [`RawTlv::decode`]. A CRC32C TLV, when present, has been verified.
@@ -35,12 +38,15 @@
 //!   IPv4-dotted tail included), ports in decimal without leading zeros and at most 65535, the
 //!   line ended by CRLF within 107 bytes; a lone CR or LF is an error. For `UNKNOWN` everything
 //!   up to the CRLF is ignored (both `PROXY UNKNOWN\r\n` and the long form are accepted).
-//! - v2: the version nibble must be 2, the command LOCAL or PROXY, and the family/transport byte
-//!   one of the seven the spec lists (`0x00`, `0x11`, `0x12`, `0x21`, `0x22`, `0x31`, `0x32`);
-//!   anything else is an error, even under LOCAL. An UNSPEC family has an empty address block,
-//!   so TLVs may follow the 16-byte header directly. Under LOCAL the address block is parsed
-//!   when it fits the family (and ignored by the [`policy`]); if it does not fit, the whole
-//!   block is discarded as the spec says and no TLVs are read.
+//! - v2: the version nibble must be 2, the command LOCAL or PROXY, and under PROXY the
+//!   family/transport byte one of the seven the spec lists (`0x00`, `0x11`, `0x12`, `0x21`,
+//!   `0x22`, `0x31`, `0x32`); anything else is an error. An UNSPEC family has an empty address
+//!   block, so TLVs may follow the 16-byte header directly. Under LOCAL the spec has the
+//!   receiver discard the protocol block, family byte included (HAProxy does): the block is
+//!   read as under PROXY when it is valid throughout (a listed family whose addresses fit,
+//!   TLVs that pass the checks below; the [`policy`] ignores the addresses) and otherwise
+//!   discarded, no addresses and no TLVs, never refused, except for a CRC32C TLV that does not
+//!   match (the spec's section 2.2.5: a present checksum must be verified).
 //! - TLVs must tile the rest of the header exactly; UNIQUE_ID is at most 128 bytes; the SSL TLV
 //!   needs its 5 fixed bytes and its sub-TLVs must tile the rest of it; a CRC32C TLV must be
 //!   4 bytes, appear at most once, and match. Unknown and vendor types are not checked (the

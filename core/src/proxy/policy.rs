@@ -7,8 +7,9 @@
 //!    first byte.
 //! 2. Otherwise it reads until [`super::parse`] is no longer `Partial` (bounded by the header
 //!    size limit and a header timeout, which the spec wants to be at least 3 s) and turns the
-//!    result into an [`Outcome`] with [`Outcome::from_parse`] (or [`Outcome::Incomplete`] if the
-//!    stream ended or the timeout struck first).
+//!    result into an [`Outcome`] with [`Outcome::from_parse`] ([`Outcome::Incomplete`] if the
+//!    stream ended first). A header timeout is not an end of stream: the connection is refused
+//!    ([`HeaderRead::handle_timeout`]), whatever it received.
 //! 3. [`decide`] gives the [`Decision`]: drop `strip` bytes and serve, taking the client address
 //!    from the header or from the peer, or close the connection and log the [`Reason`].
 //!
@@ -573,7 +574,8 @@ pub enum Reason {
     HeaderForbidden,
     /// The header is invalid.
     Invalid(Error),
-    /// The stream ended or timed out inside the header.
+    /// The stream ended inside the header (a timeout is the adapter's own error, see
+    /// [`HeaderRead::handle_timeout`]).
     Incomplete,
 }
 
@@ -583,9 +585,7 @@ impl fmt::Display for Reason {
             Reason::HeaderMissing => f.write_str("PROXY header required but missing"),
             Reason::HeaderForbidden => f.write_str("PROXY header sent by a peer not allowed to"),
             Reason::Invalid(e) => write!(f, "invalid PROXY header: {e}"),
-            Reason::Incomplete => {
-                f.write_str("connection ended or timed out inside the PROXY header")
-            }
+            Reason::Incomplete => f.write_str("connection ended inside the PROXY header"),
         }
     }
 }

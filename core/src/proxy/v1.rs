@@ -1,8 +1,11 @@
 //! PROXY protocol v1: the text line `PROXY TCP4|TCP6|UNKNOWN src dst sport dport\r\n`.
 //!
-//! The parser walks the line once and stops at the first byte that makes it invalid, so an
-//! invalid line is reported without waiting for its CRLF, and every strict prefix of a valid
-//! line is `Partial` (`Needed::Unknown`: a text line's length is not known until its end).
+//! The parser walks the line once and stops at the first byte that makes it invalid, or at the
+//! latest at the end of the field it is in (an IPv6 address is parsed whole at the space after
+//! it; before that a byte no address has, five hex digits in a row, a third colon in a row or
+//! a 46th character refuse it), so an invalid line is reported without waiting for its CRLF, and
+//! every strict prefix of a valid line is `Partial` (`Needed::Unknown`: a text line's length
+//! is not known until its end).
 
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};

@@ -163,22 +163,24 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         return Err(Error::NotProxy);
     }
     let command = check_ver_cmd(fixed[field::VER_CMD])?;
-    let (family, transport) = check_fam(fixed[field::FAM])?;
     let total = field::FIXED_LEN + usize::from(be16(fixed, field::LEN));
     if total > limits.max_header_len {
         return Err(Error::TooLong);
     }
+    if command == Command::Local {
+        return local(input, total);
+    }
+    let (family, transport) = check_fam(fixed[field::FAM])?;
     // A PROXY header whose length cannot hold its family's addresses is refused now, not
-    // after waiting for bytes that cannot make it valid (LOCAL discards the block: read it).
-    if command != Command::Local && total - field::FIXED_LEN < block_len(family) {
+    // after waiting for bytes that cannot make it valid.
+    if total - field::FIXED_LEN < block_len(family) {
         return Err(Error::V2AddressBlock);
     }
     let addr_len = block_len(family);
     let Some(header) = input.get(..total) else {
-        // The TLVs that have arrived are checked now (as the complete header's are: not under
-        // LOCAL with a short block, which is discarded unread), as far as the first
-        // `EARLY_CHECK_LEN` bytes of the area: each call on a prefix walks a bounded part, so a
-        // header trickled a byte at a time costs no more than linear work in all.
+        // The TLVs that have arrived are checked now (as the complete header's are), as far as
+        // the first `EARLY_CHECK_LEN` bytes of the area: each call on a prefix walks a bounded
+        // part, so a header trickled a byte at a time costs no more than linear work in all.
         if let (Some(area), Some(declared)) = (
             input.get(field::FIXED_LEN + addr_len..),
             (total - field::FIXED_LEN).checked_sub(addr_len),
@@ -187,13 +189,52 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         }
         return Ok(Status::Partial(Needed::Exactly(total - input.len())));
     };
+    complete(header, command, family, transport).map(Status::Complete)
+}
+
+/// A LOCAL header of `total` bytes at the start of `input`. The spec has the receiver accept
+/// it and discard its protocol block, family byte included, as HAProxy does: the block is
+/// not a reason to refuse, except a CRC32C TLV that does not match (the spec's section 2.2.5:
+/// a present checksum must be verified; it covers the command byte too). The block is read as
+/// under PROXY when it is valid throughout (a listed family whose addresses fit, TLVs that
+/// tile the rest and pass their checks), otherwise discarded: no addresses, no TLVs, the
+/// header's whole length consumed.
+fn local<'a>(input: &'a [u8], total: usize) -> Result<Status<ProxyHeader<'a>>, Error> {
+    let Some(header) = input.get(..total) else {
+        return Ok(Status::Partial(Needed::Exactly(total - input.len())));
+    };
+    let read = check_fam(header[field::FAM])
+        .and_then(|(family, transport)| complete(header, Command::Local, family, transport));
+    if read == Err(Error::Crc32cMismatch) {
+        return Err(Error::Crc32cMismatch);
+    }
+    Ok(Status::Complete(read.unwrap_or(ProxyHeader {
+        version: Version::V2,
+        command: Command::Local,
+        transport: Transport::Unspec,
+        addresses: Addresses::Unspec,
+        len: total,
+        tlvs: Tlvs::EMPTY,
+        crc32c: None,
+    })))
+}
+
+/// The whole header (`header` is exactly its bytes), its fixed part checked: the address block
+/// of `family` and the TLV area after it.
+fn complete<'a>(
+    header: &'a [u8],
+    command: Command,
+    family: Family,
+    transport: Transport,
+) -> Result<ProxyHeader<'a>, Error> {
+    let addr_len = block_len(family);
     let block = &header[field::FIXED_LEN..];
     // Each family's block as a fixed-size array, so the field reads need no length checks.
     let addresses = match family {
         Family::Inet => {
             use field::inet::*;
             let Some((a, _)) = block.split_first_chunk::<LEN>() else {
-                return short_block(command, header);
+                return Err(Error::V2AddressBlock);
             };
             Addresses::Inet {
                 src: SocketAddrV4::new(array(a, SRC_ADDR).into(), be16(a, SRC_PORT)),
@@ -203,7 +244,7 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         Family::Inet6 => {
             use field::inet6::*;
             let Some((a, _)) = block.split_first_chunk::<LEN>() else {
-                return short_block(command, header);
+                return Err(Error::V2AddressBlock);
             };
             Addresses::Inet6 {
                 src: SocketAddrV6::new(array(a, SRC_ADDR).into(), be16(a, SRC_PORT), 0, 0),
@@ -213,7 +254,7 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         Family::Unix => {
             use field::unix::*;
             let Some((a, _)) = block.split_first_chunk::<LEN>() else {
-                return short_block(command, header);
+                return Err(Error::V2AddressBlock);
             };
             Addresses::Unix {
                 src: &a[SRC_ADDR],
@@ -235,15 +276,15 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
             Some(expected)
         }
     };
-    Ok(Status::Complete(ProxyHeader {
+    Ok(ProxyHeader {
         version: Version::V2,
         command,
         transport,
         addresses,
-        len: total,
+        len: header.len(),
         tlvs: Tlvs::from_checked(area),
         crc32c,
-    }))
+    })
 }
 
 /// Fewer than 16 bytes: a prefix of the signature, then early checks of bytes 12 and 13.
@@ -252,30 +293,15 @@ fn parse_short<'a>(input: &[u8]) -> Result<Status<ProxyHeader<'a>>, Error> {
     if input[..n] != SIGNATURE[..n] {
         return Err(Error::NotProxy);
     }
-    if let Some(&b) = input.get(field::VER_CMD) {
-        check_ver_cmd(b)?;
-    }
-    if let Some(&b) = input.get(field::FAM) {
+    let command = match input.get(field::VER_CMD) {
+        Some(&b) => Some(check_ver_cmd(b)?),
+        None => None,
+    };
+    // Under LOCAL the family byte is the sender's to fill (see `local`).
+    if let (Some(Command::Proxy), Some(&b)) = (command, input.get(field::FAM)) {
         check_fam(b)?;
     }
     Ok(Status::Partial(Needed::Unknown))
-}
-
-/// The declared length does not hold the family's address block: an error under PROXY; under
-/// LOCAL the spec says to discard the block, so the header is accepted without addresses.
-fn short_block<'a>(command: Command, header: &[u8]) -> Result<Status<ProxyHeader<'a>>, Error> {
-    match command {
-        Command::Proxy | Command::Unknown(_) => Err(Error::V2AddressBlock),
-        Command::Local => Ok(Status::Complete(ProxyHeader {
-            version: Version::V2,
-            command,
-            transport: Transport::Unspec,
-            addresses: Addresses::Unspec,
-            len: header.len(),
-            tlvs: Tlvs::EMPTY,
-            crc32c: None,
-        })),
-    }
 }
 
 /// Parses a datagram that starts with a v2 header (the per-datagram form used for UDP):
@@ -654,6 +680,81 @@ mod tests {
             Err(e) => e,
             other => panic!("{input:02x?}: {other:?}"),
         }
+    }
+
+    /// A LOCAL header is accepted whatever its protocol block holds (the spec discards it,
+    /// family byte included, as HAProxy does): read when valid throughout, else discarded,
+    /// at no prefix refused; only a CRC32C TLV that does not match is refused.
+    #[test]
+    fn a_local_header_is_never_refused_for_its_block() {
+        let discarded = |h: &ProxyHeader<'_>, len: usize| {
+            assert_eq!(
+                (
+                    h.command,
+                    h.addresses,
+                    h.transport,
+                    h.tlvs().count(),
+                    h.crc32c,
+                    h.len
+                ),
+                (
+                    Command::Local,
+                    Addresses::Unspec,
+                    Transport::Unspec,
+                    0,
+                    None,
+                    len
+                )
+            );
+        };
+        // A family byte the spec does not list, with and without a block.
+        for (fam, block) in [(0x41u8, 0usize), (0x13, 12), (0xFF, 40)] {
+            let mut v = [0u8; 56];
+            v[..12].copy_from_slice(&SIGNATURE);
+            v[12] = 0x20;
+            v[13] = fam;
+            v[14..16].copy_from_slice(&(block as u16).to_be_bytes());
+            for cut in 0..16 + block {
+                assert!(
+                    matches!(
+                        parse_any(&v[..cut], &Limits::default()),
+                        Ok(Status::Partial(_))
+                    ),
+                    "{fam:#x} {cut}"
+                );
+            }
+            discarded(&ok(&v[..16 + block]), 16 + block);
+        }
+        // A listed family whose TLVs do not tile, or break a TLV's rule (UNIQUE_ID over 128).
+        let mut v = [0u8; 28 + 3 + 129];
+        v[..28].copy_from_slice(&IPV4);
+        v[12] = 0x20;
+        v[28..30].copy_from_slice(&[0xFF, 0xFF]);
+        v[14..16].copy_from_slice(&14u16.to_be_bytes());
+        discarded(&ok(&v[..30]), 30);
+        v[28..31].copy_from_slice(&[0x05, 0x00, 129]);
+        v[14..16].copy_from_slice(&(12u16 + 3 + 129).to_be_bytes());
+        discarded(&ok(&v[..]), v.len());
+        // Valid throughout: read as under PROXY.
+        let (mut v, n) = ipv4_tlvs();
+        v[12] = 0x20;
+        let crc = bitwise_crc(
+            &{
+                let mut z = v;
+                z[31..35].fill(0);
+                z
+            }[..n],
+        );
+        v[31..35].copy_from_slice(&crc.to_be_bytes());
+        let h = ok(&v[..n]);
+        assert_eq!(
+            (h.command, h.tlvs().count(), h.crc32c),
+            (Command::Local, 5, Some(crc))
+        );
+        assert!(matches!(h.addresses, Addresses::Inet { .. }));
+        // A checksum that does not match is refused, LOCAL or not.
+        v[n - 1] = 1;
+        assert_eq!(err(&v[..n]), Error::Crc32cMismatch);
     }
 
     /// A TLV area that cannot become valid is refused from the bytes that show it (a TLV's
