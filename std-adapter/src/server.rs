@@ -33,7 +33,9 @@
 //! across reads is carried in a buffer of the connection's own, grown to what the session says
 //! the frame needs but at most to twice what the peer has sent (never to a length the peer
 //! merely declared), with its replies in another, and only replies the socket will not take yet
-//! are kept for it. Once the frame is served and the replies sent, a buffer grown past 4 KiB
+//! are kept for it; so is the rest of a read (at most the thread buffer's size) when serving
+//! it pauses: past a slice of work, to let the thread's other connections run, or behind a
+//! write the socket would not take whole. Once the frame is served and the replies sent, a buffer grown past 4 KiB
 //! (for a large frame) is given back; smaller ones are kept, so small frames routinely split
 //! across reads allocate nothing each. A connection that has sent nothing holds no buffer, and
 //! one that went quiet after a large frame holds no more than one that sent small ones.
@@ -897,7 +899,15 @@ async fn drive(
                     .await?;
                 }
                 match p.want {
-                    Want::Call => continue,
+                    // The session stopped after heavy work (a key derivation, `CALL_WORK` of
+                    // zlib): the others on the thread run before the next call, as the
+                    // session's contract asks (the charge above counts a call's time only up
+                    // to `WorkCharge::MAX_CHARGE`, so it alone would let four derivations
+                    // run back to back).
+                    Want::Call => {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
                     Want::Output(required) => {
                         check_reply_room(required, options)?;
                         if out.len() < required {
@@ -977,6 +987,11 @@ async fn drive(
                         release_if_large(&mut pending);
                     }
                     known_want = want.filter(|_| input.is_empty());
+                    if want.is_none() && !input.is_empty() {
+                        // The read's rest was carried past a slice of work: the others on the
+                        // thread run before it is served.
+                        tokio::task::yield_now().await;
+                    }
                 }
             }
             continue;

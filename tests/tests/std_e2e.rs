@@ -1,6 +1,7 @@
 //! `wirekit serve` driven by `wirekit bench` (the load generator), end to end.
 
-use std::time::Duration;
+use std::io::Write;
+use std::time::{Duration, Instant};
 
 use wirekit::loadgen::{self, BenchFraming, LoadOptions, PayloadSizes};
 use wirekit_core::frame::fixed::LengthPrefixed;
@@ -202,6 +203,53 @@ fn serve_without_key_derivation_refuses_derive_and_keeps_the_connection() {
     );
     c.echo(b"still served").unwrap();
     assert!(c.derive(100, b"MMQea3n!fsik").is_err());
+}
+
+/// A connection pipelining key derivations lets the others on its worker thread run between
+/// them (the session's contract after `Want::Call`): a bystander's echo, sent while the first
+/// derivation runs, is answered before the third (without the yields, tokio's budget alone,
+/// charged at most a quarter slice a call, let four derivations of a few milliseconds each run
+/// back to back).
+#[test]
+fn pipelined_derivations_let_the_threads_other_connections_run_between_them() {
+    use wirekit_core::service::wire;
+    let server = wirekit_tests::serve_process::ServeProcess::start([
+        "--threads",
+        "1",
+        "--derive-burst",
+        "8",
+        "--source-derive-burst",
+        "64",
+        "--thread-derive-burst",
+        "64",
+    ]);
+    let password = b"MMQea3n!fsik";
+    // A few rounds: where the echo arrives in the server's work varies from one to the next.
+    for round in 0..4 {
+        let mut a = ServiceClient::connect(server.addr, None, None).unwrap();
+        let mut b = ServiceClient::connect(server.addr, None, None).unwrap();
+        b.echo(b"ready").unwrap();
+        let key = a.derive(100, password).unwrap();
+        let requests = a.derive_requests(6, 100, password).unwrap();
+        a.stream().write_all(&requests).unwrap();
+        // Within the first derivation (sent any earlier, the echo may be served before it).
+        std::thread::sleep(Duration::from_millis(2));
+        b.send(wire::ECHO, b"between").unwrap();
+        let echoed = std::thread::spawn(move || {
+            let r = b.recv().unwrap();
+            assert_eq!((r.id, &r.data[..]), (wire::ECHO, &b"between"[..]));
+            Instant::now()
+        });
+        assert_eq!(a.derive_replies(3, &key).unwrap(), (3, 0));
+        let third = Instant::now();
+        assert_eq!(a.derive_replies(3, &key).unwrap(), (3, 0));
+        let echoed = echoed.join().unwrap();
+        assert!(
+            echoed < third,
+            "round {round}: the echo waited for the third pipelined derivation ({:?} after it)",
+            echoed - third
+        );
+    }
 }
 
 /// The connections of one client source (its PROXY header's address here) share a derive
