@@ -25,16 +25,18 @@
 //!
 //! # What v0 cannot protect
 //! On v1 every packet after the handshake carries the connection signature from the server's
-//! SYN-ACK, a keyed value an off-path peer never sees. On v0 the connection signature is a
-//! function of the client's address and port that anyone can compute (NintendoClients' MD5
-//! of the two), the checksum and every HMAC are keyed by the game's access key (in every copy
-//! of the game), and the session id is one byte. What protects a v0 connection is the
-//! session key, which the formats that hash the header
-//! ([`DataSignature::WithHeader`](wirekit_core::prudp::DataSignature): NEX, Quazal) mix into
-//! the HMAC of DATA and DISCONNECT. So on v0 an off-path attacker who knows a client's
-//! address and port (trying the 256 session ids) can forge its DATA and its DISCONNECT on
-//! the authentication server, which has no session key, and on any server in a format that
-//! signs the payload alone (NEX's friends format: a DISCONNECT is not signed there at all);
+//! SYN-ACK, a keyed value an off-path peer never sees. On v0 the client's connection
+//! signature is a function of an address and port that anyone can compute (NintendoClients'
+//! MD5 of the two), the checksum and every HMAC are keyed by the game's access key (in every
+//! copy of the game), and the session id is one byte. The packets other than DATA still carry
+//! the server's connection signature (keyed by its secret, as on v1), except a DISCONNECT in
+//! the formats that hash the header
+//! ([`DataSignature::WithHeader`](wirekit_core::prudp::DataSignature): NEX, Quazal), which
+//! carries the HMAC DATA does. What protects v0's DATA is the session key, which those formats
+//! mix into that HMAC. So on v0 an off-path attacker who knows a client's address and port
+//! (trying the 256 session ids) can forge its DATA on the authentication server, which has no
+//! session key, and on any server in a format that signs the payload alone (NEX's friends
+//! format), and its DISCONNECT on the authentication server in the NEX and Quazal formats;
 //! the secure server in the NEX and Quazal formats is not exposed. A protocol limit: the
 //! server cannot tell such a packet from the client's own. Use v1 where the clients allow it.
 //!
@@ -166,7 +168,10 @@ pub struct ServerStats {
     /// ([`TicketUse::Replayed`]); those from a peer with no connection are also in `drops` as
     /// [`ConnDrop::TicketRefused`].
     pub ticket_replays: AtomicU64,
-    /// Packets dropped, by the core's reason, at the listener and in connections.
+    /// Packets dropped, by the core's reason, at the listener and in connections (every packet
+    /// of a datagram that carries several). The socket loop's own counters count datagrams:
+    /// one a datagram any of whose packets was dropped, under the first reason in
+    /// [`ConnDrop::ALL`]'s order.
     pub drops: [AtomicU64; ConnDrop::COUNT],
 }
 
@@ -898,10 +903,15 @@ impl DatagramHandler for PrudpHandler {
         if !datagram.is_empty() {
             state.conn.handle(datagram, now);
         }
-        let dropped = grown(&before, state.conn.counters());
-        if let Some(reason) = dropped {
-            self.stats.count(reason);
+        let after = state.conn.counters();
+        // Every packet the datagram's dropped, under its reason (a datagram carries several).
+        for &r in ConnDrop::ALL {
+            let n = after.get(r).saturating_sub(before.get(r));
+            if n > 0 {
+                self.stats.drops[r as usize].fetch_add(n, Ordering::Relaxed);
+            }
         }
+        let dropped = grown(&before, after);
         // What the connection sends waits for the batch's end (`batch_end`), so the batch's
         // reliable packets share aggregate ACKs; a closing connection leaves the table now, so
         // its last ACKs go out now.
@@ -1473,6 +1483,26 @@ mod tests {
         let mut bytes = vec![0; m.encoded_len(RmcFormat::Packed).unwrap()];
         m.encode(RmcFormat::Packed, &mut bytes).unwrap();
         bytes
+    }
+
+    /// Every packet a datagram's connection drops is counted under its reason, not one a
+    /// datagram: three copies of a DATA already delivered, in one datagram, are three
+    /// duplicates.
+    #[test]
+    fn every_dropped_packet_of_a_datagram_is_counted() {
+        let mut h = long_handler(Long::<16>, config(Version::V1));
+        let stats = h.stats().clone();
+        let mut p = Peer::new(peer(40200), client(Version::V1, 0x22, None));
+        assert!(p.run(&mut h, T));
+        p.client.send(0, &long_call(1)).unwrap();
+        let mut buf = [0u8; 1500];
+        let t = p.client.poll_transmit(T, &mut buf).unwrap();
+        let data = buf[..t.len].to_vec();
+        let mut out = Outbox::new(16, 1500);
+        p.deliver(&mut h, &data, T, &mut out);
+        let before = stats.dropped(ConnDrop::Duplicate);
+        p.deliver(&mut h, &data.repeat(3), T, &mut out);
+        assert_eq!(stats.dropped(ConnDrop::Duplicate) - before, 3);
     }
 
     /// Requests whose responses would not fit the send window together wait for room rather

@@ -388,7 +388,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         }
         let mut c = Self::blank(config, workspace, now, true, peer_port, session_key);
         if signature.as_bytes().len() != ConnectionSignature::len_for(config.settings.version) {
-            return Err(ConfigError::BadCapacity);
+            return Err(ConfigError::SignatureLength);
         }
         c.signature = signature;
         // Lite carries no session id, and its CONNECT no option 3: the server counts from 1.
@@ -517,7 +517,9 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
     /// Handles one datagram from the peer (one or more packets), at `now`.
     ///
     /// Each packet is verified (checksum, signature, ports, session id) before it changes
-    /// anything; one that fails is counted and ends the datagram.
+    /// anything, and one that fails is counted: one that does not parse (its checksum, its
+    /// signature, its shape) ends the datagram, since what follows it cannot be framed; one
+    /// for another port or session is passed over and the next packet is read.
     pub fn handle(&mut self, datagram: &[u8], now: Instant) {
         self.release_lent();
         let mut rest = datagram;

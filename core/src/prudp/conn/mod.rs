@@ -70,7 +70,9 @@
 //! Every packet that does not change the connection is counted by its [`DropReason`]
 //! ([`Connection::counters`], [`Server::counters`]). Checksum, signature, ports and session id
 //! are checked before anything else is looked at, so a forged or misdirected packet changes
-//! nothing but its counter.
+//! nothing but its counter (where the version's keys keep it from being forged: v0's DATA,
+//! and its DISCONNECT in some formats, are signed with keys an off-path peer may know; see
+//! the `wirekit-nex` server's notes on what v0 cannot protect).
 
 mod connection;
 mod server;
@@ -204,6 +206,9 @@ pub enum ConfigError {
     RequestTooLong,
     /// A session key is longer than 32 bytes.
     SessionKeyTooLong,
+    /// The connection signature given to [`Connection::client`] is not the version's length
+    /// (16 bytes for v1 and Lite, 4 for v0).
+    SignatureLength,
 }
 
 impl ConfigError {
@@ -218,6 +223,9 @@ impl ConfigError {
             }
             ConfigError::RequestTooLong => "PRUDP connection: CONNECT request too long",
             ConfigError::SessionKeyTooLong => "PRUDP connection: session key over 32 bytes",
+            ConfigError::SignatureLength => {
+                "PRUDP connection: connection signature not the version's length"
+            }
         }
     }
 }

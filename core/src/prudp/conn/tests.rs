@@ -817,6 +817,13 @@ fn config_errors() {
         Wide::client(c, SERVER_PORT, sig, ws, Instant::ZERO, random, None).unwrap_err(),
         ConfigError::BadCapacity
     );
+    // A v0 signature (4 bytes) for a v1 connection (16).
+    let ws = vec![0; Conn::workspace_len(&c)];
+    let v0 = ConnectionSignature::zero(Version::V0(crate::prudp::V0Format::NEX));
+    assert_eq!(
+        Conn::client(c, SERVER_PORT, v0, ws, Instant::ZERO, random, None).unwrap_err(),
+        ConfigError::SignatureLength
+    );
 }
 
 #[test]
