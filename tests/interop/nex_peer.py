@@ -231,25 +231,54 @@ async def ws_probe(args):
     }
 
 
-async def selftest(args):
+def _free_port_pair():
+    """A UDP port free on loopback with the one after it free too (serve binds both)."""
     import socket
 
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port == 65535:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
+
+
+def _address_in_use(e):
+    """Whether `e` (or the first of a group's) is a bind refused for an address in use."""
+    import errno
+
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return isinstance(e, OSError) and e.errno == errno.EADDRINUSE
+
+
+async def selftest(args):
     results = []
     for version in (1, 0):
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        probe.close()
-        a = argparse.Namespace(**vars(args))
-        a.prudp_version, a.port, a.host = version, port, "127.0.0.1"
-        a.username, a.password, a.pid = "alice", "wonderland", 1000
-        a.token, a.test_connectivity = None, False
-        ready = anyio.Event()
-        async with anyio.create_task_group() as group:
-            group.start_soon(serve, a, ready)
-            await ready.wait()
-            r = await login(a)
-            group.cancel_scope.cancel()
+        # The pair is free when probed and released before the servers bind it: another
+        # process may take a port in between, so a bind refused for that is tried again.
+        for attempt in range(3):
+            a = argparse.Namespace(**vars(args))
+            a.prudp_version, a.port, a.host = version, _free_port_pair(), "127.0.0.1"
+            a.username, a.password, a.pid = "alice", "wonderland", 1000
+            a.token, a.test_connectivity = None, False
+            ready = anyio.Event()
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(serve, a, ready)
+                    await ready.wait()
+                    r = await login(a)
+                    group.cancel_scope.cancel()
+                break
+            except BaseException as e:  # noqa: BLE001 - re-raised unless a port race
+                if attempt == 2 or not _address_in_use(e):
+                    raise
         r["prudp_version"] = version
         results.append(r)
     ok = all(r["ok"] and r["pid"] == 1000 for r in results)

@@ -484,6 +484,8 @@ fn slow_loris_on_the_proxy_header_and_the_handshake_is_closed_at_the_deadline() 
 
 #[test]
 fn malformed_handshakes_are_closed_at_once_each_with_its_reason_counted() {
+    // Each test of this file wants the machine's two cores to itself (see the first).
+    let _one = serve_process::exclusive();
     let proxy = McProxy::start(&format!(
         "handshake-timeout = 10\nlog-interval = 0.001\nunknown-host = \"motd\"\n{NO_SOURCE_LIMITS}"
     ));
@@ -600,6 +602,8 @@ fn malformed_handshakes_are_closed_at_once_each_with_its_reason_counted() {
 
 #[test]
 fn clients_vanishing_mid_frame_are_closed_counted_and_others_served() {
+    // Each test of this file wants the machine's two cores to itself (see the first).
+    let _one = serve_process::exclusive();
     let proxy = McProxy::start(&format!(
         "log-interval = 0.001\nunknown-host = \"motd\"\n{NO_SOURCE_LIMITS}"
     ));
@@ -673,6 +677,8 @@ fn clients_vanishing_mid_frame_are_closed_counted_and_others_served() {
 
 #[test]
 fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
+    // Each test of this file wants the machine's two cores to itself (see the first).
+    let _one = serve_process::exclusive();
     // A port bound and not listening: connects to it are refused, and no other socket (the
     // floods' ephemeral ports, a self-connect) can take it meanwhile.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -720,6 +726,8 @@ fn the_upstream_down_gets_the_fallback_and_a_disconnect() {
 
 #[test]
 fn an_upstream_reset_mid_stream_closes_the_client_and_is_counted() {
+    // Each test of this file wants the machine's two cores to itself (see the first).
+    let _one = serve_process::exclusive();
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let proxy = McProxy::start(&format!(
@@ -763,6 +771,8 @@ fn an_upstream_reset_mid_stream_closes_the_client_and_is_counted() {
 /// of the two directions the relay happened to look at first.)
 #[test]
 fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
+    // Each test of this file wants the machine's two cores to itself (see the first).
+    let _one = serve_process::exclusive();
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let proxy = McProxy::start(&format!(
@@ -837,6 +847,8 @@ fn online_upstream(
 
 #[test]
 fn passthrough_to_an_online_mode_upstream_carries_opaque_bytes_both_ways() {
+    // Each test of this file wants the machine's two cores to itself (see the first).
+    let _one = serve_process::exclusive();
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let proxy = McProxy::start(&format!(
@@ -931,6 +943,8 @@ fn passthrough_to_an_online_mode_upstream_carries_opaque_bytes_both_ways() {
 /// server, whose end comes back through the proxy.
 #[test]
 fn minecraft_protocols_online_mode_server_sends_its_encryption_request_through_passthrough() {
+    // Each test of this file wants the machine's two cores to itself (see the first).
+    let _one = serve_process::exclusive();
     let Some((_server, port)) = node_online_server("1.21.4") else {
         return;
     };

@@ -520,9 +520,15 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
             if ready.contains("listening") {
                 break (child, port);
             }
+            // Tried again only for the race above (the peer says why it exited on stderr);
+            // any other failure is reported with what the peer said.
             let _ = child.kill();
-            let _ = child.wait();
-            assert!(tries < 3, "nex_peer.py serve did not start: {ready:?}");
+            let out = child.wait_with_output().expect("the peer is reaped");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                tries < 3 && stderr.contains("in use"),
+                "nex_peer.py serve did not start (try {tries}): {ready:?}\n{stderr}"
+            );
         };
         let auth: SocketAddr = ([127, 0, 0, 1], port).into();
         let v = if version == 1 {

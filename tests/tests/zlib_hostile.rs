@@ -76,8 +76,11 @@ fn bad_headers_and_checksums_are_named() {
         s[1] = flg;
         s
     };
-    // CM 7, CINFO 8 (64 KiB window), preset dictionary, bad FCHECK.
-    for (cmf, flg) in [(0x77, 0x01), (0x88, 0x1c), (0x78, 0xbb), (0x78, 0x02)] {
+    // CM 7, CINFO 8 (64 KiB window), preset dictionary (each with FCHECK right, so that the
+    // field named is what refuses it), bad FCHECK.
+    for (cmf, flg) in [(0x77, 0x09), (0x88, 0x1c), (0x78, 0xbb), (0x78, 0x02)] {
+        let fcheck_holds = (u16::from(cmf) << 8 | u16::from(flg)) % 31 == 0;
+        assert_eq!(fcheck_holds, flg != 0x02, "{cmf:x} {flg:x}");
         let s = with_header(cmf, flg);
         assert_eq!(
             inf.inflate_exact(&s, &mut out),
