@@ -258,7 +258,11 @@ impl LoadOptions {
             return Err(OptionsError::EmptyRange(lo, hi));
         }
         let max = self.payload.max();
-        let limit = self.framing.max_payload();
+        // With compression on, a body under the threshold has a Data Length byte of 0 in its
+        // frame too.
+        let compressed = self.framing == BenchFraming::VarInt
+            && self.compression_threshold.is_some_and(|t| t >= 0);
+        let limit = self.framing.max_payload() - usize::from(compressed);
         if max > limit {
             return Err(OptionsError::PayloadTooLarge {
                 max,
@@ -670,21 +674,29 @@ impl Histogram {
     }
 }
 
-/// A PROXY v2 header for a TCP4 connection from `src` to `dst`, the bench's "real client".
+/// A PROXY v2 header for a connection from `src` to `dst`, the bench's "real client": TCP4
+/// when both are IPv4, else TCP6 (an IPv4 address mapped).
 fn proxy_v2_header(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
-    let mut h = vec![
-        0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, 0x21, 0x11, 0x00,
-        12,
-    ];
-    let ip = |a: SocketAddr| match a {
-        SocketAddr::V4(v4) => v4.ip().octets(),
-        SocketAddr::V6(_) => [127, 0, 0, 1],
+    use wirekit_core::proxy::{Addresses, v2};
+    let v6 = |a: SocketAddr| match a {
+        SocketAddr::V4(a) => std::net::SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+        SocketAddr::V6(a) => a,
     };
-    h.extend_from_slice(&ip(src));
-    h.extend_from_slice(&ip(dst));
-    h.extend_from_slice(&src.port().to_be_bytes());
-    h.extend_from_slice(&dst.port().to_be_bytes());
-    h
+    let addresses = match (src, dst) {
+        (SocketAddr::V4(src), SocketAddr::V4(dst)) => Addresses::Inet { src, dst },
+        (a, b) => Addresses::Inet6 {
+            src: v6(a),
+            dst: v6(b),
+        },
+    };
+    let builder = v2::Builder::proxy(addresses);
+    let mut out = vec![0u8; builder.encoded_len()];
+    // Two socket addresses and no TLV: nothing the builder refuses.
+    let n = builder
+        .encode(&mut out)
+        .expect("a PROXY v2 header of two socket addresses encodes");
+    out.truncate(n);
+    out
 }
 
 struct ConnResult {
@@ -1664,6 +1676,23 @@ mod tests {
             ..ok.clone()
         });
         assert_eq!(e, "--payload: empty range 5-1");
+        // With compression on, a body under the threshold carries a Data Length byte too: the
+        // largest payload is one byte less (a frame of 2,097,152 bytes is over the limit).
+        let at = |payload: usize, threshold: Option<i32>| {
+            LoadOptions {
+                payload: PayloadSizes::Fixed(payload),
+                compression_threshold: threshold,
+                connections: 1,
+                ..ok.clone()
+            }
+            .validate()
+        };
+        assert_eq!(at(2_097_150, None), Ok(()));
+        assert_eq!(at(2_097_149, Some(4_000_000)), Ok(()));
+        assert!(matches!(
+            at(2_097_150, Some(4_000_000)),
+            Err(OptionsError::PayloadTooLarge { .. })
+        ));
         // Each within its limit, together too much memory.
         let e = refused(LoadOptions {
             connections: 65_535,
@@ -1690,6 +1719,26 @@ mod tests {
             Ok(())
         );
         assert!(refused(small).contains("65535 connections of about"));
+    }
+
+    /// The bench's PROXY header names the target it connects to: TCP4 for an IPv4 target,
+    /// TCP6 for an IPv6 one (the client's IPv4 address mapped).
+    #[test]
+    fn the_proxy_header_names_the_target_in_its_family() {
+        use wirekit_core::proxy::{Addresses, Limits, parse};
+        let src = SocketAddr::from(([10, 1, 0, 7], 40000));
+        for dst in ["127.0.0.1:7000", "[::1]:7000"] {
+            let dst: SocketAddr = dst.parse().unwrap();
+            let h = proxy_v2_header(src, dst);
+            let Ok(wirekit_core::Status::Complete(p)) = parse(&h, &Limits::default()) else {
+                panic!("{h:02x?}")
+            };
+            assert_eq!(p.len, h.len());
+            assert_eq!(p.addresses.destination(), Some(dst), "{dst}");
+            let src_ip = p.addresses.source().unwrap().ip().to_canonical();
+            assert_eq!(src_ip, src.ip());
+            assert_eq!(matches!(p.addresses, Addresses::Inet { .. }), dst.is_ipv4());
+        }
     }
 
     #[test]

@@ -238,11 +238,21 @@ fn malformed_packets_print_offset_and_reason_and_exit_2() {
 fn rc4_data(seq: u16, plain: &[u8], rc4: &mut Rc4, sig: &[u8]) -> Vec<u8> {
     let mut payload = plain.to_vec();
     rc4.apply_keystream(&mut payload);
+    v1_data(
+        Flags::RELIABLE | Flags::NEED_ACK | Flags::HAS_SIZE,
+        seq,
+        &payload,
+        sig,
+    )
+}
+
+/// A v1 DATA packet from the client with `flags`, `payload` as it is.
+fn v1_data(flags: Flags, seq: u16, payload: &[u8], sig: &[u8]) -> Vec<u8> {
     let p = Packet {
-        flags: Flags::RELIABLE | Flags::NEED_ACK | Flags::HAS_SIZE,
+        flags,
         session_id: 7,
         sequence_id: seq,
-        payload: &payload,
+        payload,
         ..Packet::new(
             PacketType::Data,
             VirtualPort::new(10, 15),
@@ -295,6 +305,30 @@ fn rc4_slot_decrypts_substream_0_in_sequence_order() {
         &hex(&a),
     );
     assert_eq!(j[0]["payload"], hex(b"first call"));
+}
+
+/// An aggregate ACK is a DATA packet whose payload (the acknowledged sequence ids) travels in
+/// the clear: shown as it is, neither encrypted nor decrypted, with or without a session key.
+#[test]
+fn aggregate_acks_are_not_taken_for_encrypted_data() {
+    let sig = [0x42; 16];
+    let acks = [0x01, 0x00, 0x05, 0x00, 0x02, 0x00, 0x03, 0x00];
+    let packet = v1_data(Flags::MULTI_ACK | Flags::HAS_SIZE, 0, &acks, &sig);
+    let sig_hex = hex(&sig);
+    for key in [None, Some(SESSION_KEY)] {
+        let mut args = vec!["--client-signature", &sig_hex];
+        if let Some(k) = key {
+            args.extend(["--session-key", k]);
+        }
+        let (code, j, err) = decode(&args, &hex(&packet));
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(j[0]["payload"], hex(&acks), "{key:?}");
+        assert_eq!(
+            (&j[0]["encrypted"], &j[0]["decrypted"]),
+            (&Value::Bool(false), &Value::Bool(false)),
+            "{key:?}"
+        );
+    }
 }
 
 #[test]

@@ -5,8 +5,9 @@
 //! included, raw bytes; a trailing `\r` is dropped; blank lines are skipped) and prints one key
 //! per line in input order, deriving them on the batch path (the CPU's widest SIMD lanes, on
 //! every core). A bad line stops the run with its line number on stderr and exit status 2; the
-//! keys of the chunks of 2048 lines before its own have been printed, none of its chunk. On a
-//! terminal, large inputs get a progress bar on stderr.
+//! keys of the chunks of 2048 lines before its own have been printed, none of its chunk. A
+//! stdout that cannot be written (closed by its reader too) ends the run with exit status 1.
+//! On a terminal, large inputs get a progress bar on stderr.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -84,7 +85,6 @@ fn derive(args: DeriveArgs) -> ExitCode {
             eprintln!("wirekit kerberos derive: line {line}: {reason}");
             ExitCode::from(2)
         }
-        Err(BatchFailure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(BatchFailure::Io(e)) => {
             eprintln!("wirekit kerberos derive: {e}");
             ExitCode::FAILURE

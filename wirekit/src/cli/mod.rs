@@ -8,6 +8,53 @@ pub mod nex;
 pub mod proxy;
 pub mod serve;
 
+/// Why a tool's run failed: its input or its arguments (exit status 2), or writing its output
+/// (exit status 1, as for every tool: a closed stdout is not a bad input).
+#[derive(Debug)]
+pub(crate) enum ToolError {
+    /// The input or an argument is invalid.
+    Input(String),
+    /// Stdout could not be written.
+    Output(std::io::Error),
+}
+
+impl From<String> for ToolError {
+    fn from(reason: String) -> Self {
+        ToolError::Input(reason)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(reason: &str) -> Self {
+        ToolError::Input(reason.to_owned())
+    }
+}
+
+impl ToolError {
+    /// The input's fault, if it is one.
+    #[cfg(test)]
+    pub(crate) fn input(&self) -> Option<&str> {
+        match self {
+            ToolError::Input(reason) => Some(reason),
+            ToolError::Output(_) => None,
+        }
+    }
+
+    /// Prints the reason on stderr after `what` and gives the exit status.
+    pub(crate) fn report(&self, what: &str) -> std::process::ExitCode {
+        match self {
+            ToolError::Input(reason) => {
+                eprintln!("{what}: {reason}");
+                std::process::ExitCode::from(2)
+            }
+            ToolError::Output(e) => {
+                eprintln!("{what}: writing stdout: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        }
+    }
+}
+
 /// Writes one line to stdout for the servers' scripts (their bound addresses, a summary): a
 /// stdout closed meanwhile (`| head -1`, a reader gone) is no failure of the server's, which
 /// `println!` would make a panic of.

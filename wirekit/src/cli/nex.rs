@@ -28,7 +28,8 @@
 //!
 //! A packet that does not parse or verify prints `{"datagram":..,"offset":..,"error":..}` on
 //! stdout and on stderr with the reason; the rest of its datagram is skipped, the following
-//! datagrams are decoded, and the exit status is 2.
+//! datagrams are decoded, and the exit status is 2 (as for bad arguments and input that is
+//! not hex); a stdout that cannot be written ends the run with exit status 1.
 //!
 //! A capture is read and decoded record by record. A record counts by the bytes it holds: a
 //! datagram that a snap length cut short is skipped with a note on stderr naming its packet
@@ -53,6 +54,7 @@ use wirekit_core::prudp::crypto::{
 };
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Parsed, Settings, V0Format, Version};
 
+use super::ToolError;
 use super::frame::{parse_hex, to_hex};
 
 /// `wirekit nex` subcommands.
@@ -138,10 +140,7 @@ pub fn run(cmd: NexCommand) -> ExitCode {
         NexCommand::Decode(args) => match decode(&args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(2),
-            Err(reason) => {
-                eprintln!("wirekit nex decode: {reason}");
-                ExitCode::from(2)
-            }
+            Err(e) => e.report("wirekit nex decode"),
         },
         NexCommand::Serve(args) => serve(*args),
     }
@@ -632,7 +631,7 @@ struct Captured {
     destination: SocketAddr,
 }
 
-fn decode(args: &DecodeArgs) -> Result<bool, String> {
+fn decode(args: &DecodeArgs) -> Result<bool, ToolError> {
     let hex_arg = |name: &str, v: &Option<String>| -> Result<Option<Vec<u8>>, String> {
         v.as_deref()
             .map(|s| parse_hex(s.as_bytes()).map_err(|e| format!("--{name}: {e}")))
@@ -658,7 +657,8 @@ fn decode(args: &DecodeArgs) -> Result<bool, String> {
             return Err(format!(
                 "--{name}: {} bytes; a PRUDP session key is at most {MAX_SESSION_KEY}",
                 k.len()
-            ));
+            )
+            .into());
         }
     }
     let config = Config {
@@ -676,14 +676,19 @@ fn decode(args: &DecodeArgs) -> Result<bool, String> {
         out: io::stdout().lock(),
         datagrams: 0,
         clean: true,
+        output_failed: None,
     };
-    match &args.pcap {
+    let read = match &args.pcap {
         // Each datagram is decoded as it is read: a capture of any size streams through.
-        Some(path) => read_capture(path, args.port, &mut |d| run.datagram(&d))?,
+        Some(path) => read_capture(path, args.port, &mut |d| run.datagram(&d)),
         // Each line likewise, as it comes (a live pipe's datagrams are printed as they
         // arrive).
-        None => read_hex_lines(io::stdin().lock(), &mut |d| run.datagram(&d))?,
+        None => read_hex_lines(io::stdin().lock(), &mut |d| run.datagram(&d)),
+    };
+    if let Some(e) = run.output_failed.take() {
+        return Err(ToolError::Output(e));
     }
+    read?;
     Ok(run.clean)
 }
 
@@ -701,6 +706,8 @@ struct Run<'c, W: Write> {
     datagrams: usize,
     /// No packet so far failed to parse or verify.
     clean: bool,
+    /// Writing stdout failed (the reading stops at once).
+    output_failed: Option<io::Error>,
 }
 
 impl<W: Write> Run<'_, W> {
@@ -746,7 +753,11 @@ impl<W: Write> Run<'_, W> {
                     line["error"].as_str().unwrap_or_default()
                 );
             }
-            writeln!(self.out, "{line}").map_err(|e| format!("writing stdout: {e}"))?;
+            if let Err(e) = writeln!(self.out, "{line}") {
+                let reason = format!("writing stdout: {e}");
+                self.output_failed = Some(e);
+                return Err(reason);
+            }
         }
         Ok(())
     }
@@ -962,8 +973,14 @@ fn describe(
         if signed { json!(true) } else { Value::Null },
     );
     line.insert("payload_len".into(), json!(p.payload.len()));
-    // NEX encrypts DATA payloads (v0, v1); handshake, ping and Lite payloads travel as they are.
-    let encrypted = !lite && p.packet_type == PacketType::Data && !p.payload.is_empty();
+    // NEX encrypts DATA payloads (v0, v1); handshake, ping and Lite payloads, and the
+    // acknowledgements a DATA packet may carry instead (an ACK, an aggregate ACK's list of
+    // sequence ids), travel as they are.
+    let encrypted = !lite
+        && p.packet_type == PacketType::Data
+        && !p.payload.is_empty()
+        && !p.flags.contains(Flags::ACK)
+        && !p.flags.contains(Flags::MULTI_ACK);
     let plain = match (encrypted, dir) {
         (true, Some(d)) if p.flags.contains(Flags::RELIABLE) => {
             conn.ciphers
@@ -1005,7 +1022,7 @@ fn read_hex_lines(
     each: &mut dyn FnMut(Datagram) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut line = Vec::new();
-    for n in 1.. {
+    for n in 1u64.. {
         line.clear();
         let read = (&mut input)
             .take(MAX_HEX_LINE as u64 + 1)

@@ -11,9 +11,12 @@
 //! [--unique-id HEX] [--alpn S] [--tlv TYPE=HEX]... [--crc32c] [--pad-to N]` writes the header
 //! to stdout (`--hex` writes hex text instead). `--local` writes a v2 LOCAL header, or v1's
 //! `PROXY UNKNOWN\r\n`; then `--src`/`--dst` may be left out. Bad arguments (a `--pad-to` or
-//! TLVs past the 65,551-byte v2 maximum among them) exit 2.
+//! TLVs past the 65,551-byte v2 maximum among them) exit 2; a stdout that cannot be written
+//! exits 1.
 
 use std::io::{self, Write as _};
+
+use super::ToolError;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -96,14 +99,11 @@ pub fn run(cmd: ProxyHeaderCommand) -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(reason) => {
-            eprintln!("wirekit proxy-header {what}: {reason}");
-            ExitCode::from(2)
-        }
+        Err(e) => e.report(&format!("wirekit proxy-header {what}")),
     }
 }
 
-fn decode(args: &DecodeArgs) -> Result<(), String> {
+fn decode(args: &DecodeArgs) -> Result<(), ToolError> {
     let input = read_input(args.hex)?;
     let limits = Limits {
         max_header_len: args.max_header_len,
@@ -116,13 +116,14 @@ fn decode(args: &DecodeArgs) -> Result<(), String> {
                     format!("incomplete header: {n} more bytes needed")
                 }
                 wirekit_core::Needed::Unknown => "incomplete header".to_string(),
-            });
+            }
+            .into());
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.to_string().into()),
     };
     let mut out = describe(&header);
     out["trailing_bytes"] = json!(input.len() - header.len);
-    writeln!(io::stdout(), "{out}").map_err(|e| format!("writing stdout: {e}"))
+    writeln!(io::stdout(), "{out}").map_err(ToolError::Output)
 }
 
 /// The JSON description of a parsed header.
@@ -218,7 +219,7 @@ fn parse_type(s: &str) -> Result<u8, String> {
     parsed.map_err(|_| format!("bad TLV type {s:?} (0-255, decimal or 0x..)"))
 }
 
-fn encode(args: &EncodeArgs) -> Result<(), String> {
+fn encode(args: &EncodeArgs) -> Result<(), ToolError> {
     let v2_only = args.authority.is_some()
         || args.unique_id.is_some()
         || args.alpn.is_some()
@@ -294,14 +295,16 @@ fn encode(args: &EncodeArgs) -> Result<(), String> {
             return Err(format!(
                 "--pad-to {pad}: a v2 header is at most {} bytes",
                 v2::MAX_LEN
-            ));
+            )
+            .into());
         }
         if b.encoded_len() > v2::MAX_LEN {
             return Err(format!(
                 "the header would be {} bytes; a v2 header is at most {}",
                 b.encoded_len(),
                 v2::MAX_LEN
-            ));
+            )
+            .into());
         }
         let mut out = vec![0u8; b.encoded_len()];
         let n = b.encode(&mut out).map_err(|e| e.to_string())?;
@@ -324,7 +327,7 @@ fn encode(args: &EncodeArgs) -> Result<(), String> {
     };
     written
         .and_then(|()| stdout.flush())
-        .map_err(|e| format!("writing stdout: {e}"))
+        .map_err(ToolError::Output)
 }
 
 #[cfg(test)]
@@ -353,8 +356,10 @@ mod tests {
         for pad in [usize::MAX, v2::MAX_LEN + 1] {
             let err = encode(&args(Some(pad))).unwrap_err();
             assert_eq!(
-                err,
-                format!("--pad-to {pad}: a v2 header is at most 65551 bytes")
+                err.input(),
+                Some(&*format!(
+                    "--pad-to {pad}: a v2 header is at most 65551 bytes"
+                ))
             );
         }
     }
@@ -364,6 +369,7 @@ mod tests {
         let mut a = args(None);
         a.tlvs = vec![format!("0xe0={}", "00".repeat(40_000)); 2];
         let err = encode(&a).unwrap_err();
+        let err = err.input().unwrap();
         assert!(err.contains("a v2 header is at most 65551"), "{err}");
     }
 }
