@@ -16,8 +16,8 @@
 //!   tried last for 10 s); the
 //!   upstream gets the handshake as received (or with the host rewritten) after an optional
 //!   PROXY v2 header (CRC32C, AUTHORITY naming the host when it fits 255 bytes);
-//! - the status answered from a per-route cache keyed by protocol version (each known release
-//!   apart, other numbers together) and host (each host the route names apart, others
+//! - the status answered from a per-route cache keyed by protocol version (each known release,
+//!   the next 16 numbers and -1 apart, other numbers together, fetched as -1) and host (each host the route names apart, others
 //!   together), filled from the upstream one fetch at a time under a neutral identity (the
 //!   normalised or rewritten host, no Forge or TCPShield suffix, a PROXY header naming the
 //!   proxy), so one client's answer is never another's, each upstream asked in turn until one

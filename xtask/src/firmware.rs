@@ -112,6 +112,7 @@ pub fn qemu(args: &[String]) -> Result<(), String> {
         }
     }
     let control = port.checked_add(1).ok_or("--port must be below 65535")?;
+    crate::setup::firmware(true)?;
     let decoder = ensure_defmt_print()?;
     let elf = build(&BOARDS[0])?;
     println!(
@@ -199,6 +200,7 @@ fn kib(bytes: u64) -> String {
 
 /// Builds every board and prints its footprint; an error when a board exceeds its budget.
 pub fn size() -> Result<(), String> {
+    crate::setup::firmware(false)?;
     let mut rows = Vec::new();
     for board in BOARDS {
         let elf = build(board)?;

@@ -56,6 +56,17 @@ pub const CARGO_MACHETE: &str = "cargo-machete@0.9.2";
 /// Builds every feature of the core on its own (`--each-feature`).
 pub const CARGO_HACK: &str = "cargo-hack@0.6.46";
 
+/// What the firmware commands need (`cargo xtask qemu`, `cargo xtask size`): the boards'
+/// Rust targets, and with `qemu` Debian's QEMU, each installed when missing, so that they
+/// work on a machine where `cargo xtask setup` has not run.
+pub fn firmware(qemu: bool) -> Result<(), String> {
+    rust()?;
+    if qemu && !installed("qemu-system-arm", &["/usr/bin"]) {
+        apt_install(&["qemu-system-arm"])?;
+    }
+    Ok(())
+}
+
 fn rust() -> Result<(), String> {
     let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
     let missing: Vec<&str> = TARGETS
@@ -131,10 +142,15 @@ fn apt() -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
+    apt_install(&missing)
+}
+
+/// Installs Debian `packages` (after `apt-get update`).
+fn apt_install(packages: &[&str]) -> Result<(), String> {
     let env = [("DEBIAN_FRONTEND", "noninteractive")];
     run_in(&root(), "apt-get", &["update", "-q"], &env)?;
     let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
-    args.extend(&missing);
+    args.extend(packages);
     run_in(&root(), "apt-get", &args, &env)
 }
 

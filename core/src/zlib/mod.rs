@@ -56,7 +56,7 @@
 //! entries for `Fast`, 16 Ki for `Medium` from 96 KiB and for `Quick` from 256 KiB, 32 Ki for
 //! `Lazy`, `Default`, `Thorough` and `Best`),
 //! the block size in symbols, and the chained levels' hash chain, which bounds their match
-//! distance (1 Ki positions at 16 KiB, 32 Ki at 320 KiB).
+//! distance (to one position less than the chain: 1023 at 16 KiB, 32,767 at 320 KiB).
 //!
 //! ## Where the time goes
 //!

@@ -294,7 +294,8 @@ pub(crate) struct Effort {
     /// Past a match this long, the next position's search follows a quarter of the chain.
     good: usize,
     /// The positions inside a match longer than this are not all inserted into the chains:
-    /// only its first and last [`INSERT_EDGE`] positions are.
+    /// only its first `INSERT_EDGE + 2` (the match's start and the position after it, which
+    /// the search visited, and [`INSERT_EDGE`] more) and its last [`INSERT_EDGE`] are.
     insert: usize,
 }
 
@@ -341,8 +342,8 @@ pub(crate) const THOROUGH_EFFORT: Effort = Effort {
 /// packets for no measurable speed (its time goes to following the chains).
 const INSERT_DEFAULT: usize = MAX_MATCH;
 
-/// The lazy level's tuning: a quarter of the default level's chain, half its nice and lazy
-/// lengths. Measured on the real-traffic corpus (`benches/corpus/`, 1.9 MB of chunk data):
+/// The lazy level's tuning: a quarter of the default level's chain and nice length, half its
+/// lazy length. Measured on the real-traffic corpus (`benches/corpus/`, 1.9 MB of chunk data):
 /// 3.4% more output than the default level in 60% of its time; a chain of 4 (nice 16, lazy
 /// 4) was 3.2% larger again and no faster, the matcher's fixed costs (then inserting every
 /// position, the optimal codes) dominating there; [`INSERT_LAZY`] since cut the first.
