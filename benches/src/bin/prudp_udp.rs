@@ -4,7 +4,8 @@
 //! core's connections; an RMC dispatcher with no protocols: the bench's messages are not RMC,
 //! so they are counted as malformed and get no response), side
 //! by side with the floor: the same worker, socket setup and batching with a handler that
-//! echoes each datagram.
+//! answers each datagram with its first bytes, as many as a signed ACK has (as many sends as
+//! the server with aggregation off, of the same size).
 //!
 //! The server is one worker on a current-thread tokio runtime, pinned to CPU 0; its CPU is the
 //! thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) over the measured window. The load client is
@@ -50,8 +51,27 @@ const VERSION: Version = Version::V1;
 /// The most bytes one GSO send carries (a UDP datagram's length field is 16 bits).
 const GSO_BYTES: usize = 65_000;
 
-/// The floor: echoes every datagram to its sender.
-struct EchoHandler;
+/// The floor: answers every datagram to its sender with its first bytes, as many as a signed
+/// v1 ACK has ([`ack_len`]), so that its sends are the PRUDP server's sends in count and size.
+struct EchoHandler {
+    reply_len: usize,
+}
+
+/// The length of the ACK the PRUDP server sends for one reliable DATA (v1, signed, no payload).
+fn ack_len() -> usize {
+    let settings = Settings::new(prudp::ACCESS_KEY, VERSION);
+    let keys = Keys {
+        session_key: &prudp::SESSION_KEY,
+        connection_signature: &[0x42; 16],
+    };
+    let p = Packet {
+        flags: Flags::ACK,
+        sequence_id: 2,
+        ..Packet::new(PacketType::Data, SERVER_PORT, client_port(0))
+    };
+    let mut out = [0u8; 256];
+    p.encode(&settings, &keys, &mut out).expect("an ACK fits")
+}
 
 impl DatagramHandler for EchoHandler {
     type State = ();
@@ -72,7 +92,7 @@ impl DatagramHandler for EchoHandler {
         _: Instant,
         out: &mut Outbox,
     ) -> Verdict {
-        match out.push(key.peer, datagram) {
+        match out.push(key.peer, &datagram[..datagram.len().min(self.reply_len)]) {
             Ok(()) => Verdict::Keep,
             Err(reason) => Verdict::Drop(reason),
         }
@@ -174,7 +194,14 @@ fn start_server(mode: Mode) -> io::Result<RunningServer> {
             };
             match mode {
                 Mode::Floor => {
-                    let mut w = Worker::new(socket, &config, EchoHandler, counters.clone())?;
+                    let mut w = Worker::new(
+                        socket,
+                        &config,
+                        EchoHandler {
+                            reply_len: ack_len(),
+                        },
+                        counters.clone(),
+                    )?;
                     measure(&mut |rx| {
                         rt.block_on(w.run_until(async {
                             let _ = rx.await;
@@ -612,8 +639,9 @@ fn main() -> io::Result<()> {
         ));
     }
     table.push_str(
-        "\nThe goal is checked like for like: the floor sends one echo per datagram, and the \
-         PRUDP server with aggregation off one signed ACK per DATA, as many sends. `wirekit nex \
+        "\nThe goal is checked like for like: the floor answers each datagram with its first \
+         bytes, as many as a signed v1 ACK has, and the PRUDP server with aggregation off one \
+         signed ACK per DATA: as many sends, of the same size. `wirekit nex \
          serve` runs with aggregate ACKs (one ACK datagram per connection and substream for \
          what a receive batch brought, as NintendoClients reads them): fewer sends, and its \
          clients, with fewer replies to read, offer more load, so its ratio is not the goal's. \

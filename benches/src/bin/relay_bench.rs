@@ -1,6 +1,7 @@
 //! The relay benchmark (`cargo xtask bench relay`): `wirekit proxy` passthrough side by side
-//! with a bare splice(2) relay (the floor; its pipes sized as `wirekit proxy`'s: the system's
-//! 64 KiB, grown to 256 KiB once a splice fills one), tokio's `copy_bidirectional`, HAProxy in tcp mode
+//! with a bare splice(2) relay (the floor; its pipes sized and pooled as `wirekit proxy`'s: the
+//! system's 64 KiB, grown to 256 KiB once a splice fills one, empty ones kept for the next
+//! connections), tokio's `copy_bidirectional`, HAProxy in tcp mode
 //! (`nbthread 1`, `option splice-auto`) and Infrarust 1.6.1 (`zerocopy_passthrough`), each relay a child process
 //! pinned to CPU 0, the load (clients and the upstream, one current-thread tokio runtime) on
 //! CPU 1.
@@ -115,6 +116,8 @@ mod floor {
         /// grows to `GROWN_PIPE`, as `wirekit proxy`'s pipes do (so that the floor stays a
         /// floor: the same pipes, nothing else).
         size: usize,
+        /// Its size when taken, which it has again in the pool.
+        first: usize,
         /// Whether the pipe was asked to grow (once, whatever the answer).
         asked: bool,
         in_pipe: usize,
@@ -142,13 +145,14 @@ mod floor {
         first: &[u8],
         poll: &Poll,
         slot: usize,
+        pool: &mut Pool,
     ) -> Option<Pair> {
         let waited = !first.is_empty();
         use std::io::Write;
         let mut up = std::net::TcpStream::connect(upstream).ok()?;
         up.write_all(first).ok()?;
         up.set_nonblocking(true).ok()?;
-        let (Ok(d0), Ok(d1)) = (dir(), dir()) else {
+        let (Ok(d0), Ok(d1)) = (pool.take(), pool.take()) else {
             return None;
         };
         let mut pair = Pair {
@@ -169,18 +173,47 @@ mod floor {
         registered.then_some(pair)
     }
 
-    fn dir() -> io::Result<Dir> {
-        let (pipe_r, pipe_w) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
-        let size = rustix::pipe::fcntl_getpipe_size(&pipe_w).unwrap_or(BUF);
-        Ok(Dir {
-            pipe_r,
-            pipe_w,
-            size,
-            asked: false,
-            in_pipe: 0,
-            eof: false,
-            shut: false,
-        })
+    /// The most pipes [`Pool`] keeps: `wirekit_proxy::relay`'s pool's (`POOL_MAX`).
+    const POOL_MAX: usize = 64;
+
+    /// Empty pipes at their first size, with that size, for the next connections: as
+    /// `wirekit proxy` and HAProxy pool theirs, so that the floor does not pay for making and
+    /// closing two pipes a connection where they do not.
+    #[derive(Default)]
+    pub(super) struct Pool(Vec<(OwnedFd, OwnedFd, usize)>);
+
+    impl Pool {
+        fn take(&mut self) -> io::Result<Dir> {
+            let (pipe_r, pipe_w, size) = match self.0.pop() {
+                Some(pooled) => pooled,
+                None => {
+                    let (r, w) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+                    let size = rustix::pipe::fcntl_getpipe_size(&w).unwrap_or(BUF);
+                    (r, w, size)
+                }
+            };
+            Ok(Dir {
+                pipe_r,
+                pipe_w,
+                size,
+                first: size,
+                asked: false,
+                in_pipe: 0,
+                eof: false,
+                shut: false,
+            })
+        }
+
+        /// Keeps `dir`'s pipe if it is empty and back at its first size (shrunk if it grew),
+        /// and the pool has room; closes it otherwise.
+        fn give(&mut self, dir: Dir) {
+            let shrunk = dir.size == dir.first
+                || rustix::pipe::fcntl_setpipe_size(&dir.pipe_w, dir.first)
+                    .is_ok_and(|s| s == dir.first);
+            if dir.in_pipe == 0 && shrunk && self.0.len() < POOL_MAX {
+                self.0.push((dir.pipe_r, dir.pipe_w, dir.first));
+            }
+        }
     }
 
     /// Moves what can move from `sockets[d]` to `sockets[1 - d]`; `Err` when a socket failed.
@@ -235,6 +268,7 @@ mod floor {
             .map_err(|e| e.to_string())?;
         let mut conns: Vec<Option<Conn>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();
+        let mut pool = Pool::default();
         let mut events = Events::with_capacity(256);
         loop {
             poll.poll(&mut events, None).map_err(|e| e.to_string())?;
@@ -251,7 +285,8 @@ mod floor {
                                 .ok()
                                 .map(|()| Conn::Waiting(client))
                         } else {
-                            pair_up(client, upstream, &[], &poll, slot).map(Conn::Relaying)
+                            pair_up(client, upstream, &[], &poll, slot, &mut pool)
+                                .map(Conn::Relaying)
                         };
                         match conn {
                             Some(c) => conns[slot] = Some(c),
@@ -273,7 +308,7 @@ mod floor {
                             let Some(Conn::Waiting(client)) = conn.take() else {
                                 unreachable!()
                             };
-                            *conn = pair_up(client, upstream, &first[..n], &poll, slot)
+                            *conn = pair_up(client, upstream, &first[..n], &poll, slot, &mut pool)
                                 .map(Conn::Relaying);
                         }
                         _ => *conn = None,
@@ -291,6 +326,9 @@ mod floor {
                     if let Some(Conn::Relaying(mut pair)) = conns[slot].take() {
                         for s in &mut pair.sockets {
                             let _ = poll.registry().deregister(s);
+                        }
+                        for dir in pair.dirs {
+                            pool.give(dir);
                         }
                     }
                     free.push(slot);
@@ -566,6 +604,9 @@ async fn read_exactly(s: &mut TcpStream, size: u64) -> u64 {
 
 /// The upstream's side of one connection.
 async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
+    // As game servers and clients set it (and the relays under test do): without it Nagle's
+    // algorithm merges the 512 B writes and waits on delayed ACKs.
+    let _ = s.set_nodelay(true);
     let run = plan.run.load(Ordering::Relaxed);
     let error = || plan.count(run, &plan.errors, |e| _ = e.fetch_add(1, Ordering::Relaxed));
     let moved = |n| plan.count(run, &plan.moved, |m| _ = m.fetch_add(n, Ordering::Relaxed));
@@ -634,6 +675,7 @@ async fn client_conn(relay: SocketAddr, case: &Case, prefix: &[u8]) -> Result<()
     let mut s = TcpStream::connect(relay)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    s.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
     s.write_all(prefix)
         .await
         .map_err(|e| format!("prefix: {e}"))?;
@@ -837,6 +879,7 @@ async fn status_exchange(relay: SocketAddr) -> Result<(), String> {
     let mut s = TcpStream::connect(relay)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    s.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
     let hs = Handshake {
         protocol_version: PROTOCOL,
         address: ServerAddress::host(HOST),
@@ -1290,8 +1333,10 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          writes); 512 B rows \
          move a quarter of the bytes. The floor and copy_bidirectional relays are written in \
          benches/src/bin/relay_bench.rs (copy_bidirectional with tokio's default 8 KiB buffers); \
-         the floor's pipes are sized as `wirekit proxy`'s (64 KiB, grown to 256 KiB once a \
-         splice fills one); the floor connects to the upstream as it accepts, as an L4 relay does, and its L7 form \
+         the floor's pipes are sized and pooled as `wirekit proxy`'s (64 KiB, grown to 256 KiB \
+         once a splice fills one, back to 64 KiB in a pool of at most 64 empty pipes for the \
+         next connections); every client and the upstream set TCP_NODELAY, as game clients \
+         and servers do; the floor connects to the upstream as it accepts, as an L4 relay does, and its L7 form \
          waits for the client's first bytes before it connects, as a relay that routes by them \
          must (`wirekit proxy` routes by the handshake and connects no upstream for a client \
          that never sends a valid one), so the L7 floor against the floor is what that wait \
