@@ -151,3 +151,89 @@ async fn main() -> std::io::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use wirekit_core::minecraft::encode_string;
+
+    use super::*;
+
+    fn guard() -> GuardWord {
+        GuardWord {
+            word: "creeper".into(),
+            masked: Arc::default(),
+            dropped: Arc::default(),
+        }
+    }
+
+    /// A 1.20.4 chat message's data: the text, then the fields after it (timestamp, salt).
+    fn chat(text: &str) -> Vec<u8> {
+        let mut data = vec![0u8; 3 + 3 * text.len()];
+        let n = encode_string(text, 256, &mut data).unwrap();
+        data.truncate(n);
+        data.extend_from_slice(&[0xAA; 16]);
+        data
+    }
+
+    fn view(data: &[u8]) -> PacketView<'_> {
+        PacketView {
+            direction: Direction::Serverbound,
+            state: State::Play,
+            protocol_version: 765,
+            id: 0x05,
+            data,
+            known: None,
+            control: false,
+        }
+    }
+
+    /// The word is masked in place whatever its case (the string's length and the fields
+    /// after it unchanged), a message of the word alone is dropped, and others pass.
+    #[test]
+    fn masks_drops_and_passes() {
+        let mut g = guard();
+        let mut rewrite = [0u8; 512];
+        let data = chat("a Creeper, a CREEPER!");
+        let FilterAction::Rewrite(n) = g.filter(&view(&data), &mut rewrite) else {
+            panic!("not rewritten")
+        };
+        let mut want = vec![0x05];
+        want.extend_from_slice(&chat("a *******, a *******!"));
+        assert_eq!(&rewrite[..n], &want[..]);
+        assert_eq!(
+            g.filter(&view(&chat(" creeper ")), &mut rewrite),
+            FilterAction::Drop
+        );
+        assert_eq!(
+            g.filter(&view(&chat("hello")), &mut rewrite),
+            FilterAction::Pass
+        );
+        assert_eq!(
+            (
+                g.masked.load(Ordering::Relaxed),
+                g.dropped.load(Ordering::Relaxed)
+            ),
+            (1, 1)
+        );
+        // Other packets, directions and versions pass untouched.
+        let mut other = view(&data);
+        other.direction = Direction::Clientbound;
+        assert_eq!(g.filter(&other, &mut rewrite), FilterAction::Pass);
+        let mut other = view(&data);
+        other.protocol_version = 766;
+        assert_eq!(g.filter(&other, &mut rewrite), FilterAction::Pass);
+        // A rewrite buffer too small for the body: passed, not cut.
+        assert_eq!(
+            g.filter(&view(&data), &mut rewrite[..8]),
+            FilterAction::Pass
+        );
+    }
+
+    #[test]
+    fn matches_finds_each_occurrence_without_overlap() {
+        let at: Vec<usize> = matches(b"aaaa", b"aa").collect();
+        assert_eq!(at, [0, 2]);
+        assert_eq!(matches(b"abc", b"").count(), 0);
+        assert_eq!(matches(b"ab", b"abc").count(), 0);
+    }
+}

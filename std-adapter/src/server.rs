@@ -72,7 +72,7 @@ use crate::buffer::{INITIAL_BUFFER, InputBuffer, more_for, release_if_large};
 use crate::clock;
 use crate::slice::WorkCharge;
 use wirekit_core::Needed;
-use wirekit_core::limit::{AddrKey, LogDecision, LogLimit, Prefix, TokenBucket};
+use wirekit_core::limit::{AddrKey, LogDecision, LogLimit, Prefix, Rate, TokenBucket};
 use wirekit_core::proxy::policy::ProxyConfig;
 use wirekit_core::service::{
     self, AtomicCounters, Counters, Session, SessionError, SourceDeriveBudgets, Want, Workspace,
@@ -591,12 +591,21 @@ struct ThreadWorkspace {
     source_derive: SourceDerive,
 }
 
-/// Per-source derive budgets: `(server, source)` to the budget and its last use's tick, and
-/// the tick now.
+/// Per-source derive budgets: `(server, source)` to the budget and its last use's tick; the
+/// same per network ([`NETWORK_PREFIX`]); and the tick now.
 struct SourceDerive {
     budgets: std::collections::HashMap<(u64, IpAddr), (TokenBucket, u64)>,
+    networks: std::collections::HashMap<(u64, IpAddr), (TokenBucket, u64)>,
     tick: u64,
 }
+
+/// What one network is for the derive budgets: an IPv4 /24, an IPv6 /48 (what one site or
+/// one customer of a host is given: a holder of many /64s is one network).
+const NETWORK_PREFIX: Prefix = Prefix::NETWORK;
+
+/// A network's derive budget is this many sources' (burst and rate): a network's clients
+/// together get at most that, however many addresses they come from.
+const NETWORK_SHARE: u32 = 2;
 
 /// The thread's per-source derive budgets for one connection of `server` from `peer`, as the
 /// session asks for them ([`SourceDeriveBudgets`]): its source is the PROXY header's client
@@ -610,10 +619,59 @@ struct SourceBudgets<'a> {
 
 impl SourceDeriveBudgets for SourceBudgets<'_> {
     fn budget(&mut self, proxied: Option<SocketAddr>) -> &mut TokenBucket {
+        self.budgets(proxied).0
+    }
+
+    fn budgets(
+        &mut self,
+        proxied: Option<SocketAddr>,
+    ) -> (&mut TokenBucket, Option<&mut TokenBucket>) {
         let client = proxied.map_or(self.peer, |a| a.ip());
         let source = AddrKey::new(client, SOURCE_PREFIX).network();
-        ThreadWorkspace::source_budget(self.sources, self.server, source, self.config)
+        let network = AddrKey::new(client, NETWORK_PREFIX).network();
+        let (burst, rate) = self.config.source_derive_budget();
+        let shared = (
+            burst.saturating_mul(NETWORK_SHARE),
+            Rate::new(rate.tokens().saturating_mul(NETWORK_SHARE), rate.period()),
+        );
+        self.sources.tick += 1;
+        let tick = self.sources.tick;
+        let own = lru_budget(
+            &mut self.sources.budgets,
+            (self.server, source),
+            tick,
+            (burst, rate),
+        );
+        let net = lru_budget(
+            &mut self.sources.networks,
+            (self.server, network),
+            tick,
+            shared,
+        );
+        (own, Some(net))
     }
+}
+
+/// The budget `key` has in `budgets` (made full, `budget` sized, for a key it has none for:
+/// the least recently used key's given up when there are [`DERIVE_SOURCES`]), marked used at
+/// `tick`.
+fn lru_budget(
+    budgets: &mut std::collections::HashMap<(u64, IpAddr), (TokenBucket, u64)>,
+    key: (u64, IpAddr),
+    tick: u64,
+    (burst, rate): (u32, Rate),
+) -> &mut TokenBucket {
+    if !budgets.contains_key(&key) && budgets.len() >= DERIVE_SOURCES {
+        let oldest = budgets.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k);
+        if let Some(oldest) = oldest {
+            budgets.remove(&oldest);
+        }
+    }
+    let entry = budgets
+        .entry(key)
+        .or_insert_with(|| (TokenBucket::new(burst, rate), 0));
+    entry.1 = tick;
+    &mut entry.0
 }
 
 /// How many sources' derive budgets a worker thread keeps (the least recently used goes
@@ -646,31 +704,6 @@ impl ThreadWorkspace {
         };
         &mut derive[i].1
     }
-
-    /// The thread's derive budget for `source`'s connections to `server`, sized by `config`
-    /// (made full for a source it has none for, the least recently used source's given up
-    /// when there are [`DERIVE_SOURCES`]).
-    fn source_budget<'a>(
-        sources: &'a mut SourceDerive,
-        server: u64,
-        source: IpAddr,
-        config: &service::Config,
-    ) -> &'a mut TokenBucket {
-        sources.tick += 1;
-        let (tick, budgets) = (sources.tick, &mut sources.budgets);
-        if !budgets.contains_key(&(server, source)) && budgets.len() >= DERIVE_SOURCES {
-            let oldest = budgets.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k);
-            if let Some(oldest) = oldest {
-                budgets.remove(&oldest);
-            }
-        }
-        let (burst, rate) = config.source_derive_budget();
-        let entry = budgets
-            .entry((server, source))
-            .or_insert_with(|| (TokenBucket::new(burst, rate), 0));
-        entry.1 = tick;
-        &mut entry.0
-    }
 }
 
 impl ThreadWorkspace {
@@ -681,6 +714,7 @@ impl ThreadWorkspace {
             derive: Vec::with_capacity(1),
             source_derive: SourceDerive {
                 budgets: std::collections::HashMap::with_capacity(DERIVE_SOURCES),
+                networks: std::collections::HashMap::with_capacity(DERIVE_SOURCES),
                 tick: 0,
             },
             scratch: Vec::new(),

@@ -423,6 +423,12 @@ impl Recorder {
             .recv_timeout(WAIT)
             .expect("the upstream got a connection")
     }
+
+    /// The next connection's first bytes if one comes `within` (its bytes recorded: 300 ms
+    /// after they stop).
+    pub fn try_next(&self, within: Duration) -> Option<Vec<u8>> {
+        self.got.recv_timeout(within).ok()
+    }
 }
 
 /// npm minecraft-protocol's server for `version` on a free port; `None` if the peer is not

@@ -422,15 +422,21 @@ upstreams = ["127.0.0.1:{}"]
     }
     // Another address is still served.
     // (The upstream records the status request and never answers: the fallback. The
-    // default route names no host: the fetch names `localhost`, not the client's host.)
+    // default route names no host: the fetch names `localhost`, not the client's host, and
+    // the upstream's own port, not the one the client's handshake gave.)
     let json = status(proxy.addr, 62, "any.test", 340);
     assert!(json.contains("Server unavailable"), "{json}");
     let status_request = [0x01, 0x00];
-    let fetched = [
-        &handshake("localhost", 340, NextState::Status)[..],
-        &status_request,
-    ]
-    .concat();
+    use wirekit_core::minecraft::Encode;
+    let hs = wirekit_core::minecraft::handshake::Handshake {
+        protocol_version: 340,
+        address: wirekit_core::minecraft::handshake::ServerAddress::host("localhost"),
+        port: rec.port,
+        next_state: NextState::Status,
+    };
+    let mut fetch_handshake = vec![0u8; hs.frame_len()];
+    hs.encode_frame(&mut fetch_handshake).unwrap();
+    let fetched = [&fetch_handshake[..], &status_request].concat();
     assert_eq!(rec.next(), fetched);
 
     // Logins: one per second from .63. Of two sent back to back, one reaches the upstream

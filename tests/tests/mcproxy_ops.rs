@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use wirekit_core::minecraft::handshake::NextState;
 use wirekit_tests::mcproxy_process::{
-    McProxy, Recorder, connect_from, handshake, login_bytes, reset, wait_closed,
+    McProxy, Recorder, connect_from, handshake, login_bytes, reset, status, wait_closed,
 };
 use wirekit_tests::serve_process;
 
@@ -169,6 +169,106 @@ fn per_address_limits_act_on_the_real_clients_ipv4_address_and_ipv6_slash_64() {
         ],
         "host_concurrent",
     );
+}
+
+/// The per-network connection rate, on the real client named by a trusted PROXY header: a
+/// network's burst spent, its next connection is refused while another network's is served.
+#[test]
+fn the_per_network_connection_rate_acts_on_the_real_clients_network() {
+    refused_by_limit(
+        "conn-per-ip-burst = 0\nconn-per-ip-max = 0\nlogin-per-ip-burst = 0\n\
+         conn-per-prefix-burst = 2\nconn-per-prefix-rate = 0.01\nconn-per-prefix-max = 0\n",
+        &[
+            (
+                &["192.0.2.1:1000", "192.0.2.200:1000"],
+                "192.0.2.7:1000",
+                "198.51.100.1:1000",
+            ),
+            (
+                &["[2001:db8::1]:1000", "[2001:db8:0:5::1]:1000"],
+                "[2001:db8::3]:1000",
+                "[2001:db8:1::1]:1000",
+            ),
+        ],
+        "network_rate",
+    );
+}
+
+/// Status requests past an address's status rate are closed unanswered and counted; another
+/// address is still answered (here from the route's fallback: its upstream is down).
+#[test]
+fn status_requests_past_the_per_address_rate_are_closed_and_counted() {
+    let proxy = McProxy::start(
+        "status-per-ip-burst = 2\nstatus-per-ip-rate = 0.01\n\
+         [[route]]\ndefault = true\nupstreams = [\"127.0.0.1:1\"]\n",
+    );
+    for _ in 0..2 {
+        let json = status(proxy.addr, 31, "ops.test", 340);
+        assert!(json.contains("description"), "{json}");
+    }
+    let mut s = connect_from(31, proxy.addr);
+    let mut out = handshake("ops.test", 340, NextState::Status);
+    out.extend_from_slice(&[0x01, 0x00]);
+    s.write_all(&out).unwrap();
+    wait_closed(&mut s, Duration::from_secs(5)).unwrap();
+    assert!(status(proxy.addr, 32, "ops.test", 340).contains("description"));
+    // (Its line is the source's second within the log interval: held back, counted.)
+    proxy.wait_metric("wirekit_proxy_rejections_total{reason=\"status_rate\"}", 1);
+}
+
+/// A route's upstreams share its logins by its balance: round-robin in turn; least-connections
+/// to the one with the fewest open (a connection's end counted: after the second login's
+/// connection ends, its upstream gets the third, where round-robin would give the first's).
+#[test]
+fn logins_are_spread_over_a_routes_upstreams_by_its_balance() {
+    let contains = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    for balance in ["round-robin", "least-connections"] {
+        let ups = [Recorder::start(), Recorder::start()];
+        let proxy = McProxy::start(&format!(
+            "conn-per-ip-burst = 0\nconn-per-ip-max = 0\nlogin-per-ip-burst = 0\n\
+             [[route]]\ndefault = true\nbalance = \"{balance}\"\n\
+             upstreams = [\"127.0.0.1:{}\", \"127.0.0.1:{}\"]\n",
+            ups[0].port, ups[1].port
+        ));
+        let login = |from: u8, name: &str| {
+            let mut s = connect_from(from, proxy.addr);
+            s.write_all(&login_bytes("ops.test", name)).unwrap();
+            s
+        };
+        let quiet = Duration::from_millis(500);
+        let within = Duration::from_secs(5);
+        let _first = login(41, "First");
+        let second = login(42, "Second");
+        // Each upstream got one of the two; which one got the second?
+        let got: Vec<Vec<u8>> = ups
+            .iter()
+            .map(|u| u.try_next(within).expect("each upstream a login"))
+            .collect();
+        let second_at = usize::from(contains(&got[1], b"Second"));
+        assert!(contains(&got[second_at], b"Second"), "{balance}");
+        let _third = if balance == "round-robin" {
+            // In turn: the third to the first's upstream.
+            let third = login(43, "Third");
+            let at = ups[1 - second_at].try_next(within);
+            assert!(at.is_some_and(|b| contains(&b, b"Third")), "{balance}");
+            third
+        } else {
+            // The second's connection ends: its upstream has none open, the other one.
+            reset(second);
+            proxy.wait_metric("wirekit_proxy_closed_total{reason=\"client_error\"}", 1);
+            let third = login(43, "Third");
+            let at = ups[second_at].try_next(within);
+            assert!(
+                at.is_some_and(|b| contains(&b, b"Third")),
+                "{balance}: the emptier upstream"
+            );
+            third
+        };
+        assert!(
+            ups.iter().all(|u| u.try_next(quiet).is_none()),
+            "{balance}: one upstream connection a login"
+        );
+    }
 }
 
 #[test]

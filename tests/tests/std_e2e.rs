@@ -297,6 +297,53 @@ fn serve_bounds_the_derivations_of_one_source_across_connections() {
     }
 }
 
+/// The sources of one network (an IPv6 /48 here, as one holder of many /64s has) share twice a
+/// source's derive budget: a third /64 of the network gets Busy once two have spent theirs,
+/// while another network is still served.
+#[test]
+fn serve_bounds_the_derivations_of_one_network_across_its_sources() {
+    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode, ErrorReply};
+    let server = wirekit_tests::serve_process::ServeProcess::start([
+        "--threads",
+        "1",
+        "--source-derive-burst",
+        "1",
+        "--source-derive-per-second",
+        "0",
+        "--proxy-protocol",
+        "USE",
+        "--trusted",
+        "127.0.0.0/8",
+    ]);
+    let req = DeriveRequest {
+        pid: 100,
+        password: b"MMQea3n!fsik",
+    };
+    let mut data = vec![0u8; req.encoded_len()];
+    req.encode(&mut data).unwrap();
+    for (client, served) in [
+        ("2001:db8:0:1::1", true),
+        ("2001:db8:0:2::1", true),
+        ("2001:db8:0:3::1", false),
+        ("2001:db8:1::1", true),
+    ] {
+        let header = format!("PROXY TCP6 {client} ::1 40000 {}\r\n", server.addr.port());
+        let mut c = ServiceClient::connect(server.addr, Some(header.as_bytes()), None).unwrap();
+        let reply = c.call(wire::DERIVE, &data).unwrap();
+        if served {
+            assert_eq!(reply.id, wire::DERIVE, "{client}");
+        } else {
+            let e = ErrorReply::parse(&reply.data).unwrap();
+            assert_eq!(
+                (e.request_id, e.code),
+                (wire::DERIVE, ErrorCode::Busy),
+                "{client}"
+            );
+        }
+        c.echo(b"still served").unwrap();
+    }
+}
+
 /// The connections of one worker thread share a derive budget: a client that reconnects for
 /// a fresh per-connection budget gets Busy once the thread's is spent (each derivation is
 /// 65,000+ MD5 rounds of the thread), and its connections are still served otherwise.

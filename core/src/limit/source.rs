@@ -614,6 +614,13 @@ mod tests {
         // and that refusal took nothing from the neighbour's own budget.
         held.push(l.admit(ip("203.0.113.6"), t(0)).unwrap());
         assert_eq!(l.admit(ip("203.0.113.7"), t(0)), Err(Refusal::NetworkRate));
+        let seven = AddrKey::new(ip("203.0.113.7"), Prefix::CLIENT);
+        assert!(
+            l.hosts
+                .get(&seven)
+                .is_none_or(|h| h.connects.available(t(0)) == 2),
+            "the refusal spent the address's own budget"
+        );
         assert_eq!(l.admit(c, t(999)), Err(Refusal::HostRate));
         // One second later: one token each.
         held.push(l.admit(ip("203.0.113.7"), t(1_000)).unwrap());
@@ -777,8 +784,9 @@ mod tests {
         let mut lower = config;
         lower.host.rate = RateLimit::per_second(1, 1);
         l.set_config(lower);
-        assert!(l.admit(ip("192.0.2.2"), t(2_000)).is_ok());
-        for h in [held, a, b, c] {
+        let d = l.admit(ip("192.0.2.2"), t(2_000)).unwrap();
+        assert_eq!(l.admit(ip("192.0.2.2"), t(2_000)), Err(Refusal::HostRate));
+        for h in [held, a, b, c, d] {
             l.release(h, t(2_000));
         }
     }

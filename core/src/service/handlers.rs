@@ -215,13 +215,19 @@ impl Session {
                 // shared budget refuses keeps its own and its source's.
                 Ok(_) if self.derive_budget.available(self.now) == 0 => ErrorCode::Busy,
                 Ok(req) => 'derive: {
-                    // The client source's budget, looked up only now (a well-formed request
-                    // within the session's own budget).
-                    let mut source = source_derive.map(|b| b.budget(self.proxied_source()));
-                    if source.as_ref().is_some_and(|b| b.available(self.now) == 0)
-                        || !shared_derive.is_none_or(|b| b.try_take(self.now, 1))
-                        || !source.as_mut().is_none_or(|b| b.try_take(self.now, 1))
-                        || !self.derive_budget.try_take(self.now, 1)
+                    // The client source's budget (and its network's), looked up only now (a
+                    // well-formed request within the session's own budget).
+                    let now = self.now;
+                    let mut source = source_derive.map(|b| b.budgets(self.proxied_source()));
+                    let spent = |b: &TokenBucket| b.available(now) == 0;
+                    if source
+                        .as_ref()
+                        .is_some_and(|(own, net)| spent(own) || net.as_deref().is_some_and(spent))
+                        || !shared_derive.is_none_or(|b| b.try_take(now, 1))
+                        || !source.as_mut().is_none_or(|(own, net)| {
+                            net.as_mut().is_none_or(|n| n.try_take(now, 1)) && own.try_take(now, 1)
+                        })
+                        || !self.derive_budget.try_take(now, 1)
                     {
                         break 'derive ErrorCode::Busy;
                     }
@@ -609,6 +615,58 @@ mod tests {
             Some(ErrorCode::Busy)
         );
         assert_eq!(fresh.available(Instant::ZERO), 1);
+    }
+
+    /// A network's budget beside its source's: a token from each, or from none (a network
+    /// spent refuses without spending the source's, the shared or the session's budget).
+    #[test]
+    fn a_network_budget_is_spent_with_its_sources() {
+        use crate::limit::Rate;
+        let config = Config::new().with_derive_budget(4, Rate::per_second(1));
+        let mut scratch = [0u8; 4096];
+        let counters = AtomicCounters::new();
+        /// A source and its network.
+        struct Two<'a>(&'a mut TokenBucket, &'a mut TokenBucket);
+        impl crate::service::SourceDeriveBudgets for Two<'_> {
+            fn budget(&mut self, _: Option<core::net::SocketAddr>) -> &mut TokenBucket {
+                self.0
+            }
+            fn budgets(
+                &mut self,
+                _: Option<core::net::SocketAddr>,
+            ) -> (&mut TokenBucket, Option<&mut TokenBucket>) {
+                (self.0, Some(self.1))
+            }
+        }
+        let mut shared = TokenBucket::new(10, Rate::per_second(1));
+        let mut network = TokenBucket::new(1, Rate::per_second(1));
+        let (mut a, mut b) = (
+            TokenBucket::new(2, Rate::per_second(1)),
+            TokenBucket::new(2, Rate::per_second(1)),
+        );
+        let mut derive =
+            |shared: &mut TokenBucket, source: &mut TokenBucket, network: &mut TokenBucket| {
+                let mut two = Two(source, network);
+                let mut ws = Workspace::new(&mut scratch)
+                    .with_derive_budget(shared)
+                    .with_source_derive_budgets(&mut two);
+                let mut session = Session::new(&config, Instant::ZERO);
+                derive_reply(&mut session, &mut ws, &counters)
+            };
+        assert_eq!(derive(&mut shared, &mut a, &mut network), None);
+        assert_eq!(
+            derive(&mut shared, &mut b, &mut network),
+            Some(ErrorCode::Busy)
+        );
+        assert_eq!(
+            (
+                a.available(Instant::ZERO),
+                b.available(Instant::ZERO),
+                network.available(Instant::ZERO)
+            ),
+            (1, 2, 0)
+        );
+        assert_eq!(shared.available(Instant::ZERO), 9);
     }
 
     #[test]

@@ -36,6 +36,17 @@ pub trait SourceDeriveBudgets {
     /// The budget of a session's client: `proxied` is the source its PROXY header named, where
     /// one was accepted; `None` means the connection's own peer, which the adapter knows.
     fn budget(&mut self, proxied: Option<core::net::SocketAddr>) -> &mut TokenBucket;
+
+    /// The client's budget ([`budget`](Self::budget)) and, where the adapter keeps one, its
+    /// network's (an IPv4 /24, an IPv6 /48, say: a holder of many addresses gets no more than
+    /// its network's share). A derivation takes a token from each, or from none. By default
+    /// the client's alone.
+    fn budgets(
+        &mut self,
+        proxied: Option<core::net::SocketAddr>,
+    ) -> (&mut TokenBucket, Option<&mut TokenBucket>) {
+        (self.budget(proxied), None)
+    }
 }
 
 impl<S> fmt::Debug for Workspace<'_, S> {
