@@ -343,12 +343,23 @@ fn ppp_unspec(peer: &str, input: &[u8], theirs: &Norm) -> bool {
 /// Whether wirekit discarded a LOCAL header's protocol block (difference 10): no addresses
 /// and no TLVs where the family byte was not UNSPEC's 0 or bytes followed the 16 (which
 /// under UNSPEC, read, are at least one TLV).
+/// A block wirekit discarded must be one it refuses under PROXY (or refuses only for its
+/// checksum, which covers the command byte: then it cannot tell).
 fn discarded(input: &[u8], ours: &Norm) -> bool {
-    ours.local
+    let looks = ours.local
         && !ours.v1
         && ours.addrs == Addrs::Unspec
         && ours.tlvs.is_empty()
-        && (input.get(13) != Some(&0) || ours.len > 16)
+        && (input.get(13) != Some(&0) || ours.len > 16);
+    if looks {
+        let mut as_proxy = input[..ours.len].to_vec();
+        as_proxy[12] = 0x21;
+        assert!(
+            our_error(&as_proxy).is_some(),
+            "a LOCAL block valid under PROXY was discarded: {input:02x?}"
+        );
+    }
+    looks
 }
 
 /// Headers wirekit accepts and both peers refuse (differences 10 and 11):

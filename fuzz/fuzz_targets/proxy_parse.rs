@@ -152,4 +152,15 @@ fuzz_target!(|data: &[u8]| {
     if h.version == Version::V2 && !discarded {
         assert_eq!(&out[..], &data[..h.len], "v2 re-emits byte for byte");
     }
+    // A block discarded is one PROXY would refuse: the same bytes under PROXY (byte 12's
+    // command nibble 1) fail, or fail only their checksum (which covers that byte: then it
+    // cannot tell).
+    if h.version == Version::V2 && discarded {
+        let mut as_proxy = data[..h.len].to_vec();
+        as_proxy[12] = 0x21;
+        assert!(
+            proxy::parse(&as_proxy, &limits).is_err(),
+            "a LOCAL block valid under PROXY was discarded"
+        );
+    }
 });
