@@ -1,5 +1,5 @@
-//! Status answers: a per-route cache keyed by protocol version (each known release and `-1`
-//! apart, every other number together) and host (each host the route names exactly apart,
+//! Status answers: a per-route cache keyed by protocol version (each known release, the next
+//! [`NEWER_KEYED`] numbers and `-1` apart, every other number together, fetched as `-1`) and host (each host the route names exactly apart,
 //! every other host together), filled from the upstream one fetch at a time in a neutral
 //! identity (never one client's raw handshake or address), the fallback MOTD while the upstream
 //! is down, and the legacy ping's kick.
@@ -50,7 +50,8 @@ pub(crate) fn cache_keys(routes: &[Route]) -> usize {
         .sum()
 }
 
-/// The key of every protocol number that is neither a known release nor `-1`.
+/// The key of every protocol number that is neither a known release, one of the
+/// [`NEWER_KEYED`] numbers past the newest, nor `-1`.
 const OTHER_PROTOCOL: i32 = i32::MIN;
 
 /// The shortest time a route whose upstreams all failed is answered with its fallback without
@@ -174,8 +175,8 @@ pub(crate) fn status_host<'a>(r: &'a Route, host: &'a str) -> StatusHost<'a> {
     }
 }
 
-/// The handshake frame of a status fetch: `protocol` and `port` as the client sent them, the
-/// host `sent` alone (no marker or suffix), next state 1. `None` if it cannot be encoded (a
+/// The handshake frame of a status fetch: `protocol` as [`fetch_protocol`] gives it, the
+/// upstream's own `port`, the host `sent` alone (no marker or suffix), next state 1. `None` if it cannot be encoded (a
 /// host over the handshake's bound).
 pub(crate) fn status_handshake(protocol: i32, sent: &str, port: u16) -> Option<Vec<u8>> {
     let hs = Handshake {

@@ -603,8 +603,9 @@ struct SourceDerive {
 /// one customer of a host is given: a holder of many /64s is one network).
 const NETWORK_PREFIX: Prefix = Prefix::NETWORK;
 
-/// A network's derive budget is this many sources' (burst and rate): a network's clients
-/// together get at most that, however many addresses they come from.
+/// A network's derive budget is this many sources' (burst and rate; its burst at most half
+/// the thread's): a network's clients together get at most that, however many addresses they
+/// come from. With the defaults 8 at once and 4 a second, half the thread's 16 and 8.
 const NETWORK_SHARE: u32 = 2;
 
 /// The thread's per-source derive budgets for one connection of `server` from `peer`, as the
@@ -630,8 +631,13 @@ impl SourceDeriveBudgets for SourceBudgets<'_> {
         let source = AddrKey::new(client, SOURCE_PREFIX).network();
         let network = AddrKey::new(client, NETWORK_PREFIX).network();
         let (burst, rate) = self.config.source_derive_budget();
+        // Never more than half the thread's burst (at least one): one network cannot leave
+        // the thread's other clients with nothing at once.
+        let thread_burst = self.config.shared_derive_budget().0;
         let shared = (
-            burst.saturating_mul(NETWORK_SHARE),
+            burst
+                .saturating_mul(NETWORK_SHARE)
+                .min((thread_burst / 2).max(1)),
             Rate::new(rate.tokens().saturating_mul(NETWORK_SHARE), rate.period()),
         );
         self.sources.tick += 1;

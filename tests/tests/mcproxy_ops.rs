@@ -237,29 +237,41 @@ fn logins_are_spread_over_a_routes_upstreams_by_its_balance() {
         };
         let quiet = Duration::from_millis(500);
         let within = Duration::from_secs(5);
+        // Which upstream got the next login (each login waits for the one before to arrive,
+        // so the proxy takes them in order).
+        let landed = |name: &[u8]| {
+            let deadline = Instant::now() + within;
+            loop {
+                for (k, u) in ups.iter().enumerate() {
+                    if let Some(got) = u.try_next(Duration::from_millis(20)) {
+                        assert!(contains(&got, name), "{balance}");
+                        return k;
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{balance}: no upstream got a login"
+                );
+            }
+        };
         let _first = login(41, "First");
+        let first_at = landed(b"First");
         let second = login(42, "Second");
-        // Each upstream got one of the two; which one got the second?
-        let got: Vec<Vec<u8>> = ups
-            .iter()
-            .map(|u| u.try_next(within).expect("each upstream a login"))
-            .collect();
-        let second_at = usize::from(contains(&got[1], b"Second"));
-        assert!(contains(&got[second_at], b"Second"), "{balance}");
+        let second_at = landed(b"Second");
+        assert_ne!(first_at, second_at, "{balance}: one each");
         let _third = if balance == "round-robin" {
             // In turn: the third to the first's upstream.
             let third = login(43, "Third");
-            let at = ups[1 - second_at].try_next(within);
-            assert!(at.is_some_and(|b| contains(&b, b"Third")), "{balance}");
+            assert_eq!(landed(b"Third"), first_at, "{balance}");
             third
         } else {
             // The second's connection ends: its upstream has none open, the other one.
             reset(second);
             proxy.wait_metric("wirekit_proxy_closed_total{reason=\"client_error\"}", 1);
             let third = login(43, "Third");
-            let at = ups[second_at].try_next(within);
-            assert!(
-                at.is_some_and(|b| contains(&b, b"Third")),
+            assert_eq!(
+                landed(b"Third"),
+                second_at,
                 "{balance}: the emptier upstream"
             );
             third

@@ -207,12 +207,16 @@ fn serve_without_key_derivation_refuses_derive_and_keeps_the_connection() {
 
 /// A connection pipelining key derivations lets the others on its worker thread run between
 /// them (the session's contract after `Want::Call`): a bystander's echo, sent while the first
-/// derivation runs, is answered before the third (without the yields, tokio's budget alone,
-/// charged at most a quarter slice a call, let four derivations of a few milliseconds each run
-/// back to back).
+/// derivation runs, is answered before the third derivation's reply (without the yields,
+/// tokio's budget alone, charged at most a quarter slice a call, let four derivations of a few
+/// milliseconds each run back to back). Both connections are read by one thread, in turn, so
+/// the order seen is the order of arrival (to within a read timeout of a millisecond), not a
+/// comparison of two threads' clocks.
 #[test]
 fn pipelined_derivations_let_the_threads_other_connections_run_between_them() {
+    use wirekit_core::service::client::Response;
     use wirekit_core::service::wire;
+    let _one = wirekit_tests::serve_process::exclusive();
     let server = wirekit_tests::serve_process::ServeProcess::start([
         "--threads",
         "1",
@@ -221,33 +225,61 @@ fn pipelined_derivations_let_the_threads_other_connections_run_between_them() {
         "--source-derive-burst",
         "64",
         "--thread-derive-burst",
-        "64",
+        "128",
     ]);
     let password = b"MMQea3n!fsik";
+    let waiting = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    };
     // A few rounds: where the echo arrives in the server's work varies from one to the next.
-    for round in 0..4 {
+    for round in 0..6 {
         let mut a = ServiceClient::connect(server.addr, None, None).unwrap();
         let mut b = ServiceClient::connect(server.addr, None, None).unwrap();
         b.echo(b"ready").unwrap();
         let key = a.derive(100, password).unwrap();
         let requests = a.derive_requests(6, 100, password).unwrap();
         a.stream().write_all(&requests).unwrap();
-        // Within the first derivation (sent any earlier, the echo may be served before it).
-        std::thread::sleep(Duration::from_millis(2));
+        // Within the first derivation (about 10 ms; sent any earlier, the echo may be served
+        // before it).
+        std::thread::sleep(Duration::from_millis(3));
         b.send(wire::ECHO, b"between").unwrap();
-        let echoed = std::thread::spawn(move || {
-            let r = b.recv().unwrap();
-            assert_eq!((r.id, &r.data[..]), (wire::ECHO, &b"between"[..]));
-            Instant::now()
-        });
-        assert_eq!(a.derive_replies(3, &key).unwrap(), (3, 0));
-        let third = Instant::now();
-        assert_eq!(a.derive_replies(3, &key).unwrap(), (3, 0));
-        let echoed = echoed.join().unwrap();
+        for c in [&mut a, &mut b] {
+            c.stream()
+                .set_read_timeout(Some(Duration::from_millis(1)))
+                .unwrap();
+        }
+        let (mut keys, mut echoed_after) = (0, None);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while keys < 6 || echoed_after.is_none() {
+            assert!(Instant::now() < deadline, "round {round}: replies missing");
+            if keys < 6 {
+                match a.recv() {
+                    Ok(r) => {
+                        assert!(matches!(r.response().unwrap(), Response::Key(k) if k == key));
+                        keys += 1;
+                    }
+                    Err(e) if waiting(&e) => {}
+                    Err(e) => panic!("round {round}: {e}"),
+                }
+            }
+            if echoed_after.is_none() {
+                match b.recv() {
+                    Ok(r) => {
+                        assert_eq!((r.id, &r.data[..]), (wire::ECHO, &b"between"[..]));
+                        echoed_after = Some(keys);
+                    }
+                    Err(e) if waiting(&e) => {}
+                    Err(e) => panic!("round {round}: {e}"),
+                }
+            }
+        }
+        let after = echoed_after.unwrap();
         assert!(
-            echoed < third,
-            "round {round}: the echo waited for the third pipelined derivation ({:?} after it)",
-            echoed - third
+            after < 3,
+            "round {round}: the echo came after {after} of the pipelined derivations"
         );
     }
 }

@@ -61,7 +61,7 @@ pub const CARGO_HACK: &str = "cargo-hack@0.6.46";
 /// work on a machine where `cargo xtask setup` has not run.
 pub fn firmware(qemu: bool) -> Result<(), String> {
     rust()?;
-    if qemu && !installed("qemu-system-arm", &["/usr/bin"]) {
+    if qemu && !installed("qemu-system-arm", &[]) {
         apt_install(&["qemu-system-arm"])?;
     }
     Ok(())

@@ -46,7 +46,9 @@
 //!   read as under PROXY when it is valid throughout (a listed family whose addresses fit,
 //!   TLVs that pass the checks below; the [`policy`] ignores the addresses) and otherwise
 //!   discarded, no addresses and no TLVs, never refused, except for a CRC32C TLV that does not
-//!   match (the spec's section 2.2.5: a present checksum must be verified).
+//!   match in an area otherwise valid (the spec's section 2.2.5: a present checksum must be
+//!   verified; in an area whose TLVs do not tile or break their rules it cannot be found
+//!   reliably, and the block is discarded with it).
 //! - TLVs must tile the rest of the header exactly; UNIQUE_ID is at most 128 bytes; the SSL TLV
 //!   needs its 5 fixed bytes and its sub-TLVs must tile the rest of it; a CRC32C TLV must be
 //!   4 bytes, appear at most once, and match. Unknown and vendor types are not checked (the

@@ -194,8 +194,9 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
 
 /// A LOCAL header of `total` bytes at the start of `input`. The spec has the receiver accept
 /// it and discard its protocol block, family byte included, as HAProxy does: the block is
-/// not a reason to refuse, except a CRC32C TLV that does not match (the spec's section 2.2.5:
-/// a present checksum must be verified; it covers the command byte too). The block is read as
+/// not a reason to refuse, except a CRC32C TLV that does not match in an area otherwise valid
+/// (the spec's section 2.2.5: a present checksum must be verified; it covers the command byte
+/// too). The block is read as
 /// under PROXY when it is valid throughout (a listed family whose addresses fit, TLVs that
 /// tile the rest and pass their checks), otherwise discarded: no addresses, no TLVs, the
 /// header's whole length consumed.

@@ -94,7 +94,8 @@ pub struct ServeArgs {
     /// (an IPv4 address or IPv6 /64, the PROXY header's client where one is accepted), before
     /// the thread's shared budget: a source holding many connections, or reconnecting, cannot
     /// spend the derivations every other client's logins need (0: every derive request gets
-    /// Busy).
+    /// Busy). A network of sources (an IPv4 /24, an IPv6 /48) shares twice this, at most half
+    /// the thread's burst.
     #[arg(long, default_value_t = service::Config::DEFAULT_SOURCE_DERIVE_BURST)]
     pub source_derive_burst: u32,
     /// Key derivations a second one source's budget refills by.
