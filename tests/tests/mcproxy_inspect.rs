@@ -1333,6 +1333,84 @@ fn a_truthful_compression_bomb_is_closed_by_the_inflated_budget() {
     );
 }
 
+/// The clientbound inflated-bytes budget holds the upstream: compressed packets that each
+/// inflate to 200,000 bytes reach the client until one takes the budget past its burst; the
+/// connection closes there, for that budget, and the client gets nothing of that one.
+#[test]
+fn an_upstreams_compression_bomb_is_closed_by_the_clientbound_inflated_budget() {
+    use std::io::Write;
+    use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MIN, compress_bound};
+    let _turn = turn();
+    let (proxy, mut client, mut up) = raw_play(
+        "cbinfl",
+        85,
+        "clientbound-inflated = { rate = 1, burst = 262144 }\nmax-clientbound-packet = 200000",
+        Some(256),
+    );
+    let packet = [[0x0Fu8].as_slice(), &[0u8; 199_999]].concat();
+    let mut z = vec![0u8; compress_bound(packet.len())];
+    let mut c = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();
+    let n = c.compress(Level::Fast, &packet, &mut z).unwrap();
+    let mut body = vec![0u8; 5];
+    let m = wirekit_core::varint::encode_varint(packet.len() as i32, &mut body).unwrap();
+    body.truncate(m);
+    body.extend_from_slice(&z[..n]);
+    let bomb = frame(&body);
+    up.write_all(&bomb).unwrap();
+    assert_eq!(
+        read_frames(&mut client, 1),
+        vec![body.clone()],
+        "the first passes as sent"
+    );
+    up.write_all(&bomb).unwrap();
+    // A Disconnect may come before the end; none of the second packet does.
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let rest = wirekit_tests::mcproxy_process::read_to_close(&mut client);
+    assert!(
+        !rest.windows(body.len()).any(|w| w == body),
+        "the second bomb reached the client"
+    );
+    let line = close_line(&proxy, "cbinfl");
+    assert!(
+        line.contains("reason=\"budget_clientbound_inflated\""),
+        "{line}"
+    );
+}
+
+/// The clientbound byte budget holds the upstream: past its burst, the connection closes for
+/// that budget and the client gets no byte past it.
+#[test]
+fn an_upstream_past_its_clientbound_byte_budget_is_cut_off() {
+    use std::io::Write;
+    let _turn = turn();
+    let (proxy, mut client, mut up) = raw_play(
+        "cbbytes",
+        86,
+        "clientbound-bytes = { rate = 1, burst = 65536 }\nmax-clientbound-packet = 16384",
+        None,
+    );
+    let packets: Vec<u8> = (0..40u8)
+        .flat_map(|i| frame(&[[0x0Fu8].as_slice(), &[b'a' + i % 26; 4000]].concat()))
+        .collect();
+    up.write_all(&packets).unwrap();
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let got = wirekit_tests::mcproxy_process::read_to_close(&mut client);
+    assert!(
+        got.len() <= 65536 + 4096,
+        "{} bytes through a burst of 65536",
+        got.len()
+    );
+    let line = close_line(&proxy, "cbbytes");
+    assert!(
+        line.contains("reason=\"budget_clientbound_bytes\""),
+        "{line}"
+    );
+}
+
 /// The clientbound budgets hold the upstream too: an upstream that sends more packets at once
 /// than its route's clientbound packet burst is cut off there, the close named for that
 /// budget, and the client gets no packet past it.
