@@ -323,7 +323,23 @@ fn package() -> Result<(), String> {
             }
         }
     }
-    let mut args = vec!["package", "--locked"];
+    // Cargo takes a registry package for immutable, so a unit built from the temporary
+    // registry's wirekit-core in an earlier run is reused though the sources changed (a
+    // verification then fails against the old API): the verification builds in a target
+    // directory of its own, whose wirekit units are rebuilt every run (the other
+    // dependencies' are kept).
+    let verify = root().join("target").join("package-verify");
+    let fingerprints = verify.join("debug").join(".fingerprint");
+    if let Ok(units) = std::fs::read_dir(&fingerprints) {
+        for unit in units.flatten() {
+            if unit.file_name().to_string_lossy().starts_with("wirekit-") {
+                std::fs::remove_dir_all(unit.path())
+                    .map_err(|e| format!("removing {}: {e}", unit.path().display()))?;
+            }
+        }
+    }
+    let verify = verify.display().to_string();
+    let mut args = vec!["package", "--locked", "--target-dir", &verify];
     for p in PUBLISHED {
         args.extend(["-p", p]);
     }
