@@ -392,6 +392,8 @@ fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>) {
             our_error(input)
         );
     };
+    // (Decided on wirekit's reading as it is, before the adjustments below.)
+    let block_discarded = discarded(input, ours);
     let mut ours = ours.clone();
     // 2. ppp does not read the TLVs after an UNSPEC header (see `accepted`).
     if ppp_unspec(peer, input, &theirs) {
@@ -400,7 +402,7 @@ fn compare(peer: &str, input: &[u8], theirs: Norm, ours: Option<&Norm>) {
     // 10. A LOCAL header whose block wirekit discarded (it was not valid throughout): what the
     //     peer read of the block is not compared, the rest is.
     let mut theirs = theirs;
-    if discarded(input, &ours) && theirs.local {
+    if block_discarded && theirs.local {
         theirs.addrs = Addrs::Unspec;
         theirs.tlvs.clear();
         theirs.transport = 0;

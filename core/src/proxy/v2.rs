@@ -736,7 +736,17 @@ mod tests {
         v[28..31].copy_from_slice(&[0x05, 0x00, 129]);
         v[14..16].copy_from_slice(&(12u16 + 3 + 129).to_be_bytes());
         discarded(&ok(&v[..]), v.len());
-        // Valid throughout: read as under PROXY.
+        // Valid throughout: read as under PROXY. UNSPEC with TLVs (proxy_diff's crash input of
+        // 2026-12-07: its check judged the block discarded from a reading it had adjusted):
+        let mut unspec = [0u8; 28];
+        unspec[..12].copy_from_slice(&SIGNATURE);
+        unspec[12..16].copy_from_slice(&[0x20, 0x00, 0x00, 12]);
+        unspec[16] = 0xF3;
+        let h = ok(&unspec);
+        assert_eq!(
+            (h.addresses, h.tlvs().count(), h.len),
+            (Addresses::Unspec, 4, 28)
+        );
         let (mut v, n) = ipv4_tlvs();
         v[12] = 0x20;
         let crc = bitwise_crc(
