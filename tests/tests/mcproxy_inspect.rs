@@ -1283,23 +1283,11 @@ fn ends_with_nothing(s: &mut std::net::TcpStream, what: &str) {
     }
 }
 
-/// A compressed packet whose Data Length tells the truth is inflated to check it, and what it
-/// inflates to is spent from the serverbound inflated-bytes budget: a client sending packets
-/// that each inflate to 200,000 bytes (a few hundred on the wire) is closed at the one that
-/// takes the budget past its burst, for that budget. The packet before it reaches the
-/// upstream as it was sent; the one that tripped it does not.
-#[test]
-fn a_truthful_compression_bomb_is_closed_by_the_inflated_budget() {
-    use std::io::Write;
+/// The frame body of a compressed packet `id` that inflates to 200,000 bytes (its Data Length
+/// true) and takes under 1 KiB on the wire.
+fn bomb_body(id: u8) -> Vec<u8> {
     use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MIN, compress_bound};
-    let _turn = turn();
-    let (proxy, mut client, mut up) = raw_play(
-        "inflbomb",
-        82,
-        "serverbound-inflated = { rate = 1, burst = 262144 }",
-        Some(256),
-    );
-    let packet = [[0x10u8].as_slice(), &[0u8; 199_999]].concat();
+    let packet = [[id].as_slice(), &[0u8; 199_999]].concat();
     let mut z = vec![0u8; compress_bound(packet.len())];
     let mut c = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();
     let n = c.compress(Level::Fast, &packet, &mut z).unwrap();
@@ -1312,6 +1300,25 @@ fn a_truthful_compression_bomb_is_closed_by_the_inflated_budget() {
         "a bomb: {} bytes on the wire",
         body.len()
     );
+    body
+}
+
+/// A compressed packet whose Data Length tells the truth is inflated to check it, and what it
+/// inflates to is spent from the serverbound inflated-bytes budget: a client sending packets
+/// that each inflate to 200,000 bytes (a few hundred on the wire) is closed at the one that
+/// takes the budget past its burst, for that budget. The packet before it reaches the
+/// upstream as it was sent; the one that tripped it does not.
+#[test]
+fn a_truthful_compression_bomb_is_closed_by_the_inflated_budget() {
+    use std::io::Write;
+    let _turn = turn();
+    let (proxy, mut client, mut up) = raw_play(
+        "inflbomb",
+        82,
+        "serverbound-inflated = { rate = 1, burst = 262144 }",
+        Some(256),
+    );
+    let body = bomb_body(0x10);
     let bomb = frame(&body);
     client.write_all(&bomb).unwrap();
     assert_eq!(
@@ -1339,7 +1346,6 @@ fn a_truthful_compression_bomb_is_closed_by_the_inflated_budget() {
 #[test]
 fn an_upstreams_compression_bomb_is_closed_by_the_clientbound_inflated_budget() {
     use std::io::Write;
-    use wirekit_core::zlib::{Compressor, Level, WORKSPACE_MIN, compress_bound};
     let _turn = turn();
     let (proxy, mut client, mut up) = raw_play(
         "cbinfl",
@@ -1347,14 +1353,7 @@ fn an_upstreams_compression_bomb_is_closed_by_the_clientbound_inflated_budget() 
         "clientbound-inflated = { rate = 1, burst = 262144 }\nmax-clientbound-packet = 200000",
         Some(256),
     );
-    let packet = [[0x0Fu8].as_slice(), &[0u8; 199_999]].concat();
-    let mut z = vec![0u8; compress_bound(packet.len())];
-    let mut c = Compressor::new(vec![0u32; WORKSPACE_MIN]).unwrap();
-    let n = c.compress(Level::Fast, &packet, &mut z).unwrap();
-    let mut body = vec![0u8; 5];
-    let m = wirekit_core::varint::encode_varint(packet.len() as i32, &mut body).unwrap();
-    body.truncate(m);
-    body.extend_from_slice(&z[..n]);
+    let body = bomb_body(0x0F);
     let bomb = frame(&body);
     up.write_all(&bomb).unwrap();
     assert_eq!(

@@ -284,11 +284,10 @@ fn pipelined_derivations_let_the_threads_other_connections_run_between_them() {
     }
 }
 
-/// The connections of one client source (its PROXY header's address here) share a derive
-/// budget on a thread: a second connection of the source gets Busy once the source's is spent,
-/// while another source is still served from the thread's shared budget.
-#[test]
-fn serve_bounds_the_derivations_of_one_source_across_connections() {
+/// One derivation from each `(client, served)` in turn, each on a connection of its own whose
+/// PROXY v1 header names that client, against `wirekit serve` with a source budget of one
+/// derivation (no refill): served, or Busy; the connection serves an echo either way.
+fn derive_per_client(clients: &[(&str, bool)]) {
     use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode, ErrorReply};
     let server = wirekit_tests::serve_process::ServeProcess::start([
         "--threads",
@@ -308,58 +307,16 @@ fn serve_bounds_the_derivations_of_one_source_across_connections() {
     };
     let mut data = vec![0u8; req.encoded_len()];
     req.encode(&mut data).unwrap();
-    for (client, served) in [
-        ("192.0.2.1", true),
-        ("192.0.2.1", false),
-        ("192.0.2.2", true),
-    ] {
+    for &(client, served) in clients {
+        let (family, dst) = if client.contains(':') {
+            ("TCP6", "::1")
+        } else {
+            ("TCP4", "127.0.0.1")
+        };
         let header = format!(
-            "PROXY TCP4 {client} 127.0.0.1 40000 {}\r\n",
+            "PROXY {family} {client} {dst} 40000 {}\r\n",
             server.addr.port()
         );
-        let mut c = ServiceClient::connect(server.addr, Some(header.as_bytes()), None).unwrap();
-        let reply = c.call(wire::DERIVE, &data).unwrap();
-        if served {
-            assert_eq!(reply.id, wire::DERIVE, "{client}");
-        } else {
-            let e = ErrorReply::parse(&reply.data).unwrap();
-            assert_eq!((e.request_id, e.code), (wire::DERIVE, ErrorCode::Busy));
-        }
-        c.echo(b"still served").unwrap();
-    }
-}
-
-/// The sources of one network (an IPv6 /48 here, as one holder of many /64s has) share twice a
-/// source's derive budget: a third /64 of the network gets Busy once two have spent theirs,
-/// while another network is still served.
-#[test]
-fn serve_bounds_the_derivations_of_one_network_across_its_sources() {
-    use wirekit_core::service::wire::{self, DeriveRequest, ErrorCode, ErrorReply};
-    let server = wirekit_tests::serve_process::ServeProcess::start([
-        "--threads",
-        "1",
-        "--source-derive-burst",
-        "1",
-        "--source-derive-per-second",
-        "0",
-        "--proxy-protocol",
-        "USE",
-        "--trusted",
-        "127.0.0.0/8",
-    ]);
-    let req = DeriveRequest {
-        pid: 100,
-        password: b"MMQea3n!fsik",
-    };
-    let mut data = vec![0u8; req.encoded_len()];
-    req.encode(&mut data).unwrap();
-    for (client, served) in [
-        ("2001:db8:0:1::1", true),
-        ("2001:db8:0:2::1", true),
-        ("2001:db8:0:3::1", false),
-        ("2001:db8:1::1", true),
-    ] {
-        let header = format!("PROXY TCP6 {client} ::1 40000 {}\r\n", server.addr.port());
         let mut c = ServiceClient::connect(server.addr, Some(header.as_bytes()), None).unwrap();
         let reply = c.call(wire::DERIVE, &data).unwrap();
         if served {
@@ -374,6 +331,31 @@ fn serve_bounds_the_derivations_of_one_network_across_its_sources() {
         }
         c.echo(b"still served").unwrap();
     }
+}
+
+/// The connections of one client source (its PROXY header's address here) share a derive
+/// budget on a thread: a second connection of the source gets Busy once the source's is spent,
+/// while another source is still served from the thread's shared budget.
+#[test]
+fn serve_bounds_the_derivations_of_one_source_across_connections() {
+    derive_per_client(&[
+        ("192.0.2.1", true),
+        ("192.0.2.1", false),
+        ("192.0.2.2", true),
+    ]);
+}
+
+/// The sources of one network (an IPv6 /48 here, as one holder of many /64s has) share twice a
+/// source's derive budget: a third /64 of the network gets Busy once two have spent theirs,
+/// while another network is still served.
+#[test]
+fn serve_bounds_the_derivations_of_one_network_across_its_sources() {
+    derive_per_client(&[
+        ("2001:db8:0:1::1", true),
+        ("2001:db8:0:2::1", true),
+        ("2001:db8:0:3::1", false),
+        ("2001:db8:1::1", true),
+    ]);
 }
 
 /// The connections of one worker thread share a derive budget: a client that reconnects for
