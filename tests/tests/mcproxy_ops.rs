@@ -125,26 +125,27 @@ fn refused_by_limit(limits: &str, cases: &[(&[&str], &str, &str)], reason: &str)
     }
 }
 
+/// Two clients of one network let in, a third of it refused, another network's served: an
+/// IPv4 /24, and two /64s of one IPv6 /48 (one network).
+const NETWORK_CASES: &[(&[&str], &str, &str)] = &[
+    (
+        &["192.0.2.1:1000", "192.0.2.200:1000"],
+        "192.0.2.7:1000",
+        "198.51.100.1:1000",
+    ),
+    (
+        &["[2001:db8::1]:1000", "[2001:db8:0:5::1]:1000"],
+        "[2001:db8::3]:1000",
+        "[2001:db8:1::1]:1000",
+    ),
+];
+
 #[test]
 fn per_network_limits_act_on_the_real_clients_ipv4_slash_24_and_ipv6_slash_48() {
     refused_by_limit(
         "conn-per-ip-burst = 0\nconn-per-ip-max = 0\nlogin-per-ip-burst = 0\n\
          conn-per-prefix-burst = 0\nconn-per-prefix-max = 2\n",
-        &[
-            // A third from the same network: refused at the network's limit; another
-            // network: served.
-            (
-                &["192.0.2.1:1000", "192.0.2.200:1000"],
-                "192.0.2.7:1000",
-                "198.51.100.1:1000",
-            ),
-            (
-                // Two /64s of one /48: one network.
-                &["[2001:db8::1]:1000", "[2001:db8:0:5::1]:1000"],
-                "[2001:db8::3]:1000",
-                "[2001:db8:1::1]:1000",
-            ),
-        ],
+        NETWORK_CASES,
         "network_concurrent",
     );
 }
@@ -178,18 +179,7 @@ fn the_per_network_connection_rate_acts_on_the_real_clients_network() {
     refused_by_limit(
         "conn-per-ip-burst = 0\nconn-per-ip-max = 0\nlogin-per-ip-burst = 0\n\
          conn-per-prefix-burst = 2\nconn-per-prefix-rate = 0.01\nconn-per-prefix-max = 0\n",
-        &[
-            (
-                &["192.0.2.1:1000", "192.0.2.200:1000"],
-                "192.0.2.7:1000",
-                "198.51.100.1:1000",
-            ),
-            (
-                &["[2001:db8::1]:1000", "[2001:db8:0:5::1]:1000"],
-                "[2001:db8::3]:1000",
-                "[2001:db8:1::1]:1000",
-            ),
-        ],
+        NETWORK_CASES,
         "network_rate",
     );
 }
