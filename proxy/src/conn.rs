@@ -1003,18 +1003,7 @@ pub(crate) fn upstream_handshake<'f>(
 /// of non-ASCII text can take up to 765) goes without, as HAProxy refuses a longer AUTHORITY.
 /// The header is always written: the upstream must never get a connection without it.
 pub(crate) fn proxy_v2(client: SocketAddr, dst: SocketAddr, host: &str) -> Vec<u8> {
-    let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
-    let v6 = |a: SocketAddr| match a {
-        SocketAddr::V4(a) => std::net::SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
-        SocketAddr::V6(a) => a,
-    };
-    let addresses = match (canon(client), canon(dst)) {
-        (SocketAddr::V4(src), SocketAddr::V4(dst)) => Addresses::Inet { src, dst },
-        (a, b) => Addresses::Inet6 {
-            src: v6(a),
-            dst: v6(b),
-        },
-    };
+    let addresses = Addresses::from_sockets(client, dst);
     let tlvs = [Tlv::Authority(host.as_bytes())];
     let named = !host.is_empty() && host.len() <= wirekit_core::proxy::tlv::MAX_AUTHORITY_LEN;
     let tlvs: &[Tlv<'_>] = if named { &tlvs } else { &[] };

@@ -678,17 +678,7 @@ impl Histogram {
 /// when both are IPv4, else TCP6 (an IPv4 address mapped).
 fn proxy_v2_header(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
     use wirekit_core::proxy::{Addresses, v2};
-    let v6 = |a: SocketAddr| match a {
-        SocketAddr::V4(a) => std::net::SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
-        SocketAddr::V6(a) => a,
-    };
-    let addresses = match (src, dst) {
-        (SocketAddr::V4(src), SocketAddr::V4(dst)) => Addresses::Inet { src, dst },
-        (a, b) => Addresses::Inet6 {
-            src: v6(a),
-            dst: v6(b),
-        },
-    };
+    let addresses = Addresses::from_sockets(src, dst);
     let builder = v2::Builder::proxy(addresses);
     let mut out = vec![0u8; builder.encoded_len()];
     // Two socket addresses and no TLV: nothing the builder refuses.

@@ -75,7 +75,7 @@ pub mod v1;
 pub mod v2;
 
 use core::fmt;
-use core::net::{SocketAddrV4, SocketAddrV6};
+use core::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use crate::{BufferTooSmall, Status};
 
@@ -259,6 +259,27 @@ impl defmt::Format for Addresses<'_> {
 pub fn unix_path(field: &[u8]) -> &[u8] {
     let end = field.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
     &field[..end]
+}
+
+impl Addresses<'static> {
+    /// The addresses of a TCP connection as a header carries them: INET when both are IPv4
+    /// (an IPv4-mapped IPv6 address counts as the IPv4 address it maps, as a dual-stack
+    /// listener reports one), otherwise INET6 with an IPv4 address written mapped. The flow
+    /// label and scope id of an IPv6 address are not carried.
+    pub fn from_sockets(src: SocketAddr, dst: SocketAddr) -> Self {
+        let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+        let v6 = |a: SocketAddr| match a {
+            SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+            SocketAddr::V6(a) => SocketAddrV6::new(*a.ip(), a.port(), 0, 0),
+        };
+        match (canonical(src), canonical(dst)) {
+            (SocketAddr::V4(src), SocketAddr::V4(dst)) => Addresses::Inet { src, dst },
+            (src, dst) => Addresses::Inet6 {
+                src: v6(src),
+                dst: v6(dst),
+            },
+        }
+    }
 }
 
 impl Addresses<'_> {
@@ -539,5 +560,39 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         Some(0x0D) => v2::parse(input, limits),
         Some(_) => Err(Error::NotProxy),
         None => Ok(Status::Partial(crate::Needed::Unknown)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_from_sockets_pick_the_family_a_header_carries() {
+        let v4: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+        let mapped: SocketAddr = "[::ffff:10.0.0.1]:25565".parse().unwrap();
+        let v6: SocketAddr = "[2001:db8::1%3]:443".parse().unwrap();
+        // Two IPv4 ends, one of them as a dual-stack listener reports it: INET.
+        assert_eq!(
+            Addresses::from_sockets(v4, mapped),
+            Addresses::Inet {
+                src: "192.0.2.7:5000".parse().unwrap(),
+                dst: "10.0.0.1:25565".parse().unwrap(),
+            }
+        );
+        // An IPv6 end: INET6, the IPv4 end mapped, the scope id not carried.
+        let got = Addresses::from_sockets(v6, v4);
+        assert_eq!(
+            got,
+            Addresses::Inet6 {
+                src: "[2001:db8::1]:443".parse().unwrap(),
+                dst: "[::ffff:192.0.2.7]:5000".parse().unwrap(),
+            }
+        );
+        assert_eq!(got.family(), Family::Inet6);
+        assert_eq!(
+            Addresses::from_sockets(mapped, v6).source(),
+            Some("[::ffff:10.0.0.1]:25565".parse().unwrap())
+        );
     }
 }
