@@ -53,9 +53,18 @@ impl Prefix {
     }
 }
 
-/// A table key: a network address and its prefix length. IPv4-mapped IPv6 addresses
-/// (`::ffff:a.b.c.d`, what a dual-stack socket reports for an IPv4 peer) are folded into the
-/// IPv4 key first, so a client counts once whichever socket it reached.
+/// A table key: a network address and its prefix length. IPv6 addresses that carry the IPv4
+/// address of the host behind them are folded into that IPv4 address's key first, so a client
+/// counts once whichever way it reached the server:
+/// - IPv4-mapped (`::ffff:a.b.c.d`), what a dual-stack socket reports for an IPv4 peer;
+/// - 6to4 (`2002:aabb:ccdd::/48`, RFC 3056): the site's IPv4 address in bits 16-48, whose
+///   host would otherwise hold 65,536 /64s, one client key each;
+/// - Teredo (`2001:0::/32`, RFC 4380): the client's public IPv4 address, inverted, in the
+///   last 32 bits, where the /64 is the Teredo server's and would key all its clients as one;
+/// - NAT64's well-known prefix (`64:ff9b::/96`, RFC 6052), the IPv4 host in the last 32 bits.
+///
+/// Each of these has its return traffic routed to the IPv4 address it embeds, so a TCP peer
+/// cannot claim one it does not hold.
 ///
 /// `Display` writes the address, with `/len` unless it is a whole address:
 /// `192.0.2.0/24`, `2001:db8::7`.
@@ -68,7 +77,7 @@ pub struct AddrKey {
 impl AddrKey {
     /// The key of `ip` under `prefix`.
     pub fn new(ip: IpAddr, prefix: Prefix) -> AddrKey {
-        match ip.to_canonical() {
+        match fold(ip) {
             IpAddr::V4(a) => {
                 let len = prefix.v4;
                 let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
@@ -111,6 +120,27 @@ impl AddrKey {
         };
         AddrKey::new(ip, prefix) == *self
     }
+}
+
+/// `ip`, or the IPv4 address an IPv6 address carries (see [`AddrKey`]).
+fn fold(ip: IpAddr) -> IpAddr {
+    let IpAddr::V6(a) = ip else {
+        return ip;
+    };
+    let bits = a.to_bits();
+    let low = bits as u32;
+    let v4 = match bits >> 96 {
+        // IPv4-mapped: ::ffff:0:0/96.
+        0 if (bits >> 32) as u32 == 0xffff => low,
+        // NAT64, the well-known prefix 64:ff9b::/96.
+        0x0064_ff9b if (bits >> 32) as u64 == 0 => low,
+        // Teredo, 2001:0::/32: the client's address inverted.
+        0x2001_0000 => !low,
+        // 6to4, 2002::/16: the site's address after the prefix.
+        top if top >> 16 == 0x2002 => (bits >> 80) as u32,
+        _ => return ip,
+    };
+    IpAddr::V4(Ipv4Addr::from_bits(v4))
 }
 
 impl Hash for AddrKey {
@@ -183,6 +213,41 @@ mod tests {
             AddrKey::host(ip("::192.0.2.7")),
             AddrKey::host(ip("192.0.2.7"))
         );
+    }
+
+    #[test]
+    fn tunnelled_and_translated_ipv6_fold_into_the_ipv4_they_carry() {
+        for prefix in [Prefix::HOST, Prefix::CLIENT, Prefix::NETWORK] {
+            let v4 = prefix.key(ip("192.0.2.7"));
+            // 6to4: every /64 of the site's /48 is the one IPv4 host.
+            assert_eq!(prefix.key(ip("2002:c000:207::1")), v4);
+            assert_eq!(prefix.key(ip("2002:c000:207:ffff:1:2:3:4")), v4);
+            // Teredo: the client's address is the last 32 bits inverted, whatever the
+            // server, flags and port.
+            assert_eq!(prefix.key(ip("2001:0:4136:e378:8000:63bf:3fff:fdf8")), v4);
+            assert_eq!(prefix.key(ip("2001:0:102:304:0:1:3fff:fdf8")), v4);
+            // NAT64's well-known prefix.
+            assert_eq!(prefix.key(ip("64:ff9b::c000:207")), v4);
+        }
+        // Two Teredo clients of one server are two clients.
+        assert_ne!(
+            Prefix::CLIENT.key(ip("2001:0:4136:e378:8000:63bf:3fff:fdf8")),
+            Prefix::CLIENT.key(ip("2001:0:4136:e378:8000:63bf:3fff:fdf7"))
+        );
+        assert_eq!(
+            AddrKey::host(ip("2002:c000:207::1")).to_string(),
+            "192.0.2.7"
+        );
+        assert!(AddrKey::host(ip("192.0.2.7")).contains(ip("2002:c000:207::9")));
+        // Near misses stay IPv6: the documentation prefix 2001:db8::/32 (not Teredo's
+        // 2001:0::/32), 2003::/16, and a NAT64 local-use prefix.
+        for other in [
+            "2001:db8::c000:207",
+            "2003:c000:207::1",
+            "64:ff9b:1::c000:207",
+        ] {
+            assert!(AddrKey::host(ip(other)).network().is_ipv6(), "{other}");
+        }
     }
 
     #[test]
