@@ -204,13 +204,17 @@ impl AcceptBackoff {
 /// Whether a failed accept concerns only the connection it would have returned, so the next
 /// one can be tried at once: the pending connection aborted or reset (ECONNABORTED,
 /// ECONNRESET, Linux's EPROTO), a network error on it that Linux passes on (ENETDOWN,
-/// ENETUNREACH, EHOSTUNREACH, ETIMEDOUT; EPERM from a firewall rule), or a signal. Anything
+/// ENETUNREACH, EHOSTUNREACH, ETIMEDOUT, and on Linux ENOPROTOOPT, EHOSTDOWN, ENONET and
+/// EOPNOTSUPP, which `accept(2)` says to treat like EAGAIN; EPERM from a firewall rule), or a
+/// signal. Anything
 /// else (EMFILE, ENFILE, ENOBUFS, ENOMEM, or an error of the listener itself) backs off, so a
 /// lasting error cannot spin the loop.
 pub fn is_per_connection(e: &io::Error) -> bool {
     use io::ErrorKind::*;
-    /// EPROTO on Linux (`accept(2)`: "Protocol error"), which std maps to no kind of its own.
-    const EPROTO_LINUX: i32 = 71;
+    /// Linux's EPROTO (`accept(2)`: "Protocol error"), ENONET, ENOPROTOOPT, EOPNOTSUPP and
+    /// EHOSTDOWN: std maps them to no kind of their own (or to `Unsupported`, which is not
+    /// one connection's on other errors).
+    const PER_CONNECTION_LINUX: [i32; 5] = [71, 64, 92, 95, 112];
     matches!(
         e.kind(),
         ConnectionAborted
@@ -221,7 +225,9 @@ pub fn is_per_connection(e: &io::Error) -> bool {
             | NetworkUnreachable
             | HostUnreachable
             | PermissionDenied
-    ) || (cfg!(target_os = "linux") && e.raw_os_error() == Some(EPROTO_LINUX))
+    ) || (cfg!(target_os = "linux")
+        && e.raw_os_error()
+            .is_some_and(|n| PER_CONNECTION_LINUX.contains(&n)))
 }
 
 #[cfg(test)]
@@ -251,8 +257,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_connections_failure_neither_pauses_nor_breaks_a_streak() {
         let mut a = AcceptBackoff::new();
-        // ECONNABORTED, EPROTO: no pause, no streak.
-        for errno in [103, 71] {
+        // ECONNABORTED, EPROTO, ENONET, ENOPROTOOPT, EOPNOTSUPP, EHOSTDOWN: no pause, no
+        // streak.
+        for errno in [103, 71, 64, 92, 95, 112] {
             let e = a.failed(io::Error::from_raw_os_error(errno));
             assert!(is_per_connection(&e), "{e}");
             assert_eq!((a.failing(), a.retry_at), (0, None), "{e}");

@@ -105,7 +105,9 @@ pub struct Accepted<S> {
     pub peer: SocketAddr,
     /// The real client: the header's source when the policy used it, else the peer.
     pub client: SocketAddr,
-    /// The header, when one was read and kept (USE, REQUIRE; IGNORE reads and drops it).
+    /// The header, when the policy took the client from it (a PROXY command under USE or
+    /// REQUIRE); IGNORE, and a LOCAL header (the peer's own connection, such as a balancer's
+    /// health check), are read and dropped.
     pub header: Option<OwnedHeader>,
     /// The stream, starting right after the header.
     pub stream: PrefixedStream<S>,
