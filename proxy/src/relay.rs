@@ -239,7 +239,7 @@ pub async fn relay(
     let down_spliced = AtomicBool::new(true);
     let ended = [AtomicBool::new(false), AtomicBool::new(false)];
     let mut draining = false;
-    let end = {
+    let (end, client_reading) = {
         let up = direction(
             &mut client_r,
             &mut up_w,
@@ -267,7 +267,7 @@ pub async fn relay(
         // most this long.
         let drain = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(drain);
-        loop {
+        let end = loop {
             tokio::select! {
                 e = &mut up, if up_end.is_none() => {
                     if matches!(e, DirEnd::Eof) {
@@ -323,13 +323,16 @@ pub async fn relay(
                 }
                 _ => {}
             }
-        }
+        };
+        (end, !matches!(up_end, Some(DirEnd::Eof)))
     };
-    if draining {
-        // The client still sent when the upstream went: what it sent since is read and
-        // dropped until it closes (within the drain's bound), after a FIN behind the bytes
-        // just relayed, so that the close is no reset over unread bytes, which would drop
-        // whatever of those the socket had not yet sent.
+    let upstream_went = matches!(end, RelayEnd::UpstreamClosed | RelayEnd::UpstreamError);
+    if draining || (upstream_went && client_reading) {
+        // The upstream went while the client may still send (a write to it failed, its read
+        // failed, or it ended its stream and then failed a write): what the client sends is
+        // read and dropped until it closes (within the drain's bound), after a FIN behind the
+        // bytes just relayed, so that the close is no reset over unread bytes, which would
+        // drop whatever of those (a kick's Disconnect) the socket had not yet sent.
         let linger = UPSTREAM_GONE_DRAIN.min(idle);
         let _ = tokio::time::timeout(linger, async {
             let _ = client.shutdown().await;
@@ -1093,6 +1096,106 @@ mod tests {
         let (got, _asker) = ask.await.unwrap();
         assert_eq!(got, pattern(2 * n, 5));
         drop(answer.await.unwrap());
+    }
+
+    /// The upstream sends its last bytes (a kick) and its end of stream, then, while the
+    /// client still sends, resets (`reset_first`: resets at once, without the end of stream).
+    /// The client reads nothing until the upstream is gone, through a small receive buffer,
+    /// so the proxy's socket still holds those bytes when the relay ends; the client then
+    /// must get all of them and a clean end, not a reset that drops them.
+    async fn kick_then_upstream_gone(reset_first: bool) {
+        const KICK: usize = 48 * 1024;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(2048).unwrap();
+        let mut client = socket.connect(l.local_addr().unwrap()).await.unwrap();
+        let (proxy_client, _) = l.accept().await.unwrap();
+        let (proxy_up, mut upstream) = crate::tcp_pair().await;
+        let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+        let gone = tokio::sync::Notify::new();
+        let upstream_side = async {
+            upstream.write_all(&pattern(KICK, 9)).await.unwrap();
+            if !reset_first {
+                upstream.shutdown().await.unwrap();
+                // Reads the client's bytes for a while after its end of stream.
+                let mut sink = [0u8; 4096];
+                let until = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+                while tokio::time::timeout_at(until, upstream.read(&mut sink))
+                    .await
+                    .is_ok_and(|r| r.is_ok_and(|n| n > 0))
+                {}
+            } else {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            upstream.set_zero_linger().unwrap();
+            drop(upstream);
+            gone.notify_one();
+        };
+        let client_side = async {
+            let (mut r, mut w) = client.split();
+            let send = async {
+                // Sends without pause until 300 ms after the upstream went, then ends.
+                let chunk = [7u8; 1024];
+                let notified = gone.notified();
+                tokio::pin!(notified);
+                let stop = async {
+                    notified.await;
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                };
+                tokio::pin!(stop);
+                loop {
+                    tokio::select! {
+                        () = &mut stop => break,
+                        r = w.write_all(&chunk) => if r.is_err() { return; },
+                    }
+                }
+                let _ = w.shutdown().await;
+            };
+            send.await;
+            let mut got = Vec::new();
+            let read = r.read_to_end(&mut got).await.map(|_| ());
+            (read, got)
+        };
+        let (outcome, (), (read, got)) = tokio::join!(
+            counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters),
+            upstream_side,
+            client_side
+        );
+        assert!(
+            matches!(
+                outcome.end,
+                RelayEnd::UpstreamClosed | RelayEnd::UpstreamError
+            ),
+            "{:?}",
+            outcome.end
+        );
+        assert_eq!(outcome.clientbound, KICK as u64);
+        assert!(
+            read.is_ok(),
+            "the client got {} of {KICK} bytes, then {read:?}",
+            got.len()
+        );
+        assert!(got == pattern(KICK, 9), "{} of {KICK} bytes", got.len());
+    }
+
+    #[tokio::test]
+    async fn a_kick_before_the_upstreams_end_and_reset_reaches_a_client_still_sending() {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            kick_then_upstream_gone(false),
+        )
+        .await
+        .expect("the relay and both peers end");
+    }
+
+    #[tokio::test]
+    async fn a_kick_before_the_upstreams_reset_reaches_a_client_still_sending() {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            kick_then_upstream_gone(true),
+        )
+        .await
+        .expect("the relay and both peers end");
     }
 
     #[tokio::test]
