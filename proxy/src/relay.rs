@@ -549,6 +549,8 @@ mod splice {
         pub(super) static LARGEST_SPLICE: Cell<usize> = const { Cell::new(0) };
         /// The same, in directions with a byte budget only.
         pub(super) static LARGEST_BUDGETED_SPLICE: Cell<usize> = const { Cell::new(0) };
+        /// The largest pipe a direction with a byte budget could fill.
+        pub(super) static LARGEST_BUDGETED_PIPE: Cell<usize> = const { Cell::new(0) };
         /// Pipes dropped on this thread empty and at their first size, so for the pool (kept
         /// if it had room: other tests' pipes may have filled it). Counted per thread: a
         /// process-wide count would count other tests' pipes too.
@@ -682,7 +684,12 @@ mod splice {
             let (pipe_r, pipe_w) = pipe.ends();
             let most = splice_len(pipe.size.get(), budget);
             #[cfg(test)]
-            LARGEST_PIPE.set(LARGEST_PIPE.get().max(pipe.size.get()));
+            {
+                LARGEST_PIPE.set(LARGEST_PIPE.get().max(pipe.size.get()));
+                if budget.most() != usize::MAX {
+                    LARGEST_BUDGETED_PIPE.set(LARGEST_BUDGETED_PIPE.get().max(pipe.size.get()));
+                }
+            }
             // The pipe is empty here: fill it from the socket.
             let filled = loop {
                 if from.readable().await.is_err() {
@@ -698,8 +705,11 @@ mod splice {
                         // where splice stops (answering EAGAIN, or 0 once the peer has ended
                         // its stream) with ordinary bytes behind it. A read tells them apart
                         // and steps over the mark as a plain reader does (the urgent byte is
-                        // not part of the stream); it costs a system call at the stream's
-                        // end and on a spurious wake-up only.
+                        // not part of the stream). It costs a system call at the stream's
+                        // end and once a wake-up after a splice that emptied the socket
+                        // (tokio keeps the readiness until an attempt would block), so a
+                        // stream of small packets pays a splice, an EAGAIN splice and this
+                        // EAGAIN read per wake-up.
                         Ok(0) | Err(Errno::AGAIN) => {
                             match recv(from, &mut side[..], RecvFlags::DONTWAIT) {
                                 Ok((m, _)) => Ok(Filled::Read(m)),
@@ -754,7 +764,10 @@ mod splice {
             for _ in 1..n.div_ceil(CHUNK) {
                 tokio::task::consume_budget().await;
             }
-            if n == pipe.size.get() {
+            // Grown only where the budget lets a splice use the room: a burst capped at the
+            // pipe's size would fill it every time and charge four times its pages for
+            // nothing.
+            if n == pipe.size.get() && splice_len(GROWN_PIPE, budget) > n {
                 pipe.filled();
             }
             if !budget.spend(n) {
@@ -1265,7 +1278,14 @@ mod tests {
         assert_eq!(rustix::io::read(r, &mut back), Ok(first));
         pipe.held.set(0);
         pipe.size.set(grown);
+        let offered = splice::OFFERED.get();
         drop(pipe);
+        // Offered to the pool (not closed for having grown), at its first size.
+        assert_eq!(
+            splice::OFFERED.get(),
+            offered + 1,
+            "not offered to the pool"
+        );
         assert!(
             splice::pooled_at_their_size(),
             "a pooled pipe kept a grown size"
@@ -1301,6 +1321,29 @@ mod tests {
             GROWN_PIPE
         );
         assert_eq!(splice::splice_len(CHUNK, &Budget::from(budget)), CHUNK);
+    }
+
+    /// A direction whose burst is the pipe's first size fills the pipe on every full splice,
+    /// but could never splice more: its pipe does not grow.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_burst_no_larger_than_the_pipe_keeps_it_from_growing() {
+        splice::LARGEST_BUDGETED_PIPE.set(0);
+        splice::LARGEST_BUDGETED_SPLICE.set(0);
+        let budget = ByteBudget {
+            burst: CHUNK as u32,
+            per_second: u32::MAX,
+        };
+        // The bucket refills in whole steps of its clock, so the stream ends over budget
+        // after a few splices: enough, as a pipe grows after the first that fills it.
+        let (_, _, at_upstream) = run(8 << 20, budget).await;
+        assert!(at_upstream.len() > CHUNK, "{}", at_upstream.len());
+        assert_eq!(
+            splice::LARGEST_BUDGETED_SPLICE.get(),
+            CHUNK,
+            "no splice filled it"
+        );
+        assert_eq!(splice::LARGEST_BUDGETED_PIPE.get(), CHUNK);
     }
 
     async fn budget_closes() {
