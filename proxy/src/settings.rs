@@ -8,7 +8,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use wirekit_core::limit::source::SourceConfig;
+use wirekit_core::limit::source::{HostState, NetworkState, SourceConfig};
+use wirekit_core::limit::{AddrKey, Slot};
 use wirekit_core::minecraft::conn::{ConnConfig, UnknownVersion};
 use wirekit_core::minecraft::handshake::{MAX_HOST_LEN, normalize_host};
 use wirekit_core::proxy::policy::ProxyConfig;
@@ -275,9 +276,14 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The fewest entries a per-source table may have.
 pub const MIN_SOURCE_TABLE_SIZE: usize = 8;
 
-/// The most entries a per-source table may have (2^24, some 16 million addresses: the two
-/// tables are allocated whole when the proxy binds).
-pub const MAX_SOURCE_TABLE_SIZE: usize = 1 << 24;
+/// The most entries a per-source table may have (2^22, some 4 million addresses: the two
+/// tables are allocated and written whole when the proxy binds, [`SOURCE_ENTRY_BYTES`] an
+/// entry, about 1 GiB at this size).
+pub const MAX_SOURCE_TABLE_SIZE: usize = 1 << 22;
+
+/// The memory one entry of `source-table-size` takes: a slot in each of the two tables.
+pub const SOURCE_ENTRY_BYTES: usize = std::mem::size_of::<Slot<AddrKey, HostState>>()
+    + std::mem::size_of::<Slot<AddrKey, NetworkState>>();
 
 /// Why settings cannot run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -473,6 +479,17 @@ impl Settings {
         if self.listen.is_empty() {
             return Err(SettingsError::new("no listen address"));
         }
+        for (key, t) in [
+            ("handshake-timeout", self.handshake_timeout),
+            ("connect-timeout", self.connect_timeout),
+            ("idle-timeout", self.idle_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(SettingsError::new(format!(
+                    "{key} 0 would end every connection at once"
+                )));
+            }
+        }
         if let Some(twice) = self
             .listen
             .iter()
@@ -533,7 +550,7 @@ impl Settings {
         if !(MIN_SOURCE_TABLE_SIZE..=MAX_SOURCE_TABLE_SIZE).contains(&self.source_table_size) {
             return Err(SettingsError::new(format!(
                 "source-table-size must be from {MIN_SOURCE_TABLE_SIZE} to {MAX_SOURCE_TABLE_SIZE} \
-                 (each entry is allocated at start, in two tables)"
+                 (each entry is allocated at start, {SOURCE_ENTRY_BYTES} bytes in two tables)"
             )));
         }
         for (name, b) in [
@@ -669,10 +686,38 @@ mod tests {
         )
     }
 
+    /// A zero timeout (the library API takes any `Duration`) is refused by name.
+    #[test]
+    fn zero_timeouts_are_refused() {
+        let base = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        assert_eq!(base.check(), Ok(()));
+        let cases: [(&str, fn(&mut Settings)); 3] = [
+            ("handshake-timeout", |s| {
+                s.handshake_timeout = Duration::ZERO
+            }),
+            ("connect-timeout", |s| s.connect_timeout = Duration::ZERO),
+            ("idle-timeout", |s| s.idle_timeout = Duration::ZERO),
+        ];
+        for (key, zero) in cases {
+            let mut s = base.clone();
+            zero(&mut s);
+            let e = s.check().unwrap_err().to_string();
+            assert!(e.starts_with(key), "{e}");
+        }
+    }
+
     /// A table size past the bound is refused with a reason, not left to abort the bind's
     /// allocation.
     #[test]
     fn the_source_table_size_is_bounded_both_ways() {
+        // The largest size allowed fits a small server's memory (the bound's reason).
+        assert!(
+            SOURCE_ENTRY_BYTES * MAX_SOURCE_TABLE_SIZE <= 1 << 30,
+            "{SOURCE_ENTRY_BYTES} bytes an entry"
+        );
         let mut s = Settings {
             routes: vec![route(&["a.example"])],
             ..Settings::default()
@@ -919,13 +964,26 @@ mod tests {
             HostPattern::parse("*.Example.COM").unwrap(),
             HostPattern::Suffix(".example.com".into())
         );
+        // Named apart, so that neither is refused for sharing its name.
         let mut two = Settings {
             routes: vec![route(&[]), route(&[])],
             ..Settings::default()
         };
-        assert!(two.check().is_err());
+        two.routes[0].name = "one".into();
+        two.routes[1].name = "two".into();
+        let no_host = two.check().unwrap_err().to_string();
+        assert!(
+            no_host.contains("no host and not the default route"),
+            "{no_host}"
+        );
         two.routes.iter_mut().for_each(|r| r.default = true);
-        assert!(two.check().unwrap_err().to_string().contains("default"));
+        assert_eq!(
+            two.check().unwrap_err().to_string(),
+            "more than one default route"
+        );
+        two.routes[1].default = false;
+        two.routes[1].hosts = vec!["b.example".into()];
+        assert_eq!(two.check(), Ok(()));
         // A handshake bound shorter than the route's own host.
         let mut r = route(&["play.example.com"]);
         r.handshake.max_host_len = 8;

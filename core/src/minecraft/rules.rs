@@ -199,7 +199,9 @@ pub struct HandshakeRule {
     /// The next states accepted.
     pub next_states: NextStates,
     /// The longest host accepted, in UTF-16 code units, without Forge marker or TCPShield
-    /// suffix (the parser's bound, [`MAX_HOST_LEN`], holds whatever this says).
+    /// suffix, nor the trailing dot of a fully qualified name (a client that found the
+    /// server by an SRV record sends its target, `play.example.com.`, which names the same
+    /// host); the parser's bound, [`MAX_HOST_LEN`], holds whatever this says.
     pub max_host_len: u16,
 }
 
@@ -219,7 +221,9 @@ impl HandshakeRule {
         if !self.next_states.contains(hs.next_state) {
             return Err(HandshakeRefusal::NextState);
         }
-        if utf16_len_of_utf8(hs.address.host.as_bytes()) > usize::from(self.max_host_len) {
+        let host = hs.address.host;
+        let host = host.strip_suffix('.').unwrap_or(host);
+        if utf16_len_of_utf8(host.as_bytes()) > usize::from(self.max_host_len) {
             return Err(HandshakeRefusal::HostTooLong);
         }
         Ok(())
@@ -650,6 +654,12 @@ mod tests {
         assert_eq!(
             rule.check(&hs(769, "localhos\u{e9}", NextState::Status)),
             Ok(())
+        );
+        // A fully qualified name's trailing dot does not count (one dot only).
+        assert_eq!(rule.check(&hs(769, "localhost.", NextState::Login)), Ok(()));
+        assert_eq!(
+            rule.check(&hs(769, "localhost..", NextState::Login)),
+            Err(HandshakeRefusal::HostTooLong)
         );
         assert!(NextStates::from_bits(0xff) == NextStates::ALL);
     }

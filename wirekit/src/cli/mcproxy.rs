@@ -108,7 +108,7 @@ pub struct ProxyArgs {
     /// Status requests per client address per second (default 10).
     #[arg(long)]
     pub status_per_ip_rate: Option<f64>,
-    /// Entries in each per-source table, 8 to 16777216 (default 65536; a change needs a
+    /// Entries in each per-source table, 8 to 4194304 (default 65536; a change needs a
     /// restart).
     #[arg(long)]
     pub source_table_size: Option<usize>,
