@@ -285,6 +285,9 @@ pub const MAX_SOURCE_TABLE_SIZE: usize = 1 << 22;
 pub const SOURCE_ENTRY_BYTES: usize = std::mem::size_of::<Slot<AddrKey, HostState>>()
     + std::mem::size_of::<Slot<AddrKey, NetworkState>>();
 
+// The largest size allowed fits a small server's memory (the bound's reason).
+const _: () = assert!(SOURCE_ENTRY_BYTES * MAX_SOURCE_TABLE_SIZE <= 1 << 30);
+
 /// Why settings cannot run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingsError(String);
@@ -686,15 +689,22 @@ mod tests {
         )
     }
 
-    /// A zero timeout (the library API takes any `Duration`) is refused by name.
-    #[test]
-    fn zero_timeouts_are_refused() {
-        let base = Settings {
+    /// Settings with one route, which pass the check.
+    fn one_route() -> Settings {
+        let s = Settings {
             routes: vec![route(&["a.example"])],
             ..Settings::default()
         };
-        assert_eq!(base.check(), Ok(()));
-        let cases: [(&str, fn(&mut Settings)); 3] = [
+        assert_eq!(s.check(), Ok(()));
+        s
+    }
+
+    /// A zero timeout (the library API takes any `Duration`) is refused by name.
+    #[test]
+    fn zero_timeouts_are_refused() {
+        let base = one_route();
+        type Zero = fn(&mut Settings);
+        let cases: [(&str, Zero); 3] = [
             ("handshake-timeout", |s| {
                 s.handshake_timeout = Duration::ZERO
             }),
@@ -713,11 +723,6 @@ mod tests {
     /// allocation.
     #[test]
     fn the_source_table_size_is_bounded_both_ways() {
-        // The largest size allowed fits a small server's memory (the bound's reason).
-        assert!(
-            SOURCE_ENTRY_BYTES * MAX_SOURCE_TABLE_SIZE <= 1 << 30,
-            "{SOURCE_ENTRY_BYTES} bytes an entry"
-        );
         let mut s = Settings {
             routes: vec![route(&["a.example"])],
             ..Settings::default()
@@ -776,11 +781,7 @@ mod tests {
     #[test]
     fn a_per_source_rate_of_zero_with_a_burst_is_refused() {
         use wirekit_core::limit::Rate;
-        let base = Settings {
-            routes: vec![route(&["a.example"])],
-            ..Settings::default()
-        };
-        assert_eq!(base.check(), Ok(()));
+        let base = one_route();
         let zero = Rate::per_second(0);
         type Set = fn(&mut Settings, Rate);
         let cases: [(&str, Set); 4] = [
