@@ -145,7 +145,8 @@ impl InspectSettings {
     }
 
     /// Refuses what cannot run: rules the core refuses, a maximum packet of 0 or over
-    /// vanilla's Data Length maximum.
+    /// vanilla's Data Length maximum, a client threshold under which a clientbound packet the
+    /// route accepts would go to the client uncompressed past the largest frame.
     pub fn check(&self) -> Result<(), String> {
         self.core_rules()
             .check()
@@ -167,6 +168,24 @@ impl InspectSettings {
                 return Err(format!(
                     "{name} maximum packet: 16 to {} bytes",
                     wirekit_core::frame::compressed::MAX_DATA_LEN
+                ));
+            }
+        }
+        if let Some(c) = self.client_compression {
+            // The longest body the client's framing carries uncompressed (under the
+            // threshold, or every body without compression) must fit one frame, its Data
+            // Length of 0 included.
+            use wirekit_core::frame::mc::MAX_FRAME_LEN;
+            let (plain, room) = match usize::try_from(c.threshold) {
+                Ok(t) => (t.saturating_sub(1), MAX_FRAME_LEN - 1),
+                Err(_) => (usize::MAX, MAX_FRAME_LEN),
+            };
+            if self.max_clientbound_packet.min(plain) > room {
+                return Err(format!(
+                    "client threshold {}: clientbound packets of up to {} bytes would go to the \
+                     client uncompressed, past the largest frame's {room}; lower the threshold \
+                     or the clientbound maximum packet",
+                    c.threshold, self.max_clientbound_packet
                 ));
             }
         }
@@ -1008,7 +1027,8 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 Err(e) => return Some(After::BadFrame(CompressedFrameError::Frame(e))),
             };
             // The filter gets room for the direction's largest packet, no more: a rewrite
-            // always fits the frame that carries it on.
+            // always fits the frame that carries it on (the settings' check refuses a client
+            // threshold under which one would go out uncompressed past the largest frame).
             let room = settings.max_packet(dir).min(work.rewrite.len());
             let verdict = conn.handle_filtered(
                 &rules,
@@ -1356,6 +1376,37 @@ mod tests {
     use super::*;
     use wirekit_core::minecraft::ids::{KnownPacket, State};
     use wirekit_core::minecraft::rules::{RuleAction, RuleVerdict, VersionRange};
+
+    /// A client threshold under which a clientbound packet the route accepts would go out
+    /// uncompressed past the largest frame is refused; one that compresses such packets, or
+    /// a maximum packet that fits a frame, is taken.
+    #[test]
+    fn a_client_threshold_that_cannot_carry_the_largest_packet_is_refused() {
+        use wirekit_core::frame::mc::MAX_FRAME_LEN;
+        let with = |threshold: i32, max: usize| InspectSettings {
+            client_compression: Some(ClientCompression {
+                threshold,
+                level: Level::Fast,
+            }),
+            max_clientbound_packet: max,
+            ..InspectSettings::default()
+        };
+        let big = wirekit_core::frame::compressed::MAX_DATA_LEN;
+        for (threshold, max, ok) in [
+            (256, big, true),
+            (MAX_FRAME_LEN as i32, big, true),
+            (MAX_FRAME_LEN as i32 + 1, big, false),
+            (-1, big, false),
+            (-1, MAX_FRAME_LEN, true),
+            (-1, MAX_FRAME_LEN + 1, false),
+            (i32::MAX, MAX_FRAME_LEN - 1, true),
+            (i32::MAX, MAX_FRAME_LEN, false),
+        ] {
+            let r = with(threshold, max).check();
+            assert_eq!(r.is_ok(), ok, "threshold {threshold}, max {max}: {r:?}");
+        }
+        assert_eq!(InspectSettings::default().check(), Ok(()));
+    }
 
     #[test]
     fn named_rules_follow_the_id_per_version() {
