@@ -1926,13 +1926,23 @@ mod tests {
             T0,
         )
         .assert_forward();
-        // Two serverbound packets used; the third passes, the fourth trips until refilled.
+        // Two serverbound packets used; the third passes, the fourth trips, unless it comes
+        // once the bucket has refilled a packet (10 a second: 100 ms).
         feed(&mut c, SB, 2, b"").assert_forward();
         let later = T0 + Duration::from_millis(100);
+        let mut waited = c.clone();
+        waited
+            .handle(&Rules::NONE, &pkt(SB, 2, b""), later)
+            .assert_forward();
+        assert!(matches!(
+            waited.handle(&Rules::NONE, &pkt(SB, 2, b""), later),
+            Verdict::Close(_)
+        ));
         let Verdict::Close(close) = feed(&mut c, SB, 2, b"") else {
             panic!()
         };
         assert_eq!(close.reason.label(), "budget_serverbound_packets");
+        // A closed connection stays closed, refilled or not.
         assert_eq!(
             c.handle(&Rules::NONE, &pkt(SB, 2, b""), later),
             Verdict::Close(close)
