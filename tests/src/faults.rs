@@ -86,7 +86,15 @@ pub fn send_without_reading(
     let mut at = 0;
     let mut last_progress = Instant::now();
     let mut w = &s;
+    // A server that keeps draining, however slowly, must not hold the test for good.
+    let deadline = Instant::now() + SEND_WITHOUT_READING_MAX;
     while last_progress.elapsed() < stall && sent < limit {
+        if Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("still not stalled after {SEND_WITHOUT_READING_MAX:?} ({sent} bytes)"),
+            ));
+        }
         match w.write(&frame[at..]) {
             Ok(n) => {
                 sent += n;
@@ -101,6 +109,44 @@ pub fn send_without_reading(
     }
     s.set_nonblocking(false)?;
     Ok((s, sent))
+}
+
+/// The longest [`send_without_reading`] sends before it gives up with an error.
+pub const SEND_WITHOUT_READING_MAX: Duration = Duration::from_secs(30);
+
+/// The receive queue (bytes its owner has not read) of each IPv4 TCP socket whose local port
+/// is `port` and whose remote port is one of `peers` (loopback connections seen from the
+/// server's side), from `/proc/net/tcp`: `(peer port, bytes)`.
+pub fn rx_queues(port: u16, peers: &[u16]) -> io::Result<Vec<(u16, u64)>> {
+    let table = std::fs::read_to_string("/proc/net/tcp")?;
+    let port_of = |field: &str| {
+        field
+            .rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    let mut out = Vec::new();
+    for line in table.lines().skip(1) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(remote), Some(queues)) = (cols.get(1), cols.get(2), cols.get(4))
+        else {
+            continue;
+        };
+        let (Some(l), Some(r)) = (port_of(local), port_of(remote)) else {
+            continue;
+        };
+        if l != port || !peers.contains(&r) {
+            continue;
+        }
+        let rx = queues
+            .split(':')
+            .nth(1)
+            .and_then(|q| u64::from_str_radix(q, 16).ok())
+            .ok_or_else(|| io::Error::other(format!("bad queue field {queues:?}")))?;
+        out.push((r, rx));
+    }
+    out.sort_unstable();
+    Ok(out)
 }
 
 /// Closes `s` with its unread replies still queued: the kernel answers with an RST, so a

@@ -22,8 +22,10 @@ const RSS_BOUND_KIB: u64 = 64 * 1024;
 /// Load-generator tasks, each connecting, echoing and closing in turn. More do not raise the
 /// rate on a machine of 2 cores, which the server and the generator share: with `wirekit bench
 /// --churn --payload 64` for 5 s each (2026-12-06, AMD EPYC, 2 cores, two fuzz campaigns at
-/// nice 19), 4, 16 and 64 tasks made 13,800-14,100 connections a second alike, so the churn
-/// runs at the highest rate the generator reaches.
+/// nice 19), 4, 16 and 64 tasks made 13,800-14,100 connections a second alike (release
+/// builds), so the churn runs at the highest rate the generator reaches. The test runs the
+/// dev builds `cargo test` makes, of the server and of the generator, which reach about a
+/// third of that (the rate it records).
 const TASKS: usize = 16;
 /// What the server's RSS may grow by over the churn, at its peak and after, beyond
 /// [`GROWTH_PER_CONNECTION`] a connection: the allocator's working set for the connections
@@ -166,7 +168,7 @@ fn thirty_seconds_of_connection_churn_leaves_no_descriptor_behind_and_bounded_me
         test,
         &format!(
             "connect, one 64-byte echo, close, for {CHURN:?} from {TASKS} tasks (`wirekit bench \
-             --churn`)"
+             --churn`, dev builds of server and generator)"
         ),
         &format!(
             "{} connections, {rate:.0}/s, p50 {:.1?}, p99 {:.1?}; server CPU {:.0?} a connection",

@@ -188,6 +188,7 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
     server.wait_for("every connection closed", Duration::from_secs(20), |s| {
         s.open_fds() <= baseline_fds
     });
+    let fds_after = server.open_fds();
     let (status, lines) = server.stop();
     assert!(status.success());
     let counts = close_counts(&lines);
@@ -232,7 +233,7 @@ fn ten_thousand_concurrent_connections_echo_every_byte() {
     record(
         test,
         "server descriptors with every connection open",
-        &format!("{baseline_fds} before, {peak_fds} with all open, back to {baseline_fds}"),
+        &format!("{baseline_fds} before, {peak_fds} with all open, {fds_after} after"),
         &format!("at least {} with all open", baseline_fds + CONNECTIONS),
     );
     record(

@@ -645,7 +645,12 @@ fn oversized_header_closed(addr: std::net::SocketAddr) -> Duration {
 
 /// A connection that echoes: the firmware's sockets listen again a moment after a close.
 fn connect_retrying(addr: std::net::SocketAddr) -> ServiceClient {
+    // Each try may wait out a read timeout: the tries are bounded in time as well.
+    let deadline = Instant::now() + Duration::from_secs(30);
     for _ in 0..50 {
+        if Instant::now() > deadline {
+            break;
+        }
         if let Ok(mut c) = ServiceClient::connect(addr, None, None)
             && c.echo(b"probe").is_ok()
         {

@@ -49,6 +49,8 @@ pub fn run() -> Result<(), String> {
     let mut build = args.clone();
     build.push("--no-run");
     cargo(&build, &[])?;
+    // The server the tests run as a child: `cargo test --no-run` builds the library only.
+    cargo(&["build", "-p", "wirekit", "--bin", "wirekit"], &[])?;
     let load = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
