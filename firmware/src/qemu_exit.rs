@@ -86,6 +86,8 @@ pub async fn serve_control_port(stack: embassy_net::Stack<'_>, before_exit: impl
             defmt::warn!("control port: unknown command {=[u8]:a}", line);
         }
         socket.abort();
-        let _ = socket.flush().await;
+        // Bounded, as the server's resets are: a reset that cannot go out must not stall the
+        // control port.
+        let _ = embassy_time::with_timeout(crate::server::RESET_FLUSH, socket.flush()).await;
     }
 }

@@ -150,6 +150,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// after smoltcp's 1 s minimum RTO, then 2 s, 4 s) does not cut off the last reply of a session
 /// that ended normally.
 pub const CLOSE_FLUSH: Duration = Duration::from_micros(SEND_TIMEOUT.as_micros());
+/// On a close the session decided (bad input, the header timeout), what is queued and the FIN
+/// get this long: one retransmission, at smoltcp's 1 s minimum RTO. A peer that sends garbage
+/// or nothing and then withholds its ACKs holds the socket this long, not [`CLOSE_FLUSH`]
+/// (three such peers would otherwise keep every socket, the spare included, from listening).
+pub const ERROR_FLUSH: Duration = Duration::from_secs(2);
 /// After an abort, the reset gets this long to go out before the socket listens again (listening
 /// forgets the peer, and with it a reset not yet sent).
 pub const RESET_FLUSH: Duration = Duration::from_millis(500);
@@ -372,8 +377,9 @@ async fn serve_connection(
     (session, ended)
 }
 
-/// Closes the connection (sending what is queued, within [`CLOSE_FLUSH`]), resets it, and
-/// records its end.
+/// Closes the connection (sending what is queued, within [`CLOSE_FLUSH`] after a normal end,
+/// [`ERROR_FLUSH`] after the session's error, not at all after the transport's), resets it,
+/// and records its end.
 async fn close_connection(
     socket: &mut TcpSocket<'_>,
     mut session: Session,
@@ -381,9 +387,14 @@ async fn close_connection(
 ) {
     socket.close();
     // Best effort: the peer may already be gone. A peer that kept its window shut for the
-    // whole send timeout gets no second one.
-    if !matches!(ended, Ended::SendStalled) {
-        let _ = with_deadline(Instant::now() + CLOSE_FLUSH, socket.flush()).await;
+    // whole send timeout gets no second one, nor does a connection the transport lost.
+    let flush = match ended {
+        Ended::PeerClosed => Some(CLOSE_FLUSH),
+        Ended::SendStalled | Ended::Transport(_) => None,
+        _ => Some(ERROR_FLUSH),
+    };
+    if let Some(flush) = flush {
+        let _ = with_deadline(Instant::now() + flush, socket.flush()).await;
     }
     // Frees the socket whatever the peer does (a peer that never closes its side, or never
     // acknowledges, would hold it): nothing is lost to the reset once the flush is done, and
