@@ -220,6 +220,37 @@ mod tests {
         assert!(LanePath::detect().is_supported());
     }
 
+    /// The lane code the AVX2 and AVX-512 paths compile (32 lanes, a scalar tail of 2 and 1),
+    /// run here without their target features, so that its refills and tail are checked on
+    /// every host, at batch sizes around one and two full sets of lanes, whether or not the
+    /// CPU runs those paths.
+    #[test]
+    fn the_simd_paths_lane_code_matches_the_single_key_path_on_any_cpu() {
+        use wirekit_core::kerberos::derive_kerberos_keys_in_lanes;
+        let passwords: Vec<Vec<u8>> = (0..70)
+            .map(|i| vec![b'a' + (i % 26) as u8; i % 41])
+            .collect();
+        for n in [0, 1, 2, 3, 31, 33, 34, 65, 66] {
+            let requests: Vec<KeyRequest<'_>> = passwords[..n]
+                .iter()
+                .enumerate()
+                .map(|(i, p)| KeyRequest {
+                    pid: (i as u64) * 7919 + 3,
+                    password: p,
+                })
+                .collect();
+            let want: Vec<DerivedKey> = requests
+                .iter()
+                .map(|r| derive_kerberos_key(r.pid, r.password))
+                .collect();
+            for tail in [1, 2] {
+                let mut out = vec![[0u8; 16]; n];
+                derive_kerberos_keys_in_lanes::<32>(&requests, &mut out, tail).unwrap();
+                assert_eq!(out, want, "{n} keys, tail {tail}");
+            }
+        }
+    }
+
     #[test]
     fn short_output() {
         let requests = [KeyRequest {

@@ -29,7 +29,13 @@ const APT_PEERS: &[(&str, &[&str], &str)] = &[
     ("kill", &[], "procps"),
     ("c++", &[], "g++"),
 ];
-const TARGETS: &[&str] = &["thumbv7m-none-eabi", "thumbv7em-none-eabihf"];
+/// The boards' targets, and AArch64 Linux, where the CRC32C and Kerberos crates take their
+/// portable paths (checked with clippy: a path no CI build compiles would break unseen).
+const TARGETS: &[&str] = &[
+    "thumbv7m-none-eabi",
+    "thumbv7em-none-eabihf",
+    "aarch64-unknown-linux-gnu",
+];
 const COMPONENTS: &[&str] = &["rustfmt", "clippy"];
 
 /// Every install step.

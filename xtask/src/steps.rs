@@ -250,7 +250,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
 
 /// The core's features one at a time (cargo-hack), on the host and on bare-metal Cortex-M3 (the
 /// no_std proof: a check finds any use of std; `std` and `accel` are host-only), a Cortex-M4F
-/// build, and clippy on the firmware's configuration. The firmware's own release builds compile
+/// build, clippy on the firmware's configuration and on the CRC32C and Kerberos crates for
+/// AArch64 Linux. The firmware's own release builds compile
 /// the core for both boards with `defmt` and `embedded-io-async`.
 fn core_features() -> Result<(), String> {
     cargo(
@@ -283,6 +284,24 @@ fn core_features() -> Result<(), String> {
     )?;
     // The Cortex-M4F target once (the firmware's Nucleo build covers it with `defmt`).
     cargo(&["build", "-p", "wirekit-core", "--target", THUMB[1]], &[])?;
+    // The CRC32C and Kerberos crates' paths for other than x86-64 (AArch64 Linux), which no
+    // build on this machine compiles otherwise.
+    cargo(
+        &[
+            "clippy",
+            "-p",
+            "wirekit-crc32c",
+            "-p",
+            "wirekit-accel",
+            "--all-targets",
+            "--target",
+            "aarch64-unknown-linux-gnu",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
     cargo(
         &[
             "clippy",
