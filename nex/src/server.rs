@@ -359,6 +359,8 @@ pub struct PrudpHandler {
 /// [`CONNECT_RATE`] applies. A connection's setup (its workspace, its keys) costs tens of
 /// times a datagram's handling, and a peer can have one set up and closed per datagram (a
 /// CONNECT and a DISCONNECT in one): without a budget one source's datagrams each cost that.
+/// Kept per handler: a source whose ports the kernel spreads over several UDP workers
+/// (`SO_REUSEPORT`) gets each worker's budget, as it gets each worker's table limits.
 pub const CONNECT_BURST: u32 = 32;
 /// The connections per second a source may set up past [`CONNECT_BURST`].
 pub const CONNECT_RATE: Rate = Rate::new(8, Duration::from_secs(1));

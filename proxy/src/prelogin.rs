@@ -246,7 +246,9 @@ impl Inbound {
                             let n = match legacy::detect_final(self.rest()) {
                                 Ok((_, n)) => n,
                                 // A cut 1.6 ping is answered as the 1.4 ping it starts with
-                                // (the same reply format), as vanilla servers do.
+                                // (the same reply format): friendlier than vanilla 1.7+,
+                                // which hands such bytes to its modern decoder and answers
+                                // nothing.
                                 Err(_) => 2,
                             };
                             return Ok(Some(self.take_legacy(n)));

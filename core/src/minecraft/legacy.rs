@@ -211,8 +211,9 @@ fn v1_6(input: &[u8]) -> Result<(LegacyPing<'_>, usize), Error> {
     if protocol < MIN_V1_6_PROTOCOL {
         return Err(Error::BadLegacyPing);
     }
+    // The data length's bound above holds the host's to MAX_HOST_LEN units.
     let host_units = usize::from(r.u16()?);
-    if host_units > MAX_HOST_LEN || data_len != 7 + 2 * host_units {
+    if data_len != 7 + 2 * host_units {
         return Err(Error::BadLegacyPing);
     }
     let host = Utf16Be::new_checked(r.take(2 * host_units)?)?;
@@ -574,10 +575,15 @@ mod tests {
         let mut p = bad(32, 0xd8);
         p[33] = 0x00;
         assert_eq!(detect(&p), Err(Error::InvalidUtf16));
-        // A host over 255 units, from its length.
+        // A data length past a 255-unit host's, refused from its bytes.
         let mut p = PING_1_6;
         p[27..29].copy_from_slice(&(7u16 + 512).to_be_bytes());
         assert_eq!(detect(&p[..29]), Err(Error::BadLegacyPing));
+        // A host length field that disagrees with the data length (in range), refused from
+        // its bytes: 255 units where the data length says 9.
+        let mut p = PING_1_6;
+        p[30..32].copy_from_slice(&255u16.to_be_bytes());
+        assert_eq!(detect(&p[..32]), Err(Error::BadLegacyPing));
     }
 
     #[test]

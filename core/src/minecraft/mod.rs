@@ -117,7 +117,9 @@ pub enum Error {
     InvalidUtf8,
     /// A byte array is longer than its bound.
     ArrayTooLong,
-    /// A boolean byte other than 0 or 1.
+    /// A boolean byte other than 0 or 1. Stricter than vanilla, whose `readBoolean` takes
+    /// any byte but 0 as true: no client writes another value, and a proxy's decoder that
+    /// passed one on would forward a packet that is not what it read back.
     BadBool,
     /// A handshake next state other than 1 (status), 2 (login) or 3 (transfer).
     BadNextState,

@@ -198,7 +198,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     pub logins_per_minute: u32,
     /// Connections per server (per worker) at once, 1 to 1048576 (each worker's table is
-    /// allocated whole at start).
+    /// allocated whole at start; each connection set up holds a 64 KiB workspace, its
+    /// windows and a message's reassembly, so a full table of 4096 is about 268 MB a
+    /// worker).
     #[arg(long, default_value_t = 4096, value_parser = connections)]
     pub max_connections: usize,
     /// Connections one client (PID) may hold on the secure server, its workers and
