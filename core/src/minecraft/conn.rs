@@ -1930,7 +1930,7 @@ mod tests {
         // once the bucket has refilled a packet (10 a second: 100 ms).
         feed(&mut c, SB, 2, b"").assert_forward();
         let later = T0 + Duration::from_millis(100);
-        let mut waited = c.clone();
+        let mut waited = c;
         waited
             .handle(&Rules::NONE, &pkt(SB, 2, b""), later)
             .assert_forward();
