@@ -724,6 +724,10 @@ impl DatagramHandler for PrudpHandler {
         self.config.settings.version
     }
 
+    fn max_reply(&self) -> usize {
+        self.config.packet_capacity
+    }
+
     fn open(
         &mut self,
         key: &ConnectionKey,
@@ -1108,6 +1112,37 @@ mod tests {
 
     fn server_addr() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 6000))
+    }
+
+    /// A worker whose datagrams are shorter than the connection's packets is refused at
+    /// construction, not left to stall the first connection whose full-size DATA never goes
+    /// out.
+    #[tokio::test]
+    async fn a_worker_too_short_for_the_packets_is_refused() {
+        use crate::counters::Counters;
+        use crate::udp::{Worker, WorkerConfig};
+        let h = handler(Version::V1, None);
+        let capacity = h.max_reply();
+        assert!(capacity > 0);
+        let socket = || {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        };
+        let short = WorkerConfig {
+            max_datagram: capacity - 1,
+            ..WorkerConfig::default()
+        };
+        let counters = Arc::new(Counters::default());
+        let Err(e) = Worker::new(socket(), &short, h, counters.clone()) else {
+            panic!("a worker too short for the packets was made");
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        let fits = WorkerConfig {
+            max_datagram: capacity,
+            ..WorkerConfig::default()
+        };
+        assert!(Worker::new(socket(), &fits, handler(Version::V1, None), counters).is_ok());
     }
 
     fn peer(port: u16) -> SocketAddr {

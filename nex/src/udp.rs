@@ -112,6 +112,15 @@ pub trait DatagramHandler {
     /// The PRUDP version the default [`route`](DatagramHandler::route) reads.
     fn version(&self) -> Version;
 
+    /// The longest datagram the handler writes into the outbox: a worker whose
+    /// [`WorkerConfig::max_datagram`] is shorter refuses the handler at
+    /// [`Worker::new`] (a reply that does not fit an outbox slot is never sent, and a
+    /// connection's reliable packet that never goes out stalls it for good). The default,
+    /// 0, asks for nothing.
+    fn max_reply(&self) -> usize {
+        0
+    }
+
     /// A datagram from a peer with no connection: open one, answer statelessly or refuse.
     /// Asked only when the table has room for a connection from this peer, or will make room
     /// for it by [fair share](TableLimits::fair_share) (a full table that will not, or a
@@ -397,6 +406,16 @@ impl<H: DatagramHandler> Worker<H> {
         handler: H,
         counters: Arc<Counters>,
     ) -> io::Result<Self> {
+        if handler.max_reply() > config.max_datagram {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "max_datagram {} is shorter than the handler's replies ({} bytes)",
+                    config.max_datagram,
+                    handler.max_reply()
+                ),
+            ));
+        }
         let udp = UdpSocketState::new((&socket).into())?;
         let socket = UdpSocket::from_std(socket)?;
         let slots = config.recv_slots.clamp(1, quinn_udp::BATCH_SIZE);
