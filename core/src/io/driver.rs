@@ -29,7 +29,7 @@ pub enum Ended<E> {
     /// The peer ended its stream between frames: a normal close.
     PeerClosed,
     /// The session ended the connection (bad input, the peer ended its stream mid-frame, the
-    /// header timeout): log it and pass it to [`Session::finish`].
+    /// header or idle timeout): log it and pass it to [`Session::finish`].
     Session(SessionError),
     /// The transport failed.
     Transport(E),
@@ -154,6 +154,11 @@ async fn yield_now() {
 /// [`Session::send_timeout`] the same way ([`Ended::SendStalled`]). `input` and `output` must hold
 /// [`Config::max_input_len`](crate::service::Config::max_input_len) and
 /// [`Config::max_output_len`](crate::service::Config::max_output_len) bytes.
+///
+/// A read the deadline wins is dropped: `transport`'s `read` must lose no bytes when dropped
+/// unfinished (embassy-net's and tokio's do), and `clock`'s sleep must not end before its
+/// `now` reaches the deadline (a clock that rounds the deadline down would have the loop call
+/// again until it does).
 ///
 /// `handle` makes each session call: `|session, input, output| session.handle(input, output,
 /// &mut ws, &counters)` with the caller's [`Workspace`](crate::service::Workspace) and

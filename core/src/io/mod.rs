@@ -30,7 +30,8 @@
 //! A stream that ends before the first byte of a frame is a clean end (`Ok(None)`); one that
 //! ends inside a frame is [`ReadError::UnexpectedEof`]. The readers keep no state between
 //! calls: an async read cancelled mid-frame (dropped in a select) loses the bytes it had read,
-//! so race a whole connection (as `drive` does), not one frame read.
+//! so race a whole connection, not one frame read. (`drive` races the transport's raw reads,
+//! which must lose nothing when dropped; it keeps what they return.)
 //!
 //! # Writing
 //!

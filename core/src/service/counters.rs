@@ -27,7 +27,8 @@ pub struct Tally {
     pub connections_closed: u64,
     /// Frames received (complete and processed).
     pub frames_in: u64,
-    /// Frames sent.
+    /// Frames written for the peer (counted as the session encodes them: a connection that
+    /// ends with its replies unsent, its window shut, still counts them).
     pub frames_out: u64,
     /// Bytes consumed from the peer (PROXY header and framing included).
     pub bytes_in: u64,
