@@ -53,18 +53,24 @@ impl Prefix {
     }
 }
 
-/// A table key: a network address and its prefix length. IPv6 addresses that carry the IPv4
-/// address of the host behind them are folded into that IPv4 address's key first, so a client
-/// counts once whichever way it reached the server:
-/// - IPv4-mapped (`::ffff:a.b.c.d`), what a dual-stack socket reports for an IPv4 peer;
-/// - 6to4 (`2002:aabb:ccdd::/48`, RFC 3056): the site's IPv4 address in bits 16-48, whose
-///   host would otherwise hold 65,536 /64s, one client key each;
-/// - Teredo (`2001:0::/32`, RFC 4380): the client's public IPv4 address, inverted, in the
-///   last 32 bits, where the /64 is the Teredo server's and would key all its clients as one;
+/// A table key: a network address and its prefix length. IPv4-mapped IPv6 addresses
+/// (`::ffff:a.b.c.d`, what a dual-stack socket reports for an IPv4 peer) are folded into the
+/// IPv4 key, so a client counts once whichever socket it reached.
+///
+/// IPv6 addresses that carry the IPv4 address of the host behind them are keyed by that IPv4
+/// address, under the IPv4 prefix length, but apart from native IPv4 (each in its own range,
+/// written as an IPv6 network: the range's prefix, then the IPv4 network):
+/// - 6to4 (`2002:aabb:ccdd::/48`, RFC 3056), the site's IPv4 address in bits 16-48, whose
+///   host would otherwise hold 65,536 /64s, one client key each: `2002:c000:200::/40` is the
+///   6to4 sites of `192.0.2.0/24`;
+/// - Teredo (`2001:0::/32`, RFC 4380), the client's public IPv4 address, inverted, in the
+///   last 32 bits, where the /64 is the Teredo server's and would key all its clients as one:
+///   `2001::c000:207` is Teredo's `192.0.2.7`, whatever server, flags and port;
 /// - NAT64's well-known prefix (`64:ff9b::/96`, RFC 6052), the IPv4 host in the last 32 bits.
 ///
-/// Each of these has its return traffic routed to the IPv4 address it embeds, so a TCP peer
-/// cannot claim one it does not hold.
+/// Apart, because their return traffic goes through relays anyone may run (the nearest
+/// announcer of `2002::/16` or `2001::/32`, a translator): a relay can complete a handshake
+/// for any embedded address, so it must not spend that IPv4 address's own budget.
 ///
 /// `Display` writes the address, with `/len` unless it is a whole address:
 /// `192.0.2.0/24`, `2001:db8::7`.
@@ -74,23 +80,37 @@ pub struct AddrKey {
     len: u8,
 }
 
+/// The IPv6 ranges that carry an IPv4 host, and where its key keeps the IPv4 address:
+/// (the range's bits, its length, the IPv4 address's shift in the key).
+const EMBEDDED: [(u128, u8, u32); 3] = [
+    (0x2002 << 112, 16, 80),
+    (0x2001_0000 << 96, 96, 0),
+    (0x0064_ff9b << 96, 96, 0),
+];
+
 impl AddrKey {
     /// The key of `ip` under `prefix`.
     pub fn new(ip: IpAddr, prefix: Prefix) -> AddrKey {
+        let v4 = |a: u32, len: u8| a & u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
         match fold(ip) {
-            IpAddr::V4(a) => {
-                let len = prefix.v4;
-                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            Folded::V4(a) => AddrKey {
+                network: IpAddr::V4(Ipv4Addr::from_bits(v4(a, prefix.v4))),
+                len: prefix.v4,
+            },
+            Folded::Embedded(range, a) => {
+                let (bits, len, shift) = EMBEDDED[range];
                 AddrKey {
-                    network: IpAddr::V4(Ipv4Addr::from_bits(a.to_bits() & mask)),
-                    len,
+                    network: IpAddr::V6(Ipv6Addr::from_bits(
+                        bits | u128::from(v4(a, prefix.v4)) << shift,
+                    )),
+                    len: len + prefix.v4,
                 }
             }
-            IpAddr::V6(a) => {
+            Folded::V6(a) => {
                 let len = prefix.v6;
                 let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
                 AddrKey {
-                    network: IpAddr::V6(Ipv6Addr::from_bits(a.to_bits() & mask)),
+                    network: IpAddr::V6(Ipv6Addr::from_bits(a & mask)),
                     len,
                 }
             }
@@ -112,35 +132,49 @@ impl AddrKey {
         self.len
     }
 
-    /// `true` if `ip` falls under this key (same family after folding, same prefix).
+    /// `true` if `ip` falls under this key (same family and range after folding, same
+    /// prefix).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let prefix = match self.network {
             IpAddr::V4(_) => Prefix::new(self.len, 128),
-            IpAddr::V6(_) => Prefix::new(32, self.len),
+            IpAddr::V6(a) => match fold(IpAddr::V6(a)) {
+                Folded::Embedded(range, _) => {
+                    Prefix::new(self.len.saturating_sub(EMBEDDED[range].1), 128)
+                }
+                _ => Prefix::new(32, self.len),
+            },
         };
         AddrKey::new(ip, prefix) == *self
     }
 }
 
-/// `ip`, or the IPv4 address an IPv6 address carries (see [`AddrKey`]).
-fn fold(ip: IpAddr) -> IpAddr {
-    let IpAddr::V6(a) = ip else {
-        return ip;
+/// An address as keys see it.
+enum Folded {
+    V4(u32),
+    /// An IPv4 host carried in the [`EMBEDDED`] range of this index.
+    Embedded(usize, u32),
+    V6(u128),
+}
+
+/// `ip`, IPv4-mapped IPv6 as IPv4, or the IPv4 host another IPv6 form carries (see
+/// [`AddrKey`]).
+fn fold(ip: IpAddr) -> Folded {
+    let a = match ip {
+        IpAddr::V4(a) => return Folded::V4(a.to_bits()),
+        IpAddr::V6(a) => a.to_bits(),
     };
-    let bits = a.to_bits();
-    let low = bits as u32;
-    let v4 = match bits >> 96 {
+    let low = a as u32;
+    match a >> 96 {
         // IPv4-mapped: ::ffff:0:0/96.
-        0 if (bits >> 32) as u32 == 0xffff => low,
-        // NAT64, the well-known prefix 64:ff9b::/96.
-        0x0064_ff9b if (bits >> 32) as u64 == 0 => low,
-        // Teredo, 2001:0::/32: the client's address inverted.
-        0x2001_0000 => !low,
+        0 if (a >> 32) as u64 == 0xffff => Folded::V4(low),
         // 6to4, 2002::/16: the site's address after the prefix.
-        top if top >> 16 == 0x2002 => (bits >> 80) as u32,
-        _ => return ip,
-    };
-    IpAddr::V4(Ipv4Addr::from_bits(v4))
+        top if top >> 16 == 0x2002 => Folded::Embedded(0, (a >> 80) as u32),
+        // Teredo, 2001:0::/32: the client's address inverted.
+        0x2001_0000 => Folded::Embedded(1, !low),
+        // NAT64, the well-known prefix 64:ff9b::/96.
+        0x0064_ff9b if (a >> 32) as u64 == 0 => Folded::Embedded(2, low),
+        _ => Folded::V6(a),
+    }
 }
 
 impl Hash for AddrKey {
@@ -216,37 +250,71 @@ mod tests {
     }
 
     #[test]
-    fn tunnelled_and_translated_ipv6_fold_into_the_ipv4_they_carry() {
+    fn tunnelled_and_translated_ipv6_are_keyed_by_the_ipv4_they_carry_apart_from_it() {
         for prefix in [Prefix::HOST, Prefix::CLIENT, Prefix::NETWORK] {
-            let v4 = prefix.key(ip("192.0.2.7"));
+            let native = prefix.key(ip("192.0.2.7"));
             // 6to4: every /64 of the site's /48 is the one IPv4 host.
-            assert_eq!(prefix.key(ip("2002:c000:207::1")), v4);
-            assert_eq!(prefix.key(ip("2002:c000:207:ffff:1:2:3:4")), v4);
+            let site = prefix.key(ip("2002:c000:207::1"));
+            assert_eq!(prefix.key(ip("2002:c000:207:ffff:1:2:3:4")), site);
             // Teredo: the client's address is the last 32 bits inverted, whatever the
             // server, flags and port.
-            assert_eq!(prefix.key(ip("2001:0:4136:e378:8000:63bf:3fff:fdf8")), v4);
-            assert_eq!(prefix.key(ip("2001:0:102:304:0:1:3fff:fdf8")), v4);
-            // NAT64's well-known prefix.
-            assert_eq!(prefix.key(ip("64:ff9b::c000:207")), v4);
+            let teredo = prefix.key(ip("2001:0:4136:e378:8000:63bf:3fff:fdf8"));
+            assert_eq!(prefix.key(ip("2001:0:102:304:0:1:3fff:fdf8")), teredo);
+            let nat64 = prefix.key(ip("64:ff9b::c000:207"));
+            // Each apart from native IPv4 and from the others: a relay that completes
+            // handshakes for any embedded address spends no native address's budget.
+            let keys = [native, site, teredo, nat64];
+            for (i, a) in keys.iter().enumerate() {
+                for b in &keys[i + 1..] {
+                    assert_ne!(a, b, "{prefix:?}");
+                }
+            }
         }
+        // Grouped by the IPv4 prefix length: the /24's sites are one network.
+        assert_eq!(
+            Prefix::NETWORK.key(ip("2002:c000:207::1")),
+            Prefix::NETWORK.key(ip("2002:c000:2fe:5::1"))
+        );
+        assert_ne!(
+            Prefix::NETWORK.key(ip("2002:c000:207::1")),
+            Prefix::NETWORK.key(ip("2002:c000:307::1"))
+        );
+        assert_eq!(
+            Prefix::NETWORK.key(ip("2002:c000:207::1")).to_string(),
+            "2002:c000:200::/40"
+        );
+        assert_eq!(
+            AddrKey::host(ip("2001:0:4136:e378:8000:63bf:3fff:fdf8")).to_string(),
+            "2001::c000:207"
+        );
+        assert_eq!(
+            AddrKey::host(ip("64:ff9b::c000:207")).to_string(),
+            "64:ff9b::c000:207"
+        );
         // Two Teredo clients of one server are two clients.
         assert_ne!(
             Prefix::CLIENT.key(ip("2001:0:4136:e378:8000:63bf:3fff:fdf8")),
             Prefix::CLIENT.key(ip("2001:0:4136:e378:8000:63bf:3fff:fdf7"))
         );
-        assert_eq!(
-            AddrKey::host(ip("2002:c000:207::1")).to_string(),
-            "192.0.2.7"
+        let net = Prefix::NETWORK.key(ip("2002:c000:207::1"));
+        assert!(net.contains(ip("2002:c000:2aa:1::9")));
+        assert!(!net.contains(ip("2002:c000:307::9")));
+        assert!(!net.contains(ip("192.0.2.7")));
+        assert!(
+            AddrKey::host(ip("2001:0:1:2:3:4:3fff:fdf8")).contains(ip("2001:0:9:9:9:9:3fff:fdf8"))
         );
-        assert!(AddrKey::host(ip("192.0.2.7")).contains(ip("2002:c000:207::9")));
-        // Near misses stay IPv6: the documentation prefix 2001:db8::/32 (not Teredo's
-        // 2001:0::/32), 2003::/16, and a NAT64 local-use prefix.
+        // Near misses stay plain IPv6: the documentation prefix 2001:db8::/32 (not Teredo's
+        // 2001:0::/32), 2003::/16, a NAT64 local-use prefix, and an address with ffff where
+        // a mapped one has it but other bits set above.
         for other in [
             "2001:db8::c000:207",
             "2003:c000:207::1",
             "64:ff9b:1::c000:207",
+            "0:0:1:2:0:ffff:c000:207",
         ] {
-            assert!(AddrKey::host(ip(other)).network().is_ipv6(), "{other}");
+            let k = Prefix::CLIENT.key(ip(other));
+            assert_eq!(k.prefix_len(), 64, "{other}");
+            assert!(k.network().is_ipv6(), "{other}");
         }
     }
 

@@ -9,8 +9,8 @@
 //!   [`available`](TokenBucket::available), and
 //!   [`next_available`](TokenBucket::next_available) for an adapter that waits.
 //! - [`AddrKey`]: an IP address or network as a key, grouped by a [`Prefix`] (whole addresses,
-//!   or IPv4 /24 and IPv6 /64), IPv6 forms that carry an IPv4 host (mapped, 6to4, Teredo,
-//!   NAT64) folded into its IPv4 address.
+//!   or IPv4 /24 and IPv6 /64), IPv4-mapped IPv6 folded into IPv4, and the IPv6 forms that
+//!   carry an IPv4 host (6to4, Teredo, NAT64) keyed by it, apart from native IPv4.
 //! - [`Table`]: a fixed-capacity set-associative map keyed by SipHash-1-3 under a secret
 //!   [`HashSeed`], at most [`WAYS`] probes per operation. A full set evicts only an entry whose
 //!   value says it is [`Evict`]able, the least recently used of those; otherwise the insert
