@@ -330,16 +330,15 @@ pub async fn relay(
     if draining || (upstream_went && client_reading) {
         // The upstream went while the client may still send (a write to it failed, its read
         // failed, or it ended its stream and then failed a write): what the client sends is
-        // read and dropped until it closes (within the drain's bound), after a FIN behind the
-        // bytes just relayed, so that the close is no reset over unread bytes, which would
-        // drop whatever of those (a kick's Disconnect) the socket had not yet sent.
+        // read and dropped until it closes (within the drain's bound, at most LINGER_BYTES,
+        // and no longer than the proxy runs), after a FIN behind the bytes just relayed, so
+        // that the close is no reset over unread bytes, which would drop whatever of those (a
+        // kick's Disconnect) the socket had not yet sent.
         let linger = UPSTREAM_GONE_DRAIN.min(idle);
-        let _ = tokio::time::timeout(linger, async {
-            let _ = client.shutdown().await;
-            let mut scratch = vec![0u8; 4096];
-            while let Ok(1..) = client.read(&mut scratch).await {}
-        })
-        .await;
+        tokio::select! {
+            _ = wirekit_std::close::linger(&mut client, linger, LINGER_BYTES) => {}
+            () = shutdown.cancelled() => {}
+        }
     }
     // No shutdown(2) when the halves drop: close(2) sends the FIN (or a reset where unread
     // bytes remain), as the close after a drop-time shutdown did. A direction that ended shut
@@ -355,6 +354,10 @@ pub async fn relay(
 
 /// How long the clientbound direction may still run after a write to the upstream failed.
 pub(crate) const UPSTREAM_GONE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The most a client's bytes are read and dropped while its connection closes (a flood ends
+/// the linger sooner).
+pub(crate) const LINGER_BYTES: usize = 1024 * 1024;
 
 /// One direction: splice where possible, else copy; at the source's end, shut the
 /// destination's write half down, unless the other direction's source ended first (`ended`:
@@ -1126,6 +1129,7 @@ mod tests {
         let (proxy_up, mut upstream) = crate::tcp_pair().await;
         let counters = [AtomicU64::new(0), AtomicU64::new(0)];
         let gone = tokio::sync::Notify::new();
+        let pause = tokio::sync::Notify::new();
         let upstream_side = async {
             upstream.write_all(&pattern(KICK, 9)).await.unwrap();
             if !reset_first {
@@ -1138,7 +1142,13 @@ mod tests {
                     .is_ok_and(|r| r.is_ok_and(|n| n > 0))
                 {}
             } else {
+                // The client pauses before the reset, so that the relay sees the upstream's
+                // read fail first (not a write to it), and sends again once the relay has
+                // ended: its bytes then meet a closed socket, which resets, unless the relay
+                // lingers.
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                pause.notify_one();
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
             upstream.set_zero_linger().unwrap();
             drop(upstream);
@@ -1147,22 +1157,27 @@ mod tests {
         let client_side = async {
             let (mut r, mut w) = client.split();
             let send = async {
-                // Sends without pause until 300 ms after the upstream went, then ends.
-                let chunk = [7u8; 1024];
+                // Sends (a kilobyte a millisecond: under the linger's byte bound, past which a
+                // flooding client is closed sooner) until 300 ms after the upstream went, but
+                // for the pause before a reset; then ends.
                 let notified = gone.notified();
                 tokio::pin!(notified);
+                if reset_first {
+                    if send_paced(&mut w, pause.notified()).await.is_err() {
+                        return;
+                    }
+                    (&mut notified).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
                 let stop = async {
-                    notified.await;
+                    if !reset_first {
+                        notified.await;
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
                 };
-                tokio::pin!(stop);
-                loop {
-                    tokio::select! {
-                        () = &mut stop => break,
-                        r = w.write_all(&chunk) => if r.is_err() { return; },
-                    }
+                if send_paced(&mut w, stop).await.is_ok() {
+                    let _ = w.shutdown().await;
                 }
-                let _ = w.shutdown().await;
             };
             send.await;
             let mut got = Vec::new();
@@ -1189,6 +1204,24 @@ mod tests {
             got.len()
         );
         assert!(got == pattern(KICK, 9), "{} of {KICK} bytes", got.len());
+    }
+
+    /// Writes a kilobyte a millisecond to `w` until `stop`.
+    async fn send_paced(
+        w: &mut tokio::net::tcp::WriteHalf<'_>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => return Ok(()),
+                r = async {
+                    w.write_all(&[7u8; 1024]).await?;
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    Ok::<(), std::io::Error>(())
+                } => r?,
+            }
+        }
     }
 
     #[tokio::test]

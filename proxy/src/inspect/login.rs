@@ -15,6 +15,7 @@ use super::{InspectEnd, Inspector};
 use crate::conn::{Ended, Line, byte_relay, open_upstream, proxy_v2, upstream_handshake};
 use crate::metrics::{ConnState, OpenGauge};
 use crate::prelogin::Inbound;
+use crate::relay::LINGER_BYTES;
 use crate::relay::RelayEnd;
 use crate::server::{Runtime, Shared};
 use crate::settings::{ByteBudget, Route};
@@ -185,9 +186,13 @@ pub(crate) async fn serve<'a>(
     drop(insp);
     if end != InspectEnd::Opaque {
         // A Disconnect went to the client (a refusal, or the proxy ending the connection for
-        // the upstream's fault): read what the client still sends for a moment first, so that
-        // closing with unread bytes does not reset the connection and lose the Disconnect.
-        if end.sent_disconnect() {
+        // the upstream's fault), or the upstream went after its last bytes (its own kick,
+        // say) with the client still sending: read what the client still sends for a moment
+        // first, so that closing with unread bytes does not reset the connection and lose
+        // what was sent last.
+        if end.sent_disconnect()
+            || matches!(end, InspectEnd::UpstreamClosed | InspectEnd::UpstreamError)
+        {
             linger(&mut stream).await;
         }
         return if end.is_refusal() {
@@ -249,7 +254,6 @@ async fn refuse_saying<F: Filter + ?Sized>(
 /// How long, and how many bytes at most, a refused client's input is read and dropped after
 /// its Disconnect.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
-const LINGER_BYTES: usize = 1024 * 1024;
 
 /// Closes a refused client's write side after its Disconnect and reads and drops what it still
 /// sends, until it closes or [`LINGER`] passes ([`wirekit_std::close::linger`]): closing with
