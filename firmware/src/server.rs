@@ -150,10 +150,14 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// after smoltcp's 1 s minimum RTO, then 2 s, 4 s) does not cut off the last reply of a session
 /// that ended normally.
 pub const CLOSE_FLUSH: Duration = Duration::from_micros(SEND_TIMEOUT.as_micros());
-/// On a close the session decided (bad input, the header timeout), what is queued and the FIN
-/// get this long: one retransmission, at smoltcp's 1 s minimum RTO. A peer that sends garbage
-/// or nothing and then withholds its ACKs holds the socket this long, not [`CLOSE_FLUSH`]
-/// (three such peers would otherwise keep every socket, the spare included, from listening).
+/// On a close the session decided (bad input, the header timeout), and on a peer's close with
+/// no reply left unacknowledged, what is queued and the FIN get this long: one
+/// retransmission, at smoltcp's 1 s minimum RTO. A peer that sends garbage, nothing, or only
+/// its FIN, and then withholds its ACKs holds the socket this long, not [`CLOSE_FLUSH`] (three
+/// such peers would otherwise keep every socket, the spare included, from listening for 10 s
+/// at a time). One that takes replies and withholds their ACKs still holds it for
+/// [`CLOSE_FLUSH`]: the board's two sessions are the bound on what peers that complete
+/// requests can hold.
 pub const ERROR_FLUSH: Duration = Duration::from_secs(2);
 /// After an abort, the reset gets this long to go out before the socket listens again (listening
 /// forgets the peer, and with it a reset not yet sent).
@@ -389,7 +393,7 @@ async fn close_connection(
     // Best effort: the peer may already be gone. A peer that kept its window shut for the
     // whole send timeout gets no second one, nor does a connection the transport lost.
     let flush = match ended {
-        Ended::PeerClosed => Some(CLOSE_FLUSH),
+        Ended::PeerClosed if socket.send_queue() > 0 => Some(CLOSE_FLUSH),
         Ended::SendStalled | Ended::Transport(_) => None,
         _ => Some(ERROR_FLUSH),
     };

@@ -163,9 +163,9 @@ fn clients_that_never_read_are_not_read_from_and_cost_bounded_memory() {
         "a client got {most} bytes out without stalling"
     );
     // The server stopped reading: what it has taken in does not move while they stay
-    // stalled, and their bytes wait unread in its sockets' receive queues, the same bytes
-    // half a second later (the counter above moves only for whole frames handled; the
-    // queues show a server reading ahead into buffers of its own).
+    // stalled, and their bytes wait unread in its sockets' receive queues, none fewer half
+    // a second later (the counter above moves only for whole frames handled; the queues
+    // show a server reading ahead into buffers of its own).
     let ports: Vec<u16> = stalled
         .iter()
         .map(|(s, _)| s.local_addr().unwrap().port())
@@ -178,11 +178,15 @@ fn clients_that_never_read_are_not_read_from_and_cost_bounded_memory() {
     );
     let taken = bystander.stats().unwrap().bytes_in;
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        faults::rx_queues(addr.port(), &ports).unwrap(),
-        queued,
-        "the server read more from clients that do not read"
-    );
+    // No queue went down (the server read nothing; the kernel may still take in more).
+    let later = faults::rx_queues(addr.port(), &ports).unwrap();
+    assert_eq!(later.len(), queued.len(), "{later:?}");
+    for ((port, before), (_, after)) in queued.iter().zip(&later) {
+        assert!(
+            after >= before,
+            "the server read from a client that does not read (port {port}: {before} -> {after} bytes queued)"
+        );
+    }
     let rss_stalled = server.rss_kib();
     let t = Instant::now();
     bystander.echo(b"a bystander is still served").unwrap();
@@ -246,7 +250,7 @@ fn clients_that_never_read_are_not_read_from_and_cost_bounded_memory() {
             most as f64 / 1e6
         ),
         "at most 64 KiB a client; nothing more read from them (their bytes unread in the \
-         server's receive queues, unchanged over 500 ms); bystander under 1 s",
+         server's receive queues, none fewer 500 ms later); bystander under 1 s",
     );
 }
 
