@@ -261,6 +261,12 @@ pub fn accept_within(listener: &std::net::TcpListener) -> TcpStream {
 
 /// A TCP client from loopback address `127.0.0.<last>`.
 pub fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
+    connect_from_with(last, to, None)
+}
+
+/// [`connect_from`], with the socket's receive buffer set to `recv_buffer` bytes before the
+/// connect (the window it advertises follows: a client slow to take what it is sent).
+pub fn connect_from_with(last: u8, to: SocketAddr, recv_buffer: Option<u32>) -> TcpStream {
     // std cannot bind before connect; tokio's TcpSocket can, then hands the stream over.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -268,6 +274,9 @@ pub fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
         .unwrap();
     rt.block_on(async {
         let s = tokio::net::TcpSocket::new_v4().unwrap();
+        if let Some(size) = recv_buffer {
+            s.set_recv_buffer_size(size).unwrap();
+        }
         s.bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, last), 0)))
             .unwrap();
         let stream = s.connect(to).await.unwrap();

@@ -676,6 +676,68 @@ fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
     }
 }
 
+/// The same through a client whose window is nearly shut (a 2 KiB receive buffer) and which
+/// reads nothing until the upstream is gone: the proxy still holds most of a 12 KiB packet and
+/// the kick behind it when the upstream resets, and must not close over the client's unread
+/// bytes (a reset would drop them) before they are out. Before, it closed at once.
+#[test]
+fn a_kick_the_client_has_no_room_for_yet_survives_the_upstreams_reset() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    use wirekit_tests::mcproxy_process::{
+        accept_within, connect_from_with, login_bytes, login_success, read_to_close, reset,
+    };
+
+    let _turn = turn();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let proxy = McProxy::start(&route("kickfull", port, ""));
+    for round in 0..3u8 {
+        let mut client = connect_from_with(100 + round, proxy.addr, Some(2048));
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        client
+            .write_all(&login_bytes("kickfull.inspect.test", "Tester"))
+            .unwrap();
+        let mut up = accept_within(&listener);
+        up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        read_frames(&mut up, 2);
+        up.write_all(&login_success("Tester")).unwrap();
+        assert_eq!(read_frames(&mut client, 1).len(), 1);
+        // The client sends play packets (a kilobyte a millisecond at most) until its
+        // connection fails.
+        let mut writer = client.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            let packet = frame(&[[0x03u8].as_slice(), &[b'm'; 200]].concat());
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until && writer.write_all(&packet).is_ok() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // A 12 KiB play packet, then play's Disconnect (1.12.2: 0x1A), then the reset.
+        let big = frame(&[[0x20u8].as_slice(), &[round; 12 * 1024]].concat());
+        let reason = format!("{{\"text\":\"server restarting {round}\"}}");
+        let mut body = vec![0x1Au8, reason.len() as u8];
+        body.extend_from_slice(reason.as_bytes());
+        let kick = frame(&body);
+        up.write_all(&[big.as_slice(), &kick].concat()).unwrap();
+        reset(up);
+        // Reads only once the proxy has seen the upstream go.
+        std::thread::sleep(Duration::from_millis(200));
+        let relayed = read_to_close(&mut client);
+        assert!(
+            relayed.len() == big.len() + kick.len() && relayed.ends_with(&kick),
+            "round {round}: the client got {} of {} bytes",
+            relayed.len(),
+            big.len() + kick.len()
+        );
+        drop(client);
+        sender.join().unwrap();
+    }
+}
+
 /// The upstream's Encryption Request reaches the client and the connection stays parsed;
 /// the client's Encryption Response makes it opaque (the client's encrypted bytes after it in
 /// the same write relayed as they are), and a client that then half-closes still gets every
