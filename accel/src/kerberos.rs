@@ -191,21 +191,31 @@ mod tests {
     use super::*;
     use wirekit_core::kerberos::derive_kerberos_key;
 
-    #[test]
-    fn every_supported_path_matches_the_single_key_path() {
-        let passwords: Vec<Vec<u8>> = (0..40).map(|i| vec![b'p'; i * 3]).collect();
+    /// A request for each password, the `i`th for PID `pid(i)`, and each one's key from the
+    /// single-key path.
+    fn requests_and_keys(
+        passwords: &[Vec<u8>],
+        pid: impl Fn(usize) -> u64,
+    ) -> (Vec<KeyRequest<'_>>, Vec<DerivedKey>) {
         let requests: Vec<KeyRequest<'_>> = passwords
             .iter()
             .enumerate()
             .map(|(i, p)| KeyRequest {
-                pid: (i as u64) * 977 + (1 << 35),
+                pid: pid(i),
                 password: p,
             })
             .collect();
-        let want: Vec<DerivedKey> = requests
+        let want = requests
             .iter()
             .map(|r| derive_kerberos_key(r.pid, r.password))
             .collect();
+        (requests, want)
+    }
+
+    #[test]
+    fn every_supported_path_matches_the_single_key_path() {
+        let passwords: Vec<Vec<u8>> = (0..40).map(|i| vec![b'p'; i * 3]).collect();
+        let (requests, want) = requests_and_keys(&passwords, |i| (i as u64) * 977 + (1 << 35));
         for path in LanePath::ALL {
             let mut out = vec![[0u8; 16]; requests.len()];
             match derive_kerberos_keys_on(path, &requests, &mut out) {
@@ -231,18 +241,7 @@ mod tests {
             .map(|i| vec![b'a' + (i % 26) as u8; i % 41])
             .collect();
         for n in [0, 1, 2, 3, 31, 33, 34, 65, 66] {
-            let requests: Vec<KeyRequest<'_>> = passwords[..n]
-                .iter()
-                .enumerate()
-                .map(|(i, p)| KeyRequest {
-                    pid: (i as u64) * 7919 + 3,
-                    password: p,
-                })
-                .collect();
-            let want: Vec<DerivedKey> = requests
-                .iter()
-                .map(|r| derive_kerberos_key(r.pid, r.password))
-                .collect();
+            let (requests, want) = requests_and_keys(&passwords[..n], |i| (i as u64) * 7919 + 3);
             for tail in [1, 2] {
                 let mut out = vec![[0u8; 16]; n];
                 derive_kerberos_keys_in_lanes::<32>(&requests, &mut out, tail).unwrap();

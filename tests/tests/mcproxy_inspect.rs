@@ -548,10 +548,21 @@ fn logged_in_through(
     name: &str,
     from: u8,
 ) -> (std::net::TcpStream, std::net::TcpStream) {
+    logged_in_through_with(proxy, listener, name, from, None)
+}
+
+/// [`logged_in_through`] from a client whose receive buffer is `recv_buffer` bytes.
+fn logged_in_through_with(
+    proxy: &McProxy,
+    listener: &std::net::TcpListener,
+    name: &str,
+    from: u8,
+    recv_buffer: Option<u32>,
+) -> (std::net::TcpStream, std::net::TcpStream) {
     use std::io::Write;
     use std::time::Duration;
-    use wirekit_tests::mcproxy_process::{accept_within, connect_from, login_bytes};
-    let mut client = connect_from(from, proxy.addr);
+    use wirekit_tests::mcproxy_process::{accept_within, connect_from_with, login_bytes};
+    let mut client = connect_from_with(from, proxy.addr, recv_buffer);
     client
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -638,7 +649,7 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
 #[test]
 fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
     use std::io::Write;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     use wirekit_tests::mcproxy_process::{login_success, read_to_close, reset};
 
     let _turn = turn();
@@ -650,20 +661,10 @@ fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
         up.write_all(&login_success("Tester")).unwrap();
         assert_eq!(read_frames(&mut client, 1).len(), 1);
         // The client keeps sending play packets until its connection fails.
-        let mut writer = client.try_clone().unwrap();
-        let sender = std::thread::spawn(move || {
-            let packet = frame(&[[0x03u8].as_slice(), &[b'm'; 200]].concat());
-            let until = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < until && writer.write_all(&packet).is_ok() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
+        let sender = keep_sending_play(&client);
         std::thread::sleep(Duration::from_millis(50));
         // Play's Disconnect (1.12.2: 0x1A) with a JSON reason.
-        let reason = format!("{{\"text\":\"server restarting {round}\"}}");
-        let mut body = vec![0x1Au8, reason.len() as u8];
-        body.extend_from_slice(reason.as_bytes());
-        let kick = frame(&body);
+        let kick = play_kick(round);
         up.write_all(&kick).unwrap();
         reset(up);
         let relayed = read_to_close(&mut client);
@@ -676,6 +677,29 @@ fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
     }
 }
 
+/// A thread that sends play packets of 200 bytes on `client`, one a millisecond, for 3 s or
+/// until its connection fails.
+fn keep_sending_play(client: &std::net::TcpStream) -> std::thread::JoinHandle<()> {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let mut writer = client.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let packet = frame(&[[0x03u8].as_slice(), &[b'm'; 200]].concat());
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until && writer.write_all(&packet).is_ok() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+/// Play's Disconnect (1.12.2: 0x1A) with a JSON reason naming `round`, framed.
+fn play_kick(round: u8) -> Vec<u8> {
+    let reason = format!("{{\"text\":\"server restarting {round}\"}}");
+    let mut body = vec![0x1Au8, reason.len() as u8];
+    body.extend_from_slice(reason.as_bytes());
+    frame(&body)
+}
+
 /// The same through a client whose window is nearly shut (a 2 KiB receive buffer) and which
 /// reads nothing until the upstream is gone: the proxy still holds most of a 12 KiB packet and
 /// the kick behind it when the upstream resets, and must not close over the client's unread
@@ -683,45 +707,25 @@ fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
 #[test]
 fn a_kick_the_client_has_no_room_for_yet_survives_the_upstreams_reset() {
     use std::io::Write;
-    use std::time::{Duration, Instant};
-    use wirekit_tests::mcproxy_process::{
-        accept_within, connect_from_with, login_bytes, login_success, read_to_close, reset,
-    };
+    use std::time::Duration;
+    use wirekit_tests::mcproxy_process::{login_success, read_to_close, reset};
 
     let _turn = turn();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let proxy = McProxy::start(&route("kickfull", port, ""));
     for round in 0..3u8 {
-        let mut client = connect_from_with(100 + round, proxy.addr, Some(2048));
-        client
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        client
-            .write_all(&login_bytes("kickfull.inspect.test", "Tester"))
-            .unwrap();
-        let mut up = accept_within(&listener);
-        up.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        read_frames(&mut up, 2);
+        let (mut client, mut up) =
+            logged_in_through_with(&proxy, &listener, "kickfull", 100 + round, Some(2048));
         up.write_all(&login_success("Tester")).unwrap();
         assert_eq!(read_frames(&mut client, 1).len(), 1);
         // The client sends play packets (a kilobyte a millisecond at most) until its
         // connection fails.
-        let mut writer = client.try_clone().unwrap();
-        let sender = std::thread::spawn(move || {
-            let packet = frame(&[[0x03u8].as_slice(), &[b'm'; 200]].concat());
-            let until = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < until && writer.write_all(&packet).is_ok() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
+        let sender = keep_sending_play(&client);
         std::thread::sleep(Duration::from_millis(50));
         // A 12 KiB play packet, then play's Disconnect (1.12.2: 0x1A), then the reset.
         let big = frame(&[[0x20u8].as_slice(), &[round; 12 * 1024]].concat());
-        let reason = format!("{{\"text\":\"server restarting {round}\"}}");
-        let mut body = vec![0x1Au8, reason.len() as u8];
-        body.extend_from_slice(reason.as_bytes());
-        let kick = frame(&body);
+        let kick = play_kick(round);
         up.write_all(&[big.as_slice(), &kick].concat()).unwrap();
         reset(up);
         // Reads only once the proxy has seen the upstream go.
