@@ -9,10 +9,36 @@
 'use strict'
 const framing = require('minecraft-protocol/src/transforms/framing')
 const compression = require('minecraft-protocol/src/transforms/compression')
+const zlib = require('zlib')
 
 const [mode, thresholdArg] = process.argv.slice(2)
 const threshold = Number(thresholdArg ?? '-1')
 const input = require('fs').readFileSync(0, 'utf8')
+
+// A packet of the compressed format: Data Length (VarInt), then the body or its zlib stream.
+function strictInflate (packet) {
+  let value = 0
+  let at = 0
+  for (let shift = 0; ; shift += 7) {
+    const b = packet[at++]
+    value |= (b & 0x7f) << shift
+    if ((b & 0x80) === 0) break
+  }
+  if (value === 0) return
+  const z = packet.subarray(at)
+  let info
+  try {
+    info = zlib.inflateSync(z, { info: true })
+  } catch (e) {
+    console.error('strict inflate: ' + e.message)
+    process.exit(1)
+  }
+  if (info.engine.bytesWritten !== z.length || info.buffer.length !== value) {
+    console.error('strict inflate: ' + info.engine.bytesWritten + ' of ' + z.length +
+      ' bytes read, ' + info.buffer.length + ' inflated where the packet declares ' + value)
+    process.exit(1)
+  }
+}
 
 function collect (stream, done) {
   const parts = []
@@ -40,6 +66,10 @@ if (mode === 'encode') {
   if (threshold >= 0) {
     tail = compression.createDecompressor(threshold)
     splitter.pipe(tail)
+    // minecraft-protocol inflates with Z_SYNC_FLUSH (a stream cut before its end passes) and
+    // only logs a wrong Data Length: each compressed packet is also inflated strictly here,
+    // and must end where its frame does and give exactly its Data Length.
+    splitter.on('data', (frame) => strictInflate(Buffer.from(frame)))
   }
   collect(tail, (parts) => process.stdout.write(parts.map((p) => p.toString('hex') + '\n').join('')))
   const bytes = Buffer.from(input.replace(/\s+/g, ''), 'hex')

@@ -24,6 +24,19 @@
 const mc = require('minecraft-protocol')
 const net = require('net')
 
+// minecraft-protocol reports a compressed packet that does not inflate, or inflates to other
+// than its Data Length, on stderr and goes on without it: here either ends the peer with
+// status 1, so that a bad frame from wirekit (the inspect relay compresses packets again) is
+// a failure, not a lost packet.
+const reportError = console.error
+console.error = (...args) => {
+  reportError(...args)
+  const text = args.map(String).join(' ')
+  if (text.startsWith('problem inflating') || text.startsWith('uncompressed length should be')) {
+    process.exit(1)
+  }
+}
+
 const [mode, portArg, version, arg4, arg5, act] = process.argv.slice(2)
 const port = Number(portArg)
 const padding = 'x'.repeat(600)
@@ -72,7 +85,8 @@ if (mode === 'server' || mode === 'server-online') {
     version,
     motd: arg4 || 'wirekit test',
     maxPlayers: 7,
-    hideErrors: true
+    // Its decompressor's reports reach the check above (the clients' errors are logged too).
+    hideErrors: false
   })
   server.on('listening', () => console.log('listening ' + server.socketServer.address().port))
   server.on('playerJoin', (client) => {

@@ -11,7 +11,14 @@ for (const line of lines) {
   if (line.length === 0) continue
   const data = Buffer.from(line === '-' ? '' : line, 'hex')
   if (mode === 'inflate') {
-    out.push(zlib.inflateSync(data).toString('hex'))
+    // Strict: the stream must end where the line does (inflateSync alone ignores bytes after
+    // the end of the stream, and throws on a stream cut short).
+    const { buffer, engine } = zlib.inflateSync(data, { info: true })
+    if (engine.bytesWritten !== data.length) {
+      console.error('stream ends at byte ' + engine.bytesWritten + ' of ' + data.length)
+      process.exit(1)
+    }
+    out.push(buffer.toString('hex'))
   } else if (mode === 'deflate') {
     out.push(zlib.deflateSync(data, { level: Number(level) }).toString('hex'))
   } else {

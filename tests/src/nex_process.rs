@@ -30,11 +30,17 @@ pub fn wait_output(child: Child, limit: Duration, what: &str) -> std::process::O
         .unwrap_or_else(|| panic!("{what} did not finish in {limit:?}"))
 }
 
+/// How long `wirekit nex serve` may take to print its listening lines.
+const START_LIMIT: Duration = Duration::from_secs(20);
+
 /// `wirekit nex serve` as a child process on loopback ports picked by the kernel.
 pub struct NexServe {
     child: Option<Child>,
-    /// The rest of its stdout (the summary comes last); kept open so the child can write it.
-    stdout: Option<std::io::Lines<BufReader<std::process::ChildStdout>>>,
+    /// Its stdout's lines as they come (the summary comes last), read by a thread so that the
+    /// child can always write.
+    stdout: Option<std::sync::mpsc::Receiver<String>>,
+    /// Its stderr (the log), drained by a thread so that a long log never blocks the child.
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
     /// The authentication server (UDP).
     pub auth: SocketAddr,
     /// The secure server (UDP).
@@ -88,9 +94,28 @@ impl NexServe {
             .stderr(Stdio::piped())
             .spawn()
             .expect("wirekit runs");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut log = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut err, &mut log);
+            log
+        });
+        let deadline = std::time::Instant::now() + START_LIMIT;
         let mut addr = |prefix: &str| -> SocketAddr {
-            let line = lines.next().expect("a listening line").unwrap();
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = lines.recv_timeout(left).unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!("wirekit nex serve printed no {prefix:?} line within {START_LIMIT:?}")
+            });
             line.strip_prefix(prefix)
                 .unwrap_or_else(|| panic!("{line:?}"))
                 .parse()
@@ -107,6 +132,7 @@ impl NexServe {
         NexServe {
             child: Some(child),
             stdout: Some(lines),
+            stderr: Some(stderr),
             auth,
             secure,
             ws,
@@ -118,13 +144,15 @@ impl NexServe {
     pub fn stop(mut self) -> (Value, String) {
         let child = self.child.take().expect("running");
         let lines = self.stdout.take().expect("stdout");
-        let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+        let stderr = self.stderr.take().expect("stderr");
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
-        let out = wait_output(child, Duration::from_secs(10), "wirekit nex serve");
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        let stdout = reader.join().expect("stdout reader").join("\n");
+        // Its pipes were taken: this waits for the exit only.
+        wait_output(child, Duration::from_secs(10), "wirekit nex serve");
+        let log = String::from_utf8_lossy(&stderr.join().expect("stderr reader")).into_owned();
+        // The reader ends at the child's end of stdout, after the summary.
+        let stdout = lines.iter().collect::<Vec<_>>().join("\n");
         let summary = stdout
             .lines()
             .rev()

@@ -18,8 +18,10 @@ use wirekit_core::Status;
 use wirekit_core::proxy::{self, Addresses, Limits, ProxyHeader, Tlv, TlvKind, Version, v1, v2};
 use wirekit_tests::haproxy::{Haproxy, HaproxyConfig, TIMEOUT};
 
-/// A log line per accepted connection with the addresses HAProxy took from the header.
-const SEEN_LOG_FORMAT: &str = "log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp\"";
+/// A log line per accepted connection with the addresses HAProxy took from the header, and
+/// the AUTHORITY and UNIQUE_ID TLVs' values (`-` where the header has none).
+const SEEN_LOG_FORMAT: &str = "log-format \"wirekit-seen src=%ci:%cp dst=%fi:%fp \
+                               auth=%[fc_pp_authority] uid=%[fc_pp_unique_id]\"";
 
 /// Accepts one connection on `listener` within the timeout.
 fn accept(listener: &TcpListener) -> TcpStream {
@@ -282,8 +284,9 @@ fn haproxy_accepts_wirekit_v1_v2_crc32c_tlvs() {
     cases.push((
         "v2 INET6 TLVs CRC32C NOOP",
         v2_bytes(v2::Builder::proxy(a).tlvs(&tlvs).crc32c(true).pad_to(256)),
+        // HAProxy read the TLVs' values, not just the addresses.
         format!(
-            "src={}:{} dst={}:{}",
+            "src={}:{} dst={}:{} auth=play.example.com uid=wirekit-unique-id-0001",
             s6b.ip(),
             s6b.port(),
             d6.ip(),
