@@ -209,6 +209,58 @@ fn send_through(port: u16, header: &[u8]) -> (bool, SocketAddr) {
     (echoed, s.local_addr().unwrap())
 }
 
+/// AUTHORITY both ways: wirekit's v2 header with an AUTHORITY TLV into a frontend that
+/// accepts PROXY, and HAProxy's own v2 header out of its backend (`proxy-v2-options
+/// crc32c,authority`, which passes on the AUTHORITY it received), read by wirekit's parser:
+/// the client and the host wirekit named arrive, with HAProxy's checksum. (`wirekit proxy`
+/// writes AUTHORITY toward its upstreams; HAProxy between them keeps it.)
+#[test]
+fn haproxy_passes_on_the_authority_wirekit_sent() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = listener.local_addr().unwrap().port();
+    let config = |p: &[u16]| {
+        HaproxyConfig::new()
+            .frontend("fa", p[0], &["accept-proxy"], &[], "ba")
+            .backend(
+                "ba",
+                "s",
+                backend,
+                &["send-proxy-v2", "proxy-v2-options crc32c,authority"],
+            )
+    };
+    let Some((_haproxy, ports)) = Haproxy::start_on(1, config) else {
+        return;
+    };
+    let src: SocketAddrV4 = "192.0.2.33:40033".parse().unwrap();
+    let dst: SocketAddrV4 = "198.51.100.20:25565".parse().unwrap();
+    let tlvs = [Tlv::Authority(b"play.example.com")];
+    let mut sent = v2_bytes(
+        v2::Builder::proxy(Addresses::Inet { src, dst })
+            .tlvs(&tlvs)
+            .crc32c(true),
+    );
+    sent.extend_from_slice(b"hello");
+    let mut client = TcpStream::connect(("127.0.0.1", ports[0])).unwrap();
+    client.set_read_timeout(Some(TIMEOUT)).unwrap();
+    client.write_all(&sent).unwrap();
+    // Skip connections the readiness probes may still cause.
+    let (buf, len) = loop {
+        let mut upstream = accept(&listener);
+        let Some((buf, len)) = read_header(&mut upstream, 5) else {
+            continue;
+        };
+        if parsed(&buf).addresses.source() == Some(src.into()) {
+            break (buf, len);
+        }
+    };
+    let h = parsed(&buf);
+    assert_eq!(h.addresses, Addresses::Inet { src, dst });
+    assert!(h.crc32c.is_some(), "HAProxy's CRC32C TLV, verified");
+    let authority = h.find_tlv(TlvKind::Authority).expect("AUTHORITY passed on");
+    assert_eq!(authority.value, b"play.example.com");
+    assert_eq!(&buf[len..len + 5], b"hello");
+}
+
 fn v2_bytes(b: v2::Builder<'_>) -> Vec<u8> {
     let mut out = vec![0u8; b.encoded_len()];
     b.encode(&mut out).unwrap();
