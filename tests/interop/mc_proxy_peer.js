@@ -16,7 +16,10 @@
 //       (MC_PEER_TIMEOUT_MS).
 //       ACT other than "chat" does something hostile once the welcome is in instead:
 //       "bomb" writes a compressed frame declaring 1000 bytes whose zlib stream inflates to
-//       1 MiB, "bigdecl" one declaring 16 MiB, "flood" sends 400 chat messages at once.
+//       1 MiB, "bigdecl" one declaring 16 MiB, "flood" sends 400 chat messages at once;
+//       "reconfig" chats "reconfigure", which the server answers (1.20.2+) by taking the
+//       client back to the configuration state and out, then chats as "chat" does and prints
+//       "ok <name> reconfigured" if it went through configuration again.
 //
 // Versions with signed chat (1.19+) chat through system_chat and chat_message (text components
 // as NBT from 1.20.3 on); older ones through chat.
@@ -56,6 +59,25 @@ function say (client, text) {
   client.write('system_chat', { content, isActionBar: false })
 }
 
+// Echoes a chat message. "reconfigure" (1.20.2+) first takes the client back to the
+// configuration state and out again, as a server does when it changes the client's world or
+// registries: Start Configuration, the client's acknowledgement, Finish Configuration, the
+// client's; the echo comes once it is back in play.
+function answer (client, message) {
+  if (message !== 'reconfigure' || !client.supportFeature('hasConfigurationState')) {
+    return say(client, 'echo:' + message)
+  }
+  client.once('configuration_acknowledged', () => {
+    client.state = mc.states.CONFIGURATION
+    client.once('finish_configuration', () => {
+      client.state = mc.states.PLAY
+      say(client, 'echo:' + message)
+    })
+    client.write('finish_configuration', {})
+  })
+  client.write('start_configuration', {})
+}
+
 function varint (n) {
   const out = []
   do {
@@ -91,8 +113,8 @@ if (mode === 'server' || mode === 'server-online') {
   server.on('listening', () => console.log('listening ' + server.socketServer.address().port))
   server.on('playerJoin', (client) => {
     say(client, 'welcome ' + client.username + ' ' + padding)
-    client.on('chat', (p) => say(client, 'echo:' + p.message))
-    client.on('chat_message', (p) => say(client, 'echo:' + p.message))
+    client.on('chat', (p) => answer(client, p.message))
+    client.on('chat_message', (p) => answer(client, p.message))
   })
   server.on('error', (e) => { console.error(e); process.exit(1) })
 } else if (mode === 'client') {
@@ -110,6 +132,9 @@ if (mode === 'server' || mode === 'server-online') {
   const limit = Number(process.env.MC_PEER_TIMEOUT_MS || 20000)
   const timer = setTimeout(() => { console.error('timed out'); process.exit(1) }, limit)
   let finished = false
+  // Times the server took this client back to the configuration state.
+  let reconfigured = 0
+  client.on('start_configuration', () => { reconfigured++ })
   const onText = (message) => {
     let text = ''
     try { text = JSON.parse(message).text || '' } catch (e) { text = String(message) }
@@ -121,11 +146,16 @@ if (mode === 'server' || mode === 'server-online') {
         client.socket.write(compressedFrame(16 << 20, Buffer.from([0x78, 0x9c, 0x03, 0x00])))
       } else if (act === 'flood') {
         for (let i = 0; i < 400; i++) client.chat('flood ' + i)
+      } else if (act === 'reconfig') {
+        client.chat('reconfigure')
       } else {
         client.chat('hello through the proxy')
       }
+    } else if (text === 'echo:reconfigure') {
+      // Back in play: chat once more through the proxy to show the connection still works.
+      client.chat('hello through the proxy')
     } else if (text === 'echo:hello through the proxy') {
-      console.log('ok ' + client.username)
+      console.log('ok ' + client.username + (reconfigured ? ' reconfigured' : ''))
       finished = true
       clearTimeout(timer)
       client.end()

@@ -110,6 +110,59 @@ fn every_version_logs_in_and_chats_through_inspect_mode_some_reframed() {
     );
 }
 
+/// A real server taking its clients back to the configuration state and out again (1.20.2+:
+/// Start Configuration, the client's acknowledgement, Finish Configuration both ways, as a
+/// server changing worlds does), through inspect routes, with the upstream's threshold and
+/// with the proxy's own: the machine follows the state both ways and the client chats in
+/// play again after it.
+#[test]
+fn a_server_takes_its_clients_back_to_configuration_and_out_through_inspect_mode() {
+    let _turn = turn();
+    let Some(servers) = servers() else { return };
+    let configured: Vec<(&str, u16)> = VERSIONS
+        .iter()
+        .zip(&servers)
+        .filter(|(v, _)| !matches!(**v, "1.8.8" | "1.12.2"))
+        .map(|(v, (_, port))| (*v, *port))
+        .collect();
+    assert_eq!(configured.len(), 3);
+    let mut config = String::new();
+    for (v, port) in &configured {
+        let name = v.replace('.', "_");
+        config += &route(&format!("c{name}"), *port, "");
+        config += &route(
+            &format!("cr{name}"),
+            *port,
+            "client-threshold = 64\nclient-level = \"quick\"",
+        );
+    }
+    let proxy = McProxy::start(&config);
+    let sessions: Vec<(String, Session)> = configured
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (v, _))| {
+            let name = v.replace('.', "_");
+            ["c", "cr"].into_iter().enumerate().map(move |(k, kind)| {
+                let host = format!("{kind}{name}.inspect.test");
+                let from = format!("127.0.0.{}", 120 + 2 * i + k);
+                (host, from, *v)
+            })
+        })
+        .map(|(host, from, v)| {
+            let s = Session::start(node_client(proxy.addr, v, &host, &from, "reconfig"));
+            (host, s)
+        })
+        .collect();
+    for (host, s) in sessions {
+        let (status, out, err) = s.finish();
+        assert!(
+            status.success() && out.contains("ok Tester reconfigured"),
+            "{host}: {out} {err}\n{}",
+            proxy.proc.log()
+        );
+    }
+}
+
 #[test]
 fn a_denied_packet_closes_that_client_with_a_disconnect_and_no_other() {
     let _turn = turn();
