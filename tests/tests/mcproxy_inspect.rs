@@ -30,6 +30,45 @@ fn route(name: &str, port: u16, extra: &str) -> String {
     )
 }
 
+/// Two inspect routes for each (version, server port): `KIND[0]<version>` with the
+/// upstream's threshold and `KIND[1]<version>` with the proxy's own toward the client (every
+/// packet framed, and compressed, again).
+fn routes_both_ways(versions: &[(&str, u16)], kinds: [&str; 2]) -> String {
+    let mut config = String::new();
+    for (v, port) in versions {
+        let name = v.replace('.', "_");
+        config += &route(&format!("{}{name}", kinds[0]), *port, "");
+        config += &route(
+            &format!("{}{name}", kinds[1]),
+            *port,
+            "client-threshold = 64\nclient-level = \"quick\"",
+        );
+    }
+    config
+}
+
+/// A node client doing `act` on each route of [`routes_both_ways`], all at once, from
+/// 127.0.0.`first` on: (host, session).
+fn sessions_both_ways(
+    proxy: &McProxy,
+    versions: &[(&str, u16)],
+    kinds: [&str; 2],
+    first: usize,
+    act: &str,
+) -> Vec<(String, Session)> {
+    let mut sessions = Vec::new();
+    for (i, (v, _)) in versions.iter().enumerate() {
+        let name = v.replace('.', "_");
+        for (k, kind) in kinds.into_iter().enumerate() {
+            let host = format!("{kind}{name}.inspect.test");
+            let from = format!("127.0.0.{}", first + 2 * i + k);
+            let s = Session::start(node_client(proxy.addr, v, &host, &from, act));
+            sessions.push((host, s));
+        }
+    }
+    sessions
+}
+
 fn assert_ok(proxy: &McProxy, what: &str, s: Session) {
     let (status, out, err) = s.finish();
     assert!(
@@ -52,35 +91,13 @@ fn assert_kicked(proxy: &McProxy, what: &str, s: Session, reason: &str) {
 fn every_version_logs_in_and_chats_through_inspect_mode_some_reframed() {
     let _turn = turn();
     let Some(servers) = servers() else { return };
-    let mut config = String::new();
-    for (v, (_, port)) in VERSIONS.iter().zip(&servers) {
-        let name = v.replace('.', "_");
-        config += &route(&format!("v{name}"), *port, "");
-        // The same version with the proxy's own threshold toward the client: every packet
-        // is framed (and compressed) again.
-        config += &route(
-            &format!("r{name}"),
-            *port,
-            "client-threshold = 64\nclient-level = \"quick\"",
-        );
-    }
-    let proxy = McProxy::start(&config);
-    let sessions: Vec<(String, Session)> = VERSIONS
+    let versions: Vec<(&str, u16)> = VERSIONS
         .iter()
-        .enumerate()
-        .flat_map(|(i, v)| {
-            let name = v.replace('.', "_");
-            ["v", "r"].into_iter().enumerate().map(move |(k, kind)| {
-                let host = format!("{kind}{name}.inspect.test");
-                let from = format!("127.0.0.{}", 40 + 2 * i + k);
-                (host, from, *v)
-            })
-        })
-        .map(|(host, from, v)| {
-            let s = Session::start(node_client(proxy.addr, v, &host, &from, "chat"));
-            (host, s)
-        })
+        .zip(&servers)
+        .map(|(v, (_, port))| (*v, *port))
         .collect();
+    let proxy = McProxy::start(&routes_both_ways(&versions, ["v", "r"]));
+    let sessions = sessions_both_ways(&proxy, &versions, ["v", "r"], 40, "chat");
     for (host, s) in sessions {
         assert_ok(&proxy, &host, s);
     }
@@ -126,33 +143,8 @@ fn a_server_takes_its_clients_back_to_configuration_and_out_through_inspect_mode
         .map(|(v, (_, port))| (*v, *port))
         .collect();
     assert_eq!(configured.len(), 3);
-    let mut config = String::new();
-    for (v, port) in &configured {
-        let name = v.replace('.', "_");
-        config += &route(&format!("c{name}"), *port, "");
-        config += &route(
-            &format!("cr{name}"),
-            *port,
-            "client-threshold = 64\nclient-level = \"quick\"",
-        );
-    }
-    let proxy = McProxy::start(&config);
-    let sessions: Vec<(String, Session)> = configured
-        .iter()
-        .enumerate()
-        .flat_map(|(i, (v, _))| {
-            let name = v.replace('.', "_");
-            ["c", "cr"].into_iter().enumerate().map(move |(k, kind)| {
-                let host = format!("{kind}{name}.inspect.test");
-                let from = format!("127.0.0.{}", 120 + 2 * i + k);
-                (host, from, *v)
-            })
-        })
-        .map(|(host, from, v)| {
-            let s = Session::start(node_client(proxy.addr, v, &host, &from, "reconfig"));
-            (host, s)
-        })
-        .collect();
+    let proxy = McProxy::start(&routes_both_ways(&configured, ["c", "cr"]));
+    let sessions = sessions_both_ways(&proxy, &configured, ["c", "cr"], 120, "reconfig");
     for (host, s) in sessions {
         let (status, out, err) = s.finish();
         assert!(
