@@ -19,7 +19,8 @@
 //       1 MiB, "bigdecl" one declaring 16 MiB, "flood" sends 400 chat messages at once;
 //       "reconfig" chats "reconfigure", which the server answers (1.20.2+) by taking the
 //       client back to the configuration state and out, then chats as "chat" does and prints
-//       "ok <name> reconfigured" if it went through configuration again.
+//       "ok <name> reconfigured" if it went through configuration again; "transfer" chats
+//       "transfer", which the server answers (1.20.5+) with a Transfer packet, then as "chat".
 //
 // Versions with signed chat (1.19+) chat through system_chat and chat_message (text components
 // as NBT from 1.20.3 on); older ones through chat.
@@ -63,7 +64,13 @@ function say (client, text) {
 // configuration state and out again, as a server does when it changes the client's world or
 // registries: Start Configuration, the client's acknowledgement, Finish Configuration, the
 // client's; the echo comes once it is back in play.
+// "transfer" (1.20.5+) first sends a Transfer to 127.0.0.1:25565, which this client ignores
+// (the proxy between may deny it).
 function answer (client, message) {
+  if (message === 'transfer') {
+    client.write('transfer', { host: '127.0.0.1', port: 25565 })
+    return say(client, 'echo:' + message)
+  }
   if (message !== 'reconfigure' || !client.supportFeature('hasConfigurationState')) {
     return say(client, 'echo:' + message)
   }
@@ -148,10 +155,12 @@ if (mode === 'server' || mode === 'server-online') {
         for (let i = 0; i < 400; i++) client.chat('flood ' + i)
       } else if (act === 'reconfig') {
         client.chat('reconfigure')
+      } else if (act === 'transfer') {
+        client.chat('transfer')
       } else {
         client.chat('hello through the proxy')
       }
-    } else if (text === 'echo:reconfigure') {
+    } else if (text === 'echo:reconfigure' || text === 'echo:transfer') {
       // Back in play: chat once more through the proxy to show the connection still works.
       client.chat('hello through the proxy')
     } else if (text === 'echo:hello through the proxy') {

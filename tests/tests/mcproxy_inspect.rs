@@ -194,6 +194,47 @@ fn a_denied_packet_closes_that_client_with_a_disconnect_and_no_other() {
     );
 }
 
+/// A real server's Transfer packet (1.20.5+), named in a rule by packet name: on a route that
+/// denies it the client is closed with the rule's Disconnect, on one that does not it passes
+/// (the client ignores it and chats on), for each version the rule resolves the ID of.
+#[test]
+fn a_real_servers_transfer_is_known_by_name_and_denied_where_a_rule_says() {
+    let _turn = turn();
+    for (i, v) in ["1.21.4", "26.1"].into_iter().enumerate() {
+        let Some((_s, port)) = node_server(v, "transfer") else {
+            return;
+        };
+        let proxy = McProxy::start(&format!(
+            "{}{}",
+            route(
+                "notransfer",
+                port,
+                "[[route.inspect.rule]]\nstate = \"play\"\ndirection = \"clientbound\"\npacket = \"transfer\"\naction = \"deny\"",
+            ),
+            route("transfer", port, ""),
+        ));
+        let host = |r: &str| format!("{r}.inspect.test");
+        let last = 70 + 2 * i;
+        let denied = Session::start(node_client(
+            proxy.addr,
+            v,
+            &host("notransfer"),
+            &format!("127.0.0.{last}"),
+            "transfer",
+        ));
+        let passed = Session::start(node_client(
+            proxy.addr,
+            v,
+            &host("transfer"),
+            &format!("127.0.0.{}", last + 1),
+            "transfer",
+        ));
+        assert_kicked(&proxy, v, denied, "packet denied by rule");
+        assert_ok(&proxy, v, passed);
+        proxy.proc.wait_log("reason=\"upstream_rule_denied\"", 1);
+    }
+}
+
 #[test]
 fn compression_bombs_and_a_flood_close_their_connections_only() {
     let _turn = turn();
