@@ -571,12 +571,10 @@ fn wirekit_client_logs_in_through_nintendoclients_servers() {
 }
 
 /// `wirekit nex decode --session-key` decrypts, in order, every DATA payload of both
-/// directions that `wirekit nex serve`'s secure server and a client exchanged.
+/// directions that `wirekit nex serve`'s secure server and a client exchanged. (wirekit on
+/// every side: no peer needed, so it runs wherever the binary builds.)
 #[test]
 fn nex_decode_decrypts_what_wirekit_nex_serve_sent() {
-    if driver().is_none() {
-        return;
-    }
     let server = NexServe::start("v1", &["--build-name", "decode build"]);
     let mut config = Config::new(
         Settings::new(b"ridfebb9", Version::V1),
