@@ -31,6 +31,8 @@ pub struct Proc {
     pub child: Child,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
+    /// The two reader threads, joined by [`finish`](Proc::finish).
+    readers: Vec<thread::JoinHandle<()>>,
 }
 
 impl Proc {
@@ -47,23 +49,37 @@ impl Proc {
         let (out, err) = (stdout.clone(), stderr.clone());
         let pout = child.stdout.take().unwrap();
         let perr = child.stderr.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(pout).lines().map_while(Result::ok) {
-                out.lock().unwrap().push(line);
-            }
-        });
-        thread::spawn(move || {
-            for line in BufReader::new(perr).lines().map_while(Result::ok) {
-                let mut e = err.lock().unwrap();
-                e.push_str(&strip_ansi(&line));
-                e.push('\n');
-            }
-        });
+        let readers = vec![
+            thread::spawn(move || {
+                for line in BufReader::new(pout).lines().map_while(Result::ok) {
+                    out.lock().unwrap().push(line);
+                }
+            }),
+            thread::spawn(move || {
+                for line in BufReader::new(perr).lines().map_while(Result::ok) {
+                    let mut e = err.lock().unwrap();
+                    e.push_str(&strip_ansi(&line));
+                    e.push('\n');
+                }
+            }),
+        ];
         Proc {
             child,
             stdout,
             stderr,
+            readers,
         }
+    }
+
+    /// Waits at most `limit` for the process to exit (killing it past that: `None`), then
+    /// for its output to be read to the end: every stdout line and the whole log.
+    pub fn finish(mut self, limit: Duration) -> Option<(Vec<String>, String)> {
+        wirekit_rig::process::wait_bounded(&mut self.child, limit)?;
+        for r in std::mem::take(&mut self.readers) {
+            let _ = r.join();
+        }
+        let lines = self.stdout.lock().unwrap().clone();
+        Some((lines, self.log()))
     }
 
     /// Waits for a stdout line starting with `prefix` and returns the rest of it.

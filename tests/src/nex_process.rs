@@ -1,7 +1,6 @@
 //! NEX interop helpers: `wirekit nex serve` as a child process and the NintendoClients driver
 //! (tests/interop/nex_peer.py), shared by the UDP and the WebSocket (Lite) interop tests.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -9,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::mcproxy_process::Proc;
 use crate::peers;
 use crate::serve_process::wirekit_binary;
 
@@ -30,17 +30,10 @@ pub fn wait_output(child: Child, limit: Duration, what: &str) -> std::process::O
         .unwrap_or_else(|| panic!("{what} did not finish in {limit:?}"))
 }
 
-/// How long `wirekit nex serve` may take to print its listening lines.
-const START_LIMIT: Duration = Duration::from_secs(20);
-
-/// `wirekit nex serve` as a child process on loopback ports picked by the kernel.
+/// `wirekit nex serve` as a child process on loopback ports picked by the kernel, its stdout
+/// and log read by threads as it writes them (a long log never blocks it); killed on drop.
 pub struct NexServe {
-    child: Option<Child>,
-    /// Its stdout's lines as they come (the summary comes last), read by a thread so that the
-    /// child can always write.
-    stdout: Option<std::sync::mpsc::Receiver<String>>,
-    /// Its stderr (the log), drained by a thread so that a long log never blocks the child.
-    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    proc: Proc,
     /// The authentication server (UDP).
     pub auth: SocketAddr,
     /// The secure server (UDP).
@@ -70,57 +63,28 @@ impl NexServe {
             extra.len()
         ));
         std::fs::write(&path, ACCOUNTS).unwrap();
-        let mut child = Command::new(wirekit_binary())
-            .args([
-                "nex",
-                "serve",
-                "--access-key",
-                "ridfebb9",
-                "--version",
-                version,
-            ])
-            .args([
-                "--auth-listen",
-                "127.0.0.1:0",
-                "--secure-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--accounts")
-            .arg(&path)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("wirekit runs");
-        let (tx, lines) = std::sync::mpsc::channel();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut err = child.stderr.take().unwrap();
-        let stderr = std::thread::spawn(move || {
-            let mut log = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut err, &mut log);
-            log
-        });
-        let deadline = std::time::Instant::now() + START_LIMIT;
-        let mut addr = |prefix: &str| -> SocketAddr {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let line = lines.recv_timeout(left).unwrap_or_else(|_| {
-                let _ = child.kill();
-                panic!("wirekit nex serve printed no {prefix:?} line within {START_LIMIT:?}")
-            });
-            line.strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("{line:?}"))
-                .parse()
-                .unwrap()
-        };
+        let mut cmd = Command::new(wirekit_binary());
+        cmd.args([
+            "nex",
+            "serve",
+            "--access-key",
+            "ridfebb9",
+            "--version",
+            version,
+        ])
+        .args([
+            "--auth-listen",
+            "127.0.0.1:0",
+            "--secure-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--accounts")
+        .arg(&path)
+        .args(extra)
+        .env("RUST_LOG", "info");
+        let mut proc = Proc::spawn(cmd);
+        // Each within `Proc`'s bound, failing the test with the log past it.
+        let mut addr = |prefix: &str| -> SocketAddr { proc.stdout_line(prefix).parse().unwrap() };
         let auth = addr("auth listening on ");
         let secure = addr("secure listening on ");
         let ws = extra.contains(&"--ws-auth-listen").then(|| {
@@ -130,9 +94,7 @@ impl NexServe {
             )
         });
         NexServe {
-            child: Some(child),
-            stdout: Some(lines),
-            stderr: Some(stderr),
+            proc,
             auth,
             secure,
             ws,
@@ -141,33 +103,21 @@ impl NexServe {
     }
 
     /// SIGTERM, then the summary line (stdout) and the log (stderr).
-    pub fn stop(mut self) -> (Value, String) {
-        let child = self.child.take().expect("running");
-        let lines = self.stdout.take().expect("stdout");
-        let stderr = self.stderr.take().expect("stderr");
+    pub fn stop(self) -> (Value, String) {
+        let proc = self.proc;
         let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
+            .args(["-TERM", &proc.child.id().to_string()])
             .status();
-        // Its pipes were taken: this waits for the exit only.
-        wait_output(child, Duration::from_secs(10), "wirekit nex serve");
-        let log = String::from_utf8_lossy(&stderr.join().expect("stderr reader")).into_owned();
-        // The reader ends at the child's end of stdout, after the summary.
-        let stdout = lines.iter().collect::<Vec<_>>().join("\n");
+        let (lines, log) = proc
+            .finish(Duration::from_secs(10))
+            .expect("wirekit nex serve exits within 10 s of SIGTERM");
+        let stdout = lines.join("\n");
         let summary = stdout
             .lines()
             .rev()
             .find_map(|l| serde_json::from_str::<Value>(l).ok())
             .unwrap_or_else(|| panic!("no summary in {stdout:?}\n{log}"));
         (summary, log)
-    }
-}
-
-impl Drop for NexServe {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

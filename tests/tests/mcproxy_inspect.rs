@@ -70,9 +70,14 @@ fn sessions_both_ways(
 }
 
 fn assert_ok(proxy: &McProxy, what: &str, s: Session) {
+    assert_ok_saying(proxy, what, s, "ok Tester");
+}
+
+/// The session ended well, its output holding `text`.
+fn assert_ok_saying(proxy: &McProxy, what: &str, s: Session, text: &str) {
     let (status, out, err) = s.finish();
     assert!(
-        status.success() && out.contains("ok Tester"),
+        status.success() && out.contains(text),
         "{what}: {out} {err}\n{}",
         proxy.proc.log()
     );
@@ -146,12 +151,7 @@ fn a_server_takes_its_clients_back_to_configuration_and_out_through_inspect_mode
     let proxy = McProxy::start(&routes_both_ways(&configured, ["c", "cr"]));
     let sessions = sessions_both_ways(&proxy, &configured, ["c", "cr"], 120, "reconfig");
     for (host, s) in sessions {
-        let (status, out, err) = s.finish();
-        assert!(
-            status.success() && out.contains("ok Tester reconfigured"),
-            "{host}: {out} {err}\n{}",
-            proxy.proc.log()
-        );
+        assert_ok_saying(&proxy, &host, s, "ok Tester reconfigured");
     }
 }
 
@@ -734,56 +734,7 @@ fn a_half_closed_client_still_receives_what_the_upstream_sends_after() {
 /// at the failed write toward the upstream and dropped the kick in some rounds.
 #[test]
 fn a_kick_written_before_an_upstream_reset_reaches_a_client_still_sending() {
-    use std::io::Write;
-    use std::time::Duration;
-    use wirekit_tests::mcproxy_process::{login_success, read_to_close, reset};
-
-    let _turn = turn();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let proxy = McProxy::start(&route("kick", port, ""));
-    for round in 0..6u8 {
-        let (mut client, mut up) = logged_in_through(&proxy, &listener, "kick", 90 + round);
-        up.write_all(&login_success("Tester")).unwrap();
-        assert_eq!(read_frames(&mut client, 1).len(), 1);
-        // The client keeps sending play packets until its connection fails.
-        let sender = keep_sending_play(&client);
-        std::thread::sleep(Duration::from_millis(50));
-        // Play's Disconnect (1.12.2: 0x1A) with a JSON reason.
-        let kick = play_kick(round);
-        up.write_all(&kick).unwrap();
-        reset(up);
-        let relayed = read_to_close(&mut client);
-        assert!(
-            relayed == kick,
-            "round {round}: the client got {relayed:02x?}, not the kick"
-        );
-        drop(client);
-        sender.join().unwrap();
-    }
-}
-
-/// A thread that sends play packets of 200 bytes on `client`, one a millisecond, for 3 s or
-/// until its connection fails.
-fn keep_sending_play(client: &std::net::TcpStream) -> std::thread::JoinHandle<()> {
-    use std::io::Write;
-    use std::time::{Duration, Instant};
-    let mut writer = client.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let packet = frame(&[[0x03u8].as_slice(), &[b'm'; 200]].concat());
-        let until = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < until && writer.write_all(&packet).is_ok() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    })
-}
-
-/// Play's Disconnect (1.12.2: 0x1A) with a JSON reason naming `round`, framed.
-fn play_kick(round: u8) -> Vec<u8> {
-    let reason = format!("{{\"text\":\"server restarting {round}\"}}");
-    let mut body = vec![0x1Au8, reason.len() as u8];
-    body.extend_from_slice(reason.as_bytes());
-    frame(&body)
+    kick_then_reset("kick", 90, 6, None, 0, std::time::Duration::ZERO);
 }
 
 /// The same through a client whose window is nearly shut (a 2 KiB receive buffer) and which
@@ -792,36 +743,70 @@ fn play_kick(round: u8) -> Vec<u8> {
 /// bytes (a reset would drop them) before they are out. Before, it closed at once.
 #[test]
 fn a_kick_the_client_has_no_room_for_yet_survives_the_upstreams_reset() {
+    kick_then_reset(
+        "kickfull",
+        100,
+        3,
+        Some(2048),
+        12 * 1024,
+        std::time::Duration::from_millis(200),
+    );
+}
+
+/// `rounds` logins on inspect route `name` (from 127.0.0.`first` on, with the client's receive
+/// buffer `recv_buffer`), each in play sending packets until its connection fails while the
+/// upstream writes a play packet of `before` bytes (none for 0) and a kick, then resets; the
+/// client starts reading `read_after` later and must get both whole, then the end.
+fn kick_then_reset(
+    name: &str,
+    first: u8,
+    rounds: u8,
+    recv_buffer: Option<u32>,
+    before: usize,
+    read_after: std::time::Duration,
+) {
     use std::io::Write;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
     use wirekit_tests::mcproxy_process::{login_success, read_to_close, reset};
 
     let _turn = turn();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let proxy = McProxy::start(&route("kickfull", port, ""));
-    for round in 0..3u8 {
+    let proxy = McProxy::start(&route(name, port, ""));
+    for round in 0..rounds {
         let (mut client, mut up) =
-            logged_in_through_with(&proxy, &listener, "kickfull", 100 + round, Some(2048));
+            logged_in_through_with(&proxy, &listener, name, first + round, recv_buffer);
         up.write_all(&login_success("Tester")).unwrap();
         assert_eq!(read_frames(&mut client, 1).len(), 1);
-        // The client sends play packets (a kilobyte a millisecond at most) until its
-        // connection fails.
-        let sender = keep_sending_play(&client);
+        // The client sends play packets (200 bytes a millisecond) until its connection fails.
+        let mut writer = client.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            let packet = frame(&[[0x03u8].as_slice(), &[b'm'; 200]].concat());
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until && writer.write_all(&packet).is_ok() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
         std::thread::sleep(Duration::from_millis(50));
-        // A 12 KiB play packet, then play's Disconnect (1.12.2: 0x1A), then the reset.
-        let big = frame(&[[0x20u8].as_slice(), &[round; 12 * 1024]].concat());
-        let kick = play_kick(round);
-        up.write_all(&[big.as_slice(), &kick].concat()).unwrap();
+        // A play packet (0x20), then play's Disconnect (1.12.2: 0x1A) with a JSON reason.
+        let mut sent = match before {
+            0 => Vec::new(),
+            n => frame(&[[0x20u8].as_slice(), &vec![round; n]].concat()),
+        };
+        let reason = format!("{{\"text\":\"server restarting {round}\"}}");
+        let mut body = vec![0x1Au8, reason.len() as u8];
+        body.extend_from_slice(reason.as_bytes());
+        sent.extend(frame(&body));
+        up.write_all(&sent).unwrap();
         reset(up);
-        // Reads only once the proxy has seen the upstream go.
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(read_after);
         let relayed = read_to_close(&mut client);
         assert!(
-            relayed.len() == big.len() + kick.len() && relayed.ends_with(&kick),
-            "round {round}: the client got {} of {} bytes",
+            relayed == sent,
+            "round {round}: the client got {} of {} bytes: {:02x?}",
             relayed.len(),
-            big.len() + kick.len()
+            sent.len(),
+            &relayed[relayed.len().saturating_sub(64)..]
         );
         drop(client);
         sender.join().unwrap();

@@ -78,6 +78,25 @@ fn read_header(s: &mut TcpStream, payload_len: usize) -> Option<(Vec<u8>, usize)
     }
 }
 
+/// The first connection HAProxy makes to `listener` whose PROXY header names `src` (those the
+/// readiness probes may still cause are skipped), with its header and `payload_len` bytes
+/// read: (stream, bytes, header length).
+fn accept_from(
+    listener: &TcpListener,
+    src: SocketAddr,
+    payload_len: usize,
+) -> (TcpStream, Vec<u8>, usize) {
+    loop {
+        let mut upstream = accept(listener);
+        let Some((buf, len)) = read_header(&mut upstream, payload_len) else {
+            continue;
+        };
+        if parsed(&buf).addresses.source() == Some(src) {
+            return (upstream, buf, len);
+        }
+    }
+}
+
 fn parsed(buf: &[u8]) -> ProxyHeader<'_> {
     proxy::parse(buf, &Limits::default())
         .unwrap()
@@ -120,16 +139,7 @@ fn haproxy_sends_v1_v2_and_v2_crc32c_unique_id() {
         else {
             panic!()
         };
-        // Skip connections the readiness probes may still cause.
-        let (mut upstream, buf, len) = loop {
-            let mut upstream = accept(&listener);
-            let Some((buf, len)) = read_header(&mut upstream, 0) else {
-                continue;
-            };
-            if parsed(&buf).addresses.source() == Some(src.into()) {
-                break (upstream, buf, len);
-            }
-        };
+        let (mut upstream, buf, len) = accept_from(&listener, src.into(), 0);
         let mut buf = buf;
         while buf.len() < len + 5 {
             let mut chunk = [0u8; 64];
@@ -243,16 +253,7 @@ fn haproxy_passes_on_the_authority_wirekit_sent() {
     let mut client = TcpStream::connect(("127.0.0.1", ports[0])).unwrap();
     client.set_read_timeout(Some(TIMEOUT)).unwrap();
     client.write_all(&sent).unwrap();
-    // Skip connections the readiness probes may still cause.
-    let (buf, len) = loop {
-        let mut upstream = accept(&listener);
-        let Some((buf, len)) = read_header(&mut upstream, 5) else {
-            continue;
-        };
-        if parsed(&buf).addresses.source() == Some(src.into()) {
-            break (buf, len);
-        }
-    };
+    let (_upstream, buf, len) = accept_from(&listener, src.into(), 5);
     let h = parsed(&buf);
     assert_eq!(h.addresses, Addresses::Inet { src, dst });
     assert!(h.crc32c.is_some(), "HAProxy's CRC32C TLV, verified");

@@ -251,8 +251,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
 /// The core's features one at a time (cargo-hack), on the host and on bare-metal Cortex-M3 (the
 /// no_std proof: a check finds any use of std; `std` and `accel` are host-only), a Cortex-M4F
 /// build, clippy on the firmware's configuration and on the CRC32C and Kerberos crates for
-/// AArch64 Linux. The firmware's own release builds compile
-/// the core for both boards with `defmt` and `embedded-io-async`.
+/// AArch64 Linux. The firmware's own release builds compile the core for both boards with
+/// `defmt` and `embedded-io-async`.
 fn core_features() -> Result<(), String> {
     cargo(
         &[
