@@ -305,13 +305,9 @@ struct Eviction {
     notify: tokio::sync::Notify,
 }
 
-/// Hands every reply queued in `outbox` to the WebSocket of its peer, and empties it.
-fn route(
-    outbox: &mut Outbox,
-    peers: &HashMap<SocketAddr, Peer>,
-    counters: &Counters,
-    stats: &WsStats,
-) {
+/// Hands every reply queued in `outbox` to the WebSocket of its peer, and empties it (each
+/// counted as sent once its WebSocket has written it).
+fn route(outbox: &mut Outbox, peers: &HashMap<SocketAddr, Peer>, stats: &WsStats) {
     for i in 0..outbox.len() {
         let (to, bytes) = outbox.get(i);
         let Some(peer) = peers.get(&to) else {
@@ -321,7 +317,7 @@ fn route(
             .tx
             .try_send(Outgoing::Packet(Bytes::copy_from_slice(bytes)))
         {
-            Ok(()) => counters.sent(bytes.len()),
+            Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => stats.count(WsReason::SendQueueFull),
             // The WebSocket is ending; its task removes it.
             Err(mpsc::error::TrySendError::Closed(_)) => {}
@@ -343,8 +339,8 @@ struct Engine {
 
 impl Engine {
     /// Hands every queued reply to the WebSocket of its peer.
-    fn route_outbox(&mut self, counters: &Counters, stats: &WsStats) {
-        route(&mut self.outbox, &self.peers, counters, stats);
+    fn route_outbox(&mut self, stats: &WsStats) {
+        route(&mut self.outbox, &self.peers, stats);
     }
 
     /// Tells a WebSocket whose PRUDP connection left the table to close. The key is kept
@@ -584,7 +580,7 @@ impl Shared {
                 e.handler.batch_end(&key, state, now, &mut e.outbox);
             }
         }
-        e.route_outbox(&self.counters, &self.stats);
+        e.route_outbox(&self.stats);
         if bound.is_none()
             && let Some(key) = source.map(|s| ConnectionKey::new(peer, s))
             && e.table.get_mut(&key).is_some()
@@ -612,7 +608,7 @@ impl Shared {
             &mut e.outbox,
             &self.counters,
             now,
-            |outbox| route(outbox, peers, &self.counters, &self.stats),
+            |outbox| route(outbox, peers, &self.stats),
         );
         let bound: Vec<SocketAddr> = e
             .peers
@@ -1188,13 +1184,14 @@ async fn pump(
             () = tokio::time::sleep_until(idle_at), if !bound => break WsReason::Idle,
             out = rx.recv() => match out {
                 Some(Outgoing::Packet(bytes)) => {
+                    let len = bytes.len();
                     // Nor for a client that takes no reply (it has the send timeout otherwise).
                     let send = tokio::time::timeout(send_timeout, ws.send(Message::Binary(bytes)));
                     tokio::select! {
                         () = eviction.notify.notified() => break WsReason::Evicted,
                         () = stopped(shutdown) => break WsReason::Shutdown,
                         sent = send => match sent {
-                            Ok(Ok(())) => {}
+                            Ok(Ok(())) => shared.counters.sent(len),
                             Ok(Err(_)) => return WsReason::Transport,
                             Err(_) => return WsReason::SendStalled,
                         },
@@ -2062,6 +2059,33 @@ mod tests {
         );
         shared.remove(addr, 2);
         assert!(!shared.engine().peers.contains_key(&addr));
+    }
+
+    /// A reply counts as sent once its WebSocket has written it, not when it is queued: one
+    /// queued for a WebSocket that never writes it (it ends, or stalls, first) is not sent.
+    #[tokio::test]
+    async fn replies_count_as_sent_when_written_not_when_queued() {
+        let l = capped(4);
+        let mut held = registered(&l, 1, false);
+        let peer: SocketAddr = "192.0.2.1:1000".parse().unwrap();
+        l.shared.message(peer, &lite_syn());
+        assert!(matches!(held[0].1.try_recv(), Ok(Outgoing::Packet(_))));
+        assert_eq!(l.shared.counters.snapshot().datagrams_out, 0, "queued only");
+        drop(held);
+        // Over a WebSocket: the SYN's answer is written, and counted.
+        let server = Running::start(WsConfig::default());
+        let mut s = upgrade_from(server.addr, LOCALHOST).await.unwrap();
+        let syn = lite_syn();
+        s.write_all(&client_frame(0x2, &syn, true)).await.unwrap();
+        let (first, payload) = server_frame(&mut s).await.expect("the SYN's answer");
+        assert_eq!(first, 0x82);
+        let out = server.shared.counters.snapshot();
+        assert_eq!(
+            (out.datagrams_out, out.bytes_out),
+            (1, payload.len() as u64)
+        );
+        drop(s);
+        server.stop().await;
     }
 
     /// A client frame: FIN, `opcode`, masked with a zero mask (or not masked).
