@@ -27,8 +27,10 @@
   python nex_peer.py ws-probe HOST PORT --subprotocol P [--send-hex H] [--send-size N]
       A raw WebSocket client of the library (anynet): upgrades offering subprotocol P, sends
       the binary messages given, and prints {"ok": true, "received": [hex...]} with what came
-      back until the server closed or --timeout passed; {"ok": false, "error"} if the upgrade
-      was refused.
+      back until the server closed or --timeout passed, with "close" (the status code of the
+      server's close frame), "timed_out" and "end" (the name of the exception that ended the
+      reads: EndOfStream for a closed WebSocket, null when the timeout did); {"ok": false,
+      "error"} if the upgrade was refused.
 
 Options: --access-key (default ridfebb9), --nex-version (default 30500), --prudp-version (0
 or 1, default 1), --timeout seconds (default 10).
@@ -188,7 +190,7 @@ async def ws_probe(args):
     from anynet import websocket
 
     received, upgraded, closes = [], False, []
-    timed_out = False
+    timed_out, end = False, None
     try:
         with anyio.move_on_after(args.timeout) as scope:
             async with websocket.connect(
@@ -220,6 +222,7 @@ async def ws_probe(args):
             e = e.exceptions[0]
         if not upgraded:
             return {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+        end = type(e).__name__
     else:
         timed_out = scope.cancelled_caught
     return {
@@ -228,6 +231,9 @@ async def ws_probe(args):
         # The status code of the server's close frame (None: no close frame came).
         "close": closes[0] if closes else None,
         "timed_out": timed_out,
+        # What ended the reads after the upgrade: a closed WebSocket is EndOfStream; anything
+        # else (a transport error, a bad frame) is named for the test to see.
+        "end": end,
     }
 
 

@@ -127,9 +127,16 @@ fn hostile_websockets_are_refused_or_dropped_and_others_served() {
             r["ok"].clone(),
             r["received"].clone(),
             r["close"].clone(),
-            r["timed_out"].clone()
+            r["timed_out"].clone(),
+            r["end"].clone()
         ),
-        (json!(true), json!([]), json!(1009), json!(false)),
+        (
+            json!(true),
+            json!([]),
+            json!(1009),
+            json!(false),
+            json!("EndOfStream")
+        ),
         "{r}"
     );
     // Garbage: no Lite magic; a Lite SYN whose lengths run past the message; a well-formed
@@ -153,9 +160,16 @@ fn hostile_websockets_are_refused_or_dropped_and_others_served() {
             r["ok"].clone(),
             r["received"].clone(),
             r["close"].clone(),
-            r["timed_out"].clone()
+            r["timed_out"].clone(),
+            r["end"].clone()
         ),
-        (json!(true), json!([]), json!(null), json!(true)),
+        (
+            json!(true),
+            json!([]),
+            json!(null),
+            json!(true),
+            json!(null)
+        ),
         "{r}"
     );
     // Served all the same.
