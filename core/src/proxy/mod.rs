@@ -348,28 +348,25 @@ impl<'a> ProxyHeader<'a> {
         self.tlvs.get(kind)
     }
 
-    /// The length [`encode`](Self::encode) writes.
+    /// The length [`encode`](Self::encode) writes (for a v1 header with UNIX addresses, which
+    /// it refuses, the `UNKNOWN` line's).
     pub fn encoded_len(&self) -> usize {
         match self.version {
-            Version::V1 => self.v1_builder().encoded_len(),
+            Version::V1 => v1::Builder::from_addresses(self.addresses)
+                .unwrap_or(v1::Builder::unknown())
+                .encoded_len(),
             Version::V2 => v2::header_len(self.addresses, self.tlvs.as_bytes().len()),
-        }
-    }
-
-    fn v1_builder(&self) -> v1::Builder {
-        match self.addresses {
-            Addresses::Inet { src, dst } => v1::Builder::tcp4(src, dst),
-            Addresses::Inet6 { src, dst } => v1::Builder::tcp6(src, dst),
-            _ => v1::Builder::unknown(),
         }
     }
 
     /// Re-emits the header: a v1 line in canonical form (so `UNKNOWN` loses whatever followed
     /// it), or the v2 header with its TLV area as parsed and, if a CRC32C TLV is present, the
-    /// checksum recomputed. The buffer is untouched on error.
+    /// checksum recomputed. The buffer is untouched on error; a v1 header with UNIX addresses
+    /// (only a hand-built one: v1 has none) is [`EncodeError::Addresses`], not an `UNKNOWN`
+    /// line that would drop them unsaid.
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
         match self.version {
-            Version::V1 => self.v1_builder().encode(out),
+            Version::V1 => v1::Builder::from_addresses(self.addresses)?.encode(out),
             Version::V2 => v2::encode_raw(
                 self.command,
                 self.transport,
@@ -566,6 +563,34 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hand-built v1 header with UNIX addresses (v1 has none) is refused, not written as an
+    /// `UNKNOWN` line that drops them unsaid; with INET addresses it is the TCP4 line.
+    #[test]
+    fn a_v1_header_with_unix_addresses_is_refused() {
+        let mut header = ProxyHeader {
+            version: Version::V1,
+            command: Command::Proxy,
+            transport: Transport::Stream,
+            addresses: Addresses::Unix {
+                src: b"/run/a",
+                dst: b"/run/b",
+            },
+            len: 0,
+            tlvs: Tlvs::new_checked(&[]).unwrap(),
+            crc32c: None,
+        };
+        let mut out = [0xAAu8; 128];
+        assert_eq!(header.encode(&mut out), Err(EncodeError::Addresses));
+        assert!(out.iter().all(|&b| b == 0xAA), "untouched on error");
+        header.addresses = Addresses::Inet {
+            src: "192.0.2.7:5000".parse().unwrap(),
+            dst: "10.0.0.1:25565".parse().unwrap(),
+        };
+        let n = header.encode(&mut out).unwrap();
+        assert_eq!(n, header.encoded_len());
+        assert_eq!(&out[..n], b"PROXY TCP4 192.0.2.7 10.0.0.1 5000 25565\r\n");
+    }
 
     #[test]
     fn addresses_from_sockets_pick_the_family_a_header_carries() {

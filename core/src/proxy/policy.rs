@@ -292,11 +292,13 @@ impl core::error::Error for TooManyTrusted {}
 /// with a single policy applies it to everyone, and the untrusted policy only matters once a
 /// network is trusted.
 ///
-/// go-proxyproto's helpers map onto it: `LaxWhiteListPolicy` is
+/// go-proxyproto's helpers map onto it for a non-empty `list`: `LaxWhiteListPolicy` is
 /// `new(Policy::Use).with_trusted(list, Policy::Ignore)`, `StrictWhiteListPolicy` is
 /// `new(Policy::Use).with_trusted(list, Policy::Reject)`, `SkipProxyHeaderForCIDR(net, def)` is
 /// `new(Policy::Skip).with_trusted(&[net], def)`, and a listener without a policy is
-/// `new(Policy::Use)`.
+/// `new(Policy::Use)`. Their empty list gives everyone the untrusted policy: here that is
+/// `new(untrusted)`, not `with_trusted(&[], untrusted)`, which keeps the policy of `new` for
+/// every peer (the firmware's configuration shows the branch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ProxyConfig {

@@ -533,7 +533,9 @@ impl<'a> Builder<'a> {
     pub fn encoded_len(&self) -> usize {
         match self.layout() {
             (n, None) => n,
-            (n, Some(pad)) => n + tlv::field::VALUE + pad,
+            // Saturating as `layout` is: a saturated length is refused as too long, never a
+            // wrapped one that a short buffer would pass (32-bit targets).
+            (n, Some(pad)) => n.saturating_add(tlv::field::VALUE).saturating_add(pad),
         }
     }
 
