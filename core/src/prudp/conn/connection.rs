@@ -910,9 +910,11 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
                 if self.unreliable_in.is_some() {
                     return Err(DropReason::UnreliableOverrun);
                 }
-                if p.flags.contains(Flags::NEED_ACK) {
-                    self.queue_ack(p)?;
-                }
+                // Not acknowledged, NEED_ACK or not: an ACK names only type, substream and
+                // sequence id, so the peer cannot tell it from the ACK of its reliable DATA of
+                // the same id (NintendoClients keys its ACKs so), which it would then take as
+                // delivered and never resend; and nothing resends unreliable DATA, so the ACK
+                // tells it nothing.
                 self.last_heard = now;
                 let key = self.unreliable_key;
                 let (seq, sid) = (p.sequence_id, p.session_id);
@@ -1242,8 +1244,10 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
         if !lite {
             apply_unreliable(&key, seq, session_id, scratch);
         }
+        // No NEED_ACK: the peer's ACK would look like that of the reliable DATA of the same
+        // sequence id, freeing it unsent (see the receiving side); nothing resends this.
         let packet = Packet {
-            flags: Flags::NEED_ACK | Flags::HAS_SIZE,
+            flags: Flags::HAS_SIZE,
             session_id,
             sequence_id: seq,
             ..Packet::new(PacketType::Data, self.config.local_port, self.peer_port)
