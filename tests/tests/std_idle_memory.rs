@@ -166,3 +166,121 @@ fn a_connection_quiet_inside_a_frame_after_a_large_compressed_reply_gives_it_bac
     drop(c);
     server.stop().unwrap();
 }
+
+/// A reply far smaller than the room it was given does not keep that room while a client
+/// that does not read holds its send: compressed frames split across reads, each declaring
+/// 2 MiB (the room an echo is given: about what 2 MiB could deflate to) and deflating to about
+/// a quarter MiB, sent until the sockets take no more replies. While the last send waits, the
+/// connection holds its input and that reply, not the room (a kilobyte of deflated zeros held
+/// a mebibyte for up to the send timeout).
+#[test]
+fn a_reply_waiting_on_a_client_that_does_not_read_keeps_no_more_room_than_it_needs() {
+    let _turn = turn();
+    use wirekit_core::frame::compressed::CompressedEncoder;
+    use wirekit_core::service::Counters;
+    use wirekit_core::zlib::{Compressor, Level, WORKSPACE_SERVER};
+    assert_counting_installed();
+    const LEN: usize = 2 << 20;
+    // More replies than loopback sockets hold for a client that reads nothing.
+    const FRAMES: usize = 48;
+    let server = ServerThread::builder(ServeOptions {
+        service: service::Config::new()
+            .with_max_packet_len(LEN)
+            .with_compression_threshold(256),
+        ..ServeOptions::default()
+    })
+    .spawn()
+    .unwrap();
+    // One bit of entropy a byte (xorshift32): deflates to about an eighth.
+    let mut x = 0x2545_F491u32;
+    let mut body = vec![wire::ECHO as u8];
+    body.extend((0..LEN - 1024).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        b'0' + (x >> 31) as u8
+    }));
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_SERVER]).unwrap();
+    let mut frame = vec![0u8; wirekit_core::frame::compressed::max_encoded_len(body.len())];
+    let n = CompressedEncoder::new(256, Level::Default)
+        .encode(&body, &mut frame, &mut compressor)
+        .unwrap();
+    frame.truncate(n);
+    drop(body);
+    let frame = std::sync::Arc::new(frame);
+    // Reads one frame whole (its VarInt length, then that many bytes) and drops it.
+    let skip_frame = |c: &mut TcpStream| {
+        let (mut len, mut shift) = (0usize, 0);
+        loop {
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b).unwrap();
+            len |= usize::from(b[0] & 0x7f) << shift;
+            shift += 7;
+            if b[0] & 0x80 == 0 {
+                break;
+            }
+        }
+        let mut rest = vec![0u8; len];
+        c.read_exact(&mut rest).unwrap();
+    };
+    // Each frame in two writes, so that it is split across reads.
+    let send_split = |mut c: TcpStream, frame: std::sync::Arc<Vec<u8>>, times: usize| {
+        std::thread::spawn(move || {
+            for _ in 0..times {
+                c.write_all(&frame[..frame.len() / 2]).unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+                c.write_all(&frame[frame.len() / 2..]).unwrap();
+            }
+        })
+    };
+    // Warm-up on a connection of its own, read whole and closed: the thread's inflate
+    // workspace grows to the body before anything is measured.
+    {
+        let mut c = TcpStream::connect(server.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        skip_frame(&mut c);
+        let writer = send_split(c.try_clone().unwrap(), frame.clone(), 1);
+        skip_frame(&mut c);
+        writer.join().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = live_bytes();
+    let mut c = wirekit_tests::mcproxy_process::connect_from_with(1, server.addr(), Some(4096));
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    skip_frame(&mut c);
+    let writer = send_split(c.try_clone().unwrap(), frame.clone(), FRAMES);
+    // Served until a reply's send waits: the count settles (bounded wait).
+    let settled_by = std::time::Instant::now() + Duration::from_secs(10);
+    let mut held = live_bytes() - before;
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = live_bytes() - before;
+        if now == held || std::time::Instant::now() > settled_by {
+            held = now;
+            break;
+        }
+        held = now;
+    }
+    let replies = server.counters().snapshot().frames_out;
+    eprintln!(
+        "{held} bytes held by a connection whose reply to a {n}-byte frame waits on a client \
+         that does not read ({replies} replies so far)"
+    );
+    // Then it reads: every reply comes.
+    for _ in 0..FRAMES {
+        skip_frame(&mut c);
+    }
+    writer.join().unwrap();
+    assert!(
+        replies < 2 + 2 * FRAMES as u64,
+        "every reply went out unread: the sockets took them all, nothing waited"
+    );
+    // Its input (a frame) and one reply, each about n bytes; the room was about LEN.
+    assert!(
+        held < (LEN as i64),
+        "{held} bytes held while a reply to a {n}-byte frame waits (the room it was given: about \
+         {LEN})"
+    );
+    drop(c);
+    server.stop().unwrap();
+}
