@@ -151,11 +151,21 @@ fn apt() -> Result<(), String> {
     apt_install(&missing)
 }
 
-/// Installs Debian `packages` (after `apt-get update`).
+/// Installs Debian `packages` (after `apt-get update`). Both wait up to 10 minutes for the
+/// dpkg lock, which a fresh machine's own timers (apt-daily, unattended upgrades) may hold
+/// as it boots, rather than failing at once.
 fn apt_install(packages: &[&str]) -> Result<(), String> {
     let env = [("DEBIAN_FRONTEND", "noninteractive")];
-    run_in(&root(), "apt-get", &["update", "-q"], &env)?;
-    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    const LOCK_WAIT: &str = "DPkg::Lock::Timeout=600";
+    run_in(&root(), "apt-get", &["-o", LOCK_WAIT, "update", "-q"], &env)?;
+    let mut args = vec![
+        "-o",
+        LOCK_WAIT,
+        "install",
+        "-y",
+        "-q",
+        "--no-install-recommends",
+    ];
     args.extend(packages);
     run_in(&root(), "apt-get", &args, &env)
 }
