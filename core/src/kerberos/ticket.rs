@@ -227,7 +227,9 @@ pub fn build_ticket(
 ///
 /// A wrong key or altered ticket is [`KerberosError::ChecksumMismatch`] (with `ticket`
 /// untouched); fields that do not fill the plaintext exactly are
-/// [`KerberosError::MalformedTicket`].
+/// [`KerberosError::MalformedTicket`], with the decrypted part of `ticket` zeroed (its
+/// plaintext, a session key among it, is not left behind for a caller that asked with the
+/// wrong length or PID width).
 pub fn open_ticket<'b>(
     format: TicketFormat,
     user_key: &[u8],
@@ -236,17 +238,18 @@ pub fn open_ticket<'b>(
 ) -> Result<OpenedTicket<'b>, KerberosError> {
     let plain = KerberosEncryption::new(user_key)?.decrypt_in_place(ticket)?;
     let pid_len = format.pid_width.len();
-    let Some(header) = session_key_len.checked_add(pid_len) else {
+    // (header length, the internal data's range after it) if the fields fill the plaintext.
+    let layout = |plain: &[u8]| {
+        let header = session_key_len.checked_add(pid_len)?;
+        let rest = plain.get(header..)?;
+        let (start, end) = get_buffer(rest).ok()?;
+        (end == rest.len()).then_some((header, start, end))
+    };
+    let Some((header, start, end)) = layout(plain) else {
+        plain.fill(0);
         return Err(KerberosError::MalformedTicket);
     };
-    if plain.len() < header {
-        return Err(KerberosError::MalformedTicket);
-    }
     let (head, rest) = plain.split_at_mut(header);
-    let (start, end) = get_buffer(rest)?;
-    if end != rest.len() {
-        return Err(KerberosError::MalformedTicket);
-    }
     Ok(OpenedTicket {
         session_key: &head[..session_key_len],
         target_pid: get_pid(&head[session_key_len..], format.pid_width),
@@ -479,11 +482,14 @@ mod tests {
         );
         assert_eq!(out, [0u8; 100]);
         let n = build_ticket(format, &[1; 16], &[2; 16], &ok, &[0; 16], &mut out).unwrap();
-        // The right key but the wrong session key length.
+        // The right key but the wrong session key length: refused, and the plaintext (the
+        // session key [5; 16] first) is not left in the buffer.
+        let mut asked = out;
         assert_eq!(
-            open_ticket(format, &[1; 16], &mut { out }[..n], 32).err(),
+            open_ticket(format, &[1; 16], &mut asked[..n], 32).err(),
             Some(KerberosError::MalformedTicket)
         );
+        assert!(asked[..n - 16].iter().all(|&b| b == 0), "{:?}", &asked[..n]);
         assert_eq!(
             open_ticket(format, &[1; 16], &mut { out }[..n], 12).err(),
             Some(KerberosError::MalformedTicket)

@@ -177,10 +177,11 @@ const MAX_MATCH_INPUT: usize = 1 << 30;
 
 /// The most bytes a zlib stream of `n` input bytes takes at any level: the 2-byte header, the
 /// input in stored blocks of at most 65535 bytes (5 bytes of block header each, one empty block
-/// for empty input) and the 4-byte Adler-32.
+/// for empty input) and the 4-byte Adler-32. Saturating: a length no buffer holds (one a
+/// peer declared, say) gives `usize::MAX`, never a wrapped small bound.
 pub const fn compress_bound(n: usize) -> usize {
     let blocks = if n == 0 { 1 } else { n.div_ceil(65535) };
-    2 + n + 5 * blocks + 4
+    n.saturating_add(5 * blocks).saturating_add(6)
 }
 
 /// Below this input length the fast level writes one fixed-Huffman block as it goes; from it

@@ -46,10 +46,18 @@ fn samples() -> Vec<Vec<u8>> {
     v
 }
 
+/// Compresses `input` into a buffer 64 bytes past its bound (sentinels there: the compressor
+/// must neither use nor touch them), then inflates it back; the stream's length.
 fn round_trip(c: &mut Compressor<Vec<u32>>, level: Level, input: &[u8]) -> usize {
-    let mut z = vec![0u8; compress_bound(input.len())];
+    let bound = compress_bound(input.len());
+    let mut z = vec![0xA5u8; bound + 64];
     let n = c.compress(level, input, &mut z).unwrap();
-    assert!(n <= compress_bound(input.len()));
+    assert!(n <= bound);
+    assert!(
+        z[bound..].iter().all(|&b| b == 0xA5),
+        "{level:?} len {}: written past the bound",
+        input.len()
+    );
     let mut out = vec![0u8; input.len()];
     Inflater::new()
         .inflate_exact(&z[..n], &mut out)
@@ -81,8 +89,19 @@ fn compressible_input_shrinks_and_incompressible_stays_within_the_bound() {
     let mut rng = Rng(1);
     let noise: Vec<u8> = (0..100_000).map(|_| rng.next() as u8).collect();
     for level in Level::ALL {
-        assert!(round_trip(&mut c, level, &noise) <= compress_bound(noise.len()));
+        // Within the bound (checked with sentinels past it), and at the stored fallback's
+        // length (the bound itself) at the most, where noise gives matches nothing to find.
+        let n = round_trip(&mut c, level, &noise);
+        assert!(n <= compress_bound(noise.len()), "{level:?}");
+        if level == Level::Stored {
+            assert_eq!(n, compress_bound(noise.len()));
+        }
     }
+    assert_eq!(compress_bound(0), 11);
+    assert_eq!(compress_bound(65_535), 65_535 + 11);
+    assert_eq!(compress_bound(65_536), 65_536 + 16);
+    assert_eq!(compress_bound(usize::MAX), usize::MAX);
+    assert_eq!(compress_bound(usize::MAX - 20), usize::MAX);
 }
 
 #[test]
