@@ -499,6 +499,7 @@ fn floor_load(
             }
         }
         client.flush()?;
+        let before = echoed;
         client.receive(|d| {
             // The echo comes from the port it was sent from: its source byte (offset 6).
             if let Some(&b) = d.get(6) {
@@ -507,7 +508,9 @@ fn floor_load(
                 echoed += 1;
             }
         })?;
-        if echoed > 0 {
+        // Silence is counted from the last echo received, not the first: a total past zero
+        // reset the timer on every turn, and the window never refilled after a loss.
+        if echoed > before {
             last_echo = std::time::Instant::now();
         }
         if warm.is_some() && epoch.elapsed() >= WARM_UP {
