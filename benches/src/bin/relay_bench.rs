@@ -535,18 +535,45 @@ impl Plan {
     }
 }
 
-/// The bytes every bulk write sends.
-static BULK: [u8; BUF] = [0x5a; BUF];
+/// The bulk stream's period: its byte at offset `k` is `k % PERIOD`, so that a byte lost,
+/// repeated or moved shows as a mismatch at the receiver (a prime: no write or read size
+/// lines up with it).
+const PERIOD: usize = 251;
 
-/// Writes `size` bytes `write` at a time.
+/// The bulk stream from each offset within one period: [`BUF`] bytes from `BULK[k % PERIOD..]`
+/// are the stream's at offset `k`.
+static BULK: [u8; BUF + PERIOD] = {
+    let mut b = [0u8; BUF + PERIOD];
+    let mut i = 0;
+    while i < b.len() {
+        b[i] = (i % PERIOD) as u8;
+        i += 1;
+    }
+    b
+};
+
+/// The `n` (at most [`BUF`]) bulk bytes at stream offset `at`.
+fn bulk_at(at: u64, n: usize) -> &'static [u8] {
+    &BULK[(at % PERIOD as u64) as usize..][..n]
+}
+
+/// Whether `bytes` are the bulk stream's at offset `at`.
+fn is_bulk(at: u64, bytes: &[u8]) -> bool {
+    bytes
+        .chunks(BUF)
+        .zip((at..).step_by(BUF))
+        .all(|(c, k)| c == bulk_at(k, c.len()))
+}
+
+/// Writes `size` bulk bytes `write` at a time.
 async fn send_bulk(s: &mut TcpStream, size: u64, write: usize) -> bool {
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(write as u64) as usize;
-        if s.write_all(&BULK[..n]).await.is_err() {
+    let mut sent = 0;
+    while sent < size {
+        let n = (size - sent).min(write as u64) as usize;
+        if s.write_all(bulk_at(sent, n)).await.is_err() {
             return false;
         }
-        left -= n as u64;
+        sent += n as u64;
     }
     true
 }
@@ -593,17 +620,23 @@ async fn drain(s: &mut TcpStream) {
     }
 }
 
-/// Reads until `size` bytes came or the stream ended; the byte count.
-async fn read_exactly(s: &mut TcpStream, size: u64) -> u64 {
+/// Reads the bulk stream from offset `from` until offset `size` or the stream's end; the
+/// bulk bytes received as sent (reading stops at the first that differs).
+async fn read_exactly(s: &mut TcpStream, from: u64, size: u64) -> u64 {
     let mut buf = ReadBuf::take();
-    let mut got = 0;
+    let mut got = from;
     while got < size {
         match s.read(buf.get()).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => got += n as u64,
+            Ok(n) => {
+                if !is_bulk(got, &buf.get()[..n]) {
+                    break;
+                }
+                got += n as u64;
+            }
         }
     }
-    got
+    got - from
 }
 
 /// The upstream's side of one connection.
@@ -632,8 +665,12 @@ async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
     }
     let size = plan.size.load(Ordering::Relaxed);
     if plan.way.load(Ordering::Relaxed) == 0 {
+        // Bulk bytes that came with the login frames.
         let already = framed.buf.len() as u64;
-        let got = already + read_exactly(&mut s, size.saturating_sub(already)).await;
+        let mut got = 0;
+        if already <= size && is_bulk(0, &framed.buf) {
+            got = already + read_exactly(&mut s, already, size).await;
+        }
         if got == size {
             moved(got);
         } else {
@@ -698,9 +735,9 @@ async fn client_conn(relay: SocketAddr, case: &Case, prefix: &[u8]) -> Result<()
             drain(&mut s).await;
         }
         Way::Clientbound => {
-            let got = read_exactly(&mut s, case.size).await;
+            let got = read_exactly(&mut s, 0, case.size).await;
             if got != case.size {
-                return Err(format!("received {got} of {} bytes", case.size));
+                return Err(format!("received {got} of {} bytes as sent", case.size));
             }
         }
     }
