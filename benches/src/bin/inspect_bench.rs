@@ -16,7 +16,11 @@
 //! clientbound only, and both ways at once (one serverbound packet for four clientbound):
 //! Infrarust fails the latter ([`INFRARUST_TWO_WAY`]), so its ratios come from the former.
 //! Each receiver decodes every frame and checks the number of packets and the sum of their
-//! (inflated) body lengths; a run that loses, adds or truncates a packet fails.
+//! body lengths (the Data Length of a compressed one); a run that loses, adds or truncates a
+//! packet fails. Before the timed runs of a case, a checked run on every path compares each
+//! packet received, inflated by miniz_oxide, with the one sent in its place (a relay that
+//! corrupts, reorders or re-encodes a packet wrongly fails it and is left out of the case);
+//! its figures are not kept, as the inflating load costs more.
 //!
 //! A throughput run logs [`CONNS`] connections in, then starts the streams on all of them
 //! at once; relay CPU is the on-CPU time of every thread of the relay process
@@ -257,8 +261,40 @@ struct Stream {
     bytes: Vec<u8>,
     /// Each frame's range of `bytes` and its packet body's length (ID and data, inflated).
     frames: Vec<(Range<usize>, usize)>,
+    /// Each packet body's digest ([`digest`]), for the checked runs.
+    digests: Vec<u64>,
     /// The sum of the bodies' lengths.
     body_bytes: u64,
+}
+
+/// FNV-1a over a packet body: what a checked run compares each packet received with.
+fn digest(body: &[u8]) -> u64 {
+    body.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// A frame's packet body (ID and data): the frame body's, or in compressed framing the rest
+/// after Data Length, inflated by miniz_oxide (not wirekit's inflater, whose compressor the
+/// relay may have used) to exactly Data Length.
+fn packet_body(frame_body: &[u8], compressed: bool) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    if !compressed {
+        return Ok(frame_body.into());
+    }
+    match decode_varint(frame_body) {
+        Ok(Status::Complete((0, n))) => Ok(frame_body[n..].into()),
+        Ok(Status::Complete((len, n))) if len > 0 => {
+            let len = len as usize;
+            let body =
+                miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&frame_body[n..], len)
+                    .map_err(|e| format!("a packet that does not inflate: {e:?}"))?;
+            if body.len() != len {
+                return Err(format!("a packet of {} bytes declared {len}", body.len()));
+            }
+            Ok(body.into())
+        }
+        _ => Err("a compressed frame with a bad Data Length".into()),
+    }
 }
 
 /// 1.12.2 play packet IDs for each payload kind, clientbound and serverbound (none is
@@ -288,6 +324,7 @@ fn stream(n: usize, seed: u64, clientbound: bool, threshold: i32) -> Stream {
     let mut out = Stream {
         bytes: Vec::new(),
         frames: Vec::with_capacity(n),
+        digests: Vec::with_capacity(n),
         body_bytes: 0,
     };
     for (i, size) in traffic::packet_sizes(n, seed).into_iter().enumerate() {
@@ -309,6 +346,7 @@ fn stream(n: usize, seed: u64, clientbound: bool, threshold: i32) -> Stream {
         let at = out.bytes.len();
         out.bytes.extend_from_slice(&frame[..len]);
         out.frames.push((at..at + len, size));
+        out.digests.push(digest(&body));
         out.body_bytes += size as u64;
     }
     out
@@ -349,13 +387,15 @@ fn body_len(frame_body: &[u8], compressed: bool) -> Result<usize, String> {
 }
 
 /// Reads frames off `r` (after the `pending` bytes already read) until `want` came; checks
-/// their body lengths add up to `want_bytes`.
+/// their body lengths add up to `want_bytes`, and with `digests` (a checked run) that each
+/// packet, inflated, is the one sent in its place.
 async fn receive<R: AsyncRead + Unpin>(
     r: &mut R,
     pending: &[u8],
     compressed: bool,
     want: usize,
     want_bytes: u64,
+    digests: Option<&[u64]>,
 ) -> Result<(), String> {
     let mut buf = vec![0u8; 256 * 1024];
     buf[..pending.len()].copy_from_slice(pending);
@@ -367,6 +407,11 @@ async fn receive<R: AsyncRead + Unpin>(
             match decoder.decode_frame(&buf[start..end]) {
                 Ok(Status::Complete(f)) => {
                     bytes += body_len(f.body, compressed)? as u64;
+                    if let Some(d) = digests
+                        && d.get(packets) != Some(&digest(&packet_body(f.body, compressed)?))
+                    {
+                        return Err(format!("packet {packets} is not the one sent"));
+                    }
                     packets += 1;
                     start += f.consumed;
                 }
@@ -420,6 +465,8 @@ enum Job {
         threshold: i32,
         clientbound: Arc<Stream>,
         serverbound: (usize, u64),
+        /// The serverbound packets' digests, for a checked run.
+        check: Option<Arc<Stream>>,
         go: watch::Receiver<bool>,
         done: mpsc::UnboundedSender<Result<(), String>>,
     },
@@ -480,6 +527,7 @@ async fn upstream_conn(mut s: TcpStream, job: Job) -> Result<(), String> {
             threshold,
             clientbound,
             serverbound,
+            check,
             mut go,
             done,
         } => {
@@ -492,7 +540,8 @@ async fn upstream_conn(mut s: TcpStream, job: Job) -> Result<(), String> {
                     &framed.buf,
                     threshold >= 0,
                     serverbound.0,
-                    serverbound.1
+                    serverbound.1,
+                    check.as_ref().map(|s| &s.digests[..])
                 )
             );
             let _ = done.send(sent.and(got).map_err(|e| format!("upstream: {e}")));
@@ -553,6 +602,7 @@ async fn client_stream(
     pending: Vec<u8>,
     case: Arc<Case>,
     mut go: watch::Receiver<bool>,
+    checked: bool,
 ) -> Result<TcpStream, String> {
     let _ = go.wait_for(|g| *g).await;
     let (mut r, mut w) = s.split();
@@ -570,7 +620,8 @@ async fn client_stream(
             &pending,
             case.threshold >= 0,
             case.clientbound.frames.len(),
-            case.clientbound.body_bytes
+            case.clientbound.body_bytes,
+            checked.then_some(&case.clientbound.digests[..])
         )
     );
     sent.and(got).map_err(|e| format!("client: {e}"))?;
@@ -602,11 +653,14 @@ async fn within_run_timeout<T>(
         .map_err(|_| format!("timed out after {RUN_TIMEOUT:?}"))?
 }
 
+/// One throughput run; a `checked` one also compares every packet received with the one
+/// sent (inflating those compressed: the load then costs more, so its figures are not kept).
 async fn measure_throughput(
     path: &Link,
     upstream: SocketAddr,
     case: &Arc<Case>,
     plan: &Plan,
+    checked: bool,
 ) -> Result<Throughput, String> {
     let (go_tx, go) = watch::channel(false);
     let (done, mut results) = mpsc::unbounded_channel();
@@ -614,6 +668,7 @@ async fn measure_throughput(
         threshold: case.threshold,
         clientbound: case.clientbound.clone(),
         serverbound: case.serverbound_flow(),
+        check: checked.then(|| case.serverbound.clone()),
         go: go.clone(),
         done,
     });
@@ -624,7 +679,7 @@ async fn measure_throughput(
         let mut clients = tokio::task::JoinSet::new();
         for _ in 0..CONNS {
             let (s, pending) = login(addr, case.threshold).await?;
-            clients.spawn(client_stream(s, pending, case.clone(), go.clone()));
+            clients.spawn(client_stream(s, pending, case.clone(), go.clone(), checked));
         }
         // Two readings before: what one reading costs the relay (its connection and the
         // rendering), taken off the reading after.
@@ -683,14 +738,17 @@ async fn measure_latency(
         let mut framed = Framed::default();
         let mut rtts = Vec::with_capacity(round_trips);
         let stream = &case.serverbound;
-        for (range, len) in stream.frames.iter().cycle().take(round_trips) {
+        let sent = stream.frames.iter().zip(&stream.digests).cycle();
+        for ((range, len), want) in sent.take(round_trips) {
             let start = Instant::now();
             s.write_all(&stream.bytes[range.clone()])
                 .await
                 .map_err(|e| e.to_string())?;
             let back = framed.next(&mut s).await.ok_or("the echo ended")?;
             rtts.push(start.elapsed().as_secs_f64() * 1e6);
-            if body_len(&back, case.threshold >= 0)? != *len {
+            if body_len(&back, case.threshold >= 0)? != *len
+                || digest(&packet_body(&back, case.threshold >= 0)?) != *want
+            {
                 return Err("the echo is not the packet sent".into());
             }
         }
@@ -1022,6 +1080,7 @@ async fn measure_memory(
         threshold: THRESHOLD,
         clientbound: case.clientbound.clone(),
         serverbound: (0, 0),
+        check: None,
         go: go.clone(),
         done,
     });
@@ -1048,7 +1107,7 @@ async fn measure_memory(
                 let mut clients = tokio::task::JoinSet::new();
                 for _ in 0..10 {
                     let (s, pending) = login(addr, THRESHOLD).await?;
-                    clients.spawn(client_stream(s, pending, bench.clone(), go.clone()));
+                    clients.spawn(client_stream(s, pending, bench.clone(), go.clone(), false));
                 }
                 while let Some(c) = clients.join_next().await {
                     open.push(c.map_err(|e| e.to_string())??);
@@ -1159,10 +1218,28 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     for case in &cases {
         let mut t_runs: Vec<Vec<Result<Throughput, String>>> = vec![Vec::new(); paths.len()];
         let mut l_runs: Vec<Vec<Result<(f64, f64), String>>> = vec![Vec::new(); paths.len()];
+        // A checked run first on each path: every packet compared with the one sent (a
+        // relay that corrupts, reorders or re-encodes wrongly fails here, whatever its
+        // speed); its figures are not kept.
+        let mut checked: Vec<Result<(), String>> = Vec::new();
+        for path in &paths {
+            let c = measure_throughput(path, up_addr, case, &plan, true)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("the checked run: {e}"));
+            if let Err(e) = &c {
+                eprintln!("{}, {}: {e}", case.label, path.kind.name());
+            }
+            checked.push(c);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         for round in 0..opts.rounds {
             for i in 0..paths.len() {
                 let k = (i + round) % paths.len();
-                let mut t = measure_throughput(&paths[k], up_addr, case, &plan).await;
+                let mut t = match &checked[k] {
+                    Ok(()) => measure_throughput(&paths[k], up_addr, case, &plan, false).await,
+                    Err(e) => Err(e.clone()),
+                };
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 // The latency run does not depend on the direction of the bulk stream.
                 let mut l = None;
@@ -1266,7 +1343,9 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          both-ways cases {} serverbound packets each at the same time ({:.0} and {:.0} bytes of \
          packet body on average; 92% of 10-300 B, 7.9% up to 4 KiB, 0.1% of 4-8 KiB; game-like \
          bodies), written {} KiB at a time; every receiver decodes every frame and checks the \
-         packet count and body lengths. Packets/s counts both directions over the wall time \
+         packet count and body lengths, and a checked run before the timed ones compares every \
+         packet (inflated by miniz_oxide) with the one sent, on every path (its figures not \
+         kept); the RTT runs compare each echo with its packet. Packets/s counts both directions over the wall time \
          from the start of the streams to the last packet; relay CPU per packet is the relay \
          process's on-CPU time (/proc/PID/task/*/schedstat) over that window divided by the \
          packets, and packets per relay core-second its inverse; `wirekit proxy`'s heap \
