@@ -166,6 +166,10 @@ fn bench_compress(c: &mut Criterion) {
     }
 }
 
+/// One inflater, for the untimed check: the bytes written, `None` if it failed or stopped
+/// before the stream's end.
+type Inflate<'a> = dyn FnMut(&[u8], &mut [u8]) -> Option<usize> + 'a;
+
 fn bench_inflate(c: &mut Criterion) {
     for (size, label) in SIZES {
         let corpus = packets(size);
@@ -182,6 +186,35 @@ fn bench_inflate(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("zlib/inflate-{label}"));
         g.throughput(Throughput::Bytes((size * corpus.len()) as u64));
         let mut out = vec![0u8; size];
+        // Each inflater, untimed, once over every stream: the whole packet back, the stream
+        // read to its end (a peer that stopped early would be timed as fast).
+        let mut check = |name: &str, inflate: &mut Inflate<'_>| {
+            for (s, p) in streams.iter().zip(&corpus) {
+                out.fill(0);
+                assert_eq!(inflate(s, &mut out), Some(p.len()), "{name}: length");
+                assert!(out[..] == p[..], "{name}: other bytes");
+            }
+        };
+        check("wirekit", &mut |s, o| {
+            Inflater::new().inflate_exact(s, o).ok().map(|()| o.len())
+        });
+        check("miniz_oxide-core", &mut |s, o| {
+            let mut state = Box::new(DecompressorOxide::new());
+            let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER
+                | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
+            let (status, read, written) = mz_decompress(&mut state, s, o, 0, flags);
+            (status == miniz_oxide::inflate::TINFLStatus::Done && read == s.len())
+                .then_some(written)
+        });
+        check("zlib-rs", &mut |s, o| {
+            let mut d = Decompress::new(true);
+            let status = d.decompress(s, o, FlushDecompress::Finish).ok()?;
+            (status == flate2::Status::StreamEnd && d.total_in() as usize == s.len())
+                .then_some(d.total_out() as usize)
+        });
+        check("libdeflate", &mut |s, o| {
+            libdeflater::Decompressor::new().zlib_decompress(s, o).ok()
+        });
 
         let mut inflater = Inflater::new();
         g.bench_function("wirekit", |b| {
