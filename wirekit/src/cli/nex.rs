@@ -149,10 +149,13 @@ pub fn run(cmd: NexCommand) -> ExitCode {
 /// `wirekit nex serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Where the authentication (ticket-granting) server listens.
+    /// Where the authentication (ticket-granting) server listens (on a host with several
+    /// addresses, the one clients reach, not a wildcard: replies leave from the address the
+    /// routing table picks).
     #[arg(long, default_value = "127.0.0.1:60000")]
     pub auth_listen: SocketAddr,
-    /// Where the secure server listens.
+    /// Where the secure server listens (as --auth-listen: a specific address on a host with
+    /// several).
     #[arg(long, default_value = "127.0.0.1:60001")]
     pub secure_listen: SocketAddr,
     /// The secure server's address as clients reach it (in Login's StationURL); default:
@@ -301,6 +304,21 @@ fn serve(args: ServeArgs) -> ExitCode {
             "the descriptor limit is below two WebSocket listeners' --ws-max-connections: \
              accepts past it fail (EMFILE)"
         );
+    }
+    // Replies go out with the source address the routing table picks for the client, not
+    // the one its datagram came to: on a host with several addresses, a client that reached
+    // another one (or a NAT that keys on it) would drop them.
+    for (name, addr) in [
+        ("auth-listen", args.auth_listen),
+        ("secure-listen", args.secure_listen),
+    ] {
+        if addr.ip().is_unspecified() {
+            tracing::warn!(
+                %addr,
+                "--{name} is a wildcard address: replies leave from the address the routing \
+                 table picks, so on a host with several addresses give the one clients reach"
+            );
+        }
     }
     let mut worker = wirekit_nex::WorkerConfig::default();
     worker.limits.max_connections = args.max_connections;
