@@ -1064,18 +1064,19 @@ async fn drive_connection(
         Ok(framing) => set_up(opts, index, addr, greeting, framing).await,
         Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
     };
+    let depth = opts.pipeline.max(1);
+    let window = window_len(depth, max);
+    // The connection's own buffers hold only what the shared ones could not finish: a reply
+    // split across reads (`carry`) and requests the socket would not take at once (`unsent`).
+    // Made before the start line, so that the run's allocation count is the round trips'.
+    let mut carry = Vec::new();
+    let mut unsent = Vec::with_capacity(window);
+    let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
     // Every connection reaches the start line, set up or not, so a failed one cannot keep the
     // others (and the run) waiting there.
     run.ready.wait().await;
     let (stream, mut framing) = (stream?, framing?);
     let mut rng = Rng(0x5eed ^ index as u64);
-    let depth = opts.pipeline.max(1);
-    let window = window_len(depth, max);
-    // The connection's own buffers hold only what the shared ones could not finish: a reply
-    // split across reads (`carry`) and requests the socket would not take at once (`unsent`).
-    let mut carry = Vec::new();
-    let mut unsent = Vec::with_capacity(window);
-    let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
     let mut conn = ConnState {
         result: ConnResult {
             frames: 0,
@@ -1302,8 +1303,16 @@ fn write_now(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     Ok(done)
 }
 
-/// This thread's CPU time (user + system) from `/proc`, in clock ticks of 10 ms.
+/// A thread's CPU time: its on-CPU nanoseconds from `/proc/self/task/TID/schedstat` (the
+/// scheduler's own count), else user + system from its `stat`, in clock ticks of 10 ms (too
+/// coarse for a short run: a second's run reads 0 or 10 ms).
 fn thread_cpu(tid: &str) -> Option<Duration> {
+    if let Some(ns) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+    {
+        return Some(Duration::from_nanos(ns));
+    }
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();

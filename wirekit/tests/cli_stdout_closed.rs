@@ -34,6 +34,10 @@ fn a_closed_stdout_is_a_failure_not_a_panic() {
         ),
         (&["proxy-header", "decode"][..], "PROXY UNKNOWN\r\n"),
         (&["nex", "decode", "--access-key", "ridfebb9"][..], syn),
+        // A frame, and a legacy ping (whose line was written with its errors dropped: exit 0).
+        (&["frame", "decode", "--hex"][..], "020041"),
+        (&["frame", "decode", "--hex", "--handshake"][..], "fe01fa"),
+        (&["frame", "encode", "--id", "0", "--hex"][..], "41"),
     ] {
         let (reader, writer) = std::io::pipe().unwrap();
         // The read end gone: every write to the pipe fails (EPIPE; SIGPIPE is ignored).

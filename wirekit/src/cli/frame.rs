@@ -409,8 +409,8 @@ fn decode(args: &DecodeArgs) -> ExitCode {
         };
         let read_more = match step {
             Step::Line(consumed, line) => {
-                if writeln!(out, "{line}").is_err() {
-                    return ExitCode::FAILURE;
+                if let Err(e) = writeln!(out, "{line}") {
+                    return output_failed(e);
                 }
                 start += consumed;
                 false
@@ -429,9 +429,10 @@ fn decode(args: &DecodeArgs) -> ExitCode {
                         "legacy_ping": true,
                         "data_hex": to_hex(&rest[..n]),
                     });
-                    let _ = writeln!(out, "{line}");
-                    let _ = out.flush();
-                    return ExitCode::SUCCESS;
+                    return match writeln!(out, "{line}").and_then(|()| out.flush()) {
+                        Ok(()) => ExitCode::SUCCESS,
+                        Err(e) => output_failed(e),
+                    };
                 }
                 Some(Ok(None)) => {
                     mc.set_phase(Phase::Framed);
@@ -452,8 +453,8 @@ fn decode(args: &DecodeArgs) -> ExitCode {
         if read_more {
             // What is decoded goes out before waiting for more (a live stream's reader sees
             // each frame as it comes); keep only what is not decoded, then read on.
-            if out.flush().is_err() {
-                return ExitCode::FAILURE;
+            if let Err(e) = out.flush() {
+                return output_failed(e);
             }
             buf.drain(..start);
             base += start;
@@ -467,10 +468,16 @@ fn decode(args: &DecodeArgs) -> ExitCode {
             }
         }
     }
-    if out.flush().is_err() {
-        return ExitCode::FAILURE;
+    if let Err(e) = out.flush() {
+        return output_failed(e);
     }
     ExitCode::SUCCESS
+}
+
+/// Stdout could not be written: said on stderr as the other tools say it (`ToolError::Output`),
+/// exit status 1.
+fn output_failed(e: io::Error) -> ExitCode {
+    super::ToolError::Output(e).report("wirekit frame")
 }
 
 /// One step of `decode --threshold N`: the compressed format.
@@ -621,14 +628,10 @@ fn encode(args: &EncodeArgs) -> ExitCode {
 
 fn write_out(bytes: &[u8]) -> ExitCode {
     let mut stdout = io::stdout().lock();
-    if stdout
-        .write_all(bytes)
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
-        return ExitCode::FAILURE;
+    match stdout.write_all(bytes).and_then(|_| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => output_failed(e),
     }
-    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

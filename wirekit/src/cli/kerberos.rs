@@ -177,6 +177,7 @@ fn derive_batch(
             }
             // A blank line (a trailing one, a separator) holds no key to derive.
             if line.iter().all(u8::is_ascii_whitespace) {
+                line.shrink_to(256);
                 spare.push(line);
                 continue;
             }
@@ -223,7 +224,13 @@ fn derive_batch(
         if progress.length().is_none() {
             progress.set_message(format!("{done} keys"));
         }
-        spare.append(&mut lines);
+        // Kept for the next chunk at a short password's size: a chunk whose lines hold
+        // 64 KiB passwords would otherwise leave that much in each spare buffer, up to
+        // `CHUNK_LINES` of them (128 MiB) over chunks that fill different buffers.
+        for mut line in lines.drain(..) {
+            line.shrink_to(256);
+            spare.push(line);
+        }
         pids.clear();
     }
 }

@@ -62,9 +62,10 @@ pub struct ServeArgs {
     /// Trusted proxy networks (CIDR, repeatable or comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub trusted: Vec<Cidr>,
-    /// PROXY policy for peers outside --trusted.
-    #[arg(long, default_value = "REJECT")]
-    pub untrusted_proxy_protocol: Policy,
+    /// PROXY policy for peers outside --trusted [default: REJECT] (with no --trusted network
+    /// it applies to no one: --proxy-protocol is every peer's).
+    #[arg(long)]
+    pub untrusted_proxy_protocol: Option<Policy>,
     /// Largest PROXY header accepted, in bytes (at least 107, v1's longest).
     #[arg(long, default_value_t = Limits::DEFAULT_MAX_HEADER_LEN, value_parser = max_proxy_header)]
     pub max_proxy_header: usize,
@@ -135,6 +136,23 @@ impl ServeArgs {
                 self.proxy_protocol
             ));
         }
+        if self.trusted.is_empty()
+            && let Some(untrusted) = self.untrusted_proxy_protocol
+        {
+            notes.push(format!(
+                "--untrusted-proxy-protocol {untrusted} with no --trusted network applies to no \
+                 one: every peer gets --proxy-protocol {}",
+                self.proxy_protocol
+            ));
+        }
+        if !self.trusted.is_empty() && self.max_per_source.is_some() {
+            notes.push(
+                "--max-per-source counts the peers outside --trusted only: the clients your \
+                 load balancers relay are not counted by it (their connections all come from \
+                 a trusted peer); limit them at the balancer"
+                    .into(),
+            );
+        }
         notes
     }
 
@@ -151,7 +169,10 @@ impl ServeArgs {
         let idle_timeout = seconds("idle-timeout", self.idle_timeout)?;
         let send_timeout = seconds("send-timeout", self.send_timeout)?;
         let proxy = ProxyConfig::new(self.proxy_protocol)
-            .with_trusted(&self.trusted, self.untrusted_proxy_protocol)
+            .with_trusted(
+                &self.trusted,
+                self.untrusted_proxy_protocol.unwrap_or(Policy::Reject),
+            )
             .map_err(|e: TooManyTrusted| e.to_string())?
             .with_limits(Limits {
                 max_header_len: self.max_proxy_header,
@@ -406,6 +427,28 @@ mod tests {
                 .is_empty()
         );
         assert!(parse(&[]).unwrap().notes().is_empty());
+        // An untrusted policy with no trusted network applies to no one; a per-source limit
+        // behind trusted balancers does not count their clients: both said.
+        let notes = parse(&["--untrusted-proxy-protocol", "REQUIRE"])
+            .unwrap()
+            .notes();
+        assert!(
+            notes.len() == 1 && notes[0].contains("applies to no one"),
+            "{notes:?}"
+        );
+        let notes = parse(&["--trusted", "10.0.0.0/8", "--max-per-source", "4"])
+            .unwrap()
+            .notes();
+        assert!(
+            notes.len() == 1 && notes[0].contains("not counted by it"),
+            "{notes:?}"
+        );
+        assert!(
+            parse(&["--max-per-source", "4"])
+                .unwrap()
+                .notes()
+                .is_empty()
+        );
     }
 
     /// Values that would make a server serve nothing, or no runtime start, are usage errors;
