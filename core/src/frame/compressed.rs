@@ -90,7 +90,10 @@ impl CompressedLimits {
         }
     }
 
-    /// Sets the largest Data Length accepted.
+    /// Sets the largest Data Length accepted. The frame limit stays as it was: a frame up to
+    /// it is still read whole before its body is refused (set it with
+    /// [`with_max_frame_len`](Self::with_max_frame_len), or both with
+    /// [`for_max_body_len`](Self::for_max_body_len)).
     pub const fn with_max_data_len(mut self, max: usize) -> Self {
         self.max_data_len = max;
         self
@@ -338,7 +341,8 @@ impl CompressedDecoder {
         self
     }
 
-    /// Sets the largest Data Length accepted.
+    /// Sets the largest Data Length accepted; the frame limit stays as it was (see
+    /// [`CompressedLimits::with_max_data_len`]).
     pub const fn with_max_data_len(self, max: usize) -> Self {
         let limits = self.limits.with_max_data_len(max);
         self.with_limits(limits)
@@ -746,11 +750,13 @@ mod tests {
         frame[k] = 100;
         k += 1;
         frame[k..k + zn].copy_from_slice(&z[..zn]);
-        let mut scratch = [0u8; 128];
+        let mut scratch = [0xA5u8; 128];
         assert_eq!(
             decode(&CompressedDecoder::new(0), &frame[..k + zn], &mut scratch),
             Err(CompressedFrameError::Inflate(InflateError::TooLong))
         );
+        // Nothing written past the declared length, though the scratch had room.
+        assert!(scratch[100..].iter().all(|&b| b == 0xA5));
     }
 
     #[test]

@@ -126,9 +126,10 @@ impl LengthPrefixed {
         self.width.bytes()
     }
 
-    /// Length of the frame carrying `payload_len` bytes.
+    /// Length of the frame carrying `payload_len` bytes (saturating: never a wrapped small
+    /// length for one no frame carries).
     pub const fn encoded_len(&self, payload_len: usize) -> usize {
-        self.header_len() + payload_len
+        self.header_len().saturating_add(payload_len)
     }
 
     fn read_len(&self, field: &[u8]) -> u32 {

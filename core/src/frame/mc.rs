@@ -237,9 +237,16 @@ fn read_length(input: &[u8], max: usize) -> Result<Status<(usize, usize)>, Frame
     Err(FrameError::LengthFieldTooLong)
 }
 
-/// Length of the frame holding a body of `body_len` bytes.
+/// Length of the frame holding a body of `body_len` bytes. Past what a frame can carry
+/// ([`MAX_FRAME_LEN`]) the length field is taken as its longest (5 bytes) and the sum
+/// saturates: an encoder refuses such a body, and the length is never a wrapped small one.
 pub const fn frame_len(body_len: usize) -> usize {
-    varint_len(body_len as i32) + body_len
+    let field = if body_len <= i32::MAX as usize {
+        varint_len(body_len as i32)
+    } else {
+        5
+    };
+    body_len.saturating_add(field)
 }
 
 /// Encodes a packet as a frame (`Length | ID | Data`) into `out`, returning the bytes written.
@@ -369,6 +376,19 @@ mod tests {
 
     fn frame(input: &[u8]) -> Result<Status<Frame<'_>>, FrameError> {
         FrameDecoder::new().decode_frame(input)
+    }
+
+    /// The frame length of a body: its length field and the body; for a body no frame
+    /// carries, a saturated length, not a wrapped or 32-bit-cast one.
+    #[test]
+    fn frame_len_counts_the_length_field_and_saturates() {
+        assert_eq!(frame_len(0), 1);
+        assert_eq!(frame_len(127), 128);
+        assert_eq!(frame_len(128), 130);
+        assert_eq!(frame_len(MAX_FRAME_LEN), MAX_FRAME_LEN + 3);
+        assert_eq!(frame_len(1 << 31), (1 << 31) + 5);
+        assert_eq!(frame_len(usize::MAX), usize::MAX);
+        assert_eq!(frame_len(usize::MAX - 2), usize::MAX);
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The ticket-granting (authentication, protocol 10) and secure-connection (protocol 11)
 //! messages a NEX server answers, as typed bodies: read one with [`decode`](super::decode),
 //! write one with [`encode`](super::encode). Field orders follow NintendoClients 4.4.0
-//! (`nintendo/nex/authentication.py`, `secure.py`).
+//! (`nintendo/nex/authentication.py`, `secure.py`): the Wii U and 3DS authentication protocol
+//! (`AuthenticationServer`), with 32- or 64-bit PIDs. The Switch's (`AuthenticationServerNX`:
+//! ValidateAndRequestTicket methods, a source key in their replies and a key string after
+//! RequestTicket's ticket) is not implemented.
 
 use super::Error;
 use super::stream::{List, NexRead, NexWrite, Reader, Writer};

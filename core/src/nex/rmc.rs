@@ -188,14 +188,16 @@ impl<'a> RmcMessage<'a> {
 
     /// Parses one message from the start of `input`. A message whose size field says more
     /// than `max_len` bytes follow is [`Error::TooLong`] at once; one cut short is
-    /// [`Status::Partial`] with the exact count missing. The body is borrowed.
+    /// [`Status::Partial`] with the exact count missing once the size field is in (before it,
+    /// [`Needed::Unknown`]). The body is borrowed.
     pub fn parse(
         input: &'a [u8],
         format: RmcFormat,
         max_len: u32,
     ) -> Result<Status<ParsedRmc<'a>>, Error> {
+        // Until the size field is in, the count missing is not known (only that more is).
         let Some(size) = input.first_chunk::<4>() else {
-            return Ok(Status::Partial(Needed::Exactly(4 - input.len())));
+            return Ok(Status::Partial(Needed::Unknown));
         };
         let size = u32::from_le_bytes(*size);
         if size > max_len {

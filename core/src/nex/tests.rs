@@ -18,7 +18,9 @@ const OLD: Context = Context {
     nex_version: 30000,
     ..Context::DEFAULT
 };
-const SWITCH: Context = Context {
+/// 64-bit PIDs, as the Switch's (the messages stay the Wii U and 3DS protocol's: the Switch's
+/// own authentication protocol, NintendoClients' `AuthenticationServerNX`, is not here).
+const WIDE_PIDS: Context = Context {
     pid_width: PidWidth::U64,
     struct_header: true,
     ..Context::DEFAULT
@@ -124,10 +126,10 @@ fn buffers_and_lists() {
 fn pids_results_datetimes() {
     let mut r = Reader::new(&PID32, CTX);
     assert_eq!(r.pid(), Ok(0x1234_5678));
-    let mut r = Reader::new(&PID64, SWITCH);
+    let mut r = Reader::new(&PID64, WIDE_PIDS);
     assert_eq!(r.pid(), Ok(0x1234_5678_9ABC_DEF0));
     let mut buf = [0u8; 8];
-    let mut w = Writer::new(&mut buf, SWITCH);
+    let mut w = Writer::new(&mut buf, WIDE_PIDS);
     w.pid(0x1234_5678_9ABC_DEF0);
     assert_eq!(w.finish(), Ok(8));
     assert_eq!(buf, PID64);
@@ -154,6 +156,10 @@ fn pids_results_datetimes() {
         (2026, 12, 1, 11, 43, 48)
     );
     assert_eq!(DateTime::from_unix(DATETIME_UNIX).0, DATETIME_FROM_UNIX);
+    // Past the 38-bit year: the field's last second, not a wrapped year.
+    let last = DateTime::new((1 << 38) - 1, 12, 31, 23, 59, 59).unwrap();
+    assert_eq!(DateTime::from_unix(u64::MAX), last);
+    assert!(DateTime::from_unix(u64::MAX / 2) <= last);
     assert_eq!(
         DateTime::new(9999, 12, 31, 23, 59, 59).unwrap().0,
         DATETIME_FUTURE
@@ -342,10 +348,14 @@ fn rv_connection_data() {
         decode::<RvConnectionData>(&later, HEADERS),
         Ok(rv_data(Some(DateTime(DATETIME_VALUE))))
     );
-    // One byte short inside the structure: its fields run out, not past it.
+    // A structure declared one byte short of its fields: they run out at its end, though the
+    // input goes on (a reader past the declared length would read the DateTime whole).
     let mut short = RV_CONNECTION_DATA_V1;
     short[1] -= 1;
-    assert!(decode::<RvConnectionData>(&short[..short.len() - 1], HEADERS).is_err());
+    assert_eq!(
+        decode::<RvConnectionData>(&short, HEADERS),
+        Err(Error::Truncated)
+    );
 }
 
 fn parse(bytes: &[u8], format: RmcFormat) -> RmcMessage<'_> {
@@ -360,8 +370,12 @@ fn parse(bytes: &[u8], format: RmcFormat) -> RmcMessage<'_> {
     assert_eq!(parsed.message.encoded_len(format), Ok(n));
     for cut in 0..bytes.len() {
         let got = RmcMessage::parse(&bytes[..cut], format, 1 << 16);
-        let missing = if cut < 4 { 4 - cut } else { bytes.len() - cut };
-        assert_eq!(got, Ok(Status::Partial(Needed::Exactly(missing))));
+        let missing = if cut < 4 {
+            Needed::Unknown
+        } else {
+            Needed::Exactly(bytes.len() - cut)
+        };
+        assert_eq!(got, Ok(Status::Partial(missing)));
     }
     parsed.message
 }
@@ -570,7 +584,7 @@ fn authentication_protocol() {
     both(&LOGIN_EX_RESPONSE, HEADERS, login_response());
     both(
         &REQUEST_TICKET_REQUEST,
-        SWITCH,
+        WIDE_PIDS,
         RequestTicketRequest {
             source_pid: 1_800_000_001,
             target_pid: 2,
@@ -578,7 +592,7 @@ fn authentication_protocol() {
     );
     both(
         &REQUEST_TICKET_RESPONSE,
-        SWITCH,
+        WIDE_PIDS,
         RequestTicketResponse {
             result: ResultCode::SUCCESS,
             ticket: &ticket[..16],

@@ -99,7 +99,8 @@ impl DateTime {
         ))
     }
 
-    /// The UTC DateTime of a Unix time in seconds (the caller reads the clock).
+    /// The UTC DateTime of a Unix time in seconds (the caller reads the clock); a time past
+    /// the year field's range (2^38 - 1) is its last second.
     pub const fn from_unix(seconds: u64) -> Self {
         let days = seconds / 86_400;
         let secs = seconds % 86_400;
@@ -113,6 +114,11 @@ impl DateTime {
         let day = doy - (153 * mp + 2) / 5 + 1;
         let month = if mp < 10 { mp + 3 } else { mp - 9 };
         let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
+        // Past the field's last year (some 8.7e18 seconds on): its last second, not a year
+        // wrapped into the 38 bits.
+        if year >= 1 << 38 {
+            return DateTime::pack((1 << 38) - 1, 12, 31, 23, 59, 59);
+        }
         DateTime::pack(year, month, day, secs / 3600, secs / 60 % 60, secs % 60)
     }
 
