@@ -1263,9 +1263,12 @@ async fn pump(
         while !matches!(reason, WsReason::PeerClosed | WsReason::Evicted)
             && let Ok(Outgoing::Packet(bytes)) = rx.try_recv()
         {
+            let len = bytes.len();
             if ws.feed(Message::Binary(bytes)).await.is_err() {
                 break;
             }
+            // Fed: written with the close frame's flush below.
+            shared.counters.sent(len);
         }
         // Sends our Close, or flushes tungstenite's reply to the client's (RFC 6455 §5.5.1).
         let _ = ws.close(Some(frame)).await;

@@ -931,18 +931,12 @@ async fn drive(
                 if p.written > 0 {
                     // The room a reply was given is its bound (a compressed frame's: what its
                     // Data Length could compress to, about that length); a reply far smaller
-                    // does not keep it while it is sent, which a client reading slowly makes
-                    // last up to the send timeout (a kilobyte of deflated zeros in held a
-                    // mebibyte for it).
-                    shrink_to_reply(&mut out, p.written);
-                    send_within(
-                        stream,
-                        &out[..p.written],
-                        session.send_timeout(),
-                        shared,
-                        shutdown,
-                    )
-                    .await?;
+                    // does not keep it while it waits on the socket, which a client reading
+                    // slowly makes last up to the send timeout (a kilobyte of deflated zeros
+                    // in held a mebibyte for it).
+                    let rest = write_now_or_shrink(stream, &mut out, p.written);
+                    send_within(stream, &out[rest], session.send_timeout(), shared, shutdown)
+                        .await?;
                 }
                 match p.want {
                     // The session stopped after heavy work (a key derivation, `CALL_WORK` of
@@ -1312,17 +1306,30 @@ fn with_thread_workspace<R>(scratch_len: usize, f: impl FnOnce(&mut ThreadWorksp
     })
 }
 
-/// A reply needing more room than the configured maximum would be a session bug; refuse it
-/// rather than grow a buffer or spin.
-/// Keeps only the `written` bytes of `out` when they are under half of a buffer grown past
-/// [`INITIAL_BUFFER`].
-fn shrink_to_reply(out: &mut Vec<u8>, written: usize) {
-    if out.capacity() > INITIAL_BUFFER && written < out.capacity() / 2 {
-        out.truncate(written);
+/// Writes what the socket takes at once of `out[..written]`, and returns the range of `out`
+/// left to send: if some is left to wait for, and it is under half of a buffer grown past
+/// [`INITIAL_BUFFER`], `out` is cut down to that rest first, so that the wait does not keep
+/// the room the reply was given. A reply the socket takes whole leaves `out` as it is, for
+/// the next frame of a peer pipelining large ones.
+fn write_now_or_shrink(
+    stream: &TcpStream,
+    out: &mut Vec<u8>,
+    written: usize,
+) -> std::ops::Range<usize> {
+    // Nothing on WouldBlock, or on an error `send_within` meets again and reports.
+    let sent = stream.try_write(&out[..written]).unwrap_or_default();
+    let rest = written - sent;
+    if rest > 0 && out.capacity() > INITIAL_BUFFER && rest < out.capacity() / 2 {
+        out.copy_within(sent..written, 0);
+        out.truncate(rest);
         out.shrink_to_fit();
+        return 0..rest;
     }
+    sent..written
 }
 
+/// A reply needing more room than the configured maximum would be a session bug; refuse it
+/// rather than grow a buffer or spin.
 fn check_reply_room(required: usize, options: &ServeOptions) -> Result<(), ConnError> {
     if required > options.service.max_output_len() {
         return Err(SessionError::ReplyTooLarge.into());

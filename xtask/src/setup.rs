@@ -151,13 +151,24 @@ fn apt() -> Result<(), String> {
     apt_install(&missing)
 }
 
-/// Installs Debian `packages` (after `apt-get update`). Both wait up to 10 minutes for the
-/// dpkg lock, which a fresh machine's own timers (apt-daily, unattended upgrades) may hold
-/// as it boots, rather than failing at once.
+/// Installs Debian `packages` (after `apt-get update`). A fresh machine's own timers
+/// (apt-daily, unattended upgrades) may hold apt's locks as it boots: the install waits up to
+/// 10 minutes for the dpkg lock, and the update, whose lists lock that option does not cover,
+/// is tried again every 10 s for as long.
 fn apt_install(packages: &[&str]) -> Result<(), String> {
     let env = [("DEBIAN_FRONTEND", "noninteractive")];
     const LOCK_WAIT: &str = "DPkg::Lock::Timeout=600";
-    run_in(&root(), "apt-get", &["-o", LOCK_WAIT, "update", "-q"], &env)?;
+    let started = std::time::Instant::now();
+    loop {
+        match run_in(&root(), "apt-get", &["-o", LOCK_WAIT, "update", "-q"], &env) {
+            Ok(()) => break,
+            Err(e) if started.elapsed() < std::time::Duration::from_secs(600) => {
+                eprintln!("apt-get update failed ({e}); trying again in 10 s");
+                std::thread::sleep(std::time::Duration::from_secs(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let mut args = vec![
         "-o",
         LOCK_WAIT,

@@ -197,7 +197,7 @@ pub const fn peer_stream_bound(n: usize) -> usize {
 /// The most bytes [`CompressedEncoder::encode`] needs for a body of `body_len` bytes: both
 /// length fields at full width plus the zlib stream's worst case.
 pub const fn max_encoded_len(body_len: usize) -> usize {
-    MAX_LENGTH_FIELD_LEN + VARINT_MAX_LEN + compress_bound(body_len)
+    compress_bound(body_len).saturating_add(MAX_LENGTH_FIELD_LEN + VARINT_MAX_LEN)
 }
 
 /// Why a compressed frame could not be decoded. The stream cannot recover: close the

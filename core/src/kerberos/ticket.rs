@@ -259,7 +259,8 @@ pub fn open_ticket<'b>(
 
 /// Opens an internal ticket in place with the target's key (the secure server's side).
 ///
-/// The session key must be exactly `session_key_len` bytes. Errors as for [`open_ticket`].
+/// The session key must be exactly `session_key_len` bytes. Errors as for [`open_ticket`]: on
+/// [`KerberosError::MalformedTicket`] after decrypting, the decrypted part is zeroed.
 pub fn open_internal_ticket<'b>(
     format: TicketFormat,
     target_key: &[u8],
@@ -285,6 +286,8 @@ pub fn open_internal_ticket<'b>(
     };
     let pid_len = format.pid_width.len();
     if plain.len().checked_sub(8 + pid_len) != Some(session_key_len) {
+        // As `open_ticket`: the plaintext (a session key among it) is not left behind.
+        plain.fill(0);
         return Err(KerberosError::MalformedTicket);
     }
     let mut issued = [0u8; 8];
@@ -442,6 +445,17 @@ mod tests {
                 let opened = open_ticket(format, &user, &mut out[..n], key_len).unwrap();
                 assert_eq!(opened.session_key, &session[..key_len]);
                 assert_eq!(opened.target_pid, 2);
+                // Asked with the wrong session key length: refused, the session key not left
+                // in the buffer in the clear.
+                let mut wrong = opened.internal.to_vec();
+                assert_eq!(
+                    open_internal_ticket(format, &target, &mut wrong, key_len + 1).err(),
+                    Some(KerberosError::MalformedTicket)
+                );
+                assert!(
+                    !wrong.windows(key_len).any(|w| w == &session[..key_len]),
+                    "{format:?}: the session key left in the clear"
+                );
                 let internal =
                     open_internal_ticket(format, &target, opened.internal, key_len).unwrap();
                 assert_eq!(

@@ -30,7 +30,7 @@ use crate::zlib::{Compressor, InflateError, Inflater, Level, compress_bound};
 
 /// The buffer [`compress_payload`] needs for `n` bytes: the ratio byte and the zlib bound.
 pub const fn compressed_bound(n: usize) -> usize {
-    1 + compress_bound(n)
+    compress_bound(n).saturating_add(1)
 }
 
 /// Why a compression payload cannot be inflated.

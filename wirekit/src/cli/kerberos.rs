@@ -177,6 +177,7 @@ fn derive_batch(
             }
             // A blank line (a trailing one, a separator) holds no key to derive.
             if line.iter().all(u8::is_ascii_whitespace) {
+                line.clear();
                 line.shrink_to(256);
                 spare.push(line);
                 continue;
@@ -227,7 +228,10 @@ fn derive_batch(
         // Kept for the next chunk at a short password's size: a chunk whose lines hold
         // 64 KiB passwords would otherwise leave that much in each spare buffer, up to
         // `CHUNK_LINES` of them (128 MiB) over chunks that fill different buffers.
+        // (Cleared first: `shrink_to` keeps at least the length, and the password with it.)
         for mut line in lines.drain(..) {
+            line.fill(0);
+            line.clear();
             line.shrink_to(256);
             spare.push(line);
         }

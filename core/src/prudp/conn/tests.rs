@@ -1037,6 +1037,11 @@ fn unreliable_data_never_acknowledges_the_reliable_data_of_its_id() {
         .encode(&settings, &keys, &mut out)
         .unwrap();
         let replies = p.deliver_to_server(&out[..n]);
+        // Taken (not dropped for some other reason), and not acknowledged.
+        assert!(
+            p.ev(false).iter().any(|e| e.starts_with("Unreliable")),
+            "{version:?}: the unreliable DATA was delivered"
+        );
         assert!(
             replies.is_empty(),
             "{version:?}: no ACK for an unreliable DATA"
