@@ -20,7 +20,12 @@
 //       "reconfig" chats "reconfigure", which the server answers (1.20.2+) by taking the
 //       client back to the configuration state and out, then chats as "chat" does and prints
 //       "ok <name> reconfigured" if it went through configuration again; "transfer" chats
-//       "transfer", which the server answers (1.20.5+) with a Transfer packet, then as "chat".
+//       "transfer", which the server answers (1.20.5+) with a Transfer packet, then as "chat";
+//       "cookie" chats "cookie", which the server answers (1.20.5+) by storing a cookie on the
+//       client and asking for it back (this client keeps what it is sent to store and answers
+//       Cookie Requests with it: minecraft-protocol's own client does neither), then echoes
+//       "cookie" only if the value came back whole, then as "chat"; "bigcookie" the same, but
+//       the client answers with a 6000-byte payload (vanilla's limit is 5 KiB).
 //
 // Versions with signed chat (1.19+) chat through system_chat and chat_message (text components
 // as NBT from 1.20.3 on); older ones through chat.
@@ -67,6 +72,16 @@ function say (client, text) {
 // "transfer" (1.20.5+) first sends a Transfer to 127.0.0.1:25565, which this client ignores
 // (the proxy between may deny it).
 function answer (client, message) {
+  if (message === 'cookie') {
+    const value = Buffer.from('wirekit cookie ' + padding)
+    client.once('cookie_response', (p) => {
+      const back = p.key === 'wirekit:test' && p.value && Buffer.compare(Buffer.from(p.value), value) === 0
+      say(client, back ? 'echo:cookie' : 'cookie mismatch')
+    })
+    client.write('store_cookie', { key: 'wirekit:test', value })
+    client.write('cookie_request', { cookie: 'wirekit:test' })
+    return
+  }
   if (message === 'transfer') {
     client.write('transfer', { host: '127.0.0.1', port: 25565 })
     return say(client, 'echo:' + message)
@@ -142,6 +157,13 @@ if (mode === 'server' || mode === 'server-online') {
   // Times the server took this client back to the configuration state.
   let reconfigured = 0
   client.on('start_configuration', () => { reconfigured++ })
+  // Cookies the server stored on this client, answered back when it asks for them.
+  const cookies = new Map()
+  client.on('store_cookie', (p) => cookies.set(p.key, p.value))
+  client.on('cookie_request', (p) => {
+    const value = act === 'bigcookie' ? Buffer.alloc(6000, 1) : cookies.get(p.cookie)
+    client.write('cookie_response', { key: p.cookie, value })
+  })
   const onText = (message) => {
     let text = ''
     try { text = JSON.parse(message).text || '' } catch (e) { text = String(message) }
@@ -157,10 +179,15 @@ if (mode === 'server' || mode === 'server-online') {
         client.chat('reconfigure')
       } else if (act === 'transfer') {
         client.chat('transfer')
+      } else if (act === 'cookie' || act === 'bigcookie') {
+        client.chat('cookie')
       } else {
         client.chat('hello through the proxy')
       }
-    } else if (text === 'echo:reconfigure' || text === 'echo:transfer') {
+    } else if (text === 'cookie mismatch') {
+      console.error('the cookie did not come back whole')
+      process.exit(1)
+    } else if (text === 'echo:reconfigure' || text === 'echo:transfer' || text === 'echo:cookie') {
       // Back in play: chat once more through the proxy to show the connection still works.
       client.chat('hello through the proxy')
     } else if (text === 'echo:hello through the proxy') {

@@ -487,7 +487,8 @@ fn node_server_in(mode: &str, version: &str, motd: &str) -> Option<(Proc, u16)> 
 
 /// npm minecraft-protocol's client for `version` through `proxy`, from `from`, with `host` in
 /// its handshake, doing `act`: `chat` (it prints `ok Tester` once its chat echo is back) or a
-/// hostile act (`bomb`, `bigdecl`, `flood`; see the script).
+/// hostile act (`bomb`, `bigdecl`, `flood`), or a state to go through first (`reconfig`,
+/// `transfer`, `cookie`, `bigcookie`; see the script).
 pub fn node_client(proxy: SocketAddr, version: &str, host: &str, from: &str, act: &str) -> Command {
     let mut cmd = Command::new(peers::node().expect("the npm peer is installed"));
     cmd.arg(workspace_root().join("tests/interop/mc_proxy_peer.js"))

@@ -235,6 +235,46 @@ fn a_real_servers_transfer_is_known_by_name_and_denied_where_a_rule_says() {
     }
 }
 
+/// Cookies (1.20.5+) with real peers through inspect mode: the npm server stores a cookie on
+/// its client and asks for it back in play; the client's Cookie Response, which the proxy
+/// checks (an identifier and at most vanilla's 5 KiB), reaches the server whole, and the
+/// server echoes only then. One answering with 6,000 bytes is closed (`bad_packet`), the other
+/// served.
+#[test]
+fn a_real_servers_cookie_comes_back_whole_and_an_oversized_answer_closes() {
+    let _turn = turn();
+    for (i, v) in ["1.21.4", "26.1"].into_iter().enumerate() {
+        let Some((_s, port)) = node_server(v, "cookie") else {
+            return;
+        };
+        let proxy = McProxy::start(&route("cookie", port, ""));
+        let host = "cookie.inspect.test";
+        let last = 90 + 2 * i;
+        let oversized = Session::start(node_client(
+            proxy.addr,
+            v,
+            host,
+            &format!("127.0.0.{last}"),
+            "bigcookie",
+        ));
+        let whole = Session::start(node_client(
+            proxy.addr,
+            v,
+            host,
+            &format!("127.0.0.{}", last + 1),
+            "cookie",
+        ));
+        assert_kicked(
+            &proxy,
+            v,
+            oversized,
+            "Disconnected by the proxy: malformed packet",
+        );
+        assert_ok(&proxy, v, whole);
+        proxy.proc.wait_log("reason=\"bad_packet\"", 1);
+    }
+}
+
 #[test]
 fn compression_bombs_and_a_flood_close_their_connections_only() {
     let _turn = turn();
