@@ -96,8 +96,10 @@ pub struct ServeOptions {
     /// Connections served at once from one source ([`SOURCE_PREFIX`]: an IPv4 address, an
     /// IPv6 /64), so that one host cannot hold every place; more from it are accepted and
     /// closed at once. Peers in the PROXY configuration's trusted networks (the load
-    /// balancers, whose connections carry everyone's) are not counted. `usize::MAX` (the
-    /// default): no such limit.
+    /// balancers, whose connections carry everyone's) are not counted themselves: the client
+    /// a trusted peer's header names is, once the header is read (closed then, counted as
+    /// refused; a frame that came in the same read as the header may be answered first).
+    /// `usize::MAX` (the default): no such limit.
     pub max_per_source: usize,
     /// On shutdown, how long connections may take to finish a frame in flight (no new frame
     /// is served once it has, and nothing sent behind it is read; a PROXY header in flight is
@@ -140,6 +142,9 @@ pub enum ConnError {
     /// Shutting down, the grace ran out while replies were still being written (to a peer
     /// that did not take them in time); counted as a shutdown.
     GraceExpiredWriting,
+    /// The client a trusted peer's PROXY header named holds [`ServeOptions::max_per_source`]
+    /// connections already; counted as refused.
+    SourceLimit,
 }
 
 impl std::fmt::Display for ConnError {
@@ -161,6 +166,7 @@ impl std::fmt::Display for ConnError {
             ConnError::Write(e) if e.kind() == io::ErrorKind::TimedOut => f.write_str(SEND_STALLED),
             ConnError::Write(e) => write!(f, "i/o while writing: {e}"),
             ConnError::GraceExpiredWriting => f.write_str("shutdown grace expired while writing"),
+            ConnError::SourceLimit => f.write_str("per-source connection limit reached"),
         }
     }
 }
@@ -215,19 +221,31 @@ impl Shared {
     /// where no limit applies (none set, or a trusted peer), `Err(())` when its source holds
     /// the most already.
     fn source_slot(self: &Arc<Self>, peer: IpAddr) -> Result<Option<SourceSlot>, ()> {
-        let max = self.options.max_per_source;
+        if self.is_trusted(peer) {
+            return Ok(None);
+        }
+        self.count_source(peer)
+    }
+
+    /// Whether `peer` is in the PROXY configuration's trusted networks.
+    fn is_trusted(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
-        let trusted = self
-            .options
+        self.options
             .service
             .proxy()
             .trusted()
             .iter()
-            .any(|c| c.contains(peer));
-        if max == usize::MAX || trusted {
+            .any(|c| c.contains(peer))
+    }
+
+    /// A place for a connection of `client` (a peer, or the client a trusted peer's header
+    /// named) in its source's count: `Ok(None)` with no limit set.
+    fn count_source(self: &Arc<Self>, client: IpAddr) -> Result<Option<SourceSlot>, ()> {
+        let max = self.options.max_per_source;
+        if max == usize::MAX {
             return Ok(None);
         }
-        let source = AddrKey::new(peer, SOURCE_PREFIX).network();
+        let source = AddrKey::new(client.to_canonical(), SOURCE_PREFIX).network();
         let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
         let open = sources.entry(source).or_insert(0);
         if *open >= max {
@@ -320,6 +338,7 @@ impl CloseCounts {
             Err(ConnError::Io(_)) => &self.io,
             Err(ConnError::Write(_)) => &self.write_failed,
             Err(ConnError::GraceExpiredWriting) => &self.shutdown,
+            Err(ConnError::SourceLimit) => &self.refused,
         });
     }
 
@@ -746,7 +765,7 @@ thread_local! {
 async fn serve_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     shutdown: &CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
@@ -833,6 +852,8 @@ fn lingers(result: &Result<Ended, ConnError>) -> bool {
         Ok(Ended::Shutdown | Ended::GraceExpired) => true,
         Err(ConnError::Session(SessionError::HeaderTimeout | SessionError::IdleTimeout)) => false,
         Err(ConnError::Session(_)) => true,
+        // Refused past its header: a frame in the same read may have been answered.
+        Err(ConnError::SourceLimit) => true,
         Err(ConnError::Io(_) | ConnError::Write(_) | ConnError::GraceExpiredWriting) => false,
     }
 }
@@ -878,13 +899,18 @@ async fn send_within(
 async fn drive(
     stream: &mut TcpStream,
     session: &mut Session,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     counters: &ConnCounters<'_>,
     peer: SocketAddr,
     shutdown: &CancellationToken,
 ) -> Result<Ended, ConnError> {
     let options = &shared.options;
     let peer = peer.ip();
+    // The client a trusted peer's PROXY header names takes its place under the per-source
+    // limit once the header is read (the peer itself took none: see `source_slot`); held for
+    // the connection's life.
+    let mut client_slot: Option<Option<SourceSlot>> =
+        (!shared.is_trusted(peer) || options.max_per_source == usize::MAX).then_some(None);
     // The connection's own buffers, used only when a frame is split across reads (`input`) or
     // the socket would not take every reply at once (`pending`); an ordinary round trip goes
     // through the thread's shared buffers (see `serve_read`).
@@ -917,6 +943,19 @@ async fn drive(
     // `WorkCharge`): the serving of reads in the thread's buffers, which tokio does not see.
     let mut work = WorkCharge::new();
     loop {
+        if client_slot.is_none() && !session.in_header() {
+            let client = session.proxied_source().map_or(peer, |c| c.ip());
+            // (A header without addresses, or LOCAL, leaves the trusted peer as the client:
+            // not counted.)
+            if client == peer {
+                client_slot = Some(None);
+            } else {
+                match shared.count_source(client) {
+                    Ok(slot) => client_slot = Some(slot),
+                    Err(()) => return Err(ConnError::SourceLimit),
+                }
+            }
+        }
         let needed = match known_want.take() {
             Some(needed) => needed,
             None => {
@@ -1729,7 +1768,7 @@ mod tests {
             ),
             ..ServeOptions::default()
         };
-        let (addr, _closes, shutdown, serving) = start(trusted).await;
+        let (addr, closes, shutdown, serving) = start(trusted).await;
         let mut held = Vec::new();
         for _ in 0..3 {
             let mut c = TcpStream::connect(addr).await.unwrap();
@@ -1738,7 +1777,31 @@ mod tests {
             c.read_exact(&mut back).await.unwrap();
             held.push(c);
         }
-        drop(held);
+        // The clients its headers name are: one of 192.0.2.9 is served, a second is closed
+        // (refused), while 192.0.2.10 is served.
+        let named = |client: &'static str| async move {
+            let mut c = TcpStream::connect(addr).await?;
+            let header = format!("PROXY TCP4 {client} 127.0.0.1 5000 7000\r\n");
+            c.write_all(&[header.as_bytes(), &echo_frame()].concat())
+                .await?;
+            let mut back = [0u8; 17];
+            c.read_exact(&mut back).await?;
+            io::Result::Ok(c)
+        };
+        let first = named("192.0.2.9").await.unwrap();
+        // The frame that came with the header may be answered before the close (the header
+        // is read in the same call); then the connection ends.
+        if let Ok(mut second) = named("192.0.2.9").await {
+            let mut b = [0u8; 1];
+            let end = tokio::time::timeout(Duration::from_secs(5), second.read(&mut b)).await;
+            assert!(
+                matches!(end, Ok(Ok(0) | Err(_))),
+                "a second connection of a named client stayed open"
+            );
+        }
+        assert_eq!(CloseCounts::get(&closes.refused), 1, "{closes}");
+        let other = named("192.0.2.10").await.unwrap();
+        drop((held, first, other));
         shutdown.cancel();
         serving.await.unwrap().unwrap();
     }

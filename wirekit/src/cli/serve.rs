@@ -36,7 +36,8 @@ pub struct ServeArgs {
     pub max_connections: usize,
     /// Connections served at once from one source (an IPv4 address, an IPv6 /64; at least 1),
     /// so that one host cannot hold every place; peers in --trusted networks (your load
-    /// balancers) are not counted. Absent: no per-source limit.
+    /// balancers) are not counted themselves, the clients their PROXY headers name are (once
+    /// the header is read). Absent: no per-source limit.
     #[arg(long, value_parser = at_least_one)]
     pub max_per_source: Option<usize>,
     /// Largest packet accepted (bytes of ID + data, or payload for u32le; at least 1).
@@ -144,14 +145,6 @@ impl ServeArgs {
                  one: every peer gets --proxy-protocol {}",
                 self.proxy_protocol
             ));
-        }
-        if !self.trusted.is_empty() && self.max_per_source.is_some() {
-            notes.push(
-                "--max-per-source counts the peers outside --trusted only: the clients your \
-                 load balancers relay are not counted by it (their connections all come from \
-                 a trusted peer); limit them at the balancer"
-                    .into(),
-            );
         }
         notes
     }
@@ -427,8 +420,7 @@ mod tests {
                 .is_empty()
         );
         assert!(parse(&[]).unwrap().notes().is_empty());
-        // An untrusted policy with no trusted network applies to no one; a per-source limit
-        // behind trusted balancers does not count their clients: both said.
+        // An untrusted policy with no trusted network applies to no one: said.
         let notes = parse(&["--untrusted-proxy-protocol", "REQUIRE"])
             .unwrap()
             .notes();
@@ -436,12 +428,11 @@ mod tests {
             notes.len() == 1 && notes[0].contains("applies to no one"),
             "{notes:?}"
         );
-        let notes = parse(&["--trusted", "10.0.0.0/8", "--max-per-source", "4"])
-            .unwrap()
-            .notes();
         assert!(
-            notes.len() == 1 && notes[0].contains("not counted by it"),
-            "{notes:?}"
+            parse(&["--trusted", "10.0.0.0/8", "--max-per-source", "4"])
+                .unwrap()
+                .notes()
+                .is_empty()
         );
         assert!(
             parse(&["--max-per-source", "4"])
