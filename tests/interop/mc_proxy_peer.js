@@ -25,7 +25,10 @@
 //       client and asking for it back (this client keeps what it is sent to store and answers
 //       Cookie Requests with it: minecraft-protocol's own client does neither), then echoes
 //       "cookie" only if the value came back whole, then as "chat"; "bigcookie" the same, but
-//       the client answers with a 6000-byte payload (vanilla's limit is 5 KiB).
+//       the client answers with a 6000-byte payload (vanilla's limit is 5 KiB); "reconfig-cookie"
+//       as "reconfig", with the cookie stored and asked for back while the client is in the
+//       configuration state (whose packet IDs differ from play's), and "reconfigured" printed
+//       only if it came back whole.
 //
 // Versions with signed chat (1.19+) chat through system_chat and chat_message (text components
 // as NBT from 1.20.3 on); older ones through chat.
@@ -71,31 +74,39 @@ function say (client, text) {
 // client's; the echo comes once it is back in play.
 // "transfer" (1.20.5+) first sends a Transfer to 127.0.0.1:25565, which this client ignores
 // (the proxy between may deny it).
+// Stores a cookie on the client and asks for it back; `then(true)` if it came back whole.
+function cookieRoundTrip (client, then) {
+  const value = Buffer.from('wirekit cookie ' + padding)
+  client.once('cookie_response', (p) => {
+    then(p.key === 'wirekit:test' && p.value && Buffer.compare(Buffer.from(p.value), value) === 0)
+  })
+  client.write('store_cookie', { key: 'wirekit:test', value })
+  client.write('cookie_request', { cookie: 'wirekit:test' })
+}
+
 function answer (client, message) {
   if (message === 'cookie') {
-    const value = Buffer.from('wirekit cookie ' + padding)
-    client.once('cookie_response', (p) => {
-      const back = p.key === 'wirekit:test' && p.value && Buffer.compare(Buffer.from(p.value), value) === 0
-      say(client, back ? 'echo:cookie' : 'cookie mismatch')
-    })
-    client.write('store_cookie', { key: 'wirekit:test', value })
-    client.write('cookie_request', { cookie: 'wirekit:test' })
-    return
+    return cookieRoundTrip(client, (back) => say(client, back ? 'echo:cookie' : 'cookie mismatch'))
   }
   if (message === 'transfer') {
     client.write('transfer', { host: '127.0.0.1', port: 25565 })
     return say(client, 'echo:' + message)
   }
-  if (message !== 'reconfigure' || !client.supportFeature('hasConfigurationState')) {
+  const reconfigure = message === 'reconfigure' || message === 'reconfigure-cookie'
+  if (!reconfigure || !client.supportFeature('hasConfigurationState')) {
     return say(client, 'echo:' + message)
   }
   client.once('configuration_acknowledged', () => {
     client.state = mc.states.CONFIGURATION
-    client.once('finish_configuration', () => {
-      client.state = mc.states.PLAY
-      say(client, 'echo:' + message)
-    })
-    client.write('finish_configuration', {})
+    const finish = (back) => {
+      client.once('finish_configuration', () => {
+        client.state = mc.states.PLAY
+        say(client, back ? 'echo:' + message : 'cookie mismatch')
+      })
+      client.write('finish_configuration', {})
+    }
+    if (message === 'reconfigure-cookie') return cookieRoundTrip(client, finish)
+    finish(true)
   })
   client.write('start_configuration', {})
 }
@@ -177,6 +188,8 @@ if (mode === 'server' || mode === 'server-online') {
         for (let i = 0; i < 400; i++) client.chat('flood ' + i)
       } else if (act === 'reconfig') {
         client.chat('reconfigure')
+      } else if (act === 'reconfig-cookie') {
+        client.chat('reconfigure-cookie')
       } else if (act === 'transfer') {
         client.chat('transfer')
       } else if (act === 'cookie' || act === 'bigcookie') {
@@ -187,7 +200,7 @@ if (mode === 'server' || mode === 'server-online') {
     } else if (text === 'cookie mismatch') {
       console.error('the cookie did not come back whole')
       process.exit(1)
-    } else if (text === 'echo:reconfigure' || text === 'echo:transfer' || text === 'echo:cookie') {
+    } else if (['echo:reconfigure', 'echo:reconfigure-cookie', 'echo:transfer', 'echo:cookie'].includes(text)) {
       // Back in play: chat once more through the proxy to show the connection still works.
       client.chat('hello through the proxy')
     } else if (text === 'echo:hello through the proxy') {

@@ -236,10 +236,11 @@ fn a_real_servers_transfer_is_known_by_name_and_denied_where_a_rule_says() {
 }
 
 /// Cookies (1.20.5+) with real peers through inspect mode: the npm server stores a cookie on
-/// its client and asks for it back in play; the client's Cookie Response, which the proxy
-/// checks (an identifier and at most vanilla's 5 KiB), reaches the server whole, and the
-/// server echoes only then. One answering with 6,000 bytes is closed (`bad_packet`), the other
-/// served.
+/// its client and asks for it back, in play and, for another client, in the configuration
+/// state it takes it back to (whose packet IDs differ); the client's Cookie Response, which
+/// the proxy checks (an identifier and at most vanilla's 5 KiB), reaches the server whole, and
+/// the server goes on only then. One answering with 6,000 bytes is closed (`bad_packet`), the
+/// others served.
 #[test]
 fn a_real_servers_cookie_comes_back_whole_and_an_oversized_answer_closes() {
     let _turn = turn();
@@ -264,6 +265,13 @@ fn a_real_servers_cookie_comes_back_whole_and_an_oversized_answer_closes() {
             &format!("127.0.0.{}", last + 1),
             "cookie",
         ));
+        let configuring = Session::start(node_client(
+            proxy.addr,
+            v,
+            host,
+            &format!("127.0.0.{}", last + 10),
+            "reconfig-cookie",
+        ));
         assert_kicked(
             &proxy,
             v,
@@ -271,6 +279,7 @@ fn a_real_servers_cookie_comes_back_whole_and_an_oversized_answer_closes() {
             "Disconnected by the proxy: malformed packet",
         );
         assert_ok(&proxy, v, whole);
+        assert_ok_saying(&proxy, v, configuring, "ok Tester reconfigured");
         proxy.proc.wait_log("reason=\"bad_packet\"", 1);
     }
 }
