@@ -777,7 +777,17 @@ async fn serve_connection(
         own: AtomicCounters::new(),
     };
     debug!(%peer, "accepted");
-    let result = drive(&mut stream, &mut session, shared, &counters, peer, shutdown).await;
+    let mut client_slot = ClientSlot::new(shared, peer.ip());
+    let result = drive(
+        &mut stream,
+        &mut session,
+        shared,
+        &counters,
+        peer,
+        shutdown,
+        &mut client_slot,
+    )
+    .await;
     let session_error = match &result {
         Err(ConnError::Session(e)) => Some(*e),
         _ => None,
@@ -819,6 +829,13 @@ async fn serve_connection(
                 closed!(ended.as_str(), suppressed);
             }
         }
+        // A refusal, as at accept: through the refusals' limit, so that a flood of them
+        // through a balancer does not spend the error lines'.
+        Err(ConnError::SourceLimit) => {
+            if let Some(suppressed) = LogLimits::allow(&shared.logs.refusals, &shared.closes) {
+                warn!(%client, %peer, suppressed, "per-source connection limit reached; closing");
+            }
+        }
         Err(e) => {
             if let Some(suppressed) = LogLimits::allow(&shared.logs.closes, &shared.closes) {
                 closed!(e, suppressed);
@@ -834,6 +851,8 @@ async fn serve_connection(
         };
         crate::close::linger(&mut stream, limit, LINGER_BYTES).await;
     }
+    // The named client's place is given back once its connection is over, linger included.
+    drop(client_slot);
 }
 
 /// How long a closing connection's unread input is read and dropped, and how much of it at
@@ -896,6 +915,45 @@ async fn send_within(
     }
 }
 
+/// The per-source place of the client a trusted peer's PROXY header names (the peer itself
+/// took none: see `source_slot`), taken once the header is read and held until the
+/// connection, its linger included, is over.
+struct ClientSlot {
+    /// `None` until decided; `Some(None)` when nothing is counted.
+    slot: Option<Option<SourceSlot>>,
+}
+
+impl ClientSlot {
+    fn new(shared: &Shared, peer: IpAddr) -> Self {
+        let counted = shared.is_trusted(peer) && shared.options.max_per_source != usize::MAX;
+        ClientSlot {
+            slot: (!counted).then_some(None),
+        }
+    }
+
+    /// Once the session is past the header: the named client's place, or
+    /// [`ConnError::SourceLimit`] when its source holds the most already. A header without
+    /// addresses (LOCAL, a health check) or naming the peer itself counts nothing.
+    fn take_once_read(
+        &mut self,
+        session: &Session,
+        shared: &Arc<Shared>,
+        peer: IpAddr,
+    ) -> Result<(), ConnError> {
+        if self.slot.is_some() || session.in_header() {
+            return Ok(());
+        }
+        let client = session.proxied_source().map(|c| c.ip().to_canonical());
+        self.slot = Some(match client {
+            Some(c) if c != peer.to_canonical() => shared
+                .count_source(c)
+                .map_err(|()| ConnError::SourceLimit)?,
+            _ => None,
+        });
+        Ok(())
+    }
+}
+
 async fn drive(
     stream: &mut TcpStream,
     session: &mut Session,
@@ -903,14 +961,10 @@ async fn drive(
     counters: &ConnCounters<'_>,
     peer: SocketAddr,
     shutdown: &CancellationToken,
+    client_slot: &mut ClientSlot,
 ) -> Result<Ended, ConnError> {
     let options = &shared.options;
     let peer = peer.ip();
-    // The client a trusted peer's PROXY header names takes its place under the per-source
-    // limit once the header is read (the peer itself took none: see `source_slot`); held for
-    // the connection's life.
-    let mut client_slot: Option<Option<SourceSlot>> =
-        (!shared.is_trusted(peer) || options.max_per_source == usize::MAX).then_some(None);
     // The connection's own buffers, used only when a frame is split across reads (`input`) or
     // the socket would not take every reply at once (`pending`); an ordinary round trip goes
     // through the thread's shared buffers (see `serve_read`).
@@ -943,19 +997,7 @@ async fn drive(
     // `WorkCharge`): the serving of reads in the thread's buffers, which tokio does not see.
     let mut work = WorkCharge::new();
     loop {
-        if client_slot.is_none() && !session.in_header() {
-            let client = session.proxied_source().map_or(peer, |c| c.ip());
-            // (A header without addresses, or LOCAL, leaves the trusted peer as the client:
-            // not counted.)
-            if client == peer {
-                client_slot = Some(None);
-            } else {
-                match shared.count_source(client) {
-                    Ok(slot) => client_slot = Some(slot),
-                    Err(()) => return Err(ConnError::SourceLimit),
-                }
-            }
-        }
+        client_slot.take_once_read(session, shared, peer)?;
         let needed = match known_want.take() {
             Some(needed) => needed,
             None => {
@@ -967,6 +1009,9 @@ async fn drive(
                 work.charge(handling.elapsed()).await;
                 let p = p?;
                 input.consume(p.consumed);
+                // The header read with this frame: the client it names is counted before its
+                // replies are waited on.
+                client_slot.take_once_read(session, shared, peer)?;
                 if p.written > 0 {
                     // The room a reply was given is its bound (a compressed frame's: what its
                     // Data Length could compress to, about that length); a reply far smaller
@@ -1057,6 +1102,8 @@ async fn drive(
                     return Err(e);
                 }
                 ServedRead::Served { want } => {
+                    // As in the split path: counted before the replies are waited on.
+                    client_slot.take_once_read(session, shared, peer)?;
                     if !pending.is_empty() {
                         // The peer is not reading: wait here, reading nothing more from it
                         // (backpressure), with one read's replies held at most.
@@ -1801,7 +1848,25 @@ mod tests {
         }
         assert_eq!(CloseCounts::get(&closes.refused), 1, "{closes}");
         let other = named("192.0.2.10").await.unwrap();
-        drop((held, first, other));
+        // 192.0.2.9's place comes free once the server has seen its connection close.
+        drop(first);
+        let mut again = None;
+        for _ in 0..100 {
+            if let Ok(c) = named("192.0.2.9").await {
+                let mut b = [0u8; 1];
+                let open = tokio::time::timeout(Duration::from_millis(200), c.peek(&mut b)).await;
+                if open.is_err() {
+                    again = Some(c);
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            again.is_some(),
+            "the named client's freed place was not taken again"
+        );
+        drop((held, other, again));
         shutdown.cancel();
         serving.await.unwrap().unwrap();
     }
