@@ -156,8 +156,10 @@ pub const CLOSE_FLUSH: Duration = Duration::from_micros(SEND_TIMEOUT.as_micros()
 /// its FIN, and then withholds its ACKs holds the socket this long, not [`CLOSE_FLUSH`] (three
 /// such peers would otherwise keep every socket, the spare included, from listening for 10 s
 /// at a time). One that takes replies and withholds their ACKs still holds it for
-/// [`CLOSE_FLUSH`]: the board's two sessions are the bound on what peers that complete
-/// requests can hold.
+/// [`CLOSE_FLUSH`] (and [`RESET_FLUSH`]), its session already back for the next client: three
+/// such peers, one after another, can keep all three sockets flushing for about 10 s at a
+/// time. Peers that complete requests can hold what the board has, two sessions and a spare
+/// socket; no timeout here changes that bound.
 pub const ERROR_FLUSH: Duration = Duration::from_secs(2);
 /// After an abort, the reset gets this long to go out before the socket listens again (listening
 /// forgets the peer, and with it a reset not yet sent).
