@@ -28,6 +28,20 @@ fn echo(c: &mut TcpStream, frame: &[u8], reply: &mut [u8]) {
     assert_eq!(&reply[..frame.len()], frame);
 }
 
+/// `body` framed in the compressed format at threshold 256 (the servers' here), deflated at
+/// the default level.
+fn compressed_frame(body: &[u8]) -> Vec<u8> {
+    use wirekit_core::frame::compressed::{CompressedEncoder, max_encoded_len};
+    use wirekit_core::zlib::{Compressor, Level, WORKSPACE_SERVER};
+    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_SERVER]).unwrap();
+    let mut frame = vec![0u8; max_encoded_len(body.len())];
+    let n = CompressedEncoder::new(256, Level::Default)
+        .encode(body, &mut frame, &mut compressor)
+        .unwrap();
+    frame.truncate(n);
+    frame
+}
+
 #[test]
 fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
     let _turn = turn();
@@ -87,8 +101,8 @@ fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
 fn a_connection_quiet_inside_a_frame_after_a_large_compressed_reply_gives_it_back() {
     let _turn = turn();
     use wirekit_core::Status;
-    use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder};
-    use wirekit_core::zlib::{Compressor, Inflater, Level, WORKSPACE_SERVER};
+    use wirekit_core::frame::compressed::CompressedDecoder;
+    use wirekit_core::zlib::Inflater;
     assert_counting_installed();
     let server = ServerThread::builder(ServeOptions {
         service: service::Config::new()
@@ -100,12 +114,8 @@ fn a_connection_quiet_inside_a_frame_after_a_large_compressed_reply_gives_it_bac
     .unwrap();
     let mut body = vec![wire::ECHO as u8];
     body.resize((1 << 20) - 64, 0x5a);
-    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_SERVER]).unwrap();
-    let mut frame = vec![0u8; wirekit_core::frame::compressed::max_encoded_len(body.len())];
-    let n = CompressedEncoder::new(256, Level::Default)
-        .encode(&body, &mut frame, &mut compressor)
-        .unwrap();
-    frame.truncate(n);
+    let frame = compressed_frame(&body);
+    let n = frame.len();
     assert!(n < 4096, "{n} bytes of compressed frame");
     let mut inflater = Box::new(Inflater::new());
     let mut scratch = vec![0u8; 1 << 20];
@@ -176,9 +186,7 @@ fn a_connection_quiet_inside_a_frame_after_a_large_compressed_reply_gives_it_bac
 #[test]
 fn a_reply_waiting_on_a_client_that_does_not_read_keeps_no_more_room_than_it_needs() {
     let _turn = turn();
-    use wirekit_core::frame::compressed::CompressedEncoder;
     use wirekit_core::service::Counters;
-    use wirekit_core::zlib::{Compressor, Level, WORKSPACE_SERVER};
     assert_counting_installed();
     const LEN: usize = 2 << 20;
     // More replies than loopback sockets hold for a client that reads nothing.
@@ -200,12 +208,8 @@ fn a_reply_waiting_on_a_client_that_does_not_read_keeps_no_more_room_than_it_nee
         x ^= x << 5;
         b'0' + (x >> 31) as u8
     }));
-    let mut compressor = Compressor::new(vec![0u32; WORKSPACE_SERVER]).unwrap();
-    let mut frame = vec![0u8; wirekit_core::frame::compressed::max_encoded_len(body.len())];
-    let n = CompressedEncoder::new(256, Level::Default)
-        .encode(&body, &mut frame, &mut compressor)
-        .unwrap();
-    frame.truncate(n);
+    let frame = compressed_frame(&body);
+    let n = frame.len();
     drop(body);
     let frame = std::sync::Arc::new(frame);
     // Reads one frame whole (its VarInt length, then that many bytes) and drops it.
