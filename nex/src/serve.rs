@@ -176,7 +176,15 @@ pub fn connection_config(access_key: &[u8], version: Version, aggregate_acks: bo
 /// The secure server's StationURL as Login names it. NintendoClients reads its address,
 /// port, PID, CID and sid and connects over the transport it logged in with, so the same
 /// `prudp` URL serves UDP and WebSocket clients.
+/// A wildcard address is no address to give clients: bound to one, the secure server needs
+/// its public address named.
 fn station_url(public: SocketAddr, secure_pid: u64) -> io::Result<String> {
+    if public.ip().is_unspecified() {
+        return Err(invalid(format!(
+            "the secure server is bound to the wildcard address {public}, which clients cannot \
+             be sent to: name the address they reach (--secure-public, --ws-secure-public)"
+        )));
+    }
     let ip = public.ip().to_canonical().to_string();
     let params = [
         ("address", UrlValue::Str(&ip)),
@@ -519,6 +527,33 @@ mod tests {
             .complete()
             .unwrap();
         matches!(reply.message.kind, RmcKind::Response { .. })
+    }
+
+    /// A secure server bound to a wildcard address is served (each client's replies leave
+    /// from the address it reached) once its public address is named; without one, binding
+    /// fails rather than give clients `address=0.0.0.0` in their Login.
+    #[test]
+    fn a_wildcard_secure_server_needs_its_public_address() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let wildcard = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+        let mut o = options(1);
+        o.secure_listen = wildcard;
+        let e = NexServers::bind(o).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("--secure-public"), "{e}");
+        let mut o = options(1);
+        o.secure_listen = wildcard;
+        o.secure_public = Some(SocketAddr::from(([192, 0, 2, 1], 60001)));
+        assert!(NexServers::bind(o).is_ok());
+        let mut o = options(1);
+        if let Some(ws) = o.ws.as_mut() {
+            ws.secure_listen = wildcard;
+        }
+        assert!(NexServers::bind(o).is_err());
     }
 
     /// One source spreading its logins over the authentication server's workers gets the

@@ -602,13 +602,13 @@ impl PrudpHandler {
     /// outbox.
     fn drive(
         &mut self,
-        peer: SocketAddr,
+        key: &ConnectionKey,
         state: &mut PrudpConnection,
         now: Instant,
         out: &mut Outbox,
     ) {
-        self.deliver(peer, state, now);
-        flush(&mut state.conn, peer, now, out);
+        self.deliver(key.peer, state, now);
+        flush(&mut state.conn, key, now, out);
     }
 
     /// Delivers the connection's events to the dispatcher, queueing its responses on the
@@ -675,10 +675,10 @@ impl PrudpHandler {
 }
 
 /// Queues everything the connection has to send, writing each datagram in its outbox slot.
-fn flush(conn: &mut Connection<Box<[u8]>>, peer: SocketAddr, now: Instant, out: &mut Outbox) {
+fn flush(conn: &mut Connection<Box<[u8]>>, key: &ConnectionKey, now: Instant, out: &mut Outbox) {
     loop {
         let mut wrote = false;
-        let r = out.push_with(peer, |slot| {
+        let r = out.push_with(key, |slot| {
             let t = conn.poll_transmit(now, slot)?;
             wrote = true;
             Some(t.len)
@@ -742,7 +742,7 @@ impl DatagramHandler for PrudpHandler {
             .server
             .handle(datagram, key.peer, now, 0, &mut self.reply)
         {
-            ServerOutput::Reply(n) => match out.push(key.peer, &self.reply[..n]) {
+            ServerOutput::Reply(n) => match out.push(key, &self.reply[..n]) {
                 Ok(()) => Open::Stateless,
                 Err(reason) => Open::Refuse(reason),
             },
@@ -840,7 +840,7 @@ impl DatagramHandler for PrudpHandler {
         {
             // A SYN: a new peer's answer (a restarted client's offer may differ from what
             // the old connection negotiated), nothing asked of the old connection.
-            ServerOutput::Reply(n) => Some(match out.push(key.peer, &self.reply[..n]) {
+            ServerOutput::Reply(n) => Some(match out.push(key, &self.reply[..n]) {
                 Ok(()) => Open::Stateless,
                 Err(reason) => Open::Refuse(reason),
             }),
@@ -922,7 +922,7 @@ impl DatagramHandler for PrudpHandler {
         // reliable packets share aggregate ACKs; a closing connection leaves the table now, so
         // its last ACKs go out now.
         if state.conn.is_closed() {
-            self.drive(key.peer, state, now, out);
+            self.drive(key, state, now, out);
             return Verdict::Close;
         }
         self.deliver(key.peer, state, now);
@@ -943,7 +943,7 @@ impl DatagramHandler for PrudpHandler {
         if state.conn.next_timeout().is_some_and(|t| t <= now) {
             state.conn.handle_timeout(now);
         }
-        self.drive(key.peer, state, now, out);
+        self.drive(key, state, now, out);
         match state.conn.is_closed() {
             true => Verdict::Close,
             false => Verdict::Keep,
@@ -957,7 +957,7 @@ impl DatagramHandler for PrudpHandler {
         now: Instant,
         out: &mut Outbox,
     ) {
-        flush(&mut state.conn, key.peer, now, out);
+        flush(&mut state.conn, key, now, out);
     }
 
     /// The evicted client is told with a forceful close ([`Connection::abort`]: an
@@ -972,7 +972,7 @@ impl DatagramHandler for PrudpHandler {
         out: &mut Outbox,
     ) {
         state.conn.abort();
-        flush(&mut state.conn, key.peer, now, out);
+        flush(&mut state.conn, key, now, out);
     }
 
     fn closed(&mut self, key: &ConnectionKey, state: PrudpConnection, reason: CloseReason) {
@@ -1469,7 +1469,7 @@ mod tests {
             let mut out = Outbox::new(8, 1500);
             h.evicting(&key, &mut state, T, &mut out);
             assert_eq!(out.len(), usize::from(ABORT_COPIES), "{version:?}");
-            assert!((0..out.len()).all(|i| out.get(i).0 == p.from));
+            assert!((0..out.len()).all(|i| out.get(i).0.to == p.from));
             let d = out.get(0).1.to_vec();
             assert_eq!(
                 peek_packet_type(version, &d),

@@ -14,12 +14,21 @@ use wirekit_core::limit::{AddrKey, Prefix, Rate, TokenBucket};
 use wirekit_core::prudp::VirtualPort;
 use wirekit_core::time::{Duration, Instant};
 
-/// What identifies a PRUDP connection on a server socket: the peer's address and the virtual
-/// port it speaks from (NEX clients use stream type 10, port 15).
+/// What identifies a PRUDP connection on a server socket: the peer's address, the virtual
+/// port it speaks from (NEX clients use stream type 10, port 15) and, on a socket bound to a
+/// wildcard address, the host's address its datagrams came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnectionKey {
     /// The peer's UDP address.
     pub peer: SocketAddr,
+    /// The host's address the peer's datagrams came to, where the socket is bound to a
+    /// wildcard address (`None` on one bound to a single address, which says it already).
+    /// Replies leave from it ([`Destination`](crate::udp::Destination)): from the address
+    /// the routing table picks, they would not reach a client that sent to another of the
+    /// host's addresses (a connected socket, or a NAT keyed on the address, drops them). A
+    /// peer that reaches two of the host's addresses holds two connections, as it would
+    /// over TCP.
+    pub local: Option<IpAddr>,
     /// The peer's stream type (the high nibble of its virtual port byte).
     pub stream_type: u8,
     /// The peer's port (the low nibble).
@@ -31,9 +40,16 @@ impl ConnectionKey {
     pub const fn new(peer: SocketAddr, source: VirtualPort) -> Self {
         ConnectionKey {
             peer,
+            local: None,
             stream_type: source.stream_type,
             port: source.port,
         }
+    }
+
+    /// The key with the host's address the peer's datagrams came to ([`local`](Self::local)).
+    pub const fn at(mut self, local: Option<IpAddr>) -> Self {
+        self.local = local;
+        self
     }
 }
 

@@ -34,7 +34,7 @@
 
 use std::future::Future;
 use std::io::{self, IoSliceMut};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
@@ -245,12 +245,38 @@ pub fn source_port(version: Version, datagram: &[u8]) -> Option<VirtualPort> {
     datagram.get(at).map(|&b| VirtualPort::from_byte(b))
 }
 
+/// Where a reply goes, and which of the host's addresses it leaves from (`None`: the one the
+/// routing table picks, right for a socket bound to a single address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Destination {
+    /// The peer.
+    pub to: SocketAddr,
+    /// The source address, where the socket is bound to a wildcard address: the one the
+    /// peer's datagrams came to ([`ConnectionKey::local`]).
+    pub from: Option<IpAddr>,
+}
+
+impl From<SocketAddr> for Destination {
+    fn from(to: SocketAddr) -> Self {
+        Destination { to, from: None }
+    }
+}
+
+impl From<&ConnectionKey> for Destination {
+    fn from(key: &ConnectionKey) -> Self {
+        Destination {
+            to: key.peer,
+            from: key.local,
+        }
+    }
+}
+
 /// Replies queued by a handler, sent when the batch is done: a fixed number of slots of the
 /// largest datagram each, reserved once.
 pub struct Outbox {
     buf: Box<[u8]>,
     slot_len: usize,
-    queued: Vec<(SocketAddr, usize)>,
+    queued: Vec<(Destination, usize)>,
     slots: usize,
 }
 
@@ -291,8 +317,9 @@ impl Outbox {
         self.queued.is_empty()
     }
 
-    /// Queues a copy of `datagram` for `to`.
-    pub fn push(&mut self, to: SocketAddr, datagram: &[u8]) -> Result<(), DropReason> {
+    /// Queues a copy of `datagram` for `to` (a peer's address, or a connection's key: replies
+    /// to a connection leave from the address its datagrams came to).
+    pub fn push(&mut self, to: impl Into<Destination>, datagram: &[u8]) -> Result<(), DropReason> {
         self.push_with(to, |slot| {
             let dst = slot.get_mut(..datagram.len())?;
             dst.copy_from_slice(datagram);
@@ -305,7 +332,7 @@ impl Outbox {
     /// queue nothing (a reply that did not fit: [`DropReason::OutboxFull`]).
     pub fn push_with(
         &mut self,
-        to: SocketAddr,
+        to: impl Into<Destination>,
         write: impl FnOnce(&mut [u8]) -> Option<usize>,
     ) -> Result<(), DropReason> {
         let i = self.queued.len();
@@ -315,7 +342,7 @@ impl Outbox {
         let slot = &mut self.buf[i * self.slot_len..(i + 1) * self.slot_len];
         match write(slot) {
             Some(n) if n <= self.slot_len => {
-                self.queued.push((to, n));
+                self.queued.push((to.into(), n));
                 Ok(())
             }
             _ => Err(DropReason::OutboxFull),
@@ -323,7 +350,7 @@ impl Outbox {
     }
 
     /// The `i`-th queued reply (the WebSocket listener reads them too).
-    pub(crate) fn get(&self, i: usize) -> (SocketAddr, &[u8]) {
+    pub(crate) fn get(&self, i: usize) -> (Destination, &[u8]) {
         let (to, n) = self.queued[i];
         (to, &self.buf[i * self.slot_len..i * self.slot_len + n])
     }
@@ -396,6 +423,9 @@ pub struct Worker<H: DatagramHandler> {
     next_tick: Instant,
     /// The last receive found the socket dry (it cleared its readiness).
     ran_dry: bool,
+    /// The socket is bound to a wildcard address: each connection's key holds the address
+    /// its datagrams came to, and its replies leave from it.
+    wildcard: bool,
 }
 
 impl<H: DatagramHandler> Worker<H> {
@@ -417,6 +447,7 @@ impl<H: DatagramHandler> Worker<H> {
             ));
         }
         let udp = UdpSocketState::new((&socket).into())?;
+        let wildcard = socket.local_addr()?.ip().is_unspecified();
         let socket = UdpSocket::from_std(socket)?;
         let slots = config.recv_slots.clamp(1, quinn_udp::BATCH_SIZE);
         // One spare byte: a lone datagram that fills the slot was larger than `max_datagram`.
@@ -438,6 +469,7 @@ impl<H: DatagramHandler> Worker<H> {
             tick: config.tick,
             next_tick: Instant::ZERO.saturating_add(config.tick),
             ran_dry: false,
+            wildcard,
         })
     }
 
@@ -567,6 +599,7 @@ impl<H: DatagramHandler> Worker<H> {
                     &mut self.touched,
                     &self.counters,
                     meta.addr,
+                    meta.dst_ip.filter(|_| self.wildcard),
                     datagram,
                     now,
                 );
@@ -649,11 +682,11 @@ async fn send_outbox(
     while i < outbox.len() {
         let (destination, contents) = outbox.get(i);
         let transmit = Transmit {
-            destination,
+            destination: destination.to,
             ecn: None,
             contents,
             segment_size: None,
-            src_ip: None,
+            src_ip: destination.from,
         };
         let sent = socket.try_io(Interest::WRITABLE, || {
             udp.try_send(socket.into(), &transmit)
@@ -795,9 +828,10 @@ fn end_batch_from<H: DatagramHandler>(
     None
 }
 
-/// Routes one datagram: to its connection, or to [`DatagramHandler::open`] for a new peer
-/// (or one [`DatagramHandler::reopen`] takes for new); notes the connection in `touched` for
-/// the batch's end.
+/// Routes one datagram from `peer` (to the host's address `local`, on a socket bound to a
+/// wildcard address): to its connection, or to [`DatagramHandler::open`] for a new peer (or
+/// one [`DatagramHandler::reopen`] takes for new); notes the connection in `touched` for the
+/// batch's end.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch<H: DatagramHandler>(
     handler: &mut H,
@@ -806,6 +840,7 @@ pub(crate) fn dispatch<H: DatagramHandler>(
     touched: &mut Vec<ConnectionKey>,
     counters: &Counters,
     peer: SocketAddr,
+    local: Option<IpAddr>,
     datagram: &[u8],
     now: Instant,
 ) {
@@ -813,7 +848,7 @@ pub(crate) fn dispatch<H: DatagramHandler>(
         counters.dropped(DropReason::Unroutable);
         return;
     };
-    let key = ConnectionKey::new(peer, source);
+    let key = ConnectionKey::new(peer, source).at(local);
     match deliver(
         handler, table, outbox, touched, counters, key, datagram, now, true,
     ) {
@@ -1040,7 +1075,7 @@ mod tests {
             Verdict::Keep
         }
         fn batch_end(&mut self, key: &ConnectionKey, _: &mut (), _: Instant, out: &mut Outbox) {
-            out.push(key.peer, b"ack").unwrap();
+            out.push(key, b"ack").unwrap();
         }
     }
 
@@ -1072,7 +1107,7 @@ mod tests {
             _: Instant,
             out: &mut Outbox,
         ) -> Verdict {
-            match out.push(key.peer, b"ping") {
+            match out.push(key, b"ping") {
                 Ok(()) => Verdict::Keep,
                 Err(_) => Verdict::Drop(DropReason::OutboxFull),
             }
@@ -1094,7 +1129,7 @@ mod tests {
             _: Instant,
             out: &mut Outbox,
         ) -> Open<()> {
-            match out.push(key.peer, b"syn-ack") {
+            match out.push(key, b"syn-ack") {
                 Ok(()) => Open::Stateless,
                 Err(r) => Open::Refuse(r),
             }
@@ -1251,6 +1286,63 @@ mod tests {
         });
     }
 
+    /// On a socket bound to a wildcard address, a connection's replies (its ticks' packets
+    /// here, as retransmissions go) leave from the host's address its datagrams came to: a
+    /// client that sent to 127.0.0.2 over a connected socket drops a reply from 127.0.0.1,
+    /// the address the routing table picks for it.
+    #[test]
+    fn on_a_wildcard_socket_replies_leave_from_the_address_the_peer_reached() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // IPv4's wildcard, and IPv6's taking IPv4 clients too (its default on Linux).
+        for wildcard in ["0.0.0.0:0", "[::]:0"] {
+            rt.block_on(replies_leave_from_the_address_reached(wildcard));
+        }
+    }
+
+    async fn replies_leave_from_the_address_reached(wildcard: &str) {
+        {
+            let socket = std::net::UdpSocket::bind(wildcard).unwrap();
+            socket.set_nonblocking(true).unwrap();
+            let port = socket.local_addr().unwrap().port();
+            let counters = Arc::new(Counters::default());
+            let config = WorkerConfig::default();
+            let mut w = Worker::new(socket, &config, TickEach, counters.clone()).unwrap();
+            let syn = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
+            let mut clients = Vec::new();
+            for server_ip in [[127, 0, 0, 2], [127, 0, 0, 1]] {
+                let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                // A connected socket takes datagrams from that address only.
+                client.connect(SocketAddr::from((server_ip, port))).unwrap();
+                client
+                    .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                    .unwrap();
+                client.send(&syn).unwrap();
+                clients.push(client);
+            }
+            let mut received = 0;
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while received < 2 {
+                    received += w.receive_batch().await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await;
+            assert!(waited.is_ok(), "received {received}");
+            assert_eq!(w.table().len(), 2);
+            w.run_tick().await.unwrap();
+            for client in &clients {
+                let mut b = [0u8; 16];
+                let n = client
+                    .recv(&mut b)
+                    .expect("the reply, from the address reached");
+                assert_eq!(&b[..n], b"ping");
+            }
+        }
+    }
+
     /// A tick over more connections than the outbox has slots (the WebSocket listener's, in
     /// rounds) reaches every connection: the outbox is handed on whenever it runs low (in one
     /// pass the table's first connections took it at every tick, the others' packets lost).
@@ -1278,7 +1370,7 @@ mod tests {
             &counters,
             Instant::ZERO,
             |o| {
-                sent.extend((0..o.len()).map(|i| o.get(i).0.port()));
+                sent.extend((0..o.len()).map(|i| o.get(i).0.to.port()));
                 o.clear();
             },
         );
@@ -1318,7 +1410,7 @@ mod tests {
                 from,
                 Instant::ZERO,
             );
-            sent.extend((0..outbox.len()).map(|i| outbox.get(i).0.port()));
+            sent.extend((0..outbox.len()).map(|i| outbox.get(i).0.to.port()));
             outbox.clear();
             match next {
                 Some(i) => (from, pauses) = (i, pauses + 1),
@@ -1401,7 +1493,7 @@ mod tests {
         ) -> Option<Open<u8>> {
             match d[8] {
                 b'N' => Some(Open::Accept(d[9])),
-                b'S' => Some(match out.push(key.peer, b"stateless") {
+                b'S' => Some(match out.push(key, b"stateless") {
                     Ok(()) => Open::Stateless,
                     Err(r) => Open::Refuse(r),
                 }),
@@ -1456,6 +1548,7 @@ mod tests {
                 &mut touched,
                 &counters,
                 peer,
+                None,
                 &datagram,
                 Instant::from_millis(at),
             );
@@ -1482,7 +1575,7 @@ mod tests {
         assert_eq!(s.dropped(DropReason::Refused), 1);
         assert_eq!(s.dropped_total(), 1);
         assert_eq!(outbox.len(), 1);
-        assert_eq!(outbox.get(0), (peer, &b"stateless"[..]));
+        assert_eq!(outbox.get(0), (peer.into(), &b"stateless"[..]));
     }
 
     /// A full table with fair share: the worker evicts the largest network's least recently
@@ -1511,6 +1604,7 @@ mod tests {
                 &mut touched,
                 &counters,
                 SocketAddr::from((ip, 9)),
+                None,
                 &d(generation),
                 Instant::from_millis(at),
             );
@@ -1543,7 +1637,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(o.push(to, b"c"), Err(DropReason::OutboxFull));
-        assert_eq!(o.get(0), (to, &b"ab"[..]));
-        assert_eq!(o.get(1), (to, &b"xyz"[..]));
+        assert_eq!(o.get(0), (to.into(), &b"ab"[..]));
+        assert_eq!(o.get(1), (to.into(), &b"xyz"[..]));
     }
 }

@@ -310,7 +310,7 @@ struct Eviction {
 fn route(outbox: &mut Outbox, peers: &HashMap<SocketAddr, Peer>, stats: &WsStats) {
     for i in 0..outbox.len() {
         let (to, bytes) = outbox.get(i);
-        let Some(peer) = peers.get(&to) else {
+        let Some(peer) = peers.get(&to.to) else {
             continue;
         };
         match peer
@@ -570,6 +570,7 @@ impl Shared {
             &mut e.touched,
             &self.counters,
             peer,
+            None,
             data,
             now,
         );

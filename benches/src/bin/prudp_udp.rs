@@ -92,7 +92,7 @@ impl DatagramHandler for EchoHandler {
         _: Instant,
         out: &mut Outbox,
     ) -> Verdict {
-        match out.push(key.peer, &datagram[..datagram.len().min(self.reply_len)]) {
+        match out.push(key, &datagram[..datagram.len().min(self.reply_len)]) {
             Ok(()) => Verdict::Keep,
             Err(reason) => Verdict::Drop(reason),
         }

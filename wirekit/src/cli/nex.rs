@@ -149,13 +149,11 @@ pub fn run(cmd: NexCommand) -> ExitCode {
 /// `wirekit nex serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Where the authentication (ticket-granting) server listens (on a host with several
-    /// addresses, the one clients reach, not a wildcard: replies leave from the address the
-    /// routing table picks).
+    /// Where the authentication (ticket-granting) server listens (a wildcard address serves
+    /// every address of the host: each client's replies leave from the one it reached).
     #[arg(long, default_value = "127.0.0.1:60000")]
     pub auth_listen: SocketAddr,
-    /// Where the secure server listens (as --auth-listen: a specific address on a host with
-    /// several).
+    /// Where the secure server listens (as --auth-listen).
     #[arg(long, default_value = "127.0.0.1:60001")]
     pub secure_listen: SocketAddr,
     /// The secure server's address as clients reach it (in Login's StationURL); default:
@@ -304,21 +302,6 @@ fn serve(args: ServeArgs) -> ExitCode {
             "the descriptor limit is below two WebSocket listeners' --ws-max-connections: \
              accepts past it fail (EMFILE)"
         );
-    }
-    // Replies go out with the source address the routing table picks for the client, not
-    // the one its datagram came to: on a host with several addresses, a client that reached
-    // another one (or a NAT that keys on it) would drop them.
-    for (name, addr) in [
-        ("auth-listen", args.auth_listen),
-        ("secure-listen", args.secure_listen),
-    ] {
-        if addr.ip().is_unspecified() {
-            tracing::warn!(
-                %addr,
-                "--{name} is a wildcard address: replies leave from the address the routing \
-                 table picks, so on a host with several addresses give the one clients reach"
-            );
-        }
     }
     let mut worker = wirekit_nex::WorkerConfig::default();
     worker.limits.max_connections = args.max_connections;
