@@ -648,7 +648,8 @@ async fn legacy_kick<'a>(
     let before_1_7 = Handshake {
         protocol_version: 0,
         address: wirekit_core::minecraft::handshake::ServerAddress::host(&named),
-        port,
+        // A negative port (vanilla answers one) names no port: 0.
+        port: u16::try_from(port).unwrap_or(0),
         next_state: NextState::Status,
     };
     // The route's handshake rule, and on an inspect route its inspect rule too, as for a

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use wirekit_core::Status;
 use wirekit_core::minecraft::handshake::NextState;
+use wirekit_core::minecraft::legacy::{LegacyPing, Utf16Be};
 use wirekit_core::proxy::{self, Limits, Tlv, TlvKind};
 use wirekit_rig::net::free_port;
 use wirekit_tests::mcproxy_process::{
@@ -379,6 +380,25 @@ fallback-max-players = 99
         v13.starts_with("cached motd\u{a7}") && !v13.contains('\0'),
         "{v13:?}"
     );
+    // 1.6 pings vanilla answers though a stricter reader would refuse them: a negative port
+    // (vanilla checks only port <= 65535) and an unpaired surrogate in the host (Java reads
+    // it as U+FFFD; the host then names no route, and the unknown host's MOTD answers).
+    let v16 = |host: &[u16], port: i32| {
+        let units: Vec<u8> = host.iter().flat_map(|u| u.to_be_bytes()).collect();
+        let ping = LegacyPing::V1_6 {
+            protocol: 78,
+            host: Utf16Be::new(&units).unwrap(),
+            port,
+        };
+        let mut bytes = vec![0; ping.encoded_len()];
+        ping.encode(&mut bytes).unwrap();
+        bytes
+    };
+    let lobby: Vec<u16> = "lobby.test".encode_utf16().collect();
+    let negative = legacy(&v16(&lobby, -25565), 57);
+    assert!(negative.contains("\0cached motd\0"), "{negative:?}");
+    let lone = legacy(&v16(&[&lobby[..], &[0xd800]].concat(), 25565), 58);
+    assert!(lone.starts_with("\u{a7}1\0"), "{lone:?}");
     if let Some(v) = mcstatus("legacy") {
         assert_eq!(v["motd"], "cached motd", "{v}");
         assert_eq!(v["max"], 7, "{v}");

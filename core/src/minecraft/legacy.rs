@@ -5,7 +5,8 @@
 //! - 1.4 - 1.5: `FE 01`.
 //! - 1.6: `FE 01 FA`, then `MC|PingHost` as a legacy string (u16 length in UTF-16 units,
 //!   UTF-16BE), a u16 length of the rest, the protocol byte, the host as a legacy string and
-//!   the port as an i32.
+//!   the port as an i32. As vanilla reads it: a port up to 65535, negative ones included, and
+//!   a host whose unpaired surrogates read as U+FFFD (Java's UTF-16 decoder), are answered.
 //!
 //! After `FE` or `FE 01` the next byte decides, so [`detect`] is `Partial` there; older clients
 //! send nothing more and wait for the reply, so the caller, after a short quiet period, asks
@@ -36,7 +37,8 @@ pub const MIN_V1_6_PROTOCOL: u8 = 73;
 /// legacy string, the data length, the protocol byte and the host's length.
 const V1_6_HEAD_LEN: usize = 3 + 2 + 2 * PING_HOST_CHANNEL.len() + 2 + 1 + 2;
 
-/// UTF-16BE text borrowed from the input, validated (no unpaired surrogate).
+/// UTF-16BE text borrowed from the input: whole code units, an unpaired surrogate read as
+/// U+FFFD ([`chars`](Self::chars)), as Java's decoder reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Utf16Be<'a> {
@@ -44,16 +46,27 @@ pub struct Utf16Be<'a> {
 }
 
 impl<'a> Utf16Be<'a> {
-    /// Validates `bytes` as UTF-16BE: an even length and no unpaired surrogate.
-    pub fn new_checked(bytes: &'a [u8]) -> Result<Self, Error> {
+    /// `bytes` as UTF-16BE code units: an even length, unpaired surrogates allowed (what a
+    /// 1.6 ping may carry and vanilla answers).
+    pub fn new(bytes: &'a [u8]) -> Result<Self, Error> {
         if !bytes.len().is_multiple_of(2) {
             return Err(Error::InvalidUtf16);
         }
-        let s = Utf16Be { bytes };
-        if decode_utf16(s.units()).any(|c| c.is_err()) {
+        Ok(Utf16Be { bytes })
+    }
+
+    /// Validates `bytes` as UTF-16BE text: an even length and no unpaired surrogate.
+    pub fn new_checked(bytes: &'a [u8]) -> Result<Self, Error> {
+        let s = Utf16Be::new(bytes)?;
+        if !s.is_valid() {
             return Err(Error::InvalidUtf16);
         }
         Ok(s)
+    }
+
+    /// Whether every surrogate is paired (the text is valid UTF-16).
+    pub fn is_valid(&self) -> bool {
+        decode_utf16(self.units()).all(|c| c.is_ok())
     }
 
     /// The raw UTF-16BE bytes.
@@ -77,9 +90,8 @@ impl<'a> Utf16Be<'a> {
             .map(|c| u16::from_be_bytes([c[0], c[1]]))
     }
 
-    /// The characters.
+    /// The characters, an unpaired surrogate read as U+FFFD.
     pub fn chars(&self) -> impl Iterator<Item = char> + 'a {
-        // Validated: no replacement ever happens.
         decode_utf16(self.units()).map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
     }
 
@@ -119,10 +131,12 @@ pub enum LegacyPing<'a> {
     V1_6 {
         /// The client's protocol byte (73 - 78 for 1.6.x).
         protocol: u8,
-        /// The host, at most [`MAX_HOST_LEN`] units.
+        /// The host, at most [`MAX_HOST_LEN`] units (unpaired surrogates allowed, as
+        /// vanilla reads them: U+FFFD).
         host: Utf16Be<'a>,
-        /// The port.
-        port: u16,
+        /// The port as sent: at most 65535, as vanilla requires, and possibly negative,
+        /// which vanilla answers too.
+        port: i32,
     },
 }
 
@@ -216,9 +230,11 @@ fn v1_6(input: &[u8]) -> Result<(LegacyPing<'_>, usize), Error> {
     if data_len != 7 + 2 * host_units {
         return Err(Error::BadLegacyPing);
     }
-    let host = Utf16Be::new_checked(r.take(2 * host_units)?)?;
+    let host = Utf16Be::new(r.take(2 * host_units)?)?;
     let port = i32::from_be_bytes(r.array()?);
-    let port = u16::try_from(port).map_err(|_| Error::BadLegacyPing)?;
+    if port > i32::from(u16::MAX) {
+        return Err(Error::BadLegacyPing);
+    }
     Ok((
         LegacyPing::V1_6 {
             protocol,
@@ -242,8 +258,13 @@ impl LegacyPing<'_> {
     /// Writes the ping as a client of its generation sends it. On error nothing is written.
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
         let check = match self {
-            LegacyPing::V1_6 { protocol, host, .. }
-                if *protocol < MIN_V1_6_PROTOCOL || host.len_units() > MAX_HOST_LEN =>
+            LegacyPing::V1_6 {
+                protocol,
+                host,
+                port,
+            } if *protocol < MIN_V1_6_PROTOCOL
+                || host.len_units() > MAX_HOST_LEN
+                || *port > i32::from(u16::MAX) =>
             {
                 Err(Error::BadLegacyPing)
             }
@@ -266,7 +287,7 @@ impl LegacyPing<'_> {
                 w.u8(*protocol);
                 w.bytes(&(host.len_units() as u16).to_be_bytes());
                 w.bytes(host.bytes);
-                w.bytes(&i32::from(*port).to_be_bytes());
+                w.bytes(&port.to_be_bytes());
             }
         })
     }
@@ -571,10 +592,23 @@ mod tests {
         assert_eq!(detect(&bad(28, 0x1a)), Err(Error::BadLegacyPing));
         assert_eq!(detect(&bad(29, 72)[..30]), Err(Error::BadLegacyPing));
         assert_eq!(detect(&bad(51, 0x01)), Err(Error::BadLegacyPing));
-        // An unpaired surrogate in the host.
+        // An unpaired surrogate in the host, a negative port: answered, as vanilla does
+        // (Java reads the surrogate as U+FFFD and checks only port <= 65535).
         let mut p = bad(32, 0xd8);
         p[33] = 0x00;
-        assert_eq!(detect(&p), Err(Error::InvalidUtf16));
+        let Ok(Status::Complete((LegacyPing::V1_6 { host, .. }, _))) = detect(&p) else {
+            panic!("{:?}", detect(&p));
+        };
+        assert!(!host.is_valid());
+        assert_eq!(host.chars().next(), Some(char::REPLACEMENT_CHARACTER));
+        let mut p = PING_1_6;
+        p[50..54].copy_from_slice(&(-1i32).to_be_bytes());
+        assert!(matches!(
+            detect(&p),
+            Ok(Status::Complete((LegacyPing::V1_6 { port: -1, .. }, 54)))
+        ));
+        p[50..54].copy_from_slice(&65536i32.to_be_bytes());
+        assert_eq!(detect(&p), Err(Error::BadLegacyPing));
         // A data length past a 255-unit host's, refused from its bytes.
         let mut p = PING_1_6;
         p[27..29].copy_from_slice(&(7u16 + 512).to_be_bytes());
