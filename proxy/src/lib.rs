@@ -49,7 +49,9 @@ pub mod inspect;
 mod lazy_buf;
 /// The filter API of inspect routes (the core's, re-exported): implement [`Filter`](filter::Filter)
 /// to see, drop or rewrite packets, and give the proxy a factory with [`Proxy::set_filter`].
+/// A rewrite gets room for the direction's largest packet, at most [`MAX_REWRITE`](filter::MAX_REWRITE).
 pub mod filter {
+    pub use crate::inspect::MAX_REWRITE;
     pub use wirekit_core::minecraft::filter::{Filter, FilterAction, PacketView, PassAll};
 }
 pub mod metrics;

@@ -82,10 +82,14 @@ pub(crate) async fn serve<'a>(
     let now = clock::now();
     let login_frame = opening.frame.end..opening.login.end;
     let mut opaque = false;
-    for (body, wire) in [
-        (opening.body.clone(), opening.frame.len()),
-        (opening.login.clone(), login_frame.len()),
+    // Bytes forwarded without being judged (so not charged to the byte budget by it): a
+    // Login Start behind a handshake that made the connection opaque.
+    let mut unjudged = 0;
+    for (body, wire, behind) in [
+        (opening.body.clone(), opening.frame.len(), login_frame.len()),
+        (opening.login.clone(), login_frame.len(), 0),
     ] {
+        unjudged = behind;
         match insp.judge_prelogin(inbound.bytes(body), wire, now) {
             Verdict::Close(c) => return refuse(&mut insp, &mut inbound, c).await,
             Verdict::ForwardThenOpaque => {
@@ -126,7 +130,8 @@ pub(crate) async fn serve<'a>(
     drop(handshake);
     out.extend_from_slice(inbound.bytes(login_frame.clone()));
     if opaque {
-        if let Verdict::Close(c) = insp.charge_unjudged(inbound.rest().len(), now) {
+        let unjudged = unjudged + inbound.rest().len();
+        if let Verdict::Close(c) = insp.charge_unjudged(unjudged, now) {
             return refuse(&mut insp, &mut inbound, c).await;
         }
         out.extend_from_slice(inbound.rest());

@@ -144,7 +144,7 @@ impl InspectSettings {
         Rules::new(self.handshake, &self.rules)
     }
 
-    /// Refuses what cannot run: rules the core refuses, a maximum packet of 0 or over
+    /// Refuses what cannot run: rules the core refuses, a maximum packet under 16 bytes or over
     /// vanilla's Data Length maximum, a client threshold under which a clientbound packet the
     /// route accepts would go to the client uncompressed past the largest frame.
     pub fn check(&self) -> Result<(), String> {
@@ -206,6 +206,16 @@ impl InspectSettings {
         }
     }
 }
+
+/// The longest body a filter may rewrite a packet to: one that frames whatever the framing,
+/// uncompressed (a frame's limit, [`MAX_FRAME_LEN`](wirekit_core::frame::mc::MAX_FRAME_LEN)) or
+/// compressed at its worst (stored blocks,
+/// [`compress_bound`](wirekit_core::zlib::compress_bound), behind a Data Length of up to 5
+/// bytes). Packets received larger than it are relayed as they come; a rewrite is held to it.
+pub const MAX_REWRITE: usize = {
+    use wirekit_core::frame::mc::MAX_FRAME_LEN;
+    MAX_FRAME_LEN - 5 - 6 - 5 * MAX_FRAME_LEN.div_ceil(65535)
+};
 
 /// How an inspect relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1026,10 +1036,13 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 Ok(p) => p,
                 Err(e) => return Some(After::BadFrame(CompressedFrameError::Frame(e))),
             };
-            // The filter gets room for the direction's largest packet, no more: a rewrite
-            // always fits the frame that carries it on (the settings' check refuses a client
-            // threshold under which one would go out uncompressed past the largest frame).
-            let room = settings.max_packet(dir).min(work.rewrite.len());
+            // The filter gets room for the direction's largest packet, within what any
+            // framing carries ([`MAX_REWRITE`]): a rewrite always fits the frame that carries
+            // it on, compressed or not (a larger one is the filter's error, not a reframe's).
+            let room = settings
+                .max_packet(dir)
+                .min(work.rewrite.len())
+                .min(MAX_REWRITE);
             let verdict = conn.handle_filtered(
                 &rules,
                 &packet,
@@ -1191,13 +1204,16 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 InspectEnd::NoMemory
             }
             After::Close(c, dir) => {
-                // What was sent: nothing to a client that stopped reading.
+                // What was sent: nothing to a client that stopped reading, or whose write
+                // failed (a FIN already sent it for the upstream's end, a window that stayed
+                // shut past the write's limit).
+                let sent = self
+                    .disconnect(to_client(c.disconnect), c.reason.as_str(), cw, uw)
+                    .await;
                 let c = Close {
-                    disconnect: to_client(c.disconnect),
+                    disconnect: c.disconnect.filter(|_| sent),
                     ..c
                 };
-                self.disconnect(c.disconnect, c.reason.as_str(), cw, uw)
-                    .await;
                 InspectEnd::Closed(c, dir)
             }
             After::BadFrame(e) => {
@@ -1283,7 +1299,8 @@ enum After {
     Opaque,
     /// A packet going in this direction could not be framed again: larger than the framing
     /// carries (a body over the frame limit without compression, or whose compressed form
-    /// would be). (A filter's rewrite past its room closes as the filter's error before.)
+    /// would be). (A filter's rewrite, within [`MAX_REWRITE`], always frames; one past its
+    /// room closes as the filter's error before.)
     EncodeError(Direction),
     /// The connection went opaque while the client's framing differs from the upstream's.
     Unrelayable,
@@ -1458,6 +1475,16 @@ mod tests {
         }
     }
 
+    /// A rewrite of the most the filter is lent frames both ways: its compressed form at its
+    /// worst behind the largest Data Length, and as it is.
+    #[test]
+    fn the_longest_rewrite_frames_compressed_or_not() {
+        use wirekit_core::frame::mc::MAX_FRAME_LEN;
+        let longest = std::hint::black_box(MAX_REWRITE);
+        assert!(wirekit_core::zlib::compress_bound(longest) + 5 <= MAX_FRAME_LEN);
+        assert!(longest > 2_000_000);
+    }
+
     #[test]
     fn negative_thresholds_frame_alike() {
         assert!(same_threshold(-1, -2) && same_threshold(256, 256));
@@ -1601,6 +1628,72 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// A refusal whose Disconnect could not be written (the client is gone) says none was
+    /// sent: the end decides whether the connection lingers for the client to read one.
+    #[test]
+    fn a_refusal_whose_disconnect_failed_says_none_was_sent() {
+        use tokio::io::AsyncWriteExt;
+        use wirekit_core::minecraft::Encode;
+        use wirekit_core::minecraft::conn::Verdict;
+        use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+        use wirekit_core::minecraft::login::LoginStart;
+        use wirekit_core::minecraft::rules::{IdRange, RuleAction, VersionRange};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let settings = InspectSettings {
+                rules: vec![PacketRule {
+                    state: State::Login,
+                    direction: Direction::Serverbound,
+                    versions: VersionRange::ALL,
+                    ids: IdRange::ALL,
+                    action: RuleAction::Deny,
+                }],
+                ..InspectSettings::default()
+            };
+            let mut filter = wirekit_core::minecraft::filter::PassAll;
+            let mut insp = Inspector::new(&settings, &mut filter).unwrap();
+            let now = wirekit_std::clock::now();
+            let hs = Handshake {
+                protocol_version: 340,
+                address: ServerAddress::host("gone.test"),
+                port: 25565,
+                next_state: NextState::Login,
+            };
+            let mut frame = vec![0u8; hs.frame_len()];
+            let n = hs.encode_frame(&mut frame).unwrap();
+            assert_eq!(insp.judge_prelogin(&frame[1..n], n, now), Verdict::Forward);
+            let ls = LoginStart {
+                protocol_version: 340,
+                name: "Tester",
+                signature: None,
+                uuid: None,
+            };
+            let mut frame = vec![0u8; ls.frame_len()];
+            let n = ls.encode_frame(&mut frame).unwrap();
+            let (mut client, proxy_client) = tokio::io::duplex(1 << 16);
+            let (proxy_up, _upstream) = tokio::io::duplex(1 << 16);
+            let (mut cr, mut cw) = tokio::io::split(proxy_client);
+            let (mut ur, mut uw) = tokio::io::split(proxy_up);
+            // The Login Start the rule denies, and the client gone: what it sent is still
+            // read, and a write to it fails.
+            client.write_all(&frame[..n]).await.unwrap();
+            drop(client);
+            let end = insp
+                .run(
+                    (&mut cr, &mut cw),
+                    (&mut ur, &mut uw),
+                    &CancellationToken::new(),
+                )
+                .await;
+            assert!(matches!(end, InspectEnd::Closed(..)), "{end:?}");
+            assert!(end.is_refusal());
+            assert!(!end.sent_disconnect());
+        });
     }
 
     #[test]
