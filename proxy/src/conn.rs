@@ -691,6 +691,14 @@ struct RouteStatus {
     fallback: bool,
 }
 
+/// The longest a refused status exchange may take to count as refused at once (an upstream
+/// throttling or disliking that one request, whose waiters each go on to fetch again); one
+/// refused later is a stall, which holds the fallback for every waiter. With half the handshake
+/// timeout as the line, an upstream that closed every status connection after a second or two
+/// was asked about once per waiting request: coalescing undone for the upstream asking for it
+/// most. (A loopback or LAN refusal takes a millisecond; half a second covers a distant one.)
+const QUICK_REFUSAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How many fetches led by other requests a status request waits for when each ends in
 /// [`Fetched::Refused`](status::Fetched::Refused) before it asks on its own.
 const MAX_STATUS_JOINS: usize = 2;
@@ -740,7 +748,7 @@ async fn route_status(
     };
     let who = status::status_host(r, host);
     let hold = status::fallback_hold(&rt.settings, r);
-    let waited_enough = tokio::time::Instant::now() + status::fetch_deadline(&rt.settings, r);
+    let waited_enough = clock::tokio_after(status::fetch_deadline(&rt.settings, r));
     let mut joined = 0;
     loop {
         if let Some(json) = rt.cache.get(i, protocol, &who.key, r.status_ttl) {
@@ -791,7 +799,7 @@ async fn route_status(
 /// connect or gives no answer) for the status in the identity `who` (see [`route_status`])
 /// and caches the first answer. No upstream connecting is the route failing (its fallback held
 /// for every host); one that connected and stalled (no answer within the handshake timeout,
-/// or a refusal only after half of it) where none answered is this host failing (held for
+/// or a refusal only after [`QUICK_REFUSAL`]) where none answered is this host failing (held for
 /// `who`'s key alone), whatever the others did: both [`Down`](status::Fetched::Down). An
 /// upstream that connected and refused at once (closed, reset, sent something else) where
 /// none answered or stalled may throttle or dislike this request, which says nothing of the
@@ -846,7 +854,8 @@ async fn fetch_status(
             }
             Err(e)
                 if e.kind() == std::io::ErrorKind::TimedOut
-                    || started.elapsed() >= rt.settings.handshake_timeout / 2 =>
+                    || started.elapsed()
+                        >= QUICK_REFUSAL.min(rt.settings.handshake_timeout / 2) =>
             {
                 debug!(upstream = %addr, error = %e, "no status from upstream in time; trying the next");
                 rt.upstreams[i].failed(k);

@@ -12,7 +12,9 @@
 //!   build knows, or a client naming any number the upstream accepts);
 //! - `wirekit_proxy_rejections_total{reason}`: connections the proxy refused or closed for
 //!   what their client did, by reason, or refused for want of room (`max_connections`, and
-//!   `no_memory`: an inspected login whose buffers could not be mapped);
+//!   `no_memory`: an inspected login whose buffers could not be mapped) or of an upstream
+//!   (`no_upstream`: none connected; `upstream_error`: the opening could not be sent to it),
+//!   the client told so with a Disconnect;
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered, or the proxy ended one for its upstream's fault:
 //!   `upstream_bad_frame` and kin, `reframe_too_large` and `reframe_upstream_too_large`,

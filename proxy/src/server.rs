@@ -454,11 +454,12 @@ impl ProxyHandle {
         let runtime = Runtime::new(settings, Some(&self.shared.runtime()), &self.shared.counts)?;
         let s = &runtime.settings;
         let mut out = Reloaded::default();
-        let same_listen = s.listen.len() == self.shared.listen.len()
-            && s.listen
-                .iter()
-                .zip(&self.shared.listen)
-                .all(|(a, b)| a == b || (a.port() == 0 && a.ip() == b.ip()));
+        // The same addresses in any order (a port 0 stands for the one it was bound to).
+        let same = |a: &SocketAddr, b: &SocketAddr| a == b || (a.port() == 0 && a.ip() == b.ip());
+        let running = &self.shared.listen;
+        let same_listen = s.listen.len() == running.len()
+            && s.listen.iter().all(|a| running.iter().any(|b| same(a, b)))
+            && running.iter().all(|b| s.listen.iter().any(|a| same(a, b)));
         if !same_listen {
             out.need_restart.push("listen");
         }
@@ -955,6 +956,23 @@ mod tests {
         // The per-source refusal lines are not charged for them.
         assert!(logs.allow("192.0.2.9".parse().unwrap()).is_some());
         assert_eq!(logs.report_pending("in the test"), 2);
+    }
+
+    /// The same listen addresses in another order need no restart; another address does.
+    #[tokio::test]
+    async fn a_reload_listing_the_same_addresses_in_another_order_keeps_them() {
+        let mut s = settings(&["127.0.0.1:1"], 60);
+        s.listen = vec![
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.2:0".parse().unwrap(),
+        ];
+        let proxy = Proxy::bind(s.clone()).await.unwrap();
+        let handle = proxy.handle();
+        let bound = handle.shared.listen.clone();
+        s.listen = vec![bound[1], bound[0]];
+        assert!(handle.reload(s.clone()).unwrap().need_restart.is_empty());
+        s.listen = vec![bound[1], "127.0.0.3:0".parse().unwrap()];
+        assert_eq!(handle.reload(s).unwrap().need_restart, ["listen"]);
     }
 
     /// Network prefixes keep their running value until a restart, and say so: open

@@ -110,7 +110,8 @@ pub struct Route {
     /// The host a status fetch for the hosts this route does not name exactly names upstream
     /// (their one shared answer; see [`Route::shared_status_host`]); `None`: the route's
     /// first exact host, else its first wildcard's domain, else `localhost`. Never a
-    /// client's host.
+    /// client's host. Unused where [`rewrite_host`](Self::rewrite_host) is set: every status
+    /// fetch of the route names that host.
     pub status_host: Option<String>,
     /// How long a status answer from the upstream is served from cache.
     pub status_ttl: Duration,
@@ -307,6 +308,9 @@ impl fmt::Display for SettingsError {
 
 impl std::error::Error for SettingsError {}
 
+/// The longest `handshake-timeout` and `connect-timeout`.
+pub const MAX_OPENING_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// A host pattern of a route, normalised: an exact name or a `*.` wildcard's suffix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum HostPattern {
@@ -336,6 +340,19 @@ impl HostPattern {
         let name = normalize_host(name, &mut out)
             .map_err(|_| SettingsError::new("host pattern too long"))?
             .to_owned();
+        // Names no client sends, which would never match: an empty label (`.example.com`,
+        // `a..b`, `.`), or a port (`play.example.com:25565`; an IPv6 literal has two colons
+        // or more).
+        if name.split('.').any(str::is_empty) {
+            return Err(SettingsError::new(format!(
+                "host pattern {pattern:?}: an empty label (a name, or *. and a name)"
+            )));
+        }
+        if name.matches(':').count() == 1 {
+            return Err(SettingsError::new(format!(
+                "host pattern {pattern:?}: a host without its port (clients send no port in it)"
+            )));
+        }
         Ok(if wild {
             HostPattern::Suffix(format!(".{name}"))
         } else {
@@ -490,6 +507,19 @@ impl Settings {
             if t.is_zero() {
                 return Err(SettingsError::new(format!(
                     "{key} 0 would end every connection at once"
+                )));
+            }
+        }
+        // The waits before a connection is relayed: an hour is far past any client's (a
+        // status fetch's deadline and the fallback's hold are made of them).
+        for (key, t) in [
+            ("handshake-timeout", self.handshake_timeout),
+            ("connect-timeout", self.connect_timeout),
+        ] {
+            if t > MAX_OPENING_TIMEOUT {
+                return Err(SettingsError::new(format!(
+                    "{key} over {} s",
+                    MAX_OPENING_TIMEOUT.as_secs()
                 )));
             }
         }
@@ -958,8 +988,44 @@ mod tests {
             ..Settings::default()
         };
         assert!(s.check().unwrap_err().to_string().contains("two routes"));
-        for bad in ["", "*.", "a.*.b", "x/y"] {
+        // Timeouts past the bound (a library caller's `Duration::MAX`) are refused.
+        let mut long = Settings {
+            routes: vec![route(&["a.example"])],
+            ..Settings::default()
+        };
+        long.handshake_timeout = Duration::MAX;
+        assert!(
+            long.check()
+                .unwrap_err()
+                .to_string()
+                .contains("handshake-timeout over")
+        );
+        long.handshake_timeout = MAX_OPENING_TIMEOUT;
+        long.connect_timeout = MAX_OPENING_TIMEOUT + Duration::from_secs(1);
+        assert!(
+            long.check()
+                .unwrap_err()
+                .to_string()
+                .contains("connect-timeout over")
+        );
+        long.connect_timeout = MAX_OPENING_TIMEOUT;
+        assert_eq!(long.check(), Ok(()));
+        for bad in [
+            "",
+            "*.",
+            "a.*.b",
+            "x/y",
+            ".example.com",
+            ".",
+            "*..",
+            "a..b",
+            "play.example.com:25565",
+        ] {
             assert!(HostPattern::parse(bad).is_err(), "{bad:?}");
+        }
+        // One trailing dot is the name's (normalised away); an IPv6 literal has colons.
+        for good in ["example.com.", "::1", "2001:db8::7", "127.0.0.1"] {
+            assert!(HostPattern::parse(good).is_ok(), "{good:?}");
         }
         assert_eq!(
             HostPattern::parse("*.Example.COM").unwrap(),

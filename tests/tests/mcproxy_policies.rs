@@ -543,3 +543,66 @@ fn a_status_stalled_for_the_unnamed_hosts_does_not_hold_the_route_down() {
     done.store(true, Ordering::Relaxed);
     upstream.join().unwrap();
 }
+
+/// An upstream that refuses status slowly (it closes each status connection a second after the
+/// request, unanswered) is asked once for a crowd of concurrent requests, which all get the
+/// fallback: a refusal that slow is a stall, held for every waiter. (With half the handshake
+/// timeout as the line it was a quick refusal: each waiter fetched again, then on its own, and
+/// the upstream saw about one connection per request.)
+#[test]
+fn a_slowly_refusing_upstream_is_asked_once_for_a_crowd_of_status_requests() {
+    use std::io::Read;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (listener, port) = status_upstream();
+    listener.set_nonblocking(true).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let upstream = {
+        let (done, accepted) = (done.clone(), accepted.clone());
+        std::thread::spawn(move || {
+            let mut held: Vec<(std::net::TcpStream, std::time::Instant)> = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                        s.set_nonblocking(true).unwrap();
+                        held.push((s, std::time::Instant::now()));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+                // Each connection is read and closed unanswered a second after it came.
+                held.retain_mut(|(s, at)| {
+                    let _ = s.read(&mut [0u8; 512]);
+                    at.elapsed() < Duration::from_secs(1)
+                });
+            }
+        })
+    };
+    let proxy = McProxy::start(&format!(
+        "handshake-timeout = 5
+[[route]]
+hosts = [\"slow.test\"]
+\
+         upstreams = [\"127.0.0.1:{port}\"]\nfallback-motd = \"upstream down\"\n"
+    ));
+    let clients: Vec<_> = (0..8u8)
+        .map(|k| {
+            let addr = proxy.addr;
+            std::thread::spawn(move || {
+                wirekit_tests::mcproxy_process::status(addr, 70 + k, "slow.test", 340)
+            })
+        })
+        .collect();
+    for c in clients {
+        let json = c.join().unwrap();
+        assert!(json.contains("upstream down"), "{json}");
+    }
+    let asked = accepted.load(Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
+    upstream.join().unwrap();
+    assert!(
+        asked <= 2,
+        "the upstream was asked {asked} times for 8 requests"
+    );
+}
