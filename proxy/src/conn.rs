@@ -696,8 +696,9 @@ struct RouteStatus {
 /// refused later is a stall, which holds the fallback for every waiter. With half the handshake
 /// timeout as the line, an upstream that closed every status connection after a second or two
 /// was asked about once per waiting request: coalescing undone for the upstream asking for it
-/// most. (A loopback or LAN refusal takes a millisecond; half a second covers a distant one.)
-const QUICK_REFUSAL: std::time::Duration = std::time::Duration::from_millis(500);
+/// most. (A loopback or LAN refusal takes a millisecond; a second covers a distant or busy
+/// one.)
+const QUICK_REFUSAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How many fetches led by other requests a status request waits for when each ends in
 /// [`Fetched::Refused`](status::Fetched::Refused) before it asks on its own.

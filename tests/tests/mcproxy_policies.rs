@@ -544,8 +544,8 @@ fn a_status_stalled_for_the_unnamed_hosts_does_not_hold_the_route_down() {
     upstream.join().unwrap();
 }
 
-/// An upstream that refuses status slowly (it closes each status connection a second after the
-/// request, unanswered) is asked once for a crowd of concurrent requests, which all get the
+/// An upstream that refuses status slowly (it closes each status connection two seconds after
+/// the request, unanswered) is asked once for a crowd of concurrent requests, which all get the
 /// fallback: a refusal that slow is a stall, held for every waiter. (With half the handshake
 /// timeout as the line it was a quick refusal: each waiter fetched again, then on its own, and
 /// the upstream saw about one connection per request.)
@@ -571,10 +571,10 @@ fn a_slowly_refusing_upstream_is_asked_once_for_a_crowd_of_status_requests() {
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
-                // Each connection is read and closed unanswered a second after it came.
+                // Each connection is read and closed unanswered two seconds after it came.
                 held.retain_mut(|(s, at)| {
                     let _ = s.read(&mut [0u8; 512]);
-                    at.elapsed() < Duration::from_secs(1)
+                    at.elapsed() < Duration::from_secs(2)
                 });
             }
         })

@@ -36,6 +36,10 @@
 //!   traffic: relay both directions byte for byte). Login Success moves the
 //!   clientbound side to play (before 1.20.2) or configuration (1.20.2+, where the server then
 //!   waits for the client's Login Acknowledged, which moves the serverbound side).
+//!   The client's login packets are read as vanilla reads them (Login Start by version, Login
+//!   Plugin Response, Cookie Response, Encryption Response by version; a malformed one closes);
+//!   of the server's, Set Compression is read, the others (Login Success, Encryption Request)
+//!   only for their place (the upstream is the operator's own server).
 //! - Configuration (1.20.2+): Finish Configuration moves the clientbound side to play, its
 //!   acknowledgement the serverbound side.
 //! - Play: Start Configuration (1.20.2+) moves the clientbound side back to configuration,
@@ -1008,6 +1012,8 @@ impl ProxyConn {
             (State::Login, Some(K::EncryptionResponse))
                 if self.awaiting == Awaiting::EncryptionResponse =>
             {
+                check_encryption_response(p.data, self.protocol_version())
+                    .map_err(|e| bad(K::EncryptionResponse, e))?;
                 Effect::Opaque
             }
             (State::Login, Some(K::CookieResponse))
@@ -1016,7 +1022,13 @@ impl ProxyConn {
                 check_cookie_response(p.data).map_err(|e| bad(K::CookieResponse, e))?;
                 Effect::None
             }
-            (State::Login, Some(K::LoginPluginResponse | K::Disconnect))
+            (State::Login, Some(K::LoginPluginResponse))
+                if self.awaiting == Awaiting::EncryptionResponse =>
+            {
+                check_login_plugin_response(p.data).map_err(|e| bad(K::LoginPluginResponse, e))?;
+                Effect::None
+            }
+            (State::Login, Some(K::Disconnect))
                 if self.awaiting == Awaiting::EncryptionResponse =>
             {
                 Effect::None
@@ -1024,7 +1036,11 @@ impl ProxyConn {
             (State::Login, _) if self.awaiting == Awaiting::EncryptionResponse => {
                 return Err(unexpected());
             }
-            (State::Login, Some(K::LoginPluginResponse | K::LoginPluginRequest)) => Effect::None,
+            (State::Login, Some(K::LoginPluginResponse)) => {
+                check_login_plugin_response(p.data).map_err(|e| bad(K::LoginPluginResponse, e))?;
+                Effect::None
+            }
+            (State::Login, Some(K::LoginPluginRequest)) => Effect::None,
             (State::Login, Some(K::CookieRequest | K::Disconnect)) => Effect::None,
             (State::Login, Some(K::CookieResponse)) => {
                 check_cookie_response(p.data).map_err(|e| bad(K::CookieResponse, e))?;
@@ -1208,14 +1224,56 @@ fn changes_state(packet: KnownPacket) -> bool {
     )
 }
 
-/// Checks a Cookie Response: an identifier and an optional payload of at most
-/// [`MAX_COOKIE_LEN`] bytes.
+/// Checks a Cookie Response: an identifier ([`is_identifier`]) and an optional payload of at
+/// most [`MAX_COOKIE_LEN`] bytes.
 pub fn check_cookie_response(data: &[u8]) -> Result<(), Error> {
     let mut r = Reader::new(data);
-    r.string(MAX_COOKIE_KEY_LEN)?;
+    if !is_identifier(r.string(MAX_COOKIE_KEY_LEN)?) {
+        return Err(Error::BadIdentifier);
+    }
     if r.bool()? {
         r.byte_array(MAX_COOKIE_LEN)?;
     }
+    r.finish()
+}
+
+/// Whether `s` is an identifier as vanilla reads one (`ResourceLocation`): `namespace:path`,
+/// or a bare path (in `minecraft`), the namespace of `a-z 0-9 _ . -`, the path of those and
+/// `/` (so one colon at most).
+pub fn is_identifier(s: &str) -> bool {
+    let (namespace, path) = s.split_once(':').unwrap_or(("", s));
+    let common = |b: u8| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-');
+    namespace.bytes().all(common) && path.bytes().all(|b| common(b) || b == b'/')
+}
+
+/// The largest Login Plugin Response payload vanilla reads.
+pub const MAX_LOGIN_PLUGIN_PAYLOAD: usize = 1 << 20;
+
+/// Checks a Login Plugin Response as vanilla reads it: a message ID, whether the client
+/// understood the request, and if it did a payload of the rest, at most
+/// [`MAX_LOGIN_PLUGIN_PAYLOAD`] bytes.
+pub fn check_login_plugin_response(data: &[u8]) -> Result<(), Error> {
+    let mut r = Reader::new(data);
+    r.varint()?;
+    if r.bool()? {
+        if data.len() - r.pos > MAX_LOGIN_PLUGIN_PAYLOAD {
+            return Err(Error::PayloadTooLong);
+        }
+        return Ok(());
+    }
+    r.finish()
+}
+
+/// Checks an Encryption Response as vanilla reads it for `protocol_version`: the encrypted
+/// shared secret, then the encrypted verify token; in 1.19 - 1.19.2 (759, 760) a flag says
+/// whether the token or a salt and a signature over it follow. Nothing after.
+pub fn check_encryption_response(data: &[u8], protocol_version: i32) -> Result<(), Error> {
+    let mut r = Reader::new(data);
+    r.byte_array(data.len())?;
+    if (759..=760).contains(&protocol_version) && !r.bool()? {
+        r.i64()?;
+    }
+    r.byte_array(data.len())?;
     r.finish()
 }
 
@@ -1232,6 +1290,9 @@ mod tests {
     use std::vec::Vec;
 
     const SB: Direction = Direction::Serverbound;
+    /// An Encryption Response as 1.19.3 and later send it: the shared secret and the verify
+    /// token, each a byte array.
+    const ENC_RESPONSE: &[u8] = &[2, 0xaa, 0xbb, 2, 0xcc, 0xdd];
     const CB: Direction = Direction::Clientbound;
     const T0: Instant = Instant::ZERO;
 
@@ -1476,6 +1537,86 @@ mod tests {
         }
     }
 
+    /// The client's login answers are read as vanilla reads them: identifiers in Cookie
+    /// Responses, Login Plugin Responses (a flag, then a payload of at most 1 MiB), and the
+    /// Encryption Response by version, nothing after.
+    #[test]
+    fn login_answers_are_read_as_vanilla_reads_them() {
+        for good in ["a:b", "minecraft:x/y.z", "path", ":p", "ns:", "a-b_c.d:e"] {
+            assert!(is_identifier(good), "{good:?}");
+        }
+        for bad in ["A B", "a:b:c", "a/b:c", "Ab", "a:b c", "\u{e9}"] {
+            assert!(!is_identifier(bad), "{bad:?}");
+        }
+        assert_eq!(check_cookie_response(&[3, b'a', b':', b'b', 0]), Ok(()));
+        assert_eq!(
+            check_cookie_response(&[3, b'A', b' ', b'B', 0]),
+            Err(Error::BadIdentifier)
+        );
+        let mib = MAX_LOGIN_PLUGIN_PAYLOAD;
+        assert_eq!(check_login_plugin_response(&[5, 0]), Ok(()));
+        assert_eq!(
+            check_login_plugin_response(&[&[5, 1][..], &std::vec![7; mib]].concat()),
+            Ok(())
+        );
+        for (bad, e) in [
+            (std::vec![5], Error::Truncated),
+            (std::vec![5, 2], Error::BadBool),
+            (std::vec![5, 0, 0xff], Error::TrailingBytes),
+            (
+                [&[5, 1][..], &std::vec![7; mib + 1]].concat(),
+                Error::PayloadTooLong,
+            ),
+        ] {
+            assert_eq!(
+                check_login_plugin_response(&bad),
+                Err(e),
+                "{:?}",
+                &bad[..3.min(bad.len())]
+            );
+        }
+        assert_eq!(check_encryption_response(ENC_RESPONSE, 769), Ok(()));
+        assert_eq!(check_encryption_response(ENC_RESPONSE, 340), Ok(()));
+        assert_eq!(check_encryption_response(b"", 769), Err(Error::Truncated));
+        assert_eq!(
+            check_encryption_response(&[ENC_RESPONSE, &[0]].concat(), 769),
+            Err(Error::TrailingBytes)
+        );
+        // 1.19 - 1.19.2: a flag, then the token, or a salt and a signature.
+        let token = [2, 0xaa, 0xbb, 1, 2, 0xcc, 0xdd];
+        let salted = [&[2, 0xaa, 0xbb, 0][..], &[9; 8], &[2, 0xcc, 0xdd]].concat();
+        for v in [759, 760] {
+            assert_eq!(check_encryption_response(&token, v), Ok(()));
+            assert_eq!(check_encryption_response(&salted, v), Ok(()));
+            assert!(check_encryption_response(ENC_RESPONSE, v).is_err());
+        }
+        assert!(check_encryption_response(&salted, 761).is_err());
+        // In the machine: a malformed answer closes as a bad packet, with a Disconnect (the
+        // client does not encrypt yet).
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        assert_eq!(
+            feed(&mut c, CB, 1, b"request"),
+            Verdict::ForwardThenAwaitEncryption
+        );
+        let Verdict::Close(close) = feed(&mut c, SB, 1, b"") else {
+            panic!()
+        };
+        assert!(matches!(
+            close.reason,
+            CloseReason::BadPacket {
+                packet: KnownPacket::EncryptionResponse,
+                ..
+            }
+        ));
+        assert!(close.disconnect.is_some());
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        assert!(matches!(feed(&mut c, SB, 2, &[5]), Verdict::Close(_)));
+    }
+
     /// The server's Encryption Request leaves both directions parsed; the client's
     /// Encryption Response (after which it encrypts) makes the connection opaque. Between
     /// the two the client's plaintext packets are judged under the rules: before, the
@@ -1502,11 +1643,14 @@ mod tests {
         // A Login Plugin Response and a Cookie Response to earlier requests: judged, passed.
         feed(&mut c, SB, 2, b"\x01\x00").assert_forward();
         feed(&mut c, SB, 4, &[3, b'a', b':', b'b', 0]).assert_forward();
-        assert_eq!(feed(&mut c, SB, 1, b"response"), Verdict::ForwardThenOpaque);
+        assert_eq!(
+            feed(&mut c, SB, 1, ENC_RESPONSE),
+            Verdict::ForwardThenOpaque
+        );
         assert_eq!(c.phase(), Phase::Opaque);
         assert_eq!(c.disconnect_target(), None);
         assert_eq!(c.relay_bytes(SB, 1000, T0), Verdict::Forward);
-        let Verdict::Close(close) = feed(&mut c, SB, 1, b"response") else {
+        let Verdict::Close(close) = feed(&mut c, SB, 1, ENC_RESPONSE) else {
             panic!()
         };
         assert_eq!(
@@ -1524,7 +1668,7 @@ mod tests {
         }];
         let rules = Rules::new(HandshakeRule::ANY, &list);
         let mut c = start();
-        let v = c.handle(&rules, &pkt(SB, 2, &[0u8; 64]), T0);
+        let v = c.handle(&rules, &pkt(SB, 2, &[&[0, 1][..], &[0u8; 62]].concat()), T0);
         let Verdict::Close(close) = v else {
             panic!("{v:?}")
         };
@@ -1559,7 +1703,7 @@ mod tests {
         for list in [&deny, &bound] {
             let rules = Rules::new(HandshakeRule::ANY, list);
             let mut c = start();
-            let v = c.handle(&rules, &pkt(SB, 1, b"response"), T0);
+            let v = c.handle(&rules, &pkt(SB, 1, ENC_RESPONSE), T0);
             let Verdict::Close(close) = v else {
                 panic!("{v:?}")
             };
@@ -1574,7 +1718,7 @@ mod tests {
         let mut c = start();
         let v = c.handle_filtered(
             &Rules::new(HandshakeRule::ANY, &[]),
-            &pkt(SB, 1, b"response"),
+            &pkt(SB, 1, ENC_RESPONSE),
             T0,
             &mut CloseAll,
             &mut [],
@@ -1595,7 +1739,7 @@ mod tests {
             rate: Rate::per_second(0),
         });
         for (id, data, want) in [
-            (1, &b"response"[..], None),
+            (1, ENC_RESPONSE, None),
             (2, &b"\x01\x00"[..], Some(DisconnectState::Login)),
         ] {
             let mut c = ProxyConn::new(config);
@@ -1625,7 +1769,10 @@ mod tests {
         );
         // At the client's response the client already encrypts: no Disconnect for it.
         let mut c = start();
-        assert_eq!(feed(&mut c, SB, 1, b"response"), Verdict::ForwardThenOpaque);
+        assert_eq!(
+            feed(&mut c, SB, 1, ENC_RESPONSE),
+            Verdict::ForwardThenOpaque
+        );
         let close = c.refuse_opaque(CloseReason::Local);
         assert_eq!((close.reason, close.disconnect), (CloseReason::Local, None));
         assert_eq!(
@@ -1928,23 +2075,23 @@ mod tests {
         .assert_forward();
         // Two serverbound packets used; the third passes, the fourth trips, unless it comes
         // once the bucket has refilled a packet (10 a second: 100 ms).
-        feed(&mut c, SB, 2, b"").assert_forward();
+        feed(&mut c, SB, 2, b"\x01\x00").assert_forward();
         let later = T0 + Duration::from_millis(100);
         let mut waited = c;
         waited
-            .handle(&Rules::NONE, &pkt(SB, 2, b""), later)
+            .handle(&Rules::NONE, &pkt(SB, 2, b"\x01\x00"), later)
             .assert_forward();
         assert!(matches!(
-            waited.handle(&Rules::NONE, &pkt(SB, 2, b""), later),
+            waited.handle(&Rules::NONE, &pkt(SB, 2, b"\x01\x00"), later),
             Verdict::Close(_)
         ));
-        let Verdict::Close(close) = feed(&mut c, SB, 2, b"") else {
+        let Verdict::Close(close) = feed(&mut c, SB, 2, b"\x01\x00") else {
             panic!()
         };
         assert_eq!(close.reason.label(), "budget_serverbound_packets");
         // A closed connection stays closed, refilled or not.
         assert_eq!(
-            c.handle(&Rules::NONE, &pkt(SB, 2, b""), later),
+            c.handle(&Rules::NONE, &pkt(SB, 2, b"\x01\x00"), later),
             Verdict::Close(close)
         );
     }

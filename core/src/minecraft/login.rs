@@ -479,16 +479,16 @@ pub fn encode_properties(
 const UUID_TEXT_LEN: usize = 36;
 const UUID_HYPHENS: [usize; 4] = [8, 13, 18, 23];
 
-/// Parses a textual UUID: 36 characters with hyphens (1.7.6+) or 32 hex digits (1.7.2).
+/// Parses a textual UUID: 36 characters with hyphens, which 1.8 - 1.15 clients read with
+/// `UUID.fromString` (1.7.2's 32 bare digits, older than any layout here, fail it).
 fn parse_uuid_text(s: &str) -> Result<Uuid, Error> {
     let b = s.as_bytes();
-    let hyphenated = b.len() == UUID_TEXT_LEN;
-    if !hyphenated && b.len() != 32 {
+    if b.len() != UUID_TEXT_LEN {
         return Err(Error::BadUuid);
     }
     let mut v: u128 = 0;
     for (i, &c) in b.iter().enumerate() {
-        if hyphenated && UUID_HYPHENS.contains(&i) {
+        if UUID_HYPHENS.contains(&i) {
             if c != b'-' {
                 return Err(Error::BadUuid);
             }
@@ -622,7 +622,9 @@ impl Encode for LoginSuccess<'_> {
 }
 
 /// Disconnect in the login state: the reason as JSON text (login keeps JSON where later states
-/// moved to NBT).
+/// moved to NBT), bounded as 1.13 and later read it ([`MAX_DISCONNECT_LEN`]); 1.8 - 1.12
+/// clients read at most 32,767 units, which
+/// [`DisconnectMessage`](super::disconnect::DisconnectMessage) fits by protocol version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Disconnect<'a> {
@@ -1049,22 +1051,24 @@ mod tests {
 
     #[test]
     fn textual_uuid_before_1_16() {
-        // 1.7.2 (protocol 4) sent the UUID without hyphens; it is built hyphenated.
-        let mut d = [0u8; 40];
-        d[0] = 32;
-        d[1..33].copy_from_slice(b"069A79F444E94726A5BEFCA90E38AAF5");
-        d[33] = 1;
-        d[34] = b'x';
-        let s = LoginSuccess::parse(&d[..35], 4).unwrap();
+        // Built hyphenated, read back; upper-case hex reads too (UUID.fromString takes it).
+        let mut d = [0u8; 48];
+        d[0] = 36;
+        d[1..37].copy_from_slice(b"069A79F4-44E9-4726-A5BE-FCA90E38AAF5");
+        d[37] = 1;
+        d[38] = b'x';
+        let s = LoginSuccess::parse(&d[..39], 340).unwrap();
         assert_eq!((s.uuid, s.name), (NOTCH, "x"));
         let mut out = [0u8; 64];
         let n = s.encode(&mut out).unwrap();
         assert_eq!(&out[1..37], b"069a79f4-44e9-4726-a5be-fca90e38aaf5");
-        assert_eq!(LoginSuccess::parse(&out[..n], 4), Ok(s));
+        assert_eq!(LoginSuccess::parse(&out[..n], 340), Ok(s));
+        // 1.7.2's 32 bare digits, which 1.8 - 1.15 clients cannot read, are refused.
         for bad in [
             &b"069a79f4-44e9-4726-a5be-fca90e38aaf"[..],
             b"069a79f4044e9-4726-a5be-fca90e38aaf5",
             b"g69a79f444e94726a5befca90e38aaf5",
+            b"069A79F444E94726A5BEFCA90E38AAF5",
         ] {
             d[0] = bad.len() as u8;
             d[1..1 + bad.len()].copy_from_slice(bad);

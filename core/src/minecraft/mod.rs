@@ -131,7 +131,7 @@ pub enum Error {
     BadTcpShield,
     /// A Login Success properties array with more entries than allowed.
     TooManyProperties,
-    /// A textual UUID (Login Success before 1.16) that is not 32 or 36-with-hyphens hex.
+    /// A textual UUID (Login Success before 1.16) that is not 36 characters of hex with hyphens.
     BadUuid,
     /// A field present or absent against what the protocol version carries, or a version
     /// older than the layout handled.
@@ -145,6 +145,10 @@ pub enum Error {
     InvalidUtf16,
     /// A legacy kick field holding its format's separator (NUL, or `§` in a 1.3 motd).
     LegacyKickSeparator,
+    /// An identifier (a resource location) with a character vanilla refuses in it.
+    BadIdentifier,
+    /// A payload longer than its bound (a Login Plugin Response's 1 MiB).
+    PayloadTooLong,
 }
 
 impl Error {
@@ -170,6 +174,8 @@ impl Error {
             Error::BadLegacyPing => "malformed legacy server-list ping",
             Error::InvalidUtf16 => "string is not valid UTF-16",
             Error::LegacyKickSeparator => "legacy kick field holds its format's separator",
+            Error::BadIdentifier => "identifier has a character outside its namespace's or path's",
+            Error::PayloadTooLong => "packet payload longer than its bound",
         }
     }
 }
