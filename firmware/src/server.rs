@@ -97,9 +97,11 @@ pub const PROXY_TRUSTED: &[Cidr] = &[Cidr::v4([10, 0, 2, 2], 32)];
 /// balancer's network before flashing.
 #[cfg(feature = "nucleo-f429zi")]
 pub const PROXY_TRUSTED: &[Cidr] = &[];
-/// A reply the peer's window does not take within this time ends its connection: with two
-/// sessions, two peers that never read (or vanished behind a NAT that swallowed their reset)
-/// would otherwise hold the board.
+/// A reply the socket does not take within this time ends its connection: with two sessions,
+/// two peers that never read (or vanished behind a NAT that swallowed their reset) would
+/// otherwise hold the board. A write completes once the reply is in the socket's send buffer
+/// ([`TCP_TX_BUFFER`]), so a peer with a shut window is caught once that much of its replies
+/// waits (a peer that sends nothing more meanwhile reaches the idle timeout first).
 pub const SEND_TIMEOUT: wirekit_core::time::Duration = wirekit_core::time::Duration::from_secs(10);
 /// The largest PROXY header accepted (v2 with TLVs; v1 is at most 107 bytes).
 pub const MAX_PROXY_HEADER_LEN: usize = 1024;
@@ -383,9 +385,9 @@ async fn serve_connection(
     (session, ended)
 }
 
-/// Closes the connection (sending what is queued, within [`CLOSE_FLUSH`] after a normal end,
-/// [`ERROR_FLUSH`] after the session's error, not at all after the transport's), resets it,
-/// and records its end.
+/// Closes the connection (sending what is queued: within [`CLOSE_FLUSH`] after the peer closed
+/// with replies still queued, [`ERROR_FLUSH`] after any other end but a stalled send's or the
+/// transport's, which get none), resets it, and records its end.
 async fn close_connection(
     socket: &mut TcpSocket<'_>,
     mut session: Session,

@@ -117,11 +117,14 @@ impl Counters for AtomicCounters {
     }
 
     fn snapshot(&self) -> Stats {
-        let opened = get(&self.connections_opened);
-        let closed = get(&self.connections_closed);
+        // Closed first: a connection counted closed was counted opened before, so the
+        // difference never goes below what is open, and taken in the counters' own width it
+        // stays right when `opened` has wrapped and `closed` not yet.
+        let closed = self.connections_closed.load(Ordering::Relaxed);
+        let opened = self.connections_opened.load(Ordering::Relaxed);
         Stats {
-            connections: opened,
-            open_connections: opened.saturating_sub(closed),
+            connections: opened as u64,
+            open_connections: opened.wrapping_sub(closed) as u64,
             frames_in: get(&self.frames_in),
             frames_out: get(&self.frames_out),
             bytes_in: get(&self.bytes_in),
@@ -159,5 +162,21 @@ mod tests {
         assert_eq!((s.frames_in, s.frames_out), (3, 3));
         assert_eq!((s.bytes_in, s.bytes_out), (40, 50));
         assert_eq!((s.errors, s.error_replies), (1, 2));
+    }
+
+    /// Open connections stay right when the opened count has wrapped and the closed one not
+    /// yet (a board's counters are 32 bits: a few billion connections).
+    #[test]
+    fn open_connections_survive_the_opened_count_wrapping() {
+        let c = AtomicCounters::new();
+        c.connections_opened
+            .store(usize::MAX - 1, Ordering::Relaxed);
+        c.connections_closed
+            .store(usize::MAX - 3, Ordering::Relaxed);
+        c.record(&Tally {
+            connections_opened: 3,
+            ..Tally::default()
+        });
+        assert_eq!(c.snapshot().open_connections, 5);
     }
 }

@@ -170,7 +170,9 @@ pub fn encode_threshold(threshold: i32, out: &mut [u8]) -> Result<usize, BufferT
     encode_varint(threshold, out)
 }
 
-/// The server's counters, the stats reply's data: eight VarLongs in field order.
+/// The server's counters, the stats reply's data: eight VarLongs in field order. Totals since
+/// the server started; a server on a 32-bit target (the firmware's boards) keeps them modulo
+/// 2^32 (its counters are word-sized atomics), so its byte totals wrap after 4 GiB.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Stats {
