@@ -17,10 +17,11 @@
 //!
 //! Skipped like `firmware_qemu` when QEMU or defmt-print is missing.
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use wirekit::loadgen::{self, LoadOptions, PayloadSizes};
-use wirekit_core::service::wire::Stats;
+use wirekit_core::service::wire::{self, Stats};
 use wirekit_tests::faults;
 use wirekit_tests::qemu_firmware::{Qemu, assert_clean_log};
 use wirekit_tests::report::record;
@@ -122,6 +123,51 @@ fn exercise(qemu: &Qemu) -> Stats {
     assert_eq!(reset.ends(), 1, "one end for the reset:\n{}", reset.log);
     let lost = reset.logged("connection lost: ConnectionReset");
     assert_eq!(lost, 1, "{}", reset.log);
+    // A client that sends and never reads, reset while the firmware is blocked writing to it
+    // (at once, well within the send timeout): the firmware sees the peer gone and ends the
+    // connection once, not as an error. QEMU's user network passes a reset on to the guest only
+    // when it finds it reading the host socket, which a client that filled every buffer on the
+    // way (as the two above) keeps it from; this one has a small receive buffer and paces its
+    // requests, so the firmware's replies back up to it (and the firmware stops reading) while
+    // QEMU still has none of its requests unread.
+    const PACED: usize = 60;
+    let mut reset_at = None;
+    let blocked = watch_one_fault(qemu, &mut watcher, || {
+        let mut c = ServiceClient::connect(addr, None, None).expect("a client that never reads");
+        let frame = c.encode(wire::ECHO, &[7u8; 1000]).unwrap();
+        let s = c.stream().try_clone().unwrap();
+        rustix::net::sockopt::set_socket_recv_buffer_size(&s, 4096).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut w = &s;
+        for _ in 0..PACED {
+            // What the socket does not take waits in it: the reset discards it.
+            let _ = w.write(&frame);
+            std::thread::sleep(Duration::from_millis(15));
+        }
+        drop(c);
+        reset_at = Some(Instant::now());
+        faults::close_unread(s);
+    });
+    let reset_seen = reset_at.map_or(Duration::ZERO, |t| t.elapsed());
+    assert_eq!(blocked.connections, 1, "{}", blocked.log);
+    // Backpressure: the firmware stopped reading, its replies stuck (and not as an error).
+    assert!(
+        (1..PACED as u64).contains(&blocked.frames_in),
+        "{} of {PACED} requests read",
+        blocked.frames_in
+    );
+    assert_eq!(blocked.errors, 0, "a reset is no protocol error");
+    assert_eq!(blocked.ends(), 1, "one end for it:\n{}", blocked.log);
+    assert_eq!(
+        blocked.logged("connection lost: ConnectionReset"),
+        1,
+        "ended by the reset, not the send timeout:\n{}",
+        blocked.log
+    );
+    assert!(
+        reset_seen < SEND_TIMEOUT,
+        "the end seen {reset_seen:?} after the reset"
+    );
     drop(watcher);
     let once = "counted as one connection, no error; its end logged once";
     record(
@@ -132,6 +178,17 @@ fn exercise(qemu: &Qemu) -> Stats {
              {HALF_CLOSE_ECHOES} frames each way"
         ),
         &format!("{once}; every echo counted both ways"),
+    );
+    record(
+        "load_firmware",
+        "a client that never reads, reset while the firmware is blocked writing to it",
+        &format!(
+            "{} of {PACED} paced requests read before the firmware stopped; one `connection \
+             lost: ConnectionReset` line, seen {reset_seen:.1?} after the reset (send timeout \
+             10 s); counted 1 connection, no error",
+            blocked.frames_in
+        ),
+        "ended once by the reset, before the send timeout; logged once; not an error",
     );
     record(
         "load_firmware",
@@ -466,7 +523,6 @@ fn derive_flood(addr: std::net::SocketAddr) {
 /// inflated and compressed, and its driver yields to the executor then, so such a burst is
 /// handled a slice at a time; this checks that path end to end on the board's code.
 fn inflate_flood(addr: std::net::SocketAddr) {
-    use wirekit_core::service::wire;
     // 51 bytes each on the wire: 20 fill the window; 160 KB of zlib work for the firmware.
     const FLOOD: usize = 20;
     let mut bystander = connect_retrying(addr);
