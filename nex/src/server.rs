@@ -208,8 +208,9 @@ pub struct PidSlots {
 
 impl PidSlots {
     /// The default cap: 4 connections a client (a game holds one secure connection; a client
-    /// that reconnects from the same address and port replaces its own, which does not count
-    /// twice; from a new port it waits, past the cap, for its old ones to time out).
+    /// that reconnects from the same address and port, to the same host address, replaces its
+    /// own, which does not count twice; from a new port, or to another of the host's addresses,
+    /// it waits, past the cap, for its old ones to time out).
     pub const DEFAULT_MAX: u32 = 4;
 
     /// A cap of `max` connections a PID (at least 1).
@@ -570,11 +571,14 @@ impl PrudpHandler {
         let Some(ticket) = connect_ticket(&self.config, datagram, accepted) else {
             return TicketUse::Replayed;
         };
-        // One connection: the peer's address and port, its virtual port, session id and
-        // signature, and the server's signature for it (which also tells the UDP server from
+        // One connection: the peer's address and port, the host's address it reached, its
+        // virtual port, session id and signature, and the server's signature for it (which also tells the UDP server from
         // the WebSocket one: their secrets differ).
         let owner = (
             key.peer,
+            // On a wildcard socket the host's address the CONNECT came to: a copy sent to
+            // another of them is another connection, refused as a replay.
+            key.local,
             accepted.peer_port,
             accepted.peer_session_id,
             accepted.peer_signature,
@@ -1395,6 +1399,30 @@ mod tests {
         slots.release(1000); // as if `admitted` had not run for it
         a.closed(&untaken.key.unwrap(), state, CloseReason::NotAdmitted);
         assert_eq!(slots.held(1000), 1, "a NotAdmitted close released a place");
+    }
+
+    /// On a socket bound to a wildcard address, a copy of a client's CONNECT sent to another of
+    /// the host's addresses (which the server's signature does not tell apart) is a replay: a
+    /// ticket opens one connection however many addresses the host has.
+    #[test]
+    fn a_connect_copied_to_another_host_address_is_a_replay() {
+        let mut h = handler(Version::V1, Some(secure()));
+        let ticket = request(1);
+        let mut victim = Peer::new(peer(40000), client(Version::V1, 0x11, Some(&ticket)));
+        assert!(victim.run(&mut h, T));
+        let connect = victim.connect.clone().unwrap();
+        let key = victim.key.unwrap();
+        let mut out = Outbox::new(4, 1500);
+        // The victim's own CONNECT again, to the address it reached: its connection's.
+        assert!(matches!(
+            h.open(&key, &connect, T, &mut out),
+            Open::Accept(_)
+        ));
+        let elsewhere = key.at(Some(std::net::Ipv4Addr::new(192, 0, 2, 77).into()));
+        assert!(matches!(
+            h.open(&elsewhere, &connect, T, &mut out),
+            Open::Refuse(r) if r == code(ConnDrop::TicketRefused)
+        ));
     }
 
     /// The UDP and WebSocket secure servers open the same tickets (one key): with one cache

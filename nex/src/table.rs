@@ -1,5 +1,6 @@
-//! The connection table: one entry per (peer address, stream type, port), bounded overall and
-//! per source address, with idle expiry.
+//! The connection table: one entry per (peer address, stream type, port, and on a socket bound
+//! to a wildcard address the host's address reached), bounded overall and per source address,
+//! with idle expiry.
 //!
 //! Everything is reserved when the table is made: a slab of `capacity` slots, a free list, and
 //! two hash maps sized at twice the most entries they can ever hold. The doubling is what keeps

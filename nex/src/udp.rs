@@ -21,8 +21,8 @@
 //! `workers * max_per_source` connections, and a network `workers * max_per_network`.
 //!
 //! # Restarted peers
-//! A peer that restarts and opens a new connection from the same address and virtual port
-//! reaches the old connection's key. Before a datagram goes to a connection, the handler's
+//! A peer that restarts and opens a new connection from the same address and virtual port (to
+//! the same host address, on a wildcard socket) reaches the old connection's key. Before a datagram goes to a connection, the handler's
 //! [`DatagramHandler::reopen`] may decide it as if the peer were new: answered statelessly (the
 //! connection untouched), dropped, or a new connection that replaces the old one (closed as
 //! [`CloseReason::Replaced`], then the new one added as for a new peer). Only the handler can
@@ -678,28 +678,36 @@ async fn send_outbox(
     outbox: &mut Outbox,
     counters: &Counters,
 ) -> io::Result<()> {
-    let mut i = 0;
-    while i < outbox.len() {
+    for i in 0..outbox.len() {
         let (destination, contents) = outbox.get(i);
-        let transmit = Transmit {
-            destination: destination.to,
-            ecn: None,
-            contents,
-            segment_size: None,
-            src_ip: destination.from,
-        };
-        let sent = socket.try_io(Interest::WRITABLE, || {
-            udp.try_send(socket.into(), &transmit)
-        });
-        match sent {
-            Ok(()) => counters.sent(contents.len()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                socket.writable().await?;
-                continue;
+        let mut from = destination.from;
+        loop {
+            let transmit = Transmit {
+                destination: destination.to,
+                ecn: None,
+                contents,
+                segment_size: None,
+                src_ip: from,
+            };
+            let sent = socket.try_io(Interest::WRITABLE, || {
+                udp.try_send(socket.into(), &transmit)
+            });
+            match sent {
+                Ok(()) => counters.sent(contents.len()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    socket.writable().await?;
+                    continue;
+                }
+                // An address the peer reached that nothing can be sent from (a broadcast or
+                // multicast one): from the address the routing table picks, as without one.
+                Err(_) if from.is_some() => {
+                    from = None;
+                    continue;
+                }
+                Err(_) => counters.dropped(DropReason::SendFailed),
             }
-            Err(_) => counters.dropped(DropReason::SendFailed),
+            break;
         }
-        i += 1;
     }
     outbox.clear();
     Ok(())
@@ -1341,6 +1349,47 @@ mod tests {
                 assert_eq!(&b[..n], b"ping");
             }
         }
+    }
+
+    /// A datagram a wildcard socket got on a broadcast address (127.255.255.255 here), which
+    /// no reply can leave from, is answered from the address the routing table picks.
+    #[test]
+    fn a_datagram_to_a_broadcast_address_is_answered_from_a_routed_one() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            socket.set_nonblocking(true).unwrap();
+            let port = socket.local_addr().unwrap().port();
+            let counters = Arc::new(Counters::default());
+            let config = WorkerConfig::default();
+            let mut w = Worker::new(socket, &config, TickEach, counters.clone()).unwrap();
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            client.set_broadcast(true).unwrap();
+            client
+                .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            let syn = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
+            client
+                .send_to(&syn, SocketAddr::from(([127, 255, 255, 255], port)))
+                .unwrap();
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while w.receive_batch().await.unwrap() == 0 {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await;
+            assert!(waited.is_ok());
+            w.run_tick().await.unwrap();
+            let mut b = [0u8; 16];
+            let n = client
+                .recv(&mut b)
+                .expect("the reply, from a routed address");
+            assert_eq!(&b[..n], b"ping");
+            assert_eq!(counters.snapshot().dropped(DropReason::SendFailed), 0);
+        });
     }
 
     /// A tick over more connections than the outbox has slots (the WebSocket listener's, in
