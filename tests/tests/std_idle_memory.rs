@@ -92,6 +92,64 @@ fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
     server.stop().unwrap();
 }
 
+/// A connection whose large frame came split across reads, with the first byte of its next
+/// frame behind it, then went quiet, holds no more than a quiet one: the input buffer the
+/// large frame grew gives back what that one byte does not need once the read waits (it was
+/// kept, a MiB or two, for the idle timeout).
+#[test]
+fn a_connection_quiet_inside_a_frame_after_a_large_one_gives_its_input_back() {
+    let _turn = turn();
+    assert_counting_installed();
+    let server = ServerThread::builder(ServeOptions {
+        service: service::Config::new().with_max_packet_len(1 << 20),
+        ..ServeOptions::default()
+    })
+    .spawn()
+    .unwrap();
+    let mut frame = vec![0u8; (1 << 20) + 8];
+    let data = vec![0x5a; (1 << 20) - 16];
+    let n = encode_packet(wire::ECHO, &data, &mut frame).unwrap();
+    frame.truncate(n);
+    let mut reply = vec![0u8; n];
+    // The frame in two writes (split across reads), the second with the first byte of the
+    // next frame behind it; then the echo read back.
+    let exchange = |c: &mut TcpStream, reply: &mut [u8]| {
+        c.write_all(&frame[..n / 2]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        c.write_all(&[&frame[n / 2..], &[0x05]].concat()).unwrap();
+        c.read_exact(&mut reply[..n]).unwrap();
+        assert_eq!(&reply[..n], &frame[..]);
+    };
+    // Warm-up on a connection of its own, closed.
+    {
+        let mut c = TcpStream::connect(server.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        exchange(&mut c, &mut reply);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = live_bytes();
+    let mut c = TcpStream::connect(server.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    exchange(&mut c, &mut reply);
+    let settled_by = std::time::Instant::now() + Duration::from_secs(5);
+    let mut held = live_bytes().saturating_sub(before);
+    while held >= 64 * 1024 && std::time::Instant::now() < settled_by {
+        std::thread::sleep(Duration::from_millis(50));
+        held = live_bytes().saturating_sub(before);
+    }
+    eprintln!("{held} bytes held by a connection inside a frame after a {n}-byte one");
+    assert!(
+        held < 64 * 1024,
+        "{held} bytes held by a connection inside a frame after a {n}-byte one (want < 64 KiB)"
+    );
+    // The frame it started is still served.
+    c.write_all(&[0x00, b'B', b'C', b'D', b'E']).unwrap();
+    c.read_exact(&mut reply[..6]).unwrap();
+    assert_eq!(&reply[..6], &[0x05, 0x00, b'B', b'C', b'D', b'E']);
+    drop(c);
+    server.stop().unwrap();
+}
+
 /// A connection whose compressed frame, split across reads, inflated to a large body and got
 /// a large reply, then sent the first byte of its next frame and went quiet, holds no more
 /// than a quiet one either: the reply buffer is given back once its reply went out, not when

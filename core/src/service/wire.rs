@@ -178,7 +178,9 @@ pub fn encode_threshold(threshold: i32, out: &mut [u8]) -> Result<usize, BufferT
 pub struct Stats {
     /// Connections accepted since the server started.
     pub connections: u64,
-    /// Connections open now.
+    /// Connections open now: a connection counts as closed once its session has ended, though
+    /// a server may still read and drop its last bytes for a moment (a second at most in
+    /// `wirekit serve`) while the socket closes.
     pub open_connections: u64,
     /// Frames received.
     pub frames_in: u64,
