@@ -42,11 +42,8 @@ fn compressed_frame(body: &[u8]) -> Vec<u8> {
     frame
 }
 
-#[test]
-fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
-    let _turn = turn();
-    assert_counting_installed();
-    // One runtime thread: one thread workspace, grown to its working size by the warm-up.
+/// A server for 1 MiB packets, and a 1 MiB echo frame for it.
+fn large_frame_server() -> (ServerThread, Vec<u8>) {
     let server = ServerThread::builder(ServeOptions {
         service: service::Config::new().with_max_packet_len(1 << 20),
         ..ServeOptions::default()
@@ -57,6 +54,27 @@ fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
     let data = vec![0x5a; (1 << 20) - 16];
     let n = encode_packet(wire::ECHO, &data, &mut frame).unwrap();
     frame.truncate(n);
+    (server, frame)
+}
+
+/// The live bytes over `before` once they fall under 64 KiB, or after 5 s.
+fn held_after_settling(before: i64) -> i64 {
+    let settled_by = std::time::Instant::now() + Duration::from_secs(5);
+    let mut held = live_bytes().saturating_sub(before);
+    while held >= 64 * 1024 && std::time::Instant::now() < settled_by {
+        std::thread::sleep(Duration::from_millis(50));
+        held = live_bytes().saturating_sub(before);
+    }
+    held
+}
+
+#[test]
+fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
+    let _turn = turn();
+    assert_counting_installed();
+    // One runtime thread: one thread workspace, grown to its working size by the warm-up.
+    let (server, frame) = large_frame_server();
+    let n = frame.len();
     let mut reply = vec![0u8; n];
     // Warm-up: a connection of its own, closed, so the thread's buffers and the runtime's
     // have grown to what a large frame needs before anything is measured.
@@ -72,12 +90,7 @@ fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
     echo(&mut c, &frame, &mut reply);
     // Served; the connection is now quiet (and stays open). The server gives its large
     // buffers back after the reply went out: wait for it (bounded) rather than a fixed while.
-    let settled_by = std::time::Instant::now() + Duration::from_secs(5);
-    let mut held = live_bytes().saturating_sub(before);
-    while held >= 64 * 1024 && std::time::Instant::now() < settled_by {
-        std::thread::sleep(Duration::from_millis(50));
-        held = live_bytes().saturating_sub(before);
-    }
+    let held = held_after_settling(before);
     eprintln!("{held} bytes held by a connection quiet after a {n}-byte frame");
     // Its task, session and socket registration (a few KiB), and at most the 4 KiB buffers
     // kept for small split frames: far below the 1 MiB frame and its 1 MiB reply.
@@ -100,16 +113,8 @@ fn a_connection_quiet_after_a_large_frame_gives_its_buffers_back() {
 fn a_connection_quiet_inside_a_frame_after_a_large_one_gives_its_input_back() {
     let _turn = turn();
     assert_counting_installed();
-    let server = ServerThread::builder(ServeOptions {
-        service: service::Config::new().with_max_packet_len(1 << 20),
-        ..ServeOptions::default()
-    })
-    .spawn()
-    .unwrap();
-    let mut frame = vec![0u8; (1 << 20) + 8];
-    let data = vec![0x5a; (1 << 20) - 16];
-    let n = encode_packet(wire::ECHO, &data, &mut frame).unwrap();
-    frame.truncate(n);
+    let (server, frame) = large_frame_server();
+    let n = frame.len();
     let mut reply = vec![0u8; n];
     // The frame in two writes (split across reads), the second with the first byte of the
     // next frame behind it; then the echo read back.
@@ -131,12 +136,7 @@ fn a_connection_quiet_inside_a_frame_after_a_large_one_gives_its_input_back() {
     let mut c = TcpStream::connect(server.addr()).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     exchange(&mut c, &mut reply);
-    let settled_by = std::time::Instant::now() + Duration::from_secs(5);
-    let mut held = live_bytes().saturating_sub(before);
-    while held >= 64 * 1024 && std::time::Instant::now() < settled_by {
-        std::thread::sleep(Duration::from_millis(50));
-        held = live_bytes().saturating_sub(before);
-    }
+    let held = held_after_settling(before);
     eprintln!("{held} bytes held by a connection inside a frame after a {n}-byte one");
     assert!(
         held < 64 * 1024,
@@ -219,12 +219,7 @@ fn a_connection_quiet_inside_a_frame_after_a_large_compressed_reply_gives_it_bac
     let mut c = TcpStream::connect(server.addr()).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     exchange(&mut c, &mut inflater, &mut scratch);
-    let settled_by = std::time::Instant::now() + Duration::from_secs(5);
-    let mut held = live_bytes().saturating_sub(before);
-    while held >= 64 * 1024 && std::time::Instant::now() < settled_by {
-        std::thread::sleep(Duration::from_millis(50));
-        held = live_bytes().saturating_sub(before);
-    }
+    let held = held_after_settling(before);
     eprintln!("{held} bytes held by a connection inside a frame after a {n}-byte compressed one");
     assert!(
         held < 64 * 1024,
