@@ -419,8 +419,14 @@ fn slow_loris_on_the_proxy_header_and_the_first_frame_is_closed_at_the_header_ti
 fn a_client_silent_or_trickling_a_frame_after_its_first_is_closed_at_the_idle_timeout() {
     let idle = Duration::from_millis(1500);
     let _one = serve_process::exclusive();
-    let server =
-        ServeProcess::start(["--idle-timeout".to_string(), idle.as_secs_f64().to_string()]);
+    // The send timeout no longer than the idle timeout, as the server requires.
+    let secs = idle.as_secs_f64().to_string();
+    let server = ServeProcess::start([
+        "--idle-timeout".to_string(),
+        secs.clone(),
+        "--send-timeout".to_string(),
+        secs,
+    ]);
     let mut silent = ServiceClient::connect(server.addr, None, None).unwrap();
     let mut trickling = ServiceClient::connect(server.addr, None, None).unwrap();
     let mut active = ServiceClient::connect(server.addr, None, None).unwrap();

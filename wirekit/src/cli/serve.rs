@@ -48,7 +48,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5.0, value_parser = seconds)]
     pub header_timeout: f64,
     /// Seconds a connection has, after its first frame, to complete each next frame: a client
-    /// silent (or trickling a frame in) for longer is closed. 0: no limit.
+    /// silent (or trickling a frame in) for longer is closed. 0: no limit; otherwise at least
+    /// --send-timeout (the time runs while the client reads its reply).
     #[arg(long, default_value_t = 60.0, value_parser = seconds_or_off)]
     pub idle_timeout: f64,
     /// Seconds the client has to take one whole reply (at most --max-frame bytes): a client
@@ -161,6 +162,17 @@ impl ServeArgs {
         let header_timeout = seconds("header-timeout", self.header_timeout)?;
         let idle_timeout = seconds("idle-timeout", self.idle_timeout)?;
         let send_timeout = seconds("send-timeout", self.send_timeout)?;
+        // The idle timeout counts from the last frame served, reading the reply included: one
+        // shorter than the send timeout closes, as idle, a client still reading a reply well
+        // within the time the send timeout gives it.
+        if !idle_timeout.is_zero() && idle_timeout < send_timeout {
+            return Err(format!(
+                "--idle-timeout {} is shorter than --send-timeout {}: a client still reading a \
+                 reply would be closed as idle (give an idle timeout of at least the send \
+                 timeout, or 0 for none)",
+                self.idle_timeout, self.send_timeout
+            ));
+        }
         let proxy = ProxyConfig::new(self.proxy_protocol)
             .with_trusted(
                 &self.trusted,
@@ -461,6 +473,18 @@ mod tests {
         let e = u32le.options().expect_err("refused");
         assert!(e.contains("--framing varint only"), "{e}");
         assert!(parse(&["--framing", "u32le"]).unwrap().options().is_ok());
+        // An idle timeout under the send timeout would close a client reading its reply.
+        let e = parse(&["--idle-timeout", "10", "--send-timeout", "30"])
+            .unwrap()
+            .options()
+            .expect_err("refused");
+        assert!(
+            e.contains("--idle-timeout 10 is shorter than --send-timeout 30"),
+            "{e}"
+        );
+        for ok in [["--idle-timeout", "0"], ["--idle-timeout", "30"]] {
+            assert!(parse(&ok).unwrap().options().is_ok(), "{ok:?}");
+        }
         // Timeouts set in code past what the flags take: an error, not a panic.
         for v in [f64::NAN, -1.0, f64::INFINITY, 1e300] {
             let mut a = parse(&[]).unwrap();
