@@ -55,7 +55,56 @@ pub use table::{
     ConnectionKey, ConnectionTable, EVICTION_BURST, EVICTION_RATE, InsertError, Sweep, TableLimits,
 };
 pub use udp::{
-    CloseReason, DatagramHandler, Open, Outbox, Verdict, Worker, WorkerConfig, bind_sockets,
-    bind_workers, source_port,
+    CloseReason, DatagramHandler, Destination, Open, Outbox, Verdict, Worker, WorkerConfig,
+    bind_sockets, bind_workers, source_port,
 };
 pub use ws::{WsConfig, WsListener, WsReason, WsStats};
+
+/// Tests that bind a wildcard address run in a network namespace whose one interface is
+/// loopback, so that what they listen on is loopback alone.
+#[cfg(test)]
+pub(crate) mod loopback_namespace {
+    use std::process::Command;
+
+    const INSIDE: &str = "WIREKIT_LOOPBACK_NAMESPACE";
+
+    /// `true` in the run that goes on with test `name` (this test binary again, the test alone,
+    /// under `unshare -n`, with loopback up); `false` in the caller once that run passed,
+    /// or was skipped where no namespace can be made (not root; under
+    /// `WIREKIT_REQUIRE_PEERS=1`, as in CI, that fails instead).
+    pub(crate) fn enter(name: &str) -> bool {
+        if std::env::var_os(INSIDE).is_some() {
+            let up = Command::new("ip")
+                .args(["link", "set", "lo", "up"])
+                .status();
+            assert!(up.is_ok_and(|s| s.success()), "loopback not brought up");
+            return true;
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = Command::new("unshare")
+            .args(["-n", "--"])
+            .arg(exe)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(INSIDE, "1")
+            .output();
+        let (ok, text) = match &out {
+            Ok(o) => (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr),
+            ),
+            Err(e) => (false, format!("unshare: {e}")),
+        };
+        if !ok && !text.contains("test result") {
+            let required = std::env::var_os("WIREKIT_REQUIRE_PEERS").is_some_and(|v| v == "1");
+            assert!(!required, "no network namespace for {name}: {text}");
+            eprintln!("skipped {name}: no network namespace ({})", text.trim());
+            return false;
+        }
+        assert!(
+            ok && text.contains("1 passed"),
+            "{name} in its namespace: {text}"
+        );
+        false
+    }
+}

@@ -534,6 +534,12 @@ mod tests {
     /// fails rather than give clients `address=0.0.0.0` in their Login.
     #[test]
     fn a_wildcard_secure_server_needs_its_public_address() {
+        // Bound to a wildcard: in a network namespace whose one interface is loopback.
+        if !crate::loopback_namespace::enter(
+            "serve::tests::a_wildcard_secure_server_needs_its_public_address",
+        ) {
+            return;
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

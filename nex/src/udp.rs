@@ -1297,9 +1297,15 @@ mod tests {
     /// On a socket bound to a wildcard address, a connection's replies (its ticks' packets
     /// here, as retransmissions go) leave from the host's address its datagrams came to: a
     /// client that sent to 127.0.0.2 over a connected socket drops a reply from 127.0.0.1,
-    /// the address the routing table picks for it.
+    /// the address the routing table picks for it. (In a network namespace of its own, so
+    /// that the wildcard is loopback alone.)
     #[test]
     fn on_a_wildcard_socket_replies_leave_from_the_address_the_peer_reached() {
+        if !crate::loopback_namespace::enter(
+            "udp::tests::on_a_wildcard_socket_replies_leave_from_the_address_the_peer_reached",
+        ) {
+            return;
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -1355,6 +1361,11 @@ mod tests {
     /// no reply can leave from, is answered from the address the routing table picks.
     #[test]
     fn a_datagram_to_a_broadcast_address_is_answered_from_a_routed_one() {
+        if !crate::loopback_namespace::enter(
+            "udp::tests::a_datagram_to_a_broadcast_address_is_answered_from_a_routed_one",
+        ) {
+            return;
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
