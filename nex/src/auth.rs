@@ -111,7 +111,10 @@ pub struct AuthStats {
 /// its own, [`NETWORK_SHARE`] times a source's burst and rate, and a call takes from its
 /// network's first. Without it one holder of an IPv6 /48 (65,536 /64 sources) filled the
 /// sources' table with budgets being spent, a garbage Login from each new /64, and every new
-/// source was refused: now a network opens at most its own budget's worth of sources.
+/// source was refused: now a network opens at most its own budget's worth of sources. What
+/// remains: many networks together (a few hundred IPv6 /48s, each logging in at its budget
+/// from new /64s) can keep every slot holding a budget being spent, and new sources are
+/// refused while they do; the table's size ([`AuthConfig::tracked_sources`]) sets how many.
 ///
 /// The callers pass their own clocks (each worker's and the listener's start in
 /// [`NexServers::bind`](crate::NexServers::bind), moments apart). A bucket takes a time earlier
@@ -883,7 +886,8 @@ mod tests {
             std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x77, i, 0, 0, 0, 1).into()
         };
         // Burst 3 per source, 48 per network (a call refused for want of a slot in its set
-        // of the table still spends its network's token: hence at least, not exactly, 44).
+        // of the table is refused before its network is asked, spending none of its tokens;
+        // a source whose set is full is one fewer: hence at least, not exactly, 44).
         let taken = (0..1000u16)
             .filter(|&i| budgets.try_take(in_48(i), t0))
             .count();

@@ -70,11 +70,12 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// `base` with structure headers as this connection speaks them (PRUDP minor version 3
-    /// and up, as NintendoClients decides it).
+    /// `base` with structure headers as this connection speaks them: always from PRUDP minor
+    /// version 3, and below it as `base` says (NintendoClients forces them on from minor 3 and
+    /// otherwise keeps its configured `nex.struct_header`).
     pub const fn context(&self, base: Context) -> Context {
         Context {
-            struct_header: self.minor_version >= 3,
+            struct_header: base.struct_header || self.minor_version >= 3,
             ..base
         }
     }
@@ -357,6 +358,24 @@ mod tests {
             body: &[],
             now: Instant::ZERO,
         }
+    }
+
+    /// Structure headers: always from PRUDP minor version 3; below it, as configured (a v0
+    /// server set to send them kept them off).
+    #[test]
+    fn structure_headers_follow_the_minor_version_and_the_configuration() {
+        use wirekit_core::nex::Context;
+        let base = |struct_header| Context {
+            struct_header,
+            ..Context::DEFAULT
+        };
+        let at = |minor_version| Call {
+            minor_version,
+            ..call()
+        };
+        assert!(!at(0).context(base(false)).struct_header);
+        assert!(at(0).context(base(true)).struct_header);
+        assert!(at(3).context(base(false)).struct_header);
     }
 
     fn request(protocol: u16, method: u32, body: &[u8]) -> Vec<u8> {
