@@ -190,8 +190,10 @@ pub const fn peer_stream_bound(n: usize) -> usize {
     // zlib-ng's quick bound (9-bit literals padded to a byte, a block's header and end, 2
     // bytes for the shortest inputs, the wrapper) is the largest of them from 16 bytes on;
     // below, zlib's `n + 13` (the test checks every one against it).
-    let quick = (n + 7) >> 3;
-    n + 11 + if quick > 2 { quick } else { 2 }
+    // Saturating, as `compress_bound` is: a length no buffer holds gives `usize::MAX`.
+    let quick = n.saturating_add(7) >> 3;
+    n.saturating_add(11)
+        .saturating_add(if quick > 2 { quick } else { 2 })
 }
 
 /// The most bytes [`CompressedEncoder::encode`] needs for a body of `body_len` bytes: both
@@ -811,6 +813,9 @@ mod tests {
                 "{n}"
             );
         }
+        // A length no buffer holds saturates, as compress_bound does.
+        assert_eq!(peer_stream_bound(usize::MAX), usize::MAX);
+        assert_eq!(peer_stream_bound(usize::MAX - 8), usize::MAX);
     }
 
     /// A zlib stream of stored blocks, `block` bytes of `body` each.

@@ -90,10 +90,10 @@ impl Packet<'_> {
         varint_len(self.id) + self.data.len()
     }
 
-    /// Length of the whole encoded frame.
+    /// Length of the whole encoded frame ([`frame_len`] of the body: saturating, and right for
+    /// bodies past what an `i32` holds, which [`encode`](Self::encode) refuses).
     pub fn encoded_len(&self) -> usize {
-        let body = self.body_len();
-        varint_len(body as i32) + body
+        frame_len(self.body_len())
     }
 
     /// Encodes the frame into `out`; see [`encode_packet`].
