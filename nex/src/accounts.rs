@@ -156,12 +156,31 @@ impl Accounts {
     /// The most accounts a file may hold.
     pub const MAX_ACCOUNTS: usize = 1 << 20;
 
-    /// Reads and loads an accounts file.
+    /// The longest accounts file read: room for [`MAX_ACCOUNTS`](Self::MAX_ACCOUNTS) of a
+    /// few dozen bytes each.
+    pub const MAX_FILE_LEN: u64 = 256 << 20;
+
+    /// Reads and loads an accounts file (at most [`MAX_FILE_LEN`](Self::MAX_FILE_LEN) bytes: a
+    /// path naming something endless, `/dev/zero`, is an error, not a process that grows until
+    /// it is killed).
     pub fn load(path: &Path) -> Result<Self, AccountsError> {
-        let text = std::fs::read_to_string(path).map_err(|e| AccountsError::Io {
+        use std::io::Read;
+        let io = |e: std::io::Error| AccountsError::Io {
             kind: e.kind(),
             message: format!("{}: {e}", path.display()),
-        })?;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(io)?
+            .take(Self::MAX_FILE_LEN + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        if text.len() as u64 > Self::MAX_FILE_LEN {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("longer than {} bytes", Self::MAX_FILE_LEN),
+            )));
+        }
         Self::parse(&text)
     }
 
@@ -273,6 +292,15 @@ fn derive_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path naming something endless is an error past the cap, not a process growing until
+    /// it is killed.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_endless_accounts_file_is_refused() {
+        let e = Accounts::load(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+    }
     use wirekit_core::kerberos::derive_kerberos_key;
 
     const FILE: &str = r#"

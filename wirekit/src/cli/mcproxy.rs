@@ -448,11 +448,13 @@ impl ProxyArgs {
     }
 
     /// These flags over the config file's values (if `--config` names one).
+    ///
+    /// The file is read up to [`MAX_CONFIG_LEN`]: a path naming something endless
+    /// (`/dev/zero`) is an error, not a process that grows until it is killed.
     pub fn merged(&self) -> Result<ProxyArgs, String> {
         let file: ProxyArgs = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let text = read_config(path).map_err(|e| format!("{}: {e}", path.display()))?;
                 toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
             }
             None => ProxyArgs::default(),
@@ -817,9 +819,37 @@ fn reload(
     }
 }
 
+/// The longest config file read (a few KiB in practice).
+pub const MAX_CONFIG_LEN: u64 = 16 << 20;
+
+/// `path`'s text, at most [`MAX_CONFIG_LEN`] bytes.
+fn read_config(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_LEN + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_LEN {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {MAX_CONFIG_LEN} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A config path naming something endless is an error once past the cap, not a process
+    /// growing until it is killed.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_endless_config_file_is_refused() {
+        let e = read_config(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+    }
 
     /// Per-source rates take fractions (fewer than one a second); 0 with a burst is refused
     /// by the check (it never refills), as are negative and non-finite rates.

@@ -130,7 +130,7 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub pcap: Option<PathBuf>,
     /// With --pcap: only UDP datagrams with this port on either side.
-    #[arg(long)]
+    #[arg(long, requires = "pcap")]
     pub port: Option<u16>,
 }
 
@@ -229,7 +229,7 @@ pub struct ServeArgs {
     #[arg(long, requires = "ws_auth_listen")]
     pub ws_secure_listen: Option<SocketAddr>,
     /// The secure WebSocket address as clients reach it; default: the bound address.
-    #[arg(long)]
+    #[arg(long, requires = "ws_secure_listen")]
     pub ws_secure_public: Option<SocketAddr>,
     /// WebSockets open at once, per server, 1 to 1048576 (the authentication server's listener,
     /// sharing a full listener between networks, holds a few dozen more while newcomers
@@ -1366,6 +1366,23 @@ fn connections(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Flags that only act beside another ask for it: given alone, they are refused rather
+    /// than ignored.
+    #[test]
+    fn flags_that_need_another_say_so() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            cmd: NexCommand,
+        }
+        let parse = |args: &[&str]| Cli::try_parse_from([&["nex"], args].concat()).map(|_| ());
+        assert!(parse(&["decode", "--port", "60000"]).is_err());
+        let serve = ["serve", "--accounts", "a.toml", "--access-key", "k"];
+        assert!(parse(&serve).is_ok());
+        assert!(parse(&[&serve[..], &["--ws-secure-public", "127.0.0.1:1"]].concat()).is_err());
+    }
 
     /// Hex lines are handed on one by one, comments and blank lines skipped; a line longer
     /// than any datagram is an error once that many bytes are read, not a growing buffer.
