@@ -175,11 +175,13 @@ mod x86 {
             return Err(BatchError::Unsupported(path));
         }
         Ok(match path {
-            // SAFETY: `is_supported` just confirmed the CPU has AVX2, the only target feature
-            // `derive_avx2` is compiled with.
+            // SAFETY: `is_supported` just confirmed the CPU has AVX2, the target feature
+            // `derive_avx2` is compiled with, with those it implies for the compiler (AVX and
+            // the SSE levels below it), which every CPU with AVX2 has.
             LanePath::Avx2 => unsafe { derive_avx2(requests, out) },
-            // SAFETY: `is_supported` just confirmed the CPU has AVX-512F and the features it
-            // implies (AVX2, FMA, F16C), the target features `derive_avx512` is compiled with.
+            // SAFETY: `is_supported` just confirmed the CPU has AVX-512F and the features the
+            // compiler takes it to imply that a CPU could lack alone (AVX2, FMA, F16C); the
+            // rest of the chain (AVX, the SSE levels) every CPU with AVX2 has.
             LanePath::Avx512 => unsafe { derive_avx512(requests, out) },
             LanePath::Portable => derive_kerberos_keys(requests, out),
         }?)
