@@ -242,6 +242,13 @@ impl Inbound {
                     // short quiet spell decides with what came.
                     let quiet = (tokio::time::Instant::now() + LEGACY_QUIET).min(self.deadline);
                     match self.fill(quiet, Needed::Unknown).await {
+                        // The handshake's own deadline passed inside the ping (a 1.6 ping
+                        // trickled in): a timeout, not the quiet that answers it.
+                        Err(PreloginError::Timeout)
+                            if tokio::time::Instant::now() >= self.deadline =>
+                        {
+                            return Err(PreloginError::Timeout);
+                        }
                         Ok(0) | Err(PreloginError::Timeout) => {
                             let n = match legacy::detect_final(self.rest()) {
                                 Ok((_, n)) => n,
@@ -494,5 +501,23 @@ mod tests {
             assert_eq!(inbound.legacy_ping(r), Some(want));
             drop(c);
         }
+        // A 1.6 ping trickled past the handshake's deadline (a byte every 40 ms, the deadline
+        // 100 ms in): a timeout, not a ping answered as the 1.4 ping it starts with.
+        let (mut c, s) = crate::tcp_pair().await;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+        let mut inbound = Inbound::new(s, &[], deadline);
+        let trickle = async {
+            for b in [0xfe, 0x01, 0xfa, 0x00, 0x0b] {
+                if c.write_all(&[b]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+            }
+        };
+        let (first, ()) = tokio::join!(inbound.first(), trickle);
+        assert!(
+            matches!(first, Err(PreloginError::Timeout)),
+            "answered as a ping"
+        );
     }
 }

@@ -126,7 +126,12 @@ enum DirEnd {
     Budget,
 }
 
-/// One direction's byte budget in a relay: a token bucket, or none.
+/// One direction's byte budget in a relay: a token bucket, or none. Bytes are charged as the
+/// relay reads them from the source: while the destination takes nothing, the source's bytes
+/// wait in its socket, and when the destination drains, they are read (and charged) as fast
+/// as it takes them. A peer within its rate can then trip a burst smaller than what its
+/// socket holds (the defaults' 8 MiB burst is larger than a socket's receive buffer; a
+/// configured burst under it is exposed to the other side's stalls).
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
     bucket: Option<TokenBucket>,
@@ -239,7 +244,10 @@ pub async fn relay(
     let down_spliced = AtomicBool::new(true);
     let ended = [AtomicBool::new(false), AtomicBool::new(false)];
     let mut draining = false;
-    let (end, client_reading) = {
+    // The client is gone (a write to it failed) while its last bytes may still wait to be
+    // relayed: the serverbound direction drains them, within the same bound.
+    let mut client_gone = false;
+    let (end, client_reading, upstream_sending) = {
         let up = direction(
             &mut client_r,
             &mut up_w,
@@ -282,7 +290,13 @@ pub async fn relay(
                     down_end = Some(e);
                 }
                 _ = shutdown.cancelled() => break RelayEnd::Shutdown,
-                () = &mut drain, if draining => break first_eof.unwrap_or(RelayEnd::UpstreamError),
+                () = &mut drain, if draining || client_gone => {
+                    break first_eof.unwrap_or(if client_gone {
+                        RelayEnd::ClientError
+                    } else {
+                        RelayEnd::UpstreamError
+                    });
+                }
                 () = &mut check, if watch.armed() => {
                     let moved =
                         up_total.load(Ordering::Relaxed) + down_total.load(Ordering::Relaxed);
@@ -299,6 +313,18 @@ pub async fn relay(
                 (Some(DirEnd::WriteError), Some(_)) if draining => {
                     break first_eof.unwrap_or(RelayEnd::UpstreamError);
                 }
+                // The client is gone (a write to it failed: it reset, or closed both halves)
+                // while the serverbound direction still runs: what the client sent before it
+                // went (its last packets, which the proxy's socket holds or the upstream has
+                // not yet taken) still goes to the upstream, whose direction ends at the
+                // client's end of stream or error, right after those bytes.
+                (None, Some(DirEnd::WriteError)) if !client_gone && !draining => {
+                    client_gone = true;
+                    drain
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + UPSTREAM_GONE_DRAIN.min(idle));
+                }
+                (None, Some(DirEnd::WriteError)) if client_gone => {}
                 // A failure after an end of stream (writing to a client that closed both
                 // halves after its FIN, say) is that end's consequence: the end is reported,
                 // as the inspect relay does.
@@ -324,10 +350,27 @@ pub async fn relay(
                 _ => {}
             }
         };
-        (end, !matches!(up_end, Some(DirEnd::Eof)))
+        (
+            end,
+            !matches!(up_end, Some(DirEnd::Eof)),
+            !matches!(down_end, Some(DirEnd::Eof)),
+        )
     };
     let upstream_went = matches!(end, RelayEnd::UpstreamClosed | RelayEnd::UpstreamError);
-    if draining || (upstream_went && client_reading) {
+    let client_went = matches!(end, RelayEnd::ClientClosed | RelayEnd::ClientError);
+    if client_went && upstream_sending {
+        // The client went (its end of stream, a reset, a failed write to it) while the
+        // upstream still sends: its last bytes, relayed to the upstream's socket, may still
+        // wait in that socket's queue. The socket closes after a FIN behind them, reading and
+        // dropping what the upstream sends meanwhile until it closes too (within the drain's
+        // time; no byte bound: the upstream's stream is no flood to end sooner), not with a
+        // reset over its unread bytes, which would drop the queue.
+        let linger = UPSTREAM_GONE_DRAIN.min(idle);
+        tokio::select! {
+            _ = wirekit_std::close::linger(&mut upstream, linger, usize::MAX) => {}
+            () = shutdown.cancelled() => {}
+        }
+    } else if draining || (upstream_went && client_reading) {
         // The upstream went while the client may still send (a write to it failed, its read
         // failed, or it ended its stream and then failed a write): what the client sends is
         // read and dropped until it closes (within the drain's bound, at most LINGER_BYTES,
@@ -410,10 +453,19 @@ async fn copy(
         if !budget.spend(n) {
             return DirEnd::Budget;
         }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return DirEnd::WriteError;
+        // Counted as each write takes some, as the splice path counts each splice: the idle
+        // watch sees a slow reader's stream moving, and a relay cut off mid-read counts what
+        // went.
+        let mut sent = 0;
+        while sent < n {
+            match to.write(&buf[sent..n]).await {
+                Ok(0) | Err(_) => return DirEnd::WriteError,
+                Ok(k) => {
+                    sent += k;
+                    add(k);
+                }
+            }
         }
-        add(n);
     }
 }
 
@@ -1242,6 +1294,81 @@ mod tests {
         )
         .await
         .expect("the relay and both peers end");
+    }
+
+    /// The bytes `port`'s local socket has sent and the peer has not acknowledged
+    /// (`/proc/net/tcp`'s tx_queue), if it is there.
+    fn unacked(port: u16) -> Option<u64> {
+        let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+        table.lines().skip(1).find_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let local = u16::from_str_radix(cols.get(1)?.rsplit(':').next()?, 16).ok()?;
+            let tx = cols.get(4)?.split(':').next()?;
+            (local == port).then(|| u64::from_str_radix(tx, 16).ok())?
+        })
+    }
+
+    /// The client sends its last bytes and resets while the upstream streams to it and is
+    /// slow to read: every byte the proxy took from the client still reaches the upstream,
+    /// followed by a clean end. (The failed write to the client ended the relay at once,
+    /// dropping what waited in the serverbound pipe and socket.)
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_clients_last_bytes_reach_the_upstream_when_it_resets() {
+        use tokio::net::{TcpListener, TcpSocket};
+        const LAST: usize = 96 * 1024;
+        let run = async {
+            // The client: a small receive buffer, so the upstream's stream backs up to it.
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let socket = TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(2048).unwrap();
+            let mut client = socket.connect(l.local_addr().unwrap()).await.unwrap();
+            let (proxy_client, _) = l.accept().await.unwrap();
+            // The upstream: a small receive buffer too, and it reads nothing at first.
+            let ul = TcpSocket::new_v4().unwrap();
+            ul.set_recv_buffer_size(4096).unwrap();
+            ul.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let ul = ul.listen(1).unwrap();
+            let proxy_up = TcpStream::connect(ul.local_addr().unwrap()).await.unwrap();
+            let (upstream, _) = ul.accept().await.unwrap();
+            let (mut up_r, mut up_w) = upstream.into_split();
+            let stream =
+                tokio::spawn(
+                    async move { while up_w.write_all(&[1u8; 16 * 1024]).await.is_ok() {} },
+                );
+            let upstream_side = async {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                let mut got = Vec::new();
+                let read = up_r.read_to_end(&mut got).await;
+                // At the proxy's end of stream, the upstream ends its own, as a server does.
+                stream.abort();
+                (read, got)
+            };
+            let client_side = async {
+                client.write_all(&pattern(LAST, 4)).await.unwrap();
+                // Until the proxy's socket has taken all of it: what the client's own queue
+                // still held would be the client's reset's loss, not the proxy's.
+                let port = client.local_addr().unwrap().port();
+                while unacked(port).is_some_and(|q| q > 0) {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                client.set_zero_linger().unwrap();
+                drop(client);
+            };
+            let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+            let (outcome, (read, got), ()) = tokio::join!(
+                counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters),
+                upstream_side,
+                client_side
+            );
+            (outcome, read, got)
+        };
+        let (outcome, read, got) = tokio::time::timeout(std::time::Duration::from_secs(20), run)
+            .await
+            .expect("the relay and both peers end");
+        assert_eq!(outcome.serverbound, LAST as u64, "{:?}", outcome.end);
+        assert!(read.is_ok(), "{read:?} after {} bytes", got.len());
+        assert!(got == pattern(LAST, 4), "{} of {LAST} bytes", got.len());
     }
 
     #[tokio::test]
