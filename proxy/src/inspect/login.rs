@@ -200,6 +200,19 @@ pub(crate) async fn serve<'a>(
         {
             linger(&mut stream).await;
         }
+        // The client went (its end of stream, or a reset): its last packets, written to the
+        // upstream's socket, may still wait in that socket's queue. It closes after a FIN
+        // behind them, reading and dropping what the upstream still sends until it closes too
+        // (for at most the byte relay's drain; no byte bound, the upstream's stream is no
+        // flood), not with a reset over unread bytes, which would drop the queue (as the byte
+        // relay does; `a_clients_last_bytes_reach_the_upstream_when_it_resets`).
+        if matches!(end, InspectEnd::ClientClosed | InspectEnd::ClientError) {
+            let drain = crate::relay::UPSTREAM_GONE_DRAIN.min(s.idle_timeout);
+            tokio::select! {
+                _ = wirekit_std::close::linger(&mut upstream, drain, usize::MAX) => {}
+                () = shared.connections.cancelled() => {}
+            }
+        }
         return if end.is_refusal() {
             Ended::Refused(end.as_str())
         } else {
