@@ -895,6 +895,10 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         // kick's Disconnect, queued before its reset) is still judged and relayed, for at most
         // the byte relay's drain.
         let mut draining = false;
+        // After a write to the client fails, what the client sent before it went (its last
+        // packets, in its socket or judged and owed) still goes to the upstream, within the
+        // same bound.
+        let mut client_gone = false;
         let drain = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(drain);
         loop {
@@ -908,7 +912,13 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     (Direction::Clientbound, io)
                 }
                 _ = shutdown.cancelled() => return InspectEnd::Shutdown,
-                () = &mut drain, if draining => return InspectEnd::UpstreamError,
+                () = &mut drain, if draining => {
+                    return if client_gone {
+                        InspectEnd::ClientError
+                    } else {
+                        InspectEnd::UpstreamError
+                    };
+                }
                 () = &mut check, if watch.armed() => {
                     // Forwarded bytes, and the upstream's reads: the client's bytes read into
                     // a frame that never completes are no progress (a client trickling one
@@ -949,6 +959,19 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                     if self.sides.iter().all(|side| side.ended) {
                         return end;
                     }
+                    continue;
+                }
+                (Direction::Clientbound, Io::WriteFailed)
+                    if first_end.is_none() && !self.sides[Direction::Serverbound.index()].ended =>
+                {
+                    // The client went (it reset, or closed both halves) while it may still
+                    // have sent more: its bytes still go to the upstream, judged as ever; the
+                    // upstream's go nowhere now.
+                    self.sides[Direction::Clientbound.index()].ended = true;
+                    draining = true;
+                    client_gone = true;
+                    let bound = crate::relay::UPSTREAM_GONE_DRAIN.min(self.idle);
+                    drain.as_mut().reset(tokio::time::Instant::now() + bound);
                     continue;
                 }
                 (Direction::Serverbound, Io::ReadFailed)
