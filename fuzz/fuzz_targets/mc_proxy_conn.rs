@@ -284,6 +284,14 @@ fuzz_target!(|input: Input| {
                     KnownPacket::CookieResponse if d.is_empty() => {
                         data.extend_from_slice(&[1, b'k', 0])
                     }
+                    // Where the other packets go empty, the shortest well-formed bodies: a
+                    // message ID and "not understood"; two empty byte arrays (1.19's layout
+                    // reads a flag between them, and refuses this one).
+                    KnownPacket::LoginPluginResponse | KnownPacket::EncryptionResponse
+                        if d.is_empty() || which % 2 == 0 =>
+                    {
+                        data.extend_from_slice(&[0, 0])
+                    }
                     _ if which % 2 == 0 => {}
                     _ => data.extend_from_slice(d),
                 }

@@ -242,10 +242,12 @@ impl Inbound {
                     // short quiet spell decides with what came.
                     let quiet = (tokio::time::Instant::now() + LEGACY_QUIET).min(self.deadline);
                     match self.fill(quiet, Needed::Unknown).await {
-                        // The handshake's own deadline passed inside the ping (a 1.6 ping
-                        // trickled in): a timeout, not the quiet that answers it.
+                        // The handshake's own deadline passed inside a 1.6 ping (one trickled
+                        // in, past `FE 01 FA`): a timeout, not the quiet that answers it. An
+                        // older ping (`FE`, `FE 01`) is complete as it is, and answered.
                         Err(PreloginError::Timeout)
-                            if tokio::time::Instant::now() >= self.deadline =>
+                            if tokio::time::Instant::now() >= self.deadline
+                                && self.rest().len() > 2 =>
                         {
                             return Err(PreloginError::Timeout);
                         }

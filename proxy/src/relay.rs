@@ -395,7 +395,9 @@ pub async fn relay(
     }
 }
 
-/// How long the clientbound direction may still run after a write to the upstream failed.
+/// How long the clientbound direction may still run after a write to the upstream failed, the
+/// serverbound one after a write to the client failed, and how long the upstream's socket is
+/// lingered on after the client went (a connection the client left can take two of these).
 pub(crate) const UPSTREAM_GONE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The most a client's bytes are read and dropped while its connection closes (a flood ends
@@ -1296,15 +1298,16 @@ mod tests {
         .expect("the relay and both peers end");
     }
 
-    /// The bytes `port`'s local socket has sent and the peer has not acknowledged
-    /// (`/proc/net/tcp`'s tx_queue), if it is there.
-    fn unacked(port: u16) -> Option<u64> {
+    /// The bytes the socket from local port `port` to remote port `peer` has sent and the
+    /// peer has not acknowledged (`/proc/net/tcp`'s tx_queue), if it is there.
+    fn unacked(port: u16, peer: u16) -> Option<u64> {
         let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+        let port_of = |f: &str| u16::from_str_radix(f.rsplit(':').next()?, 16).ok();
         table.lines().skip(1).find_map(|line| {
             let cols: Vec<&str> = line.split_whitespace().collect();
-            let local = u16::from_str_radix(cols.get(1)?.rsplit(':').next()?, 16).ok()?;
+            let (local, remote) = (port_of(cols.get(1)?)?, port_of(cols.get(2)?)?);
             let tx = cols.get(4)?.split(':').next()?;
-            (local == port).then(|| u64::from_str_radix(tx, 16).ok())?
+            (local == port && remote == peer).then(|| u64::from_str_radix(tx, 16).ok())?
         })
     }
 
@@ -1349,7 +1352,8 @@ mod tests {
                 // Until the proxy's socket has taken all of it: what the client's own queue
                 // still held would be the client's reset's loss, not the proxy's.
                 let port = client.local_addr().unwrap().port();
-                while unacked(port).is_some_and(|q| q > 0) {
+                let peer = client.peer_addr().unwrap().port();
+                while unacked(port, peer).is_some_and(|q| q > 0) {
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                 }
                 client.set_zero_linger().unwrap();

@@ -34,9 +34,9 @@ use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::process::{output, root, run_in};
+use crate::process::{output, root, run_in, run_within};
 
 /// Runs of each target in the smoke run.
 const SMOKE_RUNS: u32 = 5_000;
@@ -336,7 +336,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
 fn plain(run_these: &[String], seconds: u64) -> Result<(), String> {
     let bin = build(run_these)?;
     for t in run_these {
-        run_in(
+        // As long as asked, and a few minutes for the merge at its end: not the default limit
+        // for a command (a run asked for an hour is no hang at twenty minutes).
+        run_within(
             &fuzz_dir(),
             &bin.join(t).to_string_lossy(),
             &[
@@ -346,6 +348,7 @@ fn plain(run_these: &[String], seconds: u64) -> Result<(), String> {
                 &corpus_dir(t)?.to_string_lossy(),
             ],
             &[],
+            Duration::from_secs(seconds) + Duration::from_secs(300),
         )?;
     }
     println!(

@@ -22,6 +22,9 @@ pub fn root() -> PathBuf {
 /// its step rather than at the runner's limit, naming nothing.
 pub const COMMAND_LIMIT: Duration = Duration::from_secs(20 * 60);
 
+/// What a command past its limit is reported as.
+const HUNG: &str = "stopped as hung";
+
 /// Runs a command in `dir`, echoing it and its duration; an error if it fails, or if it runs
 /// past [`COMMAND_LIMIT`] (then it and every process it started are killed).
 pub fn run_in(
@@ -34,7 +37,7 @@ pub fn run_in(
 }
 
 /// [`run_in`] with its own limit.
-fn run_within(
+pub fn run_within(
     dir: &Path,
     program: &str,
     args: &[&str],
@@ -60,7 +63,7 @@ fn run_within(
                 kill_tree(child.id());
                 let _ = child.wait();
                 return Err(format!(
-                    "`{shown}` still ran after {} s: stopped as hung",
+                    "`{shown}` still ran after {} s: {HUNG}",
                     limit.as_secs()
                 ));
             }
@@ -80,7 +83,8 @@ fn run_within(
 }
 
 /// [`run_in`] for a download (packages, peers, tools): tried up to three times, 10 s and then
-/// 30 s apart, so that one failed fetch from a registry does not fail the run.
+/// 30 s apart, so that one failed fetch from a registry does not fail the run. A try stopped as
+/// hung is not tried again (three would outlast the whole run's limit).
 pub fn run_retried(
     dir: &Path,
     program: &str,
@@ -91,6 +95,7 @@ pub fn run_retried(
     loop {
         match run_in(dir, program, args, envs) {
             Ok(()) => return Ok(()),
+            Err(e) if e.contains(HUNG) => return Err(e),
             Err(e) => match waits.next() {
                 Some(secs) => {
                     eprintln!("{e}; trying again in {secs} s");
@@ -102,42 +107,54 @@ pub fn run_retried(
     }
 }
 
-/// Kills `pid` and every process under it (found through /proc's parent links), children
-/// first seen, then the root: a hung step's test binaries and the servers they started go
-/// with it.
+/// Kills `pid` and every process under it (found through /proc's parent links): each is
+/// stopped (SIGSTOP) as it is found, so none starts another between the scan and the kill, and
+/// the scan runs again until it finds no new one; then all are killed. A hung step's test
+/// binaries and the servers they started go with it.
 fn kill_tree(pid: u32) {
+    let signal = |sig: &str, pid: u32| {
+        let _ = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    };
     let mut tree = vec![pid];
-    let mut i = 0;
-    while i < tree.len() {
-        let parent = tree[i];
-        if let Ok(dir) = std::fs::read_dir("/proc") {
-            for entry in dir.flatten() {
-                let Some(child) = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.parse::<u32>().ok())
-                else {
-                    continue;
-                };
-                // `pid (comm) state ppid ...`: the fields after the last ')'.
-                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-                let ppid = stat
-                    .rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                    .and_then(|p| p.parse::<u32>().ok());
-                if ppid == Some(parent) && !tree.contains(&child) {
+    signal("-STOP", pid);
+    loop {
+        let found = tree.len();
+        let mut i = 0;
+        while i < tree.len() {
+            for child in children(tree[i]) {
+                if !tree.contains(&child) {
+                    signal("-STOP", child);
                     tree.push(child);
                 }
             }
+            i += 1;
         }
-        i += 1;
+        if tree.len() == found {
+            break;
+        }
     }
     for pid in tree.iter().rev() {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
+        signal("-KILL", *pid);
     }
+}
+
+/// The processes whose parent is `parent` (`/proc/PID/stat`'s fourth field).
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            // `pid (comm) state ppid ...`: the fields after the last ')'.
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            (ppid.parse::<u32>().ok()? == parent).then_some(pid)
+        })
+        .collect()
 }
 
 /// Runs cargo in the workspace root.

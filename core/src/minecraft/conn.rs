@@ -1251,7 +1251,8 @@ pub const MAX_LOGIN_PLUGIN_PAYLOAD: usize = 1 << 20;
 
 /// Checks a Login Plugin Response as vanilla reads it: a message ID, whether the client
 /// understood the request, and if it did a payload of the rest, at most
-/// [`MAX_LOGIN_PLUGIN_PAYLOAD`] bytes.
+/// [`MAX_LOGIN_PLUGIN_PAYLOAD`] bytes. The flag is read as every boolean here (0 or 1,
+/// [`Error::BadBool`]), stricter than vanilla's, which takes any byte but 0 as true.
 pub fn check_login_plugin_response(data: &[u8]) -> Result<(), Error> {
     let mut r = Reader::new(data);
     r.varint()?;
@@ -1266,7 +1267,8 @@ pub fn check_login_plugin_response(data: &[u8]) -> Result<(), Error> {
 
 /// Checks an Encryption Response as vanilla reads it for `protocol_version`: the encrypted
 /// shared secret, then the encrypted verify token; in 1.19 - 1.19.2 (759, 760) a flag says
-/// whether the token or a salt and a signature over it follow. Nothing after.
+/// whether the token or a salt and a signature over it follow (0 or 1, as every boolean
+/// here). Nothing after.
 pub fn check_encryption_response(data: &[u8], protocol_version: i32) -> Result<(), Error> {
     let mut r = Reader::new(data);
     r.byte_array(data.len())?;
