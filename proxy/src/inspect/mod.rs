@@ -1584,9 +1584,7 @@ mod tests {
     #[test]
     fn a_packet_on_a_thread_whose_work_set_cannot_be_made_closes_its_connection() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
-        use wirekit_core::minecraft::login::LoginStart;
-        use wirekit_core::minecraft::{Encode, conn::Verdict};
+        use wirekit_core::minecraft::conn::Verdict;
         std::thread::spawn(|| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -1597,27 +1595,7 @@ mod tests {
                 let mut filter = wirekit_core::minecraft::filter::PassAll;
                 let mut insp = Inspector::new(&settings, &mut filter).unwrap();
                 let now = wirekit_std::clock::now();
-                let hs = Handshake {
-                    protocol_version: 340,
-                    address: ServerAddress::host("memory.test"),
-                    port: 25565,
-                    next_state: NextState::Login,
-                };
-                let ls = LoginStart {
-                    protocol_version: 340,
-                    name: "Tester",
-                    signature: None,
-                    uuid: None,
-                };
-                let framed = |p: &dyn Fn(&mut [u8]) -> usize, len: usize| {
-                    let mut v = std::vec![0u8; len];
-                    let n = p(&mut v);
-                    v.truncate(n);
-                    v
-                };
-                let hs = framed(&|o| hs.encode_frame(o).unwrap(), hs.frame_len());
-                let ls = framed(&|o| ls.encode_frame(o).unwrap(), ls.frame_len());
-                for frame in [hs, ls] {
+                for frame in login_opening("memory.test") {
                     assert_eq!(
                         insp.judge_prelogin(&frame[1..], frame.len(), now),
                         Verdict::Forward
@@ -1653,15 +1631,41 @@ mod tests {
         .unwrap();
     }
 
+    /// A 1.12.2 client's Handshake to `host` and its Login Start, each framed (a length byte).
+    fn login_opening(host: &str) -> [Vec<u8>; 2] {
+        use wirekit_core::minecraft::Encode;
+        use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
+        use wirekit_core::minecraft::login::LoginStart;
+        let framed = |p: &dyn Fn(&mut [u8]) -> usize, len: usize| {
+            let mut v = std::vec![0u8; len];
+            let n = p(&mut v);
+            v.truncate(n);
+            v
+        };
+        let hs = Handshake {
+            protocol_version: 340,
+            address: ServerAddress::host(host),
+            port: 25565,
+            next_state: NextState::Login,
+        };
+        let ls = LoginStart {
+            protocol_version: 340,
+            name: "Tester",
+            signature: None,
+            uuid: None,
+        };
+        [
+            framed(&|o| hs.encode_frame(o).unwrap(), hs.frame_len()),
+            framed(&|o| ls.encode_frame(o).unwrap(), ls.frame_len()),
+        ]
+    }
+
     /// A refusal whose Disconnect could not be written (the client is gone) says none was
     /// sent: the end decides whether the connection lingers for the client to read one.
     #[test]
     fn a_refusal_whose_disconnect_failed_says_none_was_sent() {
         use tokio::io::AsyncWriteExt;
-        use wirekit_core::minecraft::Encode;
         use wirekit_core::minecraft::conn::Verdict;
-        use wirekit_core::minecraft::handshake::{Handshake, NextState, ServerAddress};
-        use wirekit_core::minecraft::login::LoginStart;
         use wirekit_core::minecraft::rules::{IdRange, RuleAction, VersionRange};
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -1681,23 +1685,12 @@ mod tests {
             let mut filter = wirekit_core::minecraft::filter::PassAll;
             let mut insp = Inspector::new(&settings, &mut filter).unwrap();
             let now = wirekit_std::clock::now();
-            let hs = Handshake {
-                protocol_version: 340,
-                address: ServerAddress::host("gone.test"),
-                port: 25565,
-                next_state: NextState::Login,
-            };
-            let mut frame = vec![0u8; hs.frame_len()];
-            let n = hs.encode_frame(&mut frame).unwrap();
-            assert_eq!(insp.judge_prelogin(&frame[1..n], n, now), Verdict::Forward);
-            let ls = LoginStart {
-                protocol_version: 340,
-                name: "Tester",
-                signature: None,
-                uuid: None,
-            };
-            let mut frame = vec![0u8; ls.frame_len()];
-            let n = ls.encode_frame(&mut frame).unwrap();
+            let [hs, frame] = login_opening("gone.test");
+            assert_eq!(
+                insp.judge_prelogin(&hs[1..], hs.len(), now),
+                Verdict::Forward
+            );
+            let n = frame.len();
             let (mut client, proxy_client) = tokio::io::duplex(1 << 16);
             let (proxy_up, _upstream) = tokio::io::duplex(1 << 16);
             let (mut cr, mut cw) = tokio::io::split(proxy_client);
