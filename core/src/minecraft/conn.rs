@@ -1539,6 +1539,18 @@ mod tests {
         }
     }
 
+    /// A 1.21.4 login the server has sent its Encryption Request on.
+    fn awaiting_encryption() -> ProxyConn {
+        let mut c = ProxyConn::new(ConnConfig::default());
+        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
+        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
+        assert_eq!(
+            feed(&mut c, CB, 1, b"request"),
+            Verdict::ForwardThenAwaitEncryption
+        );
+        c
+    }
+
     /// The client's login answers are read as vanilla reads them: identifiers in Cookie
     /// Responses, Login Plugin Responses (a flag, then a payload of at most 1 MiB), and the
     /// Encryption Response by version, nothing after.
@@ -1595,13 +1607,7 @@ mod tests {
         assert!(check_encryption_response(&salted, 761).is_err());
         // In the machine: a malformed answer closes as a bad packet, with a Disconnect (the
         // client does not encrypt yet).
-        let mut c = ProxyConn::new(ConnConfig::default());
-        feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
-        feed(&mut c, SB, 0, &login_start(769)).assert_forward();
-        assert_eq!(
-            feed(&mut c, CB, 1, b"request"),
-            Verdict::ForwardThenAwaitEncryption
-        );
+        let mut c = awaiting_encryption();
         let Verdict::Close(close) = feed(&mut c, SB, 1, b"") else {
             panic!()
         };
@@ -1627,13 +1633,7 @@ mod tests {
     #[test]
     fn encryption_goes_opaque_at_the_clients_response() {
         let start = || {
-            let mut c = ProxyConn::new(ConnConfig::default());
-            feed(&mut c, SB, 0, &handshake(769, NextState::Login)).assert_forward();
-            feed(&mut c, SB, 0, &login_start(769)).assert_forward();
-            assert_eq!(
-                feed(&mut c, CB, 1, b"request"),
-                Verdict::ForwardThenAwaitEncryption
-            );
+            let c = awaiting_encryption();
             assert_eq!(c.phase(), Phase::Parsing);
             assert_eq!(
                 c.disconnect_target().map(|t| t.state),
