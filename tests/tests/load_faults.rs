@@ -56,8 +56,7 @@ fn half_close_reset_mid_frame_and_peer_gone_while_writing_are_each_counted_and_l
     faults::half_close(server.addr, Some(header), 50).expect("every reply after the half-close");
     faults::reset_mid_frame(server.addr, None).unwrap();
     let (unread, sent) =
-        faults::send_without_reading(server.addr, 1000, Duration::from_millis(300), 64 << 20)
-            .unwrap();
+        faults::send_without_reading(server.addr, 1000, Duration::from_secs(1), 64 << 20).unwrap();
     // Stalled by the server's backpressure long before the 64 MiB offered.
     assert!(sent > 0 && sent < 64 << 20, "{sent} bytes taken");
     faults::close_unread(unread);
@@ -150,7 +149,7 @@ fn clients_that_never_read_are_not_read_from_and_cost_bounded_memory() {
     let writers: Vec<_> = (0..CLIENTS)
         .map(|_| {
             std::thread::spawn(move || {
-                faults::send_without_reading(addr, 1000, Duration::from_millis(500), 256 << 20)
+                faults::send_without_reading(addr, 1000, Duration::from_secs(1), 256 << 20)
                     .expect("send until stalled")
             })
         })
@@ -262,6 +261,8 @@ fn a_client_that_keeps_its_window_shut_is_closed_at_the_send_timeout() {
     bystander.echo(b"warm-up").unwrap();
     let fds_before = server.open_fds();
     let (unread, sent) =
+        // 300 ms without progress: the server's 1 s send timeout runs from its own stall,
+        // a little before this one, and must not end the connection before this returns.
         faults::send_without_reading(server.addr, 1000, Duration::from_millis(300), 256 << 20)
             .expect("send until stalled");
     // The client stays connected and never reads: only the send timeout can end it.

@@ -373,6 +373,18 @@ fn read_frames(s: &mut std::net::TcpStream, count: usize) -> Vec<Vec<u8>> {
 }
 
 /// Frames `body` (ID and data) uncompressed.
+/// `got`, found at offset `at` of a stream that repeats `unit`, is that stream's bytes there.
+fn assert_repeats(got: &[u8], at: usize, unit: &[u8], what: &str) {
+    for (i, &b) in got.iter().enumerate() {
+        let want = unit[(at + i) % unit.len()];
+        assert!(
+            b == want,
+            "{what} byte {} is {b:#04x}, not {want:#04x}",
+            at + i
+        );
+    }
+}
+
 fn frame(body: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; body.len() + 3];
     let n = wirekit_core::frame::mc::encode_frame(body, &mut out).unwrap();
@@ -476,10 +488,15 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     let started = Instant::now();
     let mut got = 0;
     let mut chunk = vec![0u8; 64 * 1024];
+    // Every byte as sent, in order: the client's packet over and over.
+    let serverbound = frame(&[[0x20u8].as_slice(), &[b's'; 1020]].concat());
     while got < SERVERBOUND {
         match up.read(&mut chunk) {
             Ok(0) => panic!("the upstream connection closed after {got} bytes"),
-            Ok(n) => got += n,
+            Ok(n) => {
+                assert_repeats(&chunk[..n], got, &serverbound, "serverbound");
+                got += n;
+            }
             Err(e) => panic!(
                 "the upstream got {got} of {SERVERBOUND} serverbound bytes in {:?}: {e}\n{}",
                 started.elapsed(),
@@ -503,13 +520,25 @@ fn a_client_that_does_not_read_holds_back_only_its_own_direction() {
     client
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    // Login Success as the upstream sent it, then its chat packet over and over, in order.
+    let success = login_success("Tester");
+    let chat = frame(&[[0x0Fu8].as_slice(), &[b'c'; 250]].concat());
     let mut read = 0;
     while read < stalled_at as usize + (4 << 20) {
         let n = client
             .read(&mut chunk)
             .expect("clientbound after the stall");
         assert!(n > 0, "closed");
-        read += n;
+        let mut got = &chunk[..n];
+        while read < success.len() && !got.is_empty() {
+            assert_eq!(
+                got[0], success[read],
+                "clientbound byte {read} (Login Success)"
+            );
+            (got, read) = (&got[1..], read + 1);
+        }
+        assert_repeats(got, read - success.len(), &chat, "clientbound");
+        read += got.len();
     }
     stop.store(true, Ordering::Relaxed);
     flood.join().unwrap();
