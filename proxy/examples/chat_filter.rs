@@ -3,6 +3,13 @@
 //! masked (a rewrite, into the buffer the proxy lends: no allocation), a message that is
 //! nothing but the word is dropped (the player sees nothing sent; the connection goes on).
 //!
+//! From 1.19 on, chat may be signed, and a signature covers the text: a signed message is
+//! passed as it is (masked, the server would refuse its signature; dropped, the next one's
+//! chain), and only unsigned chat (an offline-mode server's, or a client without a chat
+//! session) is masked. Nor is a message of those versions dropped: each one also acknowledges
+//! the chat its player has seen, which the server checks the next one against, so a message
+//! that is only the word is masked whole instead.
+//!
 //! ```text
 //! cargo run -p wirekit-proxy --example chat_filter -- 127.0.0.1:25565 127.0.0.1:25566 creeper
 //! ```
@@ -36,8 +43,11 @@ fn chat_id(protocol: i32) -> Option<i32> {
     }
 }
 
+/// The first protocol version (1.19) whose chat messages may carry a signature.
+const SIGNED_CHAT: i32 = 759;
+
 /// Masks `word` (ASCII, matched case-insensitively) in chat, or drops a message that is only
-/// the word; counts what it touched.
+/// the word (before 1.19); counts what it touched.
 struct GuardWord {
     word: String,
     masked: Arc<AtomicU64>,
@@ -58,7 +68,13 @@ impl Filter for GuardWord {
             return FilterAction::Pass;
         };
         let word = self.word.as_bytes();
-        if text.trim().eq_ignore_ascii_case(&self.word) {
+        // 1.19+: the text, a timestamp and a salt (8 bytes each), then whether a signature
+        // follows.
+        let signed_era = p.protocol_version >= SIGNED_CHAT;
+        if signed_era && p.data.get(consumed + 16) != Some(&0) {
+            return FilterAction::Pass;
+        }
+        if !signed_era && text.trim().eq_ignore_ascii_case(&self.word) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return FilterAction::Drop;
         }
@@ -166,12 +182,23 @@ mod tests {
         }
     }
 
-    /// A 1.20.4 chat message's data: the text, then the fields after it (timestamp, salt).
+    /// An unsigned 1.20.4 chat message's data: the text, then the fields after it
+    /// (timestamp, salt, no signature, the acknowledgement of chat seen).
     fn chat(text: &str) -> Vec<u8> {
         let mut data = vec![0u8; 3 + 3 * text.len()];
         let n = encode_string(text, 256, &mut data).unwrap();
         data.truncate(n);
         data.extend_from_slice(&[0xAA; 16]);
+        data.extend_from_slice(&[0, 2, 0b11, 0, 0]);
+        data
+    }
+
+    /// The same message signed (a 256-byte signature after the flag).
+    fn signed(text: &str) -> Vec<u8> {
+        let mut data = chat(text);
+        let flag = data.len() - 5;
+        data[flag] = 1;
+        data.splice(flag + 1..flag + 1, [0x5A; 256]);
         data
     }
 
@@ -187,8 +214,25 @@ mod tests {
         }
     }
 
+    /// A 1.12.2 chat message (the text alone).
+    fn old_chat(text: &str) -> Vec<u8> {
+        let mut data = vec![0u8; 3 + 3 * text.len()];
+        let n = encode_string(text, 256, &mut data).unwrap();
+        data.truncate(n);
+        data
+    }
+
+    fn old_view(data: &[u8]) -> PacketView<'_> {
+        PacketView {
+            protocol_version: 340,
+            id: 0x02,
+            ..view(data)
+        }
+    }
+
     /// The word is masked in place whatever its case (the string's length and the fields
-    /// after it unchanged), a message of the word alone is dropped, and others pass.
+    /// after it unchanged), a message of the word alone is dropped before 1.19 and masked
+    /// whole after, a signed message passes as it is, and others pass.
     #[test]
     fn masks_drops_and_passes() {
         let mut g = guard();
@@ -200,10 +244,35 @@ mod tests {
         let mut want = vec![0x05];
         want.extend_from_slice(&chat("a *******, a *******!"));
         assert_eq!(&rewrite[..n], &want[..]);
+        // Alone, the word is masked whole: the message's acknowledgement still reaches the
+        // server.
+        let FilterAction::Rewrite(n) = g.filter(&view(&chat(" creeper ")), &mut rewrite) else {
+            panic!("not rewritten")
+        };
+        let mut want = vec![0x05];
+        want.extend_from_slice(&chat(" ******* "));
+        assert_eq!(&rewrite[..n], &want[..]);
+        // Signed, it is not touched: its signature covers the text.
         assert_eq!(
-            g.filter(&view(&chat(" creeper ")), &mut rewrite),
+            g.filter(&view(&signed("a creeper")), &mut rewrite),
+            FilterAction::Pass
+        );
+        assert_eq!(
+            g.filter(&view(&signed("creeper")), &mut rewrite),
+            FilterAction::Pass
+        );
+        // Before 1.19 a message of the word alone is dropped.
+        assert_eq!(
+            g.filter(&old_view(&old_chat(" creeper ")), &mut rewrite),
             FilterAction::Drop
         );
+        let FilterAction::Rewrite(n) = g.filter(&old_view(&old_chat("Creeper!")), &mut rewrite)
+        else {
+            panic!("not rewritten")
+        };
+        let mut want = vec![0x02];
+        want.extend_from_slice(&old_chat("*******!"));
+        assert_eq!(&rewrite[..n], &want[..]);
         assert_eq!(
             g.filter(&view(&chat("hello")), &mut rewrite),
             FilterAction::Pass
@@ -213,7 +282,7 @@ mod tests {
                 g.masked.load(Ordering::Relaxed),
                 g.dropped.load(Ordering::Relaxed)
             ),
-            (1, 1)
+            (3, 1)
         );
         // Other packets, directions and versions pass untouched.
         let mut other = view(&data);

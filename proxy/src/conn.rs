@@ -113,7 +113,13 @@ pub(crate) async fn serve(
         relay: "-",
     };
     let mut gauge = OpenGauge::new(&shared.metrics, "none", ConnState::Prelogin);
+    let mut unwinding = Unwinding {
+        shared,
+        peer,
+        armed: true,
+    };
     let ended = run(shared, &rt, stream, peer, local, &mut line, &mut gauge).await;
+    unwinding.armed = false;
     let route = line.route.unwrap_or("-");
     let upstream = OrDash(line.upstream);
     let player = line.player.as_deref().unwrap_or("-");
@@ -155,6 +161,33 @@ pub(crate) async fn serve(
         suppressed,
         "{what}"
     );
+}
+
+/// Counts and logs a connection whose serving panicked (a library filter's panic, say): the
+/// close line and the closed count that [`serve`] writes after its connection's end would
+/// otherwise be missing for it. Disarmed when serving returns; a task dropped without a
+/// panic (the runtime shutting down) is not counted.
+struct Unwinding<'a> {
+    shared: &'a Shared,
+    peer: SocketAddr,
+    armed: bool,
+}
+
+impl Drop for Unwinding<'_> {
+    fn drop(&mut self) {
+        if !self.armed || !std::thread::panicking() {
+            return;
+        }
+        self.shared.metrics.closed("panic");
+        if let Some(suppressed) = self.shared.allow_line(self.peer.ip()) {
+            tracing::error!(
+                peer = %self.peer,
+                reason = "panic",
+                suppressed,
+                "closed"
+            );
+        }
+    }
 }
 
 /// An optional value in the close line: the value, or `-`; formatted only when the line is

@@ -1,11 +1,12 @@
 //! Prometheus metrics in the text exposition format (version 0.0.4), written by hand, and
 //! the small HTTP listener that serves them at `/metrics`.
 //!
-//! - `wirekit_proxy_connections_total{route}`: connections routed, by route (`none` before a
-//!   route is known);
-//! - `wirekit_proxy_connections_open{route,state}`: open now, by route and state: `prelogin`,
-//!   `status`, `relay` (bytes relayed unparsed), and for inspected connections the protocol
-//!   state their upstream's packets are in, `login`, `configuration` or `play`;
+//! - `wirekit_proxy_connections_total{route}`: connections routed, by route;
+//! - `wirekit_proxy_connections_open{route,state}`: open now, by route and state: `prelogin`
+//!   (route `none` until one is known), `status` (route `unknown` for a host no route takes,
+//!   answered with the unknown-host MOTD), `relay` (bytes relayed unparsed), and for
+//!   inspected connections the protocol state their upstream's packets are in, `login`,
+//!   `configuration` or `play`;
 //! - `wirekit_proxy_unknown_version_total{route}`: logins on an inspect route of a protocol
 //!   version the proxy does not know, passed unparsed (`unknown-version = "pass"`): the
 //!   route's packet rules and packet budgets do not apply to them (a newer release than this
@@ -18,14 +19,16 @@
 //! - `wirekit_proxy_closed_total{reason}`: the other connections ended, by reason (a peer
 //!   closed, a socket failed, status answered, or the proxy ended one for its upstream's fault:
 //!   `upstream_bad_frame` and kin, `reframe_too_large` and `reframe_upstream_too_large`,
-//!   `encryption_after_own_threshold`, a filter's own `filter_error`; or
-//!   `no_memory`, an inspected connection moved to a thread whose work buffers could not be
-//!   mapped);
+//!   `encryption_after_own_threshold`, a filter's own `filter_error`; `no_memory`, an
+//!   inspected connection moved to a thread whose work buffers could not be mapped; or
+//!   `panic`, a connection whose serving panicked, a library filter's panic say);
 //! - `wirekit_proxy_log_lines_suppressed_total`: refusal lines, close lines of connections
 //!   that ended before login, and served connections' close lines past 200 a second, that
 //!   the log limiter held back;
 //! - `wirekit_proxy_limiter_trips_total{limit}`: per-source limits tripped, by limit;
 //! - `wirekit_proxy_bytes_total{direction}`: relayed bytes;
+//! - `wirekit_proxy_packets_total{direction}`: packets judged on inspect routes after Login
+//!   Start, forwarded or not;
 //! - `wirekit_process_allocations_total`: the process's heap allocations, when the binary
 //!   counts them ([`Metrics::count_allocations_with`]);
 //! - `wirekit_proxy_upstream_connect_seconds`: upstream connect latency (a histogram, failed
@@ -522,8 +525,10 @@ async fn answer(stream: &mut tokio::net::TcpStream, metrics: &Metrics) -> std::i
             if m == 0 {
                 break;
             }
+            // Only the new bytes and the three before them can hold the end of the head: a
+            // request trickled a byte at a time costs a scan of each byte, not of the head.
+            let head = &req[n.saturating_sub(3)..n + m];
             n += m;
-            let head = &req[..n];
             if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
                 break;
             }
@@ -708,6 +713,34 @@ mod tests {
             "slot still held"
         );
         drop(silent);
+        stop.cancel();
+    }
+
+    /// A request trickled a byte at a time is answered when its blank line completes, the
+    /// line's bytes in separate reads (only the new bytes and the three before them are
+    /// scanned for the head's end).
+    #[tokio::test]
+    async fn a_request_trickled_a_byte_at_a_time_is_answered() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let m = std::sync::Arc::new(Metrics::default());
+        tokio::spawn(serve_within(l, m, stop.clone(), 1, Duration::from_secs(10)));
+        for request in [
+            &b"GET /metrics HTTP/1.1\r\n\r\n"[..],
+            b"GET /metrics HTTP/1.0\n\n",
+        ] {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.set_nodelay(true).unwrap();
+            for b in request {
+                c.write_all(&[*b]).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let mut out = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out)).await;
+            assert!(read.is_ok(), "no answer");
+            assert!(out.starts_with(b"HTTP/1.1 200 OK"), "{out:?}");
+        }
         stop.cancel();
     }
 

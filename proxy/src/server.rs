@@ -1255,7 +1255,13 @@ mod tests {
             })
             .await;
             assert!(reached.is_ok(), "the next connection was refused");
-            assert!(!handle.metrics().render().contains("max_connections"));
+            let metrics = handle.metrics().render();
+            assert!(!metrics.contains("max_connections"));
+            // The panicked connection is counted as closed, for its panic.
+            assert!(
+                metrics.contains("wirekit_proxy_closed_total{reason=\"panic\"} 1"),
+                "{metrics}"
+            );
             stop.cancel();
         }
 
