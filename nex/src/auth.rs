@@ -94,6 +94,9 @@ pub struct AuthStats {
     pub tickets: AtomicU64,
     /// Calls refused: unknown user or PID, bad token, LoginEx not configured.
     pub refused: AtomicU64,
+    /// Calls whose parameters did not decode (answered `Core::InvalidArgument`; each logged,
+    /// within a limit, with why).
+    pub invalid: AtomicU64,
     /// Calls refused by the per-source budget.
     pub rate_limited: AtomicU64,
 }
@@ -196,6 +199,8 @@ pub struct AuthenticationProtocol {
     stats: Arc<AuthStats>,
     budgets: Arc<LoginBudgets>,
     warnings: LogLimit,
+    /// The limit on warnings about calls whose parameters did not decode.
+    invalid_logs: LogLimit,
 }
 
 impl std::fmt::Debug for AuthenticationProtocol {
@@ -225,6 +230,7 @@ impl AuthenticationProtocol {
             config,
             stats,
             warnings: LogLimit::new(5, Duration::from_secs(10)),
+            invalid_logs: LogLimit::new(5, Duration::from_secs(10)),
         }
     }
 
@@ -290,6 +296,22 @@ impl AuthenticationProtocol {
         };
         self.stats.logins.fetch_add(1, Ordering::Relaxed);
         written(encode(&response, ctx, out))
+    }
+
+    /// A call whose parameters did not decode: counted apart from the refusals, logged
+    /// within a limit with the method and why, answered `Core::InvalidArgument`.
+    fn invalid(&mut self, call: &Call<'_>, e: wirekit_core::nex::Error) -> Reply {
+        self.stats.invalid.fetch_add(1, Ordering::Relaxed);
+        if let LogDecision::Log { suppressed } = self.invalid_logs.check(call.now) {
+            warn!(
+                peer = %call.peer,
+                method = call.method,
+                why = e.as_str(),
+                suppressed,
+                "authentication call with undecodable parameters"
+            );
+        }
+        Reply::Error(INVALID_ARGUMENT)
     }
 
     fn refuse(&self, code: ResultCode) -> Reply {
@@ -373,8 +395,9 @@ impl RmcProtocol for AuthenticationProtocol {
         let accounts = self.config.accounts.clone();
         match call.method {
             METHOD_LOGIN => {
-                let Ok(request) = decode::<LoginRequest<'_>>(call.body, ctx) else {
-                    return self.refuse(INVALID_ARGUMENT);
+                let request = match decode::<LoginRequest<'_>>(call.body, ctx) {
+                    Ok(request) => request,
+                    Err(e) => return self.invalid(call, e),
                 };
                 match accounts.by_username(request.username) {
                     Some(account) => self.login_reply(account, ctx, out),
@@ -382,8 +405,9 @@ impl RmcProtocol for AuthenticationProtocol {
                 }
             }
             METHOD_LOGIN_EX => {
-                let Ok(request) = decode::<LoginExRequest<'_>>(call.body, ctx) else {
-                    return self.refuse(INVALID_ARGUMENT);
+                let request = match decode::<LoginExRequest<'_>>(call.body, ctx) {
+                    Ok(request) => request,
+                    Err(e) => return self.invalid(call, e),
                 };
                 if !self.token_accepted(&request, ctx) {
                     return self.refuse(ResultCode::ACCESS_DENIED);
@@ -394,8 +418,9 @@ impl RmcProtocol for AuthenticationProtocol {
                 }
             }
             _ => {
-                let Ok(request) = decode::<RequestTicketRequest>(call.body, ctx) else {
-                    return self.refuse(INVALID_ARGUMENT);
+                let request = match decode::<RequestTicketRequest>(call.body, ctx) {
+                    Ok(request) => request,
+                    Err(e) => return self.invalid(call, e),
                 };
                 let Some(account) = accounts.by_pid(request.source_pid) else {
                     return self.refuse(ResultCode::INVALID_PID);
@@ -745,6 +770,32 @@ mod tests {
             p.call(&call(METHOD_LOGIN, &req), &mut out),
             Reply::Error(ResultCode::INVALID_USERNAME)
         );
+    }
+
+    /// Parameters that do not decode are answered `Core::InvalidArgument` and counted as
+    /// invalid, not as refused credentials.
+    #[test]
+    fn undecodable_parameters_are_counted_apart_from_refusals() {
+        let c = config(&[]);
+        let stats = Arc::new(AuthStats::default());
+        let mut p = protocol(&c, stats.clone());
+        let mut out = [0u8; 1024];
+        // A String of 6 bytes whose last is not NUL.
+        let bad = [6, 0, b'a', b'l', b'i', b'c', b'e', b'!'];
+        for method in [METHOD_LOGIN, METHOD_LOGIN_EX, METHOD_REQUEST_TICKET] {
+            let body = if method == METHOD_REQUEST_TICKET {
+                &bad[..3]
+            } else {
+                &bad[..]
+            };
+            assert_eq!(
+                p.call(&call(method, body), &mut out),
+                Reply::Error(INVALID_ARGUMENT),
+                "method {method}"
+            );
+        }
+        assert_eq!(stats.invalid.load(Ordering::Relaxed), 3);
+        assert_eq!(stats.refused.load(Ordering::Relaxed), 0);
     }
 
     #[test]

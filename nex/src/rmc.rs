@@ -113,8 +113,9 @@ pub enum Dispatched {
     Respond(usize),
     /// Nothing to send (a silent protocol, or a message that was not a request).
     Nothing,
-    /// The message is not RMC: the connection should count it and carry on.
-    Malformed,
+    /// The message is not an RMC request this server can answer (why, for the log): the
+    /// connection should count it and carry on.
+    Malformed(&'static str),
 }
 
 /// The protocols of one server, looked up by id.
@@ -220,7 +221,13 @@ impl Dispatcher {
     ) -> Dispatched {
         let parsed = match RmcMessage::parse(message, self.format, self.max_message) {
             Ok(wirekit_core::Status::Complete(p)) if p.len == message.len() => p.message,
-            _ => return Dispatched::Malformed,
+            Ok(wirekit_core::Status::Complete(_)) => {
+                return Dispatched::Malformed("bytes after the RMC message");
+            }
+            Ok(wirekit_core::Status::Partial(_)) => {
+                return Dispatched::Malformed("shorter than its RMC size");
+            }
+            Err(e) => return Dispatched::Malformed(e.as_str()),
         };
         let (Protocol::Id(protocol), RmcKind::Request { method, body, .. }) =
             (parsed.protocol, parsed.kind)
@@ -229,7 +236,7 @@ impl Dispatcher {
             return Dispatched::Nothing;
         };
         let Method::Id(method) = method else {
-            return Dispatched::Malformed;
+            return Dispatched::Malformed("a method name, not an id");
         };
         // A request naming a response's method id has no response form (the id with the
         // response bit set is not a method): no method answers it.
@@ -238,7 +245,7 @@ impl Dispatcher {
                 .encode(self.format, out)
             {
                 Ok(n) => Dispatched::Respond(n),
-                Err(_) => Dispatched::Malformed,
+                Err(_) => Dispatched::Malformed("no room for the error response"),
             };
         }
         call.protocol = protocol;
@@ -252,7 +259,7 @@ impl Dispatcher {
             &[],
         );
         let Ok(header) = head.header_len(self.format) else {
-            return Dispatched::Malformed;
+            return Dispatched::Malformed("no response header for its protocol and method");
         };
         let reply = match self
             .protocols
@@ -437,14 +444,17 @@ mod tests {
         let mut out = [0u8; 64];
         let good = request(0x99, 1, b"abcdef");
         for cut in 0..good.len() {
-            assert_eq!(
+            assert!(matches!(
                 d.dispatch(&good[..cut], call(), &mut out),
-                Dispatched::Malformed
-            );
+                Dispatched::Malformed(_)
+            ));
         }
         let mut long = good.clone();
         long.push(0);
-        assert_eq!(d.dispatch(&long, call(), &mut out), Dispatched::Malformed);
+        assert_eq!(
+            d.dispatch(&long, call(), &mut out),
+            Dispatched::Malformed("bytes after the RMC message")
+        );
         // A response from the client asks for nothing.
         let m = RmcMessage::response(Protocol::Id(0x99), 1, Method::Id(1), b"");
         let mut resp = [0u8; 32];

@@ -9,10 +9,13 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use tracing::warn;
+use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_core::nex::protocols::{
     METHOD_REGISTER, RegisterRequest, RegisterResponse, SECURE_CONNECTION_PROTOCOL,
 };
 use wirekit_core::nex::{Context, ResultCode, StationUrl, UrlValue, decode, encode};
+use wirekit_core::time::Duration;
 
 use crate::rmc::{Call, INVALID_ARGUMENT, Reply, RmcProtocol};
 
@@ -24,6 +27,8 @@ pub const METHOD_TEST_CONNECTIVITY: u32 = 5;
 pub struct SecureProtocol {
     context: Context,
     next_connection_id: Arc<AtomicU32>,
+    /// The limit on warnings about Register calls whose parameters did not decode.
+    invalid_logs: LogLimit,
 }
 
 impl SecureProtocol {
@@ -32,6 +37,7 @@ impl SecureProtocol {
         SecureProtocol {
             context,
             next_connection_id,
+            invalid_logs: LogLimit::new(5, Duration::from_secs(10)),
         }
     }
 }
@@ -45,7 +51,16 @@ impl RmcProtocol for SecureProtocol {
         let ctx = call.context(self.context);
         match call.method {
             METHOD_REGISTER => {
-                if decode::<RegisterRequest<'_>>(call.body, ctx).is_err() {
+                if let Err(e) = decode::<RegisterRequest<'_>>(call.body, ctx) {
+                    if let LogDecision::Log { suppressed } = self.invalid_logs.check(call.now) {
+                        warn!(
+                            peer = %call.peer,
+                            pid = call.pid,
+                            why = e.as_str(),
+                            suppressed,
+                            "Register with undecodable parameters"
+                        );
+                    }
                     return Reply::Error(INVALID_ARGUMENT);
                 }
                 // Zero is no connection id; skip it when the counter wraps.

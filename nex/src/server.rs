@@ -147,7 +147,8 @@ pub struct ServerStats {
     pub requests: AtomicU64,
     /// RMC responses sent.
     pub responses: AtomicU64,
-    /// Messages that were not RMC requests.
+    /// Messages that were not RMC requests this server can answer (each logged, within a
+    /// limit, with why).
     pub malformed_messages: AtomicU64,
     /// Responses the connection could not queue (send window full). Requests wait for
     /// room first (`deferred`), so this stays 0 unless the window logic disagrees.
@@ -346,6 +347,8 @@ pub struct PrudpHandler {
     disconnects: LogLimit,
     /// ... and of the others (idle, timed out, replaced, closed by the server).
     closes: LogLimit,
+    /// Warnings about messages that were not RMC requests to answer.
+    malformed_logs: LogLimit,
     /// The latest time seen (for the close line, which the table reports without one).
     last_now: Instant,
     /// Each source's budget of connections set up ([`CONNECT_BURST`], [`CONNECT_RATE`]),
@@ -428,6 +431,7 @@ impl PrudpHandler {
             replay_logs: LogLimit::new(5, Duration::from_secs(10)),
             disconnects: LogLimit::new(20, Duration::from_secs(10)),
             closes: LogLimit::new(20, Duration::from_secs(10)),
+            malformed_logs: LogLimit::new(5, Duration::from_secs(10)),
             last_now: Instant::ZERO,
             connects: [(); 2].map(|()| {
                 Table::new(
@@ -668,10 +672,22 @@ impl PrudpHandler {
                     }
                 },
                 Dispatched::Nothing => {}
-                Dispatched::Malformed => {
+                Dispatched::Malformed(why) => {
                     self.stats
                         .malformed_messages
                         .fetch_add(1, Ordering::Relaxed);
+                    // A connected client's (its handshake proved its address), within its
+                    // own limit so that one client's garbage cannot crowd out the closes.
+                    if let LogDecision::Log { suppressed } = self.malformed_logs.check(now) {
+                        warn!(
+                            server = self.role.as_str(),
+                            peer = %peer,
+                            pid = state.pid,
+                            why,
+                            suppressed,
+                            "message not answered"
+                        );
+                    }
                 }
             }
         }

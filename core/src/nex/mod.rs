@@ -81,8 +81,9 @@ pub struct Context {
 }
 
 impl Context {
-    /// 32-bit PIDs, no structure headers, NEX 4.0 (NintendoClients' defaults), default
-    /// limits.
+    /// 32-bit PIDs and no structure headers (NintendoClients' defaults), NEX version 4.0.0
+    /// (NintendoClients' own default is 0, which sends the oldest structure versions),
+    /// default limits.
     pub const DEFAULT: Context = Context {
         pid_width: PidWidth::U32,
         struct_header: false,
@@ -146,8 +147,9 @@ pub enum Error {
     DataHolderLength,
     /// A String holding a StationURL is not one.
     StationUrl(StationUrlError),
-    /// Bytes are left after a value that must fill its input (a message body, a Structure,
-    /// an RMC error).
+    /// Bytes are left after a value that must fill its input (a message body, an RMC
+    /// error). A Structure's own bytes left unread are skipped, as NintendoClients skips
+    /// them (a later version's fields).
     TrailingBytes,
     /// A packed RMC response's method id lacks the 0x8000 bit.
     MissingResponseBit,

@@ -312,6 +312,10 @@ impl<'a> RmcMessage<'a> {
                 if format == RmcFormat::Packed && !class_versions.is_empty() {
                     return Err(EncodeError::WrongForm);
                 }
+                // The response bit set, the id would read as a response's.
+                if matches!(method, Method::Id(m) if m & RESPONSE_BIT != 0) {
+                    return Err(EncodeError::WrongForm);
+                }
                 Some(method)
             }
             RmcKind::Response {

@@ -489,6 +489,12 @@ fn rmc_packed() {
         high.encode(RmcFormat::Packed, &mut buf),
         Err(EncodeError::WrongForm)
     );
+    // A request whose method id has the response bit would read as a response.
+    let high = RmcMessage::request(Protocol::Id(1), 1, Method::Id(0x8001), &[]);
+    assert_eq!(
+        high.encode(RmcFormat::Packed, &mut buf),
+        Err(EncodeError::WrongForm)
+    );
     assert_eq!(buf, [0; 64]);
 }
 

@@ -467,6 +467,7 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
         "tickets": l.tickets.load(Relaxed),
         "login_refused": l.refused.load(Relaxed),
         "login_rate_limited": l.rate_limited.load(Relaxed),
+        "login_invalid": l.invalid.load(Relaxed),
     })
 }
 
