@@ -35,7 +35,7 @@ use wirekit_core::nex::{
 use wirekit_core::time::{Duration, Instant};
 
 use crate::accounts::{Account, Accounts};
-use crate::rmc::{Call, INVALID_ARGUMENT, Reply, RmcProtocol};
+use crate::rmc::{Call, Reply, RmcProtocol};
 use crate::server::{fill_random, random};
 use crate::table::{NETWORK_PREFIX, SOURCE_PREFIX};
 
@@ -302,16 +302,7 @@ impl AuthenticationProtocol {
     /// within a limit with the method and why, answered `Core::InvalidArgument`.
     fn invalid(&mut self, call: &Call<'_>, e: wirekit_core::nex::Error) -> Reply {
         self.stats.invalid.fetch_add(1, Ordering::Relaxed);
-        if let LogDecision::Log { suppressed } = self.invalid_logs.check(call.now) {
-            warn!(
-                peer = %call.peer,
-                method = call.method,
-                why = e.as_str(),
-                suppressed,
-                "authentication call with undecodable parameters"
-            );
-        }
-        Reply::Error(INVALID_ARGUMENT)
+        call.invalid(&mut self.invalid_logs, e)
     }
 
     fn refuse(&self, code: ResultCode) -> Reply {
@@ -645,6 +636,7 @@ impl TicketReplays {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rmc::INVALID_ARGUMENT;
     use std::net::SocketAddr;
     use wirekit_core::kerberos::{PidWidth, TicketVersion, open_internal_ticket, open_ticket};
     use wirekit_core::limit::WAYS;

@@ -36,6 +36,7 @@
 
 use std::net::SocketAddr;
 
+use wirekit_core::limit::{LogDecision, LogLimit};
 use wirekit_core::nex::{Context, Method, Protocol, ResultCode, RmcFormat, RmcKind, RmcMessage};
 use wirekit_core::time::Instant;
 
@@ -70,6 +71,23 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// Answers a call whose parameters did not decode with `Core::InvalidArgument`, after a
+    /// warning (within `logs`) naming the client, the protocol and method, and why.
+    pub fn invalid(&self, logs: &mut LogLimit, e: wirekit_core::nex::Error) -> Reply {
+        if let LogDecision::Log { suppressed } = logs.check(self.now) {
+            tracing::warn!(
+                peer = %self.peer,
+                pid = self.pid,
+                protocol = self.protocol,
+                method = self.method,
+                why = e.as_str(),
+                suppressed,
+                "call with undecodable parameters"
+            );
+        }
+        Reply::Error(INVALID_ARGUMENT)
+    }
+
     /// `base` with structure headers as this connection speaks them: always from PRUDP minor
     /// version 3, and below it as `base` says (NintendoClients forces them on from minor 3 and
     /// otherwise keeps its configured `nex.struct_header`).

@@ -9,8 +9,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tracing::warn;
-use wirekit_core::limit::{LogDecision, LogLimit};
+use wirekit_core::limit::LogLimit;
 use wirekit_core::nex::protocols::{
     METHOD_REGISTER, RegisterRequest, RegisterResponse, SECURE_CONNECTION_PROTOCOL,
 };
@@ -52,16 +51,7 @@ impl RmcProtocol for SecureProtocol {
         match call.method {
             METHOD_REGISTER => {
                 if let Err(e) = decode::<RegisterRequest<'_>>(call.body, ctx) {
-                    if let LogDecision::Log { suppressed } = self.invalid_logs.check(call.now) {
-                        warn!(
-                            peer = %call.peer,
-                            pid = call.pid,
-                            why = e.as_str(),
-                            suppressed,
-                            "Register with undecodable parameters"
-                        );
-                    }
-                    return Reply::Error(INVALID_ARGUMENT);
+                    return call.invalid(&mut self.invalid_logs, e);
                 }
                 // Zero is no connection id; skip it when the counter wraps.
                 let mut id = self.next_connection_id.fetch_add(1, Ordering::Relaxed);
