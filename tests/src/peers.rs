@@ -1,8 +1,8 @@
 //! Locations of the interop peers that `cargo xtask test` installs under `target/interop/`.
 //!
 //! A peer that is missing fails the test when `WIREKIT_REQUIRE_PEERS=1` (set by
-//! `cargo xtask test`, and so in CI); a plain `cargo test` without the peers installed skips
-//! the interop tests with a message instead.
+//! `cargo xtask test`, and so in CI); a plain `cargo test --workspace` without the peers
+//! installed skips the interop tests with a message instead.
 
 use std::path::PathBuf;
 

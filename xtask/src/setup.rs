@@ -156,6 +156,25 @@ fn apt() -> Result<(), String> {
 /// 10 minutes for the dpkg lock, and the update, whose lists lock that option does not cover,
 /// is tried again every 10 s for as long.
 fn apt_install(packages: &[&str]) -> Result<(), String> {
+    // Without apt or root no retry helps: say so at once, not after ten minutes of tries.
+    let yourself = || {
+        format!(
+            "install {} yourself, then run this again",
+            packages.join(" ")
+        )
+    };
+    if output("apt-get", &["--version"]).is_none() {
+        return Err(format!(
+            "no apt-get here (not Debian or Ubuntu?): {}",
+            yourself()
+        ));
+    }
+    if output("id", &["-u"]).is_some_and(|uid| uid.trim() != "0") {
+        return Err(format!(
+            "apt-get needs root: run as root, or {}",
+            yourself()
+        ));
+    }
     let env = [("DEBIAN_FRONTEND", "noninteractive")];
     const LOCK_WAIT: &str = "DPkg::Lock::Timeout=600";
     let started = std::time::Instant::now();
