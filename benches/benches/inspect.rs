@@ -216,20 +216,31 @@ fn run(relay: Relay, bytes: &[u8]) -> (Duration, Duration, Vec<u8>) {
             })
         })
         .unwrap();
+    // Bounded: a relay that stalls without closing fails the run, it does not hold it.
+    client
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    upstream
+        .set_write_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let started = Instant::now();
     let reader = thread::spawn(move || {
         let mut buf = vec![0u8; 256 * 1024];
         // Sized beforehand: the reader's copies cost its own thread, not the relay's.
         let mut got = Vec::with_capacity(2 * PACKETS * 320);
         loop {
-            let n = client.read(&mut buf).unwrap();
+            let n = client
+                .read(&mut buf)
+                .expect("the relay's output within 60 s");
             if n == 0 {
                 return got;
             }
             got.extend_from_slice(&buf[..n]);
         }
     });
-    upstream.write_all(bytes).unwrap();
+    upstream
+        .write_all(bytes)
+        .expect("the relay takes the input within 60 s");
     upstream.shutdown(std::net::Shutdown::Write).unwrap();
     let got = reader.join().unwrap();
     let wall = started.elapsed();

@@ -32,6 +32,21 @@ pub fn assert_zlib_round_trip(stream: &[u8], original: &[u8], who: &str) {
     assert!(back == original, "{who}: the stream does not round-trip");
 }
 
+/// `v` with `decimals` decimals, or as many more (up to 6) as it takes for the printed figure
+/// to fall on the same side of the goal `ok` as the measured one (0.3334 misses a third and
+/// must not print as "0.333" beside "missed", nor 1.1504 as "1.15"), then "met" or "missed".
+pub fn mark_goal(v: f64, ok: &dyn Fn(f64) -> bool, decimals: usize) -> String {
+    let met = ok(v);
+    let mut text = format!("{v:.decimals$}");
+    for more in decimals + 1..=6 {
+        if text.parse::<f64>().map(ok) == Ok(met) {
+            break;
+        }
+        text = format!("{v:.more$}");
+    }
+    format!("{text} {}", if met { "met" } else { "missed" })
+}
+
 /// The median of `v` (the mean of the two middle values for an even count; NaN when empty).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -46,7 +61,14 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// `cargo xtask bench FILTER` passes to every bench target. A harness that prints a table of
 /// its own runs only when there is none, or one names it, so that a run of another bench does
 /// not stamp its table.
+///
+/// `cargo xtask bench` passes them in `WIREKIT_BENCH_FILTERS` (one a line), having told them
+/// from criterion's options and their values (`--sample-size 20`); run by hand, the
+/// arguments that are not options are taken.
 pub fn bench_filters() -> Vec<String> {
+    if let Ok(words) = std::env::var("WIREKIT_BENCH_FILTERS") {
+        return words.lines().map(str::to_owned).collect();
+    }
     std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -56,6 +78,16 @@ pub fn bench_filters() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The printed figure falls on the goal's side the measured one does.
+    #[test]
+    fn mark_goal_prints_enough_decimals_for_the_verdict() {
+        assert_eq!(mark_goal(1.1504, &|v| v <= 1.15, 2), "1.1504 missed");
+        assert_eq!(mark_goal(1.1496, &|v| v <= 1.15, 2), "1.15 met");
+        assert_eq!(mark_goal(1.5004, &|v| v <= 1.5, 3), "1.5004 missed");
+        assert_eq!(mark_goal(1.3049, &|v| v <= 1.3, 2), "1.305 missed");
+        assert_eq!(mark_goal(3.2, &|v| v >= 3.0, 3), "3.200 met");
+    }
 
     fn stream() -> (Vec<u8>, Vec<u8>) {
         let original: Vec<u8> = (0..2000u32).map(|i| (i % 251) as u8).collect();

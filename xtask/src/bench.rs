@@ -23,11 +23,15 @@ use wirekit_rig::net::{free_port, wait_for_port};
 
 use crate::process::{cargo, output, root};
 
-/// `true` if a filter word among `args` names the harness `name` (a word that is part of it).
-fn names(args: &[String], name: &str) -> bool {
-    args.iter()
-        .any(|a| !a.starts_with('-') && name.contains(a.as_str()))
+/// `true` if a filter word names the harness `name` (a word that is part of it) or its
+/// report section `key`.
+fn names(words: &[&str], name: &str, key: &str) -> bool {
+    words.iter().any(|w| name.contains(w) || *w == key)
 }
+
+/// The environment variable through which the bench binaries get the filter words (one a
+/// line): their own arguments hold criterion's options and option values too.
+const FILTERS_ENV: &str = "WIREKIT_BENCH_FILTERS";
 
 /// The words of `args` that are filters: not options, nor the value of a criterion option
 /// that takes one (`--sample-size 20`, `--save-baseline main`).
@@ -72,34 +76,31 @@ const REPORT: &str = "BENCHMARKS.md";
 /// Runs the benches (optionally filtered), prints the ratio tables and writes them to
 /// `BENCHMARKS.md`.
 pub fn run(args: &[String]) -> Result<(), String> {
-    // Criterion options (`--quick`, ...) pass through; any other argument is a filter.
-    let filtered = args.iter().any(|a| !a.starts_with('-'));
+    // Criterion options (`--quick`, `--sample-size 20`, ...) pass through; any other
+    // argument is a filter.
+    let words = filter_words(args);
+    let filtered = !words.is_empty();
     let started = SystemTime::now();
     let stamp = Stamp::now();
     let mut fresh = BTreeMap::new();
-    // `cargo xtask bench relay` (or `prudp/udp`) runs that harness alone, no criterion bench;
-    // `cargo xtask bench inspect` the inspect harness and the in-process inspect bench.
-    let words: Vec<&str> = args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .map(String::as_str)
-        .collect();
+    // `cargo xtask bench relay` (or `prudp/udp`, or a harness's section key) runs that
+    // harness alone, no criterion bench; `cargo xtask bench inspect` the inspect harness and
+    // the in-process inspect bench.
     let harness_only = filtered && words.iter().all(|w| HARNESSES.contains(w));
     // Criterion takes one filter, and every bench binary gets all the words: more than one
     // is refused here, before a build, rather than by the first bench binary after one.
-    let filters = filter_words(args);
-    if !harness_only && filters.len() > 1 {
+    if !harness_only && words.len() > 1 {
         return Err(format!(
             "one filter at a time (criterion takes one): run `cargo xtask bench` once for each \
              of {}",
-            filters.join(", ")
+            words.join(", ")
         ));
     }
     let benches = bench_targets()?
         .into_iter()
         .filter(|b| !harness_only || words.contains(&b.as_str()));
     for bench in benches {
-        for (i, (caption, table)) in run_bench(&bench, args)?.into_iter().enumerate() {
+        for (i, (caption, table)) in run_bench(&bench, args, &words)?.into_iter().enumerate() {
             let key = format!("{bench}/table-{}", i + 1);
             let note = format!("Printed by `benches/benches/{bench}.rs`. {caption}");
             let body = section_body(&key, &stamp, note.trim_end(), &table);
@@ -147,14 +148,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     // The pktconn echo pattern is one 1,000,000-round-trip run, not a criterion sample loop:
     // it runs as its own step (skipped when a filter names something else).
-    if !filtered || names(args, "pktconn") {
+    if !filtered || names(&words, "pktconn", "pktconn/echo") {
         let table = pktconn_echo()?;
         println!("\n{table}");
         let key = "pktconn/echo";
         fresh.insert(key.into(), section_body(key, &stamp, "", &table));
     }
     // The relay benchmark is its own harness with its own peers (HAProxy, Infrarust).
-    if !filtered || names(args, "relay") {
+    if !filtered || names(&words, "relay", "relay/passthrough") {
         let quick = args.iter().any(|a| a == "--quick");
         let report = peer_harness("relay_bench", true, quick)?;
         println!("\n{report}");
@@ -163,7 +164,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     // The inspect benchmark: `wirekit proxy` inspect against Infrarust's offline mode, in its
     // own harness too.
-    if !filtered || words.iter().any(|w| *w == "inspect" || *w == INSPECT_KEY) {
+    if !filtered || names(&words, "inspect", INSPECT_KEY) {
         let quick = args.iter().any(|a| a == "--quick");
         let report = peer_harness("inspect_bench", false, quick)?;
         println!("\n{report}");
@@ -175,7 +176,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     // The PRUDP UDP harness is also a run of its own (alternating floor and PRUDP servers on
     // one core, the load on the other), not a criterion sample loop.
-    if !filtered || names(args, "prudp/udp") {
+    if !filtered || names(&words, "prudp/udp", "prudp/udp") {
         let table = prudp_udp()?;
         println!("\n{table}");
         let key = "prudp/udp";
@@ -225,7 +226,11 @@ fn bench_targets() -> Result<Vec<String>, String> {
 
 /// Runs one bench target with `args`, echoing its output; returns the markdown tables it
 /// printed itself (runs of lines starting with `|`), each with its caption ([`table_captions`]).
-fn run_bench(bench: &str, args: &[String]) -> Result<Vec<(String, String)>, String> {
+fn run_bench(
+    bench: &str,
+    args: &[String],
+    words: &[&str],
+) -> Result<Vec<(String, String)>, String> {
     let mut cmd_args = vec!["bench", "-p", "wirekit-benches", "--bench", bench, "--"];
     cmd_args.extend(args.iter().map(String::as_str));
     let shown = format!("cargo {}", cmd_args.join(" "));
@@ -234,6 +239,7 @@ fn run_bench(bench: &str, args: &[String]) -> Result<Vec<(String, String)>, Stri
     let mut child = Command::new("cargo")
         .args(&cmd_args)
         .current_dir(root())
+        .env(FILTERS_ENV, words.join("\n"))
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
@@ -717,7 +723,14 @@ const INFRARUST: &str = "1.6.1";
 const RELAY_ROUNDS: usize = 5;
 
 /// Filter words that name a process harness rather than criterion benches.
-const HARNESSES: [&str; 3] = ["relay", "inspect", "prudp/udp"];
+const HARNESSES: [&str; 6] = [
+    "relay",
+    "relay/passthrough",
+    "inspect",
+    INSPECT_KEY,
+    "prudp/udp",
+    "pktconn/echo",
+];
 /// The inspect harness's report section.
 const INSPECT_KEY: &str = "relay/inspect";
 
@@ -1203,6 +1216,17 @@ fn frontier_svg(points: &[FrontierPoint]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A harness is named by a part of its name or by its section key (not by another
+    /// harness's key).
+    #[test]
+    fn harnesses_are_named_by_a_part_or_their_key() {
+        assert!(names(&["relay/passthrough"], "relay", "relay/passthrough"));
+        assert!(names(&["rel"], "relay", "relay/passthrough"));
+        assert!(!names(&[INSPECT_KEY], "relay", "relay/passthrough"));
+        assert!(names(&[INSPECT_KEY], "inspect", INSPECT_KEY));
+        assert!(names(&["pktconn/echo"], "pktconn", "pktconn/echo"));
+    }
 
     #[test]
     fn filter_words_skip_options_and_their_values() {

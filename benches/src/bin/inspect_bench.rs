@@ -52,6 +52,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use wirekit_benches::game_packets::{self, Kind as Payload};
+use wirekit_benches::mark_goal;
 use wirekit_benches::relay_peers::{
     Framed, Options, RelayProcess, copy_relay, load_average, login_prefix, median, pinned, ratio,
     run_pinned, spawn_announced, start_infrarust, temp_dir, upstream_arg, wirekit_limits_off_args,
@@ -907,9 +908,9 @@ fn goals(results: &[CaseResult<Throughput>]) -> String {
         let Some(w) = r.of(Kind::Wirekit).and_then(|w| w.cpu_ns_per_packet) else {
             continue;
         };
-        let mark = |v: Option<f64>, ok: bool| match v {
-            // Three places: a ratio just over the goal must not show as equal to it.
-            Some(v) => format!("{v:.3} {}", if ok { "met" } else { "missed" }),
+        // Three places, or more where a ratio just over the goal would show as equal to it.
+        let mark = |v: Option<f64>, ok: &dyn Fn(f64) -> bool| match v {
+            Some(v) => mark_goal(v, ok, 3),
             None => "n/a".into(),
         };
         let vs_infra = r
@@ -922,7 +923,7 @@ fn goals(results: &[CaseResult<Throughput>]) -> String {
             .map(|c| w / c);
         let uncompressed = r.label.starts_with("uncompressed");
         let copy_cell = if uncompressed {
-            mark(vs_copy, vs_copy.is_some_and(|v| v <= 1.5))
+            mark(vs_copy, &|v| v <= 1.5)
         } else {
             vs_copy.map_or("n/a".into(), |v| format!("{v:.3} (no goal)"))
         };
@@ -930,7 +931,7 @@ fn goals(results: &[CaseResult<Throughput>]) -> String {
         // inflates and deflates again every compressed packet, where wirekit forwards the
         // frames it inflated as received, so the ratio there is mostly Infrarust's deflate.
         let infra_cell = if uncompressed {
-            mark(vs_infra, vs_infra.is_some_and(|v| v >= 3.0))
+            mark(vs_infra, &|v| v >= 3.0)
         } else {
             vs_infra.map_or("n/a".into(), |v| {
                 format!("{v:.3} (no goal: Infrarust deflates again, wirekit forwards)")

@@ -29,8 +29,8 @@ use std::sync::mpsc;
 use std::time::Duration as StdDuration;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
-use wirekit_benches::median;
 use wirekit_benches::prudp::{self, Conn, SERVER_PORT};
+use wirekit_benches::{mark_goal, median};
 use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Settings, Version, VirtualPort};
 use wirekit_core::time::{Duration, Instant};
 use wirekit_nex::server::HandlerConfig;
@@ -624,18 +624,21 @@ fn main() -> io::Result<()> {
         let rate = |v: &[Measured]| median(v.iter().map(|m| m.rate).collect());
         let cpu = |v: &[Measured]| median(v.iter().map(|m| m.cpu_us).collect());
         let plain_ratio = cpu(&plain) / cpu(&floor);
-        let goal = match size {
-            64 | 256 if plain_ratio <= 1.3 => "met",
-            64 | 256 => "not met",
-            _ => "-",
+        // The ratio with as many decimals as its verdict needs (1.3049 is not "1.30x").
+        let (ratio, goal) = match size {
+            64 | 256 => {
+                let marked = mark_goal(plain_ratio, &|v| v <= 1.3, 2);
+                let (ratio, verdict) = marked.split_once(' ').unwrap_or((&marked, ""));
+                (ratio.to_owned(), verdict.to_owned())
+            }
+            _ => (format!("{plain_ratio:.2}"), "-".to_owned()),
         };
         table.push_str(&format!(
-            "| {size} B | {:.0} | {:.2} µs | {:.0} | {:.2} µs | {:.2}x | {goal} | {:.0} | {:.2} µs | {:.2}x |\n",
+            "| {size} B | {:.0} | {:.2} µs | {:.0} | {:.2} µs | {ratio}x | {goal} | {:.0} | {:.2} µs | {:.2}x |\n",
             rate(&floor),
             cpu(&floor),
             rate(&plain),
             cpu(&plain),
-            plain_ratio,
             rate(&ours),
             cpu(&ours),
             cpu(&ours) / cpu(&floor)

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use wirekit_benches::mark_goal;
 use wirekit_benches::relay_peers::{
     Framed, Options, RelayProcess, copy_relay, free_addr, load_average, login_prefix, median,
     pinned, ratio, run_pinned, spawn_announced, spawn_listening, start_infrarust, temp_dir,
@@ -1031,21 +1032,6 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// `v` with `decimals` decimals, or as many more (up to 6) as it takes for the printed figure
-/// to fall on the same side of the goal `ok` as the measured one (0.3334 misses a third and
-/// must not print as "0.333" beside "missed", nor 1.1504 as "1.15"), then "met" or "missed".
-fn mark_goal(v: f64, ok: &dyn Fn(f64) -> bool, decimals: usize) -> String {
-    let met = ok(v);
-    let mut text = format!("{v:.decimals$}");
-    for more in decimals + 1..=6 {
-        if text.parse::<f64>().map(ok) == Ok(met) {
-            break;
-        }
-        text = format!("{v:.more$}");
-    }
-    format!("{text} {}", if met { "met" } else { "missed" })
-}
-
 /// wirekit's goals at 64 KiB writes, case by case.
 fn goals(results: &[CaseResult]) -> String {
     let mut out = String::from(
@@ -1143,6 +1129,28 @@ async fn fresh_run(
         .await
         .map_err(|e| format!("warm-up probe: {e}"))?;
     measure(&relay, case, plan).await
+}
+
+/// One timed status run (see [`measure_status`]) on a relay and an upstream of its own, as
+/// [`fresh_run`], after one exchange that fills the relay's status cache (within
+/// [`RUN_TIMEOUT`]: a relay that never answers fails the run, it does not hold it).
+async fn fresh_status_run(
+    kind: Kind,
+    opts: &Options,
+    relay_cpu: usize,
+    plan: &Arc<Plan>,
+    exchanges: usize,
+) -> Result<(f64, f64, f64), String> {
+    let upstream = Upstream::bind(plan).await?;
+    let relay = start_relay(kind, opts, relay_cpu, upstream.addr)?
+        .ok_or_else(|| format!("{}: not given", kind.name()))?;
+    tokio::time::timeout(RUN_TIMEOUT, status_exchange(relay.process.addr))
+        .await
+        .map_err(|_| format!("the cache-filling exchange timed out after {RUN_TIMEOUT:?}"))?
+        .map_err(|e| format!("the cache-filling exchange: {e}"))?;
+    let measured = measure_status(&relay, exchanges, 16).await;
+    drop(upstream);
+    measured
 }
 
 /// Two small connections: a relay that cannot carry them is left out, and every timed run
@@ -1304,33 +1312,27 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         }
     }
 
-    // Status from cache: one exchange fills each cache, then the timed runs.
+    // Status from cache: each timed run on a relay and upstream of its own (as the other
+    // rows: its 10,000 connections leave as many TIME_WAIT sockets), one exchange filling the
+    // cache first.
     let exchanges = if opts.quick { 4000 } else { 10_000 };
-    let status_relays: Vec<&Relay> = relays
+    let status_relays: Vec<Kind> = relays
         .iter()
-        .filter(|r| matches!(r.kind, Kind::Wirekit | Kind::Infrarust) && opts.wants("status"))
+        .map(|r| r.kind)
+        .filter(|k| matches!(k, Kind::Wirekit | Kind::Infrarust) && opts.wants("status"))
         .collect();
     let mut status: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); status_relays.len()];
     let mut status_err: Vec<Option<String>> = vec![None; status_relays.len()];
-    for (i, r) in status_relays.iter().enumerate() {
-        if let Err(e) = status_exchange(r.process.addr).await {
-            status_err[i] = Some(e);
-        }
-    }
     for round in 0..opts.rounds {
         for i in 0..status_relays.len() {
             let k = (i + round) % status_relays.len();
             if status_err[k].is_some() {
                 continue;
             }
-            match measure_status(status_relays[k], exchanges, 16).await {
+            let kind = status_relays[k];
+            match fresh_status_run(kind, &opts, relay_cpu, &plan, exchanges).await {
                 Ok(v) => {
-                    eprintln!(
-                        "status, {}: {:.0}/s, {:.1} µs",
-                        status_relays[k].kind.name(),
-                        v.0,
-                        v.1
-                    );
+                    eprintln!("status, {}: {:.0}/s, {:.1} µs", kind.name(), v.0, v.1);
                     status[k].push(v);
                 }
                 Err(e) => status_err[k] = Some(e),
@@ -1343,12 +1345,12 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          exchanges that reached the upstream (cache misses), median run |\n\
          |---|---:|---:|---:|\n",
     );
-    for (i, r) in status_relays.iter().enumerate() {
+    for (i, kind) in status_relays.iter().enumerate() {
         match &status_err[i] {
-            Some(e) => report.push_str(&format!("| {} | failed: {} | | |\n", r.kind.name(), e)),
+            Some(e) => report.push_str(&format!("| {} | failed: {} | | |\n", kind.name(), e)),
             None => report.push_str(&format!(
                 "| {} | {:.0} | {:.1} µs | {:.0} of {exchanges} |\n",
-                r.kind.name(),
+                kind.name(),
                 median(status[i].iter().map(|v| v.0).collect()),
                 median(status[i].iter().map(|v| v.1).collect()),
                 median(status[i].iter().map(|v| v.2).collect())
