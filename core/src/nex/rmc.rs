@@ -226,9 +226,12 @@ impl<'a> RmcMessage<'a> {
     }
 
     /// Encodes the message into `out` and returns its length; on an error nothing is written.
-    /// The protocol and method must be ids in the packed form (the method below 0x8000, an
-    /// error's code with its error bit) and names in the verbose form
-    /// ([`EncodeError::WrongForm`]); packed requests carry no class versions.
+    /// The protocol and method must be ids in the packed form (a response's method below
+    /// 0x8000, the bit that marks it a response; an error's code with its error bit) and
+    /// names in the verbose form ([`EncodeError::WrongForm`]); packed requests carry no class
+    /// versions. A packed request's method id may have that bit, as the parser reads one (the
+    /// request bit is in the protocol byte): no method has such an id, and a server answers
+    /// it as an unknown method.
     pub fn encode(&self, format: RmcFormat, out: &mut [u8]) -> Result<usize, EncodeError> {
         let required = self.encoded_len(format)?;
         let out = out
@@ -310,10 +313,6 @@ impl<'a> RmcMessage<'a> {
                 ..
             } => {
                 if format == RmcFormat::Packed && !class_versions.is_empty() {
-                    return Err(EncodeError::WrongForm);
-                }
-                // The response bit set, the id would read as a response's.
-                if matches!(method, Method::Id(m) if m & RESPONSE_BIT != 0) {
                     return Err(EncodeError::WrongForm);
                 }
                 Some(method)

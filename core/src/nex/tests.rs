@@ -489,13 +489,13 @@ fn rmc_packed() {
         high.encode(RmcFormat::Packed, &mut buf),
         Err(EncodeError::WrongForm)
     );
-    // A request whose method id has the response bit would read as a response.
-    let high = RmcMessage::request(Protocol::Id(1), 1, Method::Id(0x8001), &[]);
-    assert_eq!(
-        high.encode(RmcFormat::Packed, &mut buf),
-        Err(EncodeError::WrongForm)
-    );
     assert_eq!(buf, [0; 64]);
+    // A request whose method id has the response bit is parsed (the protocol byte says it is
+    // a request), so it encodes, and back (found by the nex_rmc target).
+    let high = RmcMessage::request(Protocol::Id(1), 1, Method::Id(0x9999_9900), &[]);
+    let n = high.encode(RmcFormat::Packed, &mut buf).unwrap();
+    let back = RmcMessage::parse(&buf[..n], RmcFormat::Packed, 64).unwrap();
+    assert_eq!(back.complete().map(|b| b.message), Some(high));
 }
 
 #[test]
