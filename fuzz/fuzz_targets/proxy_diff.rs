@@ -246,13 +246,10 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm) -> bool {
     }
     // 3. wirekit checks the values whose shape the spec fixes: an SSL TLV's 5 fixed bytes and
     //    tiling sub-TLVs, a CRC32C TLV of 4 bytes (once, and matching), UNIQUE_ID at most 128
-    //    bytes. The peers pass these TLVs through unchecked.
-    let checked = |c: &u8| matches!(*c, 0x03 | 0x05 | 0x20);
-    if matches!(
-        err,
-        Some(SslTlv | Crc32cLength | Crc32cMismatch | UniqueIdTooLong)
-    ) && theirs.tlvs.iter().any(|(c, _)| checked(c))
-    {
+    //    bytes. The peers pass these TLVs through unchecked. Each refusal counts as this
+    //    difference only where the header breaks that rule, read here apart from wirekit (and
+    //    the checksum computed by the `crc32c` crate): a valid TLV refused is a failure.
+    if !theirs.v1 && v2_rule_broken(input, err) {
         return true;
     }
     // 4. proxy-protocol-codec's v1 splits the line on any run of whitespace (several spaces,
@@ -336,6 +333,80 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm) -> bool {
 
 /// ppp's reading of a v2 header of the UNSPEC family (family byte `0x0_`): the bytes after
 /// the 16 are an address block it does not read, so it reports no TLVs (difference 2).
+/// The TLVs of the v2 header at the start of `input` (its length as its own field declares
+/// it), read apart from wirekit: each one's type, value offset and value length; `None` where
+/// the header is cut short or its TLVs do not tile.
+type RefTlv = (u8, usize, usize);
+fn reference_tlvs(input: &[u8]) -> Option<(&[u8], Vec<RefTlv>)> {
+    let declared = usize::from(u16::from_be_bytes([*input.get(14)?, *input.get(15)?]));
+    let header = input.get(..16 + declared)?;
+    let addresses = match header[13] >> 4 {
+        1 => 12,
+        2 => 36,
+        3 => 216,
+        _ => 0,
+    };
+    let mut at = 16 + addresses;
+    let mut out = Vec::new();
+    while at < header.len() {
+        let head = header.get(at..at + 3)?;
+        let len = usize::from(u16::from_be_bytes([head[1], head[2]]));
+        if at + 3 + len > header.len() {
+            return None;
+        }
+        out.push((head[0], at + 3, len));
+        at += 3 + len;
+    }
+    Some((header, out))
+}
+
+/// Whether sub-TLVs (an SSL TLV's, after its 5 fixed bytes) tile `rest` exactly.
+fn tiles(mut rest: &[u8]) -> bool {
+    loop {
+        match rest {
+            [] => return true,
+            [_, hi, lo, tail @ ..] => {
+                match tail.get(usize::from(u16::from_be_bytes([*hi, *lo]))..) {
+                    Some(r) => rest = r,
+                    None => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// Whether the v2 header at the start of `input` breaks the TLV rule that wirekit's error
+/// `err` names (difference 3), read by [`reference_tlvs`].
+fn v2_rule_broken(input: &[u8], err: Option<proxy::Error>) -> bool {
+    use proxy::Error::{Crc32cLength, Crc32cMismatch, SslTlv, UniqueIdTooLong};
+    let Some((header, tlvs)) = reference_tlvs(input) else {
+        return false;
+    };
+    let of = |kind: u8| tlvs.iter().filter(move |t| t.0 == kind);
+    match err {
+        Some(UniqueIdTooLong) => of(0x05).any(|t| t.2 > 128),
+        Some(Crc32cLength) => of(0x03).count() > 1 || of(0x03).any(|t| t.2 != 4),
+        // 1 byte of client flags, 4 of verify result, then sub-TLVs that tile the rest.
+        Some(SslTlv) => of(0x20).any(|&(_, at, len)| len < 5 || !tiles(&header[at + 5..at + len])),
+        Some(Crc32cMismatch) => match of(0x03).collect::<Vec<_>>()[..] {
+            [&(_, at, 4)] => {
+                let mut zeroed = header.to_vec();
+                zeroed[at..at + 4].fill(0);
+                let stored = u32::from_be_bytes([
+                    header[at],
+                    header[at + 1],
+                    header[at + 2],
+                    header[at + 3],
+                ]);
+                crc32c::crc32c(&zeroed) != stored
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 fn ppp_unspec(peer: &str, input: &[u8], theirs: &Norm) -> bool {
     peer == "ppp" && !theirs.v1 && input.get(13).is_some_and(|f| f >> 4 == 0)
 }

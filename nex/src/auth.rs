@@ -515,6 +515,9 @@ pub struct TicketReplays {
     window: u64,
     inner: Mutex<ReplaySet>,
     evicted: AtomicU64,
+    /// The steady clock's origin for the warnings' limit (the wall clock that dates tickets
+    /// may step back, which would hold a limit's bucket shut for as long as it stepped).
+    started: std::time::Instant,
 }
 
 /// The cache's entries: by ticket digest, the owner's digest and the expiry; and the same
@@ -550,6 +553,7 @@ impl TicketReplays {
                 warnings: LogLimit::new(1, Duration::from_secs(10)),
             }),
             evicted: AtomicU64::new(0),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -600,7 +604,8 @@ impl TicketReplays {
                     continue;
                 }
                 self.evicted.fetch_add(1, Ordering::Relaxed);
-                let at = Instant::from_micros(now.saturating_mul(1_000_000));
+                let steady = self.started.elapsed().as_micros();
+                let at = Instant::from_micros(u64::try_from(steady).unwrap_or(u64::MAX));
                 if let LogDecision::Log { suppressed } = set.warnings.check(at) {
                     warn!(
                         capacity = self.capacity,

@@ -311,6 +311,11 @@ impl std::error::Error for SettingsError {}
 /// The longest `handshake-timeout` and `connect-timeout`.
 pub const MAX_OPENING_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// The longest `log-interval`: a day. A source's log bucket refills once an interval, and a
+/// bucket that is not full is kept (and its count held) until it is: an interval of years
+/// would keep every source's entry, and its suppressed count, for good.
+pub const MAX_LOG_INTERVAL: Duration = Duration::from_secs(86_400);
+
 /// A host pattern of a route, normalised: an exact name or a `*.` wildcard's suffix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum HostPattern {
@@ -522,6 +527,12 @@ impl Settings {
                     MAX_OPENING_TIMEOUT.as_secs()
                 )));
             }
+        }
+        if self.log_interval > MAX_LOG_INTERVAL {
+            return Err(SettingsError::new(format!(
+                "log-interval over {} s",
+                MAX_LOG_INTERVAL.as_secs()
+            )));
         }
         if let Some(twice) = self
             .listen
@@ -1009,6 +1020,15 @@ mod tests {
                 .contains("connect-timeout over")
         );
         long.connect_timeout = MAX_OPENING_TIMEOUT;
+        assert_eq!(long.check(), Ok(()));
+        long.log_interval = Duration::MAX;
+        assert!(
+            long.check()
+                .unwrap_err()
+                .to_string()
+                .contains("log-interval over")
+        );
+        long.log_interval = MAX_LOG_INTERVAL;
         assert_eq!(long.check(), Ok(()));
         for bad in [
             "",

@@ -130,8 +130,9 @@ impl PayloadSizes {
             PayloadSizes::Exponential(mean) => {
                 let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
                 let x = -(1.0 - u).ln() * mean as f64;
-                // `as` saturates (and maps NaN to 0).
-                (x as usize).min(self.max())
+                // Rounded, not cut, so that the sizes' mean is the mean asked for (cut, it
+                // was half a byte less: 0.58 for a mean of 1). `as` saturates.
+                (x.round() as usize).min(self.max())
             }
         }
     }
@@ -150,7 +151,12 @@ impl FromStr for PayloadSizes {
         match kind {
             "fixed" => Ok(PayloadSizes::Fixed(num(rest)?)),
             "exp" => {
-                let mean = num(rest)?.max(1);
+                let mean = num(rest)?;
+                if mean == 0 {
+                    return Err(format!(
+                        "a mean of 0 in {s:?} (use fixed:0 for empty payloads)"
+                    ));
+                }
                 if mean.checked_mul(8).is_none() {
                     return Err(format!(
                         "mean too large in {s:?} (sizes are capped at 8 times the mean)"
@@ -1233,18 +1239,15 @@ async fn drive_connection(
             }
             continue;
         }
-        // Inside a reply split across reads: append to the connection's own buffer.
-        let at = carry.len();
-        carry.resize(at + window.max(8192), 0);
-        let n = match stream.try_read(&mut carry[at..]) {
+        // Inside a reply split across reads: append to the connection's own buffer, into its
+        // spare capacity (not zeroed first: a large reply arriving in many reads would cost
+        // the client a window's memset each read).
+        carry.reserve(window.max(8192));
+        let n = match stream.try_read_buf(&mut carry) {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                carry.truncate(at);
-                continue;
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         };
-        carry.truncate(at + n);
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -1461,9 +1464,16 @@ async fn drive(
             tasks.spawn(drive_connection(run, i, addr, greeting));
         }
     }
+    // The thread's shared buffers at the size the connections will want, before the count
+    // starts (a first use would grow them inside it).
+    LOAD_BUFFERS.with(|cell| {
+        let mut bufs = cell.borrow_mut();
+        let want = window_len(opts.pipeline.max(1), opts.payload.max()).max(64 * 1024);
+        bufs.read.resize(want, 0);
+        bufs.write.reserve(want);
+    });
     run.ready.wait().await;
     let start = Instant::now();
-    let allocs0 = opts.allocations.map(|f| f());
     let cpu0 = local.and_then(|l| l.tid.as_deref()).and_then(thread_cpu);
     let bar = opts.progress.then(|| {
         let bar = match opts.round_trips {
@@ -1478,25 +1488,29 @@ async fn drive(
         );
         bar
     });
-    let ticker =
-        {
-            let run = run.clone();
-            let bar = bar.clone();
-            let opts = opts.clone();
-            tokio::spawn(async move {
-                // Every 100 ms, or at the run's end when it is shorter.
-                let period = Duration::from_millis(100)
-                    .min(opts.duration)
-                    .max(Duration::from_millis(1));
-                let mut tick = tokio::time::interval(period);
-                loop {
-                    tick.tick().await;
-                    let done = run.done.load(Ordering::Relaxed);
-                    let elapsed = start.elapsed();
-                    if opts.round_trips.is_none() && elapsed >= opts.duration {
-                        run.stop.store(true, Ordering::Relaxed);
-                    }
-                    if let Some(bar) = &bar {
+    // What the ticker allocates (the progress bar's messages and drawing, on this thread) is
+    // taken out of the run's allocation count, which is the round trips'.
+    let ticker_allocations = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let run = run.clone();
+        let bar = bar.clone();
+        let opts = opts.clone();
+        let counted = ticker_allocations.clone();
+        tokio::spawn(async move {
+            // Every 100 ms, or at the run's end when it is shorter.
+            let period = Duration::from_millis(100)
+                .min(opts.duration)
+                .max(Duration::from_millis(1));
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tick.tick().await;
+                let done = run.done.load(Ordering::Relaxed);
+                let elapsed = start.elapsed();
+                if opts.round_trips.is_none() && elapsed >= opts.duration {
+                    run.stop.store(true, Ordering::Relaxed);
+                }
+                if let Some(bar) = &bar {
+                    let ((), made) = crate::alloc_count::count_allocations(|| {
                         match opts.round_trips {
                             Some(_) => bar.set_position(done),
                             None => bar.set_position(
@@ -1507,10 +1521,14 @@ async fn drive(
                             "{done} round trips, {:.0}/s",
                             done as f64 / elapsed.as_secs_f64().max(1e-3)
                         ));
-                    }
+                    });
+                    counted.fetch_add(made.count, Ordering::Relaxed);
                 }
-            })
-        };
+            }
+        })
+    };
+    // Counted from here: the bar and the ticker are made.
+    let allocs0 = opts.allocations.map(|f| f());
     let (mut frames, mut payload_bytes, mut wire_bytes) = (0, 0, 0);
     let mut first_error = None;
     while let Some(joined) = tasks.join_next().await {
@@ -1527,9 +1545,13 @@ async fn drive(
         }
     }
     let elapsed = start.elapsed();
+    // Read before the histogram is taken (which makes a new one).
+    let allocations = opts
+        .allocations
+        .zip(allocs0)
+        .map(|(f, a0)| (f() - a0).saturating_sub(ticker_allocations.load(Ordering::Relaxed)));
     // The connections ran on this thread and recorded into its histogram.
     let histogram = LOAD_BUFFERS.with(|cell| std::mem::take(&mut cell.borrow_mut().latencies));
-    let allocations = opts.allocations.zip(allocs0).map(|(f, a0)| f() - a0);
     let server_cpu = cpu0.and_then(|c0| {
         let c1 = local.and_then(|l| l.tid.as_deref()).and_then(thread_cpu)?;
         Some(c1.saturating_sub(c0))
@@ -1571,6 +1593,7 @@ mod tests {
         assert_eq!("exp:100".parse(), Ok(PayloadSizes::Exponential(100)));
         assert!("uniform:5-1".parse::<PayloadSizes>().is_err());
         assert!("zipf:3".parse::<PayloadSizes>().is_err());
+        assert!("exp:0".parse::<PayloadSizes>().is_err());
         // 8 times the mean must fit.
         let err = "exp:18446744073709551615"
             .parse::<PayloadSizes>()
@@ -1580,6 +1603,23 @@ mod tests {
             format!("exp:{}", usize::MAX / 8).parse(),
             Ok(PayloadSizes::Exponential(usize::MAX / 8))
         );
+    }
+
+    /// `exp:MEAN` draws sizes whose mean is MEAN (within the cap's and the rounding's few
+    /// percent), small means included.
+    #[test]
+    fn exponential_sizes_have_the_mean_asked_for() {
+        let mut rng = Rng(7);
+        for mean in [1usize, 2, 100] {
+            let sizes = PayloadSizes::Exponential(mean);
+            let n = 200_000;
+            let sum: usize = (0..n).map(|_| sizes.draw(&mut rng)).sum();
+            let got = sum as f64 / n as f64;
+            assert!(
+                (got / mean as f64 - 1.0).abs() < 0.06,
+                "exp:{mean} drew a mean of {got}"
+            );
+        }
     }
 
     #[test]
