@@ -301,17 +301,30 @@ fuzz_target!(|input: Input| {
         } else {
             seal(&input.target_key, &input.plain)
         };
+        // Sealed here (not by wirekit), it opens exactly when its plaintext has the layout:
+        // issued (8), the PID (4 or 8), the session key (k).
+        let pid = if input.pid64 { 8 } else { 4 };
+        let fits = input.plain.len() == 8 + pid + k;
         match open_internal_ticket(format, &input.target_key, &mut internal, k) {
             Ok(t) => {
-                let pid = if input.pid64 { 8 } else { 4 };
-                assert_eq!(input.plain.len(), 8 + pid + k);
+                assert!(
+                    fits,
+                    "an internal ticket of {} bytes opened",
+                    input.plain.len()
+                );
                 assert_eq!(t.session_key, &input.plain[8 + pid..]);
                 assert_eq!(
                     t.issued,
                     u64::from_le_bytes(input.plain[..8].try_into().unwrap())
                 );
+                let mut want = [0u8; 8];
+                want[..pid].copy_from_slice(&input.plain[8..8 + pid]);
+                assert_eq!(t.source_pid, u64::from_le_bytes(want));
             }
-            Err(e) => assert_eq!(e, KerberosError::MalformedTicket),
+            Err(e) => {
+                assert_eq!(e, KerberosError::MalformedTicket);
+                assert!(!fits, "a well-formed internal ticket refused");
+            }
         }
     }
 

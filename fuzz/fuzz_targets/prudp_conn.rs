@@ -19,7 +19,7 @@ use core::net::SocketAddr;
 
 use libfuzzer_sys::fuzz_target;
 use wirekit_core::prudp::conn::{
-    ClientRandom, Config, Connection, DropReason, Event, Server, ServerOutput, State,
+    ClientRandom, Config, Connection, Counters, DropReason, Event, Server, ServerOutput, State,
 };
 use wirekit_core::prudp::crypto::{ServerSignatures, client_connection_signature};
 use wirekit_core::prudp::{Settings, V0Format, Version, VirtualPort};
@@ -92,6 +92,8 @@ fuzz_target!(|data: &[u8]| {
     let mut order: [Vec<bool>; 2] = [Vec::new(), Vec::new()];
     // The server aborted while both sides were connected.
     let mut aborted = false;
+    // The connection's, the client's and the listener's counters after the last step.
+    let mut counted: [Option<Counters>; 3] = [None; 3];
 
     while let Some((&op, rest)) = ops.split_first() {
         ops = rest;
@@ -219,6 +221,24 @@ fuzz_target!(|data: &[u8]| {
         }
         while client.poll_event().is_some() {}
         assert!(client.in_flight() <= W);
+        // Every step, whatever it was: no counter of the connection's, the client's or the
+        // listener's went down.
+        let now_counted = [
+            server.as_ref().map(|s| *s.counters()),
+            Some(*client.counters()),
+            Some(*listener.counters()),
+        ];
+        for (before, after) in counted.iter().zip(&now_counted) {
+            if let (Some(before), Some(after)) = (before, after) {
+                for (r, n) in after.iter() {
+                    assert!(
+                        n >= before.get(r),
+                        "{r:?} went down: {before:?} -> {after:?}"
+                    );
+                }
+            }
+        }
+        counted = now_counted;
         if aborted {
             // The abort's copies reached a connected client: it is closed, forced (or had
             // closed on its own before them).
