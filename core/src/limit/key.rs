@@ -137,9 +137,11 @@ impl AddrKey {
     pub fn contains(&self, ip: IpAddr) -> bool {
         let prefix = match self.network {
             IpAddr::V4(_) => Prefix::new(self.len, 128),
+            // An embedded range's key is at least as long as the range; a native key whose
+            // network falls in a range is shorter (an address in the range is embedded).
             IpAddr::V6(a) => match fold(IpAddr::V6(a)) {
-                Folded::Embedded(range, _) => {
-                    Prefix::new(self.len.saturating_sub(EMBEDDED[range].1), 128)
+                Folded::Embedded(range, _) if self.len >= EMBEDDED[range].1 => {
+                    Prefix::new(self.len - EMBEDDED[range].1, 128)
                 }
                 _ => Prefix::new(32, self.len),
             },
@@ -337,6 +339,16 @@ mod tests {
         assert!(k.contains(ip("2001:db8:1:2::99")));
         assert!(!k.contains(ip("2001:db8:1:3::99")));
         assert!(!k.contains(ip("192.0.2.7")));
+        // A native key whose network address lies in an embedded range (it is shorter than
+        // the range) contains the address it came from.
+        for (prefix, addr) in [
+            (Prefix::CLIENT, "64:ff9b::1:0:0:5"),
+            (Prefix::new(24, 15), "2003::1"),
+            (Prefix::new(24, 8), "2001:db8::1"),
+        ] {
+            let k = prefix.key(ip(addr));
+            assert!(k.contains(ip(addr)), "{k} does not contain {addr}");
+        }
 
         // Whole addresses stay apart.
         assert_ne!(
