@@ -1484,12 +1484,21 @@ impl ServerThreadBuilder {
                 let rt = if workers == 0 {
                     tokio::runtime::Builder::new_current_thread()
                         .enable_all()
-                        .build()?
+                        .build()
                 } else {
                     tokio::runtime::Builder::new_multi_thread()
                         .worker_threads(workers)
                         .enable_all()
-                        .build()?
+                        .build()
+                };
+                // A runtime that cannot start (no threads left, say) is the caller's error,
+                // told as the bind's would be, not "ended before binding".
+                let rt = match rt {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return Ok(());
+                    }
                 };
                 rt.block_on(async move {
                     let server = match Server::bind(options).await {

@@ -20,7 +20,8 @@
 //       "reconfig" chats "reconfigure", which the server answers (1.20.2+) by taking the
 //       client back to the configuration state and out, then chats as "chat" does and prints
 //       "ok <name> reconfigured" if it went through configuration again; "transfer" chats
-//       "transfer", which the server answers (1.20.5+) with a Transfer packet, then as "chat";
+//       "transfer", which the server answers (1.20.5+) with a Transfer packet, then as "chat",
+//       printing "ok <name> transferred" if the Transfer reached it;
 //       "cookie" chats "cookie", which the server answers (1.20.5+) by storing a cookie on the
 //       client and asking for it back (this client keeps what it is sent to store and answers
 //       Cookie Requests with it: minecraft-protocol's own client does neither), then echoes
@@ -168,6 +169,9 @@ if (mode === 'server' || mode === 'server-online') {
   // Times the server took this client back to the configuration state.
   let reconfigured = 0
   client.on('start_configuration', () => { reconfigured++ })
+  // Transfers the server sent that reached this client (which does not follow them).
+  let transferred = 0
+  client.on('transfer', () => { transferred++ })
   // Cookies the server stored on this client, answered back when it asks for them.
   const cookies = new Map()
   client.on('store_cookie', (p) => cookies.set(p.key, p.value))
@@ -204,7 +208,8 @@ if (mode === 'server' || mode === 'server-online') {
       // Back in play: chat once more through the proxy to show the connection still works.
       client.chat('hello through the proxy')
     } else if (text === 'echo:hello through the proxy') {
-      console.log('ok ' + client.username + (reconfigured ? ' reconfigured' : ''))
+      console.log('ok ' + client.username + (reconfigured ? ' reconfigured' : '') +
+        (transferred ? ' transferred' : ''))
       finished = true
       clearTimeout(timer)
       client.end()

@@ -195,8 +195,9 @@ fn a_denied_packet_closes_that_client_with_a_disconnect_and_no_other() {
 }
 
 /// A real server's Transfer packet (1.20.5+), named in a rule by packet name: on a route that
-/// denies it the client is closed with the rule's Disconnect, on one that does not it passes
-/// (the client ignores it and chats on), for each version the rule resolves the ID of.
+/// denies it the client is closed with the rule's Disconnect, on one that does not it reaches
+/// the client (which does not follow it and chats on), for each version the rule resolves the
+/// ID of.
 #[test]
 fn a_real_servers_transfer_is_known_by_name_and_denied_where_a_rule_says() {
     let _turn = turn();
@@ -230,7 +231,7 @@ fn a_real_servers_transfer_is_known_by_name_and_denied_where_a_rule_says() {
             "transfer",
         ));
         assert_kicked(&proxy, v, denied, "packet denied by rule");
-        assert_ok(&proxy, v, passed);
+        assert_ok_saying(&proxy, v, passed, "ok Tester transferred");
         proxy.proc.wait_log("reason=\"upstream_rule_denied\"", 1);
     }
 }

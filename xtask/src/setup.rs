@@ -206,7 +206,9 @@ fn node() -> Result<(), String> {
     let source = root().join("tests").join("interop");
     let lock = std::fs::read_to_string(source.join("package-lock.json"))
         .map_err(|e| format!("tests/interop/package-lock.json: {e}"))?;
-    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == lock) {
+    // The stamp alone is not enough: node_modules may have gone from beside it.
+    let installed = dir.join("node_modules").join("minecraft-protocol").is_dir();
+    if installed && std::fs::read_to_string(&stamp).is_ok_and(|s| s == lock) {
         return Ok(());
     }
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -232,13 +234,43 @@ fn python() -> Result<(), String> {
         std::fs::read_to_string(root().join("tests").join("interop").join(name))
             .map_err(|e| format!("tests/interop/{name}: {e}"))
     };
-    // Installed afresh when either file changes.
-    let want = read(PIP_REQUIREMENTS)? + &read(BUILD_CONSTRAINTS)?;
-    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
+    // The peers need Python 3.11 (nex_peer.py's exception groups; the requirements were
+    // frozen on it).
+    let version = output(
+        "python3",
+        &["-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+    )
+    .ok_or("no python3 here: the Python interop peers need Python 3.11 or later")?;
+    let version = version.trim().to_owned();
+    let at_least = version
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .is_some_and(|v| v >= (3, 11));
+    if !at_least {
+        return Err(format!(
+            "python3 is {version}: the Python interop peers need 3.11 or later"
+        ));
+    }
+    // Installed afresh when either file or the interpreter's version changes, or when the
+    // venv no longer imports the peers (its interpreter gone, say).
+    let want = format!(
+        "python {version}\n{}{}",
+        read(PIP_REQUIREMENTS)?,
+        read(BUILD_CONSTRAINTS)?
+    );
+    let python = venv.join("bin").join("python3");
+    let imports = || {
+        output(
+            &python.to_string_lossy(),
+            &["-c", "import quarry, mcstatus, nintendo"],
+        )
+        .is_some()
+    };
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) && imports() {
         return Ok(());
     }
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    run_in(&dir, "python3", &["-m", "venv", "venv"], &[])?;
+    run_in(&dir, "python3", &["-m", "venv", "--clear", "venv"], &[])?;
     let pip = venv.join("bin").join("pip");
     let pip = pip.to_string_lossy();
     let requirements = requirements.to_string_lossy();
