@@ -76,6 +76,18 @@ const REPORT: &str = "BENCHMARKS.md";
 /// Runs the benches (optionally filtered), prints the ratio tables and writes them to
 /// `BENCHMARKS.md`.
 pub fn run(args: &[String]) -> Result<(), String> {
+    // A section names the commit it measured: code not committed would be figures no one can
+    // check out again. `--dirty` measures it anyway (a trial), stamped as such.
+    let dirty_ok = args.iter().any(|a| a == "--dirty");
+    let args: Vec<String> = args.iter().filter(|a| *a != "--dirty").cloned().collect();
+    let args = &args[..];
+    if !dirty_ok && Stamp::now().dirty() {
+        return Err(
+            "uncommitted changes to the code: commit them first, so that each section names \
+             the code it measured (or pass --dirty for a trial, stamped as uncommitted)"
+                .into(),
+        );
+    }
     // Criterion options (`--quick`, `--sample-size 20`, ...) pass through; any other
     // argument is a filter.
     let words = filter_words(args);
@@ -307,7 +319,22 @@ pub(crate) struct Stamp {
     pub(crate) machine: String,
 }
 
+/// Whether a `git status --porcelain` line names a change to what the benchmarks build: not
+/// `report`, a Markdown file, or the fuzz campaigns' records and corpora.
+fn code_changed(line: &str, report: &str) -> bool {
+    let path = line.get(3..).unwrap_or(line);
+    !(path.ends_with(report)
+        || path.ends_with(".md")
+        || path.starts_with("fuzz/corpus/")
+        || path.ends_with(".tsv"))
+}
+
 impl Stamp {
+    /// Whether the figures are of uncommitted code.
+    fn dirty(&self) -> bool {
+        self.commit.ends_with(" + uncommitted changes")
+    }
+
     fn now() -> Stamp {
         Stamp::now_for(REPORT)
     }
@@ -323,12 +350,13 @@ impl Stamp {
         let mut commit = output("git", &["-C", &root, "rev-parse", "--short", "HEAD"])
             .map(|c| c.trim().to_string())
             .unwrap_or_else(|| "unknown commit".into());
-        // Uncommitted changes other than the report itself make the figures not the commit's.
+        // Uncommitted changes to what is built make the figures not the commit's (the
+        // reports, the docs and the fuzz campaigns' records and corpora are not built).
         let changed = output(
             "git",
             &["-C", &root, "status", "--porcelain", "--untracked-files=no"],
         )
-        .is_some_and(|s| s.lines().any(|l| !l.ends_with(report)));
+        .is_some_and(|s| s.lines().any(|l| code_changed(l, report)));
         if changed {
             commit.push_str(" + uncommitted changes");
         }
@@ -1216,6 +1244,24 @@ fn frontier_svg(points: &[FrontierPoint]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What is not built (reports, docs, the fuzz campaigns' records and corpora) does not
+    /// make a stamp's commit dirty.
+    #[test]
+    fn docs_and_fuzz_records_are_not_code_changes() {
+        assert!(!code_changed(" M BENCHMARKS.md", "BENCHMARKS.md"));
+        assert!(!code_changed(" M README.md", "BENCHMARKS.md"));
+        assert!(!code_changed(
+            " D fuzz/corpus/nex_rmc/00ab",
+            "BENCHMARKS.md"
+        ));
+        assert!(!code_changed(" M fuzz/campaigns.tsv", "BENCHMARKS.md"));
+        assert!(code_changed(" M core/src/lib.rs", "BENCHMARKS.md"));
+        assert!(code_changed(
+            "M  fuzz/fuzz_targets/varint.rs",
+            "BENCHMARKS.md"
+        ));
+    }
 
     /// A harness is named by a part of its name or by its section key (not by another
     /// harness's key).
