@@ -303,8 +303,9 @@ fuzz_target!(|input: Input| {
         };
         // Sealed here (not by wirekit), it opens exactly when its plaintext has the layout:
         // issued (8), the PID (4 or 8), the session key (k).
-        let pid = if input.pid64 { 8 } else { 4 };
-        let fits = input.plain.len() == 8 + pid + k;
+        let pid: usize = if input.pid64 { 8 } else { 4 };
+        // (k may be up to usize::MAX: the sum is checked.)
+        let fits = (8 + pid).checked_add(k) == Some(input.plain.len());
         match open_internal_ticket(format, &input.target_key, &mut internal, k) {
             Ok(t) => {
                 assert!(
