@@ -331,12 +331,11 @@ fn accepted(peer: &str, input: &[u8], theirs: &Norm) -> bool {
     false
 }
 
-/// ppp's reading of a v2 header of the UNSPEC family (family byte `0x0_`): the bytes after
-/// the 16 are an address block it does not read, so it reports no TLVs (difference 2).
-/// The TLVs of the v2 header at the start of `input` (its length as its own field declares
-/// it), read apart from wirekit: each one's type, value offset and value length; `None` where
-/// the header is cut short or its TLVs do not tile.
+/// A TLV as [`reference_tlvs`] reads it: its type, value offset and value length.
 type RefTlv = (u8, usize, usize);
+
+/// The TLVs of the v2 header at the start of `input` (its length as its own field declares
+/// it), read apart from wirekit; `None` where the header is cut short or its TLVs do not tile.
 fn reference_tlvs(input: &[u8]) -> Option<(&[u8], Vec<RefTlv>)> {
     let declared = usize::from(u16::from_be_bytes([*input.get(14)?, *input.get(15)?]));
     let header = input.get(..16 + declared)?;
@@ -407,6 +406,8 @@ fn v2_rule_broken(input: &[u8], err: Option<proxy::Error>) -> bool {
     }
 }
 
+/// ppp's reading of a v2 header of the UNSPEC family (family byte `0x0_`): the bytes after
+/// the 16 are an address block it does not read, so it reports no TLVs (difference 2).
 fn ppp_unspec(peer: &str, input: &[u8], theirs: &Norm) -> bool {
     peer == "ppp" && !theirs.v1 && input.get(13).is_some_and(|f| f >> 4 == 0)
 }

@@ -165,8 +165,10 @@ pub(crate) async fn serve(
 
 /// Counts and logs a connection whose serving panicked (a library filter's panic, say): the
 /// close line and the closed count that [`serve`] writes after its connection's end would
-/// otherwise be missing for it. Disarmed when serving returns; a task dropped without a
-/// panic (the runtime shutting down) is not counted.
+/// otherwise be missing for it. Disarmed when serving returns; a task dropped while its
+/// thread is not unwinding (the runtime shutting down) is not counted. (A runtime dropped
+/// while its thread unwinds from another panic, its caller's, counts its open connections
+/// this way too: the guard cannot tell whose panic it is.)
 struct Unwinding<'a> {
     shared: &'a Shared,
     peer: SocketAddr,

@@ -373,7 +373,6 @@ fn read_frames(s: &mut std::net::TcpStream, count: usize) -> Vec<Vec<u8>> {
     frames
 }
 
-/// Frames `body` (ID and data) uncompressed.
 /// `got`, found at offset `at` of a stream that repeats `unit`, is that stream's bytes there.
 fn assert_repeats(got: &[u8], at: usize, unit: &[u8], what: &str) {
     for (i, &b) in got.iter().enumerate() {
@@ -386,6 +385,7 @@ fn assert_repeats(got: &[u8], at: usize, unit: &[u8], what: &str) {
     }
 }
 
+/// Frames `body` (ID and data) uncompressed.
 fn frame(body: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; body.len() + 3];
     let n = wirekit_core::frame::mc::encode_frame(body, &mut out).unwrap();

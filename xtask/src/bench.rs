@@ -320,10 +320,12 @@ pub(crate) struct Stamp {
 }
 
 /// Whether a `git status --porcelain` line names a change to what the benchmarks build: not
-/// `report`, a Markdown file, or the fuzz campaigns' records and corpora.
+/// `report`, the frontier plot the bench writes, a Markdown file, or the fuzz campaigns'
+/// records and corpora.
 fn code_changed(line: &str, report: &str) -> bool {
     let path = line.get(3..).unwrap_or(line);
     !(path.ends_with(report)
+        || path == FRONTIER_SVG
         || path.ends_with(".md")
         || path.starts_with("fuzz/corpus/")
         || path.ends_with(".tsv"))
@@ -1256,6 +1258,10 @@ mod tests {
             "BENCHMARKS.md"
         ));
         assert!(!code_changed(" M fuzz/campaigns.tsv", "BENCHMARKS.md"));
+        assert!(!code_changed(
+            " M benches/zlib-frontier.svg",
+            "BENCHMARKS.md"
+        ));
         assert!(code_changed(" M core/src/lib.rs", "BENCHMARKS.md"));
         assert!(code_changed(
             "M  fuzz/fuzz_targets/varint.rs",

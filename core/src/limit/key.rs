@@ -344,7 +344,7 @@ mod tests {
         for (prefix, addr) in [
             (Prefix::CLIENT, "64:ff9b::1:0:0:5"),
             (Prefix::new(24, 15), "2003::1"),
-            (Prefix::new(24, 8), "2001:db8::1"),
+            (Prefix::new(24, 16), "2001:db8::1"),
         ] {
             let k = prefix.key(ip(addr));
             assert!(k.contains(ip(addr)), "{k} does not contain {addr}");
