@@ -11,6 +11,28 @@ use wirekit_tests::report::record;
 use wirekit_tests::serve_process::wirekit_binary;
 
 /// Runs `wirekit bench --target addr` with 1 s timeouts; its output and how long it took.
+/// How long a fake server below accepts and holds its connections: past any bench run here,
+/// then it stops (its thread ends and the connections close), so no test leaves one behind.
+const FAKE_SERVER_LIFE: Duration = Duration::from_secs(30);
+
+/// Accepts on `listener` for [`FAKE_SERVER_LIFE`], handing each connection to `on`, then
+/// drops the listener and everything `on` kept.
+fn fake_server(listener: TcpListener, mut on: impl FnMut(TcpStream) + Send + 'static) {
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        while started.elapsed() < FAKE_SERVER_LIFE {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    on(s);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+}
+
 fn bench(addr: SocketAddr) -> (Output, Duration) {
     // Built (if need be) before the clock starts.
     let bin = wirekit_binary();
@@ -99,13 +121,9 @@ fn a_full_accept_queue_fails_at_the_connect_timeout() {
 fn a_server_that_never_answers_fails_at_the_reply_timeout() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    // Accepts, reads nothing, answers nothing, and keeps every connection open.
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in listener.incoming().map_while(Result::ok) {
-            held.push(s);
-        }
-    });
+    // Accepts, reads nothing, answers nothing, and keeps every connection open (for its life).
+    let mut held = Vec::new();
+    fake_server(listener, move |s| held.push(s));
     let (out, took) = bench(addr);
     check_failed(
         "silent server",
@@ -124,22 +142,22 @@ fn a_server_that_stops_answering_mid_run_fails_at_the_reply_timeout() {
     // Echoes every connection's bytes (the frames come back as sent) for its first 700 ms,
     // then keeps reading and answers nothing more.
     const ANSWERING: Duration = Duration::from_millis(700);
-    std::thread::spawn(move || {
-        for s in listener.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || {
-                let mut s = s;
-                let start = Instant::now();
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 {
-                        return;
-                    }
-                    if start.elapsed() < ANSWERING && s.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
+    fake_server(listener, |s| {
+        std::thread::spawn(move || {
+            let mut s = s;
+            // Bounded too: a connection quiet this long is let go.
+            s.set_read_timeout(Some(FAKE_SERVER_LIFE)).unwrap();
+            let start = Instant::now();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    return;
                 }
-            });
-        }
+                if start.elapsed() < ANSWERING && s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        });
     });
     let (out, took) = bench(addr);
     check_failed(
