@@ -128,6 +128,13 @@ fuzz_target!(|input: Input| {
                     Some(RuleError::EmptyVersions(i))
                 } else if r.ids.first > r.ids.last || r.ids.last < 0 {
                     Some(RuleError::EmptyIds(i))
+                } else if (r.state == State::Handshake
+                    && (r.direction == Direction::Clientbound || r.ids.first > 0))
+                    || (r.state == State::Configuration && r.versions.max < 764)
+                {
+                    // The connection closes on any other handshake-state packet before the
+                    // rules apply; configuration begins at 1.20.2 (764).
+                    Some(RuleError::NeverApplies(i))
                 } else {
                     None
                 }

@@ -298,6 +298,11 @@ pub enum RuleError {
     EmptyHandshakeVersions,
     /// The handshake rule allows no next state.
     NoNextState,
+    /// Rule `0` names packets the connection closes on before any rule applies, or a state
+    /// its versions never reach: in the handshake state anything but the serverbound ID 0
+    /// (the Handshake, whose rules apply), in the configuration state versions all before
+    /// 1.20.2, which has none.
+    NeverApplies(usize),
 }
 
 impl RuleError {
@@ -308,6 +313,10 @@ impl RuleError {
             RuleError::EmptyIds(_) => "packet rule with an empty or negative packet ID range",
             RuleError::EmptyHandshakeVersions => "handshake rule with an empty version range",
             RuleError::NoNextState => "handshake rule allowing no next state",
+            RuleError::NeverApplies(_) => {
+                "packet rule that never applies (in the handshake state only the serverbound \
+                 packet 0 is read; the configuration state begins at 1.20.2)"
+            }
         }
     }
 }
@@ -397,13 +406,24 @@ impl<'a> Rules<'a> {
             if r.ids.first > r.ids.last || r.ids.last < 0 {
                 return Err(RuleError::EmptyIds(i));
             }
+            let never = match r.state {
+                State::Handshake => {
+                    matches!(r.direction, Direction::Clientbound) || !r.ids.contains(0)
+                }
+                State::Configuration => r.versions.max < super::ids::V1_20_2,
+                _ => false,
+            };
+            if never {
+                return Err(RuleError::NeverApplies(i));
+            }
         }
         Ok(())
     }
 
     /// The IDs below [`IdSet::LIMIT`] that some rule applies to in `state` and `direction`
-    /// for `version`: a packet whose ID is not in the set passes [`evaluate`](Self::evaluate)
-    /// whatever its length (built once per state, so the rules are not walked per packet).
+    /// for `version`: a packet whose ID is below [`IdSet::LIMIT`] and not in the set passes
+    /// [`evaluate`](Self::evaluate) whatever its length (built once per state, so the rules
+    /// are not walked per packet; higher IDs are for the caller to evaluate).
     pub fn matching_ids(&self, state: State, direction: Direction, version: i32) -> IdSet {
         let mut set = IdSet::EMPTY;
         for r in self.packets {
@@ -621,6 +641,32 @@ mod tests {
         assert_eq!(
             Rules::new(hs, &[]).check(),
             Err(RuleError::EmptyHandshakeVersions)
+        );
+        // Rules for packets the connection closes on first, or for a state the versions
+        // never reach.
+        let mut clientbound = rule(State::Handshake, IdRange::one(0), RuleAction::Deny);
+        clientbound.direction = Direction::Clientbound;
+        let not_zero = rule(State::Handshake, IdRange::new(1, 5), RuleAction::Deny);
+        let mut old = rule(State::Configuration, IdRange::one(1), RuleAction::Deny);
+        old.versions = VersionRange::new(47, 763);
+        for bad in [clientbound, not_zero, old] {
+            assert_eq!(
+                Rules::new(HandshakeRule::ANY, &[ok, bad]).check(),
+                Err(RuleError::NeverApplies(1)),
+                "{bad:?}"
+            );
+        }
+        // The Handshake's own rules, and configuration from 1.20.2, do apply.
+        let handshake = rule(
+            State::Handshake,
+            IdRange::new(0, 3),
+            RuleAction::MaxLen(300),
+        );
+        let mut config = rule(State::Configuration, IdRange::one(1), RuleAction::Deny);
+        config.versions = VersionRange::new(47, 764);
+        assert_eq!(
+            Rules::new(HandshakeRule::ANY, &[handshake, config]).check(),
+            Ok(())
         );
     }
 

@@ -74,7 +74,7 @@ pub struct HandshakeConfig {
     pub max_version: Option<i32>,
     /// Next states accepted: `status`, `login`, `transfer` (default all).
     pub next_states: Option<Vec<String>>,
-    /// Longest host, in characters.
+    /// Longest host, in UTF-16 code units (a trailing dot not counted), as the core counts it.
     pub max_host_len: Option<u16>,
 }
 
