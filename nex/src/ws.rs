@@ -369,6 +369,8 @@ struct Shared {
     counters: Arc<Counters>,
     stats: Arc<WsStats>,
     config: WsConfig,
+    /// The longest reply: the handler's packet capacity.
+    reply_max: usize,
     epoch: std::time::Instant,
     open: AtomicUsize,
     /// WebSockets open per [`source`] and per [`network`].
@@ -446,10 +448,12 @@ impl Shared {
     /// gives them one) and less the newcomer's own slot where it is `counted` already, fill the
     /// listener.
     fn full(&self, open: &OpenCounts, counted: bool) -> bool {
-        let open_now = self.open.load(Ordering::Relaxed)
-            - open.leaving_total
-            - open.waiting.len()
-            - counted as usize;
+        let open_now = self
+            .open
+            .load(Ordering::Relaxed)
+            .saturating_sub(open.leaving_total)
+            .saturating_sub(open.waiting.len())
+            .saturating_sub(counted as usize);
         open_now >= self.config.max_connections
     }
 
@@ -472,7 +476,7 @@ impl Shared {
         }
         // The order of the locks: the counts', then the engine's, then the budget's (nothing
         // takes the counts' under the engine's).
-        let mine = open.holding(&slot.network) - 1;
+        let mine = open.holding(&slot.network).saturating_sub(1);
         self.evict_for(&mut open, mine)
     }
 
@@ -496,7 +500,11 @@ impl Shared {
         // (networks's holding, heard from, the peer, its network), the best so far.
         let mut victim: Option<(u32, Instant, &Peer, IpAddr)> = None;
         for (addr, p) in &guard.peers {
-            if p.eviction.told.load(Ordering::Relaxed) || (unbound_only && p.key.is_some()) {
+            // (A closed queue: its WebSocket has ended, its entry not yet removed.)
+            if p.eviction.told.load(Ordering::Relaxed)
+                || p.tx.is_closed()
+                || (unbound_only && p.key.is_some())
+            {
                 continue;
             }
             let net = network(addr.ip());
@@ -717,6 +725,7 @@ impl WsListener {
                 counters,
                 stats,
                 config,
+                reply_max: slot,
                 epoch: std::time::Instant::now(),
                 open: AtomicUsize::new(0),
                 sources: Mutex::new(OpenCounts::default()),
@@ -804,29 +813,39 @@ impl WsListener {
 /// The largest WebSocket frame header (tungstenite's `FrameHeader::MAX_SIZE`, not public).
 const MAX_FRAME_HEADER: usize = 14;
 
-/// tungstenite's limits for one WebSocket: messages and frames up to
-/// [`WsConfig::max_message`]; a read buffer that holds one such frame (tungstenite reserves
-/// it for each WebSocket and zero-fills it on every read; its 128 KiB default stays the most);
-/// each reply written and flushed on its own (no write buffering), at most the send queue's
-/// worth waiting in the socket (tungstenite requires that cap above its write buffer, whatever
-/// the configured sizes).
-fn frame_config(config: &WsConfig) -> WebSocketConfig {
+/// tungstenite's limits for one WebSocket: messages up to [`WsConfig::max_message`], frames
+/// too but control frames up to the 125 bytes RFC 6455 allows them whatever that is; a read
+/// buffer that holds one such frame (tungstenite reserves it for each WebSocket and zero-fills
+/// it on every read; its 128 KiB default stays the most); each reply written and flushed on
+/// its own (no write buffering), at most twice the send queue's worth of the longest reply
+/// (`reply_max`, the handler's packet capacity) waiting in the socket, Pongs included (they
+/// skip the queue: a client that pings with its window shut is closed there, not sized by the
+/// largest message it may send; tungstenite requires that cap above its write buffer,
+/// whatever the configured sizes).
+fn frame_config(config: &WsConfig, reply_max: usize) -> WebSocketConfig {
     let cap = config.max_message;
     let default = WebSocketConfig::default();
     default
         .read_buffer_size(
-            cap.saturating_add(MAX_FRAME_HEADER)
+            cap.max(MAX_CONTROL_PAYLOAD)
+                .saturating_add(MAX_FRAME_HEADER)
                 .min(default.read_buffer_size),
         )
         .max_message_size(Some(cap))
-        .max_frame_size(Some(cap))
+        .max_frame_size(Some(cap.max(MAX_CONTROL_PAYLOAD)))
         .write_buffer_size(0)
         .max_write_buffer_size(
-            cap.saturating_mul(config.send_queue.max(1))
+            reply_max
+                .max(MAX_CONTROL_PAYLOAD)
+                .saturating_add(MAX_FRAME_HEADER)
+                .saturating_mul(config.send_queue.max(1))
                 .saturating_mul(2)
                 .max(1),
         )
 }
+
+/// The longest control frame payload (Ping, Pong, Close) RFC 6455 allows.
+const MAX_CONTROL_PAYLOAD: usize = 125;
 
 /// One open WebSocket's place under [`WsConfig::max_connections`] and its source's cap, given
 /// back when its task ends, however it ends.
@@ -877,7 +896,7 @@ impl OpenCounts {
     /// What `network` holds, less its WebSockets leaving.
     fn holding(&self, network: &IpAddr) -> u32 {
         let n = self.networks.get(network).copied().unwrap_or(0);
-        n - self.leaving.get(network).copied().unwrap_or(0)
+        n.saturating_sub(self.leaving.get(network).copied().unwrap_or(0))
     }
 
     /// Whether some network holds at least two more than `network` (a newcomer's, not yet
@@ -1105,7 +1124,7 @@ async fn serve_socket(
     mut shutdown: watch::Receiver<bool>,
 ) -> (WsReason, Socket) {
     let _ = tcp.set_nodelay(true);
-    let ws_config = frame_config(&shared.config);
+    let ws_config = frame_config(&shared.config, shared.reply_max);
     // Over the cap, a WebSocket holds one of the few places that wait for an upgrade: it
     // gets less time.
     let deadline = match slot.over {
@@ -1155,9 +1174,25 @@ async fn serve_socket(
             eviction: slot.eviction.clone(),
         },
     );
+    // Forgotten however the pump ends, a panic included: an entry left behind would be taken
+    // for a live WebSocket (to make room by evicting, to count).
+    let registered = Registered { shared, peer, task };
     let reason = pump(shared, &mut ws, peer, rx, &slot.eviction, &mut shutdown).await;
-    shared.remove(peer, task);
+    drop(registered);
     (reason, Socket::Ws(Box::new(ws)))
+}
+
+/// A WebSocket's entry in the peers, removed when this drops.
+struct Registered<'a> {
+    shared: &'a Shared,
+    peer: SocketAddr,
+    task: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.shared.remove(self.peer, self.task);
+    }
 }
 
 /// Moves messages both ways until the WebSocket ends.
@@ -1975,15 +2010,42 @@ mod tests {
         assert!(l.shared.admit(ip("2001:db8:1:4::1")).is_ok());
     }
 
+    /// A small message cap still lets control frames of 125 bytes through, and the write
+    /// buffer's cap follows the replies, not the largest message a client may send.
+    #[test]
+    fn control_frames_and_the_write_buffer_are_sized_apart_from_messages() {
+        let small = frame_config(
+            &WsConfig {
+                max_message: 64,
+                ..WsConfig::default()
+            },
+            1400,
+        );
+        assert_eq!(small.max_frame_size, Some(MAX_CONTROL_PAYLOAD));
+        assert_eq!(small.max_message_size, Some(64));
+        let config = WsConfig {
+            max_message: 1 << 20,
+            ..WsConfig::default()
+        };
+        let big = frame_config(&config, 1400);
+        assert_eq!(
+            big.max_write_buffer_size,
+            (1400 + MAX_FRAME_HEADER) * config.send_queue * 2
+        );
+    }
+
     #[test]
     fn the_read_buffer_fits_one_message() {
         let config = WsConfig::default();
-        let c = frame_config(&config);
+        let c = frame_config(&config, 1400);
         assert_eq!(c.read_buffer_size, config.max_message + MAX_FRAME_HEADER);
-        let huge = frame_config(&WsConfig {
-            max_message: usize::MAX,
-            ..config
-        });
+        let huge = frame_config(
+            &WsConfig {
+                max_message: usize::MAX,
+                ..config
+            },
+            1400,
+        );
         assert_eq!(
             huge.read_buffer_size,
             WebSocketConfig::default().read_buffer_size
@@ -2216,9 +2278,12 @@ mod tests {
                 ..WsConfig::default()
             };
             let (ours, _theirs) = tokio::io::duplex(64);
-            let _ =
-                WebSocketStream::from_raw_socket(ours, Role::Server, Some(frame_config(&config)))
-                    .await;
+            let _ = WebSocketStream::from_raw_socket(
+                ours,
+                Role::Server,
+                Some(frame_config(&config, 1400)),
+            )
+            .await;
         }
     }
 
