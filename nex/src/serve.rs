@@ -433,7 +433,9 @@ impl NexServers {
                     .run_until(async move {
                         let _ = stop.wait_for(|v| *v).await;
                     })
-                    .await
+                    .await?;
+                // Shut down: each client is told, rather than left to its timeout.
+                worker.close_all().await
             });
         }
         for listener in self.ws {

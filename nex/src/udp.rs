@@ -664,6 +664,43 @@ impl<H: DatagramHandler> Worker<H> {
         }
     }
 
+    /// For a server shutting down (after [`run_until`](Self::run_until)): tells every
+    /// connection's client, as an eviction does ([`DatagramHandler::evicting`]: PRUDP's
+    /// forceful close, an unreliable DISCONNECT sent three times), and sends it, so that
+    /// clients end their sessions now rather than at their timeouts. The connections stay in
+    /// the table, closed, for a later run to expire.
+    pub async fn close_all(&mut self) -> io::Result<()> {
+        let now = self.now();
+        self.in_rounds(|w, from| {
+            let Worker {
+                handler,
+                table,
+                outbox,
+                counters,
+                ..
+            } = w;
+            let outbox = std::cell::RefCell::new(outbox);
+            table.retain_from(
+                from,
+                now,
+                |key, sweep| {
+                    match sweep {
+                        Sweep::Live(state) => {
+                            handler.evicting(key, state, now, &mut outbox.borrow_mut())
+                        }
+                        Sweep::Removed { state, idle } => {
+                            counters.closed(idle);
+                            handler.closed(key, state, CloseReason::Idle);
+                        }
+                    }
+                    true
+                },
+                || outbox.borrow().is_low(),
+            )
+        })
+        .await
+    }
+
     /// Sends every queued reply, waiting for the socket when its send buffer is full.
     async fn flush(&mut self) -> io::Result<()> {
         send_outbox(&self.socket, &self.udp, &mut self.outbox, &self.counters).await
@@ -1291,6 +1328,78 @@ mod tests {
             }
             assert_eq!(replies, 16);
             assert_eq!(counters.snapshot().dropped(DropReason::OutboxFull), 0);
+        });
+    }
+
+    /// Says goodbye to each connection when told (as its eviction).
+    struct ByeEach;
+
+    impl DatagramHandler for ByeEach {
+        type State = ();
+        fn version(&self) -> Version {
+            Version::V1
+        }
+        fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<()> {
+            Open::Accept(())
+        }
+        fn datagram(
+            &mut self,
+            _: &ConnectionKey,
+            _: &mut (),
+            _: &[u8],
+            _: Instant,
+            _: &mut Outbox,
+        ) -> Verdict {
+            Verdict::Keep
+        }
+        fn evicting(&mut self, key: &ConnectionKey, _: &mut (), _: Instant, out: &mut Outbox) {
+            out.push(key, b"bye").unwrap();
+        }
+    }
+
+    /// A server shutting down tells every client, more of them than its outbox holds at once
+    /// (`close_all`, in rounds).
+    #[test]
+    fn close_all_tells_every_connection() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            socket.set_nonblocking(true).unwrap();
+            let addr = socket.local_addr().unwrap();
+            let config = WorkerConfig {
+                outbox_slots: 4,
+                ..WorkerConfig::default()
+            };
+            let counters = Arc::new(Counters::default());
+            let mut w = Worker::new(socket, &config, ByeEach, counters).unwrap();
+            let syn = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
+            let clients: Vec<_> = (0..12)
+                .map(|_| {
+                    let c = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                    c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                        .unwrap();
+                    c.send_to(&syn, addr).unwrap();
+                    c
+                })
+                .collect();
+            let mut received = 0;
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while received < clients.len() {
+                    received += w.receive_batch().await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await;
+            assert!(waited.is_ok(), "received {received}");
+            w.close_all().await.unwrap();
+            for c in &clients {
+                let mut b = [0u8; 16];
+                let n = c.recv(&mut b).expect("a goodbye");
+                assert_eq!(&b[..n], b"bye");
+            }
         });
     }
 
