@@ -500,11 +500,7 @@ impl Shared {
         // (networks's holding, heard from, the peer, its network), the best so far.
         let mut victim: Option<(u32, Instant, &Peer, IpAddr)> = None;
         for (addr, p) in &guard.peers {
-            // (A closed queue: its WebSocket has ended, its entry not yet removed.)
-            if p.eviction.told.load(Ordering::Relaxed)
-                || p.tx.is_closed()
-                || (unbound_only && p.key.is_some())
-            {
+            if p.eviction.told.load(Ordering::Relaxed) || (unbound_only && p.key.is_some()) {
                 continue;
             }
             let net = network(addr.ip());
@@ -638,6 +634,14 @@ impl Shared {
         if guard.peers.get(&peer).is_some_and(|p| p.task == task) {
             let old = guard.peers.remove(&peer);
             Self::close_prudp(&mut guard, &self.counters, old);
+        }
+    }
+
+    /// [`remove`](Self::remove) without closing the PRUDP connection (it expires in the table).
+    fn forget(&self, peer: SocketAddr, task: u64) {
+        let mut guard = self.engine();
+        if guard.peers.get(&peer).is_some_and(|p| p.task == task) {
+            guard.peers.remove(&peer);
         }
     }
 
@@ -1191,7 +1195,14 @@ struct Registered<'a> {
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        self.shared.remove(self.peer, self.task);
+        if std::thread::panicking() {
+            // Unwinding from the handler, maybe with its state half updated: the entry goes,
+            // its PRUDP connection is left to expire in the table rather than closed through
+            // the handler here (a second panic would abort the process).
+            self.shared.forget(self.peer, self.task);
+        } else {
+            self.shared.remove(self.peer, self.task);
+        }
     }
 }
 

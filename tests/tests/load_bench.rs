@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 use wirekit_tests::report::record;
 use wirekit_tests::serve_process::wirekit_binary;
 
-/// Runs `wirekit bench --target addr` with 1 s timeouts; its output and how long it took.
 /// How long a fake server below accepts and holds its connections: past any bench run here,
 /// then it stops (its thread ends and the connections close), so no test leaves one behind.
 const FAKE_SERVER_LIFE: Duration = Duration::from_secs(30);
 
 /// Accepts on `listener` for [`FAKE_SERVER_LIFE`], handing each connection to `on`, then
-/// drops the listener and everything `on` kept.
+/// drops the listener and everything `on` kept. The `wirekit` binary is built first, so that
+/// a build does not eat into the server's life.
 fn fake_server(listener: TcpListener, mut on: impl FnMut(TcpStream) + Send + 'static) {
+    wirekit_binary();
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
         let started = Instant::now();
@@ -33,6 +34,7 @@ fn fake_server(listener: TcpListener, mut on: impl FnMut(TcpStream) + Send + 'st
     });
 }
 
+/// Runs `wirekit bench --target addr` with 1 s timeouts; its output and how long it took.
 fn bench(addr: SocketAddr) -> (Output, Duration) {
     // Built (if need be) before the clock starts.
     let bin = wirekit_binary();
