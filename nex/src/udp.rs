@@ -1098,7 +1098,8 @@ mod tests {
     use super::*;
     use wirekit_core::prudp::V0Format;
 
-    /// Owes each connection one reply at the end of a batch.
+    /// Owes each connection one reply at the end of a batch, and a goodbye when told (as its
+    /// eviction).
     struct OneEach;
 
     impl DatagramHandler for OneEach {
@@ -1121,6 +1122,9 @@ mod tests {
         }
         fn batch_end(&mut self, key: &ConnectionKey, _: &mut (), _: Instant, out: &mut Outbox) {
             out.push(key, b"ack").unwrap();
+        }
+        fn evicting(&mut self, key: &ConnectionKey, _: &mut (), _: Instant, out: &mut Outbox) {
+            out.push(key, b"bye").unwrap();
         }
     }
 
@@ -1331,32 +1335,6 @@ mod tests {
         });
     }
 
-    /// Says goodbye to each connection when told (as its eviction).
-    struct ByeEach;
-
-    impl DatagramHandler for ByeEach {
-        type State = ();
-        fn version(&self) -> Version {
-            Version::V1
-        }
-        fn open(&mut self, _: &ConnectionKey, _: &[u8], _: Instant, _: &mut Outbox) -> Open<()> {
-            Open::Accept(())
-        }
-        fn datagram(
-            &mut self,
-            _: &ConnectionKey,
-            _: &mut (),
-            _: &[u8],
-            _: Instant,
-            _: &mut Outbox,
-        ) -> Verdict {
-            Verdict::Keep
-        }
-        fn evicting(&mut self, key: &ConnectionKey, _: &mut (), _: Instant, out: &mut Outbox) {
-            out.push(key, b"bye").unwrap();
-        }
-    }
-
     /// A server shutting down tells every client, more of them than its outbox holds at once
     /// (`close_all`, in rounds).
     #[test]
@@ -1374,7 +1352,7 @@ mod tests {
                 ..WorkerConfig::default()
             };
             let counters = Arc::new(Counters::default());
-            let mut w = Worker::new(socket, &config, ByeEach, counters).unwrap();
+            let mut w = Worker::new(socket, &config, OneEach, counters).unwrap();
             let syn = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
             let clients: Vec<_> = (0..12)
                 .map(|_| {
@@ -1397,6 +1375,8 @@ mod tests {
             w.close_all().await.unwrap();
             for c in &clients {
                 let mut b = [0u8; 16];
+                let n = c.recv(&mut b).expect("the batch's reply");
+                assert_eq!(&b[..n], b"ack");
                 let n = c.recv(&mut b).expect("a goodbye");
                 assert_eq!(&b[..n], b"bye");
             }
