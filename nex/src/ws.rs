@@ -305,12 +305,31 @@ struct Eviction {
     notify: tokio::sync::Notify,
 }
 
+/// A WebSocket's two ends as its PRUDP connection's key has them: the client's address and
+/// port, and the local address it reached. On a listener bound to a wildcard address two
+/// connections from one client address and port (a NAT that maps per destination) can
+/// reach two local addresses: each is a peer of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Link {
+    peer: SocketAddr,
+    local: Option<IpAddr>,
+}
+
+impl From<SocketAddr> for Link {
+    fn from(peer: SocketAddr) -> Self {
+        Link { peer, local: None }
+    }
+}
+
 /// Hands every reply queued in `outbox` to the WebSocket of its peer, and empties it (each
 /// counted as sent once its WebSocket has written it).
-fn route(outbox: &mut Outbox, peers: &HashMap<SocketAddr, Peer>, stats: &WsStats) {
+fn route(outbox: &mut Outbox, peers: &HashMap<Link, Peer>, stats: &WsStats) {
     for i in 0..outbox.len() {
         let (to, bytes) = outbox.get(i);
-        let Some(peer) = peers.get(&to.to) else {
+        let Some(peer) = peers.get(&Link {
+            peer: to.to,
+            local: to.from,
+        }) else {
             continue;
         };
         match peer
@@ -331,7 +350,7 @@ struct Engine {
     handler: PrudpHandler,
     table: ConnectionTable<PrudpConnection>,
     outbox: Outbox,
-    peers: HashMap<SocketAddr, Peer>,
+    peers: HashMap<Link, Peer>,
     /// The connection a message reached, for [`DatagramHandler::batch_end`] (a message is a
     /// batch: one WebSocket, one connection).
     touched: Vec<ConnectionKey>,
@@ -347,8 +366,8 @@ impl Engine {
     /// until the Close is queued: a full queue is tried again at the next tick (the task
     /// takes a reply at least every [`WsConfig::send_timeout`], or ends), so the WebSocket
     /// never outlives its connection unbounded.
-    fn check_peer(&mut self, addr: SocketAddr) {
-        let Some(peer) = self.peers.get_mut(&addr) else {
+    fn check_peer(&mut self, link: Link) {
+        let Some(peer) = self.peers.get_mut(&link) else {
             return;
         };
         if let Some(key) = peer.key
@@ -499,11 +518,11 @@ impl Shared {
         let unbound_only = !self.config.limits.fair_share;
         // (networks's holding, heard from, the peer, its network), the best so far.
         let mut victim: Option<(u32, Instant, &Peer, IpAddr)> = None;
-        for (addr, p) in &guard.peers {
+        for (link, p) in &guard.peers {
             if p.eviction.told.load(Ordering::Relaxed) || (unbound_only && p.key.is_some()) {
                 continue;
             }
-            let net = network(addr.ip());
+            let net = network(link.peer.ip());
             let held = open.holding(&net);
             if held < mine.saturating_add(2) {
                 continue;
@@ -542,9 +561,11 @@ impl Shared {
         true
     }
 
-    /// One binary message from `peer`: routed as a datagram. Returns `true` once the
-    /// WebSocket has its PRUDP connection.
-    fn message(&self, peer: SocketAddr, data: &[u8]) -> bool {
+    /// One binary message from `link`'s client: routed as a datagram. Returns `true` once
+    /// the WebSocket has its PRUDP connection.
+    fn message(&self, link: impl Into<Link>, data: &[u8]) -> bool {
+        let link = link.into();
+        let key_of = |source| ConnectionKey::new(link.peer, source).at(link.local);
         let now = self.now();
         self.counters.received(data.len());
         let mut guard = self.engine();
@@ -553,15 +574,15 @@ impl Shared {
         // sends now opens nothing, or a CONNECT that got here first would spend its ticket on
         // a connection ended at once (and the client, back with the same ticket, be refused
         // it as a replay).
-        if let Some(p) = e.peers.get(&peer)
+        if let Some(p) = e.peers.get(&link)
             && p.eviction.told.load(Ordering::Relaxed)
         {
             return p.key.is_some();
         }
         let source = e.handler.route(data);
-        let bound = e.peers.get(&peer).and_then(|p| p.key);
+        let bound = e.peers.get(&link).and_then(|p| p.key);
         match (bound, source) {
-            (Some(key), Some(source)) if ConnectionKey::new(peer, source) != key => {
+            (Some(key), Some(source)) if key_of(source) != key => {
                 self.stats.count(WsReason::OtherPort);
                 return true;
             }
@@ -573,8 +594,8 @@ impl Shared {
             &mut e.outbox,
             &mut e.touched,
             &self.counters,
-            peer,
-            None,
+            link.peer,
+            link.local,
             data,
             now,
         );
@@ -587,14 +608,14 @@ impl Shared {
         }
         e.route_outbox(&self.stats);
         if bound.is_none()
-            && let Some(key) = source.map(|s| ConnectionKey::new(peer, s))
+            && let Some(key) = source.map(key_of)
             && e.table.get_mut(&key).is_some()
-            && let Some(p) = e.peers.get_mut(&peer)
+            && let Some(p) = e.peers.get_mut(&link)
         {
             p.key = Some(key);
         }
-        e.check_peer(peer);
-        e.peers.get(&peer).is_some_and(|p| p.key.is_some())
+        e.check_peer(link);
+        e.peers.get(&link).is_some_and(|p| p.key.is_some())
     }
 
     /// The timers of every connection, then the WebSockets whose connection ended. The
@@ -615,21 +636,22 @@ impl Shared {
             now,
             |outbox| route(outbox, peers, &self.stats),
         );
-        let bound: Vec<SocketAddr> = e
+        let bound: Vec<Link> = e
             .peers
             .iter()
             .filter(|(_, p)| p.key.is_some())
             .map(|(a, _)| *a)
             .collect();
-        for addr in bound {
-            e.check_peer(addr);
+        for link in bound {
+            e.check_peer(link);
         }
     }
 
     /// Forgets a WebSocket that ended, and its PRUDP connection with it: the entry under
-    /// `peer` only while it is still this WebSocket's (`task`), not a newer one's from the
+    /// `link` only while it is still this WebSocket's (`task`), not a newer one's from the
     /// same address and port that replaced it meanwhile.
-    fn remove(&self, peer: SocketAddr, task: u64) {
+    fn remove(&self, link: impl Into<Link>, task: u64) {
+        let peer = link.into();
         let mut guard = self.engine();
         if guard.peers.get(&peer).is_some_and(|p| p.task == task) {
             let old = guard.peers.remove(&peer);
@@ -638,18 +660,19 @@ impl Shared {
     }
 
     /// [`remove`](Self::remove) without closing the PRUDP connection (it expires in the table).
-    fn forget(&self, peer: SocketAddr, task: u64) {
+    fn forget(&self, link: impl Into<Link>, task: u64) {
+        let peer = link.into();
         let mut guard = self.engine();
         if guard.peers.get(&peer).is_some_and(|p| p.task == task) {
             guard.peers.remove(&peer);
         }
     }
 
-    /// Takes `peer`'s entry for a new WebSocket; an older one's PRUDP connection (its socket
+    /// Takes `link`'s entry for a new WebSocket; an older one's PRUDP connection (its socket
     /// reused by a reconnect while it was closing) is closed with it.
-    fn insert(&self, peer: SocketAddr, entry: Peer) {
+    fn insert(&self, link: impl Into<Link>, entry: Peer) {
         let mut guard = self.engine();
-        let old = guard.peers.insert(peer, entry);
+        let old = guard.peers.insert(link.into(), entry);
         Self::close_prudp(&mut guard, &self.counters, old);
     }
 
@@ -1128,6 +1151,10 @@ async fn serve_socket(
     mut shutdown: watch::Receiver<bool>,
 ) -> (WsReason, Socket) {
     let _ = tcp.set_nodelay(true);
+    let link = Link {
+        peer,
+        local: tcp.local_addr().ok().map(|a| a.ip()),
+    };
     let ws_config = frame_config(&shared.config, shared.reply_max);
     // Over the cap, a WebSocket holds one of the few places that wait for an upgrade: it
     // gets less time.
@@ -1169,7 +1196,7 @@ async fn serve_socket(
     static TASKS: AtomicU64 = AtomicU64::new(0);
     let task = TASKS.fetch_add(1, Ordering::Relaxed);
     shared.insert(
-        peer,
+        link,
         Peer {
             task,
             tx,
@@ -1180,8 +1207,8 @@ async fn serve_socket(
     );
     // Forgotten however the pump ends, a panic included: an entry left behind would be taken
     // for a live WebSocket (to make room by evicting, to count).
-    let registered = Registered { shared, peer, task };
-    let reason = pump(shared, &mut ws, peer, rx, &slot.eviction, &mut shutdown).await;
+    let registered = Registered { shared, link, task };
+    let reason = pump(shared, &mut ws, link, rx, &slot.eviction, &mut shutdown).await;
     drop(registered);
     (reason, Socket::Ws(Box::new(ws)))
 }
@@ -1189,7 +1216,7 @@ async fn serve_socket(
 /// A WebSocket's entry in the peers, removed when this drops.
 struct Registered<'a> {
     shared: &'a Shared,
-    peer: SocketAddr,
+    link: Link,
     task: u64,
 }
 
@@ -1199,9 +1226,9 @@ impl Drop for Registered<'_> {
             // Unwinding from the handler, maybe with its state half updated: the entry goes,
             // its PRUDP connection is left to expire in the table rather than closed through
             // the handler here (a second panic would abort the process).
-            self.shared.forget(self.peer, self.task);
+            self.shared.forget(self.link, self.task);
         } else {
-            self.shared.remove(self.peer, self.task);
+            self.shared.remove(self.link, self.task);
         }
     }
 }
@@ -1210,7 +1237,7 @@ impl Drop for Registered<'_> {
 async fn pump(
     shared: &Shared,
     ws: &mut WebSocketStream<TcpStream>,
-    peer: SocketAddr,
+    link: Link,
     mut rx: mpsc::Receiver<Outgoing>,
     eviction: &Eviction,
     shutdown: &mut watch::Receiver<bool>,
@@ -1255,7 +1282,7 @@ async fn pump(
                     tokio::task::consume_budget().await;
                     match message {
                         Message::Binary(data) => {
-                            let now_bound = shared.message(peer, &data);
+                            let now_bound = shared.message(link, &data);
                             if bound && !now_bound {
                                 unbound_since = tokio::time::Instant::now();
                             }
@@ -1606,8 +1633,12 @@ mod tests {
         let held = registered(&l, 3, false);
         // The earliest upgraded carries a PRUDP connection (its ticket was good).
         let first: SocketAddr = "192.0.2.1:1000".parse().unwrap();
-        l.shared.engine().peers.get_mut(&first).unwrap().key =
-            Some(ConnectionKey::new(first, VirtualPort::new(10, 15)));
+        l.shared
+            .engine()
+            .peers
+            .get_mut(&Link::from(first))
+            .unwrap()
+            .key = Some(ConnectionKey::new(first, VirtualPort::new(10, 15)));
         let mut newcomer = l.shared.admit(ip("198.51.100.1")).unwrap();
         assert!(newcomer.over);
         assert!(l.shared.take_place(&mut newcomer));
@@ -1622,8 +1653,12 @@ mod tests {
         );
         // The last one without a connection gets one: nothing is left to make room.
         let third: SocketAddr = "192.0.2.1:1002".parse().unwrap();
-        l.shared.engine().peers.get_mut(&third).unwrap().key =
-            Some(ConnectionKey::new(third, VirtualPort::new(10, 15)));
+        l.shared
+            .engine()
+            .peers
+            .get_mut(&Link::from(third))
+            .unwrap()
+            .key = Some(ConnectionKey::new(third, VirtualPort::new(10, 15)));
         let mut next = l.shared.admit(ip("203.0.113.1")).unwrap();
         assert!(!l.shared.take_place(&mut next));
         assert!(!held[0].0.eviction.told.load(Ordering::Relaxed));
@@ -1674,6 +1709,46 @@ mod tests {
         }
         // Told by hand, not by `evict_for`: nothing counts it as leaving.
         held[0].0.eviction.told.store(false, Ordering::Relaxed);
+    }
+
+    /// Two WebSockets from one client address and port that reached two local addresses (a
+    /// NAT mapping per destination, a listener on a wildcard address) are two peers: each's
+    /// SYN is answered on its own WebSocket, and neither replaces the other.
+    #[tokio::test]
+    async fn one_client_address_on_two_local_addresses_is_two_peers() {
+        let l = capped(4);
+        let peer: SocketAddr = "192.0.2.1:1000".parse().unwrap();
+        let syn = lite_syn();
+        let mut slots = Vec::new();
+        let mut links = Vec::new();
+        for (k, local) in ["127.0.0.1", "127.0.0.2"].into_iter().enumerate() {
+            let slot = l.shared.admit(peer.ip()).unwrap();
+            let (tx, rx) = mpsc::channel(4);
+            let link = Link {
+                peer,
+                local: Some(local.parse().unwrap()),
+            };
+            l.shared.insert(
+                link,
+                Peer {
+                    task: k as u64,
+                    tx,
+                    key: None,
+                    upgraded: Instant::ZERO,
+                    eviction: slot.eviction.clone(),
+                },
+            );
+            slots.push(slot);
+            links.push((link, rx));
+        }
+        for (link, rx) in &mut links {
+            l.shared.message(*link, &syn);
+            assert!(
+                matches!(rx.try_recv(), Ok(Outgoing::Packet(_))),
+                "{link:?} not answered"
+            );
+        }
+        assert_eq!(l.shared.engine().peers.len(), 2);
     }
 
     /// With only WebSockets without a connection making room, the earliest upgraded of them
@@ -2075,7 +2150,7 @@ mod tests {
         tx.try_send(Outgoing::Packet(Bytes::from_static(b"ack")))
             .unwrap();
         shared.engine().peers.insert(
-            addr,
+            addr.into(),
             Peer {
                 task: 0,
                 tx,
@@ -2093,7 +2168,7 @@ mod tests {
             rx.try_recv(),
             Ok(Outgoing::Close(WsReason::PrudpClosed))
         ));
-        assert_eq!(shared.engine().peers[&addr].key, None);
+        assert_eq!(shared.engine().peers[&Link::from(addr)].key, None);
         shared.tick();
         assert!(rx.try_recv().is_err());
     }
@@ -2130,12 +2205,12 @@ mod tests {
         );
         shared.remove(addr, 1);
         assert_eq!(
-            shared.engine().peers[&addr].task,
+            shared.engine().peers[&Link::from(addr)].task,
             2,
             "the newer entry stays"
         );
         shared.remove(addr, 2);
-        assert!(!shared.engine().peers.contains_key(&addr));
+        assert!(!shared.engine().peers.contains_key(&Link::from(addr)));
     }
 
     /// A reply counts as sent once its WebSocket has written it, not when it is queued: one
