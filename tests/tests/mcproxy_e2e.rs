@@ -944,7 +944,8 @@ fn mcstatus_gets_the_live_status_then_the_cached_one() {
     }
 }
 
-/// PyPI mcstatus's legacy ping (`LegacyServer.status()`, the 1.6 form) live, with nothing
+/// PyPI mcstatus's legacy ping (`LegacyServer.status()`: `FE 01 FA`, a 1.6 ping cut short
+/// with no `MC|PingHost` host or port; the full 1.6 form is the tests' own bytes) live, with nothing
 /// cached (the proxy asks the upstream and answers in the legacy format), and with the route's
 /// upstream down (the fallback MOTD). The cached case is `status_from_cache_fallback_and_legacy_pings`.
 #[test]
