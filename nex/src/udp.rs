@@ -1289,6 +1289,36 @@ mod tests {
         );
     }
 
+    /// A worker on a loopback socket whose outbox holds 4 datagrams (so that a test's dozen
+    /// peers need rounds), its address and counters. Called inside the runtime.
+    fn small_outbox_worker<H: DatagramHandler>(
+        handler: H,
+    ) -> (Worker<H>, SocketAddr, Arc<Counters>) {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let config = WorkerConfig {
+            outbox_slots: 4,
+            ..WorkerConfig::default()
+        };
+        let counters = Arc::new(Counters::default());
+        let w = Worker::new(socket, &config, handler, counters.clone()).unwrap();
+        (w, addr, counters)
+    }
+
+    /// Receives until `w` has taken `n` datagrams (within 5 s).
+    async fn receive_at_least<H: DatagramHandler>(w: &mut Worker<H>, n: usize) {
+        let mut received = 0;
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while received < n {
+                received += w.receive_batch().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "received {received} of {n}");
+    }
+
     /// A receive batch whose datagrams each owe a reply at once (a burst of SYNs) answers
     /// them all: the outbox is sent whenever it runs low during the batch, not only at its
     /// end (one source's burst filled it, and every peer after it in the batch got nothing).
@@ -1299,15 +1329,7 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            socket.set_nonblocking(true).unwrap();
-            let addr = socket.local_addr().unwrap();
-            let config = WorkerConfig {
-                outbox_slots: 4,
-                ..WorkerConfig::default()
-            };
-            let counters = Arc::new(Counters::default());
-            let mut w = Worker::new(socket, &config, Stateless, counters.clone()).unwrap();
+            let (mut w, addr, counters) = small_outbox_worker(Stateless);
             let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
             client
                 .set_read_timeout(Some(std::time::Duration::from_secs(5)))
@@ -1316,15 +1338,7 @@ mod tests {
             for _ in 0..16 {
                 client.send_to(&syn, addr).unwrap();
             }
-            let mut received = 0;
-            let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                while received < 16 {
-                    received += w.receive_batch().await.unwrap();
-                    tokio::task::yield_now().await;
-                }
-            })
-            .await;
-            assert!(waited.is_ok(), "received {received}");
+            receive_at_least(&mut w, 16).await;
             let mut replies = 0;
             let mut b = [0u8; 64];
             while replies < 16 && client.recv(&mut b).is_ok() {
@@ -1344,15 +1358,7 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            socket.set_nonblocking(true).unwrap();
-            let addr = socket.local_addr().unwrap();
-            let config = WorkerConfig {
-                outbox_slots: 4,
-                ..WorkerConfig::default()
-            };
-            let counters = Arc::new(Counters::default());
-            let mut w = Worker::new(socket, &config, OneEach, counters).unwrap();
+            let (mut w, addr, _) = small_outbox_worker(OneEach);
             let syn = [0xEA, 0xD0, 1, 0, 0, 0, 0xAF, 0xA1];
             let clients: Vec<_> = (0..12)
                 .map(|_| {
@@ -1363,15 +1369,7 @@ mod tests {
                     c
                 })
                 .collect();
-            let mut received = 0;
-            let waited = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                while received < clients.len() {
-                    received += w.receive_batch().await.unwrap();
-                    tokio::task::yield_now().await;
-                }
-            })
-            .await;
-            assert!(waited.is_ok(), "received {received}");
+            receive_at_least(&mut w, clients.len()).await;
             w.close_all().await.unwrap();
             for c in &clients {
                 let mut b = [0u8; 16];
