@@ -87,18 +87,21 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
     crate::process::ensure_cargo_tool("cargo-fuzz", "cargo-fuzz@0.13.2").map(|_| ())
 }
 
+/// `cargo fuzz build` with the flags of every build (see the module docs).
+const BUILD_ARGS: [&str; 7] = [
+    "fuzz",
+    "build",
+    "-O",
+    "-a",
+    "--no-cfg-fuzzing",
+    "--sanitizer",
+    "none",
+];
+
 /// Builds the targets (all when `only` is empty) and returns the directory of the binaries.
 fn build(only: &[String]) -> Result<PathBuf, String> {
     ensure_cargo_fuzz()?;
-    let mut args = vec![
-        "fuzz",
-        "build",
-        "-O",
-        "-a",
-        "--no-cfg-fuzzing",
-        "--sanitizer",
-        "none",
-    ];
+    let mut args = BUILD_ARGS.to_vec();
     if only.len() == 1 {
         args.push(&only[0]);
     }
@@ -130,19 +133,8 @@ fn run_bin(built: &Path, target: &str) -> Result<PathBuf, String> {
     }
     let dir = fuzz_dir().join("target").join("no-cmp-trace");
     let dir_arg = dir.to_string_lossy().into_owned();
-    let args = [
-        "fuzz",
-        "build",
-        "-O",
-        "-a",
-        "--no-cfg-fuzzing",
-        "--sanitizer",
-        "none",
-        "--no-trace-compares",
-        "--target-dir",
-        &dir_arg,
-        target,
-    ];
+    let mut args = BUILD_ARGS.to_vec();
+    args.extend(["--no-trace-compares", "--target-dir", &dir_arg, target]);
     run_in(&fuzz_dir(), "cargo", &args, &ENV)?;
     let triple = built
         .parent()
@@ -772,7 +764,9 @@ const RUNS_HEAD: &str = "\n## Runs\n\n`setup`: how the run's binaries were built
 the commit's history: `asan` (AddressSanitizer, before `4e521d31`), `plain` (no sanitizer), \
 `plain, 64K` (no sanitizer, inputs up to 64 KiB from the start: `ec68cd10` on), \
 `checks, 64K` (the same, built with debug assertions and overflow checks, which the earlier \
-setups lacked: `25b6e4ee` on); coverage figures compare only within one setup. The sanitizer was dropped in `c63524c5`, committed \
+setups lacked: `25b6e4ee` on), `no cmp trace` (built without libFuzzer's comparison tracing, \
+which guides mutations and counts no coverage: zlib_round_trip from `05e4529c` on); coverage \
+figures compare only within one setup, except across `no cmp trace`, which counts the same. The sanitizer was dropped in `c63524c5`, committed \
 after the first campaigns run without it, which recorded `4e521d31`.\n\n\
 | date | commit | target | setup | s | executions | cov | ft | corpus | plateau | crashes |\n\
 |---|---|---|---|---:|---:|---:|---:|---:|---|---:|\n";
@@ -780,16 +774,17 @@ after the first campaigns run without it, which recorded `4e521d31`.\n\n\
 /// The build and run setup of the campaigns at each commit of `rows` (see [`RUNS_HEAD`]), from
 /// git's history, asked once a commit; `?` where git cannot tell (the commit or a boundary is
 /// not in this clone, a shallow one).
-fn setups(rows: &[Row]) -> BTreeMap<&str, &'static str> {
+fn setups(rows: &[Row]) -> BTreeMap<&str, (&'static str, bool)> {
     let known = |c: &str| output("git", &["cat-file", "-e", &format!("{c}^{{commit}}")]).is_some();
-    let boundaries = known("25b6e4ee") && known("ec68cd10") && known("4e521d31");
+    let boundaries =
+        known("25b6e4ee") && known("ec68cd10") && known("4e521d31") && known(NO_CMP_FROM);
     let mut setups = BTreeMap::new();
     for r in rows {
         setups.entry(r.commit.as_str()).or_insert_with(|| {
             let after = |base: &str| {
                 output("git", &["merge-base", "--is-ancestor", base, &r.commit]).is_some()
             };
-            if !(boundaries && known(&r.commit)) {
+            let base = if !(boundaries && known(&r.commit)) {
                 "?"
             } else if after("25b6e4ee") {
                 "checks, 64K"
@@ -799,10 +794,24 @@ fn setups(rows: &[Row]) -> BTreeMap<&str, &'static str> {
                 "plain"
             } else {
                 "asan"
-            }
+            };
+            (base, base != "?" && after(NO_CMP_FROM))
         });
     }
     setups
+}
+
+/// The commit from which the [`NO_CMP_TRACE`] targets' campaigns run without the tracing.
+const NO_CMP_FROM: &str = "05e4529c";
+
+/// The setup of the run `r` (see [`RUNS_HEAD`]).
+fn setup_of(setups: &BTreeMap<&str, (&'static str, bool)>, r: &Row) -> String {
+    let (base, no_cmp_era) = setups[r.commit.as_str()];
+    if no_cmp_era && NO_CMP_TRACE.contains(&r.target.as_str()) {
+        format!("{base}, no cmp trace")
+    } else {
+        base.to_owned()
+    }
 }
 
 /// Regenerates `FUZZING.md` at the repository root.
@@ -860,7 +869,7 @@ pub fn write_report() -> Result<(), String> {
             last.corpus_files,
             last.corpus_bytes.div_ceil(1024),
             if last.plateau { "yes" } else { "no" },
-            setups[last.commit.as_str()],
+            setup_of(&setups, last),
             fixed(t),
         );
     }
@@ -880,7 +889,7 @@ pub fn write_report() -> Result<(), String> {
     }
     md.push_str(RUNS_HEAD);
     for r in &rows {
-        let setup = setups[r.commit.as_str()];
+        let setup = setup_of(&setups, r);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {setup} | {} | {} | {} | {} | {} | {} | {} |",
