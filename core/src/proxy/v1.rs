@@ -424,8 +424,8 @@ impl Builder {
             Addresses::Inet6 { src, dst } => write!(
                 w,
                 "PROXY {word} {} {} {} {}\r\n",
-                src.ip(),
-                dst.ip(),
+                HexGroups(src.ip()),
+                HexGroups(dst.ip()),
                 src.port(),
                 dst.port()
             ),
@@ -476,6 +476,49 @@ impl fmt::Write for SliceWriter<'_> {
             .ok_or(fmt::Error)?
             .copy_from_slice(s.as_bytes());
         self.pos = end;
+        Ok(())
+    }
+}
+
+/// An IPv6 address as the v1 grammar has it: hexadecimal groups separated by colons, the
+/// longest run of two or more zero groups (the first of equal runs) written `::`, lowercase
+/// (RFC 5952's choices), and never the dotted IPv4 tail that RFC 5952 and `Ipv6Addr`'s
+/// `Display` give IPv4-mapped addresses: the spec's v1 addresses are "sets of 4 hexadecimal
+/// digits", which a receiver that holds to it reads as such (`::ffff:c000:207`, not
+/// `::ffff:192.0.2.7`).
+struct HexGroups<'a>(&'a core::net::Ipv6Addr);
+
+impl fmt::Display for HexGroups<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let groups = self.0.segments();
+        let (mut run_at, mut run_len) = (0, 0);
+        let mut i = 0;
+        while i < groups.len() {
+            let start = i;
+            while i < groups.len() && groups[i] == 0 {
+                i += 1;
+            }
+            if i - start > run_len {
+                (run_at, run_len) = (start, i - start);
+            }
+            i = i.max(start + 1);
+        }
+        let mut i = 0;
+        let mut after_colons = true;
+        while i < groups.len() {
+            if run_len >= 2 && i == run_at {
+                f.write_str("::")?;
+                i += run_len;
+                after_colons = true;
+                continue;
+            }
+            if !after_colons {
+                f.write_str(":")?;
+            }
+            write!(f, "{:x}", groups[i])?;
+            after_colons = false;
+            i += 1;
+        }
         Ok(())
     }
 }
@@ -802,6 +845,48 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_is_written_in_hex_groups() {
+        use core::net::Ipv6Addr;
+        use std::string::ToString;
+        let text = |ip: Ipv6Addr| std::format!("{}", HexGroups(&ip));
+        // Groups from a small LCG, each zero half the time: runs of every length and place.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            let mut groups = [0u16; 8];
+            for g in &mut groups {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                if x >> 63 == 1 {
+                    *g = (x >> 20) as u16;
+                }
+            }
+            let ip = Ipv6Addr::from(groups);
+            let t = text(ip);
+            assert_eq!(t.parse::<Ipv6Addr>(), Ok(ip), "{t}");
+            assert!(!t.contains('.') && !t.contains(":::"), "{t}");
+            // Where std writes no dotted tail, the same text (RFC 5952's choices).
+            if !ip.to_string().contains('.') {
+                assert_eq!(t, ip.to_string());
+            }
+            // What the parser reads back, and only one `::`.
+            assert!(t.matches("::").count() <= 1, "{t}");
+        }
+        assert_eq!(text(Ipv6Addr::UNSPECIFIED), "::");
+        assert_eq!(text(Ipv6Addr::LOCALHOST), "::1");
+        assert_eq!(text("::ffff:192.0.2.7".parse().unwrap()), "::ffff:c000:207");
+        assert_eq!(text("1:0:0:2:0:0:0:3".parse().unwrap()), "1:0:0:2::3");
+        assert_eq!(text("1:0:0:2:3:0:0:4".parse().unwrap()), "1::2:3:0:0:4");
+        assert_eq!(text("1:0:2:3:4:5:6:7".parse().unwrap()), "1:0:2:3:4:5:6:7");
+        // The parser takes it back.
+        let line = b"PROXY TCP6 ::ffff:c000:207 2001:db8::1 1 2\r\n";
+        assert_eq!(
+            ok(line).addresses.source(),
+            Some("[::ffff:192.0.2.7]:1".parse().unwrap())
+        );
+    }
+
+    #[test]
     fn build_round_trip() {
         let mut out = [0u8; MAX_LEN];
         for line in [TCP4_MAX, TCP6_MAX, UNKNOWN_SHORT, EXAMPLE] {
@@ -822,10 +907,12 @@ mod tests {
         // The long UNKNOWN form re-emits as the short one.
         let n = ok(UNKNOWN_MAX).encode(&mut out).unwrap();
         assert_eq!(&out[..n], UNKNOWN_SHORT);
-        // IPv6 is written in RFC 5952 form.
+        // IPv6 is written in hexadecimal groups, the longest zero run as `::`, an
+        // IPv4-mapped address too (RFC 5952 would write its tail dotted; v1's grammar has no
+        // dotted form).
         let h = ok(b"PROXY TCP6 2001:DB8:0:0:0:0:0:1 ::FFFF:1.2.3.4 1 2\r\n");
         let n = h.encode(&mut out).unwrap();
-        assert_eq!(&out[..n], b"PROXY TCP6 2001:db8::1 ::ffff:1.2.3.4 1 2\r\n");
+        assert_eq!(&out[..n], b"PROXY TCP6 2001:db8::1 ::ffff:102:304 1 2\r\n");
         assert_eq!(
             Builder::from_addresses(Addresses::Unix {
                 src: b"a",

@@ -163,14 +163,20 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Result<Status<ProxyHeader<
         return Err(Error::NotProxy);
     }
     let command = check_ver_cmd(fixed[field::VER_CMD])?;
+    // The family byte is checked before the length, as `parse_short` checks it on the first
+    // 14 bytes: a header refused for its family is refused for it however its bytes arrive.
+    // (Under LOCAL the family byte is the sender's to fill: see `local`.)
+    let family = match command {
+        Command::Proxy => Some(check_fam(fixed[field::FAM])?),
+        _ => None,
+    };
     let total = field::FIXED_LEN + usize::from(be16(fixed, field::LEN));
     if total > limits.max_header_len {
         return Err(Error::TooLong);
     }
-    if command == Command::Local {
+    let Some((family, transport)) = family else {
         return local(input, total);
-    }
-    let (family, transport) = check_fam(fixed[field::FAM])?;
+    };
     // A PROXY header whose length cannot hold its family's addresses is refused now, not
     // after waiting for bytes that cannot make it valid.
     if total - field::FIXED_LEN < block_len(family) {
@@ -1126,6 +1132,25 @@ mod tests {
                 assert_eq!(err(&bad[..n]), Error::Crc32cMismatch, "{before} {i}");
             }
         }
+    }
+
+    #[test]
+    fn a_bad_family_is_refused_for_it_however_the_header_arrives() {
+        // PROXY, family byte 0x41 (none), a declared length past the default limit: the
+        // family's error from byte 14 on, not the length's once byte 16 arrives.
+        let mut bad = IPV4;
+        bad[13] = 0x41;
+        bad[14..16].copy_from_slice(&5000u16.to_be_bytes());
+        for k in 14..bad.len() {
+            assert_eq!(
+                parse_any(&bad[..k], &Limits::default()),
+                Err(Error::V2Family),
+                "{k}"
+            );
+        }
+        // LOCAL leaves the family byte alone: its length is what counts.
+        bad[12] = 0x20;
+        assert_eq!(parse_any(&bad, &Limits::default()), Err(Error::TooLong));
     }
 
     #[test]
