@@ -9,10 +9,14 @@
 //       The same server in online mode: a login gets its Encryption Request (its RSA key is
 //       made at start-up; nothing here reaches Mojang's session servers, which a login would
 //       need only after the client's Encryption Response).
+//   node mc_proxy_peer.js server-plain PORT VERSION MOTD
+//       The offline server with compression off (no Set Compression, as Velocity and
+//       BungeeCord backends run).
 //   node mc_proxy_peer.js client PORT VERSION HOST LOCAL_ADDRESS [ACT]
 //       Connects from LOCAL_ADDRESS to 127.0.0.1:PORT with HOST in its handshake, logs in as
-//       "Tester", waits for the welcome, sends a chat message and prints "ok <name>" once its
-//       echo is back; exits 1 on a kick (printing "kicked: <reason>"), an error or after 20 s
+//       "Tester", waits for the welcome, sends a chat message and prints "ok <name> ...
+//       threshold <n>" (its compression threshold at the end, -2 for none) once its echo is
+//       back; exits 1 on a kick (printing "kicked: <reason>"), an error or after 20 s
 //       (MC_PEER_TIMEOUT_MS).
 //       ACT other than "chat" does something hostile once the welcome is in instead:
 //       "bomb" writes a compressed frame declaring 1000 bytes whose zlib stream inflates to
@@ -129,13 +133,22 @@ function compressedFrame (declared, z) {
   return Buffer.concat([varint(inner.length), inner])
 }
 
+function sendNoSetCompression (client) {
+  const write = client.write.bind(client)
+  client.write = (name, params) => { if (name !== 'compress') write(name, params) }
+  Object.defineProperty(client, 'compressionThreshold', { get: () => -2, set: () => {} })
+}
+
 function reasonText (r) {
   return typeof r === 'string' ? r : JSON.stringify(r)
 }
 
-if (mode === 'server' || mode === 'server-online') {
+if (mode === 'server' || mode === 'server-online' || mode === 'server-plain') {
   const server = mc.createServer({
     'online-mode': mode === 'server-online',
+    // minecraft-protocol's server always announces threshold 256 before Login Success: the
+    // plain server holds back that packet and the threshold it would set on the connection.
+    beforeLogin: mode === 'server-plain' ? sendNoSetCompression : undefined,
     host: '127.0.0.1',
     port,
     version,
@@ -209,7 +222,7 @@ if (mode === 'server' || mode === 'server-online') {
       client.chat('hello through the proxy')
     } else if (text === 'echo:hello through the proxy') {
       console.log('ok ' + client.username + (reconfigured ? ' reconfigured' : '') +
-        (transferred ? ' transferred' : ''))
+        (transferred ? ' transferred' : '') + ' threshold ' + client.compressionThreshold)
       finished = true
       clearTimeout(timer)
       client.end()
@@ -226,6 +239,6 @@ if (mode === 'server' || mode === 'server-online') {
   client.on('end', () => { if (!finished) { console.error('ended'); process.exit(1) } })
   client.on('error', (e) => { console.error(e); process.exit(1) })
 } else {
-  console.error('usage: mc_proxy_peer.js server|server-online PORT VERSION MOTD | client PORT VERSION HOST LOCAL_ADDRESS')
+  console.error('usage: mc_proxy_peer.js server|server-online|server-plain PORT VERSION MOTD | client PORT VERSION HOST LOCAL_ADDRESS')
   process.exit(2)
 }

@@ -468,6 +468,13 @@ pub fn node_online_server(version: &str) -> Option<(Proc, u16)> {
     node_server_in("server-online", version, "online")
 }
 
+/// The same offline server with its compression off (it sends no Set Compression, as
+/// Velocity and BungeeCord backends run); `None` if the peer is not installed (and not
+/// required).
+pub fn node_plain_server(version: &str) -> Option<(Proc, u16)> {
+    node_server_in("server-plain", version, "plain")
+}
+
 fn node_server_in(mode: &str, version: &str, motd: &str) -> Option<(Proc, u16)> {
     let modules = peers::node_modules()?;
     let node = peers::node()?;

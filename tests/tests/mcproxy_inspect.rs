@@ -5,7 +5,9 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use wirekit_tests::mcproxy_process::{McProxy, Proc, Session, node_client, node_server};
+use wirekit_tests::mcproxy_process::{
+    McProxy, Proc, Session, node_client, node_plain_server, node_server,
+};
 
 /// One test at a time.
 fn turn() -> MutexGuard<'static, ()> {
@@ -130,6 +132,39 @@ fn every_version_logs_in_and_chats_through_inspect_mode_some_reframed() {
         proxy.metric_or_zero("wirekit_proxy_packets_total{direction=\"clientbound\"}")
             >= 10 * sessions
     );
+}
+
+/// Upstreams with compression off (they send no Set Compression, as Velocity and BungeeCord
+/// backends run), every version: a route with a threshold of the proxy's own tells the client
+/// its threshold itself, before Login Success, and frames both ways with it (the client
+/// compresses its chat, the proxy inflates it for the upstream; the server's welcome, over the
+/// threshold, reaches the client compressed); a route without one relays the plain frames.
+#[test]
+fn a_threshold_of_the_proxys_own_reaches_clients_of_upstreams_without_compression() {
+    let _turn = turn();
+    let Some(servers) = VERSIONS
+        .iter()
+        .map(|v| node_plain_server(v))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let versions: Vec<(&str, u16)> = VERSIONS
+        .iter()
+        .zip(&servers)
+        .map(|(v, (_, port))| (*v, *port))
+        .collect();
+    let proxy = McProxy::start(&routes_both_ways(&versions, ["pv", "pr"]));
+    let sessions = sessions_both_ways(&proxy, &versions, ["pv", "pr"], 150, "chat");
+    for (host, s) in sessions {
+        // The client's threshold at the end: the proxy's, or none (-2: no compressor).
+        let threshold = if host.starts_with("pr") { 64 } else { -2 };
+        assert_ok_saying(&proxy, &host, s, &format!("threshold {threshold}"));
+    }
+    let log = proxy.proc.wait_log("relay=\"inspect\"", 2 * VERSIONS.len());
+    for line in log.lines().filter(|l| l.contains("relay=\"inspect\"")) {
+        assert!(line.contains(" closed "), "{line}");
+    }
 }
 
 /// A real server taking its clients back to the configuration state and out again (1.20.2+:

@@ -17,8 +17,11 @@
 //!   buffer (runs of forwarded frames in one write), when both sides of the direction use the
 //!   same compression threshold. A route with [`InspectSettings::client_compression`] uses its
 //!   own threshold and level toward the client: the Set Compression the client gets names that
-//!   threshold, and every packet is framed again (compressed with the core's compressor) for
-//!   the side it goes to.
+//!   threshold (where the upstream sends none, its compression off, the proxy sends one just
+//!   before Login Success, as a vanilla server does), and every packet is framed again
+//!   (compressed with the core's compressor) for the side it goes to. A client packet
+//!   compressed with a Data Length under the threshold is refused, as a vanilla server
+//!   refuses it.
 //! - [`Verdict::ForwardThenCompress`] switches the framers at the packet that asks for it;
 //!   [`Verdict::ForwardThenOpaque`] (the client's Encryption Response, after the server's
 //!   Encryption Request; the client's packets between the two are still judged) flushes
@@ -58,7 +61,7 @@ use wirekit_core::minecraft::conn::{
 };
 use wirekit_core::minecraft::disconnect::DisconnectMessage;
 use wirekit_core::minecraft::filter::Filter;
-use wirekit_core::minecraft::ids::{Direction, State};
+use wirekit_core::minecraft::ids::{Direction, KnownPacket, PacketIds, State};
 use wirekit_core::minecraft::rules::{HandshakeRule, PacketRule, Rules};
 use wirekit_core::time::Instant;
 use wirekit_core::varint::encode_varint;
@@ -96,7 +99,8 @@ pub struct InspectSettings {
     pub handshake: HandshakeRule,
     /// Per-connection budgets, each direction.
     pub budgets: Budgets,
-    /// A threshold and level of the proxy's own toward the client; `None` keeps the
+    /// A threshold and level of the proxy's own toward the client (sent in a Set Compression
+    /// of the proxy's before Login Success where the upstream sends none); `None` keeps the
     /// upstream's and forwards frames as received.
     pub client_compression: Option<ClientCompression>,
     /// The largest packet body (ID and data, inflated) accepted from the client, which also
@@ -279,7 +283,9 @@ impl InspectEnd {
             InspectEnd::BadFrame(dir, e, _) => {
                 let upstream = matches!(dir, Direction::Clientbound);
                 match e {
-                    CompressedFrameError::Inflate(_) | CompressedFrameError::BadDataLength => {
+                    CompressedFrameError::Inflate(_)
+                    | CompressedFrameError::BadDataLength
+                    | CompressedFrameError::BelowThreshold { .. } => {
                         if upstream {
                             "upstream_bad_compression"
                         } else {
@@ -428,7 +434,11 @@ enum Io {
 }
 
 impl Side {
-    fn new(max_packet: usize, level: Level) -> Result<Side, OutOfMemory> {
+    /// A side whose frames come from the client (`from_client`) refuses a compressed packet
+    /// whose Data Length is under the threshold, as a vanilla server does ("badly compressed
+    /// packet"): framed again for the upstream, it would reach it as a valid one, and each
+    /// would cost the proxy an inflate.
+    fn new(max_packet: usize, level: Level, from_client: bool) -> Result<Side, OutOfMemory> {
         let limits = CompressedLimits::for_max_body_len(max_packet);
         // The longest frame the decoder accepts, with its length field, fits beside a read.
         let frame = limits.max_frame_len() + MAX_LENGTH_FIELD_LEN;
@@ -436,7 +446,9 @@ impl Side {
             buf: LazyBuf::try_zeroed(frame.max(READ_CHUNK))?,
             start: 0,
             end: 0,
-            decoder: CompressedDecoder::new(-1).with_limits(limits),
+            decoder: CompressedDecoder::new(-1)
+                .with_reject_below_threshold(from_client)
+                .with_limits(limits),
             encoder: CompressedEncoder::new(-1, level),
             raw: 0..0,
             // Room to frame again the largest packet (its body, inflated, may be past the
@@ -686,8 +698,8 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
         let cb = settings.max_packet(Direction::Clientbound);
         let client_level = settings.client_compression.map_or(Level::Fast, |c| c.level);
         let sides = [
-            Side::new(sb, settings.upstream_level)?,
-            Side::new(cb, client_level)?,
+            Side::new(sb, settings.upstream_level, true)?,
+            Side::new(cb, client_level, false)?,
         ];
         Work::reserve(sb.max(cb))?;
         Ok(Inspector {
@@ -1066,6 +1078,7 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 .max_packet(dir)
                 .min(work.rewrite.len())
                 .min(MAX_REWRITE);
+            let in_login = conn.state(Direction::Clientbound) == State::Login;
             let verdict = conn.handle_filtered(
                 &rules,
                 &packet,
@@ -1073,6 +1086,40 @@ impl<'s, F: Filter + ?Sized> Inspector<'s, F> {
                 &mut **filter,
                 &mut work.rewrite[..room],
             );
+            // A threshold of the proxy's own where the upstream sent no Set Compression (its
+            // compression off, as Velocity and BungeeCord backends run): the client is told
+            // it just before Login Success (the packet that took the machine out of login),
+            // as a vanilla server tells its own, and the client's side is framed with it
+            // from Login Success on; the upstream's stays uncompressed.
+            if let Some(own) = settings.client_compression
+                && own.threshold >= 0
+                && dir == Direction::Clientbound
+                && in_login
+                && conn.state(Direction::Clientbound) != State::Login
+                && conn.compression_threshold().is_none()
+                && matches!(verdict, Verdict::Forward | Verdict::ForwardRewritten { .. })
+                && let Some(id) = PacketIds::for_version(conn.protocol_version()).id(
+                    State::Login,
+                    Direction::Clientbound,
+                    KnownPacket::SetCompression,
+                )
+            {
+                let mut sc = [0u8; 10];
+                let n = encode_varint(id, &mut sc).unwrap_or(0);
+                let m = encode_varint(own.threshold, &mut sc[n..]).unwrap_or(0);
+                let pushed = push_frame_split(
+                    &side.encoder,
+                    &mut side.out,
+                    &mut side.out_len,
+                    &sc[..n + m],
+                    &mut work.compressor,
+                );
+                if pushed.is_err() {
+                    return Some(After::EncodeError(dir));
+                }
+                side.encoder.set_threshold(own.threshold);
+                other.decoder.set_threshold(own.threshold);
+            }
             // What goes out for the packet: as received, or framed again from this body.
             let built: &[u8] = match verdict {
                 Verdict::Close(c) => return Some(After::Close(c, dir)),
@@ -1629,6 +1676,185 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// Login Success (1.12.2: 0x02, UUID text, name) and a Chat Message (0x0F) over the
+    /// threshold, from an upstream whose compression is off.
+    fn threshold_upstream_bodies() -> [Vec<u8>; 2] {
+        let mut success = std::vec![0x02, 36];
+        success.extend_from_slice(b"00000000-0000-0000-0000-000000000001");
+        success.extend_from_slice(&[6]);
+        success.extend_from_slice(b"Tester");
+        let mut chat = std::vec![0x0F, 120];
+        chat.extend_from_slice(&[b'a'; 120]);
+        chat.push(0);
+        [success, chat]
+    }
+
+    /// `body` in a plain frame.
+    fn plain_frame(body: &[u8]) -> Vec<u8> {
+        let mut v = std::vec![0u8; body.len() + 5];
+        let n = wirekit_core::frame::mc::encode_frame(body, &mut v).unwrap();
+        v.truncate(n);
+        v
+    }
+
+    /// A 1.12.2 login through an inspect route whose own threshold toward the client is 64, to
+    /// an upstream that sends [`threshold_upstream_bodies`] uncompressed and no Set
+    /// Compression: the client reads up to Login Success, sends `client_frame`, and ends its
+    /// stream. What reached the client, how the relay ended, what reached the upstream.
+    fn threshold_session(client_frame: &[u8]) -> (Vec<u8>, InspectEnd, Vec<u8>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use wirekit_core::frame::compressed::CompressedDecoder;
+        use wirekit_core::minecraft::conn::Verdict;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let settings = InspectSettings {
+                client_compression: Some(ClientCompression {
+                    threshold: 64,
+                    level: Level::Fast,
+                }),
+                ..InspectSettings::default()
+            };
+            let mut filter = wirekit_core::minecraft::filter::PassAll;
+            let mut insp = Inspector::new(&settings, &mut filter).unwrap();
+            let now = wirekit_std::clock::now();
+            for frame in login_opening("threshold.test") {
+                assert_eq!(
+                    insp.judge_prelogin(&frame[1..], frame.len(), now),
+                    Verdict::Forward
+                );
+            }
+            let (mut client, proxy_client) = tokio::io::duplex(1 << 16);
+            let (proxy_up, mut upstream) = tokio::io::duplex(1 << 16);
+            let (mut cr, mut cw) = tokio::io::split(proxy_client);
+            let (mut ur, mut uw) = tokio::io::split(proxy_up);
+            for body in threshold_upstream_bodies() {
+                upstream.write_all(&plain_frame(&body)).await.unwrap();
+            }
+            upstream.shutdown().await.unwrap();
+            let decoder = CompressedDecoder::new(64);
+            let mut inflater = Inflater::new();
+            let mut scratch = std::vec![0u8; 1 << 16];
+            // The client sends once Login Success has reached it, as a client does; the relay
+            // ends when both directions have.
+            let client_side = async {
+                let mut to_client = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let k = client.read(&mut buf).await.unwrap();
+                    assert!(
+                        k > 0,
+                        "the stream ended before Login Success: {to_client:02x?}"
+                    );
+                    to_client.extend_from_slice(&buf[..k]);
+                    if to_client.len() > 3
+                        && matches!(
+                            decoder.decode(&to_client[3..], &mut inflater, &mut scratch),
+                            Ok(Status::Complete(_))
+                        )
+                    {
+                        break;
+                    }
+                }
+                client.write_all(client_frame).await.unwrap();
+                client.shutdown().await.unwrap();
+                client.read_to_end(&mut to_client).await.unwrap();
+                to_client
+            };
+            let relay = async {
+                let end = insp
+                    .run(
+                        (&mut cr, &mut cw),
+                        (&mut ur, &mut uw),
+                        &CancellationToken::new(),
+                    )
+                    .await;
+                drop((cr, cw, ur, uw));
+                end
+            };
+            let (to_client, end) = tokio::join!(client_side, relay);
+            let mut to_upstream = Vec::new();
+            upstream.read_to_end(&mut to_upstream).await.unwrap();
+            (to_client, end, to_upstream)
+        })
+    }
+
+    /// A route's own threshold toward the client where the upstream never sends Set
+    /// Compression (its compression off): the client gets Set Compression with it just before
+    /// Login Success, and both the client's packets and those toward it are framed with it from
+    /// there on, while the upstream's side stays uncompressed both ways.
+    #[test]
+    fn a_client_threshold_applies_when_the_upstream_sends_no_set_compression() {
+        use wirekit_core::frame::compressed::{CompressedDecoder, CompressedEncoder};
+        // The client's Chat Message (0x02 in 1.12.2), in the framing it was told.
+        let mut said = std::vec![0x02, 100];
+        said.extend_from_slice(&[b'b'; 100]);
+        let mut compressor = Compressor::new(std::vec![0u32; WORKSPACE_SERVER]).unwrap();
+        let mut framed = std::vec![0u8; 512];
+        let n = CompressedEncoder::new(64, Level::Fast)
+            .encode(&said, &mut framed, &mut compressor)
+            .unwrap();
+        let (to_client, end, to_upstream) = threshold_session(&framed[..n]);
+        assert!(!end.is_refusal(), "{end:?}");
+        // The client: Set Compression (0x03, 64) framed plainly, then Login Success and the
+        // chat in compressed framing, the chat compressed.
+        assert_eq!(to_client[..3], [2, 0x03, 64], "{to_client:02x?}");
+        let decoder = CompressedDecoder::new(64);
+        let mut inflater = Inflater::new();
+        let mut scratch = std::vec![0u8; 1 << 16];
+        let mut at = 3;
+        let mut bodies = Vec::new();
+        while at < to_client.len() {
+            let Ok(Status::Complete(b)) =
+                decoder.decode(&to_client[at..], &mut inflater, &mut scratch)
+            else {
+                panic!(
+                    "a whole compressed frame at {at}: {:02x?}",
+                    &to_client[at..]
+                );
+            };
+            at += b.consumed;
+            bodies.push((b.body.to_vec(), b.compressed));
+        }
+        let [success, chat] = threshold_upstream_bodies();
+        assert_eq!(bodies, [(success, false), (chat, true)]);
+        // The upstream: the client's chat, framed plainly.
+        assert_eq!(to_upstream, plain_frame(&said));
+    }
+
+    /// A client packet compressed under the proxy's own threshold (a Data Length below it) is
+    /// refused as a vanilla server refuses it, not framed again into a valid packet for the
+    /// upstream.
+    #[test]
+    fn a_client_packet_compressed_below_the_threshold_is_refused() {
+        use wirekit_core::varint::encode_varint;
+        // A 3-byte Chat Message (0x02, "x"), zlib-compressed with a Data Length of 3.
+        let body = [0x02, 1, b'x'];
+        let mut compressor = Compressor::new(std::vec![0u32; WORKSPACE_SERVER]).unwrap();
+        let mut z = [0u8; 64];
+        let zn = compressor.compress(Level::Fast, &body, &mut z).unwrap();
+        let mut inner = std::vec![0u8; 5];
+        let dn = encode_varint(body.len() as i32, &mut inner).unwrap();
+        inner.truncate(dn);
+        inner.extend_from_slice(&z[..zn]);
+        let (_, end, to_upstream) = threshold_session(&plain_frame(&inner));
+        assert!(
+            matches!(
+                end,
+                InspectEnd::BadFrame(
+                    Direction::Serverbound,
+                    CompressedFrameError::BelowThreshold { .. },
+                    _
+                )
+            ),
+            "{end:?}"
+        );
+        assert_eq!(end.as_str(), "bad_compression");
+        assert!(to_upstream.is_empty(), "{to_upstream:02x?}");
     }
 
     /// A 1.12.2 client's Handshake to `host` and its Login Start, each framed (a length byte).
