@@ -24,6 +24,15 @@ fn servers() -> Option<Vec<(Proc, u16)>> {
     VERSIONS.iter().map(|v| node_server(v, v)).collect()
 }
 
+/// Each of [`VERSIONS`] with the port of its server in `servers` (in the same order).
+fn with_ports(servers: &[(Proc, u16)]) -> Vec<(&'static str, u16)> {
+    VERSIONS
+        .iter()
+        .zip(servers)
+        .map(|(v, (_, port))| (*v, *port))
+        .collect()
+}
+
 /// An inspect route `name` for `host` to `port`, with `extra` TOML lines in its
 /// `[route.inspect]` table.
 fn route(name: &str, port: u16, extra: &str) -> String {
@@ -98,11 +107,7 @@ fn assert_kicked(proxy: &McProxy, what: &str, s: Session, reason: &str) {
 fn every_version_logs_in_and_chats_through_inspect_mode_some_reframed() {
     let _turn = turn();
     let Some(servers) = servers() else { return };
-    let versions: Vec<(&str, u16)> = VERSIONS
-        .iter()
-        .zip(&servers)
-        .map(|(v, (_, port))| (*v, *port))
-        .collect();
+    let versions = with_ports(&servers);
     let proxy = McProxy::start(&routes_both_ways(&versions, ["v", "r"]));
     let sessions = sessions_both_ways(&proxy, &versions, ["v", "r"], 40, "chat");
     for (host, s) in sessions {
@@ -149,11 +154,7 @@ fn a_threshold_of_the_proxys_own_reaches_clients_of_upstreams_without_compressio
     else {
         return;
     };
-    let versions: Vec<(&str, u16)> = VERSIONS
-        .iter()
-        .zip(&servers)
-        .map(|(v, (_, port))| (*v, *port))
-        .collect();
+    let versions = with_ports(&servers);
     let proxy = McProxy::start(&routes_both_ways(&versions, ["pv", "pr"]));
     let sessions = sessions_both_ways(&proxy, &versions, ["pv", "pr"], 150, "chat");
     for (host, s) in sessions {

@@ -1631,7 +1631,6 @@ mod tests {
     #[test]
     fn a_packet_on_a_thread_whose_work_set_cannot_be_made_closes_its_connection() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        use wirekit_core::minecraft::conn::Verdict;
         std::thread::spawn(|| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -1640,14 +1639,7 @@ mod tests {
             rt.block_on(async {
                 let settings = InspectSettings::default();
                 let mut filter = wirekit_core::minecraft::filter::PassAll;
-                let mut insp = Inspector::new(&settings, &mut filter).unwrap();
-                let now = wirekit_std::clock::now();
-                for frame in login_opening("memory.test") {
-                    assert_eq!(
-                        insp.judge_prelogin(&frame[1..], frame.len(), now),
-                        Verdict::Forward
-                    );
-                }
+                let mut insp = logged_in(&settings, &mut filter, "memory.test");
                 // This thread loses its set, and cannot make another.
                 drop(SHARED_WORK.take());
                 crate::lazy_buf::FAIL_MAPS.set(true);
@@ -1706,7 +1698,6 @@ mod tests {
     fn threshold_session(client_frame: &[u8]) -> (Vec<u8>, InspectEnd, Vec<u8>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         use wirekit_core::frame::compressed::CompressedDecoder;
-        use wirekit_core::minecraft::conn::Verdict;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -1720,14 +1711,7 @@ mod tests {
                 ..InspectSettings::default()
             };
             let mut filter = wirekit_core::minecraft::filter::PassAll;
-            let mut insp = Inspector::new(&settings, &mut filter).unwrap();
-            let now = wirekit_std::clock::now();
-            for frame in login_opening("threshold.test") {
-                assert_eq!(
-                    insp.judge_prelogin(&frame[1..], frame.len(), now),
-                    Verdict::Forward
-                );
-            }
+            let mut insp = logged_in(&settings, &mut filter, "threshold.test");
             let (mut client, proxy_client) = tokio::io::duplex(1 << 16);
             let (proxy_up, mut upstream) = tokio::io::duplex(1 << 16);
             let (mut cr, mut cw) = tokio::io::split(proxy_client);
@@ -1855,6 +1839,24 @@ mod tests {
         );
         assert_eq!(end.as_str(), "bad_compression");
         assert!(to_upstream.is_empty(), "{to_upstream:02x?}");
+    }
+
+    /// An inspector for `settings` whose machine has judged [`login_opening`]`(host)`.
+    fn logged_in<'s>(
+        settings: &'s InspectSettings,
+        filter: &'s mut wirekit_core::minecraft::filter::PassAll,
+        host: &str,
+    ) -> Inspector<'s, wirekit_core::minecraft::filter::PassAll> {
+        use wirekit_core::minecraft::conn::Verdict;
+        let mut insp = Inspector::new(settings, filter).unwrap();
+        let now = wirekit_std::clock::now();
+        for frame in login_opening(host) {
+            assert_eq!(
+                insp.judge_prelogin(&frame[1..], frame.len(), now),
+                Verdict::Forward
+            );
+        }
+        insp
     }
 
     /// A 1.12.2 client's Handshake to `host` and its Login Start, each framed (a length byte).
