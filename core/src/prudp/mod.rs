@@ -16,13 +16,18 @@
 //!
 //! | version | SYN | CONNECT | others |
 //! |---|---|---|---|
-//! | v0 | zeros | connection signature | DATA: HMAC of the payload; else connection signature |
+//! | v0, [`DataSignature::WithHeader`] (NEX, Quazal) | zeros | connection signature | DATA and DISCONNECT: HMAC of the session key, sequence id, fragment id and payload; else connection signature |
+//! | v0, [`DataSignature::PayloadOnly`] | zeros | connection signature | DATA: HMAC of the payload (`0x12345678` for none); else connection signature |
 //! | v1 | no keys | connection signature | session key and connection signature |
 //! | Lite | none | `0x80` option over the connection signature (no ACK) | none |
 //!
 //! When parsing, [`Keys::connection_signature`] is the signature this side gave the peer (the
 //! peer echoes it); when encoding, it is the one the peer gave. Payloads are carried as bytes:
-//! RC4 and compression belong to the connection layer above this one.
+//! RC4 belongs to the connection layer above this one ([`conn`]). NEX's optional payload
+//! compression (a ratio byte and a zlib stream in each packet, applied to every fragment
+//! apart, under the RC4) has its codec in [`compression`], but no connection applies it: a
+//! peer must run with it off (NintendoClients' default); with it on, a message of one
+//! fragment could be inflated by the caller, one of several could not.
 //!
 //! ```
 //! use wirekit_core::prudp::{Flags, Keys, Packet, PacketType, Settings, Version, VirtualPort};
@@ -235,7 +240,7 @@ pub struct Packet<'a> {
     pub initial_unreliable_seq: Option<u16>,
     /// Option 4 (v1, Lite): the highest substream id.
     pub max_substream: Option<u8>,
-    /// The payload, as on the wire (encrypted and compressed by the layer above).
+    /// The payload, as on the wire (encrypted by the layer above).
     pub payload: &'a [u8],
 }
 

@@ -282,9 +282,30 @@ pub struct ClientRandom {
 }
 
 impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B, W, S> {
-    /// The workspace bytes a connection under `config` needs.
+    /// The workspace bytes a connection under `config` needs: `usize::MAX` where the sum does
+    /// not fit a `usize` (a `max_message` of `usize::MAX` meant as "no limit", say), a
+    /// configuration the constructors refuse ([`ConfigError::BadCapacity`]).
     pub const fn workspace_len(config: &Config) -> usize {
-        (2 * W + 3) * config.packet_capacity + S * config.max_message
+        match Self::checked_workspace_len(config) {
+            Some(n) => n,
+            None => usize::MAX,
+        }
+    }
+
+    const fn checked_workspace_len(config: &Config) -> Option<usize> {
+        let Some(slots) = W.checked_mul(2) else {
+            return None;
+        };
+        let Some(slots) = slots.checked_add(3) else {
+            return None;
+        };
+        let Some(packets) = slots.checked_mul(config.packet_capacity) else {
+            return None;
+        };
+        let Some(messages) = S.checked_mul(config.max_message) else {
+            return None;
+        };
+        packets.checked_add(messages)
     }
 
     fn check(config: &Config, workspace: &B) -> Result<(), ConfigError> {
@@ -295,12 +316,14 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>, const W: usize, const S: usize> Connection<B,
             return Err(ConfigError::BadCapacity);
         }
         if config.fragment_size == 0
-            || config.packet_capacity < config.fragment_size + OVERHEAD
+            || config.packet_capacity < config.fragment_size.saturating_add(OVERHEAD)
             || config.packet_capacity > usize::from(u16::MAX)
         {
             return Err(ConfigError::FragmentTooLarge);
         }
-        let required = Self::workspace_len(config);
+        let Some(required) = Self::checked_workspace_len(config) else {
+            return Err(ConfigError::BadCapacity);
+        };
         if workspace.as_ref().len() < required {
             return Err(ConfigError::WorkspaceTooSmall { required });
         }

@@ -305,7 +305,8 @@ pub enum Event<'a> {
     Message {
         /// The substream.
         substream: u8,
-        /// The message (compressed, if the peer compresses: the layer above inflates it).
+        /// The message, as the peer's layer above sent it (NEX's per-packet compression,
+        /// applied to each fragment apart, is not supported: see [the module](super)).
         data: &'a [u8],
     },
     /// An unreliable DATA payload, decrypted.

@@ -243,20 +243,22 @@ impl Server {
         // A listener answers SYN and CONNECT only. Anything else is dropped on its header
         // before the one or two HMACs below, which a spoofed flood of large DATA datagrams
         // from ever-new sources would otherwise make it pay for each.
-        match peek_packet_type(settings.version, datagram) {
+        let is_connect = match peek_packet_type(settings.version, datagram) {
             None => return Err(DropReason::Malformed),
-            Some(PacketType::Syn | PacketType::Connect) => {}
+            Some(PacketType::Syn) => false,
+            Some(PacketType::Connect) => true,
             Some(_) => return Err(DropReason::Unexpected),
-        }
+        };
         // The packet type decides the keys: peek with the server's signature for this address,
         // which a SYN's check ignores and a CONNECT's uses. The current epoch's signature is
-        // tried first (every SYN, most CONNECTs); only a signature mismatch costs a second
-        // HMAC, under the previous epoch's, and anything older is refused as forged.
+        // tried first (every SYN, most CONNECTs); only a CONNECT's signature mismatch costs a
+        // second HMAC, under the previous epoch's (a SYN's mismatch is no epoch's: its
+        // signature takes no keys), and anything older is refused as forged.
         let source = peek_source(datagram, &self.config).ok_or(DropReason::Malformed)?;
         let signatures = &self.signatures;
         let current = signatures.signature(settings.version, from, source, now);
         let (parsed, own) = match parse_first(datagram, settings, current) {
-            Err(Error::SignatureMismatch) => {
+            Err(Error::SignatureMismatch) if is_connect => {
                 let previous = signatures
                     .previous_signature(settings.version, from, source, now)
                     .ok_or(DropReason::BadSignature)?;

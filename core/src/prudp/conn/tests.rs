@@ -820,6 +820,29 @@ fn config_errors() {
         Wide::client(c, SERVER_PORT, sig, ws, Instant::ZERO, random, None).unwrap_err(),
         ConfigError::BadCapacity
     );
+    // Sizes whose workspace would overflow a usize (a maximum meant as "no limit"): refused,
+    // not wrapped into a small workspace that a DATA fragment then overruns.
+    for (message, fragment) in [(usize::MAX, c.fragment_size), (c.max_message, usize::MAX)] {
+        let mut huge = c;
+        huge.max_message = message;
+        huge.fragment_size = fragment;
+        let ws = vec![0; 1 << 16];
+        let err = Conn::client(huge, SERVER_PORT, sig, ws, Instant::ZERO, random, None);
+        assert!(
+            matches!(
+                err.unwrap_err(),
+                ConfigError::BadCapacity | ConfigError::FragmentTooLarge
+            ),
+            "{message} {fragment}"
+        );
+    }
+    assert_eq!(
+        Conn::workspace_len(&Config {
+            max_message: usize::MAX,
+            ..c
+        }),
+        usize::MAX
+    );
     // A v0 signature (4 bytes) for a v1 connection (16).
     let ws = vec![0; Conn::workspace_len(&c)];
     let v0 = ConnectionSignature::zero(Version::V0(crate::prudp::V0Format::NEX));
