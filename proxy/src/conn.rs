@@ -115,10 +115,20 @@ pub(crate) async fn serve(
     let mut gauge = OpenGauge::new(&shared.metrics, "none", ConnState::Prelogin);
     let mut unwinding = Unwinding {
         shared,
+        client: std::sync::OnceLock::new(),
         peer,
         armed: true,
     };
-    let ended = run(shared, &rt, stream, peer, local, &mut line, &mut gauge).await;
+    let ended = run(
+        shared,
+        &rt,
+        stream,
+        (peer, local),
+        &mut line,
+        &mut gauge,
+        &unwinding.client,
+    )
+    .await;
     unwinding.armed = false;
     let route = line.route.unwrap_or("-");
     let upstream = OrDash(line.upstream);
@@ -171,6 +181,9 @@ pub(crate) async fn serve(
 /// this way too: the guard cannot tell whose panic it is.)
 struct Unwinding<'a> {
     shared: &'a Shared,
+    /// The client once the PROXY header (or its absence) has named it, else the socket's
+    /// peer: the line names it and spends its log budget, as every close line does.
+    client: std::sync::OnceLock<SocketAddr>,
     peer: SocketAddr,
     armed: bool,
 }
@@ -181,8 +194,10 @@ impl Drop for Unwinding<'_> {
             return;
         }
         self.shared.metrics.closed("panic");
-        if let Some(suppressed) = self.shared.allow_line(self.peer.ip()) {
+        let client = self.client.get().copied().unwrap_or(self.peer);
+        if let Some(suppressed) = self.shared.allow_line(client.ip()) {
             tracing::error!(
+                %client,
                 peer = %self.peer,
                 reason = "panic",
                 suppressed,
@@ -225,10 +240,10 @@ async fn run<'a>(
     shared: &Shared,
     rt: &'a Runtime,
     stream: TcpStream,
-    peer: SocketAddr,
-    local: Option<SocketAddr>,
+    (peer, local): (SocketAddr, Option<SocketAddr>),
     line: &mut Line<'a>,
     gauge: &mut OpenGauge<'a>,
+    panic_client: &std::sync::OnceLock<SocketAddr>,
 ) -> Ended {
     let s = &rt.settings;
     let deadline = clock::tokio_after(s.handshake_timeout);
@@ -257,10 +272,13 @@ async fn run<'a>(
         Ok(a) => a,
         // The client's socket failed: it left, the proxy refused nothing.
         Err(AcceptError::Io(_)) => return Ended::Left("client_error"),
+        // A bare connect (a health check's): it left before its header, as without one.
+        Err(AcceptError::Closed) => return Ended::Left("closed_in_prelogin"),
         Err(e) => return Ended::Refused(accept_reason(&e)),
     };
     let client = accepted.client;
     line.client = client;
+    let _ = panic_client.set(client);
     let dst = accepted
         .header
         .as_ref()
@@ -340,6 +358,9 @@ async fn run<'a>(
     line.route = Some(route.map_or("unknown", |r| r.name.as_str()));
     if let Some(r) = route {
         shared.metrics.connection(&r.name);
+        // Known from here on: a login waiting for Login Start and its upstream is counted
+        // under its route (the metrics' `none` is for connections whose route is not).
+        gauge.set(&r.name, ConnState::Prelogin);
         // The route's handshake bounds and unknown-version policy, in either mode.
         if let Some(reason) = bounds {
             if next_state != NextState::Status {
@@ -841,7 +862,8 @@ async fn route_status(
 /// none answered or stalled may throttle or dislike this request, which says nothing of the
 /// others': [`Refused`](status::Fetched::Refused). An upstream that stalled goes last in the
 /// order for a while, as one that did not connect; one that refused at once does not (it may
-/// throttle status pings from the proxy's address and serve logins well).
+/// throttle status pings from the proxy's address and serve logins well). No upstream
+/// connecting because the proxy is out of descriptors is neither: `Refused`, with no hold.
 async fn fetch_status(
     shared: &Shared,
     rt: &Runtime,
@@ -855,6 +877,7 @@ async fn fetch_status(
     let sent = who.sent(r);
     let asked = status::fetch_protocol(protocol);
     let (mut connected, mut refused, mut stalled) = (false, false, false);
+    let mut out_of_descriptors = false;
     for k in rt.upstreams[i].order(r.balance) {
         let addr = r.upstreams[k];
         // Built before the upstream is connected: one that cannot be sent spends no
@@ -863,8 +886,13 @@ async fn fetch_status(
             debug!(route = %r.name, "status handshake over its bound; not asked");
             return Fetched::Refused;
         };
-        let Some((mut upstream, _, _hold)) = connect_to(shared, rt, i, r, k, &[]).await else {
-            continue;
+        let (mut upstream, _, _hold) = match connect_to(shared, rt, i, r, k, &[]).await {
+            Ok(c) => c,
+            Err(NotConnected::NoDescriptor) => {
+                out_of_descriptors = true;
+                continue;
+            }
+            Err(NotConnected::Failed) => continue,
         };
         connected = true;
         line.upstream = Some(addr);
@@ -903,7 +931,11 @@ async fn fetch_status(
             }
         }
     }
-    if !connected {
+    if !connected && out_of_descriptors {
+        // The proxy's own shortage, not the route's: this request gets the fallback, and
+        // no hold keeps it from the others (the next asks again).
+        Fetched::Refused
+    } else if !connected {
         rt.cache.failed(i, None);
         Fetched::Down
     } else if stalled || !refused {
@@ -961,7 +993,7 @@ pub(crate) async fn connect(
     first: &[u8],
 ) -> Option<(TcpStream, usize, SocketAddr, UpstreamHold)> {
     for k in rt.upstreams[i].order(r.balance) {
-        if let Some((stream, sent, hold)) = connect_to(shared, rt, i, r, k, first).await {
+        if let Ok((stream, sent, hold)) = connect_to(shared, rt, i, r, k, first).await {
             return Some((stream, sent, r.upstreams[k], hold));
         }
     }
@@ -980,6 +1012,14 @@ fn is_out_of_descriptors(_errno: i32) -> bool {
     false
 }
 
+/// Why [`connect_to`] has no connection.
+enum NotConnected {
+    /// The connect failed or timed out: the upstream is marked failed.
+    Failed,
+    /// The proxy is out of descriptors (told apart on Linux): no fault of the upstream's.
+    NoDescriptor,
+}
+
 /// Connects to upstream `k` of route `i` (see [`connect`]); on failure it is marked failed
 /// (last in the order for a while), but for a failure of the proxy's own (out of descriptors,
 /// told apart on Linux).
@@ -990,7 +1030,7 @@ async fn connect_to(
     r: &Route,
     k: usize,
     first: &[u8],
-) -> Option<(TcpStream, usize, UpstreamHold)> {
+) -> Result<(TcpStream, usize, UpstreamHold), NotConnected> {
     let upstreams = &rt.upstreams[i];
     let addr = r.upstreams[k];
     // Counted from the connect on (least-connections); dropped if it fails.
@@ -1001,12 +1041,12 @@ async fn connect_to(
     match result {
         Ok(Ok((stream, sent))) => {
             upstreams.connected(k);
-            return Some((stream, sent, hold));
+            return Ok((stream, sent, hold));
         }
         // Out of descriptors here: no fault of the upstream's, which is not marked down.
         Ok(Err(e)) if e.raw_os_error().is_some_and(is_out_of_descriptors) => {
             trace!(upstream = %addr, error = %e, "no descriptor for an upstream connect");
-            return None;
+            return Err(NotConnected::NoDescriptor);
         }
         Ok(Err(e)) => {
             trace!(upstream = %addr, error = %e, "upstream connect failed; trying the next")
@@ -1014,7 +1054,7 @@ async fn connect_to(
         Err(_) => trace!(upstream = %addr, "upstream connect timed out; trying the next"),
     }
     upstreams.failed(k);
-    None
+    Err(NotConnected::Failed)
 }
 
 /// The handshake frame the upstream gets: `frame` as received, or rebuilt with the route's

@@ -55,6 +55,10 @@ pub enum AcceptError {
     Timeout,
     /// The socket failed.
     Io(io::Error),
+    /// The peer ended its stream before sending a byte where a header was required: a bare
+    /// connect (a load balancer's TCP health check, a port scan). Nothing was refused; the
+    /// caller counts it as a client that left, not as a missing header.
+    Closed,
 }
 
 impl fmt::Display for AcceptError {
@@ -63,6 +67,7 @@ impl fmt::Display for AcceptError {
             AcceptError::Rejected(r) => r.fmt(f),
             AcceptError::Timeout => f.write_str("no PROXY header within the header timeout"),
             AcceptError::Io(e) => write!(f, "i/o: {e}"),
+            AcceptError::Closed => f.write_str("closed before sending a byte"),
         }
     }
 }
@@ -208,6 +213,9 @@ impl ProxyAcceptor {
             }
         };
         match decision {
+            Decision::Reject(Reason::HeaderMissing) if ended && buf.is_empty() => {
+                Err(AcceptError::Closed)
+            }
             Decision::Reject(reason) => Err(AcceptError::Rejected(reason)),
             Decision::Accept { strip, source } => {
                 let (client, keep) = match source {
@@ -405,6 +413,32 @@ mod tests {
             matches!(err, AcceptError::Rejected(Reason::HeaderForbidden)),
             "{err}"
         );
+    }
+
+    /// A bare connect where a header is required left; one byte and the end is a missing
+    /// header refused (a truncated one), as a wrong first byte is.
+    #[tokio::test]
+    async fn a_bare_connect_under_require_is_closed_not_refused() {
+        let acceptor = ProxyAcceptor::new(Policy::Require);
+        for (sent, closed) in [(&b""[..], true), (b"P", false), (b"\x05", false)] {
+            let (mut client, server) = tokio::io::duplex(64);
+            client.write_all(sent).await.unwrap();
+            drop(client);
+            let err = acceptor
+                .accept(server, peer("10.0.0.2:1"))
+                .await
+                .unwrap_err();
+            assert_eq!(
+                matches!(err, AcceptError::Closed),
+                closed,
+                "{sent:?}: {err}"
+            );
+            assert_eq!(
+                matches!(err, AcceptError::Rejected(_)),
+                !closed,
+                "{sent:?}: {err}"
+            );
+        }
     }
 
     #[tokio::test]

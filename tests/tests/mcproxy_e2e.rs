@@ -250,6 +250,29 @@ fn a_hanging_upstream_connect_times_out_and_the_next_upstream_gets_the_login() {
     drop((s, queued, full));
 }
 
+/// A login whose route is known (its Handshake read) is counted under that route while it
+/// waits for Login Start and its upstream, not under `none`.
+#[test]
+fn a_login_waiting_for_login_start_is_counted_under_its_route() {
+    let rec = Recorder::start();
+    let proxy = McProxy::start(&format!(
+        "[[route]]\nname = \"lobby\"\nhosts = [\"lobby.test\"]\nupstreams = [\"127.0.0.1:{}\"]\n",
+        rec.port
+    ));
+    let mut s = connect_from(112, proxy.addr);
+    s.write_all(&handshake("lobby.test", 340, NextState::Login))
+        .unwrap();
+    proxy.wait_metric(
+        "wirekit_proxy_connections_open{route=\"lobby\",state=\"prelogin\"}",
+        1,
+    );
+    assert_eq!(
+        proxy.metric_or_zero("wirekit_proxy_connections_open{route=\"none\",state=\"prelogin\"}"),
+        0
+    );
+    drop(s);
+}
+
 /// `wirekit serve` requiring a PROXY header from 127.0.0.1 (the proxy), logging each
 /// connection's client; and its address.
 fn serve_trusting_loopback() -> (Proc, SocketAddr) {
