@@ -25,6 +25,27 @@ pub const COMMAND_LIMIT: Duration = Duration::from_secs(20 * 60);
 /// What a command past its limit is reported as.
 const HUNG: &str = "stopped as hung";
 
+/// The environment variable `.ci/run` sets to the run's deadline (Unix seconds): no command
+/// runs past it, whatever its own limit, so that a hang late in the run fails naming its step
+/// before the runner's 30 minutes are up.
+pub const DEADLINE_VAR: &str = "WIREKIT_CI_DEADLINE";
+
+/// The time left before [`DEADLINE_VAR`]'s deadline, if one is set (zero once it has passed).
+fn left_before_deadline() -> Option<Duration> {
+    left_before(
+        &std::env::var(DEADLINE_VAR).ok()?,
+        std::time::SystemTime::now(),
+    )
+}
+
+/// The time from `now` to `deadline` (Unix seconds, as text), zero once past; `None` if the
+/// text is no number.
+fn left_before(deadline: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let deadline: u64 = deadline.trim().parse().ok()?;
+    let now = now.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(Duration::from_secs(deadline).saturating_sub(now))
+}
+
 /// Runs a command in `dir`, echoing it and its duration; an error if it fails, or if it runs
 /// past [`COMMAND_LIMIT`] (then it and every process it started are killed).
 pub fn run_in(
@@ -46,6 +67,17 @@ pub fn run_within(
 ) -> Result<(), String> {
     let shown = format!("{program} {}", args.join(" "));
     println!("\n==> {shown}");
+    let limit = match left_before_deadline() {
+        Some(left) if left < limit => {
+            if left.is_zero() {
+                return Err(format!(
+                    "`{shown}` not started: past {DEADLINE_VAR}, {HUNG}"
+                ));
+            }
+            left
+        }
+        _ => limit,
+    };
     let start = Instant::now();
     let mut child = Command::new(program)
         .args(args)
@@ -61,6 +93,9 @@ pub fn run_within(
             }
             Ok(None) => {
                 kill_tree(child.id());
+                // The system call itself, should the `kill` program be missing (a minimal
+                // image without procps): the command is gone whatever became of its tree.
+                let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!(
                     "`{shown}` still ran after {} s: {HUNG}",
@@ -207,7 +242,9 @@ fn install_cargo_tool(name: &str, spec: &str, flags: &[&str]) -> Result<PathBuf,
         let bin = bin.to_string_lossy();
         [vec!["--version"], vec![sub, "--version"]]
             .iter()
-            .any(|args| output(&bin, args).is_some_and(|v| v.contains(version)))
+            .any(|args| {
+                output(&bin, args).is_some_and(|v| v.split_whitespace().any(|w| w == version))
+            })
     });
     if let Some(found) = current {
         return Ok(found);
@@ -222,6 +259,15 @@ fn install_cargo_tool(name: &str, spec: &str, flags: &[&str]) -> Result<PathBuf,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_deadline_is_read_as_unix_seconds() {
+        let at = |s| std::time::UNIX_EPOCH + Duration::from_secs(s);
+        assert_eq!(left_before("1000", at(400)), Some(Duration::from_secs(600)));
+        assert_eq!(left_before(" 1000\n", at(1000)), Some(Duration::ZERO));
+        assert_eq!(left_before("1000", at(5000)), Some(Duration::ZERO));
+        assert_eq!(left_before("soon", at(0)), None);
+    }
 
     /// A command past its limit is stopped with every process it started, and named.
     #[test]

