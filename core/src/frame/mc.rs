@@ -237,9 +237,10 @@ fn read_length(input: &[u8], max: usize) -> Result<Status<(usize, usize)>, Frame
     Err(FrameError::LengthFieldTooLong)
 }
 
-/// Length of the frame holding a body of `body_len` bytes. Past what a frame can carry
-/// ([`MAX_FRAME_LEN`]) the length field is taken as its longest (5 bytes) and the sum
-/// saturates: an encoder refuses such a body, and the length is never a wrapped small one.
+/// Length of the frame holding a body of `body_len` bytes: the body and its VarInt length
+/// field (which, past what a frame can carry, [`MAX_FRAME_LEN`], is longer than any frame's;
+/// an encoder refuses such a body). Past `i32::MAX` the field is taken as its longest (5 bytes)
+/// and the sum saturates: the length is never a wrapped small one.
 pub const fn frame_len(body_len: usize) -> usize {
     let field = if body_len <= i32::MAX as usize {
         varint_len(body_len as i32)
@@ -274,6 +275,7 @@ pub fn encode_packet(id: i32, data: &[u8], out: &mut [u8]) -> Result<usize, Enco
 }
 
 /// Encodes an already-assembled frame body (e.g. a compressed body) as a frame into `out`.
+/// An empty body is refused ([`EncodeError::FrameTooLarge`] with `len` 0).
 ///
 /// On error nothing is written.
 #[inline]
@@ -366,6 +368,24 @@ impl<'a> FrameBuilder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_body_is_refused_and_said_so() {
+        use std::string::ToString;
+        let mut out = [0xAAu8; 8];
+        let e = encode_frame(&[], &mut out).unwrap_err();
+        assert_eq!(
+            e,
+            EncodeError::FrameTooLarge {
+                len: 0,
+                max: MAX_FRAME_LEN
+            }
+        );
+        assert_eq!(e.to_string(), "empty frame body");
+        assert_eq!(out, [0xAA; 8]);
+        let big = EncodeError::FrameTooLarge { len: 9, max: 8 };
+        assert_eq!(big.to_string(), "frame length 9 exceeds the maximum 8");
+    }
 
     /// A handshake packet as a vanilla client sends it (protocol 767, "localhost", 25565, next
     /// state status).

@@ -107,14 +107,18 @@ impl fmt::Display for FrameError {
 
 impl core::error::Error for FrameError {}
 
-/// Why a frame could not be encoded. The output buffer is untouched in either case.
+/// Why a frame could not be encoded. The output buffer is untouched, but where
+/// [`CompressedEncoder::encode`](compressed::CompressedEncoder::encode) returns
+/// [`FrameTooLarge`](Self::FrameTooLarge): the frame's length is known only once compressed,
+/// and `out` may hold the attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum EncodeError {
     /// The output buffer is too small.
     BufferTooSmall(BufferTooSmall),
-    /// The frame would exceed the format's or the configured maximum length.
+    /// The frame would exceed the format's or the configured maximum length, or its body is
+    /// empty (`len` 0: a frame carries at least a packet ID).
     FrameTooLarge {
         /// The frame length (the length field's value) that was asked for.
         len: usize,
@@ -133,6 +137,7 @@ impl fmt::Display for EncodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EncodeError::BufferTooSmall(e) => e.fmt(f),
+            EncodeError::FrameTooLarge { len: 0, .. } => f.write_str("empty frame body"),
             EncodeError::FrameTooLarge { len, max } => {
                 write!(f, "frame length {len} exceeds the maximum {max}")
             }

@@ -255,11 +255,12 @@ impl Session {
                 Ok(t) if t >= 0 && compressor.is_none() => ErrorCode::Unsupported,
                 Ok(t) => {
                     // The request was the peer's last frame in the old format; the reply is
-                    // ours.
-                    self.set_incoming(t);
+                    // ours. Both switch once the reply is written: a reply that cannot be
+                    // leaves the session as it was.
                     body[0] = wire::SET_COMPRESSION as u8;
                     let n = wire::encode_threshold(t, &mut body[1..]).expect("5 bytes fit");
                     let sent = self.send_body(&body[..1 + n], out, compressor)?;
+                    self.set_incoming(t);
                     self.encoder.set_threshold(t);
                     return Ok(sent);
                 }

@@ -32,8 +32,8 @@
 //! (its table size picks the speed/RAM trade-off: `WORKSPACE_MCU` words on a board,
 //! `WORKSPACE_SERVER` on a host) and a scratch of [`Config::max_packet_len`] bytes per executor,
 //! and pass [`Workspace::with_zlib`]`(&mut scratch, &mut inflater, &mut compressor)` to each
-//! call. [`Workspace::new`]`(&mut scratch)` serves without zlib: set-compression requests then
-//! get `0x7F` and a configured threshold is an error.
+//! call. [`Workspace::new`]`(&mut scratch)` serves without zlib: requests to turn compression on
+//! then get `0x7F` (turning it off is answered as ever) and a configured threshold is an error.
 //!
 //! 1. On accept: `let mut s = Session::new(&config, now);` then call [`Session::handle`] once with
 //!    empty input. It counts the connection and writes the greeting (`0x03`, if the config has a

@@ -61,7 +61,7 @@ impl<S> fmt::Debug for Workspace<'_, S> {
 }
 
 impl<'a> Workspace<'a> {
-    /// A workspace without zlib: a client's set-compression request gets a `0x7F`
+    /// A workspace without zlib: a client's request to turn compression on gets a `0x7F`
     /// ([`ErrorCode::Unsupported`](super::wire::ErrorCode::Unsupported)) reply, and a configured threshold is an error
     /// ([`SessionError::CompressionUnavailable`]).
     pub fn new(scratch: &'a mut [u8]) -> Self {
