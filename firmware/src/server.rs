@@ -131,7 +131,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// connection nor the network meanwhile (a session ends its call after each derivation and the
 /// driver yields, so a burst pipelined in one segment holds the executor one derivation at a
 /// time, the other tasks run between them). The budget is the slot's, kept across the
-/// connections that hold it in turn: a client reconnecting gets no fresh budget, and one
+/// connections that hold it in turn, and a freed slot is handed out before the idle one
+/// (`give_back`): a client reconnecting gets its slot back, not a fresh budget, and one
 /// connection deriving as fast as it may spends only its slot's share, never the other
 /// connection's (with one budget for the board, a client pipelining requests took every
 /// token as it refilled, and the other connection got none). A slot's burst is a
@@ -317,8 +318,29 @@ pub async fn serve_socket(stack: Stack<'_>, id: usize, tcp: &mut TcpBuffers) -> 
             continue;
         };
         let (session, ended) = serve_connection(&mut socket, id, peer, buffers).await;
-        FREE_SESSIONS.send(buffers).await;
+        give_back(buffers);
         close_connection(&mut socket, session, ended).await;
+    }
+}
+
+/// Returns a session's buffers to the pool ahead of the idle ones, so that the next
+/// connection (a client reconnecting, say) takes the slot just left, with what its derive
+/// budget has left, and an idle slot keeps its tokens for another client. (A queue handed out
+/// the idle slot first: a client closing and reconnecting drew a full budget each time.)
+fn give_back(buffers: &'static mut SessionBuffers) {
+    let mut idle: heapless::Vec<&'static mut SessionBuffers, MAX_CONNECTIONS> =
+        heapless::Vec::new();
+    while let Ok(b) = FREE_SESSIONS.try_receive() {
+        if idle.push(b).is_err() {
+            defmt::panic!("the pool holds MAX_CONNECTIONS buffers");
+        }
+    }
+    // Within the pool's capacity: these are every buffer not in use, and ours.
+    let back = core::iter::once(buffers).chain(idle);
+    for b in back {
+        if FREE_SESSIONS.try_send(b).is_err() {
+            defmt::panic!("the pool holds MAX_CONNECTIONS buffers");
+        }
     }
 }
 

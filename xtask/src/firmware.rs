@@ -124,13 +124,25 @@ pub fn qemu(args: &[String]) -> Result<(), String> {
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", qemu::QEMU_SYSTEM_ARM))?;
-    let frames = qemu.stdout.take().ok_or("qemu stdout")?;
-    let mut print = Command::new(&decoder)
+    // Past here QEMU runs: every way out stops it first (left running, it would hold the
+    // forwarded ports, and the next run could not forward them).
+    let stop = |qemu: &mut std::process::Child, e: String| {
+        let _ = qemu.kill();
+        let _ = qemu.wait();
+        e
+    };
+    let Some(frames) = qemu.stdout.take() else {
+        return Err(stop(&mut qemu, "qemu stdout".into()));
+    };
+    let mut print = match Command::new(&decoder)
         .arg("-e")
         .arg(&elf)
         .stdin(frames)
         .spawn()
-        .map_err(|e| format!("cannot start defmt-print: {e}"))?;
+    {
+        Ok(p) => p,
+        Err(e) => return Err(stop(&mut qemu, format!("cannot start defmt-print: {e}"))),
+    };
     let status = qemu.wait().map_err(|e| e.to_string())?;
     // defmt-print ends at the end of its input, when QEMU has gone.
     let _ = print.wait();

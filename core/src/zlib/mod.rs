@@ -37,8 +37,10 @@
 //!   the chains, for most of its ratio in about 40-60% of its time.
 //! - [`Level::Default`]: lazy matching over hash chains (32 links, nice length 128, zlib's lazy
 //!   and good lengths 16 and 8), each block written in the smallest of dynamic Huffman (with
-//!   optimal codes, limited in length as zlib limits them where a code would be too long),
-//!   fixed Huffman or stored form (a block of under 128 input bytes: fixed or stored).
+//!   optimal codes, limited in length as zlib limits them where a code would be too long; a
+//!   block of under 512 symbols gets an approximate distance code, built faster, and keeps an
+//!   optimal literal/length code), fixed Huffman or stored form (a block of under 128 input
+//!   bytes: fixed or stored).
 //! - [`Level::Thorough`]: the best level's search with an eighth of its chain (128 links),
 //!   between the default and best levels on the size/speed frontier.
 //! - [`Level::Best`]: the default level's matching searching as zlib's level 8 does (1024

@@ -95,8 +95,9 @@ async fn main(spawner: Spawner) {
     let seed = u64::from_le_bytes(seed);
 
     // A locally administered address derived from the chip's unique ID: all of it (bytes 0-3
-    // are the die's place on its wafer, 4 the wafer, 5-11 the lot), so boards from two lots
-    // at the same place on their wafers do not share an address.
+    // are the die's place on its wafer, 4 the wafer, 5-11 the lot) folded into five bytes, so
+    // boards from two lots at the same place on their wafers are unlikely to share an address
+    // (not sure never to: 12 bytes into 5, bytes 5 and 10, 6 and 11 landing on the same one).
     let uid = embassy_stm32::uid::uid();
     let mut mac = [0x02, 0, 0, 0, 0, 0];
     for (i, b) in uid.iter().enumerate() {
