@@ -255,6 +255,9 @@ impl LoadOptions {
         if !(1..=Self::MAX_PIPELINE).contains(&self.pipeline) {
             return Err(OptionsError::Pipeline(self.pipeline));
         }
+        if self.churn && self.pipeline > 1 {
+            return Err(OptionsError::ChurnPipeline(self.pipeline));
+        }
         if self.round_trips == Some(0) {
             return Err(OptionsError::NoRoundTrips);
         }
@@ -294,6 +297,8 @@ pub enum OptionsError {
     Connections(usize),
     /// A pipeline outside 1 to [`LoadOptions::MAX_PIPELINE`].
     Pipeline(usize),
+    /// A pipeline deeper than 1 with churn, whose connections send one request each.
+    ChurnPipeline(usize),
     /// A round-trip count of 0: nothing would be measured.
     NoRoundTrips,
     /// A uniform range whose lower bound is above its upper bound.
@@ -328,6 +333,10 @@ impl std::fmt::Display for OptionsError {
                 f,
                 "--pipeline {n}: expected 1 to {}",
                 LoadOptions::MAX_PIPELINE
+            ),
+            OptionsError::ChurnPipeline(n) => write!(
+                f,
+                "--pipeline {n} with --churn: each churn connection sends one request"
             ),
             OptionsError::NoRoundTrips => {
                 write!(f, "--round-trips 0: nothing would be measured (at least 1)")
@@ -1667,6 +1676,19 @@ mod tests {
             ..LoadOptions::default()
         };
         assert_eq!(ok.validate(), Ok(()));
+        // Churn sends one request a connection: a deeper pipeline is refused, not dropped.
+        let churn = LoadOptions {
+            churn: true,
+            ..ok.clone()
+        };
+        assert_eq!(churn.validate(), Ok(()));
+        assert_eq!(
+            refused(LoadOptions {
+                pipeline: 2,
+                ..churn
+            }),
+            "--pipeline 2 with --churn: each churn connection sends one request"
+        );
         let e = refused(LoadOptions {
             payload: "uniform:0-18446744073709551615".parse().unwrap(),
             ..ok.clone()

@@ -69,6 +69,13 @@ fn hex_input_and_legacy_ping() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"legacy_ping\":true"));
     let out = wirekit(&["frame", "encode"], b"x");
     assert_eq!(out.status.code(), Some(2), "--id is required for varint");
+    // The legacy ping is Minecraft's: asked of a fixed framing, refused, not ignored.
+    let out = wirekit(
+        &["frame", "decode", "--framing", "u32le", "--handshake"],
+        b"\xfe\x01\xfa",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--handshake applies"));
 }
 
 #[test]

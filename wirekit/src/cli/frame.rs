@@ -340,6 +340,12 @@ fn decode(args: &DecodeArgs) -> ExitCode {
             "--threshold applies to --framing varint after the handshake only",
         );
     }
+    if args.handshake && args.framing != Framing::Varint {
+        return fail(
+            0,
+            "--handshake applies to --framing varint only (the legacy ping is Minecraft's)",
+        );
+    }
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let max_varint = args.max_frame.map_or(mc::MAX_FRAME_LEN, |m| m as usize);

@@ -9,6 +9,7 @@
 //! stdout that cannot be written (closed by its reader too) ends the run with exit status 1.
 //! On a terminal, large inputs get a progress bar on stderr.
 
+use super::ToolError;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Write};
@@ -55,7 +56,7 @@ fn derive(args: DeriveArgs) -> ExitCode {
         let key = hex(&derive_kerberos_key(pid, password.as_encoded_bytes()));
         return match writeln!(std::io::stdout().lock(), "{key}") {
             Ok(()) => ExitCode::SUCCESS,
-            Err(_) => ExitCode::FAILURE,
+            Err(e) => ToolError::Output(e).report("wirekit kerberos derive"),
         };
     }
     let Some(path) = args.batch else {
@@ -85,10 +86,9 @@ fn derive(args: DeriveArgs) -> ExitCode {
             eprintln!("wirekit kerberos derive: line {line}: {reason}");
             ExitCode::from(2)
         }
-        Err(BatchFailure::Io(e)) => {
-            eprintln!("wirekit kerberos derive: {e}");
-            ExitCode::FAILURE
-        }
+        Err(BatchFailure::Read(e)) => ToolError::Input(format!("reading {}: {e}", path.display()))
+            .report("wirekit kerberos derive"),
+        Err(BatchFailure::Write(e)) => ToolError::Output(e).report("wirekit kerberos derive"),
     }
 }
 
@@ -114,14 +114,10 @@ fn progress_bar(size: Option<u64>) -> ProgressBar {
 enum BatchFailure {
     /// A line is not `pid,password`.
     Input { line: u64, reason: &'static str },
-    /// Reading input or writing output failed.
-    Io(io::Error),
-}
-
-impl From<io::Error> for BatchFailure {
-    fn from(e: io::Error) -> Self {
-        BatchFailure::Io(e)
-    }
+    /// Reading the input failed (exit status 2, as a bad line).
+    Read(io::Error),
+    /// Writing the keys failed (exit status 1).
+    Write(io::Error),
 }
 
 /// Lines derived per batch call: enough to keep every lane of every core busy, few enough that
@@ -154,10 +150,12 @@ fn derive_batch(
     loop {
         // Read up to a chunk of lines.
         let mut bytes_read = 0u64;
-        while lines.len() < CHUNK_LINES && bytes_read < CHUNK_BYTES {
+        while !ended && lines.len() < CHUNK_LINES && bytes_read < CHUNK_BYTES {
             let mut line = spare.pop().unwrap_or_default();
             line.clear();
-            let n = io::Read::take(&mut input, MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;
+            let n = io::Read::take(&mut input, MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .map_err(BatchFailure::Read)?;
             if n == 0 {
                 ended = true;
                 break;
@@ -171,6 +169,10 @@ fn derive_batch(
                     line: line_no,
                     reason: "line longer than 64 KiB",
                 });
+            } else {
+                // A last line without its newline: `read_until` stopped at the input's end,
+                // which is not read again.
+                ended = true;
             }
             if line.last() == Some(&b'\r') {
                 line.pop();
@@ -203,7 +205,7 @@ fn derive_batch(
         // (A chunk of blank lines alone holds nothing to derive, and is not the end.)
         if lines.is_empty() {
             if ended {
-                out.flush()?;
+                out.flush().map_err(BatchFailure::Write)?;
                 return Ok(done);
             }
             progress.inc(bytes_read);
@@ -217,8 +219,9 @@ fn derive_batch(
         let keys = &mut keys[..requests.len()];
         derive_on_threads(&requests, keys, threads);
         for key in keys.iter() {
-            out.write_all(hex(key).as_bytes())?;
-            out.write_all(b"\n")?;
+            out.write_all(hex(key).as_bytes())
+                .and_then(|()| out.write_all(b"\n"))
+                .map_err(BatchFailure::Write)?;
         }
         done += requests.len() as u64;
         progress.inc(bytes_read);
@@ -236,6 +239,12 @@ fn derive_batch(
             spare.push(line);
         }
         pids.clear();
+        // The input's end came with this chunk: not read again (a terminal would wait for a
+        // second end-of-file).
+        if ended {
+            out.flush().map_err(BatchFailure::Write)?;
+            return Ok(done);
+        }
     }
 }
 
@@ -268,6 +277,34 @@ mod tests {
         let mut out = Vec::new();
         let r = derive_batch(input, &mut out, &ProgressBar::hidden());
         (r, String::from_utf8(out).unwrap())
+    }
+
+    /// Input whose end is read once: a second read after it panics (a terminal would block
+    /// there, waiting for another end-of-file).
+    struct EndsOnce<'a> {
+        data: &'a [u8],
+        ended: bool,
+    }
+
+    impl io::Read for EndsOnce<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            assert!(!self.ended, "read again after its end");
+            let n = self.data.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            self.ended = n == 0;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn the_input_is_not_read_past_its_end() {
+        for data in [&b"7,x\n"[..], b"7,x", b"", b"\n\n"] {
+            let input = BufReader::new(EndsOnce { data, ended: false });
+            let mut out = Vec::new();
+            let r = derive_batch(input, &mut out, &ProgressBar::hidden());
+            assert_eq!(r.unwrap(), u64::from(data.starts_with(b"7")));
+        }
     }
 
     #[test]

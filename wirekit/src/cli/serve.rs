@@ -14,6 +14,9 @@ use wirekit_core::service::{self, Framing};
 use wirekit_core::zlib::Level;
 use wirekit_std::server::{ServeOptions, Server};
 
+/// `--level`'s default: fast.
+const DEFAULT_LEVEL: u8 = 2;
+
 /// `wirekit serve` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -29,8 +32,8 @@ pub struct ServeArgs {
     pub compression_threshold: i32,
     /// zlib compression level of what the server sends (0 stored, 1 quick, 2 fast, 3 medium,
     /// 4-5 lazy, 6 default, 7 thorough, 8-9 best; varint framing only).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=9))]
-    pub level: u8,
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+    pub level: Option<u8>,
     /// Connections served at once (at least 1).
     #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     pub max_connections: usize,
@@ -185,13 +188,20 @@ impl ServeArgs {
         let service = match self.framing {
             BenchFraming::VarInt => service::Config::new()
                 .with_compression_threshold(self.compression_threshold)
-                .with_compression_level(Level::from_zlib(self.level)),
+                .with_compression_level(Level::from_zlib(self.level.unwrap_or(DEFAULT_LEVEL))),
             // Compression is the varint service's: asked of a u32le server, it is refused
             // rather than dropped.
             BenchFraming::U32Le if self.compression_threshold >= 0 => {
                 return Err(
                     "--compression-threshold applies to --framing varint only (u32le frames \
                      are never compressed)"
+                        .into(),
+                );
+            }
+            BenchFraming::U32Le if self.level.is_some() => {
+                return Err(
+                    "--level applies to --framing varint only (u32le frames are never \
+                     compressed)"
                         .into(),
                 );
             }
@@ -473,6 +483,15 @@ mod tests {
         let e = u32le.options().expect_err("refused");
         assert!(e.contains("--framing varint only"), "{e}");
         assert!(parse(&["--framing", "u32le"]).unwrap().options().is_ok());
+        let e = parse(&["--framing", "u32le", "--level", "6"])
+            .unwrap()
+            .options()
+            .expect_err("refused");
+        assert!(
+            e.contains("--level applies to --framing varint only"),
+            "{e}"
+        );
+        assert!(parse(&["--level", "6"]).unwrap().options().is_ok());
         // An idle timeout under the send timeout would close a client reading its reply.
         let e = parse(&["--idle-timeout", "10", "--send-timeout", "30"])
             .unwrap()
