@@ -219,6 +219,18 @@ impl NexServers {
         if matches!(o.version, Version::Lite) {
             return Err(invalid("Lite is not served over UDP"));
         }
+        // A PID the wire's width cannot carry: every ticket naming it would fail to build, and
+        // its logins with it (answered `Core::Unknown`), from the first.
+        if o.pid_width == PidWidth::U32 {
+            let wide = std::iter::once(("the secure server's", o.secure_pid))
+                .chain(o.accounts.iter().map(|a| ("an account's", a.pid)))
+                .find(|&(_, pid)| pid > u64::from(u32::MAX));
+            if let Some((whose, pid)) = wide {
+                return Err(invalid(format!(
+                    "{whose} PID {pid} does not fit the 32-bit PIDs (--pid-bits 64 carries it)"
+                )));
+            }
+        }
         let context = Context {
             pid_width: o.pid_width,
             nex_version: o.nex_version,
@@ -610,6 +622,44 @@ mod tests {
             .map(|w| (w.config().limits.fair_share, w.config().share_unbound))
             .collect();
         assert_eq!(fair, [(false, true), (true, false)]);
+    }
+
+    /// A PID 32-bit PIDs cannot carry, an account's or the secure server's, is refused at
+    /// bind (its tickets could never be built); 64-bit PIDs carry it.
+    #[test]
+    fn a_pid_wider_than_the_wire_is_refused_at_bind() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let wide = Accounts::parse(
+            "[[account]]\nusername = \"bob\"\npid = 5000000000\npassword = \"pw\"\n",
+        )
+        .unwrap();
+        let refused = |o: ServeOptions| match NexServers::bind(o) {
+            Ok(_) => panic!("bound"),
+            Err(e) => e,
+        };
+        let e = refused(ServeOptions {
+            accounts: wide.clone(),
+            ..options(1)
+        });
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("PID 5000000000"), "{e}");
+        let e = refused(ServeOptions {
+            secure_pid: 1 << 32,
+            ..options(1)
+        });
+        assert!(e.to_string().contains("the secure server's"), "{e}");
+        assert!(
+            NexServers::bind(ServeOptions {
+                accounts: wide,
+                pid_width: PidWidth::U64,
+                ..options(1)
+            })
+            .is_ok()
+        );
     }
 
     /// Every secure handler, the UDP workers' and the WebSocket listener's, checks tickets

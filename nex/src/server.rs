@@ -340,8 +340,9 @@ pub struct PrudpHandler {
     pids: Option<Arc<PidSlots>>,
     /// Warnings about datagrams from unconnected peers (no handshake, so spoofable) ...
     refusals: LogLimit,
-    /// ... apart from those about replayed tickets (a CONNECT that proved its ticket), so a
-    /// spoofed flood of bad CONNECTs cannot keep the replays out of the log.
+    /// ... apart from those about replayed, bad or expired tickets (a CONNECT that proved
+    /// its cookie, so from a real address), so a spoofed flood of bad CONNECTs cannot keep
+    /// them out of the log.
     replay_logs: LogLimit,
     /// Close lines of connections the client disconnected cleanly ...
     disconnects: LogLimit,
@@ -809,10 +810,16 @@ impl DatagramHandler for PrudpHandler {
             },
             ServerOutput::Dropped(reason) => {
                 self.stats.count(reason);
-                if matches!(
-                    reason,
-                    ConnDrop::BadTicket | ConnDrop::TicketRefused | ConnDrop::BadSignature
-                ) && let LogDecision::Log { suppressed } = self.refusals.check(now)
+                // A bad or expired ticket comes with a valid cookie, from a real address: on a
+                // limit of its own (the replays'), which forged signatures from spoofed ones
+                // cannot use up.
+                let limit = match reason {
+                    ConnDrop::BadSignature => Some(&mut self.refusals),
+                    ConnDrop::BadTicket | ConnDrop::TicketRefused => Some(&mut self.replay_logs),
+                    _ => None,
+                };
+                if let Some(limit) = limit
+                    && let LogDecision::Log { suppressed } = limit.check(now)
                 {
                     warn!(
                         server = self.role.as_str(),

@@ -917,6 +917,7 @@ pub(crate) fn dispatch<H: DatagramHandler>(
     // source at its limit, or into a full table, must not get to repeat per datagram.
     if let Err(e) = table.check_insert(&key, now) {
         counters.dropped(insert_drop(e));
+        log_refusal(&key, e, now);
         return;
     }
     match handler.open(&key, datagram, now, outbox) {
@@ -957,8 +958,33 @@ fn admit<H: DatagramHandler>(
         }
         Err((e, state)) => {
             counters.dropped(insert_drop(e));
+            log_refusal(&key, e, now);
             handler.closed(&key, state, CloseReason::NotAdmitted);
         }
+    }
+}
+
+std::thread_local! {
+    /// The table refusals a worker thread logs: 5 every 10 s, the rest counted into the next
+    /// line (a flood from a source at its limit, or into a full table, is a datagram each).
+    static REFUSAL_LOGS: std::cell::RefCell<wirekit_core::limit::LogLimit> =
+        const { std::cell::RefCell::new(wirekit_core::limit::LogLimit::new(5, Duration::from_secs(10))) };
+}
+
+/// Logs, within [`REFUSAL_LOGS`], a new connection the table does not take (it is counted
+/// apart, by reason, in the drops).
+fn log_refusal(key: &ConnectionKey, e: InsertError, now: Instant) {
+    if e == InsertError::Exists {
+        return;
+    }
+    let decision = REFUSAL_LOGS.with(|l| l.borrow_mut().check(now));
+    if let wirekit_core::limit::LogDecision::Log { suppressed } = decision {
+        tracing::warn!(
+            peer = %key.peer,
+            reason = insert_drop(e).as_str(),
+            suppressed,
+            "new connection refused: the connection table's limits"
+        );
     }
 }
 

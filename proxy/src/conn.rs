@@ -878,7 +878,7 @@ async fn fetch_status(
     let asked = status::fetch_protocol(protocol);
     let (mut connected, mut refused, mut stalled) = (false, false, false);
     let mut out_of_descriptors = false;
-    for k in rt.upstreams[i].order(r.balance) {
+    for k in rt.upstreams[i].status_order(r.balance) {
         let addr = r.upstreams[k];
         // Built before the upstream is connected: one that cannot be sent spends no
         // connection.

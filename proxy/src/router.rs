@@ -125,6 +125,9 @@ impl OpenCounts {
 #[derive(Debug)]
 pub(crate) struct Upstreams {
     next: AtomicUsize,
+    /// Status fetches' own turn: taken from `next`, a ping before each join put the logins
+    /// on every other upstream (the fetches on the rest).
+    status_next: AtomicUsize,
     open: Box<[Arc<UpstreamState>]>,
 }
 
@@ -134,6 +137,7 @@ impl Upstreams {
     pub(crate) fn new(count: usize) -> Self {
         Upstreams {
             next: AtomicUsize::new(0),
+            status_next: AtomicUsize::new(0),
             open: (0..count)
                 .map(|_| Arc::new(UpstreamState::default()))
                 .collect(),
@@ -145,6 +149,7 @@ impl Upstreams {
     pub(crate) fn sharing(addrs: &[SocketAddr], counts: &OpenCounts) -> Self {
         Upstreams {
             next: AtomicUsize::new(0),
+            status_next: AtomicUsize::new(0),
             open: counts.counters(addrs),
         }
     }
@@ -153,8 +158,18 @@ impl Upstreams {
     /// list (wrapping), the failover order; an upstream whose connect failed within
     /// [`DOWN_FOR`] goes after the others (still tried, last: it may be back).
     pub(crate) fn order(&self, balance: Balance) -> std::vec::IntoIter<usize> {
+        self.order_on(&self.next, balance)
+    }
+
+    /// [`order`](Self::order) for a status fetch, on a round-robin turn of its own (the
+    /// logins' turns are theirs alone).
+    pub(crate) fn status_order(&self, balance: Balance) -> std::vec::IntoIter<usize> {
+        self.order_on(&self.status_next, balance)
+    }
+
+    fn order_on(&self, next: &AtomicUsize, balance: Balance) -> std::vec::IntoIter<usize> {
         let n = self.open.len();
-        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+        let turn = next.fetch_add(1, Ordering::Relaxed);
         let start = match n {
             0 => 0,
             n => turn % n,
@@ -258,7 +273,10 @@ mod tests {
     fn round_robin_and_least_connections() {
         let u = Arc::new(Upstreams::new(3));
         assert_eq!(u.order(Balance::RoundRobin).collect::<Vec<_>>(), [0, 1, 2]);
+        // A status fetch between two logins takes no login's turn.
+        assert_eq!(u.status_order(Balance::RoundRobin).next(), Some(0));
         assert_eq!(u.order(Balance::RoundRobin).collect::<Vec<_>>(), [1, 2, 0]);
+        assert_eq!(u.status_order(Balance::RoundRobin).next(), Some(1));
         assert_eq!(u.order(Balance::RoundRobin).collect::<Vec<_>>(), [2, 0, 1]);
         let _a = u.hold(0);
         let _b = u.hold(1);

@@ -419,6 +419,29 @@ pub fn merge_routes(base: Vec<Route>, over: Vec<Route>) -> (Vec<Route>, Vec<Stri
         }
         routes.push(route);
     }
+    // A file route that keeps a name a command-line route has (a default route left with no
+    // host, named after one the command line took; one named `default` that
+    // `--default-route`, also `default`, replaced as the default) is renamed: the flags win
+    // over the file, and two routes never share a name in logs and metrics.
+    let mut names: HashSet<String> = over.iter().map(|r| r.name.clone()).collect();
+    names.extend(routes.iter().map(|r| r.name.clone()));
+    for route in &mut routes {
+        if !over.iter().any(|r| r.name == route.name) {
+            continue;
+        }
+        let mut name = format!("{}-file", route.name);
+        let mut k = 2;
+        while names.contains(&name) {
+            name = format!("{}-file{k}", route.name);
+            k += 1;
+        }
+        notes.push(format!(
+            "route {} is now named {name} (a command-line route has its name)",
+            route.name
+        ));
+        names.insert(name.clone());
+        route.name = name;
+    }
     routes.extend(over);
     (routes, notes)
 }

@@ -1053,6 +1053,54 @@ upstreams = ["127.0.0.1:25568"]
         assert!(args.notes().is_empty());
     }
 
+    /// A file route that would keep a command-line route's name is renamed rather than the
+    /// proxy refusing to start: a default route whose only host `--route` took (it keeps the
+    /// default, and its name was that host), and a route named `default` that
+    /// `--default-route` (named `default` too) replaced as the default.
+    #[test]
+    fn route_flags_never_leave_two_routes_one_name() {
+        let mut args: ProxyArgs = toml::from_str(
+            r#"
+[[route]]
+default = true
+hosts = ["play.example.com"]
+upstreams = ["10.0.0.5:25565"]
+"#,
+        )
+        .unwrap();
+        args.route_flags = vec!["play.example.com=10.0.0.6:25565".into()];
+        let s = args.settings().expect("starts");
+        let names: Vec<_> = s.routes.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["play.example.com-file", "play.example.com"]);
+        assert!(s.routes[0].default && s.routes[0].hosts.is_empty());
+        assert!(
+            args.notes()
+                .iter()
+                .any(|n| n.contains("is now named play.example.com-file")),
+            "{:?}",
+            args.notes()
+        );
+
+        let mut args: ProxyArgs = toml::from_str(
+            r#"
+[[route]]
+name = "default"
+default = true
+hosts = ["a.example.com"]
+upstreams = ["10.0.0.5:25565"]
+"#,
+        )
+        .unwrap();
+        args.default_route = Some("10.0.0.9:25565".into());
+        let s = args.settings().expect("starts");
+        let names: Vec<_> = s
+            .routes
+            .iter()
+            .map(|r| (r.name.as_str(), r.default))
+            .collect();
+        assert_eq!(names, [("default-file", false), ("default", true)]);
+    }
+
     /// A PROXY header limit below v1's longest line is refused (it would refuse valid headers).
     #[test]
     fn a_proxy_header_limit_below_v1s_longest_is_refused() {

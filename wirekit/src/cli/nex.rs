@@ -416,6 +416,13 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             .drop_counts()
             .map(|(r, n)| (format!("{r:?}"), json!(n)))
             .collect();
+        // The datagrams the workers dropped before any PRUDP parsing, by reason: a full
+        // table, a source or network at its limit, unroutable, oversized, a full outbox.
+        let datagram_drops: Map<String, Value> = d
+            .drops()
+            .filter(|&(_, n)| n > 0)
+            .map(|(r, n)| (r.as_str().to_string(), json!(n)))
+            .collect();
         json!({
             "datagrams_in": d.datagrams_in,
             "datagrams_out": d.datagrams_out,
@@ -433,11 +440,16 @@ fn summary(stats: &wirekit_nex::ServeStats) -> Value {
             "deferred": s.deferred.load(Relaxed),
             "send_refused": s.send_refused.load(Relaxed),
             "drops": drops,
+            "datagram_drops": datagram_drops,
         })
     };
     let l = &stats.logins;
     let ws = |d: &wirekit_nex::Counters, s: &wirekit_nex::ServerStats, w: &wirekit_nex::WsStats| {
         let mut v = server(d, s);
+        // A WebSocket's are messages: named so below.
+        if let Some(o) = v.as_object_mut() {
+            o.remove("datagram_drops");
+        }
         let reasons: Map<String, Value> = w
             .counts()
             .map(|(r, n)| (r.as_str().to_string(), json!(n)))
