@@ -965,8 +965,9 @@ fn admit<H: DatagramHandler>(
 }
 
 std::thread_local! {
-    /// The table refusals a worker thread logs: 5 every 10 s, the rest counted into the next
-    /// line (a flood from a source at its limit, or into a full table, is a datagram each).
+    /// The table refusals a runtime thread logs (its workers' together): 5 every 10 s, the
+    /// rest counted into that thread's next line (a flood from a source at its limit, or into
+    /// a full table, is a datagram each).
     static REFUSAL_LOGS: std::cell::RefCell<wirekit_core::limit::LogLimit> =
         const { std::cell::RefCell::new(wirekit_core::limit::LogLimit::new(5, Duration::from_secs(10))) };
 }

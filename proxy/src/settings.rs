@@ -369,7 +369,8 @@ impl HostPattern {
 /// Routes from two sources where the second wins (a config file's, then the command line's):
 /// each host a route of `over` names is taken off the `base` route that named it, and a
 /// default route in `over` replaces `base`'s; a `base` route left with no host and not the
-/// default is dropped. Returns the routes (`base`'s first, in their order, then `over`'s) and
+/// default is dropped, and one left with the name of a route of `over` is renamed
+/// `<name>-file` (`<name>-file2`, ... if that is taken). Returns the routes (`base`'s first, in their order, then `over`'s) and
 /// a line for each change, for the operator. Host patterns compare normalised (case, trailing
 /// dot); one that does not parse is left for [`Settings::check`] to refuse.
 pub fn merge_routes(base: Vec<Route>, over: Vec<Route>) -> (Vec<Route>, Vec<String>) {

@@ -101,18 +101,29 @@ const BUILD_ARGS: [&str; 7] = [
 /// Builds the targets (all when `only` is empty) and returns the directory of the binaries.
 fn build(only: &[String]) -> Result<PathBuf, String> {
     ensure_cargo_fuzz()?;
+    // A no-cmp-trace target alone is built by `run_bin` only.
+    if let [one] = only
+        && NO_CMP_TRACE.contains(&one.as_str())
+    {
+        return host_release_dir(&fuzz_dir().join("target"));
+    }
     let mut args = BUILD_ARGS.to_vec();
     if only.len() == 1 {
         args.push(&only[0]);
     }
     run_in(&fuzz_dir(), "cargo", &args, &ENV)?;
+    host_release_dir(&fuzz_dir().join("target"))
+}
+
+/// Where cargo-fuzz puts release binaries under `target_dir`: `<host triple>/release`.
+fn host_release_dir(target_dir: &Path) -> Result<PathBuf, String> {
     let triple = output("rustc", &["-vV"])
         .and_then(|v| {
             v.lines()
                 .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
         })
         .ok_or("cannot read the host triple from `rustc -vV`")?;
-    Ok(fuzz_dir().join("target").join(triple).join("release"))
+    Ok(target_dir.join(triple).join("release"))
 }
 
 /// Targets whose campaigns are built without libFuzzer's comparison tracing
@@ -136,11 +147,7 @@ fn run_bin(built: &Path, target: &str) -> Result<PathBuf, String> {
     let mut args = BUILD_ARGS.to_vec();
     args.extend(["--no-trace-compares", "--target-dir", &dir_arg, target]);
     run_in(&fuzz_dir(), "cargo", &args, &ENV)?;
-    let triple = built
-        .parent()
-        .and_then(Path::file_name)
-        .ok_or("the build directory has no target triple")?;
-    Ok(dir.join(triple).join("release").join(target))
+    Ok(host_release_dir(&dir)?.join(target))
 }
 
 fn corpus_dir(target: &str) -> Result<PathBuf, String> {
@@ -591,8 +598,9 @@ fn campaign(run_these: &[String], seconds: u64) -> Result<(), String> {
             .unwrap_or_default();
         let artifacts = fuzz_dir().join("artifacts").join(t);
         let before = dir_size(&artifacts).0;
-        let start = Instant::now();
+        // Its own build first (the no-cmp-trace targets'), outside the run's time.
         let one = run_bin(&bin, t)?;
+        let start = Instant::now();
         let (stats, ok) = fuzz_for(&one, t, seconds)?;
         let elapsed = start.elapsed().as_secs_f64();
         // libFuzzer stops at the first crash (or leak, or timeout), leaving one artifact.

@@ -31,7 +31,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub compression_threshold: i32,
     /// zlib compression level of what the server sends (0 stored, 1 quick, 2 fast, 3 medium,
-    /// 4-5 lazy, 6 default, 7 thorough, 8-9 best; varint framing only).
+    /// 4-5 lazy, 6 default, 7 thorough, 8-9 best; varint framing only) [default: 2]
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
     pub level: Option<u8>,
     /// Connections served at once (at least 1).
