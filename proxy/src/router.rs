@@ -154,6 +154,14 @@ impl Upstreams {
         }
     }
 
+    /// Goes on from `old`'s round-robin turns (a reload's route with the same upstreams).
+    pub(crate) fn carry_turns(&self, old: &Upstreams) {
+        self.next
+            .store(old.next.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.status_next
+            .store(old.status_next.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
     /// The order to try the upstreams in: the chosen one first, then the others down the
     /// list (wrapping), the failover order; an upstream whose connect failed within
     /// [`DOWN_FOR`] goes after the others (still tried, last: it may be back).

@@ -45,11 +45,25 @@ impl Runtime {
     ) -> Result<Self, SettingsError> {
         settings.check()?;
         let router = Router::new(&settings.routes)?;
-        let upstreams = settings
+        let upstreams: Vec<Arc<Upstreams>> = settings
             .routes
             .iter()
             .map(|r| Arc::new(Upstreams::sharing(&r.upstreams, counts)))
             .collect();
+        // A route with the same name and upstreams goes on from its round-robin turns (a
+        // reload sent every route's next connection to its first upstream).
+        if let Some(p) = previous {
+            for (r, new) in settings.routes.iter().zip(&upstreams) {
+                let same = p
+                    .settings
+                    .routes
+                    .iter()
+                    .position(|old| old.name == r.name && old.upstreams == r.upstreams);
+                if let Some(j) = same {
+                    new.carry_turns(&p.upstreams[j]);
+                }
+            }
+        }
         // Cached status answers of routes still answered the same way (same name, hosts,
         // default, upstreams, PROXY header and host rewrite) carry over. Hosts count: the
         // hosts a route does not name exactly share one cached answer, which a route serving
@@ -749,6 +763,28 @@ mod tests {
             .map(|_| new.upstreams[0].order(Balance::LeastConnections).next())
             .collect();
         assert!(firsts.contains(&Some(2)), "{firsts:?}");
+    }
+
+    /// Round robin goes on across a reload for a route with the same upstreams (it restarted
+    /// at the first), and starts afresh for a route whose upstreams changed.
+    #[test]
+    fn a_reload_keeps_a_routes_round_robin_turn() {
+        let counts = OpenCounts::default();
+        let two = ["127.0.0.1:1", "127.0.0.1:2"];
+        let old = Runtime::new(settings(&two, 60), None, &counts).unwrap();
+        assert_eq!(old.upstreams[0].order(Balance::RoundRobin).next(), Some(0));
+        let new = Runtime::new(settings(&two, 30), Some(&old), &counts).unwrap();
+        assert_eq!(new.upstreams[0].order(Balance::RoundRobin).next(), Some(1));
+        let other = Runtime::new(
+            settings(&["127.0.0.1:3", "127.0.0.1:2"], 30),
+            Some(&new),
+            &counts,
+        )
+        .unwrap();
+        assert_eq!(
+            other.upstreams[0].order(Balance::RoundRobin).next(),
+            Some(0)
+        );
     }
 
     /// An upstream one reload removes and a later one lists again still counts the
