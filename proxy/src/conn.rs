@@ -1012,6 +1012,23 @@ fn is_out_of_descriptors(_errno: i32) -> bool {
     false
 }
 
+#[cfg(test)]
+std::thread_local! {
+    /// The error a test has every upstream connect on this thread answer (an `errno`).
+    pub(crate) static CONNECT_FAILS_WITH: std::cell::Cell<Option<i32>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The error a test has the next upstream connects answer ([`CONNECT_FAILS_WITH`]).
+fn injected_connect_error() -> Option<std::io::Error> {
+    #[cfg(test)]
+    return CONNECT_FAILS_WITH
+        .get()
+        .map(std::io::Error::from_raw_os_error);
+    #[cfg(not(test))]
+    None
+}
+
 /// Why [`connect_to`] has no connection.
 enum NotConnected {
     /// The connect failed or timed out: the upstream is marked failed.
@@ -1036,7 +1053,10 @@ async fn connect_to(
     // Counted from the connect on (least-connections); dropped if it fails.
     let hold = upstreams.hold(k);
     let started = Instant::now();
-    let result = tokio::time::timeout(rt.settings.connect_timeout, connect_now(addr, first)).await;
+    let result = match injected_connect_error() {
+        Some(e) => Ok(Err(e)),
+        None => tokio::time::timeout(rt.settings.connect_timeout, connect_now(addr, first)).await,
+    };
     shared.metrics.connect_latency(started.elapsed());
     match result {
         Ok(Ok((stream, sent))) => {

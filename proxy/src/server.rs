@@ -1763,6 +1763,32 @@ mod tests {
             assert!(closed.load(Ordering::SeqCst) >= 1);
         }
 
+        /// The proxy out of descriptors at a status fetch's connect (EMFILE) is no fault of
+        /// the route's: that request gets the fallback, and the next, descriptors back, is
+        /// answered by the upstream at once (no route-wide hold, which it set before).
+        #[cfg(target_os = "linux")]
+        #[tokio::test]
+        async fn running_out_of_descriptors_holds_no_status_fallback() {
+            const JSON: &str = "{\"description\":{\"text\":\"live\"}}";
+            let (answers, answered) = upstream(|mut s| async move {
+                let _ = status_fetch_of(&mut s, false).await;
+                let _ = s.write_all(&crate::status::response_frame(JSON)).await;
+                let _ = s.shutdown().await;
+            })
+            .await;
+            let mut s = one_route(answers);
+            s.routes[0].status_ttl = Duration::ZERO;
+            let (addr, _handle, stop) = start(s, None).await;
+            crate::conn::CONNECT_FAILS_WITH.set(Some(rustix::io::Errno::MFILE.raw_os_error()));
+            let json = status(addr, 765).await;
+            crate::conn::CONNECT_FAILS_WITH.set(None);
+            assert!(json.contains("Server unavailable"), "{json}");
+            assert_eq!(answered.load(Ordering::SeqCst), 0);
+            assert_eq!(status(addr, 765).await, JSON);
+            assert_eq!(answered.load(Ordering::SeqCst), 1);
+            stop.cancel();
+        }
+
         /// An upstream that stalls (no answer in time, or a refusal only after half the
         /// handshake timeout, as a balancer in front of a dead backend gives) is the host
         /// failing whatever the route's other upstreams did: its fallback is held, so the next
