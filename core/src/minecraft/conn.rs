@@ -56,9 +56,10 @@
 //! reads the packet in its direction's state (a packet out of place or malformed closes; the
 //! handshake meets its [`HandshakeRule`] here), then the packet rules decide (deny and
 //! too-large close, drop drops), then the filter; only a packet that is forwarded moves the
-//! machine. A packet that changes the framing or a state (Set Compression, Encryption
-//! Request, Login Acknowledged, the configuration switches) cannot be dropped: a drop rule or a
-//! filter's drop of one closes, as a deny would.
+//! machine. A packet the machine acts on (the Handshake, Status Request, Login Start and
+//! Success, Set Compression, Encryption Request and Response, Login Acknowledged, the
+//! configuration switches and their acknowledgements: [`PacketView::control`](super::filter::PacketView::control))
+//! cannot be dropped: a drop rule or a filter's drop of one closes, as a deny would.
 //!
 //! ```
 //! use wirekit_core::minecraft::conn::{ConnConfig, ObservedPacket, ProxyConn, Verdict};
@@ -823,8 +824,8 @@ impl ProxyConn {
         };
         match rules.evaluate(state, dir, version, packet.id, packet.data.len()) {
             RuleVerdict::Pass => {}
-            // A control packet (one that changes the framing or the state: Set Compression,
-            // Encryption Request, the switches to configuration and play) cannot be dropped
+            // A control packet (one the machine acts on: the framing or a state changes, or a
+            // step of the handshake, status or login is taken) cannot be dropped
             // without putting the proxy out of step with both peers: a drop rule that matches
             // one closes as a deny rule would, as a filter's drop of one does.
             RuleVerdict::Drop { rule } if effect != Effect::None => {

@@ -3,9 +3,9 @@
 //! ([`ProxyConn::handle_filtered`](super::conn::ProxyConn::handle_filtered)) calls it; a
 //! rewrite goes into a buffer the caller lends, so filtering allocates nothing.
 //!
-//! Packets that move the connection machine (the handshake, Login Start and Success, Set
-//! Compression, Encryption Request and Response, the configuration switches and their
-//! acknowledgements)
+//! Packets that move the connection machine (the handshake, Status Request, Login Start and
+//! Success, Set Compression, Encryption Request and Response, the configuration switches and
+//! their acknowledgements)
 //! are shown with [`PacketView::control`] set: the filter may pass them or close the
 //! connection, but a drop or rewrite of one would leave the machine and the peers disagreeing
 //! on the state, so the machine closes the connection instead

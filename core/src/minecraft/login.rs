@@ -521,8 +521,9 @@ fn uuid_text(uuid: Uuid) -> [u8; UUID_TEXT_LEN] {
 pub struct LoginSuccess<'a> {
     /// The protocol version, which chose the layout.
     pub protocol_version: i32,
-    /// The player's UUID: 128 bits from 1.16 (735), a `String(36)` before (built hyphenated
-    /// lowercase; 1.7.2's unhyphenated form is accepted when parsing).
+    /// The player's UUID: 128 bits from 1.16 (735), a `String(36)` before (hyphenated; built
+    /// lowercase; an unhyphenated 32-digit form, 1.7.2's, is refused when parsing, as 1.8-1.15
+    /// clients cannot read it either).
     pub uuid: Uuid,
     /// The player's name, at most [`MAX_NAME_LEN`] units.
     pub name: &'a str,
