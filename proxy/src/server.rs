@@ -765,26 +765,35 @@ mod tests {
         assert!(firsts.contains(&Some(2)), "{firsts:?}");
     }
 
-    /// Round robin goes on across a reload for a route with the same upstreams (it restarted
-    /// at the first), and starts afresh for a route whose upstreams changed.
+    /// Round robin goes on across a reload for a route with the same name and upstreams (it
+    /// restarted at the first), logins' and status fetches' turns alike, and starts afresh
+    /// for a route renamed or whose upstreams changed.
     #[test]
     fn a_reload_keeps_a_routes_round_robin_turn() {
         let counts = OpenCounts::default();
-        let two = ["127.0.0.1:1", "127.0.0.1:2"];
-        let old = Runtime::new(settings(&two, 60), None, &counts).unwrap();
-        assert_eq!(old.upstreams[0].order(Balance::RoundRobin).next(), Some(0));
-        let new = Runtime::new(settings(&two, 30), Some(&old), &counts).unwrap();
-        assert_eq!(new.upstreams[0].order(Balance::RoundRobin).next(), Some(1));
+        let three = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"];
+        let first = |rt: &Runtime| rt.upstreams[0].order(Balance::RoundRobin).next();
+        let status_first = |rt: &Runtime| rt.upstreams[0].status_order(Balance::RoundRobin).next();
+        let old = Runtime::new(settings(&three, 60), None, &counts).unwrap();
+        assert_eq!((first(&old), status_first(&old)), (Some(0), Some(0)));
+        let new = Runtime::new(settings(&three, 30), Some(&old), &counts).unwrap();
+        assert_eq!((first(&new), status_first(&new)), (Some(1), Some(1)));
+        // Renamed: another route, whatever its upstreams.
+        let mut renamed = settings(&three, 30);
+        renamed.routes[0].name = "lobby".into();
+        let renamed = Runtime::new(renamed, Some(&new), &counts).unwrap();
+        assert_eq!(
+            (first(&renamed), status_first(&renamed)),
+            (Some(0), Some(0))
+        );
+        // Other upstreams (a carried turn, 2 by now, would pick the third).
         let other = Runtime::new(
-            settings(&["127.0.0.1:3", "127.0.0.1:2"], 30),
+            settings(&["127.0.0.1:4", "127.0.0.1:2", "127.0.0.1:3"], 30),
             Some(&new),
             &counts,
         )
         .unwrap();
-        assert_eq!(
-            other.upstreams[0].order(Balance::RoundRobin).next(),
-            Some(0)
-        );
+        assert_eq!((first(&other), status_first(&other)), (Some(0), Some(0)));
     }
 
     /// An upstream one reload removes and a later one lists again still counts the

@@ -13,7 +13,9 @@ use crate::process::{ensure_cargo_tool_debug, output, root, run_in, run_retried}
 /// mcstatus 14.2.0, nintendoclients 4.4.0 and anynet 1.1.0 by `tests/interop/requirements.txt`
 /// (`pip freeze` of the set, each with the sha256 of every file PyPI serves for its version, so
 /// pip installs in hash-checking mode): a dependency's new release, or a file replaced on the
-/// index, cannot change the peers under CI.
+/// index, cannot change the peers under CI. (The build dependencies of the peers pip builds
+/// from source are pinned by version alone, in [`BUILD_CONSTRAINTS`]: pip checks no hashes in
+/// its isolated build environments.)
 const NPM_FILES: &[&str] = &["package.json", "package-lock.json"];
 const PIP_REQUIREMENTS: &str = "requirements.txt";
 /// The build dependencies of a peer pip builds from source (setuptools, wheel), pinned with
