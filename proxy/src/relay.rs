@@ -277,6 +277,10 @@ pub async fn relay(
         tokio::pin!(drain);
         let end = loop {
             tokio::select! {
+                // In order, not shuffled: every branch is polled on each wake-up until one is
+                // ready, and the directions end once each, so none can starve another (and no
+                // random number is drawn per wake-up).
+                biased;
                 e = &mut up, if up_end.is_none() => {
                     if matches!(e, DirEnd::Eof) {
                         first_eof.get_or_insert(RelayEnd::ClientClosed);
@@ -748,6 +752,12 @@ mod splice {
                 }
             }
             // The pipe is empty here: fill it from the socket.
+            // A splice that took less than it asked for, after which the socket was found
+            // empty: its count, for the readiness to be dropped with it (below).
+            let drained = Cell::new(None);
+            // The peek after such a splice failed: the socket's error (which the peek took
+            // from it) ends the direction once the splice's bytes are through.
+            let failed_after = Cell::new(false);
             let filled = loop {
                 if from.readable().await.is_err() {
                     return Spliced::Done(DirEnd::ReadError);
@@ -763,14 +773,33 @@ mod splice {
                         // its stream) with ordinary bytes behind it. A read tells them apart
                         // and steps over the mark as a plain reader does (the urgent byte is
                         // not part of the stream). It costs a system call at the stream's
-                        // end and once a wake-up after a splice that emptied the socket
-                        // (tokio keeps the readiness until an attempt would block), so a
-                        // stream of small packets pays a splice, an EAGAIN splice and this
-                        // EAGAIN read per wake-up.
+                        // end, and after a splice that stopped at a mark.
                         Ok(0) | Err(Errno::AGAIN) => {
                             match recv(from, &mut side[..], RecvFlags::DONTWAIT) {
                                 Ok((m, _)) => Ok(Filled::Read(m)),
                                 Err(e) => Err(io::Error::from(e)),
+                            }
+                        }
+                        // Less than asked for: the socket held no more, or the splice stopped
+                        // at an urgent mark. A one-byte peek tells them apart: nothing there,
+                        // and the socket's readiness is dropped now (tokio keeps it until an
+                        // attempt would block), so that the next wake-up is the next bytes'
+                        // and not one more splice and read that find nothing (a stream of
+                        // small packets paid those two per wake-up); bytes there (behind a
+                        // mark, or just come), and the readiness is kept for the next
+                        // splice, or the read above that steps over the mark.
+                        Ok(n) if n < most => {
+                            let mut peek = [0u8; 1];
+                            match recv(from, &mut peek, RecvFlags::DONTWAIT | RecvFlags::PEEK) {
+                                Err(Errno::AGAIN) => {
+                                    drained.set(Some(n));
+                                    Err(io::ErrorKind::WouldBlock.into())
+                                }
+                                Err(_) => {
+                                    failed_after.set(true);
+                                    Ok(Filled::Piped(n))
+                                }
+                                Ok(_) => Ok(Filled::Piped(n)),
                             }
                         }
                         Ok(n) => Ok(Filled::Piped(n)),
@@ -778,7 +807,11 @@ mod splice {
                     }
                 }) {
                     Ok(f) => break f,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    // The splice's bytes are in the pipe and the readiness is dropped.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => match drained.take() {
+                        Some(n) => break Filled::Piped(n),
+                        None => continue,
+                    },
                     Err(e) if first && unsupported(&e) => return Spliced::Unsupported,
                     Err(_) => return Spliced::Done(DirEnd::ReadError),
                 }
@@ -844,6 +877,9 @@ mod splice {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(_) => return Spliced::Done(DirEnd::WriteError),
                 }
+            }
+            if failed_after.get() {
+                return Spliced::Done(DirEnd::ReadError);
             }
         }
     }
@@ -1123,6 +1159,91 @@ mod tests {
     #[tokio::test]
     async fn bytes_behind_tcp_urgent_data_are_relayed_when_the_stream_ends_behind_them() {
         urgent_data(true).await;
+    }
+
+    /// Bytes and an urgent byte queued before the relay reads: the first splice stops at
+    /// the mark, short of what it asked for, with the urgent byte (and, with `after_queued`,
+    /// the bytes behind it) still in the socket. The peek after it must neither take a byte
+    /// nor drop the readiness while bytes wait behind the mark; without them queued, the bytes
+    /// that come later wake the relay again.
+    async fn urgent_mark_inside_a_splice(after_queued: bool) {
+        use rustix::net::{SendFlags, send};
+        let (client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, mut upstream) = crate::tcp_pair().await;
+        send(&client, b"before", SendFlags::empty()).unwrap();
+        send(&client, b"!", SendFlags::OOB).unwrap();
+        if after_queued {
+            send(&client, b"after", SendFlags::empty()).unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let relay = tokio::spawn(async move {
+            let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+            counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters).await
+        });
+        if !after_queued {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            send(&client, b"after", SendFlags::empty()).unwrap();
+        }
+        let mut got = vec![0u8; 11];
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            upstream.read_exact(&mut got),
+        )
+        .await;
+        assert!(read.is_ok(), "the bytes behind the urgent mark never came");
+        assert_eq!(&got, b"beforeafter");
+        drop((client, upstream));
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), relay)
+            .await
+            .expect("the relay ends")
+            .unwrap();
+        assert_eq!(outcome.serverbound, 11);
+    }
+
+    #[tokio::test]
+    async fn an_urgent_mark_inside_a_splice_with_bytes_queued_behind_it() {
+        urgent_mark_inside_a_splice(true).await;
+    }
+
+    #[tokio::test]
+    async fn an_urgent_mark_inside_a_splice_with_bytes_coming_later() {
+        urgent_mark_inside_a_splice(false).await;
+    }
+
+    /// A client's last bytes and its reset, both queued before the relay reads: the bytes
+    /// reach the upstream, and the end is the client's error, not a clean close (the peek
+    /// after the splice that took the bytes is what meets the reset, and takes it from the
+    /// socket).
+    #[tokio::test]
+    async fn a_reset_behind_the_last_bytes_ends_as_the_clients_error() {
+        let (client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, mut upstream) = crate::tcp_pair().await;
+        let mut client = client;
+        client.write_all(b"last words").await.unwrap();
+        socket2::SockRef::from(&client)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+        drop(client);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+        let limit = std::time::Duration::from_secs(5);
+        // The upstream takes the bytes and goes (the relay lingers on it until it does).
+        let take = async move {
+            let mut got = [0u8; 10];
+            let read = tokio::time::timeout(limit, upstream.read_exact(&mut got)).await;
+            (read.is_ok_and(|r| r.is_ok()), got)
+        };
+        let (outcome, (read, got)) = tokio::time::timeout(limit, async {
+            tokio::join!(
+                counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters),
+                take
+            )
+        })
+        .await
+        .expect("the relay ends");
+        assert!(read, "the bytes never came");
+        assert_eq!(&got, b"last words");
+        assert_eq!(outcome.end, RelayEnd::ClientError, "{outcome:?}");
     }
 
     /// One peer sends a request and ends its stream; the other reads it to the end, then

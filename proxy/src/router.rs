@@ -165,47 +165,50 @@ impl Upstreams {
     /// The order to try the upstreams in: the chosen one first, then the others down the
     /// list (wrapping), the failover order; an upstream whose connect failed within
     /// [`DOWN_FOR`] goes after the others (still tried, last: it may be back).
-    pub(crate) fn order(&self, balance: Balance) -> std::vec::IntoIter<usize> {
+    pub(crate) fn order(&self, balance: Balance) -> Order {
         self.order_on(&self.next, balance)
     }
 
     /// [`order`](Self::order) for a status fetch, on a round-robin turn of its own (the
     /// logins' turns are theirs alone).
-    pub(crate) fn status_order(&self, balance: Balance) -> std::vec::IntoIter<usize> {
+    pub(crate) fn status_order(&self, balance: Balance) -> Order {
         self.order_on(&self.status_next, balance)
     }
 
-    fn order_on(&self, next: &AtomicUsize, balance: Balance) -> std::vec::IntoIter<usize> {
+    fn order_on(&self, next: &AtomicUsize, balance: Balance) -> Order {
         let n = self.open.len();
         let turn = next.fetch_add(1, Ordering::Relaxed);
         let start = match n {
             0 => 0,
             n => turn % n,
         };
+        // Which are down, read once: the order holds each upstream exactly once however
+        // their marks change meanwhile.
         let now = now_ms();
-        let down: Vec<bool> = self
-            .open
-            .iter()
-            .map(|u| {
-                let at = u.failed_at.load(Ordering::Relaxed);
-                at != 0 && now.saturating_sub(at) < DOWN_FOR.as_millis() as u64
-            })
-            .collect();
-        let up: Vec<usize> = (0..n).filter(|&i| !down[i]).collect();
+        let down = Down::of(self.open.iter().map(|u| {
+            let at = u.failed_at.load(Ordering::Relaxed);
+            at != 0 && now.saturating_sub(at) < DOWN_FOR.as_millis() as u64
+        }));
+        let up = n - down.count(n);
         let first = match balance {
             // The turn among those up, so a down upstream's share spreads over the others
             // (rather than all going to the one after it).
-            Balance::RoundRobin if !up.is_empty() => up[turn % up.len()],
+            Balance::RoundRobin if up > 0 => (0..n)
+                .filter(|&i| !down.is(i))
+                .nth(turn % up)
+                .unwrap_or(start),
             Balance::RoundRobin => start,
             Balance::LeastConnections => (0..n)
                 .map(|k| (start + k) % n)
-                .min_by_key(|&i| (down[i], self.open[i].open.load(Ordering::Relaxed)))
+                .min_by_key(|&i| (down.is(i), self.open[i].open.load(Ordering::Relaxed)))
                 .unwrap_or(start),
         };
-        let rotation = (0..n).map(|k| (first + k) % n);
-        let up = rotation.clone().filter(|&i| !down[i]);
-        let back = rotation.filter(|&i| down[i]);
-        up.chain(back).collect::<Vec<_>>().into_iter()
+        Order {
+            first,
+            n,
+            down,
+            k: 0,
+        }
     }
 
     /// Notes that upstream `i` failed a connect (or a status exchange: connected, no answer in
@@ -227,6 +230,67 @@ impl Upstreams {
     /// Notes that upstream `i` took a connection: its failure mark is cleared.
     pub(crate) fn connected(&self, i: usize) {
         self.open[i].failed_at.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Which upstreams were down when an [`Order`] was made: a bit each for the usual few, a flag
+/// each past 64 (no allocation for a route's order unless it has more than 64 upstreams).
+enum Down {
+    Mask(u64),
+    Flags(Box<[bool]>),
+}
+
+impl Down {
+    fn of(flags: impl ExactSizeIterator<Item = bool>) -> Down {
+        if flags.len() <= 64 {
+            Down::Mask(
+                flags
+                    .enumerate()
+                    .fold(0, |m, (i, d)| m | (u64::from(d) << i)),
+            )
+        } else {
+            Down::Flags(flags.collect())
+        }
+    }
+
+    fn is(&self, i: usize) -> bool {
+        match self {
+            Down::Mask(m) => i < 64 && m & (1 << i) != 0,
+            Down::Flags(f) => f.get(i).copied().unwrap_or(false),
+        }
+    }
+
+    fn count(&self, n: usize) -> usize {
+        match self {
+            Down::Mask(m) => m.count_ones() as usize,
+            Down::Flags(_) => (0..n).filter(|&i| self.is(i)).count(),
+        }
+    }
+}
+
+/// A route's upstreams in the order to try them (see [`Upstreams::order`]): from the chosen
+/// one round the list those that were up, then round again those that were down.
+pub(crate) struct Order {
+    first: usize,
+    n: usize,
+    down: Down,
+    /// Steps taken: the first `n` go round for those up, the next `n` for those down.
+    k: usize,
+}
+
+impl Iterator for Order {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while self.k < 2 * self.n {
+            let back = self.k >= self.n;
+            let i = (self.first + self.k % self.n) % self.n;
+            self.k += 1;
+            if self.down.is(i) == back {
+                return Some(i);
+            }
+        }
+        None
     }
 }
 
@@ -306,6 +370,45 @@ mod tests {
             u.order(Balance::LeastConnections).collect::<Vec<_>>(),
             [1, 2, 0]
         );
+    }
+
+    /// Every order holds each upstream once, those up (in turn, round the list from the
+    /// chosen one) before those down, for route sizes either side of the 64 that a mask holds.
+    #[test]
+    fn an_order_holds_each_upstream_once_up_before_down() {
+        for n in [1usize, 2, 3, 63, 64, 65, 70] {
+            let u = Upstreams::new(n);
+            for i in (0..n).filter(|i| i % 3 == 1) {
+                u.failed(i);
+            }
+            let down = |i: usize| i % 3 == 1;
+            let ups = (0..n).filter(|&i| !down(i)).count();
+            for turn in 0..2 * n {
+                for balance in [Balance::RoundRobin, Balance::LeastConnections] {
+                    let order: Vec<_> = u.order(balance).collect();
+                    let mut sorted = order.clone();
+                    sorted.sort_unstable();
+                    assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "n {n} turn {turn}");
+                    assert!(order[..ups].iter().all(|&i| !down(i)), "n {n}: {order:?}");
+                    assert!(order[ups..].iter().all(|&i| down(i)), "n {n}: {order:?}");
+                    // Round the list from the first: each next one up is the one after.
+                    let rotated = |part: &[usize]| {
+                        part.windows(2).all(|w| {
+                            (w[0] + 1..w[0] + n)
+                                .map(|j| j % n)
+                                .find(|&j| part.contains(&j))
+                                == Some(w[1])
+                        })
+                    };
+                    assert!(rotated(&order[..ups]), "n {n}: {order:?}");
+                }
+            }
+            // Round robin takes every upstream up in turn as first.
+            let firsts: std::collections::BTreeSet<_> = (0..ups)
+                .map(|_| u.order(Balance::RoundRobin).next().unwrap())
+                .collect();
+            assert_eq!(firsts.len(), ups, "n {n}");
+        }
     }
 
     /// An upstream whose connect failed goes to the back for a while, in either mode: with

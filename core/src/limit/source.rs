@@ -156,6 +156,20 @@ impl SourceConfig {
     }
 }
 
+impl SourceConfig {
+    /// Whether every limit is off (no rate, no concurrency maximum, no login or status
+    /// rate): [`SourceLimits::admit`] can refuse nothing then, and a caller may skip the
+    /// tables (and [`SourceLimits::release`]) altogether.
+    pub const fn is_off(&self) -> bool {
+        !self.host.rate.is_on()
+            && self.host.max_open == 0
+            && !self.network.rate.is_on()
+            && self.network.max_open == 0
+            && !self.login.is_on()
+            && !self.status.is_on()
+    }
+}
+
 impl Default for SourceConfig {
     fn default() -> Self {
         SourceConfig {
@@ -378,14 +392,11 @@ where
         config.network.rate.sync(&mut net.connects, now);
         check_conn(&config.network, &net.connects, net.open, now)
             .map_err(|e| e.refusal(Refusal::NetworkRate, Refusal::NetworkConcurrent))?;
-        // Both pass: spend and count. The host entry is still there: nothing was inserted in
-        // its table since it was looked up.
+        // Both pass: spend and count.
         take(&config.network.rate, &mut net.connects, now);
         net.open = net.open.saturating_add(1);
-        if let Some(host) = self.hosts.get_mut(&host_key, now) {
-            take(&config.host.rate, &mut host.connects, now);
-            host.open = host.open.saturating_add(1);
-        }
+        take(&config.host.rate, &mut host.connects, now);
+        host.open = host.open.saturating_add(1);
         Ok(Admitted {
             host: host_key,
             network: net_key,
@@ -543,6 +554,28 @@ mod tests {
             prefix: Prefix::SUBNET,
             login: RateLimit::OFF,
             status: RateLimit::OFF,
+        }
+    }
+
+    /// Off only when every limit is: each one alone turns the whole on.
+    #[test]
+    fn off_means_every_limit_off() {
+        let off = open_only(0, 0);
+        assert!(off.is_off());
+        assert!(!SourceConfig::default().is_off());
+        let on = RateLimit::per_second(1, 1);
+        let each: [fn(&mut SourceConfig, RateLimit); 6] = [
+            |c, r| c.host.rate = r,
+            |c, _| c.host.max_open = 1,
+            |c, r| c.network.rate = r,
+            |c, _| c.network.max_open = 1,
+            |c, r| c.login = r,
+            |c, r| c.status = r,
+        ];
+        for set in each {
+            let mut c = off;
+            set(&mut c, on);
+            assert!(!c.is_off(), "{c:?}");
         }
     }
 

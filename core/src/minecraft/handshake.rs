@@ -42,6 +42,18 @@ pub const MAX_TCPSHIELD_TIMESTAMP_DIGITS: usize = 20;
 
 const TCPSHIELD_SEPARATOR: &str = "///";
 
+/// `s` split around its first [`TCPSHIELD_SEPARATOR`], as `str::split_once` would: a byte scan
+/// (every handshake goes through two of these, and `split_once` with a `&str` pattern builds a
+/// substring searcher each time, the larger part of a handshake's parse).
+fn split_separator(s: &str) -> Option<(&str, &str)> {
+    let i = s
+        .as_bytes()
+        .windows(TCPSHIELD_SEPARATOR.len())
+        .position(|w| w == TCPSHIELD_SEPARATOR.as_bytes())?;
+    // The separator is ASCII: both ends of it are character boundaries.
+    Some((s.get(..i)?, s.get(i + TCPSHIELD_SEPARATOR.len()..)?))
+}
+
 /// The most digits of network version after `\0FORGE`.
 pub const MAX_FORGE_VERSION_DIGITS: usize = 10;
 
@@ -118,10 +130,8 @@ pub struct TcpShield<'a> {
 
 impl<'a> TcpShield<'a> {
     fn parse(s: &'a str) -> Result<Self, Error> {
-        let (client, rest) = s
-            .split_once(TCPSHIELD_SEPARATOR)
-            .ok_or(Error::BadTcpShield)?;
-        let (timestamp, signature) = match rest.split_once(TCPSHIELD_SEPARATOR) {
+        let (client, rest) = split_separator(s).ok_or(Error::BadTcpShield)?;
+        let (timestamp, signature) = match split_separator(rest) {
             Some((t, sig)) => (t, Some(sig)),
             None => (rest, None),
         };
@@ -201,11 +211,11 @@ impl<'a> ServerAddress<'a> {
             Some(i) => field.split_at(i),
             None => (field, ""),
         };
-        let (marker, late) = match marked.split_once(TCPSHIELD_SEPARATOR) {
+        let (marker, late) = match split_separator(marked) {
             Some((m, suffix)) => (m, Some(suffix)),
             None => (marked, None),
         };
-        let (host, suffix) = match head.split_once(TCPSHIELD_SEPARATOR) {
+        let (host, suffix) = match split_separator(head) {
             Some((h, suffix)) => (h, Some(suffix)),
             None => (head, None),
         };
@@ -412,6 +422,15 @@ impl Encode for Handshake<'_> {
 mod tests {
     use super::*;
     use crate::frame::mc::split_packet;
+
+    proptest::proptest! {
+        /// The byte scan splits where `str::split_once` does, over text made of the
+        /// characters that matter (slashes, NUL, multi-byte ones).
+        #[test]
+        fn split_separator_is_split_once(s in "[/a\\x00é😀]{0,12}") {
+            proptest::prop_assert_eq!(split_separator(&s), s.split_once(TCPSHIELD_SEPARATOR));
+        }
+    }
 
     /// A vanilla handshake body (ID and data) as given in the task: protocol 0xfb 0x05 = 763
     /// (1.20/1.20.1), "localhost", 25565, next state 2 (login).
