@@ -1119,22 +1119,13 @@ mod tests {
     /// it. The relay steps over the mark with a read, as a plain reader (vanilla's, or the
     /// copy fallback's) does: the urgent byte is not part of the stream, every other byte
     /// arrives in order. `end` also ends the client's stream right after its bytes.
-    async fn urgent_data(end: bool) {
-        use rustix::net::{SendFlags, send};
-        let (client, proxy_client) = crate::tcp_pair().await;
-        let (proxy_up, mut upstream) = crate::tcp_pair().await;
-        let relay = tokio::spawn(async move {
-            let counters = [AtomicU64::new(0), AtomicU64::new(0)];
-            counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters).await
-        });
-        send(&client, b"before", SendFlags::empty()).unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        send(&client, b"!", SendFlags::OOB).unwrap();
-        send(&client, b"after", SendFlags::empty()).unwrap();
-        let mut client = client;
-        if end {
-            client.shutdown().await.unwrap();
-        }
+    /// The bytes around the urgent byte (`before`, `after`) reach the upstream, and the relay
+    /// ends once both peers go.
+    async fn urgent_bytes_arrive(
+        client: TcpStream,
+        mut upstream: TcpStream,
+        relay: tokio::task::JoinHandle<RelayOutcome>,
+    ) {
         let mut got = vec![0u8; 11];
         let read = tokio::time::timeout(
             std::time::Duration::from_secs(5),
@@ -1149,6 +1140,25 @@ mod tests {
             .expect("the relay ends")
             .unwrap();
         assert_eq!(outcome.serverbound, 11);
+    }
+
+    async fn urgent_data(end: bool) {
+        use rustix::net::{SendFlags, send};
+        let (client, proxy_client) = crate::tcp_pair().await;
+        let (proxy_up, upstream) = crate::tcp_pair().await;
+        let relay = tokio::spawn(async move {
+            let counters = [AtomicU64::new(0), AtomicU64::new(0)];
+            counted_relay(proxy_client, proxy_up, ByteBudget::OFF, &counters).await
+        });
+        send(&client, b"before", SendFlags::empty()).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        send(&client, b"!", SendFlags::OOB).unwrap();
+        send(&client, b"after", SendFlags::empty()).unwrap();
+        let mut client = client;
+        if end {
+            client.shutdown().await.unwrap();
+        }
+        urgent_bytes_arrive(client, upstream, relay).await;
     }
 
     #[tokio::test]
@@ -1169,7 +1179,7 @@ mod tests {
     async fn urgent_mark_inside_a_splice(after_queued: bool) {
         use rustix::net::{SendFlags, send};
         let (client, proxy_client) = crate::tcp_pair().await;
-        let (proxy_up, mut upstream) = crate::tcp_pair().await;
+        let (proxy_up, upstream) = crate::tcp_pair().await;
         send(&client, b"before", SendFlags::empty()).unwrap();
         send(&client, b"!", SendFlags::OOB).unwrap();
         if after_queued {
@@ -1184,20 +1194,7 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             send(&client, b"after", SendFlags::empty()).unwrap();
         }
-        let mut got = vec![0u8; 11];
-        let read = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            upstream.read_exact(&mut got),
-        )
-        .await;
-        assert!(read.is_ok(), "the bytes behind the urgent mark never came");
-        assert_eq!(&got, b"beforeafter");
-        drop((client, upstream));
-        let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), relay)
-            .await
-            .expect("the relay ends")
-            .unwrap();
-        assert_eq!(outcome.serverbound, 11);
+        urgent_bytes_arrive(client, upstream, relay).await;
     }
 
     #[tokio::test]
