@@ -758,6 +758,9 @@ mod splice {
             // The peek after such a splice failed: the socket's error (which the peek took
             // from it) ends the direction once the splice's bytes are through.
             let failed_after = Cell::new(false);
+            // The peek after such a splice found the stream's end: the direction ends once the
+            // splice's bytes are through, without a splice and a read to find it again.
+            let ended_after = Cell::new(false);
             let filled = loop {
                 if from.readable().await.is_err() {
                     return Spliced::Done(DirEnd::ReadError);
@@ -787,7 +790,9 @@ mod splice {
                         // and not one more splice and read that find nothing (a stream of
                         // small packets paid those two per wake-up); bytes there (behind a
                         // mark, or just come), and the readiness is kept for the next
-                        // splice, or the read above that steps over the mark.
+                        // splice, or the read above that steps over the mark; the stream's
+                        // end (a peek steps over an urgent byte, which is not the stream's),
+                        // and the direction ends behind the splice's bytes.
                         Ok(n) if n < most => {
                             let mut peek = [0u8; 1];
                             match recv(from, &mut peek, RecvFlags::DONTWAIT | RecvFlags::PEEK) {
@@ -797,6 +802,10 @@ mod splice {
                                 }
                                 Err(_) => {
                                     failed_after.set(true);
+                                    Ok(Filled::Piped(n))
+                                }
+                                Ok((0, _)) => {
+                                    ended_after.set(true);
                                     Ok(Filled::Piped(n))
                                 }
                                 Ok(_) => Ok(Filled::Piped(n)),
@@ -880,6 +889,9 @@ mod splice {
             }
             if failed_after.get() {
                 return Spliced::Done(DirEnd::ReadError);
+            }
+            if ended_after.get() {
+                return Spliced::Done(DirEnd::Eof);
             }
         }
     }
@@ -1207,20 +1219,28 @@ mod tests {
         urgent_mark_inside_a_splice(false).await;
     }
 
-    /// A client's last bytes and its reset, both queued before the relay reads: the bytes
-    /// reach the upstream, and the end is the client's error, not a clean close (the peek
-    /// after the splice that took the bytes is what meets the reset, and takes it from the
-    /// socket).
-    #[tokio::test]
-    async fn a_reset_behind_the_last_bytes_ends_as_the_clients_error() {
+    /// A client's last bytes and its reset (`reset`) or its end of stream, both queued before
+    /// the relay reads: the bytes reach the upstream, and the end is the client's error, or
+    /// its close (the peek after the splice that took the bytes is what meets the reset, and
+    /// takes it from the socket, or finds the end).
+    async fn last_bytes_then(reset: bool) {
         let (client, proxy_client) = crate::tcp_pair().await;
         let (proxy_up, mut upstream) = crate::tcp_pair().await;
         let mut client = client;
         client.write_all(b"last words").await.unwrap();
-        socket2::SockRef::from(&client)
-            .set_linger(Some(std::time::Duration::ZERO))
-            .unwrap();
-        drop(client);
+        if reset {
+            socket2::SockRef::from(&client)
+                .set_linger(Some(std::time::Duration::ZERO))
+                .unwrap();
+            drop(client);
+        } else {
+            client.shutdown().await.unwrap();
+            // Kept open: its read side takes the relay's end.
+            tokio::spawn(async move {
+                let mut rest = Vec::new();
+                let _ = client.read_to_end(&mut rest).await;
+            });
+        }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         let counters = [AtomicU64::new(0), AtomicU64::new(0)];
         let limit = std::time::Duration::from_secs(5);
@@ -1240,7 +1260,23 @@ mod tests {
         .expect("the relay ends");
         assert!(read, "the bytes never came");
         assert_eq!(&got, b"last words");
-        assert_eq!(outcome.end, RelayEnd::ClientError, "{outcome:?}");
+        let end = if reset {
+            RelayEnd::ClientError
+        } else {
+            RelayEnd::ClientClosed
+        };
+        assert_eq!(outcome.end, end, "{outcome:?}");
+        assert_eq!(outcome.serverbound, 10);
+    }
+
+    #[tokio::test]
+    async fn a_reset_behind_the_last_bytes_ends_as_the_clients_error() {
+        last_bytes_then(true).await;
+    }
+
+    #[tokio::test]
+    async fn an_end_behind_the_last_bytes_ends_as_the_clients_close() {
+        last_bytes_then(false).await;
     }
 
     /// One peer sends a request and ends its stream; the other reads it to the end, then
