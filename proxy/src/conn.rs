@@ -252,15 +252,6 @@ async fn run<'a>(
         ProxyAcceptor::from_config(s.proxy).with_header_timeout(s.handshake_timeout.into());
     let admit = |client: IpAddr| {
         let mut limits = shared.limits.lock().unwrap_or_else(|p| p.into_inner());
-        // Every limit off (as a benchmark or a proxy behind its own limiter runs): nothing
-        // to count, no table to touch. A reload that turns one on counts the connections
-        // admitted after it, as it applies its limits to those alone.
-        if limits.config().is_off() {
-            return Ok(Admission {
-                shared,
-                admitted: None,
-            });
-        }
         limits.admit(client, clock::now()).map(|a| Admission {
             shared,
             admitted: Some(a),

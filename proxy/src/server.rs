@@ -1385,6 +1385,53 @@ mod tests {
             stop.cancel();
         }
 
+        /// Connections are counted under their source with every limit off, so that a reload
+        /// turning a concurrency maximum on applies it at once to those already open (an
+        /// operator under attack turns limits on while the attacker's connections are open).
+        #[tokio::test]
+        async fn a_maximum_turned_on_by_reload_counts_connections_opened_with_limits_off() {
+            use wirekit_core::limit::source::{ConnLimit, RateLimit};
+            let (up, _accepted) = upstream(|s| async move {
+                tokio::time::sleep(WAIT).await;
+                drop(s);
+            })
+            .await;
+            let mut s = one_route(up);
+            let off = ConnLimit {
+                rate: RateLimit::OFF,
+                max_open: 0,
+            };
+            s.limits.host = off;
+            s.limits.network = off;
+            s.limits.login = RateLimit::OFF;
+            s.limits.status = RateLimit::OFF;
+            s.handshake_timeout = Duration::from_secs(30);
+            let mut on = s.clone();
+            on.limits.host.max_open = 2;
+            let (addr, handle, stop) = start(s, None).await;
+            let open = || handle.shared.open.load(Ordering::Relaxed);
+            let mut idle = Vec::new();
+            for _ in 0..2 {
+                idle.push(connect_from(7, addr).await);
+            }
+            let both = tokio::time::timeout(WAIT, async {
+                while open() < 2 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            assert!(both.is_ok(), "the two connections were not taken");
+            handle.reload(on).unwrap();
+            let mut third = connect_from(7, addr).await;
+            let mut b = [0u8; 8];
+            let r = tokio::time::timeout(Duration::from_millis(500), third.read(&mut b)).await;
+            assert!(
+                matches!(r, Ok(Ok(0) | Err(_))),
+                "a third connection from the address was let in: {r:?}"
+            );
+            stop.cancel();
+        }
+
         /// An inspect route's byte budget holds once the connection goes opaque (here: an
         /// unknown protocol version, passed): the byte relay spends what the route's budget
         /// has left, not a fresh proxy-wide one (8 MiB of burst by default).

@@ -156,20 +156,6 @@ impl SourceConfig {
     }
 }
 
-impl SourceConfig {
-    /// Whether every limit is off (no rate, no concurrency maximum, no login or status
-    /// rate): [`SourceLimits::admit`] can refuse nothing then, and a caller may skip the
-    /// tables (and [`SourceLimits::release`]) altogether.
-    pub const fn is_off(&self) -> bool {
-        !self.host.rate.is_on()
-            && self.host.max_open == 0
-            && !self.network.rate.is_on()
-            && self.network.max_open == 0
-            && !self.login.is_on()
-            && !self.status.is_on()
-    }
-}
-
 impl Default for SourceConfig {
     fn default() -> Self {
         SourceConfig {
@@ -554,28 +540,6 @@ mod tests {
             prefix: Prefix::SUBNET,
             login: RateLimit::OFF,
             status: RateLimit::OFF,
-        }
-    }
-
-    /// Off only when every limit is: each one alone turns the whole on.
-    #[test]
-    fn off_means_every_limit_off() {
-        let off = open_only(0, 0);
-        assert!(off.is_off());
-        assert!(!SourceConfig::default().is_off());
-        let on = RateLimit::per_second(1, 1);
-        let each: [fn(&mut SourceConfig, RateLimit); 6] = [
-            |c, r| c.host.rate = r,
-            |c, _| c.host.max_open = 1,
-            |c, r| c.network.rate = r,
-            |c, _| c.network.max_open = 1,
-            |c, r| c.login = r,
-            |c, r| c.status = r,
-        ];
-        for set in each {
-            let mut c = off;
-            set(&mut c, on);
-            assert!(!c.is_off(), "{c:?}");
         }
     }
 
