@@ -1245,6 +1245,15 @@ mod tests {
             s
         }
 
+        /// An upstream that holds each connection it takes for [`WAIT`]; the count it took.
+        async fn holding_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+            upstream(|s| async move {
+                tokio::time::sleep(WAIT).await;
+                drop(s);
+            })
+            .await
+        }
+
         /// Panics on the Login Start of a player called `Panic`.
         struct Panicky;
 
@@ -1265,11 +1274,7 @@ mod tests {
         /// max-connections slot back: with room for one connection, the next is still let in.
         #[tokio::test]
         async fn a_connection_that_panics_gives_back_its_slot() {
-            let (up, accepted) = upstream(|s| async move {
-                tokio::time::sleep(WAIT).await;
-                drop(s);
-            })
-            .await;
+            let (up, accepted) = holding_upstream().await;
             let mut s = one_route(up);
             s.max_connections = 1;
             s.routes[0].mode = Mode::Inspect;
@@ -1338,11 +1343,7 @@ mod tests {
         #[tokio::test]
         async fn untrusted_peers_are_limited_before_the_header_wait() {
             use wirekit_core::proxy::policy::{Cidr, Policy, ProxyConfig};
-            let (up, accepted) = upstream(|s| async move {
-                tokio::time::sleep(WAIT).await;
-                drop(s);
-            })
-            .await;
+            let (up, accepted) = holding_upstream().await;
             let mut s = one_route(up);
             s.max_connections = 4;
             s.limits.host.max_open = 2;
@@ -1391,11 +1392,7 @@ mod tests {
         #[tokio::test]
         async fn a_maximum_turned_on_by_reload_counts_connections_opened_with_limits_off() {
             use wirekit_core::limit::source::{ConnLimit, RateLimit};
-            let (up, _accepted) = upstream(|s| async move {
-                tokio::time::sleep(WAIT).await;
-                drop(s);
-            })
-            .await;
+            let (up, _accepted) = holding_upstream().await;
             let mut s = one_route(up);
             let off = ConnLimit {
                 rate: RateLimit::OFF,
@@ -2029,11 +2026,7 @@ mod tests {
         /// request re-checks while the others still get the fallback at once.
         #[tokio::test]
         async fn a_frozen_upstream_holds_the_fallback_while_one_fetch_re_checks() {
-            let (up, accepted) = upstream(|s| async move {
-                tokio::time::sleep(WAIT).await;
-                drop(s);
-            })
-            .await;
+            let (up, accepted) = holding_upstream().await;
             let mut s = one_route(up);
             s.handshake_timeout = Duration::from_secs(2);
             s.connect_timeout = Duration::from_millis(200);
