@@ -832,6 +832,26 @@ fn sigterm_stops_accepting_and_ends_relays_after_the_grace() {
         .status()
         .unwrap();
     assert!(ok.success());
+    // It stops accepting at once: within its grace a connect is refused while the relayed
+    // connection is still open (its relay ends only when the grace passes).
+    proxy.proc.wait_log("shutting down", 1);
+    let refused = (0..200).any(|_| match std::net::TcpStream::connect(proxy.addr) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => true,
+        _ => {
+            std::thread::sleep(Duration::from_millis(2));
+            false
+        }
+    });
+    assert!(refused, "the proxy still took connections after SIGTERM");
+    relayed
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    let open = matches!(
+        relayed.read(&mut b),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    );
+    assert!(open, "the relay ended before the grace passed");
     let status = peers::wait_bounded(&mut proxy.proc.child, Duration::from_secs(10))
         .expect("the proxy exits within its grace and a little more");
     assert!(status.success(), "{status}");
@@ -843,7 +863,6 @@ fn sigterm_stops_accepting_and_ends_relays_after_the_grace() {
     );
     // The relayed client's connection was closed.
     relayed.set_read_timeout(Some(WAIT)).unwrap();
-    let mut b = [0u8; 1];
     assert_eq!(relayed.read(&mut b).unwrap_or(0), 0);
 }
 

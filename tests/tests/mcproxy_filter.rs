@@ -151,7 +151,7 @@ fn a_filter_rewrites_into_the_lent_buffer_and_drops_through_the_running_proxy() 
     client.set_read_timeout(Some(WAIT)).unwrap();
     let opening = login_bytes("filter.test", "Tester");
     client.write_all(&opening).unwrap();
-    let (mut up, _) = upstream.accept().unwrap();
+    let mut up = wirekit_tests::mcproxy_process::accept_within(&upstream);
     up.set_read_timeout(Some(WAIT)).unwrap();
     let mut got = vec![0u8; opening.len()];
     up.read_exact(&mut got).unwrap();

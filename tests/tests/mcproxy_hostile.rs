@@ -1052,7 +1052,9 @@ fn a_flood_of_served_logins_is_logged_through_the_limiter() {
     let taker = {
         let done = done.clone();
         thread::spawn(move || {
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            // Until the test is done, or a failed assertion left it: bounded either way.
+            let until = Instant::now() + Duration::from_secs(300);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
                 match upstream.accept() {
                     Ok((s, _)) => drop(s),
                     Err(_) => thread::sleep(Duration::from_millis(1)),

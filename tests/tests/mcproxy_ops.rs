@@ -17,14 +17,21 @@ use wirekit_tests::serve_process;
 fn check_config_exits_0_on_a_good_file_and_2_naming_the_fault_on_a_bad_one() {
     let dir = std::env::temp_dir().join(format!("wirekit-check-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // Each file listens on loopback (a check that started the proxy instead would not take
+    // the default 0.0.0.0:25565), and a check that does not exit fails the test in bounded
+    // time.
     let check = |name: &str, text: &str| {
         let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        Command::new(serve_process::wirekit_binary())
+        std::fs::write(&path, format!("listen = [\"127.0.0.1:0\"]\n{text}")).unwrap();
+        let child = Command::new(serve_process::wirekit_binary())
             .args(["proxy", "--check-config", "--config"])
             .arg(&path)
-            .output()
-            .unwrap()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wirekit_rig::process::wait_output(child, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{name}: --check-config did not exit"))
     };
     let good = check(
         "good.toml",
@@ -401,7 +408,9 @@ fn a_reload_past_the_descriptor_limit_warns() {
     };
     let proxy = McProxy::start(&config(100));
     let warning = "the splice pipes are not bounded";
-    assert!(!proxy.proc.log().contains(warning), "{}", proxy.proc.log());
+    // The start's own checks are logged before it listens: none warned.
+    let started = proxy.proc.wait_log("proxy listening", 1);
+    assert!(!started.contains(warning), "{started}");
     serve_process::set_nofile(proxy.proc.child.id(), 1024, 1024);
     std::fs::write(&proxy.config, config(1000)).unwrap();
     let ok = Command::new("kill")
@@ -410,5 +419,9 @@ fn a_reload_past_the_descriptor_limit_warns() {
         .unwrap();
     assert!(ok.success());
     let log = proxy.proc.wait_log("configuration reloaded", 1);
-    assert!(log.contains(warning), "no warning on reload: {log}");
+    assert_eq!(
+        log.matches(warning).count(),
+        1,
+        "no warning on reload: {log}"
+    );
 }

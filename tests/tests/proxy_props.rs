@@ -231,6 +231,13 @@ proptest! {
             .tlvs(&tlv_refs)
             .crc32c(crc)
             .pad_to(pad);
+        // The same header unpadded: what the padding is measured against.
+        let plain = v2::Builder::proxy(a)
+            .command(command)
+            .transport(transport)
+            .tlvs(&tlv_refs)
+            .crc32c(crc)
+            .encoded_len();
         let mut wire = vec![0u8; b.encoded_len() + 7];
         let n = b.encode(&mut wire).unwrap();
         prop_assert_eq!(n, b.encoded_len());
@@ -256,8 +263,11 @@ proptest! {
             prop_assert_eq!(decoded.next(), Some(*want));
         }
         match decoded.next() {
-            None => prop_assert!(pad <= n),
-            Some(Tlv::Noop(z)) => prop_assert!(z.iter().all(|&b| b == 0) && pad > n - 3 - z.len()),
+            // No padding: the header was long enough without it.
+            None => prop_assert!(n == plain && plain >= pad, "{} {} {}", n, plain, pad),
+            Some(Tlv::Noop(z)) => prop_assert!(
+                z.iter().all(|&b| b == 0) && n == plain + 3 + z.len() && plain < pad
+            ),
             other => prop_assert!(false, "unexpected trailing TLV {:?}", other),
         }
         prop_assert_eq!(decoded.next(), None);
