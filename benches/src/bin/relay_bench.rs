@@ -21,8 +21,10 @@
 //! `relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] [--rounds N] [--quick]
 //! [--only TEXT]...` prints the markdown report on stdout (progress on stderr); `--only` keeps
 //! the rows whose name (`16 KiB/conn, serverbound, 65536 B writes`, or `status`) contains TEXT. A missing peer
-//! is left out of the tables and named in the notes. `relay_bench splice-relay UPSTREAM` and `relay_bench
-//! copy-relay UPSTREAM` are the two relays written here, run as children of `run`.
+//! is left out of the tables and named in the notes; a row that wirekit failed is marked so in
+//! the goals and fails the run (exit 1). `relay_bench splice-relay UPSTREAM`, `relay_bench
+//! splice-relay-l7 UPSTREAM` and `relay_bench copy-relay UPSTREAM` are the relays written here,
+//! run as children of `run`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -72,7 +74,8 @@ fn main() -> ExitCode {
             .and_then(|o| run_pinned(|relay_cpu, load_cpu| run_all(o, relay_cpu, load_cpu))),
         _ => Err(
             "usage: relay_bench run [--wirekit BIN] [--haproxy BIN] [--infrarust BIN] \
-             [--rounds N] [--quick] [--only TEXT].. | splice-relay UPSTREAM | copy-relay UPSTREAM"
+             [--rounds N] [--quick] [--only TEXT].. | splice-relay UPSTREAM | \
+             splice-relay-l7 UPSTREAM | copy-relay UPSTREAM"
                 .into(),
         ),
     };
@@ -224,6 +227,9 @@ mod floor {
     /// Moves what can move from `sockets[d]` to `sockets[1 - d]`; `Err` when a socket failed.
     fn pump(pair: &mut Pair, d: usize) -> Result<(), Errno> {
         let flags = SpliceFlags::NONBLOCK | SpliceFlags::MOVE;
+        // The other way ended first: the relay is over, and closing the sockets says the
+        // same as a shutdown would (as `wirekit proxy` does: a floor makes no extra call).
+        let over = pair.dirs[1 - d].shut;
         let (from, to) = (&pair.sockets[d], &pair.sockets[1 - d]);
         let dir = &mut pair.dirs[d];
         loop {
@@ -231,7 +237,9 @@ mod floor {
                 if dir.eof {
                     if !dir.shut {
                         dir.shut = true;
-                        let _ = to.shutdown(Shutdown::Write);
+                        if !over {
+                            let _ = to.shutdown(Shutdown::Write);
+                        }
                     }
                     return Ok(());
                 }
@@ -326,7 +334,20 @@ mod floor {
                 let Some(Conn::Relaying(pair)) = conn.as_mut() else {
                     continue;
                 };
-                let failed = pump(pair, 0).is_err() || pump(pair, 1).is_err();
+                // Only the ways the event can move: bytes to read on a socket move its own
+                // way, room to write on it the other's (a pump with nothing to do would cost
+                // a splice answering EAGAIN); an error or hang-up tries both.
+                let side = event.token().0 % 2;
+                let (read, write) = if event.is_error() {
+                    (true, true)
+                } else {
+                    (
+                        event.is_readable() || event.is_read_closed(),
+                        event.is_writable() || event.is_write_closed(),
+                    )
+                };
+                let failed =
+                    (read && pump(pair, side).is_err()) || (write && pump(pair, 1 - side).is_err());
                 if failed || (pair.dirs[0].shut && pair.dirs[1].shut) {
                     if let Some(Conn::Relaying(mut pair)) = conns[slot].take() {
                         for s in &mut pair.sockets {
@@ -414,7 +435,7 @@ fn start_relay(
             // enough that splice's pipes fit a 20,000-descriptor limit (at 8000 HAProxy asked
             // for 20,014 and refused to start).
             let text = format!(
-                "global\n    nbthread 1\n    maxconn 2000\n\
+                "global\n    nbthread 1\n    maxconn 2000\n    tune.pipesize 262144\n\
                  defaults\n    mode tcp\n    option splice-auto\n    timeout connect 5s\n    \
                  timeout client 30s\n    timeout server 30s\n\
                  frontend relay\n    bind {listen}\n    default_backend upstream\n\
@@ -525,6 +546,9 @@ struct Plan {
     run: AtomicU64,
     /// The relay's core and the load's.
     cores: [usize; 2],
+    /// The Handshake and Login Start frames' bodies every client sends, which the upstream
+    /// must receive unchanged.
+    prefix: [Vec<u8>; 2],
 }
 
 impl Plan {
@@ -656,7 +680,8 @@ async fn upstream_conn(mut s: TcpStream, plan: Arc<Plan>) {
     if hs.last() == Some(&1) {
         return status_upstream(s, framed).await;
     }
-    if framed.next(&mut s).await.is_none() {
+    // The relay passed the opening on unchanged.
+    if hs != plan.prefix[0] || framed.next(&mut s).await.as_ref() != Some(&plan.prefix[1]) {
         error();
         return;
     }
@@ -1041,6 +1066,11 @@ fn goals(results: &[CaseResult]) -> String {
     );
     for r in results {
         let Some(w) = r.of(Kind::Wirekit) else {
+            out.push_str(&format!(
+                "| {}, {} | failed | failed | - | failed |\n",
+                r.case.label,
+                way_name(r.case.way)
+            ));
             continue;
         };
         let mark = |v: Option<f64>, ok: &dyn Fn(f64) -> bool, decimals: usize| match v {
@@ -1048,7 +1078,7 @@ fn goals(results: &[CaseResult]) -> String {
             None => "n/a".into(),
         };
         let floor_vs_copy = match (r.of(Kind::Floor), r.of(Kind::Copy)) {
-            (Some(f), Some(c)) => format!("{:.2}", f.cpu_s_per_gib / c.cpu_s_per_gib),
+            (Some(f), Some(c)) => format!("{:.3}", f.cpu_s_per_gib / c.cpu_s_per_gib),
             _ => "n/a".into(),
         };
         out.push_str(&format!(
@@ -1175,6 +1205,14 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         errors: AtomicUsize::new(0),
         cores: [relay_cpu, load_cpu],
         run: AtomicU64::new(0),
+        prefix: {
+            let wire = login_prefix(PROTOCOL, HOST, "relaybench");
+            let (mut framed, mut bytes) = (Framed::default(), &wire[..]);
+            match (framed.next(&mut bytes).await, framed.next(&mut bytes).await) {
+                (Some(hs), Some(ls)) => [hs, ls],
+                _ => return Err("the login prefix does not frame".into()),
+            }
+        },
     });
     let probe_upstream = Upstream::bind(&plan).await?;
     let up_addr = probe_upstream.addr;
@@ -1208,10 +1246,14 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
             )),
         }
     }
-    let relays = working;
+    // Only their kinds: every timed run starts its relay afresh, and the probe's processes
+    // would otherwise sit on the relay core through all of them.
+    let relays: Vec<Kind> = working.iter().map(|r| r.kind).collect();
+    drop(working);
 
     let mut report = String::new();
     let mut infrarust_failed = false;
+    let mut wirekit_failed: Vec<String> = Vec::new();
     for write in [BUF, 512] {
         let mut results = Vec::new();
         for case in cases(write, opts.quick) {
@@ -1230,14 +1272,21 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
             };
             for round in 0..rounds {
                 for i in 0..relays.len() {
-                    let k = (i + round) % relays.len();
-                    let s = fresh_run(relays[k].kind, &opts, relay_cpu, &case, &plan).await;
+                    // The order rotates each round and runs backwards every other round, so
+                    // that no relay always follows the same one.
+                    let n = relays.len();
+                    let k = if round % 2 == 0 {
+                        (i + round) % n
+                    } else {
+                        (n - 1 - i + round) % n
+                    };
+                    let s = fresh_run(relays[k], &opts, relay_cpu, &case, &plan).await;
                     eprintln!(
                         "{} {} {}B writes, {}: {}",
                         case.label,
                         way_name(case.way),
                         write,
-                        relays[k].kind.name(),
+                        relays[k].name(),
                         match &s {
                             Ok(s) => format!(
                                 "{:.2} GiB/s, {:.3} s/GiB, per connection p50/p99/max {:?} µs",
@@ -1246,7 +1295,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                             Err(e) => e.clone(),
                         }
                     );
-                    infrarust_failed |= relays[k].kind == Kind::Infrarust
+                    infrarust_failed |= relays[k] == Kind::Infrarust
                         && matches!(&s, Err(e) if e.starts_with("login reply"));
                     samples[k].push(s);
                     // Let the stopped relay's connections settle before the next run.
@@ -1257,7 +1306,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                 relays
                     .iter()
                     .zip(samples)
-                    .map(|(r, s)| {
+                    .map(|(&r, s)| {
                         let ok: Vec<Sample> =
                             s.iter().filter_map(|s| s.as_ref().ok().copied()).collect();
                         let failed = s.len() - ok.len();
@@ -1268,7 +1317,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                             case.label,
                             way_name(case.way),
                             case.write,
-                            r.kind.name(),
+                            r.name(),
                             failed,
                             s.len(),
                             s.iter().find_map(|x| x.as_ref().err()).map_or("", |e| e.as_str())
@@ -1290,9 +1339,18 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
                                 .find_map(Result::err)
                                 .unwrap_or_else(|| "no run".into()))
                         };
-                        (r.kind, res)
+                        (r, res)
                     })
                     .collect();
+            // A run that lost wirekit in a row is no measurement of it: reported, and the
+            // harness fails (so that `cargo xtask bench` keeps the last good section).
+            if opts.peer("wirekit").is_some()
+                && !by_relay
+                    .iter()
+                    .any(|(k, r)| *k == Kind::Wirekit && r.is_ok())
+            {
+                wirekit_failed.push(name.clone());
+            }
             results.push(CaseResult { case, by_relay });
         }
         report.push_str(&format!(
@@ -1302,7 +1360,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         ));
         if write == BUF {
             report.push_str(&format!(
-                "Goals at 64 KiB writes:\n\n{}\nWhere the floor's column is above 0.33, the \
+                "Goals at 64 KiB writes:\n\n{}\nWhere the floor's column is above 1/3 (0.333), the \
                  goal on copy_bidirectional is out of reach for a splice relay with these pipes, \
                  wirekit's or any other: the floor is a bare splice relay doing nothing else (at short \
                  connections the cost of setting them up, the same for every relay, is most of \
@@ -1318,7 +1376,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     let exchanges = if opts.quick { 4000 } else { 10_000 };
     let status_relays: Vec<Kind> = relays
         .iter()
-        .map(|r| r.kind)
+        .copied()
         .filter(|k| matches!(k, Kind::Wirekit | Kind::Infrarust) && opts.wants("status"))
         .collect();
     let mut status: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); status_relays.len()];
@@ -1365,7 +1423,8 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          the same Handshake + Login Start (protocol {PROTOCOL}, host `{HOST}`) and waits for \
          the upstream's Set Compression before its bulk bytes; short rows open their connections 8 at a time and count their setup, the long \
          row is one connection. Relay CPU is the on-CPU time of all the relay's threads \
-         (/proc/PID/task/*/schedstat). The two busy columns are the share of the run each \
+         (/proc/PID/task/*/schedstat, in nanoseconds; the process's user and system ticks \
+         when more, which happens only once a thread has exited: 10 ms steps then). The two busy columns are the share of the run each \
          core was busy (/proc/stat: everything on it, interrupts and softirqs included, steal \
          left out; 10 ms ticks). Loopback delivers a segment on the sender's core, so each \
          core also carries the receive work of the other side's sockets; where both cores are \
@@ -1384,8 +1443,12 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          must (`wirekit proxy` routes by the handshake and connects no upstream for a client \
          that never sends a valid one), so the L7 floor against the floor is what that wait \
          costs in the same run; \
-         HAProxy runs with `option splice-auto` (it splices where it judges it pays, its \
-         fastest tcp mode); `wirekit proxy` runs \
+         HAProxy runs with `option splice-auto` (it splices where it judges it pays) and \
+         `tune.pipesize 262144` (the pipe size the others grow theirs to); the floor pumps \
+         only the ways an event can move and shuts a write side down only while the other \
+         way still runs, as `wirekit proxy` does; the upstream checks that the opening frames \
+         arrive unchanged; the order of the relays rotates each round and runs backwards every \
+         other round; `wirekit proxy` runs \
          with `--threads 1`, RUST_LOG=warn, its per-source limits and byte budgets off; the \
          status exchanges run 16 at a time{}.\n",
         opts.rounds,
@@ -1414,6 +1477,12 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         report.push_str(&format!("\n- {n}"));
     }
     println!("{report}");
+    if !wirekit_failed.is_empty() {
+        return Err(format!(
+            "wirekit proxy failed in {}",
+            wirekit_failed.join("; ")
+        ));
+    }
     Ok(())
 }
 
