@@ -706,7 +706,12 @@ reliable v1 DATA from 16 secure client connections (8 messages in flight each) a
 ACKs, through one `wirekit-nex` worker running `wirekit nex serve`'s secure-server handler \
 (`PrudpHandler`, no RMC protocols registered), pinned to CPU 0, with the load on CPU 1; the floor is the same worker and batching with a handler \
 that answers each datagram with its first bytes, as many as a signed ACK has, fed same-sized datagrams. CPU is the server thread's CPU time per datagram received; \
-medians of 5 alternating runs of 1.5 s. The goal is checked on the server with aggregation \
+medians of 5 alternating runs of 1.5 s; the workers run with `wirekit nex serve`'s \
+configuration (16 receive slots, 64 outbox slots); a PRUDP run fails unless every message its \
+clients saw acknowledged reached the handler (within what was in flight at the window's \
+edges; the payload is no RMC request, so the handler counts it and answers nothing, and its \
+decryption is not checked beyond the packet's signature); the floor's client refills a port's \
+window after 50 ms without an echo to it. The goal is checked on the server with aggregation \
 off (one signed ACK per DATA, as many sends as the floor's, of the same size); the \
 aggregate-ACK columns are the server as `wirekit nex serve` runs it (one ACK datagram per \
 connection and substream for what a receive batch brought: fewer sends, so no goal), in the \

@@ -25,6 +25,7 @@
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::Duration as StdDuration;
 
@@ -43,6 +44,9 @@ use wirekit_nex::{
 const CONNECTIONS: usize = 16;
 /// Messages each client connection keeps in flight (the window is 16).
 const DEPTH: usize = 8;
+/// The most messages a window's two edges can split between acknowledged and delivered: all
+/// in flight at its start and at its end.
+const IN_FLIGHT_EDGES: u64 = 2 * (CONNECTIONS * DEPTH) as u64;
 /// Socket buffers, both sides: room for every datagram in flight.
 const SOCKET_BUFFER: usize = 4 << 20;
 /// Warm-up before the measured window.
@@ -121,6 +125,8 @@ struct Measured {
     completed: u64,
     /// Datagrams the server dropped in the window.
     dropped: u64,
+    /// Messages the server's handler was given in the window (PRUDP; 0 for the floor).
+    delivered: u64,
 }
 
 fn thread_cpu() -> f64 {
@@ -143,9 +149,9 @@ fn bound_socket() -> io::Result<UdpSocket> {
     Ok(socket)
 }
 
-/// The server thread's report: (datagrams in, dropped, CPU seconds, wall seconds) over the
-/// window between the two signals.
-type ServerReport = (u64, u64, f64, f64);
+/// The server thread's report: (datagrams in, dropped, CPU seconds, wall seconds, messages
+/// its handler was given) over the window between the two signals.
+type ServerReport = (u64, u64, f64, f64, u64);
 
 /// A server thread: its address, the signals that open and close the measured window, and
 /// the thread, which returns what it measured.
@@ -170,19 +176,24 @@ fn start_server(mode: Mode) -> io::Result<RunningServer> {
                 .enable_all()
                 .build()?;
             let counters = Arc::new(Counters::default());
-            let config = WorkerConfig {
-                recv_slots: quinn_udp::BATCH_SIZE,
-                outbox_slots: 4096,
-                ..WorkerConfig::default()
-            };
+            // As `wirekit nex serve` runs its workers.
+            let config = WorkerConfig::default();
+            // Messages the PRUDP handler was given: the bench's payloads are no RMC request,
+            // so each is counted there as it is delivered.
+            let stats = Arc::new(ServerStats::default());
+            let delivered = || stats.malformed_messages.load(Ordering::Relaxed);
             let _guard = rt.enter();
             let measure = |run: &mut dyn FnMut(
                 tokio::sync::oneshot::Receiver<()>,
             ) -> io::Result<()>|
              -> io::Result<ServerReport> {
                 run(warm_rx)?;
-                let (before, cpu, wall) =
-                    (counters.snapshot(), thread_cpu(), std::time::Instant::now());
+                let (before, cpu, wall, given) = (
+                    counters.snapshot(),
+                    thread_cpu(),
+                    std::time::Instant::now(),
+                    delivered(),
+                );
                 run(stop_rx)?;
                 let after = counters.snapshot();
                 Ok((
@@ -190,6 +201,7 @@ fn start_server(mode: Mode) -> io::Result<RunningServer> {
                     after.dropped_total() - before.dropped_total(),
                     thread_cpu() - cpu,
                     wall.elapsed().as_secs_f64(),
+                    delivered() - given,
                 ))
             };
             match mode {
@@ -217,7 +229,7 @@ fn start_server(mode: Mode) -> io::Result<RunningServer> {
                         secret: [9; 32],
                         secure: Some(prudp::secure_server()),
                         dispatcher: Dispatcher::new(),
-                        stats: Arc::new(ServerStats::default()),
+                        stats: stats.clone(),
                     });
                     let mut w = Worker::new(socket, &config, handler, counters.clone())?;
                     measure(&mut |rx| {
@@ -479,17 +491,23 @@ fn floor_load(
         .collect();
     let mut in_flight = [0usize; CONNECTIONS];
     let epoch = std::time::Instant::now();
-    let mut last_echo = epoch;
+    // Each port's last echo: a port's window refills on its own silence.
+    let mut last_echo = [epoch; CONNECTIONS];
     let mut warm = Some(warm);
     let mut stop = Some(stop);
     let mut started = None;
     let mut echoed = 0u64;
     let mut echoed_at_start = 0;
     loop {
-        // A datagram lost under load is "resent": the window refills after 50 ms of silence.
-        if last_echo.elapsed() > StdDuration::from_millis(50) {
-            in_flight = [0; CONNECTIONS];
-            last_echo = std::time::Instant::now();
+        // A datagram lost under load is "resent": a port's window refills after 50 ms
+        // without an echo to it, whatever the other ports get (a loss on one port while the
+        // others echo on would otherwise shrink its window for the rest of the run).
+        let now = std::time::Instant::now();
+        for (n, at) in in_flight.iter_mut().zip(&mut last_echo) {
+            if *n > 0 && now.duration_since(*at) > StdDuration::from_millis(50) {
+                *n = 0;
+                *at = now;
+            }
         }
         for (i, packet) in packets.iter().enumerate() {
             while in_flight[i] < DEPTH {
@@ -499,20 +517,15 @@ fn floor_load(
             }
         }
         client.flush()?;
-        let before = echoed;
         client.receive(|d| {
             // The echo comes from the port it was sent from: its source byte (offset 6).
             if let Some(&b) = d.get(6) {
                 let i = usize::from(b & 0x0F);
                 in_flight[i] = in_flight[i].saturating_sub(1);
+                last_echo[i] = std::time::Instant::now();
                 echoed += 1;
             }
         })?;
-        // Silence is counted from the last echo received, not the first: a total past zero
-        // reset the timer on every turn, and the window never refilled after a loss.
-        if echoed > before {
-            last_echo = std::time::Instant::now();
-        }
         if warm.is_some() && epoch.elapsed() >= WARM_UP {
             let _ = warm.take().map(|w| w.send(()));
             started = Some(std::time::Instant::now());
@@ -550,7 +563,7 @@ fn run(mode: Mode, payload: &[u8], seconds: f64) -> io::Result<Measured> {
         .join()
         .map_err(|_| io::Error::other("client panicked"))??;
     let _ = rx.recv();
-    let (datagrams, dropped, cpu, wall) = server
+    let (datagrams, dropped, cpu, wall, delivered) = server
         .join()
         .map_err(|_| io::Error::other("server panicked"))??;
     Ok(Measured {
@@ -558,6 +571,7 @@ fn run(mode: Mode, payload: &[u8], seconds: f64) -> io::Result<Measured> {
         cpu_us: cpu * 1e6 / datagrams.max(1) as f64,
         completed,
         dropped,
+        delivered,
     })
 }
 
@@ -612,6 +626,16 @@ fn main() -> io::Result<()> {
                     return Err(io::Error::other(format!(
                         "the PRUDP server dropped {} datagrams",
                         m.dropped
+                    )));
+                }
+                // Every message the clients saw acknowledged reached the handler (within
+                // what was in flight at the window's two edges: 16 connections x 8).
+                if mode != Mode::Floor
+                    && (m.completed == 0 || m.delivered + IN_FLIGHT_EDGES < m.completed)
+                {
+                    return Err(io::Error::other(format!(
+                        "{} messages acknowledged, {} delivered to the handler",
+                        m.completed, m.delivered
                     )));
                 }
                 match mode {
