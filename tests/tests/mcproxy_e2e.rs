@@ -821,7 +821,7 @@ unknown-host = "motd"
 fn sigterm_stops_accepting_and_ends_relays_after_the_grace() {
     let rec = Recorder::start();
     let mut proxy = McProxy::start(&format!(
-        "shutdown-grace = 1\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{}\"]\n",
+        "shutdown-grace = 3\n[[route]]\ndefault = true\nupstreams = [\"127.0.0.1:{}\"]\n",
         rec.port
     ));
     let mut relayed = connect_from(91, proxy.addr);

@@ -898,7 +898,7 @@ fn latency_table(results: &[CaseResult<(f64, f64)>]) -> String {
 }
 
 /// wirekit's goals, case by case.
-fn goals(results: &[CaseResult<Throughput>]) -> String {
+fn goals(results: &[CaseResult<Throughput>], wirekit_given: bool) -> String {
     let mut out = String::from(
         "| case | wirekit packets per core / Infrarust's (goal >= 3, uncompressed) | wirekit CPU per \
          packet / copy relay's (goal <= 1.5, uncompressed) | wirekit heap allocations in a stream, median round \
@@ -906,6 +906,9 @@ fn goals(results: &[CaseResult<Throughput>]) -> String {
     );
     for r in results {
         let Some(w) = r.of(Kind::Wirekit).and_then(|w| w.cpu_ns_per_packet) else {
+            if !wirekit_given {
+                continue;
+            }
             out.push_str(&format!("| {} | failed | failed | failed |\n", r.label));
             continue;
         };
@@ -1145,6 +1148,7 @@ async fn memory_section(
     upstream: SocketAddr,
     plan: &Plan,
     notes: &mut Vec<String>,
+    lost: &mut Vec<String>,
 ) -> String {
     let mut t = format!(
         "| case | relay | resident at start | resident per open connection, round 1 | round \
@@ -1184,7 +1188,12 @@ async fn memory_section(
                     m.kept as f64 / 1024.0,
                 )),
                 Ok(None) => {}
-                Err(e) => t.push_str(&failed_row(case.label, kind, &e, 5)),
+                Err(e) => {
+                    if kind == Kind::Wirekit {
+                        lost.push(format!("memory, {}", case.label));
+                    }
+                    t.push_str(&failed_row(case.label, kind, &e, 5));
+                }
             }
         }
     }
@@ -1205,6 +1214,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
         .collect();
 
     let mut notes = opts.notes.clone();
+    let mut memory_lost: Vec<String> = Vec::new();
     let load_before = load_average();
     let mut paths = Vec::new();
     for kind in [Kind::Direct, Kind::Copy, Kind::Infrarust, Kind::Wirekit] {
@@ -1334,7 +1344,7 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
          Goals:\n\n{}\n",
             throughput_table(&throughput),
             latency_table(&latency),
-            goals(&throughput)
+            goals(&throughput, opts.peer("wirekit").is_some())
         ));
         report.push_str(&format!(
         "Each relay is a child process pinned to CPU {relay_cpu}; the clients and the fake \
@@ -1380,7 +1390,15 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     ));
     }
     if opts.wants("memory") {
-        let table = memory_section(&opts, relay_cpu, up_addr, &plan, &mut notes).await;
+        let table = memory_section(
+            &opts,
+            relay_cpu,
+            up_addr,
+            &plan,
+            &mut notes,
+            &mut memory_lost,
+        )
+        .await;
         report.push_str(&format!(
             "\n### Inspect: memory per connection\n\n{table}\n\
              Each relay is started afresh for each case, pinned to CPU {relay_cpu}. Each of \
@@ -1408,15 +1426,26 @@ async fn run_all(opts: Options, relay_cpu: usize, load_cpu: usize) -> Result<(),
     println!("{report}");
     // A case wirekit has no figure for is no measurement of it: the run fails, so that
     // `cargo xtask bench` keeps the last good section.
-    let lost: Vec<&str> = throughput
+    let mut lost: Vec<String> = throughput
         .iter()
         .filter(|r| {
             !r.by_path
                 .iter()
                 .any(|(k, t)| *k == Kind::Wirekit && t.is_ok())
         })
-        .map(|r| r.label.as_str())
+        .map(|r| r.label.clone())
         .collect();
+    lost.extend(
+        latency
+            .iter()
+            .filter(|r| {
+                !r.by_path
+                    .iter()
+                    .any(|(k, t)| *k == Kind::Wirekit && t.is_ok())
+            })
+            .map(|r| format!("{}, latency", r.label)),
+    );
+    lost.extend(memory_lost);
     if opts.peer("wirekit").is_some() && !lost.is_empty() {
         return Err(format!("wirekit proxy failed in {}", lost.join("; ")));
     }
