@@ -189,7 +189,7 @@ impl Upstreams {
             let at = u.failed_at.load(Ordering::Relaxed);
             at != 0 && now.saturating_sub(at) < DOWN_FOR.as_millis() as u64
         }));
-        let up = n - down.count(n);
+        let up = n - down.count();
         let first = match balance {
             // The turn among those up, so a down upstream's share spreads over the others
             // (rather than all going to the one after it).
@@ -260,10 +260,10 @@ impl Down {
         }
     }
 
-    fn count(&self, n: usize) -> usize {
+    fn count(&self) -> usize {
         match self {
             Down::Mask(m) => m.count_ones() as usize,
-            Down::Flags(_) => (0..n).filter(|&i| self.is(i)).count(),
+            Down::Flags(f) => f.iter().filter(|&&d| d).count(),
         }
     }
 }

@@ -44,7 +44,7 @@ const TCPSHIELD_SEPARATOR: &str = "///";
 
 /// `s` split around its first [`TCPSHIELD_SEPARATOR`], as `str::split_once` would: a byte scan
 /// (every handshake goes through two of these, and `split_once` with a `&str` pattern builds a
-/// substring searcher each time, the larger part of a handshake's parse).
+/// substring searcher each time: about a third of a handshake's parse under callgrind).
 fn split_separator(s: &str) -> Option<(&str, &str)> {
     let i = s
         .as_bytes()
